@@ -1,0 +1,1 @@
+"""adaptplan: plan and run split federated learning."""

@@ -1,0 +1,55 @@
+"""The ``adaptplan`` command line: one sub-command per module of :mod:`adaptplan.commands`.
+
+Each command module exposes ``register(subparsers)`` (adds its parser and sets ``func``). User
+mistakes raise :class:`adaptplan.errors.InputError` (or argparse errors); both end with one
+message on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from adaptplan.errors import InputError
+
+COMMAND_MODULES = ("profile", "system", "plan", "train", "plot", "bench")
+
+
+class _Parser(argparse.ArgumentParser):
+    """ArgumentParser whose errors are one line and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="adaptplan",
+        description="Plan and run split federated learning: optimal cut layers and aggregation interval "
+                    "(AdaptSFL), profiles of real models, and a split-training engine. Units are SI: "
+                    "FLOPs, bits, seconds, bit/s, FLOP/s.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"adaptplan.commands.{name}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        result = args.func(args)
+    except InputError as exc:
+        print(f"adaptplan {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"adaptplan {args.command}: interrupted", file=sys.stderr)
+        return 130
+    return int(result or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,14 @@
+"""`adaptplan plan` (not yet implemented)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("plan", help="(not yet implemented)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    raise SystemExit("adaptplan plan: not yet implemented")

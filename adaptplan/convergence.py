@@ -1,0 +1,95 @@
+"""The convergence model: Theorem 1 / Corollary 1 and objective (28), spec/adaptsfl.md §3–§4.
+
+With c = ε − (βγ/N)Σ_{j=1}^{L}σ_j² and d(L_c) = 4β²γ²A_{L_c} (A_ℓ = Σ_{j≤ℓ}G_j², eq. (29)):
+
+* eq. (15): R(I, L_c) = 2ϑ / (γ (c − d I²)), valid only when c − d I² > 0;
+* eq. (28): Θ(I, x) = (2ϑ/γ) · (I·T_split + T_agg) / (I (c − d I²)), seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from adaptplan.constants import ConvergenceConstants
+from adaptplan.errors import InfeasibleError, InputError
+
+
+@dataclass(frozen=True)
+class ConvergenceModel:
+    """Corollary 1 for ``num_devices`` devices under ``constants``."""
+
+    constants: ConvergenceConstants
+    num_devices: int
+
+    @property
+    def c(self) -> float:
+        """c = ε − (βγ/N) Σ_{j=1}^{L} σ_j² (§3 shorthand); must be > 0."""
+        k = self.constants
+        return k.epsilon - k.beta * k.gamma * float(np.sum(k.sigma2)) / self.num_devices
+
+    @property
+    def d_per_cut(self) -> np.ndarray:
+        """d(ℓ) = 4β²γ²A_ℓ for ℓ = 1..L (index 0 ↔ ℓ = 1)."""
+        k = self.constants
+        return 4.0 * k.beta**2 * k.gamma**2 * k.cumulative_G2
+
+    def d(self, deepest_cut: int) -> float:
+        """d = 4β²γ²A_{L_c} for L_c = ``deepest_cut`` (1-based)."""
+        return float(self.d_per_cut[deepest_cut - 1])
+
+    def interval_bound(self, deepest_cut: int) -> float:
+        """I_max = √(c/d): feasible intervals satisfy 1 ≤ I < I_max (§4.4); ∞ when d = 0."""
+        d = self.d(deepest_cut)
+        return math.inf if d == 0 else math.sqrt(max(self.c, 0.0) / d)
+
+    def margin(self, interval: int | float, deepest_cut: int) -> float:
+        """c − d I², the denominator factor of eq. (15); positive iff (I, L_c) is feasible."""
+        return self.c - self.d(deepest_cut) * float(interval) ** 2
+
+    def rounds(self, interval: int | float, deepest_cut: int) -> float:
+        """Real-valued R of eq. (15); raises :class:`InfeasibleError` when c − dI² ≤ 0."""
+        margin = self.margin(interval, deepest_cut)
+        if margin <= 0:
+            raise InfeasibleError(self.infeasibility_reason(interval, deepest_cut))
+        k = self.constants
+        return 2.0 * k.theta / (k.gamma * margin)
+
+    def objective(self, interval: int | float, deepest_cut: int, t_split: float, t_agg: float) -> float:
+        """Relaxed objective (28) in seconds; +∞ when infeasible."""
+        margin = self.margin(interval, deepest_cut)
+        if margin <= 0:
+            return math.inf
+        k = self.constants
+        return (2.0 * k.theta / k.gamma) * (interval * t_split + t_agg) / (interval * margin)
+
+    def infeasibility_reason(self, interval: int | float, deepest_cut: int) -> str:
+        """Say which constraint fails and what would make it feasible (§8 A7)."""
+        k = self.constants
+        if self.c <= 0:
+            floor = k.beta * k.gamma * float(np.sum(k.sigma2)) / self.num_devices
+            return (f"target epsilon={k.epsilon:g} is unreachable: the noise floor (beta*gamma/N)*sum(sigma2) = {floor:g} "
+                    f"is already >= epsilon (constraint c > 0 of Corollary 1); raise epsilon above {floor:g}, "
+                    f"lower gamma, or add devices")
+        bound = self.interval_bound(deepest_cut)
+        return (f"interval I={interval:g} with deepest cut L_c={deepest_cut} violates c - d*I^2 > 0 "
+                f"(Corollary 1): I must be < {bound:.4g}; use a smaller interval, a shallower cut, a larger epsilon or a smaller gamma")
+
+    def check_reachable(self) -> None:
+        """Raise :class:`InfeasibleError` when ε cannot be reached by any (I, cut) (c ≤ 0)."""
+        if self.c <= 0:
+            raise InfeasibleError(self.infeasibility_reason(1, 1))
+
+    def feasible_cuts(self, candidates: np.ndarray) -> np.ndarray:
+        """The candidate cuts (1-based) for which I = 1 is feasible (A_ℓ < c/(4β²γ²), §8 A7)."""
+        candidates = np.asarray(candidates, dtype=int)
+        return candidates[self.c - self.d_per_cut[candidates - 1] > 0]
+
+
+def check_lengths(num_cuts_profile: int, constants: ConvergenceConstants) -> None:
+    """Profile and constants must describe the same L cut points (formats.md)."""
+    if constants.num_cuts != num_cuts_profile:
+        raise InputError(f"has {constants.num_cuts} entries but the profile has {num_cuts_profile} cut points; "
+                         f"they must match (one sigma2/G2 per cut point)", field="constants.sigma2")

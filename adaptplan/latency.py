@@ -1,0 +1,182 @@
+"""The per-round latency model, spec/adaptsfl.md §2.2–§2.4, eqs. (16)–(26).
+
+This is the only implementation of the world model's latency: the solvers, the benchmarks and
+the trainers' simulated clock all call it. Cuts are 1-based cut indices ℓ_i (as in the profile);
+all times are **seconds**.
+
+:class:`LatencyModel` precomputes, for every device i and cut j, the coefficient matrices the
+MILP of eq. (34) needs (they are the rows of spec §5.1), so evaluating a cut vector is a gather.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from adaptplan.errors import InputError
+from adaptplan.model_profile import ModelProfile
+from adaptplan.system import SystemSpec
+
+
+@dataclass(frozen=True)
+class LatencyBreakdown:
+    """Every term of eqs. (16)–(25) for one cut vector, in seconds.
+
+    Per-device arrays have shape (N,). ``t_split`` and ``t_agg`` are the two stage latencies of
+    §2.4; ``dominant_stage`` names the largest of the six stage terms.
+    """
+
+    client_fp: np.ndarray        # (16) T_i^F
+    upload: np.ndarray           # (17) T_i^A
+    server_fp: float             # (18) T_s^F
+    server_bp: float             # (19) T_s^B
+    download: np.ndarray         # (20) T_i^G
+    client_bp: np.ndarray        # (21) T_i^B
+    model_up: np.ndarray         # (22) T_i^{mU}
+    edge_model_up: float         # (23) T_e^{mU}
+    model_down: np.ndarray       # (24) T_i^{mD}
+    edge_model_down: float       # (25) T_e^{mD}
+
+    @property
+    def fp_upload_max(self) -> float:
+        """max_i {T_i^F + T_i^A}."""
+        return float(np.max(self.client_fp + self.upload))
+
+    @property
+    def download_bp_max(self) -> float:
+        """max_i {T_i^G + T_i^B}."""
+        return float(np.max(self.download + self.client_bp))
+
+    @property
+    def agg_up_max(self) -> float:
+        """max{ max_i T_i^{mU}, T_e^{mU} }."""
+        return float(max(np.max(self.model_up), self.edge_model_up))
+
+    @property
+    def agg_down_max(self) -> float:
+        """max{ max_i T_i^{mD}, T_e^{mD} }."""
+        return float(max(np.max(self.model_down), self.edge_model_down))
+
+    @property
+    def t_split(self) -> float:
+        """T_split = max_i{T^F+T^A} + T_s^F + T_s^B + max_i{T^G+T^B} (§2.4), seconds per round."""
+        return self.fp_upload_max + self.server_fp + self.server_bp + self.download_bp_max
+
+    @property
+    def t_agg(self) -> float:
+        """T_agg = max{max_i T^{mU}, T_e^{mU}} + max{max_i T^{mD}, T_e^{mD}} (§2.4), seconds per aggregation."""
+        return self.agg_up_max + self.agg_down_max
+
+    def stages(self) -> dict[str, float]:
+        """The six stage terms of T_split and T_agg, in seconds."""
+        return {
+            "client FP + upload": self.fp_upload_max,
+            "server FP": self.server_fp,
+            "server BP": self.server_bp,
+            "download + client BP": self.download_bp_max,
+            "model upload": self.agg_up_max,
+            "model download": self.agg_down_max,
+        }
+
+    @property
+    def dominant_stage(self) -> str:
+        stages = self.stages()
+        return max(stages, key=stages.__getitem__)
+
+    def slowest_devices(self) -> dict[str, int]:
+        """0-based index of the device that sets each per-device max."""
+        return {
+            "client FP + upload": int(np.argmax(self.client_fp + self.upload)),
+            "download + client BP": int(np.argmax(self.download + self.client_bp)),
+            "model upload": int(np.argmax(self.model_up)),
+            "model download": int(np.argmax(self.model_down)),
+        }
+
+
+class LatencyModel:
+    """Eqs. (16)–(26) for one (profile, system) pair.
+
+    Coefficient matrices, shape (N, L), entry [i, j−1] for device i and cut j (seconds):
+
+    * ``fp_up``    = b(ρ_j/f_i + ψ_j/r_i^U)          — (16)+(17), the μ₁ row of §5.1
+    * ``down_bp``  = b(χ_j/r_i^D + ϖ_j/f_i)          — (20)+(21), the μ₂ row
+    * ``model_up`` = δ_j / r_i^{fU}                  — (22), the μ₃ row
+    * ``model_down`` = δ_j / r_i^{fD}                — (24), the μ₄ row
+
+    and per-cut vectors, shape (L,): ``server_fp_per_device`` = b(ρ_L − ρ_j)/f_s (18) and
+    ``server_bp_per_device`` = b(ϖ_L − ϖ_j)/f_s (19) (or the profile's ``server_bp_flops``).
+    """
+
+    def __init__(self, profile: ModelProfile, system: SystemSpec) -> None:
+        self.profile, self.system = profile, system
+        b = float(system.batch_size)
+        f = system.device_array("flops")[:, None]
+        rho, varpi, psi, chi, delta = profile.rho, profile.varpi, profile.psi, profile.chi, profile.delta
+        self.fp_up = b * (rho[None, :] / f + psi[None, :] / system.device_array("up_bps")[:, None])
+        self.down_bp = b * (chi[None, :] / system.device_array("down_bps")[:, None] + varpi[None, :] / f)
+        self.model_up = delta[None, :] / system.device_array("fed_up_bps")[:, None]
+        self.model_down = delta[None, :] / system.device_array("fed_down_bps")[:, None]
+        self.server_fp_per_device = b * (rho[-1] - rho) / system.server_flops
+        self.server_bp_per_device = b * profile.server_bp / system.server_flops
+        self.delta = delta
+
+    @property
+    def num_devices(self) -> int:
+        return self.system.num_devices
+
+    @property
+    def num_cuts(self) -> int:
+        return self.profile.num_cuts
+
+    def check_cuts(self, cuts: Sequence[int]) -> np.ndarray:
+        """Return ``cuts`` as a 0-based int array of shape (N,), or raise naming the bad entry."""
+        array = np.asarray(cuts, dtype=int)
+        if array.shape != (self.num_devices,):
+            raise InputError(f"need one cut per device ({self.num_devices}), got {array.size}", field="cuts")
+        bad = np.flatnonzero((array < 1) | (array > self.num_cuts))
+        if bad.size:
+            raise InputError(f"cut {array[bad[0]]} is outside 1..{self.num_cuts}", field=f"cuts[{bad[0]}]")
+        return array - 1
+
+    def breakdown(self, cuts: Sequence[int]) -> LatencyBreakdown:
+        """Every term of eqs. (16)–(25) for the 1-based cut vector ``cuts``."""
+        j = self.check_cuts(cuts)
+        rows = np.arange(self.num_devices)
+        b = float(self.system.batch_size)
+        f = self.system.device_array("flops")
+        p = self.profile
+        non_common_bits = float(np.sum(self.delta[j.max()] - self.delta[j]))  # S_n, §2.3 / A5
+        return LatencyBreakdown(
+            client_fp=b * p.rho[j] / f,
+            upload=b * p.psi[j] / self.system.device_array("up_bps"),
+            server_fp=float(np.sum(self.server_fp_per_device[j])),
+            server_bp=float(np.sum(self.server_bp_per_device[j])),
+            download=b * p.chi[j] / self.system.device_array("down_bps"),
+            client_bp=b * p.varpi[j] / f,
+            model_up=self.model_up[rows, j],
+            edge_model_up=non_common_bits / self.system.edge_to_fed_bps,
+            model_down=self.model_down[rows, j],
+            edge_model_down=non_common_bits / self.system.fed_to_edge_bps,
+        )
+
+    def t_split(self, cuts: Sequence[int]) -> float:
+        """T_split(x) of §2.4 in seconds (fast path, no breakdown object)."""
+        j = self.check_cuts(cuts)
+        rows = np.arange(self.num_devices)
+        return float(self.fp_up[rows, j].max() + self.server_fp_per_device[j].sum()
+                     + self.server_bp_per_device[j].sum() + self.down_bp[rows, j].max())
+
+    def t_agg(self, cuts: Sequence[int]) -> float:
+        """T_agg(x) of §2.4 in seconds (fast path)."""
+        j = self.check_cuts(cuts)
+        rows = np.arange(self.num_devices)
+        non_common_bits = float(np.sum(self.delta[j.max()] - self.delta[j]))
+        return float(max(self.model_up[rows, j].max(), non_common_bits / self.system.edge_to_fed_bps)
+                     + max(self.model_down[rows, j].max(), non_common_bits / self.system.fed_to_edge_bps))
+
+
+def total_latency(rounds: int, interval: int, t_split: float, t_agg: float) -> float:
+    """Eq. (26): T(R, I, x) = R·T_split + ⌊R/I⌋·T_agg, seconds (R integer rounds)."""
+    return rounds * t_split + (rounds // interval) * t_agg

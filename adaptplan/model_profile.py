@@ -1,0 +1,193 @@
+"""`ModelProfile`: the per-cut-point description of a model (spec/formats.md "Model profile").
+
+Cut points are indexed j = 1..L along the profiler's chain of blocks; entry j = L is the model
+output. All FLOP counts are **cumulative per sample** over blocks 1..j (ρ_j, ϖ_j of
+spec/adaptsfl.md §1) with **2 FLOPs per multiply–add**; sizes are **bits per sample** (ψ_j, χ_j)
+and parameter sizes are **bits** (δ_j).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+from adaptplan.errors import InputError
+from adaptplan.fileio import (
+    check_keys,
+    load_mapping,
+    non_negative_number,
+    positive_int,
+    positive_number,
+    save_json,
+)
+
+FLOP_CONVENTION = "2 per multiply-add"
+
+_CUT_REQUIRED = ("index", "name", "fp_flops", "bp_flops", "activation_bits", "gradient_bits", "client_param_bits")
+_CUT_OPTIONAL = ("server_bp_flops", "fp_seconds", "bp_seconds")
+_TOP_REQUIRED = ("model", "input_shape", "bits_per_value", "cut_points")
+_TOP_OPTIONAL = ("flop_convention", "timing")
+
+
+@dataclass(frozen=True)
+class CutPoint:
+    """One cut point j of the chain.
+
+    Attributes:
+        index: j, 1-based position along the chain.
+        name: the fx node / module name whose output crosses the cut.
+        fp_flops: ρ_j, cumulative forward FLOPs per sample of blocks 1..j.
+        bp_flops: ϖ_j, cumulative backward FLOPs per sample of blocks 1..j (input gradient of
+            block 1 not needed, as on the device).
+        activation_bits: ψ_j, bits per sample of the tensor crossing cut j.
+        gradient_bits: χ_j, bits per sample of its gradient.
+        client_param_bits: δ_j, bits of the parameters of blocks 1..j.
+        server_bp_flops: optional backward FLOPs per sample of blocks j+1..L with the cut
+            activation requiring a gradient (used in eq. (19) in place of ϖ_L − ϖ_j).
+        fp_seconds, bp_seconds: optional measured cumulative seconds per sample of blocks 1..j on
+            the profiling machine (median of repeats).
+    """
+
+    index: int
+    name: str
+    fp_flops: float
+    bp_flops: float
+    activation_bits: float
+    gradient_bits: float
+    client_param_bits: float
+    server_bp_flops: float | None = None
+    fp_seconds: float | None = None
+    bp_seconds: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """Per-cut profile of a model; see the module docstring for units.
+
+    ``timing`` (optional) describes how ``fp_seconds``/``bp_seconds`` were measured, e.g.
+    ``{"batch_size": 16, "repeats": 5, "threads": 2, "statistic": "median"}``.
+    """
+
+    model: str
+    input_shape: tuple[int, ...]
+    bits_per_value: int
+    cut_points: tuple[CutPoint, ...]
+    flop_convention: str = FLOP_CONVENTION
+    timing: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.cut_points:
+            raise InputError("must list at least one cut point", field="cut_points")
+        for position, cut in enumerate(self.cut_points, start=1):
+            if cut.index != position:
+                raise InputError(f"indices must be 1..L in order; found {cut.index} at position {position}", field=f"cut_points[{position - 1}].index")
+        for name in ("fp_flops", "bp_flops", "client_param_bits"):
+            values = np.array([getattr(c, name) for c in self.cut_points])
+            if np.any(np.diff(values) < 0):
+                raise InputError("must be cumulative (non-decreasing in j)", field=f"cut_points.{name}")
+        if self.flop_convention != FLOP_CONVENTION:
+            raise InputError(f"only {FLOP_CONVENTION!r} is supported, got {self.flop_convention!r}", field="flop_convention")
+
+    # ---- arrays (index 0 ↔ cut j = 1) ---------------------------------------------------------
+    @property
+    def num_cuts(self) -> int:
+        """L, the number of cut points (the last one is the model output)."""
+        return len(self.cut_points)
+
+    def _array(self, name: str) -> np.ndarray:
+        return np.array([float(getattr(c, name)) for c in self.cut_points])
+
+    @property
+    def rho(self) -> np.ndarray:
+        """ρ_j, cumulative FP FLOPs per sample, shape (L,)."""
+        return self._array("fp_flops")
+
+    @property
+    def varpi(self) -> np.ndarray:
+        """ϖ_j, cumulative BP FLOPs per sample, shape (L,)."""
+        return self._array("bp_flops")
+
+    @property
+    def psi(self) -> np.ndarray:
+        """ψ_j, activation bits per sample at cut j, shape (L,)."""
+        return self._array("activation_bits")
+
+    @property
+    def chi(self) -> np.ndarray:
+        """χ_j, gradient bits per sample at cut j, shape (L,)."""
+        return self._array("gradient_bits")
+
+    @property
+    def delta(self) -> np.ndarray:
+        """δ_j, client-side parameter bits for cut j, shape (L,)."""
+        return self._array("client_param_bits")
+
+    @property
+    def server_bp(self) -> np.ndarray:
+        """Server backward FLOPs per sample for cut j: ``server_bp_flops`` if every cut has it,
+        else ϖ_L − ϖ_j (formats.md, eq. (19))."""
+        if all(c.server_bp_flops is not None for c in self.cut_points):
+            return self._array("server_bp_flops")
+        varpi = self.varpi
+        return varpi[-1] - varpi
+
+    @property
+    def names(self) -> list[str]:
+        return [c.name for c in self.cut_points]
+
+    # ---- JSON -----------------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "model": self.model,
+            "input_shape": list(self.input_shape),
+            "bits_per_value": self.bits_per_value,
+            "flop_convention": self.flop_convention,
+            "cut_points": [c.to_json() for c in self.cut_points],
+        }
+        if self.timing is not None:
+            data["timing"] = dict(self.timing)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "ModelProfile":
+        check_keys(data, _TOP_REQUIRED, _TOP_OPTIONAL, "profile")
+        shape = data["input_shape"]
+        if not isinstance(shape, list) or not shape:
+            raise InputError(f"must be a non-empty list of positive integers, got {shape!r}", field="profile.input_shape")
+        cuts_data = data["cut_points"]
+        if not isinstance(cuts_data, list) or not cuts_data:
+            raise InputError("must be a non-empty list", field="profile.cut_points")
+        cuts = []
+        for k, entry in enumerate(cuts_data):
+            where = f"profile.cut_points[{k}]"
+            check_keys(entry, _CUT_REQUIRED, _CUT_OPTIONAL, where)
+            numbers = {
+                key: non_negative_number(entry[key], f"{where}.{key}")
+                for key in _CUT_REQUIRED[2:] + _CUT_OPTIONAL
+                if entry.get(key) is not None
+            }
+            cuts.append(CutPoint(index=positive_int(entry["index"], f"{where}.index"), name=str(entry["name"]), **numbers))
+        timing = data.get("timing")
+        if timing is not None and not isinstance(timing, dict):
+            raise InputError("must be an object", field="profile.timing")
+        return cls(
+            model=str(data["model"]),
+            input_shape=tuple(positive_int(s, "profile.input_shape") for s in shape),
+            bits_per_value=positive_int(data["bits_per_value"], "profile.bits_per_value"),
+            cut_points=tuple(cuts),
+            flop_convention=str(data.get("flop_convention", FLOP_CONVENTION)),
+            timing=timing,
+        )
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "ModelProfile":
+        return cls.from_json(load_mapping(path, "profile"))
+
+    def save(self, path: str | os.PathLike) -> None:
+        save_json(self.to_json(), path)

@@ -1,0 +1,78 @@
+"""`Plan`: the planner's answer (spec/formats.md "Plan").
+
+``cuts[i]`` is device i's 1-based cut index ℓ_i; ``rounds`` = ⌈R⌉ of Corollary 1 (eq. 15);
+``aggregations`` = ⌊rounds/interval⌋; ``total_latency_s`` is eq. (26) with those integers;
+``objective_s`` is the relaxed objective (28). Optional ``breakdown`` holds the stage terms of
+§2.4 in seconds (written by the planner, not required when reading).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from adaptplan.errors import InputError
+from adaptplan.fileio import check_keys, load_mapping, non_negative_number, positive_int, save_json
+
+_REQUIRED = ("interval", "cuts", "rounds", "aggregations", "round_latency_s", "aggregation_latency_s",
+             "total_latency_s", "objective_s")
+_OPTIONAL = ("solver", "breakdown")
+
+
+@dataclass(frozen=True)
+class Plan:
+    interval: int
+    cuts: tuple[int, ...]
+    rounds: int
+    aggregations: int
+    round_latency_s: float
+    aggregation_latency_s: float
+    total_latency_s: float
+    objective_s: float
+    solver: dict[str, Any] = field(default_factory=dict)
+    breakdown: dict[str, float] | None = None
+
+    @property
+    def deepest_cut(self) -> int:
+        """L_c = max_i ℓ_i."""
+        return max(self.cuts)
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "interval": self.interval,
+            "cuts": list(self.cuts),
+            "rounds": self.rounds,
+            "aggregations": self.aggregations,
+            "round_latency_s": self.round_latency_s,
+            "aggregation_latency_s": self.aggregation_latency_s,
+            "total_latency_s": self.total_latency_s,
+            "objective_s": self.objective_s,
+            "solver": dict(self.solver),
+        }
+        if self.breakdown is not None:
+            data["breakdown"] = dict(self.breakdown)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Plan":
+        check_keys(data, _REQUIRED, _OPTIONAL, "plan")
+        cuts = data["cuts"]
+        if not isinstance(cuts, list) or not cuts:
+            raise InputError("must be a non-empty list of 1-based cut indices", field="plan.cuts")
+        return cls(
+            interval=positive_int(data["interval"], "plan.interval"),
+            cuts=tuple(positive_int(c, f"plan.cuts[{i}]") for i, c in enumerate(cuts)),
+            rounds=positive_int(data["rounds"], "plan.rounds"),
+            aggregations=int(non_negative_number(data["aggregations"], "plan.aggregations")),
+            **{k: non_negative_number(data[k], f"plan.{k}") for k in _REQUIRED[4:]},
+            solver=dict(data.get("solver", {})),
+            breakdown=data.get("breakdown"),
+        )
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Plan":
+        return cls.from_json(load_mapping(path, "plan"))
+
+    def save(self, path: str | os.PathLike) -> None:
+        save_json(self.to_json(), path)

@@ -1,0 +1,209 @@
+"""`SystemSpec`: devices, edge server and fed server (spec/formats.md "System").
+
+Units: compute in FLOP/s, link rates in bit/s, batch size in samples. ``up_bps``/``down_bps`` are
+device ↔ edge server (r_i^U, r_i^D), ``fed_up_bps``/``fed_down_bps`` device ↔ fed server
+(r_i^{fU}, r_i^{fD}), ``edge_to_fed_bps``/``fed_to_edge_bps`` are r_{e→f}, r_{f→e}.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from typing import Any, Mapping
+
+import numpy as np
+
+from adaptplan.errors import InputError
+from adaptplan.fileio import check_keys, load_mapping, positive_int, positive_number, save_json
+
+DEVICE_FIELDS = ("flops", "up_bps", "down_bps", "fed_up_bps", "fed_down_bps")
+_TOP_FIELDS = ("batch_size", "server_flops", "edge_to_fed_bps", "fed_to_edge_bps", "devices")
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """One edge device: ``flops`` f_i in FLOP/s and its four link rates in bit/s."""
+
+    flops: float
+    up_bps: float
+    down_bps: float
+    fed_up_bps: float
+    fed_down_bps: float
+
+    def to_json(self) -> dict[str, float]:
+        return {name: getattr(self, name) for name in DEVICE_FIELDS}
+
+
+@dataclass(frozen=True)
+class SystemSpec:
+    """The network and compute resources of one round; see the module docstring for units."""
+
+    batch_size: int
+    server_flops: float
+    edge_to_fed_bps: float
+    fed_to_edge_bps: float
+    devices: tuple[DeviceSpec, ...]
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise :class:`InputError` naming the device and field of any non-positive value."""
+        positive_int(self.batch_size, "system.batch_size")
+        for name in _TOP_FIELDS[1:4]:
+            positive_number(getattr(self, name), f"system.{name}")
+        if not self.devices:
+            raise InputError("must list at least one device", field="system.devices")
+        for i, device in enumerate(self.devices):
+            for name in DEVICE_FIELDS:
+                positive_number(getattr(device, name), f"system.devices[{i}].{name}")
+
+    @property
+    def num_devices(self) -> int:
+        return len(self.devices)
+
+    def device_array(self, name: str) -> np.ndarray:
+        """One device field as an array of shape (N,), e.g. ``device_array("flops")``."""
+        return np.array([getattr(d, name) for d in self.devices], dtype=float)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "batch_size": self.batch_size,
+            "server_flops": self.server_flops,
+            "edge_to_fed_bps": self.edge_to_fed_bps,
+            "fed_to_edge_bps": self.fed_to_edge_bps,
+            "devices": [d.to_json() for d in self.devices],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "SystemSpec":
+        check_keys(data, _TOP_FIELDS, (), "system")
+        devices_data = data["devices"]
+        if not isinstance(devices_data, list) or not devices_data:
+            raise InputError("must be a non-empty list of devices", field="system.devices")
+        devices = []
+        for i, entry in enumerate(devices_data):
+            where = f"system.devices[{i}]"
+            check_keys(entry, DEVICE_FIELDS, (), where)
+            devices.append(DeviceSpec(**{name: positive_number(entry[name], f"{where}.{name}") for name in DEVICE_FIELDS}))
+        return cls(
+            batch_size=positive_int(data["batch_size"], "system.batch_size"),
+            **{name: positive_number(data[name], f"system.{name}") for name in _TOP_FIELDS[1:4]},
+            devices=tuple(devices),
+        )
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "SystemSpec":
+        return cls.from_json(load_mapping(path, "system"))
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write JSON, or TOML when the path ends in ``.toml``."""
+        if str(path).endswith(".toml"):
+            from pathlib import Path
+
+            Path(path).write_text(to_toml(self.to_json()), encoding="utf-8")
+        else:
+            save_json(self.to_json(), path)
+
+
+def to_toml(data: Mapping[str, Any]) -> str:
+    """Serialise a system mapping (scalars + a ``devices`` array of tables) as TOML."""
+    lines = [f"{k} = {v!r}" for k, v in data.items() if k != "devices"]
+    for device in data["devices"]:
+        lines += ["", "[[devices]]"] + [f"{k} = {v!r}" for k, v in device.items()]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class SystemRanges:
+    """Uniform ranges for :func:`generate_system`.
+
+    Defaults are the **placeholder** values of spec/adaptsfl.md §6.1 [P] (the paper's Table II
+    numbers were not recovered): device FLOP/s ~ U[0.5, 1.5]·10¹², server 50·10¹² FLOP/s,
+    uplinks (edge and fed) ~ U[70, 80] Mbit/s, downlinks ~ U[350, 380] Mbit/s, edge↔fed
+    500 Mbit/s, batch 16.
+    """
+
+    device_flops: tuple[float, float] = (0.5e12, 1.5e12)
+    up_bps: tuple[float, float] = (70e6, 80e6)
+    down_bps: tuple[float, float] = (350e6, 380e6)
+    server_flops: float = 50e12
+    edge_fed_bps: float = 500e6
+    batch_size: int = 16
+
+    def __post_init__(self) -> None:
+        for name in ("device_flops", "up_bps", "down_bps"):
+            low, high = getattr(self, name)
+            positive_number(low, f"{name} (low)")
+            if high < low:
+                raise InputError(f"range must have low ≤ high, got [{low}, {high}]", field=name)
+        positive_number(self.server_flops, "server_flops")
+        positive_number(self.edge_fed_bps, "edge_fed_bps")
+        positive_int(self.batch_size, "batch_size")
+
+
+def generate_system(num_devices: int, seed: int, ranges: SystemRanges = SystemRanges()) -> SystemSpec:
+    """Draw a system with ``num_devices`` devices from uniform ``ranges`` (numpy ``default_rng(seed)``)."""
+    positive_int(num_devices, "devices")
+    rng = np.random.default_rng(seed)
+    return SystemSpec(
+        batch_size=ranges.batch_size,
+        server_flops=ranges.server_flops,
+        edge_to_fed_bps=ranges.edge_fed_bps,
+        fed_to_edge_bps=ranges.edge_fed_bps,
+        devices=tuple(_draw_device(rng, ranges) for _ in range(num_devices)),
+    )
+
+
+def _draw_device(rng: np.random.Generator, ranges: SystemRanges) -> DeviceSpec:
+    return DeviceSpec(
+        flops=float(rng.uniform(*ranges.device_flops)),
+        up_bps=float(rng.uniform(*ranges.up_bps)),
+        down_bps=float(rng.uniform(*ranges.down_bps)),
+        fed_up_bps=float(rng.uniform(*ranges.up_bps)),
+        fed_down_bps=float(rng.uniform(*ranges.down_bps)),
+    )
+
+
+class SystemProcess:
+    """Per-round system states (the AdaptSFL experiments re-draw device FLOP/s and rates every round).
+
+    ``state(t)`` is deterministic in (seed, t): round t's system, with device FLOP/s and uplink
+    rates re-drawn from ``ranges`` when ``redraw`` is true (spec §6.1), and multiplicative Gaussian
+    measurement noise of coefficient of variation ``noise_cv`` applied to ``measured(t)`` — what
+    a planner sees — but not to ``state(t)`` — what the clock charges (the Fig. 9 robustness setting).
+    """
+
+    def __init__(self, base: SystemSpec, seed: int = 0, redraw: bool = False, noise_cv: float = 0.0,
+                 ranges: SystemRanges = SystemRanges()) -> None:
+        if noise_cv < 0:
+            raise InputError(f"must be ≥ 0, got {noise_cv}", field="noise_cv")
+        self.base, self.seed, self.redraw, self.noise_cv, self.ranges = base, seed, redraw, noise_cv, ranges
+
+    def state(self, round_index: int) -> SystemSpec:
+        """The true system in round ``round_index`` (1-based)."""
+        if not self.redraw:
+            return self.base
+        rng = np.random.default_rng([self.seed, round_index])
+        devices = tuple(
+            replace(d, flops=float(rng.uniform(*self.ranges.device_flops)),
+                    up_bps=float(rng.uniform(*self.ranges.up_bps)),
+                    fed_up_bps=float(rng.uniform(*self.ranges.up_bps)))
+            for d in self.base.devices
+        )
+        return replace(self.base, devices=devices)
+
+    def measured(self, round_index: int) -> SystemSpec:
+        """What a planner measures in round ``round_index``: the true state with Gaussian noise (CV ``noise_cv``),
+        clipped to stay positive."""
+        truth = self.state(round_index)
+        if self.noise_cv == 0:
+            return truth
+        rng = np.random.default_rng([self.seed, round_index, 1])
+
+        def noisy(value: float) -> float:
+            return float(value * max(1e-3, 1.0 + self.noise_cv * rng.standard_normal()))
+
+        devices = tuple(DeviceSpec(**{name: noisy(getattr(d, name)) for name in DEVICE_FIELDS}) for d in truth.devices)
+        return replace(truth, devices=devices, server_flops=noisy(truth.server_flops),
+                       edge_to_fed_bps=noisy(truth.edge_to_fed_bps), fed_to_edge_bps=noisy(truth.fed_to_edge_bps))
