@@ -1,4 +1,4 @@
-"""`adaptplan bench` (not yet implemented)."""
+"""`adaptplan bench`: benchmarks that print ratios measured side by side in one run."""
 
 from __future__ import annotations
 
@@ -6,9 +6,34 @@ import argparse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("bench", help="(not yet implemented)")
-    parser.set_defaults(func=run)
+    parser = sub.add_parser("bench", help="benchmarks: solvers (latency vs baselines and exact, solve time) and engine (samples/s)")
+    which = parser.add_subparsers(dest="bench", metavar="BENCH")
+    which.required = True
+    solvers = which.add_parser("solvers", help="AdaptSFL vs baselines vs exact optimum; solve time vs devices and cut points")
+    solvers.add_argument("--quick", action="store_true", help="smaller sizes, for CI")
+    solvers.add_argument("--seed", type=int, default=0, help="seed of generated scenarios (default 0)")
+    solvers.add_argument("--plot", metavar="PNG", help="also write a plot to PNG")
+    solvers.set_defaults(func=run_solvers)
+    engine = which.add_parser("engine", help="samples/s of simulated SFL (20 devices) vs centralized training, same process")
+    engine.add_argument("--quick", action="store_true", help="fewer steps, for CI")
+    engine.add_argument("--devices", type=int, default=20, help="number of simulated devices (default 20)")
+    engine.set_defaults(func=run_engine)
 
 
-def run(args: argparse.Namespace) -> int:
-    raise SystemExit("adaptplan bench: not yet implemented")
+def run_solvers(args: argparse.Namespace) -> int:
+    from adaptplan.bench_solvers import run_solver_bench
+    from adaptplan.scenarios import default_scenario
+    from solvers.problem import PlanningProblem
+
+    scenario = default_scenario()
+    problem = PlanningProblem.from_parts(scenario.profile, scenario.system, scenario.constants)
+    sizes = (20, 100) if args.quick else (20, 100, 500, 1000)
+    print(run_solver_bench(problem, sizes=sizes, seed=args.seed, plot_path=args.plot, quick=args.quick))
+    return 0
+
+
+def run_engine(args: argparse.Namespace) -> int:
+    from adaptplan.bench_engine import run_engine_bench
+
+    print(run_engine_bench(devices=args.devices, quick=args.quick))
+    return 0

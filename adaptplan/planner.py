@@ -1,0 +1,102 @@
+"""`Planner`: (ModelProfile, SystemSpec, ConvergenceConstants) → Plan (DESIGN.md data flow).
+
+``Planner.plan()`` runs BCD (spec/adaptsfl.md §5.3, Algorithm 3: Theorem-2 MA step ⇄ Dinkelbach
+MS step). ``Planner.replan(system=..., constants=..., warm_start=plan)`` is the call Algorithm 1
+(§5.4) makes inside a training loop when resources or constants change: it re-solves warm-started
+from the cuts in force. ``Planner.evaluate(cuts, interval)`` scores a given decision with the same
+model (used for fixed plans, baselines and the trainers' clock).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Sequence
+
+from adaptplan.constants import ConvergenceConstants
+from adaptplan.errors import InfeasibleError
+from adaptplan.latency import total_latency
+from adaptplan.model_profile import ModelProfile
+from adaptplan.plan import Plan
+from adaptplan.system import SystemSpec
+from solvers.bcd import solve_bcd
+from solvers.problem import PlanningProblem
+from solvers.result import SolveResult
+
+
+class Planner:
+    """Plans cuts and the aggregation interval for one model on one system.
+
+    Args:
+        profile: per-cut model profile (ρ, ϖ, ψ, χ, δ).
+        system: devices, servers and links (FLOP/s, bit/s).
+        constants: β, γ, ϑ, ε, σ², G² (one per cut point); default: the placeholder constants
+            of spec §6.1 (labelled as such, not the paper's values).
+        candidates: allowed 1-based cut indices (default 1..L−1, formats.md ``--cuts``).
+        backend: MILP backend of the Dinkelbach MS step, ``"highs"`` or ``"cbc"``.
+    """
+
+    def __init__(self, profile: ModelProfile, system: SystemSpec, constants: ConvergenceConstants | None = None,
+                 *, candidates: Sequence[int] | None = None, backend: str = "highs") -> None:
+        self.profile = profile
+        self.system = system
+        self.constants = constants if constants is not None else ConvergenceConstants.placeholder(profile.num_cuts)
+        self.candidates = None if candidates is None else tuple(int(c) for c in candidates)
+        self.backend = backend
+        self.problem = PlanningProblem.from_parts(profile, system, self.constants, candidates=self.candidates)
+        self.last_result: SolveResult | None = None
+
+    def plan(self, initial_cuts: Sequence[int] | None = None) -> Plan:
+        """Solve problem (28) with BCD and return the Plan (raises InfeasibleError with the reason)."""
+        result = solve_bcd(self.problem, backend=self.backend, initial_cuts=initial_cuts)
+        self.last_result = result
+        if not result.success:
+            raise InfeasibleError(result.message)
+        return self.evaluate(result.cuts, result.interval, solver=result.solver_stats())
+
+    def replan(self, *, system: SystemSpec | None = None, constants: ConvergenceConstants | None = None,
+               warm_start: Plan | None = None) -> Plan:
+        """Re-plan for new resources and/or constants (Algorithm 1), warm-started from ``warm_start.cuts``.
+
+        The planner's own system and constants are updated, so successive calls track the run.
+        """
+        if system is not None or constants is not None:
+            self.system = system if system is not None else self.system
+            self.constants = constants if constants is not None else self.constants
+            self.problem = PlanningProblem.from_parts(self.profile, self.system, self.constants, candidates=self.candidates)
+        initial = None
+        if warm_start is not None and len(warm_start.cuts) == self.system.num_devices:
+            initial = warm_start.cuts
+        return self.plan(initial_cuts=initial)
+
+    def evaluate(self, cuts: Sequence[int], interval: int, solver: dict | None = None) -> Plan:
+        """The Plan for a given decision (cuts, I): ⌈R⌉ of eq. (15), eq. (26) and objective (28)."""
+        return build_plan(self.problem, cuts, interval, solver or {"method": "given"})
+
+
+def build_plan(problem: PlanningProblem, cuts: Sequence[int], interval: int, solver: dict) -> Plan:
+    """Score (cuts, interval) on ``problem``: rounds = ⌈R⌉ (eq. 15), aggregations = ⌊rounds/I⌋,
+    total latency eq. (26), relaxed objective (28), stage breakdown (§2.4), all in seconds."""
+    cuts = tuple(int(c) for c in cuts)
+    breakdown = problem.latency.breakdown(cuts)
+    deepest = max(cuts)
+    real_rounds = problem.convergence.rounds(interval, deepest)
+    rounds = max(1, math.ceil(real_rounds * (1 - 1e-12)))
+    t_split, t_agg = breakdown.t_split, breakdown.t_agg
+    return Plan(
+        interval=int(interval),
+        cuts=cuts,
+        rounds=rounds,
+        aggregations=rounds // int(interval),
+        round_latency_s=t_split,
+        aggregation_latency_s=t_agg,
+        total_latency_s=total_latency(rounds, int(interval), t_split, t_agg),
+        objective_s=problem.convergence.objective(interval, deepest, t_split, t_agg),
+        solver=dict(solver),
+        breakdown=breakdown.stages(),
+    )
+
+
+def plan(profile: ModelProfile, system: SystemSpec, constants: ConvergenceConstants | None = None, **options) -> Plan:
+    """One-call form of ``Planner(profile, system, constants, **options).plan()``."""
+    return Planner(profile, system, constants, **options).plan()

@@ -1,0 +1,75 @@
+"""Readable tables for plans (the default output of ``adaptplan plan``)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from adaptplan.latency import LatencyModel
+from adaptplan.model_profile import ModelProfile
+from adaptplan.plan import Plan
+from adaptplan.system import SystemSpec
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.4f} s" if value < 100 else f"{value:,.1f} s"
+
+
+def format_table(headers: list[str], rows: list[list[str]]) -> str:
+    """Plain left/right-aligned text table (numbers right-aligned)."""
+    widths = [max(len(h), *(len(r[k]) for r in rows)) if rows else len(h) for k, h in enumerate(headers)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) if k else c.ljust(w) for k, (c, w) in enumerate(zip(cells, widths)))
+
+    return "\n".join([line(headers), "  ".join("-" * w for w in widths), *(line(r) for r in rows)])
+
+
+def format_plan(plan: Plan, profile: ModelProfile, system: SystemSpec, title: str = "") -> str:
+    """Summary, stage breakdown (which stage dominates) and per-device table of a plan."""
+    breakdown = LatencyModel(profile, system).breakdown(plan.cuts)
+    names = profile.names
+    cut_counts = Counter(plan.cuts)
+    lines = []
+    if title:
+        lines += [title, ""]
+    lines += [
+        f"model {profile.model}, {system.num_devices} devices, batch {system.batch_size}, L = {profile.num_cuts} cut points",
+        f"interval I = {plan.interval} rounds; deepest cut L_c = {plan.deepest_cut} ({names[plan.deepest_cut - 1]})",
+        "cuts used: " + ", ".join(f"{j} ({names[j - 1]}) x{n}" for j, n in sorted(cut_counts.items())),
+        f"rounds R = {plan.rounds:,} (Corollary 1), aggregations = {plan.aggregations:,}",
+        f"per-round latency T_split = {_seconds(plan.round_latency_s)}, per-aggregation T_agg = {_seconds(plan.aggregation_latency_s)}",
+        f"total latency (eq. 26) = {_seconds(plan.total_latency_s)}  (= {plan.total_latency_s / 3600:.2f} h); "
+        f"relaxed objective (28) = {_seconds(plan.objective_s)}",
+    ]
+    if plan.solver:
+        stats = ", ".join(f"{k} {v}" for k, v in plan.solver.items())
+        lines.append(f"solver: {stats}")
+    lines.append("")
+    stages = breakdown.stages()
+    dominant = breakdown.dominant_stage
+    slowest = breakdown.slowest_devices()
+    split_total, agg_total = breakdown.t_split, breakdown.t_agg
+    stage_rows = []
+    for stage, seconds in stages.items():
+        share_of = split_total if stage not in ("model upload", "model download") else agg_total
+        who = f"device {slowest[stage]}" if stage in slowest else "edge server"
+        if stage in ("model upload", "model download"):
+            device_max = (breakdown.model_up if stage == "model upload" else breakdown.model_down).max()
+            who = f"device {slowest[stage]}" if device_max >= seconds else "edge server"
+        stage_rows.append([stage, _seconds(seconds), f"{100 * seconds / share_of:.1f}%" if share_of else "-",
+                           who + ("  <- dominates" if stage == dominant else "")])
+    lines.append(format_table(["stage", "seconds", "share", "set by"], stage_rows))
+    lines.append("")
+    device_rows = []
+    for i, (device, cut) in enumerate(zip(system.devices, plan.cuts)):
+        device_rows.append([
+            str(i), f"{cut} {names[cut - 1]}", f"{device.flops / 1e12:.2f}", f"{device.up_bps / 1e6:.1f}",
+            f"{device.down_bps / 1e6:.1f}",
+            f"{1e3 * (breakdown.client_fp[i] + breakdown.upload[i]):.2f}",
+            f"{1e3 * (breakdown.download[i] + breakdown.client_bp[i]):.2f}",
+            f"{1e3 * breakdown.model_up[i]:.1f}", f"{1e3 * breakdown.model_down[i]:.1f}",
+        ])
+    lines.append(format_table(
+        ["device", "cut", "TFLOP/s", "up Mbit/s", "down Mbit/s", "FP+up ms", "down+BP ms", "model up ms", "model down ms"],
+        device_rows))
+    return "\n".join(lines)

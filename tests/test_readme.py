@@ -1,0 +1,26 @@
+"""The README gives exactly two set-up commands, and .ci/run runs exactly those."""
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def readme_setup_commands() -> list[str]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Set-up", 1)[1].split("\n## ", 1)[0]
+    return [block.strip() for block in re.findall(r"```bash\n(.*?)```", section, flags=re.S)]
+
+
+def test_readme_has_exactly_two_setup_commands():
+    commands = readme_setup_commands()
+    assert len(commands) == 2
+    assert all("\n" not in c for c in commands)
+    assert commands[0].endswith("adaptplan plan")
+    assert "pytest" in commands[1]
+
+
+def test_ci_runs_the_readme_commands_verbatim():
+    ci_lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    for command in readme_setup_commands():
+        assert command in ci_lines
