@@ -1,14 +1,35 @@
-"""`adaptplan plot` (not yet implemented)."""
+"""`adaptplan plot RUN... -o plot.png`: accuracy vs simulated time of several runs on one plot."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("plot", help="(not yet implemented)")
-    parser.set_defaults(func=run)
+    p = sub.add_parser("plot", help="plot test accuracy vs simulated seconds of several training runs",
+                       description="Draw the runs' test accuracy against simulated time (seconds) on one PNG.")
+    p.add_argument("runs", nargs="+", help="run folders (with history.json) or history.json files")
+    p.add_argument("-o", "--output", default="plot.png", help="output PNG path (default plot.png)")
+    p.add_argument("--title", default="Test accuracy vs simulated time", help="plot title")
+    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise SystemExit("adaptplan plot: not yet implemented")
+    from adaptplan.errors import InputError
+    from trainers.history import History
+    from trainers.plotting import plot_histories
+
+    histories = []
+    for run_path in args.runs:
+        p = Path(run_path)
+        file = p / "history.json" if p.is_dir() else p
+        if not file.is_file():
+            raise InputError(f"no history.json at {str(file)!r}", field="runs")
+        history = History.load(file)
+        label = p.name if p.is_dir() else p.parent.name
+        algorithm = history.meta.get("config", {}).get("algorithm")
+        histories.append((f"{label} ({algorithm})" if algorithm else label, history))
+    out = plot_histories(histories, args.output, args.title)
+    print(out)
+    return 0

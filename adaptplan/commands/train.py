@@ -1,14 +1,79 @@
-"""`adaptplan train` (not yet implemented)."""
+"""`adaptplan train`: run split training with one algorithm (trainers.run)."""
 
 from __future__ import annotations
 
 import argparse
+import json
+
+from trainers.config import ALGORITHMS, DATASETS, MODELS, PARTITIONS
+
+
+def _cuts(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(c) for c in text.replace(",", " ").split())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"cuts must be integers separated by commas, got {text!r}") from None
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("train", help="(not yet implemented)")
-    parser.set_defaults(func=run)
+    p = sub.add_parser("train", help="run split training (SL, PSL, SplitFed V1/V2, AdaptSFL) on a simulated clock",
+                       description="Run split training. One round = every device processes one mini-batch. "
+                                   "Simulated seconds come from the latency model (eqs. 16-26); wall seconds are "
+                                   "reported separately.")
+    p.add_argument("--algorithm", default="adaptsfl", help=f"one of {', '.join(ALGORITHMS)} (default adaptsfl)")
+    p.add_argument("--dataset", default="cifar10-subset", help=f"one of {', '.join(DATASETS)} (default cifar10-subset)")
+    p.add_argument("--model", default="cnn", help=f"one of {', '.join(MODELS)} (default cnn)")
+    p.add_argument("--devices", type=int, default=20, help="number of devices N (default 20)")
+    p.add_argument("--partition", default="iid", help=f"one of {', '.join(PARTITIONS)} (default iid)")
+    p.add_argument("--alpha", type=float, default=0.5, help="Dirichlet concentration α for --partition dirichlet (default 0.5)")
+    p.add_argument("--rounds", type=int, default=200, help="training rounds R (default 200)")
+    p.add_argument("--plan", help="plan JSON file (adaptplan plan --json) giving cuts and interval")
+    p.add_argument("--replan-every", type=int, help="re-plan every Q rounds at aggregation rounds (Algorithm 1), in rounds")
+    p.add_argument("--interval", type=int, help="client-side model-averaging interval I, in rounds (overrides the plan)")
+    p.add_argument("--cuts", type=_cuts, help="1-based cut index per device (one value = all devices), e.g. 3 or 3,3,5")
+    p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate γ (default 0.01)")
+    p.add_argument("--momentum", type=float, default=0.0, help="SGD momentum (default 0)")
+    p.add_argument("--weight-decay", type=float, default=0.0, help="SGD weight decay (L2 coefficient, default 0)")
+    p.add_argument("--batch-size", type=int, default=16, help="mini-batch size b per device per round, in samples (default 16)")
+    p.add_argument("--seed", type=int, default=0, help="seed for model init, partition and samplers (default 0)")
+    p.add_argument("--eval-every", type=int, default=1, help="evaluate on the test set every K rounds (default 1)")
+    p.add_argument("--out", help="run folder for history.json/.csv, accuracy.png and checkpoint.pt")
+    p.add_argument("--checkpoint-every", type=int, help="write a checkpoint every K rounds (needs --out)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
+    p.add_argument("--target-accuracy", type=float, help="report simulated seconds to reach this test accuracy (fraction 0-1)")
+    p.add_argument("--system", help="system JSON/TOML (default: generated from --system-seed)")
+    p.add_argument("--system-seed", type=int, default=0, help="seed of the generated system and its per-round re-draws (default 0)")
+    p.add_argument("--static-resources", action="store_true", help="do not re-draw device FLOP/s and uplinks every round")
+    p.add_argument("--constants", help="training constants JSON for the planner (default: spec §6.1 placeholders)")
+    p.add_argument("--data-root", help="folder with the dataset files (default $ADAPTPLAN_DATA or /work/shared/data)")
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise SystemExit("adaptplan train: not yet implemented")
+    from adaptplan.errors import InputError
+    from trainers.config import TrainConfig
+    from trainers.run import Trainer
+
+    if args.checkpoint_every and not args.out:
+        raise InputError("needs --out (where checkpoint.pt is written)", field="checkpoint_every")
+    config = TrainConfig(
+        algorithm=args.algorithm, dataset=args.dataset, model=args.model, devices=args.devices,
+        partition=args.partition, dirichlet_alpha=args.alpha, rounds=args.rounds, batch_size=args.batch_size,
+        lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay, interval=args.interval, cuts=args.cuts,
+        plan_path=args.plan, replan_every=args.replan_every, seed=args.seed, eval_every=args.eval_every,
+        out=args.out, checkpoint_every=args.checkpoint_every, resume=args.resume,
+        target_accuracy=args.target_accuracy, system_path=args.system, system_seed=args.system_seed,
+        redraw_resources=not args.static_resources, constants_path=args.constants, data_root=args.data_root,
+        threads=args.threads, progress=not args.no_progress,
+    )
+    history = Trainer(config).run()
+    if args.out:
+        from pathlib import Path
+
+        from trainers.plotting import plot_histories
+
+        plot_histories([(f"{args.algorithm}", history)], Path(args.out) / "accuracy.png")
+    print(json.dumps(history.summary(args.target_accuracy), indent=2))
+    return 0

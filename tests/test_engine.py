@@ -1,0 +1,154 @@
+"""Engine mechanics: SL ≡ centralized SGD, message checks, NaN detection, re-partition without
+state loss, device batching ≡ per-device processing, optimizer state persistence."""
+
+from __future__ import annotations
+
+
+import pytest
+import torch
+from torch import nn
+
+from trainers.engine import DeviceData, SplitEngine
+from trainers.models import cnn
+from trainers.partition import DeviceSampler, partition_indices
+from trainers.run import _synthetic
+from trainers.strategies import make_strategy
+from trainers.strategies.base import Strategy
+from trainers.transport import GradientMsg, MessageMismatchError, NonFiniteError
+
+torch.set_num_threads(1)
+
+
+def small_model(seed: int = 0) -> nn.Sequential:
+    torch.manual_seed(seed)
+    return cnn(1, 8, 10, width=4)        # 11 blocks, input (1, 8, 8)
+
+
+def make_data(devices: int, partition: str = "iid") -> DeviceData:
+    d = _synthetic()
+    parts = partition_indices(d.y_train.numpy(), devices, partition, seed=0)
+    return DeviceData(d.x_train, d.y_train, d.x_test, d.y_test, parts)
+
+
+def make_engine(algorithm: str, cuts, devices: int, interval: int = 1, lr: float = 0.1, momentum: float = 0.0,
+                batch_devices: bool = True, model: nn.Sequential | None = None) -> SplitEngine:
+    return SplitEngine(model or small_model(), cuts, make_strategy(algorithm), make_data(devices),
+                       {"lr": lr, "momentum": momentum}, batch_size=16, seed=0, interval=interval,
+                       batch_devices=batch_devices)
+
+
+def params(model: nn.Module) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("cut", [1, 4, 9, 11])
+def test_one_device_sl_equals_centralized_sgd(cut: int) -> None:
+    engine = make_engine("sl", [cut], devices=1)
+    central = small_model()
+    opt = torch.optim.SGD(central.parameters(), lr=0.1)
+    sampler = DeviceSampler(engine.data.parts[0], 16, [0, 0])
+    for t in range(1, 6):
+        engine.run_round(t)
+        idx = torch.from_numpy(sampler.next())
+        loss = nn.functional.cross_entropy(central(engine.data.x_train[idx]), engine.data.y_train[idx])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    for a, b in zip(params(engine.device_model(0)), params(central)):
+        assert torch.allclose(a, b, atol=1e-6, rtol=0)
+
+
+def test_wrong_gradient_raises() -> None:
+    engine = make_engine("psl", [3, 3], devices=2)
+    msg = engine.client_forward(0, 1)
+    with pytest.raises(MessageMismatchError, match="step"):
+        engine.client_backward(0, GradientMsg(0, 1, msg.step + 1, torch.zeros_like(msg.tensor)))
+    with pytest.raises(MessageMismatchError, match="device 1"):
+        engine.client_backward(0, GradientMsg(1, 1, msg.step, torch.zeros_like(msg.tensor)))
+    with pytest.raises(MessageMismatchError, match="shape"):
+        engine.client_backward(0, GradientMsg(0, 1, msg.step, torch.zeros(1)))
+
+
+class StaleStrategy(Strategy):
+    """A faulty server: in round 2 it answers with round 1's gradients (stale replay)."""
+
+    def __init__(self) -> None:
+        self.previous = None
+
+    def server_step(self, engine, round_index, msgs):
+        grads = engine.server_step_parallel(msgs)
+        stale, self.previous = self.previous, grads
+        return stale or grads
+
+
+def test_stale_gradient_stops_the_round() -> None:
+    engine = SplitEngine(small_model(), [3, 3], StaleStrategy(), make_data(2), {"lr": 0.1}, 16)
+    engine.run_round(1)
+    with pytest.raises(MessageMismatchError, match="round 1, step 1"):
+        engine.run_round(2)
+
+
+def test_nan_stops_naming_round_and_device() -> None:
+    engine = make_engine("adaptsfl", [2, 4, 4], devices=3)
+    engine.run_round(1)
+    with torch.no_grad():
+        next(engine.block(1, 0).parameters()).fill_(float("nan"))
+    with pytest.raises(NonFiniteError, match=r"round 2, device 1"):
+        engine.run_round(2)
+
+
+def test_repartition_keeps_global_model_output() -> None:
+    engine = make_engine("adaptsfl", [2, 4, 7], devices=3, interval=2, momentum=0.9)
+    for t in (1, 2):
+        stats = engine.run_round(t)
+    assert stats.aggregated
+    x = engine.data.x_test[:32]
+    with torch.no_grad():
+        before = engine.averaged_model()(x)
+        per_device_before = [engine.device_model(d)(x) for d in range(3)]
+    engine.set_cuts([5, 1, 9])
+    with torch.no_grad():
+        after = engine.averaged_model()(x)
+        per_device_after = [engine.device_model(d)(x) for d in range(3)]
+    assert torch.equal(before, after)
+    for a, b in zip(per_device_before, per_device_after):
+        assert torch.equal(a, b)
+    assert engine.deepest_cut == 9 and engine.cuts == [5, 1, 9]
+    # momentum buffers were carried: every optimizer has state for its parameters
+    for opt in engine.optimizers.values():
+        assert all("momentum_buffer" in opt.state[p] for g in opt.param_groups for p in g["params"])
+    engine.run_round(3)                  # training continues on the new layout
+
+
+@pytest.mark.parametrize("algorithm", ["adaptsfl", "psl"])
+def test_device_batching_is_mathematically_identical(algorithm: str) -> None:
+    batched = make_engine(algorithm, [2, 4, 4, 7], devices=4, batch_devices=True)
+    separate = make_engine(algorithm, [2, 4, 4, 7], devices=4, batch_devices=False)
+    for t in range(1, 4):
+        batched.run_round(t)
+        separate.run_round(t)
+    for d in range(4):
+        for a, b in zip(params(batched.device_model(d)), params(separate.device_model(d))):
+            assert torch.allclose(a, b, atol=1e-6, rtol=0)
+
+
+def test_optimizer_state_persists_across_batches() -> None:
+    engine = make_engine("sfl-v1", [3, 3], devices=2, momentum=0.9)
+    opt = engine.optimizers[("server", 0)]
+    engine.run_round(1)
+    buffers = [opt.state[p]["momentum_buffer"].clone() for p in opt.param_groups[0]["params"]]
+    engine.run_round(2)
+    assert engine.optimizers[("server", 0)] is opt
+    assert any(not torch.equal(b, opt.state[p]["momentum_buffer"]) for b, p in zip(buffers, opt.param_groups[0]["params"]))
+
+
+def test_memory_layout_only_needed_copies() -> None:
+    n = 4
+    counts = {alg: len(make_engine(alg, [3] * n, devices=n).instances) for alg in ("sl", "psl", "sfl-v1", "sfl-v2", "adaptsfl")}
+    L = 11
+    assert counts["sl"] == L
+    assert counts["psl"] == counts["sfl-v2"] == 3 * n + (L - 3)
+    assert counts["sfl-v1"] == L * n
+    assert counts["adaptsfl"] == 3 * n + (L - 3)       # equal cuts: no non-common part
+    hetero = make_engine("adaptsfl", [2, 5, 5, 3], devices=n)
+    assert len(hetero.instances) == 5 * n + (L - 5)    # L_c = 5: blocks 1..5 per device, rest shared

@@ -1,0 +1,52 @@
+"""Partitioners: IID, shards (2 per device), Dirichlet(α); determinism."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from adaptplan.errors import InputError
+from trainers.partition import DeviceSampler, partition_indices
+
+LABELS = np.repeat(np.arange(10), 100)
+
+
+@pytest.mark.parametrize("method", ["iid", "shards", "dirichlet"])
+def test_disjoint_and_deterministic(method: str) -> None:
+    parts = partition_indices(LABELS, 20, method, seed=3, alpha=0.5)
+    again = partition_indices(LABELS, 20, method, seed=3, alpha=0.5)
+    assert all(np.array_equal(a, b) for a, b in zip(parts, again))
+    joined = np.concatenate(parts)
+    assert joined.size == np.unique(joined).size == LABELS.size
+    assert all(p.size > 0 for p in parts)
+
+
+def test_iid_sizes_equal() -> None:
+    sizes = [p.size for p in partition_indices(LABELS, 20, "iid", seed=0)]
+    assert sizes == [50] * 20
+
+
+def test_shards_two_per_device() -> None:
+    parts = partition_indices(LABELS, 20, "shards", seed=0)
+    assert all(p.size == 50 for p in parts)
+    assert max(np.unique(LABELS[p]).size for p in parts) <= 2     # each shard of 25 is one class here
+
+
+def test_dirichlet_small_alpha_is_skewed() -> None:
+    parts = partition_indices(LABELS, 10, "dirichlet", seed=0, alpha=0.05)
+    dominant = np.mean([np.bincount(LABELS[p], minlength=10).max() / p.size for p in parts])
+    assert dominant > 0.6
+
+
+def test_unknown_partition() -> None:
+    with pytest.raises(InputError, match="iid, shards, dirichlet"):
+        partition_indices(LABELS, 4, "random", seed=0)
+
+
+def test_sampler_state_roundtrip() -> None:
+    a = DeviceSampler(np.arange(40), 16, [0, 1])
+    for _ in range(3):
+        a.next()
+    b = DeviceSampler(np.arange(40), 16, [9, 9])
+    b.load_state(a.state())
+    assert all(np.array_equal(a.next(), b.next()) for _ in range(5))

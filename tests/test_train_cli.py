@@ -1,0 +1,133 @@
+"""Driver, CLI, resume, re-planning with an injected planner, clock, and a real-data run."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+import torch
+
+from adaptplan.cli import main
+from adaptplan.errors import InputError
+from trainers.config import TrainConfig
+from trainers.history import History, RoundRecord
+from trainers.run import ReplanRequest, Trainer
+
+torch.set_num_threads(1)
+
+FAST = dict(dataset="synthetic", devices=4, batch_size=8, model_width=4, eval_every=2, threads=1,
+            redraw_resources=True, lr=0.05)
+
+
+def records(history: History) -> list[dict]:
+    return [{k: v for k, v in asdict(r).items() if k != "wall_seconds"} for r in history.records]
+
+
+def all_params(trainer: Trainer) -> list[torch.Tensor]:
+    return [p.detach() for d in range(trainer.engine.num_devices) for p in trainer.engine.device_model(d).parameters()]
+
+
+@pytest.mark.parametrize("algorithm", ["adaptsfl", "sfl-v2"])
+def test_resume_is_identical_to_uninterrupted(tmp_path: Path, algorithm: str) -> None:
+    common = dict(FAST, algorithm=algorithm, cuts=(2, 4, 4, 7) if algorithm == "adaptsfl" else (4,), interval=2,
+                  momentum=0.9, checkpoint_every=3)
+    full = Trainer(TrainConfig(**common, rounds=6, out=str(tmp_path / "full")))
+    full_history = full.run()
+    Trainer(TrainConfig(**common, rounds=3, out=str(tmp_path / "part"))).run()
+    resumed = Trainer(TrainConfig(**common, rounds=6, out=str(tmp_path / "part"), resume=True))
+    resumed_history = resumed.run()
+    assert records(full_history) == records(resumed_history)
+    for a, b in zip(all_params(full), all_params(resumed)):
+        assert torch.equal(a, b)
+
+
+def test_fixed_seed_is_deterministic_and_seed_matters() -> None:
+    runs = [Trainer(TrainConfig(**FAST, algorithm="psl", cuts=(3,), rounds=4, seed=s)).run() for s in (1, 1, 2)]
+    assert records(runs[0]) == records(runs[1])
+    assert records(runs[0]) != records(runs[2])
+
+
+def test_resume_with_different_algorithm_is_an_input_error(tmp_path: Path) -> None:
+    Trainer(TrainConfig(**FAST, algorithm="psl", cuts=(3,), rounds=2, checkpoint_every=2, out=str(tmp_path))).run()
+    with pytest.raises(InputError, match="algorithm"):
+        Trainer(TrainConfig(**FAST, algorithm="sfl-v2", cuts=(3,), rounds=4, out=str(tmp_path), resume=True)).run()
+
+
+def test_replanning_with_injected_planner_moves_cuts() -> None:
+    calls: list[ReplanRequest] = []
+
+    def fake_planner(request: ReplanRequest) -> tuple[list[int], int]:
+        calls.append(request)
+        return ([3, 5, 5, 1], 3) if len(calls) % 2 else ([2, 2, 6, 6], 2)
+
+    config = TrainConfig(**FAST, algorithm="adaptsfl", rounds=12, replan_every=2)
+    trainer = Trainer(config, planner=fake_planner)
+    assert trainer.engine.cuts == [3, 5, 5, 1] and trainer.engine.interval == 3     # initial plan from the planner
+    history = trainer.run()
+    replans = [e for e in history.events if e["event"] == "replan"]
+    assert replans and all(e["round"] % 1 == 0 for e in replans)
+    for r in history.records:
+        if r.replanned:
+            assert r.aggregated                             # only at aggregation boundaries
+    assert [c.round for c in calls[1:]] == [e["round"] for e in replans]
+    assert calls[1].system.batch_size == config.batch_size
+
+
+def test_clock_charges_latency_model_and_wall_time_is_separate() -> None:
+    from adaptplan.latency import LatencyModel
+
+    trainer = Trainer(TrainConfig(**FAST, algorithm="adaptsfl", cuts=(2, 3, 3, 4), interval=2, rounds=4))
+    history = trainer.run()
+    for r in history.records:
+        lm = LatencyModel(trainer.profile, trainer.clock.system(r.round))
+        expected = lm.t_split(r.cuts) + (lm.t_agg(r.cuts) if r.aggregated else 0.0)
+        assert r.round_sim_seconds == pytest.approx(expected, rel=1e-12)
+    assert history.records[-1].sim_seconds == pytest.approx(sum(r.round_sim_seconds for r in history.records))
+    assert len({r.round_sim_seconds for r in history.records if not r.aggregated}) > 1    # resources re-drawn
+
+
+def test_convergence_criterion_and_time_to_target() -> None:
+    accs = [0.1, 0.3, 0.5, 0.51, 0.52, 0.53, 0.535, 0.54, 0.6]
+    h = History([RoundRecord(i + 1, 1.0, a, 1.0, 10.0 * (i + 1), 10.0, 0.0, 0, 0, 0, False, False, [1], 1)
+                 for i, a in enumerate(accs)])
+    assert h.converged_round() == 8            # gains < 0.02 for 5 consecutive evaluations: rounds 4..8
+    assert h.time_to_accuracy(0.5) == 30.0 and h.time_to_accuracy(0.9) is None
+
+
+def test_cli_train_outputs_and_plot(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "run"
+    code = main(["train", "--algorithm", "sfl-v1", "--dataset", "synthetic", "--devices", "3", "--rounds", "4",
+                 "--cuts", "3", "--batch-size", "8", "--eval-every", "2", "--out", str(out), "--checkpoint-every", "2",
+                 "--target-accuracy", "0.2", "--threads", "1", "--no-progress"])
+    assert code == 0
+    for name in ("history.json", "history.csv", "accuracy.png", "checkpoint.pt"):
+        assert (out / name).is_file(), name
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["rounds"] == 4 and "time_to_target_s" in summary
+    assert main(["plot", str(out), str(out), "-o", str(tmp_path / "p.png")]) == 0
+    assert (tmp_path / "p.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("argv, field", [
+    (["--algorithm", "splitfed"], "algorithm"),
+    (["--dataset", "imagenet"], "dataset"),
+    (["--partition", "random"], "partition"),
+    (["--cuts", "99"], "cuts[0]"),
+])
+def test_cli_bad_input_exit_2(argv, field, capsys) -> None:
+    code = main(["train", "--dataset", "synthetic", "--devices", "2", "--rounds", "1", "--no-progress", *argv])
+    assert code == 2
+    assert field in capsys.readouterr().err
+
+
+def test_real_data_end_to_end_mnist_above_chance() -> None:
+    start = time.perf_counter()
+    config = TrainConfig(algorithm="adaptsfl", dataset="mnist", model="cnn", model_width=8, devices=5, rounds=150,
+                         batch_size=16, lr=0.1, cuts=(2, 3, 3, 6, 6), interval=5, eval_every=50, partition="iid",
+                         threads=1)
+    history = Trainer(config).run()
+    assert history.final_accuracy > 0.5
+    assert time.perf_counter() - start < 60

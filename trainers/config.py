@@ -1,0 +1,138 @@
+"""`TrainConfig`: the ONE configuration object of a training run.
+
+Every hyperparameter of a run flows from here: the optimizer is built from ``lr``, ``momentum``,
+``weight_decay`` (see :meth:`TrainConfig.optimizer_kwargs`), the data loader from ``batch_size``
+and the partition options, the clock from the system options. Unknown names (algorithm, dataset,
+model, partition) raise :class:`adaptplan.errors.InputError` listing the valid names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from adaptplan.errors import InputError
+
+ALGORITHMS = ("sl", "psl", "sfl-v1", "sfl-v2", "adaptsfl")
+DATASETS = ("cifar10-subset", "mnist", "cifar10", "cifar100", "fashionmnist", "synthetic")
+MODELS = ("cnn", "mlp")
+PARTITIONS = ("iid", "shards", "dirichlet")
+
+
+def check_choice(value: str, valid: tuple[str, ...], field_name: str) -> str:
+    """Return ``value`` if it is one of ``valid``; else raise InputError naming the field and listing the valid names."""
+    if value not in valid:
+        raise InputError(f"unknown value {value!r}; valid: {', '.join(valid)}", field=field_name)
+    return value
+
+
+@dataclass
+class TrainConfig:
+    """All options of one split-training run.
+
+    Units: ``lr`` γ (dimensionless step size), ``batch_size`` b in samples per device per round,
+    ``rounds`` R in rounds (one round = every device processes one mini-batch, spec §2.1),
+    ``interval`` I in rounds (client-side MA period, eq. 7), ``replan_every`` Q in rounds
+    (Algorithm 1; a multiple of I is expected, re-planning happens only at aggregation rounds),
+    ``eval_every`` and ``checkpoint_every`` in rounds, ``target_accuracy`` a fraction in [0, 1].
+
+    ``cuts``: one 1-based cut index ℓ_i per device (device i runs chain blocks 1..ℓ_i); a single
+    value is broadcast to all devices. ``None`` → the plan (``plan_path``), else the built-in
+    planner, else the documented default (every device at cut ⌈L/2⌉, I = 1).
+    """
+
+    algorithm: str = "adaptsfl"
+    dataset: str = "cifar10-subset"
+    model: str = "cnn"
+    devices: int = 20
+    partition: str = "iid"
+    dirichlet_alpha: float = 0.5
+    rounds: int = 200
+    batch_size: int = 16
+    lr: float = 0.01
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    interval: int | None = None
+    cuts: tuple[int, ...] | None = None
+    plan_path: str | None = None
+    replan_every: int | None = None
+    seed: int = 0
+    eval_every: int = 1
+    eval_batch_size: int = 1000
+    max_test_samples: int | None = None
+    out: str | None = None
+    checkpoint_every: int | None = None
+    resume: bool = False
+    target_accuracy: float | None = None
+    system_path: str | None = None
+    system_seed: int = 0
+    redraw_resources: bool = True
+    noise_cv: float = 0.0
+    constants_path: str | None = None
+    data_root: str | None = None
+    batch_devices: bool = True
+    progress: bool = False
+    threads: int | None = None
+    model_width: int = 32
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise InputError naming the first bad field."""
+        check_choice(self.algorithm, ALGORITHMS, "algorithm")
+        check_choice(self.dataset, DATASETS, "dataset")
+        check_choice(self.model, MODELS, "model")
+        check_choice(self.partition, PARTITIONS, "partition")
+        for name in ("devices", "rounds", "batch_size", "eval_every", "eval_batch_size", "model_width"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InputError(f"must be an integer ≥ 1, got {value!r}", field=name)
+        for name in ("interval", "replan_every", "checkpoint_every", "max_test_samples", "threads"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise InputError(f"must be an integer ≥ 1 (or unset), got {value!r}", field=name)
+        if not (self.lr > 0):
+            raise InputError(f"must be > 0, got {self.lr!r}", field="lr")
+        if self.momentum < 0 or self.weight_decay < 0:
+            raise InputError("momentum and weight_decay must be ≥ 0", field="momentum" if self.momentum < 0 else "weight_decay")
+        if self.dirichlet_alpha <= 0:
+            raise InputError(f"must be > 0, got {self.dirichlet_alpha!r}", field="dirichlet_alpha")
+        if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
+            raise InputError(f"must be a fraction in (0, 1], got {self.target_accuracy!r}", field="target_accuracy")
+        if self.cuts is not None:
+            cuts = tuple(int(c) for c in self.cuts)
+            if len(cuts) == 1:
+                cuts = cuts * self.devices
+            if len(cuts) != self.devices:
+                raise InputError(f"need 1 or {self.devices} cut indices (one per device), got {len(cuts)}", field="cuts")
+            if min(cuts) < 1:
+                raise InputError("cut indices are 1-based (≥ 1)", field="cuts")
+            self.cuts = cuts
+        if self.plan_path is not None and self.cuts is not None:
+            raise InputError("give either a plan file or explicit cuts, not both", field="cuts")
+        if self.algorithm == "sl" and self.cuts is not None and len(set(self.cuts)) > 1:
+            raise InputError("vanilla SL hands one client model from device to device, so all cuts must be equal", field="cuts")
+
+    def optimizer_kwargs(self) -> dict[str, float]:
+        """The keyword arguments of ``torch.optim.SGD`` for every part's optimizer."""
+        return {"lr": self.lr, "momentum": self.momentum, "weight_decay": self.weight_decay}
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        if data["cuts"] is not None:
+            data["cuts"] = list(data["cuts"])
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "TrainConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise InputError(f"unknown key(s) {unknown}; valid: {', '.join(sorted(names))}", field="config")
+        values = dict(data)
+        if values.get("cuts") is not None:
+            values["cuts"] = tuple(values["cuts"])
+        return cls(**values)

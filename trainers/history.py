@@ -1,0 +1,122 @@
+"""Per-round records of a run (JSON + CSV), the paper's convergence criterion and the
+time-to-target-accuracy metric. Simulated seconds (``sim_seconds``) and wall-clock seconds
+(``wall_seconds``) are separate columns and are never mixed.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from adaptplan.fileio import save_json
+
+
+@dataclass
+class RoundRecord:
+    """One round t. ``accuracy``/``test_loss`` are None on rounds without evaluation. Seconds are
+    cumulative at the end of round t; bytes are this round's (device→server ``bytes_up``,
+    server→device ``bytes_down``, edge↔fed ``bytes_server``). ``cuts``/``interval`` = the plan in force."""
+
+    round: int
+    train_loss: float
+    accuracy: float | None
+    test_loss: float | None
+    sim_seconds: float
+    round_sim_seconds: float
+    wall_seconds: float
+    bytes_up: int
+    bytes_down: int
+    bytes_server: int
+    aggregated: bool
+    replanned: bool
+    cuts: list[int]
+    interval: int
+
+
+@dataclass
+class History:
+    """All rounds of a run plus run metadata (config, events)."""
+
+    records: list[RoundRecord] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    def append(self, record: RoundRecord) -> None:
+        self.records.append(record)
+
+    @property
+    def evaluated(self) -> list[RoundRecord]:
+        return [r for r in self.records if r.accuracy is not None]
+
+    @property
+    def final_accuracy(self) -> float | None:
+        final = self.meta.get("final_evaluation")
+        if final is not None:
+            return final["accuracy"]
+        ev = self.evaluated
+        return ev[-1].accuracy if ev else None
+
+    def converged_round(self, min_gain: float = 0.02, patience: int = 5) -> int | None:
+        """The paper's criterion (spec §6.1): the first evaluated round after which the test-accuracy
+        increase stays below ``min_gain`` for ``patience`` consecutive evaluations; None if never."""
+        ev = self.evaluated
+        streak = 0
+        for prev, cur in zip(ev, ev[1:]):
+            streak = streak + 1 if cur.accuracy - prev.accuracy < min_gain else 0
+            if streak >= patience:
+                return cur.round
+        return None
+
+    def time_to_accuracy(self, target: float) -> float | None:
+        """Simulated seconds at which test accuracy first reaches ``target`` (None if never)."""
+        for r in self.evaluated:
+            if r.accuracy >= target:
+                return r.sim_seconds
+        return None
+
+    def summary(self, target: float | None = None) -> dict[str, Any]:
+        conv = self.converged_round()
+        out: dict[str, Any] = {"rounds": len(self.records), "final_accuracy": self.final_accuracy,
+                               "converged_round": conv,
+                               "sim_seconds": self.records[-1].sim_seconds if self.records else 0.0,
+                               "wall_seconds": self.records[-1].wall_seconds if self.records else 0.0}
+        if conv is not None:
+            rec = next(r for r in self.records if r.round == conv)
+            out["converged_accuracy"], out["converged_sim_seconds"] = rec.accuracy, rec.sim_seconds
+        if target is not None:
+            out["target_accuracy"], out["time_to_target_s"] = target, self.time_to_accuracy(target)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {"meta": self.meta, "events": self.events, "summary": self.summary(self.meta.get("target_accuracy")),
+                "records": [asdict(r) for r in self.records]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "History":
+        return cls([RoundRecord(**r) for r in data["records"]], dict(data.get("meta", {})), list(data.get("events", [])))
+
+    def save(self, folder: str | os.PathLike) -> None:
+        """Write ``history.json`` and ``history.csv`` into ``folder`` (atomic JSON)."""
+        folder = Path(folder)
+        save_json(self.to_json(), folder / "history.json")
+        tmp = folder / "history.csv.tmp"
+        names = [f.name for f in fields(RoundRecord)]
+        with open(tmp, "w", newline="", encoding="utf-8") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(names)
+            for r in self.records:
+                row = asdict(r)
+                row["cuts"] = " ".join(map(str, r.cuts))
+                writer.writerow([row[n] for n in names])
+        os.replace(tmp, folder / "history.csv")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "History":
+        p = Path(path)
+        if p.is_dir():
+            p = p / "history.json"
+        return cls.from_json(json.loads(p.read_text(encoding="utf-8")))

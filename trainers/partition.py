@@ -1,0 +1,101 @@
+"""Partitioning a training set over N devices, and per-device mini-batch samplers.
+
+* ``iid``: shuffle, split evenly (spec/adaptsfl.md §6.1).
+* ``shards``: sort by label (stable), cut into 2N shards, give each device 2 random shards
+  (spec §6.1: 40 shards, 2 per device for N = 20).
+* ``dirichlet``: for every class, split its samples over devices with proportions ~ Dir(α).
+
+All randomness comes from a ``numpy.random.Generator`` seeded by the caller, so a fixed seed gives
+the same partition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from adaptplan.errors import InputError
+from trainers.config import PARTITIONS, check_choice
+
+
+def partition_indices(labels: np.ndarray, num_devices: int, method: str, seed: int,
+                      alpha: float = 0.5) -> list[np.ndarray]:
+    """Return one sorted int64 index array per device (disjoint, covering ≤ all samples)."""
+    check_choice(method, PARTITIONS, "partition")
+    labels = np.asarray(labels)
+    n = labels.shape[0]
+    if n < num_devices:
+        raise InputError(f"{n} samples cannot be split over {num_devices} devices", field="devices")
+    rng = np.random.default_rng(seed)
+    if method == "iid":
+        parts = np.array_split(rng.permutation(n), num_devices)
+    elif method == "shards":
+        order = np.argsort(labels, kind="stable")
+        shards = np.array_split(order, 2 * num_devices)
+        shard_ids = rng.permutation(2 * num_devices)
+        parts = [np.concatenate([shards[shard_ids[2 * i]], shards[shard_ids[2 * i + 1]]]) for i in range(num_devices)]
+    else:
+        parts = _dirichlet(labels, num_devices, alpha, rng)
+    return [np.sort(p).astype(np.int64) for p in parts]
+
+
+def _dirichlet(labels: np.ndarray, num_devices: int, alpha: float, rng: np.random.Generator,
+               attempts: int = 100) -> list[np.ndarray]:
+    """Per-class Dir(α) proportions; redrawn (up to ``attempts`` times) until every device has ≥ 1 sample."""
+    classes = np.unique(labels)
+    for _ in range(attempts):
+        buckets: list[list[np.ndarray]] = [[] for _ in range(num_devices)]
+        for c in classes:
+            idx = rng.permutation(np.flatnonzero(labels == c))
+            proportions = rng.dirichlet(np.full(num_devices, alpha))
+            bounds = (np.cumsum(proportions)[:-1] * idx.size).astype(int)
+            for device, piece in enumerate(np.split(idx, bounds)):
+                buckets[device].append(piece)
+        parts = [np.concatenate(b) for b in buckets]
+        if min(p.size for p in parts) > 0:
+            return parts
+    raise InputError(f"Dirichlet(α={alpha}) left a device without samples in {attempts} draws; raise α or lower devices",
+                     field="dirichlet_alpha")
+
+
+class DeviceSampler:
+    """Draws device i's mini-batches: epochs of a seeded permutation, ``batch_size`` samples per draw
+    (drop-last; a device with fewer than ``batch_size`` samples yields all of them every draw).
+    Its full state is ``state()``/``load_state()`` (numpy bit-generator state + position) for checkpoints."""
+
+    def __init__(self, indices: np.ndarray, batch_size: int, seed: int | list[int]) -> None:
+        self.indices = np.asarray(indices, dtype=np.int64)
+        self.batch_size = min(batch_size, self.indices.size)
+        self.rng = np.random.default_rng(seed)
+        self.order = self.rng.permutation(self.indices.size)
+        self.position = 0
+
+    def next(self) -> np.ndarray:
+        if self.position + self.batch_size > self.order.size:
+            self.order = self.rng.permutation(self.indices.size)
+            self.position = 0
+        chosen = self.order[self.position:self.position + self.batch_size]
+        self.position += self.batch_size
+        return self.indices[chosen]
+
+    def state(self) -> dict[str, Any]:
+        return {"rng": self.rng.bit_generator.state, "order": self.order.copy(), "position": self.position}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.rng.bit_generator.state = state["rng"]
+        self.order = np.asarray(state["order"])
+        self.position = int(state["position"])
+
+
+@dataclass(frozen=True)
+class PartitionSummary:
+    """Sizes and label histograms of a partition (for logs and tests)."""
+
+    sizes: tuple[int, ...]
+    classes_per_device: tuple[int, ...]
+
+    @classmethod
+    def of(cls, parts: list[np.ndarray], labels: np.ndarray) -> "PartitionSummary":
+        return cls(tuple(int(p.size) for p in parts), tuple(int(np.unique(labels[p]).size) for p in parts))
