@@ -15,8 +15,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     solvers.add_argument("--plot", metavar="PNG", help="also write a plot to PNG")
     solvers.set_defaults(func=run_solvers)
     engine = which.add_parser("engine", help="samples/s of simulated SFL (20 devices) vs centralized training, same process")
-    engine.add_argument("--quick", action="store_true", help="fewer steps, for CI")
     engine.add_argument("--devices", type=int, default=20, help="number of simulated devices (default 20)")
+    engine.add_argument("--rounds", type=int, default=10, help="measured rounds per side (default 10)")
+    engine.add_argument("--batch-size", type=int, default=16, help="samples per device per round (default 16)")
+    engine.add_argument("--algorithm", default="adaptsfl", help="split algorithm to time (default adaptsfl)")
+    engine.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    engine.add_argument("--json", action="store_true", help="print the measurements as JSON")
     engine.set_defaults(func=run_engine)
 
 
@@ -35,5 +39,9 @@ def run_solvers(args: argparse.Namespace) -> int:
 def run_engine(args: argparse.Namespace) -> int:
     from adaptplan.bench_engine import run_engine_bench
 
-    print(run_engine_bench(devices=args.devices, quick=args.quick))
+    import json
+
+    result = run_engine_bench(devices=args.devices, batch_size=args.batch_size, rounds=args.rounds,
+                              algorithm=args.algorithm, threads=args.threads)
+    print(json.dumps(result.to_json(), indent=2) if args.json else result.report())
     return 0
