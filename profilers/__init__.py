@@ -1,0 +1,34 @@
+"""profilers: cut-point discovery, per-cut FLOPs/sizes, measured per-block time, and gradient
+statistics (DESIGN.md). Imports are lazy so that ``import profilers`` does not load torch.
+
+Public API::
+
+    build_chain(model, example_input) -> Chain
+    profile_model(model, input_shape, model_name=None, bits_per_value=32, measure_time=False, ...) -> ModelProfile
+    estimate_constants(chain_or_model, batches, loss_fn=cross_entropy, gamma=0.01, epsilon=0.1, num_batches=8, ...)
+        -> ConvergenceConstants
+    measure_block_times(blocks, input_shape, batch_size=16, repeats=5, ...) -> BlockTimes
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "Chain": "profilers.chain",
+    "build_chain": "profilers.chain",
+    "profile_model": "profilers.profile",
+    "estimate_constants": "profilers.gradstats",
+    "measure_block_times": "profilers.timing",
+    "BlockTimes": "profilers.timing",
+    "resolve_model": "profilers.models",
+}
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'profilers' has no attribute {name!r}")

@@ -1,14 +1,126 @@
-"""`adaptplan profile` (not yet implemented)."""
+"""`adaptplan profile MODEL --input CxHxW`: per-cut profile of a model (formats.md "Model profile")
+and optionally its training constants (formats.md "Training constants", spec/adaptsfl.md §5.4).
+
+torch is imported only when the command runs, so ``adaptplan plan`` stays torch-free.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from typing import Any
+
+from adaptplan.errors import InputError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("profile", help="(not yet implemented)")
+    parser = sub.add_parser(
+        "profile",
+        help="profile a model's cut points (FLOPs, bits, optional measured seconds and training constants)",
+        description="Trace MODEL, find its single-tensor cut points (block boundaries only) and print, per cut j, "
+                    "the cumulative forward/backward FLOPs per sample (2 FLOPs per multiply-add), the activation "
+                    "size per sample and the client-side parameter size.",
+    )
+    parser.add_argument("model", metavar="MODEL",
+                        help="torchvision model name (vgg16, resnet18, mobilenet_v2, ...; random weights) or package.module:factory")
+    parser.add_argument("--input", required=True, metavar="CxHxW",
+                        help="per-sample input shape, e.g. 3x32x32 (channels x height x width, in values)")
+    parser.add_argument("--num-classes", type=int, default=10, help="number of output classes (default: 10)")
+    parser.add_argument("-o", "--output", metavar="FILE", help="write the profile JSON (formats.md) to FILE")
+    parser.add_argument("--bits", type=int, default=32, help="bits per activation/gradient/parameter value (default: 32)")
+    parser.add_argument("--json", action="store_true", help="print the profile JSON instead of the table")
+    timing = parser.add_argument_group("measured time (seconds per sample, this machine)")
+    timing.add_argument("--measure-time", action="store_true",
+                        help="also measure per-block forward/backward seconds per sample (median of repeats)")
+    timing.add_argument("--time-batch-size", type=int, default=16, help="samples per timed batch (default: 16)")
+    timing.add_argument("--repeats", type=int, default=5, help="timed passes per block; the median is kept (default: 5)")
+    grads = parser.add_argument_group("training constants (beta, sigma_j^2, G_j^2, theta; dimensionless)")
+    grads.add_argument("--grad-stats", action="store_true", help="estimate the constants from real data (needs --dataset and --constants-out)")
+    grads.add_argument("--dataset", metavar="NAME", help="dataset for --grad-stats, e.g. cifar10-subset, mnist, cifar10 (with --data-root)")
+    grads.add_argument("--data-root", metavar="DIR", help="directory holding the dataset files (default: the shared data directory)")
+    grads.add_argument("--constants-out", metavar="FILE", help="write the constants JSON (formats.md) to FILE")
+    grads.add_argument("--batches", type=int, default=8, help="mini-batches used for the statistics (count, default: 8)")
+    grads.add_argument("--batch-size", type=int, default=16, help="samples per mini-batch b (default: 16)")
+    grads.add_argument("--gamma", type=float, default=0.01, help="learning rate gamma written to the constants (dimensionless, default: 0.01)")
+    grads.add_argument("--epsilon", type=float, default=0.1, help="target average squared gradient norm epsilon (dimensionless, default: 0.1)")
     parser.set_defaults(func=run)
 
 
+def parse_shape(text: str) -> tuple[int, ...]:
+    """``"3x32x32"`` → ``(3, 32, 32)``; anything else but C×H×W positive integers is an InputError."""
+    parts = text.lower().replace("×", "x").split("x")
+    try:
+        shape = tuple(int(p) for p in parts)
+    except ValueError:
+        shape = ()
+    if len(shape) != 3 or any(s <= 0 for s in shape):
+        raise InputError(f"expected CxHxW with three positive integers, e.g. 3x32x32; got {text!r}", field="--input")
+    return shape
+
+
 def run(args: argparse.Namespace) -> int:
-    raise SystemExit("adaptplan profile: not yet implemented")
+    shape = parse_shape(args.input)
+    if args.bits < 1:
+        raise InputError(f"must be ≥ 1, got {args.bits}", field="--bits")
+    if args.grad_stats and (not args.dataset or not args.constants_out):
+        raise InputError("--grad-stats needs --dataset NAME and --constants-out FILE", field="--grad-stats")
+    from profilers.chain import build_chain
+    from profilers.models import resolve_model
+    from profilers.profile import profile_model
+    from profilers.tracing import example_batch
+
+    model = resolve_model(args.model, num_classes=args.num_classes)
+    chain = build_chain(model, example_batch(shape))
+    profile = profile_model(chain, shape, model_name=args.model, bits_per_value=args.bits,
+                            measure_time=args.measure_time, batch_size=args.time_batch_size,
+                            repeats=args.repeats, progress=sys.stderr.isatty())
+    if args.output:
+        profile.save(args.output)
+    if args.json:
+        import json
+
+        print(json.dumps(profile.to_json(), indent=2))
+    else:
+        print(format_table(profile, chain.output_shapes))
+    if args.grad_stats:
+        constants = _grad_stats(args, chain, shape)
+        constants.save(args.constants_out)
+        print(f"constants: beta={constants.beta:.4g} theta={constants.theta:.4g} "
+              f"sum sigma2={sum(constants.sigma2):.4g} sum G2={sum(constants.G2):.4g} -> {args.constants_out}")
+    return 0
+
+
+def _grad_stats(args: argparse.Namespace, chain: Any, shape: tuple[int, ...]) -> Any:
+    from profilers.gradstats import estimate_constants, iterate_batches
+    from trainers.datasets import load_dataset
+
+    data = load_dataset(args.dataset, args.data_root)
+    if tuple(data.input_shape) != shape:
+        raise InputError(f"{args.dataset} samples are {'x'.join(map(str, data.input_shape))} but --input is {args.input}",
+                         field="--input")
+    if data.num_classes != args.num_classes:
+        raise InputError(f"{args.dataset} has {data.num_classes} classes; pass --num-classes {data.num_classes}",
+                         field="--num-classes")
+    batches = iterate_batches(data.x_train, data.y_train, args.batch_size, args.batches)
+    return estimate_constants(chain, batches, gamma=args.gamma, epsilon=args.epsilon, num_batches=args.batches,
+                              progress=True)
+
+
+def format_table(profile: Any, shapes: list[tuple[int, ...]]) -> str:
+    """A readable per-cut table (FLOPs in GFLOPs per sample, sizes in Mbit, time in ms per sample)."""
+    timed = profile.timing is not None
+    header = f"{'j':>3}  {'name':<16} {'output':<14} {'FP GFLOPs':>10} {'BP GFLOPs':>10} {'act Mbit':>9} {'params Mbit':>11}"
+    if timed:
+        header += f" {'FP ms':>8} {'BP ms':>8}"
+    lines = [f"{profile.model}: input {'x'.join(map(str, profile.input_shape))}, {profile.num_cuts} cut points "
+             f"(cumulative per sample, 2 FLOPs per multiply-add, {profile.bits_per_value} bits per value)", header]
+    for cut, shape in zip(profile.cut_points, shapes):
+        row = (f"{cut.index:>3}  {cut.name:<16} {'x'.join(map(str, shape)):<14} {cut.fp_flops / 1e9:>10.4f} "
+               f"{cut.bp_flops / 1e9:>10.4f} {cut.activation_bits / 1e6:>9.4f} {cut.client_param_bits / 1e6:>11.3f}")
+        if timed:
+            row += f" {cut.fp_seconds * 1e3:>8.3f} {cut.bp_seconds * 1e3:>8.3f}"
+        lines.append(row)
+    if timed:
+        t = profile.timing
+        lines.append(f"time: median of {t['repeats']} batches of {t['batch_size']}, {t['threads']} threads")
+    return "\n".join(lines)

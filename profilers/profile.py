@@ -1,0 +1,125 @@
+"""``profile_model``: the per-cut :class:`~adaptplan.model_profile.ModelProfile` of a model
+(formats.md "Model profile"; ρ_j, ϖ_j, ψ_j, χ_j, δ_j of spec/adaptsfl.md §1, eqs. (16)–(25)).
+
+Per block k (chain of :mod:`profilers.chain`), one sample, random N(0, 1) input, eval mode:
+
+* fp_k: forward FLOPs (fvcore × 2, i.e. **2 FLOPs per multiply–add**, :mod:`profilers.flops`);
+* bp_k: backward FLOPs, the input gradient computed for k ≥ 2 only (the device never needs
+  ∂ℓ/∂x of block 1).
+
+Then, for cut j: ``fp_flops`` = Σ_{k≤j} fp_k (ρ_j); ``bp_flops`` = Σ_{k≤j} bp_k (ϖ_j);
+``server_bp_flops`` = Σ_{k>j} bp_k, every block k > j computing its input gradient (the server
+returns ∂ℓ/∂a_j; with this per-block accounting it equals ϖ_L − ϖ_j); ``activation_bits`` =
+``gradient_bits`` = numel of the cut tensor per sample × bits_per_value (ψ_j = χ_j);
+``client_param_bits`` = parameters of blocks 1..j × bits_per_value (δ_j).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from adaptplan.errors import InputError
+from adaptplan.model_profile import CutPoint, ModelProfile
+from profilers.chain import Chain, build_chain
+from profilers.flops import backward_flops, forward_flops
+from profilers.sizes import parameter_count, tensor_bits
+from profilers.timing import BlockTimes, measure_block_times
+from profilers.tracing import example_batch
+
+
+def check_input_shape(input_shape: Sequence[int]) -> tuple[int, ...]:
+    """``input_shape`` as a tuple of positive ints (per sample, no batch dimension)."""
+    shape = tuple(input_shape)
+    if not shape or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in shape):
+        raise InputError(f"must be positive integers per sample, e.g. (3, 32, 32); got {input_shape!r}", field="input_shape")
+    return shape
+
+
+def profile_model(model: nn.Module | Chain | str, input_shape: Sequence[int], model_name: str | None = None,
+                  bits_per_value: int = 32, measure_time: bool = False, batch_size: int = 16, repeats: int = 5,
+                  num_classes: int = 10, progress: bool = False) -> ModelProfile:
+    """Profile ``model`` at every cut point j = 1..L (see the module docstring for definitions).
+
+    Args:
+        model: an ``nn.Module`` (traced by :func:`profilers.build_chain`), an already built
+            :class:`Chain`, or a model name for :func:`profilers.models.resolve_model`.
+        input_shape: per-sample input shape, e.g. ``(3, 32, 32)``.
+        model_name: the profile's ``model`` field (default: the name given, else the class name).
+        bits_per_value: bits per activation/gradient/parameter value (32 for float32).
+        measure_time: also measure cumulative ``fp_seconds``/``bp_seconds`` per sample on this
+            machine (median of ``repeats`` batches of ``batch_size``) and fill ``timing``.
+        num_classes: only used when ``model`` is a name.
+        progress: tqdm progress bars for the long steps.
+
+    Returns:
+        ModelProfile with FLOPs per sample (2 per multiply–add), bits per sample, and bits.
+    """
+    shape = check_input_shape(input_shape)
+    if isinstance(bits_per_value, bool) or not isinstance(bits_per_value, int) or bits_per_value < 1:
+        raise InputError(f"must be an integer ≥ 1, got {bits_per_value!r}", field="bits_per_value")
+    if isinstance(model, str):
+        from profilers.models import resolve_model
+
+        model_name = model_name or model
+        model = resolve_model(model, num_classes=num_classes)
+    x = example_batch(shape)
+    chain = model if isinstance(model, Chain) else build_chain(model, x)
+    name = model_name or type(model.blocks if isinstance(model, Chain) else model).__name__
+    modes = [b.training for b in chain.blocks]
+    chain.blocks.eval()
+    try:
+        fp, bp, bp_with_input, params, values = _per_block(chain, x, progress)
+    finally:
+        for block, mode in zip(chain.blocks, modes):
+            block.train(mode)
+    times = measure_block_times(chain.blocks, shape, batch_size, repeats, progress=progress) if measure_time else None
+    return _assemble(name, shape, bits_per_value, chain.names, fp, bp, bp_with_input, params, values, times)
+
+
+def _per_block(chain: Chain, x: torch.Tensor, progress: bool
+               ) -> tuple[list[float], list[float], list[float], list[int], list[tuple[int, ...]]]:
+    fp, bp, bp_with_input, params, shapes = [], [], [], [], []
+    blocks = list(enumerate(chain.blocks))
+    if progress:
+        from tqdm import tqdm
+
+        blocks = tqdm(blocks, desc="counting FLOPs", unit="block", leave=False)
+    for k, block in blocks:
+        fp.append(forward_flops(block, x))
+        with_input = backward_flops(block, x, input_grad=True) if k > 0 else 0.0
+        bp.append(with_input if k > 0 else backward_flops(block, x, input_grad=False))
+        bp_with_input.append(with_input)
+        params.append(parameter_count(block))
+        with torch.no_grad():
+            x = block(x)
+        shapes.append(tuple(int(s) for s in x.shape[1:]))
+    return fp, bp, bp_with_input, params, shapes
+
+
+def _cumsum(values: Sequence[float]) -> list[float]:
+    total, out = 0.0, []
+    for v in values:
+        total += v
+        out.append(total)
+    return out
+
+
+def _assemble(name: str, shape: tuple[int, ...], bits: int, names: list[str], fp: list[float], bp: list[float],
+              bp_with_input: list[float], params: list[int], shapes: list[tuple[int, ...]],
+              times: BlockTimes | None) -> ModelProfile:
+    rho, varpi, delta = _cumsum(fp), _cumsum(bp), _cumsum(params)
+    server_bp = [float(sum(bp_with_input[j + 1:])) for j in range(len(fp))]
+    fp_s = _cumsum(times.forward_s) if times else [None] * len(fp)
+    bp_s = _cumsum(times.backward_s) if times else [None] * len(fp)
+    cuts = tuple(
+        CutPoint(index=j + 1, name=names[j], fp_flops=rho[j], bp_flops=varpi[j],
+                 activation_bits=float(tensor_bits(shapes[j], bits)), gradient_bits=float(tensor_bits(shapes[j], bits)),
+                 client_param_bits=float(delta[j] * bits), server_bp_flops=server_bp[j],
+                 fp_seconds=fp_s[j], bp_seconds=bp_s[j])
+        for j in range(len(fp))
+    )
+    return ModelProfile(model=name, input_shape=shape, bits_per_value=bits, cut_points=cuts,
+                        timing=times.timing_info() if times else None)

@@ -1,0 +1,61 @@
+"""Datasets (trainers.datasets): real offline data, normalisation, errors instead of downloads."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from adaptplan.errors import InputError
+from trainers.datasets import MNIST_TRAIN_SIZE, dataset_names, find_data_dir, load_dataset
+
+
+def test_cifar10_subset_shapes_labels_and_normalisation() -> None:
+    d = load_dataset("cifar10-subset")
+    assert d.x_train.shape == (5085, 3, 32, 32) and d.x_test.shape == (1017, 3, 32, 32)
+    assert d.x_train.dtype == torch.float32 and d.y_train.dtype == torch.int64
+    assert (d.num_classes, d.input_shape) == (10, (3, 32, 32))
+    assert set(d.y_train.unique().tolist()) == set(range(10))
+    means = d.x_train.mean(dim=(0, 2, 3))
+    stds = d.x_train.std(dim=(0, 2, 3))
+    assert torch.allclose(means, torch.zeros(3), atol=1e-4) and torch.allclose(stds, torch.ones(3), atol=1e-4)
+    # per-channel pixel means of the subset (README: 125.9, 123.6, 114.3 on 0..255)
+    assert np.allclose(np.array(d.mean) * 255, [125.9, 123.6, 114.3], atol=0.1)
+
+
+def test_mnist_is_a_fixed_disjoint_split_of_the_test_set() -> None:
+    a, b = load_dataset("mnist"), load_dataset("mnist-subset")
+    assert a.x_train.shape == (MNIST_TRAIN_SIZE, 1, 28, 28) and a.x_test.shape == (10000 - MNIST_TRAIN_SIZE, 1, 28, 28)
+    assert torch.equal(a.y_train, b.y_train) and torch.equal(a.x_test, b.x_test)  # same seed, same split
+    raw = np.load(find_data_dir() / "mnist_test.npz")
+    counts = np.bincount(raw["y"], minlength=10)
+    assert (np.bincount(a.y_train.numpy(), minlength=10) + np.bincount(a.y_test.numpy(), minlength=10) == counts).all()
+    train_rows = {row.tobytes() for row in a.x_train.numpy()}
+    assert not any(row.tobytes() in train_rows for row in a.x_test.numpy()[:200])
+
+
+def test_unknown_dataset_lists_valid_names() -> None:
+    with pytest.raises(InputError, match="--dataset.*cifar10-subset.*fashion-mnist"):
+        load_dataset("imagenet")
+    assert "cifar100" in dataset_names()
+
+
+def test_missing_files_are_input_errors_never_downloads(tmp_path, monkeypatch) -> None:
+    with pytest.raises(InputError, match="cifar10_subset.npz not found"):
+        load_dataset("cifar10-subset", root=tmp_path)
+    with pytest.raises(InputError, match="--data-root"):
+        load_dataset("cifar10")  # torchvision data needs a root
+    with pytest.raises(InputError, match="not found"):
+        load_dataset("cifar10", root=tmp_path)
+    assert list(tmp_path.iterdir()) == []  # nothing downloaded
+    monkeypatch.setenv("ADAPTPLAN_DATA_DIR", str(tmp_path / "nowhere"))
+    with pytest.raises(InputError, match="ADAPTPLAN_DATA_DIR"):
+        load_dataset("mnist")
+
+
+def test_data_dir_env_variable_is_used(tmp_path, monkeypatch) -> None:
+    source = np.load(find_data_dir() / "mnist_test.npz")
+    np.savez(tmp_path / "mnist_test.npz", x=source["x"][:10000], y=source["y"])
+    monkeypatch.setenv("ADAPTPLAN_DATA_DIR", str(tmp_path))
+    assert find_data_dir() == tmp_path
+    assert load_dataset("mnist").x_train.shape[0] == MNIST_TRAIN_SIZE
