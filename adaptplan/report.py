@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from collections import Counter
 
-from adaptplan.latency import LatencyModel
+from adaptplan.latency import LatencyBreakdown, LatencyModel
 from adaptplan.model_profile import ModelProfile
 from adaptplan.plan import Plan
 from adaptplan.system import SystemSpec
 
 
 def _seconds(value: float) -> str:
-    return f"{value:.4f} s" if value < 100 else f"{value:,.1f} s"
+    if value < 1:
+        return f"{value:.4f} s"
+    return f"{value:.2f} s" if value < 100 else f"{value:,.1f} s"
 
 
 def format_table(headers: list[str], rows: list[list[str]]) -> str:
@@ -22,6 +24,35 @@ def format_table(headers: list[str], rows: list[list[str]]) -> str:
         return "  ".join(c.rjust(w) if k else c.ljust(w) for k, (c, w) in enumerate(zip(cells, widths)))
 
     return "\n".join([line(headers), "  ".join("-" * w for w in widths), *(line(r) for r in rows)])
+
+
+AGGREGATION_STAGES = ("model upload", "model download")
+
+
+def stage_totals(plan: Plan, breakdown: LatencyBreakdown) -> dict[str, float]:
+    """Each stage's contribution to eq. (26) in seconds: split-stage terms × rounds,
+    aggregation-stage terms × aggregations."""
+    return {stage: seconds * (plan.aggregations if stage in AGGREGATION_STAGES else plan.rounds)
+            for stage, seconds in breakdown.stages().items()}
+
+
+def stage_rows(plan: Plan, breakdown: LatencyBreakdown) -> list[list[str]]:
+    """Rows of the stage table; the stage with the largest total is marked as dominating."""
+    totals = stage_totals(plan, breakdown)
+    dominant = max(totals, key=totals.__getitem__)
+    slowest = breakdown.slowest_devices()
+    edge_terms = {"model upload": breakdown.edge_model_up, "model download": breakdown.edge_model_down}
+    rows = []
+    for stage, seconds in breakdown.stages().items():
+        if stage in edge_terms and edge_terms[stage] >= seconds:
+            who = "edge server"
+        else:
+            who = f"device {slowest[stage]}" if stage in slowest else "edge server"
+        count = plan.aggregations if stage in AGGREGATION_STAGES else plan.rounds
+        share = totals[stage] / plan.total_latency_s if plan.total_latency_s else 0.0
+        rows.append([stage, _seconds(seconds), f"{count:,}", _seconds(totals[stage]), f"{100 * share:.1f}%",
+                     who + ("  <- dominates" if stage == dominant else "")])
+    return rows
 
 
 def format_plan(plan: Plan, profile: ModelProfile, system: SystemSpec, title: str = "") -> str:
@@ -45,20 +76,8 @@ def format_plan(plan: Plan, profile: ModelProfile, system: SystemSpec, title: st
         stats = ", ".join(f"{k} {v}" for k, v in plan.solver.items())
         lines.append(f"solver: {stats}")
     lines.append("")
-    stages = breakdown.stages()
-    dominant = breakdown.dominant_stage
-    slowest = breakdown.slowest_devices()
-    split_total, agg_total = breakdown.t_split, breakdown.t_agg
-    stage_rows = []
-    for stage, seconds in stages.items():
-        share_of = split_total if stage not in ("model upload", "model download") else agg_total
-        who = f"device {slowest[stage]}" if stage in slowest else "edge server"
-        if stage in ("model upload", "model download"):
-            device_max = (breakdown.model_up if stage == "model upload" else breakdown.model_down).max()
-            who = f"device {slowest[stage]}" if device_max >= seconds else "edge server"
-        stage_rows.append([stage, _seconds(seconds), f"{100 * seconds / share_of:.1f}%" if share_of else "-",
-                           who + ("  <- dominates" if stage == dominant else "")])
-    lines.append(format_table(["stage", "seconds", "share", "set by"], stage_rows))
+    lines.append(format_table(["stage", "per occurrence", "occurrences", "total", "share", "set by"],
+                              stage_rows(plan, breakdown)))
     lines.append("")
     device_rows = []
     for i, (device, cut) in enumerate(zip(system.devices, plan.cuts)):
