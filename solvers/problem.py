@@ -1,0 +1,133 @@
+"""`PlanningProblem`: one instance of the joint MA/MS problem (28) (spec/adaptsfl.md §4.2).
+
+It bundles the latency model (eqs. (16)–(26), :class:`adaptplan.latency.LatencyModel`), the
+convergence model (Corollary 1 / eq. (15), :class:`adaptplan.convergence.ConvergenceModel`) and
+the set of allowed cut indices (1-based, §8 A10). Every solver in :mod:`solvers` takes a
+``PlanningProblem`` first (scipy style: ``solve_xxx(problem, *, options) -> SolveResult``).
+
+Units: times in seconds, the objective (28) in seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from adaptplan.constants import ConvergenceConstants
+from adaptplan.convergence import ConvergenceModel, check_lengths
+from adaptplan.errors import InfeasibleError, InputError
+from adaptplan.latency import LatencyModel, total_latency
+from adaptplan.model_profile import ModelProfile
+from adaptplan.system import SystemSpec
+
+
+@dataclass(frozen=True)
+class PlanningProblem:
+    """Instance of problem (28).
+
+    Attributes:
+        latency: eqs. (16)–(26) for the (profile, system) pair.
+        convergence: Corollary 1 for the constants and N devices.
+        candidates: sorted 1-based cut indices a device may use (default 1..L−1, §8 A10).
+    """
+
+    latency: LatencyModel
+    convergence: ConvergenceModel
+    candidates: np.ndarray = field(default=None)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        L = self.latency.num_cuts
+        if self.candidates is None:
+            cand = np.arange(1, L) if L > 1 else np.array([1])
+        else:
+            cand = np.unique(np.asarray(self.candidates, dtype=int))
+        if cand.size == 0:
+            raise InputError("must list at least one cut index", field="candidates")
+        bad = cand[(cand < 1) | (cand > L)]
+        if bad.size:
+            raise InputError(f"cut index {int(bad[0])} is outside 1..{L}", field="candidates")
+        object.__setattr__(self, "candidates", cand)
+
+    # ---- construction --------------------------------------------------------------------------
+    @classmethod
+    def from_parts(cls, profile: ModelProfile, system: SystemSpec, constants: ConvergenceConstants,
+                   candidates: Sequence[int] | None = None) -> "PlanningProblem":
+        """Validate and bundle one instance.
+
+        Raises:
+            InputError: candidate cut outside 1..L, or constants/profile length mismatch.
+            InfeasibleError: ε is unreachable (c ≤ 0), or no candidate cut admits I = 1
+                (A_ℓ ≥ c/(4β²γ²) for every candidate, §8 A7); the message says what to change.
+        """
+        check_lengths(profile.num_cuts, constants)
+        problem = cls(LatencyModel(profile, system), ConvergenceModel(constants, system.num_devices),
+                      None if candidates is None else np.asarray(candidates, dtype=int))
+        problem.check_feasible()
+        return problem
+
+    def check_feasible(self) -> None:
+        """Raise :class:`InfeasibleError` unless some candidate cut admits I = 1 (§8 A7)."""
+        self.convergence.check_reachable()
+        if self.feasible_candidates.size == 0:
+            shallowest = int(self.candidates[0])
+            raise InfeasibleError(self.convergence.infeasibility_reason(1, shallowest)
+                                  + f" (even the shallowest candidate cut {shallowest} with I=1 is infeasible)")
+
+    # ---- sizes and derived sets ----------------------------------------------------------------
+    @property
+    def num_devices(self) -> int:
+        """N."""
+        return self.latency.num_devices
+
+    @property
+    def num_cuts(self) -> int:
+        """L (cut points of the profile, the last is the model output)."""
+        return self.latency.num_cuts
+
+    @property
+    def feasible_candidates(self) -> np.ndarray:
+        """Candidate cuts ℓ with c − d(ℓ) > 0, i.e. those usable with I = 1 (μ₅ bound of (34))."""
+        return self.convergence.feasible_cuts(self.candidates)
+
+    @property
+    def scale(self) -> float:
+        """The constant factor 2ϑ/γ of eq. (28) (dimensionless)."""
+        k = self.convergence.constants
+        return 2.0 * k.theta / k.gamma
+
+    # ---- evaluation ----------------------------------------------------------------------------
+    def stage_latencies(self, cuts: Sequence[int]) -> tuple[float, float]:
+        """(T_split(x), T_agg(x)) of §2.4, seconds."""
+        return self.latency.t_split(cuts), self.latency.t_agg(cuts)
+
+    def objective(self, interval: int | float, cuts: Sequence[int]) -> float:
+        """Relaxed objective (28) at (I, x), seconds; ``inf`` when c − d(L_c)I² ≤ 0."""
+        t_split, t_agg = self.stage_latencies(cuts)
+        return self.convergence.objective(interval, int(max(cuts)), t_split, t_agg)
+
+    def total_latency(self, interval: int, cuts: Sequence[int]) -> tuple[int, int, float]:
+        """Eq. (26) with integer rounds: (⌈R⌉, ⌊⌈R⌉/I⌋, T) with T in seconds; raises if infeasible."""
+        t_split, t_agg = self.stage_latencies(cuts)
+        rounds = int(math.ceil(self.convergence.rounds(interval, int(max(cuts)))))
+        return rounds, rounds // interval, total_latency(rounds, interval, t_split, t_agg)
+
+    def stage_latencies_many(self, cut_matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Vectorised §2.4 for K cut vectors: ``cut_matrix`` (K, N) of 1-based cuts → (T_split, T_agg), each (K,)."""
+        lat = self.latency
+        j = np.asarray(cut_matrix, dtype=int) - 1
+        rows = np.arange(lat.num_devices)[None, :]
+        t_split = (lat.fp_up[rows, j].max(axis=1) + lat.server_fp_per_device[j].sum(axis=1)
+                   + lat.server_bp_per_device[j].sum(axis=1) + lat.down_bp[rows, j].max(axis=1))
+        non_common = (lat.delta[j.max(axis=1)][:, None] - lat.delta[j]).sum(axis=1)  # S_n, §2.3
+        sys = lat.system
+        t_agg = (np.maximum(lat.model_up[rows, j].max(axis=1), non_common / sys.edge_to_fed_bps)
+                 + np.maximum(lat.model_down[rows, j].max(axis=1), non_common / sys.fed_to_edge_bps))
+        return t_split, t_agg
+
+    def initial_cuts(self) -> tuple[int, ...]:
+        """Shallowest feasible candidate cut for every device (Algorithm 3 step 2)."""
+        self.check_feasible()
+        return (int(self.feasible_candidates[0]),) * self.num_devices
