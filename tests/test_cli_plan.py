@@ -1,0 +1,100 @@
+"""`adaptplan plan` / `adaptplan system` from the command line: output, exit codes, one-line errors."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from adaptplan.constants import ConvergenceConstants
+from adaptplan.system import generate_system
+from tests.world import three_cut_profile, two_device_system
+
+PLAN_KEYS = {"interval", "cuts", "rounds", "aggregations", "round_latency_s", "aggregation_latency_s",
+             "total_latency_s", "objective_s", "solver"}
+
+
+def cli(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "adaptplan.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+@pytest.fixture
+def instance(tmp_path):
+    profile, system = three_cut_profile(), two_device_system()
+    constants = ConvergenceConstants(beta=5, gamma=0.01, theta=2.3, epsilon=0.1, sigma2=(1.0,) * 3, G2=(2e-3,) * 3)
+    paths = {name: tmp_path / f"{name}.json" for name in ("profile", "system", "constants")}
+    profile.save(paths["profile"]); system.save(paths["system"]); constants.save(paths["constants"])
+    return {k: str(v) for k, v in paths.items()}, constants
+
+
+def test_default_plan_prints_table_without_loading_torch():
+    code = ("import sys; from adaptplan.cli import main; rc = main(['plan']); "
+            "assert 'torch' not in sys.modules, 'adaptplan plan imported torch'; sys.exit(rc)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "interval I =" in result.stdout and "dominates" in result.stdout
+    assert "vgg16" in result.stdout
+
+
+def test_plan_json_follows_formats_md(instance, tmp_path):
+    paths, _ = instance
+    result = cli("plan", "--profile", paths["profile"], "--system", paths["system"], "--constants", paths["constants"],
+                 "--json", "-o", str(tmp_path / "plan.json"))
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert PLAN_KEYS <= set(plan)
+    assert len(plan["cuts"]) == 2 and all(1 <= c <= 2 for c in plan["cuts"])  # default candidates 1..L-1
+    assert plan["aggregations"] == plan["rounds"] // plan["interval"]
+    assert plan["total_latency_s"] == pytest.approx(plan["rounds"] * plan["round_latency_s"]
+                                                    + plan["aggregations"] * plan["aggregation_latency_s"])
+    assert json.loads((tmp_path / "plan.json").read_text())["cuts"] == plan["cuts"]
+
+
+def test_cuts_option_restricts_candidates(instance):
+    paths, _ = instance
+    result = cli("plan", "--profile", paths["profile"], "--system", paths["system"], "--constants", paths["constants"],
+                 "--json", "--cuts", "2")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["cuts"] == [2, 2]
+
+
+@pytest.mark.parametrize("mutate, expected", [
+    (lambda d: d["constants"].update(sigma2=[1.0] * 4, G2=[2e-3] * 4), "constants.sigma2"),
+    (lambda d: d["constants"].update(epsilon=0.0001), "unreachable"),
+    (lambda d: d["system"]["devices"][1].update(up_bps=0), "system.devices[1].up_bps"),
+    (lambda d: d["system"].update(server_flops=-1), "system.server_flops"),
+    (lambda d: d["profile"].update(cut_points="nope"), "profile.cut_points"),
+])
+def test_bad_input_exits_2_with_one_message(instance, tmp_path, mutate, expected):
+    paths, _ = instance
+    data = {k: json.loads(open(v).read()) for k, v in paths.items()}
+    mutate(data)
+    for name, value in data.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps(value))
+    result = cli("plan", "--profile", paths["profile"], "--system", paths["system"], "--constants", paths["constants"])
+    assert result.returncode == 2
+    assert expected in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["plan", "--cuts", "1,x"], "--cuts"),
+    (["plan", "--cuts", "99"], "cut"),
+    (["plan", "--profile", "missing.json"], "does not exist"),
+    (["plan", "--backend", "gurobi"], "invalid choice"),
+    (["system", "--devices", "0"], "devices"),
+])
+def test_bad_options_exit_2(args, expected):
+    result = cli(*args)
+    assert result.returncode == 2
+    assert expected in result.stderr and "Traceback" not in result.stderr
+
+
+def test_system_generator_cli_round_trip(tmp_path):
+    out = tmp_path / "sys.toml"
+    result = cli("system", "--devices", "4", "--seed", "5", "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    from adaptplan.system import SystemSpec
+    assert SystemSpec.load(out) == generate_system(4, 5)
+    redrawn = json.loads(cli("system", "--devices", "4", "--seed", "5", "--redraw", "--round", "2").stdout)
+    assert redrawn["devices"] != generate_system(4, 5).to_json()["devices"]
