@@ -78,7 +78,7 @@ def estimate_constants(chain_or_model: Chain | nn.Module, batches: Iterable[Batc
     chain = chain_or_model if isinstance(chain_or_model, Chain) else build_chain(chain_or_model, data[0][0][:1])
     blocks = copy.deepcopy(chain.blocks).train()
     groups = [list(block.parameters()) for block in blocks]
-    sums = [torch.zeros(sum(p.numel() for p in g), dtype=torch.float64) for g in groups]
+    sums = [[torch.zeros_like(p, dtype=torch.float64) for p in g] for g in groups]
     square_sums = [0.0 for _ in groups]
     losses = []
     steps = range(len(data))
@@ -90,13 +90,12 @@ def estimate_constants(chain_or_model: Chain | nn.Module, batches: Iterable[Batc
         loss = _loss_and_grad(blocks, data[b], loss_fn, seed + b)
         losses.append(loss)
         for j, group in enumerate(groups):
-            g = _flat_grad(group)
-            sums[j] += g
-            square_sums[j] += float(g.square().sum())
+            _accumulate(sums[j], group)
+            square_sums[j] += _squared_norm(_grads(group))
     n = len(data)
     G2 = tuple(s / n for s in square_sums)
-    sigma2 = tuple(max(G2[j] - float((sums[j] / n).square().sum()), 0.0) for j in range(len(groups)))
-    beta = _smoothness(blocks, data[:max(1, min(beta_batches, n))], loss_fn, beta_steps, beta_radius, seed)
+    sigma2 = tuple(max(G2[j] - _squared_norm(sums[j]) / n**2, 0.0) for j in range(len(groups)))
+    beta = _smoothness(blocks, data[:max(1, min(beta_batches, n))], loss_fn, beta_steps, beta_radius, seed, progress)
     return ConvergenceConstants(beta=beta, gamma=float(gamma), theta=sum(losses) / n, epsilon=float(epsilon),
                                 sigma2=sigma2, G2=G2)
 
@@ -114,43 +113,68 @@ def _loss_and_grad(blocks: nn.Module, batch: Batch, loss_fn: LossFn, seed: int) 
     return float(loss.detach())
 
 
-def _flat_grad(parameters: list[nn.Parameter]) -> torch.Tensor:
-    """Concatenated gradients (zeros where a parameter got none), float64."""
-    if not parameters:
-        return torch.zeros(0, dtype=torch.float64)
-    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).double() for p in parameters])
+def _grads(parameters: list[nn.Parameter]) -> list[torch.Tensor]:
+    """Each parameter's gradient (zeros where it got none)."""
+    return [p.grad if p.grad is not None else torch.zeros_like(p) for p in parameters]
 
 
-def _mean_gradient(blocks: nn.Module, data: list[Batch], loss_fn: LossFn, seed: int) -> torch.Tensor:
+def _accumulate(totals: list[torch.Tensor], parameters: list[nn.Parameter], scale: float = 1.0) -> None:
+    """``totals[k] += scale · grad_k`` in place (float64 totals; no model-sized temporaries)."""
+    for total, grad in zip(totals, _grads(parameters)):
+        total.add_(grad, alpha=scale)
+
+
+def _squared_norm(tensors: list[torch.Tensor]) -> float:
+    """Σ_k ‖t_k‖², accumulated in float64 one tensor at a time."""
+    return sum(float(torch.linalg.vector_norm(t, dtype=torch.float64)) ** 2 for t in tensors)
+
+
+def _mean_gradient(blocks: nn.Module, data: list[Batch], loss_fn: LossFn, seed: int) -> list[torch.Tensor]:
+    """(1/B) Σ_b ∇F(w; batch b), per parameter, float64."""
     params = list(blocks.parameters())
-    total = torch.zeros(sum(p.numel() for p in params), dtype=torch.float64)
+    totals = [torch.zeros_like(p, dtype=torch.float64) for p in params]
     for b, batch in enumerate(data):
         _loss_and_grad(blocks, batch, loss_fn, seed + b)
-        total += _flat_grad(params)
-    return total / len(data)
+        _accumulate(totals, params, 1.0 / len(data))
+    return totals
 
 
-def _smoothness(blocks: nn.Module, data: list[Batch], loss_fn: LossFn, steps: int, radius: float, seed: int) -> float:
-    """β̂ by power iteration on gradient differences (module docstring)."""
+def _smoothness(blocks: nn.Module, data: list[Batch], loss_fn: LossFn, steps: int, radius: float, seed: int,
+                progress: bool = False) -> float:
+    """β̂ by power iteration on gradient differences (module docstring); per-parameter float64 vectors."""
     params = list(blocks.parameters())
     if not params:
         raise InputError("the model has no parameters, so there is nothing to train", field="model")
-    w0 = nn.utils.parameters_to_vector(params).detach().clone()
-    r = radius * max(float(w0.norm()), 1.0)
+    w0 = [p.detach().clone() for p in params]
+    r = radius * max(math.sqrt(_squared_norm(w0)), 1.0)
     g0 = _mean_gradient(blocks, data, loss_fn, seed)
-    delta = torch.randn(w0.numel(), generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-    delta *= r / float(delta.norm())
+    generator = torch.Generator().manual_seed(seed)
+    delta = [torch.randn(p.shape, generator=generator, dtype=torch.float64) for p in params]
+    scale = r / math.sqrt(_squared_norm(delta))
+    delta = [d.mul_(scale) for d in delta]
     beta = 0.0
+    iterations = range(max(1, steps))
+    if progress:
+        from tqdm import tqdm
+
+        iterations = tqdm(iterations, desc="smoothness beta (power iteration)", unit="step", leave=False)
     try:
-        for _ in range(max(1, steps)):
-            nn.utils.vector_to_parameters((w0.double() + delta).to(w0.dtype), params)
-            actual = nn.utils.parameters_to_vector(params).detach().double() - w0.double()  # δ after rounding
-            diff = _mean_gradient(blocks, data, loss_fn, seed) - g0
-            beta = max(beta, float(diff.norm()) / float(actual.norm()))
-            if float(diff.norm()) == 0.0:
-                break
-            delta = diff * (r / float(diff.norm()))
+        with torch.no_grad():
+            for _ in iterations:
+                for p, w, d in zip(params, w0, delta):
+                    p.copy_(w.double() + d)
+                actual = math.sqrt(sum(float(torch.linalg.vector_norm(p.double() - w.double())) ** 2
+                                       for p, w in zip(params, w0)))  # δ after rounding to the parameter dtype
+                with torch.enable_grad():
+                    diff = [g.sub_(g_ref) for g, g_ref in zip(_mean_gradient(blocks, data, loss_fn, seed), g0)]
+                diff_norm = math.sqrt(_squared_norm(diff))
+                beta = max(beta, diff_norm / actual)
+                if diff_norm == 0.0:
+                    break
+                delta = [d.mul_(r / diff_norm) for d in diff]
     finally:
-        nn.utils.vector_to_parameters(w0, params)
+        with torch.no_grad():
+            for p, w in zip(params, w0):
+                p.copy_(w)
         blocks.zero_grad(set_to_none=True)
     return beta
