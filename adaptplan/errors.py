@@ -9,10 +9,12 @@ from __future__ import annotations
 
 
 class InputError(ValueError):
-    """A user-facing input problem; ``field`` names the offending field (e.g. ``devices[3].up_bps``)."""
+    """A user-facing input problem; ``field`` names the offending field (e.g. ``devices[3].up_bps``),
+    ``message`` is the text without the field prefix."""
 
     def __init__(self, message: str, field: str | None = None) -> None:
         self.field = field
+        self.message = message
         super().__init__(f"{field}: {message}" if field else message)
 
 

@@ -52,14 +52,19 @@ class Chain:
         return self.blocks[cut:]
 
 
-def build_chain(model: nn.Module, example_input: torch.Tensor) -> Chain:
+BLOCK_MODES = ("auto", "children")
+
+
+def build_chain(model: nn.Module, example_input: torch.Tensor, blocks: str = "auto") -> Chain:
     """Split ``model`` into the chain of blocks between its cut points.
 
     Args:
-        model: any ``nn.Module`` traceable by torch.fx with one input and one output tensor, or an
-            ``nn.Sequential`` whose children are taken as the blocks as they are (no tracing —
-            the fallback for models fx cannot trace).
+        model: any ``nn.Module`` traceable by torch.fx with one input and one output tensor.
         example_input: a batch ``(B, *input_shape)`` used to propagate shapes (B ≥ 1).
+        blocks: ``"auto"`` (default) traces the model and cuts where the rule of
+            :mod:`profilers.cutpoints` says; an ``nn.Sequential`` that fx cannot trace falls back
+            to its children as the blocks. ``"children"`` takes an ``nn.Sequential``'s children as
+            the blocks as they are (no tracing), for users who chunk the model themselves.
 
     Raises:
         InputError: untraceable model (naming the module/op), several inputs or outputs, or a
@@ -67,9 +72,18 @@ def build_chain(model: nn.Module, example_input: torch.Tensor) -> Chain:
     """
     if not isinstance(example_input, torch.Tensor) or example_input.dim() < 1:
         raise InputError("must be a tensor of shape (batch, *input_shape)", field="example_input")
-    if isinstance(model, nn.Sequential):
+    if blocks not in BLOCK_MODES:
+        raise InputError(f"must be one of {', '.join(BLOCK_MODES)}, got {blocks!r}", field="blocks")
+    if blocks == "children":
+        if not isinstance(model, nn.Sequential):
+            raise InputError(f"blocks='children' needs an nn.Sequential, got {type(model).__name__}", field="blocks")
         return _sequential_chain(model, example_input)
-    gm = trace(model)
+    try:
+        gm = trace(model)
+    except InputError:
+        if isinstance(model, nn.Sequential):
+            return _sequential_chain(model, example_input)
+        raise
     gm.graph.eliminate_dead_code()
     _propagate_shapes(gm, example_input)
     cuts = choose_cuts(gm).cuts

@@ -1,14 +1,21 @@
 """Model resolution for the CLI and ``profile_model``: a torchvision classification model name
-(built with ``weights=None``), or ``package.module:factory`` for user code."""
+(built with ``weights=None``), or ``package.module:factory`` for user code.
+
+:func:`check_model_spec` validates a name without building the model (cheap enough for config
+validation); :func:`resolve_model` builds it. Both raise :class:`InputError` naming ``field``.
+"""
 
 from __future__ import annotations
 
 import importlib
 import inspect
+from typing import Callable
 
 from torch import nn
 
 from adaptplan.errors import InputError
+
+EXAMPLE_NAMES = ("vgg11", "vgg16", "resnet18", "resnet50", "mobilenet_v2", "alexnet")
 
 
 def torchvision_names() -> list[str]:
@@ -18,51 +25,66 @@ def torchvision_names() -> list[str]:
     return sorted(torchvision.models.list_models(module=torchvision.models))
 
 
-def resolve_model(spec: str, num_classes: int = 10) -> nn.Module:
+def check_model_spec(spec: str, field: str = "MODEL", extra_names: tuple[str, ...] = ()) -> Callable[..., nn.Module]:
+    """Validate ``spec`` (a torchvision name or ``package.module:factory``) and return its factory.
+
+    ``extra_names`` (e.g. a caller's built-in models) are listed in the error message as valid too.
+
+    Raises:
+        InputError: naming ``field``: unknown name (listing valid ones), unimportable module or
+            missing factory.
+    """
+    if ":" in spec:
+        return _factory(spec, field)
+    import torchvision
+
+    names = torchvision_names()
+    if spec not in names:
+        examples = ", ".join(n for n in EXAMPLE_NAMES if n in names)
+        close = [n for n in names if spec.lower()[:3] and n.startswith(spec.lower()[:3])][:8]
+        hint = f" (similar: {', '.join(close)})" if close else ""
+        builtin = f"one of {', '.join(extra_names)}, " if extra_names else ""
+        raise InputError(
+            f"unknown model {spec!r}{hint}. Valid: {builtin}a torchvision classification model such as {examples} "
+            f"({len(names)} in all), or package.module:factory",
+            field=field,
+        )
+    return lambda num_classes: torchvision.models.get_model(spec, weights=None, num_classes=num_classes)
+
+
+def resolve_model(spec: str, num_classes: int = 10, field: str = "MODEL") -> nn.Module:
     """Build the model named ``spec`` with ``num_classes`` outputs and random weights.
 
     ``spec`` is a torchvision name (``vgg16``, ``resnet18``, ``mobilenet_v2``...) or
     ``package.module:factory``; the factory is called with ``num_classes=`` when it accepts it.
 
     Raises:
-        InputError: unknown name (listing valid ones), unimportable module, missing factory,
-            or a factory that does not return an ``nn.Module``.
+        InputError: naming ``field``: unknown name (listing valid ones), unimportable module,
+            missing factory, or a factory that does not return an ``nn.Module``.
     """
     if num_classes < 1:
         raise InputError(f"must be ≥ 1, got {num_classes}", field="--num-classes")
-    if ":" in spec:
-        return _from_factory(spec, num_classes)
-    import torchvision
-
-    names = torchvision_names()
-    if spec not in names:
-        examples = ", ".join(n for n in ("vgg11", "vgg16", "resnet18", "resnet50", "mobilenet_v2", "alexnet") if n in names)
-        close = [n for n in names if spec.lower()[:3] and n.startswith(spec.lower()[:3])][:8]
-        hint = f" (similar: {', '.join(close)})" if close else ""
-        raise InputError(
-            f"unknown model {spec!r}{hint}. Valid: a torchvision classification model such as {examples} "
-            f"({len(names)} in all), or package.module:factory",
-            field="MODEL",
-        )
-    return torchvision.models.get_model(spec, weights=None, num_classes=num_classes)
+    factory = check_model_spec(spec, field)
+    model = factory(num_classes=num_classes)
+    if not isinstance(model, nn.Module):
+        raise InputError(f"{spec} returned {type(model).__name__}, not a torch.nn.Module", field=field)
+    return model
 
 
-def _from_factory(spec: str, num_classes: int) -> nn.Module:
+def _factory(spec: str, field: str) -> Callable[..., nn.Module]:
+    """The user factory of ``package.module:factory``, wrapped to take ``num_classes=`` always."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
-        raise InputError(f"{spec!r} must look like package.module:factory", field="MODEL")
+        raise InputError(f"{spec!r} must look like package.module:factory", field=field)
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise InputError(f"cannot import module {module_name!r}: {exc}. Fix: check the name and PYTHONPATH", field="MODEL") from None
+        raise InputError(f"cannot import module {module_name!r}: {exc}. Fix: check the name and PYTHONPATH", field=field) from None
     factory = getattr(module, attr, None)
     if factory is None or not callable(factory):
-        raise InputError(f"module {module_name!r} has no callable {attr!r}", field="MODEL")
+        raise InputError(f"module {module_name!r} has no callable {attr!r}", field=field)
     try:
         accepts = "num_classes" in inspect.signature(factory).parameters
     except (TypeError, ValueError):
         accepts = False
-    model = factory(num_classes=num_classes) if accepts else factory()
-    if not isinstance(model, nn.Module):
-        raise InputError(f"{spec} returned {type(model).__name__}, not a torch.nn.Module", field="MODEL")
-    return model
+    return lambda num_classes: factory(num_classes=num_classes) if accepts else factory()

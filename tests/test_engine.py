@@ -11,7 +11,7 @@ from torch import nn
 from trainers.engine import DeviceData, SplitEngine
 from trainers.models import cnn
 from trainers.partition import DeviceSampler, partition_indices
-from trainers.run import _synthetic
+from trainers.datasets import load_dataset
 from trainers.strategies import make_strategy
 from trainers.strategies.base import Strategy
 from trainers.transport import GradientMsg, MessageMismatchError, NonFiniteError
@@ -21,11 +21,11 @@ torch.set_num_threads(1)
 
 def small_model(seed: int = 0) -> nn.Sequential:
     torch.manual_seed(seed)
-    return cnn(1, 8, 10, width=4)        # 11 blocks, input (1, 8, 8)
+    return cnn(1, 8, 10, width=4)        # passed as is: its 11 children are the blocks; input (1, 8, 8)
 
 
 def make_data(devices: int, partition: str = "iid") -> DeviceData:
-    d = _synthetic()
+    d = load_dataset("synthetic")
     parts = partition_indices(d.y_train.numpy(), devices, partition, seed=0)
     return DeviceData(d.x_train, d.y_train, d.x_test, d.y_test, parts)
 

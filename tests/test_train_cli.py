@@ -32,7 +32,7 @@ def all_params(trainer: Trainer) -> list[torch.Tensor]:
 
 @pytest.mark.parametrize("algorithm", ["adaptsfl", "sfl-v2"])
 def test_resume_is_identical_to_uninterrupted(tmp_path: Path, algorithm: str) -> None:
-    common = dict(FAST, algorithm=algorithm, cuts=(2, 4, 4, 7) if algorithm == "adaptsfl" else (4,), interval=2,
+    common = dict(FAST, algorithm=algorithm, cuts=(1, 2, 2, 4) if algorithm == "adaptsfl" else (2,), interval=2,
                   momentum=0.9, checkpoint_every=3)
     full = Trainer(TrainConfig(**common, rounds=6, out=str(tmp_path / "full")))
     full_history = full.run()
@@ -61,7 +61,7 @@ def test_replanning_with_injected_planner_moves_cuts() -> None:
 
     def fake_planner(request: ReplanRequest) -> tuple[list[int], int]:
         calls.append(request)
-        return ([3, 5, 5, 1], 3) if len(calls) % 2 else ([2, 2, 6, 6], 2)
+        return ([3, 5, 5, 1], 3) if len(calls) % 2 else ([2, 2, 4, 4], 2)
 
     config = TrainConfig(**FAST, algorithm="adaptsfl", rounds=12, replan_every=2)
     trainer = Trainer(config, planner=fake_planner)
@@ -126,8 +126,82 @@ def test_cli_bad_input_exit_2(argv, field, capsys) -> None:
 def test_real_data_end_to_end_mnist_above_chance() -> None:
     start = time.perf_counter()
     config = TrainConfig(algorithm="adaptsfl", dataset="mnist", model="cnn", model_width=8, devices=5, rounds=150,
-                         batch_size=16, lr=0.1, cuts=(2, 3, 3, 6, 6), interval=5, eval_every=50, partition="iid",
+                         batch_size=16, lr=0.1, cuts=(1, 2, 2, 3, 3), interval=5, eval_every=50, partition="iid",
                          threads=1)
     history = Trainer(config).run()
     assert history.final_accuracy > 0.5
     assert time.perf_counter() - start < 60
+
+
+def test_model_names_go_through_one_resolver(capsys) -> None:
+    from trainers.models import build_model
+
+    config = TrainConfig(**FAST, model="resnet18", algorithm="adaptsfl", rounds=1)     # validated, not trained
+    assert config.model == "resnet18"
+    model = build_model("resnet18", (3, 32, 32), 7)
+    assert isinstance(model, torch.nn.Module) and model(torch.zeros(2, 3, 32, 32)).shape == (2, 7)
+    with pytest.raises(InputError, match="model"):
+        TrainConfig(**FAST, model="nonsense")
+    assert main(["train", "--dataset", "synthetic", "--devices", "2", "--rounds", "1", "--no-progress",
+                 "--model", "nonsense"]) == 2
+    err = capsys.readouterr().err
+    assert "--model" in err and "cnn" in err and "resnet18" in err            # names the flag, lists valid names
+    assert main(["profile", "cnn", "--input", "1x8x8", "--json"]) == 0            # the profiler uses the same resolver
+    assert len(json.loads(capsys.readouterr().out)["cut_points"]) == 5
+
+
+def test_default_plan_is_the_planners_and_is_recorded() -> None:
+    from adaptplan.constants import ConvergenceConstants
+    from adaptplan.planner import Planner
+
+    trainer = Trainer(TrainConfig(**FAST, algorithm="adaptsfl", rounds=2))
+    L = trainer.profile.num_cuts
+    expected = Planner(trainer.profile, trainer.clock.system(1), ConvergenceConstants.placeholder(L)).plan()
+    event = trainer.history.events[0]
+    assert event["source"] == trainer.history.meta["plan_source"] == "planner"
+    assert event["plan"] == expected.to_json() | {"solver": event["plan"]["solver"]}   # solver seconds differ
+    assert trainer.engine.cuts == event["cuts"] == list(expected.cuts)
+    assert trainer.engine.interval == event["interval"] == expected.interval
+    # an unreachable target ε: the documented default plan, with the planner's reason recorded
+    unreachable = ConvergenceConstants.placeholder(L)
+    unreachable = type(unreachable)(**{**unreachable.to_json(), "epsilon": 1e-6})
+    fallback = Trainer(TrainConfig(**FAST, algorithm="adaptsfl", rounds=2), constants=unreachable)
+    event = fallback.history.events[0]
+    assert event["source"] == "default" and "epsilon" in event["reason"]
+    assert fallback.engine.cuts == [(L + 1) // 2] * 4 and fallback.engine.interval == 1
+
+
+def test_replan_every_with_the_real_planner(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    code = main(["train", "--dataset", "synthetic", "--devices", "4", "--rounds", "6", "--replan-every", "2",
+                 "--interval", "2", "--batch-size", "8", "--eval-every", "3", "--out", str(out), "--threads", "1",
+                 "--no-progress"])
+    assert code == 0
+    history = History.load(out)
+    replans = [e for e in history.events if e["event"] == "replan"]
+    assert [e["round"] for e in replans] == [2, 4]                # every Q = 2 rounds, never at the last round
+    assert all(e["plan"]["solver"]["method"] == "bcd" and e["interval"] == 2 for e in replans)   # --interval wins
+    assert [r.round for r in history.records if r.replanned] == [2, 4]
+    for e in replans:                                             # the records show the plan in force
+        assert history.records[e["round"]].cuts == e["cuts"]
+
+
+def test_done_when_20_device_adaptsfl_on_cifar10_subset_plots_and_resumes_identically(tmp_path: Path) -> None:
+    start = time.perf_counter()
+    common = ["train", "--algorithm", "adaptsfl", "--dataset", "cifar10-subset", "--devices", "20", "--eval-every", "3",
+              "--checkpoint-every", "3", "--threads", "1", "--no-progress"]
+    full, part = tmp_path / "full", tmp_path / "part"
+    assert main([*common, "--rounds", "6", "--out", str(full)]) == 0
+    assert main([*common, "--rounds", "3", "--out", str(part)]) == 0
+    assert main([*common, "--rounds", "6", "--out", str(part), "--resume"]) == 0
+    a, b = History.load(full), History.load(part)
+    assert a.events[0]["source"] == "planner" and len(a.events[0]["cuts"]) == 20
+    assert len(a.records) == 6 and [r.round for r in a.evaluated] == [3, 6]
+    assert records(a) == records(b)
+    for folder in (full, part):
+        assert (folder / "accuracy.png").stat().st_size > 1000
+    sa, sb = (torch.load(f / "checkpoint.pt", weights_only=False)["engine"] for f in (full, part))
+    assert sa["keys"] == sb["keys"]
+    for x, y in zip(sa["instances"], sb["instances"]):
+        assert all(torch.equal(x[k], y[k]) for k in x)
+    assert time.perf_counter() - start < 40

@@ -4,6 +4,10 @@ Every hyperparameter of a run flows from here: the optimizer is built from ``lr`
 ``weight_decay`` (see :meth:`TrainConfig.optimizer_kwargs`), the data loader from ``batch_size``
 and the partition options, the clock from the system options. Unknown names (algorithm, dataset,
 model, partition) raise :class:`adaptplan.errors.InputError` listing the valid names.
+
+This module does not import torch (the CLI parser reads its name lists): dataset names come from
+:func:`trainers.datasets.dataset_names`, and a model name is checked by
+:func:`trainers.models.check_model` only when a config is validated.
 """
 
 from __future__ import annotations
@@ -13,10 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from adaptplan.errors import InputError
+from trainers.datasets import dataset_names
 
 ALGORITHMS = ("sl", "psl", "sfl-v1", "sfl-v2", "adaptsfl")
-DATASETS = ("cifar10-subset", "mnist", "cifar10", "cifar100", "fashionmnist", "synthetic")
-MODELS = ("cnn", "mlp")
+DATASETS = tuple(dataset_names())
+MODELS = ("cnn", "mlp", "vgg16-cifar")    # built-ins; any torchvision name or package.module:factory is valid too
 PARTITIONS = ("iid", "shards", "dirichlet")
 
 
@@ -36,6 +41,10 @@ class TrainConfig:
     ``interval`` I in rounds (client-side MA period, eq. 7), ``replan_every`` Q in rounds
     (Algorithm 1; a multiple of I is expected, re-planning happens only at aggregation rounds),
     ``eval_every`` and ``checkpoint_every`` in rounds, ``target_accuracy`` a fraction in [0, 1].
+
+    ``model``: a built-in (:data:`MODELS`), a torchvision classification model name (random
+    weights) or ``package.module:factory``; ``model_width`` (channels of the first conv layer)
+    applies to the built-ins ``cnn`` and ``mlp`` only. ``dataset``: one of :data:`DATASETS`.
 
     ``cuts``: one 1-based cut index ℓ_i per device (device i runs chain blocks 1..ℓ_i); a single
     value is broadcast to all devices. ``None`` → the plan (``plan_path``), else the built-in
@@ -84,7 +93,9 @@ class TrainConfig:
         """Raise InputError naming the first bad field."""
         check_choice(self.algorithm, ALGORITHMS, "algorithm")
         check_choice(self.dataset, DATASETS, "dataset")
-        check_choice(self.model, MODELS, "model")
+        from trainers.models import check_model
+
+        check_model(self.model, "model")
         check_choice(self.partition, PARTITIONS, "partition")
         for name in ("devices", "rounds", "batch_size", "eval_every", "eval_batch_size", "model_width"):
             value = getattr(self, name)

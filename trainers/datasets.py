@@ -7,9 +7,15 @@
 * ``cifar10``, ``cifar100``, ``mnist``, ``fashion-mnist``: torchvision datasets read from a
   user-given ``root`` with ``download=False``. ``mnist`` without ``--data-root`` falls back to
   ``mnist-subset``.
+* ``synthetic``: generated, no files — learnable Gaussian class clusters of shape 1×8×8, 10
+  classes, 2,000 train / 400 test samples (fixed seed :data:`SYNTHETIC_SEED`); for fast tests.
 
 Tensors: ``x`` float32 (N, C, H, W), pixel values scaled to [0, 1] and then normalised per
-channel with the **training split's** mean and standard deviation; ``y`` int64 class indices.
+channel with the **training split's** mean and standard deviation (``synthetic`` is generated
+already centred and is not re-normalised); ``y`` int64 class indices.
+
+torch is imported only when a dataset is loaded, so :func:`dataset_names` (used by
+``trainers.config`` and the CLI parser) stays torch-free.
 
 The shared data directory is, in order: ``$ADAPTPLAN_DATA_DIR``; else the first
 ``shared/data`` found in the current directory, the repository checkout or any of their parents.
@@ -20,15 +26,18 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
-import torch
 
 from adaptplan.errors import InputError
 
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
 MNIST_SPLIT_SEED = 0
 MNIST_TRAIN_SIZE = 8000
+SYNTHETIC_SEED = 1234
 DATA_ENV = "ADAPTPLAN_DATA_DIR"
 
 
@@ -84,6 +93,8 @@ def _normalise(x_train: torch.Tensor, x_test: torch.Tensor) -> tuple[torch.Tenso
 def _make(name: str, x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray,
           num_classes: int) -> Dataset:
     """uint8 (N, C, H, W) arrays → normalised float tensors."""
+    import torch
+
     xtr = torch.from_numpy(np.ascontiguousarray(x_train)).float().div(255)
     xte = torch.from_numpy(np.ascontiguousarray(x_test)).float().div(255)
     xtr, xte, mean, std = _normalise(xtr, xte)
@@ -119,6 +130,7 @@ def _torchvision(class_name: str, name: str, num_classes: int) -> Callable[[Path
         if root is None:
             raise InputError(f"dataset {name!r} is read from torchvision files; pass --data-root DIR "
                              "(files are never downloaded)", field="--data-root")
+        import torch
         import torchvision
 
         cls = getattr(torchvision.datasets, class_name)
@@ -140,6 +152,19 @@ def _mnist(root: Path | None) -> Dataset:
     return _torchvision("MNIST", "mnist", 10)(root) if root is not None else _mnist_subset(None)
 
 
+def _synthetic(root: Path | None) -> Dataset:
+    """Learnable Gaussian class clusters (module docstring); ``root`` is ignored (no files)."""
+    import torch
+
+    n_train, n_test, classes = 2000, 400, 10
+    g = torch.Generator().manual_seed(SYNTHETIC_SEED)
+    centers = torch.randn(classes, 1, 8, 8, generator=g)
+    y = torch.randint(0, classes, (n_train + n_test,), generator=g)
+    x = centers[y] + 0.8 * torch.randn(n_train + n_test, 1, 8, 8, generator=g)
+    return Dataset(x_train=x[:n_train], y_train=y[:n_train], x_test=x[n_train:], y_test=y[n_train:],
+                   num_classes=classes, input_shape=(1, 8, 8), name="synthetic")
+
+
 LOADERS: dict[str, Callable[[Path | None], Dataset]] = {
     "cifar10-subset": _cifar10_subset,
     "mnist-subset": _mnist_subset,
@@ -147,6 +172,7 @@ LOADERS: dict[str, Callable[[Path | None], Dataset]] = {
     "cifar10": _torchvision("CIFAR10", "cifar10", 10),
     "cifar100": _torchvision("CIFAR100", "cifar100", 100),
     "fashion-mnist": _torchvision("FashionMNIST", "fashion-mnist", 10),
+    "synthetic": _synthetic,
 }
 
 

@@ -1,21 +1,31 @@
-"""Small models for split training, written as flat ``nn.Sequential`` chains (each child is one
-block of the chain, so cut index ℓ = number of blocks on the device; spec §1 ℓ_i).
+"""Models for split training, and the ONE model resolver (:func:`build_model`).
 
-No BatchNorm: samples never interact inside a batch, so the engine may concatenate the
-activations of devices that share server blocks without changing the mathematics.
+Built-ins (:data:`trainers.config.MODELS`): ``cnn``, ``mlp``, ``vgg16-cifar``, written as
+``nn.Sequential``; every other name goes to :func:`profilers.models.resolve_model` (any torchvision
+classification model name, or ``package.module:factory``). The engine does not use the children
+of a Sequential as its blocks: the driver cuts every model with ``profilers.build_chain``
+(traced; one block per parameterised layer, activations/pooling/flatten joining the layer
+before them), so cut index ℓ = number of those blocks on the device (spec §1 ℓ_i).
+
+No BatchNorm in the built-ins: samples never interact inside a batch, so the engine may
+concatenate the activations of devices that share server blocks without changing the mathematics.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from typing import Callable
+
 from torch import nn
 
-from trainers.config import MODELS, check_choice
+from trainers.config import MODELS
 
 
 def cnn(in_channels: int, image_size: int, num_classes: int, width: int = 32) -> nn.Sequential:
-    """Three conv blocks (conv 3×3 → ReLU → max-pool 2) and two linear layers; 11 blocks.
+    """Three conv stages (conv 3×3 → ReLU → max-pool 2) and two linear layers: 5 cut points when
+    traced (conv1, conv2, conv3 + flatten, fc1, fc2); 11 children when chunked by hand.
 
-    For CIFAR-10 (3×32×32): 32/64/64 channels, ≈ 0.12 M parameters.
+    For CIFAR-10 (3×32×32) with ``width`` = 32: 32/64/64 channels, ≈ 0.12 M parameters.
     """
     w = width
     side = image_size // 8
@@ -29,19 +39,74 @@ def cnn(in_channels: int, image_size: int, num_classes: int, width: int = 32) ->
 
 
 def mlp(in_features: int, num_classes: int, hidden: int = 128) -> nn.Sequential:
-    """Flatten → Linear → ReLU → Linear → ReLU → Linear (5 blocks)."""
+    """Flatten → Linear → ReLU → Linear → ReLU → Linear: 3 cut points when traced."""
     return nn.Sequential(
         nn.Sequential(nn.Flatten(), nn.Linear(in_features, hidden)), nn.ReLU(),
         nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, num_classes),
     )
 
 
-def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, width: int = 32) -> nn.Sequential:
-    """Build model ``name`` (one of :data:`trainers.config.MODELS`) for inputs of shape (C, H, W)."""
-    check_choice(name, MODELS, "model")
-    if name == "cnn":
-        return cnn(input_shape[0], input_shape[-1], num_classes, width)
-    features = 1
-    for s in input_shape:
-        features *= s
-    return mlp(features, num_classes, 4 * width)
+VGG16_CIFAR_CONFIG = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M")
+
+
+def vgg16_cifar(num_classes: int = 10, in_channels: int = 3) -> nn.Sequential:
+    """VGG-16 for 32×32 inputs as in the AdaptSFL experiments (spec/adaptsfl.md §6.1, §7.1): 13 conv
+    3×3 (+ReLU, max-pool after each stage) and 3 FC (512-512-``num_classes``), no BatchNorm, L = 16.
+
+    With 10 classes: 15,245,130 parameters (δ_16 = 487.8 Mbit in fp32) and 313.7 M multiply-adds
+    per sample (ρ_16 ≈ 0.6275 GFLOP at 2 FLOPs per multiply-add), the figures of spec §7.1.
+    """
+    layers: dict[str, nn.Module] = {}
+    channels, stage, conv = in_channels, 1, 1
+    for item in VGG16_CIFAR_CONFIG:
+        if item == "M":
+            layers[f"pool{stage}"] = nn.MaxPool2d(2)
+            stage, conv = stage + 1, 1
+        else:
+            layers[f"conv{stage}_{conv}"] = nn.Conv2d(channels, int(item), 3, padding=1)
+            layers[f"relu{stage}_{conv}"] = nn.ReLU()
+            channels, conv = int(item), conv + 1
+    layers.update(flatten=nn.Flatten(), fc1=nn.Linear(512, 512), relu_fc1=nn.ReLU(), fc2=nn.Linear(512, 512),
+                  relu_fc2=nn.ReLU(), fc3=nn.Linear(512, num_classes))
+    return nn.Sequential(OrderedDict(layers))
+
+
+def _features(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
+
+
+# name → builder(input_shape (C, H, W), num_classes, width)
+BUILTINS: dict[str, Callable[[tuple[int, ...], int, int], nn.Module]] = {
+    "cnn": lambda shape, classes, width: cnn(shape[0], shape[-1], classes, width),
+    "mlp": lambda shape, classes, width: mlp(_features(shape), classes, 4 * width),
+    "vgg16-cifar": lambda shape, classes, width: vgg16_cifar(classes, shape[0]),
+}
+assert tuple(BUILTINS) == MODELS
+
+
+def check_model(name: str, field: str = "model") -> None:
+    """Raise InputError naming ``field`` (and listing the valid names) unless ``name`` is a
+    built-in, a torchvision classification model or an importable ``package.module:factory``."""
+    if name not in BUILTINS:
+        from profilers.models import check_model_spec
+
+        check_model_spec(name, field, extra_names=MODELS)
+
+
+def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, width: int = 32,
+                field: str = "model") -> nn.Module:
+    """Build model ``name`` for per-sample inputs of shape (C, H, W) with ``num_classes`` outputs.
+
+    ``width`` (channels of the first conv layer; the MLP's hidden size is 4·width) applies to the
+    built-ins ``cnn`` and ``mlp`` only. Other names: :func:`profilers.models.resolve_model`
+    (random weights). InputError naming ``field`` for an unknown name.
+    """
+    if name in BUILTINS:
+        return BUILTINS[name](tuple(input_shape), num_classes, width)
+    check_model(name, field)
+    from profilers.models import resolve_model
+
+    return resolve_model(name, num_classes=num_classes, field=field)

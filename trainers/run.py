@@ -7,127 +7,51 @@ simulated clock for the cuts in force during the round → evaluate every ``eval
 checkpoint every K rounds. ``Trainer`` exposes the engine for tests.
 
 Plan resolution, in order: explicit ``cuts`` (+ ``interval``, default 1); ``plan_path``; the
-built-in planner (``adaptplan.planner.Planner`` on the model profile and the round-1 system);
-if planning fails or is unavailable, the documented default: every device at cut ⌈L/2⌉, I = 1.
+built-in planner (``adaptplan.planner.Planner`` on the model profile and the round-1 system, with
+the constants of ``constants_path`` or the placeholders of spec §6.1); only if that plan is
+infeasible (:class:`~adaptplan.errors.InfeasibleError`), the documented default: every device at
+cut ⌈L/2⌉, I = 1, with the reason recorded. The history's events say which plan was in force from
+which round (``plan``/``replan``/``replan-infeasible`` events; the planner's Plan JSON included).
+
+The model is cut by ``profilers.build_chain`` (traced; one block per parameterised layer) and
+profiled by ``profilers.profile_model`` on that chain, so cut index j means the same thing to the
+engine, the clock and the planner.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 import torch
-from torch import nn
 
-from adaptplan.errors import InputError
+from adaptplan.constants import ConvergenceConstants
+from adaptplan.errors import InfeasibleError, InputError
 from adaptplan.model_profile import ModelProfile
+from adaptplan.plan import Plan
 from adaptplan.system import SystemProcess, SystemSpec, generate_system
+from profilers import build_chain, profile_model
 from trainers.checkpoint import load_checkpoint, save_checkpoint
-from trainers.clock import SimClock, sequential_profile
+from trainers.clock import SimClock
 from trainers.config import TrainConfig
+from trainers.datasets import Dataset, load_dataset
 from trainers.engine import DeviceData, SplitEngine
 from trainers.history import History, RoundRecord
 from trainers.models import build_model
 from trainers.partition import partition_indices
 from trainers.strategies import make_strategy
 
-DATA_DIR_ENV = "ADAPTPLAN_DATA"
-DEFAULT_DATA_DIR = "/work/shared/data"
-
-
-# ---- data (thin switchable loader) ---------------------------------------------------------------
-@dataclass
-class Dataset:
-    """Tensors of one dataset: images float (N, C, H, W), labels int64 (N,)."""
-
-    x_train: torch.Tensor
-    y_train: torch.Tensor
-    x_test: torch.Tensor
-    y_test: torch.Tensor
-    num_classes: int = 10
-
-
-def load_data(name: str, root: str | None = None) -> Dataset:
-    """Load dataset ``name``. ``synthetic`` is built here (fast tests); everything else goes through
-    ``trainers.datasets.load_dataset`` when that module exists, else a local reader of the npz
-    files in ``root`` / $ADAPTPLAN_DATA / /work/shared/data (cifar10-subset, mnist)."""
-    if name == "synthetic":
-        return _synthetic()
-    try:
-        from trainers.datasets import load_dataset  # type: ignore[import-not-found]
-    except ImportError:
-        return _load_npz(name, root)
-    d = load_dataset(name, root=root)
-    return Dataset(d.x_train, d.y_train.long(), d.x_test, d.y_test.long(),
-                   int(getattr(d, "num_classes", int(d.y_train.max()) + 1)))
-
-
-def _synthetic(n: int = 2400, classes: int = 10, seed: int = 1234) -> Dataset:
-    """Learnable Gaussian class clusters, shape (1, 8, 8); 2000 train / 400 test."""
-    g = torch.Generator().manual_seed(seed)
-    centers = torch.randn(classes, 1, 8, 8, generator=g)
-    y = torch.randint(0, classes, (n,), generator=g)
-    x = centers[y] + 0.8 * torch.randn(n, 1, 8, 8, generator=g)
-    return Dataset(x[:2000], y[:2000], x[2000:], y[2000:], classes)
-
-
-def _load_npz(name: str, root: str | None) -> Dataset:
-    folder = Path(root or os.environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR)
-    if name == "cifar10-subset":
-        d = np.load(folder / "cifar10_subset.npz")
-        xtr, xte = (torch.from_numpy(d[k]).float().div(255) for k in ("x_train", "x_test"))
-        mean = xtr.mean(dim=(0, 2, 3), keepdim=True)
-        std = xtr.std(dim=(0, 2, 3), keepdim=True)
-        return Dataset((xtr - mean) / std, torch.from_numpy(d["y_train"]).long(), (xte - mean) / std,
-                       torch.from_numpy(d["y_test"]).long())
-    if name == "mnist":
-        d = np.load(folder / "mnist_test.npz")
-        x = (torch.from_numpy(d["x"]).float().div(255) - 0.1307) / 0.3081
-        y = torch.from_numpy(d["y"]).long()
-        perm = torch.from_numpy(np.random.default_rng(0).permutation(x.shape[0]))
-        train, test = perm[:8000], perm[8000:]
-        return Dataset(x[train], y[train], x[test], y[test])
-    raise InputError(f"dataset {name!r} needs trainers.datasets (torchvision with --data-root); "
-                     f"available offline: cifar10-subset, mnist, synthetic", field="dataset")
-
-
-# ---- model, chain, profile ---------------------------------------------------------------------------
-def build_chain(model: nn.Module, example: torch.Tensor) -> tuple[nn.Sequential, list[str] | None, Any]:
-    """(blocks, names, chain object) via ``profilers.build_chain``; an ``nn.Sequential`` fallback
-    (children are the blocks) when profilers is unavailable."""
-    try:
-        from profilers import build_chain as _build
-    except ImportError:
-        if not isinstance(model, nn.Sequential):
-            raise InputError("profilers is unavailable and the model is not an nn.Sequential", field="model")
-        return model, None, None
-    chain = _build(model, example)
-    return chain.blocks, list(chain.names), chain
-
-
-def model_profile(chain_obj: Any, blocks: nn.Sequential, input_shape: tuple[int, ...], name: str) -> ModelProfile:
-    """``profilers.profile_model`` on the chain; the sequential fallback if profilers is unavailable."""
-    try:
-        from profilers import profile_model
-    except ImportError:
-        return sequential_profile(blocks, input_shape, name)
-    profile = profile_model(chain_obj if chain_obj is not None else blocks, input_shape, model_name=name)
-    if profile.num_cuts != len(blocks):
-        raise InputError(f"profile has {profile.num_cuts} cut points but the chain has {len(blocks)} blocks", field="profile")
-    return profile
-
 
 # ---- planning ---------------------------------------------------------------------------------------------
 @dataclass
 class ReplanRequest:
-    """What a planner sees at a re-planning point (Algorithm 1): the round just finished, the
-    measured system for the next round, the profile, and the plan in force."""
+    """What a planner sees at a planning point (Algorithm 1): the round just finished (0 = before
+    training), the system for the next round, the profile, and the plan in force (``cuts`` empty
+    before training)."""
 
     round: int
     system: SystemSpec
@@ -136,28 +60,36 @@ class ReplanRequest:
     interval: int
 
 
-Planner = Callable[[ReplanRequest], tuple[list[int], int]]
+Planner = Callable[[ReplanRequest], "tuple[list[int], int] | Plan"]
+"""A planner: returns (cuts, interval) or a full :class:`~adaptplan.plan.Plan` (then recorded in the
+history's events); raises :class:`~adaptplan.errors.InfeasibleError` when no plan reaches the target."""
 
 
-def default_planner(constants: Any = None) -> Planner:
-    """A planner callable backed by ``adaptplan.planner.Planner``: ``plan()`` on the first call,
-    ``replan(system=..., warm_start=...)`` afterwards. Constants default to the §6.1 placeholders."""
-    state: dict[str, Any] = {}
+def default_planner(constants: ConvergenceConstants | None = None) -> Planner:
+    """A :data:`Planner` backed by ``adaptplan.planner.Planner`` (BCD, Algorithm 3).
 
-    def plan(request: ReplanRequest) -> tuple[list[int], int]:
-        from adaptplan.constants import ConvergenceConstants
+    Each call solves problem (28) for ``request.system``, warm-started from the cuts in force —
+    what ``Planner.replan(system=..., warm_start=...)`` does — but statelessly, so a resumed run
+    re-plans exactly as the uninterrupted one. Constants default to the placeholders of spec §6.1
+    (``ConvergenceConstants.placeholder(L)``).
+    """
+
+    def plan(request: ReplanRequest) -> Plan:
         from adaptplan.planner import Planner as _Planner
 
         consts = constants or ConvergenceConstants.placeholder(request.profile.num_cuts)
-        if "planner" not in state:
-            state["planner"] = _Planner(request.profile, request.system, consts)
-            result = state["planner"].plan()
-        else:
-            result = state["planner"].replan(system=request.system, warm_start=state["plan"])
-        state["plan"] = result
-        return list(result.cuts), int(result.interval)
+        return _Planner(request.profile, request.system, consts).plan(initial_cuts=request.cuts or None)
 
     return plan
+
+
+def _decision(result: "tuple[list[int], int] | Plan") -> tuple[list[int], int, dict[str, Any]]:
+    """(cuts, interval, event fields) of a planner's answer: ``{"plan": Plan JSON}`` for a Plan,
+    nothing more for a bare (cuts, interval)."""
+    if isinstance(result, Plan):
+        return list(result.cuts), int(result.interval), {"plan": result.to_json()}
+    cuts, interval = result
+    return [int(c) for c in cuts], int(interval), {}
 
 
 # ---- the trainer -------------------------------------------------------------------------------------------
@@ -166,27 +98,33 @@ class Trainer:
 
     ``planner`` (a :data:`Planner` callable) is used for the initial plan when no cuts/plan are
     given and for re-planning when ``replan_every`` is set; default :func:`default_planner`.
-    ``system`` overrides the generated system (``generate_system(devices, system_seed)``).
+    ``system`` overrides the generated system (``generate_system(devices, system_seed)``);
+    ``constants`` the training constants (else ``config.constants_path``, else the placeholders);
+    ``data`` the dataset (else ``trainers.datasets.load_dataset(config.dataset, config.data_root)``).
     """
 
     def __init__(self, config: TrainConfig, planner: Planner | None = None, system: SystemSpec | None = None,
-                 constants: Any = None, data: Dataset | None = None) -> None:
+                 constants: ConvergenceConstants | None = None, data: Dataset | None = None) -> None:
         config.validate()
         self.config = config
         if config.threads:
             torch.set_num_threads(config.threads)
         torch.manual_seed(config.seed)
-        self.dataset = data or load_data(config.dataset, config.data_root)
+        self.dataset = data or load_dataset(config.dataset, config.data_root)
         x_test, y_test = self.dataset.x_test, self.dataset.y_test
         if config.max_test_samples:
             x_test, y_test = x_test[:config.max_test_samples], y_test[:config.max_test_samples]
         input_shape = tuple(int(s) for s in self.dataset.x_train.shape[1:])
         model = build_model(config.model, input_shape, self.dataset.num_classes, config.model_width)
-        self.blocks, self.block_names, chain_obj = build_chain(model, self.dataset.x_train[:2])
-        self.profile = model_profile(chain_obj, self.blocks, input_shape, f"{config.model}-{config.dataset}")
+        chain = build_chain(model, self.dataset.x_train[:2])
+        self.blocks, self.block_names = chain.blocks, list(chain.names)
+        self.profile = profile_model(chain, input_shape, model_name=f"{config.model}-{config.dataset}")
         if constants is None and config.constants_path:
-            from adaptplan.constants import ConvergenceConstants
             constants = ConvergenceConstants.load(config.constants_path)
+        if constants is not None and len(constants.sigma2) != self.profile.num_cuts:
+            raise InputError(f"the constants have {len(constants.sigma2)} cut points but {config.model} has "
+                             f"{self.profile.num_cuts}; estimate them for this model (adaptplan profile --grad-stats)",
+                             field="constants_path")
         self.planner = planner or default_planner(constants)
         base = system
         if base is None:
@@ -197,39 +135,39 @@ class Trainer:
         self.clock = SimClock(self.profile, self.process, config.batch_size)
         parts = partition_indices(self.dataset.y_train.numpy(), config.devices, config.partition, config.seed,
                                   config.dirichlet_alpha)
-        cuts, interval, source = self._initial_plan()
+        cuts, interval, event = self._initial_plan()
         self.strategy = make_strategy(config.algorithm)
         self.engine = SplitEngine(self.blocks, cuts, self.strategy,
                                   DeviceData(self.dataset.x_train, self.dataset.y_train, x_test, y_test, parts),
                                   config.optimizer_kwargs(), config.batch_size, seed=config.seed, interval=interval,
                                   batch_devices=config.batch_devices)
-        self.history = History(meta={"config": config.to_json(), "plan_source": source,
+        self.history = History(meta={"config": config.to_json(), "plan_source": event["source"],
                                      "num_blocks": len(self.blocks), "block_names": self.block_names,
                                      "target_accuracy": config.target_accuracy})
-        self.history.events.append({"round": 0, "event": "plan", "source": source, "cuts": cuts, "interval": interval})
+        self.history.events.append({"round": 0, "event": "plan", **event, "cuts": cuts, "interval": interval})
         self.start_round = 0
         self.last_replan = 0
         self.wall_offset = 0.0
 
-    def _initial_plan(self) -> tuple[list[int], int, str]:
+    def _initial_plan(self) -> tuple[list[int], int, dict[str, Any]]:
+        """(cuts, interval, event fields) of the plan in force from round 1 (module docstring)."""
         c, L = self.config, len(self.blocks)
         if c.cuts is not None:
-            return list(c.cuts), c.interval or 1, "cuts"
-        if c.plan_path is not None and not c.replan_every:
-            from adaptplan.plan import Plan
+            return list(c.cuts), c.interval or 1, {"source": "cuts"}
+        if c.plan_path is not None:
             plan = Plan.load(c.plan_path)
             if len(plan.cuts) != c.devices:
                 raise InputError(f"plan has {len(plan.cuts)} cuts but devices = {c.devices}", field="plan.cuts")
-            return list(plan.cuts), c.interval or plan.interval, "plan"
+            return list(plan.cuts), c.interval or plan.interval, {"source": "plan", "plan": plan.to_json()}
         try:
-            cuts, interval = self.planner(ReplanRequest(0, self.clock.system(1), self.profile, [], 1))
-        except (ImportError, InputError) as exc:
-            if c.replan_every:
-                raise InputError(f"re-planning needs a working planner, but planning failed: {exc}", field="replan_every") from None
-            return [math.ceil(L / 2)] * c.devices, c.interval or 1, f"default (planner unavailable: {exc})"
-        if c.algorithm == "sl" and len(set(cuts)) > 1:
-            cuts = [max(cuts)] * c.devices          # one client model for all devices
-        return list(cuts), c.interval or interval, "planner"
+            cuts, interval, details = _decision(self.planner(ReplanRequest(0, self.clock.system(1), self.profile, [], 1)))
+        except InfeasibleError as exc:
+            return [math.ceil(L / 2)] * c.devices, c.interval or 1, {"source": "default", "reason": str(exc)}
+        return self._one_client_model(cuts), c.interval or interval, {"source": "planner", **details}
+
+    def _one_client_model(self, cuts: list[int]) -> list[int]:
+        """Vanilla SL hands one client model from device to device: all devices at the deepest planned cut."""
+        return [max(cuts)] * len(cuts) if self.config.algorithm == "sl" else list(cuts)
 
     # ---- checkpoint ---------------------------------------------------------------------------------------
     def state_dict(self, round_index: int, wall: float) -> dict[str, Any]:
@@ -312,22 +250,27 @@ class Trainer:
         return float(np.mean([r[0] for r in results])), float(np.mean([r[1] for r in results]))
 
     def _maybe_replan(self, t: int, aggregated: bool) -> bool:
-        """Algorithm 1: at an aggregation round, if Q rounds passed since the last re-plan, call the
-        planner with the measured system of the next round and re-partition without losing state."""
+        """Algorithm 1: at an aggregation round (not the last one), if Q rounds passed since the last
+        re-plan, call the planner with the measured system of the next round and re-partition without
+        losing state. ``config.interval``, if set, overrides the planner's I here too. An infeasible
+        re-plan keeps the plan in force and records a ``replan-infeasible`` event with the reason."""
         Q = self.config.replan_every
         if not Q or not aggregated or t - self.last_replan < Q or t >= self.config.rounds:
             return False
-        request = ReplanRequest(t, self.clock.process.measured(t + 1), self.profile, list(self.engine.cuts), self.engine.interval)
-        request = dataclasses.replace(request, system=dataclasses.replace(request.system, batch_size=self.config.batch_size))
-        cuts, interval = self.planner(request)
-        if self.config.algorithm == "sl" and len(set(cuts)) > 1:
-            cuts = [max(cuts)] * len(cuts)
+        system = dataclasses.replace(self.clock.process.measured(t + 1), batch_size=self.config.batch_size)
         old = (list(self.engine.cuts), self.engine.interval)
-        self.engine.set_cuts(cuts)
-        self.engine.interval = int(interval)
         self.last_replan = t
+        try:
+            cuts, interval, details = _decision(self.planner(ReplanRequest(t, system, self.profile, *old)))
+        except InfeasibleError as exc:             # keep the plan in force, say why
+            self.history.events.append({"round": t, "event": "replan-infeasible", "reason": str(exc),
+                                        "cuts": old[0], "interval": old[1]})
+            return False
+        cuts, interval = self._one_client_model(cuts), self.config.interval or interval
+        self.engine.set_cuts(cuts)
+        self.engine.interval = interval
         self.history.events.append({"round": t, "event": "replan", "old_cuts": old[0], "old_interval": old[1],
-                                    "cuts": list(cuts), "interval": int(interval)})
+                                    "cuts": cuts, "interval": interval, **details})
         return True
 
 

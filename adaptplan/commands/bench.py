@@ -20,6 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     engine.add_argument("--batch-size", type=int, default=16, help="samples per device per round (default 16)")
     engine.add_argument("--algorithm", default="adaptsfl", help="split algorithm to time (default adaptsfl)")
     engine.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    engine.add_argument("--repeats", type=int, default=3, help="interleaved repeats; each side keeps its best (default 3)")
     engine.add_argument("--json", action="store_true", help="print the measurements as JSON")
     engine.set_defaults(func=run_engine)
 
@@ -42,6 +43,6 @@ def run_engine(args: argparse.Namespace) -> int:
     import json
 
     result = run_engine_bench(devices=args.devices, batch_size=args.batch_size, rounds=args.rounds,
-                              algorithm=args.algorithm, threads=args.threads)
+                              algorithm=args.algorithm, threads=args.threads, repeats=args.repeats)
     print(json.dumps(result.to_json(), indent=2) if args.json else result.report())
     return 0

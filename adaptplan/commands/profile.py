@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from adaptplan.errors import InputError
+from trainers.config import MODELS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,7 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "size per sample and the client-side parameter size.",
     )
     parser.add_argument("model", metavar="MODEL",
-                        help="torchvision model name (vgg16, resnet18, mobilenet_v2, ...; random weights) or package.module:factory")
+                        help=f"built-in {', '.join(MODELS)}, a torchvision model name (vgg16, resnet18, mobilenet_v2, ...; "
+                             "random weights) or package.module:factory")
     parser.add_argument("--input", required=True, metavar="CxHxW",
                         help="per-sample input shape, e.g. 3x32x32 (channels x height x width, in values)")
     parser.add_argument("--num-classes", type=int, default=10, help="number of output classes (default: 10)")
@@ -65,11 +67,13 @@ def run(args: argparse.Namespace) -> int:
     if args.grad_stats and (not args.dataset or not args.constants_out):
         raise InputError("--grad-stats needs --dataset NAME and --constants-out FILE", field="--grad-stats")
     from profilers.chain import build_chain
-    from profilers.models import resolve_model
     from profilers.profile import profile_model
     from profilers.tracing import example_batch
+    from trainers.models import build_model
 
-    model = resolve_model(args.model, num_classes=args.num_classes)
+    if args.num_classes < 1:
+        raise InputError(f"must be ≥ 1, got {args.num_classes}", field="--num-classes")
+    model = build_model(args.model, shape, args.num_classes, field="MODEL")
     chain = build_chain(model, example_batch(shape))
     profile = profile_model(chain, shape, model_name=args.model, bits_per_value=args.bits,
                             measure_time=args.measure_time, batch_size=args.time_batch_size,

@@ -1,11 +1,20 @@
-"""`adaptplan train`: run split training with one algorithm (trainers.run)."""
+"""`adaptplan train`: run split training with one algorithm (trainers.run).
+
+Errors of the run's configuration name the command-line flag (``--model``, ``--alpha``...), not
+the ``TrainConfig`` field behind it.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 
+from adaptplan.errors import InputError
 from trainers.config import ALGORITHMS, DATASETS, MODELS, PARTITIONS
+
+# TrainConfig field → flag, where the flag is not "--" + the field with "_" → "-"
+FLAGS = {"dirichlet_alpha": "--alpha", "plan_path": "--plan", "system_path": "--system",
+         "constants_path": "--constants", "redraw_resources": "--static-resources", "progress": "--no-progress"}
 
 
 def _cuts(text: str) -> tuple[int, ...]:
@@ -21,16 +30,22 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "Simulated seconds come from the latency model (eqs. 16-26); wall seconds are "
                                    "reported separately.")
     p.add_argument("--algorithm", default="adaptsfl", help=f"one of {', '.join(ALGORITHMS)} (default adaptsfl)")
-    p.add_argument("--dataset", default="cifar10-subset", help=f"one of {', '.join(DATASETS)} (default cifar10-subset)")
-    p.add_argument("--model", default="cnn", help=f"one of {', '.join(MODELS)} (default cnn)")
+    p.add_argument("--dataset", default="cifar10-subset",
+                   help=f"one of {', '.join(DATASETS)} (default cifar10-subset; synthetic = tiny generated data for tests)")
+    p.add_argument("--model", default="cnn",
+                   help=f"built-in {', '.join(MODELS)} (default cnn), a torchvision classification model name "
+                        "(resnet18, mobilenet_v2, ...; random weights) or package.module:factory")
     p.add_argument("--devices", type=int, default=20, help="number of devices N (default 20)")
     p.add_argument("--partition", default="iid", help=f"one of {', '.join(PARTITIONS)} (default iid)")
     p.add_argument("--alpha", type=float, default=0.5, help="Dirichlet concentration α for --partition dirichlet (default 0.5)")
     p.add_argument("--rounds", type=int, default=200, help="training rounds R (default 200)")
     p.add_argument("--plan", help="plan JSON file (adaptplan plan --json) giving cuts and interval")
     p.add_argument("--replan-every", type=int, help="re-plan every Q rounds at aggregation rounds (Algorithm 1), in rounds")
-    p.add_argument("--interval", type=int, help="client-side model-averaging interval I, in rounds (overrides the plan)")
-    p.add_argument("--cuts", type=_cuts, help="1-based cut index per device (one value = all devices), e.g. 3 or 3,3,5")
+    p.add_argument("--interval", type=int,
+                   help="client-side model-averaging interval I, in rounds (overrides the plan and every re-plan)")
+    p.add_argument("--cuts", type=_cuts,
+                   help="1-based cut index per device on the model's cut points as listed by `adaptplan profile MODEL` "
+                        "(one value = all devices), e.g. 3 or 3,3,5; default: the built-in planner's plan")
     p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate γ (default 0.01)")
     p.add_argument("--momentum", type=float, default=0.0, help="SGD momentum (default 0)")
     p.add_argument("--weight-decay", type=float, default=0.0, help="SGD weight decay (L2 coefficient, default 0)")
@@ -44,15 +59,40 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--system", help="system JSON/TOML (default: generated from --system-seed)")
     p.add_argument("--system-seed", type=int, default=0, help="seed of the generated system and its per-round re-draws (default 0)")
     p.add_argument("--static-resources", action="store_true", help="do not re-draw device FLOP/s and uplinks every round")
-    p.add_argument("--constants", help="training constants JSON for the planner (default: spec §6.1 placeholders)")
-    p.add_argument("--data-root", help="folder with the dataset files (default $ADAPTPLAN_DATA or /work/shared/data)")
+    p.add_argument("--constants", help="training constants JSON for the planner, one sigma2/G2 per cut point of --model "
+                                             "(default: spec §6.1 placeholders)")
+    p.add_argument("--data-root", metavar="DIR",
+                   help="folder with the dataset files: cifar10_subset.npz / mnist_test.npz for cifar10-subset and "
+                        "mnist-subset (default: $ADAPTPLAN_DATA_DIR, else the nearest shared/data directory), or "
+                        "torchvision's files for cifar10, cifar100, fashion-mnist and full mnist (required for those; "
+                        "never downloaded)")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
 
+def flag_of(field: str) -> str:
+    """The flag of a TrainConfig field (``cuts[3]`` → ``--cuts[3]``); flags and other names pass through."""
+    if field.startswith(("-", "$")):
+        return field
+    name, bracket, rest = field.partition("[")
+    from trainers.config import TrainConfig
+
+    if name not in TrainConfig.__dataclass_fields__:
+        return field
+    return FLAGS.get(name, "--" + name.replace("_", "-")) + bracket + rest
+
+
 def run(args: argparse.Namespace) -> int:
-    from adaptplan.errors import InputError
+    try:
+        return _train(args)
+    except InputError as exc:
+        if exc.field is None or flag_of(exc.field) == exc.field:
+            raise
+        raise type(exc)(exc.message, field=flag_of(exc.field)) from None
+
+
+def _train(args: argparse.Namespace) -> int:
     from trainers.config import TrainConfig
     from trainers.run import Trainer
 
