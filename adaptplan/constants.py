@@ -15,7 +15,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from adaptplan.errors import InputError
-from adaptplan.fileio import check_keys, load_mapping, non_negative_number, positive_number, save_json
+from adaptplan.fileio import check_keys, load_mapping, non_empty_list, non_negative_number, positive_number, save_json
 
 
 @dataclass(frozen=True)
@@ -52,9 +52,7 @@ class ConvergenceConstants:
         check_keys(data, keys, (), "constants")
         lists = {}
         for key in ("sigma2", "G2"):
-            values = data[key]
-            if not isinstance(values, list) or not values:
-                raise InputError("must be a non-empty list with one entry per cut point", field=f"constants.{key}")
+            values = non_empty_list(data[key], f"constants.{key}", "a non-empty list with one entry per cut point")
             lists[key] = tuple(non_negative_number(v, f"constants.{key}[{k}]") for k, v in enumerate(values))
         return cls(
             **{key: positive_number(data[key], f"constants.{key}") for key in keys[:4]},

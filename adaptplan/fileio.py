@@ -84,3 +84,10 @@ def positive_int(value: Any, field: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InputError(f"must be an integer ≥ 1, got {value!r}", field=field)
     return int(value)
+
+
+def non_empty_list(value: Any, field: str, what: str = "a non-empty list") -> list:
+    """Return ``value`` if it is a non-empty JSON list, else raise naming ``field`` (``what`` says what it must hold)."""
+    if not isinstance(value, list) or not value:
+        raise InputError(f"must be {what}, got {value!r}", field=field)
+    return value

@@ -18,6 +18,7 @@ from adaptplan.errors import InputError
 from adaptplan.fileio import (
     check_keys,
     load_mapping,
+    non_empty_list,
     non_negative_number,
     positive_int,
     positive_number,
@@ -157,12 +158,8 @@ class ModelProfile:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "ModelProfile":
         check_keys(data, _TOP_REQUIRED, _TOP_OPTIONAL, "profile")
-        shape = data["input_shape"]
-        if not isinstance(shape, list) or not shape:
-            raise InputError(f"must be a non-empty list of positive integers, got {shape!r}", field="profile.input_shape")
-        cuts_data = data["cut_points"]
-        if not isinstance(cuts_data, list) or not cuts_data:
-            raise InputError("must be a non-empty list", field="profile.cut_points")
+        shape = non_empty_list(data["input_shape"], "profile.input_shape", "a non-empty list of positive integers")
+        cuts_data = non_empty_list(data["cut_points"], "profile.cut_points", "a non-empty list of cut points")
         cuts = []
         for k, entry in enumerate(cuts_data):
             where = f"profile.cut_points[{k}]"

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from adaptplan.errors import InputError
-from adaptplan.fileio import check_keys, load_mapping, non_negative_number, positive_int, save_json
+from adaptplan.fileio import check_keys, load_mapping, non_empty_list, non_negative_number, positive_int, save_json
 
 _REQUIRED = ("interval", "cuts", "rounds", "aggregations", "round_latency_s", "aggregation_latency_s",
              "total_latency_s", "objective_s")
@@ -57,9 +57,7 @@ class Plan:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Plan":
         check_keys(data, _REQUIRED, _OPTIONAL, "plan")
-        cuts = data["cuts"]
-        if not isinstance(cuts, list) or not cuts:
-            raise InputError("must be a non-empty list of 1-based cut indices", field="plan.cuts")
+        cuts = non_empty_list(data["cuts"], "plan.cuts", "a non-empty list of 1-based cut indices")
         return cls(
             interval=positive_int(data["interval"], "plan.interval"),
             cuts=tuple(positive_int(c, f"plan.cuts[{i}]") for i, c in enumerate(cuts)),

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from adaptplan.errors import InputError
-from adaptplan.fileio import check_keys, load_mapping, positive_int, positive_number, save_json
+from adaptplan.fileio import check_keys, load_mapping, non_empty_list, positive_int, positive_number, save_json
 
 DEVICE_FIELDS = ("flops", "up_bps", "down_bps", "fed_up_bps", "fed_down_bps")
 _TOP_FIELDS = ("batch_size", "server_flops", "edge_to_fed_bps", "fed_to_edge_bps", "devices")
@@ -78,9 +78,7 @@ class SystemSpec:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "SystemSpec":
         check_keys(data, _TOP_FIELDS, (), "system")
-        devices_data = data["devices"]
-        if not isinstance(devices_data, list) or not devices_data:
-            raise InputError("must be a non-empty list of devices", field="system.devices")
+        devices_data = non_empty_list(data["devices"], "system.devices", "a non-empty list of devices")
         devices = []
         for i, entry in enumerate(devices_data):
             where = f"system.devices[{i}]"

@@ -12,8 +12,7 @@ Public API::
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from adaptplan.lazy import lazy_getattr
 
 _LAZY = {
     "Chain": "profilers.chain",
@@ -27,8 +26,4 @@ _LAZY = {
 
 __all__ = list(_LAZY)
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'profilers' has no attribute {name!r}")
+__getattr__ = lazy_getattr('profilers', _LAZY)

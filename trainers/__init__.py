@@ -7,8 +7,7 @@ Light imports only: ``import trainers`` does not load torch. Public API (lazy):
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from adaptplan.lazy import lazy_getattr
 
 _LAZY = {
     "TrainConfig": "trainers.config",
@@ -23,8 +22,4 @@ _LAZY = {
 
 __all__ = list(_LAZY)
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'trainers' has no attribute {name!r}")
+__getattr__ = lazy_getattr('trainers', _LAZY)
