@@ -1,0 +1,48 @@
+"""`adaptplan profile` from the command line: block-boundary cuts, JSON output, gradient statistics."""
+
+import json
+import math
+import subprocess
+import sys
+
+from adaptplan.constants import ConvergenceConstants
+from adaptplan.model_profile import ModelProfile
+
+RESNET18_CUTS = ["maxpool", "layer1.0", "layer1.1", "layer2.0", "layer2.1", "layer3.0", "layer3.1", "layer4.0",
+                 "avgpool", "fc"]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "adaptplan.cli", *args], capture_output=True, text=True, timeout=600)
+
+
+def test_resnet18_lists_only_block_boundaries(tmp_path):
+    result = cli("profile", "resnet18", "--input", "3x32x32", "-o", str(tmp_path / "p.json"))
+    assert result.returncode == 0, result.stderr
+    profile = ModelProfile.load(tmp_path / "p.json")
+    assert profile.names == RESNET18_CUTS
+    assert profile.flop_convention == "2 per multiply-add"
+    for name in RESNET18_CUTS:
+        assert f" {name} " in result.stdout
+
+
+def test_grad_stats_writes_constants_matching_the_profile(tmp_path):
+    profile_path, constants_path = tmp_path / "p.json", tmp_path / "c.json"
+    result = cli("profile", "cnn", "--input", "3x32x32", "-o", str(profile_path), "--grad-stats", "--dataset",
+                 "cifar10-subset", "--constants-out", str(constants_path), "--batches", "3", "--gamma", "0.02")
+    assert result.returncode == 0, result.stderr
+    profile, constants = ModelProfile.load(profile_path), ConvergenceConstants.load(constants_path)
+    assert constants.num_cuts == profile.num_cuts == 5
+    assert constants.gamma == 0.02 and constants.beta > 0
+    assert abs(constants.theta - math.log(10)) < 0.3          # ϑ ≈ f(w⁰) ≈ ln 10 for a fresh 10-class net
+    assert all(s >= 0 for s in constants.sigma2) and all(g > 0 for g in constants.G2)
+    assert json.loads(constants_path.read_text())["G2"] == list(constants.G2)
+
+
+def test_grad_stats_input_mismatch_and_unknown_dataset_exit_2(tmp_path):
+    mismatch = cli("profile", "cnn", "--input", "1x28x28", "--grad-stats", "--dataset", "cifar10-subset",
+                   "--constants-out", str(tmp_path / "c.json"))
+    assert mismatch.returncode == 2 and "--input" in mismatch.stderr
+    unknown = cli("profile", "cnn", "--input", "3x32x32", "--grad-stats", "--dataset", "imagenet",
+                  "--constants-out", str(tmp_path / "c.json"))
+    assert unknown.returncode == 2 and "cifar10-subset" in unknown.stderr and "Traceback" not in unknown.stderr
