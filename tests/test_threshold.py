@@ -1,0 +1,70 @@
+"""The exact threshold-sweep MS step (solvers/threshold.py) against brute force and the MILP."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from adaptplan.bench_solvers import _problem
+from solvers.bcd import choose_ms_method, solve_bcd
+from solvers.dinkelbach import solve_dinkelbach
+from solvers.interval import max_feasible_interval
+from solvers.threshold import applicable, solve_ms_exact
+from tests.solver_instances import exhaustive_at_interval, small_problem
+
+
+def _intervals(problem):
+    top = max_feasible_interval(problem.convergence.c, problem.convergence.d(int(problem.feasible_candidates[0])))
+    return sorted({i for i in (1, 2, 3, max(1, top // 2), top) if 1 <= i <= top})
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_matches_brute_force_small(seed):
+    problem = small_problem(seed)
+    assert applicable(problem)
+    for interval in _intervals(problem):
+        reference = exhaustive_at_interval(problem, interval)
+        if not np.isfinite(reference):
+            continue
+        result = solve_ms_exact(problem, interval)
+        assert result.objective == pytest.approx(reference, rel=1e-9)
+        assert result.method == "threshold" and result.milp_solves == 0
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_matches_brute_force_stressed(seed):
+    """Rescaled matrices so that the model-exchange terms (t3, t4 caps) and server costs matter."""
+    rng = np.random.default_rng(seed)
+    problem = small_problem(seed + 500)
+    lat, N = problem.latency, problem.num_devices
+    lat.model_up = lat.model_up * rng.uniform(0.01, 300, (N, 1))
+    lat.model_down = lat.model_down * rng.uniform(0.01, 300, (N, 1))
+    lat.fp_up = lat.fp_up * rng.uniform(0.1, 10, (N, 1))
+    lat.down_bp = lat.down_bp * rng.uniform(0.1, 10, (N, 1))
+    scale = rng.uniform(0.01, 100)
+    lat.server_fp_per_device = lat.server_fp_per_device * scale
+    lat.server_bp_per_device = lat.server_bp_per_device * scale
+    for interval in _intervals(problem):
+        reference = exhaustive_at_interval(problem, interval)
+        if np.isfinite(reference):
+            assert solve_ms_exact(problem, interval).objective == pytest.approx(reference, rel=1e-9)
+
+
+@pytest.mark.parametrize("num_devices,seed", [(30, 0), (45, 1), (60, 2)])
+def test_matches_milp_medium(num_devices, seed):
+    problem = _problem(num_devices, 9, seed)  # 8 candidate cuts
+    for interval in (2, 6):
+        milp = solve_dinkelbach(problem, interval)
+        assert milp.status == "converged"
+        assert solve_ms_exact(problem, interval).objective == pytest.approx(milp.objective, rel=1e-9)
+
+
+def test_bcd_ms_methods_agree_and_report():
+    problem = small_problem(3)
+    milp = solve_bcd(problem, ms_method="milp")
+    sweep = solve_bcd(problem, ms_method="threshold")
+    assert sweep.objective == pytest.approx(milp.objective, rel=1e-9)
+    assert sweep.backend == "threshold" and sweep.history[0]["ms_method"] == "threshold"
+    assert milp.backend == "highs" and milp.history[0]["ms_method"] == "milp"
+    assert choose_ms_method(problem) == "milp"  # small: the spec's Algorithm 2
+    assert choose_ms_method(_problem(100, 21, 0)) == "threshold"
