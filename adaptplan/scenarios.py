@@ -6,7 +6,7 @@ fp32), profiled by this project's profiler and shipped as package data, 20 devic
 and the **placeholder** constants of spec §6.1 (not the paper's Table II values, which were not
 recovered). Regenerate the profile with::
 
-    adaptplan profile vgg16 --input 3x32x32 -o adaptplan/data/vgg16_cifar10.json
+    adaptplan profile vgg16-cifar --input 3x32x32 -o adaptplan/data/vgg16_cifar10.json
 """
 
 from __future__ import annotations
