@@ -87,9 +87,10 @@ def solve_bcd(problem: PlanningProblem, *, backend: str = "highs", initial_cuts:
         multistart = problem.num_devices * problem.candidates.size <= MULTISTART_AUTO_SIZE
     starts = [first] + ([(int(c),) * problem.num_devices for c in problem.feasible_candidates] if multistart else [])
     models: dict[int, SolveResult] = {}
+    sweep_cache: dict = {}  # interval-independent structures of the threshold sweep, shared by all MS steps
     method = choose_ms_method(problem, ms_method)
-    runs = [_bcd_run(problem, x0, models, backend if method == "milp" else "threshold", tol, max_iterations,
-                     mip_gap, time_limit, max_interval)
+    runs = [_bcd_run(problem, x0, models, sweep_cache, backend if method == "milp" else "threshold", tol,
+                     max_iterations, mip_gap, time_limit, max_interval)
             for x0 in dict.fromkeys(starts)]
     best = min(runs, key=lambda r: r.objective)
     best.iterations = sum(r.iterations for r in runs)
@@ -100,8 +101,9 @@ def solve_bcd(problem: PlanningProblem, *, backend: str = "highs", initial_cuts:
     return best
 
 
-def _bcd_run(problem: PlanningProblem, cuts: tuple[int, ...], models: dict[int, SolveResult], backend: str, tol: float,
-             max_iterations: int, mip_gap: float, time_limit: float | None, max_interval: int | None) -> SolveResult:
+def _bcd_run(problem: PlanningProblem, cuts: tuple[int, ...], models: dict[int, SolveResult], sweep_cache: dict,
+             backend: str, tol: float, max_iterations: int, mip_gap: float, time_limit: float | None,
+             max_interval: int | None) -> SolveResult:
     """One run of Algorithm 3 from x⁰ = ``cuts`` (MS optimum cached per interval in ``models``)."""
     start = time.perf_counter()
     theta_prev, interval, status = math.inf, 0, "max_iterations"
@@ -114,7 +116,7 @@ def _bcd_run(problem: PlanningProblem, cuts: tuple[int, ...], models: dict[int, 
             ms = models[interval]
             ms_solves = 0
         elif backend == "threshold":  # exact MS step by threshold sweeps (solvers.threshold)
-            ms = solve_ms_exact(problem, interval, warm_cuts=cuts)
+            ms = solve_ms_exact(problem, interval, warm_cuts=cuts, cache=sweep_cache)
             models[interval] = ms
             ms_solves = 0
         else:  # MS step (Algorithm 2), warm-started at the current cuts

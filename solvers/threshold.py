@@ -36,11 +36,27 @@ each the Σs of the cut vector constrained by that threshold alone (one sweep ea
 LB(t1) ≥ I t1 + min_{M ≥ A(t1)} [I·tb(M) + tu(M) + tv(M) + I M] with tb(M) the smallest t2 with
 B(t2) ≤ M etc. The (L, t1) nodes of all L are processed best-first by LB/D_L.
 (2) t1 values are processed in increasing LB order until LB ≥ incumbent; for each, one sweep over
-t2 gives Φ for all t2 with t3, t4 left free (t3 = max u(x) — uncapped). (3) Only where a capped
-bound (Umin, Vmin instead of the uncapped maxima) is below the incumbent, t3 is enumerated and a
-sweep over t4 is done. Each sweep sorts the N×J admissible entries by the key and maintains
-Σs, σ and the running maxima/minima with cumulative sums — vectorised numpy. Worst case
-O(J · (NJ)³ log NJ); measured at N = 1000, J = 20: ~30–40 t1 nodes, ~1300–2000 sweeps, 1.3–1.9 s.
+t3 gives lb3(t3), and t3 values are processed in lb3 order; for each, one sweep over t2 gives Φ
+for all t2 with t4 left free (t4 = max v(x)). (3) Only where a capped bound (Vmin instead of the
+free maximum) is below the incumbent is a sweep over t4 done, in bound order.
+
+**Bounds** (all rest on monotonicity: a threshold set admits fewer cuts than any one of its
+thresholds alone, so x(t) ≤ x(t1,∞,∞,∞), x(∞,∞,t3,∞), … componentwise, hence Σs(x(t)) and σ(x(t))
+are at least the Σs and σ of each single-key sweep). Besides the Σs-levels above:
+LB(t1) also couples t3 and t4 with σ (:meth:`_Subproblem._sigma_coupled`: min over the u-only and
+v-only breakpoints, split by where they fall below A(t1), σ_A(t1), evaluated for all t1 at once
+with range-minimum tables); lb3(t3) couples t2 with Σs through the b-only sweep
+(:meth:`_Subproblem._t2_coupled`); each t4 sweep is bounded by the v-only sweep's Σs and σ
+(:meth:`_Subproblem._capped_bounds`). Every piece drops one argument of some max(·, ·), so the
+bounds stay valid however rounding splits the ranges, and get a 1e-12 relative slack.
+
+**Cost.** Each sweep reuses, per L and key, the row orders and the global event order
+(:class:`_Keyed`, computed once; only the admissibility mask changes), so a sweep is a handful of
+gathers and cumulative sums over the N×J entries, no sort. The interval-independent part of
+each L (matrices, orders, the four unrestricted sweeps) can be shared between MS steps at
+different I through ``cache`` (BCD does). Worst case O(J · (NJ)³); measured at N = 1000, J = 20
+(benchmarks/plan_1000.py): 0–70 t1 nodes and 80–600 sweeps per MS step, 0.2–0.5 s, against
+~2000 sweeps and 1.3–10 s with the Σs-level bounds alone.
 """
 
 from __future__ import annotations
@@ -57,6 +73,7 @@ from solvers.problem import PlanningProblem
 from solvers.result import SolveResult
 
 _REL = 1e-12  # relative slack in the pruning tests (bounds must not prune the optimum by rounding)
+_STRONG_BOUNDS = True  # the Σs/σ-coupled bounds (tests switch them off to check they never prune the optimum)
 
 
 def applicable(problem: PlanningProblem) -> bool:
@@ -71,56 +88,113 @@ def applicable(problem: PlanningProblem) -> bool:
     return bool(np.all(np.diff(s) <= 0) and np.all(np.diff(delta) >= 0) and np.all(np.diff(A) >= 0))
 
 
+class _Keyed:
+    """Sort structures of one key matrix K (N×J) over the columns ≤ L, computed once per L and
+    shared by every sweep with that key (only the admissibility mask changes between sweeps).
+
+    ``order`` is each row's column order by key; the *events* are all (row, rank) positions in
+    global key order (``g``); ``kv`` their keys, ``row`` their rows. Ties within one key value do
+    not matter: the sweep statistics are read at the last event of each tie group.
+    """
+
+    def __init__(self, key: np.ndarray) -> None:
+        N, J = key.shape
+        self.N, self.J = N, J
+        self.order = np.argsort(key, axis=1, kind="stable")
+        self.rowflat = (np.arange(N)[:, None] * J + self.order).ravel()  # flat (i, j) of each (row, rank)
+        ks = key.ravel()[self.rowflat]
+        self.g = np.argsort(ks, kind="stable")
+        self.kv = ks[self.g]
+        self.row = self.g // J
+        self._sorted: dict[int, np.ndarray] = {}
+
+    def sorted_rows(self, m: np.ndarray) -> np.ndarray:
+        """``m`` (N×J) in each row's key order (cached per matrix)."""
+        out = self._sorted.get(id(m))
+        if out is None:
+            out = self._sorted[id(m)] = m.ravel()[self.rowflat].reshape(self.N, self.J)
+        return out
+
+
 class _Sweep:
     """Per-threshold statistics of x(t) = deepest admissible cut with key ≤ t (module docstring).
 
-    Given a boolean admissibility mask M (N×J) and a key matrix K (N×J), for every distinct key
-    value t at which every device has an admissible entry: Σs(x(t)), σ(x(t)), max_i u_i(x_i(t)),
-    max_i v_i(x_i(t)) and the "smallest possible" maxima max_i min_{admissible j} of the matrices
-    in ``mins`` (used as lower bounds).
+    Given the key's sort structures ``kd`` (:class:`_Keyed`) and a boolean admissibility mask M
+    (N×J, ``None`` = all admissible), for every distinct key value t at which every device has an
+    admissible entry: Σs(x(t)), σ(x(t)), max_i u_i(x_i(t)), max_i v_i(x_i(t)) and the "smallest
+    possible" maxima max_i min_{admissible j} of the matrices in ``mins`` (used as lower bounds).
     """
 
-    def __init__(self, key: np.ndarray, mask: np.ndarray, s: np.ndarray, dl: np.ndarray,
+    def __init__(self, kd: _Keyed, mask: np.ndarray | None, s: np.ndarray, dl: np.ndarray,
                  u: np.ndarray, v: np.ndarray, mins: Sequence[np.ndarray] = ()) -> None:
-        N, J = key.shape
-        k = np.where(mask, key, np.inf)
-        order = np.argsort(k, axis=1, kind="stable")
-        ks = np.take_along_axis(k, order, axis=1)
-        valid = np.isfinite(ks)
-        deep = np.maximum.accumulate(np.where(valid, order, -1), axis=1)  # deepest so far (column)
-        dcl = np.maximum(deep, 0)
-        rows = np.arange(N)[:, None]
-        S, SG = s[dcl], dl[dcl]
-        U, V = u[rows, dcl], v[rows, dcl]
-        prevS = np.concatenate([np.zeros((N, 1)), S[:, :-1]], axis=1)
-        prevSG = np.concatenate([np.zeros((N, 1)), SG[:, :-1]], axis=1)
-        first = np.zeros((N, J))
-        first[:, 0] = 1.0
-        mins_state = []
-        for m in mins:  # min over admissible so far of m, per device (non-increasing along the row)
-            ms = np.minimum.accumulate(np.where(valid, np.take_along_axis(m, order, axis=1), np.inf), axis=1)
-            prev = np.concatenate([np.full((N, 1), np.inf), ms[:, :-1]], axis=1)
-            final = float(ms[:, -1].max())
-            mins_state.append((prev, final))
-        flat = valid.ravel()
-        kv = ks.ravel()[flat]
-        g = np.argsort(kv, kind="stable")
-        kv = kv[g]
-        count = np.cumsum(first.ravel()[flat][g])
-        sum_s = np.cumsum((S - prevS).ravel()[flat][g])
-        sum_sg = np.cumsum((SG - prevSG).ravel()[flat][g])
-        max_u = np.maximum.accumulate(U.ravel()[flat][g])
-        max_v = np.maximum.accumulate(V.ravel()[flat][g])
+        N, J = kd.N, kd.J
+        if mask is None:
+            msort = None
+            deep = np.maximum.accumulate(kd.order, axis=1)
+        else:
+            msort = mask.ravel()[kd.rowflat].reshape(N, J)
+            deep = np.maximum.accumulate(np.where(msort, kd.order, -1), axis=1)  # deepest so far (column)
+        prev = np.empty_like(deep)
+        prev[:, 0] = -1
+        prev[:, 1:] = deep[:, :-1]
+        d = deep.ravel()[kd.g]
+        pd = prev.ravel()[kd.g]
+        kv, row = kd.kv, kd.row
+        if msort is not None:
+            sel = np.flatnonzero(msort.ravel()[kd.g])
+            d, pd, kv, row = d[sel], pd[sel], kv[sel], row[sel]
+        s0 = np.append(s, 0.0)  # index −1 → 0 (no admissible cut yet)
+        dl0 = np.append(dl, 0.0)
+        count = np.cumsum(pd < 0)
+        sum_s = np.cumsum(s0[d] - s0[pd])
+        sum_sg = np.cumsum(dl0[d] - dl0[pd])
+        fl = row * J + d
+        max_u = np.maximum.accumulate(u.ravel()[fl])
+        max_v = np.maximum.accumulate(v.ravel()[fl])
         last = np.flatnonzero(np.append(kv[1:] != kv[:-1], True))  # last event of each tie group
         last = last[count[last] == N]  # every device has an admissible cut
         self.t, self.sum_s, self.sigma = kv[last], sum_s[last], sum_sg[last]
         self.max_u, self.max_v = max_u[last], max_v[last]
         self.mins = []
-        for prev, final in mins_state:
-            p = prev.ravel()[flat][g]
+        for m in mins:  # min over admissible so far of m, per device (non-increasing along the row)
+            msr = kd.sorted_rows(m)
+            ms = np.minimum.accumulate(msr if msort is None else np.where(msort, msr, np.inf), axis=1)
+            final = float(ms[:, -1].max())
+            pm = np.empty_like(ms)
+            pm[:, 0] = np.inf
+            pm[:, 1:] = ms[:, :-1]
+            p = pm.ravel()[kd.g]
+            if msort is not None:
+                p = p[sel]
             tail = np.maximum.accumulate(p[::-1])[::-1]  # max over events at or after each position
             tail = np.append(tail, -np.inf)
             self.mins.append(np.maximum(final, tail[last + 1]))
+
+
+class _RangeMin:
+    """Sparse table: vectorised min of ``values[lo:hi]`` (inf for an empty range)."""
+
+    def __init__(self, values: np.ndarray) -> None:
+        values = np.asarray(values, dtype=float)
+        self.n = n = values.size
+        rows = [values]
+        step = 1
+        while 2 * step <= n:
+            prev = rows[-1]
+            rows.append(np.concatenate([np.minimum(prev[:-step], prev[step:]), np.full(step, np.inf)]))
+            step *= 2
+        self.table = np.vstack(rows) if n else np.zeros((1, 0))
+
+    def query(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        lo, hi = np.broadcast_arrays(np.clip(lo, 0, self.n), np.clip(hi, 0, self.n))
+        length = hi - lo
+        ok = length > 0
+        j = np.where(ok, np.frexp(np.maximum(length, 1))[1] - 1, 0)  # floor(log2(length))
+        a = np.where(ok, lo, 0)
+        b = np.where(ok, hi - (1 << j), 0)
+        if self.n == 0:
+            return np.full(lo.shape, np.inf)
+        return np.where(ok, np.minimum(self.table[j, a], self.table[j, b]), np.inf)
 
 
 def _deepest(mask: np.ndarray) -> np.ndarray:
@@ -130,20 +204,51 @@ def _deepest(mask: np.ndarray) -> np.ndarray:
     return np.where(mask.any(axis=1), J - 1 - rev, -1)
 
 
-class _Subproblem:
-    """min_x N_L(x) over the candidate columns ≤ L (module docstring), with pruning bound ``bound``."""
+class _Static:
+    """The interval-independent part of a deepest-cut bound L (columns ``cols``): the matrices, the
+    key sort structures and the four unrestricted sweeps (keys a, b, u, v). Shared by every MS step
+    of one BCD run through ``solve_ms_exact(cache=...)``."""
 
-    def __init__(self, problem: PlanningProblem, interval: float, cols: np.ndarray) -> None:
+    def __init__(self, problem: PlanningProblem, cols: np.ndarray) -> None:
         lat = problem.latency
         j = cols - 1
-        self.I = float(interval)
         self.a, self.b = lat.fp_up[:, j], lat.down_bp[:, j]
         self.u, self.v = lat.model_up[:, j], lat.model_down[:, j]
         self.s = (lat.server_fp_per_device + lat.server_bp_per_device)[j]
         self.dl = lat.delta[j[-1]] - lat.delta[j]
         sys = lat.system
         self.ref, self.rfe = float(sys.edge_to_fed_bps), float(sys.fed_to_edge_bps)
+        self.key_a, self.key_b, self.key_u, self.key_v = (_Keyed(m) for m in (self.a, self.b, self.u, self.v))
+        args = (self.s, self.dl, self.u, self.v)
+        self.top = _Sweep(self.key_a, None, *args, mins=(self.b, self.u, self.v))
+        self.bsw = _Sweep(self.key_b, None, *args)
+        self.usw = _Sweep(self.key_u, None, *args)
+        self.vsw = _Sweep(self.key_v, None, *args)
+        self.b_rmq = _RangeMin(self.bsw.t + self.bsw.sum_s)
+        self.w_rmq = _RangeMin(np.maximum(self.usw.t, self.usw.sigma / self.ref))
+        self.y_rmq = _RangeMin(np.maximum(self.vsw.t, self.vsw.sigma / self.rfe))
+        self.fresh = True
+
+
+class _Subproblem:
+    """min_x N_L(x) over the candidate columns ≤ L (module docstring), with pruning bound ``bound``."""
+
+    def __init__(self, problem: PlanningProblem, interval: float, cols: np.ndarray,
+                 cache: dict | None = None) -> None:
+        self.I = float(interval)
+        key = ("threshold-static", tuple(int(c) for c in cols))
+        static = cache.get(key) if cache is not None else None
+        if static is None:
+            static = _Static(problem, cols)
+            if cache is not None:
+                cache[key] = static
+        self.a, self.b, self.u, self.v = static.a, static.b, static.u, static.v
+        self.s, self.dl, self.ref, self.rfe = static.s, static.dl, static.ref, static.rfe
+        self.key_a, self.key_b, self.key_u, self.key_v = static.key_a, static.key_b, static.key_u, static.key_v
+        self.static, self.bsw, self.vsw, self.b_rmq = static, static.bsw, static.vsw, static.b_rmq
         self.sweeps = 0
+        if static.fresh:  # the four unrestricted sweeps are counted once per cache
+            self.sweeps, static.fresh = 4, False
 
     def value(self, x: np.ndarray) -> float:
         """N_L(x) for column indices x (exact, tight μ)."""
@@ -152,19 +257,19 @@ class _Subproblem:
         return (self.I * (self.a[rows, x].max() + self.b[rows, x].max() + self.s[x].sum())
                 + max(self.u[rows, x].max(), sg / self.ref) + max(self.v[rows, x].max(), sg / self.rfe))
 
-    def lower_bounds(self) -> None:
-        """One sweep over t1: LB(t1) for every breakpoint (module docstring), and a quick incumbent."""
+    def lower_bounds(self, cutoff: float = math.inf) -> None:
+        """LB(t1) for every t1 breakpoint (module docstring). The costlier couplings are computed only
+        for the t1 whose basic bound is below ``cutoff`` (the incumbent N_L; the others are never
+        searched, their weaker bound is still valid)."""
         I, ref, rfe = self.I, self.ref, self.rfe
-        top = _Sweep(self.a, np.ones_like(self.a, dtype=bool), self.s, self.dl, self.u, self.v,
-                     mins=(self.b, self.u, self.v))
-        self.sweeps += 1
+        top = self.static.top
         t2min, umin, vmin = top.mins
         self.top = top
         # Couple t1 and t2 through Σs: Σs(x(t)) ≥ max(A(t1), B(t2)) with A(t1) = Σs(x(t1, ∞)) and
         # B(t2) = Σs(x(∞, t2)) (non-increasing). For breakpoints t2_k ≥ t2min(t1), with k* the first
         # k with B_k ≤ A(t1): min_k t2_k + max(A, B_k) ≥ min(t2_lo + B_{k*−1}, t2_{k*} + A).
-        bsw = _Sweep(self.b, np.ones_like(self.b, dtype=bool), self.s, self.dl, self.u, self.v)
-        self.sweeps += 1
+        bsw = self.bsw = self.static.bsw
+        self.b_rmq = self.static.b_rmq
         tb, B = bsw.t, bsw.sum_s
         K = tb.size
         lo = np.minimum(np.searchsorted(tb, t2min * (1 - _REL), side="left"), K - 1)
@@ -178,11 +283,18 @@ class _Subproblem:
         pair = np.maximum(pair, t2min + A)
         self.lb = (I * top.t + I * pair + np.maximum(umin, top.sigma / ref)
                    + np.maximum(vmin, top.sigma / rfe))
+        alive = np.flatnonzero(self.lb < cutoff * (1 - _REL))
+        if alive.size == 0:
+            self.lower = float(self.lb.min()) if self.lb.size else math.inf
+            return
+        # Only the alive t1: M ranges over A(alive), B, C (the level's cost changes only at B, C values).
+        t1v, A, sA = top.t[alive], A[alive], top.sigma[alive]
+        t2min, umin, vmin = t2min[alive], umin[alive], vmin[alive]
+        lb = self.lb[alive]
         # Couple t1, t2 and t3 through one level M ≥ Σs: with C(t3) = Σs(x(∞, ∞, t3, ∞)),
         # Φ ≥ I t1 + min_{M ≥ A(t1)} [I·tb(M) + tu(M) + I M] + max(Vmin, σ/r_fe), where tb(M), tu(M)
         # are the smallest breakpoints with B ≤ M, C ≤ M. M ranges over the values of A, B, C.
-        usw = _Sweep(self.u, np.ones_like(self.u, dtype=bool), self.s, self.dl, self.u, self.v)
-        self.sweeps += 1
+        usw = self.static.usw
         tu, C = usw.t, usw.sum_s
         if K and tu.size:
             M = np.unique(np.concatenate([A, B, C]))
@@ -193,11 +305,10 @@ class _Subproblem:
             suffix = np.minimum.accumulate(g[::-1])[::-1]
             at = np.searchsorted(M, A * (1 - _REL), side="left")
             best_g = np.where(at < M.size, suffix[np.minimum(at, M.size - 1)], np.inf)
-            coupled = I * top.t + best_g * (1 - 1e-12) + np.maximum(vmin, top.sigma / rfe)
-            self.lb = np.maximum(self.lb, coupled)
+            coupled = I * t1v + best_g * (1 - 1e-12) + np.maximum(vmin, sA / rfe)
+            lb = np.maximum(lb, coupled)
             # Same with the t4 cap (key v) in the level too: + tv(M) instead of the Vmin term.
-            vsw = _Sweep(self.v, np.ones_like(self.v, dtype=bool), self.s, self.dl, self.u, self.v)
-            self.sweeps += 1
+            vsw = self.vsw = self.static.vsw
             tv, Dv = vsw.t, vsw.sum_s
             if tv.size:
                 M = np.unique(np.concatenate([M, Dv]))
@@ -210,8 +321,53 @@ class _Subproblem:
                 suffix = np.minimum.accumulate(g[::-1])[::-1]
                 at = np.searchsorted(M, A * (1 - _REL), side="left")
                 best_g = np.where(at < M.size, suffix[np.minimum(at, M.size - 1)], np.inf)
-                self.lb = np.maximum(self.lb, I * top.t + best_g * (1 - 1e-12))
+                lb = np.maximum(lb, I * t1v + best_g * (1 - 1e-12))
+            if tv.size and _STRONG_BOUNDS:
+                lb = np.maximum(lb, self._sigma_coupled(t1v, A, sA, t2min, umin, vmin, usw, vsw) * (1 - 1e-12))
+        self.lb[alive] = lb
         self.lower = float(self.lb.min()) if self.lb.size else math.inf
+
+    def _sigma_coupled(self, t1: np.ndarray, A: np.ndarray, sA: np.ndarray, t2min: np.ndarray, umin: np.ndarray,
+                       vmin: np.ndarray, usw: _Sweep, vsw: _Sweep) -> np.ndarray:
+        """LB(t1) coupling the t3 and t4 caps with Σs *and* σ (vectorised over all t1 breakpoints).
+
+        x(t) ≤ x(t1, ∞, ∞, ∞) and ≤ x(∞, ∞, t3, ∞) and ≤ x(∞, ∞, ∞, t4) componentwise, so with
+        (A, σ_A) the Σs/σ of the t1 sweep and (C_k, σ_C,k), (D_k, σ_D,k) those of the u-only and
+        v-only sweeps at their breakpoints tu_k ≤ t3, tv_k ≤ t4:
+
+            Φ ≥ I t1 + I t2min + min_{k ≥ k0} [I max(A, C_k) + max(tu_k, max(σ_A, σ_C,k)/r_ef)]
+                               + min_{k ≥ k0'} max(tv_k, max(σ_A, σ_D,k)/r_fe),
+
+        k0 (k0') the breakpoint at Umin (Vmin). Each min is split by where C_k ≤ A and σ_C,k ≤ σ_A
+        (both non-increasing in k): in every piece some max(·, ·) is replaced by one argument, which
+        keeps a lower bound whatever the split, and the pieces are t1-independent range minima
+        (sparse tables) or a single breakpoint.
+        """
+        I, ref, rfe = self.I, self.ref, self.rfe
+        tu, C, sC = usw.t, usw.sum_s, usw.sigma
+        K3 = tu.size
+        k0 = np.clip(np.searchsorted(tu, umin, side="right") - 1, 0, K3)
+        kc = np.searchsorted(-C, -A, side="left")   # C_k ≤ A from here
+        ks = np.searchsorted(-sC, -sA, side="left")  # σ_C,k ≤ σ_A from here
+        t3 = np.full(A.size, np.inf)
+        k = np.maximum(np.maximum(k0, kc), ks)  # both at their floor: I A + max(tu_k, σ_A/r_ef), increasing
+        ok = k < K3
+        kk = np.minimum(k, K3 - 1)
+        t3 = np.where(ok, I * A + np.maximum(tu[kk], sA / ref), t3)
+        t3 = np.minimum(t3, I * A + self.static.w_rmq.query(np.maximum(k0, kc), ks))  # C ≤ A, σ_C > σ_A
+        p = _RangeMin(I * C + tu)
+        lo, hi = np.maximum(k0, ks), kc  # σ_C ≤ σ_A, C > A: max(I C + tu, I C_{hi−1} + σ_A/r_ef)
+        t3 = np.minimum(t3, np.maximum(p.query(lo, hi), I * C[np.clip(hi - 1, 0, K3 - 1)] + sA / ref))
+        z = _RangeMin(I * C + np.maximum(tu, sC / ref))
+        t3 = np.minimum(t3, z.query(k0, np.minimum(kc, ks)))  # neither at its floor
+        tv, sD = vsw.t, vsw.sigma
+        K4 = tv.size
+        k0v = np.clip(np.searchsorted(tv, vmin, side="right") - 1, 0, K4)
+        kd = np.maximum(k0v, np.searchsorted(-sD, -sA, side="left"))
+        kdd = np.minimum(kd, K4 - 1)
+        t4 = np.where(kd < K4, np.maximum(tv[kdd], sA / rfe), np.inf)
+        t4 = np.minimum(t4, self.static.y_rmq.query(k0v, kd))
+        return I * t1 + I * t2min + t3 + t4
 
     def node(self, k: int, bound: float) -> tuple[float, np.ndarray | None]:
         """Best N_L with t1 = the k-th breakpoint: (value, columns) if below ``bound``, else (bound, None)."""
@@ -221,17 +377,18 @@ class _Subproblem:
             t1 = self.top.t[k]
             m1 = self.a <= t1
             # t3 (the cap through u): per t3, Σs/σ with t2, t4 free, and the smallest feasible t2, t4.
-            sw3 = _Sweep(self.u, m1, self.s, self.dl, self.u, self.v, mins=(self.b, self.v))
+            sw3 = _Sweep(self.key_u, m1, self.s, self.dl, self.u, self.v, mins=(self.b, self.v))
             self.sweeps += 1
             t2min, vmin = sw3.mins
-            lb3 = (I * t1 + I * t2min + I * sw3.sum_s + np.maximum(sw3.t, sw3.sigma / ref)
+            t2_level = self._t2_coupled(t2min, sw3.sum_s) if _STRONG_BOUNDS else t2min + sw3.sum_s
+            lb3 = (I * t1 + I * t2_level + np.maximum(sw3.t, sw3.sigma / ref)
                    + np.maximum(vmin, sw3.sigma / rfe))
             for k3 in np.argsort(lb3, kind="stable"):
                 if lb3[k3] >= best * (1 - _REL):
                     break
                 t3 = sw3.t[k3]
                 m13 = m1 & (self.u <= t3)
-                sw = _Sweep(self.b, m13, self.s, self.dl, self.u, self.v, mins=(self.v,))
+                sw = _Sweep(self.key_b, m13, self.s, self.dl, self.u, self.v, mins=(self.v,))
                 self.sweeps += 1
                 base = I * t1 + I * sw.t + I * sw.sum_s + np.maximum(t3, sw.sigma / ref)
                 phi = base + np.maximum(sw.max_v, sw.sigma / rfe)  # t4 free: t4 = max v(x)
@@ -242,14 +399,64 @@ class _Subproblem:
                     if val < best:
                         best, best_x = val, x
                 capped = base + np.maximum(sw.mins[0], sw.sigma / rfe)
-                for q in np.flatnonzero(capped < best * (1 - _REL)):  # a cap through v might pay off
-                    best, best_x = self._capped(m13 & (self.b <= sw.t[q]), I * t1 + I * sw.t[q], t3, best, best_x)
+                cand = np.flatnonzero(capped < best * (1 - _REL))  # a cap through v might pay off
+                if cand.size:
+                    lbq = (self._capped_bounds(I * t1 + I * sw.t[cand], t3, sw.sum_s[cand], sw.sigma[cand],
+                                               sw.mins[0][cand]) if _STRONG_BOUNDS else capped[cand])
+                    for e in np.argsort(lbq, kind="stable"):
+                        if lbq[e] >= best * (1 - _REL):
+                            break
+                        q = cand[e]
+                        best, best_x = self._capped(m13 & (self.b <= sw.t[q]), I * t1 + I * sw.t[q], t3, best, best_x)
         return best, best_x
+
+    def _t2_coupled(self, t2min: np.ndarray, S: np.ndarray) -> np.ndarray:
+        """Lower bound on min_{t2 ≥ t2min} t2 + Σs(x(t)) given Σs(x(t)) ≥ S (vectorised): also
+        Σs(x(t)) ≥ B(t2), the Σs of the b-only sweep at its breakpoint tb_k ≤ t2 (non-increasing),
+        so the min is ≥ min(tb_k' + S at the first k' ≥ k0 with B ≤ S, min_{k0 ≤ k < k'} tb_k + B_k),
+        k0 the breakpoint at t2min. Never below t2min + S."""
+        bsw = self.bsw
+        tb, B = bsw.t, bsw.sum_s
+        K = tb.size
+        if K == 0:
+            return t2min + S
+        k0 = np.clip(np.searchsorted(tb, t2min, side="right") - 1, 0, K - 1)
+        kB = np.maximum(k0, np.searchsorted(-B, -S, side="left"))
+        out = np.where(kB < K, tb[np.minimum(kB, K - 1)] + S, np.inf)
+        out = np.minimum(out, self.b_rmq.query(k0, kB))
+        return np.maximum(out * (1 - 1e-12), t2min + S)
+
+    def _capped_bounds(self, fixed: np.ndarray, t3: float, S: np.ndarray, sg: np.ndarray,
+                       vmin: np.ndarray) -> np.ndarray:
+        """Lower bounds on the t4 sweep of :meth:`_capped` for fixed (t1, t2, t3) (vectorised over t2).
+
+        For every t4 ≥ vmin, x(t) ≤ x(∞, ∞, ∞, t4) componentwise, so Σs(x(t)) ≥ max(S, D(t4)) and
+        σ(x(t)) ≥ max(σ, σ_D(t4)), where S, σ are the uncapped (t4 free) values and D, σ_D those of
+        the v-only sweep (non-increasing in t4). Hence Φ ≥ fixed + min_{k ≥ k0} [I max(S, D_k)
+        + max(t3, max(σ, σ_D,k)/r_ef) + max(max(tv_k, vmin), max(σ, σ_D,k)/r_fe)], with k0 the
+        v-only breakpoint at vmin. Past k1 (D_k ≤ S and σ_D,k ≤ σ) the bracket is non-decreasing in
+        k, so only k ∈ [k0, max(k0, k1)] is scanned.
+        """
+        I, ref, rfe = self.I, self.ref, self.rfe
+        vsw = self.vsw
+        tv, Dv, Gv = vsw.t, vsw.sum_s, vsw.sigma
+        K = tv.size
+        out = np.empty(S.size)
+        k0 = np.maximum(np.searchsorted(tv, vmin, side="right") - 1, 0)
+        k1 = np.maximum(np.searchsorted(-Dv, -S, side="left"), np.searchsorted(-Gv, -sg, side="left"))
+        k1 = np.minimum(np.maximum(k0, k1), K - 1)
+        for n in range(S.size):
+            sl = slice(k0[n], k1[n] + 1)
+            ss = np.maximum(S[n], Dv[sl])
+            gg = np.maximum(sg[n], Gv[sl])
+            f = I * ss + np.maximum(t3, gg / ref) + np.maximum(np.maximum(tv[sl], vmin[n]), gg / rfe)
+            out[n] = fixed[n] + f.min()
+        return out * (1 - 1e-12)
 
     def _capped(self, m123: np.ndarray, fixed: float, t3: float, best: float, best_x):
         """Sweep t4 (the cap through v) for the mask of fixed (t1, t2, t3)."""
         I, ref, rfe = self.I, self.ref, self.rfe
-        sw = _Sweep(self.v, m123, self.s, self.dl, self.u, self.v)
+        sw = _Sweep(self.key_v, m123, self.s, self.dl, self.u, self.v)
         self.sweeps += 1
         phi = fixed + I * sw.sum_s + np.maximum(t3, sw.sigma / ref) + np.maximum(sw.t, sw.sigma / rfe)
         q = int(np.argmin(phi))
@@ -262,12 +469,15 @@ class _Subproblem:
 
 
 def solve_ms_exact(problem: PlanningProblem, interval: int, *, max_cut: int | None = None,
-                   warm_cuts: Sequence[int] | None = None) -> SolveResult:
+                   warm_cuts: Sequence[int] | None = None, cache: dict | None = None) -> SolveResult:
     """Exact MS step: the optimal cut vector of the MILFP (34) at fixed I by (*) + threshold sweeps.
 
     Same optimum as :func:`solvers.dinkelbach.solve_dinkelbach` (Algorithm 2 with exact MILPs);
     same candidate columns (candidates ≤ ``max_cut`` with A_j within the μ₅ bound of (34)).
     ``warm_cuts`` (optional, e.g. BCD's current cuts) only seeds the incumbent used for pruning.
+    ``cache`` (optional, a dict owned by the caller, e.g. one per BCD run on an unchanged
+    ``problem``) keeps the interval-independent sort structures and sweeps of each deepest-cut
+    bound between calls; it must not outlive changes to ``problem``.
 
     Raises:
         InputError: the method is not exact for this profile (:func:`applicable` is false).
@@ -292,6 +502,10 @@ def solve_ms_exact(problem: PlanningProblem, interval: int, *, max_cut: int | No
     if warm_cuts is not None and set(int(c) for c in warm_cuts) <= set(cand.tolist()):
         best_cuts = tuple(int(c) for c in warm_cuts)  # incumbent: the warm start's ratio N/D
         best_ratio = problem.objective(int(interval), best_cuts) / problem.scale
+    for c in cand.tolist():  # uniform vectors (ℓ, …, ℓ): cheap extra incumbents
+        value = problem.objective(int(interval), (int(c),) * problem.num_devices) / problem.scale
+        if value < best_ratio:
+            best_ratio, best_cuts = value, (int(c),) * problem.num_devices
     subs = []
     for L_pos in range(cand.size):
         cols = cand[: L_pos + 1]
@@ -299,13 +513,9 @@ def solve_ms_exact(problem: PlanningProblem, interval: int, *, max_cut: int | No
         den = I * (conv.c - k_drift * A[L - 1] * I * I)  # D_L of (34)
         if den <= 0:
             continue
-        sub = _Subproblem(problem, I, cols)
-        sub.lower_bounds()
+        sub = _Subproblem(problem, I, cols, cache)
+        sub.lower_bounds(best_ratio * den)
         subs.append((sub.lower / den, L, den, cols, sub))
-    for c in cand.tolist():  # uniform vectors (ℓ, …, ℓ): cheap extra incumbents
-        value = problem.objective(int(interval), (int(c),) * problem.num_devices) / problem.scale
-        if value < best_ratio:
-            best_ratio, best_cuts = value, (int(c),) * problem.num_devices
     # Best-first over all (L, t1) nodes by the ratio bound LB_L(t1)/D_L; stop once it reaches the incumbent.
     ratio_lb = np.concatenate([sub.lb / den for _, _, den, _, sub in subs]) if subs else np.zeros(0)
     owner = np.concatenate([np.full(sub.lb.size, n) for n, (*_, sub) in enumerate(subs)]) if subs else np.zeros(0, int)

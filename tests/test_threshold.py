@@ -9,7 +9,8 @@ from adaptplan.bench_solvers import _problem
 from solvers.bcd import choose_ms_method, solve_bcd
 from solvers.dinkelbach import solve_dinkelbach
 from solvers.interval import max_feasible_interval
-from solvers.threshold import applicable, solve_ms_exact
+import solvers.threshold as threshold
+from solvers.threshold import _RangeMin, applicable, solve_ms_exact
 from tests.solver_instances import exhaustive_at_interval, small_problem
 
 
@@ -31,11 +32,9 @@ def test_matches_brute_force_small(seed):
         assert result.method == "threshold" and result.milp_solves == 0
 
 
-@pytest.mark.parametrize("seed", range(40))
-def test_matches_brute_force_stressed(seed):
-    """Rescaled matrices so that the model-exchange terms (t3, t4 caps) and server costs matter."""
+def _stress(problem, seed):
+    """Rescale the matrices in place so that the model-exchange terms (t3, t4 caps) and server costs matter."""
     rng = np.random.default_rng(seed)
-    problem = small_problem(seed + 500)
     lat, N = problem.latency, problem.num_devices
     lat.model_up = lat.model_up * rng.uniform(0.01, 300, (N, 1))
     lat.model_down = lat.model_down * rng.uniform(0.01, 300, (N, 1))
@@ -44,6 +43,13 @@ def test_matches_brute_force_stressed(seed):
     scale = rng.uniform(0.01, 100)
     lat.server_fp_per_device = lat.server_fp_per_device * scale
     lat.server_bp_per_device = lat.server_bp_per_device * scale
+    return problem
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_matches_brute_force_stressed(seed):
+    """Rescaled matrices so that the model-exchange terms (t3, t4 caps) and server costs matter."""
+    problem = _stress(small_problem(seed + 500), seed)
     for interval in _intervals(problem):
         reference = exhaustive_at_interval(problem, interval)
         if np.isfinite(reference):
@@ -68,3 +74,52 @@ def test_bcd_ms_methods_agree_and_report():
     assert milp.backend == "highs" and milp.history[0]["ms_method"] == "milp"
     assert choose_ms_method(problem) == "milp"  # small: the spec's Algorithm 2
     assert choose_ms_method(_problem(100, 21, 0)) == "threshold"
+
+
+def test_range_min():
+    rng = np.random.default_rng(0)
+    for n in (0, 1, 2, 3, 7, 16, 33):
+        values = rng.normal(size=n)
+        lo, hi = rng.integers(-2, n + 3, 300), rng.integers(-2, n + 3, 300)
+        expected = [values[max(a, 0):min(b, n)].min() if min(b, n) > max(a, 0) else np.inf for a, b in zip(lo, hi)]
+        assert np.array_equal(_RangeMin(values).query(lo, hi), np.array(expected))
+
+
+@pytest.mark.parametrize("num_devices,num_cut_points,seed,stressed",
+                         [(50, 21, 0, False), (120, 21, 1, False), (200, 21, 2, False), (60, 13, 3, True),
+                          (100, 21, 4, True), (150, 9, 5, True), (200, 13, 6, True)])
+def test_strong_bounds_keep_the_optimum_medium(num_devices, num_cut_points, seed, stressed, monkeypatch):
+    """The Σs/σ-coupled bounds (and the t4-cap bounds) only prune: same optimum as with the basic
+    bounds of the t1/t3 sweeps alone, to 1e-12 relative, with and without a warm start."""
+    problem = _problem(num_devices, num_cut_points, seed)
+    if stressed:
+        problem = _stress(problem, seed)
+    assert applicable(problem)
+    for interval in _intervals(problem):
+        warm = problem.initial_cuts()
+        fast = [solve_ms_exact(problem, interval), solve_ms_exact(problem, interval, warm_cuts=warm)]
+        monkeypatch.setattr(threshold, "_STRONG_BOUNDS", False)
+        reference = solve_ms_exact(problem, interval)
+        monkeypatch.setattr(threshold, "_STRONG_BOUNDS", True)
+        for result in fast:
+            assert result.objective == pytest.approx(reference.objective, rel=1e-12)
+
+
+@pytest.mark.parametrize("num_devices,seed", [(50, 7), (70, 8)])
+def test_matches_milp_medium_stressed(num_devices, seed):
+    problem = _stress(_problem(num_devices, 9, seed), seed)
+    for interval in (2, 6):
+        milp = solve_dinkelbach(problem, interval)
+        assert milp.status == "converged"
+        assert solve_ms_exact(problem, interval).objective == pytest.approx(milp.objective, rel=1e-9)
+
+
+def test_shared_cache_same_result():
+    """BCD's cache of the interval-independent structures does not change any MS step."""
+    problem = _problem(150, 21, 3)
+    cache: dict = {}
+    for interval in _intervals(problem):
+        cached = solve_ms_exact(problem, interval, cache=cache)
+        fresh = solve_ms_exact(problem, interval)
+        assert cached.objective == fresh.objective and cached.cuts == fresh.cuts
+    assert cache
