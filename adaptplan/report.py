@@ -55,8 +55,16 @@ def stage_rows(plan: Plan, breakdown: LatencyBreakdown) -> list[list[str]]:
     return rows
 
 
-def format_plan(plan: Plan, profile: ModelProfile, system: SystemSpec, title: str = "") -> str:
-    """Summary, stage breakdown (which stage dominates) and per-device table of a plan."""
+DEVICE_ROWS = 20
+
+
+def format_plan(plan: Plan, profile: ModelProfile, system: SystemSpec, title: str = "",
+                max_devices: int | None = DEVICE_ROWS) -> str:
+    """Summary, stage breakdown (which stage dominates) and per-device table of a plan.
+
+    With more than ``max_devices`` devices only the slowest ones (largest per-round device time
+    T^F + T^A + T^G + T^B) are listed; ``max_devices=None`` lists all.
+    """
     breakdown = LatencyModel(profile, system).breakdown(plan.cuts)
     names = profile.names
     cut_counts = Counter(plan.cuts)
@@ -80,7 +88,13 @@ def format_plan(plan: Plan, profile: ModelProfile, system: SystemSpec, title: st
                               stage_rows(plan, breakdown)))
     lines.append("")
     device_rows = []
-    for i, (device, cut) in enumerate(zip(system.devices, plan.cuts)):
+    shown = list(range(system.num_devices))
+    if max_devices is not None and system.num_devices > max_devices:
+        per_round = breakdown.client_fp + breakdown.upload + breakdown.download + breakdown.client_bp
+        shown = sorted(int(i) for i in per_round.argsort()[::-1][:max_devices])
+        lines.append(f"the {max_devices} slowest of {system.num_devices} devices (--all-devices lists every one):")
+    for i in shown:
+        device, cut = system.devices[i], plan.cuts[i]
         device_rows.append([
             str(i), f"{cut} {names[cut - 1]}", f"{device.flops / 1e12:.2f}", f"{device.up_bps / 1e6:.1f}",
             f"{device.down_bps / 1e6:.1f}",

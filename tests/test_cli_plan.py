@@ -98,3 +98,18 @@ def test_system_generator_cli_round_trip(tmp_path):
     assert SystemSpec.load(out) == generate_system(4, 5)
     redrawn = json.loads(cli("system", "--devices", "4", "--seed", "5", "--redraw", "--round", "2").stdout)
     assert redrawn["devices"] != generate_system(4, 5).to_json()["devices"]
+
+
+def test_table_lists_the_slowest_devices_when_there_are_many():
+    from adaptplan.planner import Planner
+    from adaptplan.report import format_plan
+    from adaptplan.scenarios import default_profile
+
+    profile, system = default_profile(), generate_system(60, 3)
+    plan = Planner(profile, system).plan()
+    short = format_plan(plan, profile, system, max_devices=5)
+    assert "the 5 slowest of 60 devices" in short
+    device_lines = [line for line in short.splitlines() if line[:1].isdigit()]
+    assert len(device_lines) == 5
+    full = format_plan(plan, profile, system, max_devices=None)
+    assert len([line for line in full.splitlines() if line[:1].isdigit()]) == 60

@@ -30,6 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--backend", choices=("highs", "cbc"), default="highs", help="MILP solver of the MS step (default highs)")
     parser.add_argument("--devices", type=int, default=20, help="number of generated devices when --system is not given (default 20)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the generated system when --system is not given (default 0)")
+    parser.add_argument("--all-devices", action="store_true", help="list every device in the table "
+                        "(default: the 20 slowest when there are more)")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON (formats.md) instead of a table")
     parser.add_argument("-o", "--output", metavar="FILE", help="also write the plan JSON to FILE")
     parser.set_defaults(func=run)
@@ -66,7 +68,7 @@ def load_instance(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     from adaptplan.planner import Planner
-    from adaptplan.report import format_plan
+    from adaptplan.report import DEVICE_ROWS, format_plan
 
     profile, system, constants, title = load_instance(args)
     candidates = parse_cuts(args.cuts) if args.cuts else None
@@ -79,6 +81,6 @@ def run(args: argparse.Namespace) -> int:
         json.dump(plan.to_json(), sys.stdout, indent=2)
         print()
     else:
-        print(format_plan(plan, profile, system, title=title))
+        print(format_plan(plan, profile, system, title=title, max_devices=None if args.all_devices else DEVICE_ROWS))
         print(f"\nplanned in {elapsed:.2f} s wall-clock")
     return 0
