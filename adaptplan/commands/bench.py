@@ -33,7 +33,7 @@ def run_solvers(args: argparse.Namespace) -> int:
     scenario = default_scenario()
     problem = PlanningProblem.from_parts(scenario.profile, scenario.system, scenario.constants)
     sizes = (20, 100) if args.quick else (20, 100, 500, 1000)
-    print(run_solver_bench(problem, sizes=sizes, seed=args.seed, plot_path=args.plot, quick=args.quick))
+    run_solver_bench(problem, sizes=sizes, seed=args.seed, plot_path=args.plot, quick=args.quick)  # prints as it goes
     return 0
 
 
