@@ -394,10 +394,7 @@ class _Subproblem:
                 phi = base + np.maximum(sw.max_v, sw.sigma / rfe)  # t4 free: t4 = max v(x)
                 q = int(np.argmin(phi))
                 if phi[q] < best:
-                    x = _deepest(m13 & (self.b <= sw.t[q]))
-                    val = self.value(x)
-                    if val < best:
-                        best, best_x = val, x
+                    best, best_x = self._improve(m13 & (self.b <= sw.t[q]), best, best_x)
                 capped = base + np.maximum(sw.mins[0], sw.sigma / rfe)
                 cand = np.flatnonzero(capped < best * (1 - _REL))  # a cap through v might pay off
                 if cand.size:
@@ -461,11 +458,14 @@ class _Subproblem:
         phi = fixed + I * sw.sum_s + np.maximum(t3, sw.sigma / ref) + np.maximum(sw.t, sw.sigma / rfe)
         q = int(np.argmin(phi))
         if phi[q] < best:
-            x = _deepest(m123 & (self.v <= sw.t[q]))
-            val = self.value(x)
-            if val < best:
-                best, best_x = val, x
+            best, best_x = self._improve(m123 & (self.v <= sw.t[q]), best, best_x)
         return best, best_x
+
+    def _improve(self, mask: np.ndarray, best: float, best_x):
+        """The incumbent after trying the deepest-admissible cut vector of ``mask``."""
+        x = _deepest(mask)
+        value = self.value(x)
+        return (value, x) if value < best else (best, best_x)
 
 
 def solve_ms_exact(problem: PlanningProblem, interval: int, *, max_cut: int | None = None,
