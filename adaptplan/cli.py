@@ -1,8 +1,9 @@
 """The ``adaptplan`` command line: one sub-command per module of :mod:`adaptplan.commands`.
 
 Each command module exposes ``register(subparsers)`` (adds its parser and sets ``func``). User
-mistakes raise :class:`adaptplan.errors.InputError` (or argparse errors); both end with one
-message on stderr and exit code 2, never a traceback.
+mistakes raise :class:`adaptplan.errors.InputError` (or argparse errors), and a path that cannot be
+read or written raises ``OSError``; all end with one message on stderr and exit code 2, never a
+traceback.
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ def main(argv: list[str] | None = None) -> int:
         result = args.func(args)
     except InputError as exc:
         print(f"adaptplan {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a path the user named cannot be read or written (directory, permissions, ...)
+        where = f" {exc.filename!r}" if exc.filename else ""
+        print(f"adaptplan {args.command}: error: cannot use{where}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"adaptplan {args.command}: interrupted", file=sys.stderr)

@@ -78,7 +78,12 @@ class ConvergenceModel:
                 f"(Corollary 1): I must be < {bound:.4g}; use a smaller interval, a shallower cut, a larger epsilon or a smaller gamma")
 
     def check_reachable(self) -> None:
-        """Raise :class:`InfeasibleError` when ε cannot be reached by any (I, cut) (c ≤ 0)."""
+        """Raise :class:`InfeasibleError` when Theorem 1 does not apply (γ > 1/β) or ε cannot be reached
+        by any (I, cut) (c ≤ 0)."""
+        k = self.constants
+        if k.gamma * k.beta > 1:
+            raise InfeasibleError(f"gamma={k.gamma:g} exceeds 1/beta={1 / k.beta:g}: Theorem 1 (and so the round "
+                                  f"count of Corollary 1) needs 0 < gamma <= 1/beta; lower the learning rate gamma")
         if self.c <= 0:
             raise InfeasibleError(self.infeasibility_reason(1, 1))
 

@@ -21,7 +21,10 @@ def load_mapping(path: str | os.PathLike, what: str) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
         raise InputError(f"{what} file {str(p)!r} does not exist", field=what)
-    text = p.read_text(encoding="utf-8")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{what} file {str(p)!r} is not UTF-8 text ({exc.reason} at byte {exc.start})", field=what) from None
     try:
         data = tomllib.loads(text) if p.suffix.lower() == ".toml" else json.loads(text)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
@@ -33,10 +36,16 @@ def load_mapping(path: str | os.PathLike, what: str) -> dict[str, Any]:
 
 def save_json(data: Mapping[str, Any], path: str | os.PathLike) -> None:
     """Write ``data`` as indented JSON, creating parent folders; the write is atomic (temp file + rename)."""
+    save_text(json.dumps(data, indent=2) + "\n", path)
+
+
+def save_text(text: str, path: str | os.PathLike) -> None:
+    """Write ``text`` (UTF-8), creating parent folders; atomic (temp file + rename), so a crash never
+    leaves a half-written file."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, p)
 
 

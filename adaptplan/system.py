@@ -14,7 +14,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from adaptplan.errors import InputError
-from adaptplan.fileio import check_keys, load_mapping, non_empty_list, positive_int, positive_number, save_json
+from adaptplan.fileio import check_keys, load_mapping, non_empty_list, positive_int, positive_number, save_json, save_text
 
 DEVICE_FIELDS = ("flops", "up_bps", "down_bps", "fed_up_bps", "fed_down_bps")
 _TOP_FIELDS = ("batch_size", "server_flops", "edge_to_fed_bps", "fed_to_edge_bps", "devices")
@@ -97,9 +97,7 @@ class SystemSpec:
     def save(self, path: str | os.PathLike) -> None:
         """Write JSON, or TOML when the path ends in ``.toml``."""
         if str(path).endswith(".toml"):
-            from pathlib import Path
-
-            Path(path).write_text(to_toml(self.to_json()), encoding="utf-8")
+            save_text(to_toml(self.to_json()), path)
         else:
             save_json(self.to_json(), path)
 

@@ -154,7 +154,7 @@ def test_default_plan_is_the_planners_and_is_recorded() -> None:
     from adaptplan.constants import ConvergenceConstants
     from adaptplan.planner import Planner
 
-    trainer = Trainer(TrainConfig(**FAST, algorithm="adaptsfl", rounds=2))
+    trainer = Trainer(TrainConfig(**{**FAST, "lr": 0.01}, algorithm="adaptsfl", rounds=2))   # γ = lr = placeholder's 0.01
     L = trainer.profile.num_cuts
     expected = Planner(trainer.profile, trainer.clock.system(1), ConvergenceConstants.placeholder(L)).plan()
     event = trainer.history.events[0]
@@ -165,7 +165,7 @@ def test_default_plan_is_the_planners_and_is_recorded() -> None:
     # an unreachable target ε: the documented default plan, with the planner's reason recorded
     unreachable = ConvergenceConstants.placeholder(L)
     unreachable = type(unreachable)(**{**unreachable.to_json(), "epsilon": 1e-6})
-    fallback = Trainer(TrainConfig(**FAST, algorithm="adaptsfl", rounds=2), constants=unreachable)
+    fallback = Trainer(TrainConfig(**{**FAST, "lr": 0.01}, algorithm="adaptsfl", rounds=2), constants=unreachable)
     event = fallback.history.events[0]
     assert event["source"] == "default" and "epsilon" in event["reason"]
     assert fallback.engine.cuts == [(L + 1) // 2] * 4 and fallback.engine.interval == 1
@@ -179,10 +179,12 @@ def test_replan_every_with_the_real_planner(tmp_path: Path) -> None:
     assert code == 0
     history = History.load(out)
     replans = [e for e in history.events if e["event"] == "replan"]
-    assert [e["round"] for e in replans] == [2, 4]                # every Q = 2 rounds, never at the last round
+    # every Q = 2 rounds, the last one included: whether a round re-plans must not depend on --rounds,
+    # or a run resumed with more rounds would differ from an uninterrupted one
+    assert [e["round"] for e in replans] == [2, 4, 6]
     assert all(e["plan"]["solver"]["method"] == "bcd" and e["interval"] == 2 for e in replans)   # --interval wins
-    assert [r.round for r in history.records if r.replanned] == [2, 4]
-    for e in replans:                                             # the records show the plan in force
+    assert [r.round for r in history.records if r.replanned] == [2, 4, 6]
+    for e in replans[:-1]:                                        # the records show the plan in force
         assert history.records[e["round"]].cuts == e["cuts"]
 
 
@@ -205,3 +207,62 @@ def test_done_when_20_device_adaptsfl_on_cifar10_subset_plots_and_resumes_identi
     for x, y in zip(sa["instances"], sb["instances"]):
         assert all(torch.equal(x[k], y[k]) for k in x)
     assert time.perf_counter() - start < 40
+
+
+def test_planner_uses_the_training_learning_rate_and_sfl_aggregates_every_round() -> None:
+    from adaptplan.constants import ConvergenceConstants
+
+    # γ = --lr = 0.05 with 4 devices: noise floor (βγ/N)Σσ² = 5·0.05·5/4 = 0.3125 ≥ ε = 0.1
+    trainer = Trainer(TrainConfig(**FAST, algorithm="adaptsfl", rounds=2))
+    assert trainer.history.events[0]["source"] == "default" and "0.3125" in trainer.history.events[0]["reason"]
+    L = trainer.profile.num_cuts
+    with pytest.raises(InputError, match="not the learning rate"):
+        Trainer(TrainConfig(**FAST, algorithm="adaptsfl", rounds=2), constants=ConvergenceConstants.placeholder(L))
+    # SplitFed takes the planner's cuts but aggregates every round unless --interval is given
+    sfl = Trainer(TrainConfig(**{**FAST, "lr": 0.01}, algorithm="sfl-v1", rounds=2))
+    adapt = Trainer(TrainConfig(**{**FAST, "lr": 0.01}, algorithm="adaptsfl", rounds=2))
+    assert sfl.engine.cuts == adapt.engine.cuts and sfl.engine.interval == 1 < adapt.engine.interval
+
+
+def test_evaluation_leaves_models_and_rng_untouched() -> None:
+    trainer = Trainer(TrainConfig(**FAST, algorithm="adaptsfl", rounds=1, cuts=(2,), interval=1))
+    model = trainer.strategy.eval_models(trainer.engine)[0]
+    state = torch.get_rng_state()
+    first, second = trainer.evaluate(), trainer.evaluate()
+    assert first == second and torch.equal(state, torch.get_rng_state()) and model.training
+
+
+def test_user_system_keeps_its_resources_and_oversized_batches_are_rejected(tmp_path: Path) -> None:
+    from adaptplan.system import generate_system
+
+    path = tmp_path / "system.json"
+    generate_system(4, 9).save(path)
+    trainer = Trainer(TrainConfig(**FAST, algorithm="adaptsfl", rounds=1, cuts=(2,), interval=1, system_path=str(path)))
+    assert trainer.clock.system(1).devices == trainer.clock.system(7).devices == generate_system(4, 9).devices
+    with pytest.raises(InputError, match="exceeds the smallest device"):
+        Trainer(TrainConfig(**{**FAST, "batch_size": 100_000}, algorithm="adaptsfl", rounds=1, cuts=(2,)))
+
+
+def test_out_must_be_a_folder_and_bad_histories_exit_2(tmp_path: Path, capsys) -> None:
+    blocker = tmp_path / "afile"
+    blocker.write_text("x")
+    assert main(["train", "--dataset", "synthetic", "--devices", "4", "--rounds", "1", "--no-progress",
+                 "--cuts", "2", "--out", str(blocker / "sub")]) == 2
+    assert "--out" in capsys.readouterr().err
+    for text in ("{bad", '{"records": [{"round": 1}]}', "[]", "\udcff"):
+        bad = tmp_path / "history.json"
+        bad.write_bytes(text.encode("utf-8", "surrogateescape"))
+        assert main(["plot", str(bad), "-o", str(tmp_path / "p.png")]) == 2
+        err = capsys.readouterr().err
+        assert "history" in err and "Traceback" not in err
+
+
+def test_resume_with_more_rounds_replans_like_an_uninterrupted_run(tmp_path: Path) -> None:
+    base = ["train", "--dataset", "synthetic", "--model", "mlp", "--devices", "4", "--no-progress", "--threads", "1",
+            "--cuts", "1,2,1,2", "--interval", "2", "--replan-every", "2", "--batch-size", "8", "--eval-every", "2"]
+    assert main(base + ["--rounds", "8", "--out", str(tmp_path / "full")]) == 0
+    assert main(base + ["--rounds", "4", "--out", str(tmp_path / "part"), "--checkpoint-every", "2"]) == 0
+    assert main(base + ["--rounds", "8", "--out", str(tmp_path / "part"), "--checkpoint-every", "2", "--resume"]) == 0
+    full, part = History.load(tmp_path / "full"), History.load(tmp_path / "part")
+    assert [r.round for r in full.records if r.replanned] == [2, 4, 6, 8]
+    assert records(full) == records(part)

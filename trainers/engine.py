@@ -433,11 +433,16 @@ class SplitEngine:
         if max_samples is not None:
             x, y = x[:max_samples], y[:max_samples]
         correct, loss_sum = 0, 0.0
-        for start in range(0, x.shape[0], batch_size):
-            logits = model(x[start:start + batch_size])
-            target = y[start:start + batch_size]
-            loss_sum += float(nn.functional.cross_entropy(logits, target, reduction="sum"))
-            correct += int((logits.argmax(1) == target).sum())
+        was_training = model.training
+        model.eval()  # BatchNorm uses its running statistics and Dropout is off; no RNG is consumed
+        try:
+            for start in range(0, x.shape[0], batch_size):
+                logits = model(x[start:start + batch_size])
+                target = y[start:start + batch_size]
+                loss_sum += float(nn.functional.cross_entropy(logits, target, reduction="sum"))
+                correct += int((logits.argmax(1) == target).sum())
+        finally:
+            model.train(was_training)
         return correct / x.shape[0], loss_sum / x.shape[0]
 
     # ---- one round ---------------------------------------------------------------------------------

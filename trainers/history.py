@@ -6,13 +6,13 @@ time-to-target-accuracy metric. Simulated seconds (``sim_seconds``) and wall-clo
 from __future__ import annotations
 
 import csv
-import json
 import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from adaptplan.fileio import save_json
+from adaptplan.errors import InputError
+from adaptplan.fileio import check_keys, load_mapping, save_json
 
 
 @dataclass
@@ -97,7 +97,18 @@ class History:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "History":
-        return cls([RoundRecord(**r) for r in data["records"]], dict(data.get("meta", {})), list(data.get("events", [])))
+        """Rebuild a history; a malformed one raises InputError naming the offending part."""
+        check_keys(data, ("records",), ("meta", "events", "summary"), "history")
+        if not isinstance(data["records"], list):
+            raise InputError("must be a list of per-round records", field="history.records")
+        if not isinstance(data.get("meta", {}), dict) or not isinstance(data.get("events", []), list):
+            raise InputError("meta must be an object and events a list", field="history")
+        names = [f.name for f in fields(RoundRecord)]
+        records = []
+        for k, r in enumerate(data["records"]):
+            check_keys(r, names, (), f"history.records[{k}]")
+            records.append(RoundRecord(**r))
+        return cls(records, dict(data.get("meta", {})), list(data.get("events", [])))
 
     def save(self, folder: str | os.PathLike) -> None:
         """Write ``history.json`` and ``history.csv`` into ``folder`` (atomic JSON)."""
@@ -119,4 +130,4 @@ class History:
         p = Path(path)
         if p.is_dir():
             p = p / "history.json"
-        return cls.from_json(json.loads(p.read_text(encoding="utf-8")))
+        return cls.from_json(load_mapping(p, "history"))

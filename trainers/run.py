@@ -65,19 +65,19 @@ Planner = Callable[[ReplanRequest], "tuple[list[int], int] | Plan"]
 history's events); raises :class:`~adaptplan.errors.InfeasibleError` when no plan reaches the target."""
 
 
-def default_planner(constants: ConvergenceConstants | None = None) -> Planner:
+def default_planner(constants: ConvergenceConstants | None = None, gamma: float = 0.01) -> Planner:
     """A :data:`Planner` backed by ``adaptplan.planner.Planner`` (BCD, Algorithm 3).
 
     Each call solves problem (28) for ``request.system``, warm-started from the cuts in force —
     what ``Planner.replan(system=..., warm_start=...)`` does — but statelessly, so a resumed run
     re-plans exactly as the uninterrupted one. Constants default to the placeholders of spec §6.1
-    (``ConvergenceConstants.placeholder(L)``).
+    (``ConvergenceConstants.placeholder(L)``) with γ = ``gamma``, the learning rate actually used.
     """
 
     def plan(request: ReplanRequest) -> Plan:
         from adaptplan.planner import Planner as _Planner
 
-        consts = constants or ConvergenceConstants.placeholder(request.profile.num_cuts)
+        consts = constants or dataclasses.replace(ConvergenceConstants.placeholder(request.profile.num_cuts), gamma=gamma)
         return _Planner(request.profile, request.system, consts).plan(initial_cuts=request.cuts or None)
 
     return plan
@@ -125,16 +125,27 @@ class Trainer:
             raise InputError(f"the constants have {len(constants.sigma2)} cut points but {config.model} has "
                              f"{self.profile.num_cuts}; estimate them for this model (adaptplan profile --grad-stats)",
                              field="constants_path")
-        self.planner = planner or default_planner(constants)
+        if constants is not None and not math.isclose(constants.gamma, config.lr, rel_tol=1e-9):
+            raise InputError(f"the constants' gamma = {constants.gamma:g} is not the learning rate --lr {config.lr:g}; "
+                             f"the plan (Corollary 1) must use the learning rate that trains", field="constants_path")
+        self.planner = planner or default_planner(constants, gamma=config.lr)
         base = system
         if base is None:
             base = SystemSpec.load(config.system_path) if config.system_path else generate_system(config.devices, config.system_seed)
         if base.num_devices != config.devices:
             raise InputError(f"system has {base.num_devices} devices but devices = {config.devices}", field="devices")
-        self.process = SystemProcess(base, seed=config.system_seed, redraw=config.redraw_resources, noise_cv=config.noise_cv)
+        # Re-drawing samples the generator's ranges, so it applies to generated systems only; a system the
+        # user gave (file or argument) keeps its resources every round.
+        generated = system is None and not config.system_path
+        self.process = SystemProcess(base, seed=config.system_seed, redraw=config.redraw_resources and generated,
+                                     noise_cv=config.noise_cv)
         self.clock = SimClock(self.profile, self.process, config.batch_size)
         parts = partition_indices(self.dataset.y_train.numpy(), config.devices, config.partition, config.seed,
                                   config.dirichlet_alpha)
+        smallest = min(len(p) for p in parts)
+        if config.batch_size > smallest:
+            raise InputError(f"{config.batch_size} exceeds the smallest device's {smallest} training samples "
+                             f"({config.partition} partition over {config.devices} devices)", field="batch_size")
         cuts, interval, event = self._initial_plan()
         self.strategy = make_strategy(config.algorithm)
         self.engine = SplitEngine(self.blocks, cuts, self.strategy,
@@ -158,12 +169,20 @@ class Trainer:
             plan = Plan.load(c.plan_path)
             if len(plan.cuts) != c.devices:
                 raise InputError(f"plan has {len(plan.cuts)} cuts but devices = {c.devices}", field="plan.cuts")
+            outside = [cut for cut in plan.cuts if not 1 <= cut <= L]
+            if outside:
+                raise InputError(f"cut {outside[0]} is outside 1..{L}, the cut points of {c.model}", field="plan.cuts")
             return list(plan.cuts), c.interval or plan.interval, {"source": "plan", "plan": plan.to_json()}
         try:
             cuts, interval, details = _decision(self.planner(ReplanRequest(0, self.clock.system(1), self.profile, [], 1)))
         except InfeasibleError as exc:
             return [math.ceil(L / 2)] * c.devices, c.interval or 1, {"source": "default", "reason": str(exc)}
-        return self._one_client_model(cuts), c.interval or interval, {"source": "planner", **details}
+        return self._one_client_model(cuts), c.interval or self._planned_interval(interval), {"source": "planner", **details}
+
+    def _planned_interval(self, interval: int) -> int:
+        """The planner's I is AdaptSFL's decision; SplitFed (and the others) aggregate every round (I = 1)
+        unless ``--interval`` says otherwise — only the cuts are taken from the plan."""
+        return interval if self.config.algorithm == "adaptsfl" else 1
 
     def _one_client_model(self, cuts: list[int]) -> list[int]:
         """Vanilla SL hands one client model from device to device: all devices at the deepest planned cut."""
@@ -250,12 +269,12 @@ class Trainer:
         return float(np.mean([r[0] for r in results])), float(np.mean([r[1] for r in results]))
 
     def _maybe_replan(self, t: int, aggregated: bool) -> bool:
-        """Algorithm 1: at an aggregation round (not the last one), if Q rounds passed since the last
+        """Algorithm 1: at an aggregation round, if Q rounds passed since the last
         re-plan, call the planner with the measured system of the next round and re-partition without
         losing state. ``config.interval``, if set, overrides the planner's I here too. An infeasible
         re-plan keeps the plan in force and records a ``replan-infeasible`` event with the reason."""
         Q = self.config.replan_every
-        if not Q or not aggregated or t - self.last_replan < Q or t >= self.config.rounds:
+        if not Q or not aggregated or t - self.last_replan < Q:
             return False
         system = dataclasses.replace(self.clock.process.measured(t + 1), batch_size=self.config.batch_size)
         old = (list(self.engine.cuts), self.engine.interval)
@@ -266,7 +285,7 @@ class Trainer:
             self.history.events.append({"round": t, "event": "replan-infeasible", "reason": str(exc),
                                         "cuts": old[0], "interval": old[1]})
             return False
-        cuts, interval = self._one_client_model(cuts), self.config.interval or interval
+        cuts, interval = self._one_client_model(cuts), self.config.interval or self._planned_interval(interval)
         self.engine.set_cuts(cuts)
         self.engine.interval = interval
         self.history.events.append({"round": t, "event": "replan", "old_cuts": old[0], "old_interval": old[1],

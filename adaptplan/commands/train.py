@@ -58,7 +58,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--target-accuracy", type=float, help="report simulated seconds to reach this test accuracy (fraction 0-1)")
     p.add_argument("--system", help="system JSON/TOML (default: generated from --system-seed)")
     p.add_argument("--system-seed", type=int, default=0, help="seed of the generated system and its per-round re-draws (default 0)")
-    p.add_argument("--static-resources", action="store_true", help="do not re-draw device FLOP/s and uplinks every round")
+    p.add_argument("--static-resources", action="store_true", help="do not re-draw device FLOP/s and uplinks every round "
+                   "(re-drawing applies to generated systems only; a --system file keeps its resources)")
     p.add_argument("--constants", help="training constants JSON for the planner, one sigma2/G2 per cut point of --model "
                                              "(default: spec §6.1 placeholders)")
     p.add_argument("--data-root", metavar="DIR",
@@ -98,6 +99,13 @@ def _train(args: argparse.Namespace) -> int:
 
     if args.checkpoint_every and not args.out:
         raise InputError("needs --out (where checkpoint.pt is written)", field="checkpoint_every")
+    if args.out:
+        from pathlib import Path
+
+        out = Path(args.out)
+        if any(p.exists() and not p.is_dir() for p in (out, *out.parents)):
+            raise InputError(f"{args.out!r} must be a folder (a file of that name or a parent file is in the way)", field="--out")
+        out.mkdir(parents=True, exist_ok=True)  # fail now, not after training
     config = TrainConfig(
         algorithm=args.algorithm, dataset=args.dataset, model=args.model, devices=args.devices,
         partition=args.partition, dirichlet_alpha=args.alpha, rounds=args.rounds, batch_size=args.batch_size,
