@@ -43,6 +43,8 @@ def save_text(text: str, path: str | os.PathLike) -> None:
     """Write ``text`` (UTF-8), creating parent folders; atomic (temp file + rename), so a crash never
     leaves a half-written file."""
     p = Path(path)
+    if p.is_dir():
+        raise InputError(f"{str(p)!r} is a folder; give a file name", field="output")
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_name(p.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")

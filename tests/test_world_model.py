@@ -146,3 +146,15 @@ def test_plan_round_trip(tmp_path):
     plan.save(tmp_path / "plan.json")
     assert Plan.load(tmp_path / "plan.json") == plan
     assert plan.deepest_cut == 5
+
+
+def test_theorem1_step_size_condition_is_enforced():
+    constants = ConvergenceConstants(beta=5, gamma=0.5, theta=2.3, epsilon=100, sigma2=(1.0,) * 3, G2=(2e-3,) * 3)
+    with pytest.raises(InfeasibleError, match="needs 0 < gamma <= 1/beta"):
+        ConvergenceModel(constants, num_devices=20).check_reachable()
+
+
+def test_saving_onto_a_folder_is_an_input_error(tmp_path):
+    with pytest.raises(InputError, match="is a folder"):
+        two_device_system().save(tmp_path)
+    assert list(tmp_path.iterdir()) == []
