@@ -57,6 +57,11 @@ class ConvergenceModel:
         k = self.constants
         return 2.0 * k.theta / (k.gamma * margin)
 
+    def integer_rounds(self, interval: int, deepest_cut: int) -> int:
+        """⌈R⌉ of eq. (15), the rounds a plan reports (formats.md); a relative 1e-12 guard keeps an R
+        that is an integer up to rounding from gaining a round. Raises InfeasibleError like ``rounds``."""
+        return max(1, math.ceil(self.rounds(interval, deepest_cut) * (1 - 1e-12)))
+
     def objective(self, interval: int | float, deepest_cut: int, t_split: float, t_agg: float) -> float:
         """Relaxed objective (28) in seconds; +∞ when infeasible."""
         margin = self.margin(interval, deepest_cut)

@@ -105,8 +105,9 @@ class LatencyModel:
     * ``model_up`` = δ_j / r_i^{fU}                  — (22), the μ₃ row
     * ``model_down`` = δ_j / r_i^{fD}                — (24), the μ₄ row
 
-    and per-cut vectors, shape (L,): ``server_fp_per_device`` = b(ρ_L − ρ_j)/f_s (18) and
-    ``server_bp_per_device`` = b(ϖ_L − ϖ_j)/f_s (19) (or the profile's ``server_bp_flops``).
+    and per-cut vectors, shape (L,): ``server_fp_per_device`` = b(ρ_L − ρ_j)/f_s (18),
+    ``server_bp_per_device`` = b(ϖ_L − ϖ_j)/f_s (19) (or the profile's ``server_bp_flops``) and
+    their sum ``server_per_device``, one device's share of the server stage.
     """
 
     def __init__(self, profile: ModelProfile, system: SystemSpec) -> None:
@@ -121,6 +122,11 @@ class LatencyModel:
         self.server_fp_per_device = b * (rho[-1] - rho) / system.server_flops
         self.server_bp_per_device = b * profile.server_bp / system.server_flops
         self.delta = delta
+
+    @property
+    def server_per_device(self) -> np.ndarray:
+        """(18)+(19) per device for each cut j, shape (L,), seconds: one device's share of the server stage."""
+        return self.server_fp_per_device + self.server_bp_per_device
 
     @property
     def num_devices(self) -> int:
@@ -161,20 +167,35 @@ class LatencyModel:
             edge_model_down=non_common_bits / self.system.fed_to_edge_bps,
         )
 
+    def stage_latencies(self, cut_matrix: np.ndarray, deepest: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(T_split, T_agg) of §2.4 in seconds for K cut vectors at once.
+
+        Args:
+            cut_matrix: (K, N) 1-based cuts (one cut vector per row; not validated — see ``t_split``).
+            deepest: if given, S_n = Σ_i (δ_deepest − δ_{ℓ_i}) uses this 1-based cut instead of each
+                row's own L_c = max_i ℓ_i — the payload when the deepest cut is fixed as an upper
+                bound (μ₆ of §4.3), as the exact solvers do.
+
+        Returns:
+            two arrays of shape (K,).
+        """
+        j = np.asarray(cut_matrix, dtype=int) - 1
+        rows = np.arange(self.num_devices)[None, :]
+        t_split = (self.fp_up[rows, j].max(axis=1) + self.server_per_device[j].sum(axis=1)
+                   + self.down_bp[rows, j].max(axis=1))
+        top = self.delta[j.max(axis=1)] if deepest is None else np.full(j.shape[0], self.delta[deepest - 1])
+        non_common_bits = (top[:, None] - self.delta[j]).sum(axis=1)  # S_n, §2.3 / A5
+        t_agg = (np.maximum(self.model_up[rows, j].max(axis=1), non_common_bits / self.system.edge_to_fed_bps)
+                 + np.maximum(self.model_down[rows, j].max(axis=1), non_common_bits / self.system.fed_to_edge_bps))
+        return t_split, t_agg
+
     def t_split(self, cuts: Sequence[int]) -> float:
-        """T_split(x) of §2.4 in seconds (fast path, no breakdown object)."""
-        j = self.check_cuts(cuts)
-        rows = np.arange(self.num_devices)
-        return float(self.fp_up[rows, j].max() + self.server_fp_per_device[j].sum()
-                     + self.server_bp_per_device[j].sum() + self.down_bp[rows, j].max())
+        """T_split(x) of §2.4 in seconds for one (validated) cut vector."""
+        return float(self.stage_latencies(self.check_cuts(cuts)[None, :] + 1)[0][0])
 
     def t_agg(self, cuts: Sequence[int]) -> float:
-        """T_agg(x) of §2.4 in seconds (fast path)."""
-        j = self.check_cuts(cuts)
-        rows = np.arange(self.num_devices)
-        non_common_bits = float(np.sum(self.delta[j.max()] - self.delta[j]))
-        return float(max(self.model_up[rows, j].max(), non_common_bits / self.system.edge_to_fed_bps)
-                     + max(self.model_down[rows, j].max(), non_common_bits / self.system.fed_to_edge_bps))
+        """T_agg(x) of §2.4 in seconds for one (validated) cut vector."""
+        return float(self.stage_latencies(self.check_cuts(cuts)[None, :] + 1)[1][0])
 
 
 def total_latency(rounds: int, interval: int, t_split: float, t_agg: float) -> float:

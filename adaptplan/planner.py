@@ -9,7 +9,6 @@ model (used for fixed plans, baselines and the trainers' clock).
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from typing import Sequence
 
@@ -80,8 +79,7 @@ def build_plan(problem: PlanningProblem, cuts: Sequence[int], interval: int, sol
     cuts = tuple(int(c) for c in cuts)
     breakdown = problem.latency.breakdown(cuts)
     deepest = max(cuts)
-    real_rounds = problem.convergence.rounds(interval, deepest)
-    rounds = max(1, math.ceil(real_rounds * (1 - 1e-12)))
+    rounds = problem.convergence.integer_rounds(int(interval), deepest)
     t_split, t_agg = breakdown.t_split, breakdown.t_agg
     return Plan(
         interval=int(interval),

@@ -99,7 +99,7 @@ def ams_cuts(problem: PlanningProblem) -> tuple[int, ...]:
     cand = problem.feasible_candidates
     j = cand - 1
     per_device = (lat.fp_up[:, j] + lat.down_bp[:, j]
-                  + (lat.server_fp_per_device + lat.server_bp_per_device)[j][None, :])
+                  + lat.server_per_device[j][None, :])
     return tuple(int(c) for c in cand[np.argmin(per_device, axis=1)])
 
 

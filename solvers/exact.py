@@ -61,7 +61,7 @@ def solve_exhaustive(problem: PlanningProblem, *, max_vectors: int = 2_000_000, 
         chunk = np.array(list(_take(vectors, _CHUNK)), dtype=int)
         if chunk.size == 0:
             break
-        a, b = problem.stage_latencies_many(chunk)
+        a, b = problem.latency.stage_latencies(chunk)
         deepest = chunk.max(axis=1)
         for L in np.unique(deepest):
             rows = np.flatnonzero(deepest == L)
@@ -122,7 +122,8 @@ def solve_exact(problem: PlanningProblem, *, backend: str = "highs", max_interva
             cuts = model.solve(backend=backend, mip_gap=mip_gap, time_limit=time_limit)
             solves += 1
             proven = proven and model.last_optimal
-            return (*_numerator_terms(problem, cuts, L), cuts)
+            a, b = problem.latency.stage_latencies([cuts], deepest=L)  # (T_split, T_agg with S_n at δ_L)
+            return float(a[0]), float(b[0]), cuts
 
         points = {}
         stack = [(numerator(1.0), numerator(float(top)))]
@@ -154,14 +155,3 @@ def solve_exact(problem: PlanningProblem, *, backend: str = "highs", max_interva
                        iterations=len(history), milp_solves=solves, seconds=time.perf_counter() - start,
                        backend=backend, history=history)
 
-
-def _numerator_terms(problem: PlanningProblem, cuts, L: int) -> tuple[float, float]:
-    """(a, b_L) = (T_split(x), T_agg with S_n = Σ_i(δ_L − δ_{ℓ_i})) in seconds, §2.3–§2.4."""
-    lat = problem.latency
-    j = np.asarray(cuts, dtype=int) - 1
-    rows = np.arange(j.size)
-    s_n = float(np.sum(lat.delta[L - 1] - lat.delta[j]))
-    sys = lat.system
-    b = (max(lat.model_up[rows, j].max(), s_n / sys.edge_to_fed_bps)
-         + max(lat.model_down[rows, j].max(), s_n / sys.fed_to_edge_bps))
-    return lat.t_split(cuts), float(b)

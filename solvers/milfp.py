@@ -125,7 +125,7 @@ class MSModel:
         x = [[pulp.LpVariable(f"x_{i}_{k}", cat=pulp.LpBinary) for k in range(J)] for i in range(N)]
         mu = [pulp.LpVariable(f"mu{m}", lowBound=0) for m in range(1, 7)]
         self.x, self.mu = x, mu
-        s = (lat.server_fp_per_device + lat.server_bp_per_device)[j]  # (18)+(19) per device, seconds
+        s = lat.server_per_device[j]  # (18)+(19) per device, seconds
         delta_mbit = lat.delta[j] / _MBIT
         sys = lat.system
         per_device = (

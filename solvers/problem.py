@@ -10,7 +10,6 @@ Units: times in seconds, the objective (28) in seconds.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -111,21 +110,8 @@ class PlanningProblem:
     def total_latency(self, interval: int, cuts: Sequence[int]) -> tuple[int, int, float]:
         """Eq. (26) with integer rounds: (⌈R⌉, ⌊⌈R⌉/I⌋, T) with T in seconds; raises if infeasible."""
         t_split, t_agg = self.stage_latencies(cuts)
-        rounds = int(math.ceil(self.convergence.rounds(interval, int(max(cuts)))))
+        rounds = self.convergence.integer_rounds(interval, int(max(cuts)))
         return rounds, rounds // interval, total_latency(rounds, interval, t_split, t_agg)
-
-    def stage_latencies_many(self, cut_matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Vectorised §2.4 for K cut vectors: ``cut_matrix`` (K, N) of 1-based cuts → (T_split, T_agg), each (K,)."""
-        lat = self.latency
-        j = np.asarray(cut_matrix, dtype=int) - 1
-        rows = np.arange(lat.num_devices)[None, :]
-        t_split = (lat.fp_up[rows, j].max(axis=1) + lat.server_fp_per_device[j].sum(axis=1)
-                   + lat.server_bp_per_device[j].sum(axis=1) + lat.down_bp[rows, j].max(axis=1))
-        non_common = (lat.delta[j.max(axis=1)][:, None] - lat.delta[j]).sum(axis=1)  # S_n, §2.3
-        sys = lat.system
-        t_agg = (np.maximum(lat.model_up[rows, j].max(axis=1), non_common / sys.edge_to_fed_bps)
-                 + np.maximum(lat.model_down[rows, j].max(axis=1), non_common / sys.fed_to_edge_bps))
-        return t_split, t_agg
 
     def initial_cuts(self) -> tuple[int, ...]:
         """Shallowest feasible candidate cut for every device (Algorithm 3 step 2)."""

@@ -82,7 +82,7 @@ def applicable(problem: PlanningProblem) -> bool:
     can fail for a measured ``server_bp_flops``), and A_j is non-decreasing (always, G_j² ≥ 0)."""
     lat = problem.latency
     j = problem.candidates - 1
-    s = (lat.server_fp_per_device + lat.server_bp_per_device)[j]
+    s = lat.server_per_device[j]
     delta = lat.delta[j]
     A = problem.convergence.constants.cumulative_G2[j]
     return bool(np.all(np.diff(s) <= 0) and np.all(np.diff(delta) >= 0) and np.all(np.diff(A) >= 0))
@@ -214,7 +214,7 @@ class _Static:
         j = cols - 1
         self.a, self.b = lat.fp_up[:, j], lat.down_bp[:, j]
         self.u, self.v = lat.model_up[:, j], lat.model_down[:, j]
-        self.s = (lat.server_fp_per_device + lat.server_bp_per_device)[j]
+        self.s = lat.server_per_device[j]
         self.dl = lat.delta[j[-1]] - lat.delta[j]
         sys = lat.system
         self.ref, self.rfe = float(sys.edge_to_fed_bps), float(sys.fed_to_edge_bps)

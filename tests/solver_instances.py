@@ -38,7 +38,7 @@ def vgg16_problem(num_devices: int = 20, seed: int = 0) -> PlanningProblem:
 def exhaustive_at_interval(problem: PlanningProblem, interval: int) -> float:
     """Minimum of objective (28) over all cut vectors at fixed I (brute force, seconds)."""
     vectors = np.array(list(product(problem.candidates.tolist(), repeat=problem.num_devices)))
-    a, b = problem.stage_latencies_many(vectors)
+    a, b = problem.latency.stage_latencies(vectors)
     margin = problem.convergence.c - problem.convergence.d_per_cut[vectors.max(axis=1) - 1] * interval**2
     values = np.where(margin > 0, problem.scale * (interval * a + b) / (interval * np.where(margin > 0, margin, 1)), np.inf)
     return float(values.min())
