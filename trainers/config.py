@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from adaptplan.errors import InputError
+from adaptplan.fileio import positive_int, positive_number
 from trainers.datasets import dataset_names
 
 ALGORITHMS = ("sl", "psl", "sfl-v1", "sfl-v2", "adaptsfl")
@@ -98,15 +99,11 @@ class TrainConfig:
         check_model(self.model, "model")
         check_choice(self.partition, PARTITIONS, "partition")
         for name in ("devices", "rounds", "batch_size", "eval_every", "eval_batch_size", "model_width"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InputError(f"must be an integer ≥ 1, got {value!r}", field=name)
+            positive_int(getattr(self, name), name)
         for name in ("interval", "replan_every", "checkpoint_every", "max_test_samples", "threads"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise InputError(f"must be an integer ≥ 1 (or unset), got {value!r}", field=name)
-        if not (self.lr > 0):
-            raise InputError(f"must be > 0, got {self.lr!r}", field="lr")
+            if getattr(self, name) is not None:
+                positive_int(getattr(self, name), name)
+        positive_number(self.lr, "lr")
         if self.momentum < 0 or self.weight_decay < 0:
             raise InputError("momentum and weight_decay must be ≥ 0", field="momentum" if self.momentum < 0 else "weight_decay")
         if self.dirichlet_alpha <= 0:
@@ -124,8 +121,6 @@ class TrainConfig:
             self.cuts = cuts
         if self.plan_path is not None and self.cuts is not None:
             raise InputError("give either a plan file or explicit cuts, not both", field="cuts")
-        if self.algorithm == "sl" and self.cuts is not None and len(set(self.cuts)) > 1:
-            raise InputError("vanilla SL hands one client model from device to device, so all cuts must be equal", field="cuts")
 
     def optimizer_kwargs(self) -> dict[str, float]:
         """The keyword arguments of ``torch.optim.SGD`` for every part's optimizer."""
