@@ -15,8 +15,8 @@ from typing import Sequence
 
 import numpy as np
 
-from adaptplan.errors import InputError
 from adaptplan.model_profile import ModelProfile
+from adaptplan.plan import check_cut_vector
 from adaptplan.system import SystemSpec
 
 
@@ -138,13 +138,7 @@ class LatencyModel:
 
     def check_cuts(self, cuts: Sequence[int]) -> np.ndarray:
         """Return ``cuts`` as a 0-based int array of shape (N,), or raise naming the bad entry."""
-        array = np.asarray(cuts, dtype=int)
-        if array.shape != (self.num_devices,):
-            raise InputError(f"need one cut per device ({self.num_devices}), got {array.size}", field="cuts")
-        bad = np.flatnonzero((array < 1) | (array > self.num_cuts))
-        if bad.size:
-            raise InputError(f"cut {array[bad[0]]} is outside 1..{self.num_cuts}", field=f"cuts[{bad[0]}]")
-        return array - 1
+        return check_cut_vector(cuts, self.num_devices, self.num_cuts) - 1
 
     def breakdown(self, cuts: Sequence[int]) -> LatencyBreakdown:
         """Every term of eqs. (16)–(25) for the 1-based cut vector ``cuts``."""

@@ -10,10 +10,24 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
+
+import numpy as np
 
 from adaptplan.errors import InputError
 from adaptplan.fileio import check_keys, load_mapping, non_empty_list, non_negative_number, positive_int, save_json
+
+def check_cut_vector(cuts: Sequence[int], num_devices: int, num_cuts: int) -> np.ndarray:
+    """``cuts`` as an int array of 1-based cut indices, one per device, each in 1..``num_cuts``;
+    otherwise :class:`InputError` naming ``cuts`` or the bad entry ``cuts[i]``."""
+    array = np.asarray(cuts, dtype=int)
+    if array.shape != (num_devices,):
+        raise InputError(f"need one cut per device ({num_devices}), got {array.size}", field="cuts")
+    bad = np.flatnonzero((array < 1) | (array > num_cuts))
+    if bad.size:
+        raise InputError(f"cut {array[bad[0]]} is outside 1..{num_cuts}", field=f"cuts[{bad[0]}]")
+    return array
+
 
 _REQUIRED = ("interval", "cuts", "rounds", "aggregations", "round_latency_s", "aggregation_latency_s",
              "total_latency_s", "objective_s")

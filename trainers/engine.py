@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 from adaptplan.errors import InputError
+from adaptplan.plan import check_cut_vector
 from trainers.partition import DeviceSampler
 from trainers.transport import (
     ActivationMsg,
@@ -146,13 +147,7 @@ class SplitEngine:
 
     # ---- layout -----------------------------------------------------------------------------
     def _check_cuts(self, cuts: Sequence[int]) -> list[int]:
-        cuts = [int(c) for c in cuts]
-        if len(cuts) != self.num_devices:
-            raise InputError(f"need one cut per device ({self.num_devices}), got {len(cuts)}", field="cuts")
-        for i, c in enumerate(cuts):
-            if not 1 <= c <= self.num_blocks:
-                raise InputError(f"cut {c} is outside 1..{self.num_blocks} (the chain has {self.num_blocks} blocks)", field=f"cuts[{i}]")
-        return cuts
+        return check_cut_vector(cuts, self.num_devices, self.num_blocks).tolist()
 
     @property
     def deepest_cut(self) -> int:
