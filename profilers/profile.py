@@ -16,12 +16,14 @@ returns ∂ℓ/∂a_j; with this per-block accounting it equals ϖ_L − ϖ_j); 
 
 from __future__ import annotations
 
+from itertools import accumulate
 from typing import Sequence
 
 import torch
 from torch import nn
 
 from adaptplan.errors import InputError
+from adaptplan.fileio import positive_int
 from adaptplan.model_profile import CutPoint, ModelProfile
 from profilers.chain import Chain, build_chain
 from profilers.flops import backward_flops, forward_flops
@@ -58,8 +60,7 @@ def profile_model(model: nn.Module | Chain | str, input_shape: Sequence[int], mo
         ModelProfile with FLOPs per sample (2 per multiply–add), bits per sample, and bits.
     """
     shape = check_input_shape(input_shape)
-    if isinstance(bits_per_value, bool) or not isinstance(bits_per_value, int) or bits_per_value < 1:
-        raise InputError(f"must be an integer ≥ 1, got {bits_per_value!r}", field="bits_per_value")
+    positive_int(bits_per_value, "bits_per_value")
     if isinstance(model, str):
         from profilers.models import resolve_model
 
@@ -99,21 +100,13 @@ def _per_block(chain: Chain, x: torch.Tensor, progress: bool
     return fp, bp, bp_with_input, params, shapes
 
 
-def _cumsum(values: Sequence[float]) -> list[float]:
-    total, out = 0.0, []
-    for v in values:
-        total += v
-        out.append(total)
-    return out
-
-
 def _assemble(name: str, shape: tuple[int, ...], bits: int, names: list[str], fp: list[float], bp: list[float],
               bp_with_input: list[float], params: list[int], shapes: list[tuple[int, ...]],
               times: BlockTimes | None) -> ModelProfile:
-    rho, varpi, delta = _cumsum(fp), _cumsum(bp), _cumsum(params)
+    rho, varpi, delta = list(accumulate(fp)), list(accumulate(bp)), list(accumulate(params))
     server_bp = [float(sum(bp_with_input[j + 1:])) for j in range(len(fp))]
-    fp_s = _cumsum(times.forward_s) if times else [None] * len(fp)
-    bp_s = _cumsum(times.backward_s) if times else [None] * len(fp)
+    fp_s = list(accumulate(times.forward_s)) if times else [None] * len(fp)
+    bp_s = list(accumulate(times.backward_s)) if times else [None] * len(fp)
     cuts = tuple(
         CutPoint(index=j + 1, name=names[j], fp_flops=rho[j], bp_flops=varpi[j],
                  activation_bits=float(tensor_bits(shapes[j], bits)), gradient_bits=float(tensor_bits(shapes[j], bits)),
