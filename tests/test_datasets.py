@@ -59,3 +59,58 @@ def test_data_dir_env_variable_is_used(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("ADAPTPLAN_DATA_DIR", str(tmp_path))
     assert find_data_dir() == tmp_path
     assert load_dataset("mnist").x_train.shape[0] == MNIST_TRAIN_SIZE
+
+
+def test_shipped_files_are_the_projects_own() -> None:
+    from trainers.datasets import PROJECT_DATA_DIR
+
+    assert find_data_dir() == PROJECT_DATA_DIR or "ADAPTPLAN_DATA_DIR" in __import__("os").environ
+    assert (PROJECT_DATA_DIR / "cifar10_subset.npz").is_file() and (PROJECT_DATA_DIR / "mnist_test.npz").is_file()
+
+
+def test_no_data_folder_names_the_file_and_how_to_get_it(tmp_path, monkeypatch) -> None:
+    import trainers.datasets as ds
+
+    monkeypatch.delenv("ADAPTPLAN_DATA_DIR", raising=False)
+    monkeypatch.setattr(ds, "PROJECT_DATA_DIR", tmp_path / "absent")
+    with pytest.raises(InputError, match="data folder .*absent.* missing.*ADAPTPLAN_DATA_DIR.*git clone"):
+        load_dataset("cifar10-subset")
+    monkeypatch.setattr(ds, "PROJECT_DATA_DIR", tmp_path)
+    with pytest.raises(InputError, match=r"cifar10_subset\.npz not found in .*the project's data folder.*data/ folder"):
+        load_dataset("cifar10-subset")
+
+
+def _write_mnist(folder, **arrays) -> None:
+    np.savez(folder / "mnist_test.npz", **arrays)
+
+
+@pytest.mark.parametrize("case, pattern", [
+    ("truncated", "not a readable .npz file"),
+    ("random", "not a readable .npz file"),
+    ("missing", "no array 'y'"),
+    ("shape", r"array 'x' is uint8\[10, 28, 28\], expected uint8\[N, 1, 28, 28\]"),
+    ("float", r"array 'x' is float64"),
+    ("labels", r"labels in 'y' span 0\.\.12, outside the 10 classes"),
+    ("count", "10 images in 'x' but 9 labels"),
+])
+def test_damaged_data_files_are_one_message(tmp_path, case: str, pattern: str) -> None:
+    x = np.zeros((10, 1, 28, 28), np.uint8)
+    y = np.arange(10, dtype=np.uint8) % 10
+    if case == "truncated":
+        _write_mnist(tmp_path, x=x, y=y)
+        data = (tmp_path / "mnist_test.npz").read_bytes()
+        (tmp_path / "mnist_test.npz").write_bytes(data[: len(data) // 2])
+    elif case == "random":
+        (tmp_path / "mnist_test.npz").write_bytes(np.random.default_rng(0).bytes(4096))
+    elif case == "missing":
+        _write_mnist(tmp_path, x=x)
+    elif case == "shape":
+        _write_mnist(tmp_path, x=x[:, 0], y=y)
+    elif case == "float":
+        _write_mnist(tmp_path, x=x.astype(float), y=y)
+    elif case == "labels":
+        _write_mnist(tmp_path, x=x, y=np.where(y == 3, 12, y).astype(np.uint8))
+    else:
+        _write_mnist(tmp_path, x=x, y=y[:9])
+    with pytest.raises(InputError, match=pattern):
+        load_dataset("mnist-subset", root=tmp_path)

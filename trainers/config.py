@@ -81,6 +81,7 @@ class TrainConfig:
     noise_cv: float = 0.0
     constants_path: str | None = None
     data_root: str | None = None
+    download: bool = False
     batch_devices: bool = True
     progress: bool = False
     threads: int | None = None

@@ -100,7 +100,7 @@ class Trainer:
     given and for re-planning when ``replan_every`` is set; default :func:`default_planner`.
     ``system`` overrides the generated system (``generate_system(devices, system_seed)``);
     ``constants`` the training constants (else ``config.constants_path``, else the placeholders);
-    ``data`` the dataset (else ``trainers.datasets.load_dataset(config.dataset, config.data_root)``).
+    ``data`` the dataset (else ``trainers.datasets.load_dataset(config.dataset, config.data_root, config.download)``).
     """
 
     def __init__(self, config: TrainConfig, planner: Planner | None = None, system: SystemSpec | None = None,
@@ -110,7 +110,7 @@ class Trainer:
         if config.threads:
             torch.set_num_threads(config.threads)
         torch.manual_seed(config.seed)
-        self.dataset = data or load_dataset(config.dataset, config.data_root)
+        self.dataset = data or load_dataset(config.dataset, config.data_root, config.download)
         x_test, y_test = self.dataset.x_test, self.dataset.y_test
         if config.max_test_samples:
             x_test, y_test = x_test[:config.max_test_samples], y_test[:config.max_test_samples]

@@ -39,7 +39,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     grads = parser.add_argument_group("training constants (beta, sigma_j^2, G_j^2, theta; dimensionless)")
     grads.add_argument("--grad-stats", action="store_true", help="estimate the constants from real data (needs --dataset and --constants-out)")
     grads.add_argument("--dataset", metavar="NAME", help="dataset for --grad-stats, e.g. cifar10-subset, mnist, cifar10 (with --data-root)")
-    grads.add_argument("--data-root", metavar="DIR", help="directory holding the dataset files (default: the shared data directory)")
+    grads.add_argument("--data-root", metavar="DIR", help="directory holding the dataset files (default: $ADAPTPLAN_DATA_DIR, "
+                                                          "else the project's data/ folder)")
+    grads.add_argument("--download", action="store_true", help="let torchvision fetch cifar10/cifar100/mnist/fashion-mnist "
+                                                               "into --data-root (needs a network)")
     grads.add_argument("--constants-out", metavar="FILE", help="write the constants JSON (formats.md) to FILE")
     grads.add_argument("--batches", type=int, default=8, help="mini-batches used for the statistics (count, default: 8)")
     grads.add_argument("--batch-size", type=int, default=16, help="samples per mini-batch b (default: 16)")
@@ -73,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.num_classes < 1:
         raise InputError(f"must be ≥ 1, got {args.num_classes}", field="--num-classes")
+    data = _grad_stats_data(args, shape) if args.grad_stats else None   # a data problem fails before profiling
     model = build_model(args.model, shape, args.num_classes, field="MODEL")
     chain = build_chain(model, example_batch(shape))
     profile = profile_model(chain, shape, model_name=args.model, bits_per_value=args.bits,
@@ -87,24 +91,30 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_table(profile, chain.output_shapes))
     if args.grad_stats:
-        constants = _grad_stats(args, chain, shape)
+        constants = _grad_stats(args, chain, data)
         constants.save(args.constants_out)
         print(f"constants: beta={constants.beta:.4g} theta={constants.theta:.4g} "
               f"sum sigma2={sum(constants.sigma2):.4g} sum G2={sum(constants.G2):.4g} -> {args.constants_out}")
     return 0
 
 
-def _grad_stats(args: argparse.Namespace, chain: Any, shape: tuple[int, ...]) -> Any:
-    from profilers.gradstats import estimate_constants, iterate_batches
+def _grad_stats_data(args: argparse.Namespace, shape: tuple[int, ...]) -> Any:
+    """The dataset for ``--grad-stats``, checked against ``--input`` and ``--num-classes``."""
     from trainers.datasets import load_dataset
 
-    data = load_dataset(args.dataset, args.data_root)
+    data = load_dataset(args.dataset, args.data_root, download=args.download)
     if tuple(data.input_shape) != shape:
         raise InputError(f"{args.dataset} samples are {'x'.join(map(str, data.input_shape))} but --input is {args.input}",
                          field="--input")
     if data.num_classes != args.num_classes:
         raise InputError(f"{args.dataset} has {data.num_classes} classes; pass --num-classes {data.num_classes}",
                          field="--num-classes")
+    return data
+
+
+def _grad_stats(args: argparse.Namespace, chain: Any, data: Any) -> Any:
+    from profilers.gradstats import estimate_constants, iterate_batches
+
     batches = iterate_batches(data.x_train, data.y_train, args.batch_size, args.batches)
     return estimate_constants(chain, batches, gamma=args.gamma, epsilon=args.epsilon, num_batches=args.batches,
                               progress=True)

@@ -64,9 +64,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                                              "(default: spec §6.1 placeholders)")
     p.add_argument("--data-root", metavar="DIR",
                    help="folder with the dataset files: cifar10_subset.npz / mnist_test.npz for cifar10-subset and "
-                        "mnist-subset (default: $ADAPTPLAN_DATA_DIR, else the nearest shared/data directory), or "
-                        "torchvision's files for cifar10, cifar100, fashion-mnist and full mnist (required for those; "
-                        "never downloaded)")
+                        "mnist-subset (default: $ADAPTPLAN_DATA_DIR, else the project's data/ folder), or "
+                        "torchvision's files for cifar10, cifar100, fashion-mnist and full mnist (required for those)")
+    p.add_argument("--download", action="store_true",
+                   help="let torchvision fetch cifar10/cifar100/mnist/fashion-mnist into --data-root (needs a network)")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
@@ -114,6 +115,7 @@ def _train(args: argparse.Namespace) -> int:
         out=args.out, checkpoint_every=args.checkpoint_every, resume=args.resume,
         target_accuracy=args.target_accuracy, system_path=args.system, system_seed=args.system_seed,
         redraw_resources=not args.static_resources, constants_path=args.constants, data_root=args.data_root,
+        download=args.download,
         threads=args.threads, progress=not args.no_progress,
     )
     history = Trainer(config).run()
