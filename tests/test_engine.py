@@ -13,8 +13,8 @@ from trainers.models import cnn
 from trainers.partition import DeviceSampler, partition_indices
 from trainers.datasets import load_dataset
 from trainers.strategies import make_strategy
-from trainers.strategies.base import Strategy
-from trainers.transport import GradientMsg, MessageMismatchError, NonFiniteError
+from trainers.api import Strategy, parallel_step
+from trainers.messages import CutGradient, MessageMismatchError, NonFiniteError
 
 torch.set_num_threads(1)
 
@@ -60,13 +60,14 @@ def test_one_device_sl_equals_centralized_sgd(cut: int) -> None:
 
 def test_wrong_gradient_raises() -> None:
     engine = make_engine("psl", [3, 3], devices=2)
-    msg = engine.client_forward(0, 1)
+    device = engine.devices[0]
+    msg = device.forward(1)
     with pytest.raises(MessageMismatchError, match="step"):
-        engine.client_backward(0, GradientMsg(0, 1, msg.step + 1, torch.zeros_like(msg.tensor)))
+        device.backward(CutGradient(0, 1, msg.step + 1, torch.zeros_like(msg.tensor)))
     with pytest.raises(MessageMismatchError, match="device 1"):
-        engine.client_backward(0, GradientMsg(1, 1, msg.step, torch.zeros_like(msg.tensor)))
+        device.backward(CutGradient(1, 1, msg.step, torch.zeros_like(msg.tensor)))
     with pytest.raises(MessageMismatchError, match="shape"):
-        engine.client_backward(0, GradientMsg(0, 1, msg.step, torch.zeros(1)))
+        device.backward(CutGradient(0, 1, msg.step, torch.zeros(1)))
 
 
 class StaleStrategy(Strategy):
@@ -75,10 +76,17 @@ class StaleStrategy(Strategy):
     def __init__(self) -> None:
         self.previous = None
 
-    def server_step(self, engine, round_index, msgs):
-        grads = engine.server_step_parallel(msgs)
+    def serve(self, edge, ctx, arrivals):
+        grads = parallel_step(edge, ctx, arrivals)
         stale, self.previous = self.previous, grads
         return stale or grads
+
+
+class SilentStrategy(Strategy):
+    """A faulty server that never answers device 1."""
+
+    def serve(self, edge, ctx, arrivals):
+        return [g for g in parallel_step(edge, ctx, arrivals) if g.device != 1]
 
 
 def test_stale_gradient_stops_the_round() -> None:
@@ -86,6 +94,12 @@ def test_stale_gradient_stops_the_round() -> None:
     engine.run_round(1)
     with pytest.raises(MessageMismatchError, match="round 1, step 1"):
         engine.run_round(2)
+
+
+def test_unanswered_activation_is_named() -> None:
+    engine = SplitEngine(small_model(), [3, 3], SilentStrategy(), make_data(2), {"lr": 0.1}, 16)
+    with pytest.raises(MessageMismatchError, match="activation of device 1 .*never answered"):
+        engine.run_round(1)
 
 
 def test_nan_stops_naming_round_and_device() -> None:
@@ -114,8 +128,9 @@ def test_repartition_keeps_global_model_output() -> None:
     for a, b in zip(per_device_before, per_device_after):
         assert torch.equal(a, b)
     assert engine.deepest_cut == 9 and engine.cuts == [5, 1, 9]
-    # momentum buffers were carried: every optimizer has state for its parameters
-    for opt in engine.optimizers.values():
+    # momentum buffers were carried: every optimizer of every role has state for its parameters
+    optimizers = [d.optimizer.torch for d in engine.devices] + [o.torch for o in engine.edge.optimizers.values()]
+    for opt in optimizers:
         assert all("momentum_buffer" in opt.state[p] for g in opt.param_groups for p in g["params"])
     engine.run_round(3)                  # training continues on the new layout
 
@@ -134,21 +149,27 @@ def test_device_batching_is_mathematically_identical(algorithm: str) -> None:
 
 def test_optimizer_state_persists_across_batches() -> None:
     engine = make_engine("sfl-v1", [3, 3], devices=2, momentum=0.9)
-    opt = engine.optimizers[("server", 0)]
+    opt = engine.edge.optimizers[0].torch
     engine.run_round(1)
     buffers = [opt.state[p]["momentum_buffer"].clone() for p in opt.param_groups[0]["params"]]
     engine.run_round(2)
-    assert engine.optimizers[("server", 0)] is opt
+    assert engine.edge.optimizers[0].torch is opt
     assert any(not torch.equal(b, opt.state[p]["momentum_buffer"]) for b, p in zip(buffers, opt.param_groups[0]["params"]))
+
+
+def held_blocks(engine: SplitEngine) -> int:
+    """Block instances held by all roles: every device's client blocks plus the edge server's instances."""
+    return sum(d.cut for d in engine.devices) + len(engine.edge.instances)
 
 
 def test_memory_layout_only_needed_copies() -> None:
     n = 4
-    counts = {alg: len(make_engine(alg, [3] * n, devices=n).instances) for alg in ("sl", "psl", "sfl-v1", "sfl-v2", "adaptsfl")}
+    counts = {alg: held_blocks(make_engine(alg, [3] * n, devices=n)) for alg in ("sl", "psl", "sfl-v1", "sfl-v2", "adaptsfl")}
     L = 11
-    assert counts["sl"] == L
-    assert counts["psl"] == counts["sfl-v2"] == 3 * n + (L - 3)
+    # every device holds its own client blocks (SL hands them over as model messages); the edge server
+    # holds one shared copy of each server block, except SFL-V1 (one per device)
+    assert counts["sl"] == counts["psl"] == counts["sfl-v2"] == 3 * n + (L - 3)
     assert counts["sfl-v1"] == L * n
     assert counts["adaptsfl"] == 3 * n + (L - 3)       # equal cuts: no non-common part
     hetero = make_engine("adaptsfl", [2, 5, 5, 3], devices=n)
-    assert len(hetero.instances) == 5 * n + (L - 5)    # L_c = 5: blocks 1..5 per device, rest shared
+    assert held_blocks(hetero) == 5 * n + (L - 5)      # L_c = 5: blocks 1..5 per device, rest shared

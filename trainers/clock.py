@@ -1,22 +1,66 @@
-"""The simulated clock (DESIGN.md "Time"): charges each round the latency model's seconds for the
-cuts in force and that round's system state. The latency is computed only by
-:class:`adaptplan.latency.LatencyModel` (eqs. 16–26); strategies compose its terms
-(``Strategy.round_seconds``). Wall-clock seconds are recorded separately by the driver.
+"""Simulated time (docs/architecture.md "Time"). The latency model of adaptplan
+(:class:`adaptplan.latency.LatencyModel`, eqs. 16–25) gives every stage's seconds per device;
+the simulation runtime turns them into event times (a synchronous round is a barrier, GAS is
+asynchronous). Nothing here re-implements the latency model: :class:`StageTimes` only picks its
+per-device terms and scales the per-sample ones to each device's batch size.
+Wall-clock seconds are recorded separately by the driver.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Sequence
 
-from adaptplan.latency import LatencyBreakdown, LatencyModel
+import numpy as np
+
+from adaptplan.latency import LatencyModel
 from adaptplan.model_profile import ModelProfile
 from adaptplan.system import SystemProcess, SystemSpec
 
+STAGES = ("device FP", "uplink", "server", "downlink", "device BP", "model upload", "model download")
+
+
+@dataclass(frozen=True)
+class StageTimes:
+    """Seconds per device for one cut vector (arrays of shape (N,)).
+
+    ``client_fp`` (16), ``upload`` (17), ``download`` (20), ``client_bp`` (21) for the run's b,
+    ``server`` device i's share of (18)+(19), ``model_up`` (22) and ``model_down`` (24);
+    ``edge_to_fed_bps``/``fed_to_edge_bps`` (bit/s) time the edge server's model messages from
+    their real size (eqs. 23, 25 when the edge sends AdaptSFL's non-common parts).
+    """
+
+    client_fp: np.ndarray
+    upload: np.ndarray
+    server: np.ndarray
+    download: np.ndarray
+    client_bp: np.ndarray
+    model_up: np.ndarray
+    model_down: np.ndarray
+    edge_to_fed_bps: float
+    fed_to_edge_bps: float
+    batch_size: int
+
+    @classmethod
+    def zeros(cls, num_devices: int, batch_size: int) -> "StageTimes":
+        z = np.zeros(num_devices)
+        return cls(z, z, z, z, z, z, z, float("inf"), float("inf"), batch_size)
+
+    def scale(self, device: int, batch_size: int) -> float:
+        """b_i / b: per-sample terms scale with the device's own batch size."""
+        return batch_size / self.batch_size
+
+    def edge_up_seconds(self, bits: float) -> float:
+        return bits / self.edge_to_fed_bps
+
+    def edge_down_seconds(self, bits: float) -> float:
+        return bits / self.fed_to_edge_bps
+
 
 class SimClock:
-    """Simulated seconds of a run. ``charge(t, cuts, aggregated, strategy)`` adds round t's cost
-    under ``process.state(t)`` (per-round re-drawn resources when ``process.redraw``). The batch
-    size of the system is overridden by the run's b so the latency matches what is trained."""
+    """Latency terms per round: ``stage_times(t, cuts)`` under ``process.state(t)`` (per-round
+    re-drawn resources when ``process.redraw``). The system's batch size is overridden by the
+    run's b so the latency matches what is trained. ``seconds`` is the simulated time so far."""
 
     def __init__(self, profile: ModelProfile, process: SystemProcess, batch_size: int) -> None:
         self.profile = profile
@@ -35,12 +79,11 @@ class SimClock:
             self._cache = (key, LatencyModel(self.profile, self.system(round_index)))
         return self._cache[1]
 
-    def breakdown(self, round_index: int, cuts: list[int]) -> LatencyBreakdown:
-        return self.latency_model(round_index).breakdown(cuts)
-
-    def charge(self, round_index: int, cuts: list[int], aggregated: bool, strategy) -> float:
-        """Add and return round ``round_index``'s simulated seconds."""
-        seconds = float(strategy.round_seconds(self.breakdown(round_index, cuts), aggregated))
-        self.seconds += seconds
-        return seconds
-
+    def stage_times(self, round_index: int, cuts: Sequence[int]) -> StageTimes:
+        """Every device's stage seconds in round ``round_index`` for the 1-based ``cuts``."""
+        lm = self.latency_model(round_index)
+        b = lm.breakdown(cuts)
+        j = np.asarray(cuts, dtype=int) - 1
+        system = lm.system
+        return StageTimes(b.client_fp, b.upload, lm.server_per_device[j], b.download, b.client_bp, b.model_up,
+                          b.model_down, float(system.edge_to_fed_bps), float(system.fed_to_edge_bps), self.batch_size)

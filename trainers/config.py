@@ -14,16 +14,20 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from adaptplan.errors import InputError
 from adaptplan.fileio import positive_int, positive_number
 from trainers.datasets import dataset_names
 
+if TYPE_CHECKING:  # pragma: no cover
+    from trainers.optim import OptimizerSpec
+
 ALGORITHMS = ("sl", "psl", "sfl-v1", "sfl-v2", "adaptsfl")
 DATASETS = tuple(dataset_names())
 MODELS = ("cnn", "mlp", "vgg16-cifar")    # built-ins; any torchvision name or package.module:factory is valid too
 PARTITIONS = ("iid", "shards", "dirichlet")
+OPTIMIZERS = ("sgd", "adam")        # trainers.optim.OPTIMIZERS (kept torch-free here)
 
 
 def check_choice(value: str, valid: tuple[str, ...], field_name: str) -> str:
@@ -63,6 +67,8 @@ class TrainConfig:
     lr: float = 0.01
     momentum: float = 0.0
     weight_decay: float = 0.0
+    optimizer: str = "sgd"
+    clip_norm: float | None = None
     interval: int | None = None
     cuts: tuple[int, ...] | None = None
     plan_path: str | None = None
@@ -99,6 +105,9 @@ class TrainConfig:
 
         check_model(self.model, "model")
         check_choice(self.partition, PARTITIONS, "partition")
+        check_choice(self.optimizer, OPTIMIZERS, "optimizer")
+        if self.clip_norm is not None:
+            positive_number(self.clip_norm, "clip_norm")
         for name in ("devices", "rounds", "batch_size", "eval_every", "eval_batch_size", "model_width"):
             positive_int(getattr(self, name), name)
         for name in ("interval", "replan_every", "checkpoint_every", "max_test_samples", "threads"):
@@ -126,6 +135,12 @@ class TrainConfig:
     def optimizer_kwargs(self) -> dict[str, float]:
         """The keyword arguments of ``torch.optim.SGD`` for every part's optimizer."""
         return {"lr": self.lr, "momentum": self.momentum, "weight_decay": self.weight_decay}
+
+    def optimizer_spec(self) -> "OptimizerSpec":
+        """The run's optimizer (every role's, unless the algorithm chooses otherwise)."""
+        from trainers.optim import OptimizerSpec
+
+        return OptimizerSpec(self.optimizer, self.lr, self.momentum, self.weight_decay, self.clip_norm)
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

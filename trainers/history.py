@@ -6,6 +6,7 @@ time-to-target-accuracy metric. Simulated seconds (``sim_seconds``) and wall-clo
 from __future__ import annotations
 
 import csv
+import json
 import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -19,7 +20,10 @@ from adaptplan.fileio import check_keys, load_mapping, save_json
 class RoundRecord:
     """One round t. ``accuracy``/``test_loss`` are None on rounds without evaluation. Seconds are
     cumulative at the end of round t; bytes are this round's (device→server ``bytes_up``,
-    server→device ``bytes_down``, edge↔fed ``bytes_server``). ``cuts``/``interval`` = the plan in force."""
+    server→device ``bytes_down``, edge↔fed ``bytes_server``). ``cuts``/``interval`` = the plan in force.
+    ``participants`` the devices that trained; ``stage_seconds`` the round's seconds per stage (the
+    longest device's, per stage; ``server`` = the edge server's busy time); ``metrics`` the
+    algorithm's own per-round figures (e.g. GAPSL's selection ratio)."""
 
     round: int
     train_loss: float
@@ -35,7 +39,12 @@ class RoundRecord:
     replanned: bool
     cuts: list[int]
     interval: int
+    participants: list[int] = field(default_factory=list)
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
 
+
+OPTIONAL_RECORD_FIELDS = ("participants", "stage_seconds", "metrics")   # absent in histories written before Engine v2
 
 @dataclass
 class History:
@@ -106,7 +115,8 @@ class History:
         names = [f.name for f in fields(RoundRecord)]
         records = []
         for k, r in enumerate(data["records"]):
-            check_keys(r, names, (), f"history.records[{k}]")
+            check_keys(r, [n for n in names if n not in OPTIONAL_RECORD_FIELDS], OPTIONAL_RECORD_FIELDS,
+                       f"history.records[{k}]")
             records.append(RoundRecord(**r))
         return cls(records, dict(data.get("meta", {})), list(data.get("events", [])))
 
@@ -122,6 +132,9 @@ class History:
             for r in self.records:
                 row = asdict(r)
                 row["cuts"] = " ".join(map(str, r.cuts))
+                row["participants"] = " ".join(map(str, r.participants))
+                for name in ("stage_seconds", "metrics"):
+                    row[name] = json.dumps(row[name], sort_keys=True)
                 writer.writerow([row[n] for n in names])
         os.replace(tmp, folder / "history.csv")
 

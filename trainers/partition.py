@@ -72,12 +72,15 @@ class DeviceSampler:
         self.order = self.rng.permutation(self.indices.size)
         self.position = 0
 
-    def next(self) -> np.ndarray:
-        if self.position + self.batch_size > self.order.size:
+    def next(self, batch_size: int | None = None) -> np.ndarray:
+        """The next ``batch_size`` (default: the sampler's b) sample indices; a new permutation
+        starts when the current epoch has fewer left."""
+        n = self.batch_size if batch_size is None else min(int(batch_size), self.indices.size)
+        if self.position + n > self.order.size:
             self.order = self.rng.permutation(self.indices.size)
             self.position = 0
-        chosen = self.order[self.position:self.position + self.batch_size]
-        self.position += self.batch_size
+        chosen = self.order[self.position:self.position + n]
+        self.position += n
         return self.indices[chosen]
 
     def state(self) -> dict[str, Any]:

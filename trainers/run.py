@@ -149,9 +149,10 @@ class Trainer:
         cuts, interval, event = self._initial_plan()
         self.strategy = make_strategy(config.algorithm)
         self.engine = SplitEngine(self.blocks, cuts, self.strategy,
-                                  DeviceData(self.dataset.x_train, self.dataset.y_train, x_test, y_test, parts),
-                                  config.optimizer_kwargs(), config.batch_size, seed=config.seed, interval=interval,
-                                  batch_devices=config.batch_devices)
+                                  DeviceData(self.dataset.x_train, self.dataset.y_train, x_test, y_test, parts,
+                                             self.dataset.num_classes),
+                                  config.optimizer_spec(), config.batch_size, seed=config.seed, interval=interval,
+                                  batch_devices=config.batch_devices, clock=self.clock, total_rounds=config.rounds)
         self.history = History(meta={"config": config.to_json(), "plan_source": event["source"],
                                      "num_blocks": len(self.blocks), "block_names": self.block_names,
                                      "target_accuracy": config.target_accuracy})
@@ -232,14 +233,16 @@ class Trainer:
                 cuts_in_force, interval_in_force = list(engine.cuts), engine.interval
                 stats = engine.run_round(t)
                 replanned = self._maybe_replan(t, stats.aggregated)
-                round_seconds = self.clock.charge(t, cuts_in_force, stats.aggregated, self.strategy)
+                round_seconds = stats.sim_seconds
+                self.clock.seconds += round_seconds
                 acc = test_loss = None
                 if t % c.eval_every == 0:
                     acc, test_loss = self.evaluate()
                 wall = self.wall_offset + time.perf_counter() - t0
                 self.history.append(RoundRecord(t, stats.loss, acc, test_loss, self.clock.seconds, round_seconds, wall,
                                                 stats.bytes_up, stats.bytes_down, stats.bytes_server, stats.aggregated,
-                                                replanned, cuts_in_force, interval_in_force))
+                                                replanned, cuts_in_force, interval_in_force, stats.participants,
+                                                stats.stage_seconds, stats.metrics))
                 if c.checkpoint_every and c.out and t % c.checkpoint_every == 0:
                     save_checkpoint(self.state_dict(t, wall), c.out)
                 if bar is not None:
@@ -286,7 +289,7 @@ class Trainer:
                                         "cuts": old[0], "interval": old[1]})
             return False
         cuts, interval = self._one_client_model(cuts), self.config.interval or self._planned_interval(interval)
-        self.engine.set_cuts(cuts)
+        self.engine.set_cuts(cuts, t)
         self.engine.interval = interval
         self.history.events.append({"round": t, "event": "replan", "old_cuts": old[0], "old_interval": old[1],
                                     "cuts": cuts, "interval": interval, **details})

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from trainers.api import Strategy
 from trainers.config import ALGORITHMS, check_choice
 from trainers.strategies.adaptsfl import AdaptSFL
-from trainers.strategies.base import Strategy
 from trainers.strategies.psl import PSL
 from trainers.strategies.sfl import SFLV1, SFLV2
 from trainers.strategies.sl import SL

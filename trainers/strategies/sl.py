@@ -1,40 +1,44 @@
 """Vanilla split learning (Gupta & Raskar 2018; Vepakomma et al.): one client model handed from
 device to device, one server model; devices train one after the other.
 
-One round = each device in turn processes one mini-batch: forward (eq. 2), server forward,
-backward and step, gradient back, client step; then the client model is handed to the next device.
-All cuts must be equal (one client model). Clock: the devices' stages are sequential, so the round
-costs Σ_i (T_i^F + T_i^A + T_i^G + T_i^B + T_i^{mU} + T_i^{mD}) + T_s^F + T_s^B — every term
-taken from adaptplan's latency breakdown (hand-off of the client model ≈ one model upload and
-download per device).
+One round = each device in turn processes one mini-batch (forward, eq. 2; the server forwards,
+back-propagates and steps; the device steps with its cut gradient), then passes its client model
+and optimizer state to the next device as a model message (:class:`~trainers.api.Handoff`); the
+last device passes it to the first for the next round. All cuts must be equal. The runtime charges
+the groups one after the other: Σ_i (T_i^F + T_i^A + server share + T_i^G + T_i^B) plus each
+hand-off's T^{mU} of the sender and T^{mD} of the receiver (eqs. 16–24).
 """
 
 from __future__ import annotations
 
-from typing import Hashable, Sequence
-
-from adaptplan.errors import InputError
-from adaptplan.latency import LatencyBreakdown
-from trainers.strategies.base import Strategy
+from trainers.api import Handoff, InputError, Strategy
 
 
 class SL(Strategy):
     name = "sl"
 
-    def client_owner(self, device: int) -> Hashable:
-        return None
+    def __init__(self) -> None:
+        self.holder = 0            # the device holding the latest client model
 
-    def validate(self, engine) -> None:
-        if len(set(engine.cuts)) > 1:
-            raise InputError(f"vanilla SL needs one cut for all devices, got {sorted(set(engine.cuts))}", field="cuts")
+    def validate(self, ctx) -> None:
+        if len(set(ctx.cuts)) > 1:
+            raise InputError(f"vanilla SL needs one cut for all devices, got {sorted(set(ctx.cuts))}", field="cuts")
 
-    def schedule(self, engine, round_index: int, participants: Sequence[int]) -> list[list[int]]:
+    def schedule(self, ctx, participants):
+        self._order = list(participants)
         return [[d] for d in participants]
 
-    def server_step(self, engine, round_index, msgs):
-        return engine.server_step_sequential(msgs)
+    def after_group(self, ctx, group):
+        order = self._order
+        nxt = order[(order.index(group[0]) + 1) % len(order)]
+        self.holder = nxt
+        return [] if nxt == group[0] else [Handoff(group[0], nxt)]
 
-    def round_seconds(self, breakdown: LatencyBreakdown, aggregated: bool) -> float:
-        b = breakdown
-        return float((b.client_fp + b.upload + b.download + b.client_bp + b.model_up + b.model_down).sum()
-                     + b.server_fp + b.server_bp)
+    def eval_models(self, view):
+        return [view.device_model(self.holder)]
+
+    def state_dict(self):
+        return {"holder": self.holder}
+
+    def load_state_dict(self, state):
+        self.holder = int(state.get("holder", 0))

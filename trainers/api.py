@@ -1,0 +1,251 @@
+"""The strategy API: everything an algorithm may use, and the only module strategies import
+(tests/test_architecture.py checks it). Flower-style: roles do, a strategy decides.
+
+A round (docs/architecture.md "A synchronous round"), and the decision points it asks the strategy:
+
+1. ``participants(ctx)`` — who takes part (all by default); ``batch_size(ctx, device)`` — b_i.
+2. ``schedule(ctx, participants)`` — groups run one after the other (SL: one device per group).
+3. Devices forward and send :class:`Activation` messages; they arrive at the edge server at the
+   simulated times of the latency model. ``server_mode`` says how arrivals are handed over:
+   ``"barrier"`` (all of a group at once, when the last arrives) or ``"arrival"`` (one at a time,
+   in arrival order, the server busy while it works).
+4. ``serve(edge, ctx, arrivals) -> [CutGradient]`` — what the edge server does with them: run
+   them through its blocks (:meth:`EdgeServer.run`, concatenating devices that meet), form any
+   loss, back-propagate fully or only to the cut (:meth:`ServerPass.cut_gradients`), take
+   per-device server gradients (:meth:`EdgeServer.per_device_gradients`), step owners
+   (:meth:`EdgeServer.step`). It answers any subset of the devices; ``flush(edge, ctx)`` is asked
+   for the rest when the group's arrivals are all served. :func:`answer` / :func:`skip` build
+   the replies (a skip drops the device's step without an update).
+5. ``after_group(ctx, group) -> [Handoff]`` — client models passed between devices (SL).
+6. ``aggregation(ctx) -> Aggregation | None`` — client-side model averaging: which blocks,
+   weights (|𝒟_i| or equal), whose models, and who receives the average (participants or all).
+7. ``eval_models(view)`` — the models whose mean test accuracy is reported.
+
+Layout: ``server_owner(device, block, deepest_cut)`` — which edge-server instance holds a block
+(a device index = a per-device copy; ``None`` = one shared instance). Optimizers:
+``optimizer(role, spec)`` — per role ("client"/"server"), from the run's spec by default.
+Asynchronous strategies (GAS) set ``asynchronous = True`` and implement the event hooks of
+:class:`AsyncStrategy`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Hashable, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from adaptplan.errors import InputError
+from trainers.messages import Activation, CutGradient, ModelUpload
+from trainers.optim import OptimizerSpec
+from trainers.roles import EdgeServer, ServerPass
+
+if TYPE_CHECKING:  # pragma: no cover
+    from trainers.engine import SplitEngine
+
+__all__ = ["Activation", "CutGradient", "ModelUpload", "EdgeServer", "ServerPass", "OptimizerSpec", "InputError",
+           "RoundContext", "Aggregation", "Handoff", "Strategy", "AsyncStrategy", "answer", "skip", "mean_ce",
+           "logit_adjusted_ce", "label_prior", "parallel_step", "every_interval"]
+
+
+@dataclass
+class RoundContext:
+    """What a strategy may know at a decision point of round ``round`` (1-based).
+
+    ``num_blocks`` L; ``cuts`` ℓ_i per device; ``data_sizes`` |𝒟_i| in samples; ``batch_size`` the run's b;
+    ``interval`` I in rounds and ``rounds_since_aggregation``; ``total_rounds`` R of the run (or
+    None); ``rng`` the run's seeded generator for strategy decisions (checkpointed);
+    ``num_classes`` M; ``label_counts[i]`` device i's label histogram (shared once by the device,
+    as SCALA/GAS assume); ``metrics`` a dict the strategy may fill for the round's record.
+    """
+
+    round: int
+    num_devices: int
+    num_blocks: int
+    cuts: list[int]
+    data_sizes: list[int]
+    batch_size: int
+    interval: int
+    rounds_since_aggregation: int
+    total_rounds: int | None
+    rng: np.random.Generator
+    num_classes: int
+    label_counts: list[np.ndarray]
+    metrics: dict[str, float] = field(default_factory=dict)
+    losses: dict[int, torch.Tensor] = field(default_factory=dict)
+
+    def record_loss(self, device: int, loss: torch.Tensor) -> None:
+        """Keep device ``device``'s training loss F_i of this round (the round reports their mean)."""
+        self.losses[device] = loss.detach()
+
+    @property
+    def deepest_cut(self) -> int:
+        """L_c = max_i ℓ_i."""
+        return max(self.cuts)
+
+    def aggregation_due(self) -> bool:
+        """True when I rounds have passed since the last aggregation (t mod I = 0 for a fixed I)."""
+        return self.rounds_since_aggregation >= self.interval
+
+
+@dataclass(frozen=True)
+class Aggregation:
+    """Client-side model averaging for this round.
+
+    ``blocks``: 0-based chain blocks averaged (wherever they live: device, or the edge server's
+    per-device instances); ``weights``: ``"data_size"`` (FedAvg, |𝒟_i|) or ``"equal"``;
+    ``devices``: whose models are averaged (None = the round's participants); ``recipients``:
+    ``"participants"`` (those averaged) or ``"all"`` (every device downloads the average of its
+    client blocks: a global client model broadcast).
+    """
+
+    blocks: tuple[int, ...]
+    weights: str = "data_size"
+    devices: tuple[int, ...] | None = None
+    recipients: str = "participants"
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """Device ``source`` passes its client blocks (and their optimizer state) to ``target`` (SL)."""
+
+    source: int
+    target: int
+
+
+def every_interval(ctx: RoundContext, blocks: Sequence[int], recipients: str = "participants") -> Aggregation | None:
+    """FedAvg (|𝒟_i|-weighted) of ``blocks`` when I rounds have passed since the last one (eq. 7), else None."""
+    return Aggregation(tuple(blocks), "data_size", None, recipients) if ctx.aggregation_due() else None
+
+
+def answer(arrival: Activation, tensor: torch.Tensor) -> CutGradient:
+    """The edge server's reply to ``arrival``: its cut gradient (same tags)."""
+    return CutGradient(arrival.device, arrival.round, arrival.step, tensor.detach())
+
+
+def skip(arrival: Activation) -> CutGradient:
+    """A reply telling the device to drop this step without an update."""
+    return CutGradient(arrival.device, arrival.round, arrival.step, None)
+
+
+def mean_ce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """F_i: mean cross-entropy over the mini-batch (spec adaptsfl.md §1)."""
+    return nn.functional.cross_entropy(logits, labels)
+
+
+def label_prior(counts: np.ndarray | torch.Tensor) -> torch.Tensor:
+    """A label distribution π (float32) from class counts."""
+    c = torch.as_tensor(np.asarray(counts), dtype=torch.float32)
+    return c / c.sum().clamp_min(1.0)
+
+
+def logit_adjusted_ce(logits: torch.Tensor, labels: torch.Tensor, prior: torch.Tensor, tau: float = 1.0,
+                      eps: float = 1e-12) -> torch.Tensor:
+    """Logit-adjusted cross-entropy, gapsl_scala.md eqs. (12)–(13) / cyclesl_gas.md GAS-9:
+    mean over the batch of −log softmax(s + τ·log(π + ε))_y. A uniform π gives plain CE."""
+    return nn.functional.cross_entropy(logits + tau * torch.log(prior.to(logits.dtype) + eps), labels)
+
+
+def parallel_step(edge: EdgeServer, ctx: RoundContext, arrivals: Sequence[Activation]) -> list[CutGradient]:
+    """All arrivals at the same server weights (eqs. 3–5): forward (devices meeting at an instance
+    concatenated), back-propagate Σ_i F_i, step per-device instances with their own gradient
+    g_{n,i} (eq. 5) and shared instances with the |𝒟_i|-weighted average of the g_{s,i} (eq. 4;
+    the plain 1/N average when the local datasets are equal); reply ∂F_i/∂a_i to every device."""
+    if not arrivals:
+        return []
+    p = edge.run(arrivals)
+    sizes = {a.device: float(ctx.data_sizes[a.device]) for a in arrivals}
+    total = sum(sizes.values())
+    losses = {d: mean_ce(p.logits[d], p.labels[d]) for d in p.devices}
+    for d, loss in losses.items():
+        ctx.record_loss(d, loss)
+    # shared instances receive Σ_i (|D_i|/Σ|D|)·g_{s,i}; per-device instances g_{n,i}: scale each
+    # device's loss by its weight on the shared part and undo it for its own instances
+    weights = {d: sizes[d] / total for d in p.devices}
+    grads = p.backward(sum(weights[d] * losses[d] for d in p.devices))
+    owners = edge.owners(p.devices)
+    edge.step(owners, {o: 1.0 / weights[o] for o in owners if o is not None})
+    return [answer(a, grads[a.device] / weights[a.device]) for a in arrivals]
+
+
+class Strategy:
+    """Default behaviour: all devices every round in parallel (``barrier``), per-device client
+    models, one shared server model updated by :func:`parallel_step`, no aggregation, evaluation of
+    the averaged model."""
+
+    name = "base"
+    server_mode = "barrier"
+    asynchronous = False
+
+    # ---- layout and set-up ----------------------------------------------------------------------
+    def server_owner(self, device: int, block: int, deepest_cut: int) -> Hashable:
+        return None
+
+    def validate(self, ctx: RoundContext) -> None:
+        """Raise InputError if the cuts/devices do not suit the algorithm."""
+
+    def optimizer(self, role: str, spec: OptimizerSpec) -> OptimizerSpec:
+        """The optimizer of ``role`` ("client" or "server"); the run's spec by default."""
+        return spec
+
+    # ---- per round ------------------------------------------------------------------------------
+    def participants(self, ctx: RoundContext) -> list[int]:
+        return list(range(ctx.num_devices))
+
+    def batch_size(self, ctx: RoundContext, device: int) -> int:
+        return ctx.batch_size
+
+    def schedule(self, ctx: RoundContext, participants: Sequence[int]) -> list[list[int]]:
+        return [list(participants)]
+
+    def serve(self, edge: EdgeServer, ctx: RoundContext, arrivals: Sequence[Activation]) -> list[CutGradient]:
+        return parallel_step(edge, ctx, arrivals)
+
+    def flush(self, edge: EdgeServer, ctx: RoundContext) -> list[CutGradient]:
+        """Replies still owed after the group's arrivals were all served."""
+        return []
+
+    def after_group(self, ctx: RoundContext, group: Sequence[int]) -> list[Handoff]:
+        return []
+
+    def aggregation(self, ctx: RoundContext) -> Aggregation | None:
+        return None
+
+    def eval_models(self, view: "SplitEngine") -> list[nn.Module]:
+        return [view.averaged_model()]
+
+    # ---- checkpoint -----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
+class AsyncStrategy(Strategy):
+    """An asynchronous strategy (GAS): no round barrier. The runtime keeps ``active`` devices
+    training; each arrival is served at once (``serve`` with one arrival); after ``local_steps``
+    steps a device uploads its client model (``on_model``) and is replaced (``replace``). A round of
+    the history is one global iteration: it ends when ``on_model`` reports an aggregation."""
+
+    asynchronous = True
+    server_mode = "arrival"
+    active: int = 10
+    local_steps: int = 20
+
+    def first_devices(self, ctx: RoundContext) -> list[int]:
+        """The initial active set 𝒞 (C devices, uniform without replacement)."""
+        return sorted(ctx.rng.choice(ctx.num_devices, size=min(self.active, ctx.num_devices), replace=False).tolist())
+
+    def replace(self, ctx: RoundContext, finished: int, active: Sequence[int]) -> int:
+        """The device that takes ``finished``'s slot (uniform over the inactive devices)."""
+        idle = [d for d in range(ctx.num_devices) if d not in active or d == finished]
+        idle = [d for d in idle if d != finished] or [finished]
+        return int(ctx.rng.choice(idle))
+
+    def on_model(self, ctx: RoundContext, upload: ModelUpload) -> dict[int, Any] | None:
+        """A device's client model arrived; return the new global client blocks when an
+        aggregation happened (ends the round), else None."""
+        return None

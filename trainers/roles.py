@@ -1,0 +1,448 @@
+"""The three roles of split federated learning (docs/architecture.md "Roles").
+
+* :class:`Device` i holds its client blocks w_{c,i} (chain blocks 0..ℓ_i−1), its data sampler and
+  its optimizer; it emits :class:`~trainers.messages.Activation` and consumes
+  :class:`~trainers.messages.CutGradient`, and uploads/downloads its blocks as model messages.
+* :class:`EdgeServer` holds the server blocks: one instance per (owner, block), the owner being a
+  device (a per-device copy: SFL-V1's server models, AdaptSFL's non-common parts w_{n,i}) or
+  ``None`` (one instance shared by every device: w_s). It runs arrivals through its blocks
+  (:meth:`EdgeServer.run`), and offers the passes a strategy composes: full backward, cut
+  gradients at frozen weights, per-device server gradients, steps per owner.
+* :class:`FedServer` averages uploaded blocks (FedAvg, weighted) and keeps the global client model.
+
+Roles interact only through messages: no role reads another role's modules. A runtime (the
+simulator in :mod:`trainers.engine`, or torch.distributed) delivers the messages.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any, Callable, Hashable, Iterable, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from trainers.messages import (
+    Activation,
+    BlockState,
+    CutGradient,
+    MessageMismatchError,
+    ModelDownload,
+    ModelUpload,
+    check_finite,
+)
+from trainers.optim import OptimizerSpec, RoleOptimizer, mean_param_state
+from trainers.partition import DeviceSampler
+
+Owner = Hashable            # a device index (per-device copy) or None (shared by all devices)
+Key = tuple[Owner, int]     # (owner, 0-based block index) of an edge-server instance
+
+
+def has_batch_coupling(module: nn.Module) -> bool:
+    """True if samples interact inside a batch (BatchNorm), so devices must not be concatenated."""
+    return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in module.modules())
+
+
+def block_state(module: nn.Module, optimizer: RoleOptimizer | None = None) -> BlockState:
+    """A block's state (live tensors, detached) and, if ``optimizer`` is given, its parameters' optimizer state."""
+    state = {k: v.detach() for k, v in module.state_dict().items()}
+    opt = optimizer.param_states(module.parameters()) if optimizer is not None else None
+    return BlockState(state, opt)
+
+
+@dataclass
+class _Pending:
+    round: int
+    step: int
+    activation: torch.Tensor
+
+
+class Device:
+    """Device i (spec adaptsfl.md §2.1): client blocks, sampler, optimizer.
+
+    Args:
+        index: device id i.
+        template: the whole chain (blocks are deep-copied from it when the device gains blocks).
+        cut: ℓ_i, 1-based; the device holds blocks 0..ℓ_i−1.
+        x, y: the training tensors; ``indices`` are device i's samples (its local dataset 𝒟_i).
+        batch_size: b, samples per step; ``seed`` seeds the sampler.
+        optimizer: the client optimizer spec.
+    """
+
+    def __init__(self, index: int, template: nn.Sequential, cut: int, x: torch.Tensor, y: torch.Tensor,
+                 indices: np.ndarray, batch_size: int, seed: Any, optimizer: OptimizerSpec) -> None:
+        self.index = index
+        self.template = template
+        self.x, self.y = x, y
+        self.sampler = DeviceSampler(indices, batch_size, seed)
+        self.optimizer_spec = optimizer
+        self.blocks = nn.ModuleList(copy.deepcopy(template[j]) for j in range(cut))
+        self.optimizer = RoleOptimizer(optimizer, self.blocks.parameters())
+        self.step = 0
+        self.pending: _Pending | None = None
+
+    @property
+    def cut(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def data_size(self) -> int:
+        """|𝒟_i|, samples."""
+        return int(self.sampler.indices.size)
+
+    def label_counts(self, num_classes: int) -> np.ndarray:
+        """Samples per class in 𝒟_i (the label histogram a device may share, e.g. SCALA's P_k)."""
+        return np.bincount(self.y[torch.from_numpy(self.sampler.indices)].numpy(), minlength=num_classes)
+
+    # ---- the exchange -------------------------------------------------------------------------------
+    def forward(self, round_index: int, batch_size: int | None = None) -> Activation:
+        """Eq. (2): a_i^t = φ(x_i^t; w_{c,i}); keeps the graph until :meth:`backward`."""
+        if self.pending is not None:
+            raise MessageMismatchError(f"device {self.index} starts round {round_index} with an unanswered activation "
+                                       f"(round {self.pending.round}, step {self.pending.step})")
+        idx = torch.from_numpy(self.sampler.next(batch_size))
+        h, y = self.x[idx], self.y[idx]
+        for block in self.blocks:
+            h = block(h)
+        check_finite(h.detach(), "client activation", round_index, self.index)
+        self.step += 1
+        self.pending = _Pending(round_index, self.step, h)
+        return Activation(self.index, round_index, self.step, h.detach(), y)
+
+    def backward(self, msg: CutGradient) -> None:
+        """Eq. (6): back-propagate the cut gradient and step w_{c,i}; ``msg.tensor is None`` drops
+        the step. The tags must match the pending activation, the shape its shape."""
+        pending = self.pending
+        if msg.device != self.index or pending is None or (msg.round, msg.step) != (pending.round, pending.step):
+            expected = "nothing" if pending is None else f"(device {self.index}, round {pending.round}, step {pending.step})"
+            raise MessageMismatchError(f"gradient for (device {msg.device}, round {msg.round}, step {msg.step}) "
+                                       f"delivered to device {self.index}, which expects {expected}")
+        self.pending = None
+        if msg.tensor is None:
+            return
+        if msg.tensor.shape != pending.activation.shape:
+            raise MessageMismatchError(f"gradient shape {tuple(msg.tensor.shape)} ≠ activation shape "
+                                       f"{tuple(pending.activation.shape)} (device {self.index}, round {msg.round})")
+        check_finite(msg.tensor, "gradient message", msg.round, self.index)
+        if pending.activation.requires_grad:
+            pending.activation.backward(msg.tensor)
+        self.optimizer.step()
+
+    # ---- model messages -----------------------------------------------------------------------------
+    def upload(self, round_index: int, blocks: Iterable[int], weight: float, with_optimizer: bool = False) -> ModelUpload:
+        """Send blocks (those below the cut among ``blocks``) to the fed server."""
+        chosen = [j for j in blocks if j < self.cut]
+        opt = self.optimizer if with_optimizer else None
+        return ModelUpload(self.index, round_index, "device", {j: block_state(self.blocks[j], opt) for j in chosen}, weight)
+
+    def download(self, msg: ModelDownload) -> None:
+        """Load blocks; with ``msg.cut`` set, hold exactly blocks 0..cut−1 (re-partition) and
+        rebuild the optimizer with the carried states."""
+        if msg.device != self.index:
+            raise MessageMismatchError(f"model for device {msg.device} delivered to device {self.index}")
+        if msg.cut is not None:
+            if self.pending is not None:
+                raise MessageMismatchError(f"device {self.index} cannot re-partition with an unanswered activation")
+            old = list(self.blocks)
+            kept = [p for b in old[:msg.cut] for p in b.parameters()]
+            carried = self.optimizer.param_states(kept)
+            self.blocks = nn.ModuleList(old[j] if j < len(old) else copy.deepcopy(self.template[j]) for j in range(msg.cut))
+            self.optimizer = RoleOptimizer(self.optimizer_spec, self.blocks.parameters())
+            self.optimizer.load_param_states(kept, carried)
+        with torch.no_grad():
+            for j, bs in msg.blocks.items():
+                self.blocks[j].load_state_dict(bs.state)
+                if bs.optimizer is not None:
+                    self.optimizer.load_param_states(self.blocks[j].parameters(), bs.optimizer)
+
+    # ---- checkpoint ---------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"cut": self.cut, "blocks": [b.state_dict() for b in self.blocks], "optimizer": self.optimizer.state_dict(),
+                "sampler": self.sampler.state(), "step": self.step}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.blocks = nn.ModuleList(copy.deepcopy(self.template[j]) for j in range(int(state["cut"])))
+        for block, sd in zip(self.blocks, state["blocks"]):
+            block.load_state_dict(sd)
+        self.optimizer = RoleOptimizer(self.optimizer_spec, self.blocks.parameters())
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.sampler.load_state(state["sampler"])
+        self.step = int(state["step"])
+        self.pending = None
+
+
+class ServerPass:
+    """One forward of a set of arrivals through the edge server's blocks (eq. 3).
+
+    ``inputs[d]`` is device d's received activation as a leaf that requires grad, ``logits[d]`` its
+    output. :meth:`backward` back-propagates a scalar loss into the server parameters and returns
+    the cut gradients; :meth:`cut_gradients` returns cut gradients only, leaving the server's
+    parameter gradients untouched (a pass at frozen server weights)."""
+
+    def __init__(self, arrivals: Sequence[Activation], inputs: dict[int, torch.Tensor], logits: dict[int, torch.Tensor]):
+        self.arrivals = list(arrivals)
+        self.inputs = inputs
+        self.logits = logits
+        self.labels = {a.device: a.labels for a in arrivals}
+
+    @property
+    def devices(self) -> list[int]:
+        return [a.device for a in self.arrivals]
+
+    def backward(self, loss: torch.Tensor) -> dict[int, torch.Tensor]:
+        """Accumulate ∂loss/∂w into the server parameters; return ∂loss/∂a_d for every device."""
+        loss.backward()
+        return {d: (x.grad if x.grad is not None else torch.zeros_like(x)) for d, x in self.inputs.items()}
+
+    def cut_gradients(self, loss: torch.Tensor, devices: Sequence[int] | None = None) -> dict[int, torch.Tensor]:
+        """∂loss/∂a_d only (no parameter gradient is accumulated)."""
+        devices = list(self.inputs) if devices is None else list(devices)
+        grads = torch.autograd.grad(loss, [self.inputs[d] for d in devices], allow_unused=True)
+        return {d: (g if g is not None else torch.zeros_like(self.inputs[d])) for d, g in zip(devices, grads)}
+
+
+class EdgeServer:
+    """The edge server: instances of the server-side blocks, one optimizer per owner.
+
+    Args:
+        template: the chain of L blocks.
+        cuts: ℓ_i per device (the edge serves blocks ℓ_i..L−1 of device i).
+        owner_of: (device, 0-based block, L_c) → owner (device index = per-device copy, None = shared).
+        optimizer: the server optimizer spec.
+        concatenate: run devices that meet at a shared instance as one batch (exact for models
+            without batch-coupled layers; switched off when BatchNorm is present).
+    """
+
+    def __init__(self, template: nn.Sequential, cuts: Sequence[int], owner_of: Callable[[int, int, int], Owner],
+                 optimizer: OptimizerSpec, concatenate: bool = True) -> None:
+        self.template = template
+        self.num_blocks = len(template)
+        self.owner_of = owner_of
+        self.optimizer_spec = optimizer
+        self.concatenate = concatenate and not has_batch_coupling(template)
+        self.cuts = list(cuts)
+        self.instances: dict[Key, nn.Module] = {k: copy.deepcopy(template[k[1]]) for k in self.layout(self.cuts)}
+        self._build_optimizers()
+
+    # ---- layout -------------------------------------------------------------------------------------
+    def key(self, device: int, block: int, cuts: Sequence[int] | None = None) -> Key:
+        cuts = self.cuts if cuts is None else cuts
+        return (self.owner_of(device, block, max(cuts)), block)
+
+    def layout(self, cuts: Sequence[int]) -> list[Key]:
+        keys: dict[Key, None] = {}
+        for d, c in enumerate(cuts):
+            for j in range(c, self.num_blocks):
+                keys[self.key(d, j, cuts)] = None
+        return list(keys)
+
+    def _build_optimizers(self, carried: dict[nn.Parameter, dict[str, Any]] | None = None) -> None:
+        by_owner: dict[Owner, list[nn.Parameter]] = {}
+        for (owner, _), module in sorted(self.instances.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
+            by_owner.setdefault(owner, []).extend(module.parameters())
+        self.optimizers = {o: RoleOptimizer(self.optimizer_spec, ps) for o, ps in by_owner.items() if ps}
+        for opt in self.optimizers.values():
+            opt.load_param_states(opt.params, [(carried or {}).get(p, {}) for p in opt.params])
+
+    def owners(self, devices: Iterable[int]) -> list[Owner]:
+        """The owners of the server blocks of ``devices``."""
+        owners: dict[Owner, None] = {}
+        for d in devices:
+            for j in range(self.cuts[d], self.num_blocks):
+                owners[self.key(d, j)[0]] = None
+        return list(owners)
+
+    def parameters(self, device: int) -> list[nn.Parameter]:
+        """The server-side parameters w_{s,i} that device ``device``'s activations flow through."""
+        return [p for j in range(self.cuts[device], self.num_blocks) for p in self.instances[self.key(device, j)].parameters()]
+
+    # ---- passes -------------------------------------------------------------------------------------
+    def run(self, arrivals: Sequence[Activation], concatenate: bool = True) -> ServerPass:
+        """Eq. (3): forward every arrival through its server blocks. Devices whose streams meet at
+        one instance are concatenated into one batch when both ``concatenate`` and the server allow."""
+        inputs = {}
+        for a in arrivals:
+            if a.device in inputs:
+                raise MessageMismatchError(f"two activations from device {a.device} in one server pass (round {a.round})")
+            check_finite(a.tensor, "activation message", a.round, a.device)
+            inputs[a.device] = a.tensor.detach().requires_grad_(True)
+        return ServerPass(arrivals, inputs, self._forward(inputs, concatenate and self.concatenate))
+
+    def _forward(self, inputs: dict[int, torch.Tensor], concatenate: bool) -> dict[int, torch.Tensor]:
+        streams: list[tuple[list[int], torch.Tensor, list[int]]] = []
+        if not inputs:
+            return {}
+        start = min(self.cuts[d] for d in inputs)
+        for j in range(start, self.num_blocks):
+            for d, a in inputs.items():
+                if self.cuts[d] == j:
+                    streams.append(([d], a, [a.shape[0]]))
+            buckets: dict[Key, list[tuple[list[int], torch.Tensor, list[int]]]] = {}
+            for devices, tensor, sizes in streams:
+                keys = {self.key(d, j) for d in devices}
+                if len(keys) == 1:
+                    buckets.setdefault(keys.pop(), []).append((devices, tensor, sizes))
+                else:
+                    for d, piece, n in zip(devices, tensor.split(sizes), sizes):
+                        buckets.setdefault(self.key(d, j), []).append(([d], piece, [n]))
+            streams = []
+            for key, group in buckets.items():
+                module = self.instances[key]
+                if concatenate and len(group) > 1:
+                    devices = [d for g in group for d in g[0]]
+                    sizes = [n for g in group for n in g[2]]
+                    streams.append((devices, module(torch.cat([g[1] for g in group])), sizes))
+                else:
+                    streams.extend((g[0], module(g[1]), g[2]) for g in group)
+        outputs = {d: a for d, a in inputs.items() if self.cuts[d] == self.num_blocks}
+        for devices, tensor, sizes in streams:
+            outputs.update(zip(devices, tensor.split(sizes)))
+        return outputs
+
+    def run_features(self, features: torch.Tensor, device: int) -> torch.Tensor:
+        """Forward a tensor of cut-layer features (pooled, resampled or generated) through the
+        server blocks device ``device`` would use (no message tags: server-internal data)."""
+        h = features
+        for j in range(self.cuts[device], self.num_blocks):
+            h = self.instances[self.key(device, j)](h)
+        return h
+
+    def per_device_gradients(self, arrivals: Sequence[Activation],
+                             loss_of: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor],
+                             create_graph: bool = False) -> dict[int, tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]]:
+        """Each device's server gradient g_i = ∂L_i/∂w_{s,i} and cut gradient ∂L_i/∂a_i from a
+        separate forward per device (GAPSL, gapsl_scala.md A.3.4). Returns
+        ``{device: (g_i per parameter, ∂L_i/∂a_i, L_i)}``; no parameter ``.grad`` is touched."""
+        out = {}
+        for a in arrivals:
+            p = self.run([a], concatenate=False)
+            x, logits = p.inputs[a.device], p.logits[a.device]
+            loss = loss_of(a.device, logits, a.labels)
+            params = self.parameters(a.device)
+            grads = torch.autograd.grad(loss, params + [x], create_graph=create_graph, allow_unused=True)
+            g = [gi if gi is not None else torch.zeros_like(pi) for gi, pi in zip(grads[:-1], params)]
+            out[a.device] = (g, grads[-1] if grads[-1] is not None else torch.zeros_like(x), loss)
+        return out
+
+    def add_gradients(self, params: Sequence[nn.Parameter], grads: Sequence[torch.Tensor]) -> None:
+        """Accumulate ``grads`` into ``params``' ``.grad`` (the server step's gradient)."""
+        for p, g in zip(params, grads):
+            p.grad = g.detach().clone() if p.grad is None else p.grad + g.detach()
+
+    def step(self, owners: Iterable[Owner], scale: dict[Owner, float] | float = 1.0) -> None:
+        """One optimizer step for each owner (gradients × ``scale`` first), then clear them."""
+        for owner in dict.fromkeys(owners):
+            opt = self.optimizers.get(owner)
+            if opt is not None:
+                opt.step(scale.get(owner, 1.0) if isinstance(scale, dict) else scale)
+
+    def zero_grad(self) -> None:
+        for opt in self.optimizers.values():
+            opt.zero_grad()
+
+    # ---- model messages -----------------------------------------------------------------------------
+    def upload(self, device: int, round_index: int, blocks: Iterable[int], weight: float,
+               with_optimizer: bool = False, shared: bool = False) -> ModelUpload:
+        """Send device ``device``'s server blocks among ``blocks``: its per-device instances (and the
+        shared ones too when ``shared``) to the fed server."""
+        out = {}
+        for j in blocks:
+            if j < self.cuts[device]:
+                continue
+            key = self.key(device, j)
+            if key[0] is None and not shared:
+                continue
+            opt = self.optimizers.get(key[0]) if with_optimizer else None
+            out[j] = block_state(self.instances[key], opt)
+        return ModelUpload(device, round_index, "edge", out, weight)
+
+    def download(self, msgs: Sequence[ModelDownload], new_cuts: Sequence[int] | None = None) -> None:
+        """Load blocks for devices; with ``new_cuts`` the layout is rebuilt first (re-partition):
+        instances of the new layout that the messages do not fill keep their old object and state."""
+        if new_cuts is not None:
+            old_instances, carried = self.instances, {}
+            for opt in self.optimizers.values():
+                carried.update({p: s for p, s in zip(opt.params, opt.param_states(opt.params)) if s})
+            self.cuts = list(new_cuts)
+            self.instances = {k: old_instances[k] if k in old_instances else copy.deepcopy(self.template[k[1]])
+                              for k in self.layout(self.cuts)}
+            self._build_optimizers(carried)
+        with torch.no_grad():
+            for msg in msgs:
+                for j, bs in msg.blocks.items():
+                    key = self.key(msg.device, j)
+                    self.instances[key].load_state_dict(bs.state)
+                    if bs.optimizer is not None and key[0] in self.optimizers:
+                        self.optimizers[key[0]].load_param_states(self.instances[key].parameters(), bs.optimizer)
+
+    # ---- checkpoint ---------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        keys = list(self.instances)
+        return {"cuts": list(self.cuts), "keys": keys, "instances": [self.instances[k].state_dict() for k in keys],
+                "optimizers": {o: opt.state_dict() for o, opt in self.optimizers.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.cuts = [int(c) for c in state["cuts"]]
+        self.instances = {}
+        for key, sd in zip(state["keys"], state["instances"]):
+            module = copy.deepcopy(self.template[key[1]])
+            module.load_state_dict(sd)
+            self.instances[tuple(key)] = module  # type: ignore[index]
+        if set(self.instances) != set(self.layout(self.cuts)):
+            raise MessageMismatchError("checkpoint layout does not match the algorithm's server layout")
+        self._build_optimizers()
+        for owner, sd in state["optimizers"].items():
+            self.optimizers[owner].load_state_dict(sd)
+
+
+class FedServer:
+    """The fed server: client-side model averaging (eq. 7; FedAvg weighted by |𝒟_i|) and the
+    global client model (the last average of each block)."""
+
+    def __init__(self) -> None:
+        self.global_blocks: dict[int, dict[str, torch.Tensor]] = {}
+
+    def average(self, uploads: Sequence[ModelUpload], round_index: int) -> dict[int, BlockState]:
+        """Block-wise weighted mean over the uploads that hold each block; exact copy when all equal.
+        Optimizer states (when uploaded) are averaged with equal weights."""
+        by_block: dict[int, list[tuple[BlockState, float]]] = {}
+        for u in uploads:
+            for j, bs in u.blocks.items():
+                by_block.setdefault(j, []).append((bs, float(u.weight)))
+        out = {}
+        for j, items in by_block.items():
+            state = weighted_mean([bs.state for bs, _ in items], [w for _, w in items])
+            opts = [bs.optimizer for bs, _ in items]
+            optimizer = None
+            if all(o is not None for o in opts):
+                optimizer = [mean_param_state(list(ps)) for ps in zip(*opts)]  # type: ignore[arg-type]
+            out[j] = BlockState(state, optimizer)
+            self.global_blocks[j] = state
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"global_blocks": {j: dict(s) for j, s in self.global_blocks.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.global_blocks = {int(j): dict(s) for j, s in state.get("global_blocks", {}).items()}
+
+
+@torch.no_grad()
+def weighted_mean(states: Sequence[dict[str, torch.Tensor]], weights: Sequence[float]) -> dict[str, torch.Tensor]:
+    """Σ_k w_k s_k / Σ_k w_k per entry (integer buffers and bitwise-equal entries copied exactly;
+    equal weights use the plain mean)."""
+    total = float(sum(weights))
+    equal = all(w == weights[0] for w in weights)
+    out = {}
+    for name in states[0]:
+        tensors = [s[name] for s in states]
+        first = tensors[0]
+        if not first.is_floating_point() or all(torch.equal(first, t) for t in tensors[1:]):
+            out[name] = first.clone()
+        elif equal:
+            out[name] = torch.stack(tensors).mean(0)
+        else:
+            out[name] = torch.stack([t * (w / total) for t, w in zip(tensors, weights)]).sum(0)
+    return out
