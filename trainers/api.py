@@ -30,6 +30,7 @@ Asynchronous strategies (GAS) set ``asynchronous = True`` and implement the even
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Hashable, Sequence
 
@@ -47,7 +48,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["Activation", "CutGradient", "ModelUpload", "EdgeServer", "ServerPass", "OptimizerSpec", "InputError",
            "RoundContext", "Aggregation", "Handoff", "Strategy", "AsyncStrategy", "answer", "skip", "mean_ce",
-           "logit_adjusted_ce", "label_prior", "parallel_step", "every_interval"]
+           "logit_adjusted_ce", "label_prior", "parallel_step", "every_interval", "sample_devices"]
 
 
 @dataclass
@@ -120,6 +121,14 @@ def every_interval(ctx: RoundContext, blocks: Sequence[int], recipients: str = "
     return Aggregation(tuple(blocks), "data_size", None, recipients) if ctx.aggregation_due() else None
 
 
+def sample_devices(ctx: RoundContext, fraction: float) -> list[int]:
+    """⌈fraction·N⌉ devices (at least 1), uniform without replacement from ``ctx.rng``; all when fraction = 1."""
+    if fraction >= 1:
+        return list(range(ctx.num_devices))
+    n = max(1, math.ceil(fraction * ctx.num_devices))
+    return sorted(int(d) for d in ctx.rng.choice(ctx.num_devices, size=n, replace=False))
+
+
 def answer(arrival: Activation, tensor: torch.Tensor) -> CutGradient:
     """The edge server's reply to ``arrival``: its cut gradient (same tags)."""
     return CutGradient(arrival.device, arrival.round, arrival.step, tensor.detach())
@@ -179,6 +188,11 @@ class Strategy:
     server_mode = "barrier"
     asynchronous = False
 
+    def __init__(self, participation: float = 1.0) -> None:
+        if not (isinstance(participation, (int, float)) and 0 < participation <= 1):
+            raise InputError(f"must be a fraction in (0, 1], got {participation!r}", field="--participation")
+        self.participation = float(participation)
+
     # ---- layout and set-up ----------------------------------------------------------------------
     def server_owner(self, device: int, block: int, deepest_cut: int) -> Hashable:
         return None
@@ -192,7 +206,8 @@ class Strategy:
 
     # ---- per round ------------------------------------------------------------------------------
     def participants(self, ctx: RoundContext) -> list[int]:
-        return list(range(ctx.num_devices))
+        """All devices, or ⌈ρN⌉ drawn uniformly without replacement (``participation`` ρ < 1)."""
+        return sample_devices(ctx, self.participation)
 
     def batch_size(self, ctx: RoundContext, device: int) -> int:
         return ctx.batch_size
@@ -245,7 +260,7 @@ class AsyncStrategy(Strategy):
         idle = [d for d in idle if d != finished] or [finished]
         return int(ctx.rng.choice(idle))
 
-    def on_model(self, ctx: RoundContext, upload: ModelUpload) -> dict[int, Any] | None:
-        """A device's client model arrived; return the new global client blocks when an
-        aggregation happened (ends the round), else None."""
+    def on_model(self, ctx: RoundContext, upload: ModelUpload) -> list[ModelUpload] | None:
+        """A device's client model arrived; return the uploads the fed server averages into the
+        new global client model (|𝒟_k|-weighted; ends the round), or None to keep buffering."""
         return None

@@ -23,11 +23,83 @@ from trainers.datasets import dataset_names
 if TYPE_CHECKING:  # pragma: no cover
     from trainers.optim import OptimizerSpec
 
-ALGORITHMS = ("sl", "psl", "sfl-v1", "sfl-v2", "adaptsfl")
+ALGORITHMS = ("sl", "psl", "sfl-v1", "sfl-v2", "adaptsfl", "gapsl", "scala", "cyclesl", "gas")
 DATASETS = tuple(dataset_names())
 MODELS = ("cnn", "mlp", "vgg16-cifar")    # built-ins; any torchvision name or package.module:factory is valid too
 PARTITIONS = ("iid", "shards", "dirichlet")
 OPTIMIZERS = ("sgd", "adam")        # trainers.optim.OPTIMIZERS (kept torch-free here)
+
+
+@dataclass(frozen=True)
+class AlgorithmOption:
+    """An algorithm's hyperparameter: stored in ``TrainConfig.extra[name]``, set by the flag
+    ``--name-with-dashes``, checked by the strategy that takes it (an InputError names the flag).
+    ``choices`` for categorical options; defaults are the specs' (trainers/strategies docstrings)."""
+
+    name: str
+    algorithms: tuple[str, ...]
+    type: type
+    default: Any
+    help: str
+    choices: tuple[str, ...] = ()
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+ALGORITHM_OPTIONS: tuple[AlgorithmOption, ...] = (
+    AlgorithmOption("participation", ("psl", "sfl-v1", "sfl-v2", "adaptsfl", "gapsl", "scala", "cyclesl"), float, 1.0,
+                    "fraction ρ of the devices that take part, drawn uniformly without replacement (per round; SCALA: "
+                    "per global iteration of I rounds); default 1 = all (SCALA's paper: 0.1, CycleSL's: 0.05)"),
+    AlgorithmOption("gda", ("gapsl",), str, "detached", "GAPSL's GDA mode (spec A.3.1): detached = the paper's filter, "
+                    "double_backprop = exact eq. 7, gradient_step = first-order surrogate",
+                    ("detached", "double_backprop", "gradient_step")),
+    AlgorithmOption("k_min", ("gapsl",), float, 0.2, "GAPSL's smallest leader fraction K_min (eq. 2), in (0, 1]"),
+    AlgorithmOption("k_max", ("gapsl",), float, 0.8, "GAPSL's largest leader fraction K_max (eq. 2), in [K_min, 1]"),
+    AlgorithmOption("eta_th", ("gapsl",), float, 0.5, "GAPSL's threshold sensitivity η_th of eq. 6 (≥ 0)"),
+    AlgorithmOption("gda_lambda", ("gapsl",), float, 5e-4, "GAPSL's GDA coefficient λ of eq. 7 (≥ 0)"),
+    AlgorithmOption("excluded_update", ("gapsl",), str, "none", "what devices outside GAPSL's aligned set get: none "
+                    "(no update, the literal reading) or plain (their own cut gradient)", ("none", "plain")),
+    AlgorithmOption("la_tau", ("scala", "gas"), float, 1.0, "logit-adjustment temperature τ (eqs. 12-13, GAS-9), ≥ 0"),
+    AlgorithmOption("server_prior", ("scala",), str, "batch", "SCALA's server prior P_s: batch = labels of the "
+                    "concatenated batch, round = the participants' label counts", ("batch", "round")),
+    AlgorithmOption("cycle_base", ("cyclesl",), str, "psl", "the algorithm CycleSL wraps: psl (CyclePSL) or sfl "
+                    "(CycleSFL: |D_i|-weighted FedAvg broadcast to all devices, CSL-7)", ("psl", "sfl")),
+    AlgorithmOption("server_epochs", ("cyclesl",), int, 1, "CycleSL's server epochs E over the pooled features (CSL-4), ≥ 1"),
+    AlgorithmOption("server_phase", ("cyclesl",), str, "epochs", "CycleSL's server phase: epochs = E reshuffled passes "
+                    "(the authors' code), steps = E single resampled mini-batches (Algorithm 1 literally)",
+                    ("epochs", "steps")),
+    AlgorithmOption("sample_weight", ("cyclesl",), str, "data_size", "CycleSL's server-loss sample weights (CSL-3)",
+                    ("data_size", "uniform")),
+    AlgorithmOption("active", ("gas",), int, 10, "GAS's active devices C (capped at --devices), ≥ 1"),
+    AlgorithmOption("local_steps", ("gas",), int, 5, "GAS's local iterations E per participation, ≥ 1 (paper: 20)"),
+    AlgorithmOption("buffer", ("gas",), int, 0, "GAS's activation buffer Q_s in mini-batches (0 = C, the paper's choice)"),
+    AlgorithmOption("generation", ("gas",), str, "on", "GAS's generated activations (off = asynchronous SFL without "
+                    "them, the ablation)", ("on", "off")),
+    AlgorithmOption("covariance", ("gas",), str, "diag", "GAS's per-label Gaussian: diag or full covariance (GAS-5)",
+                    ("diag", "full")),
+)
+OPTION_BY_NAME = {o.name: o for o in ALGORITHM_OPTIONS}
+
+
+def algorithm_options(algorithm: str, extra: Mapping[str, Any]) -> dict[str, Any]:
+    """The options of ``algorithm``: defaults overridden by ``extra``. An option of another
+    algorithm, or an unknown name, is an InputError naming its flag."""
+    for name in extra:
+        option = OPTION_BY_NAME.get(name)
+        if option is None:
+            raise InputError(f"unknown option {name!r}; valid: {', '.join(OPTION_BY_NAME)}", field="extra")
+        if algorithm not in option.algorithms:
+            raise InputError(f"applies to {', '.join(option.algorithms)}, not --algorithm {algorithm}", field=option.flag)
+    out = {}
+    for option in ALGORITHM_OPTIONS:
+        if algorithm in option.algorithms:
+            value = extra.get(option.name, option.default)
+            if option.choices:
+                check_choice(value, option.choices, option.flag)
+            out[option.name] = value
+    return out
 
 
 def check_choice(value: str, valid: tuple[str, ...], field_name: str) -> str:
@@ -100,6 +172,7 @@ class TrainConfig:
     def validate(self) -> None:
         """Raise InputError naming the first bad field."""
         check_choice(self.algorithm, ALGORITHMS, "algorithm")
+        algorithm_options(self.algorithm, self.extra)
         check_choice(self.dataset, DATASETS, "dataset")
         from trainers.models import check_model
 

@@ -345,16 +345,18 @@ class SplitEngine:
             st["clock"][d] += float(times.model_up[d])
             ledger.add(d, "model upload", float(times.model_up[d]))
             finished_at = st["clock"][d]
-            global_blocks = s.on_model(ctx, upload)
+            flushed = s.on_model(ctx, upload)
+            global_blocks = None
+            if flushed:
+                averaged = self.fed.average(flushed, round_index)
+                global_blocks = {j: bs.state for j, bs in averaged.items()}
             slot = st["active"].index(d)
             new = s.replace(ctx, d, st["active"])
             st["active"][slot] = new
             del st["steps"][d]
             join = st["clock"].pop(d)
             st["steps"][new] = 0
-            if self.fed.global_blocks or global_blocks:
-                if global_blocks:
-                    self.fed.global_blocks = {j: dict(v) for j, v in global_blocks.items()}
+            if self.fed.global_blocks:
                 mine = {j: BlockState(self.fed.global_blocks[j]) for j in self.fed.global_blocks if j < self.cuts[new]}
                 msg_down = ModelDownload(new, round_index, "device", mine)
                 self.bytes_down += msg_down.num_bytes

@@ -196,10 +196,12 @@ class ServerPass:
         loss.backward()
         return {d: (x.grad if x.grad is not None else torch.zeros_like(x)) for d, x in self.inputs.items()}
 
-    def cut_gradients(self, loss: torch.Tensor, devices: Sequence[int] | None = None) -> dict[int, torch.Tensor]:
-        """∂loss/∂a_d only (no parameter gradient is accumulated)."""
+    def cut_gradients(self, loss: torch.Tensor, devices: Sequence[int] | None = None,
+                      retain_graph: bool = False) -> dict[int, torch.Tensor]:
+        """∂loss/∂a_d only (no parameter gradient is accumulated); ``retain_graph`` keeps the
+        forward for a later :meth:`backward` of another loss at the same (pre-update) weights."""
         devices = list(self.inputs) if devices is None else list(devices)
-        grads = torch.autograd.grad(loss, [self.inputs[d] for d in devices], allow_unused=True)
+        grads = torch.autograd.grad(loss, [self.inputs[d] for d in devices], allow_unused=True, retain_graph=retain_graph)
         return {d: (g if g is not None else torch.zeros_like(self.inputs[d])) for d, g in zip(devices, grads)}
 
 
@@ -311,10 +313,12 @@ class EdgeServer:
 
     def per_device_gradients(self, arrivals: Sequence[Activation],
                              loss_of: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor],
-                             create_graph: bool = False) -> dict[int, tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]]:
+                             create_graph: bool = False
+                             ) -> dict[int, tuple[list[torch.Tensor], torch.Tensor, torch.Tensor, torch.Tensor]]:
         """Each device's server gradient g_i = ∂L_i/∂w_{s,i} and cut gradient ∂L_i/∂a_i from a
         separate forward per device (GAPSL, gapsl_scala.md A.3.4). Returns
-        ``{device: (g_i per parameter, ∂L_i/∂a_i, L_i)}``; no parameter ``.grad`` is touched."""
+        ``{device: (g_i per parameter, ∂L_i/∂a_i, L_i, the input leaf a_i)}``; no parameter
+        ``.grad`` is touched. ``create_graph`` keeps the g_i differentiable (double backprop)."""
         out = {}
         for a in arrivals:
             p = self.run([a], concatenate=False)
@@ -323,7 +327,7 @@ class EdgeServer:
             params = self.parameters(a.device)
             grads = torch.autograd.grad(loss, params + [x], create_graph=create_graph, allow_unused=True)
             g = [gi if gi is not None else torch.zeros_like(pi) for gi, pi in zip(grads[:-1], params)]
-            out[a.device] = (g, grads[-1] if grads[-1] is not None else torch.zeros_like(x), loss)
+            out[a.device] = (g, grads[-1] if grads[-1] is not None else torch.zeros_like(x), loss, x)
         return out
 
     def add_gradients(self, params: Sequence[nn.Parameter], grads: Sequence[torch.Tensor]) -> None:

@@ -10,7 +10,7 @@ import argparse
 import json
 
 from adaptplan.errors import InputError
-from trainers.config import ALGORITHMS, DATASETS, MODELS, PARTITIONS
+from trainers.config import ALGORITHM_OPTIONS, ALGORITHMS, DATASETS, MODELS, OPTIMIZERS, PARTITIONS
 
 # TrainConfig field → flag, where the flag is not "--" + the field with "_" → "-"
 FLAGS = {"dirichlet_alpha": "--alpha", "plan_path": "--plan", "system_path": "--system",
@@ -25,7 +25,8 @@ def _cuts(text: str) -> tuple[int, ...]:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("train", help="run split training (SL, PSL, SplitFed V1/V2, AdaptSFL) on a simulated clock",
+    p = sub.add_parser("train", help="run split training (SL, PSL, SplitFed V1/V2, AdaptSFL, GAPSL, SCALA, CycleSL, GAS) "
+                                     "on a simulated clock",
                        description="Run split training. One round = every device processes one mini-batch. "
                                    "Simulated seconds come from the latency model (eqs. 16-26); wall seconds are "
                                    "reported separately.")
@@ -49,6 +50,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate γ (default 0.01)")
     p.add_argument("--momentum", type=float, default=0.0, help="SGD momentum (default 0)")
     p.add_argument("--weight-decay", type=float, default=0.0, help="SGD weight decay (L2 coefficient, default 0)")
+    p.add_argument("--optimizer", default="sgd", help=f"optimizer of every role: {', '.join(OPTIMIZERS)} (default sgd; "
+                   "CycleSL's paper uses adam)")
+    p.add_argument("--clip-norm", type=float, help="clip each role's gradient 2-norm at this value before every step "
+                   "(SCALA's and GAS's code: 10; default: no clipping)")
+    algo = p.add_argument_group("algorithm options (each applies to the algorithms named; default: the paper's value)")
+    for option in ALGORITHM_OPTIONS:
+        choices = f" {{{','.join(option.choices)}}}" if option.choices else ""
+        algo.add_argument(option.flag, dest=f"opt_{option.name}", type=option.type, default=None,
+                          help=f"[{', '.join(option.algorithms)}]{choices} {option.help} (default {option.default})")
     p.add_argument("--batch-size", type=int, default=16, help="mini-batch size b per device per round, in samples (default 16)")
     p.add_argument("--seed", type=int, default=0, help="seed for model init, partition and samplers (default 0)")
     p.add_argument("--eval-every", type=int, default=1, help="evaluate on the test set every K rounds (default 1)")
@@ -116,7 +126,8 @@ def _train(args: argparse.Namespace) -> int:
         target_accuracy=args.target_accuracy, system_path=args.system, system_seed=args.system_seed,
         redraw_resources=not args.static_resources, constants_path=args.constants, data_root=args.data_root,
         download=args.download,
-        threads=args.threads, progress=not args.no_progress,
+        threads=args.threads, progress=not args.no_progress, optimizer=args.optimizer, clip_norm=args.clip_norm,
+        extra={o.name: getattr(args, f"opt_{o.name}") for o in ALGORITHM_OPTIONS if getattr(args, f"opt_{o.name}") is not None},
     )
     history = Trainer(config).run()
     if args.out:

@@ -18,6 +18,7 @@ class SL(Strategy):
     name = "sl"
 
     def __init__(self) -> None:
+        super().__init__()
         self.holder = 0            # the device holding the latest client model
 
     def validate(self, ctx) -> None:

@@ -1,0 +1,89 @@
+"""CycleSL: server-client cyclical updates on resampled smashed data (Wang, Bozkir & Kasneci),
+written against cyclesl_gas.md Part A.
+
+Each round ⌈ρN⌉ devices (``--participation``) forward one mini-batch and upload (F_i, Y_i); the
+edge server, once all have arrived (a barrier, A.8):
+
+1. pools the detached features D_S^f = ⊎_i {(F_ij, Y_ij, w_i = |𝒟_i|)} (CSL-2);
+2. trains the shared server model **first**: E passes over D_S^f in a fresh random order, in
+   chunks of b_S = b, one optimizer step per chunk on L_S = Σ_β w_j·CE_j / Σ_β w_j (CSL-3, CSL-4;
+   ``server_phase="steps"``: E single resampled mini-batches, Algorithm 1 read literally;
+   ``sample_weight="uniform"``: plain mean CE);
+3. freezes it and answers each device with G_i = ∂/∂F_i of its own mean CE at θ_S^{t+1} (CSL-5);
+4. the devices back-propagate G_i through the graph of their single forward — no re-forward
+   (CSL-6; the runtime's devices keep that graph until the reply).
+
+``cycle_base`` picks what the client side does: ``psl`` (CyclePSL: client models never averaged)
+or ``sfl`` (CycleSFL: every I rounds the participants' client models are FedAvg'd by |𝒟_i| and
+loaded into **all** N devices, CSL-7). The paper uses Adam on both sides (``--optimizer adam``).
+All devices share one cut (the pooled features must have one shape). Evaluation: PSL base — mean
+over devices of [w_{c,i}; θ_S]; SFL base — the averaged model.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from trainers.api import InputError, Strategy, answer, every_interval, mean_ce
+
+
+class CycleSL(Strategy):
+    name = "cyclesl"
+
+    def __init__(self, participation: float = 1.0, cycle_base: str = "psl", server_epochs: int = 1,
+                 server_phase: str = "epochs", sample_weight: str = "data_size") -> None:
+        super().__init__(participation)
+        if not (isinstance(server_epochs, int) and server_epochs >= 1):
+            raise InputError(f"must be an integer ≥ 1, got {server_epochs!r}", field="--server-epochs")
+        self.base, self.epochs, self.phase, self.sample_weight = cycle_base, server_epochs, server_phase, sample_weight
+
+    def validate(self, ctx) -> None:
+        if len(set(ctx.cuts)) > 1:
+            raise InputError(f"CycleSL pools the devices' features: it needs one cut for all devices, got "
+                             f"{sorted(set(ctx.cuts))}", field="cuts")
+
+    def server_batches(self, ctx, n: int) -> list[torch.Tensor]:
+        """Index chunks of the pooled features for the server phase (CSL-4), drawn from the run's generator."""
+        b = ctx.batch_size
+        if self.phase == "steps":
+            return [torch.from_numpy(ctx.rng.choice(n, size=min(b, n), replace=False)) for _ in range(self.epochs)]
+        chunks = []
+        for _ in range(self.epochs):
+            order = torch.from_numpy(ctx.rng.permutation(n))
+            chunks += list(order.split(b))
+        return chunks
+
+    def serve(self, edge, ctx, arrivals):
+        devices = [a.device for a in arrivals]
+        features = torch.cat([a.tensor for a in arrivals]).detach()                          # CSL-2
+        labels = torch.cat([a.labels for a in arrivals])
+        sizes = [float(ctx.data_sizes[d]) if self.sample_weight == "data_size" else 1.0 for d in devices]
+        weights = torch.cat([torch.full((a.batch_size,), w) for a, w in zip(arrivals, sizes)])
+        owners = edge.owners(devices)
+        steps = 0
+        for idx in self.server_batches(ctx, features.shape[0]):                               # CSL-4
+            per_sample = nn.functional.cross_entropy(edge.run_features(features[idx], devices[0]), labels[idx],
+                                                     reduction="none")
+            loss = (weights[idx] * per_sample).sum() / weights[idx].sum()                      # CSL-3
+            loss.backward()
+            edge.step(owners)
+            steps += 1
+        ctx.metrics["server_steps"] = float(steps)
+        p = edge.run(arrivals)                                                                  # θ_S^{t+1}, frozen
+        losses = {d: mean_ce(p.logits[d], p.labels[d]) for d in devices}
+        for d, loss in losses.items():
+            ctx.record_loss(d, loss)
+        grads = p.cut_gradients(sum(losses.values()))                                          # CSL-5
+        return [answer(a, grads[a.device]) for a in arrivals]
+
+    def aggregation(self, ctx):
+        if self.base == "sfl":
+            return every_interval(ctx, range(ctx.deepest_cut), recipients="all")             # CSL-7
+        return None
+
+    def eval_models(self, view):
+        if self.base == "sfl":
+            return [view.averaged_model()]
+        return [view.device_model(d) for d in range(view.num_devices)]
+

@@ -1,0 +1,189 @@
+"""GAS: generative activation-aided asynchronous split federated learning (Yang & Liu, AAAI 2025),
+written against cyclesl_gas.md Part B. Runs on the runtime's asynchronous loop (no round barrier).
+
+C devices (``--active``) are always training, each on its own simulated clock (latency model per
+device and stage); the runtime always advances the device whose clock is earliest. A device's
+arrival (A_k, Y_k) (GAS-1) is served at once:
+
+* its cut gradient is G_k = ∇_{A_k} ℓ_k with the logit-adjusted loss ℓ_k = −log softmax(s +
+  τ·log(P_k + ε))_y at the server weights current at arrival (GAS-9, GAS-10; P_k = device k's label
+  distribution, ε = 1e-12); the device steps (GAS-11);
+* (A_k, Y_k) joins the activation buffer 𝒜 with weight ω = E·t_k + e_k + 1 (GAS-2, GAS-3: t_k the
+  global-model version the device joined with, e_k its 0-based local step). When 𝒜 holds Q_s
+  mini-batches (``--buffer``, default C): the per-label statistics absorb 𝒜's real activations
+  (GAS-5b batch merge, λ = 1e-5; diagonal covariance by default, full with ``--covariance full``);
+  once every label has statistics, n̂_y = max(0, B − n_y) activations per label are drawn from
+  N(μ_y, Σ_y) (GAS-6, GAS-7; off with ``--generation off``: the asynchronous-SFL ablation); one
+  server step on the mean plain CE over real ∪ generated (GAS-8); 𝒜 is emptied.
+
+After E local steps (``--local-steps``) the device uploads its client model; when Q_c = C models
+are buffered the fed server averages them by |𝒟_k| (GAS-12), the global version t advances (one
+round of the history = one global iteration), and the finished device's slot goes to a device
+drawn uniformly from the idle ones, which downloads the current global client model.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from trainers.api import AsyncStrategy, InputError, answer, label_prior, logit_adjusted_ce
+
+REGULARISATION = 1e-5       # λ of GAS-5b, and the diagonal variant's variance floor (GAS-7)
+
+
+class LabelStatistics:
+    """Weighted running mean, (co)variance and weight sum of flattened activations for one label
+    (GAS-4/5; the per-flush batch merge GAS-5b)."""
+
+    def __init__(self, full: bool) -> None:
+        self.full = full
+        self.mean: torch.Tensor | None = None
+        self.cov: torch.Tensor | None = None          # (d,) variances, or (d, d) when full
+        self.weight = 0.0
+
+    def merge(self, rows: torch.Tensor, weights: torch.Tensor, lam: float = REGULARISATION) -> None:
+        """GAS-5b: batch mean/covariance with weights ω, merged into the running statistics."""
+        w = weights.double()
+        x = rows.double()
+        total = float(w.sum())
+        mu_b = (w[:, None] * x).sum(0) / total
+        centred = x - mu_b
+        cov_b = (w[:, None, None] * centred[:, :, None] * centred[:, None, :]).sum(0) / total if self.full \
+            else (w[:, None] * centred ** 2).sum(0) / total
+        if self.mean is None:
+            self.mean, self.cov, self.weight = mu_b, cov_b, total
+            return
+        d = self.weight / (self.weight + total)
+        mu = d * self.mean + (1 - d) * mu_b
+        shift_old, shift_new = mu - self.mean, mu - mu_b
+        if self.full:
+            eye = torch.eye(mu.numel(), dtype=mu.dtype)
+            self.cov = (d * (self.cov + torch.outer(shift_old, shift_old))
+                        + (1 - d) * (cov_b + torch.outer(shift_new, shift_new)) + lam * eye)
+        else:
+            self.cov = d * (self.cov + shift_old ** 2) + (1 - d) * (cov_b + shift_new ** 2) + lam
+        self.mean, self.weight = mu, self.weight + total
+
+    def sample(self, n: int, rng: np.random.Generator) -> torch.Tensor:
+        """n draws from N(μ, Σ) (GAS-7): diagonal σ = √(v + 1e-5); full by Cholesky with an εI
+        fallback (ε = 1e-6, ×10 per retry)."""
+        z = torch.from_numpy(rng.standard_normal((n, self.mean.numel())))
+        if not self.full:
+            return (self.mean + z * torch.sqrt(self.cov + REGULARISATION)).float()
+        eps = 1e-6
+        for _ in range(100):
+            chol, info = torch.linalg.cholesky_ex(self.cov + eps * torch.eye(self.mean.numel(), dtype=self.cov.dtype))
+            if int(info) == 0:
+                return (self.mean + z @ chol.T).float()
+            eps *= 10
+        raise RuntimeError("GAS: covariance not positive definite after 100 regularisation steps")
+
+
+class GAS(AsyncStrategy):
+    name = "gas"
+
+    def __init__(self, active: int = 10, local_steps: int = 5, buffer: int = 0, generation: str = "on",
+                 covariance: str = "diag", la_tau: float = 1.0) -> None:
+        super().__init__()
+        for flag, value in (("--active", active), ("--local-steps", local_steps)):
+            if not (isinstance(value, int) and value >= 1):
+                raise InputError(f"must be an integer ≥ 1, got {value!r}", field=flag)
+        if not (isinstance(buffer, int) and buffer >= 0):
+            raise InputError(f"must be an integer ≥ 0 (0 = the number of active devices), got {buffer!r}", field="--buffer")
+        if not (la_tau >= 0 and math.isfinite(la_tau)):
+            raise InputError(f"must be a finite number ≥ 0, got {la_tau!r}", field="--la-tau")
+        self.active, self.local_steps, self.buffer_size = active, local_steps, buffer
+        self.generation, self.full, self.tau = generation == "on", covariance == "full", float(la_tau)
+        self.buffer: list[tuple[torch.Tensor, torch.Tensor, float]] = []
+        self.models: list[Any] = []
+        self.stats: dict[int, LabelStatistics] = {}
+        self.version = 0
+        self.join: dict[int, int] = {}
+        self.local: dict[int, int] = {}
+        self.server_updates = 0
+
+    def capacity(self, ctx) -> int:
+        """Q_s = Q_c = C (capped at the number of devices) unless ``--buffer`` sets Q_s."""
+        return self.buffer_size or min(self.active, ctx.num_devices)
+
+    def first_devices(self, ctx):
+        self.active = min(self.active, ctx.num_devices)
+        first = super().first_devices(ctx)
+        for d in first:
+            self.join[d], self.local[d] = 0, 0
+        return first
+
+    def replace(self, ctx, finished, active):
+        new = super().replace(ctx, finished, active)
+        self.join[new], self.local[new] = self.version, 0
+        return new
+
+    def serve(self, edge, ctx, arrivals):
+        (a,) = arrivals
+        p = edge.run(arrivals)
+        loss = logit_adjusted_ce(p.logits[a.device], a.labels, label_prior(ctx.label_counts[a.device]), self.tau)  # GAS-9
+        ctx.record_loss(a.device, loss)
+        grad = p.cut_gradients(loss)[a.device]                                                  # GAS-10
+        omega = self.local_steps * self.join.get(a.device, 0) + self.local.get(a.device, 0) + 1  # GAS-3
+        self.local[a.device] = self.local.get(a.device, 0) + 1
+        self.buffer.append((a.tensor.detach(), a.labels, float(omega)))                          # GAS-2
+        if len(self.buffer) >= self.capacity(ctx):
+            self.flush_buffer(edge, ctx, a.device)
+        return [answer(a, grad)]
+
+    def flush_buffer(self, edge, ctx, device: int) -> None:
+        """Statistics (GAS-5b), generation (GAS-6/7) and one server step (GAS-8); empties 𝒜."""
+        shape = self.buffer[0][0].shape[1:]
+        rows = torch.cat([x.reshape(x.shape[0], -1) for x, _, _ in self.buffer])
+        labels = torch.cat([y for _, y, _ in self.buffer])
+        weights = torch.cat([torch.full((y.shape[0],), w) for _, y, w in self.buffer])
+        for y in labels.unique().tolist():
+            mask = labels == y
+            self.stats.setdefault(int(y), LabelStatistics(self.full)).merge(rows[mask], weights[mask])
+        features, targets = [rows], [labels]
+        generated = 0
+        if self.generation and len(self.stats) == ctx.num_classes:
+            counts = torch.bincount(labels, minlength=ctx.num_classes)
+            for y in range(ctx.num_classes):
+                n = max(0, ctx.batch_size - int(counts[y]))                                     # GAS-6
+                if n:
+                    features.append(self.stats[y].sample(n, ctx.rng))                           # GAS-7
+                    targets.append(torch.full((n,), y, dtype=labels.dtype))
+                    generated += n
+        x = torch.cat(features).reshape(-1, *shape)
+        loss = nn.functional.cross_entropy(edge.run_features(x, device), torch.cat(targets))    # GAS-8
+        loss.backward()
+        edge.step(edge.owners([device]))
+        self.server_updates += 1
+        ctx.metrics["generated"] = ctx.metrics.get("generated", 0.0) + generated
+        ctx.metrics["server_updates"] = float(self.server_updates)
+        self.buffer = []
+
+    def on_model(self, ctx, upload):
+        self.models.append(upload)
+        if len(self.models) < min(self.active, ctx.num_devices):
+            return None
+        flushed, self.models = self.models, []
+        self.version += 1                                                                       # GAS-12
+        return flushed
+
+    def state_dict(self):
+        return {"buffer": list(self.buffer), "models": list(self.models), "version": self.version,
+                "join": dict(self.join), "local": dict(self.local), "updates": self.server_updates,
+                "stats": {y: (s.mean, s.cov, s.weight) for y, s in self.stats.items()}, "active": self.active}
+
+    def load_state_dict(self, state):
+        self.buffer, self.models = list(state["buffer"]), list(state["models"])
+        self.version, self.server_updates = int(state["version"]), int(state["updates"])
+        self.join = {int(k): int(v) for k, v in state["join"].items()}
+        self.local = {int(k): int(v) for k, v in state["local"].items()}
+        self.active = int(state["active"])
+        self.stats = {}
+        for y, (mean, cov, weight) in state["stats"].items():
+            s = self.stats[int(y)] = LabelStatistics(self.full)
+            s.mean, s.cov, s.weight = mean, cov, float(weight)

@@ -1,0 +1,78 @@
+"""SCALA: split federated learning with concatenated activations and logit adjustments (Yang &
+Liu, arXiv:2405.04875), written against gapsl_scala.md Part B.
+
+A global iteration is I rounds (``--interval``) with one participant set 𝒞^t of ⌈ρK⌉ devices
+(``--participation`` ρ), drawn uniformly without replacement at its start [B.2 step 0]. Device k's
+batch is B_k = max(⌊|𝒟_k|·B/Σ_{𝒞^t}|𝒟_j|⌋, 1) with B = b·|𝒞^t| (eq. 3). In every round:
+
+* cut gradients from the **pre-update** server (eq. 6, eq. 13): G_k = ∂ℓ_k/∂A_k with
+  ℓ_k = mean CE(z_k + τ·log(P_k + ε), y) on device k's own server logits, P_k its local label
+  distribution (shared once), ε = 1e-12;
+* one server step on the **concatenated** batch (eq. 5, eq. 12): ℓ_s = mean CE(z + τ·log(P_s + ε), Y)
+  over concat(A) with P_s the label distribution of the concatenated labels (``server_prior =
+  "batch"``) or of the participants' label counts (``"round"``).
+Both come from one forward of the concatenated activations (the weights are the same). At the end
+of the global iteration the participants' client models are FedAvg'd by |𝒟_k| (eq. 8) and every
+device downloads the average (the global client model the next participants start from). Test
+accuracy uses raw logits (no adjustment). The server model is shared; per-role optimizers come
+from the run (the authors' code: SGD 0.01, momentum 0.9, weight decay 5e-4, clip 10).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from trainers.api import InputError, Strategy, answer, every_interval, label_prior, logit_adjusted_ce, sample_devices
+
+
+class SCALA(Strategy):
+    name = "scala"
+
+    def __init__(self, participation: float = 1.0, la_tau: float = 1.0, server_prior: str = "batch") -> None:
+        super().__init__(participation)
+        if not (la_tau >= 0 and math.isfinite(la_tau)):
+            raise InputError(f"must be a finite number ≥ 0, got {la_tau!r}", field="--la-tau")
+        self.tau, self.server_prior = float(la_tau), server_prior
+        self.current: list[int] = []
+
+    def participants(self, ctx):
+        if not self.current or ctx.rounds_since_aggregation == 1:       # a new global iteration
+            self.current = sample_devices(ctx, self.participation)
+        return list(self.current)
+
+    def batch_size(self, ctx, device):
+        """Eq. (3): B_k = |𝒟_k|·B / Σ_{𝒞^t}|𝒟_j| with B = b·|𝒞^t| (at least 1)."""
+        total = sum(ctx.data_sizes[d] for d in self.current)
+        return max(int(ctx.data_sizes[device] * ctx.batch_size * len(self.current) / total), 1)
+
+    def serve(self, edge, ctx, arrivals):
+        p = edge.run(arrivals)
+        devices = p.devices
+        client = {d: logit_adjusted_ce(p.logits[d], p.labels[d], label_prior(ctx.label_counts[d]), self.tau)
+                  for d in devices}                                                   # eq. (13)
+        for d, loss in client.items():
+            ctx.record_loss(d, loss)
+        grads = p.cut_gradients(sum(client.values()), retain_graph=True)             # eq. (6), pre-update w_s
+        labels = torch.cat([p.labels[d] for d in devices])
+        if self.server_prior == "batch":
+            prior = label_prior(torch.bincount(labels, minlength=ctx.num_classes))
+        else:
+            prior = label_prior(sum(ctx.label_counts[d] for d in devices))
+        logits = torch.cat([p.logits[d] for d in devices])
+        p.backward(logit_adjusted_ce(logits, labels, prior, self.tau))                # eqs. (5), (12)
+        edge.step(edge.owners(devices))
+        return [answer(a, grads[a.device]) for a in arrivals]
+
+    def aggregation(self, ctx):
+        return every_interval(ctx, range(ctx.deepest_cut), recipients="all")         # eq. (8)
+
+    def eval_models(self, view):
+        return [view.averaged_model(self.current or None)]
+
+    def state_dict(self):
+        return {"current": list(self.current)}
+
+    def load_state_dict(self, state):
+        self.current = [int(d) for d in state.get("current", [])]
