@@ -187,6 +187,7 @@ class Strategy:
     name = "base"
     server_mode = "barrier"
     asynchronous = False
+    participation = 1.0
 
     def __init__(self, participation: float = 1.0) -> None:
         if not (isinstance(participation, (int, float)) and 0 < participation <= 1):
