@@ -52,3 +52,21 @@ WORLD_MODEL = ["__init__.py", "constants.py", "convergence.py", "errors.py", "fi
 @pytest.mark.parametrize("name", WORLD_MODEL)
 def test_world_model_is_torch_free(name):
     assert not roots(imported_modules(ROOT / "adaptplan" / name)) & {"torch", "torchvision", "fvcore", "trainers", "profilers"}
+
+
+STRATEGY_FILES = [p for p in sources("trainers/strategies") if p.name != "__init__.py"]
+
+
+@pytest.mark.parametrize("path", STRATEGY_FILES, ids=lambda p: p.name)
+def test_strategies_import_only_the_strategy_api(path):
+    """Engine v2: an algorithm sees the roles only through trainers.api (no engine, role or
+    runtime internals, no other project package); torch, numpy and the standard library are free."""
+    project = {"adaptplan", "profilers", "solvers", "trainers"}
+    used = {name for name in imported_modules(path) if name.split(".")[0] in project}
+    assert used == {"trainers.api"}, used
+
+
+def test_roles_do_not_import_the_runtime_or_strategies():
+    """The role code is shared by every runtime: it never imports the simulator, the driver or an algorithm."""
+    used = imported_modules(ROOT / "trainers" / "roles.py") | imported_modules(ROOT / "trainers" / "messages.py")
+    assert not {n for n in used if n.startswith(("trainers.engine", "trainers.run", "trainers.strategies"))}
