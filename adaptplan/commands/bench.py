@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+from adaptplan.errors import InputError
+from trainers.config import ALGORITHMS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,6 +27,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     engine.add_argument("--repeats", type=int, default=3, help="interleaved repeats; each side keeps its best (default 3)")
     engine.add_argument("--json", action="store_true", help="print the measurements as JSON")
     engine.set_defaults(func=run_engine)
+    algos = which.add_parser("algorithms", help="every split algorithm on one data set and plan, IID and non-IID: "
+                             "accuracy at equal rounds and equal simulated time, time to a target")
+    algos.add_argument("--algorithms", default=",".join(ALGORITHMS), help="comma-separated (default: all nine)")
+    algos.add_argument("--partitions", default="iid,dirichlet-0.1,shards-2",
+                       help="comma-separated: iid, dirichlet-0.1 (Dirichlet α = 0.1), shards-2 (2 label shards per device)")
+    algos.add_argument("--rounds", type=int, default=200, help="rounds per run (default 200)")
+    algos.add_argument("--devices", type=int, default=20, help="devices N (default 20)")
+    algos.add_argument("--dataset", default="cifar10-subset", help="dataset (default cifar10-subset)")
+    algos.add_argument("--model", default="cnn", help="model (default cnn)")
+    algos.add_argument("--cuts", help="one cut for every device (default: the planner's plan)")
+    algos.add_argument("--lr", type=float, default=0.05, help="learning rate (default 0.05)")
+    algos.add_argument("--momentum", type=float, default=0.9, help="SGD momentum (default 0.9)")
+    algos.add_argument("--batch-size", type=int, default=16, help="samples per device per step (default 16)")
+    algos.add_argument("--eval-every", type=int, default=10, help="evaluate every K rounds (default 10)")
+    algos.add_argument("--seed", type=int, default=0, help="seed of data partition, model and samplers (default 0)")
+    algos.add_argument("--target-accuracy", type=float, default=0.3, help="target test accuracy, a fraction (default 0.3)")
+    algos.add_argument("--workers", type=int, help="worker processes, one torch thread each (default: all cores)")
+    algos.add_argument("--out", metavar="DIR", help="write table.txt, results.json and accuracy.png into DIR")
+    algos.set_defaults(func=run_algorithms)
 
 
 def run_solvers(args: argparse.Namespace) -> int:
@@ -45,4 +68,44 @@ def run_engine(args: argparse.Namespace) -> int:
     result = run_engine_bench(devices=args.devices, batch_size=args.batch_size, rounds=args.rounds,
                               algorithm=args.algorithm, threads=args.threads, repeats=args.repeats)
     print(json.dumps(result.to_json(), indent=2) if args.json else result.report())
+    return 0
+
+
+def run_algorithms(args: argparse.Namespace) -> int:
+    from adaptplan import bench_algorithms as bench
+    from trainers.config import check_choice
+
+    algorithms = [check_choice(a.strip(), ALGORITHMS, "--algorithms") for a in args.algorithms.split(",") if a.strip()]
+    partitions = [check_choice(p.strip(), tuple(bench.PARTITIONS), "--partitions") for p in args.partitions.split(",")
+                  if p.strip()]
+    for flag, value in (("--rounds", args.rounds), ("--devices", args.devices), ("--eval-every", args.eval_every),
+                        ("--batch-size", args.batch_size)):
+        if value < 1:
+            raise InputError(f"must be ≥ 1, got {value}", field=flag)
+    if args.workers is not None and args.workers < 1:
+        raise InputError(f"must be ≥ 1, got {args.workers}", field="--workers")
+    if not 0 < args.target_accuracy <= 1:
+        raise InputError(f"must be a fraction in (0, 1], got {args.target_accuracy}", field="--target-accuracy")
+    if not algorithms or not partitions:
+        raise InputError("name at least one algorithm and one partition", field="--algorithms")
+    cuts = None
+    if args.cuts:
+        try:
+            cuts = [int(args.cuts)] * args.devices
+        except ValueError:
+            raise InputError(f"one integer cut for every device, got {args.cuts!r}", field="--cuts") from None
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    results = bench.run_algorithm_bench(algorithms, partitions, rounds=args.rounds, devices=args.devices,
+                                        dataset=args.dataset, model=args.model, lr=args.lr, momentum=args.momentum,
+                                        batch_size=args.batch_size, eval_every=args.eval_every, seed=args.seed,
+                                        target=args.target_accuracy, workers=args.workers, cuts=cuts)
+    text = bench.table(results, args.target_accuracy)
+    print(text)
+    if out is not None:
+        (out / "table.txt").write_text(text + "\n", encoding="utf-8")
+        bench.save_json(results, args.target_accuracy, out / "results.json")
+        bench.plot(results, out / "accuracy.png")
+        print(f"wrote {out / 'table.txt'}, {out / 'results.json'}, {out / 'accuracy.png'}")
     return 0
