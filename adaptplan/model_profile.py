@@ -95,6 +95,18 @@ class ModelProfile:
         if self.flop_convention != FLOP_CONVENTION:
             raise InputError(f"only {FLOP_CONVENTION!r} is supported, got {self.flop_convention!r}", field="flop_convention")
 
+    def identity(self) -> dict[str, Any]:
+        """What a plan records about the model it was made for: the profile's model name, L, and
+        a SHA-256 of the structure at every cut (name, activation bits ψ_j, parameter bits δ_j) —
+        the same for every profile of one architecture and input shape, whatever the FLOP counter
+        or the measured times."""
+        import hashlib
+        import json
+
+        structure = [[c.name, float(c.activation_bits), float(c.client_param_bits)] for c in self.cut_points]
+        digest = hashlib.sha256(json.dumps([list(self.input_shape), structure]).encode()).hexdigest()
+        return {"name": self.model, "num_cuts": self.num_cuts, "structure_sha256": digest}
+
     # ---- arrays (index 0 ↔ cut j = 1) ---------------------------------------------------------
     @property
     def num_cuts(self) -> int:

@@ -31,7 +31,22 @@ def check_cut_vector(cuts: Sequence[int], num_devices: int, num_cuts: int) -> np
 
 _REQUIRED = ("interval", "cuts", "rounds", "aggregations", "round_latency_s", "aggregation_latency_s",
              "total_latency_s", "objective_s")
-_OPTIONAL = ("solver", "breakdown")
+_OPTIONAL = ("solver", "breakdown", "model")
+
+
+def _model_identity(value: Any) -> dict[str, Any] | None:
+    """The plan's ``model`` block: {"name": str, "num_cuts": int ≥ 1, "structure_sha256": 64 hex digits}."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise InputError("must be an object with name, num_cuts and structure_sha256", field="plan.model")
+    check_keys(value, ("name", "num_cuts", "structure_sha256"), (), "plan.model")
+    digest = value["structure_sha256"]
+    if not isinstance(value["name"], str) or not isinstance(digest, str) or len(digest) != 64 \
+            or any(ch not in "0123456789abcdef" for ch in digest):
+        raise InputError("name must be a string and structure_sha256 64 lower-case hex digits", field="plan.model")
+    return {"name": value["name"], "num_cuts": positive_int(value["num_cuts"], "plan.model.num_cuts"),
+            "structure_sha256": digest}
 
 
 @dataclass(frozen=True)
@@ -46,6 +61,7 @@ class Plan:
     objective_s: float
     solver: dict[str, Any] = field(default_factory=dict)
     breakdown: dict[str, float] | None = None
+    model: dict[str, Any] | None = None       # ModelProfile.identity() of the model planned for
 
     @property
     def deepest_cut(self) -> int:
@@ -66,6 +82,8 @@ class Plan:
         }
         if self.breakdown is not None:
             data["breakdown"] = dict(self.breakdown)
+        if self.model is not None:
+            data["model"] = dict(self.model)
         return data
 
     @classmethod
@@ -80,6 +98,7 @@ class Plan:
             **{k: non_negative_number(data[k], f"plan.{k}") for k in _REQUIRED[4:]},
             solver=dict(data.get("solver", {})),
             breakdown=data.get("breakdown"),
+            model=_model_identity(data.get("model")),
         )
 
     @classmethod

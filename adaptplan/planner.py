@@ -9,6 +9,8 @@ model (used for fixed plans, baselines and the trainers' clock).
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import replace
 from typing import Sequence
 
@@ -70,7 +72,8 @@ class Planner:
 
     def evaluate(self, cuts: Sequence[int], interval: int, solver: dict | None = None) -> Plan:
         """The Plan for a given decision (cuts, I): ⌈R⌉ of eq. (15), eq. (26) and objective (28)."""
-        return build_plan(self.problem, cuts, interval, solver or {"method": "given"})
+        plan = build_plan(self.problem, cuts, interval, solver or {"method": "given"})
+        return dataclasses.replace(plan, model=self.profile.identity())
 
 
 def build_plan(problem: PlanningProblem, cuts: Sequence[int], interval: int, solver: dict) -> Plan:

@@ -11,6 +11,7 @@ import torch
 
 from adaptplan.cli import main
 from adaptplan.errors import InputError
+from trainers.checkpoint import load_checkpoint
 from trainers.config import TrainConfig
 from trainers.history import History, RoundRecord
 from trainers.run import ReplanRequest, Trainer
@@ -159,10 +160,14 @@ def test_default_plan_is_the_planners_and_is_recorded() -> None:
     assert event["plan"] == expected.to_json() | {"solver": event["plan"]["solver"]}   # solver seconds differ
     assert trainer.engine.cuts == event["cuts"] == list(expected.cuts)
     assert trainer.engine.interval == event["interval"] == expected.interval
-    # an unreachable target ε: the documented default plan, with the planner's reason recorded
+    # an unreachable target ε: an error naming the reason and the fixes ...
     unreachable = ConvergenceConstants.placeholder(L)
     unreachable = type(unreachable)(**{**unreachable.to_json(), "epsilon": 1e-6})
-    fallback = Trainer(TrainConfig(**{**FAST, "lr": 0.01}, algorithm="adaptsfl", rounds=2), constants=unreachable)
+    with pytest.raises(InputError, match=r"no plan: target epsilon=1e-06 is unreachable.*--cuts, --plan.*--allow-fallback"):
+        Trainer(TrainConfig(**{**FAST, "lr": 0.01}, algorithm="adaptsfl", rounds=2), constants=unreachable)
+    # ... or, when asked for, the documented default plan with the planner's reason recorded
+    fallback = Trainer(TrainConfig(**{**FAST, "lr": 0.01}, algorithm="adaptsfl", rounds=2, allow_fallback=True),
+                       constants=unreachable)
     event = fallback.history.events[0]
     assert event["source"] == "default" and "epsilon" in event["reason"]
     assert fallback.engine.cuts == [(L + 1) // 2] * 4 and fallback.engine.interval == 1
@@ -198,7 +203,7 @@ def test_done_when_20_device_adaptsfl_on_cifar10_subset_plots_and_resumes_identi
     assert records(a) == records(b)
     for folder in (full, part):
         assert (folder / "accuracy.png").stat().st_size > 1000
-    sa, sb = (torch.load(f / "checkpoint.pt", weights_only=False)["engine"] for f in (full, part))
+    sa, sb = (load_checkpoint(f)["engine"] for f in (full, part))
     assert sa["edge"]["keys"] == sb["edge"]["keys"]
     pairs = list(zip(sa["edge"]["instances"], sb["edge"]["instances"]))
     pairs += [(x, y) for da, db in zip(sa["devices"], sb["devices"]) for x, y in zip(da["blocks"], db["blocks"])]
@@ -211,7 +216,9 @@ def test_planner_uses_the_training_learning_rate_and_sfl_aggregates_every_round(
     from adaptplan.constants import ConvergenceConstants
 
     # γ = --lr = 0.05 with 4 devices: noise floor (βγ/N)Σσ² = 5·0.05·5/4 = 0.3125 ≥ ε = 0.1
-    trainer = Trainer(TrainConfig(**FAST, algorithm="adaptsfl", rounds=2))
+    with pytest.raises(InputError, match="0.3125"):
+        Trainer(TrainConfig(**FAST, algorithm="adaptsfl", rounds=2))
+    trainer = Trainer(TrainConfig(**FAST, algorithm="adaptsfl", rounds=2, allow_fallback=True))
     assert trainer.history.events[0]["source"] == "default" and "0.3125" in trainer.history.events[0]["reason"]
     L = trainer.profile.num_cuts
     with pytest.raises(InputError, match="not the learning rate"):

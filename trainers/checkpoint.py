@@ -1,33 +1,130 @@
-"""Atomic checkpoints of a run: engine state (parameters, optimizer states, cuts, samplers,
-partitions), RNG states (torch, numpy), round index, clock seconds, history and strategy state.
+"""Checkpoints of a run that are safe to load and hard to lose.
+
+* **No code runs on load.** The state is tensors and plain Python values only (numpy arrays are
+  stored as tensors), and it is read with ``torch.load(..., weights_only=True)``: a crafted pickle
+  is refused, never executed.
+* **Checksummed.** The file is one header line ``adaptplan-checkpoint 2 sha256=<hex>`` followed by
+  the torch payload; a payload whose SHA-256 differs (bit flips, truncation) is refused.
+* **Atomic.** Written to a temporary file in the same folder, fsync'ed, renamed over the previous
+  checkpoint and the folder fsync'ed; a failure (disk full, read-only folder, vanished folder)
+  removes the temporary file, leaves the previous checkpoint intact and is reported as one
+  :class:`~adaptplan.errors.InputError` naming the path and the cause.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from adaptplan.errors import InputError
 
 CHECKPOINT_NAME = "checkpoint.pt"
+MAGIC = b"adaptplan-checkpoint 2 sha256="
+
+
+def plain(value: Any) -> Any:
+    """``value`` with numpy arrays turned into tensors and numpy scalars into Python numbers, so that
+    it loads under ``weights_only=True``."""
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(value))
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        converted = [plain(v) for v in value]
+        return converted if isinstance(value, list) else tuple(converted)
+    return value
+
+
+def encode(state: dict[str, Any]) -> bytes:
+    """Header line with the payload's SHA-256, then the torch payload."""
+    buffer = io.BytesIO()
+    torch.save(plain(state), buffer)
+    payload = buffer.getvalue()
+    return MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
+
+
+def decode(data: bytes, where: str) -> dict[str, Any]:
+    """The state of an :func:`encode`d checkpoint; InputError naming ``where`` if it is not one,
+    is damaged, or holds anything but tensors and plain values."""
+    if not data.startswith(MAGIC) or len(data) < len(MAGIC) + 65 or data[len(MAGIC) + 64:len(MAGIC) + 65] != b"\n":
+        raise InputError(f"{where} is not an adaptplan checkpoint (empty, damaged, or written by an older version); "
+                         "start the run again with --overwrite", field="--resume")
+    digest = data[len(MAGIC):len(MAGIC) + 64].decode("ascii", "replace")
+    payload = data[len(MAGIC) + 65:]
+    if hashlib.sha256(payload).hexdigest() != digest:
+        raise InputError(f"{where} is damaged (its SHA-256 does not match the one it was written with); "
+                         "start the run again with --overwrite", field="--resume")
+    try:
+        state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
+    except Exception as exc:  # UnpicklingError for forbidden globals, RuntimeError for a broken archive
+        raise InputError(f"{where} holds something other than tensors and plain values and was not loaded "
+                         f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})", field="--resume") from None
+    if not isinstance(state, dict):
+        raise InputError(f"{where} does not hold a run's state (found {type(state).__name__})", field="--resume")
+    return state
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a fsync'ed temporary file and a rename; on failure remove
+    the temporary file and raise InputError naming the path and the cause."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        try:
+            fd = os.open(path.parent, os.O_RDONLY)
+        except OSError:
+            return
+        try:
+            os.fsync(fd)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise InputError(f"cannot write {str(path)!r}: {exc.strerror or exc}; the previous file there, if any, is "
+                         "intact", field="--out") from None
 
 
 def save_checkpoint(state: dict[str, Any], folder: str | os.PathLike) -> Path:
-    """Write ``state`` to ``folder/checkpoint.pt`` atomically (temp file + rename)."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / CHECKPOINT_NAME
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    """Write ``state`` to ``folder/checkpoint.pt`` (module docstring)."""
+    path = Path(folder) / CHECKPOINT_NAME
+    write_atomic(path, encode(state))
     return path
 
 
 def load_checkpoint(folder: str | os.PathLike) -> dict[str, Any]:
     path = Path(folder) / CHECKPOINT_NAME
     if not path.is_file():
-        raise InputError(f"no checkpoint at {str(path)!r}; run with --checkpoint-every first", field="resume")
-    return torch.load(path, map_location="cpu", weights_only=False)
+        raise InputError(f"no checkpoint at {str(path)!r}; the run must have been started with --checkpoint-every",
+                         field="--resume")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read {str(path)!r}: {exc.strerror or exc}", field="--resume") from None
+    return decode(data, repr(str(path)))
+
+
+def file_digest(path: str | os.PathLike | None) -> str | None:
+    """SHA-256 of an input file's bytes (None for no file): a resumed run refuses changed inputs."""
+    if path is None:
+        return None
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError as exc:
+        raise InputError(f"cannot read {str(path)!r}: {exc.strerror or exc}", field=str(path)) from None

@@ -152,6 +152,8 @@ class TrainConfig:
     out: str | None = None
     checkpoint_every: int | None = None
     resume: bool = False
+    overwrite: bool = False
+    allow_fallback: bool = False
     target_accuracy: float | None = None
     system_path: str | None = None
     system_seed: int = 0

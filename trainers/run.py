@@ -35,15 +35,22 @@ from adaptplan.model_profile import ModelProfile
 from adaptplan.plan import Plan
 from adaptplan.system import SystemProcess, SystemSpec, generate_system
 from profilers import build_chain, profile_model
-from trainers.checkpoint import load_checkpoint, save_checkpoint
+from trainers.checkpoint import file_digest, load_checkpoint, save_checkpoint
 from trainers.clock import SimClock
 from trainers.config import TrainConfig
 from trainers.datasets import Dataset, load_dataset
 from trainers.engine import DeviceData, SplitEngine
 from trainers.history import History, RoundRecord
+from trainers.messages import NonFiniteError
+from trainers.run_folder import Interrupted, RunFolder, StopRequest
 from trainers.models import build_model
 from trainers.partition import partition_indices
 from trainers.strategies import make_strategy
+
+
+RESUMABLE = ("rounds", "resume", "overwrite", "progress", "out", "checkpoint_every", "threads", "target_accuracy",
+             "eval_every")
+"""Options a resumed run may change; every other one must equal the checkpointed run's."""
 
 
 # ---- planning ---------------------------------------------------------------------------------------------
@@ -160,6 +167,8 @@ class Trainer:
         self.start_round = 0
         self.last_replan = 0
         self.wall_offset = 0.0
+        self.input_digests = {name: file_digest(getattr(config, f"{name}_path"))
+                              for name in ("system", "plan", "constants") if getattr(config, f"{name}_path")}
 
     def _initial_plan(self) -> tuple[list[int], int, dict[str, Any]]:
         """(cuts, interval, event fields) of the plan in force from round 1 (module docstring)."""
@@ -173,12 +182,43 @@ class Trainer:
             outside = [cut for cut in plan.cuts if not 1 <= cut <= L]
             if outside:
                 raise InputError(f"cut {outside[0]} is outside 1..{L}, the cut points of {c.model}", field="plan.cuts")
+            self._check_plan_model(plan)
             return list(plan.cuts), c.interval or plan.interval, {"source": "plan", "plan": plan.to_json()}
         try:
             cuts, interval, details = _decision(self.planner(ReplanRequest(0, self.clock.system(1), self.profile, [], 1)))
         except InfeasibleError as exc:
+            if not c.allow_fallback:
+                raise InfeasibleError(f"the planner found no plan: {exc.message}. Give the plan yourself (--cuts, --plan), "
+                                      f"change the target (--constants), or pass --allow-fallback to train every device "
+                                      f"at cut {math.ceil(L / 2)} of {L} with I = 1", field=exc.field) from None
             return [math.ceil(L / 2)] * c.devices, c.interval or 1, {"source": "default", "reason": str(exc)}
         return self._one_client_model(cuts), c.interval or self._planned_interval(interval), {"source": "planner", **details}
+
+    def _check_plan_model(self, plan: Plan) -> None:
+        """A plan that records its model (``plan.model``) must have been made for this model's structure."""
+        if plan.model is None:
+            return
+        mine = self.profile.identity()
+        if plan.model["num_cuts"] != mine["num_cuts"] or plan.model["structure_sha256"] != mine["structure_sha256"]:
+            raise InputError(f"the plan was made for model {plan.model['name']!r} ({plan.model['num_cuts']} cut points, "
+                             f"structure {plan.model['structure_sha256'][:12]}…) but --model {self.config.model} on "
+                             f"{self.config.dataset} has {mine['num_cuts']} cut points (structure "
+                             f"{mine['structure_sha256'][:12]}…); plan for this model (adaptplan profile + adaptplan plan)",
+                             field="plan_path")
+
+    def describe_plan(self) -> str:
+        """One line saying which plan the run starts with."""
+        event = self.history.events[0]
+        cuts = event["cuts"]
+        counts = {c: cuts.count(c) for c in sorted(set(cuts))}
+        spread = ", ".join(f"{n}× cut {c}" for c, n in counts.items())
+        source = {"cuts": "--cuts", "plan": f"plan file {self.config.plan_path}", "planner": "the built-in planner",
+                  "default": "the fallback (no feasible plan)"}[event["source"]]
+        extra = ""
+        if "plan" in event:
+            extra = f"; predicted {event['plan']['rounds']} rounds, {event['plan']['total_latency_s']:.4g} s (eq. 26)"
+        return (f"plan from {source}: {spread} of {len(self.blocks)} cut points, interval I = {event['interval']}"
+                f"{extra}")
 
     def _planned_interval(self, interval: int) -> int:
         """The planner's I is AdaptSFL's decision; SplitFed (and the others) aggregate every round (I = 1)
@@ -191,26 +231,51 @@ class Trainer:
 
     # ---- checkpoint ---------------------------------------------------------------------------------------
     def state_dict(self, round_index: int, wall: float) -> dict[str, Any]:
+        """The run's state: tensors and plain values only (trainers.checkpoint loads it with weights_only)."""
+        name, keys, pos, has_gauss, cached = np.random.get_state()
         return {"round": round_index, "engine": self.engine.state_dict(), "torch_rng": torch.get_rng_state(),
-                "numpy_rng": np.random.get_state(), "clock_seconds": self.clock.seconds, "last_replan": self.last_replan,
-                "wall_seconds": wall, "history": self.history.to_json(), "config": self.config.to_json(),
-                "partitions": [p.copy() for p in self.engine.data.parts]}
+                "numpy_rng": [name, keys, int(pos), int(has_gauss), float(cached)], "clock_seconds": self.clock.seconds,
+                "last_replan": self.last_replan, "wall_seconds": wall, "history": self.history.to_json(),
+                "config": self.config.to_json(), "partitions": [p.copy() for p in self.engine.data.parts],
+                "inputs": self.input_digests}
 
     def resume(self) -> None:
         """Continue from ``config.out/checkpoint.pt``: the options that shape the run must match."""
         if not self.config.out:
             raise InputError("--resume needs --out (the run folder holding checkpoint.pt)", field="resume")
         state = load_checkpoint(self.config.out)
+        where = f"checkpoint in {self.config.out!r}"
+        missing = [k for k in ("round", "engine", "torch_rng", "numpy_rng", "clock_seconds", "last_replan", "wall_seconds",
+                               "history", "config", "partitions", "inputs") if k not in state]
+        if missing:
+            raise InputError(f"the {where} lacks {missing}; start the run again with --overwrite", field="--resume")
         saved, now = state["config"], self.config.to_json()
+        if not isinstance(saved, dict):
+            raise InputError(f"the {where} holds no run configuration", field="--resume")
         for key in now:
-            if key in ("rounds", "resume", "progress", "out", "checkpoint_every", "threads", "target_accuracy", "eval_every"):
+            if key in RESUMABLE:
                 continue
             if saved.get(key) != now[key]:
                 raise InputError(f"differs from the checkpointed run ({saved.get(key)!r} vs {now[key]!r})", field=key)
-        self.engine.data.parts = [np.asarray(p) for p in state["partitions"]]
-        self.engine.load_state_dict(state["engine"])
-        torch.set_rng_state(state["torch_rng"])
-        np.random.set_state(state["numpy_rng"])
+        for name, digest in (state["inputs"] or {}).items():
+            if digest != self.input_digests.get(name):
+                raise InputError(f"the {name} file {now.get(name + '_path')!r} changed since the run started (its SHA-256 "
+                                 "differs from the checkpoint's); resume with the same file, or start again with "
+                                 "--overwrite", field=f"{name}_path")
+        round_index = state["round"]
+        if not isinstance(round_index, int) or not 0 <= round_index:
+            raise InputError(f"the {where} has round {round_index!r}; start the run again with --overwrite",
+                             field="--resume")
+        try:
+            self.engine.data.parts = [np.asarray(p) for p in state["partitions"]]
+            self.engine.load_state_dict(state["engine"])
+            torch.set_rng_state(state["torch_rng"])
+            name, keys, pos, has_gauss, cached = state["numpy_rng"]
+            np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+            self.engine.check_models_finite(round_index)
+        except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as exc:
+            raise InputError(f"the {where} does not fit this run ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
+                             "start the run again with --overwrite", field="--resume") from None
         self.clock.seconds = float(state["clock_seconds"])
         self.last_replan = int(state["last_replan"])
         self.wall_offset = float(state["wall_seconds"])
@@ -220,6 +285,19 @@ class Trainer:
 
     # ---- the loop -----------------------------------------------------------------------------------------
     def run(self) -> History:
+        """Train rounds start+1..R (module docstring). With ``out``: the folder is checked, locked and
+        owned by this run; SIGINT/SIGTERM stop at the end of a round with the checkpoint and history
+        saved (:class:`~trainers.run_folder.Interrupted`); NaN/inf stops with the history up to the
+        last complete round saved (an InputError naming the round, the device and ``--lr``)."""
+        c = self.config
+        if not c.out:
+            if c.resume:
+                raise InputError("--resume needs --out (the run folder holding checkpoint.pt)", field="resume")
+            return self._train(None)
+        with RunFolder(c.out, resume=c.resume, overwrite=c.overwrite):
+            return self._train(c.out)
+
+    def _train(self, out: str | None) -> History:
         c, engine = self.config, self.engine
         if c.resume:
             self.resume()
@@ -228,27 +306,40 @@ class Trainer:
             from tqdm import tqdm
             bar = tqdm(total=c.rounds, initial=self.start_round, unit="round", dynamic_ncols=True)
         t0 = time.perf_counter()
+        wall = self.wall_offset
         try:
-            for t in range(self.start_round + 1, c.rounds + 1):
-                cuts_in_force, interval_in_force = list(engine.cuts), engine.interval
-                stats = engine.run_round(t)
-                replanned = self._maybe_replan(t, stats.aggregated)
-                round_seconds = stats.sim_seconds
-                self.clock.seconds += round_seconds
-                acc = test_loss = None
-                if t % c.eval_every == 0:
-                    acc, test_loss = self.evaluate()
-                wall = self.wall_offset + time.perf_counter() - t0
-                self.history.append(RoundRecord(t, stats.loss, acc, test_loss, self.clock.seconds, round_seconds, wall,
-                                                stats.bytes_up, stats.bytes_down, stats.bytes_server, stats.aggregated,
-                                                replanned, cuts_in_force, interval_in_force, stats.participants,
-                                                stats.stage_seconds, stats.metrics))
-                if c.checkpoint_every and c.out and t % c.checkpoint_every == 0:
-                    save_checkpoint(self.state_dict(t, wall), c.out)
-                if bar is not None:
-                    last = self.history.final_accuracy
-                    bar.set_postfix_str(f"acc={last if last is None else f'{last:.3f}'} sim={self.clock.seconds:.1f}s")
-                    bar.update(1)
+            with StopRequest() as stop:
+                for t in range(self.start_round + 1, c.rounds + 1):
+                    cuts_in_force, interval_in_force = list(engine.cuts), engine.interval
+                    try:
+                        stats = engine.run_round(t)
+                        replanned = self._maybe_replan(t, stats.aggregated)
+                        acc = test_loss = None
+                        if t % c.eval_every == 0:
+                            acc, test_loss = self.evaluate()
+                    except NonFiniteError as exc:
+                        self._save_history(out)
+                        kept = f"; the history up to round {t - 1} is in {out!r}" if out else ""
+                        raise InputError(f"training diverged at round {t}: {exc}{kept}; lower --lr or check the model",
+                                         field="lr") from None
+                    round_seconds = stats.sim_seconds
+                    self.clock.seconds += round_seconds
+                    wall = self.wall_offset + time.perf_counter() - t0
+                    self.history.append(RoundRecord(t, stats.loss, acc, test_loss, self.clock.seconds, round_seconds,
+                                                    wall, stats.bytes_up, stats.bytes_down, stats.bytes_server,
+                                                    stats.aggregated, replanned, cuts_in_force, interval_in_force,
+                                                    stats.participants, stats.stage_seconds, stats.metrics))
+                    if out and c.checkpoint_every and t % c.checkpoint_every == 0:
+                        save_checkpoint(self.state_dict(t, wall), out)
+                    if bar is not None:
+                        last = self.history.final_accuracy
+                        bar.set_postfix_str(f"acc={last if last is None else f'{last:.3f}'} sim={self.clock.seconds:.1f}s")
+                        bar.update(1)
+                    if stop.signum is not None and t < c.rounds:
+                        if out:
+                            save_checkpoint(self.state_dict(t, wall), out)
+                            self._save_history(out)
+                        raise Interrupted(stop.signum, t, out)
         finally:
             if bar is not None:
                 bar.close()
@@ -261,9 +352,17 @@ class Trainer:
                                                      "sim_seconds": last.sim_seconds}
         else:
             self.history.meta.pop("final_evaluation", None)
-        if c.out:
-            self.history.save(c.out)
+        self._save_history(out)
         return self.history
+
+    def _save_history(self, out: str | None) -> None:
+        """history.json/.csv into ``out``; a write failure is one InputError naming the path and the cause."""
+        if not out:
+            return
+        try:
+            self.history.save(out)
+        except OSError as exc:
+            raise InputError(f"cannot write the history into {out!r}: {exc.strerror or exc}", field="--out") from None
 
     def evaluate(self) -> tuple[float, float]:
         """Test accuracy and loss; the mean over the strategy's ``eval_models`` (one averaged model,

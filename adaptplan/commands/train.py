@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING, Any
 
 from adaptplan.errors import InputError
 from trainers.config import ALGORITHM_OPTIONS, ALGORITHMS, DATASETS, MODELS, OPTIMIZERS, PARTITIONS
+
+if TYPE_CHECKING:  # pragma: no cover
+    from trainers.config import TrainConfig
 
 # TrainConfig field → flag, where the flag is not "--" + the field with "_" → "-"
 FLAGS = {"dirichlet_alpha": "--alpha", "plan_path": "--plan", "system_path": "--system",
@@ -64,7 +68,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--eval-every", type=int, default=1, help="evaluate on the test set every K rounds (default 1)")
     p.add_argument("--out", help="run folder for history.json/.csv, accuracy.png and checkpoint.pt")
     p.add_argument("--checkpoint-every", type=int, help="write a checkpoint every K rounds (needs --out)")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out from its checkpoint with the options it was started with (only "
+                        "--rounds, --eval-every, --checkpoint-every, --threads, --target-accuracy and --no-progress "
+                        "may be given anew)")
+    p.add_argument("--overwrite", action="store_true", help="replace the run already in --out (its history, checkpoint "
+                   "and plot are removed first)")
+    p.add_argument("--allow-fallback", action="store_true",
+                   help="when the planner finds no feasible plan, train every device at cut ceil(L/2) with I = 1 "
+                        "(printed) instead of stopping with the reason")
     p.add_argument("--target-accuracy", type=float, help="report simulated seconds to reach this test accuracy (fraction 0-1)")
     p.add_argument("--system", help="system JSON/TOML (default: generated from --system-seed)")
     p.add_argument("--system-seed", type=int, default=0, help="seed of the generated system and its per-round re-draws (default 0)")
@@ -80,7 +92,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="let torchvision fetch cifar10/cifar100/mnist/fashion-mnist into --data-root (needs a network)")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, parser=p)
 
 
 def flag_of(field: str) -> str:
@@ -104,37 +116,93 @@ def run(args: argparse.Namespace) -> int:
         raise type(exc)(exc.message, field=flag_of(exc.field)) from None
 
 
+def _fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """TrainConfig fields from the parsed flags (``extra`` holds the algorithm options given)."""
+    return dict(
+        algorithm=args.algorithm, dataset=args.dataset, model=args.model, devices=args.devices,
+        partition=args.partition, dirichlet_alpha=args.alpha, rounds=args.rounds, batch_size=args.batch_size,
+        lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay, interval=args.interval,
+        cuts=list(args.cuts) if args.cuts is not None else None, plan_path=args.plan, replan_every=args.replan_every,
+        seed=args.seed, eval_every=args.eval_every, out=args.out, checkpoint_every=args.checkpoint_every,
+        resume=args.resume, overwrite=args.overwrite, allow_fallback=args.allow_fallback,
+        target_accuracy=args.target_accuracy, system_path=args.system, system_seed=args.system_seed,
+        redraw_resources=not args.static_resources, constants_path=args.constants, data_root=args.data_root,
+        download=args.download, threads=args.threads, progress=not args.no_progress, optimizer=args.optimizer,
+        clip_norm=args.clip_norm,
+        extra={o.name: getattr(args, f"opt_{o.name}") for o in ALGORITHM_OPTIONS if getattr(args, f"opt_{o.name}") is not None},
+    )
+
+
+def explicit_fields(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
+    """The TrainConfig fields whose flags appear in ``argv`` (``extra`` for an algorithm option)."""
+    given = set()
+    for action in parser._actions:
+        if any(tok == opt or tok.startswith(opt + "=") for opt in action.option_strings for tok in argv):
+            dest = action.dest
+            field = "extra" if dest.startswith("opt_") else DEST_FIELDS.get(dest, dest)
+            given.add(field)
+    return given
+
+
+DEST_FIELDS = {flag[2:].replace("-", "_"): field for field, flag in FLAGS.items()}
+"""argparse dest → TrainConfig field, for the flags not named after their field (the inverse of FLAGS)."""
+
+
+def _resumed_config(args: argparse.Namespace) -> "TrainConfig":
+    """Resume from the folder alone: the checkpointed run's options, with the flags given on this
+    command line applied where a resumed run may change them (``trainers.run.RESUMABLE``); a flag
+    that would change anything else is an error naming it."""
+    from trainers.checkpoint import load_checkpoint
+    from trainers.config import TrainConfig
+    from trainers.run import RESUMABLE
+
+    if not args.out:
+        raise InputError("needs --out (the run folder holding checkpoint.pt)", field="--resume")
+    saved = load_checkpoint(args.out).get("config")
+    if not isinstance(saved, dict):
+        raise InputError(f"the checkpoint in {args.out!r} holds no run configuration", field="--resume")
+    missing = sorted(set(TrainConfig.__dataclass_fields__) - set(saved))
+    if missing:
+        raise InputError(f"the checkpoint in {args.out!r} lacks the run options {missing}; start the run again with "
+                         "--overwrite", field="--resume")
+    now = _fields_from_args(args)
+    merged = dict(saved)
+    for field in explicit_fields(args.parser, getattr(args, "argv", [])):
+        if field in RESUMABLE:
+            merged[field] = now[field]
+        elif now.get(field) != saved.get(field):
+            raise InputError(f"cannot change on --resume (the run used {saved.get(field)!r}); start a new run with "
+                             "another --out to change it", field=field)
+    merged.update(resume=True, out=args.out, overwrite=False)
+    return TrainConfig.from_json(merged)
+
+
 def _train(args: argparse.Namespace) -> int:
+    import sys
+
     from trainers.config import TrainConfig
     from trainers.run import Trainer
+    from trainers.run_folder import Interrupted
 
     if args.checkpoint_every and not args.out:
         raise InputError("needs --out (where checkpoint.pt is written)", field="checkpoint_every")
-    if args.out:
-        from pathlib import Path
-
-        out = Path(args.out)
-        if any(p.exists() and not p.is_dir() for p in (out, *out.parents)):
-            raise InputError(f"{args.out!r} must be a folder (a file of that name or a parent file is in the way)", field="--out")
-        out.mkdir(parents=True, exist_ok=True)  # fail now, not after training
-    config = TrainConfig(
-        algorithm=args.algorithm, dataset=args.dataset, model=args.model, devices=args.devices,
-        partition=args.partition, dirichlet_alpha=args.alpha, rounds=args.rounds, batch_size=args.batch_size,
-        lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay, interval=args.interval, cuts=args.cuts,
-        plan_path=args.plan, replan_every=args.replan_every, seed=args.seed, eval_every=args.eval_every,
-        out=args.out, checkpoint_every=args.checkpoint_every, resume=args.resume,
-        target_accuracy=args.target_accuracy, system_path=args.system, system_seed=args.system_seed,
-        redraw_resources=not args.static_resources, constants_path=args.constants, data_root=args.data_root,
-        download=args.download,
-        threads=args.threads, progress=not args.no_progress, optimizer=args.optimizer, clip_norm=args.clip_norm,
-        extra={o.name: getattr(args, f"opt_{o.name}") for o in ALGORITHM_OPTIONS if getattr(args, f"opt_{o.name}") is not None},
-    )
-    history = Trainer(config).run()
-    if args.out:
+    if args.resume and args.overwrite:
+        raise InputError("--resume continues the run in --out; --overwrite replaces it: choose one", field="--overwrite")
+    config = _resumed_config(args) if args.resume else TrainConfig(**_fields_from_args(args))
+    trainer = Trainer(config)
+    print(trainer.describe_plan(), file=sys.stderr)
+    if trainer.history.events[0]["source"] == "default":
+        print(f"warning: {trainer.history.events[0]['reason']}", file=sys.stderr)
+    try:
+        history = trainer.run()
+    except Interrupted as exc:
+        print(f"adaptplan train: {exc}", file=sys.stderr)
+        return 128 + exc.signum
+    if config.out:
         from pathlib import Path
 
         from trainers.plotting import plot_histories
 
-        plot_histories([(f"{args.algorithm}", history)], Path(args.out) / "accuracy.png")
-    print(json.dumps(history.summary(args.target_accuracy), indent=2))
+        plot_histories([(config.algorithm, history)], Path(config.out) / "accuracy.png")
+    print(json.dumps(history.summary(config.target_accuracy), indent=2))
     return 0

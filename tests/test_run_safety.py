@@ -1,0 +1,201 @@
+"""Run folders, checkpoints and stops that lose nothing: resume from the folder alone, refused
+reuse, locking, hostile or damaged checkpoints, changed inputs, SIGTERM, divergence, plan identity."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from adaptplan.cli import main
+from adaptplan.errors import InputError
+from trainers.checkpoint import CHECKPOINT_NAME, MAGIC, decode, encode, load_checkpoint, write_atomic
+from trainers.run_folder import RunFolder
+
+BASE = ["train", "--dataset", "synthetic", "--devices", "3", "--batch-size", "8", "--cuts", "3", "--threads", "1",
+        "--no-progress", "--eval-every", "2"]
+
+
+def records(folder: Path) -> list[dict]:
+    rows = json.loads((folder / "history.json").read_text())["records"]
+    return [{k: v for k, v in r.items() if k != "wall_seconds"} for r in rows]
+
+
+def test_resume_from_the_folder_alone_equals_an_uninterrupted_run(tmp_path, capsys) -> None:
+    full, part = tmp_path / "full", tmp_path / "part"
+    common = [*BASE, "--algorithm", "sfl-v1", "--lr", "0.05", "--momentum", "0.9", "--checkpoint-every", "2"]
+    assert main([*common, "--rounds", "4", "--out", str(full)]) == 0
+    assert main([*common, "--rounds", "2", "--out", str(part)]) == 0
+    assert main(["train", "--out", str(part), "--resume", "--rounds", "4", "--no-progress"]) == 0
+    assert records(full) == records(part) and len(records(full)) == 4
+    capsys.readouterr()
+    assert main(["train", "--out", str(part), "--resume", "--rounds", "6", "--lr", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--lr: cannot change on --resume (the run used 0.05)" in err
+
+
+def test_a_used_folder_needs_resume_or_overwrite(tmp_path, capsys) -> None:
+    out = tmp_path / "run"
+    argv = [*BASE, "--algorithm", "psl", "--rounds", "2", "--out", str(out)]
+    assert main(argv) == 0
+    first = (out / "history.json").read_bytes()
+    capsys.readouterr()
+    assert main(argv) == 2
+    assert "already holds a run (history.json); pass --resume to continue it or --overwrite" in capsys.readouterr().err
+    assert (out / "history.json").read_bytes() == first
+    assert main([*argv[:-2], "--rounds", "1", "--out", str(out), "--overwrite"]) == 0
+    assert len(records(out)) == 1
+    capsys.readouterr()
+    assert main([*argv, "--overwrite", "--resume"]) == 2
+    assert "choose one" in capsys.readouterr().err
+
+
+def test_a_locked_folder_is_refused(tmp_path) -> None:
+    with RunFolder(tmp_path / "run"):
+        with pytest.raises(InputError, match=rf"in use by another adaptplan run \(process {os.getpid()}\)"):
+            RunFolder(tmp_path / "run").__enter__()
+    with RunFolder(tmp_path / "run"):      # released again
+        pass
+
+
+class Payload:
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_planted_pickle_payload_never_runs(tmp_path, capsys) -> None:
+    out = tmp_path / "run"
+    assert main([*BASE, "--algorithm", "psl", "--rounds", "2", "--checkpoint-every", "1", "--out", str(out)]) == 0
+    marker = tmp_path / "pwned"
+    payload = Payload()
+    payload.marker = marker
+    import io
+
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save({"config": payload}, buffer)
+    data = buffer.getvalue()
+    import hashlib
+
+    (out / CHECKPOINT_NAME).write_bytes(MAGIC + hashlib.sha256(data).hexdigest().encode() + b"\n" + data)
+    capsys.readouterr()
+    assert main(["train", "--out", str(out), "--resume", "--rounds", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "holds something other than tensors and plain values" in err and err.count("\n") == 1
+    assert not marker.exists()
+    raw = pickle.dumps(payload)              # an old-style bare pickle is refused before anything is read
+    (out / CHECKPOINT_NAME).write_bytes(raw)
+    assert main(["train", "--out", str(out), "--resume", "--rounds", "3"]) == 2
+    assert "not an adaptplan checkpoint" in capsys.readouterr().err and not marker.exists()
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda b: b"", "not an adaptplan checkpoint"),
+    (lambda b: b[: len(b) // 2], "is damaged"),
+    (lambda b: b[:-10] + bytes(x ^ 1 for x in b[-10:]), "is damaged"),
+    (lambda b: b"{\"config\": {}}", "not an adaptplan checkpoint"),
+    (lambda b: encode({"config": {"algorithm": "psl"}}), "lacks"),
+    (lambda b: encode(["a", "list"]), "does not hold a run's state"),
+])
+def test_damaged_checkpoints_are_one_message(tmp_path, capsys, damage, message) -> None:
+    out = tmp_path / "run"
+    assert main([*BASE, "--algorithm", "psl", "--rounds", "2", "--checkpoint-every", "1", "--out", str(out)]) == 0
+    path = out / CHECKPOINT_NAME
+    path.write_bytes(damage(path.read_bytes()))
+    capsys.readouterr()
+    code = main([*BASE, "--algorithm", "psl", "--rounds", "3", "--out", str(out), "--resume"])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and err.count("\n") == 1, err
+
+
+def test_checkpoint_state_of_wrong_shape_is_refused(tmp_path, capsys) -> None:
+    out = tmp_path / "run"
+    assert main([*BASE, "--algorithm", "psl", "--rounds", "2", "--checkpoint-every", "1", "--out", str(out)]) == 0
+    state = load_checkpoint(out)
+    first = state["engine"]["devices"][0]["blocks"][0]
+    key = next(iter(first))
+    import torch
+
+    first[key] = torch.zeros(7, 7)
+    (out / CHECKPOINT_NAME).write_bytes(encode(state))
+    capsys.readouterr()
+    assert main(["train", "--out", str(out), "--resume", "--rounds", "3"]) == 2
+    assert "does not fit this run" in capsys.readouterr().err
+    state["round"] = -3
+    (out / CHECKPOINT_NAME).write_bytes(encode(state))
+    assert main(["train", "--out", str(out), "--resume", "--rounds", "3"]) == 2
+    assert "has round -3" in capsys.readouterr().err
+
+
+def test_a_changed_system_file_is_refused_on_resume(tmp_path, capsys) -> None:
+    system = tmp_path / "system.json"
+    assert main(["system", "--devices", "3", "--seed", "1", "-o", str(system)]) == 0
+    out = tmp_path / "run"
+    argv = [*BASE, "--algorithm", "psl", "--checkpoint-every", "1", "--system", str(system), "--out", str(out)]
+    assert main([*argv, "--rounds", "2"]) == 0
+    assert main(["system", "--devices", "3", "--seed", "2", "-o", str(system)]) == 0
+    capsys.readouterr()
+    assert main(["train", "--out", str(out), "--resume", "--rounds", "3"]) == 2
+    assert "--system: the system file" in capsys.readouterr().err
+
+
+def test_write_failure_keeps_the_previous_file(tmp_path) -> None:
+    path = tmp_path / "checkpoint.pt"
+    write_atomic(path, b"first")
+    with pytest.raises(InputError, match="cannot write .*gone.*the previous file there, if any, is intact"):
+        write_atomic(tmp_path / "gone" / "checkpoint.pt", b"second")
+    assert path.read_bytes() == b"first" and not list(tmp_path.glob("*.tmp"))
+    assert decode(encode({"a": 1}), "x") == {"a": 1}
+
+
+def test_divergence_stops_with_the_history_kept(tmp_path, capsys) -> None:
+    out = tmp_path / "run"
+    code = main([*BASE, "--algorithm", "psl", "--rounds", "50", "--lr", "1e4", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and "training diverged at round" in err and "NaN or inf" in err and "--lr" in err
+    assert err.strip().count("\n") == 1         # the plan line, then one error line
+    kept = records(out)
+    stopped = int(err.split("training diverged at round ")[1].split(":")[0])
+    assert len(kept) == stopped - 1
+
+
+def test_a_plan_for_another_model_is_refused(tmp_path, capsys) -> None:
+    plan_file = tmp_path / "vgg_plan.json"
+    assert main(["plan", "--json", "-o", str(plan_file)]) == 0          # VGG-16, 20 devices: the default scenario
+    plan = json.loads(plan_file.read_text())
+    assert plan["model"]["name"] == "vgg16-cifar" and plan["model"]["num_cuts"] == 16
+    plan["cuts"] = [2, 2, 2]                     # 3 devices within the small cnn's cut points: only the identity differs
+    plan_file.write_text(json.dumps(plan))
+    capsys.readouterr()
+    argv = ["train", "--dataset", "synthetic", "--devices", "3", "--batch-size", "8", "--rounds", "1", "--no-progress",
+            "--plan", str(plan_file)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--plan: the plan was made for model 'vgg16-cifar' (16 cut points" in err and err.count("\n") == 1
+    del plan["model"]                           # a plan without identity (older files) is checked by its cuts only
+    plan_file.write_text(json.dumps(plan))
+    assert main(argv) == 0
+
+
+def test_sigterm_saves_a_checkpoint_and_resume_continues(tmp_path) -> None:
+    out = tmp_path / "run"
+    argv = [sys.executable, "-m", "adaptplan.cli", *BASE, "--algorithm", "psl", "--rounds", "100000", "--out", str(out)]
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1])
+    assert "plan from --cuts" in proc.stderr.readline()
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGTERM)
+    err = proc.stderr.read()
+    assert proc.wait(60) == 128 + signal.SIGTERM
+    assert "interrupted by SIGTERM after round" in err and "--resume" in err and "Traceback" not in err
+    done = len(records(out))
+    assert load_checkpoint(out)["round"] == done >= 1
+    assert main(["train", "--out", str(out), "--resume", "--rounds", str(done + 2), "--no-progress"]) == 0
+    assert len(records(out)) == done + 2

@@ -1,0 +1,124 @@
+"""A run folder (``--out``) that is checked before training and owned by one run at a time.
+
+* The folder must be creatable and writable — checked before the first round, not after the last.
+* A folder that already holds a run (``history.json`` or ``checkpoint.pt``) is continued only with
+  ``resume`` and replaced only with ``overwrite`` (its run files are then removed first).
+* While a run writes to it, the folder is locked (``fcntl.flock`` on ``.adaptplan.lock``); a second
+  run on the same folder is refused with the first one's process id.
+* :class:`StopRequest` turns SIGINT/SIGTERM into a request honoured at the end of the round, so the
+  run can save its checkpoint and history and exit with a message; a second signal stops at once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+
+from adaptplan.errors import InputError
+
+RUN_FILES = ("history.json", "history.csv", "checkpoint.pt", "accuracy.png")
+LOCK_NAME = ".adaptplan.lock"
+
+
+class RunFolder:
+    """Context manager preparing and locking ``path`` (module docstring)."""
+
+    def __init__(self, path: str | os.PathLike, resume: bool = False, overwrite: bool = False) -> None:
+        self.path = Path(path)
+        self.resume, self.overwrite = resume, overwrite
+        self._fd: int | None = None
+
+    def __enter__(self) -> "RunFolder":
+        path = self.path
+        blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+        if blocker is not None:
+            raise InputError(f"{str(path)!r} must be a folder ({str(blocker)!r} is a file)", field="--out")
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            probe = path / ".adaptplan-write-test"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise InputError(f"cannot write into {str(path)!r}: {exc.strerror or exc}", field="--out") from None
+        self._lock()
+        existing = [name for name in ("history.json", "checkpoint.pt") if (path / name).exists()]
+        if existing and not self.resume and not self.overwrite:
+            self.release()
+            raise InputError(f"{str(path)!r} already holds a run ({', '.join(existing)}); pass --resume to continue it "
+                             "or --overwrite to replace it", field="--out")
+        if self.overwrite and not self.resume:
+            for name in RUN_FILES:
+                try:
+                    (path / name).unlink()
+                except FileNotFoundError:
+                    pass
+        return self
+
+    def _lock(self) -> None:
+        import fcntl
+
+        lock = self.path / LOCK_NAME
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise InputError(f"cannot lock {str(self.path)!r}: {exc.strerror or exc}", field="--out") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            owner = os.read(fd, 32).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise InputError(f"{str(self.path)!r} is in use by another adaptplan run (process {owner}); wait for it or "
+                             "choose another --out", field="--out") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            import fcntl
+
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class Interrupted(Exception):
+    """The run stopped at a round boundary on a signal; ``round`` is the last completed round."""
+
+    def __init__(self, signum: int, round_index: int, saved: str | None) -> None:
+        self.signum, self.round, self.saved = signum, round_index, saved
+        name = signal.Signals(signum).name
+        where = f"; checkpoint and history saved in {saved!r} — continue with: adaptplan train --out {saved} --resume" \
+            if saved else ""
+        super().__init__(f"interrupted by {name} after round {round_index}{where}")
+
+
+class StopRequest:
+    """While active, the first SIGINT/SIGTERM sets ``signum`` (the loop stops at the end of the
+    round); a second one raises KeyboardInterrupt at once. Inactive outside the main thread."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._previous: dict[int, object] = {}
+
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
+        if self.signum is not None:
+            raise KeyboardInterrupt
+        self.signum = signum
+
+    def __enter__(self) -> "StopRequest":
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handler)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+        self._previous = {}
