@@ -27,7 +27,8 @@ ALGORITHMS = ("sl", "psl", "sfl-v1", "sfl-v2", "adaptsfl", "gapsl", "scala", "cy
 DATASETS = tuple(dataset_names())
 MODELS = ("cnn", "mlp", "vgg16-cifar")    # built-ins; any torchvision name or package.module:factory is valid too
 PARTITIONS = ("iid", "shards", "dirichlet")
-OPTIMIZERS = ("sgd", "adam")        # trainers.optim.OPTIMIZERS (kept torch-free here)
+OPTIMIZERS = ("sgd", "adam")
+POLICIES = ("adaptsfl", "rma+ms", "ma+rms", "rma+rms", "dama+rms", "rma+ams", "sfl", "psl", "fixed-cut")        # trainers.optim.OPTIMIZERS (kept torch-free here)
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,7 @@ class TrainConfig:
     interval: int | None = None
     cuts: tuple[int, ...] | None = None
     plan_path: str | None = None
+    policy: str | None = None
     replan_every: int | None = None
     seed: int = 0
     eval_every: int = 1
@@ -206,6 +208,20 @@ class TrainConfig:
             self.cuts = cuts
         if self.plan_path is not None and self.cuts is not None:
             raise InputError("give either a plan file or explicit cuts, not both", field="cuts")
+        if self.policy is not None:
+            check_choice(self.policy, POLICIES, "policy")
+            if self.plan_path is not None:
+                raise InputError(f"a policy decides the plan; drop --plan or --policy {self.policy}", field="policy")
+            if self.policy == "fixed-cut" and (self.cuts is None or len(set(self.cuts)) != 1):
+                raise InputError("--policy fixed-cut needs one cut for every device: --cuts J", field="cuts")
+            if self.policy != "fixed-cut" and self.cuts is not None:
+                raise InputError(f"--policy {self.policy} decides the cuts; --cuts goes with --policy fixed-cut only",
+                                 field="cuts")
+            if self.policy != "adaptsfl" and self.interval is not None:
+                raise InputError(f"--policy {self.policy} decides the interval; drop --interval", field="interval")
+            if self.policy != "adaptsfl" and self.replan_every is not None:
+                raise InputError(f"--policy {self.policy} re-decides at every aggregation (random draws) or never; "
+                                 "--replan-every goes with --policy adaptsfl", field="replan_every")
 
     def optimizer_kwargs(self) -> dict[str, float]:
         """The keyword arguments of ``torch.optim.SGD`` for every part's optimizer."""

@@ -135,7 +135,16 @@ class Trainer:
         if constants is not None and not math.isclose(constants.gamma, config.lr, rel_tol=1e-9):
             raise InputError(f"the constants' gamma = {constants.gamma:g} is not the learning rate --lr {config.lr:g}; "
                              f"the plan (Corollary 1) must use the learning rate that trains", field="constants_path")
-        self.planner = planner or default_planner(constants, gamma=config.lr)
+        if config.policy is not None:
+            from trainers.policies import REDRAWING, policy_planner
+
+            fixed = config.cuts[0] if config.cuts else None
+            self.planner = planner or policy_planner(config.policy, constants, config.lr, config.seed, fixed)
+            self.replan_every = 1 if config.policy in REDRAWING else (config.replan_every if config.policy == "adaptsfl"
+                                                                        else None)
+        else:
+            self.planner = planner or default_planner(constants, gamma=config.lr)
+            self.replan_every = config.replan_every
         base = system
         if base is None:
             base = SystemSpec.load(config.system_path) if config.system_path else generate_system(config.devices, config.system_seed)
@@ -173,7 +182,7 @@ class Trainer:
     def _initial_plan(self) -> tuple[list[int], int, dict[str, Any]]:
         """(cuts, interval, event fields) of the plan in force from round 1 (module docstring)."""
         c, L = self.config, len(self.blocks)
-        if c.cuts is not None:
+        if c.cuts is not None and c.policy is None:
             return list(c.cuts), c.interval or 1, {"source": "cuts"}
         if c.plan_path is not None:
             plan = Plan.load(c.plan_path)
@@ -192,7 +201,8 @@ class Trainer:
                                       f"change the target (--constants), or pass --allow-fallback to train every device "
                                       f"at cut {math.ceil(L / 2)} of {L} with I = 1", field=exc.field) from None
             return [math.ceil(L / 2)] * c.devices, c.interval or 1, {"source": "default", "reason": str(exc)}
-        return self._one_client_model(cuts), c.interval or self._planned_interval(interval), {"source": "planner", **details}
+        source = {"source": "planner"} if c.policy is None else {"source": "policy", "policy": c.policy}
+        return self._one_client_model(cuts), c.interval or self._planned_interval(interval), {**source, **details}
 
     def _check_plan_model(self, plan: Plan) -> None:
         """A plan that records its model (``plan.model``) must have been made for this model's structure."""
@@ -213,7 +223,7 @@ class Trainer:
         counts = {c: cuts.count(c) for c in sorted(set(cuts))}
         spread = ", ".join(f"{n}× cut {c}" for c, n in counts.items())
         source = {"cuts": "--cuts", "plan": f"plan file {self.config.plan_path}", "planner": "the built-in planner",
-                  "default": "the fallback (no feasible plan)"}[event["source"]]
+                  "default": "the fallback (no feasible plan)", "policy": f"policy {self.config.policy}"}[event["source"]]
         extra = ""
         if "plan" in event:
             extra = f"; predicted {event['plan']['rounds']} rounds, {event['plan']['total_latency_s']:.4g} s (eq. 26)"
@@ -222,8 +232,9 @@ class Trainer:
 
     def _planned_interval(self, interval: int) -> int:
         """The planner's I is AdaptSFL's decision; SplitFed (and the others) aggregate every round (I = 1)
-        unless ``--interval`` says otherwise — only the cuts are taken from the plan."""
-        return interval if self.config.algorithm == "adaptsfl" else 1
+        unless ``--interval`` says otherwise — only the cuts are taken from the plan. A ``--policy``
+        decides the interval for every algorithm."""
+        return interval if self.config.algorithm == "adaptsfl" or self.config.policy is not None else 1
 
     def _one_client_model(self, cuts: list[int]) -> list[int]:
         """Vanilla SL hands one client model from device to device: all devices at the deepest planned cut."""
@@ -375,7 +386,7 @@ class Trainer:
         re-plan, call the planner with the measured system of the next round and re-partition without
         losing state. ``config.interval``, if set, overrides the planner's I here too. An infeasible
         re-plan keeps the plan in force and records a ``replan-infeasible`` event with the reason."""
-        Q = self.config.replan_every
+        Q = self.replan_every
         if not Q or not aggregated or t - self.last_replan < Q:
             return False
         system = dataclasses.replace(self.clock.process.measured(t + 1), batch_size=self.config.batch_size)

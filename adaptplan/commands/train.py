@@ -11,7 +11,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from adaptplan.errors import InputError
-from trainers.config import ALGORITHM_OPTIONS, ALGORITHMS, DATASETS, MODELS, OPTIMIZERS, PARTITIONS
+from trainers.config import ALGORITHM_OPTIONS, ALGORITHMS, DATASETS, MODELS, OPTIMIZERS, PARTITIONS, POLICIES
 
 if TYPE_CHECKING:  # pragma: no cover
     from trainers.config import TrainConfig
@@ -45,6 +45,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--alpha", type=float, default=0.5, help="Dirichlet concentration α for --partition dirichlet (default 0.5)")
     p.add_argument("--rounds", type=int, default=200, help="training rounds R (default 200)")
     p.add_argument("--plan", help="plan JSON file (adaptplan plan --json) giving cuts and interval")
+    p.add_argument("--policy", help=f"planning policy deciding cuts and interval in the loop: {', '.join(POLICIES)} "
+                   "(random ones re-draw at every aggregation; adaptsfl re-plans every --replan-every rounds; fixed-cut "
+                   "uses --cuts J); default: plan once with the built-in planner")
     p.add_argument("--replan-every", type=int, help="re-plan every Q rounds at aggregation rounds (Algorithm 1), in rounds")
     p.add_argument("--interval", type=int,
                    help="client-side model-averaging interval I, in rounds (overrides the plan and every re-plan)")
@@ -123,6 +126,7 @@ def _fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
         partition=args.partition, dirichlet_alpha=args.alpha, rounds=args.rounds, batch_size=args.batch_size,
         lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay, interval=args.interval,
         cuts=list(args.cuts) if args.cuts is not None else None, plan_path=args.plan, replan_every=args.replan_every,
+        policy=args.policy,
         seed=args.seed, eval_every=args.eval_every, out=args.out, checkpoint_every=args.checkpoint_every,
         resume=args.resume, overwrite=args.overwrite, allow_fallback=args.allow_fallback,
         target_accuracy=args.target_accuracy, system_path=args.system, system_seed=args.system_seed,
