@@ -111,8 +111,12 @@ def merge_diag(stat: dict | None, rows: torch.Tensor, w: torch.Tensor) -> dict:
 
 
 # ---- the event loop ------------------------------------------------------------------------------------
-def reference_gas(data: DeviceData, rounds: int, C: int, E: int, Q: int, generation: bool):
-    """B.2 with the zero-time clock (argmin over equal clocks = the first active slot) and plain SGD."""
+def reference_gas(data: DeviceData, rounds: int, C: int, E: int, Q: int, generation: bool, times=None):
+    """B.2 with plain SGD. Clock (adaptplan's stages, the engine's convention): device k is ready at r_k, its
+    activation arrives at r_k + T^F_k + T^A_k; the earliest arrival is served (ties: the first active slot),
+    the server busy T^S_k from max(arrival, server free); k is ready again after T^D_k + T^B_k; an upload adds
+    T^mU_k and the replacement is ready T^mD after it. ``times`` None: every stage 0 s."""
+    T = (lambda name, j: float(getattr(times, name)[j])) if times is not None else (lambda name, j: 0.0)
     N = len(data.parts)
     model = small_model()
     clients = [copy.deepcopy(nn.Sequential(*model[:CUT])) for _ in range(N)]
@@ -122,12 +126,16 @@ def reference_gas(data: DeviceData, rounds: int, C: int, E: int, Q: int, generat
     priors = [np.bincount(data.y_train[torch.from_numpy(p)].numpy(), minlength=M) / len(p) for p in data.parts]
     rng = np.random.default_rng([0, 5])
     active = sorted(int(k) for k in rng.choice(N, size=C, replace=False))
-    clock = {k: 0.0 for k in active}
+    clock, free, served = {k: 0.0 for k in active}, 0.0, []
     join, local, steps = {k: 0 for k in active}, {k: 0 for k in active}, {k: 0 for k in active}
     buffer, models, stats, version, global_model, log = [], [], {}, 0, None, []
     for t in range(1, rounds + 1):
         while True:
-            k = min(active, key=lambda j: (clock[j], active.index(j)))
+            arrive = {j: clock[j] + T("client_fp", j) + T("upload", j) for j in active}
+            k = min(active, key=lambda j: (arrive[j], active.index(j)))
+            free = max(arrive[k], free) + T("server", k)
+            clock[k] = free + T("download", k) + T("client_bp", k)
+            served.append(k)
             idx = torch.from_numpy(samplers[k].next())
             A, Y = clients[k](data.x_train[idx]), data.y_train[idx]                           # GAS-1
             leaf = A.detach().requires_grad_(True)
@@ -162,6 +170,7 @@ def reference_gas(data: DeviceData, rounds: int, C: int, E: int, Q: int, generat
             if steps[k] < E:
                 continue
             models.append((k, [p.detach().clone() for p in clients[k].parameters()]))
+            finished_at = clock[k] + T("model_up", k)
             done = len(models) == C
             if done:                                                                          # GAS-12
                 w = [float(sizes[j]) for j, _ in models]
@@ -173,14 +182,14 @@ def reference_gas(data: DeviceData, rounds: int, C: int, E: int, Q: int, generat
             active[slot] = new
             for dct in (clock, steps):
                 dct.pop(k)
-            clock[new], steps[new], join[new], local[new] = 0.0, 0, version, 0
+            clock[new], steps[new], join[new], local[new] = finished_at + T("model_down", new), 0, version, 0
             if global_model is not None:
                 with torch.no_grad():
                     for p, g in zip(clients[new].parameters(), global_model):
                         p.copy_(g)
             if done:
                 break
-        yield t, clients, server, global_model, log
+        yield t, clients, server, global_model, log, served
 
 
 def make_gas_engine(data: DeviceData, clock=None, **options) -> SplitEngine:
@@ -188,14 +197,17 @@ def make_gas_engine(data: DeviceData, clock=None, **options) -> SplitEngine:
                        batch_size=B, seed=0, clock=clock)
 
 
-@pytest.mark.parametrize("buffer,generation", [(0, "on"), (2, "off"), (1, "on")])
-def test_gas_matches_reference_from_the_spec(buffer: int, generation: str) -> None:
+@pytest.mark.parametrize("buffer,generation,clocked", [(0, "on", False), (2, "off", False), (1, "on", False),
+                                                     (0, "on", True)])
+def test_gas_matches_reference_from_the_spec(buffer: int, generation: str, clocked: bool) -> None:
     N, C, E = 6, 3, 3
     data = noniid_data(N)
-    engine = make_gas_engine(data, active=C, local_steps=E, buffer=buffer, generation=generation)
+    clock = FakeClock(N, seed=3) if clocked else None
+    engine = make_gas_engine(data, clock=clock, active=C, local_steps=E, buffer=buffer, generation=generation)
     Q = buffer or C
     flushes = 0
-    for t, clients, server, global_model, log in reference_gas(data, 2, C, E, Q, generation == "on"):
+    for t, clients, server, global_model, log, served in reference_gas(data, 2, C, E, Q, generation == "on",
+                                                                       clock.times if clock else None):
         stats = engine.run_round(t)
         assert stats.aggregated
         assert engine.strategy.version == t
@@ -210,10 +222,12 @@ def test_gas_matches_reference_from_the_spec(buffer: int, generation: str) -> No
         glob = torch.cat([v.reshape(-1) for j in sorted(engine.fed.global_blocks)
                           for v in engine.fed.global_blocks[j].values()])
         assert torch.allclose(glob, torch.cat([g.reshape(-1) for g in global_model]), atol=1e-5, rtol=0)
-    if generation == "on":
-        assert log[0] == {} and any(log)       # nothing generated before all labels are seen, then generated
-    else:
+    # zero-time clock: the first slot always wins the tie (a device's E steps in a row); a real clock interleaves
+    assert (len(set(served[:E])) > 1) == clocked
+    if generation == "off":
         assert not any(log)
+    else:                                         # generated, and (zero clock) nothing before all labels are seen
+        assert any(log) and (clocked or log[0] == {})
 
 
 # ---- invariants (B.4.9) under a heterogeneous clock -------------------------------------------------------
