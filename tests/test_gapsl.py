@@ -187,6 +187,43 @@ def test_threshold_clipped_and_aligned_set_never_empty() -> None:
     assert aligned == [i for i in range(6) if float(theta[i]) <= th + 1e-6]
 
 
+def test_aligned_devices_never_beyond_a_right_angle() -> None:
+    """θ_th ∈ [0, π/2] (eq. 6): an aligned device's angle to the lead is at most π/2 (or it is the
+    single fallback of smallest angle), and Ŝ is never empty."""
+    g = torch.Generator().manual_seed(3)
+    for trial in range(30):
+        S_ = 3 + trial % 6
+        grads = torch.randn(S_, 12, generator=g)
+        grads[: S_ // 2] *= -1 if trial % 2 else 1
+        eta = [0.0, 0.5, 2.0, 50.0][trial % 4]
+        aligned, lead, _ = GAPSL(eta_th=eta).select(grads, (trial % 5) / 4)
+        theta = [angle(grads[i], lead) for i in range(S_)]
+        assert aligned
+        if len(aligned) > 1 or theta[aligned[0]] <= math.pi / 2:
+            assert all(theta[i] <= math.pi / 2 + 1e-5 for i in aligned)
+        mu, sd = float(np.mean(theta)), float(np.std(theta))
+        th = max(min(mu - eta * sd, math.pi / 2), 0.0)
+        expected = [i for i in range(S_) if theta[i] <= th] or [int(np.argmin(theta))]
+        assert aligned == expected or abs(min(abs(t - th) for t in theta)) < 1e-5   # a float tie at θ_th
+
+
+@pytest.mark.parametrize("mode", ["double_backprop", "gradient_step"])
+def test_gda_modes_reduce_to_detached_when_lambda_is_zero(mode: str) -> None:
+    """With λ = 0 the regulariser vanishes: exact eq. 7 (double backprop) and the gradient-space surrogate
+    give the detached update; with λ > 0 they differ from it."""
+    data = noniid_data(S)
+    runs = {}
+    for name, options in (("detached", {}), ("zero", {"gda": mode, "gda_lambda": 0.0}),
+                          ("lambda", {"gda": mode, "gda_lambda": 0.5})):
+        engine = make_gapsl_engine(data, 3, eta_th=0.5, **options)
+        for t in (1, 2, 3):
+            engine.run_round(t)
+        runs[name] = torch.cat([flat_params(*[engine.edge.instances[(None, j)] for j in range(CUT, 11)])] +
+                               [flat_params(d.blocks) for d in engine.devices])
+    assert torch.allclose(runs["zero"], runs["detached"], atol=1e-6, rtol=0)
+    assert not torch.allclose(runs["lambda"], runs["detached"], atol=1e-6, rtol=0)
+
+
 # ---- flags ----------------------------------------------------------------------------------------------
 COMMON = ["--dataset", "synthetic", "--devices", "4", "--rounds", "1", "--no-progress"]
 
