@@ -16,7 +16,9 @@ from torch import nn
 
 from adaptplan.cli import main
 from test_engine import small_model
-from trainers.clock import StageTimes
+from adaptplan.system import SystemProcess, generate_system
+from profilers import build_chain, profile_model
+from trainers.clock import SimClock, StageTimes
 from trainers.datasets import load_dataset
 from trainers.engine import DeviceData, SplitEngine
 from trainers.partition import DeviceSampler, partition_indices
@@ -248,7 +250,10 @@ class FakeClock:
 
 def spy_engine(N: int, C: int, E: int, buffer: int = 0, clock=None, generation: str = "on"):
     """A GAS engine whose serve/replace record the loop's state at every event."""
-    engine = make_gas_engine(noniid_data(N), clock=clock, active=C, local_steps=E, buffer=buffer, generation=generation)
+    return spy(make_gas_engine(noniid_data(N), clock=clock, active=C, local_steps=E, buffer=buffer, generation=generation))
+
+
+def spy(engine: SplitEngine):
     s, events = engine.strategy, []
     serve, replace = s.serve, s.replace
 
@@ -341,6 +346,32 @@ def test_events_in_non_decreasing_arrival_time() -> None:
     assert len(arrivals) > 20
     assert all(b >= a - 1e-9 for a, b in zip(arrivals, arrivals[1:]))
     assert len({e["device"] for e in events if "device" in e}) > 3          # several devices interleave
+
+
+def test_real_clock_serves_arrivals_in_order_and_replaces_with_idle_devices() -> None:
+    """The same invariants with the Trainer's clock: a SimClock from the model's profile and a generated system."""
+    N, C = 6, 3
+    model = small_model()
+    chain = build_chain(model, torch.zeros(2, 1, 8, 8))
+    profile = profile_model(chain, (1, 8, 8), model_name="cnn-synthetic")
+    clock = SimClock(profile, SystemProcess(generate_system(N, 0), seed=0, redraw=False), B)
+    engine, events = spy(SplitEngine(chain.blocks, [3] * N, GAS(active=C, local_steps=3), noniid_data(N),
+                                     {"lr": LR, "momentum": 0.0}, batch_size=B, seed=0, clock=clock))
+    times = clock.stage_times(1, [3] * N)
+    assert len(set(np.round(times.client_fp + times.upload, 12))) == N          # heterogeneous devices
+    for t in (1, 2, 3):
+        engine.run_round(t)
+    arrivals = []
+    for e in events:
+        if "device" in e:
+            arrive = {k: e["clock"][k] + times.client_fp[k] + times.upload[k] for k in e["active"]}
+            assert arrive[e["device"]] == pytest.approx(min(arrive.values()), rel=1e-12, abs=1e-15)
+            arrivals.append(arrive[e["device"]])
+        else:
+            finished, new, active = e["replace"]
+            assert new != finished and new not in active
+    assert all(b >= a for a, b in zip(arrivals, arrivals[1:]))
+    assert len(arrivals) >= 3 * C * 3 - C
 
 
 def test_replacement_is_never_active() -> None:
