@@ -303,7 +303,7 @@ class SplitEngine:
 
     # ---- the asynchronous loop (GAS) ------------------------------------------------------------------
     def _run_async_round(self, round_index: int) -> RoundStats:
-        """One global iteration of an asynchronous strategy: pop the device with the earliest clock,
+        """One global iteration of an asynchronous strategy: pop the device whose activation arrives first,
         run its step (forward, arrival served at once, reply, backward), after ``local_steps`` steps
         its model upload (``on_model``) and its replacement — until ``on_model`` aggregates."""
         s = self.strategy
@@ -317,12 +317,15 @@ class SplitEngine:
         ledger = _Ledger()
         round_start = st["now"]
         while True:
-            d = min(st["active"], key=lambda k: (st["clock"][k], st["active"].index(k)))
+            # the earliest arrival at the edge server (ready time + T^F + T^A), ties to the first slot (B.2)
+            arrivals = {j: st["clock"][j] + (float(times.client_fp[j]) + float(times.upload[j]))
+                        * times.scale(j, int(s.batch_size(ctx, j))) for j in st["active"]}
+            d = min(st["active"], key=lambda j: (arrivals[j], st["active"].index(j)))
             b = int(s.batch_size(ctx, d))
             k = times.scale(d, b)
             msg = self.devices[d].forward(round_index, b)
             self.bytes_up += msg.num_bytes
-            arrive = st["clock"][d] + (float(times.client_fp[d]) + float(times.upload[d])) * k
+            arrive = arrivals[d]
             begin = max(arrive, st["server_free"])
             st["server_free"] = begin + float(times.server[d]) * k
             replies: dict[int, tuple[float, CutGradient]] = {}

@@ -2,8 +2,8 @@
 written against cyclesl_gas.md Part B. Runs on the runtime's asynchronous loop (no round barrier).
 
 C devices (``--active``) are always training, each on its own simulated clock (latency model per
-device and stage); the runtime always advances the device whose clock is earliest. A device's
-arrival (A_k, Y_k) (GAS-1) is served at once:
+device and stage); the runtime always advances the device whose activation arrives first (ties:
+the first active slot). A device's arrival (A_k, Y_k) (GAS-1) is served at once:
 
 * its cut gradient is G_k = ∇_{A_k} ℓ_k with the logit-adjusted loss ℓ_k = −log softmax(s +
   τ·log(P_k + ε))_y at the server weights current at arrival (GAS-9, GAS-10; P_k = device k's label

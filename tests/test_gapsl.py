@@ -1,0 +1,241 @@
+"""GAPSL (gapsl_scala.md Part A) against an independent reference written from A.2's pseudo-code
+(steps 1–16, detached GDA), plus its defining properties: the leader-set size of eq. (2), the GDA
+filter of eqs. (5)–(6), and the flags' bad-input handling."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from adaptplan.cli import main
+from test_engine import small_model
+from trainers.datasets import load_dataset
+from trainers.engine import DeviceData, SplitEngine
+from trainers.partition import DeviceSampler, partition_indices
+from trainers.strategies import GAPSL
+
+CUT, B, LR, S = 9, 16, 0.1, 4
+
+
+def noniid_data(devices: int) -> DeviceData:
+    d = load_dataset("synthetic")
+    parts = partition_indices(d.y_train.numpy(), devices, "dirichlet", seed=0)
+    return DeviceData(d.x_train, d.y_train, d.x_test, d.y_test, parts)
+
+
+def flat_params(*modules: nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for m in modules for p in m.parameters()])
+
+
+def angle(u: torch.Tensor, v: torch.Tensor) -> float:
+    """arccos of the clamped cosine (A.2 step 4), in float64."""
+    u, v = u.double(), v.double()
+    return math.acos(max(-1.0, min(1.0, float(u @ v / (u.norm() * v.norm())))))
+
+
+def reference_gapsl(data: DeviceData, rounds: int, total: int, k_min: float, k_max: float, eta: float):
+    """A.2 steps 1–16 with gda = detached and no update for the devices outside Ŝ, in plain torch."""
+    model = small_model()
+    clients = [copy.deepcopy(nn.Sequential(*model[:CUT])) for _ in range(S)]
+    server = copy.deepcopy(nn.Sequential(*model[CUT:]))
+    samplers = [DeviceSampler(data.parts[i], B, [0, i]) for i in range(S)]
+    nu_min, nu_max = math.inf, -math.inf
+    log = []
+    for t in range(1, rounds + 1):
+        acts, grads, cut_grads = [], [], []
+        for i in range(S):                                                    # steps 1–3
+            idx = torch.from_numpy(samplers[i].next())
+            a = clients[i](data.x_train[idx])
+            leaf = a.detach().requires_grad_(True)
+            loss = nn.functional.cross_entropy(server(leaf), data.y_train[idx])
+            g = torch.autograd.grad(loss, list(server.parameters()) + [leaf])
+            acts.append(a)
+            grads.append(torch.cat([x.reshape(-1) for x in g[:-1]]))
+            cut_grads.append(g[-1])
+        theta = [[angle(grads[i], grads[j]) for j in range(S)] for i in range(S)]            # step 4
+        score = np.array([sum(theta[i][j] for j in range(S) if j != i) / (S - 1) for i in range(S)])  # eq. 1
+        nu = float(score.std())                                               # population std
+        nu_min, nu_max = min(nu_min, nu), max(nu_max, nu)
+        stab = 1.0 if nu_max - nu_min < 1e-12 else (nu_max - nu) / (nu_max - nu_min)
+        k = k_min + (t / total) * stab * (k_max - k_min)                      # eq. 2
+        n_sel = math.ceil(k * S - 1e-9)                                       # eq. 3 (float guard: 0.6·5 = 3.0000000000000004)
+        leaders = sorted(range(S), key=lambda i: score[i])[:n_sel]
+        lead = torch.stack([grads[i] for i in leaders]).mean(0)               # eq. 4
+        theta_lead = np.array([angle(grads[i], lead) for i in range(S)])     # eq. 5
+        th = max(min(theta_lead.mean() - eta * theta_lead.std(), math.pi / 2), 0.0)   # eq. 6
+        aligned = [i for i in range(S) if theta_lead[i] <= th] or [int(np.argmin(theta_lead))]
+        with torch.no_grad():                                                 # step 14: Σ_{Ŝ} g_i
+            step = sum(grads[i] for i in aligned)
+            start = 0
+            for p in server.parameters():
+                p -= LR * step[start:start + p.numel()].view_as(p)
+                start += p.numel()
+        for i in aligned:                                                     # steps 15–16, Ŝ only
+            acts[i].backward(cut_grads[i])
+            with torch.no_grad():
+                for p in clients[i].parameters():
+                    p -= LR * p.grad
+                    p.grad = None
+        log.append({"k": k, "n_sel": n_sel, "aligned": aligned})
+    return clients, server, log
+
+
+def make_gapsl_engine(data: DeviceData, total: int, **options) -> SplitEngine:
+    return SplitEngine(small_model(), [CUT] * S, GAPSL(**options), data, {"lr": LR, "momentum": 0.0},
+                       batch_size=B, seed=0, total_rounds=total)
+
+
+def test_gapsl_matches_reference_from_the_spec() -> None:
+    data, rounds, total = noniid_data(S), 5, 5
+    engine = make_gapsl_engine(data, total, k_min=0.25, k_max=0.75, eta_th=0.5)
+    stats = [engine.run_round(t) for t in range(1, rounds + 1)]
+    clients, server, log = reference_gapsl(data, rounds, total, 0.25, 0.75, 0.5)
+    # the filter was exercised: some round leaves devices out, and K^t grows over the run
+    assert any(len(r["aligned"]) < S for r in log)
+    assert len({r["n_sel"] for r in log}) > 1
+    for st, r in zip(stats, log):
+        assert st.metrics["leader_fraction"] == pytest.approx(r["k"], abs=1e-5)
+        assert st.metrics["leaders"] == r["n_sel"]
+        assert st.metrics["aligned"] == len(r["aligned"])
+    assert torch.allclose(flat_params(*[engine.edge.instances[(None, j)] for j in range(CUT, 11)]),
+                          flat_params(server), atol=1e-5, rtol=0)
+    for i in range(S):
+        assert torch.allclose(flat_params(engine.devices[i].blocks), flat_params(clients[i]), atol=1e-5, rtol=0)
+
+
+def test_devices_outside_the_aligned_set_get_no_update() -> None:
+    data = noniid_data(S)
+    engine = make_gapsl_engine(data, 1, k_min=0.25, k_max=0.75, eta_th=0.5)
+    before = [flat_params(d.blocks) for d in engine.devices]
+    engine.run_round(1)
+    _, _, log = reference_gapsl(data, 1, 1, 0.25, 0.75, 0.5)
+    aligned = set(log[0]["aligned"])
+    assert 0 < len(aligned) < S
+    for i in range(S):
+        changed = not torch.equal(before[i], flat_params(engine.devices[i].blocks))
+        assert changed == (i in aligned)
+
+
+# ---- the leader fraction of eq. (2) ------------------------------------------------------------------
+@pytest.mark.parametrize("k_min,k_max", [(0.2, 0.8), (0.1, 1.0), (0.5, 0.5)])
+def test_leader_fraction_follows_eq_2(k_min: float, k_max: float) -> None:
+    s = GAPSL(k_min=k_min, k_max=k_max)
+    rng = np.random.default_rng(0)
+    T = 10
+    for t in range(1, T + 1):
+        nu = float(rng.uniform(0.1, 1.0))
+        k = s.leader_fraction(nu, t / T)
+        assert k_min - 1e-12 <= k <= k_max + 1e-12
+        stab = 1.0 if s.nu_max - s.nu_min < 1e-12 else (s.nu_max - nu) / (s.nu_max - s.nu_min)
+        assert k == pytest.approx(k_min + (t / T) * stab * (k_max - k_min))
+    # ν at its running minimum at t = T: stab = 1, K^T = K_max
+    assert s.leader_fraction(s.nu_min, 1.0) == pytest.approx(k_max)
+    # ν at its running maximum: stab = 0, K = K_min whatever t is
+    assert s.leader_fraction(s.nu_max, 1.0) == pytest.approx(k_min)
+
+
+def test_leader_set_size_is_ceil_k_times_s() -> None:
+    torch.manual_seed(0)
+    S_ = 7
+    grads = torch.randn(S_, 30)
+    for progress in (0.0, 0.3, 0.7, 1.0):
+        s = GAPSL(k_min=0.2, k_max=0.8)
+        _, _, m = s.select(grads, progress)            # first call: ν_min = ν_max, stab = 1
+        k = 0.2 + progress * 0.6
+        assert m["leader_fraction"] == pytest.approx(k)
+        assert m["leaders"] == math.ceil(k * S_ - 1e-9)
+    # K^t·S an exact integer: no extra leader from rounding (0.6·5 = 3.0000000000000004)
+    s = GAPSL(k_min=0.6, k_max=0.6)
+    assert s.select(torch.randn(5, 30), 1.0)[2]["leaders"] == 3
+
+
+# ---- the GDA filter ----------------------------------------------------------------------------------
+def test_identical_gradients_all_aligned_at_angle_zero() -> None:
+    g = torch.randn(1, 20).repeat(5, 1)
+    aligned, lead, m = GAPSL().select(g, 0.5)
+    assert aligned == list(range(5))
+    assert m["mean_pairwise_angle"] == pytest.approx(0.0, abs=1e-3)
+    assert torch.allclose(lead, g[0], atol=1e-6)
+
+
+def test_two_opposite_clusters_select_the_leaders_cluster() -> None:
+    torch.manual_seed(1)
+    u = torch.randn(16)
+    # 4 devices near +u (the majority: their consistency scores θ_i are smallest), 2 near −u
+    g = torch.stack([u + 0.05 * torch.randn(16) for _ in range(4)] + [-u + 0.05 * torch.randn(16) for _ in range(2)])
+    aligned, lead, _ = GAPSL(k_min=0.2, k_max=0.5, eta_th=0.5).select(g, 1.0)
+    assert aligned == [0, 1, 2, 3]
+    assert float(nn.functional.cosine_similarity(lead, u, dim=0)) > 0.9
+
+
+def test_threshold_clipped_and_aligned_set_never_empty() -> None:
+    torch.manual_seed(2)
+    g = torch.randn(6, 10)
+    # a huge η_th drives μ − η·σ below 0: θ_th = 0, Ŝ falls back to the device of smallest angle
+    aligned, lead, _ = GAPSL(eta_th=1e6).select(g, 1.0)
+    theta = torch.arccos(nn.functional.cosine_similarity(g, lead[None, :]).clamp(-1, 1))
+    assert aligned == [int(torch.argmin(theta))]
+    # η_th = 0 and orthogonal-ish gradients: θ_th = min(μ, π/2) ≤ π/2, Ŝ = devices at or below the mean angle
+    aligned, lead, _ = GAPSL(eta_th=0.0).select(g, 1.0)
+    theta = torch.arccos(nn.functional.cosine_similarity(g, lead[None, :]).clamp(-1, 1))
+    th = min(float(theta.mean()), math.pi / 2)
+    assert aligned == [i for i in range(6) if float(theta[i]) <= th + 1e-6]
+
+
+def test_aligned_devices_never_beyond_a_right_angle() -> None:
+    """θ_th ∈ [0, π/2] (eq. 6): an aligned device's angle to the lead is at most π/2 (or it is the
+    single fallback of smallest angle), and Ŝ is never empty."""
+    g = torch.Generator().manual_seed(3)
+    for trial in range(30):
+        S_ = 3 + trial % 6
+        grads = torch.randn(S_, 12, generator=g)
+        grads[: S_ // 2] *= -1 if trial % 2 else 1
+        eta = [0.0, 0.5, 2.0, 50.0][trial % 4]
+        aligned, lead, _ = GAPSL(eta_th=eta).select(grads, (trial % 5) / 4)
+        theta = [angle(grads[i], lead) for i in range(S_)]
+        assert aligned
+        if len(aligned) > 1 or theta[aligned[0]] <= math.pi / 2:
+            assert all(theta[i] <= math.pi / 2 + 1e-5 for i in aligned)
+        mu, sd = float(np.mean(theta)), float(np.std(theta))
+        th = max(min(mu - eta * sd, math.pi / 2), 0.0)
+        expected = [i for i in range(S_) if theta[i] <= th] or [int(np.argmin(theta))]
+        assert aligned == expected or abs(min(abs(t - th) for t in theta)) < 1e-5   # a float tie at θ_th
+
+
+@pytest.mark.parametrize("mode", ["double_backprop", "gradient_step"])
+def test_gda_modes_reduce_to_detached_when_lambda_is_zero(mode: str) -> None:
+    """With λ = 0 the regulariser vanishes: exact eq. 7 (double backprop) and the gradient-space surrogate
+    give the detached update; with λ > 0 they differ from it."""
+    data = noniid_data(S)
+    runs = {}
+    for name, options in (("detached", {}), ("zero", {"gda": mode, "gda_lambda": 0.0}),
+                          ("lambda", {"gda": mode, "gda_lambda": 0.5})):
+        engine = make_gapsl_engine(data, 3, eta_th=0.5, **options)
+        for t in (1, 2, 3):
+            engine.run_round(t)
+        runs[name] = torch.cat([flat_params(*[engine.edge.instances[(None, j)] for j in range(CUT, 11)])] +
+                               [flat_params(d.blocks) for d in engine.devices])
+    assert torch.allclose(runs["zero"], runs["detached"], atol=1e-6, rtol=0)
+    assert not torch.allclose(runs["lambda"], runs["detached"], atol=1e-6, rtol=0)
+
+
+# ---- flags ----------------------------------------------------------------------------------------------
+COMMON = ["--dataset", "synthetic", "--devices", "4", "--rounds", "1", "--no-progress"]
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["--algorithm", "gapsl", "--k-min", "2"], "--k-min"),
+    (["--algorithm", "gapsl", "--k-min", "0.5", "--k-max", "0.3"], "--k-max"),
+    (["--algorithm", "gapsl", "--eta-th", "-1"], "--eta-th"),
+    (["--algorithm", "gapsl", "--gda", "exact"], "--gda"),
+    (["--algorithm", "psl", "--k-min", "0.3"], "--k-min"),
+])
+def test_bad_gapsl_flags_exit_2(argv, flag, capsys) -> None:
+    assert main(["train", *argv, *COMMON]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and flag in err[0]
