@@ -4,22 +4,24 @@ from __future__ import annotations
 
 import json
 
-from adaptplan.bench_algorithms import AlgorithmResult, budget_seconds
+from adaptplan.bench_algorithms import budget_seconds
+from adaptplan.bench_runs import RunResult
 from adaptplan.cli import main
 
 
 def test_accuracy_at_budget_is_the_last_evaluation_reached() -> None:
-    r = AlgorithmResult("iid", "psl", 30, 0.4, 3.0, 1.0, None, [(1.0, 0.2), (2.0, 0.3), (3.0, 0.4)])
+    r = RunResult("iid", "psl", 30, 0.4, 3.0, 1.0, None, None, None, None, None, [(1.0, 0.2), (2.0, 0.3), (3.0, 0.4)])
     assert r.accuracy_at(0.5) is None
     assert r.accuracy_at(2.0) == 0.3 and r.accuracy_at(2.9) == 0.3 and r.accuracy_at(3.0) == 0.4
-    other = AlgorithmResult("iid", "gas", 30, 0.5, 1.5, 1.0, 1.2, [(1.5, 0.5)])
+    other = RunResult("iid", "gas", 30, 0.5, 1.5, 1.0, 1.2, 30, None, None, None, [(1.5, 0.5)])
     assert budget_seconds([r, other], "iid") == 1.5
 
 
 def test_bench_json_matches_a_plain_training_run(tmp_path, capsys) -> None:
     out = tmp_path / "bench"
     argv = ["bench", "algorithms", "--algorithms", "psl,scala", "--partitions", "iid", "--rounds", "4", "--devices", "4",
-            "--dataset", "synthetic", "--eval-every", "2", "--workers", "1", "--cuts", "3", "--out", str(out)]
+            "--dataset", "synthetic", "--eval-every", "2", "--workers", "1", "--cuts", "3", "--test-samples", "400",
+            "--out", str(out)]
     assert main(argv) == 0
     data = json.loads((out / "results.json").read_text())
     runs = {r["algorithm"]: r for r in data["runs"]}

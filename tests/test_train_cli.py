@@ -95,6 +95,12 @@ def test_convergence_criterion_and_time_to_target() -> None:
                  for i, a in enumerate(accs)])
     assert h.converged_round() == 8            # gains < 0.02 for 5 consecutive evaluations: rounds 4..8
     assert h.time_to_accuracy(0.5) == 30.0 and h.time_to_accuracy(0.9) is None
+    # a run stuck near chance (10 classes: 10%) never "converges"; a floor of 0 would fire at round 6
+    flat = [0.10, 0.11, 0.10, 0.12, 0.11, 0.10, 0.11, 0.12, 0.25, 0.40, 0.41, 0.41, 0.42, 0.42, 0.42]
+    h = History([RoundRecord(i + 1, 1.0, a, 1.0, 10.0 * (i + 1), 10.0, 0.0, 0, 0, 0, False, False, [1], 1)
+                 for i, a in enumerate(flat)], meta={"num_classes": 10})
+    assert h.converged_round(floor=0.0) == 6
+    assert h.converged_round() == 15           # streak counted only from 0.40 ≥ 2/M = 0.2: rounds 11..15
 
 
 def test_cli_train_outputs_and_plot(tmp_path: Path, capsys) -> None:

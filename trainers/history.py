@@ -69,12 +69,21 @@ class History:
         ev = self.evaluated
         return ev[-1].accuracy if ev else None
 
-    def converged_round(self, min_gain: float = 0.02, patience: int = 5) -> int | None:
+    def converged_round(self, min_gain: float = 0.02, patience: int = 5, floor: float | None = None) -> int | None:
         """The paper's criterion (spec §6.1): the first evaluated round after which the test-accuracy
-        increase stays below ``min_gain`` for ``patience`` consecutive evaluations; None if never."""
+        increase stays below ``min_gain`` for ``patience`` consecutive evaluations; None if never.
+        Evaluations below ``floor`` (default: twice chance, 2/M for the run's M classes in
+        ``meta["num_classes"]``; 0 when unknown) neither count nor start a streak, so a run still
+        near chance is not "converged"."""
+        if floor is None:
+            classes = self.meta.get("num_classes")
+            floor = 2.0 / classes if isinstance(classes, int) and classes > 0 else 0.0
         ev = self.evaluated
         streak = 0
         for prev, cur in zip(ev, ev[1:]):
+            if cur.accuracy < floor:
+                streak = 0
+                continue
             streak = streak + 1 if cur.accuracy - prev.accuracy < min_gain else 0
             if streak >= patience:
                 return cur.round

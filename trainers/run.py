@@ -171,7 +171,8 @@ class Trainer:
                                   batch_devices=config.batch_devices, clock=self.clock, total_rounds=config.rounds)
         self.history = History(meta={"config": config.to_json(), "plan_source": event["source"],
                                      "num_blocks": len(self.blocks), "block_names": self.block_names,
-                                     "target_accuracy": config.target_accuracy})
+                                     "target_accuracy": config.target_accuracy,
+                                     "num_classes": self.dataset.num_classes})
         self.history.events.append({"round": 0, "event": "plan", **event, "cuts": cuts, "interval": interval})
         self.start_round = 0
         self.last_replan = 0

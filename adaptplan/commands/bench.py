@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     algos.add_argument("--algorithms", default=",".join(ALGORITHMS), help="comma-separated (default: all nine)")
     algos.add_argument("--partitions", default="iid,dirichlet-0.1,shards-2",
                        help="comma-separated: iid, dirichlet-0.1 (Dirichlet α = 0.1), shards-2 (2 label shards per device)")
-    algos.add_argument("--rounds", type=int, default=200, help="rounds per run (default 200)")
+    algos.add_argument("--rounds", type=int, default=100, help="rounds per run (default 100)")
     algos.add_argument("--devices", type=int, default=20, help="devices N (default 20)")
     algos.add_argument("--dataset", default="cifar10-subset", help="dataset (default cifar10-subset)")
     algos.add_argument("--model", default="cnn", help="model (default cnn)")
@@ -44,8 +44,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     algos.add_argument("--seed", type=int, default=0, help="seed of data partition, model and samplers (default 0)")
     algos.add_argument("--target-accuracy", type=float, default=0.3, help="target test accuracy, a fraction (default 0.3)")
     algos.add_argument("--workers", type=int, help="worker processes, one torch thread each (default: all cores)")
+    algos.add_argument("--test-samples", type=int, default=500, help="test images per evaluation (default 500)")
     algos.add_argument("--out", metavar="DIR", help="write table.txt, results.json and accuracy.png into DIR")
     algos.set_defaults(func=run_algorithms)
+    training = which.add_parser("training", help="planning policies in the training loop (AdaptSFL vs the paper's "
+                                "benchmarks): time to accuracy, converged time, IID and non-IID")
+    training.add_argument("--policies", default="adaptsfl,rma+ms,ma+rms,rma+rms,dama+rms,rma+ams,sfl,psl",
+                          help="comma-separated policies (trainers.policies; default: AdaptSFL, the paper's five, SFL, PSL)")
+    training.add_argument("--partition", default="both", help="iid, shards (2 label shards per device) or both (default)")
+    training.add_argument("--rounds", type=int, default=600, help="rounds per run (default 600)")
+    training.add_argument("--devices", type=int, default=20, help="devices N (default 20)")
+    training.add_argument("--dataset", default="cifar10-subset", help="dataset (default cifar10-subset)")
+    training.add_argument("--model", default="cnn", help="model (default cnn)")
+    training.add_argument("--seed", type=int, default=0, help="seed of data, model, samplers and system trace (default 0)")
+    training.add_argument("--lr", type=float, default=0.05, help="learning rate γ, also the planner's (default 0.05)")
+    training.add_argument("--momentum", type=float, default=0.9, help="SGD momentum (default 0.9)")
+    training.add_argument("--replan-every", type=int, default=50, help="AdaptSFL re-plans every Q rounds (default 50)")
+    training.add_argument("--eval-every", type=int, default=10, help="evaluate every K rounds (default 10)")
+    training.add_argument("--test-samples", type=int, default=500, help="test images per evaluation (default 500)")
+    training.add_argument("--target-accuracy", type=float, default=0.4, help="target test accuracy, a fraction (default 0.4)")
+    training.add_argument("--workers", type=int, help="worker processes, one torch thread each (default: all cores)")
+    training.add_argument("--json", metavar="FILE", help="write the figures as JSON to FILE")
+    training.add_argument("--out", metavar="DIR", help="write table.txt and accuracy.png (one panel per partition) into DIR")
+    training.set_defaults(func=run_training)
 
 
 def run_solvers(args: argparse.Namespace) -> int:
@@ -100,12 +121,55 @@ def run_algorithms(args: argparse.Namespace) -> int:
     results = bench.run_algorithm_bench(algorithms, partitions, rounds=args.rounds, devices=args.devices,
                                         dataset=args.dataset, model=args.model, lr=args.lr, momentum=args.momentum,
                                         batch_size=args.batch_size, eval_every=args.eval_every, seed=args.seed,
-                                        target=args.target_accuracy, workers=args.workers, cuts=cuts)
+                                        target=args.target_accuracy, workers=args.workers, cuts=cuts,
+                                        test_samples=args.test_samples)
     text = bench.table(results, args.target_accuracy)
     print(text)
     if out is not None:
         (out / "table.txt").write_text(text + "\n", encoding="utf-8")
         bench.save_json(results, args.target_accuracy, out / "results.json")
-        bench.plot(results, out / "accuracy.png")
+        from adaptplan.bench_runs import plot
+
+        plot(results, out / "accuracy.png")
         print(f"wrote {out / 'table.txt'}, {out / 'results.json'}, {out / 'accuracy.png'}")
+    return 0
+
+
+def _positive(args: argparse.Namespace, *flags: str) -> None:
+    for flag in flags:
+        value = getattr(args, flag.lstrip("-").replace("-", "_"))
+        if value is not None and value < 1:
+            raise InputError(f"must be ≥ 1, got {value}", field=flag)
+
+
+def run_training(args: argparse.Namespace) -> int:
+    from adaptplan import bench_training as bench
+    from adaptplan.bench_runs import plot
+    from trainers.config import POLICIES, check_choice
+
+    policies = [check_choice(p.strip(), POLICIES, "--policies") for p in args.policies.split(",") if p.strip()]
+    if "fixed-cut" in policies:
+        raise InputError("fixed-cut needs a cut; compare it with adaptplan train --policy fixed-cut --cuts J", field="--policies")
+    partitions = list(bench.PARTITIONS) if args.partition == "both" else [check_choice(args.partition, bench.PARTITIONS + ("both",), "--partition")]
+    _positive(args, "--rounds", "--devices", "--replan-every", "--eval-every", "--test-samples", "--workers")
+    if not 0 < args.target_accuracy <= 1:
+        raise InputError(f"must be a fraction in (0, 1], got {args.target_accuracy}", field="--target-accuracy")
+    if not policies:
+        raise InputError("name at least one policy", field="--policies")
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    results = bench.run_training_bench(policies, partitions, rounds=args.rounds, devices=args.devices,
+                                       dataset=args.dataset, model=args.model, lr=args.lr, momentum=args.momentum,
+                                       eval_every=args.eval_every, seed=args.seed, target=args.target_accuracy,
+                                       replan_every=args.replan_every, workers=args.workers,
+                                       test_samples=args.test_samples)
+    text = bench.table(results, args.target_accuracy)
+    print(text)
+    if args.json:
+        bench.save_json(results, args.target_accuracy, args.json)
+    if out is not None:
+        (out / "table.txt").write_text(text + "\n", encoding="utf-8")
+        plot(results, out / "accuracy.png")
+        print(f"wrote {out / 'table.txt'} and {out / 'accuracy.png'}")
     return 0

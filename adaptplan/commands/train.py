@@ -69,6 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=16, help="mini-batch size b per device per round, in samples (default 16)")
     p.add_argument("--seed", type=int, default=0, help="seed for model init, partition and samplers (default 0)")
     p.add_argument("--eval-every", type=int, default=1, help="evaluate on the test set every K rounds (default 1)")
+    p.add_argument("--max-test-samples", type=int, help="evaluate on the first K test images only (default: all)")
     p.add_argument("--out", help="run folder for history.json/.csv, accuracy.png and checkpoint.pt")
     p.add_argument("--checkpoint-every", type=int, help="write a checkpoint every K rounds (needs --out)")
     p.add_argument("--resume", action="store_true",
@@ -127,7 +128,7 @@ def _fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
         lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay, interval=args.interval,
         cuts=list(args.cuts) if args.cuts is not None else None, plan_path=args.plan, replan_every=args.replan_every,
         policy=args.policy,
-        seed=args.seed, eval_every=args.eval_every, out=args.out, checkpoint_every=args.checkpoint_every,
+        seed=args.seed, eval_every=args.eval_every, max_test_samples=args.max_test_samples, out=args.out, checkpoint_every=args.checkpoint_every,
         resume=args.resume, overwrite=args.overwrite, allow_fallback=args.allow_fallback,
         target_accuracy=args.target_accuracy, system_path=args.system, system_seed=args.system_seed,
         redraw_resources=not args.static_resources, constants_path=args.constants, data_root=args.data_root,

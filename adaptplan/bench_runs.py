@@ -1,0 +1,115 @@
+"""Benchmarks made of training runs (``bench algorithms``, ``bench training``): the runs go to
+worker processes (one torch thread each) with progress, and come back as :class:`RunResult`s
+with the figures both benchmarks report; one plot function draws accuracy against simulated time.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One run's figures: accuracies are fractions, times simulated seconds (``wall_seconds``: wall clock)."""
+
+    group: str                                 # e.g. the partition
+    label: str                                 # e.g. the algorithm or policy
+    rounds: int
+    final_accuracy: float | None
+    sim_seconds: float
+    wall_seconds: float
+    time_to_target_s: float | None
+    rounds_to_target: int | None
+    converged_round: int | None
+    converged_time_s: float | None
+    converged_accuracy: float | None
+    curve: list[tuple[float, float]]          # (simulated seconds, test accuracy) at each evaluation
+
+    def accuracy_at(self, seconds: float) -> float | None:
+        """Test accuracy of the last evaluation at or before ``seconds`` simulated seconds."""
+        reached = [acc for t, acc in self.curve if t <= seconds + 1e-12]
+        return reached[-1] if reached else None
+
+
+def run_one(job: dict[str, Any]) -> RunResult:
+    """Train ``job["config"]`` (TrainConfig fields) and summarise it against ``job["target"]``."""
+    import torch
+
+    from trainers.config import TrainConfig
+    from trainers.run import Trainer
+
+    torch.set_num_threads(1)
+    history = Trainer(TrainConfig(**job["config"])).run()
+    target = job["target"]
+    curve = [(r.sim_seconds, r.accuracy) for r in history.evaluated]
+    reached = next((r for r in history.evaluated if r.accuracy >= target), None)
+    conv = history.converged_round()
+    conv_record = next((r for r in history.records if r.round == conv), None)
+    last = history.records[-1]
+    return RunResult(job["group"], job["label"], len(history.records), history.final_accuracy, last.sim_seconds,
+                     last.wall_seconds, reached.sim_seconds if reached else None, reached.round if reached else None,
+                     conv, conv_record.sim_seconds if conv_record else None,
+                     conv_record.accuracy if conv_record else None, curve)
+
+
+def run_jobs(jobs: Sequence[dict[str, Any]], workers: int | None = None, desc: str = "runs",
+             progress: bool = True) -> list[RunResult]:
+    """Run every job (``{"group", "label", "target", "config"}``), in ``workers`` processes (default: all cores)."""
+    workers = workers or max(1, os.cpu_count() or 1)
+    results: list[RunResult] = []
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=len(jobs), unit="run", desc=desc, dynamic_ncols=True)
+    try:
+        if workers == 1:
+            outputs = map(run_one, jobs)
+            for result in outputs:
+                results.append(result)
+                if bar is not None:
+                    bar.update(1)
+        else:
+            import multiprocessing
+
+            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+                for result in pool.map(run_one, jobs):
+                    results.append(result)
+                    if bar is not None:
+                        bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    return results
+
+
+def plot(results: Sequence[RunResult], path: str | os.PathLike) -> None:
+    """Test accuracy against simulated seconds, one panel per group, one line per label."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = list(dict.fromkeys(r.group for r in results))
+    fig, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 4), squeeze=False)
+    for ax, group in zip(axes[0], groups):
+        for r in results:
+            if r.group == group and r.curve:
+                ax.plot([t for t, _ in r.curve], [a for _, a in r.curve], label=r.label)
+        ax.set_title(group)
+        ax.set_xlabel("simulated seconds")
+        ax.set_ylabel("test accuracy")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"

@@ -1,0 +1,76 @@
+"""`adaptplan bench training`: the paper's headline experiment (AdaptSFL Fig. 5–6) from one
+command — planning policies in the training loop, compared by time to accuracy.
+
+Each policy (:mod:`trainers.policies`) trains the same model on the same data, seed and per-round
+system trace (the generated system re-drawn every round from the same seed), with the same
+training algorithm (AdaptSFL's engine) and learning rate; the policy decides cuts and interval at
+the start and at aggregations. Runs go to worker processes (:mod:`adaptplan.bench_runs`). Reported
+per partition and policy: rounds and simulated seconds to ``target`` accuracy, converged accuracy
+and time by the paper's criterion (gain < 0.02 over 5 evaluations, not while near chance), and the
+time to target as a multiple of AdaptSFL's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+from adaptplan.bench_runs import RunResult, pct, run_jobs, seconds
+
+DEFAULT_POLICIES = ("adaptsfl", "rma+ms", "ma+rms", "rma+rms", "dama+rms", "rma+ams", "sfl", "psl")
+PARTITIONS = ("iid", "shards")
+
+
+def run_training_bench(policies: Sequence[str] = DEFAULT_POLICIES, partitions: Sequence[str] = PARTITIONS,
+                       rounds: int = 600, devices: int = 20, dataset: str = "cifar10-subset", model: str = "cnn",
+                       lr: float = 0.05, momentum: float = 0.9, batch_size: int = 16, eval_every: int = 10,
+                       seed: int = 0, target: float = 0.4, replan_every: int = 50, workers: int | None = None,
+                       test_samples: int | None = 500, progress: bool = True) -> list[RunResult]:
+    jobs = []
+    for partition in partitions:
+        for policy in policies:
+            config: dict[str, Any] = dict(algorithm="adaptsfl", policy=policy, dataset=dataset, model=model,
+                                          devices=devices, partition=partition, rounds=rounds, lr=lr, momentum=momentum,
+                                          batch_size=batch_size, eval_every=eval_every, seed=seed, threads=1,
+                                          progress=False, max_test_samples=test_samples)
+            if policy == "adaptsfl":
+                config["replan_every"] = replan_every
+            jobs.append({"group": partition, "label": policy, "target": target, "config": config})
+    return run_jobs(jobs, workers, "bench training", progress)
+
+
+def figures(r: RunResult) -> dict[str, Any]:
+    """The per-policy figures of the JSON output."""
+    return {"time_to_target_s": r.time_to_target_s, "rounds_to_target": r.rounds_to_target,
+            "final_accuracy": r.final_accuracy, "converged_round": r.converged_round,
+            "converged_time_s": r.converged_time_s, "converged_accuracy": r.converged_accuracy}
+
+
+def table(results: Sequence[RunResult], target: float) -> str:
+    lines = []
+    for partition in dict.fromkeys(r.group for r in results):
+        rows = [r for r in results if r.group == partition]
+        base = next((r.time_to_target_s for r in rows if r.label == "adaptsfl"), None)
+        lines.append(f"{partition}: target {target:.0%}, {rows[0].rounds} rounds")
+        lines.append(f"  {'policy':<9} {'rounds→target':>13} {'s→target':>9} {'× AdaptSFL':>10} {'final':>7} "
+                     f"{'conv. round':>11} {'conv. s':>8} {'conv. acc':>9}")
+        for r in rows:
+            ratio = "-" if base is None or r.time_to_target_s is None else f"{r.time_to_target_s / base:.2f}"
+            lines.append(f"  {r.label:<9} {('-' if r.rounds_to_target is None else r.rounds_to_target):>13} "
+                         f"{seconds(r.time_to_target_s):>9} {ratio:>10} {pct(r.final_accuracy):>7} "
+                         f"{('-' if r.converged_round is None else r.converged_round):>11} "
+                         f"{seconds(r.converged_time_s):>8} {pct(r.converged_accuracy):>9}")
+    return "\n".join(lines)
+
+
+def save_json(results: Sequence[RunResult], target: float, path: str | os.PathLike) -> None:
+    """``{"target_accuracy", "policies": {NAME: figures}}`` for the first partition, and every
+    partition's under ``"partitions": {PARTITION: {NAME: figures}}``."""
+    by_partition: dict[str, dict[str, Any]] = {}
+    for r in results:
+        by_partition.setdefault(r.group, {})[r.label] = figures(r)
+    first = next(iter(by_partition.values()), {})
+    data = {"target_accuracy": target, "policies": first, "partitions": by_partition}
+    Path(path).write_text(json.dumps(data, indent=2), encoding="utf-8")

@@ -1,0 +1,62 @@
+"""`--policy` in the training loop (spec §6.2): random policies re-draw at every aggregation,
+seeded; the others decide once; incompatible options are named."""
+
+from __future__ import annotations
+
+import pytest
+
+from adaptplan.errors import InputError
+from trainers.config import TrainConfig
+from trainers.policies import NEVER, REDRAWING
+from trainers.run import Trainer
+
+RUN = dict(dataset="synthetic", devices=20, batch_size=8, lr=0.05, rounds=10, eval_every=5, threads=1, model_width=4)
+
+
+def decisions(policy: str, seed: int = 0) -> list[tuple[int, int, tuple[int, ...]]]:
+    history = Trainer(TrainConfig(**RUN, policy=policy, seed=seed)).run()
+    return [(e["round"], e["interval"], tuple(e["cuts"])) for e in history.events], history
+
+
+@pytest.mark.parametrize("policy", REDRAWING)
+def test_random_policies_redraw_at_every_aggregation(policy: str) -> None:
+    events, history = decisions(policy)
+    aggregated = [r.round for r in history.records if r.aggregated]
+    assert [e[0] for e in events[1:]] == aggregated            # one decision after each aggregation, no other
+    for (start, interval, _), nxt in zip(events, events[1:]):
+        assert nxt[0] == start + interval                      # the decided interval is the one trained
+        assert 1 <= interval <= 25                              # RMA's U{1..25} (spec §6.2) and Theorem 2's range
+    assert decisions(policy)[0] == events                       # seeded: the same draws again
+
+
+def test_random_draws_depend_on_the_seed_and_vary_between_aggregations() -> None:
+    events, _ = decisions("rma+rms")
+    other, _ = decisions("rma+rms", seed=1)
+    assert events != other
+    assert len({e[1:] for e in events}) > 1                     # re-drawn, not repeated
+
+
+def test_deterministic_policies_decide_once() -> None:
+    for policy in ("sfl", "psl", "adaptsfl"):
+        events, history = decisions(policy)
+        assert len(events) == 1 and events[0][0] == 0
+        if policy == "sfl":
+            assert events[0][1] == 1 and all(r.aggregated for r in history.records)
+        if policy == "psl":
+            assert events[0][1] == NEVER and not any(r.aggregated for r in history.records)
+    history = Trainer(TrainConfig(**RUN, policy="fixed-cut", cuts=(2,))).run()
+    assert set(history.events[0]["cuts"]) == {2} and history.events[0]["source"] == "policy"
+
+
+@pytest.mark.parametrize("options, field", [
+    (dict(policy="psl", interval=3), "interval"),
+    (dict(policy="rma+rms", cuts=(2,)), "cuts"),
+    (dict(policy="fixed-cut"), "cuts"),
+    (dict(policy="sfl", replan_every=2), "replan_every"),
+    (dict(policy="adaptsfl", plan_path="plan.json"), "policy"),
+    (dict(policy="random"), "policy"),
+])
+def test_incompatible_policy_options_are_named(options, field) -> None:
+    with pytest.raises(InputError) as info:
+        TrainConfig(**RUN, **options)
+    assert info.value.field == field
