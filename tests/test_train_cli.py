@@ -181,7 +181,7 @@ def test_default_plan_is_the_planners_and_is_recorded() -> None:
 
 def test_replan_every_with_the_real_planner(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    code = main(["train", "--dataset", "synthetic", "--devices", "4", "--rounds", "6", "--replan-every", "2",
+    code = main(["train", "--dataset", "synthetic", "--devices", "4", "--rounds", "6", "--replan-every", "2", "--lr", "0.01",
                  "--interval", "2", "--batch-size", "8", "--eval-every", "3", "--out", str(out), "--threads", "1",
                  "--no-progress"])
     assert code == 0
@@ -270,7 +270,7 @@ def test_out_must_be_a_folder_and_bad_histories_exit_2(tmp_path: Path, capsys) -
 
 def test_resume_with_more_rounds_replans_like_an_uninterrupted_run(tmp_path: Path) -> None:
     base = ["train", "--dataset", "synthetic", "--model", "mlp", "--devices", "4", "--no-progress", "--threads", "1",
-            "--cuts", "1,2,1,2", "--interval", "2", "--replan-every", "2", "--batch-size", "8", "--eval-every", "2"]
+            "--cuts", "1,2,1,2", "--interval", "2", "--replan-every", "2", "--batch-size", "8", "--eval-every", "2", "--lr", "0.01"]
     assert main(base + ["--rounds", "8", "--out", str(tmp_path / "full")]) == 0
     assert main(base + ["--rounds", "4", "--out", str(tmp_path / "part"), "--checkpoint-every", "2"]) == 0
     assert main(base + ["--rounds", "8", "--out", str(tmp_path / "part"), "--checkpoint-every", "2", "--resume"]) == 0

@@ -137,8 +137,8 @@ class TrainConfig:
     dirichlet_alpha: float = 0.5
     rounds: int = 200
     batch_size: int = 16
-    lr: float = 0.01
-    momentum: float = 0.0
+    lr: float = 0.05
+    momentum: float = 0.9
     weight_decay: float = 0.0
     optimizer: str = "sgd"
     clip_norm: float | None = None
@@ -148,7 +148,7 @@ class TrainConfig:
     policy: str | None = None
     replan_every: int | None = None
     seed: int = 0
-    eval_every: int = 1
+    eval_every: int = 10
     eval_batch_size: int = 1000
     max_test_samples: int | None = None
     out: str | None = None

@@ -114,6 +114,7 @@ class Trainer:
                  constants: ConvergenceConstants | None = None, data: Dataset | None = None) -> None:
         config.validate()
         self.config = config
+        self.strategy = make_strategy(config.algorithm, config.extra)     # its options are checked before any work
         if config.threads:
             torch.set_num_threads(config.threads)
         torch.manual_seed(config.seed)
@@ -163,7 +164,6 @@ class Trainer:
             raise InputError(f"{config.batch_size} exceeds the smallest device's {smallest} training samples "
                              f"({config.partition} partition over {config.devices} devices)", field="batch_size")
         cuts, interval, event = self._initial_plan()
-        self.strategy = make_strategy(config.algorithm, config.extra)
         self.engine = SplitEngine(self.blocks, cuts, self.strategy,
                                   DeviceData(self.dataset.x_train, self.dataset.y_train, x_test, y_test, parts,
                                              self.dataset.num_classes),

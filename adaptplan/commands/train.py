@@ -54,8 +54,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cuts", type=_cuts,
                    help="1-based cut index per device on the model's cut points as listed by `adaptplan profile MODEL` "
                         "(one value = all devices), e.g. 3 or 3,3,5; default: the built-in planner's plan")
-    p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate γ (default 0.01)")
-    p.add_argument("--momentum", type=float, default=0.0, help="SGD momentum (default 0)")
+    p.add_argument("--lr", type=float, default=0.05, help="learning rate γ, also the planner's γ (default 0.05)")
+    p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum (default 0.9)")
     p.add_argument("--weight-decay", type=float, default=0.0, help="SGD weight decay (L2 coefficient, default 0)")
     p.add_argument("--optimizer", default="sgd", help=f"optimizer of every role: {', '.join(OPTIMIZERS)} (default sgd; "
                    "CycleSL's paper uses adam)")
@@ -68,7 +68,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                           help=f"[{', '.join(option.algorithms)}]{choices} {option.help} (default {option.default})")
     p.add_argument("--batch-size", type=int, default=16, help="mini-batch size b per device per round, in samples (default 16)")
     p.add_argument("--seed", type=int, default=0, help="seed for model init, partition and samplers (default 0)")
-    p.add_argument("--eval-every", type=int, default=1, help="evaluate on the test set every K rounds (default 1)")
+    p.add_argument("--eval-every", type=int, default=10, help="evaluate on the test set every K rounds (default 10; "
+                   "an evaluation costs about as much as 3 training rounds of the default run)")
     p.add_argument("--max-test-samples", type=int, help="evaluate on the first K test images only (default: all)")
     p.add_argument("--out", help="run folder for history.json/.csv, accuracy.png and checkpoint.pt")
     p.add_argument("--checkpoint-every", type=int, help="write a checkpoint every K rounds (needs --out)")
