@@ -5,8 +5,8 @@
 Random draws use ``numpy.random.default_rng(seed)``. The paper's random policies redraw during
 training (A12); a *planner* returns one plan, so each random policy here returns **one draw**
 for the given ``seed`` (the benchmark averages over seeds to estimate the expectation).
-Random cuts are drawn from the feasible candidates (those that admit I = 1, §8 A7) and random
-intervals from {1..25} ∩ {I : c − d(L_c)I² > 0}.
+Random cuts are drawn from the feasible candidates (those that admit I = 1, §8 A7) that fit the
+device's memory (:mod:`solvers.memory`) and random intervals from {1..25} ∩ {I : c − d(L_c)I² > 0}.
 
 * ``rma+ms``  — I ~ U{1..25}; MS by Dinkelbach (Algorithm 2) at that I.
 * ``ma+rms``  — random cuts; I by Theorem 2.
@@ -53,9 +53,16 @@ def _result(problem: PlanningProblem, method: str, interval: int, cuts: Sequence
 
 
 def random_cuts(problem: PlanningProblem, rng: np.random.Generator) -> tuple[int, ...]:
-    """Each device's cut ~ U(feasible candidates) (§8 A12)."""
+    """Each device's cut ~ U(feasible candidates that fit its memory) (§8 A12)."""
     problem.check_feasible()
-    return tuple(int(c) for c in rng.choice(problem.feasible_candidates, size=problem.num_devices))
+    cand = problem.feasible_candidates
+    if problem.admissible is None:
+        return tuple(int(c) for c in rng.choice(cand, size=problem.num_devices))
+    ok = problem.admissible_at(cand)
+    # the k-th admissible candidate of each row, k ~ U{0..count−1}: one draw per device, vectorised
+    pick = np.floor(rng.random(problem.num_devices) * ok.sum(axis=1)).astype(int)
+    column = np.argmax(np.cumsum(ok, axis=1) > pick[:, None], axis=1)
+    return tuple(int(c) for c in cand[column])
 
 
 def random_interval(problem: PlanningProblem, deepest_cut: int, rng: np.random.Generator) -> int:
@@ -100,6 +107,7 @@ def ams_cuts(problem: PlanningProblem) -> tuple[int, ...]:
     j = cand - 1
     per_device = (lat.fp_up[:, j] + lat.down_bp[:, j]
                   + lat.server_per_device[j][None, :])
+    per_device = np.where(problem.admissible_at(cand), per_device, np.inf)  # only cuts that fit the memory
     return tuple(int(c) for c in cand[np.argmin(per_device, axis=1)])
 
 
@@ -150,6 +158,9 @@ def solve_fixed_cut(problem: PlanningProblem, cut: int) -> SolveResult:
     if cut not in set(problem.candidates.tolist()):
         raise InputError(f"cut {cut} is not a candidate cut", field="cut")
     cuts = (int(cut),) * problem.num_devices
+    if not problem.fits(cuts):
+        i = int(np.flatnonzero(~problem.admissible_at(np.array([cut]))[:, 0])[0])
+        raise InfeasibleError(f"cut {cut} does not fit device {i}'s memory_bytes")
     if problem.convergence.margin(1, cut) <= 0:
         raise InfeasibleError(problem.convergence.infeasibility_reason(1, cut))
     return _result(problem, f"fixed-cut-{cut}", ma_step(problem, cuts), cuts, start, f"all devices cut at {cut}")
