@@ -15,7 +15,8 @@ with α_L ≤ min T_split and β_L ≤ min T_agg over x ≤ L the separable boun
 :func:`solvers.threshold._cheap_bounds` (each max term at its per-device minimum). The bound is the
 minimum of these over L and over every integer I ≤ I_max(L) (vectorised). Where it is below the
 incumbent, the MS step is run at the interval where the bound is lowest (which also may improve
-the incumbent), until the gap closes or ``max_calls`` is spent.
+the incumbent), until the gap closes, ``max_calls`` is spent or an MS step runs out of its own
+budget (then more of them would not close the gap either).
 """
 
 from __future__ import annotations
@@ -105,18 +106,20 @@ def certify(problem: PlanningProblem, best: SolveResult, known: dict[int, SolveR
     for I, r in known.items():
         if r.objective < cert.objective:
             cert.interval, cert.cuts, cert.objective = I, tuple(r.cuts), r.objective
+    budgeted = False  # an MS step that ran out of budget: more of them will not close the gap, stop
     while True:
         intervals, bound = interval_bounds(problem, lows, max_interval=max_interval)
         k = int(np.argmin(bound)) if bound.size else 0
         lower = scale * float(bound[k]) if bound.size else math.inf
         cert.lower_bound = min(lower, cert.objective)
-        if lower >= cert.objective * (1 - tol) or cert.calls >= max_calls or int(intervals[k]) in lows:
+        if lower >= cert.objective * (1 - tol) or cert.calls >= max_calls or int(intervals[k]) in lows or budgeted:
             break
         I = int(intervals[k])
         result = ms_step(I, cert.cuts)
         cert.calls += 1
         cert.evaluated.append(I)
         lows[I] = result.lower_bound / scale if math.isfinite(result.lower_bound) else 0.0
+        budgeted = result.status == "budget"
         if result.objective < cert.objective:
             cert.interval, cert.cuts, cert.objective = I, tuple(result.cuts), result.objective
     if cert.lower_bound >= cert.objective * (1 - tol):

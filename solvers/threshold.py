@@ -68,6 +68,7 @@ from typing import Sequence
 import numpy as np
 
 from adaptplan.errors import InfeasibleError, InputError
+from solvers.lagrange import lagrangian_bound
 from solvers.milfp import ETA_RELATIVE
 from solvers.problem import PlanningProblem
 from solvers.result import SolveResult
@@ -76,7 +77,7 @@ _REL = 1e-12  # relative slack in the pruning tests (bounds must not prune the o
 _STRONG_BOUNDS = True  # the Σs/σ-coupled bounds (tests switch them off to check they never prune the optimum)
 _CAPPED_BOUND_ROWS = 256  # the t4 bound of _capped_bounds loops in Python: above this many t2 rows the plain bound
 #: Sweeps one MS step may spend (each O(N·J)); past it the step returns its incumbent and a certified lower bound.
-SWEEP_BUDGET = 400
+SWEEP_BUDGET = 120
 #: ``solve_ms_exact(cache=...)`` keeps structures between MS steps only up to this N·J (memory).
 CACHE_SIZE = 400_000
 
@@ -511,6 +512,17 @@ def _cheap_bounds(problem: PlanningProblem, interval: float, cand: np.ndarray) -
     return np.where(covered, num, np.inf)
 
 
+def _lagrangian(problem: PlanningProblem, interval: float, cols: np.ndarray, target: float) -> float:
+    """:func:`solvers.lagrange.lagrangian_bound` on min_{x ≤ L} N_L(x) for L = cols[-1] (seconds)."""
+    lat = problem.latency
+    j = cols - 1
+    ok = problem.admissible_at(cols)
+    a, b, u, v = (np.where(ok, m[:, j], np.inf) for m in (lat.fp_up, lat.down_bp, lat.model_up, lat.model_down))
+    sys = lat.system
+    return lagrangian_bound(a, b, u, v, lat.server_per_device[j], lat.delta[j[-1]] - lat.delta[j], interval,
+                            float(sys.edge_to_fed_bps), float(sys.fed_to_edge_bps), target=target)
+
+
 def solve_ms_exact(problem: PlanningProblem, interval: int, *, max_cut: int | None = None,
                    warm_cuts: Sequence[int] | None = None, cache: dict | None = None,
                    max_sweeps: int | None = SWEEP_BUDGET) -> SolveResult:
@@ -572,10 +584,14 @@ def solve_ms_exact(problem: PlanningProblem, interval: int, *, max_cut: int | No
     for pos in np.argsort(cheap, kind="stable"):
         if cheap[pos] >= best_ratio * (1 - _REL):
             break
-        if sweeps >= budget:
-            open_bound = min(open_bound, float(cheap[pos]))
-            continue
         cols, L, D = cand[: pos + 1], int(cand[pos]), float(den[pos])
+        level = max(float(cheap[pos]), _lagrangian(problem, I, cols, best_ratio * D) / D)
+        if level >= best_ratio * (1 - _REL):  # the LP-strength bound prunes this L without a sweep
+            history.append({"deepest_cut": L, "D": D, "sweeps": 0})
+            continue
+        if sweeps >= budget:
+            open_bound = min(open_bound, level)
+            continue
         sub = _Subproblem(problem, I, cols, cache)
         sub.lower_bounds(best_ratio * D)
         sweeps_before = sweeps
@@ -584,7 +600,7 @@ def solve_ms_exact(problem: PlanningProblem, interval: int, *, max_cut: int | No
             if bound >= best_ratio * (1 - _REL):
                 break
             if sweeps_before + sub.sweeps >= budget:
-                open_bound = min(open_bound, bound)
+                open_bound = min(open_bound, max(bound, level))
                 break
             sub.limit = budget - sweeps_before
             num, x = sub.node(int(k), best_ratio * D if math.isfinite(best_ratio) else math.inf)
@@ -592,7 +608,7 @@ def solve_ms_exact(problem: PlanningProblem, interval: int, *, max_cut: int | No
             if x is not None and num / D < best_ratio:
                 best_ratio, best_cuts = num / D, tuple(int(c) for c in cols[x])
             if sub.unfinished:
-                open_bound = min(open_bound, bound)
+                open_bound = min(open_bound, max(bound, level))
                 break
         sweeps += sub.sweeps
         history.append({"deepest_cut": L, "D": D, "sweeps": sub.sweeps})
