@@ -31,8 +31,9 @@ from typing import Callable, Sequence
 import numpy as np
 
 from adaptplan.errors import InfeasibleError, InputError
-from solvers.bcd import ma_step
+from solvers.bcd import choose_ms_method, ma_step
 from solvers.dinkelbach import solve_dinkelbach
+from solvers.threshold import solve_ms_exact
 from solvers.interval import max_feasible_interval
 from solvers.problem import PlanningProblem
 from solvers.result import SolveResult
@@ -111,13 +112,21 @@ def ams_cuts(problem: PlanningProblem) -> tuple[int, ...]:
     return tuple(int(c) for c in cand[np.argmin(per_device, axis=1)])
 
 
+def optimal_cuts(problem: PlanningProblem, interval: int, backend: str = "highs") -> SolveResult:
+    """The MS step at a given I for the baselines: Dinkelbach (Algorithm 2) on small instances, the
+    threshold sweep on large ones (:func:`solvers.bcd.choose_ms_method`)."""
+    if choose_ms_method(problem) == "threshold":
+        return solve_ms_exact(problem, interval)
+    return solve_dinkelbach(problem, interval, backend=backend)
+
+
 def solve_rma_ms(problem: PlanningProblem, *, seed: int = 0, backend: str = "highs") -> SolveResult:
     """RMA+MS: I ~ U{1..25} (feasible for the shallowest cut), MS by Dinkelbach at that I."""
     start = time.perf_counter()
     rng = np.random.default_rng(seed)
     interval = random_interval(problem, int(problem.feasible_candidates[0]), rng)
-    ms = solve_dinkelbach(problem, interval, backend=backend)
-    return _result(problem, "rma+ms", interval, ms.cuts, start, f"random I={interval}, Dinkelbach MS",
+    ms = optimal_cuts(problem, interval, backend)
+    return _result(problem, "rma+ms", interval, ms.cuts, start, f"random I={interval}, optimal MS",
                    milp_solves=ms.milp_solves, backend=backend)
 
 
@@ -169,15 +178,15 @@ def solve_fixed_cut(problem: PlanningProblem, cut: int) -> SolveResult:
 def solve_sfl(problem: PlanningProblem, *, backend: str = "highs") -> SolveResult:
     """SFL with I = 1: MS by Dinkelbach at I = 1 (aggregate every round)."""
     start = time.perf_counter()
-    ms = solve_dinkelbach(problem, 1, backend=backend)
-    return _result(problem, "sfl", 1, ms.cuts, start, "I=1, Dinkelbach MS", milp_solves=ms.milp_solves, backend=backend)
+    ms = optimal_cuts(problem, 1, backend)
+    return _result(problem, "sfl", 1, ms.cuts, start, "I=1, optimal MS", milp_solves=ms.milp_solves, backend=backend)
 
 
 def solve_psl(problem: PlanningProblem, *, cuts: Sequence[int] | None = None, backend: str = "highs") -> SolveResult:
     """PSL (no client-side MA, I = ∞): not certifiable under Theorem 1 — see the module docstring."""
     start = time.perf_counter()
     if cuts is None:
-        cuts = solve_dinkelbach(problem, 1, backend=backend).cuts
+        cuts = optimal_cuts(problem, 1, backend).cuts
     cuts = tuple(int(c) for c in cuts)
     t_split, _ = problem.stage_latencies(cuts)
     return SolveResult(cuts=cuts, interval=0, objective=math.inf, success=False, status="unbounded_drift",
@@ -186,6 +195,19 @@ def solve_psl(problem: PlanningProblem, *, cuts: Sequence[int] | None = None, ba
                        method="psl", seconds=time.perf_counter() - start, backend=backend,
                        history=[{"round_latency_s": t_split, "aggregation_latency_s": 0.0}])
 
+
+#: One line per policy name, printed under the benchmark tables.
+EXPLANATIONS: dict[str, str] = {
+    "adaptsfl(bcd)": "AdaptSFL: Algorithm 3, Theorem-2 interval <-> optimal cuts (MILFP / threshold sweep), with certificate",
+    "exact": "the exact optimum of (28) (deepest-cut enumeration + parametric numerator MILPs)",
+    "rma+ms": "random interval I ~ U{1..25}, optimal cuts for it (the MS step)",
+    "ma+rms": "random cut per device, Theorem-2 interval for those cuts",
+    "rma+rms": "random cuts and random interval I ~ U{1..25}",
+    "dama+rms": "random cuts, depth-aware interval (AiFed-style: drift uses half the accuracy budget)",
+    "rma+ams": "each device's own fastest cut (CoopFL-style, ignores convergence), random interval",
+    "sfl": "SplitFed: aggregate every round (I = 1), optimal cuts for I = 1",
+    "psl": "parallel split learning, never aggregates: no convergence guarantee (objective inf)",
+}
 
 #: name → policy(problem, seed, backend) for the benchmark.
 BASELINES: dict[str, Callable[[PlanningProblem, int, str], SolveResult]] = {

@@ -31,12 +31,12 @@ def admissible_cuts(profile: ModelProfile, system: SystemSpec) -> np.ndarray | N
     need = profile.client_memory
     if need is None:
         raise InputError("the system gives memory_bytes but the profile has no client_memory_bytes per cut point; "
-                         "re-profile with `adaptplan profile ... --memory-optimizer sgd|sgd-momentum|adam`",
+                         "re-profile with `adaptplan profile` (it measures client_memory_bytes)",
                          field="profile.cut_points")
     measured_batch = int(profile.memory["batch_size"])
     if measured_batch != system.batch_size:
         raise InputError(f"the profile's client_memory_bytes were measured for batch size {measured_batch} but the "
-                         f"system's batch_size is {system.batch_size}; re-profile with --batch-size "
+                         f"system's batch_size is {system.batch_size}; re-profile with --time-batch-size "
                          f"{system.batch_size}", field="profile.memory.batch_size")
     return need[None, :] <= budgets[:, None]
 
