@@ -114,6 +114,7 @@ def solve_bcd(problem: PlanningProblem, *, backend: str = "highs", initial_cuts:
         best.lower_bound = min(cert.lower_bound, best.objective)
         if best.lower_bound >= best.objective * (1 - GAP_TOLERANCE):
             best.lower_bound = best.objective
+    best.nodes = sum(m.nodes for m in models.values())  # threshold branch-and-bound nodes of every MS step
     best.iterations = sum(r.iterations for r in runs)
     best.milp_solves = sum(r.milp_solves for r in runs)
     best.seconds = time.perf_counter() - start

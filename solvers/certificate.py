@@ -68,7 +68,8 @@ def interval_bounds(problem: PlanningProblem, known: dict[int, float], *,
     top = int(tops[feasible].max()) if feasible.any() else 0
     I = np.arange(1, top + 1, dtype=float)
     beta = _cheap_bounds(problem, 0.0, cand)
-    alpha = _cheap_bounds(problem, 1.0, cand) - beta
+    with np.errstate(invalid="ignore"):  # ∞ − ∞ for an L some device cannot use (skipped below)
+        alpha = _cheap_bounds(problem, 1.0, cand) - beta
     points = np.array(sorted(known), dtype=float)
     lows = np.array([known[int(k)] for k in points])
     bound = np.full(I.size, np.inf)

@@ -84,4 +84,4 @@ def solve_dinkelbach(problem: PlanningProblem, interval: int, *, backend: str = 
                        status=status, message=f"Dinkelbach {status} after {solves} MILP solve(s) at I={interval}",
                        method="dinkelbach", iterations=solves, milp_solves=solves,
                        seconds=time.perf_counter() - start, backend=backend, history=history,
-                       lower_bound=objective * (1 - mip_gap) if status == "converged" else math.nan)
+                       lower_bound=objective if status == "converged" else math.nan)  # optimal to mip_gap

@@ -78,10 +78,11 @@ def solve_exhaustive(problem: PlanningProblem, *, max_vectors: int = 2_000_000, 
                 best = (float(values[r, k] * scale), int(I[k]), tuple(int(v) for v in chunk[rows[r]]))
     if not math.isfinite(best[0]):
         raise InfeasibleError(conv.infeasibility_reason(1, int(cand[0])))
-    return SolveResult(cuts=best[2], interval=best[1], objective=problem.objective(best[1], best[2]),
+    objective = problem.objective(best[1], best[2])
+    return SolveResult(cuts=best[2], interval=best[1], objective=objective,
                        status="optimal", message=f"exhaustive search over {count} cut vectors",
                        method="exhaustive", iterations=count, seconds=time.perf_counter() - start,
-                       lower_bound=best[0])
+                       lower_bound=objective)  # proven optimal: every (I, x) was evaluated
 
 
 def _take(iterator, n: int):
@@ -159,5 +160,5 @@ def solve_exact(problem: PlanningProblem, *, backend: str = "highs", max_interva
                        message=f"deepest-cut enumeration with {solves} numerator MILP(s)", method="exact",
                        iterations=len(history), milp_solves=solves, seconds=time.perf_counter() - start,
                        backend=backend, history=history,
-                       lower_bound=problem.objective(interval, cuts) * (1 - mip_gap) if proven else math.nan)
+                       lower_bound=problem.objective(interval, cuts) if proven else math.nan)  # optimal to mip_gap
 

@@ -506,9 +506,10 @@ def _cheap_bounds(problem: PlanningProblem, interval: float, cand: np.ndarray) -
     delta = lat.delta[j]
     sigma = N * delta - delta[deep].sum(axis=0)
     sys = lat.system
-    num = (I * max_of_min(lat.fp_up) + I * max_of_min(lat.down_bp) + I * sum_s
-           + np.maximum(max_of_min(lat.model_up), sigma / sys.edge_to_fed_bps)
-           + np.maximum(max_of_min(lat.model_down), sigma / sys.fed_to_edge_bps))
+    with np.errstate(invalid="ignore"):  # 0·∞ where some device has no admissible cut ≤ L (masked below)
+        num = (I * max_of_min(lat.fp_up) + I * max_of_min(lat.down_bp) + I * sum_s
+               + np.maximum(max_of_min(lat.model_up), sigma / sys.edge_to_fed_bps)
+               + np.maximum(max_of_min(lat.model_down), sigma / sys.fed_to_edge_bps))
     return np.where(covered, num, np.inf)
 
 
