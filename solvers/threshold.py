@@ -77,7 +77,11 @@ _REL = 1e-12  # relative slack in the pruning tests (bounds must not prune the o
 _STRONG_BOUNDS = True  # the Σs/σ-coupled bounds (tests switch them off to check they never prune the optimum)
 _CAPPED_BOUND_ROWS = 256  # the t4 bound of _capped_bounds loops in Python: above this many t2 rows the plain bound
 #: Sweeps one MS step may spend (each O(N·J)); past it the step returns its incumbent and a certified lower bound.
+#: ``max_sweeps="auto"``: SWEEP_ENTRIES / (N·J) sweeps, clipped to [SWEEP_MIN, SWEEP_BUDGET] (a fixed amount of work
+#: per MS step beyond the O(N·J log(N·J)) sorts, so large instances stay fast and report their gap).
 SWEEP_BUDGET = 120
+SWEEP_MIN = 20
+SWEEP_ENTRIES = 1.6e6
 #: ``solve_ms_exact(cache=...)`` keeps structures between MS steps only up to this N·J (memory).
 CACHE_SIZE = 400_000
 
@@ -526,7 +530,7 @@ def _lagrangian(problem: PlanningProblem, interval: float, cols: np.ndarray, tar
 
 def solve_ms_exact(problem: PlanningProblem, interval: int, *, max_cut: int | None = None,
                    warm_cuts: Sequence[int] | None = None, cache: dict | None = None,
-                   max_sweeps: int | None = SWEEP_BUDGET) -> SolveResult:
+                   max_sweeps: int | str | None = "auto") -> SolveResult:
     """MS step by (*) + threshold sweeps: the optimal cut vector of the MILFP (34) at fixed I, or,
     when ``max_sweeps`` runs out first, the best found and a certified lower bound.
 
@@ -541,8 +545,9 @@ def solve_ms_exact(problem: PlanningProblem, interval: int, *, max_cut: int | No
         cache: optional dict owned by the caller (e.g. one per BCD run on an unchanged ``problem``)
             that keeps the interval-independent structures of each L between calls; it must not
             outlive changes to ``problem``. Used only while N·J ≤ :data:`CACHE_SIZE` (memory).
-        max_sweeps: budget of O(N·J) sweeps (``None`` = no budget, always exact). Past it the search
-            stops: ``status`` is ``"budget"`` instead of ``"converged"``.
+        max_sweeps: budget of O(N·J) sweeps (``None`` = no budget, always exact; ``"auto"`` = see
+            :data:`SWEEP_ENTRIES`). Past it the search stops: ``status`` is ``"budget"`` instead of
+            ``"converged"``.
 
     Returns:
         SolveResult with method ``"threshold"``; ``lower_bound`` (seconds) ≤ the optimum of (34)
@@ -567,6 +572,8 @@ def solve_ms_exact(problem: PlanningProblem, interval: int, *, max_cut: int | No
     cand = cand[A[cand - 1] <= mu5_bound]
     if cand.size == 0:
         raise InfeasibleError(conv.infeasibility_reason(int(interval), int(problem.candidates[0])))
+    if max_sweeps == "auto":
+        max_sweeps = int(np.clip(SWEEP_ENTRIES / (problem.num_devices * cand.size), SWEEP_MIN, SWEEP_BUDGET))
     budget = math.inf if max_sweeps is None else max_sweeps
     if cache is not None and problem.num_devices * cand.size > CACHE_SIZE:
         cache = None
