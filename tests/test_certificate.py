@@ -12,7 +12,7 @@ from adaptplan.plan import Plan
 from adaptplan.planner import Planner
 from adaptplan.report import format_plan
 from solvers.bcd import solve_bcd
-from solvers.certificate import interval_bounds
+from solvers.certificate import certify, interval_bounds
 from solvers.exact import solve_exact, solve_exhaustive
 from solvers.lagrange import lagrangian_bound
 from solvers.threshold import solve_ms_exact
@@ -93,7 +93,7 @@ def test_interval_bounds_never_exceed_the_optimum_at_any_interval():
     """From exact values at a few intervals, the concavity bound at every other integer I is ≤ the optimum there."""
     problem = small_problem(11)
     scale = problem.scale
-    exact = {I: exhaustive_at_interval(problem, I) / scale for I in (1, 4, 9)}
+    exact = {I: exhaustive_at_interval(problem, I) / scale for I in (3, 7, 12)}  # I < 3: the left extension
     intervals, bound = interval_bounds(problem, exact)
     for I, value in zip(intervals.tolist(), bound.tolist()):
         assert value <= exhaustive_at_interval(problem, I) / scale * (1 + 1e-12)
@@ -110,3 +110,22 @@ def test_plan_json_and_table_carry_the_certificate():
     assert data["gap"] == pytest.approx((data["objective_s"] - data["lower_bound_s"]) / data["objective_s"])
     assert Plan.from_json(data) == plan
     assert "certificate:" in format_plan(plan, profile, system)
+
+
+def test_certificate_with_loose_ms_bounds_is_not_rounded_up():
+    """MS steps that only bound their optimum 0.5 % low: the certificate must stay ≤ the optimum (no
+    'proven optimal' claim from a tolerance), while the exact steps prove the same plan optimal."""
+    problem = small_problem(17)  # heterogeneous optimal cuts (5, 5, 6, 1): the separable bound alone is 49 % low
+    best = solve_bcd(problem, multistart=True, certify=False)
+    optimum = brute_optimum(problem)
+    assert best.objective == pytest.approx(optimum, rel=1e-9)
+
+    def loose(I, warm):
+        result = solve_ms_exact(problem, I, max_sweeps=None)
+        result.lower_bound *= 0.995
+        return result
+
+    cert = certify(problem, best, {}, loose)
+    assert cert.lower_bound <= 0.995 * optimum * (1 + 1e-9) and cert.gap >= 0.004
+    exact = certify(problem, best, {}, lambda I, warm: solve_ms_exact(problem, I, max_sweeps=None))
+    assert exact.lower_bound == exact.objective == pytest.approx(optimum, rel=1e-9)
