@@ -54,9 +54,15 @@ bounds stay valid however rounding splits the ranges, and get a 1e-12 relative s
 (:class:`_Keyed`, computed once; only the admissibility mask changes), so a sweep is a handful of
 gathers and cumulative sums over the N×J entries, no sort. The interval-independent part of
 each L (matrices, orders, the four unrestricted sweeps) can be shared between MS steps at
-different I through ``cache`` (BCD does). Worst case O(J · (NJ)³); measured at N = 1000, J = 20
-(benchmarks/plan_1000.py): 0–70 t1 nodes and 80–600 sweeps per MS step, 0.2–0.5 s, against
-~2000 sweeps and 1.3–10 s with the Σs-level bounds alone.
+different I through ``cache`` (BCD does; only up to N·J = :data:`CACHE_SIZE`). Before any sweep,
+every L is bounded by :func:`_cheap_bounds` and by the Lagrangian (LP-relaxation) bound of
+:mod:`solvers.lagrange`; the L are searched one at a time in bound order and dropped afterwards.
+The worst case of the search is O(J · (NJ)³), so it runs under a sweep budget
+(``max_sweeps``): past it the best plan found is returned with a certified lower bound (the
+smallest bound of what was not searched) and status ``"budget"``.
+
+**Memory budgets.** Cuts that do not fit a device (:mod:`solvers.memory`) get infinite keys, so
+no threshold ever admits them; the bounds and sweeps need no other change.
 """
 
 from __future__ import annotations
