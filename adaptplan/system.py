@@ -178,6 +178,16 @@ def generate_system(num_devices: int, seed: int, ranges: SystemRanges = SystemRa
     )
 
 
+def with_memory_budgets(system: SystemSpec, memory_bytes: tuple[float, float], seed: int) -> SystemSpec:
+    """``system`` with every device's ``memory_bytes`` drawn log-uniformly in [low, high] bytes (its own
+    random stream, ``default_rng([seed, 1])``, so the other fields are unchanged)."""
+    low, high = (positive_number(v, "memory_bytes") for v in memory_bytes)
+    if high < low:
+        raise InputError(f"range must have low ≤ high, got [{low}, {high}]", field="memory_bytes")
+    draws = np.exp(np.random.default_rng([seed, 1]).uniform(np.log(low), np.log(high), system.num_devices))
+    return replace(system, devices=tuple(replace(d, memory_bytes=float(m)) for d, m in zip(system.devices, draws)))
+
+
 def _draw_device(rng: np.random.Generator, ranges: SystemRanges) -> DeviceSpec:
     return DeviceSpec(
         flops=float(rng.uniform(*ranges.device_flops)),
