@@ -129,3 +129,23 @@ def test_certificate_with_loose_ms_bounds_is_not_rounded_up():
     assert cert.lower_bound <= 0.995 * optimum * (1 + 1e-9) and cert.gap >= 0.004
     exact = certify(problem, best, {}, lambda I, warm: solve_ms_exact(problem, I, max_sweeps=None))
     assert exact.lower_bound == exact.objective == pytest.approx(optimum, rel=1e-9)
+
+
+def test_bcd_with_a_weak_ms_step_reports_a_true_gap(monkeypatch):
+    """An MS step that never improves (and bounds nothing) leaves BCD at its start: the reported bound
+    stays below the optimum and the gap says how far the plan is."""
+    import solvers.bcd as bcd_module
+    from solvers.result import SolveResult
+
+    def stuck(problem, interval, *, warm_cuts=None, cache=None, **options):
+        cuts = tuple(warm_cuts)
+        return SolveResult(cuts=cuts, interval=interval, objective=problem.objective(interval, cuts), status="budget",
+                           method="threshold", backend="threshold", lower_bound=0.0)
+
+    monkeypatch.setattr(bcd_module, "solve_ms_exact", stuck)
+    problem = small_problem(17)
+    optimum = brute_optimum(problem)
+    result = solve_bcd(problem, ms_method="threshold", multistart=False)
+    assert result.objective > optimum * 1.001
+    assert result.lower_bound <= optimum * (1 + 1e-12)
+    assert result.gap >= 1 - optimum / result.objective - 1e-12
