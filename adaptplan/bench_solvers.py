@@ -9,31 +9,28 @@ use :func:`solvers.synthetic.synthetic_profile` until a measured profile ships a
 from __future__ import annotations
 
 import math
+import sys
 import time
 from typing import Sequence
 
 import numpy as np
 
-from adaptplan.constants import ConvergenceConstants
-from adaptplan.system import generate_system
-from solvers.baselines import BASELINES
+from solvers.baselines import BASELINES, EXPLANATIONS
 from solvers.bcd import solve_bcd
 from solvers.exact import solve_exact, solve_exhaustive
 from solvers.problem import PlanningProblem
 from solvers.result import SolveResult
-from solvers.synthetic import synthetic_profile
+from solvers.instances import adversarial_problem, random_problem
 
 RANDOM_POLICIES = ("rma+ms", "ma+rms", "rma+rms", "dama+rms", "rma+ams")
 
+#: The benchmark's random scenario (kept under its old name for the tests).
+_problem = random_problem
 
-def _problem(num_devices: int, num_cut_points: int, seed: int) -> PlanningProblem:
-    """Synthetic scenario: §6.1 placeholder system and constants, except σ_j² = 0.5·N/L so that the
-    noise floor (βγ/N)Σσ_j² = 0.025 < ε = 0.1 for every N and L (placeholder σ_j² = 1 needs N > L/2)."""
-    profile = synthetic_profile(num_cut_points, seed=seed)
-    k = ConvergenceConstants.placeholder(num_cut_points)
-    constants = ConvergenceConstants(beta=k.beta, gamma=k.gamma, theta=k.theta, epsilon=k.epsilon,
-                                     sigma2=(0.5 * num_devices / num_cut_points,) * num_cut_points, G2=k.G2)
-    return PlanningProblem.from_parts(profile, generate_system(num_devices, seed), constants)
+
+def progress(message: str) -> None:
+    """One progress line on stderr (the tables go to stdout)."""
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
 
 
 def _row(problem: PlanningProblem, name: str, result: SolveResult, reference: float, draws: int = 1,
@@ -54,16 +51,20 @@ def compare_policies(problem: PlanningProblem, title: str, *, seeds: int = 5, ex
 
     Returns the table and each method's objective (28) divided by BCD's (random policies: the mean
     over ``seeds`` draws; ∞ for PSL, whose drift is unbounded)."""
+    progress(f"{title}: AdaptSFL (BCD) ...")
     bcd = solve_bcd(problem, time_limit=time_limit)
-    lines = [f"{title}: N={problem.num_devices}, {problem.candidates.size} candidate cuts",
+    lines = [f"{title}: N={problem.num_devices}, {problem.candidates.size} candidate cuts; AdaptSFL's certificate: "
+             f"objective (28) >= {bcd.lower_bound:.1f} s for every plan, gap {100 * bcd.gap:.3g}%",
              f"  {'method':<14} {'I':>4} {'L_c':>4} {'rounds':>8} {'T (26) [s]':>12} {'obj (28) [s]':>12} {'ratio':>7}",
              _row(problem, "adaptsfl(bcd)", bcd, bcd.objective)]
     ratios = {"adaptsfl(bcd)": 1.0}
     if exact:
+        progress(f"{title}: exact optimum ...")
         opt = solve_exact(problem, time_limit=time_limit)
         lines.append(_row(problem, "exact", opt, bcd.objective))
         ratios["exact"] = opt.objective / bcd.objective
     for name, policy in BASELINES.items():
+        progress(f"{title}: {name} ...")
         if name in RANDOM_POLICIES:
             results = [policy(problem, s, "highs") for s in range(seeds)]
             mean = float(np.mean([r.objective for r in results]))
@@ -74,43 +75,50 @@ def compare_policies(problem: PlanningProblem, title: str, *, seeds: int = 5, ex
             result = policy(problem, 0, "highs")
             lines.append(_row(problem, name, result, bcd.objective))
             ratios[name] = result.objective / bcd.objective
+    lines += ["  where:"] + [f"    {name:<14} {EXPLANATIONS[name]}" for name in ratios]
     return "\n".join(lines), ratios
 
 
 #: The MILP column of the scaling table is run only up to this N × (candidate cuts) (HiGHS takes
 #: ~20 s per BCD at 100 × 20 and does not finish at 1000 × 20).
 MILP_AFFORDABLE_SIZE = 2000
+#: Generators of the scaling table: random (the synthetic scenario) and adversarial (issue 16).
+SCALING_KINDS = {"random": random_problem, "adversarial": adversarial_problem}
 
 
 def time_scaling(sizes: Sequence[int], cut_counts: Sequence[int], *, seed: int = 0,
-                 time_limit: float | None = None) -> tuple[str, list[tuple[int, int, float, SolveResult]]]:
-    """Table (2): BCD solve time vs number of devices (20 cut points) and vs number of cut points,
-    with the MS step by the MILP (Algorithm 2, where affordable) and by the exact threshold sweep."""
+                 time_limit: float | None = None) -> tuple[str, list[tuple[str, int, int, float, SolveResult]]]:
+    """Table (2): BCD (single start, with certificate) solve time, nodes and gap vs the number of
+    devices (20 cut points) on random and adversarial instances, and vs the number of cut points;
+    the MS step by the threshold sweep, and by the MILP (Algorithm 2) where affordable."""
     rows, lines_data = [], []
-    configs = [(n, 20) for n in sizes] + [(100, k) for k in cut_counts if k != 20 or 100 not in sizes]
-    for n, k in configs:
-        problem = _problem(n, k + 1, seed)  # k candidate cuts 1..L−1
+    configs = ([(kind, n, 20) for kind in SCALING_KINDS for n in sizes]
+               + [("random", 100, k) for k in cut_counts if k != 20 or 100 not in sizes])
+    for kind, n, k in configs:
+        progress(f"scaling: {kind} instance, N={n}, {k} cuts ...")
+        problem = SCALING_KINDS[kind](n, k + 1, seed)  # k candidate cuts 1..L−1
         start = time.perf_counter()
         result = solve_bcd(problem, time_limit=time_limit, multistart=False, ms_method="threshold")
         t_sweep = time.perf_counter() - start
         milp = None
-        if n * k <= MILP_AFFORDABLE_SIZE:
+        if n * k <= MILP_AFFORDABLE_SIZE and kind == "random":
             start = time.perf_counter()
-            milp = solve_bcd(problem, time_limit=time_limit, multistart=False, ms_method="milp")
+            milp = solve_bcd(problem, time_limit=time_limit, multistart=False, ms_method="milp", certify=False)
             milp = (time.perf_counter() - start, milp)
-        rows.append((n, k, t_sweep, result))
-        lines_data.append((n, k, t_sweep, result, milp))
-    lines = ["BCD solve time (single start), MS step by the exact threshold sweep vs the MILP (HiGHS; per-MILP "
+        rows.append((kind, n, k, t_sweep, result))
+        lines_data.append((kind, n, k, t_sweep, result, milp))
+    lines = ["BCD solve time (single start + certificate), MS step by the threshold sweep vs the MILP (HiGHS; per-MILP "
              f"time limit {time_limit if time_limit else 'none'} s)",
-             f"  {'N':>5} {'cuts':>5} {'sweep s':>9} {'MILP s':>9} {'iters':>6} {'I':>4} {'obj sweep':>11} "
-             f"{'obj MILP':>11}  status (MILP)"]
-    for n, k, t, r, milp in lines_data:
+             f"  {'instance':<12} {'N':>6} {'cuts':>5} {'sweep s':>9} {'nodes':>6} {'gap %':>8} {'MILP s':>9} "
+             f"{'I':>4} {'obj sweep':>11} {'obj MILP':>11}  status (MILP)"]
+    for kind, n, k, t, r, milp in lines_data:
+        head = f"  {kind:<12} {n:>6} {k:>5} {t:>9.3f} {r.nodes:>6} {100 * r.gap:>8.3g}"
         if milp is None:
-            tail = f"{'-':>9} {r.iterations:>6} {r.interval:>4} {r.objective:>11.2f} {'-':>11}  {r.status}"
+            tail = f"{'-':>9} {r.interval:>4} {r.objective:>11.2f} {'-':>11}  {r.status}"
         else:
-            tail = (f"{milp[0]:>9.3f} {r.iterations:>6} {r.interval:>4} {r.objective:>11.2f} "
+            tail = (f"{milp[0]:>9.3f} {r.interval:>4} {r.objective:>11.2f} "
                     f"{milp[1].objective:>11.2f}  {r.status} ({milp[1].status})")
-        lines.append(f"  {n:>5} {k:>5} {t:>9.3f} {tail}")
+        lines.append(f"{head} {tail}")
     return "\n".join(lines), rows
 
 
@@ -130,11 +138,13 @@ def bcd_gap(instances: int, *, seed: int = 0) -> str:
             f"{100 * np.mean(single_a <= 1e-3):.1f} %")
 
 
-def run_solver_bench(default_problem: PlanningProblem, *, sizes: Sequence[int] = (20, 100, 500, 1000), seed: int = 0,
-                     plot_path: str | None = None, quick: bool = False) -> str:
-    """Run the three benchmark tables, printing each as soon as it is done, and return them;
-    optionally plot (a) each method's objective relative to BCD on the default scenario and
-    (b) BCD solve time vs N to ``plot_path``."""
+def run_solver_bench(default_problem: PlanningProblem, *, sizes: Sequence[int] = (100, 300, 1000, 3000, 10000),
+                     seed: int = 0, plot_path: str | None = None, quick: bool = False,
+                     title: str = "default scenario", generated: bool = True) -> str:
+    """Run the benchmark tables, printing each as soon as it is done (progress on stderr), and
+    return them; optionally plot (a) each method's objective relative to BCD on ``default_problem``
+    and (b) BCD solve time vs N on random and adversarial instances to ``plot_path``.
+    ``generated=False`` skips the generated scenarios (only the user's instance and the scaling)."""
     time_limit = 2.0 if quick else 10.0
     parts: list[str] = []
 
@@ -142,22 +152,28 @@ def run_solver_bench(default_problem: PlanningProblem, *, sizes: Sequence[int] =
         parts.append(text)
         print(text + "\n", flush=True)
 
-    table, default_ratios = compare_policies(default_problem, "default scenario", seeds=3 if quick else 5,
-                                             time_limit=time_limit)
+    table, default_ratios = compare_policies(default_problem, title, seeds=3 if quick else 5,
+                                             time_limit=time_limit,
+                                             exact=default_problem.num_devices * default_problem.candidates.size
+                                             <= MILP_AFFORDABLE_SIZE)
     emit(table)
-    for k in range(1 if quick else 3):
+    for k in range(0 if not generated else 1 if quick else 3):
         emit(compare_policies(_problem(20, 13, seed + k + 1), f"generated scenario {k + 1} (synthetic 12-cut)",
                               seeds=3 if quick else 5, time_limit=time_limit)[0])
-    table, rows = time_scaling(sizes if not quick else [n for n in sizes if n <= 100],
+    table, rows = time_scaling(sizes if not quick else [n for n in sizes if n <= 300],
                                (5, 10) if quick else (5, 10, 20), seed=seed, time_limit=time_limit)
     emit(table)
-    emit(bcd_gap(20 if quick else 100, seed=seed))
+    if generated:
+        progress("BCD gap on random small instances ...")
+        emit(bcd_gap(20 if quick else 100, seed=seed))
     if plot_path:
-        _plot(default_ratios, [(n, t) for n, k, t, _ in rows if k == 20], plot_path)
+        _plot(default_ratios, {kind: [(n, t) for kd, n, k, t, _ in rows if k == 20 and kd == kind]
+                               for kind in SCALING_KINDS}, plot_path, title)
+        progress(f"wrote {plot_path}")
     return "\n\n".join(parts)
 
 
-def _plot(ratios: dict[str, float], times: list[tuple[int, float]], path: str) -> None:
+def _plot(ratios: dict[str, float], times: dict[str, list[tuple[int, float]]], path: str, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -168,15 +184,23 @@ def _plot(ratios: dict[str, float], times: list[tuple[int, float]], path: str) -
     left.bar(list(finite), list(finite.values()), color=["tab:green" if r <= 1.0 + 1e-9 else "tab:gray" for r in finite.values()])
     left.set_yscale("log")
     left.set_ylabel("objective (28) / AdaptSFL's")
-    left.set_title("default scenario: predicted latency vs AdaptSFL")
+    left.set_title(f"{title}: predicted latency vs AdaptSFL")
     left.tick_params(axis="x", rotation=45)
     left.grid(True, axis="y", which="both", alpha=0.3)
-    right.plot([n for n, _ in times], [t for _, t in times], "o-")
+    for kind, points in times.items():
+        if points:
+            right.plot([n for n, _ in points], [t for _, t in points], "o-", label=kind)
+    every = [p for points in times.values() for p in points]
+    if every:  # N log N through the largest random point, for reference
+        n0, t0 = max(times.get("random") or every)
+        grid = np.geomspace(min(n for n, _ in every), n0, 20)
+        right.plot(grid, t0 * grid * np.log(grid) / (n0 * math.log(n0)), "k:", label="∝ N log N")
     right.set_xlabel("devices N (20 cut points)")
     right.set_ylabel("BCD solve time [s]")
-    right.set_title("planning time")
+    right.set_title("planning time (single start + certificate)")
     right.set_xscale("log")
     right.set_yscale("log")
+    right.legend()
     right.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path)

@@ -3,7 +3,10 @@
 Cut points are indexed j = 1..L along the profiler's chain of blocks; entry j = L is the model
 output. All FLOP counts are **cumulative per sample** over blocks 1..j (ρ_j, ϖ_j of
 spec/adaptsfl.md §1) with **2 FLOPs per multiply–add**; sizes are **bits per sample** (ψ_j, χ_j)
-and parameter sizes are **bits** (δ_j).
+and parameter sizes are **bits** (δ_j). Optional ``client_memory_bytes`` (bytes) is the device memory
+the client part of cut j needs to train (parameters, their gradients, optimizer state and the
+activations of one mini-batch, measured by :mod:`profilers.memory`); the top-level ``memory``
+object says for which ``batch_size`` and ``optimizer`` it was measured.
 """
 
 from __future__ import annotations
@@ -28,9 +31,11 @@ from adaptplan.fileio import (
 FLOP_CONVENTION = "2 per multiply-add"
 
 _CUT_REQUIRED = ("index", "name", "fp_flops", "bp_flops", "activation_bits", "gradient_bits", "client_param_bits")
-_CUT_OPTIONAL = ("server_bp_flops", "fp_seconds", "bp_seconds")
+_CUT_OPTIONAL = ("server_bp_flops", "fp_seconds", "bp_seconds", "client_memory_bytes")
 _TOP_REQUIRED = ("model", "input_shape", "bits_per_value", "cut_points")
-_TOP_OPTIONAL = ("flop_convention", "timing")
+_TOP_OPTIONAL = ("flop_convention", "timing", "memory")
+#: Optimizer names of the profile's ``memory`` object → optimizer state per parameter (× parameter bytes).
+OPTIMIZER_STATE = {"sgd": 0, "sgd-momentum": 1, "adam": 2}
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,8 @@ class CutPoint:
             activation requiring a gradient (used in eq. (19) in place of ϖ_L − ϖ_j).
         fp_seconds, bp_seconds: optional measured cumulative seconds per sample of blocks 1..j on
             the profiling machine (median of repeats).
+        client_memory_bytes: optional bytes the device needs to train blocks 1..j on one
+            mini-batch (the profile's ``memory`` says which batch size and optimizer).
     """
 
     index: int
@@ -62,6 +69,7 @@ class CutPoint:
     server_bp_flops: float | None = None
     fp_seconds: float | None = None
     bp_seconds: float | None = None
+    client_memory_bytes: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -73,6 +81,8 @@ class ModelProfile:
 
     ``timing`` (optional) describes how ``fp_seconds``/``bp_seconds`` were measured, e.g.
     ``{"batch_size": 16, "repeats": 5, "threads": 2, "statistic": "median"}``.
+    ``memory`` (optional, required with ``client_memory_bytes``) says for what the memory was
+    measured: ``{"batch_size": 16, "optimizer": "adam"}`` (optimizer one of :data:`OPTIMIZER_STATE`).
     """
 
     model: str
@@ -81,6 +91,7 @@ class ModelProfile:
     cut_points: tuple[CutPoint, ...]
     flop_convention: str = FLOP_CONVENTION
     timing: dict[str, Any] | None = None
+    memory: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.cut_points:
@@ -94,6 +105,29 @@ class ModelProfile:
                 raise InputError("must be cumulative (non-decreasing in j)", field=f"cut_points.{name}")
         if self.flop_convention != FLOP_CONVENTION:
             raise InputError(f"only {FLOP_CONVENTION!r} is supported, got {self.flop_convention!r}", field="flop_convention")
+        self._check_memory()
+
+    def _check_memory(self) -> None:
+        """``client_memory_bytes`` on every cut or on none, > 0, and then a valid ``memory`` object."""
+        given = [c.client_memory_bytes is not None for c in self.cut_points]
+        if not any(given):
+            if self.memory is not None:
+                raise InputError("is given but no cut point has client_memory_bytes", field="memory")
+            return
+        if not all(given):
+            k = given.index(False)
+            raise InputError("client_memory_bytes must be given on every cut point or on none",
+                             field=f"cut_points[{k}].client_memory_bytes")
+        for k, cut in enumerate(self.cut_points):
+            positive_number(cut.client_memory_bytes, f"cut_points[{k}].client_memory_bytes")
+        if not isinstance(self.memory, dict):
+            raise InputError('must say what client_memory_bytes was measured for, e.g. '
+                             '{"batch_size": 16, "optimizer": "adam"}', field="memory")
+        check_keys(self.memory, ("batch_size", "optimizer"), (), "memory")
+        positive_int(self.memory["batch_size"], "memory.batch_size")
+        if self.memory["optimizer"] not in OPTIMIZER_STATE:
+            raise InputError(f"must be one of {', '.join(OPTIMIZER_STATE)}, got {self.memory['optimizer']!r}",
+                             field="memory.optimizer")
 
     def identity(self) -> dict[str, Any]:
         """What a plan records about the model it was made for: the profile's model name, L, and
@@ -151,6 +185,11 @@ class ModelProfile:
         return varpi[-1] - varpi
 
     @property
+    def client_memory(self) -> np.ndarray | None:
+        """``client_memory_bytes`` per cut j (bytes, shape (L,)), or ``None`` when not profiled."""
+        return self._array("client_memory_bytes") if self.memory is not None else None
+
+    @property
     def names(self) -> list[str]:
         return [c.name for c in self.cut_points]
 
@@ -165,6 +204,8 @@ class ModelProfile:
         }
         if self.timing is not None:
             data["timing"] = dict(self.timing)
+        if self.memory is not None:
+            data["memory"] = dict(self.memory)
         return data
 
     @classmethod
@@ -192,6 +233,7 @@ class ModelProfile:
             cut_points=tuple(cuts),
             flop_convention=str(data.get("flop_convention", FLOP_CONVENTION)),
             timing=timing,
+            memory=data.get("memory"),
         )
 
     @classmethod

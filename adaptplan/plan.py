@@ -3,7 +3,9 @@
 ``cuts[i]`` is device i's 1-based cut index ℓ_i; ``rounds`` = ⌈R⌉ of Corollary 1 (eq. 15);
 ``aggregations`` = ⌊rounds/interval⌋; ``total_latency_s`` is eq. (26) with those integers;
 ``objective_s`` is the relaxed objective (28). Optional ``breakdown`` holds the stage terms of
-§2.4 in seconds (written by the planner, not required when reading).
+§2.4 in seconds (written by the planner, not required when reading). Optional ``lower_bound_s``
+is a certified lower bound on the optimum of (28) (seconds) and ``gap`` =
+(objective_s − lower_bound_s)/objective_s, 0 when the plan is proven optimal.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ def check_cut_vector(cuts: Sequence[int], num_devices: int, num_cuts: int) -> np
 
 _REQUIRED = ("interval", "cuts", "rounds", "aggregations", "round_latency_s", "aggregation_latency_s",
              "total_latency_s", "objective_s")
-_OPTIONAL = ("solver", "breakdown", "model")
+_OPTIONAL = ("solver", "breakdown", "model", "lower_bound_s", "gap")
 
 
 def _model_identity(value: Any) -> dict[str, Any] | None:
@@ -62,6 +64,8 @@ class Plan:
     solver: dict[str, Any] = field(default_factory=dict)
     breakdown: dict[str, float] | None = None
     model: dict[str, Any] | None = None       # ModelProfile.identity() of the model planned for
+    lower_bound_s: float | None = None
+    gap: float | None = None
 
     @property
     def deepest_cut(self) -> int:
@@ -80,6 +84,9 @@ class Plan:
             "objective_s": self.objective_s,
             "solver": dict(self.solver),
         }
+        if self.lower_bound_s is not None:
+            data["lower_bound_s"] = self.lower_bound_s
+            data["gap"] = self.gap
         if self.breakdown is not None:
             data["breakdown"] = dict(self.breakdown)
         if self.model is not None:
@@ -99,6 +106,7 @@ class Plan:
             solver=dict(data.get("solver", {})),
             breakdown=data.get("breakdown"),
             model=_model_identity(data.get("model")),
+            **{k: non_negative_number(data[k], f"plan.{k}") for k in ("lower_bound_s", "gap") if k in data},
         )
 
     @classmethod

@@ -10,6 +10,7 @@ model (used for fixed plans, baselines and the trainers' clock).
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from dataclasses import replace
 from typing import Sequence
@@ -21,6 +22,7 @@ from adaptplan.model_profile import ModelProfile
 from adaptplan.plan import Plan
 from adaptplan.system import SystemSpec
 from solvers.bcd import solve_bcd
+from solvers.certificate import GAP_TOLERANCE
 from solvers.problem import PlanningProblem
 from solvers.result import SolveResult
 
@@ -53,7 +55,9 @@ class Planner:
         self.last_result = result
         if not result.success:
             raise InfeasibleError(result.message)
-        return self.evaluate(result.cuts, result.interval, solver=result.solver_stats())
+        plan = build_plan(self.problem, result.cuts, result.interval, result.solver_stats(),
+                          lower_bound=result.lower_bound)
+        return dataclasses.replace(plan, model=self.profile.identity())
 
     def replan(self, *, system: SystemSpec | None = None, constants: ConvergenceConstants | None = None,
                warm_start: Plan | None = None) -> Plan:
@@ -76,14 +80,23 @@ class Planner:
         return dataclasses.replace(plan, model=self.profile.identity())
 
 
-def build_plan(problem: PlanningProblem, cuts: Sequence[int], interval: int, solver: dict) -> Plan:
+def build_plan(problem: PlanningProblem, cuts: Sequence[int], interval: int, solver: dict,
+               lower_bound: float = math.nan) -> Plan:
     """Score (cuts, interval) on ``problem``: rounds = ⌈R⌉ (eq. 15), aggregations = ⌊rounds/I⌋,
-    total latency eq. (26), relaxed objective (28), stage breakdown (§2.4), all in seconds."""
+    total latency eq. (26), relaxed objective (28), stage breakdown (§2.4), all in seconds; with a
+    solver's ``lower_bound`` (seconds) also the certificate ``lower_bound_s`` and ``gap``."""
     cuts = tuple(int(c) for c in cuts)
     breakdown = problem.latency.breakdown(cuts)
     deepest = max(cuts)
     rounds = problem.convergence.integer_rounds(int(interval), deepest)
     t_split, t_agg = breakdown.t_split, breakdown.t_agg
+    objective = problem.convergence.objective(interval, deepest, t_split, t_agg)
+    certificate = {}
+    if math.isfinite(lower_bound) and math.isfinite(objective):
+        bound = float(lower_bound)
+        if bound >= objective * (1 - GAP_TOLERANCE):  # proven optimal (the two evaluations of (28) differ by ~1 ulp)
+            bound = objective
+        certificate = {"lower_bound_s": bound, "gap": (objective - bound) / objective}
     return Plan(
         interval=int(interval),
         cuts=cuts,
@@ -92,9 +105,10 @@ def build_plan(problem: PlanningProblem, cuts: Sequence[int], interval: int, sol
         round_latency_s=t_split,
         aggregation_latency_s=t_agg,
         total_latency_s=total_latency(rounds, int(interval), t_split, t_agg),
-        objective_s=problem.convergence.objective(interval, deepest, t_split, t_agg),
+        objective_s=objective,
         solver=dict(solver),
         breakdown=breakdown.stages(),
+        **certificate,
     )
 
 

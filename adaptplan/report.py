@@ -80,6 +80,10 @@ def format_plan(plan: Plan, profile: ModelProfile, system: SystemSpec, title: st
         f"total latency (eq. 26) = {_seconds(plan.total_latency_s)}  (= {plan.total_latency_s / 3600:.2f} h); "
         f"relaxed objective (28) = {_seconds(plan.objective_s)}",
     ]
+    if plan.lower_bound_s is not None:
+        verdict = "proven optimal" if plan.gap == 0 else f"at most {100 * plan.gap:.3g}% above the optimum"
+        lines.append(f"certificate: objective (28) >= {_seconds(plan.lower_bound_s)} for every plan; gap "
+                     f"{100 * plan.gap:.3g}% ({verdict})")
     if plan.solver:
         stats = ", ".join(f"{k} {v}" for k, v in plan.solver.items())
         lines.append(f"solver: {stats}")
@@ -93,16 +97,37 @@ def format_plan(plan: Plan, profile: ModelProfile, system: SystemSpec, title: st
         per_round = breakdown.client_fp + breakdown.upload + breakdown.download + breakdown.client_bp
         shown = sorted(int(i) for i in per_round.argsort()[::-1][:max_devices])
         lines.append(f"the {max_devices} slowest of {system.num_devices} devices (--all-devices lists every one):")
+    bound = memory_bound(plan, profile, system)
+    if bound is not None:
+        lines.append(f"{int(bound.sum())} of {system.num_devices} devices are memory-bound (*: a cut between theirs "
+                     f"and L_c = {plan.deepest_cut} does not fit their memory_bytes)")
+    need = profile.client_memory
     for i in shown:
         device, cut = system.devices[i], plan.cuts[i]
+        memory = [] if bound is None else [f"{need[cut - 1] / 2**20:.1f}/{device.memory_bytes / 2**20:.1f}"
+                                           + (" *" if bound[i] else "")]
         device_rows.append([
             str(i), f"{cut} {names[cut - 1]}", f"{device.flops / 1e12:.2f}", f"{device.up_bps / 1e6:.1f}",
             f"{device.down_bps / 1e6:.1f}",
             f"{1e3 * (breakdown.client_fp[i] + breakdown.upload[i]):.2f}",
             f"{1e3 * (breakdown.download[i] + breakdown.client_bp[i]):.2f}",
-            f"{1e3 * breakdown.model_up[i]:.1f}", f"{1e3 * breakdown.model_down[i]:.1f}",
+            f"{1e3 * breakdown.model_up[i]:.1f}", f"{1e3 * breakdown.model_down[i]:.1f}", *memory,
         ])
     lines.append(format_table(
-        ["device", "cut", "TFLOP/s", "up Mbit/s", "down Mbit/s", "FP+up ms", "down+BP ms", "model up ms", "model down ms"],
-        device_rows))
+        ["device", "cut", "TFLOP/s", "up Mbit/s", "down Mbit/s", "FP+up ms", "down+BP ms", "model up ms", "model down ms"]
+        + ([] if bound is None else ["memory MiB used/budget"]), device_rows))
     return "\n".join(lines)
+
+
+def memory_bound(plan: Plan, profile: ModelProfile, system: SystemSpec):
+    """Boolean per device: some cut j with ℓ_i < j ≤ L_c does not fit its ``memory_bytes`` (memory,
+    not latency, may keep it shallower than the deepest device); ``None`` without memory budgets."""
+    budgets, need = system.memory_budgets(), profile.client_memory
+    if budgets is None or need is None:
+        return None
+    import numpy as np
+
+    cuts = np.asarray(plan.cuts)
+    j = np.arange(1, profile.num_cuts + 1)
+    window = (j[None, :] > cuts[:, None]) & (j[None, :] <= plan.deepest_cut)
+    return (window & (need[None, :] > budgets[:, None])).any(axis=1)

@@ -3,6 +3,9 @@
 Units: compute in FLOP/s, link rates in bit/s, batch size in samples. ``up_bps``/``down_bps`` are
 device ↔ edge server (r_i^U, r_i^D), ``fed_up_bps``/``fed_down_bps`` device ↔ fed server
 (r_i^{fU}, r_i^{fD}), ``edge_to_fed_bps``/``fed_to_edge_bps`` are r_{e→f}, r_{f→e}.
+Optional ``memory_bytes`` (bytes) is a device's memory budget for its client part: given on every
+device or on none; a cut j is admissible for device i only if the profile's
+``client_memory_bytes`` of j is ≤ it (:mod:`solvers.memory`).
 """
 
 from __future__ import annotations
@@ -17,21 +20,27 @@ from adaptplan.errors import InputError
 from adaptplan.fileio import check_keys, load_mapping, non_empty_list, positive_int, positive_number, save_json, save_text
 
 DEVICE_FIELDS = ("flops", "up_bps", "down_bps", "fed_up_bps", "fed_down_bps")
+DEVICE_OPTIONAL = ("memory_bytes",)
 _TOP_FIELDS = ("batch_size", "server_flops", "edge_to_fed_bps", "fed_to_edge_bps", "devices")
 
 
 @dataclass(frozen=True)
 class DeviceSpec:
-    """One edge device: ``flops`` f_i in FLOP/s and its four link rates in bit/s."""
+    """One edge device: ``flops`` f_i in FLOP/s, its four link rates in bit/s and an optional memory
+    budget ``memory_bytes`` (bytes) for its client part (``None`` = unconstrained)."""
 
     flops: float
     up_bps: float
     down_bps: float
     fed_up_bps: float
     fed_down_bps: float
+    memory_bytes: float | None = None
 
     def to_json(self) -> dict[str, float]:
-        return {name: getattr(self, name) for name in DEVICE_FIELDS}
+        data = {name: getattr(self, name) for name in DEVICE_FIELDS}
+        if self.memory_bytes is not None:
+            data["memory_bytes"] = self.memory_bytes
+        return data
 
 
 @dataclass(frozen=True)
@@ -57,6 +66,23 @@ class SystemSpec:
         for i, device in enumerate(self.devices):
             for name in DEVICE_FIELDS:
                 positive_number(getattr(device, name), f"system.devices[{i}].{name}")
+            if device.memory_bytes is not None:
+                positive_number(device.memory_bytes, f"system.devices[{i}].memory_bytes")
+        given = [d.memory_bytes is not None for d in self.devices]
+        if any(given) and not all(given):
+            missing = given.index(False) if given[0] else given.index(True)
+            raise InputError(f"memory_bytes must be given on every device or on none; device {missing} "
+                             f"{'lacks it' if given[0] else 'has it but device 0 does not'}",
+                             field=f"system.devices[{missing}].memory_bytes")
+
+    @property
+    def memory_limited(self) -> bool:
+        """Whether the devices carry memory budgets (``memory_bytes``)."""
+        return self.devices[0].memory_bytes is not None
+
+    def memory_budgets(self) -> np.ndarray | None:
+        """Per-device memory budgets in bytes, shape (N,), or ``None`` when not given."""
+        return self.device_array("memory_bytes") if self.memory_limited else None
 
     @property
     def num_devices(self) -> int:
@@ -82,8 +108,9 @@ class SystemSpec:
         devices = []
         for i, entry in enumerate(devices_data):
             where = f"system.devices[{i}]"
-            check_keys(entry, DEVICE_FIELDS, (), where)
-            devices.append(DeviceSpec(**{name: positive_number(entry[name], f"{where}.{name}") for name in DEVICE_FIELDS}))
+            check_keys(entry, DEVICE_FIELDS, DEVICE_OPTIONAL, where)
+            devices.append(DeviceSpec(**{name: positive_number(entry[name], f"{where}.{name}")
+                                         for name in DEVICE_FIELDS + DEVICE_OPTIONAL if name in entry}))
         return cls(
             batch_size=positive_int(data["batch_size"], "system.batch_size"),
             **{name: positive_number(data[name], f"system.{name}") for name in _TOP_FIELDS[1:4]},
@@ -151,6 +178,16 @@ def generate_system(num_devices: int, seed: int, ranges: SystemRanges = SystemRa
     )
 
 
+def with_memory_budgets(system: SystemSpec, memory_bytes: tuple[float, float], seed: int) -> SystemSpec:
+    """``system`` with every device's ``memory_bytes`` drawn log-uniformly in [low, high] bytes (its own
+    random stream, ``default_rng([seed, 1])``, so the other fields are unchanged)."""
+    low, high = (positive_number(v, "memory_bytes") for v in memory_bytes)
+    if high < low:
+        raise InputError(f"range must have low ≤ high, got [{low}, {high}]", field="memory_bytes")
+    draws = np.exp(np.random.default_rng([seed, 1]).uniform(np.log(low), np.log(high), system.num_devices))
+    return replace(system, devices=tuple(replace(d, memory_bytes=float(m)) for d, m in zip(system.devices, draws)))
+
+
 def _draw_device(rng: np.random.Generator, ranges: SystemRanges) -> DeviceSpec:
     return DeviceSpec(
         flops=float(rng.uniform(*ranges.device_flops)),
@@ -200,6 +237,7 @@ class SystemProcess:
         def noisy(value: float) -> float:
             return float(value * max(1e-3, 1.0 + self.noise_cv * rng.standard_normal()))
 
-        devices = tuple(DeviceSpec(**{name: noisy(getattr(d, name)) for name in DEVICE_FIELDS}) for d in truth.devices)
+        devices = tuple(DeviceSpec(**{name: noisy(getattr(d, name)) for name in DEVICE_FIELDS},
+                                   memory_bytes=d.memory_bytes) for d in truth.devices)
         return replace(truth, devices=devices, server_flops=noisy(truth.server_flops),
                        edge_to_fed_bps=noisy(truth.edge_to_fed_bps), fed_to_edge_bps=noisy(truth.fed_to_edge_bps))

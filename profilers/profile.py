@@ -16,6 +16,7 @@ returns ∂ℓ/∂a_j; with this per-block accounting it equals ϖ_L − ϖ_j); 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import accumulate
 from typing import Sequence
 
@@ -27,6 +28,7 @@ from adaptplan.fileio import positive_int
 from adaptplan.model_profile import CutPoint, ModelProfile
 from profilers.chain import Chain, build_chain
 from profilers.flops import backward_flops, forward_flops
+from profilers.memory import client_memory_bytes
 from profilers.sizes import parameter_count, tensor_bits
 from profilers.timing import BlockTimes, measure_block_times
 from profilers.tracing import example_batch
@@ -42,7 +44,7 @@ def check_input_shape(input_shape: Sequence[int]) -> tuple[int, ...]:
 
 def profile_model(model: nn.Module | Chain | str, input_shape: Sequence[int], model_name: str | None = None,
                   bits_per_value: int = 32, measure_time: bool = False, batch_size: int = 16, repeats: int = 5,
-                  num_classes: int = 10, progress: bool = False) -> ModelProfile:
+                  num_classes: int = 10, progress: bool = False, optimizer: str = "sgd") -> ModelProfile:
     """Profile ``model`` at every cut point j = 1..L (see the module docstring for definitions).
 
     Args:
@@ -55,6 +57,8 @@ def profile_model(model: nn.Module | Chain | str, input_shape: Sequence[int], mo
             machine (median of ``repeats`` batches of ``batch_size``) and fill ``timing``.
         num_classes: only used when ``model`` is a name.
         progress: tqdm progress bars for the long steps.
+        optimizer: the device optimizer for ``client_memory_bytes`` (:mod:`profilers.memory`, one
+            mini-batch of ``batch_size``); ``None`` skips the memory measurement.
 
     Returns:
         ModelProfile with FLOPs per sample (2 per multiply–add), bits per sample, and bits.
@@ -77,7 +81,12 @@ def profile_model(model: nn.Module | Chain | str, input_shape: Sequence[int], mo
         for block, mode in zip(chain.blocks, modes):
             block.train(mode)
     times = measure_block_times(chain.blocks, shape, batch_size, repeats, progress=progress) if measure_time else None
-    return _assemble(name, shape, bits_per_value, chain.names, fp, bp, bp_with_input, params, values, times)
+    profile = _assemble(name, shape, bits_per_value, chain.names, fp, bp, bp_with_input, params, values, times)
+    if optimizer is None:
+        return profile
+    memory = client_memory_bytes(chain.blocks, shape, batch_size, optimizer)
+    return replace(profile, memory={"batch_size": batch_size, "optimizer": optimizer},
+                   cut_points=tuple(replace(c, client_memory_bytes=m) for c, m in zip(profile.cut_points, memory)))
 
 
 def _per_block(chain: Chain, x: torch.Tensor, progress: bool

@@ -5,8 +5,8 @@
 Random draws use ``numpy.random.default_rng(seed)``. The paper's random policies redraw during
 training (A12); a *planner* returns one plan, so each random policy here returns **one draw**
 for the given ``seed`` (the benchmark averages over seeds to estimate the expectation).
-Random cuts are drawn from the feasible candidates (those that admit I = 1, §8 A7) and random
-intervals from {1..25} ∩ {I : c − d(L_c)I² > 0}.
+Random cuts are drawn from the feasible candidates (those that admit I = 1, §8 A7) that fit the
+device's memory (:mod:`solvers.memory`) and random intervals from {1..25} ∩ {I : c − d(L_c)I² > 0}.
 
 * ``rma+ms``  — I ~ U{1..25}; MS by Dinkelbach (Algorithm 2) at that I.
 * ``ma+rms``  — random cuts; I by Theorem 2.
@@ -31,8 +31,9 @@ from typing import Callable, Sequence
 import numpy as np
 
 from adaptplan.errors import InfeasibleError, InputError
-from solvers.bcd import ma_step
+from solvers.bcd import choose_ms_method, ma_step
 from solvers.dinkelbach import solve_dinkelbach
+from solvers.threshold import solve_ms_exact
 from solvers.interval import max_feasible_interval
 from solvers.problem import PlanningProblem
 from solvers.result import SolveResult
@@ -53,9 +54,16 @@ def _result(problem: PlanningProblem, method: str, interval: int, cuts: Sequence
 
 
 def random_cuts(problem: PlanningProblem, rng: np.random.Generator) -> tuple[int, ...]:
-    """Each device's cut ~ U(feasible candidates) (§8 A12)."""
+    """Each device's cut ~ U(feasible candidates that fit its memory) (§8 A12)."""
     problem.check_feasible()
-    return tuple(int(c) for c in rng.choice(problem.feasible_candidates, size=problem.num_devices))
+    cand = problem.feasible_candidates
+    if problem.admissible is None:
+        return tuple(int(c) for c in rng.choice(cand, size=problem.num_devices))
+    ok = problem.admissible_at(cand)
+    # the k-th admissible candidate of each row, k ~ U{0..count−1}: one draw per device, vectorised
+    pick = np.floor(rng.random(problem.num_devices) * ok.sum(axis=1)).astype(int)
+    column = np.argmax(np.cumsum(ok, axis=1) > pick[:, None], axis=1)
+    return tuple(int(c) for c in cand[column])
 
 
 def random_interval(problem: PlanningProblem, deepest_cut: int, rng: np.random.Generator) -> int:
@@ -100,7 +108,16 @@ def ams_cuts(problem: PlanningProblem) -> tuple[int, ...]:
     j = cand - 1
     per_device = (lat.fp_up[:, j] + lat.down_bp[:, j]
                   + lat.server_per_device[j][None, :])
+    per_device = np.where(problem.admissible_at(cand), per_device, np.inf)  # only cuts that fit the memory
     return tuple(int(c) for c in cand[np.argmin(per_device, axis=1)])
+
+
+def optimal_cuts(problem: PlanningProblem, interval: int, backend: str = "highs") -> SolveResult:
+    """The MS step at a given I for the baselines: Dinkelbach (Algorithm 2) on small instances, the
+    threshold sweep on large ones (:func:`solvers.bcd.choose_ms_method`)."""
+    if choose_ms_method(problem) == "threshold":
+        return solve_ms_exact(problem, interval)
+    return solve_dinkelbach(problem, interval, backend=backend)
 
 
 def solve_rma_ms(problem: PlanningProblem, *, seed: int = 0, backend: str = "highs") -> SolveResult:
@@ -108,8 +125,8 @@ def solve_rma_ms(problem: PlanningProblem, *, seed: int = 0, backend: str = "hig
     start = time.perf_counter()
     rng = np.random.default_rng(seed)
     interval = random_interval(problem, int(problem.feasible_candidates[0]), rng)
-    ms = solve_dinkelbach(problem, interval, backend=backend)
-    return _result(problem, "rma+ms", interval, ms.cuts, start, f"random I={interval}, Dinkelbach MS",
+    ms = optimal_cuts(problem, interval, backend)
+    return _result(problem, "rma+ms", interval, ms.cuts, start, f"random I={interval}, optimal MS",
                    milp_solves=ms.milp_solves, backend=backend)
 
 
@@ -150,6 +167,9 @@ def solve_fixed_cut(problem: PlanningProblem, cut: int) -> SolveResult:
     if cut not in set(problem.candidates.tolist()):
         raise InputError(f"cut {cut} is not a candidate cut", field="cut")
     cuts = (int(cut),) * problem.num_devices
+    if not problem.fits(cuts):
+        i = int(np.flatnonzero(~problem.admissible_at(np.array([cut]))[:, 0])[0])
+        raise InfeasibleError(f"cut {cut} does not fit device {i}'s memory_bytes")
     if problem.convergence.margin(1, cut) <= 0:
         raise InfeasibleError(problem.convergence.infeasibility_reason(1, cut))
     return _result(problem, f"fixed-cut-{cut}", ma_step(problem, cuts), cuts, start, f"all devices cut at {cut}")
@@ -158,15 +178,15 @@ def solve_fixed_cut(problem: PlanningProblem, cut: int) -> SolveResult:
 def solve_sfl(problem: PlanningProblem, *, backend: str = "highs") -> SolveResult:
     """SFL with I = 1: MS by Dinkelbach at I = 1 (aggregate every round)."""
     start = time.perf_counter()
-    ms = solve_dinkelbach(problem, 1, backend=backend)
-    return _result(problem, "sfl", 1, ms.cuts, start, "I=1, Dinkelbach MS", milp_solves=ms.milp_solves, backend=backend)
+    ms = optimal_cuts(problem, 1, backend)
+    return _result(problem, "sfl", 1, ms.cuts, start, "I=1, optimal MS", milp_solves=ms.milp_solves, backend=backend)
 
 
 def solve_psl(problem: PlanningProblem, *, cuts: Sequence[int] | None = None, backend: str = "highs") -> SolveResult:
     """PSL (no client-side MA, I = ∞): not certifiable under Theorem 1 — see the module docstring."""
     start = time.perf_counter()
     if cuts is None:
-        cuts = solve_dinkelbach(problem, 1, backend=backend).cuts
+        cuts = optimal_cuts(problem, 1, backend).cuts
     cuts = tuple(int(c) for c in cuts)
     t_split, _ = problem.stage_latencies(cuts)
     return SolveResult(cuts=cuts, interval=0, objective=math.inf, success=False, status="unbounded_drift",
@@ -175,6 +195,19 @@ def solve_psl(problem: PlanningProblem, *, cuts: Sequence[int] | None = None, ba
                        method="psl", seconds=time.perf_counter() - start, backend=backend,
                        history=[{"round_latency_s": t_split, "aggregation_latency_s": 0.0}])
 
+
+#: One line per policy name, printed under the benchmark tables.
+EXPLANATIONS: dict[str, str] = {
+    "adaptsfl(bcd)": "AdaptSFL: Algorithm 3, Theorem-2 interval <-> optimal cuts (MILFP / threshold sweep), with certificate",
+    "exact": "the exact optimum of (28) (deepest-cut enumeration + parametric numerator MILPs)",
+    "rma+ms": "random interval I ~ U{1..25}, optimal cuts for it (the MS step)",
+    "ma+rms": "random cut per device, Theorem-2 interval for those cuts",
+    "rma+rms": "random cuts and random interval I ~ U{1..25}",
+    "dama+rms": "random cuts, depth-aware interval (AiFed-style: drift uses half the accuracy budget)",
+    "rma+ams": "each device's own fastest cut (CoopFL-style, ignores convergence), random interval",
+    "sfl": "SplitFed: aggregate every round (I = 1), optimal cuts for I = 1",
+    "psl": "parallel split learning, never aggregates: no convergence guarantee (objective inf)",
+}
 
 #: name → policy(problem, seed, backend) for the benchmark.
 BASELINES: dict[str, Callable[[PlanningProblem, int, str], SolveResult]] = {

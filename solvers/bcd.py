@@ -14,8 +14,9 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import replace
-from typing import Sequence
+from typing import Callable, Sequence
 
+from solvers.certificate import GAP_TOLERANCE, certify as certify_plan
 from solvers.dinkelbach import solve_dinkelbach
 from solvers.interval import best_interval
 from solvers.problem import PlanningProblem
@@ -55,7 +56,7 @@ def choose_ms_method(problem: PlanningProblem, ms_method: str = "auto") -> str:
 def solve_bcd(problem: PlanningProblem, *, backend: str = "highs", initial_cuts: Sequence[int] | None = None,
               tol: float = 1e-9, max_iterations: int = 50, mip_gap: float = 1e-9,
               time_limit: float | None = None, max_interval: int | None = None,
-              multistart: bool | None = None, ms_method: str = "auto") -> SolveResult:
+              multistart: bool | None = None, ms_method: str = "auto", certify: bool = True) -> SolveResult:
     """Algorithm 3: jointly plan the interval I and the cut vector x.
 
     Args:
@@ -75,24 +76,45 @@ def solve_bcd(problem: PlanningProblem, *, backend: str = "highs", initial_cuts:
             (:func:`solvers.threshold.solve_ms_exact`, the same exact optimum of (34) without MILPs)
             or ``"auto"`` (see :func:`choose_ms_method`). The chosen one is in ``backend`` and in
             every history record (``ms_method``).
+        certify: compute ``lower_bound`` (:func:`solvers.certificate.certify`, from the MS steps'
+            own bounds plus up to :data:`solvers.certificate.CERTIFICATE_CALLS` more MS steps at
+            the intervals where the bound is weakest; a better plan found on the way is kept and
+            BCD is re-run from it). ``False`` leaves ``lower_bound`` at ``nan``.
 
     Returns:
         SolveResult with method ``"bcd"``; ``history`` holds one record per iteration with the MA
-        interval, the MS cuts and Θ (seconds).
+        interval, the MS cuts and Θ (seconds); ``lower_bound`` ≤ the optimum of (28) and ``gap``.
     """
     start = time.perf_counter()
     first = tuple(int(c) for c in initial_cuts) if initial_cuts is not None else problem.initial_cuts()
     problem.latency.check_cuts(first)
     if multistart is None:
         multistart = problem.num_devices * problem.candidates.size <= MULTISTART_AUTO_SIZE
-    starts = [first] + ([(int(c),) * problem.num_devices for c in problem.feasible_candidates] if multistart else [])
+    starts = [first] + ([problem.start_cuts(int(c)) for c in problem.feasible_candidates] if multistart else [])
     models: dict[int, SolveResult] = {}
     sweep_cache: dict = {}  # interval-independent structures of the threshold sweep, shared by all MS steps
     method = choose_ms_method(problem, ms_method)
-    runs = [_bcd_run(problem, x0, models, sweep_cache, backend if method == "milp" else "threshold", tol,
-                     max_iterations, mip_gap, time_limit, max_interval)
-            for x0 in dict.fromkeys(starts)]
+
+    def ms_step(interval: int, cuts: tuple[int, ...]) -> SolveResult:
+        return _ms_step(problem, interval, cuts, models, sweep_cache, backend if method == "milp" else "threshold",
+                        mip_gap, time_limit)
+
+    def run(x0: tuple[int, ...]) -> SolveResult:
+        return _bcd_run(problem, x0, ms_step, tol, max_iterations, max_interval)
+
+    runs = [run(x0) for x0 in dict.fromkeys(starts)]
     best = min(runs, key=lambda r: r.objective)
+    if certify:
+        cert = certify_plan(problem, best, dict(models), ms_step, max_interval=max_interval)
+        if cert.objective < best.objective * (1 - 1e-12):  # the certificate's MS steps found a better plan
+            runs.append(run(cert.cuts))
+            best = min(runs, key=lambda r: r.objective)
+            if cert.objective < best.objective:
+                best = replace(best, cuts=cert.cuts, interval=cert.interval, objective=cert.objective)
+        best.lower_bound = min(cert.lower_bound, best.objective)
+        if best.lower_bound >= best.objective * (1 - GAP_TOLERANCE):
+            best.lower_bound = best.objective
+    best.nodes = sum(m.nodes for m in models.values())  # threshold branch-and-bound nodes of every MS step
     best.iterations = sum(r.iterations for r in runs)
     best.milp_solves = sum(r.milp_solves for r in runs)
     best.seconds = time.perf_counter() - start
@@ -101,33 +123,39 @@ def solve_bcd(problem: PlanningProblem, *, backend: str = "highs", initial_cuts:
     return best
 
 
-def _bcd_run(problem: PlanningProblem, cuts: tuple[int, ...], models: dict[int, SolveResult], sweep_cache: dict,
-             backend: str, tol: float, max_iterations: int, mip_gap: float, time_limit: float | None,
-             max_interval: int | None) -> SolveResult:
-    """One run of Algorithm 3 from x⁰ = ``cuts`` (MS optimum cached per interval in ``models``)."""
+def _ms_step(problem: PlanningProblem, interval: int, cuts: tuple[int, ...], models: dict[int, SolveResult],
+             sweep_cache: dict, backend: str, mip_gap: float, time_limit: float | None) -> SolveResult:
+    """The MS step at ``interval`` warm-started at ``cuts``, cached per interval in ``models`` (each MS
+    step is exact or carries its own lower bound, so one per interval suffices); ``milp_solves`` of a
+    cached result counts 0."""
+    if interval in models:
+        return replace(models[interval], milp_solves=0)
+    if backend == "threshold":  # MS step by threshold sweeps (solvers.threshold)
+        ms = solve_ms_exact(problem, interval, warm_cuts=cuts, cache=sweep_cache)
+    else:  # MS step (Algorithm 2), warm-started at the current cuts
+        ms = solve_dinkelbach(problem, interval, backend=backend, warm_cuts=cuts, mip_gap=mip_gap, time_limit=time_limit)
+    models[interval] = ms
+    return ms
+
+
+def _bcd_run(problem: PlanningProblem, cuts: tuple[int, ...], ms_step: Callable[[int, tuple[int, ...]], SolveResult],
+             tol: float, max_iterations: int, max_interval: int | None) -> SolveResult:
+    """One run of Algorithm 3 from x⁰ = ``cuts`` with the MS step ``ms_step(I, warm_cuts)``."""
     start = time.perf_counter()
     theta_prev, interval, status = math.inf, 0, "max_iterations"
     history: list[dict] = []
-    milp_solves, proven = 0, True
+    milp_solves, unproven = 0, ""
+    backend = ""
     seen: set[tuple[int, tuple[int, ...]]] = set()
     for k in range(1, max_iterations + 1):
         interval = ma_step(problem, cuts, max_interval=max_interval)  # MA step (Theorem 2)
-        if interval in models:  # MS optimum at this I already known (Dinkelbach is exact): reuse it
-            ms = models[interval]
-            ms_solves = 0
-        elif backend == "threshold":  # exact MS step by threshold sweeps (solvers.threshold)
-            ms = solve_ms_exact(problem, interval, warm_cuts=cuts, cache=sweep_cache)
-            models[interval] = ms
-            ms_solves = 0
-        else:  # MS step (Algorithm 2), warm-started at the current cuts
-            ms = solve_dinkelbach(problem, interval, backend=backend, warm_cuts=cuts, mip_gap=mip_gap,
-                                  time_limit=time_limit)
-            models[interval] = ms
-            ms_solves = ms.milp_solves
+        ms = ms_step(interval, cuts)
+        ms_solves, backend = ms.milp_solves, ms.backend
         if problem.objective(interval, ms.cuts) > problem.objective(interval, cuts):
             ms = replace(ms, cuts=cuts)  # guard against MIP-tolerance noise: never worsen Θ
         milp_solves += ms_solves
-        proven = proven and ms.status == "converged"
+        if ms.status != "converged":
+            unproven = unproven or ms.status
         cuts = ms.cuts
         theta = problem.objective(interval, cuts)
         history.append({"iteration": k, "interval": interval, "cuts": cuts, "objective": theta,
@@ -139,8 +167,8 @@ def _bcd_run(problem: PlanningProblem, cuts: tuple[int, ...], models: dict[int, 
         seen.add(key)
         theta_prev = theta
     objective = problem.objective(interval, cuts)
-    if status == "converged" and not proven:
-        status = "time_limit"
+    if status == "converged" and unproven:
+        status = unproven  # some MS step stopped on its time limit or sweep budget: not blockwise optimal
     return SolveResult(cuts=cuts, interval=interval, objective=objective, success=math.isfinite(objective),
                        status=status, message=f"BCD {status} after {len(history)} iteration(s), I={interval}",
                        method="bcd", iterations=len(history), milp_solves=milp_solves,

@@ -52,10 +52,11 @@ def solve_dinkelbach(problem: PlanningProblem, interval: int, *, backend: str = 
     ms = model if model is not None else MSModel(problem, interval)
     if not ms.feasible:
         raise InfeasibleError(problem.convergence.infeasibility_reason(interval, int(problem.candidates[0])))
-    cuts = tuple(warm_cuts) if warm_cuts is not None else (int(ms.columns[0]),) * problem.num_devices
+    shallowest = problem.start_cuts(int(ms.columns[0]), ms.columns)  # admissible (memory) start
+    cuts = tuple(warm_cuts) if warm_cuts is not None else shallowest
     num, den = ratio(problem, interval, cuts)
     if den <= 0:  # warm start infeasible at this I: restart from the shallowest admissible cut
-        cuts = (int(ms.columns[0]),) * problem.num_devices
+        cuts = shallowest
         num, den = ratio(problem, interval, cuts)
     lam = num / den
     history = [{"iteration": 0, "lambda": lam, "cuts": cuts}]
@@ -82,4 +83,5 @@ def solve_dinkelbach(problem: PlanningProblem, interval: int, *, backend: str = 
     return SolveResult(cuts=cuts, interval=int(interval), objective=objective, success=math.isfinite(objective),
                        status=status, message=f"Dinkelbach {status} after {solves} MILP solve(s) at I={interval}",
                        method="dinkelbach", iterations=solves, milp_solves=solves,
-                       seconds=time.perf_counter() - start, backend=backend, history=history)
+                       seconds=time.perf_counter() - start, backend=backend, history=history,
+                       lower_bound=objective if status == "converged" else math.nan)  # optimal to mip_gap

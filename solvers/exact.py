@@ -1,6 +1,7 @@
 """Exact references for problem (28) (spec/adaptsfl.md §4.2).
 
-* :func:`solve_exhaustive` — brute force over every cut vector (J^N of them, J candidates) and
+* :func:`solve_exhaustive` — brute force over every cut vector (J^N of them, J candidates; only
+  cuts that fit each device's memory) and
   every integer I in 1..I_max(L_c), vectorised with numpy. Independent of Theorem 2 and of the
   MILP; for small instances only (``max_vectors``).
 
@@ -50,13 +51,14 @@ def solve_exhaustive(problem: PlanningProblem, *, max_vectors: int = 2_000_000, 
     """
     start = time.perf_counter()
     cand, N = problem.candidates, problem.num_devices
-    count = cand.size ** N
+    per_device = [cand[ok].tolist() for ok in problem.admissible_at(cand)]  # cuts that fit each device's memory
+    count = math.prod(len(c) for c in per_device)
     if count > max_vectors:
         raise InputError(f"{count} cut vectors exceed max_vectors={max_vectors}; use solve_exact", field="max_vectors")
     conv = problem.convergence
     c, scale = conv.c, problem.scale
     best = (math.inf, 0, ())
-    vectors = product(cand.tolist(), repeat=N)
+    vectors = product(*per_device)
     while True:
         chunk = np.array(list(_take(vectors, _CHUNK)), dtype=int)
         if chunk.size == 0:
@@ -76,9 +78,11 @@ def solve_exhaustive(problem: PlanningProblem, *, max_vectors: int = 2_000_000, 
                 best = (float(values[r, k] * scale), int(I[k]), tuple(int(v) for v in chunk[rows[r]]))
     if not math.isfinite(best[0]):
         raise InfeasibleError(conv.infeasibility_reason(1, int(cand[0])))
-    return SolveResult(cuts=best[2], interval=best[1], objective=problem.objective(best[1], best[2]),
+    objective = problem.objective(best[1], best[2])
+    return SolveResult(cuts=best[2], interval=best[1], objective=objective,
                        status="optimal", message=f"exhaustive search over {count} cut vectors",
-                       method="exhaustive", iterations=count, seconds=time.perf_counter() - start)
+                       method="exhaustive", iterations=count, seconds=time.perf_counter() - start,
+                       lower_bound=objective)  # proven optimal: every (I, x) was evaluated
 
 
 def _take(iterator, n: int):
@@ -115,6 +119,8 @@ def solve_exact(problem: PlanningProblem, *, backend: str = "highs", max_interva
         if top < 1:
             continue
         model = MSModel(problem, 1, max_cut=L, fixed_deepest=L, weight_only=True)
+        if not model.feasible:  # some device's memory admits no cut ≤ L
+            continue
 
         def numerator(w: float) -> tuple[float, float, tuple[int, ...]]:
             nonlocal solves, proven
@@ -153,5 +159,6 @@ def solve_exact(problem: PlanningProblem, *, backend: str = "highs", max_interva
                        status="optimal" if proven else "time_limit",
                        message=f"deepest-cut enumeration with {solves} numerator MILP(s)", method="exact",
                        iterations=len(history), milp_solves=solves, seconds=time.perf_counter() - start,
-                       backend=backend, history=history)
+                       backend=backend, history=history,
+                       lower_bound=problem.objective(interval, cuts) if proven else math.nan)  # optimal to mip_gap
 

@@ -16,6 +16,7 @@ and the rows of §5.1 (per device i):
     Σ_j x_{i,j} A_j                     ≤ μ₅      (29)
     Σ_j x_{i,j} δ_j                     ≤ μ₆      (δ_{L_c}, in Mbit for conditioning)
     Σ_j x_{i,j} = 1                               (C2)
+    Σ_{j: cut j does not fit device i} x_{i,j} = 0 (memory budget, only with ``memory_bytes``)
 
 plus the two global rows (Nμ₆ − ΣΣ x_{i,j}δ_j)/r_{e→f} ≤ μ₃ (23) and …/r_{f→e} ≤ μ₄ (25), and
 μ₅ ≤ c/(4β²γ²I²) − η. Columns whose A_j violates that bound are not created at all.
@@ -143,6 +144,11 @@ class MSModel:
             if fixed_deepest is None:
                 prob += pulp.LpAffineExpression(list(zip(xi, delta_mbit)) + [(mu[5], -1.0)]) <= 0, f"mu6_{i}"
             prob += pulp.LpAffineExpression([(v, 1.0) for v in xi]) == 1, f"one_cut_{i}"
+        if problem.admissible is not None:  # memory budgets (solvers.memory): Σ_{j inadmissible} x_{i,j} = 0
+            banned = ~problem.admissible[:, j]
+            for i in np.flatnonzero(banned.any(axis=1)):
+                prob += pulp.LpAffineExpression([(x[i][k], 1.0) for k in np.flatnonzero(banned[i])]) == 0, f"memory_{i}"
+            self.feasible = bool((~banned).any(axis=1).all())
         flat = [v for row in x for v in row]
         sum_delta = list(zip(flat, np.tile(-delta_mbit, N)))  # −ΣΣ x δ (Mbit)
         for m, rate, name in ((2, sys.edge_to_fed_bps, "edge_up"), (3, sys.fed_to_edge_bps, "edge_down")):

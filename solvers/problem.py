@@ -10,6 +10,7 @@ Units: times in seconds, the objective (28) in seconds.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -21,6 +22,7 @@ from adaptplan.errors import InfeasibleError, InputError
 from adaptplan.latency import LatencyModel, total_latency
 from adaptplan.model_profile import ModelProfile
 from adaptplan.system import SystemSpec
+from solvers.memory import admissible_cuts, check_every_device_fits
 
 
 @dataclass(frozen=True)
@@ -31,11 +33,14 @@ class PlanningProblem:
         latency: eqs. (16)–(26) for the (profile, system) pair.
         convergence: Corollary 1 for the constants and N devices.
         candidates: sorted 1-based cut indices a device may use (default 1..L−1, §8 A10).
+        admissible: derived, boolean (N, L): device i may cut at j iff its client part fits its
+            memory (:func:`solvers.memory.admissible_cuts`); ``None`` when there are no budgets.
     """
 
     latency: LatencyModel
     convergence: ConvergenceModel
     candidates: np.ndarray = field(default=None)  # type: ignore[assignment]
+    admissible: np.ndarray | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         L = self.latency.num_cuts
@@ -49,6 +54,10 @@ class PlanningProblem:
         if bad.size:
             raise InputError(f"cut index {int(bad[0])} is outside 1..{L}", field="candidates")
         object.__setattr__(self, "candidates", cand)
+        admissible = admissible_cuts(self.latency.profile, self.latency.system)
+        if admissible is not None:
+            check_every_device_fits(admissible, self.latency.profile, self.latency.system, cand)
+        object.__setattr__(self, "admissible", admissible)
 
     # ---- construction --------------------------------------------------------------------------
     @classmethod
@@ -74,6 +83,13 @@ class PlanningProblem:
             shallowest = int(self.candidates[0])
             raise InfeasibleError(self.convergence.infeasibility_reason(1, shallowest)
                                   + f" (even the shallowest candidate cut {shallowest} with I=1 is infeasible)")
+        if self.admissible is not None:
+            feasible = self.feasible_candidates
+            fits = self.admissible[:, feasible - 1].any(axis=1)
+            if not fits.all():
+                i = int(np.flatnonzero(~fits)[0])
+                raise InfeasibleError(f"device {i}'s memory admits only cuts too deep for the target epsilon "
+                                      f"(feasible cuts with I=1: {feasible.tolist()}); give it more memory or raise epsilon")
 
     # ---- sizes and derived sets ----------------------------------------------------------------
     @property
@@ -102,8 +118,36 @@ class PlanningProblem:
         """(T_split(x), T_agg(x)) of §2.4, seconds."""
         return self.latency.t_split(cuts), self.latency.t_agg(cuts)
 
+    def fits(self, cuts: Sequence[int]) -> bool:
+        """Whether every device's cut is admissible (fits its memory; always true without budgets)."""
+        if self.admissible is None:
+            return True
+        j = np.asarray(cuts, dtype=int) - 1
+        return bool(self.admissible[np.arange(j.size), j].all())
+
+    def admissible_at(self, columns: np.ndarray) -> np.ndarray:
+        """Boolean (N, len(columns)): device i may use the 1-based cut ``columns[k]``."""
+        columns = np.asarray(columns, dtype=int)
+        if self.admissible is None:
+            return np.ones((self.num_devices, columns.size), dtype=bool)
+        return self.admissible[:, columns - 1]
+
+    def start_cuts(self, cut: int, columns: np.ndarray | None = None) -> tuple[int, ...]:
+        """The uniform vector (``cut``, …, ``cut``) made admissible: each device takes its deepest
+        admissible cut among ``columns`` (default: the feasible candidates) that is ≤ ``cut``, or its
+        shallowest admissible one when none is."""
+        columns = self.feasible_candidates if columns is None else np.asarray(columns, dtype=int)
+        ok = self.admissible_at(columns)
+        below = ok & (columns[None, :] <= cut)
+        deepest = np.where(below.any(axis=1), below.shape[1] - 1 - np.argmax(below[:, ::-1], axis=1),
+                           np.argmax(ok, axis=1))
+        return tuple(int(c) for c in columns[deepest])
+
     def objective(self, interval: int | float, cuts: Sequence[int]) -> float:
-        """Relaxed objective (28) at (I, x), seconds; ``inf`` when c − d(L_c)I² ≤ 0."""
+        """Relaxed objective (28) at (I, x), seconds; ``inf`` when c − d(L_c)I² ≤ 0 or some cut does
+        not fit its device's memory."""
+        if not self.fits(cuts):
+            return math.inf
         t_split, t_agg = self.stage_latencies(cuts)
         return self.convergence.objective(interval, int(max(cuts)), t_split, t_agg)
 
@@ -114,6 +158,7 @@ class PlanningProblem:
         return rounds, rounds // interval, total_latency(rounds, interval, t_split, t_agg)
 
     def initial_cuts(self) -> tuple[int, ...]:
-        """Shallowest feasible candidate cut for every device (Algorithm 3 step 2)."""
+        """Shallowest feasible candidate cut for every device (Algorithm 3 step 2), among the cuts
+        that fit its memory."""
         self.check_feasible()
-        return (int(self.feasible_candidates[0]),) * self.num_devices
+        return self.start_cuts(int(self.feasible_candidates[0]))

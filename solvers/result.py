@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,10 @@ class SolveResult:
         seconds: wall-clock solve time.
         backend: MILP backend ("highs", "cbc") or "" when none was used.
         history: per-iteration records (dicts) for inspection.
+        lower_bound: a certified lower bound (seconds) on the optimum of the problem solved (objective
+            (28) over (I, x) for joint solvers; over x at the fixed I for an MS step); ``nan`` when
+            the method gives none (the random baselines).
+        nodes: branch-and-bound nodes visited (threshold method), 0 otherwise.
     """
 
     cuts: tuple[int, ...]
@@ -37,6 +42,15 @@ class SolveResult:
     seconds: float = 0.0
     backend: str = ""
     history: list[dict[str, Any]] = field(default_factory=list)
+    lower_bound: float = math.nan
+    nodes: int = 0
+
+    @property
+    def gap(self) -> float:
+        """(objective − lower_bound) / objective, ≥ 0; 0 when proven optimal, ``nan`` without a bound."""
+        if math.isnan(self.lower_bound) or not math.isfinite(self.objective):
+            return math.nan
+        return max(0.0, (self.objective - self.lower_bound) / self.objective)
 
     @property
     def x(self) -> tuple[int, ...]:
@@ -46,4 +60,4 @@ class SolveResult:
     def solver_stats(self) -> dict[str, Any]:
         """The ``solver`` block of a Plan (formats.md)."""
         return {"method": self.method, "iterations": self.iterations, "milp_solves": self.milp_solves,
-                "seconds": round(self.seconds, 6), "backend": self.backend, "status": self.status}
+                "seconds": round(self.seconds, 6), "backend": self.backend, "status": self.status, "nodes": self.nodes}

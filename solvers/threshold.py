@@ -54,9 +54,15 @@ bounds stay valid however rounding splits the ranges, and get a 1e-12 relative s
 (:class:`_Keyed`, computed once; only the admissibility mask changes), so a sweep is a handful of
 gathers and cumulative sums over the N×J entries, no sort. The interval-independent part of
 each L (matrices, orders, the four unrestricted sweeps) can be shared between MS steps at
-different I through ``cache`` (BCD does). Worst case O(J · (NJ)³); measured at N = 1000, J = 20
-(benchmarks/plan_1000.py): 0–70 t1 nodes and 80–600 sweeps per MS step, 0.2–0.5 s, against
-~2000 sweeps and 1.3–10 s with the Σs-level bounds alone.
+different I through ``cache`` (BCD does; only up to N·J = :data:`CACHE_SIZE`). Before any sweep,
+every L is bounded by :func:`_cheap_bounds` and by the Lagrangian (LP-relaxation) bound of
+:mod:`solvers.lagrange`; the L are searched one at a time in bound order and dropped afterwards.
+The worst case of the search is O(J · (NJ)³), so it runs under a sweep budget
+(``max_sweeps``): past it the best plan found is returned with a certified lower bound (the
+smallest bound of what was not searched) and status ``"budget"``.
+
+**Memory budgets.** Cuts that do not fit a device (:mod:`solvers.memory`) get infinite keys, so
+no threshold ever admits them; the bounds and sweeps need no other change.
 """
 
 from __future__ import annotations
@@ -68,12 +74,22 @@ from typing import Sequence
 import numpy as np
 
 from adaptplan.errors import InfeasibleError, InputError
+from solvers.lagrange import lagrangian_bound
 from solvers.milfp import ETA_RELATIVE
 from solvers.problem import PlanningProblem
 from solvers.result import SolveResult
 
 _REL = 1e-12  # relative slack in the pruning tests (bounds must not prune the optimum by rounding)
 _STRONG_BOUNDS = True  # the Σs/σ-coupled bounds (tests switch them off to check they never prune the optimum)
+_CAPPED_BOUND_ROWS = 256  # the t4 bound of _capped_bounds loops in Python: above this many t2 rows the plain bound
+#: Sweeps one MS step may spend (each O(N·J)); past it the step returns its incumbent and a certified lower bound.
+#: ``max_sweeps="auto"``: SWEEP_ENTRIES / (N·J) sweeps, clipped to [SWEEP_MIN, SWEEP_BUDGET] (a fixed amount of work
+#: per MS step beyond the O(N·J log(N·J)) sorts, so large instances stay fast and report their gap).
+SWEEP_BUDGET = 120
+SWEEP_MIN = 20
+SWEEP_ENTRIES = 1.6e6
+#: ``solve_ms_exact(cache=...)`` keeps structures between MS steps only up to this N·J (memory).
+CACHE_SIZE = 400_000
 
 
 def applicable(problem: PlanningProblem) -> bool:
@@ -152,7 +168,7 @@ class _Sweep:
         max_u = np.maximum.accumulate(u.ravel()[fl])
         max_v = np.maximum.accumulate(v.ravel()[fl])
         last = np.flatnonzero(np.append(kv[1:] != kv[:-1], True))  # last event of each tie group
-        last = last[count[last] == N]  # every device has an admissible cut
+        last = last[(count[last] == N) & np.isfinite(kv[last])]  # every device has an admissible cut
         self.t, self.sum_s, self.sigma = kv[last], sum_s[last], sum_sg[last]
         self.max_u, self.max_v = max_u[last], max_v[last]
         self.mins = []
@@ -214,6 +230,9 @@ class _Static:
         j = cols - 1
         self.a, self.b = lat.fp_up[:, j], lat.down_bp[:, j]
         self.u, self.v = lat.model_up[:, j], lat.model_down[:, j]
+        if problem.admissible is not None:  # memory budgets: a cut that does not fit never enters a sweep
+            ok = problem.admissible_at(cols)
+            self.a, self.b, self.u, self.v = (np.where(ok, m, np.inf) for m in (self.a, self.b, self.u, self.v))
         self.s = lat.server_per_device[j]
         self.dl = lat.delta[j[-1]] - lat.delta[j]
         sys = lat.system
@@ -249,6 +268,8 @@ class _Subproblem:
         self.sweeps = 0
         if static.fresh:  # the four unrestricted sweeps are counted once per cache
             self.sweeps, static.fresh = 4, False
+        self.limit = math.inf  # sweep budget of this subproblem (set by the caller)
+        self.unfinished = False  # whether the last node stopped on the budget
 
     def value(self, x: np.ndarray) -> float:
         """N_L(x) for column indices x (exact, tight μ)."""
@@ -386,6 +407,9 @@ class _Subproblem:
             for k3 in np.argsort(lb3, kind="stable"):
                 if lb3[k3] >= best * (1 - _REL):
                     break
+                if self.sweeps >= self.limit:
+                    self.unfinished = True
+                    break
                 t3 = sw3.t[k3]
                 m13 = m1 & (self.u <= t3)
                 sw = _Sweep(self.key_b, m13, self.s, self.dl, self.u, self.v, mins=(self.v,))
@@ -398,10 +422,14 @@ class _Subproblem:
                 capped = base + np.maximum(sw.mins[0], sw.sigma / rfe)
                 cand = np.flatnonzero(capped < best * (1 - _REL))  # a cap through v might pay off
                 if cand.size:
+                    strong = _STRONG_BOUNDS and cand.size <= _CAPPED_BOUND_ROWS
                     lbq = (self._capped_bounds(I * t1 + I * sw.t[cand], t3, sw.sum_s[cand], sw.sigma[cand],
-                                               sw.mins[0][cand]) if _STRONG_BOUNDS else capped[cand])
+                                               sw.mins[0][cand]) if strong else capped[cand])
                     for e in np.argsort(lbq, kind="stable"):
                         if lbq[e] >= best * (1 - _REL):
+                            break
+                        if self.sweeps >= self.limit:
+                            self.unfinished = True
                             break
                         q = cand[e]
                         best, best_x = self._capped(m13 & (self.b <= sw.t[q]), I * t1 + I * sw.t[q], t3, best, best_x)
@@ -468,16 +496,68 @@ class _Subproblem:
         return (value, x) if value < best else (best, best_x)
 
 
+def _cheap_bounds(problem: PlanningProblem, interval: float, cand: np.ndarray) -> np.ndarray:
+    """For every deepest-cut bound L = cand[k]: a lower bound on min_{x ≤ L} N_L(x) (seconds), ∞ when
+    some device has no admissible cut ≤ L. Each max term is bounded by the largest per-device minimum
+    over the admissible cuts ≤ L, and Σs, σ by every device at its deepest admissible cut (s
+    non-increasing, δ non-decreasing); O(N·J), vectorised over L."""
+    lat, I = problem.latency, float(interval)
+    j = cand - 1
+    ok = problem.admissible_at(cand)
+    N, J = ok.shape
+
+    def max_of_min(m: np.ndarray) -> np.ndarray:
+        return np.minimum.accumulate(np.where(ok, m[:, j], np.inf), axis=1).max(axis=0)
+
+    deep = np.maximum.accumulate(np.where(ok, np.arange(J)[None, :], -1), axis=1)  # deepest admissible ≤ L
+    covered = (deep >= 0).all(axis=0)
+    deep = np.maximum(deep, 0)
+    sum_s = lat.server_per_device[j][deep].sum(axis=0)
+    delta = lat.delta[j]
+    sigma = N * delta - delta[deep].sum(axis=0)
+    sys = lat.system
+    with np.errstate(invalid="ignore"):  # 0·∞ where some device has no admissible cut ≤ L (masked below)
+        num = (I * max_of_min(lat.fp_up) + I * max_of_min(lat.down_bp) + I * sum_s
+               + np.maximum(max_of_min(lat.model_up), sigma / sys.edge_to_fed_bps)
+               + np.maximum(max_of_min(lat.model_down), sigma / sys.fed_to_edge_bps))
+    return np.where(covered, num, np.inf)
+
+
+def _lagrangian(problem: PlanningProblem, interval: float, cols: np.ndarray, target: float) -> float:
+    """:func:`solvers.lagrange.lagrangian_bound` on min_{x ≤ L} N_L(x) for L = cols[-1] (seconds)."""
+    lat = problem.latency
+    j = cols - 1
+    ok = problem.admissible_at(cols)
+    a, b, u, v = (np.where(ok, m[:, j], np.inf) for m in (lat.fp_up, lat.down_bp, lat.model_up, lat.model_down))
+    sys = lat.system
+    return lagrangian_bound(a, b, u, v, lat.server_per_device[j], lat.delta[j[-1]] - lat.delta[j], interval,
+                            float(sys.edge_to_fed_bps), float(sys.fed_to_edge_bps), target=target)
+
+
 def solve_ms_exact(problem: PlanningProblem, interval: int, *, max_cut: int | None = None,
-                   warm_cuts: Sequence[int] | None = None, cache: dict | None = None) -> SolveResult:
-    """Exact MS step: the optimal cut vector of the MILFP (34) at fixed I by (*) + threshold sweeps.
+                   warm_cuts: Sequence[int] | None = None, cache: dict | None = None,
+                   max_sweeps: int | str | None = "auto") -> SolveResult:
+    """MS step by (*) + threshold sweeps: the optimal cut vector of the MILFP (34) at fixed I, or,
+    when ``max_sweeps`` runs out first, the best found and a certified lower bound.
 
     Same optimum as :func:`solvers.dinkelbach.solve_dinkelbach` (Algorithm 2 with exact MILPs);
-    same candidate columns (candidates ≤ ``max_cut`` with A_j within the μ₅ bound of (34)).
-    ``warm_cuts`` (optional, e.g. BCD's current cuts) only seeds the incumbent used for pruning.
-    ``cache`` (optional, a dict owned by the caller, e.g. one per BCD run on an unchanged
-    ``problem``) keeps the interval-independent sort structures and sweeps of each deepest-cut
-    bound between calls; it must not outlive changes to ``problem``.
+    same candidate columns (candidates ≤ ``max_cut`` with A_j within the μ₅ bound of (34)), and only
+    the cuts that fit each device's memory. The deepest-cut bounds L are taken in the order of a
+    cheap O(N·J) bound (:func:`_cheap_bounds`), each one built, searched best-first and dropped, so
+    memory stays O(N·J) whatever the number of L.
+
+    Args:
+        warm_cuts: optional, e.g. BCD's current cuts; only seeds the incumbent used for pruning.
+        cache: optional dict owned by the caller (e.g. one per BCD run on an unchanged ``problem``)
+            that keeps the interval-independent structures of each L between calls; it must not
+            outlive changes to ``problem``. Used only while N·J ≤ :data:`CACHE_SIZE` (memory).
+        max_sweeps: budget of O(N·J) sweeps (``None`` = no budget, always exact; ``"auto"`` = see
+            :data:`SWEEP_ENTRIES`). Past it the search stops: ``status`` is ``"budget"`` instead of
+            ``"converged"``.
+
+    Returns:
+        SolveResult with method ``"threshold"``; ``lower_bound`` (seconds) ≤ the optimum of (34)
+        at this I times 2ϑ/γ, equal to ``objective`` when the search finished (up to 1e-12).
 
     Raises:
         InputError: the method is not exact for this profile (:func:`applicable` is false).
@@ -498,44 +578,63 @@ def solve_ms_exact(problem: PlanningProblem, interval: int, *, max_cut: int | No
     cand = cand[A[cand - 1] <= mu5_bound]
     if cand.size == 0:
         raise InfeasibleError(conv.infeasibility_reason(int(interval), int(problem.candidates[0])))
-    best_ratio, best_cuts, sweeps, history = math.inf, None, 0, []
+    if max_sweeps == "auto":
+        max_sweeps = int(np.clip(SWEEP_ENTRIES / (problem.num_devices * cand.size), SWEEP_MIN, SWEEP_BUDGET))
+    budget = math.inf if max_sweeps is None else max_sweeps
+    if cache is not None and problem.num_devices * cand.size > CACHE_SIZE:
+        cache = None
+    best_ratio, best_cuts = math.inf, None
     if warm_cuts is not None and set(int(c) for c in warm_cuts) <= set(cand.tolist()):
         best_cuts = tuple(int(c) for c in warm_cuts)  # incumbent: the warm start's ratio N/D
         best_ratio = problem.objective(int(interval), best_cuts) / problem.scale
-    for c in cand.tolist():  # uniform vectors (ℓ, …, ℓ): cheap extra incumbents
-        value = problem.objective(int(interval), (int(c),) * problem.num_devices) / problem.scale
+    for c in cand.tolist():  # uniform vectors (ℓ, …, ℓ), made admissible: cheap extra incumbents
+        x = problem.start_cuts(int(c), cand)
+        value = problem.objective(int(interval), x) / problem.scale
         if value < best_ratio:
-            best_ratio, best_cuts = value, (int(c),) * problem.num_devices
-    subs = []
-    for L_pos in range(cand.size):
-        cols = cand[: L_pos + 1]
-        L = int(cols[-1])
-        den = I * (conv.c - k_drift * A[L - 1] * I * I)  # D_L of (34)
-        if den <= 0:
+            best_ratio, best_cuts = value, x
+    den = I * (conv.c - k_drift * A[cand - 1] * I * I)  # D_L of (34) for every L = cand[k]
+    cheap = np.where(den > 0, _cheap_bounds(problem, I, cand) / np.where(den > 0, den, 1.0), np.inf)
+    open_bound, nodes, sweeps, history = math.inf, 0, 0, []  # open_bound: min bound of what was not searched
+    for pos in np.argsort(cheap, kind="stable"):
+        if cheap[pos] >= best_ratio * (1 - _REL):
+            break
+        cols, L, D = cand[: pos + 1], int(cand[pos]), float(den[pos])
+        level = max(float(cheap[pos]), _lagrangian(problem, I, cols, best_ratio * D) / D)
+        if level >= best_ratio * (1 - _REL):  # the LP-strength bound prunes this L without a sweep
+            history.append({"deepest_cut": L, "D": D, "sweeps": 0})
+            continue
+        if sweeps >= budget:
+            open_bound = min(open_bound, level)
             continue
         sub = _Subproblem(problem, I, cols, cache)
-        sub.lower_bounds(best_ratio * den)
-        subs.append((sub.lower / den, L, den, cols, sub))
-    # Best-first over all (L, t1) nodes by the ratio bound LB_L(t1)/D_L; stop once it reaches the incumbent.
-    ratio_lb = np.concatenate([sub.lb / den for _, _, den, _, sub in subs]) if subs else np.zeros(0)
-    owner = np.concatenate([np.full(sub.lb.size, n) for n, (*_, sub) in enumerate(subs)]) if subs else np.zeros(0, int)
-    position = np.concatenate([np.arange(sub.lb.size) for *_, sub in subs]) if subs else np.zeros(0, int)
-    nodes = 0
-    for e in np.argsort(ratio_lb, kind="stable"):
-        if ratio_lb[e] >= best_ratio * (1 - _REL):
-            break
-        _, L, den, cols, sub = subs[owner[e]]
-        num, x = sub.node(int(position[e]), best_ratio * den if math.isfinite(best_ratio) else math.inf)
-        nodes += 1
-        if x is not None and num / den < best_ratio:
-            best_ratio, best_cuts = num / den, tuple(int(c) for c in cols[x])
-    sweeps = sum(sub.sweeps for *_, sub in subs)
-    history = [{"deepest_cut": L, "D": den, "sweeps": sub.sweeps} for _, L, den, _, sub in subs]
+        sub.lower_bounds(best_ratio * D)
+        sweeps_before = sweeps
+        for k in np.argsort(sub.lb, kind="stable"):
+            bound = float(sub.lb[k]) / D
+            if bound >= best_ratio * (1 - _REL):
+                break
+            if sweeps_before + sub.sweeps >= budget:
+                open_bound = min(open_bound, max(bound, level))
+                break
+            sub.limit = budget - sweeps_before
+            num, x = sub.node(int(k), best_ratio * D if math.isfinite(best_ratio) else math.inf)
+            nodes += 1
+            if x is not None and num / D < best_ratio:
+                best_ratio, best_cuts = num / D, tuple(int(c) for c in cols[x])
+            if sub.unfinished:
+                open_bound = min(open_bound, max(bound, level))
+                break
+        sweeps += sub.sweeps
+        history.append({"deepest_cut": L, "D": D, "sweeps": sub.sweeps})
     if best_cuts is None:
         raise InfeasibleError(conv.infeasibility_reason(int(interval), int(problem.candidates[0])))
     objective = problem.objective(int(interval), best_cuts)
+    lower = problem.scale * min(best_ratio, open_bound) * (1 - 1e-12)
+    finished = open_bound >= best_ratio * (1 - _REL)
+    status = "converged" if finished else "budget"
     return SolveResult(cuts=best_cuts, interval=int(interval), objective=objective, success=math.isfinite(objective),
-                       status="converged", message=f"threshold sweep: exact MS optimum at I={interval} "
+                       status=status, message=f"threshold sweep at I={interval}: "
+                       f"{'exact MS optimum' if finished else 'sweep budget reached, best found'} "
                        f"({nodes} t1 nodes, {sweeps} sweeps over {len(history)} deepest-cut bounds)", method="threshold",
                        iterations=sweeps, milp_solves=0, seconds=time.perf_counter() - start, backend="threshold",
-                       history=history)
+                       history=history, lower_bound=min(lower, objective), nodes=nodes)

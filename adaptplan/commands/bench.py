@@ -16,7 +16,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     solvers = which.add_parser("solvers", help="AdaptSFL vs baselines vs exact optimum; solve time vs devices and cut points")
     solvers.add_argument("--quick", action="store_true", help="smaller sizes, for CI")
     solvers.add_argument("--seed", type=int, default=0, help="seed of generated scenarios (default 0)")
-    solvers.add_argument("--plot", metavar="PNG", help="also write a plot to PNG")
+    solvers.add_argument("--plot", metavar="PNG", help="also write a plot to PNG (objective vs baselines; planning "
+                         "time vs devices on random and adversarial instances, with an N log N reference)")
+    solvers.add_argument("--profile", metavar="FILE", help="benchmark on your instance: model profile JSON/TOML "
+                         "(default: the shipped VGG-16/CIFAR-10 profile)")
+    solvers.add_argument("--system", metavar="FILE", help="your system JSON/TOML (FLOP/s, bit/s, optional memory_bytes); "
+                         "default: --devices generated devices")
+    solvers.add_argument("--constants", metavar="FILE", help="your training constants JSON/TOML (default: placeholder "
+                         "constants of spec §6.1)")
+    solvers.add_argument("--devices", type=int, default=20, help="generated devices when --system is not given (default 20)")
     solvers.set_defaults(func=run_solvers)
     engine = which.add_parser("engine", help="samples/s of simulated SFL (20 devices) vs centralized training, same process")
     engine.add_argument("--devices", type=int, default=20, help="number of simulated devices (default 20)")
@@ -71,13 +79,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run_solvers(args: argparse.Namespace) -> int:
     from adaptplan.bench_solvers import run_solver_bench
-    from adaptplan.scenarios import default_scenario
+    from adaptplan.commands.plan import load_instance
     from solvers.problem import PlanningProblem
 
-    scenario = default_scenario()
-    problem = PlanningProblem.from_parts(scenario.profile, scenario.system, scenario.constants)
-    sizes = (20, 100) if args.quick else (20, 100, 500, 1000)
-    run_solver_bench(problem, sizes=sizes, seed=args.seed, plot_path=args.plot, quick=args.quick)  # prints as it goes
+    own = bool(args.profile or args.system or args.constants)
+    profile, system, constants, title = load_instance(args)
+    problem = PlanningProblem.from_parts(profile, system, constants)
+    sizes = (100, 300) if args.quick else (100, 300, 1000, 3000, 10000)
+    run_solver_bench(problem, sizes=sizes, seed=args.seed, plot_path=args.plot, quick=args.quick,
+                     title="your instance" if own else "default scenario", generated=not own)  # prints as it goes
     return 0
 
 

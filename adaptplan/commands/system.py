@@ -27,6 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--server-flops", type=float, default=50e12, help="edge server compute in FLOP/s (placeholder default 50e12)")
     parser.add_argument("--edge-fed-bps", type=float, default=500e6, help="edge<->fed server rate in bit/s, both directions (placeholder default 500e6)")
     parser.add_argument("--batch-size", type=int, default=16, help="mini-batch size b in samples (default 16)")
+    parser.add_argument("--memory-bytes", nargs=2, type=float, metavar=("LOW", "HIGH"),
+                        help="also give every device a memory budget in bytes, log-uniform in [LOW, HIGH] "
+                             "(a cut is then admissible only if the profile's client_memory_bytes fit)")
     parser.add_argument("--redraw", action="store_true", help="re-draw device FLOP/s and uplink rates every round")
     parser.add_argument("--round", type=int, default=1, help="with --redraw: which round's state to print (1-based, default 1)")
     parser.add_argument("--noise-cv", type=float, default=0.0, help="Gaussian measurement noise, coefficient of variation (e.g. 0.1)")
@@ -36,13 +39,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from adaptplan.errors import InputError
-    from adaptplan.system import SystemProcess, SystemRanges, generate_system
+    from adaptplan.system import SystemProcess, SystemRanges, generate_system, with_memory_budgets
 
     if args.round < 1:
         raise InputError(f"must be >= 1, got {args.round}", field="--round")
     ranges = SystemRanges(device_flops=tuple(args.flops), up_bps=tuple(args.up_bps), down_bps=tuple(args.down_bps),
                           server_flops=args.server_flops, edge_fed_bps=args.edge_fed_bps, batch_size=args.batch_size)
     base = generate_system(args.devices, args.seed, ranges)
+    if args.memory_bytes:
+        base = with_memory_budgets(base, args.memory_bytes, args.seed)
     process = SystemProcess(base, seed=args.seed, redraw=args.redraw, noise_cv=args.noise_cv, ranges=ranges)
     system = process.measured(args.round)
     if args.output:
