@@ -21,23 +21,33 @@ from adaptplan.bench_runs import RunResult, pct, run_jobs, seconds
 
 DEFAULT_POLICIES = ("adaptsfl", "rma+ms", "ma+rms", "rma+rms", "dama+rms", "rma+ams", "sfl", "psl")
 PARTITIONS = ("iid", "shards")
+SWEEPS = {"device-flops": "flops_scale", "bandwidth": "bandwidth_scale", "noise-cv": "noise_cv"}
+"""--sweep NAME → the TrainConfig field it sets (device FLOP/s and link-rate ranges scaled; measurement noise CV)."""
 
 
 def run_training_bench(policies: Sequence[str] = DEFAULT_POLICIES, partitions: Sequence[str] = PARTITIONS,
                        rounds: int = 600, devices: int = 20, dataset: str = "cifar10-subset", model: str = "cnn",
                        lr: float = 0.05, momentum: float = 0.9, batch_size: int = 16, eval_every: int = 10,
                        seed: int = 0, target: float = 0.4, replan_every: int = 50, workers: int | None = None,
-                       test_samples: int | None = 500, progress: bool = True) -> list[RunResult]:
+                       test_samples: int | None = 500, progress: bool = True, noise_cv: float = 0.0,
+                       sweep: tuple[str, Sequence[float]] | None = None) -> list[RunResult]:
+    """Run every (partition, policy) pair, or with ``sweep = (NAME, values)`` every (value, policy)
+    pair on the first partition (the run's group is then ``NAME=value``)."""
     jobs = []
-    for partition in partitions:
+    settings: list[tuple[str, str, dict[str, float]]] = [(p, p, {}) for p in partitions]
+    if sweep is not None:
+        name, values = sweep
+        settings = [(f"{name}={v:g}", partitions[0], {SWEEPS[name]: float(v)}) for v in values]
+    for group, partition, override in settings:
         for policy in policies:
             config: dict[str, Any] = dict(algorithm="adaptsfl", policy=policy, dataset=dataset, model=model,
                                           devices=devices, partition=partition, rounds=rounds, lr=lr, momentum=momentum,
                                           batch_size=batch_size, eval_every=eval_every, seed=seed, threads=1,
-                                          progress=False, max_test_samples=test_samples)
+                                          progress=False, max_test_samples=test_samples, noise_cv=noise_cv)
+            config.update(override)
             if policy == "adaptsfl":
                 config["replan_every"] = replan_every
-            jobs.append({"group": partition, "label": policy, "target": target, "config": config})
+            jobs.append({"group": group, "label": policy, "target": target, "config": config})
     return run_jobs(jobs, workers, "bench training", progress)
 
 
@@ -74,3 +84,41 @@ def save_json(results: Sequence[RunResult], target: float, path: str | os.PathLi
     first = next(iter(by_partition.values()), {})
     data = {"target_accuracy": target, "policies": first, "partitions": by_partition}
     Path(path).write_text(json.dumps(data, indent=2), encoding="utf-8")
+
+
+def sweep_table(results: Sequence[RunResult], name: str) -> str:
+    """Simulated seconds to target (and converged) per policy against the swept value."""
+    groups = list(dict.fromkeys(r.group for r in results))
+    policies = list(dict.fromkeys(r.label for r in results))
+    cell = {(r.group, r.label): r for r in results}
+    lines = [f"sweep {name}: simulated s to target / converged s",
+             f"  {'policy':<9} " + " ".join(f"{g.split('=')[1]:>17}" for g in groups)]
+    for policy in policies:
+        lines.append(f"  {policy:<9} " + " ".join(
+            f"{seconds(cell[g, policy].time_to_target_s):>8} / {seconds(cell[g, policy].converged_time_s):>6}"
+            for g in groups))
+    return "\n".join(lines)
+
+
+def sweep_plot(results: Sequence[RunResult], name: str, path: str | os.PathLike) -> None:
+    """Simulated seconds to target against the swept value, one line per policy (AdaptSFL Figs. 7–8)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for policy in dict.fromkeys(r.label for r in results):
+        points = [(float(r.group.split("=")[1]), r.time_to_target_s) for r in results if r.label == policy]
+        points = [(x, y) for x, y in points if y is not None]
+        if points:
+            ax.plot(*zip(*points), marker="o", label=policy)
+    ax.set_xlabel(name)
+    ax.set_ylabel("simulated seconds to target")
+    ax.grid(alpha=0.3)
+    if ax.lines:
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no policy reached the target", ha="center", transform=ax.transAxes)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -165,6 +165,18 @@ class SystemRanges:
         positive_int(self.batch_size, "batch_size")
 
 
+def scaled_ranges(ranges: SystemRanges, device_flops: float = 1.0, bandwidth: float = 1.0) -> SystemRanges:
+    """``ranges`` with the device FLOP/s range multiplied by ``device_flops`` and every link rate
+    (uplinks, downlinks, edge↔fed) by ``bandwidth`` — the resource sweeps of AdaptSFL's Figs. 7–8."""
+    if not (device_flops > 0 and bandwidth > 0 and np.isfinite(device_flops) and np.isfinite(bandwidth)):
+        raise InputError(f"scale factors must be finite and > 0, got device-flops={device_flops}, "
+                         f"bandwidth={bandwidth}", field="sweep")
+    return replace(ranges, device_flops=tuple(device_flops * v for v in ranges.device_flops),
+                   up_bps=tuple(bandwidth * v for v in ranges.up_bps),
+                   down_bps=tuple(bandwidth * v for v in ranges.down_bps),
+                   edge_fed_bps=bandwidth * ranges.edge_fed_bps)
+
+
 def generate_system(num_devices: int, seed: int, ranges: SystemRanges = SystemRanges()) -> SystemSpec:
     """Draw a system with ``num_devices`` devices from uniform ``ranges`` (numpy ``default_rng(seed)``)."""
     positive_int(num_devices, "devices")

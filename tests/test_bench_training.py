@@ -37,3 +37,31 @@ def test_bench_training_bad_flags_exit_2(capsys) -> None:
     assert "--partition" in capsys.readouterr().err
     assert main(["bench", "training", "--workers", "0"]) == 2
     assert "--workers" in capsys.readouterr().err
+
+
+def test_resource_scales_multiply_the_generated_ranges() -> None:
+    from trainers.config import TrainConfig
+    from trainers.run import Trainer
+
+    times = {}
+    for k in (0.5, 2.0):
+        trainer = Trainer(TrainConfig(dataset="synthetic", devices=4, rounds=1, cuts=(2,), lr=0.01, progress=False,
+                                      flops_scale=k, bandwidth_scale=k))
+        times[k] = trainer.clock.stage_times(1, [2] * 4)
+    # the same seeded draws, ranges scaled by k: compute and transfer times scale by 1/k
+    assert (times[0.5].client_fp == 4 * times[2.0].client_fp).all()
+    assert abs(times[0.5].upload / times[2.0].upload - 4).max() < 1e-12
+    assert times[0.5].edge_to_fed_bps * 4 == times[2.0].edge_to_fed_bps
+
+
+def test_sweep_runs_one_group_per_value_and_bad_sweeps_exit_2(tmp_path, capsys) -> None:
+    out = tmp_path / "sweep"
+    assert main(["bench", "training", "--policies", "sfl", "--partition", "iid", "--rounds", "2", "--devices", "20",
+                 "--dataset", "synthetic", "--eval-every", "2", "--workers", "1", "--sweep", "bandwidth=0.5,2",
+                 "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "sweep bandwidth" in text and "bandwidth=0.5" in text and "bandwidth=2" in text
+    assert (out / "sweep-bandwidth.png").stat().st_size > 1000
+    for bad in ("speed=1", "bandwidth=", "bandwidth=0,1", "device-flops=a", "noise-cv=-1"):
+        assert main(["bench", "training", "--sweep", bad]) == 2
+        assert "--sweep" in capsys.readouterr().err

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
 from adaptplan.errors import InputError
-from adaptplan.fileio import positive_int, positive_number
+from adaptplan.fileio import non_negative_number, positive_int, positive_number
 from trainers.datasets import dataset_names
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -161,6 +161,8 @@ class TrainConfig:
     system_seed: int = 0
     redraw_resources: bool = True
     noise_cv: float = 0.0
+    flops_scale: float = 1.0
+    bandwidth_scale: float = 1.0
     constants_path: str | None = None
     data_root: str | None = None
     download: bool = False
@@ -191,6 +193,9 @@ class TrainConfig:
             if getattr(self, name) is not None:
                 positive_int(getattr(self, name), name)
         positive_number(self.lr, "lr")
+        for name in ("flops_scale", "bandwidth_scale"):
+            positive_number(getattr(self, name), name)
+        non_negative_number(self.noise_cv, "noise_cv")
         if self.momentum < 0 or self.weight_decay < 0:
             raise InputError("momentum and weight_decay must be ≥ 0", field="momentum" if self.momentum < 0 else "weight_decay")
         if self.dirichlet_alpha <= 0:

@@ -33,7 +33,7 @@ from adaptplan.constants import ConvergenceConstants
 from adaptplan.errors import InfeasibleError, InputError
 from adaptplan.model_profile import ModelProfile
 from adaptplan.plan import Plan
-from adaptplan.system import SystemProcess, SystemSpec, generate_system
+from adaptplan.system import SystemProcess, SystemRanges, SystemSpec, generate_system, scaled_ranges
 from profilers import build_chain, profile_model
 from trainers.checkpoint import file_digest, load_checkpoint, save_checkpoint
 from trainers.clock import SimClock
@@ -146,15 +146,18 @@ class Trainer:
         else:
             self.planner = planner or default_planner(constants, gamma=config.lr)
             self.replan_every = config.replan_every
+        self.ranges = scaled_ranges(SystemRanges(), config.flops_scale, config.bandwidth_scale)
         base = system
         if base is None:
-            base = SystemSpec.load(config.system_path) if config.system_path else generate_system(config.devices, config.system_seed)
+            base = SystemSpec.load(config.system_path) if config.system_path else \
+                generate_system(config.devices, config.system_seed, self.ranges)
         if base.num_devices != config.devices:
             raise InputError(f"system has {base.num_devices} devices but devices = {config.devices}", field="devices")
         # Re-drawing samples the generator's ranges, so it applies to generated systems only; a system the
         # user gave (file or argument) keeps its resources every round.
         generated = system is None and not config.system_path
         self.process = SystemProcess(base, seed=config.system_seed, redraw=config.redraw_resources and generated,
+                                     ranges=self.ranges,
                                      noise_cv=config.noise_cv)
         self.clock = SimClock(self.profile, self.process, config.batch_size)
         parts = partition_indices(self.dataset.y_train.numpy(), config.devices, config.partition, config.seed,

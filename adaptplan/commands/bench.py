@@ -72,6 +72,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     training.add_argument("--test-samples", type=int, default=500, help="test images per evaluation (default 500)")
     training.add_argument("--target-accuracy", type=float, default=0.4, help="target test accuracy, a fraction (default 0.4)")
     training.add_argument("--workers", type=int, help="worker processes, one torch thread each (default: all cores)")
+    training.add_argument("--noise-cv", type=float, default=0.0,
+                          help="coefficient of variation of the Gaussian noise on what planners measure (default 0)")
+    training.add_argument("--sweep", metavar="NAME=V1,V2,...",
+                          help="repeat on the first partition for each value: device-flops (scale of the device FLOP/s "
+                               "range), bandwidth (scale of every link rate) or noise-cv; prints a table and, with "
+                               "--out, plots time to target against the value")
     training.add_argument("--json", metavar="FILE", help="write the figures as JSON to FILE")
     training.add_argument("--out", metavar="DIR", help="write table.txt and accuracy.png (one panel per partition) into DIR")
     training.set_defaults(func=run_training)
@@ -169,12 +175,19 @@ def run_training(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
+    if not (args.noise_cv >= 0 and args.noise_cv < float("inf")):
+        raise InputError(f"must be a finite number ≥ 0, got {args.noise_cv}", field="--noise-cv")
+    sweep = _sweep(args.sweep, bench.SWEEPS) if args.sweep else None
     results = bench.run_training_bench(policies, partitions, rounds=args.rounds, devices=args.devices,
                                        dataset=args.dataset, model=args.model, lr=args.lr, momentum=args.momentum,
                                        eval_every=args.eval_every, seed=args.seed, target=args.target_accuracy,
                                        replan_every=args.replan_every, workers=args.workers,
-                                       test_samples=args.test_samples)
+                                       test_samples=args.test_samples, noise_cv=args.noise_cv, sweep=sweep)
     text = bench.table(results, args.target_accuracy)
+    if sweep is not None:
+        text += "\n" + bench.sweep_table(results, sweep[0])
+        if out is not None:
+            bench.sweep_plot(results, sweep[0], out / f"sweep-{sweep[0]}.png")
     print(text)
     if args.json:
         bench.save_json(results, args.target_accuracy, args.json)
@@ -183,3 +196,19 @@ def run_training(args: argparse.Namespace) -> int:
         plot(results, out / "accuracy.png")
         print(f"wrote {out / 'table.txt'} and {out / 'accuracy.png'}")
     return 0
+
+
+def _sweep(text: str, names: dict[str, str]) -> tuple[str, list[float]]:
+    """``NAME=V1,V2,...`` → (NAME, [values]); one message naming --sweep otherwise."""
+    name, _, values = text.partition("=")
+    if name not in names or not values:
+        raise InputError(f"expected NAME=V1,V2,... with NAME one of {', '.join(names)}; got {text!r}", field="--sweep")
+    try:
+        numbers = [float(v) for v in values.split(",") if v.strip()]
+    except ValueError:
+        raise InputError(f"values must be numbers, got {values!r}", field="--sweep") from None
+    lowest = 0.0 if name == "noise-cv" else 1e-300
+    if not numbers or any(not (lowest <= v < float("inf")) for v in numbers):
+        raise InputError(f"values must be finite and {'≥ 0' if name == 'noise-cv' else '> 0'}, got {values!r}",
+                         field="--sweep")
+    return name, numbers
