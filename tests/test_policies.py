@@ -60,3 +60,33 @@ def test_incompatible_policy_options_are_named(options, field) -> None:
     with pytest.raises(InputError) as info:
         TrainConfig(**RUN, **options)
     assert info.value.field == field
+
+
+def test_reestimation_feeds_the_runs_own_constants_to_the_planner() -> None:
+    from adaptplan.constants import ConvergenceConstants
+    from profilers.chain import Chain
+    from profilers.gradstats import estimate_constants, iterate_batches
+
+    seen = []
+
+    def planner(request):
+        if request.round:
+            trainer = holder[0]
+            chain = Chain(trainer.engine.averaged_model(), list(trainer.block_names))
+            batches = iterate_batches(trainer.dataset.x_train, trainer.dataset.y_train, 8, 8, seed=request.round)
+            seen.append((request.constants, estimate_constants(chain, batches, gamma=0.05, epsilon=0.1, seed=request.round)))
+        return [2] * 20, 2
+
+    holder = []
+    config = TrainConfig(**{**RUN, "rounds": 4}, replan_every=2, reestimate=True)
+    holder.append(Trainer(config, planner=planner))
+    history = holder[0].run()
+    assert len(seen) == 2
+    placeholder = ConvergenceConstants.placeholder(holder[0].profile.num_cuts)
+    for given, independent in seen:
+        assert given == independent                       # the model at that round, its own data, γ = --lr
+        assert given.beta != placeholder.beta and given.gamma == 0.05
+    assert [e["constants"]["beta"] for e in history.events[1:]] == [c.beta for c, _ in seen]
+    with pytest.raises(InputError) as info:
+        TrainConfig(**RUN, reestimate=True)
+    assert info.value.field == "reestimate"

@@ -28,7 +28,8 @@ DATASETS = tuple(dataset_names())
 MODELS = ("cnn", "mlp", "vgg16-cifar")    # built-ins; any torchvision name or package.module:factory is valid too
 PARTITIONS = ("iid", "shards", "dirichlet")
 OPTIMIZERS = ("sgd", "adam")
-POLICIES = ("adaptsfl", "rma+ms", "ma+rms", "rma+rms", "dama+rms", "rma+ams", "sfl", "psl", "fixed-cut")        # trainers.optim.OPTIMIZERS (kept torch-free here)
+POLICIES = ("adaptsfl", "rma+ms", "ma+rms", "rma+rms", "dama+rms", "rma+ams", "sfl", "psl", "fixed-cut")
+REDRAWING_POLICIES = ("rma+ms", "ma+rms", "rma+rms", "dama+rms", "rma+ams")   # re-drawn at every aggregation        # trainers.optim.OPTIMIZERS (kept torch-free here)
 
 
 @dataclass(frozen=True)
@@ -161,6 +162,7 @@ class TrainConfig:
     system_seed: int = 0
     redraw_resources: bool = True
     noise_cv: float = 0.0
+    reestimate: bool = False
     flops_scale: float = 1.0
     bandwidth_scale: float = 1.0
     constants_path: str | None = None
@@ -213,6 +215,9 @@ class TrainConfig:
             self.cuts = cuts
         if self.plan_path is not None and self.cuts is not None:
             raise InputError("give either a plan file or explicit cuts, not both", field="cuts")
+        if self.reestimate and self.replan_every is None and self.policy not in REDRAWING_POLICIES:
+            raise InputError("re-estimation happens at re-planning points: add --replan-every Q (or a random --policy)",
+                             field="reestimate")
         if self.policy is not None:
             check_choice(self.policy, POLICIES, "policy")
             if self.plan_path is not None:

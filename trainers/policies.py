@@ -21,12 +21,11 @@ from typing import Callable
 
 from adaptplan.constants import ConvergenceConstants
 from adaptplan.errors import InfeasibleError
-from trainers.config import POLICIES
+from trainers.config import POLICIES, REDRAWING_POLICIES as REDRAWING
 
 NEVER = 10 ** 9
 """The interval of a policy that never aggregates (PSL), in rounds."""
 
-REDRAWING = ("rma+ms", "ma+rms", "rma+rms", "dama+rms", "rma+ams")
 assert set(REDRAWING) < set(POLICIES)
 
 
@@ -42,7 +41,8 @@ def policy_planner(name: str, constants: ConvergenceConstants | None, gamma: flo
         from solvers import baselines
         from solvers.problem import PlanningProblem
 
-        consts = constants or dataclasses.replace(ConvergenceConstants.placeholder(request.profile.num_cuts), gamma=gamma)
+        consts = request.constants or constants or \
+            dataclasses.replace(ConvergenceConstants.placeholder(request.profile.num_cuts), gamma=gamma)
         problem = PlanningProblem.from_parts(request.profile, request.system, consts)
         draw = seed * 1_000_003 + request.round
         if name == "fixed-cut":

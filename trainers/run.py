@@ -65,6 +65,7 @@ class ReplanRequest:
     profile: ModelProfile
     cuts: list[int]
     interval: int
+    constants: ConvergenceConstants | None = None     # re-estimated from the run (--reestimate), else None
 
 
 Planner = Callable[[ReplanRequest], "tuple[list[int], int] | Plan"]
@@ -77,14 +78,16 @@ def default_planner(constants: ConvergenceConstants | None = None, gamma: float 
 
     Each call solves problem (28) for ``request.system``, warm-started from the cuts in force —
     what ``Planner.replan(system=..., warm_start=...)`` does — but statelessly, so a resumed run
-    re-plans exactly as the uninterrupted one. Constants default to the placeholders of spec §6.1
-    (``ConvergenceConstants.placeholder(L)``) with γ = ``gamma``, the learning rate actually used.
+    re-plans exactly as the uninterrupted one. Constants: the request's re-estimated ones, else
+    ``constants``, else the placeholders of spec §6.1 (``ConvergenceConstants.placeholder(L)``)
+    with γ = ``gamma``, the learning rate actually used.
     """
 
     def plan(request: ReplanRequest) -> Plan:
         from adaptplan.planner import Planner as _Planner
 
-        consts = constants or dataclasses.replace(ConvergenceConstants.placeholder(request.profile.num_cuts), gamma=gamma)
+        consts = request.constants or constants or \
+            dataclasses.replace(ConvergenceConstants.placeholder(request.profile.num_cuts), gamma=gamma)
         return _Planner(request.profile, request.system, consts).plan(initial_cuts=request.cuts or None)
 
     return plan
@@ -129,6 +132,7 @@ class Trainer:
         self.profile = profile_model(chain, input_shape, model_name=f"{config.model}-{config.dataset}")
         if constants is None and config.constants_path:
             constants = ConvergenceConstants.load(config.constants_path)
+        self.constants = constants
         if constants is not None and len(constants.sigma2) != self.profile.num_cuts:
             raise InputError(f"the constants have {len(constants.sigma2)} cut points but {config.model} has "
                              f"{self.profile.num_cuts}; estimate them for this model (adaptplan profile --grad-stats)",
@@ -396,8 +400,9 @@ class Trainer:
         system = dataclasses.replace(self.clock.process.measured(t + 1), batch_size=self.config.batch_size)
         old = (list(self.engine.cuts), self.engine.interval)
         self.last_replan = t
+        estimated = self.reestimate_constants(t) if self.config.reestimate else None
         try:
-            cuts, interval, details = _decision(self.planner(ReplanRequest(t, system, self.profile, *old)))
+            cuts, interval, details = _decision(self.planner(ReplanRequest(t, system, self.profile, *old, estimated)))
         except InfeasibleError as exc:             # keep the plan in force, say why
             self.history.events.append({"round": t, "event": "replan-infeasible", "reason": str(exc),
                                         "cuts": old[0], "interval": old[1]})
@@ -405,9 +410,25 @@ class Trainer:
         cuts, interval = self._one_client_model(cuts), self.config.interval or self._planned_interval(interval)
         self.engine.set_cuts(cuts, t)
         self.engine.interval = interval
+        if estimated is not None:
+            details = {**details, "constants": estimated.to_json()}
         self.history.events.append({"round": t, "event": "replan", "old_cuts": old[0], "old_interval": old[1],
                                     "cuts": cuts, "interval": interval, **details})
         return True
+
+    def reestimate_constants(self, t: int) -> ConvergenceConstants:
+        """Algorithm 1 (spec §5.4): β, σ_j², G_j² and ϑ estimated again from the run's own model (the
+        parameter-wise mean w̄ at this aggregation round) on 8 mini-batches of its training data, with
+        γ = --lr and the target ε in force (the constants file's, else the placeholder's)."""
+        from profilers.chain import Chain
+        from profilers.gradstats import estimate_constants, iterate_batches
+
+        epsilon = (self.constants.epsilon if self.constants is not None
+                   else ConvergenceConstants.placeholder(self.profile.num_cuts).epsilon)
+        b = self.config.batch_size
+        batches = iterate_batches(self.dataset.x_train, self.dataset.y_train, b, 8, seed=t)
+        chain = Chain(self.engine.averaged_model(), list(self.block_names))
+        return estimate_constants(chain, batches, gamma=self.config.lr, epsilon=epsilon, num_batches=8, seed=t)
 
 
 def run(config: TrainConfig, **kwargs: Any) -> History:

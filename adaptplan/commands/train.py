@@ -48,6 +48,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--policy", help=f"planning policy deciding cuts and interval in the loop: {', '.join(POLICIES)} "
                    "(random ones re-draw at every aggregation; adaptsfl re-plans every --replan-every rounds; fixed-cut "
                    "uses --cuts J); default: plan once with the built-in planner")
+    p.add_argument("--reestimate", action="store_true",
+                   help="at every re-planning point, re-estimate beta, sigma_j^2, G_j^2 and theta from the run's own "
+                        "model and data (Algorithm 1) instead of keeping the constants fixed")
     p.add_argument("--replan-every", type=int, help="re-plan every Q rounds at aggregation rounds (Algorithm 1), in rounds")
     p.add_argument("--interval", type=int,
                    help="client-side model-averaging interval I, in rounds (overrides the plan and every re-plan)")
@@ -128,7 +131,7 @@ def _fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
         partition=args.partition, dirichlet_alpha=args.alpha, rounds=args.rounds, batch_size=args.batch_size,
         lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay, interval=args.interval,
         cuts=list(args.cuts) if args.cuts is not None else None, plan_path=args.plan, replan_every=args.replan_every,
-        policy=args.policy,
+        policy=args.policy, reestimate=args.reestimate,
         seed=args.seed, eval_every=args.eval_every, max_test_samples=args.max_test_samples, out=args.out, checkpoint_every=args.checkpoint_every,
         resume=args.resume, overwrite=args.overwrite, allow_fallback=args.allow_fallback,
         target_accuracy=args.target_accuracy, system_path=args.system, system_seed=args.system_seed,
