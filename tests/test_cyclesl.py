@@ -11,10 +11,10 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from cli_checks import assert_train_flag_error
 import torch
 from torch import nn
 
-from adaptplan.cli import main
 from test_engine import small_model
 from trainers.datasets import load_dataset
 from trainers.engine import DeviceData, SplitEngine
@@ -222,9 +222,6 @@ def test_non_participants_untouched_in_cyclepsl() -> None:
 
 
 # ---- flags ----------------------------------------------------------------------------------------------
-COMMON = ["--dataset", "synthetic", "--devices", "4", "--rounds", "1", "--no-progress"]
-
-
 @pytest.mark.parametrize("argv,flag", [
     (["--algorithm", "cyclesl", "--server-epochs", "0"], "--server-epochs"),
     (["--algorithm", "cyclesl", "--cycle-base", "sgl"], "--cycle-base"),
@@ -232,6 +229,4 @@ COMMON = ["--dataset", "synthetic", "--devices", "4", "--rounds", "1", "--no-pro
     (["--algorithm", "sfl-v1", "--server-epochs", "2"], "--server-epochs"),
 ])
 def test_bad_cyclesl_flags_exit_2(argv, flag, capsys) -> None:
-    assert main(["train", *argv, *COMMON]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and flag in err[0]
+    assert_train_flag_error(argv, flag, capsys)

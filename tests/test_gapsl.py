@@ -9,10 +9,10 @@ import math
 
 import numpy as np
 import pytest
+from cli_checks import assert_train_flag_error
 import torch
 from torch import nn
 
-from adaptplan.cli import main
 from test_engine import small_model
 from trainers.datasets import load_dataset
 from trainers.engine import DeviceData, SplitEngine
@@ -225,9 +225,6 @@ def test_gda_modes_reduce_to_detached_when_lambda_is_zero(mode: str) -> None:
 
 
 # ---- flags ----------------------------------------------------------------------------------------------
-COMMON = ["--dataset", "synthetic", "--devices", "4", "--rounds", "1", "--no-progress"]
-
-
 @pytest.mark.parametrize("argv,flag", [
     (["--algorithm", "gapsl", "--k-min", "2"], "--k-min"),
     (["--algorithm", "gapsl", "--k-min", "0.5", "--k-max", "0.3"], "--k-max"),
@@ -236,6 +233,4 @@ COMMON = ["--dataset", "synthetic", "--devices", "4", "--rounds", "1", "--no-pro
     (["--algorithm", "psl", "--k-min", "0.3"], "--k-min"),
 ])
 def test_bad_gapsl_flags_exit_2(argv, flag, capsys) -> None:
-    assert main(["train", *argv, *COMMON]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and flag in err[0]
+    assert_train_flag_error(argv, flag, capsys)

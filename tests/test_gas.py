@@ -11,10 +11,10 @@ import copy
 
 import numpy as np
 import pytest
+from cli_checks import assert_train_flag_error
 import torch
 from torch import nn
 
-from adaptplan.cli import main
 from test_engine import small_model
 from adaptplan.system import SystemProcess, generate_system
 from profilers import build_chain, profile_model
@@ -396,9 +396,6 @@ def test_replacement_downloads_the_global_client_model() -> None:
 
 
 # ---- flags ----------------------------------------------------------------------------------------------
-COMMON = ["--dataset", "synthetic", "--devices", "4", "--rounds", "1", "--no-progress"]
-
-
 @pytest.mark.parametrize("argv,flag", [
     (["--algorithm", "gas", "--active", "0"], "--active"),
     (["--algorithm", "gas", "--local-steps", "0"], "--local-steps"),
@@ -407,6 +404,4 @@ COMMON = ["--dataset", "synthetic", "--devices", "4", "--rounds", "1", "--no-pro
     (["--algorithm", "psl", "--active", "3"], "--active"),
 ])
 def test_bad_gas_flags_exit_2(argv, flag, capsys) -> None:
-    assert main(["train", *argv, *COMMON]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and flag in err[0]
+    assert_train_flag_error(argv, flag, capsys)

@@ -40,19 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     algos.add_argument("--algorithms", default=",".join(ALGORITHMS), help="comma-separated (default: all nine)")
     algos.add_argument("--partitions", default="iid,dirichlet-0.1,shards-2",
                        help="comma-separated: iid, dirichlet-0.1 (Dirichlet α = 0.1), shards-2 (2 label shards per device)")
-    algos.add_argument("--rounds", type=int, default=100, help="rounds per run (default 100)")
-    algos.add_argument("--devices", type=int, default=20, help="devices N (default 20)")
-    algos.add_argument("--dataset", default="cifar10-subset", help="dataset (default cifar10-subset)")
-    algos.add_argument("--model", default="cnn", help="model (default cnn)")
+    _training_options(algos, rounds=100, target=0.3)
     algos.add_argument("--cuts", help="one cut for every device (default: the planner's plan)")
-    algos.add_argument("--lr", type=float, default=0.05, help="learning rate (default 0.05)")
-    algos.add_argument("--momentum", type=float, default=0.9, help="SGD momentum (default 0.9)")
     algos.add_argument("--batch-size", type=int, default=16, help="samples per device per step (default 16)")
-    algos.add_argument("--eval-every", type=int, default=10, help="evaluate every K rounds (default 10)")
-    algos.add_argument("--seed", type=int, default=0, help="seed of data partition, model and samplers (default 0)")
-    algos.add_argument("--target-accuracy", type=float, default=0.3, help="target test accuracy, a fraction (default 0.3)")
-    algos.add_argument("--workers", type=int, help="worker processes, one torch thread each (default: all cores)")
-    algos.add_argument("--test-samples", type=int, default=500, help="test images per evaluation (default 500)")
     algos.add_argument("--out", metavar="DIR", help="write table.txt, results.json and accuracy.png into DIR")
     algos.set_defaults(func=run_algorithms)
     training = which.add_parser("training", help="planning policies in the training loop (AdaptSFL vs the paper's "
@@ -60,18 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     training.add_argument("--policies", default="adaptsfl,rma+ms,ma+rms,rma+rms,dama+rms,rma+ams,sfl,psl",
                           help="comma-separated policies (trainers.policies; default: AdaptSFL, the paper's five, SFL, PSL)")
     training.add_argument("--partition", default="both", help="iid, shards (2 label shards per device) or both (default)")
-    training.add_argument("--rounds", type=int, default=600, help="rounds per run (default 600)")
-    training.add_argument("--devices", type=int, default=20, help="devices N (default 20)")
-    training.add_argument("--dataset", default="cifar10-subset", help="dataset (default cifar10-subset)")
-    training.add_argument("--model", default="cnn", help="model (default cnn)")
-    training.add_argument("--seed", type=int, default=0, help="seed of data, model, samplers and system trace (default 0)")
-    training.add_argument("--lr", type=float, default=0.05, help="learning rate γ, also the planner's (default 0.05)")
-    training.add_argument("--momentum", type=float, default=0.9, help="SGD momentum (default 0.9)")
+    _training_options(training, rounds=600, target=0.4)
     training.add_argument("--replan-every", type=int, default=50, help="AdaptSFL re-plans every Q rounds (default 50)")
-    training.add_argument("--eval-every", type=int, default=10, help="evaluate every K rounds (default 10)")
-    training.add_argument("--test-samples", type=int, default=500, help="test images per evaluation (default 500)")
-    training.add_argument("--target-accuracy", type=float, default=0.4, help="target test accuracy, a fraction (default 0.4)")
-    training.add_argument("--workers", type=int, help="worker processes, one torch thread each (default: all cores)")
     training.add_argument("--noise-cv", type=float, default=0.0,
                           help="coefficient of variation of the Gaussian noise on what planners measure (default 0)")
     training.add_argument("--sweep", metavar="NAME=V1,V2,...",
@@ -81,6 +61,32 @@ def register(sub: argparse._SubParsersAction) -> None:
     training.add_argument("--json", metavar="FILE", help="write the figures as JSON to FILE")
     training.add_argument("--out", metavar="DIR", help="write table.txt and accuracy.png (one panel per partition) into DIR")
     training.set_defaults(func=run_training)
+
+
+def _training_options(parser: argparse.ArgumentParser, rounds: int, target: float) -> None:
+    """The options both training benchmarks share (what every run of the benchmark trains with)."""
+    parser.add_argument("--rounds", type=int, default=rounds, help=f"rounds per run (default {rounds})")
+    parser.add_argument("--devices", type=int, default=20, help="devices N (default 20)")
+    parser.add_argument("--dataset", default="cifar10-subset", help="dataset (default cifar10-subset)")
+    parser.add_argument("--model", default="cnn", help="model (default cnn)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of data, model, samplers and system trace (default 0)")
+    parser.add_argument("--lr", type=float, default=0.05, help="learning rate γ, also the planner's (default 0.05)")
+    parser.add_argument("--momentum", type=float, default=0.9, help="SGD momentum (default 0.9)")
+    parser.add_argument("--eval-every", type=int, default=10, help="evaluate every K rounds (default 10)")
+    parser.add_argument("--test-samples", type=int, default=500, help="test images per evaluation (default 500)")
+    parser.add_argument("--target-accuracy", type=float, default=target,
+                        help=f"target test accuracy, a fraction (default {target})")
+    parser.add_argument("--workers", type=int, help="worker processes, one torch thread each (default: all cores)")
+
+
+def _check_training_options(args: argparse.Namespace, *more: str) -> None:
+    """Counts ≥ 1 and the target a fraction, each error naming its flag."""
+    for flag in ("--rounds", "--devices", "--eval-every", "--test-samples", "--workers", *more):
+        value = getattr(args, flag.lstrip("-").replace("-", "_"))
+        if value is not None and value < 1:
+            raise InputError(f"must be ≥ 1, got {value}", field=flag)
+    if not 0 < args.target_accuracy <= 1:
+        raise InputError(f"must be a fraction in (0, 1], got {args.target_accuracy}", field="--target-accuracy")
 
 
 def run_solvers(args: argparse.Namespace) -> int:
@@ -115,14 +121,7 @@ def run_algorithms(args: argparse.Namespace) -> int:
     algorithms = [check_choice(a.strip(), ALGORITHMS, "--algorithms") for a in args.algorithms.split(",") if a.strip()]
     partitions = [check_choice(p.strip(), tuple(bench.PARTITIONS), "--partitions") for p in args.partitions.split(",")
                   if p.strip()]
-    for flag, value in (("--rounds", args.rounds), ("--devices", args.devices), ("--eval-every", args.eval_every),
-                        ("--batch-size", args.batch_size)):
-        if value < 1:
-            raise InputError(f"must be ≥ 1, got {value}", field=flag)
-    if args.workers is not None and args.workers < 1:
-        raise InputError(f"must be ≥ 1, got {args.workers}", field="--workers")
-    if not 0 < args.target_accuracy <= 1:
-        raise InputError(f"must be a fraction in (0, 1], got {args.target_accuracy}", field="--target-accuracy")
+    _check_training_options(args, "--batch-size")
     if not algorithms or not partitions:
         raise InputError("name at least one algorithm and one partition", field="--algorithms")
     cuts = None
@@ -151,13 +150,6 @@ def run_algorithms(args: argparse.Namespace) -> int:
     return 0
 
 
-def _positive(args: argparse.Namespace, *flags: str) -> None:
-    for flag in flags:
-        value = getattr(args, flag.lstrip("-").replace("-", "_"))
-        if value is not None and value < 1:
-            raise InputError(f"must be ≥ 1, got {value}", field=flag)
-
-
 def run_training(args: argparse.Namespace) -> int:
     from adaptplan import bench_training as bench
     from adaptplan.bench_runs import plot
@@ -167,9 +159,7 @@ def run_training(args: argparse.Namespace) -> int:
     if "fixed-cut" in policies:
         raise InputError("fixed-cut needs a cut; compare it with adaptplan train --policy fixed-cut --cuts J", field="--policies")
     partitions = list(bench.PARTITIONS) if args.partition == "both" else [check_choice(args.partition, bench.PARTITIONS + ("both",), "--partition")]
-    _positive(args, "--rounds", "--devices", "--replan-every", "--eval-every", "--test-samples", "--workers")
-    if not 0 < args.target_accuracy <= 1:
-        raise InputError(f"must be a fraction in (0, 1], got {args.target_accuracy}", field="--target-accuracy")
+    _check_training_options(args, "--replan-every")
     if not policies:
         raise InputError("name at least one policy", field="--policies")
     out = Path(args.out) if args.out else None
