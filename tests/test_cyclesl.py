@@ -12,27 +12,19 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from cli_checks import assert_train_flag_error
+from test_engine import flat, make_data
 import torch
 from torch import nn
 
 from test_engine import small_model
-from trainers.datasets import load_dataset
 from trainers.engine import DeviceData, SplitEngine
 from trainers.optim import OptimizerSpec
-from trainers.partition import DeviceSampler, partition_indices
+from trainers.partition import DeviceSampler
 from trainers.strategies import PSL, CycleSL
 
 CUT, B, N, M = 9, 16, 4, 10
 
 
-def noniid_data(devices: int) -> DeviceData:
-    d = load_dataset("synthetic")
-    parts = partition_indices(d.y_train.numpy(), devices, "dirichlet", seed=0)
-    return DeviceData(d.x_train, d.y_train, d.x_test, d.y_test, parts)
-
-
-def flat(*modules: nn.Module) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1) for m in modules for p in m.parameters()])
 
 
 def build(opt: str, lr: float, params) -> torch.optim.Optimizer:
@@ -99,7 +91,7 @@ def server_of(engine: SplitEngine) -> nn.Sequential:
 
 @pytest.mark.parametrize("opt,lr,base", [("sgd", 0.1, "psl"), ("adam", 0.01, "psl"), ("sgd", 0.1, "sfl")])
 def test_cyclesl_matches_reference_from_the_spec(opt: str, lr: float, base: str) -> None:
-    data, rho, epochs = noniid_data(N), 0.75, 2
+    data, rho, epochs = make_data(N, "dirichlet"), 0.75, 2
     engine = make_cycle_engine(data, opt, lr, participation=rho, server_epochs=epochs, cycle_base=base)
     for t, S_t, steps, clients, server in reference_cyclesl(data, 3, rho, epochs, opt, lr, base):
         stats = engine.run_round(t)
@@ -112,7 +104,7 @@ def test_cyclesl_matches_reference_from_the_spec(opt: str, lr: float, base: str)
 
 
 def test_each_feature_used_exactly_e_times_per_round() -> None:
-    data, epochs = noniid_data(N), 3
+    data, epochs = make_data(N, "dirichlet"), 3
     engine = make_cycle_engine(data, participation=1.0, server_epochs=epochs)
     chunks = []
     original = engine.strategy.server_batches
@@ -128,7 +120,7 @@ def test_each_feature_used_exactly_e_times_per_round() -> None:
 
 
 def test_clients_answered_by_the_updated_server_without_reforward() -> None:
-    data = noniid_data(N)
+    data = make_data(N, "dirichlet")
     engine = make_cycle_engine(data, participation=1.0, server_epochs=1)
     forwards = [0] * N
     for i, d in enumerate(engine.devices):
@@ -187,7 +179,7 @@ class FrozenPSL(ServerFrozen, PSL):
 
 
 def test_server_lr_zero_gives_psl_cut_gradients() -> None:
-    data = noniid_data(N)
+    data = make_data(N, "dirichlet")
     cycle = make_cycle_engine(data, strategy=FrozenCycleSL(server_epochs=2))
     psl = make_cycle_engine(data, strategy=FrozenPSL())
     replies = {"cycle": [], "psl": []}
@@ -212,7 +204,7 @@ def test_server_lr_zero_gives_psl_cut_gradients() -> None:
 
 
 def test_non_participants_untouched_in_cyclepsl() -> None:
-    data = noniid_data(N)
+    data = make_data(N, "dirichlet")
     engine = make_cycle_engine(data, participation=0.5)
     before = [flat(d.blocks) for d in engine.devices]
     stats = engine.run_round(1)

@@ -37,6 +37,11 @@ def make_engine(algorithm: str, cuts, devices: int, interval: int = 1, lr: float
                        batch_devices=batch_devices)
 
 
+def flat(*modules: nn.Module) -> torch.Tensor:
+    """All parameters of ``modules`` as one detached vector."""
+    return torch.cat([p.detach().reshape(-1) for m in modules for p in m.parameters()])
+
+
 def params(model: nn.Module) -> list[torch.Tensor]:
     return [p.detach().clone() for p in model.parameters()]
 

@@ -10,26 +10,18 @@ import math
 import numpy as np
 import pytest
 from cli_checks import assert_train_flag_error
+from test_engine import flat, make_data
 import torch
 from torch import nn
 
 from test_engine import small_model
-from trainers.datasets import load_dataset
 from trainers.engine import DeviceData, SplitEngine
-from trainers.partition import DeviceSampler, partition_indices
+from trainers.partition import DeviceSampler
 from trainers.strategies import GAPSL
 
 CUT, B, LR, S = 9, 16, 0.1, 4
 
 
-def noniid_data(devices: int) -> DeviceData:
-    d = load_dataset("synthetic")
-    parts = partition_indices(d.y_train.numpy(), devices, "dirichlet", seed=0)
-    return DeviceData(d.x_train, d.y_train, d.x_test, d.y_test, parts)
-
-
-def flat_params(*modules: nn.Module) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1) for m in modules for p in m.parameters()])
 
 
 def angle(u: torch.Tensor, v: torch.Tensor) -> float:
@@ -91,7 +83,7 @@ def make_gapsl_engine(data: DeviceData, total: int, **options) -> SplitEngine:
 
 
 def test_gapsl_matches_reference_from_the_spec() -> None:
-    data, rounds, total = noniid_data(S), 5, 5
+    data, rounds, total = make_data(S, "dirichlet"), 5, 5
     engine = make_gapsl_engine(data, total, k_min=0.25, k_max=0.75, eta_th=0.5)
     stats = [engine.run_round(t) for t in range(1, rounds + 1)]
     clients, server, log = reference_gapsl(data, rounds, total, 0.25, 0.75, 0.5)
@@ -102,22 +94,22 @@ def test_gapsl_matches_reference_from_the_spec() -> None:
         assert st.metrics["leader_fraction"] == pytest.approx(r["k"], abs=1e-5)
         assert st.metrics["leaders"] == r["n_sel"]
         assert st.metrics["aligned"] == len(r["aligned"])
-    assert torch.allclose(flat_params(*[engine.edge.instances[(None, j)] for j in range(CUT, 11)]),
-                          flat_params(server), atol=1e-5, rtol=0)
+    assert torch.allclose(flat(*[engine.edge.instances[(None, j)] for j in range(CUT, 11)]),
+                          flat(server), atol=1e-5, rtol=0)
     for i in range(S):
-        assert torch.allclose(flat_params(engine.devices[i].blocks), flat_params(clients[i]), atol=1e-5, rtol=0)
+        assert torch.allclose(flat(engine.devices[i].blocks), flat(clients[i]), atol=1e-5, rtol=0)
 
 
 def test_devices_outside_the_aligned_set_get_no_update() -> None:
-    data = noniid_data(S)
+    data = make_data(S, "dirichlet")
     engine = make_gapsl_engine(data, 1, k_min=0.25, k_max=0.75, eta_th=0.5)
-    before = [flat_params(d.blocks) for d in engine.devices]
+    before = [flat(d.blocks) for d in engine.devices]
     engine.run_round(1)
     _, _, log = reference_gapsl(data, 1, 1, 0.25, 0.75, 0.5)
     aligned = set(log[0]["aligned"])
     assert 0 < len(aligned) < S
     for i in range(S):
-        changed = not torch.equal(before[i], flat_params(engine.devices[i].blocks))
+        changed = not torch.equal(before[i], flat(engine.devices[i].blocks))
         assert changed == (i in aligned)
 
 
@@ -211,15 +203,15 @@ def test_aligned_devices_never_beyond_a_right_angle() -> None:
 def test_gda_modes_reduce_to_detached_when_lambda_is_zero(mode: str) -> None:
     """With λ = 0 the regulariser vanishes: exact eq. 7 (double backprop) and the gradient-space surrogate
     give the detached update; with λ > 0 they differ from it."""
-    data = noniid_data(S)
+    data = make_data(S, "dirichlet")
     runs = {}
     for name, options in (("detached", {}), ("zero", {"gda": mode, "gda_lambda": 0.0}),
                           ("lambda", {"gda": mode, "gda_lambda": 0.5})):
         engine = make_gapsl_engine(data, 3, eta_th=0.5, **options)
         for t in (1, 2, 3):
             engine.run_round(t)
-        runs[name] = torch.cat([flat_params(*[engine.edge.instances[(None, j)] for j in range(CUT, 11)])] +
-                               [flat_params(d.blocks) for d in engine.devices])
+        runs[name] = torch.cat([flat(*[engine.edge.instances[(None, j)] for j in range(CUT, 11)])] +
+                               [flat(d.blocks) for d in engine.devices])
     assert torch.allclose(runs["zero"], runs["detached"], atol=1e-6, rtol=0)
     assert not torch.allclose(runs["lambda"], runs["detached"], atol=1e-6, rtol=0)
 

@@ -12,6 +12,7 @@ import copy
 import numpy as np
 import pytest
 from cli_checks import assert_train_flag_error
+from test_engine import flat, make_data
 import torch
 from torch import nn
 
@@ -19,9 +20,8 @@ from test_engine import small_model
 from adaptplan.system import SystemProcess, generate_system
 from profilers import build_chain, profile_model
 from trainers.clock import SimClock, StageTimes
-from trainers.datasets import load_dataset
 from trainers.engine import DeviceData, SplitEngine
-from trainers.partition import DeviceSampler, partition_indices
+from trainers.partition import DeviceSampler
 from trainers.strategies import GAS
 from trainers.strategies.gas import LabelStatistics
 
@@ -29,14 +29,6 @@ CUT, B, LR, M = 9, 16, 0.1, 10
 LAM = 1e-5
 
 
-def noniid_data(devices: int) -> DeviceData:
-    d = load_dataset("synthetic")
-    parts = partition_indices(d.y_train.numpy(), devices, "dirichlet", seed=0)
-    return DeviceData(d.x_train, d.y_train, d.x_test, d.y_test, parts)
-
-
-def flat(*modules: nn.Module) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1) for m in modules for p in m.parameters()])
 
 
 def sgd(module: nn.Module) -> None:
@@ -203,7 +195,7 @@ def make_gas_engine(data: DeviceData, clock=None, **options) -> SplitEngine:
                                                      (0, "on", True)])
 def test_gas_matches_reference_from_the_spec(buffer: int, generation: str, clocked: bool) -> None:
     N, C, E = 6, 3, 3
-    data = noniid_data(N)
+    data = make_data(N, "dirichlet")
     clock = FakeClock(N, seed=3) if clocked else None
     engine = make_gas_engine(data, clock=clock, active=C, local_steps=E, buffer=buffer, generation=generation)
     Q = buffer or C
@@ -250,7 +242,7 @@ class FakeClock:
 
 def spy_engine(N: int, C: int, E: int, buffer: int = 0, clock=None, generation: str = "on"):
     """A GAS engine whose serve/replace record the loop's state at every event."""
-    return spy(make_gas_engine(noniid_data(N), clock=clock, active=C, local_steps=E, buffer=buffer, generation=generation))
+    return spy(make_gas_engine(make_data(N, "dirichlet"), clock=clock, active=C, local_steps=E, buffer=buffer, generation=generation))
 
 
 def spy(engine: SplitEngine):
@@ -355,7 +347,7 @@ def test_real_clock_serves_arrivals_in_order_and_replaces_with_idle_devices() ->
     chain = build_chain(model, torch.zeros(2, 1, 8, 8))
     profile = profile_model(chain, (1, 8, 8), model_name="cnn-synthetic")
     clock = SimClock(profile, SystemProcess(generate_system(N, 0), seed=0, redraw=False), B)
-    engine, events = spy(SplitEngine(chain.blocks, [3] * N, GAS(active=C, local_steps=3), noniid_data(N),
+    engine, events = spy(SplitEngine(chain.blocks, [3] * N, GAS(active=C, local_steps=3), make_data(N, "dirichlet"),
                                      {"lr": LR, "momentum": 0.0}, batch_size=B, seed=0, clock=clock))
     times = clock.stage_times(1, [3] * N)
     assert len(set(np.round(times.client_fp + times.upload, 12))) == N          # heterogeneous devices

@@ -12,27 +12,19 @@ import math
 import numpy as np
 import pytest
 from cli_checks import assert_train_flag_error
+from test_engine import flat, make_data
 import torch
 from torch import nn
 
 from test_engine import small_model
 from trainers.api import label_prior, logit_adjusted_ce
-from trainers.datasets import load_dataset
 from trainers.engine import DeviceData, SplitEngine
-from trainers.partition import DeviceSampler, partition_indices
+from trainers.partition import DeviceSampler
 from trainers.strategies import SCALA
 
 CUT, B, LR, N, M = 9, 16, 0.1, 6, 10
 
 
-def noniid_data(devices: int) -> DeviceData:
-    d = load_dataset("synthetic")
-    parts = partition_indices(d.y_train.numpy(), devices, "dirichlet", seed=0)
-    return DeviceData(d.x_train, d.y_train, d.x_test, d.y_test, parts)
-
-
-def flat(*modules: nn.Module) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1) for m in modules for p in m.parameters()])
 
 
 def la_ce(logits: torch.Tensor, y: torch.Tensor, prior: np.ndarray, tau: float = 1.0) -> torch.Tensor:
@@ -109,7 +101,7 @@ def engine_server(engine: SplitEngine) -> torch.Tensor:
 
 @pytest.mark.parametrize("server_prior", ["batch", "round"])
 def test_scala_matches_reference_from_the_spec(server_prior: str) -> None:
-    data, interval, rho = noniid_data(N), 2, 0.5
+    data, interval, rho = make_data(N, "dirichlet"), 2, 0.5
     engine = make_scala_engine(data, interval, participation=rho, server_prior=server_prior)
     seen = set()
     for t, C, batch, clients, server in reference_scala(data, 6, interval, rho, server_prior):
@@ -127,7 +119,7 @@ def test_scala_matches_reference_from_the_spec(server_prior: str) -> None:
 
 
 def test_batch_sizes_follow_eq_3() -> None:
-    data = noniid_data(N)
+    data = make_data(N, "dirichlet")
     engine = make_scala_engine(data, 1, participation=1.0)
     stats = engine.run_round(1)
     sizes = engine.data_sizes()
@@ -140,7 +132,7 @@ def test_batch_sizes_follow_eq_3() -> None:
 def test_cut_gradients_from_pre_update_server_and_step_on_concatenated_batch() -> None:
     """One round: G_k = ∂ℓ_k/∂A_k at the server before its step (not after); the step is one SGD step on
     the LA-CE of the concatenated batch with the batch's label prior."""
-    data = noniid_data(N)
+    data = make_data(N, "dirichlet")
     engine = make_scala_engine(data, 1, participation=1.0)
     captured = {}
     serve = engine.strategy.serve
