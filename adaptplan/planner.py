@@ -23,6 +23,7 @@ from adaptplan.plan import Plan
 from adaptplan.system import SystemSpec
 from solvers.bcd import solve_bcd
 from solvers.certificate import GAP_TOLERANCE
+from solvers.milfp import check_backend
 from solvers.problem import PlanningProblem
 from solvers.result import SolveResult
 
@@ -45,7 +46,7 @@ class Planner:
         self.system = system
         self.constants = constants if constants is not None else ConvergenceConstants.placeholder(profile.num_cuts)
         self.candidates = None if candidates is None else tuple(int(c) for c in candidates)
-        self.backend = backend
+        self.backend = check_backend(backend)
         self.problem = PlanningProblem.from_parts(profile, system, self.constants, candidates=self.candidates)
         self.last_result: SolveResult | None = None
 

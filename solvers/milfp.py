@@ -24,8 +24,10 @@ plus the two global rows (Nμ₆ − ΣΣ x_{i,j}δ_j)/r_{e→f} ≤ μ₃ (23) 
 :class:`MSModel` builds this once per I; Dinkelbach (35) only changes the cost of μ₅ (the
 objective is N − λD = const + … + λ·4β²γ²I³·μ₅), so :meth:`MSModel.solve` just resets the
 objective and re-solves. Backends: ``"highs"`` (highspy through :class:`pulp.HiGHS`, with a
-faster vectorised model transfer and MIP start) and ``"cbc"`` (:class:`pulp.PULP_CBC_CMD`, with
-``warmStart``).
+faster vectorised model transfer and MIP start; the default, always installed) and ``"cbc"``
+(:class:`pulp.PULP_CBC_CMD`, with ``warmStart``; optional — :func:`check_backend` says when this
+PuLP has no CBC). PuLP 2.8–3.x is supported (``pulp<4`` in pyproject.toml): PuLP 4 replaced the
+model classes this module builds on (``LpVariable(cat=...)``, ``LpProblem._constraints``).
 """
 
 from __future__ import annotations
@@ -35,12 +37,47 @@ from typing import Sequence
 import numpy as np
 import pulp
 
+from adaptplan.errors import InputError
 from solvers.problem import PlanningProblem
 
 #: Strictness margin η of the μ₅ bound in (34), relative to c/(4β²γ²I²).
 ETA_RELATIVE = 1e-12
 _MBIT = 1e6
 BACKENDS = ("highs", "cbc")
+
+
+def check_backend(backend: str) -> str:
+    """``backend`` if it names a MILP backend that this installation can run, else an InputError.
+
+    ``"highs"`` needs highspy (a dependency); ``"cbc"`` needs a CBC binary, which PuLP 2.x/3.x
+    bundle (``PULP_CBC_CMD``) and which may also be on the PATH (``COIN_CMD``).
+    """
+    if backend not in BACKENDS:
+        raise InputError(f"must be one of {', '.join(BACKENDS)}, got {backend!r}", field="backend")
+    if backend == "cbc" and _cbc_solver_class() is None:
+        raise InputError("CBC is not available in this installation (no CBC bundled with PuLP "
+                         f"{getattr(pulp, '__version__', '?')} and no cbc on the PATH). Fix: use the default "
+                         "backend highs, or install CBC (e.g. apt-get install coinor-cbc)", field="backend")
+    return backend
+
+
+def _cbc_solver_class() -> type | None:
+    """The first available PuLP CBC interface (bundled ``PULP_CBC_CMD``, then ``COIN_CMD``), or None."""
+    for name in ("PULP_CBC_CMD", "COIN_CMD"):
+        solver_class = getattr(pulp, name, None)
+        try:
+            if solver_class is not None and solver_class(msg=False).available():
+                return solver_class
+        except Exception:  # a PuLP whose CBC interface cannot even be constructed
+            continue
+    return None
+
+
+def _constraints(lp: pulp.LpProblem) -> list:
+    """The problem's constraints in insertion order, on every supported PuLP: ``constraints`` is
+    a dict before 3.3 and a callable (the 4.0 API, dict access deprecated) from 3.3 on."""
+    constraints = lp.constraints
+    return list(constraints()) if callable(constraints) else list(constraints.values())
 
 
 class _HiGHS(pulp.HiGHS):  # type: ignore[misc, valid-type]
@@ -70,7 +107,7 @@ class _HiGHS(pulp.HiGHS):  # type: ignore[misc, valid-type]
             model.changeColsIntegrality(integer.size, integer,
                                         np.full(integer.size, highspy.HighsVarType.kInteger))
         starts, index, value, row_lo, row_hi = [0], [], [], [], []
-        for k, constraint in enumerate(lp._constraints.values()):
+        for k, constraint in enumerate(_constraints(lp)):
             constraint.index = k
             for var, coef in constraint.items():
                 index.append(var.index)
@@ -178,6 +215,7 @@ class MSModel:
     def solve(self, *, backend: str = "highs", warm_cuts: Sequence[int] | None = None,
               mip_gap: float = 1e-9, time_limit: float | None = None, threads: int | None = None) -> tuple[int, ...] | None:
         """Solve the current MILP; return the 1-based cut vector, or ``None`` if no solution."""
+        check_backend(backend)
         start = self._start(warm_cuts) if warm_cuts is not None else None
         if backend == "highs":
             solver = _HiGHS(msg=False, gapRel=mip_gap, gapAbs=1e-12, timeLimit=time_limit, threads=threads, start=start)
@@ -185,10 +223,8 @@ class MSModel:
             if start:
                 for v in self.prob.variables():
                     v.setInitialValue(start.get(v.name, 0.0))
-            solver = pulp.PULP_CBC_CMD(msg=False, gapRel=mip_gap, gapAbs=1e-12, timeLimit=time_limit,
-                                       threads=threads, warmStart=bool(start))
-        else:
-            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+            solver = _cbc_solver_class()(msg=False, gapRel=mip_gap, gapAbs=1e-12, timeLimit=time_limit,
+                                         threads=threads, warmStart=bool(start))
         self.prob.solve(solver)
         self.last_optimal = self.prob.status == pulp.LpStatusOptimal and self.prob.sol_status == pulp.LpSolutionOptimal
         if self.prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):

@@ -13,6 +13,9 @@ from solvers.exact import solve_exact, solve_exhaustive
 from solvers.problem import PlanningProblem
 from solvers.synthetic import synthetic_profile, vgg16_cifar_profile
 from tests.solver_instances import small_problem, vgg16_problem
+from solvers.milfp import _cbc_solver_class
+
+needs_cbc = pytest.mark.skipif(_cbc_solver_class() is None, reason="CBC is optional and not installed")
 
 
 def _assert_monotone(result):
@@ -69,6 +72,7 @@ def test_bcd_vgg16_default_scenario_matches_exact():
     assert total == pytest.approx(bcd.objective, rel=2e-3)  # eq. (26) vs relaxation (28), §8 A3
 
 
+@needs_cbc
 def test_bcd_cbc_backend():
     problem = small_problem(3, num_devices=3, num_cuts=4)
     result = solve_bcd(problem, backend="cbc")

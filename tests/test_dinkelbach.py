@@ -8,6 +8,9 @@ from adaptplan.errors import InfeasibleError
 from solvers.dinkelbach import solve_dinkelbach
 from solvers.interval import max_feasible_interval
 from tests.solver_instances import exhaustive_at_interval, small_problem, vgg16_problem
+from solvers.milfp import _cbc_solver_class
+
+needs_cbc = pytest.mark.skipif(_cbc_solver_class() is None, reason="CBC is optional and not installed")
 
 
 def _intervals(problem):
@@ -29,6 +32,7 @@ def test_highs_equals_brute_force(seed):
         assert 1 <= result.milp_solves <= 6
 
 
+@needs_cbc
 @pytest.mark.parametrize("seed", range(3))
 def test_cbc_equals_brute_force(seed):
     problem = small_problem(seed, num_devices=3, num_cuts=4)
