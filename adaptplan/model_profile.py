@@ -33,7 +33,7 @@ FLOP_CONVENTION = "2 per multiply-add"
 _CUT_REQUIRED = ("index", "name", "fp_flops", "bp_flops", "activation_bits", "gradient_bits", "client_param_bits")
 _CUT_OPTIONAL = ("server_bp_flops", "fp_seconds", "bp_seconds", "client_memory_bytes")
 _TOP_REQUIRED = ("model", "input_shape", "bits_per_value", "cut_points")
-_TOP_OPTIONAL = ("flop_convention", "timing", "memory")
+_TOP_OPTIONAL = ("flop_convention", "timing", "memory", "flop_counting")
 #: Optimizer names of the profile's ``memory`` object → optimizer state per parameter (× parameter bytes).
 OPTIMIZER_STATE = {"sgd": 0, "sgd-momentum": 1, "adam": 2}
 
@@ -83,6 +83,8 @@ class ModelProfile:
     ``{"batch_size": 16, "repeats": 5, "threads": 2, "statistic": "median"}``.
     ``memory`` (optional, required with ``client_memory_bytes``) says for what the memory was
     measured: ``{"batch_size": 16, "optimizer": "adam"}`` (optimizer one of :data:`OPTIMIZER_STATE`).
+    ``flop_counting`` (optional, written by the profiler) names the FLOP counters, the ops counted
+    as zero, and the independent cross-check of the forward total (docs/formats.md).
     """
 
     model: str
@@ -92,6 +94,7 @@ class ModelProfile:
     flop_convention: str = FLOP_CONVENTION
     timing: dict[str, Any] | None = None
     memory: dict[str, Any] | None = None
+    flop_counting: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.cut_points:
@@ -206,6 +209,8 @@ class ModelProfile:
             data["timing"] = dict(self.timing)
         if self.memory is not None:
             data["memory"] = dict(self.memory)
+        if self.flop_counting is not None:
+            data["flop_counting"] = dict(self.flop_counting)
         return data
 
     @classmethod
@@ -226,6 +231,9 @@ class ModelProfile:
         timing = data.get("timing")
         if timing is not None and not isinstance(timing, dict):
             raise InputError("must be an object", field="profile.timing")
+        counting = data.get("flop_counting")
+        if counting is not None and not isinstance(counting, dict):
+            raise InputError("must be an object", field="profile.flop_counting")
         return cls(
             model=str(data["model"]),
             input_shape=tuple(positive_int(s, "profile.input_shape") for s in shape),
@@ -234,6 +242,7 @@ class ModelProfile:
             flop_convention=str(data.get("flop_convention", FLOP_CONVENTION)),
             timing=timing,
             memory=data.get("memory"),
+            flop_counting=counting,
         )
 
     @classmethod

@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Sequence
 
 from adaptplan.constants import ConvergenceConstants
-from adaptplan.errors import InfeasibleError
+from adaptplan.errors import InfeasibleError, InputError
 from adaptplan.latency import total_latency
 from adaptplan.model_profile import ModelProfile
 from adaptplan.plan import Plan
@@ -42,6 +42,10 @@ class Planner:
 
     def __init__(self, profile: ModelProfile, system: SystemSpec, constants: ConvergenceConstants | None = None,
                  *, candidates: Sequence[int] | None = None, backend: str = "highs") -> None:
+        if profile.num_cuts < 2:
+            raise InputError(f"{profile.model} has no cut point but its output (L = 1), so it cannot be split between "
+                             "devices and the server. Fix: profile a model with at least one interior cut (an "
+                             "nn.Sequential of blocks, profiled with blocks='children')", field="profile.cut_points")
         self.profile = profile
         self.system = system
         self.constants = constants if constants is not None else ConvergenceConstants.placeholder(profile.num_cuts)

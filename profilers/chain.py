@@ -13,6 +13,8 @@ weights; blocks are deep-copyable and picklable, and ``state_dict``/``load_state
 
 from __future__ import annotations
 
+import math
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -20,7 +22,8 @@ from torch import fx, nn
 from torch.fx.passes.shape_prop import ShapeProp
 
 from adaptplan.errors import InputError
-from profilers.cutpoints import choose_cuts, cut_names, input_node, node_shape
+from profilers.cutpoints import (assertion_nodes, choose_cuts, cut_names, input_node, is_anchor_module, node_shape,
+                                 values_per_sample)
 from profilers.tracing import trace
 
 
@@ -63,12 +66,15 @@ def build_chain(model: nn.Module, example_input: torch.Tensor, blocks: str = "au
         example_input: a batch ``(B, *input_shape)`` used to propagate shapes (B ≥ 1).
         blocks: ``"auto"`` (default) traces the model and cuts where the rule of
             :mod:`profilers.cutpoints` says; an ``nn.Sequential`` that fx cannot trace falls back
-            to its children as the blocks. ``"children"`` takes an ``nn.Sequential``'s children as
+            to its children, parameter-free children joining a neighbouring layer by the same rule. ``"children"`` takes an ``nn.Sequential``'s children as
             the blocks as they are (no tracing), for users who chunk the model themselves.
 
     Raises:
         InputError: untraceable model (naming the module/op), several inputs or outputs, or a
             parameterised module used in two blocks.
+
+    Warns:
+        NoCutWarning: the model has no cut point but its output (L = 1).
     """
     if not isinstance(example_input, torch.Tensor) or example_input.dim() < 1:
         raise InputError("must be a tensor of shape (batch, *input_shape)", field="example_input")
@@ -82,14 +88,32 @@ def build_chain(model: nn.Module, example_input: torch.Tensor, blocks: str = "au
         gm = trace(model)
     except InputError:
         if isinstance(model, nn.Sequential):
-            return _sequential_chain(model, example_input)
+            return _sequential_chain(model, example_input, merge=True)
         raise
     gm.graph.eliminate_dead_code()
     _propagate_shapes(gm, example_input)
-    cuts = choose_cuts(gm).cuts
+    cuts = _drop_zero_flop_cuts(gm, choose_cuts(gm).cuts, example_input)
     blocks = nn.Sequential(*_split(gm, cuts))
     _check_parameters_owned_once(blocks)
-    return Chain(blocks=blocks, names=cut_names(gm.graph, cuts), output_shapes=[node_shape(c) for c in cuts])
+    chain = Chain(blocks=blocks, names=cut_names(gm.graph, cuts), output_shapes=[node_shape(c) for c in cuts])
+    warn_if_unsplittable(chain, type(model).__name__)
+    return chain
+
+
+class NoCutWarning(UserWarning):
+    """The model has no cut point but its output: it cannot be split between device and server."""
+
+
+def warn_if_unsplittable(chain: Chain, model_name: str) -> None:
+    """Warn when ``chain`` has a single block (L = 1): no cut but the model output."""
+    if len(chain) == 1:
+        warnings.warn(
+            f"{model_name} has no cut point but its output (L = 1): no single tensor crosses between its "
+            "parametrised layers (skip connections everywhere, or several inputs/outputs per layer), so it "
+            "cannot be split between a device and the server and cannot be planned. Fix: wrap it as an "
+            "nn.Sequential of the blocks you want and use blocks='children'",
+            NoCutWarning, stacklevel=3,
+        )
 
 
 def _propagate_shapes(gm: fx.GraphModule, example_input: torch.Tensor) -> None:
@@ -108,10 +132,38 @@ def _propagate_shapes(gm: fx.GraphModule, example_input: torch.Tensor) -> None:
         gm.train(was_training)
 
 
+def _drop_zero_flop_cuts(gm: fx.GraphModule, cuts: list[fx.Node], example_input: torch.Tensor) -> list[fx.Node]:
+    """``cuts`` without duplicates: where a block j ≥ 2 has zero forward FLOPs (a class token
+    concatenated, a position embedding added), cuts j−1 and j cost the device the same FLOPs, so
+    only the one with fewer values per sample is kept (ties: the earlier, which holds fewer
+    parameters). The output cut is always kept. FLOPs by FlopCounterMode on ``example_input``."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    flops = []
+    was_training = gm.training
+    gm.eval()
+    try:
+        x = example_input
+        for block in _split(gm, cuts):
+            with FlopCounterMode(display=False) as counter:
+                x = block(x)
+            flops.append(counter.get_total_flops())
+    finally:
+        gm.train(was_training)
+    kept = [cuts[0]]
+    for cut, block_flops in zip(cuts[1:], flops[1:]):
+        if block_flops > 0:
+            kept.append(cut)
+        elif cut is cuts[-1] or values_per_sample(cut) < values_per_sample(kept[-1]):
+            kept[-1] = cut
+    return kept
+
+
 def _split(gm: fx.GraphModule, cuts: list[fx.Node]) -> list[fx.GraphModule]:
     """One ``GraphModule`` per span (previous cut, cut]; the first span starts at the input."""
     order = {node: k for k, node in enumerate(gm.graph.nodes)}
     nodes = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output", "get_attr")]
+    checks = assertion_nodes(gm.graph)
     blocks = []
     previous = input_node(gm.graph)
     for j, cut in enumerate(cuts, start=1):
@@ -120,6 +172,8 @@ def _split(gm: fx.GraphModule, cuts: list[fx.Node]) -> list[fx.GraphModule]:
         for node in nodes:
             if not order[previous] < order[node] <= order[cut]:
                 continue
+            if node in checks and any(src not in env for src in node.all_input_nodes if src.op != "get_attr"):
+                continue  # a run-time check on a value of an earlier block: dropped, it is no dataflow
             for source in node.all_input_nodes:
                 if source not in env:
                     if source.op != "get_attr":  # cannot happen for a single-tensor cut
@@ -146,24 +200,51 @@ def _check_parameters_owned_once(blocks: nn.Sequential) -> None:
             owner[id(parameter)] = str(j)
 
 
-def _sequential_chain(model: nn.Sequential, example_input: torch.Tensor) -> Chain:
-    """The fallback: the children of an ``nn.Sequential`` are the blocks."""
+def _sequential_chain(model: nn.Sequential, example_input: torch.Tensor, merge: bool = False) -> Chain:
+    """The children of an ``nn.Sequential`` as the blocks.
+
+    With ``merge`` (the fallback for a Sequential fx cannot trace) the rule of
+    :func:`profilers.cutpoints.choose_cuts` is applied to the children: between two consecutive
+    children with parameters (normalisation layers excluded) one cut, after the child with the
+    fewest values per sample (ties: the later one), so ReLU, pooling and flatten join a layer
+    instead of making zero-FLOP cut points of their own; the last cut is the output.
+    """
     if len(model) == 0:
         raise InputError("the nn.Sequential has no children", field="model")
-    names = [name for name, _ in model.named_children()]
+    children = list(model.named_children())
     shapes = []
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
             x = example_input
-            for name, child in model.named_children():
+            for name, child in children:
                 x = child(x)
                 if not isinstance(x, torch.Tensor):
                     raise InputError(f"child {name!r} returns {type(x).__name__}, not a tensor", field="model")
                 shapes.append(tuple(int(s) for s in x.shape[1:]))
     finally:
         model.train(was_training)
-    blocks = nn.Sequential(*model.children())
+    ends = _merged_ends(children, shapes) if merge else list(range(len(children)))
+    groups, start = [], 0
+    for end in ends:
+        group = [child for _, child in children[start:end + 1]]
+        groups.append(group[0] if len(group) == 1 else nn.Sequential(*group))
+        start = end + 1
+    blocks = nn.Sequential(*groups)
     _check_parameters_owned_once(blocks)
-    return Chain(blocks=blocks, names=names, output_shapes=shapes)
+    chain = Chain(blocks=blocks, names=[children[e][0] for e in ends], output_shapes=[shapes[e] for e in ends])
+    if merge:
+        warn_if_unsplittable(chain, type(model).__name__)
+    return chain
+
+
+def _merged_ends(children: list[tuple[str, nn.Module]], shapes: list[tuple[int, ...]]) -> list[int]:
+    """Index of the last child of each merged block (see :func:`_sequential_chain`)."""
+    anchors = [k for k, (_, child) in enumerate(children) if is_anchor_module(child)]
+    ends = []
+    for start, stop in zip(anchors, anchors[1:]):
+        ends.append(max(range(start, stop), key=lambda k: (-math.prod(shapes[k]), k)))
+    if not ends or ends[-1] != len(children) - 1:
+        ends.append(len(children) - 1)
+    return ends

@@ -12,6 +12,11 @@ Two steps:
      user outside ``A`` is ``v`` itself (no earlier value is used after ``v``), and
    * ``v`` produces a tensor.
 
+   Run-time checks are not dataflow: a ``torch._assert`` (every torchvision ViT checks its input
+   size and each encoder block's rank this way) and the values only it uses (``x.shape``, ``==``)
+   are left out of the DAG (:func:`assertion_nodes`). Kept in, they would make the input's
+   shape cross every later position, leaving the model without a single cut point.
+
    Inside a residual block the skip connection keeps the block input alive until the ``add``, so
    no interior node qualifies: ResNets are only ever cut between blocks.
 
@@ -39,6 +44,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import networkx as nx
+import torch
 from torch import fx, nn
 
 from adaptplan.errors import InputError
@@ -59,14 +65,28 @@ class GraphCuts:
     candidates: list[fx.Node]
 
 
+ASSERT_FUNCTIONS = (torch._assert, torch._assert_async)
+
+
+def assertion_nodes(graph: fx.Graph) -> set[fx.Node]:
+    """Run-time checks: calls of ``torch._assert`` and every node whose users are all such checks."""
+    checks = {n for n in graph.nodes if n.op == "call_function" and n.target in ASSERT_FUNCTIONS}
+    for node in reversed(graph.nodes):  # users come after their inputs
+        if node.op not in ("placeholder", "output") and node.users and all(u in checks for u in node.users):
+            checks.add(node)
+    return checks
+
+
 def dataflow_graph(graph: fx.Graph) -> nx.DiGraph:
     """The dataflow DAG of ``graph``: an edge u → v when node v uses the value of node u.
 
-    ``get_attr`` nodes (parameters, buffers, constants) and the ``output`` node are excluded.
+    ``get_attr`` nodes (parameters, buffers, constants), the ``output`` node and run-time checks
+    (:func:`assertion_nodes`) are excluded.
     """
+    skip = assertion_nodes(graph)
     dag = nx.DiGraph()
     for node in graph.nodes:
-        if node.op in ("get_attr", "output"):
+        if node.op in ("get_attr", "output") or node in skip:
             continue
         dag.add_node(node)
         for source in node.all_input_nodes:
@@ -127,13 +147,15 @@ def single_tensor_positions(graph: fx.Graph) -> list[fx.Node]:
     return positions
 
 
+def is_anchor_module(module: nn.Module) -> bool:
+    """True iff ``module`` has parameters and is not a normalisation layer."""
+    return not isinstance(module, NORM_TYPES) and any(True for _ in module.parameters())
+
+
 def is_anchor(node: fx.Node, root: nn.Module) -> bool:
     """True iff ``node`` applies parameters (see the module docstring); normalisation is not an anchor."""
     if node.op == "call_module":
-        module = root.get_submodule(str(node.target))
-        if isinstance(module, NORM_TYPES):
-            return False
-        return any(True for _ in module.parameters())
+        return is_anchor_module(root.get_submodule(str(node.target)))
     if node.op in ("call_function", "call_method"):
         for source in node.all_input_nodes:
             if source.op == "get_attr" and isinstance(_attr(root, str(source.target)), nn.Parameter):

@@ -1,11 +1,16 @@
 """``profile_model``: the per-cut :class:`~adaptplan.model_profile.ModelProfile` of a model
-(formats.md "Model profile"; ρ_j, ϖ_j, ψ_j, χ_j, δ_j of spec/adaptsfl.md §1, eqs. (16)–(25)).
+(docs/formats.md "Model profile"; ρ_j, ϖ_j, ψ_j, χ_j, δ_j of docs/model.md, eqs. (16)–(25)).
 
 Per block k (chain of :mod:`profilers.chain`), one sample, random N(0, 1) input, eval mode:
 
-* fp_k: forward FLOPs (fvcore × 2, i.e. **2 FLOPs per multiply–add**, :mod:`profilers.flops`);
-* bp_k: backward FLOPs, the input gradient computed for k ≥ 2 only (the device never needs
-  ∂ℓ/∂x of block 1).
+* fp_k: forward FLOPs (fvcore × 2, i.e. **2 FLOPs per multiply–add**, attention included,
+  :mod:`profilers.flops`);
+* bp_k: backward FLOPs (torch's FlopCounterMode, grouped convolutions corrected), the input
+  gradient computed for k ≥ 2 only (the device never needs ∂ℓ/∂x of block 1).
+
+The profile's ``flop_counting`` records the counters, the ops counted as zero, and the forward
+total by a second, independent counter (FlopCounterMode); a disagreement above
+:data:`CHECK_TOLERANCE` is warned about.
 
 Then, for cut j: ``fp_flops`` = Σ_{k≤j} fp_k (ρ_j); ``bp_flops`` = Σ_{k≤j} bp_k (ϖ_j);
 ``server_bp_flops`` = Σ_{k>j} bp_k, every block k > j computing its input gradient (the server
@@ -16,9 +21,11 @@ returns ∂ℓ/∂a_j; with this per-block accounting it equals ϖ_L − ϖ_j); 
 
 from __future__ import annotations
 
+import warnings
+from collections import Counter
 from dataclasses import replace
 from itertools import accumulate
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 from torch import nn
@@ -27,11 +34,20 @@ from adaptplan.errors import InputError
 from adaptplan.fileio import positive_int
 from adaptplan.model_profile import CutPoint, ModelProfile
 from profilers.chain import Chain, build_chain
-from profilers.flops import backward_flops, forward_flops
+from profilers.flops import BACKWARD_COUNTER, CHECK_COUNTER, FORWARD_COUNTER, BlockFlops, count_flops
 from profilers.memory import client_memory_bytes
 from profilers.sizes import parameter_count, tensor_bits
 from profilers.timing import BlockTimes, measure_block_times
 from profilers.tracing import example_batch
+
+
+CHECK_TOLERANCE = 0.10
+"""Largest relative difference between the two forward counts before a warning. They differ by
+design only in what one counts and the other does not (norm layers, adaptive average pooling)."""
+
+
+class FlopCheckWarning(UserWarning):
+    """The two independent FLOP counters disagree on a profile's forward total."""
 
 
 def check_input_shape(input_shape: Sequence[int]) -> tuple[int, ...]:
@@ -76,12 +92,14 @@ def profile_model(model: nn.Module | Chain | str, input_shape: Sequence[int], mo
     modes = [b.training for b in chain.blocks]
     chain.blocks.eval()
     try:
-        fp, bp, bp_with_input, params, values = _per_block(chain, x, progress)
+        counts, bp_with_input, params, values = _per_block(chain, x, progress)
     finally:
         for block, mode in zip(chain.blocks, modes):
             block.train(mode)
     times = measure_block_times(chain.blocks, shape, batch_size, repeats, progress=progress) if measure_time else None
-    profile = _assemble(name, shape, bits_per_value, chain.names, fp, bp, bp_with_input, params, values, times)
+    profile = _assemble(name, shape, bits_per_value, chain.names, [c.fp for c in counts], [c.bp for c in counts],
+                        bp_with_input, params, values, times)
+    profile = replace(profile, flop_counting=flop_counting(name, counts))
     if optimizer is None:
         return profile
     memory = client_memory_bytes(chain.blocks, shape, batch_size, optimizer)
@@ -89,24 +107,41 @@ def profile_model(model: nn.Module | Chain | str, input_shape: Sequence[int], mo
                    cut_points=tuple(replace(c, client_memory_bytes=m) for c, m in zip(profile.cut_points, memory)))
 
 
+def flop_counting(name: str, counts: list[BlockFlops]) -> dict[str, Any]:
+    """The profile's ``flop_counting`` record (docs/formats.md); warns when the counters disagree."""
+    fp = sum(c.fp for c in counts)
+    check = sum(c.check_fp for c in counts)
+    difference = (fp - check) / fp if fp else 0.0
+    zero_ops: Counter = sum((c.zero_ops for c in counts), Counter())
+    if abs(difference) > CHECK_TOLERANCE:
+        warnings.warn(f"{name}: forward FLOPs {fp:.4g} ({FORWARD_COUNTER}) and {check:.4g} ({CHECK_COUNTER}) differ by "
+                      f"{100 * difference:.1f}%; ops counted as zero: {', '.join(sorted(zero_ops)) or 'none'}",
+                      FlopCheckWarning, stacklevel=3)
+    return {
+        "forward": FORWARD_COUNTER,
+        "backward": BACKWARD_COUNTER,
+        "zero_flop_ops": sorted(zero_ops),
+        "check": {"counter": CHECK_COUNTER, "fp_flops": check, "relative_difference": round(difference, 6)},
+    }
+
+
 def _per_block(chain: Chain, x: torch.Tensor, progress: bool
-               ) -> tuple[list[float], list[float], list[float], list[int], list[tuple[int, ...]]]:
-    fp, bp, bp_with_input, params, shapes = [], [], [], [], []
+               ) -> tuple[list[BlockFlops], list[float], list[int], list[tuple[int, ...]]]:
+    counts, bp_with_input, params, shapes = [], [], [], []
     blocks = list(enumerate(chain.blocks))
     if progress:
         from tqdm import tqdm
 
         blocks = tqdm(blocks, desc="counting FLOPs", unit="block", leave=False)
     for k, block in blocks:
-        fp.append(forward_flops(block, x))
-        with_input = backward_flops(block, x, input_grad=True) if k > 0 else 0.0
-        bp.append(with_input if k > 0 else backward_flops(block, x, input_grad=False))
-        bp_with_input.append(with_input)
+        count = count_flops(block, x, input_grad=k > 0)  # the device never computes ∂ℓ/∂x of block 1
+        counts.append(count)
+        bp_with_input.append(count.bp if k > 0 else 0.0)
         params.append(parameter_count(block))
         with torch.no_grad():
             x = block(x)
         shapes.append(tuple(int(s) for s in x.shape[1:]))
-    return fp, bp, bp_with_input, params, shapes
+    return counts, bp_with_input, params, shapes
 
 
 def _assemble(name: str, shape: tuple[int, ...], bits: int, names: list[str], fp: list[float], bp: list[float],

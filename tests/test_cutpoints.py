@@ -145,11 +145,27 @@ def test_untraceable_model_names_the_module_and_the_fallback() -> None:
 
 
 def test_sequential_fallback_uses_children_as_blocks() -> None:
+    """The parameter-free Gate joins the Linear before it (equal sizes: the later position wins),
+    so it does not become a zero-FLOP cut point of its own."""
     model = nn.Sequential(nn.Linear(4, 8), Gate(), nn.Linear(8, 3))
     chain = build_chain(model, torch.randn(2, 4))
-    assert chain.names == ["0", "1", "2"]
-    assert chain.output_shapes == [(8,), (8,), (3,)]
+    assert chain.names == ["1", "2"]
+    assert chain.output_shapes == [(8,), (3,)]
+    assert list(chain.blocks[0]) == [model[0], model[1]] and chain.blocks[1] is model[2]
     x = torch.randn(5, 4)
+    assert torch.equal(chain.blocks(x), model(x))
+
+
+def test_sequential_fallback_joins_relu_pool_flatten_to_their_layer() -> None:
+    """conv → ReLU → pool → Gate → flatten → linear → ReLU → linear: one cut per parametrised layer,
+    each after the smallest tensor in its window (the pooled map, 4·2·2 = 16 values, not the
+    conv's 64), and no cut of zero FLOPs."""
+    model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), Gate(), nn.Flatten(),
+                          nn.Linear(16, 6), nn.ReLU(), nn.Linear(6, 2))
+    chain = build_chain(model, torch.randn(1, 1, 4, 4))
+    assert chain.names == ["4", "6", "7"]
+    assert chain.output_shapes == [(16,), (6,), (2,)]
+    x = torch.randn(3, 1, 4, 4)
     assert torch.equal(chain.blocks(x), model(x))
 
 
