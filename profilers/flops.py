@@ -100,6 +100,12 @@ def _custom_formulas() -> dict[Any, Any]:
 
 _CUSTOM = _custom_formulas()
 
+_ARITHMETIC_IGNORED = {"aten::relu", "aten::relu_", "aten::clamp", "aten::clamp_", "aten::max", "aten::eq", "aten::ge",
+                       "aten::gt", "aten::floor", "aten::floor_divide", "aten::remainder", "aten::__and__",
+                       "aten::bitwise_not"}
+"""Ops fvcore ignores without reporting although they compute; reported in ``zero_ops`` here, so that
+the list names every op counted as zero except pure data movement (view, reshape, cat, ...)."""
+
 
 def count_flops(block: nn.Module, x: torch.Tensor, input_grad: bool) -> BlockFlops:
     """Forward and backward FLOPs per sample of ``block`` on the batch ``x`` (see the module docstring).
@@ -135,6 +141,8 @@ def _fvcore_forward(block: nn.Module, x: torch.Tensor) -> tuple[float, Counter]:
         logging.getLogger("fvcore").setLevel(logging.ERROR)
         analysis = FlopCountAnalysis(block, (x,))
         analysis.set_op_handle("aten::scaled_dot_product_attention", _sdpa_fvcore)
+        if isinstance(getattr(analysis, "_ignored_ops", None), set):  # report fvcore's silently ignored arithmetic too
+            analysis._ignored_ops -= _ARITHMETIC_IGNORED
         analysis.unsupported_ops_warnings(False).uncalled_modules_warnings(False).tracer_warnings("none")
         total = analysis.total()
         zero_ops = Counter(analysis.unsupported_ops())
