@@ -58,6 +58,14 @@ class EngineBenchResult:
                 f"  centralized, batch N·b    {self.central_nb_samples_per_s:10.1f} samples/s   ratio {self.ratio_nb:.2f}")
 
 
+def header(devices: int, batch_size: int, rounds: int, algorithm: str, repeats: int) -> str:
+    """One line saying what is timed, printed before the (minute-long) measurement starts."""
+    return (f"bench engine: wall-clock samples/s of {rounds} rounds of simulated {algorithm} split training "
+            f"({devices} devices x {batch_size} samples, CIFAR-10 CNN cut after conv1) vs centralized training of "
+            f"the same model on the same samples (batch {batch_size} and {devices}x{batch_size}); "
+            f"best of {repeats} interleaved repeats")
+
+
 def run_engine_bench(devices: int = 20, batch_size: int = 16, rounds: int = 10, cut: int = 1, algorithm: str = "adaptsfl",
                      width: int = 32, threads: int | None = None, warmup: int = 2, repeats: int = 3,
                      seed: int = 0) -> EngineBenchResult:

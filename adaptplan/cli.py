@@ -3,13 +3,14 @@
 Each command module exposes ``register(subparsers)`` (adds its parser and sets ``func``). User
 mistakes raise :class:`adaptplan.errors.InputError` (or argparse errors), and a path that cannot be
 read or written raises ``OSError``; all end with one message on stderr and exit code 2, never a
-traceback.
+traceback. Output piped into a reader that stops early (``adaptplan plan | head``) ends quietly.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from adaptplan.errors import InputError
@@ -44,6 +45,11 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         result = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at interpreter exit
+    except BrokenPipeError:  # the reader went away (`adaptplan plan | head`): stop quietly, like a Unix tool
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so that the final flush at exit cannot fail again
+        return 128 + 13  # killed by SIGPIPE
     except InputError as exc:
         print(f"adaptplan {args.command}: error: {exc}", file=sys.stderr)
         return 2

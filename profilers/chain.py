@@ -117,19 +117,31 @@ def warn_if_unsplittable(chain: Chain, model_name: str) -> None:
 
 
 def _propagate_shapes(gm: fx.GraphModule, example_input: torch.Tensor) -> None:
+    """Shape metadata on every node. The model is first run plainly, so that a wrong input shape
+    is one InputError with torch's own message (ShapeProp would print a traceback first)."""
     was_training = gm.training
     gm.eval()
     try:
         with torch.no_grad():
+            try:
+                gm(example_input)
+            except Exception as exc:
+                raise InputError(_shape_failure(example_input, exc), field="input_shape") from None
             ShapeProp(gm).propagate(example_input)
-    except Exception as exc:
-        raise InputError(
-            f"running the model on an input of shape {tuple(example_input.shape)} failed: {type(exc).__name__}: "
-            f"{str(exc).splitlines()[0] if str(exc) else ''}. Fix: check the input shape (channels × height × width)",
-            field="input_shape",
-        ) from None
     finally:
         gm.train(was_training)
+
+
+def _shape_failure(example_input: torch.Tensor, exc: Exception) -> str:
+    """The message for a model that fails on ``example_input``, with a hint for channels-last shapes."""
+    shape = tuple(example_input.shape[1:])
+    first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    hint = "check the input shape (channels × height × width)"
+    if len(shape) == 3 and shape[-1] in (1, 3, 4) and shape[0] not in (1, 3, 4):
+        hint = (f"{'x'.join(map(str, shape))} looks channels-last; the input is channels × height × width, "
+                f"e.g. {'x'.join(map(str, (shape[2], shape[0], shape[1])))}")
+    return (f"running the model on an input of shape {tuple(example_input.shape)} failed: {type(exc).__name__}: "
+            f"{first_line}. Fix: {hint}")
 
 
 def _drop_zero_flop_cuts(gm: fx.GraphModule, cuts: list[fx.Node], example_input: torch.Tensor) -> list[fx.Node]:

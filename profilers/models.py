@@ -1,5 +1,6 @@
 """Model resolution for the CLI and ``profile_model``: a torchvision classification model name
-(built with ``weights=None``), or ``package.module:factory`` for user code.
+(built with ``weights=None``), or ``package.module:factory`` for user code, imported from the
+working directory (appended to ``sys.path``) or ``PYTHONPATH``.
 
 :func:`check_model_spec` validates a name without building the model (cheap enough for config
 validation); :func:`resolve_model` builds it. Both raise :class:`InputError` naming ``field``.
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
+import sys
 from typing import Callable
 
 from torch import nn
@@ -76,10 +79,15 @@ def _factory(spec: str, field: str) -> Callable[..., nn.Module]:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise InputError(f"{spec!r} must look like package.module:factory", field=field)
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:  # the user's own module, run from its folder
+        sys.path.append(cwd)
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise InputError(f"cannot import module {module_name!r}: {exc}. Fix: check the name and PYTHONPATH", field=field) from None
+        raise InputError(f"cannot import module {module_name!r} (looked in the working directory {cwd} and on "
+                         f"PYTHONPATH): {exc}. Fix: run from the folder that holds it, or add that folder to "
+                         "PYTHONPATH", field=field) from None
     factory = getattr(module, attr, None)
     if factory is None or not callable(factory):
         raise InputError(f"module {module_name!r} has no callable {attr!r}", field=field)

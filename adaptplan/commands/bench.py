@@ -104,9 +104,12 @@ def run_solvers(args: argparse.Namespace) -> int:
 
 
 def run_engine(args: argparse.Namespace) -> int:
-    from adaptplan.bench_engine import run_engine_bench
-
     import json
+    import sys
+
+    from adaptplan.bench_engine import header, run_engine_bench
+
+    print(header(args.devices, args.batch_size, args.rounds, args.algorithm, args.repeats), file=sys.stderr, flush=True)
 
     result = run_engine_bench(devices=args.devices, batch_size=args.batch_size, rounds=args.rounds,
                               algorithm=args.algorithm, threads=args.threads, repeats=args.repeats)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from typing import Any
 
 from adaptplan.errors import InputError
@@ -24,7 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("model", metavar="MODEL",
                         help=f"built-in {', '.join(MODELS)}, a torchvision model name (vgg16, resnet18, mobilenet_v2, ...; "
-                             "random weights) or package.module:factory")
+                             "random weights) or package.module:factory, your own function returning an nn.Module, "
+                             "imported from the working directory or PYTHONPATH")
     parser.add_argument("--input", required=True, metavar="CxHxW",
                         help="per-sample input shape, e.g. 3x32x32 (channels x height x width, in values)")
     parser.add_argument("--num-classes", type=int, default=10, help="number of output classes (default: 10)")
@@ -78,10 +80,15 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"must be ≥ 1, got {args.num_classes}", field="--num-classes")
     data = _grad_stats_data(args, shape) if args.grad_stats else None   # a data problem fails before profiling
     model = build_model(args.model, shape, args.num_classes, field="MODEL")
-    chain = build_chain(model, example_batch(shape))
-    profile = profile_model(chain, shape, model_name=args.model, bits_per_value=args.bits,
-                            measure_time=args.measure_time, batch_size=args.time_batch_size,
-                            repeats=args.repeats, progress=sys.stderr.isatty())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UserWarning)
+        chain = build_chain(model, example_batch(shape))
+        profile = profile_model(chain, shape, model_name=args.model, bits_per_value=args.bits,
+                                measure_time=args.measure_time, batch_size=args.time_batch_size,
+                                repeats=args.repeats, progress=sys.stderr.isatty())
+    for warning in caught:  # NoCutWarning, FlopCheckWarning: one line each, no source location
+        if issubclass(warning.category, UserWarning):
+            print(f"adaptplan profile: warning: {warning.message}", file=sys.stderr)
     if args.output:
         profile.save(args.output)
     if args.json:
