@@ -2,7 +2,7 @@
 
 The numpy-only world model is imported eagerly; torch-using entry points (``profile_model``,
 ``estimate_constants``, ``train``) are re-exported lazily so that ``import adaptplan`` and
-``adaptplan plan`` never load torch (DESIGN.md).
+``adaptplan plan`` never load torch (docs/architecture.md).
 """
 
 from __future__ import annotations

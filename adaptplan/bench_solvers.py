@@ -1,5 +1,5 @@
 """Solver benchmark (the logic behind ``adaptplan bench``): AdaptSFL's BCD vs the baselines of
-spec/adaptsfl.md §6.2 vs the exact optimum, solve time vs scale, and BCD's optimality gap.
+docs/model.md §6.2 vs the exact optimum, solve time vs scale, and BCD's optimality gap.
 
 Everything is predicted by the world model: eq. (26) total latency with ⌈R⌉ rounds and ⌊⌈R⌉/I⌋
 aggregations, and the relaxed objective (28), both in seconds. Scenarios other than the default

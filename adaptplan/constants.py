@@ -1,5 +1,5 @@
-"""`ConvergenceConstants`: the training constants of Assumptions 1–2 (spec/adaptsfl.md §3,
-spec/formats.md "Training constants").
+"""`ConvergenceConstants`: the training constants of Assumptions 1–2 (docs/model.md §3,
+docs/formats.md "Training constants").
 
 β (smoothness), γ (learning rate, must satisfy γ ≤ 1/β for Theorem 1), ϑ = f(w⁰) − f*,
 ε (target average squared gradient norm), and per cut point j = 1..L the bounds σ_j² (gradient
@@ -68,6 +68,6 @@ class ConvergenceConstants:
 
     @classmethod
     def placeholder(cls, num_cuts: int) -> "ConvergenceConstants":
-        """The placeholder constants of spec/adaptsfl.md §6.1 [P] — **not** the paper's values:
+        """The placeholder constants of docs/model.md §6.1 [P] — **not** the paper's values:
         β = 5, γ = 0.01, ϑ = 2.3, ε = 0.1, σ_j² = 1, G_j² = 2·10⁻³."""
         return cls(beta=5.0, gamma=0.01, theta=2.3, epsilon=0.1, sigma2=(1.0,) * num_cuts, G2=(2e-3,) * num_cuts)

@@ -1,4 +1,4 @@
-"""The convergence model: Theorem 1 / Corollary 1 and objective (28), spec/adaptsfl.md §3–§4.
+"""The convergence model: Theorem 1 / Corollary 1 and objective (28), docs/model.md §3–§4.
 
 With c = ε − (βγ/N)Σ_{j=1}^{L}σ_j² and d(L_c) = 4β²γ²A_{L_c} (A_ℓ = Σ_{j≤ℓ}G_j², eq. (29)):
 
@@ -58,7 +58,7 @@ class ConvergenceModel:
         return 2.0 * k.theta / (k.gamma * margin)
 
     def integer_rounds(self, interval: int, deepest_cut: int) -> int:
-        """⌈R⌉ of eq. (15), the rounds a plan reports (formats.md); a relative 1e-12 guard keeps an R
+        """⌈R⌉ of eq. (15), the rounds a plan reports (docs/formats.md); a relative 1e-12 guard keeps an R
         that is an integer up to rounding from gaining a round. Raises InfeasibleError like ``rounds``."""
         return max(1, math.ceil(self.rounds(interval, deepest_cut) * (1 - 1e-12)))
 
@@ -99,7 +99,7 @@ class ConvergenceModel:
 
 
 def check_lengths(num_cuts_profile: int, constants: ConvergenceConstants) -> None:
-    """Profile and constants must describe the same L cut points (formats.md)."""
+    """Profile and constants must describe the same L cut points (docs/formats.md)."""
     if constants.num_cuts != num_cuts_profile:
         raise InputError(f"has {constants.num_cuts} entries but the profile has {num_cuts_profile} cut points; "
                          f"they must match (one sigma2/G2 per cut point)", field="constants.sigma2")

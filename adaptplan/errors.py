@@ -19,4 +19,4 @@ class InputError(ValueError):
 
 
 class InfeasibleError(InputError):
-    """The target ε cannot be reached (spec adaptsfl.md §8 A7); the message says which constraint and the fix."""
+    """The target ε cannot be reached (docs/model.md §8 A7); the message says which constraint and the fix."""

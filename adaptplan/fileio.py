@@ -1,4 +1,4 @@
-"""Reading and writing the JSON/TOML files of spec/formats.md.
+"""Reading and writing the JSON/TOML files of docs/formats.md.
 
 JSON is canonical; TOML with the same keys is accepted wherever a file is read. Unknown keys are
 an error naming the key; missing required keys are an error naming the key.

@@ -1,11 +1,11 @@
-"""The per-round latency model, spec/adaptsfl.md §2.2–§2.4, eqs. (16)–(26).
+"""The per-round latency model, docs/model.md §2.2–§2.4, eqs. (16)–(26).
 
 This is the only implementation of the world model's latency: the solvers, the benchmarks and
 the trainers' simulated clock all call it. Cuts are 1-based cut indices ℓ_i (as in the profile);
 all times are **seconds**.
 
 :class:`LatencyModel` precomputes, for every device i and cut j, the coefficient matrices the
-MILP of eq. (34) needs (they are the rows of spec §5.1), so evaluating a cut vector is a gather.
+MILP of eq. (34) needs (they are the rows of docs/model.md §5.1), so evaluating a cut vector is a gather.
 """
 
 from __future__ import annotations

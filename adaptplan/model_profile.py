@@ -1,8 +1,8 @@
-"""`ModelProfile`: the per-cut-point description of a model (spec/formats.md "Model profile").
+"""`ModelProfile`: the per-cut-point description of a model (docs/formats.md "Model profile").
 
 Cut points are indexed j = 1..L along the profiler's chain of blocks; entry j = L is the model
 output. All FLOP counts are **cumulative per sample** over blocks 1..j (ρ_j, ϖ_j of
-spec/adaptsfl.md §1) with **2 FLOPs per multiply–add**; sizes are **bits per sample** (ψ_j, χ_j)
+docs/model.md §1) with **2 FLOPs per multiply–add**; sizes are **bits per sample** (ψ_j, χ_j)
 and parameter sizes are **bits** (δ_j). Optional ``client_memory_bytes`` (bytes) is the device memory
 the client part of cut j needs to train (parameters, their gradients, optimizer state and the
 activations of one mini-batch, measured by :mod:`profilers.memory`); the top-level ``memory``
@@ -181,7 +181,7 @@ class ModelProfile:
     @property
     def server_bp(self) -> np.ndarray:
         """Server backward FLOPs per sample for cut j: ``server_bp_flops`` if every cut has it,
-        else ϖ_L − ϖ_j (formats.md, eq. (19))."""
+        else ϖ_L − ϖ_j (docs/formats.md, eq. (19))."""
         if all(c.server_bp_flops is not None for c in self.cut_points):
             return self._array("server_bp_flops")
         varpi = self.varpi

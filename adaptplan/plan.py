@@ -1,4 +1,4 @@
-"""`Plan`: the planner's answer (spec/formats.md "Plan").
+"""`Plan`: the planner's answer (docs/formats.md "Plan").
 
 ``cuts[i]`` is device i's 1-based cut index ℓ_i; ``rounds`` = ⌈R⌉ of Corollary 1 (eq. 15);
 ``aggregations`` = ⌊rounds/interval⌋; ``total_latency_s`` is eq. (26) with those integers;

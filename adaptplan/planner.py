@@ -1,6 +1,6 @@
-"""`Planner`: (ModelProfile, SystemSpec, ConvergenceConstants) → Plan (DESIGN.md data flow).
+"""`Planner`: (ModelProfile, SystemSpec, ConvergenceConstants) → Plan (docs/architecture.md data flow).
 
-``Planner.plan()`` runs BCD (spec/adaptsfl.md §5.3, Algorithm 3: Theorem-2 MA step ⇄ Dinkelbach
+``Planner.plan()`` runs BCD (docs/model.md §5.3, Algorithm 3: Theorem-2 MA step ⇄ Dinkelbach
 MS step). ``Planner.replan(system=..., constants=..., warm_start=plan)`` is the call Algorithm 1
 (§5.4) makes inside a training loop when resources or constants change: it re-solves warm-started
 from the cuts in force. ``Planner.evaluate(cuts, interval)`` scores a given decision with the same
@@ -35,8 +35,8 @@ class Planner:
         profile: per-cut model profile (ρ, ϖ, ψ, χ, δ).
         system: devices, servers and links (FLOP/s, bit/s).
         constants: β, γ, ϑ, ε, σ², G² (one per cut point); default: the placeholder constants
-            of spec §6.1 (labelled as such, not the paper's values).
-        candidates: allowed 1-based cut indices (default 1..L−1, formats.md ``--cuts``).
+            of docs/model.md §6.1 (labelled as such, not the paper's values).
+        candidates: allowed 1-based cut indices (default 1..L−1, docs/formats.md ``--cuts``).
         backend: MILP backend of the Dinkelbach MS step, ``"highs"`` or ``"cbc"``.
     """
 

@@ -2,8 +2,8 @@
 
 The default scenario (``adaptplan plan`` with no arguments) is VGG-16 on CIFAR-10 (3×32×32,
 fp32), profiled by this project's profiler and shipped as package data, 20 devices drawn by
-:func:`adaptplan.system.generate_system` with seed 0 from the **placeholder** ranges of spec §6.1,
-and the **placeholder** constants of spec §6.1 (not the paper's Table II values, which were not
+:func:`adaptplan.system.generate_system` with seed 0 from the **placeholder** ranges of docs/model.md §6.1,
+and the **placeholder** constants of docs/model.md §6.1 (not the paper's Table II values, which were not
 recovered). Regenerate the profile with::
 
     adaptplan profile vgg16-cifar --input 3x32x32 -o adaptplan/data/vgg16_cifar10.json
@@ -42,7 +42,7 @@ def default_scenario(devices: int = DEFAULT_DEVICES, seed: int = DEFAULT_SEED) -
     """VGG-16/CIFAR-10, ``devices`` generated devices (seed ``seed``), placeholder constants."""
     profile = default_profile()
     return Scenario(
-        name=f"vgg16-cifar10, {devices} devices (seed {seed}), placeholder constants of spec §6.1",
+        name=f"vgg16-cifar10, {devices} devices (seed {seed}), placeholder constants of docs/model.md §6.1",
         profile=profile,
         system=generate_system(devices, seed),
         constants=ConvergenceConstants.placeholder(profile.num_cuts),

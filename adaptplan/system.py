@@ -1,4 +1,4 @@
-"""`SystemSpec`: devices, edge server and fed server (spec/formats.md "System").
+"""`SystemSpec`: devices, edge server and fed server (docs/formats.md "System").
 
 Units: compute in FLOP/s, link rates in bit/s, batch size in samples. ``up_bps``/``down_bps`` are
 device ↔ edge server (r_i^U, r_i^D), ``fed_up_bps``/``fed_down_bps`` device ↔ fed server
@@ -141,7 +141,7 @@ def to_toml(data: Mapping[str, Any]) -> str:
 class SystemRanges:
     """Uniform ranges for :func:`generate_system`.
 
-    Defaults are the **placeholder** values of spec/adaptsfl.md §6.1 [P] (the paper's Table II
+    Defaults are the **placeholder** values of docs/model.md §6.1 [P] (the paper's Table II
     numbers were not recovered): device FLOP/s ~ U[0.5, 1.5]·10¹², server 50·10¹² FLOP/s,
     uplinks (edge and fed) ~ U[70, 80] Mbit/s, downlinks ~ U[350, 380] Mbit/s, edge↔fed
     500 Mbit/s, batch 16.
@@ -214,7 +214,7 @@ class SystemProcess:
     """Per-round system states (the AdaptSFL experiments re-draw device FLOP/s and rates every round).
 
     ``state(t)`` is deterministic in (seed, t): round t's system, with device FLOP/s and uplink
-    rates re-drawn from ``ranges`` when ``redraw`` is true (spec §6.1), and multiplicative Gaussian
+    rates re-drawn from ``ranges`` when ``redraw`` is true (docs/model.md §6.1), and multiplicative Gaussian
     measurement noise of coefficient of variation ``noise_cv`` applied to ``measured(t)`` — what
     a planner sees — but not to ``state(t)`` — what the clock charges (the Fig. 9 robustness setting).
     """

@@ -1,4 +1,4 @@
-"""Re-planning inside a training loop (Algorithm 1 of spec/adaptsfl.md §5.4), with the planner API only.
+"""Re-planning inside a training loop (Algorithm 1 of docs/model.md §5.4), with the planner API only.
 
 Resources drift every round (device FLOP/s and uplinks re-drawn, as in the AdaptSFL experiments,
 with 10% measurement noise); every Q rounds — at an aggregation boundary — the planner is called

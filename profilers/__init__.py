@@ -1,5 +1,5 @@
 """profilers: cut-point discovery, per-cut FLOPs/sizes, measured per-block time, and gradient
-statistics (DESIGN.md). Imports are lazy so that ``import profilers`` does not load torch.
+statistics (docs/architecture.md). Imports are lazy so that ``import profilers`` does not load torch.
 
 Public API::
 

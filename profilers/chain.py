@@ -1,4 +1,4 @@
-"""The model as a chain of blocks between consecutive cut points (DESIGN.md "Cut points").
+"""The model as a chain of blocks between consecutive cut points (docs/model.md §9 "Cut points").
 
 ``build_chain(model, example_input)`` returns a :class:`Chain` whose ``blocks`` is an
 ``nn.Sequential``; ``blocks[:l]`` is a device's client part for cut l and ``blocks[l:]`` the server

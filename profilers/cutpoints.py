@@ -1,4 +1,4 @@
-"""Cut-point discovery on a torch.fx graph (DESIGN.md "Cut points for any model").
+"""Cut-point discovery on a torch.fx graph (docs/model.md §9 "Cut points").
 
 Two steps:
 

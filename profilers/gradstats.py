@@ -1,4 +1,4 @@
-"""Estimation of the training constants of Assumptions 1–2 (spec/adaptsfl.md §3; estimation
+"""Estimation of the training constants of Assumptions 1–2 (docs/model.md §3; estimation
 procedure of §5.4 "Parameter estimation", after Wang et al. [29]).
 
 Given B mini-batches ξ_1..ξ_B and the initial weights w⁰ (the model as given), with the chain's

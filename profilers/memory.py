@@ -1,4 +1,4 @@
-"""Device memory of a client part, per cut point (``client_memory_bytes`` of formats.md).
+"""Device memory of a client part, per cut point (``client_memory_bytes`` of docs/formats.md).
 
 For cut j the device trains blocks 1..j on one mini-batch of ``batch_size`` samples and needs, in
 bytes:

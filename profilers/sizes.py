@@ -1,5 +1,5 @@
 """Sizes in bits: activations/gradients crossing a cut (ψ_j, χ_j) and client parameters (δ_j),
-spec/adaptsfl.md §1 and formats.md "Model profile"."""
+docs/model.md §1 and docs/formats.md "Model profile"."""
 
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ class BlockTimes:
     threads: int
 
     def timing_info(self) -> dict[str, Any]:
-        """The ``timing`` object of the profile (formats.md)."""
+        """The ``timing`` object of the profile (docs/formats.md)."""
         return {"batch_size": self.batch_size, "repeats": self.repeats, "threads": self.threads, "statistic": "median"}
 
 

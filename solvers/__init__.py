@@ -1,4 +1,4 @@
-"""Planners for AdaptSFL (spec/adaptsfl.md §4–§6): numpy/scipy/PuLP only (never torch).
+"""Planners for AdaptSFL (docs/model.md §4–§6): numpy/scipy/PuLP only (never torch).
 
 Every solver has the scipy-style signature ``solve_xxx(problem, *, options) -> SolveResult``.
 """

@@ -1,4 +1,4 @@
-"""Baseline planning policies of spec/adaptsfl.md §6.2 (and §8 A12), each returning a
+"""Baseline planning policies of docs/model.md §6.2 (and §8 A12), each returning a
 :class:`SolveResult` scored by objective (28), so they compare directly with
 :func:`solvers.bcd.solve_bcd`.
 

@@ -1,5 +1,5 @@
 """AdaptSFL's joint planner: block coordinate descent over (I) and (x, μ) — Algorithm 3
-(spec/adaptsfl.md §5.3).
+(docs/model.md §5.3).
 
 Each iteration does an exact MA step (Theorem 2, :func:`solvers.interval.best_interval`, with
 a = T_split(x), b = T_agg(x), d = 4β²γ²A_{L_c(x)}) and an exact MS step (Dinkelbach, Algorithm 2,

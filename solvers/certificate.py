@@ -1,7 +1,7 @@
 """A certified lower bound on the optimum of (28) over (I, x) (issue 16), from MS-step bounds.
 
 Write Θ* = (2ϑ/γ)·min_L min_{I ∈ ℤ⁺} h_L(I) / g_L(I) with g_L(I) = I(c − d(L)I²) and
-h_L(I) = min_{x ≤ L} (I·T_split(x) + T_agg,L(x)) (S_n at δ_L, spec §4.3; the decomposition of
+h_L(I) = min_{x ≤ L} (I·T_split(x) + T_agg,L(x)) (S_n at δ_L, docs/model.md §4.3; the decomposition of
 :mod:`solvers.threshold` and :mod:`solvers.exact`). An MS step at interval I_k (exact or
 budgeted) gives a lower bound ℓ_k on min_L h_L(I_k)/g_L(I_k), hence h_L(I_k) ≥ ℓ_k·g_L(I_k) for
 every L feasible at I_k. Since h_L is a minimum of functions affine in I it is **concave**, so

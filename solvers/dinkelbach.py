@@ -1,4 +1,4 @@
-"""The MS step: Dinkelbach's method (35) for the MILFP (34) — Algorithm 2 (spec/adaptsfl.md §5.2).
+"""The MS step: Dinkelbach's method (35) for the MILFP (34) — Algorithm 2 (docs/model.md §5.2).
 
 For fixed I, minimise N(x,μ)/D(x,μ) by solving the MILP F(λ) = min N − λD (35) for a sequence
 λ⁽ᵏ⁺¹⁾ = N(x⁽ᵏ⁾)/D(x⁽ᵏ⁾), starting from the ratio at the warm-start cut vector (§8 A9, so that

@@ -1,4 +1,4 @@
-"""Exact references for problem (28) (spec/adaptsfl.md §4.2).
+"""Exact references for problem (28) (docs/model.md §4.2).
 
 * :func:`solve_exhaustive` — brute force over every cut vector (J^N of them, J candidates; only
   cuts that fit each device's memory) and

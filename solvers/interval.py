@@ -1,4 +1,4 @@
-"""The MA step: Theorem 2 (spec/adaptsfl.md §4.4, eqs. (32), (33), (46)–(48)).
+"""The MA step: Theorem 2 (docs/model.md §4.4, eqs. (32), (33), (46)–(48)).
 
 For fixed cuts, with a = T_split(x) (s), b = T_agg(x) (s), c = ε − (βγ/N)Σσ_j² and
 d = 4β²γ²A_{L_c} (dimensionless), the MA subproblem (32) is

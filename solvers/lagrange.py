@@ -1,4 +1,4 @@
-"""A Lagrangian lower bound on the MS numerator min_{x ≤ L} N_L(x) (spec/adaptsfl.md §4.3, (34)).
+"""A Lagrangian lower bound on the MS numerator min_{x ≤ L} N_L(x) (docs/model.md §4.3, (34)).
 
 Each max of N_L is at least any convex combination of its arguments:
 max_i a_i(x_i) ≥ Σ_i λ_i a_i(x_i) (λ ∈ Δ_N), likewise μ for b, and

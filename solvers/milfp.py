@@ -1,4 +1,4 @@
-"""The MS subproblem (34) as a PuLP MILP, and its Dinkelbach form (35) (spec/adaptsfl.md §4.3, §5.1).
+"""The MS subproblem (34) as a PuLP MILP, and its Dinkelbach form (35) (docs/model.md §4.3, §5.1).
 
 For a fixed interval I (rounds), with binary x_{i,j} (device i cuts at candidate j) and the six
 epigraph variables of §4.3,

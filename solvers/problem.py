@@ -1,4 +1,4 @@
-"""`PlanningProblem`: one instance of the joint MA/MS problem (28) (spec/adaptsfl.md §4.2).
+"""`PlanningProblem`: one instance of the joint MA/MS problem (28) (docs/model.md §4.2).
 
 It bundles the latency model (eqs. (16)–(26), :class:`adaptplan.latency.LatencyModel`), the
 convergence model (Corollary 1 / eq. (15), :class:`adaptplan.convergence.ConvergenceModel`) and

@@ -58,6 +58,6 @@ class SolveResult:
         return self.cuts
 
     def solver_stats(self) -> dict[str, Any]:
-        """The ``solver`` block of a Plan (formats.md)."""
+        """The ``solver`` block of a Plan (docs/formats.md)."""
         return {"method": self.method, "iterations": self.iterations, "milp_solves": self.milp_solves,
                 "seconds": round(self.seconds, 6), "backend": self.backend, "status": self.status, "nodes": self.nodes}

@@ -1,7 +1,7 @@
 """Model profiles for solver tests and benchmarks (numpy only; no torch).
 
 * :func:`vgg16_cifar_profile` — VGG-16 for CIFAR-10 (13 conv + 3 FC 512-512-10), computed
-  analytically as described in spec/adaptsfl.md §7.1: ρ_j cumulative forward FLOPs (2 per
+  analytically as described in docs/model.md §7.1: ρ_j cumulative forward FLOPs (2 per
   multiply–add), ϖ_j = 2ρ_j, ψ_j = χ_j the fp32 bits of the (pooled) output of layer j, δ_j the
   cumulative parameter bits. ρ_16 ≈ 0.6275 GFLOP and δ_16 ≈ 487.8 Mbit as in §7.1.
 * :func:`synthetic_profile` — a random L-cut profile with monotone cumulative FLOPs/parameters
@@ -30,7 +30,7 @@ def _profile(name: str, shape: tuple[int, ...], rho, varpi, act_bits, param_bits
 
 
 def vgg16_cifar_profile() -> ModelProfile:
-    """The 16-cut VGG-16/CIFAR-10 profile of spec §7.1 (bits per value 32, 2 FLOPs per MAC)."""
+    """The 16-cut VGG-16/CIFAR-10 profile of docs/model.md §7.1 (bits per value 32, 2 FLOPs per MAC)."""
     channels, size = 3, 32
     flops, params, acts, names = [], [], [], []
     total_flops = total_params = 0.0

@@ -1,5 +1,5 @@
 """Exact MS step (34) at fixed I by a threshold sweep — a fast alternative to Algorithm 2's MILPs
-(spec/adaptsfl.md §2.2–§2.4, §4.3, §5.1–§5.2).
+(docs/model.md §2.2–§2.4, §4.3, §5.1–§5.2).
 
 **Reduction to a fixed deepest cut.** In (34) the only coupling through the deepest cut L_c is
 μ₅ = A_{L_c} (in D) and μ₆ = δ_{L_c} (in S_n, hence in μ₃, μ₄). Fix an upper bound L on all cuts

@@ -30,7 +30,7 @@ def small_problem(seed: int, *, num_devices: int | None = None, num_cuts: int | 
 
 
 def vgg16_problem(num_devices: int = 20, seed: int = 0) -> PlanningProblem:
-    """VGG-16 (spec §7.1) with the §6.1 placeholder system and constants."""
+    """VGG-16 (docs/model.md §7.1) with the §6.1 placeholder system and constants."""
     return PlanningProblem.from_parts(vgg16_cifar_profile(), generate_system(num_devices, seed),
                                       ConvergenceConstants.placeholder(16))
 

@@ -1,4 +1,4 @@
-"""DESIGN.md's layering rules, checked on the source: solvers never import torch; solvers and
+"""docs/architecture.md's layering rules, checked on the source: solvers never import torch; solvers and
 profilers never import trainers; nothing imports the CLI; adaptplan's world model is torch-free."""
 
 import ast

@@ -1,4 +1,4 @@
-"""Baseline policies (spec §6.2, §8 A12) against AdaptSFL's BCD."""
+"""Baseline policies (docs/model.md §6.2, §8 A12) against AdaptSFL's BCD."""
 
 import math
 

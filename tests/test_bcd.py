@@ -1,4 +1,4 @@
-"""Algorithm 3 (BCD) and the exact references (spec §5.3, §7.6)."""
+"""Algorithm 3 (BCD) and the exact references (docs/model.md §5.3, §7.6)."""
 
 import math
 

@@ -1,5 +1,5 @@
 """The shipped default-scenario profile is exactly what the profiler produces (so it is regenerable),
-and it is the paper's VGG-16 (spec/adaptsfl.md §7.1)."""
+and it is the paper's VGG-16 (docs/model.md §7.1)."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""MS step: Dinkelbach (35) on the MILFP (34) equals brute force at fixed I (spec §5.1–§5.2, §7.6)."""
+"""MS step: Dinkelbach (35) on the MILFP (34) equals brute force at fixed I (docs/model.md §5.1–§5.2, §7.6)."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""Theorem 2 (spec §4.4): Newton–Raphson root of (47) and the floor/ceil rule (33)/(48)."""
+"""Theorem 2 (docs/model.md §4.4): Newton–Raphson root of (47) and the floor/ceil rule (33)/(48)."""
 
 import math
 
@@ -10,7 +10,7 @@ from adaptplan.errors import InfeasibleError
 from solvers.interval import (DEFAULT_MAX_INTERVAL, best_interval, interval_objective, max_feasible_interval,
                               newton_interval)
 
-A, B, C, D = 0.16690, 0.44189, 0.06, 1e-4  # spec §7.2–§7.3
+A, B, C, D = 0.16690, 0.44189, 0.06, 1e-4  # docs/model.md §7.2–§7.3
 
 
 def test_worked_example_root_and_integer_optimum():

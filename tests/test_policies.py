@@ -1,4 +1,4 @@
-"""`--policy` in the training loop (spec §6.2): random policies re-draw at every aggregation,
+"""`--policy` in the training loop (docs/model.md §6.2): random policies re-draw at every aggregation,
 seeded; the others decide once; incompatible options are named."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def test_random_policies_redraw_at_every_aggregation(policy: str) -> None:
     assert [e[0] for e in events[1:]] == aggregated            # one decision after each aggregation, no other
     for (start, interval, _), nxt in zip(events, events[1:]):
         assert nxt[0] == start + interval                      # the decided interval is the one trained
-        assert 1 <= interval <= 25                              # RMA's U{1..25} (spec §6.2) and Theorem 2's range
+        assert 1 <= interval <= 25                              # RMA's U{1..25} (docs/model.md §6.2) and Theorem 2's range
     assert decisions(policy)[0] == events                       # seeded: the same draws again
 
 

@@ -1,4 +1,4 @@
-"""Strategy equivalences and aggregation schedules (spec §2.1 eqs. 4–7)."""
+"""Strategy equivalences and aggregation schedules (docs/model.md §2.1 eqs. 4–7)."""
 
 from __future__ import annotations
 

@@ -140,7 +140,7 @@ def skip(arrival: Activation) -> CutGradient:
 
 
 def mean_ce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """F_i: mean cross-entropy over the mini-batch (spec adaptsfl.md §1)."""
+    """F_i: mean cross-entropy over the mini-batch (docs/model.md §1)."""
     return nn.functional.cross_entropy(logits, labels)
 
 

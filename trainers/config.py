@@ -116,7 +116,7 @@ class TrainConfig:
     """All options of one split-training run.
 
     Units: ``lr`` γ (dimensionless step size), ``batch_size`` b in samples per device per round,
-    ``rounds`` R in rounds (one round = every device processes one mini-batch, spec §2.1),
+    ``rounds`` R in rounds (one round = every device processes one mini-batch, docs/model.md §2.1),
     ``interval`` I in rounds (client-side MA period, eq. 7), ``replan_every`` Q in rounds
     (Algorithm 1; a multiple of I is expected, re-planning happens only at aggregation rounds),
     ``eval_every`` and ``checkpoint_every`` in rounds, ``target_accuracy`` a fraction in [0, 1].

@@ -132,7 +132,7 @@ class SplitEngine:
 
     @property
     def deepest_cut(self) -> int:
-        """L_c = max_i ℓ_i (spec §1)."""
+        """L_c = max_i ℓ_i (docs/model.md §1)."""
         return max(self.cuts)
 
     def data_sizes(self) -> list[int]:
@@ -374,7 +374,7 @@ class SplitEngine:
 
     # ---- re-partition (Algorithm 1) ---------------------------------------------------------------------
     def set_cuts(self, new_cuts: Sequence[int], round_index: int = 0) -> None:
-        """Move layers between devices and the edge server without losing state (spec §5.4), through
+        """Move layers between devices and the edge server without losing state (docs/model.md §5.4), through
         model messages: every device and the edge server upload every block with its optimizer state;
         each instance of the new layout takes the (count-weighted) average of the old instances its
         devices used — an exact copy when those are identical, as at an aggregation boundary."""
@@ -428,7 +428,7 @@ class SplitEngine:
         return nn.Sequential(*[self.block(device, j) for j in range(self.num_blocks)])
 
     def averaged_model(self, devices: Sequence[int] | None = None) -> nn.Sequential:
-        """The virtual global model w̄ = (1/N)Σ_i w_i (spec §2.1): block-wise parameter mean over the
+        """The virtual global model w̄ = (1/N)Σ_i w_i (docs/model.md §2.1): block-wise parameter mean over the
         devices' models (live modules reused where all devices share one instance)."""
         devices = list(range(self.num_devices)) if devices is None else list(devices)
         blocks = []

@@ -70,7 +70,7 @@ class History:
         return ev[-1].accuracy if ev else None
 
     def converged_round(self, min_gain: float = 0.02, patience: int = 5, floor: float | None = None) -> int | None:
-        """The paper's criterion (spec §6.1): the first evaluated round after which the test-accuracy
+        """The paper's criterion (docs/model.md §6.1): the first evaluated round after which the test-accuracy
         increase stays below ``min_gain`` for ``patience`` consecutive evaluations; None if never.
         Evaluations below ``floor`` (default: twice chance, 2/M for the run's M classes in
         ``meta["num_classes"]``; 0 when unknown) neither count nor start a streak, so a run still

@@ -5,7 +5,7 @@ Built-ins (:data:`trainers.config.MODELS`): ``cnn``, ``mlp``, ``vgg16-cifar``, w
 classification model name, or ``package.module:factory``). The engine does not use the children
 of a Sequential as its blocks: the driver cuts every model with ``profilers.build_chain``
 (traced; one block per parameterised layer, activations/pooling/flatten joining the layer
-before them), so cut index ℓ = number of those blocks on the device (spec §1 ℓ_i).
+before them), so cut index ℓ = number of those blocks on the device (docs/model.md §1 ℓ_i).
 
 No BatchNorm in the built-ins: samples never interact inside a batch, so the engine may
 concatenate the activations of devices that share server blocks without changing the mathematics.
@@ -50,11 +50,11 @@ VGG16_CIFAR_CONFIG = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 
 
 
 def vgg16_cifar(num_classes: int = 10, in_channels: int = 3) -> nn.Sequential:
-    """VGG-16 for 32×32 inputs as in the AdaptSFL experiments (spec/adaptsfl.md §6.1, §7.1): 13 conv
+    """VGG-16 for 32×32 inputs as in the AdaptSFL experiments (docs/model.md §6.1, §7.1): 13 conv
     3×3 (+ReLU, max-pool after each stage) and 3 FC (512-512-``num_classes``), no BatchNorm, L = 16.
 
     With 10 classes: 15,245,130 parameters (δ_16 = 487.8 Mbit in fp32) and 313.7 M multiply-adds
-    per sample (ρ_16 ≈ 0.6275 GFLOP at 2 FLOPs per multiply-add), the figures of spec §7.1.
+    per sample (ρ_16 ≈ 0.6275 GFLOP at 2 FLOPs per multiply-add), the figures of docs/model.md §7.1.
     """
     layers: dict[str, nn.Module] = {}
     channels, stage, conv = in_channels, 1, 1

@@ -1,8 +1,8 @@
 """Partitioning a training set over N devices, and per-device mini-batch samplers.
 
-* ``iid``: shuffle, split evenly (spec/adaptsfl.md §6.1).
+* ``iid``: shuffle, split evenly (docs/model.md §6.1).
 * ``shards``: sort by label (stable), cut into 2N shards, give each device 2 random shards
-  (spec §6.1: 40 shards, 2 per device for N = 20).
+  (docs/model.md §6.1: 40 shards, 2 per device for N = 20).
 * ``dirichlet``: for every class, split its samples over devices with proportions ~ Dir(α).
 
 All randomness comes from a ``numpy.random.Generator`` seeded by the caller, so a fixed seed gives

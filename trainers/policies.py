@@ -1,4 +1,4 @@
-"""Planning policies in the training loop (``adaptplan train --policy P``, spec adaptsfl.md §6.2).
+"""Planning policies in the training loop (``adaptplan train --policy P``, docs/model.md §6.2).
 
 A policy decides the cuts and the aggregation interval at the start of training and again at
 aggregation rounds, on the system measured for the next round (:class:`trainers.run.ReplanRequest`):

@@ -60,7 +60,7 @@ class _Pending:
 
 
 class Device:
-    """Device i (spec adaptsfl.md §2.1): client blocks, sampler, optimizer.
+    """Device i (docs/model.md §2.1): client blocks, sampler, optimizer.
 
     Args:
         index: device id i.

@@ -1,14 +1,14 @@
 """The synchronous training driver: ``run(config) -> History``.
 
 Builds data, model, chain, profile, system process, clock, plan and engine from one
-:class:`~trainers.config.TrainConfig`, then runs rounds t = 1..R (spec §5.4, Algorithm 1):
+:class:`~trainers.config.TrainConfig`, then runs rounds t = 1..R (docs/model.md §5.4, Algorithm 1):
 engine round → (at aggregation rounds, every Q rounds) re-plan and re-partition → charge the
 simulated clock for the cuts in force during the round → evaluate every ``eval_every`` rounds →
 checkpoint every K rounds. ``Trainer`` exposes the engine for tests.
 
 Plan resolution, in order: explicit ``cuts`` (+ ``interval``, default 1); ``plan_path``; the
 built-in planner (``adaptplan.planner.Planner`` on the model profile and the round-1 system, with
-the constants of ``constants_path`` or the placeholders of spec §6.1); only if that plan is
+the constants of ``constants_path`` or the placeholders of docs/model.md §6.1); only if that plan is
 infeasible (:class:`~adaptplan.errors.InfeasibleError`), the documented default: every device at
 cut ⌈L/2⌉, I = 1, with the reason recorded. The history's events say which plan was in force from
 which round (``plan``/``replan``/``replan-infeasible`` events; the planner's Plan JSON included).
@@ -79,7 +79,7 @@ def default_planner(constants: ConvergenceConstants | None = None, gamma: float 
     Each call solves problem (28) for ``request.system``, warm-started from the cuts in force —
     what ``Planner.replan(system=..., warm_start=...)`` does — but statelessly, so a resumed run
     re-plans exactly as the uninterrupted one. Constants: the request's re-estimated ones, else
-    ``constants``, else the placeholders of spec §6.1 (``ConvergenceConstants.placeholder(L)``)
+    ``constants``, else the placeholders of docs/model.md §6.1 (``ConvergenceConstants.placeholder(L)``)
     with γ = ``gamma``, the learning rate actually used.
     """
 
@@ -417,7 +417,7 @@ class Trainer:
         return True
 
     def reestimate_constants(self, t: int) -> ConvergenceConstants:
-        """Algorithm 1 (spec §5.4): β, σ_j², G_j² and ϑ estimated again from the run's own model (the
+        """Algorithm 1 (docs/model.md §5.4): β, σ_j², G_j² and ϑ estimated again from the run's own model (the
         parameter-wise mean w̄ at this aggregation round) on 8 mini-batches of its training data, with
         γ = --lr and the target ε in force (the constants file's, else the placeholder's)."""
         from profilers.chain import Chain

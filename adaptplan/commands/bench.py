@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     solvers.add_argument("--system", metavar="FILE", help="your system JSON/TOML (FLOP/s, bit/s, optional memory_bytes); "
                          "default: --devices generated devices")
     solvers.add_argument("--constants", metavar="FILE", help="your training constants JSON/TOML (default: placeholder "
-                         "constants of spec §6.1)")
+                         "constants of docs/model.md §6.1)")
     solvers.add_argument("--devices", type=int, default=20, help="generated devices when --system is not given (default 20)")
     solvers.set_defaults(func=run_solvers)
     engine = which.add_parser("engine", help="samples/s of simulated SFL (20 devices) vs centralized training, same process")

@@ -1,4 +1,4 @@
-"""`adaptplan plan`: optimal cuts and aggregation interval (spec/formats.md "CLI contract")."""
+"""`adaptplan plan`: optimal cuts and aggregation interval (docs/formats.md "CLI contract")."""
 
 from __future__ import annotations
 
@@ -16,15 +16,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="compute the optimal cut per device and aggregation interval (AdaptSFL BCD)",
         description="Plan split federated learning with AdaptSFL's BCD (Theorem-2 interval step + Dinkelbach "
                     "MILFP split step). With no arguments: the built-in default scenario (VGG-16 on CIFAR-10, "
-                    "20 generated devices, placeholder constants of spec §6.1). Prints a table; --json prints "
-                    "the plan of formats.md. Times are seconds.",
+                    "20 generated devices, placeholder constants of docs/model.md §6.1). Prints a table; --json prints "
+                    "the plan of docs/formats.md. Times are seconds.",
     )
     parser.add_argument("--profile", metavar="FILE", help="model profile JSON/TOML from `adaptplan profile` "
                         "(cumulative FLOPs per sample, bits per sample); default: shipped VGG-16/CIFAR-10 profile")
     parser.add_argument("--system", metavar="FILE", help="system JSON/TOML (FLOP/s, bit/s, batch size); "
                         "default: generated with --devices and --seed from the placeholder ranges")
     parser.add_argument("--constants", metavar="FILE", help="training constants JSON/TOML (beta, gamma, theta, "
-                        "epsilon, sigma2[], G2[]); default: placeholder constants of spec §6.1")
+                        "epsilon, sigma2[], G2[]); default: placeholder constants of docs/model.md §6.1")
     parser.add_argument("--cuts", metavar="LIST", help="restrict candidate cut indices, comma-separated 1-based "
                         "(e.g. 1,2,5); default 1..L-1")
     parser.add_argument("--backend", choices=("highs", "cbc"), default="highs", help="MILP solver of the MS step (default highs)")
@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the generated system when --system is not given (default 0)")
     parser.add_argument("--all-devices", action="store_true", help="list every device in the table "
                         "(default: the 20 slowest when there are more)")
-    parser.add_argument("--json", action="store_true", help="print the plan as JSON (formats.md) instead of a table")
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON (docs/formats.md) instead of a table")
     parser.add_argument("-o", "--output", metavar="FILE", help="also write the plan JSON to FILE")
     parser.set_defaults(func=run)
 
@@ -61,7 +61,7 @@ def load_instance(args: argparse.Namespace):
     sources = [
         args.profile or "built-in VGG-16/CIFAR-10 profile",
         args.system or f"{args.devices} generated devices (seed {args.seed}, placeholder ranges)",
-        args.constants or "placeholder constants (spec §6.1, not the paper's)",
+        args.constants or "placeholder constants (docs/model.md §6.1, not the paper's)",
     ]
     return profile, system, constants, "Plan for " + "; ".join(sources)
 

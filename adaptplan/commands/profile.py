@@ -1,5 +1,5 @@
-"""`adaptplan profile MODEL --input CxHxW`: per-cut profile of a model (formats.md "Model profile")
-and optionally its training constants (formats.md "Training constants", spec/adaptsfl.md §5.4).
+"""`adaptplan profile MODEL --input CxHxW`: per-cut profile of a model (docs/formats.md "Model profile")
+and optionally its training constants (docs/formats.md "Training constants", docs/model.md §5.4).
 
 torch is imported only when the command runs, so ``adaptplan plan`` stays torch-free.
 """
@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--input", required=True, metavar="CxHxW",
                         help="per-sample input shape, e.g. 3x32x32 (channels x height x width, in values)")
     parser.add_argument("--num-classes", type=int, default=10, help="number of output classes (default: 10)")
-    parser.add_argument("-o", "--output", metavar="FILE", help="write the profile JSON (formats.md) to FILE")
+    parser.add_argument("-o", "--output", metavar="FILE", help="write the profile JSON (docs/formats.md) to FILE")
     parser.add_argument("--bits", type=int, default=32, help="bits per activation/gradient/parameter value (default: 32)")
     parser.add_argument("--json", action="store_true", help="print the profile JSON instead of the table")
     timing = parser.add_argument_group("measured time (seconds per sample, this machine)")
@@ -45,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                           "else the project's data/ folder)")
     grads.add_argument("--download", action="store_true", help="let torchvision fetch cifar10/cifar100/mnist/fashion-mnist "
                                                                "into --data-root (needs a network)")
-    grads.add_argument("--constants-out", metavar="FILE", help="write the constants JSON (formats.md) to FILE")
+    grads.add_argument("--constants-out", metavar="FILE", help="write the constants JSON (docs/formats.md) to FILE")
     grads.add_argument("--batches", type=int, default=8, help="mini-batches used for the statistics (count, default: 8)")
     grads.add_argument("--batch-size", type=int, default=16, help="samples per mini-batch b (default: 16)")
     grads.add_argument("--gamma", type=float, default=0.01, help="learning rate gamma written to the constants (dimensionless, default: 0.01)")

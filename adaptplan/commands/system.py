@@ -1,4 +1,4 @@
-"""`adaptplan system`: generate a system file from uniform ranges (spec/formats.md "System")."""
+"""`adaptplan system`: generate a system file from uniform ranges (docs/formats.md "System")."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "system",
         help="generate a system (devices, links, servers) from uniform ranges",
-        description="Draw a system from uniform ranges. Defaults are the PLACEHOLDER values of spec §6.1 "
+        description="Draw a system from uniform ranges. Defaults are the PLACEHOLDER values of docs/model.md §6.1 "
                     "(the paper's Table II numbers were not recovered). With --redraw and --round T, prints "
                     "round T's state (device FLOP/s and uplinks re-drawn every round, as in the AdaptSFL "
                     "experiments); --noise-cv adds Gaussian measurement noise (the Fig. 9 setting).",

@@ -91,7 +91,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--static-resources", action="store_true", help="do not re-draw device FLOP/s and uplinks every round "
                    "(re-drawing applies to generated systems only; a --system file keeps its resources)")
     p.add_argument("--constants", help="training constants JSON for the planner, one sigma2/G2 per cut point of --model "
-                                             "(default: spec §6.1 placeholders)")
+                                             "(default: docs/model.md §6.1 placeholders)")
     p.add_argument("--data-root", metavar="DIR",
                    help="folder with the dataset files: cifar10_subset.npz / mnist_test.npz for cifar10-subset and "
                         "mnist-subset (default: $ADAPTPLAN_DATA_DIR, else the project's data/ folder), or "

@@ -1,4 +1,4 @@
-"""AdaptSFL (spec adaptsfl.md §2.1, eqs. 2–9; Algorithm 1 §5.4).
+"""AdaptSFL (docs/model.md §2.1, eqs. 2–9; Algorithm 1 §5.4).
 
 Layout: w_{c,i} = blocks 1..ℓ_i on device i; w_{n,i} = blocks ℓ_i+1..L_c, one copy per device on
 the edge server (non-common part); w_s = blocks L_c+1..L, shared (common part), L_c = max_i ℓ_i.

@@ -1,4 +1,4 @@
-"""Parallel split learning (PSL, Jeon & Kim 2020; the ablation of spec §6.2): every device keeps
+"""Parallel split learning (PSL, Jeon & Kim 2020; the ablation of docs/model.md §6.2): every device keeps
 its own client model, which is **never averaged**; one shared server model.
 
 Server update (documented choice): the shared server model takes one step per round with the
