@@ -130,17 +130,24 @@ def _grad_stats(args: argparse.Namespace, chain: Any, data: Any) -> Any:
 def format_table(profile: Any, shapes: list[tuple[int, ...]]) -> str:
     """A readable per-cut table (FLOPs in GFLOPs per sample, sizes in Mbit, time in ms per sample)."""
     timed = profile.timing is not None
-    header = f"{'j':>3}  {'name':<16} {'output':<14} {'FP GFLOPs':>10} {'BP GFLOPs':>10} {'act Mbit':>9} {'params Mbit':>11}"
+    width = max([16] + [len(c.name) for c in profile.cut_points])
+    header = f"{'j':>3}  {'name':<{width}} {'output':<14} {'FP GFLOPs':>10} {'BP GFLOPs':>10} {'act Mbit':>9} {'params Mbit':>11}"
     if timed:
         header += f" {'FP ms':>8} {'BP ms':>8}"
     lines = [f"{profile.model}: input {'x'.join(map(str, profile.input_shape))}, {profile.num_cuts} cut points "
              f"(cumulative per sample, 2 FLOPs per multiply-add, {profile.bits_per_value} bits per value)", header]
     for cut, shape in zip(profile.cut_points, shapes):
-        row = (f"{cut.index:>3}  {cut.name:<16} {'x'.join(map(str, shape)):<14} {cut.fp_flops / 1e9:>10.4f} "
+        row = (f"{cut.index:>3}  {cut.name:<{width}} {'x'.join(map(str, shape)):<14} {cut.fp_flops / 1e9:>10.4f} "
                f"{cut.bp_flops / 1e9:>10.4f} {cut.activation_bits / 1e6:>9.4f} {cut.client_param_bits / 1e6:>11.3f}")
         if timed:
             row += f" {cut.fp_seconds * 1e3:>8.3f} {cut.bp_seconds * 1e3:>8.3f}"
         lines.append(row)
+    counting = profile.flop_counting
+    if counting:
+        check = counting["check"]
+        lines.append(f"FLOPs: forward {counting['forward']}; backward {counting['backward']}; forward total "
+                     f"{100 * check['relative_difference']:+.1f}% vs {check['counter']} (norm layers and pooling "
+                     f"count there as zero); counted as zero: {', '.join(counting['zero_flop_ops']) or 'none'}")
     if timed:
         t = profile.timing
         lines.append(f"time: median of {t['repeats']} batches of {t['batch_size']}, {t['threads']} threads")
