@@ -110,6 +110,8 @@ def test_vit_is_cut_between_its_encoder_blocks_with_hand_counted_flops():
     total = patch + 2 * layer + tokens * d * 5 + d * 10              # + final LayerNorm + head
     assert profile.rho[0] == 2 * patch
     assert profile.rho[-1] == 2 * total
+    norms = 2 * (2 * tokens * d * 5) + tokens * d * 5                 # the check counts no LayerNorm
+    assert profile.flop_counting["check"]["fp_flops"] == 2 * (total - norms)
     assert "aten::gelu" in profile.flop_counting["zero_flop_ops"]
 
 
