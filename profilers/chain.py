@@ -108,10 +108,10 @@ def warn_if_unsplittable(chain: Chain, model_name: str) -> None:
     """Warn when ``chain`` has a single block (L = 1): no cut but the model output."""
     if len(chain) == 1:
         warnings.warn(
-            f"{model_name} has no cut point but its output (L = 1): no single tensor crosses between its "
-            "parametrised layers (skip connections everywhere, or several inputs/outputs per layer), so it "
-            "cannot be split between a device and the server and cannot be planned. Fix: wrap it as an "
-            "nn.Sequential of the blocks you want and use blocks='children'",
+            f"{model_name} has no cut point but its output (L = 1): it has one parametrised layer, or no "
+            "single tensor crosses between its layers (a skip connection around all of them), so it cannot be "
+            "split between a device and the server and cannot be planned. Fix: for your own model, wrap it as "
+            "an nn.Sequential of the blocks you want and use blocks='children'",
             NoCutWarning, stacklevel=3,
         )
 

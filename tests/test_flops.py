@@ -160,3 +160,26 @@ def test_model_without_interior_cut_warns_and_cannot_be_planned():
 
     with pytest.raises(InputError, match="profile.cut_points: .*no cut point but its output"):
         Planner(profile, generate_system(4, seed=0))
+
+
+class Scaled(nn.Module):
+    """fc1 → learned per-feature scale (parameters, no matrix product: 0 FLOPs counted) → fc2."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(4, 6), nn.Linear(6, 2)
+        self.scale = nn.Parameter(torch.ones(6))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.fc1(x) * self.scale)
+
+
+def test_zero_flop_block_makes_no_cut_of_its_own():
+    """Cutting after the scale costs the device the same FLOPs and sends the same 6 values as
+    cutting after fc1, but holds 6 more parameters: only the cut after fc1 is kept."""
+    model = Scaled()
+    chain = build_chain(model, torch.randn(1, 4))
+    assert chain.names == ["fc1", "fc2"]
+    assert sum(p.numel() for p in chain.blocks[0].parameters()) == 4 * 6 + 6   # fc1 only, not the scale
+    x = torch.randn(3, 4)
+    assert torch.equal(chain.blocks(x), model(x))
