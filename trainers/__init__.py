@@ -1,4 +1,4 @@
-"""The split-training engine (docs/architecture.md "The engine and the algorithms").
+"""The split-training engine (docs/architecture.md).
 
 Light imports only: ``import trainers`` does not load torch. Public API (lazy):
 ``TrainConfig``, ``run(config) -> History``, ``Trainer``, ``SplitEngine``, ``History``,

@@ -1,7 +1,7 @@
 """The strategy API: everything an algorithm may use, and the only module strategies import
 (tests/test_architecture.py checks it). Flower-style: roles do, a strategy decides.
 
-A round (docs/architecture.md "A synchronous round"), and the decision points it asks the strategy:
+A round (docs/architecture.md "The runtime"), and the decision points it asks the strategy:
 
 1. ``participants(ctx)`` — who takes part (all by default); ``batch_size(ctx, device)`` — b_i.
 2. ``schedule(ctx, participants)`` — groups run one after the other (SL: one device per group).

@@ -1,4 +1,4 @@
-"""Simulated time (docs/architecture.md "Time"). The latency model of adaptplan
+"""Simulated time (docs/architecture.md "The runtime"). The latency model of adaptplan
 (:class:`adaptplan.latency.LatencyModel`, eqs. 16–25) gives every stage's seconds per device;
 the simulation runtime turns them into event times (a synchronous round is a barrier, GAS is
 asynchronous). Nothing here re-implements the latency model: :class:`StageTimes` only picks its
