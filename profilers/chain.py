@@ -140,8 +140,8 @@ def _shape_failure(example_input: torch.Tensor, exc: Exception) -> str:
     if len(shape) == 3 and shape[-1] in (1, 3, 4) and shape[0] not in (1, 3, 4):
         hint = (f"{'x'.join(map(str, shape))} looks channels-last; the input is channels × height × width, "
                 f"e.g. {'x'.join(map(str, (shape[2], shape[0], shape[1])))}")
-    return (f"running the model on an input of shape {tuple(example_input.shape)} failed: {type(exc).__name__}: "
-            f"{first_line}. Fix: {hint}")
+    return (f"the model cannot run on samples of shape {'x'.join(map(str, shape))} (the --input given, or the "
+            f"dataset's samples): {type(exc).__name__}: {first_line}. Fix: {hint}")
 
 
 def _drop_zero_flop_cuts(gm: fx.GraphModule, cuts: list[fx.Node], example_input: torch.Tensor) -> list[fx.Node]:
