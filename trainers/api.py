@@ -152,7 +152,7 @@ def label_prior(counts: np.ndarray | torch.Tensor) -> torch.Tensor:
 
 def logit_adjusted_ce(logits: torch.Tensor, labels: torch.Tensor, prior: torch.Tensor, tau: float = 1.0,
                       eps: float = 1e-12) -> torch.Tensor:
-    """Logit-adjusted cross-entropy, gapsl_scala.md eqs. (12)–(13) / cyclesl_gas.md GAS-9:
+    """Logit-adjusted cross-entropy, docs/algorithms.md SCALA eqs. (12)–(13) / GAS-9:
     mean over the batch of −log softmax(s + τ·log(π + ε))_y. A uniform π gives plain CE."""
     return nn.functional.cross_entropy(logits + tau * torch.log(prior.to(logits.dtype) + eps), labels)
 

@@ -67,7 +67,7 @@ class Activation:
 class CutGradient:
     """Edge server → device: the cut-layer gradient for the activation with the same tags.
     ``tensor is None`` tells the device to drop that step without an update (GAPSL's filtered
-    devices, spec gapsl_scala.md A.3.2)."""
+    devices, docs/algorithms.md GAPSL A.3.2)."""
 
     device: int
     round: int

@@ -1,8 +1,8 @@
 """Optimizers per role: what a strategy asks for (:class:`OptimizerSpec`) and the object a role
 steps (:class:`RoleOptimizer`: a torch optimizer plus optional gradient-norm clipping).
 
-SGD (momentum, weight decay) is AdaptSFL's and SplitFed's; Adam is CycleSL's (cyclesl_gas.md
-A.4.3); SCALA and GAS clip the gradient norm at 10 (gapsl_scala.md B.4, cyclesl_gas.md B.4.5).
+SGD (momentum, weight decay) is AdaptSFL's and SplitFed's; Adam is CycleSL's (docs/algorithms.md
+CycleSL A.4.3); SCALA and GAS clip the gradient norm at 10 (docs/algorithms.md SCALA B.4, GAS B.4.5).
 Optimizer state persists across steps and rounds and moves with a block when it changes role.
 """
 

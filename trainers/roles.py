@@ -316,7 +316,7 @@ class EdgeServer:
                              create_graph: bool = False
                              ) -> dict[int, tuple[list[torch.Tensor], torch.Tensor, torch.Tensor, torch.Tensor]]:
         """Each device's server gradient g_i = ∂L_i/∂w_{s,i} and cut gradient ∂L_i/∂a_i from a
-        separate forward per device (GAPSL, gapsl_scala.md A.3.4). Returns
+        separate forward per device (GAPSL, docs/algorithms.md GAPSL A.3.4). Returns
         ``{device: (g_i per parameter, ∂L_i/∂a_i, L_i, the input leaf a_i)}``; no parameter
         ``.grad`` is touched. ``create_graph`` keeps the g_i differentiable (double backprop)."""
         out = {}

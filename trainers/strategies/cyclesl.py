@@ -1,5 +1,5 @@
 """CycleSL: server-client cyclical updates on resampled smashed data (Wang, Bozkir & Kasneci),
-written against cyclesl_gas.md Part A.
+written against docs/algorithms.md CycleSL (Part A).
 
 Each round ⌈ρN⌉ devices (``--participation``) forward one mini-batch and upload (F_i, Y_i); the
 edge server, once all have arrived (a barrier, A.8):

@@ -1,5 +1,5 @@
 """GAPSL: gradient-aligned parallel split learning (Lin et al., arXiv:2603.18540), written against
-gapsl_scala.md Part A.
+docs/algorithms.md GAPSL (Part A).
 
 PSL's layout (client models never aggregated, one shared server model, every device every round),
 with a server step chosen by two server-only procedures (no extra communication):

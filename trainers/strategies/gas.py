@@ -1,5 +1,5 @@
 """GAS: generative activation-aided asynchronous split federated learning (Yang & Liu, AAAI 2025),
-written against cyclesl_gas.md Part B. Runs on the runtime's asynchronous loop (no round barrier).
+written against docs/algorithms.md GAS (Part B). Runs on the runtime's asynchronous loop (no round barrier).
 
 C devices (``--active``) are always training, each on its own simulated clock (latency model per
 device and stage); the runtime always advances the device whose activation arrives first (ties:

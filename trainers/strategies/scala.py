@@ -1,5 +1,5 @@
 """SCALA: split federated learning with concatenated activations and logit adjustments (Yang &
-Liu, arXiv:2405.04875), written against gapsl_scala.md Part B.
+Liu, arXiv:2405.04875), written against docs/algorithms.md SCALA (Part B).
 
 A global iteration is I rounds (``--interval``) with one participant set 𝒞^t of ⌈ρK⌉ devices
 (``--participation`` ρ), drawn uniformly without replacement at its start [B.2 step 0]. Device k's
