@@ -1,0 +1,99 @@
+"""Every solver against an independent brute force: tests/reference_model.py evaluates objective (28) from
+the spec with plain loops (no LatencyModel, no numpy), over every cut vector and every feasible I, on
+instances with asymmetric, slow edge↔fed links and heterogeneous devices (tests/binding_instances.py)."""
+
+import math
+
+import pytest
+
+from adaptplan.constants import ConvergenceConstants
+from solvers.problem import PlanningProblem
+
+from solvers.bcd import solve_bcd
+from solvers.dinkelbach import solve_dinkelbach
+from solvers.exact import solve_exact, solve_exhaustive
+from solvers.threshold import applicable, solve_ms_exact
+from tests import reference_model as ref
+from tests.binding_instances import asymmetric_problem, parts
+
+
+def _reference(problem, intervals=None):
+    profile, system, constants = parts(problem)
+    return ref.brute_force(profile, system, constants, problem.candidates.tolist(), intervals)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_joint_solvers_equal_the_reference_brute_force(seed):
+    problem = asymmetric_problem(seed, num_devices=2 + seed % 3, num_cuts=4 + seed % 2)
+    value, interval, cuts = _reference(problem)
+    exhaustive = solve_exhaustive(problem)
+    assert exhaustive.objective == pytest.approx(value, rel=1e-9)
+    assert exhaustive.interval == interval
+    assert solve_exact(problem).objective == pytest.approx(value, rel=1e-9)
+    bcd = solve_bcd(problem)
+    assert value * (1 - 1e-9) <= bcd.objective <= value * (1 + 1e-3)
+
+
+#: seeds of asymmetric_problem(seed, 3, 5) whose optimum at one of the tested I has heterogeneous cuts with the
+#: edge server's upload (110, 111) or download (115, 122, 129) deciding T_agg, plus a few homogeneous ones.
+MS_SEEDS = (100, 101, 106, 107, 110, 111, 115, 122, 129, 130, 135)
+
+
+def _ms_intervals(problem):
+    profile, system, constants = parts(problem)
+    top = ref.max_interval(constants, system.num_devices, int(problem.feasible_candidates[0]))
+    return sorted({1, max(1, top // 3), max(1, top // 2)})
+
+
+@pytest.mark.parametrize("seed", MS_SEEDS)
+def test_ms_step_equals_the_reference_at_fixed_interval(seed):
+    """Dinkelbach (MILP (35)) and the threshold sweep at fixed I = the reference minimum over x; Dinkelbach's
+    last λ times 2ϑ/γ is objective (28) at its cuts, with D evaluated at the deepest cut L_c."""
+    problem = asymmetric_problem(seed, num_devices=3, num_cuts=5)
+    for interval in _ms_intervals(problem):
+        value, _, cuts = _reference(problem, [interval])
+        if not math.isfinite(value):
+            continue
+        dink = solve_dinkelbach(problem, interval)
+        assert dink.status == "converged"
+        assert dink.objective == pytest.approx(value, rel=1e-7)
+        assert problem.scale * dink.history[-1]["lambda"] == pytest.approx(dink.objective, rel=1e-9)
+        if applicable(problem):
+            assert solve_ms_exact(problem, interval).objective == pytest.approx(value, rel=1e-9)
+
+
+def test_the_ms_instances_make_the_edge_server_payload_bind_in_both_directions():
+    """Guard for the test above: among its optima, the edge server's S_n decides T_agg's upload max on some and
+    its download max on others, and many optimal cut vectors are heterogeneous (so L_c ≠ the shallowest cut)."""
+    up = down = hetero = 0
+    for seed in MS_SEEDS:
+        problem = asymmetric_problem(seed, num_devices=3, num_cuts=5)
+        profile, system, constants = parts(problem)
+        for interval in _ms_intervals(problem):
+            value, _, cuts = _reference(problem, [interval])
+            if not math.isfinite(value):
+                continue
+            terms = ref.stage_terms(profile, system, cuts)
+            up += terms["edge_model_up"] > max(terms["model_up"])
+            down += terms["edge_model_down"] > max(terms["model_down"])
+            hetero += len(set(cuts)) > 1
+    assert up >= 2 and down >= 2 and hetero >= 8, (up, down, hetero)
+
+
+def test_exhaustive_search_uses_the_largest_feasible_interval():
+    """Large G_j²: for every candidate cut only I = 1 satisfies c − dI² > 0 (I_max = 1 = the largest feasible
+    interval), so a brute force that skipped I_max would find nothing."""
+    base = asymmetric_problem(3, num_devices=2, num_cuts=4)
+    profile, system, constants = parts(base)
+    c = ref.c_value(constants, 2)
+    k = 4 * constants.beta ** 2 * constants.gamma ** 2
+    G2 = (c / (3 * k),) + (c / (3 * k) * 0.01,) * 3  # c/d(ℓ) ∈ (1, 4) for ℓ = 1..3
+    constants = ConvergenceConstants(**{**constants.__dict__, "G2": G2})
+    problem = PlanningProblem.from_parts(profile, system, constants)
+    assert all(ref.max_interval(constants, 2, cut) == 1 for cut in (1, 2, 3))
+    value, interval, cuts = ref.brute_force(profile, system, constants, [1, 2, 3])
+    best = solve_exhaustive(problem)
+    assert (best.interval, interval) == (1, 1)
+    assert best.objective == pytest.approx(value, rel=1e-9)
+    assert solve_exact(problem).objective == pytest.approx(value, rel=1e-9)
+    assert solve_bcd(problem).objective == pytest.approx(value, rel=1e-9)
