@@ -1,0 +1,126 @@
+"""Planner and baseline contracts with instances where the checked term matters: the RMA interval range is the
+spec's literal U{1..25}; AMS weighs the server's share (slow server); plans report rounds and objective at the
+deepest cut L_c; re-planning warm-starts from the cuts in force; a fixed cut that admits no I raises."""
+
+import math
+
+import numpy as np
+import pytest
+
+import adaptplan.planner as planner_module
+from adaptplan.constants import ConvergenceConstants
+from adaptplan.errors import InfeasibleError
+from adaptplan.planner import Planner, build_plan
+from adaptplan.system import SystemSpec
+from solvers.baselines import (RANDOM_INTERVAL_RANGE, ams_cuts, random_interval, solve_fixed_cut, solve_rma_ams,
+                               solve_rma_ms, solve_rma_rms)
+from solvers.problem import PlanningProblem
+from tests import reference_model as ref
+from tests.binding_instances import asymmetric_problem, parts
+from tests.solver_instances import vgg16_problem
+
+
+def test_random_interval_is_uniform_on_1_to_25():
+    """§6.2 / §8 A12: I ~ U{1, …, 25} (literal spec values, not the code's constant)."""
+    assert RANDOM_INTERVAL_RANGE == (1, 25)
+    problem = vgg16_problem()
+    assert problem.convergence.interval_bound(1) > 26  # the shallowest cut admits every I ≤ 25
+    rng = np.random.default_rng(0)
+    draws = [random_interval(problem, 1, rng) for _ in range(1000)]
+    assert set(draws) == set(range(1, 26))
+    counts = np.bincount(draws, minlength=26)[1:]
+    assert counts.min() > 15 and counts.max() < 70  # ≈ 40 each
+
+
+def test_random_interval_is_capped_by_feasibility():
+    problem = vgg16_problem()
+    conv = problem.convergence
+    top = math.ceil(conv.interval_bound(15)) - 1  # deepest candidate: I_max < 25
+    assert top < 25
+    rng = np.random.default_rng(1)
+    assert set(random_interval(problem, 15, rng) for _ in range(500)) == set(range(1, top + 1))
+
+
+def test_random_baselines_draw_their_interval_from_1_to_25():
+    problem = vgg16_problem()
+    intervals = {solve_rma_ams(problem, seed=s).interval for s in range(60)}
+    assert intervals <= set(range(1, 26)) and len(intervals) > 10
+    for seed in range(5):
+        result = solve_rma_rms(problem, seed=seed)
+        assert 1 <= result.interval <= min(25, math.ceil(problem.convergence.interval_bound(max(result.cuts))) - 1)
+    assert 1 <= solve_rma_ms(problem, seed=3).interval <= 25
+
+
+def _own_round_time(profile, system, i, j):
+    """Device i alone at cut j: (16)+(17)+(20)+(21) plus its share of (18)+(19) at full f_s."""
+    b, d, p, last = system.batch_size, system.devices[i], profile.cut_points[j - 1], profile.cut_points[-1]
+    return (b * p.fp_flops / d.flops + b * p.activation_bits / d.up_bps + b * p.gradient_bits / d.down_bps
+            + b * p.bp_flops / d.flops + b * (last.fp_flops - p.fp_flops) / system.server_flops
+            + b * (last.bp_flops - p.bp_flops) / system.server_flops)
+
+
+@pytest.mark.parametrize("server_flops", [1e10, 3e11, 1e14])
+def test_ams_cuts_weigh_the_servers_share(server_flops):
+    base = vgg16_problem(num_devices=20, seed=2)
+    profile, system, constants = parts(base)
+    system = SystemSpec(**{**system.__dict__, "server_flops": server_flops})
+    problem = PlanningProblem.from_parts(profile, system, constants)
+    feasible = problem.feasible_candidates.tolist()
+    expected = tuple(min(feasible, key=lambda j: _own_round_time(profile, system, i, j)) for i in range(20))
+    assert ams_cuts(problem) == expected
+    if server_flops == 1e10:  # a slow server pushes every device to its deepest feasible cut
+        assert expected == (max(feasible),) * 20
+    assert solve_rma_ams(problem, seed=0).cuts == expected
+
+
+def test_fixed_cut_that_admits_no_interval_raises():
+    """Growing G_j²: the deeper candidates violate c − d(ℓ)·1² > 0, so fixing every device there must raise."""
+    base = asymmetric_problem(4, num_devices=2, num_cuts=5)
+    profile, system, constants = parts(base)
+    c = ref.c_value(constants, 2)
+    k = 4 * constants.beta ** 2 * constants.gamma ** 2
+    G2 = (0.2 * c / k, 0.2 * c / k, 0.2 * c / k, 0.6 * c / k, 0.1 * c / k)  # A_ℓ k/c = 0.2, 0.4, 0.6, 1.2, 1.3
+    problem = PlanningProblem.from_parts(profile, system, ConvergenceConstants(**{**constants.__dict__, "G2": G2}))
+    assert problem.feasible_candidates.tolist() == [1, 2, 3]
+    for cut in (1, 2, 3):
+        assert solve_fixed_cut(problem, cut).success
+    with pytest.raises(InfeasibleError, match="I must be <"):
+        solve_fixed_cut(problem, 4)
+
+
+def test_plans_report_rounds_and_objective_at_the_deepest_cut():
+    problem = asymmetric_problem(110, num_devices=3, num_cuts=5)
+    profile, system, constants = parts(problem)
+    for cuts in ((1, 3, 2), (3, 1, 1), (2, 2, 4), (4, 1, 4)):
+        interval = 3
+        plan = build_plan(problem, cuts, interval, {"method": "given"})
+        rounds, aggregations, total = ref.exact_total(profile, system, constants, interval, cuts)
+        assert (plan.rounds, plan.aggregations) == (rounds, aggregations)
+        assert plan.total_latency_s == pytest.approx(total, rel=1e-12)
+        assert plan.objective_s == pytest.approx(ref.objective(profile, system, constants, interval, cuts), rel=1e-12)
+        assert plan.deepest_cut == max(cuts)
+
+
+def test_replan_warm_starts_from_the_cuts_in_force(monkeypatch):
+    problem = asymmetric_problem(111, num_devices=3, num_cuts=5)
+    profile, system, constants = parts(problem)
+    planner = Planner(profile, system, constants)
+    first = planner.plan()
+    seen = []
+    real = planner_module.solve_bcd
+
+    def spy(problem, **kwargs):
+        seen.append(kwargs.get("initial_cuts"))
+        return real(problem, **kwargs)
+
+    monkeypatch.setattr(planner_module, "solve_bcd", spy)
+    for cuts in ((3, 1, 2), (1, 1, 1)):
+        warm = build_plan(planner.problem, cuts, first.interval, {"method": "given"})
+        again = planner.replan(system=system, warm_start=warm)
+        assert tuple(seen[-1]) == cuts
+        assert again.objective_s <= warm.objective_s * (1 + 1e-12)
+    planner.replan()
+    assert seen[-1] is None
+    two = asymmetric_problem(111, num_devices=2, num_cuts=5)
+    planner.replan(warm_start=build_plan(two, (1, 2), 1, {}))
+    assert seen[-1] is None  # a warm start for another number of devices is ignored
