@@ -124,3 +124,42 @@ def test_replan_warm_starts_from_the_cuts_in_force(monkeypatch):
     two = asymmetric_problem(111, num_devices=2, num_cuts=5)
     planner.replan(warm_start=build_plan(two, (1, 2), 1, {}))
     assert seen[-1] is None  # a warm start for another number of devices is ignored
+
+
+def _steep_problem():
+    """A_1 small, A_2 large: I_max(1) ≥ 25 but I_max(ℓ ≥ 2) = 3, so the cut that bounds a random I matters."""
+    base = asymmetric_problem(4, num_devices=3, num_cuts=5)
+    profile, system, constants = parts(base)
+    c = ref.c_value(constants, 3)
+    k = 4 * constants.beta ** 2 * constants.gamma ** 2
+    A1, A2 = c / (k * 30.0 ** 2), c / (k * 3.5 ** 2)  # I_max(1) = 29, I_max(2) = 3
+    G2 = (A1, A2 - A1, 1e-9, 1e-9, 1e-9)
+    problem = PlanningProblem.from_parts(profile, system, ConvergenceConstants(**{**constants.__dict__, "G2": G2}))
+    assert ref.max_interval(problem.convergence.constants, 3, 1) == 29
+    assert [ref.max_interval(problem.convergence.constants, 3, cut) for cut in (2, 3, 4)] == [3, 3, 3]
+    return problem
+
+
+def test_rma_ms_draws_up_to_25_for_the_shallowest_cut():
+    """RMA+MS draws I ~ U{1..25} ∩ feasible for the shallowest candidate (I_max = 29 here), then MS at that I."""
+    problem = _steep_problem()
+    results = [solve_rma_ms(problem, seed=s) for s in range(40)]
+    intervals = {r.interval for r in results}
+    assert max(intervals) > 3 and intervals <= set(range(1, 26))
+    for r in results:
+        assert r.success and r.status == "policy" and math.isfinite(r.objective)
+        value, _, _ = ref.brute_force(*parts(problem), problem.candidates.tolist(), [r.interval])
+        assert r.objective == pytest.approx(value, rel=1e-7)
+
+
+def test_rma_baselines_bound_the_interval_by_their_deepest_cut():
+    """RMA+AMS / RMA+RMS: I must be feasible for L_c = max(cuts), not for a shallower device's cut."""
+    problem = _steep_problem()
+    for seed in range(30):
+        for result in (solve_rma_ams(problem, seed=seed), solve_rma_rms(problem, seed=seed)):
+            top = ref.max_interval(problem.convergence.constants, 3, max(result.cuts))
+            assert 1 <= result.interval <= min(25, top)
+            assert result.success and result.status == "policy"
+    ams = ams_cuts(problem)
+    assert len(set(ams)) > 1 and min(ams) == 1  # heterogeneous: min(cuts) would allow I up to 25
+    assert {solve_rma_ams(problem, seed=s).interval for s in range(30)} == {1, 2, 3}

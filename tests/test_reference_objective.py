@@ -97,3 +97,16 @@ def test_exhaustive_search_uses_the_largest_feasible_interval():
     assert best.objective == pytest.approx(value, rel=1e-9)
     assert solve_exact(problem).objective == pytest.approx(value, rel=1e-9)
     assert solve_bcd(problem).objective == pytest.approx(value, rel=1e-9)
+
+
+def test_dinkelbach_restarts_from_the_shallowest_cut_when_the_warm_start_is_infeasible():
+    """A warm start whose deepest cut admits no such I (c − d(L_c)I² ≤ 0) must not stop the MS step."""
+    problem = asymmetric_problem(110, num_devices=3, num_cuts=5)
+    profile, system, constants = parts(problem)
+    deep = int(problem.candidates[-1])
+    interval = ref.max_interval(constants, 3, deep) + 1  # infeasible for the deepest cut …
+    assert ref.max_interval(constants, 3, 1) >= interval  # … feasible for the shallowest
+    value, _, cuts = _reference(problem, [interval])
+    result = solve_dinkelbach(problem, interval, warm_cuts=(deep,) * 3)
+    assert result.history[0]["cuts"] == (int(problem.candidates[0]),) * 3
+    assert result.objective == pytest.approx(value, rel=1e-7)
