@@ -10,6 +10,7 @@ from adaptplan.constants import ConvergenceConstants
 from adaptplan.convergence import ConvergenceModel, check_lengths
 from adaptplan.errors import InfeasibleError, InputError
 from solvers.baselines import solve_fixed_cut
+from solvers.exact import solve_exact, solve_exhaustive
 from solvers.interval import max_feasible_interval
 from solvers.problem import PlanningProblem
 from tests import reference_model as ref
@@ -69,9 +70,13 @@ def test_margin_exactly_zero_is_infeasible():
                                          parts(asymmetric_problem(1, num_devices=2, num_cuts=3))[1],
                                          _boundary_constants(), candidates=[1, 2, 3])
     assert problem.feasible_candidates.tolist() == [1]
-    with pytest.raises(InfeasibleError):
-        solve_fixed_cut(problem, 2)  # c − d(2)·1² = 0: no interval
+    with pytest.raises(InfeasibleError, match="I must be < 1"):
+        solve_fixed_cut(problem, 2)  # c − d(2)·1² = 0: no interval (Corollary 1's message, not a later failure)
     assert solve_fixed_cut(problem, 1).interval == 1
+    # the exact references skip the deepest cuts that admit no interval instead of failing on them
+    for result in (solve_exhaustive(problem), solve_exact(problem)):
+        assert (result.interval, result.cuts) == (1, (1, 1))
+        assert result.objective == pytest.approx(ref.objective(*parts(problem), 1, (1, 1)), rel=1e-12)
 
 
 def test_integer_rounds_is_the_ceiling_without_float_noise():
