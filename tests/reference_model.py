@@ -20,11 +20,11 @@ def _cut(profile, j):
 
 
 def _server_bp_flops(profile, j):
-    """ϖ_L − ϖ_j, or the profile's explicit server BP FLOPs for cut j when given (eq. (19))."""
-    point = _cut(profile, j)
-    if point.server_bp_flops is not None:
-        return point.server_bp_flops
-    return profile.cut_points[-1].bp_flops - point.bp_flops
+    """ϖ_L − ϖ_j (eq. (19)), or the profile's explicit server BP FLOPs for cut j when every cut point gives
+    them (formats.md: a partial column is ignored)."""
+    if all(p.server_bp_flops is not None for p in profile.cut_points):
+        return _cut(profile, j).server_bp_flops
+    return profile.cut_points[-1].bp_flops - _cut(profile, j).bp_flops
 
 
 def stage_terms(profile, system, cuts):
