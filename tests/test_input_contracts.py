@@ -112,3 +112,32 @@ def test_cli_reports_input_errors_in_one_line(tmp_path, capsys):
     assert main(["plan", "--system", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "system.devices[1].fed_down_bps: must be > 0, got -5" in err[0]
+
+
+def test_cut_vectors_are_checked_by_entry():
+    from adaptplan.latency import LatencyModel
+    from tests.world import three_cut_profile, two_device_system
+
+    model = LatencyModel(three_cut_profile(), two_device_system())
+    for cuts, message in (([0, 1], r"cuts\[0\]: cut 0 is outside 1..3"), ([1, 4], r"cuts\[1\]: cut 4 is outside 1..3"),
+                          ([1], r"cuts: need one cut per device \(2\), got 1"), ([1, 2, 3], "need one cut per device")):
+        for evaluate in (model.breakdown, model.t_split, model.t_agg):
+            with pytest.raises(InputError, match=message):
+                evaluate(cuts)
+    assert model.breakdown([3, 1]).t_split > 0
+
+
+def test_profile_file_keys_are_checked(tmp_path):
+    data = _profile([1.0, 2.0]).to_json()
+    assert ModelProfile.from_json(data) == _profile([1.0, 2.0])
+    for mutate, message in ((lambda d: d.update(colour="red"), "profile: unknown key 'colour'"),
+                            (lambda d: d.pop("model"), "profile: missing required key 'model'"),
+                            (lambda d: d.update(timing=[1]), "profile.timing: must be an object"),
+                            (lambda d: d.update(flop_convention="1 per multiply-add"), "flop_convention: only"),
+                            (lambda d: d["cut_points"][1].pop("gradient_bits"),
+                             r"profile.cut_points\[1\]: missing required key 'gradient_bits'"),
+                            (lambda d: d["cut_points"][0].update(fp_flops=-1.0), r"cut_points\[0\].fp_flops: must be ≥ 0")):
+        bad = json.loads(json.dumps(data))
+        mutate(bad)
+        with pytest.raises(InputError, match=message):
+            ModelProfile.from_json(bad)
