@@ -113,3 +113,13 @@ def test_plan_table_reports_the_worked_example(example):  # noqa: F811
     short = format_plan(plan, profile, system, max_devices=3).splitlines()
     assert "the 3 slowest of 20 devices (--all-devices lists every one):" in short
     assert [line.split()[0] for line in short if line[:1].isdigit()][-1] == "19"
+
+
+def test_report_number_and_table_formats():
+    from adaptplan.report import _seconds, format_table
+
+    assert [_seconds(v) for v in (0.5, 1.0, 99.99, 100.0, 1234.56)] == ["0.5000 s", "1.00 s", "99.99 s", "100.0 s",
+                                                                         "1,234.6 s"]
+    assert format_table(["a", "n"], [["long", "3"], ["b", "12345"]]).splitlines() == [
+        "a         n", "----  -----", "long      3", "b     12345"]
+    assert format_table(["name", "x"], []).splitlines() == ["name  x", "----  -"]

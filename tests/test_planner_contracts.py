@@ -163,3 +163,21 @@ def test_rma_baselines_bound_the_interval_by_their_deepest_cut():
     ams = ams_cuts(problem)
     assert len(set(ams)) > 1 and min(ams) == 1  # heterogeneous: min(cuts) would allow I up to 25
     assert {solve_rma_ams(problem, seed=s).interval for s in range(30)} == {1, 2, 3}
+
+
+def test_replan_with_new_constants_and_system_uses_them():
+    problem = asymmetric_problem(111, num_devices=3, num_cuts=5)
+    profile, system, constants = parts(problem)
+    planner = Planner(profile, system, constants)
+    planner.plan()
+    looser = ConvergenceConstants(**{**constants.__dict__, "epsilon": 0.3, "G2": tuple(10 * g for g in constants.G2)})
+    plan = planner.replan(constants=looser)
+    assert planner.constants == looser and planner.problem.convergence.constants == looser
+    value, interval, cuts = ref.brute_force(profile, system, looser, problem.candidates.tolist())
+    assert plan.objective_s == pytest.approx(value, rel=1e-3)
+    assert plan.rounds == ref.exact_total(profile, system, looser, plan.interval, plan.cuts)[0]
+    faster = SystemSpec(**{**system.__dict__, "server_flops": 1e15, "edge_to_fed_bps": 1e10, "fed_to_edge_bps": 1e10})
+    plan = planner.replan(system=faster)
+    assert planner.system == faster and planner.constants == looser
+    assert plan.total_latency_s == pytest.approx(ref.exact_total(profile, faster, looser, plan.interval, plan.cuts)[2],
+                                                 rel=1e-12)
