@@ -110,6 +110,9 @@ def test_plan_table_reports_the_worked_example(example):  # noqa: F811
     assert float(slow[-4]) == pytest.approx(124.97, abs=0.01)  # FP+up ms
     assert float(slow[-3]) == pytest.approx(33.94, abs=0.01)   # down+BP ms
     assert float(slow[-2]) == pytest.approx(253.0, abs=0.1)    # model up ms
+    exactly = format_plan(plan, profile, system, max_devices=20).splitlines()
+    assert not any("slowest" in line for line in exactly)  # 20 devices, 20 rows: all listed, no note
+    assert len([line for line in exactly if line[:1].isdigit()]) == 20
     short = format_plan(plan, profile, system, max_devices=3).splitlines()
     assert "the 3 slowest of 20 devices (--all-devices lists every one):" in short
     assert [line.split()[0] for line in short if line[:1].isdigit()][-1] == "19"

@@ -141,3 +141,21 @@ def test_profile_file_keys_are_checked(tmp_path):
         mutate(bad)
         with pytest.raises(InputError, match=message):
             ModelProfile.from_json(bad)
+
+
+def test_system_spec_validates_every_field_when_constructed():
+    from tests.world import two_device_system
+
+    good = two_device_system()
+    for field, value in (("batch_size", 0), ("batch_size", 2.5), ("server_flops", 0.0), ("edge_to_fed_bps", -1.0),
+                         ("fed_to_edge_bps", 0.0)):
+        with pytest.raises(InputError, match=f"system.{field}: must be"):
+            SystemSpec(**{**good.__dict__, field: value})
+    with pytest.raises(InputError, match="system.devices: must list at least one device"):
+        SystemSpec(**{**good.__dict__, "devices": ()})
+    from adaptplan.system import DeviceSpec
+
+    for name in ("flops", "up_bps", "down_bps", "fed_up_bps", "fed_down_bps"):
+        bad = DeviceSpec(**{**good.devices[1].__dict__, name: 0.0})
+        with pytest.raises(InputError, match=rf"system.devices\[1\].{name}: must be > 0"):
+            SystemSpec(**{**good.__dict__, "devices": (good.devices[0], bad)})
