@@ -435,6 +435,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--python", default=sys.executable, help="interpreter that runs pytest (default: this one)")
     parser.add_argument("--equivalent", default="tools/mutation_equivalent.txt",
                         help="file of mutant keys judged equivalent (relative to --root)")
+    parser.add_argument("--survivors-of", metavar="JSON", default=None,
+                        help="re-test only the mutants that survived in an earlier run's --json file")
     parser.add_argument("--list", action="store_true", help="only list the (sampled) mutants")
     parser.add_argument("--json", default=None, help="also write every outcome to this JSON file")
     args = parser.parse_args(argv)
@@ -443,6 +445,9 @@ def main(argv: list[str] | None = None) -> int:
     files = python_files(root, args.targets)
     mutants = [m for f in files for m in list_mutants(root, f)]
     total_sites = len(mutants)
+    if args.survivors_of:
+        previous = {r["key"] for r in json.loads(Path(args.survivors_of).read_text()) if r["outcome"] == "pass"}
+        mutants = [m for m in mutants if m.key in previous]
     if args.sample is not None and args.sample < len(mutants):
         mutants = sorted(random.Random(args.seed).sample(mutants, args.sample), key=lambda m: (m.path, m.index))
     equivalent = load_equivalents(root / args.equivalent if args.equivalent else None)
