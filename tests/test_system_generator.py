@@ -66,8 +66,9 @@ def test_generator_is_seeded():
 def test_ranges_are_validated(kwargs, field):
     with pytest.raises(InputError, match=field):
         SystemRanges(**kwargs)
-    with pytest.raises(InputError, match="devices"):
-        generate_system(0, seed=0)
+    for bad in (0, 2.5):
+        with pytest.raises(InputError, match="devices: must be an integer ≥ 1"):
+            generate_system(bad, seed=0)
 
 
 def test_per_round_redraw_changes_exactly_flops_and_uplinks():
