@@ -13,6 +13,7 @@ import pytest
 
 from adaptplan.constants import ConvergenceConstants
 from adaptplan.planner import Planner, build_plan
+from adaptplan.scenarios import default_profile
 from adaptplan.system import DeviceSpec, SystemSpec
 from solvers.bcd import ma_step
 from solvers.interval import best_interval, interval_objective, newton_interval
@@ -51,6 +52,12 @@ def example():
 def test_7_1_profile_and_constants():
     profile = vgg16_cifar_profile()
     assert profile.num_cuts == 16
+    # the analytic profile equals the profiler's measurement of the torch VGG-16 shipped as the default scenario
+    measured = default_profile()
+    for name in ("rho", "psi", "chi", "delta"):
+        assert getattr(profile, name).tolist() == getattr(measured, name).tolist(), name
+    assert profile.names == [f"conv{k}" for k in range(1, 14)] + ["fc1", "fc2", "fc3"]
+    assert profile.cut_points[-1].client_param_bits == 15_245_130 * 32
     assert profile.cut_points[-1].fp_flops == pytest.approx(0.6275e9, rel=1e-3)
     assert profile.cut_points[-1].client_param_bits == pytest.approx(487.8e6, rel=1e-3)
     assert all(p.bp_flops == 2 * p.fp_flops and p.gradient_bits == p.activation_bits for p in profile.cut_points)
