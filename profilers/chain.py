@@ -150,20 +150,21 @@ def _sequential_chain(model: nn.Sequential, example_input: torch.Tensor) -> Chai
     """The fallback: the children of an ``nn.Sequential`` are the blocks."""
     if len(model) == 0:
         raise InputError("the nn.Sequential has no children", field="model")
-    names = [name for name, _ in model.named_children()]
+    children = list(model._modules.items())  # not named_children(): it skips a module that appears twice
+    names = [name for name, _ in children]
     shapes = []
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
             x = example_input
-            for name, child in model.named_children():
+            for name, child in children:
                 x = child(x)
                 if not isinstance(x, torch.Tensor):
                     raise InputError(f"child {name!r} returns {type(x).__name__}, not a tensor", field="model")
                 shapes.append(tuple(int(s) for s in x.shape[1:]))
     finally:
         model.train(was_training)
-    blocks = nn.Sequential(*model.children())
+    blocks = nn.Sequential(*(child for _, child in children))
     _check_parameters_owned_once(blocks)
     return Chain(blocks=blocks, names=names, output_shapes=shapes)
