@@ -7,6 +7,7 @@ import math
 import pytest
 
 from adaptplan.constants import ConvergenceConstants
+from adaptplan.model_profile import CutPoint, ModelProfile
 from solvers.problem import PlanningProblem
 
 from solvers.bcd import solve_bcd
@@ -123,3 +124,18 @@ def test_exact_method_finds_inner_supported_points(seed):
     best_L = max(exact.cuts)
     supported = next(h["supported_points"] for h in exact.history if h["deepest_cut"] == best_L)
     assert len(supported) >= 3
+
+
+def test_threshold_method_applies_to_profiles_with_parameter_free_blocks():
+    """Equal consecutive δ_j (ReLU/pooling cut points) keep δ non-decreasing: the exact sweep applies and
+    equals the reference."""
+    base = asymmetric_problem(107, num_devices=3, num_cuts=5)
+    profile, system, constants = parts(base)
+    points = list(profile.cut_points)
+    points[2] = CutPoint(**{**points[2].__dict__, "client_param_bits": points[1].client_param_bits})  # δ_3 = δ_2
+    flat = ModelProfile(model="flat", input_shape=profile.input_shape, bits_per_value=32, cut_points=tuple(points))
+    problem = PlanningProblem.from_parts(flat, system, constants)
+    assert applicable(problem)
+    for interval in _ms_intervals(problem):
+        value, _, _ = ref.brute_force(flat, system, constants, problem.candidates.tolist(), [interval])
+        assert solve_ms_exact(problem, interval).objective == pytest.approx(value, rel=1e-9)

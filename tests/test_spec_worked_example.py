@@ -58,6 +58,7 @@ def test_7_1_profile_and_constants():
         assert getattr(profile, name).tolist() == getattr(measured, name).tolist(), name
     assert profile.names == [f"conv{k}" for k in range(1, 14)] + ["fc1", "fc2", "fc3"]
     assert profile.cut_points[-1].client_param_bits == 15_245_130 * 32
+    assert (profile.model, profile.input_shape, profile.bits_per_value) == ("vgg16", (3, 32, 32), 32)
     assert profile.cut_points[-1].fp_flops == pytest.approx(0.6275e9, rel=1e-3)
     assert profile.cut_points[-1].client_param_bits == pytest.approx(487.8e6, rel=1e-3)
     assert all(p.bp_flops == 2 * p.fp_flops and p.gradient_bits == p.activation_bits for p in profile.cut_points)
