@@ -74,3 +74,66 @@ def test_a_module_repeated_in_a_sequential_is_not_dropped():
     assert chain.names == ["0", "1", "2", "3"]
     x = torch.randn(3, 4)
     assert torch.equal(chain.blocks(x), model(x))
+
+
+class Functional(nn.Module):
+    """Parameters applied through torch.nn.functional (get_attr + call_function), not submodules."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w1 = nn.Parameter(torch.randn(6, 4))
+        self.w2 = nn.Parameter(torch.randn(3, 6))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.linear(torch.relu(torch.nn.functional.linear(x, self.w1)), self.w2)
+
+
+def test_functional_parameters_are_anchors():
+    chain = build_chain(Functional(), torch.randn(2, 4))
+    assert len(chain.blocks) == 2 and chain.output_shapes == [(6,), (3,)]
+    x = torch.randn(5, 4)
+    model = Functional()
+    chain = build_chain(model, x)
+    assert torch.allclose(chain.blocks(x), model(x))
+
+
+class Narrow(nn.Module):
+    """fc1's own output (2 values) is the narrowest tensor before fc2: the cut sits right at the anchor."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(4, 2), nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.fc1(x).repeat(1, 4))
+
+
+def test_the_anchor_output_itself_can_be_the_cut():
+    chain = build_chain(Narrow(), torch.randn(2, 4))
+    assert chain.names[0] == "fc1" and chain.output_shapes[0] == (2,)
+
+
+def test_profiling_leaves_no_gradients_on_the_model():
+    from profilers import profile_model
+
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    profile_model(model, (4,))
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_iterate_batches_draws_disjoint_seeded_batches():
+    from profilers.gradstats import iterate_batches
+
+    x, y = torch.arange(20.0)[:, None], torch.arange(20)
+    batches = list(iterate_batches(x, y, 4, 3, seed=1))
+    assert len(batches) == 3 and all(b[0].shape == (4, 1) and b[1].shape == (4,) for b in batches)
+    seen = torch.cat([b[1] for b in batches])
+    assert len(set(seen.tolist())) == 12 and torch.equal(torch.cat([b[0][:, 0] for b in batches]).long(), seen)
+    assert [b[1].tolist() for b in iterate_batches(x, y, 4, 3, seed=1)] == [b[1].tolist() for b in batches]
+    assert [b[1].tolist() for b in iterate_batches(x, y, 4, 3, seed=2)] != [b[1].tolist() for b in batches]
+    assert len(list(iterate_batches(x, y, 5, 4))) == 4  # exactly all 20 samples
+    for size, count in ((0, 3), (4, 0)):
+        with pytest.raises(InputError, match="must be ≥ 1"):
+            list(iterate_batches(x, y, size, count))
+    with pytest.raises(InputError, match="need 21 samples but the data has 20"):
+        list(iterate_batches(x, y, 7, 3))
