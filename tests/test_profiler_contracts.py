@@ -138,3 +138,15 @@ def test_iterate_batches_draws_disjoint_seeded_batches():
             list(iterate_batches(x, y, size, count))
     with pytest.raises(InputError, match="need 21 samples but the data has 20"):
         list(iterate_batches(x, y, 7, 3))
+
+
+def test_estimated_constants_default_to_the_spec_placeholders_for_gamma_and_epsilon():
+    """γ and ε are passed through; their defaults are the §6.1 placeholders γ = 0.01, ε = 0.1."""
+    from profilers.gradstats import estimate_constants, iterate_batches
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 3))
+    x, y = torch.randn(24, 4), torch.randint(0, 3, (24,))
+    constants = estimate_constants(model, list(iterate_batches(x, y, 4, 3)), num_batches=3, beta_steps=2, beta_batches=1)
+    assert (constants.gamma, constants.epsilon) == (0.01, 0.1)
+    assert constants.num_cuts == 2 and constants.beta > 0 and constants.theta > 0
