@@ -378,6 +378,10 @@ def run_tests(copy_root: Path, python: str, test_args: list[str], timeout: float
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         return "timeout", time.perf_counter() - start
+    except BaseException:  # interrupted (Ctrl-C, SIGTERM): take the test run down with us
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
     return ("pass" if code == 0 else "fail"), time.perf_counter() - start
 
 
@@ -422,6 +426,10 @@ def score_table(results: list[tuple[Mutant, str]], equivalent: set[str]) -> str:
     return "\n".join(lines)
 
 
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Single-point mutation testing on a temporary copy of the repository.")
     parser.add_argument("targets", nargs="+", help="package folders or .py files, relative to --root")
@@ -440,6 +448,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="only list the (sampled) mutants")
     parser.add_argument("--json", default=None, help="also write every outcome to this JSON file")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupted)  # so the finally blocks restore files and remove the copy
 
     root = Path(args.root).resolve()
     files = python_files(root, args.targets)
