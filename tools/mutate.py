@@ -515,4 +515,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("mutate.py: interrupted; the temporary copy was removed", file=sys.stderr)
+        sys.exit(130)
