@@ -421,8 +421,9 @@ def score_table(results: list[tuple[Mutant, str]], equivalent: set[str]) -> str:
     killed = sum(v[0] for v in packages.values())
     total = sum(v[1] for v in packages.values())
     if total:
-        lines.append(f"total: {killed}/{total} killed = {100 * killed / total:.1f}% "
-                     f"(+{sum(m.key in equivalent for m, _ in results)} marked equivalent)")
+        timeouts = sum(o == "timeout" for m, o in results if m.key not in equivalent)
+        lines.append(f"total: {killed}/{total} killed = {100 * killed / total:.1f}% ({timeouts} of them by timeout; "
+                     f"+{sum(m.key in equivalent for m, _ in results)} marked equivalent)")
     return "\n".join(lines)
 
 
