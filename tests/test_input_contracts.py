@@ -159,3 +159,18 @@ def test_system_spec_validates_every_field_when_constructed():
         bad = DeviceSpec(**{**good.devices[1].__dict__, name: 0.0})
         with pytest.raises(InputError, match=rf"system.devices\[1\].{name}: must be > 0"):
             SystemSpec(**{**good.__dict__, "devices": (good.devices[0], bad)})
+
+
+def test_unwritable_output_path_exits_2_with_one_message(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert main(["system", "--devices", "2", "-o", str(blocker / "s.json")]) == 2  # parent is a file: OSError
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("adaptplan system: error: cannot use")
+
+
+def test_plan_json_on_stdout_is_one_document_ending_in_a_newline(capsys):
+    assert main(["plan", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert out.endswith("}\n") and not out.endswith("\n\n")
+    assert json.loads(out)["interval"] >= 1

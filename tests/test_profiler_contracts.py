@@ -150,3 +150,32 @@ def test_estimated_constants_default_to_the_spec_placeholders_for_gamma_and_epsi
     constants = estimate_constants(model, list(iterate_batches(x, y, 4, 3)), num_batches=3, beta_steps=2, beta_batches=1)
     assert (constants.gamma, constants.epsilon) == (0.01, 0.1)
     assert constants.num_cuts == 2 and constants.beta > 0 and constants.theta > 0
+
+
+class GateBN(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x if x.sum() > 0 else -x
+
+
+def test_building_a_chain_does_not_touch_batchnorm_statistics():
+    """The shape pass runs in eval mode (traced or Sequential fallback): running stats stay untouched and the
+    model's training flags are restored."""
+    for model in (nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), GateBN(), nn.Linear(6, 2)),   # fallback
+                  nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.ReLU(), nn.Linear(6, 2))):  # traced
+        model.train()
+        build_chain(model, torch.randn(8, 4) * 5 + 3)
+        bn = model[1]
+        assert int(bn.num_batches_tracked) == 0 and torch.equal(bn.running_mean, torch.zeros(6))
+        assert all(m.training for m in model.modules())
+
+
+def test_values_per_sample_drops_the_batch_dimension():
+    from torch import fx
+    from torch.fx.passes.shape_prop import ShapeProp
+
+    from profilers.cutpoints import values_per_sample
+
+    gm = fx.symbolic_trace(nn.Sequential(nn.Linear(4, 6), nn.Flatten()))
+    ShapeProp(gm).propagate(torch.randn(5, 3, 4))
+    sizes = {str(n.target): values_per_sample(n) for n in gm.graph.nodes if n.op == "call_module"}
+    assert sizes == {"0": 18, "1": 18}  # (5, 3, 6) and (5, 18) per sample: 3·6
