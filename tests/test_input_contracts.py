@@ -174,3 +174,12 @@ def test_plan_json_on_stdout_is_one_document_ending_in_a_newline(capsys):
     out = capsys.readouterr().out
     assert out.endswith("}\n") and not out.endswith("\n\n")
     assert json.loads(out)["interval"] >= 1
+
+
+def test_lazy_package_attributes():
+    import adaptplan
+
+    assert adaptplan.Planner.__name__ == "Planner"
+    with pytest.raises(AttributeError, match="module 'adaptplan' has no attribute 'Nope'"):
+        adaptplan.Nope  # noqa: B018
+    assert not hasattr(adaptplan, "Nope")

@@ -2,6 +2,8 @@
 ``children`` mode needs an ``nn.Sequential``, blocks are numbered from 1 in classes and messages, and a
 parameter shared between two children of a Sequential is refused like one shared between traced blocks."""
 
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -179,3 +181,43 @@ def test_values_per_sample_drops_the_batch_dimension():
     ShapeProp(gm).propagate(torch.randn(5, 3, 4))
     sizes = {str(n.target): values_per_sample(n) for n in gm.graph.nodes if n.op == "call_module"}
     assert sizes == {"0": 18, "1": 18}  # (5, 3, 6) and (5, 18) per sample: 3·6
+
+
+def _tiny_data(count=3):
+    torch.manual_seed(1)
+    x, y = torch.randn(4 * count, 4), torch.randint(0, 3, (4 * count,))
+    return [(x[4 * k:4 * k + 4], y[4 * k:4 * k + 4]) for k in range(count)]
+
+
+def test_estimate_constants_validates_its_inputs():
+    from profilers.gradstats import estimate_constants
+
+    model = nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 3))
+    for name in ("gamma", "epsilon", "beta_radius"):
+        for bad in (0, -1.0, math.nan, math.inf, "0.1"):
+            with pytest.raises(InputError, match=f"{name}: must be a finite number > 0"):
+                estimate_constants(model, _tiny_data(), **{name: bad})
+    two = estimate_constants(model, _tiny_data(2), num_batches=2, beta_steps=1)  # two batches are enough
+    assert two.num_cuts == 2
+    with pytest.raises(InputError, match="batches: need at least 2 mini-batches"):
+        estimate_constants(model, _tiny_data(1))
+    with pytest.raises(InputError, match="model: the model has no parameters"):
+        estimate_constants(nn.Sequential(nn.ReLU(), nn.Flatten()), _tiny_data())
+
+
+def test_beta_uses_at_least_one_batch():
+    from profilers.gradstats import estimate_constants
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 3))
+    one = estimate_constants(model, _tiny_data(), beta_batches=1, beta_steps=3)
+    none = estimate_constants(model, _tiny_data(), beta_batches=0, beta_steps=3)
+    assert none.beta == pytest.approx(one.beta, rel=1e-12) and one.beta > 0
+
+
+def test_named_models_default_to_ten_classes():
+    from profilers.models import resolve_model
+
+    model = resolve_model("resnet18")
+    assert model.fc.out_features == 10
+    assert resolve_model("resnet18", num_classes=7).fc.out_features == 7

@@ -151,3 +151,14 @@ def test_multistart_bcd_keeps_the_best_run(seed):
     best = solve_bcd(problem)
     assert best.objective == pytest.approx(value, rel=1e-9)
     assert "best of" in best.message
+
+
+def test_bcd_iteration_cap_and_milp_accounting():
+    problem = asymmetric_problem(202, num_devices=3, num_cuts=5)
+    capped = solve_bcd(problem, multistart=False, max_iterations=1, ms_method="milp")
+    assert capped.iterations == 1 and len(capped.history) == 1
+    assert capped.status == "max_iterations" and math.isfinite(capped.objective)
+    run = solve_bcd(problem, multistart=False, ms_method="milp")
+    assert run.status == "converged" and 2 <= run.iterations <= 10
+    assert run.milp_solves == sum(h["milp_solves"] for h in run.history) >= 1
+    assert all(h["ms_method"] == "milp" for h in run.history)
