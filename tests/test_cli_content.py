@@ -126,3 +126,17 @@ def test_report_number_and_table_formats():
     assert format_table(["a", "n"], [["long", "3"], ["b", "12345"]]).splitlines() == [
         "a         n", "----  -----", "long      3", "b     12345"]
     assert format_table(["name", "x"], []).splitlines() == ["name  x", "----  -"]
+
+
+def test_device_table_defaults_to_the_20_slowest_after_a_blank_line():
+    from tests.solver_instances import vgg16_problem
+
+    problem = vgg16_problem(num_devices=25)
+    plan = build_plan(problem, (2,) * 25, 4, {"method": "given"})
+    lines = format_plan(plan, problem.latency.profile, problem.latency.system).splitlines()
+    note = lines.index("the 20 slowest of 25 devices (--all-devices lists every one):")
+    assert lines[note - 1] == "" and lines[note + 1].startswith("device")
+    assert len([line for line in lines if line[:1].isdigit()]) == 20
+    full = format_plan(plan, problem.latency.profile, problem.latency.system, max_devices=None).splitlines()
+    header = next(k for k, line in enumerate(full) if line.startswith("device"))
+    assert full[header - 1] == "" and full[header - 2].startswith("model download")

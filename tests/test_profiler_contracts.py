@@ -221,3 +221,31 @@ def test_named_models_default_to_ten_classes():
     model = resolve_model("resnet18")
     assert model.fc.out_features == 10
     assert resolve_model("resnet18", num_classes=7).fc.out_features == 7
+
+
+def not_a_module(num_classes=10):
+    """A user factory that returns the wrong kind of object (used by the test below)."""
+    return {"classes": num_classes}
+
+
+def test_named_model_num_classes_and_factory_result_are_checked():
+    from profilers.models import resolve_model
+
+    assert resolve_model("resnet18", num_classes=1).fc.out_features == 1  # one class is allowed
+    with pytest.raises(InputError, match="--num-classes: must be ≥ 1, got 0"):
+        resolve_model("resnet18", num_classes=0)
+    with pytest.raises(InputError, match=r"MODEL: tests.test_profiler_contracts:not_a_module returned dict, not a torch.nn.Module"):
+        resolve_model("tests.test_profiler_contracts:not_a_module")
+
+
+def test_the_first_block_never_computes_an_input_gradient():
+    """ϖ_1 has the weight gradient only (the device never needs ∂ℓ/∂x of block 1): for a bias-free Linear
+    that is as many FLOPs as its forward pass; later blocks add the input gradient."""
+    from profilers import profile_model
+
+    model = nn.Sequential(nn.Linear(4, 8, bias=False), nn.ReLU(), nn.Linear(8, 3, bias=False))
+    profile = profile_model(model, (4,))
+    assert profile.num_cuts == 2
+    assert profile.varpi[0] == profile.rho[0]
+    second_fp = profile.rho[1] - profile.rho[0]
+    assert profile.varpi[1] - profile.varpi[0] == 2 * second_fp  # weight + input gradient of block 2

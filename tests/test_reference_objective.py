@@ -162,3 +162,9 @@ def test_bcd_iteration_cap_and_milp_accounting():
     assert run.status == "converged" and 2 <= run.iterations <= 10
     assert run.milp_solves == sum(h["milp_solves"] for h in run.history) >= 1
     assert all(h["ms_method"] == "milp" for h in run.history)
+
+
+def test_dinkelbach_iteration_cap():
+    problem = asymmetric_problem(110, num_devices=3, num_cuts=5)
+    capped = solve_dinkelbach(problem, 3, max_iterations=1)
+    assert capped.milp_solves == 1 and len(capped.history) == 2  # λ⁰ and one MILP
