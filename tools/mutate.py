@@ -26,6 +26,7 @@ import copy
 import json
 import os
 import random
+import re
 import shlex
 import shutil
 import signal
@@ -456,8 +457,10 @@ def main(argv: list[str] | None = None) -> int:
     mutants = [m for f in files for m in list_mutants(root, f)]
     total_sites = len(mutants)
     if args.survivors_of:
-        previous = {r["key"] for r in json.loads(Path(args.survivors_of).read_text()) if r["outcome"] == "pass"}
-        mutants = [m for m in mutants if m.key in previous]
+        # matched without the line number, so survivors are found again after edits above them
+        unlined = lambda key: re.sub(r"^([^:]+):\d+: ", r"\1: ", key)  # noqa: E731
+        previous = {unlined(r["key"]) for r in json.loads(Path(args.survivors_of).read_text()) if r["outcome"] == "pass"}
+        mutants = [m for m in mutants if unlined(m.key) in previous]
     if args.sample is not None and args.sample < len(mutants):
         mutants = sorted(random.Random(args.seed).sample(mutants, args.sample), key=lambda m: (m.path, m.index))
     equivalent = load_equivalents(root / args.equivalent if args.equivalent else None)
