@@ -107,3 +107,18 @@ def test_measurement_noise_touches_every_rate_but_not_the_truth():
     assert seen.batch_size == truth.batch_size
     with pytest.raises(InputError, match="noise_cv"):
         SystemProcess(base, noise_cv=-0.1)
+
+
+def test_a_degenerate_range_is_a_constant():
+    ranges = SystemRanges(up_bps=(75e6, 75e6), device_flops=(1e12, 1e12))
+    system = generate_system(5, seed=0, ranges=ranges)
+    assert set(system.device_array("up_bps")) == {75e6} and set(system.device_array("fed_up_bps")) == {75e6}
+    assert set(system.device_array("flops")) == {1e12}
+
+
+def test_the_default_scenario_is_20_devices_drawn_with_seed_0():
+    from adaptplan.scenarios import default_scenario
+
+    scenario = default_scenario()
+    assert scenario.system == generate_system(20, 0)
+    assert "20 devices (seed 0)" in scenario.name
