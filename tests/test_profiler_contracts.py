@@ -249,3 +249,54 @@ def test_the_first_block_never_computes_an_input_gradient():
     assert profile.varpi[0] == profile.rho[0]
     second_fp = profile.rho[1] - profile.rho[0]
     assert profile.varpi[1] - profile.varpi[0] == 2 * second_fp  # weight + input gradient of block 2
+
+
+class _Clock:
+    """A fake ``time`` module: every forward pass takes ``fp`` s and every backward pass ``bp`` s."""
+
+    def __init__(self, fp, bp):
+        self.now, self.steps, self.k = 0.0, (fp, bp, 0.0), 0
+
+    def perf_counter(self):
+        value = self.now
+        self.now += self.steps[self.k % 3]
+        self.k += 1
+        return value
+
+
+class Recorder(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.fc = nn.Linear(width, width)
+        self.modes, self.backward_calls = [], 0
+        self.fc.weight.register_hook(self._count)
+
+    def _count(self, grad):
+        self.backward_calls += 1
+        return grad
+
+    def forward(self, x):
+        self.modes.append(self.training)
+        return self.fc(x)
+
+
+def test_block_times_are_medians_per_sample_in_training_mode(monkeypatch, capsys):
+    import profilers.timing as timing
+
+    monkeypatch.setattr(timing, "time", _Clock(fp=0.8, bp=2.4))
+    blocks = [Recorder(4), Recorder(4)]
+    for block in blocks:
+        block.eval()
+    times = timing.measure_block_times(blocks, (4,), repeats=3, warmup=1)
+    assert times.batch_size == 16 and times.timing_info() == {"batch_size": 16, "repeats": 3,
+                                                              "threads": torch.get_num_threads(), "statistic": "median"}
+    assert times.forward_s == pytest.approx((0.8 / 16, 0.8 / 16)) and times.backward_s == pytest.approx((2.4 / 16,) * 2)
+    assert blocks[0].backward_calls == 4 and blocks[1].backward_calls == 4  # warm-up + 3 timed passes, all backward
+    assert all(blocks[0].modes) and all(blocks[1].modes)  # measured in training mode …
+    assert not blocks[0].training and not blocks[1].training  # … and the modes restored
+    assert all(p.grad is None for block in blocks for p in block.parameters())
+    assert capsys.readouterr().err == ""  # no progress bar unless asked
+    with pytest.raises(InputError, match="batch_size: must be ≥ 2"):
+        timing.measure_block_times(blocks, (4,), batch_size=1)
+    with pytest.raises(InputError, match="repeats: must be ≥ 1"):
+        timing.measure_block_times(blocks, (4,), repeats=0)

@@ -168,3 +168,22 @@ def test_dinkelbach_iteration_cap():
     problem = asymmetric_problem(110, num_devices=3, num_cuts=5)
     capped = solve_dinkelbach(problem, 3, max_iterations=1)
     assert capped.milp_solves == 1 and len(capped.history) == 2  # λ⁰ and one MILP
+
+
+def test_newton_iterates_of_the_spec_and_its_guards():
+    """§7.4: from I = √(c/d) = 24.495 the Newton iterates are 16.330, 11.361, … (a = 0.16690, b = 0.44189)."""
+    from adaptplan.errors import InfeasibleError
+    from solvers.interval import best_interval, newton_interval
+
+    a, b, c, d = 0.16690, 0.44189, 0.06, 1e-4
+    assert newton_interval(a, b, c, d, max_iter=1) == pytest.approx(16.330, abs=5e-4)
+    assert newton_interval(a, b, c, d, max_iter=2) == pytest.approx(11.361, abs=5e-4)
+    assert newton_interval(a, b, c, d, max_iter=3) == pytest.approx(8.880, abs=5e-4)
+    for bad_c in (0.0, -0.01):
+        with pytest.raises(InfeasibleError, match="target accuracy is unreachable"):
+            newton_interval(a, b, bad_c, d)
+        with pytest.raises(InfeasibleError):
+            best_interval(a, b, bad_c, d)
+    for args in ((-a, b, c, d), (a, -b, c, d), (a, b, c, -d)):
+        with pytest.raises(ValueError, match="must be non-negative"):
+            newton_interval(*args)
