@@ -459,8 +459,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.survivors_of:
         # matched without the line number, so survivors are found again after edits above them
         unlined = lambda key: re.sub(r"^([^:]+):\d+: ", r"\1: ", key)  # noqa: E731
-        previous = {unlined(r["key"]) for r in json.loads(Path(args.survivors_of).read_text()) if r["outcome"] == "pass"}
-        mutants = [m for m in mutants if unlined(m.key) in previous]
+        previous = {r["key"] for r in json.loads(Path(args.survivors_of).read_text()) if r["outcome"] == "pass"}
+        exact = {m.key for m in mutants} & previous
+        moved = {unlined(k) for k in previous - exact}  # keys whose line changed: match by text
+        mutants = [m for m in mutants if m.key in exact or unlined(m.key) in moved]
     if args.sample is not None and args.sample < len(mutants):
         mutants = sorted(random.Random(args.seed).sample(mutants, args.sample), key=lambda m: (m.path, m.index))
     equivalent = load_equivalents(root / args.equivalent if args.equivalent else None)
