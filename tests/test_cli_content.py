@@ -140,3 +140,5 @@ def test_device_table_defaults_to_the_20_slowest_after_a_blank_line():
     full = format_plan(plan, problem.latency.profile, problem.latency.system, max_devices=None).splitlines()
     header = next(k for k, line in enumerate(full) if line.startswith("device"))
     assert full[header - 1] == "" and full[header - 2].startswith("model download")
+    stage_header = next(k for k, line in enumerate(full) if line.startswith("stage"))
+    assert full[stage_header - 1] == "" and full[stage_header - 2].startswith("solver: method given")
