@@ -213,6 +213,9 @@ def test_beta_uses_at_least_one_batch():
     one = estimate_constants(model, _tiny_data(), beta_batches=1, beta_steps=3)
     none = estimate_constants(model, _tiny_data(), beta_batches=0, beta_steps=3)
     assert none.beta == pytest.approx(one.beta, rel=1e-12) and one.beta > 0
+    zero_steps = estimate_constants(model, _tiny_data(), beta_batches=1, beta_steps=0)
+    single_step = estimate_constants(model, _tiny_data(), beta_batches=1, beta_steps=1)
+    assert zero_steps.beta == pytest.approx(single_step.beta, rel=1e-12) and zero_steps.beta > 0  # ≥ 1 iteration
 
 
 def test_named_models_default_to_ten_classes():
