@@ -223,7 +223,7 @@ def _sequential_chain(model: nn.Sequential, example_input: torch.Tensor, merge: 
     """
     if len(model) == 0:
         raise InputError("the nn.Sequential has no children", field="model")
-    children = list(model.named_children())
+    children = list(model._modules.items())  # not named_children(): it skips a module that appears twice
     shapes = []
     was_training = model.training
     model.eval()

@@ -78,6 +78,8 @@ def estimate_constants(chain_or_model: Chain | nn.Module, batches: Iterable[Batc
     chain = chain_or_model if isinstance(chain_or_model, Chain) else build_chain(chain_or_model, data[0][0][:1])
     blocks = copy.deepcopy(chain.blocks).train()
     groups = [list(block.parameters()) for block in blocks]
+    if not any(groups):  # before any backward pass, which would fail with a bare RuntimeError
+        raise InputError("the model has no parameters, so there is nothing to train", field="model")
     sums = [[torch.zeros_like(p, dtype=torch.float64) for p in g] for g in groups]
     square_sums = [0.0 for _ in groups]
     losses = []

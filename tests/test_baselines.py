@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from adaptplan.errors import InfeasibleError, InputError
+from adaptplan.errors import InputError
 from solvers.baselines import (BASELINES, RANDOM_INTERVAL_RANGE, ams_cuts, dama_interval, solve_fixed_cut,
                                solve_ma_rms, solve_psl, solve_rma_ams, solve_rma_ms, solve_rma_rms, solve_sfl)
 from solvers.bcd import solve_bcd
@@ -81,15 +81,6 @@ def test_fixed_cut_sfl_and_psl(vgg):
     assert psl.history[0]["round_latency_s"] == pytest.approx(problem.latency.t_split(psl.cuts))
     with pytest.raises(InputError):
         solve_fixed_cut(problem, 99)
-
-
-def test_fixed_cut_infeasible_raises():
-    problem = small_problem(1)
-    conv = problem.convergence
-    infeasible = [c for c in problem.candidates if conv.margin(1, c) <= 0]
-    if infeasible:
-        with pytest.raises(InfeasibleError):
-            solve_fixed_cut(problem, infeasible[0])
 
 
 def test_sfl_equals_brute_force_at_interval_one():
