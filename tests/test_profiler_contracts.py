@@ -56,19 +56,20 @@ def test_shared_parameters_are_refused_with_block_numbers():
         build_chain(TiedTwice(), torch.randn(1, 4))
     first, last = nn.Linear(4, 4), nn.Linear(4, 4)
     last.weight = first.weight  # tied weights in two different children
-    sequential = nn.Sequential(first, Gate(), last)  # untraceable → children fallback
-    with pytest.raises(InputError, match=r"used in blocks 1 and 3.*untie"):
+    sequential = nn.Sequential(first, Gate(), last)  # untraceable → children fallback, the gate joins `first`
+    with pytest.raises(InputError, match=r"used in blocks 1 and 2.*untie"):
         build_chain(sequential, torch.randn(1, 4))
     with pytest.raises(InputError, match=r"used in blocks 1 and 3"):
         build_chain(sequential, torch.randn(1, 4), blocks="children")
 
 
 def test_a_module_repeated_in_a_sequential_is_not_dropped():
-    """nn.Sequential(a, gate, a) applies ``a`` twice: the chain must keep three blocks (and so refuse the
-    parameters shared by blocks 1 and 3) instead of silently profiling a two-block model."""
+    """nn.Sequential(a, gate, a) applies ``a`` twice: the chain must keep the second ``a`` (and so refuse
+    the parameters shared by two blocks) instead of silently profiling a two-block model. As children the
+    blocks are a, gate, a (1 and 3); the untraceable fallback joins the gate to the first a (1 and 2)."""
     shared = nn.Linear(4, 4)
-    for blocks in ("auto", "children"):
-        with pytest.raises(InputError, match=r"used in blocks 1 and 3"):
+    for blocks, pair in (("auto", "1 and 2"), ("children", "1 and 3")):
+        with pytest.raises(InputError, match=rf"used in blocks {pair}"):
             build_chain(nn.Sequential(shared, Gate(), shared), torch.randn(2, 4), blocks=blocks)
     relu = nn.ReLU()  # a parameter-free module may repeat
     model = nn.Sequential(nn.Linear(4, 4), relu, nn.Linear(4, 2), relu)
