@@ -3,14 +3,19 @@
 Each command module exposes ``register(subparsers)`` (adds its parser and sets ``func``). User
 mistakes raise :class:`adaptplan.errors.InputError` (or argparse errors), and a path that cannot be
 read or written raises ``OSError``; all end with one message on stderr and exit code 2, never a
-traceback.
+traceback. Any other exception is a bug (or a fault of the machine): one line
+``internal error: ... (rerun with --debug)`` and exit code 1. ``--debug`` (or the environment
+variable ``ADAPTPLAN_DEBUG=1``) shows the traceback instead, also the one behind a user error such
+as a user's model that raises.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+import traceback
 
 from adaptplan.errors import InputError
 
@@ -31,6 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "(AdaptSFL), profiles of real models, and a split-training engine. Units are SI: "
                     "FLOPs, bits, seconds, bit/s, FLOP/s.",
     )
+    parser.add_argument("--debug", action="store_true",
+                        help="show Python tracebacks (of internal errors and behind user errors such as a model "
+                             "that raises); also ADAPTPLAN_DEBUG=1")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for name in COMMAND_MODULES:
@@ -38,13 +46,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def debug_requested(args: argparse.Namespace) -> bool:
+    """``--debug`` was given or ``ADAPTPLAN_DEBUG`` is set to anything but "", "0", "false" or "no"."""
+    env = os.environ.get("ADAPTPLAN_DEBUG", "").strip().lower()
+    return bool(getattr(args, "debug", False)) or env not in ("", "0", "false", "no")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
+    debug = debug_requested(args)
     try:
         result = args.func(args)
     except InputError as exc:
+        if debug and exc.__cause__ is not None:
+            traceback.print_exception(exc.__cause__, file=sys.stderr)
         print(f"adaptplan {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # a path the user named cannot be read or written (directory, permissions, ...)
@@ -54,6 +71,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"adaptplan {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a bug, or a fault the commands do not expect
+        if debug:
+            raise
+        text = " ".join(str(exc).split())
+        text = text if len(text) <= 300 else text[:297] + "..."
+        print(f"adaptplan {args.command}: internal error: {type(exc).__name__}: {text} (rerun with --debug)",
+              file=sys.stderr)
+        return 1
     return int(result or 0)
 
 

@@ -8,6 +8,12 @@ from pathlib import Path
 from adaptplan.errors import InputError
 from trainers.config import ALGORITHMS
 
+from adaptplan.flags import int_flag
+from adaptplan.limits import MAX_BATCH_SIZE, MAX_DEVICES, MAX_SEED, MAX_THREADS
+
+MAX_BENCH_DEVICES = 1000    # simulated devices of `bench engine`
+MAX_BENCH_ROUNDS = 10_000   # measured rounds / repeats of `bench engine`
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("bench", help="benchmarks: solvers (latency vs baselines and exact, solve time) and engine (samples/s)")
@@ -15,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     which.required = True
     solvers = which.add_parser("solvers", help="AdaptSFL vs baselines vs exact optimum; solve time vs devices and cut points")
     solvers.add_argument("--quick", action="store_true", help="smaller sizes, for CI")
-    solvers.add_argument("--seed", type=int, default=0, help="seed of generated scenarios (default 0)")
+    solvers.add_argument("--seed", type=int_flag(0, MAX_SEED), default=0, help="seed of generated scenarios (default 0)")
     solvers.add_argument("--plot", metavar="PNG", help="also write a plot to PNG (objective vs baselines; planning "
                          "time vs devices on random and adversarial instances, with an N log N reference)")
     solvers.add_argument("--profile", metavar="FILE", help="benchmark on your instance: model profile JSON/TOML "
@@ -24,15 +30,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "default: --devices generated devices")
     solvers.add_argument("--constants", metavar="FILE", help="your training constants JSON/TOML (default: placeholder "
                          "constants of spec §6.1)")
-    solvers.add_argument("--devices", type=int, default=20, help="generated devices when --system is not given (default 20)")
+    solvers.add_argument("--devices", type=int_flag(1, MAX_DEVICES, "devices"), default=20, help="generated devices when --system is not given (default 20)")
     solvers.set_defaults(func=run_solvers)
     engine = which.add_parser("engine", help="samples/s of simulated SFL (20 devices) vs centralized training, same process")
-    engine.add_argument("--devices", type=int, default=20, help="number of simulated devices (default 20)")
-    engine.add_argument("--rounds", type=int, default=10, help="measured rounds per side (default 10)")
-    engine.add_argument("--batch-size", type=int, default=16, help="samples per device per round (default 16)")
+    engine.add_argument("--devices", type=int_flag(1, MAX_BENCH_DEVICES, "devices"), default=20, help="number of simulated devices (default 20)")
+    engine.add_argument("--rounds", type=int_flag(1, MAX_BENCH_ROUNDS, "rounds"), default=10, help="measured rounds per side (default 10)")
+    engine.add_argument("--batch-size", type=int_flag(1, MAX_BATCH_SIZE, "samples"), default=16, help="samples per device per round (default 16)")
     engine.add_argument("--algorithm", default="adaptsfl", help="split algorithm to time (default adaptsfl)")
-    engine.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
-    engine.add_argument("--repeats", type=int, default=3, help="interleaved repeats; each side keeps its best (default 3)")
+    engine.add_argument("--threads", type=int_flag(1, MAX_THREADS, "threads"), help="torch CPU threads (default: torch's choice)")
+    engine.add_argument("--repeats", type=int_flag(1, MAX_BENCH_ROUNDS, "repeats"), default=3, help="interleaved repeats; each side keeps its best (default 3)")
     engine.add_argument("--json", action="store_true", help="print the measurements as JSON")
     engine.set_defaults(func=run_engine)
     algos = which.add_parser("algorithms", help="every split algorithm on one data set and plan, IID and non-IID: "
