@@ -190,6 +190,10 @@ def _train(args: argparse.Namespace) -> int:
     from trainers.run import Trainer
     from trainers.run_folder import Interrupted
 
+    if args.plan:
+        from adaptplan.plan import Plan
+
+        Plan.load(args.plan)   # a bad plan file fails before any data is read or any folder made
     if args.checkpoint_every and not args.out:
         raise InputError("needs --out (where checkpoint.pt is written)", field="checkpoint_every")
     if args.resume and args.overwrite:
