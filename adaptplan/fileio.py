@@ -211,13 +211,19 @@ def _in_units(unit: str) -> str:
     return f" in {unit}" if unit else ""
 
 
-def finite_number(value: Any, field: str, unit: str = "") -> float:
-    """Return ``value`` as a float, or raise naming ``field`` unless it is a real number (not a bool),
-    finite, with magnitude ≤ :data:`MAX_MAGNITUDE`. ``unit`` (e.g. ``"bit/s"``) is named in the message."""
+def _real(value: Any, field: str, unit: str) -> int | float:
+    """``value`` unless it is not a real number (a bool, text, null...) or a NaN/inf float."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InputError(f"must be a number{_in_units(unit)}, got {show(value)}", field=field)
     if isinstance(value, float) and not math.isfinite(value):
         raise InputError(f"must be a finite number{_in_units(unit)}, got {show(value)}", field=field)
+    return value
+
+
+def finite_number(value: Any, field: str, unit: str = "") -> float:
+    """Return ``value`` as a float, or raise naming ``field`` unless it is a real number (not a bool),
+    finite, with magnitude ≤ :data:`MAX_MAGNITUDE`. ``unit`` (e.g. ``"bit/s"``) is named in the message."""
+    _real(value, field, unit)
     if abs(value) > MAX_MAGNITUDE:
         raise InputError(f"must be at most {MAX_MAGNITUDE:g}{_units(unit)} in magnitude, got {show(value)}", field=field)
     return float(value)
@@ -226,13 +232,13 @@ def finite_number(value: Any, field: str, unit: str = "") -> float:
 def number_in_range(value: Any, field: str, low: float, high: float, unit: str = "", *,
                     low_open: bool = False, high_open: bool = False) -> float:
     """:func:`finite_number` also within ``low``..``high`` (an open end excludes the bound)."""
-    number = finite_number(value, field, unit)
+    number = _real(value, field, unit)
     below = number <= low if low_open else number < low
     above = number >= high if high_open else number > high
     if below or above:
         interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
         raise InputError(f"must be in {interval}{_units(unit)}, got {show(value)}", field=field)
-    return number
+    return float(number)
 
 
 def positive_number(value: Any, field: str, unit: str = "") -> float:

@@ -80,16 +80,23 @@ def run(args: argparse.Namespace) -> int:
     if args.grad_stats and (not args.dataset or not args.constants_out):
         raise InputError("--grad-stats needs --dataset NAME and --constants-out FILE", field="--grad-stats")
     from profilers.chain import build_chain
+    from profilers.models import check_model_output, describe
     from profilers.profile import profile_model
     from profilers.tracing import example_batch
     from trainers.models import build_model
 
     data = _grad_stats_data(args, shape) if args.grad_stats else None   # a data problem fails before profiling
     model = build_model(args.model, shape, args.num_classes, field="MODEL")
-    chain = build_chain(model, example_batch(shape))
-    profile = profile_model(chain, shape, model_name=args.model, bits_per_value=args.bits,
-                            measure_time=args.measure_time, batch_size=args.time_batch_size,
-                            repeats=args.repeats, progress=sys.stderr.isatty())
+    check_model_output(model, args.model, shape, args.num_classes)
+    try:
+        chain = build_chain(model, example_batch(shape))
+        profile = profile_model(chain, shape, model_name=args.model, bits_per_value=args.bits,
+                                measure_time=args.measure_time, batch_size=args.time_batch_size,
+                                repeats=args.repeats, progress=sys.stderr.isatty())
+    except InputError:
+        raise
+    except (RuntimeError, TypeError, ValueError, NotImplementedError) as exc:   # the model's own code, or torch.fx
+        raise InputError(f"profiling model {args.model!r} failed: {describe(exc)}", field="MODEL") from exc
     if args.output:
         profile.save(args.output)
     if args.json:
