@@ -58,7 +58,8 @@ def check_rounds(rounds: int, field: str = "plan.rounds") -> int:
     needs more rounds than that means the constants (ϑ, γ, ε, σ², G²) make the target unreachable in
     practice."""
     if rounds > MAX_ROUNDS:
-        raise InfeasibleError(f"the plan needs {show(rounds)} rounds, more than the {MAX_ROUNDS:.0e} a plan may "
+        count = f"{float(rounds):.3g}" if rounds < 10**300 else show(rounds)
+        raise InfeasibleError(f"the plan needs {count} rounds, more than the {MAX_ROUNDS:.0e} a plan may "
                               f"have: the target epsilon is unreachable in practice with these constants (check "
                               f"theta, gamma, epsilon, sigma2 and G2)", field=field)
     return rounds
