@@ -352,3 +352,9 @@ def test_internal_error_is_one_line_with_exit_1(monkeypatch):
     assert err == "adaptplan system: internal error: ZeroDivisionError: division by zero second line (rerun with --debug)\n"
     with pytest.raises(ZeroDivisionError):
         cli.main(["--debug", "system", "--devices", "2"])
+
+
+def test_bench_plot_format_checked_before_the_benchmark(tmp_path):
+    code, out, err = run_cli(["bench", "solvers", "--quick", "--plot", str(tmp_path / "s.xyz")])
+    assert one_error(code, err, "bench").startswith(f"output: unknown image format '.xyz' of '{tmp_path}/s.xyz'")
+    assert out == ""

@@ -94,6 +94,10 @@ def run_solvers(args: argparse.Namespace) -> int:
     from adaptplan.commands.plan import load_instance
     from solvers.problem import PlanningProblem
 
+    if args.plot:
+        from trainers.plotting import image_path
+
+        image_path(args.plot)   # an unknown image format or a folder fails before the benchmark runs
     own = bool(args.profile or args.system or args.constants)
     profile, system, constants, title = load_instance(args)
     problem = PlanningProblem.from_parts(profile, system, constants)
