@@ -6,10 +6,9 @@ import argparse
 from pathlib import Path
 
 from adaptplan.errors import InputError
-from trainers.config import ALGORITHMS
-
-from adaptplan.flags import int_flag
-from adaptplan.limits import MAX_BATCH_SIZE, MAX_DEVICES, MAX_SEED, MAX_THREADS
+from adaptplan.flags import float_flag, int_flag
+from adaptplan.limits import MAX_BATCH_SIZE, MAX_DEVICES, MAX_NOISE_CV, MAX_SEED, MAX_STEPS, MAX_THREADS
+from trainers.config import ALGORITHMS, MAX_LR
 
 MAX_BENCH_DEVICES = 1000    # simulated devices of `bench engine`
 MAX_BENCH_ROUNDS = 10_000   # measured rounds / repeats of `bench engine`
@@ -46,19 +45,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     algos.add_argument("--algorithms", default=",".join(ALGORITHMS), help="comma-separated (default: all nine)")
     algos.add_argument("--partitions", default="iid,dirichlet-0.1,shards-2",
                        help="comma-separated: iid, dirichlet-0.1 (Dirichlet α = 0.1), shards-2 (2 label shards per device)")
-    algos.add_argument("--rounds", type=int, default=100, help="rounds per run (default 100)")
-    algos.add_argument("--devices", type=int, default=20, help="devices N (default 20)")
+    algos.add_argument("--rounds", type=int_flag(1, MAX_STEPS, "rounds"), default=100, help="rounds per run (default 100)")
+    algos.add_argument("--devices", type=int_flag(1, MAX_DEVICES, "devices"), default=20, help="devices N (default 20)")
     algos.add_argument("--dataset", default="cifar10-subset", help="dataset (default cifar10-subset)")
     algos.add_argument("--model", default="cnn", help="model (default cnn)")
     algos.add_argument("--cuts", help="one cut for every device (default: the planner's plan)")
-    algos.add_argument("--lr", type=float, default=0.05, help="learning rate (default 0.05)")
-    algos.add_argument("--momentum", type=float, default=0.9, help="SGD momentum (default 0.9)")
-    algos.add_argument("--batch-size", type=int, default=16, help="samples per device per step (default 16)")
-    algos.add_argument("--eval-every", type=int, default=10, help="evaluate every K rounds (default 10)")
-    algos.add_argument("--seed", type=int, default=0, help="seed of data partition, model and samplers (default 0)")
-    algos.add_argument("--target-accuracy", type=float, default=0.3, help="target test accuracy, a fraction (default 0.3)")
-    algos.add_argument("--workers", type=int, help="worker processes, one torch thread each (default: all cores)")
-    algos.add_argument("--test-samples", type=int, default=500, help="test images per evaluation (default 500)")
+    algos.add_argument("--lr", type=float_flag(0.0, MAX_LR, low_open=True), default=0.05, help="learning rate (default 0.05)")
+    algos.add_argument("--momentum", type=float_flag(0.0, 1.0, high_open=True), default=0.9, help="SGD momentum (default 0.9)")
+    algos.add_argument("--batch-size", type=int_flag(1, MAX_BATCH_SIZE, "samples"), default=16, help="samples per device per step (default 16)")
+    algos.add_argument("--eval-every", type=int_flag(1, MAX_STEPS, "rounds"), default=10, help="evaluate every K rounds (default 10)")
+    algos.add_argument("--seed", type=int_flag(0, MAX_SEED), default=0, help="seed of data partition, model and samplers (default 0)")
+    algos.add_argument("--target-accuracy", type=float_flag(0.0, 1.0, low_open=True), default=0.3, help="target test accuracy, a fraction (default 0.3)")
+    algos.add_argument("--workers", type=int_flag(1, MAX_THREADS, "processes"), help="worker processes, one torch thread each (default: all cores)")
+    algos.add_argument("--test-samples", type=int_flag(1, MAX_STEPS, "samples"), default=500, help="test images per evaluation (default 500)")
     algos.add_argument("--out", metavar="DIR", help="write table.txt, results.json and accuracy.png into DIR")
     algos.set_defaults(func=run_algorithms)
     training = which.add_parser("training", help="planning policies in the training loop (AdaptSFL vs the paper's "
@@ -66,19 +65,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     training.add_argument("--policies", default="adaptsfl,rma+ms,ma+rms,rma+rms,dama+rms,rma+ams,sfl,psl",
                           help="comma-separated policies (trainers.policies; default: AdaptSFL, the paper's five, SFL, PSL)")
     training.add_argument("--partition", default="both", help="iid, shards (2 label shards per device) or both (default)")
-    training.add_argument("--rounds", type=int, default=600, help="rounds per run (default 600)")
-    training.add_argument("--devices", type=int, default=20, help="devices N (default 20)")
+    training.add_argument("--rounds", type=int_flag(1, MAX_STEPS, "rounds"), default=600, help="rounds per run (default 600)")
+    training.add_argument("--devices", type=int_flag(1, MAX_DEVICES, "devices"), default=20, help="devices N (default 20)")
     training.add_argument("--dataset", default="cifar10-subset", help="dataset (default cifar10-subset)")
     training.add_argument("--model", default="cnn", help="model (default cnn)")
-    training.add_argument("--seed", type=int, default=0, help="seed of data, model, samplers and system trace (default 0)")
-    training.add_argument("--lr", type=float, default=0.05, help="learning rate γ, also the planner's (default 0.05)")
-    training.add_argument("--momentum", type=float, default=0.9, help="SGD momentum (default 0.9)")
-    training.add_argument("--replan-every", type=int, default=50, help="AdaptSFL re-plans every Q rounds (default 50)")
-    training.add_argument("--eval-every", type=int, default=10, help="evaluate every K rounds (default 10)")
-    training.add_argument("--test-samples", type=int, default=500, help="test images per evaluation (default 500)")
-    training.add_argument("--target-accuracy", type=float, default=0.4, help="target test accuracy, a fraction (default 0.4)")
-    training.add_argument("--workers", type=int, help="worker processes, one torch thread each (default: all cores)")
-    training.add_argument("--noise-cv", type=float, default=0.0,
+    training.add_argument("--seed", type=int_flag(0, MAX_SEED), default=0, help="seed of data, model, samplers and system trace (default 0)")
+    training.add_argument("--lr", type=float_flag(0.0, MAX_LR, low_open=True), default=0.05, help="learning rate γ, also the planner's (default 0.05)")
+    training.add_argument("--momentum", type=float_flag(0.0, 1.0, high_open=True), default=0.9, help="SGD momentum (default 0.9)")
+    training.add_argument("--replan-every", type=int_flag(1, MAX_STEPS, "rounds"), default=50, help="AdaptSFL re-plans every Q rounds (default 50)")
+    training.add_argument("--eval-every", type=int_flag(1, MAX_STEPS, "rounds"), default=10, help="evaluate every K rounds (default 10)")
+    training.add_argument("--test-samples", type=int_flag(1, MAX_STEPS, "samples"), default=500, help="test images per evaluation (default 500)")
+    training.add_argument("--target-accuracy", type=float_flag(0.0, 1.0, low_open=True), default=0.4, help="target test accuracy, a fraction (default 0.4)")
+    training.add_argument("--workers", type=int_flag(1, MAX_THREADS, "processes"), help="worker processes, one torch thread each (default: all cores)")
+    training.add_argument("--noise-cv", type=float_flag(0.0, MAX_NOISE_CV), default=0.0,
                           help="coefficient of variation of the Gaussian noise on what planners measure (default 0)")
     training.add_argument("--sweep", metavar="NAME=V1,V2,...",
                           help="repeat on the first partition for each value: device-flops (scale of the device FLOP/s "
@@ -125,14 +124,6 @@ def run_algorithms(args: argparse.Namespace) -> int:
     algorithms = [check_choice(a.strip(), ALGORITHMS, "--algorithms") for a in args.algorithms.split(",") if a.strip()]
     partitions = [check_choice(p.strip(), tuple(bench.PARTITIONS), "--partitions") for p in args.partitions.split(",")
                   if p.strip()]
-    for flag, value in (("--rounds", args.rounds), ("--devices", args.devices), ("--eval-every", args.eval_every),
-                        ("--batch-size", args.batch_size)):
-        if value < 1:
-            raise InputError(f"must be ≥ 1, got {value}", field=flag)
-    if args.workers is not None and args.workers < 1:
-        raise InputError(f"must be ≥ 1, got {args.workers}", field="--workers")
-    if not 0 < args.target_accuracy <= 1:
-        raise InputError(f"must be a fraction in (0, 1], got {args.target_accuracy}", field="--target-accuracy")
     if not algorithms or not partitions:
         raise InputError("name at least one algorithm and one partition", field="--algorithms")
     cuts = None
@@ -161,13 +152,6 @@ def run_algorithms(args: argparse.Namespace) -> int:
     return 0
 
 
-def _positive(args: argparse.Namespace, *flags: str) -> None:
-    for flag in flags:
-        value = getattr(args, flag.lstrip("-").replace("-", "_"))
-        if value is not None and value < 1:
-            raise InputError(f"must be ≥ 1, got {value}", field=flag)
-
-
 def run_training(args: argparse.Namespace) -> int:
     from adaptplan import bench_training as bench
     from adaptplan.bench_runs import plot
@@ -177,9 +161,6 @@ def run_training(args: argparse.Namespace) -> int:
     if "fixed-cut" in policies:
         raise InputError("fixed-cut needs a cut; compare it with adaptplan train --policy fixed-cut --cuts J", field="--policies")
     partitions = list(bench.PARTITIONS) if args.partition == "both" else [check_choice(args.partition, bench.PARTITIONS + ("both",), "--partition")]
-    _positive(args, "--rounds", "--devices", "--replan-every", "--eval-every", "--test-samples", "--workers")
-    if not 0 < args.target_accuracy <= 1:
-        raise InputError(f"must be a fraction in (0, 1], got {args.target_accuracy}", field="--target-accuracy")
     if not policies:
         raise InputError("name at least one policy", field="--policies")
     out = Path(args.out) if args.out else None
