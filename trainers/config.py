@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
 from adaptplan.errors import InputError
-from adaptplan.fileio import int_in_range, number_in_range, positive_int, positive_number
+from adaptplan.fileio import finite_number, int_in_range, number_in_range, positive_int, positive_number
 from adaptplan.limits import (MAX_BATCH_SIZE, MAX_CUT_POINTS, MAX_DEVICES, MAX_NOISE_CV, MAX_ROUNDS, MAX_SEED,
                               MAX_STEPS, MAX_THREADS)
 from trainers.datasets import dataset_names
@@ -193,7 +193,12 @@ class TrainConfig:
     def validate(self) -> None:
         """Raise InputError naming the first bad field."""
         check_choice(self.algorithm, ALGORITHMS, "algorithm")
-        algorithm_options(self.algorithm, self.extra)
+        for name, value in algorithm_options(self.algorithm, self.extra).items():
+            option = OPTION_BY_NAME[name]   # numbers finite and bounded here; their own ranges in the strategy
+            if option.type is float:
+                finite_number(value, option.flag)
+            elif option.type is int:
+                int_in_range(value, option.flag, 0, MAX_STEPS)
         check_choice(self.dataset, DATASETS, "dataset")
         from trainers.models import check_model
 
