@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     except InputError as exc:
         if exc.field is None or flag_of(exc.field) == exc.field:
             raise
-        raise type(exc)(exc.message, field=flag_of(exc.field)) from None
+        raise type(exc)(exc.message, field=flag_of(exc.field)) from exc.__cause__   # kept for --debug (a user model's traceback)
 
 
 def _fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
