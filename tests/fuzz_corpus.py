@@ -40,7 +40,8 @@ def base_documents() -> dict[str, dict[str, Any]]:
     record = lambda t: {"round": t, "train_loss": 2.0 / t, "accuracy": 0.1 * t, "test_loss": 2.1 / t,  # noqa: E731
                         "sim_seconds": 0.5 * t, "round_sim_seconds": 0.5, "wall_seconds": 0.1 * t, "bytes_up": 1000,
                         "bytes_down": 900, "bytes_server": 0, "aggregated": t % 2 == 0, "replanned": False,
-                        "cuts": [1, 2], "interval": 2}
+                        "cuts": [1, 2], "interval": 2, "participants": [0, 1],
+                        "stage_seconds": {"client FP + upload": 0.3, "server": 0.2}, "metrics": {"ratio": 0.5}}
     return {
         "profile": {"model": "toy", "input_shape": [3, 8, 8], "bits_per_value": 32,
                     "flop_convention": "2 per multiply-add", "cut_points": [cut(1), cut(2), cut(3)],
