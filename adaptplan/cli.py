@@ -54,7 +54,10 @@ def debug_requested(args: argparse.Namespace) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:   # a flag error (message printed, exit code 2) or --help (0), returned like the rest
+        return exc.code if isinstance(exc.code, int) else 2
     args.argv = list(sys.argv[1:] if argv is None else argv)
     debug = debug_requested(args)
     try:
