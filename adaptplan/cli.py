@@ -43,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     for name in COMMAND_MODULES:
         importlib.import_module(f"adaptplan.commands.{name}").register(sub)
+    for command in sub.choices.values():   # `adaptplan plan --debug ...` works too
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return parser
 
 

@@ -352,6 +352,8 @@ def test_internal_error_is_one_line_with_exit_1(monkeypatch):
     assert err == "adaptplan system: internal error: ZeroDivisionError: division by zero second line (rerun with --debug)\n"
     with pytest.raises(ZeroDivisionError):
         cli.main(["--debug", "system", "--devices", "2"])
+    with pytest.raises(ZeroDivisionError):
+        cli.main(["system", "--devices", "2", "--debug"])
 
 
 def test_bench_plot_format_checked_before_the_benchmark(tmp_path):
