@@ -6,13 +6,15 @@ types, NaN, ±inf, huge and tiny numbers, 10**400, negative, null, missing, unkn
 duplicate key, wrong nesting (wrapped in a list/object, thousands of levels deep), long text. Whole
 files are mutated too: empty, binary, not UTF-8, truncated, a list at the top level. The JSON text
 is written by hand where ``json.dumps`` cannot express the case (duplicate keys, ``10**400``, deep
-nesting): raw snippets replace sentinel strings.
+nesting): raw snippets replace sentinel strings. Some files are TOML (the same keys; nan/inf/huge
+integers as TOML literals).
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import math
 import random
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -145,13 +147,51 @@ def whole_file_cases(kind: str, doc: dict[str, Any], rng: random.Random) -> list
     ]
 
 
+# Python values a field can take in a TOML file (TOML has no null; nan/inf are TOML literals)
+TOML_VALUES = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf, "1e308": 1e308, "5e-324": 5e-324,
+               "10**400": 10**400, "2**63": 2**63, "negative": -1, "zero": 0, "string": "fast", "true": True,
+               "empty list": [], "empty table": {}, "nested list": [[[1]]]}
+
+
+def toml_value(value: Any) -> str:
+    """``value`` as TOML text (inline tables for objects)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    return "{" + ", ".join(f"{json.dumps(k)} = {toml_value(v)}" for k, v in value.items()) + "}"
+
+
+def toml_text(doc: dict[str, Any]) -> str:
+    return "".join(f"{json.dumps(k)} = {toml_value(v)}\n" for k, v in doc.items())
+
+
+def toml_cases(kind: str, doc: dict[str, Any], rng: random.Random, count: int) -> list[Case]:
+    """``count`` TOML files: ``doc`` with one field set to a :data:`TOML_VALUES` value (first: unchanged)."""
+    cases = [Case(kind, "valid TOML", toml_text(doc).encode(), ".toml")]
+    all_paths = list(paths(doc))
+    for _ in range(count - 1):
+        path, how = rng.choice(all_paths), rng.choice(list(TOML_VALUES))
+        mutated = copy.deepcopy(doc)
+        _parent(mutated, path)[path[-1]] = copy.deepcopy(TOML_VALUES[how])
+        cases.append(Case(kind, f"TOML {'.'.join(map(str, path))}: {how}", toml_text(mutated).encode(), ".toml"))
+    return cases
+
+
 def generate(seed: int, per_kind: int) -> list[Case]:
-    """About ``per_kind`` field mutations per file kind (every field at least once when ``per_kind``
-    allows), plus the whole-file cases; deterministic in ``seed``."""
+    """About ``per_kind`` JSON field mutations per file kind (every field at least once when ``per_kind``
+    allows), ``per_kind // 5`` TOML ones, plus the whole-file cases; deterministic in ``seed``."""
     rng = random.Random(seed)
     cases: list[Case] = []
     for kind, doc in base_documents().items():
         cases += whole_file_cases(kind, doc, rng)
+        cases += toml_cases(kind, doc, rng, max(1, per_kind // 5))
         all_paths = list(paths(doc))
         chosen = [all_paths[i % len(all_paths)] for i in range(per_kind)]
         rng.shuffle(chosen)

@@ -24,7 +24,7 @@ from adaptplan.cli import main
 from tests.fuzz_corpus import Case, base_documents, generate
 
 SEED = 17
-PER_KIND = 110          # field mutations per file kind; with the whole-file cases ≥ 500 in all
+PER_KIND = 110          # JSON field mutations per file kind; with the TOML and whole-file cases 715 in all
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,7 @@ def outcomes(tmp_path_factory) -> list[Outcome]:
 
 def test_corpus_is_large_and_covers_every_kind(outcomes):
     assert len(outcomes) >= 500
+    assert sum(o.case.suffix == ".toml" for o in outcomes) >= 100
     assert set(Counter(o.case.kind for o in outcomes)) == set(base_documents())
 
 
@@ -124,8 +125,8 @@ def test_file_errors_name_the_file(outcomes):
 
 
 def test_the_unmutated_files_are_accepted(outcomes):
-    valid = [o for o in outcomes if o.case.description == "valid"]
-    assert len(valid) == 5
+    valid = [o for o in outcomes if o.case.description in ("valid", "valid TOML")]
+    assert len(valid) == 10
     for o in valid:
         if o.case.kind == "plan":   # loads, then stops at the --out check
             assert o.code == 2 and "--out" in o.stderr, o.stderr
