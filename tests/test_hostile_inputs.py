@@ -360,3 +360,21 @@ def test_bench_plot_format_checked_before_the_benchmark(tmp_path):
     code, out, err = run_cli(["bench", "solvers", "--quick", "--plot", str(tmp_path / "s.xyz")])
     assert one_error(code, err, "bench").startswith(f"output: unknown image format '.xyz' of '{tmp_path}/s.xyz'")
     assert out == ""
+
+
+# ---- documented acceptances ---------------------------------------------------------------------------------
+def test_free_form_parts_are_accepted_as_written(tmp_path):
+    from adaptplan.plan import Plan
+    from trainers.history import History
+
+    plan = dict(base_documents()["plan"], solver={"method": -2.5, "iterations": [None, {"deep": True}]})
+    loaded = Plan.load(write(tmp_path / "plan.json", json.dumps(plan)))
+    assert loaded.solver == plan["solver"]
+    history = base_documents()["history"]
+    history.update(events=[{"round": 10**400}], summary={"rounds": "many"})
+    history["meta"]["config"]["devices"] = [1.5]
+    history["records"][0].update(train_loss=float("nan"), test_loss=float("inf"))
+    path = write(tmp_path / "history.json", json.dumps(history))
+    code, out, err = run_cli(["plot", str(path), "-o", str(tmp_path / "p.png")])
+    assert code == 0, err
+    assert History.load(path).events == [{"round": 10**400}]
