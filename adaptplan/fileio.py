@@ -82,7 +82,8 @@ def load_mapping(path: str | os.PathLike, what: str) -> dict[str, Any]:
     p = Path(path)
     name = str(p)
     if not p.is_file():
-        raise InputError(f"{what} file {name!r} does not exist", field=what)
+        problem = "is not a regular file" if p.exists() else "does not exist"
+        raise InputError(f"{what} file {name!r} {problem}", field=what)
     if p.stat().st_size > MAX_FILE_BYTES:
         raise InputError(f"{what} file {name!r} is larger than {MAX_FILE_BYTES // 2**20} MiB", field=what)
     try:

@@ -84,6 +84,11 @@ def test_deep_nesting(files, tmp_path, depth):
     assert one_error(*plan_with(files, constants=bad)) == f"constants: constants file {str(bad)!r} nests deeper than 32 levels"
 
 
+def test_a_folder_or_device_is_not_a_file(files, tmp_path):
+    assert one_error(*plan_with(files, system=tmp_path)) == f"system: system file {str(tmp_path)!r} is not a regular file"
+    assert one_error(*plan_with(files, system=Path("/dev/null"))) == "system: system file '/dev/null' is not a regular file"
+
+
 def test_duplicate_keys_are_an_error(files, tmp_path):
     bad = write(tmp_path / "c.json", files["constants"].read_text().replace('"beta": 5.0', '"beta": 5.0, "beta": 1.0'))
     assert one_error(*plan_with(files, constants=bad)) == (
