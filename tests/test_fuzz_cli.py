@@ -1,8 +1,8 @@
 """Fuzz the CLI's file readers in-process with the seeded corpus of tests/fuzz_corpus.py.
 
 Every mutated profile / system / constants file goes through ``adaptplan plan``, every plan file
-through ``adaptplan train --plan`` (with an ``--out`` that is a file, so a plan that loads stops at
-that check instead of training), every history through ``adaptplan plot``. Each case must end with
+through ``adaptplan train --plan`` (with ``--checkpoint-every`` but no ``--out``, so a plan that
+loads stops at that check instead of training), every history through ``adaptplan plot``. Each case must end with
 exit code 0, or exit code 2 and exactly one line ``adaptplan CMD: error: ...`` on stderr — never a
 traceback, never "internal error" (exit 1). The case count is bounded (no wall-clock limit).
 
@@ -75,7 +75,7 @@ def argv_for(case: Case, fuzzed: Path, valid: dict[str, Path], folder: Path) -> 
         return ["plan", "--profile", files["profile"], "--system", files["system"], "--constants", files["constants"],
                 "--json"]
     if case.kind == "plan":
-        return ["train", "--plan", str(fuzzed), "--out", str(valid["system"]), "--no-progress"]
+        return ["train", "--plan", str(fuzzed), "--checkpoint-every", "1", "--no-progress"]   # no --out: stops
     return ["plot", str(fuzzed), "-o", str(folder / "plot.png")]
 
 
@@ -128,8 +128,8 @@ def test_the_unmutated_files_are_accepted(outcomes):
     valid = [o for o in outcomes if o.case.description in ("valid", "valid TOML")]
     assert len(valid) == 10
     for o in valid:
-        if o.case.kind == "plan":   # loads, then stops at the --out check
-            assert o.code == 2 and "--out" in o.stderr, o.stderr
+        if o.case.kind == "plan":   # loads, then stops at the check that --checkpoint-every needs --out
+            assert o.code == 2 and "--checkpoint-every: needs --out" in o.stderr, o.stderr
         else:
             assert o.code == 0, o.stderr
 

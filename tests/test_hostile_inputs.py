@@ -158,7 +158,7 @@ def test_plan_file_fields_of_the_wrong_type(files, tmp_path, field, value, messa
     doc = base_documents()["plan"]
     doc[field] = "@@"
     bad = write(tmp_path / "plan.json", json.dumps(doc).replace('"@@"', value))
-    code, _, err = run_cli(["train", "--plan", str(bad), "--out", str(files["system"])])
+    code, _, err = run_cli(["train", "--plan", str(bad), "--checkpoint-every", "1"])
     assert one_error(code, err, "train") == f"{bad}: {message}"
 
 
