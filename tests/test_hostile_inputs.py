@@ -259,8 +259,8 @@ def test_numeric_flags(argv, message):
 
 
 @pytest.mark.parametrize("field, value, message", [
-    ("lr", 1e308, "lr: must be in (0, 10], got 1e+308"),
-    ("lr", 1e30, "lr: must be in (0, 10], got 1e+30"),
+    ("lr", 1e308, "lr: must be in (0, 1e+06], got 1e+308"),
+    ("lr", 1e30, "lr: must be in (0, 1e+06], got 1e+30"),
     ("momentum", float("nan"), "momentum: must be a finite number, got nan"),
     ("momentum", float("inf"), "momentum: must be a finite number, got inf"),
     ("weight_decay", float("nan"), "weight_decay: must be a finite number, got nan"),

@@ -25,7 +25,7 @@ from trainers.datasets import dataset_names
 if TYPE_CHECKING:  # pragma: no cover
     from trainers.optim import OptimizerSpec
 
-MAX_LR = 10.0              # SGD step size γ; larger steps diverge
+MAX_LR = 1e6               # step size γ; a diverging run stops with a message, this only keeps γ sane
 MAX_WEIGHT_DECAY = 1.0     # L2 coefficient
 MAX_ALPHA = 1e6            # Dirichlet concentration (large = iid)
 MAX_MODEL_WIDTH = 4096     # channels of the built-ins' first layer
