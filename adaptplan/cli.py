@@ -4,6 +4,10 @@ Each command module exposes ``register(subparsers)`` (adds its parser and sets `
 mistakes raise :class:`adaptplan.errors.InputError` (or argparse errors), and a path that cannot be
 read or written raises ``OSError``; all end with one message on stderr and exit code 2, never a
 traceback. Output piped into a reader that stops early (``adaptplan plan | head``) ends quietly.
+Any other exception is a bug (or a fault of the machine): one line
+``internal error: ... (rerun with --debug)`` and exit code 1. ``--debug`` (or the environment
+variable ``ADAPTPLAN_DEBUG=1``) shows the traceback instead, also the one behind a user error such
+as a user's model that raises.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import argparse
 import importlib
 import os
 import sys
+import traceback
 
 from adaptplan.errors import InputError
 
@@ -32,17 +37,32 @@ def build_parser() -> argparse.ArgumentParser:
                     "(AdaptSFL), profiles of real models, and a split-training engine. Units are SI: "
                     "FLOPs, bits, seconds, bit/s, FLOP/s.",
     )
+    parser.add_argument("--debug", action="store_true",
+                        help="show Python tracebacks (of internal errors and behind user errors such as a model "
+                             "that raises); also ADAPTPLAN_DEBUG=1")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for name in COMMAND_MODULES:
         importlib.import_module(f"adaptplan.commands.{name}").register(sub)
+    for command in sub.choices.values():   # `adaptplan plan --debug ...` works too
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return parser
+
+
+def debug_requested(args: argparse.Namespace) -> bool:
+    """``--debug`` was given or ``ADAPTPLAN_DEBUG`` is set to anything but "", "0", "false" or "no"."""
+    env = os.environ.get("ADAPTPLAN_DEBUG", "").strip().lower()
+    return bool(getattr(args, "debug", False)) or env not in ("", "0", "false", "no")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:   # a flag error (message printed, exit code 2) or --help (0), returned like the rest
+        return exc.code if isinstance(exc.code, int) else 2
     args.argv = list(sys.argv[1:] if argv is None else argv)
+    debug = debug_requested(args)
     try:
         result = args.func(args)
         sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at interpreter exit
@@ -51,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())  # so that the final flush at exit cannot fail again
         return 128 + 13  # killed by SIGPIPE
     except InputError as exc:
+        if debug and exc.__cause__ is not None:
+            traceback.print_exception(exc.__cause__, file=sys.stderr)
         print(f"adaptplan {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # a path the user named cannot be read or written (directory, permissions, ...)
@@ -60,6 +82,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"adaptplan {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a bug, or a fault the commands do not expect
+        if debug:
+            raise
+        text = " ".join(str(exc).split())
+        text = text if len(text) <= 300 else text[:297] + "..."
+        print(f"adaptplan {args.command}: internal error: {type(exc).__name__}: {text} (rerun with --debug)",
+              file=sys.stderr)
+        return 1
     return int(result or 0)
 
 

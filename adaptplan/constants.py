@@ -15,7 +15,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from adaptplan.errors import InputError
-from adaptplan.fileio import check_keys, load_mapping, non_empty_list, non_negative_number, positive_number, save_json
+from adaptplan.fileio import check_keys, load_file, non_empty_list, non_negative_number, positive_number, save_json
+from adaptplan.limits import MAX_CUT_POINTS
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,8 @@ class ConvergenceConstants:
         check_keys(data, keys, (), "constants")
         lists = {}
         for key in ("sigma2", "G2"):
-            values = non_empty_list(data[key], f"constants.{key}", "a non-empty list with one entry per cut point")
+            values = non_empty_list(data[key], f"constants.{key}", "a non-empty list with one entry per cut point",
+                                    MAX_CUT_POINTS)
             lists[key] = tuple(non_negative_number(v, f"constants.{key}[{k}]") for k, v in enumerate(values))
         return cls(
             **{key: positive_number(data[key], f"constants.{key}") for key in keys[:4]},
@@ -61,7 +63,7 @@ class ConvergenceConstants:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "ConvergenceConstants":
-        return cls.from_json(load_mapping(path, "constants"))
+        return load_file(path, "constants", cls.from_json)
 
     def save(self, path: str | os.PathLike) -> None:
         save_json(self.to_json(), path)

@@ -20,13 +20,16 @@ import numpy as np
 from adaptplan.errors import InputError
 from adaptplan.fileio import (
     check_keys,
-    load_mapping,
+    load_file,
+    mapping_value,
     non_empty_list,
     non_negative_number,
     positive_int,
     positive_number,
     save_json,
+    text_value,
 )
+from adaptplan.limits import MAX_BITS_PER_VALUE, MAX_CUT_POINTS, MAX_INPUT_VALUES
 
 FLOP_CONVENTION = "2 per multiply-add"
 
@@ -36,6 +39,25 @@ _TOP_REQUIRED = ("model", "input_shape", "bits_per_value", "cut_points")
 _TOP_OPTIONAL = ("flop_convention", "timing", "memory", "flop_counting")
 #: Optimizer names of the profile's ``memory`` object → optimizer state per parameter (× parameter bytes).
 OPTIMIZER_STATE = {"sgd": 0, "sgd-momentum": 1, "adam": 2}
+# unit of each numeric cut-point field (messages name it); activation/gradient sizes must be > 0:
+# a tensor of at least one value crosses every cut
+_CUT_UNITS = {"fp_flops": "FLOPs", "bp_flops": "FLOPs", "activation_bits": "bits", "gradient_bits": "bits",
+              "client_param_bits": "bits", "server_bp_flops": "FLOPs", "fp_seconds": "s", "bp_seconds": "s",
+              "client_memory_bytes": "bytes"}
+_CUT_POSITIVE = ("activation_bits", "gradient_bits")
+
+
+def _cut_from_json(entry: Any, where: str) -> "CutPoint":
+    """One cut point of a profile file; every field is checked and named (``where`` = ``profile.cut_points[k]``)."""
+    check_keys(entry, _CUT_REQUIRED, _CUT_OPTIONAL, where)
+    numbers = {}
+    for key, unit in _CUT_UNITS.items():
+        if key in _CUT_OPTIONAL and entry.get(key) is None:
+            continue
+        check = positive_number if key in _CUT_POSITIVE else non_negative_number
+        numbers[key] = check(entry[key], f"{where}.{key}", unit)
+    return CutPoint(index=positive_int(entry["index"], f"{where}.index", MAX_CUT_POINTS),
+                    name=text_value(entry["name"], f"{where}.name"), **numbers)
 
 
 @dataclass(frozen=True)
@@ -106,6 +128,9 @@ class ModelProfile:
             values = np.array([getattr(c, name) for c in self.cut_points])
             if np.any(np.diff(values) < 0):
                 raise InputError("must be cumulative (non-decreasing in j)", field=f"cut_points.{name}")
+        if self.cut_points[-1].fp_flops <= 0:
+            raise InputError("must be > 0 at the model output (j = L): a model that computes nothing cannot be "
+                             "planned", field=f"cut_points[{len(self.cut_points) - 1}].fp_flops")
         if self.flop_convention != FLOP_CONVENTION:
             raise InputError(f"only {FLOP_CONVENTION!r} is supported, got {self.flop_convention!r}", field="flop_convention")
         self._check_memory()
@@ -216,18 +241,9 @@ class ModelProfile:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "ModelProfile":
         check_keys(data, _TOP_REQUIRED, _TOP_OPTIONAL, "profile")
-        shape = non_empty_list(data["input_shape"], "profile.input_shape", "a non-empty list of positive integers")
-        cuts_data = non_empty_list(data["cut_points"], "profile.cut_points", "a non-empty list of cut points")
-        cuts = []
-        for k, entry in enumerate(cuts_data):
-            where = f"profile.cut_points[{k}]"
-            check_keys(entry, _CUT_REQUIRED, _CUT_OPTIONAL, where)
-            numbers = {
-                key: non_negative_number(entry[key], f"{where}.{key}")
-                for key in _CUT_REQUIRED[2:] + _CUT_OPTIONAL
-                if entry.get(key) is not None
-            }
-            cuts.append(CutPoint(index=positive_int(entry["index"], f"{where}.index"), name=str(entry["name"]), **numbers))
+        shape = non_empty_list(data["input_shape"], "profile.input_shape", "a non-empty list of positive integers", 8)
+        cuts_data = non_empty_list(data["cut_points"], "profile.cut_points", "a non-empty list of cut points", MAX_CUT_POINTS)
+        cuts = [_cut_from_json(entry, f"profile.cut_points[{k}]") for k, entry in enumerate(cuts_data)]
         timing = data.get("timing")
         if timing is not None and not isinstance(timing, dict):
             raise InputError("must be an object", field="profile.timing")
@@ -235,19 +251,19 @@ class ModelProfile:
         if counting is not None and not isinstance(counting, dict):
             raise InputError("must be an object", field="profile.flop_counting")
         return cls(
-            model=str(data["model"]),
-            input_shape=tuple(positive_int(s, "profile.input_shape") for s in shape),
-            bits_per_value=positive_int(data["bits_per_value"], "profile.bits_per_value"),
+            model=text_value(data["model"], "profile.model"),
+            input_shape=tuple(positive_int(s, f"profile.input_shape[{i}]", MAX_INPUT_VALUES) for i, s in enumerate(shape)),
+            bits_per_value=positive_int(data["bits_per_value"], "profile.bits_per_value", MAX_BITS_PER_VALUE, "bits"),
             cut_points=tuple(cuts),
-            flop_convention=str(data.get("flop_convention", FLOP_CONVENTION)),
-            timing=timing,
+            flop_convention=text_value(data.get("flop_convention", FLOP_CONVENTION), "profile.flop_convention"),
+            timing=None if timing is None else mapping_value(timing, "profile.timing"),
             memory=data.get("memory"),
             flop_counting=counting,
         )
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "ModelProfile":
-        return cls.from_json(load_mapping(path, "profile"))
+        return load_file(path, "profile", cls.from_json)
 
     def save(self, path: str | os.PathLike) -> None:
         save_json(self.to_json(), path)

@@ -16,8 +16,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from adaptplan.errors import InputError
-from adaptplan.fileio import check_keys, load_mapping, non_empty_list, non_negative_number, positive_int, save_json
+from adaptplan.errors import InfeasibleError, InputError
+from adaptplan.fileio import (check_keys, int_in_range, load_file, mapping_value, non_empty_list, non_negative_number,
+                              positive_int, save_json, show)
+from adaptplan.limits import MAX_CUT_POINTS, MAX_DEVICES, MAX_ROUNDS
 
 def check_cut_vector(cuts: Sequence[int], num_devices: int, num_cuts: int) -> np.ndarray:
     """``cuts`` as an int array of 1-based cut indices, one per device, each in 1..``num_cuts``;
@@ -51,6 +53,24 @@ def _model_identity(value: Any) -> dict[str, Any] | None:
             "structure_sha256": digest}
 
 
+def check_rounds(rounds: int, field: str = "plan.rounds") -> int:
+    """``rounds`` if it is at most :data:`MAX_ROUNDS`; else :class:`InfeasibleError`: a plan that
+    needs more rounds than that means the constants (ϑ, γ, ε, σ², G²) make the target unreachable in
+    practice."""
+    if rounds > MAX_ROUNDS:
+        count = f"{float(rounds):.3g}" if rounds < 10**300 else show(rounds)
+        raise InfeasibleError(f"the plan needs {count} rounds, more than the {MAX_ROUNDS:.0e} a plan may "
+                              f"have: the target epsilon is unreachable in practice with these constants (check "
+                              f"theta, gamma, epsilon, sigma2 and G2)", field=field)
+    return rounds
+
+
+def _breakdown(value: Any) -> dict[str, float]:
+    """A plan file's ``breakdown``: an object of stage name → seconds ≥ 0."""
+    return {key: non_negative_number(v, f"plan.breakdown.{key}", "s")
+            for key, v in mapping_value(value, "plan.breakdown").items()}
+
+
 @dataclass(frozen=True)
 class Plan:
     interval: int
@@ -66,6 +86,9 @@ class Plan:
     model: dict[str, Any] | None = None       # ModelProfile.identity() of the model planned for
     lower_bound_s: float | None = None
     gap: float | None = None
+
+    def __post_init__(self) -> None:
+        check_rounds(self.rounds)
 
     @property
     def deepest_cut(self) -> int:
@@ -96,22 +119,22 @@ class Plan:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Plan":
         check_keys(data, _REQUIRED, _OPTIONAL, "plan")
-        cuts = non_empty_list(data["cuts"], "plan.cuts", "a non-empty list of 1-based cut indices")
+        cuts = non_empty_list(data["cuts"], "plan.cuts", "a non-empty list of 1-based cut indices", MAX_DEVICES)
         return cls(
-            interval=positive_int(data["interval"], "plan.interval"),
-            cuts=tuple(positive_int(c, f"plan.cuts[{i}]") for i, c in enumerate(cuts)),
-            rounds=positive_int(data["rounds"], "plan.rounds"),
-            aggregations=int(non_negative_number(data["aggregations"], "plan.aggregations")),
-            **{k: non_negative_number(data[k], f"plan.{k}") for k in _REQUIRED[4:]},
-            solver=dict(data.get("solver", {})),
-            breakdown=data.get("breakdown"),
+            interval=positive_int(data["interval"], "plan.interval", MAX_ROUNDS, "rounds"),
+            cuts=tuple(positive_int(c, f"plan.cuts[{i}]", MAX_CUT_POINTS) for i, c in enumerate(cuts)),
+            rounds=positive_int(data["rounds"], "plan.rounds", MAX_ROUNDS, "rounds"),
+            aggregations=int_in_range(data["aggregations"], "plan.aggregations", 0, MAX_ROUNDS),
+            **{k: non_negative_number(data[k], f"plan.{k}", "s") for k in _REQUIRED[4:]},
+            solver=dict(mapping_value(data.get("solver", {}), "plan.solver")),
+            breakdown=None if data.get("breakdown") is None else _breakdown(data["breakdown"]),
             model=_model_identity(data.get("model")),
             **{k: non_negative_number(data[k], f"plan.{k}") for k in ("lower_bound_s", "gap") if k in data},
         )
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Plan":
-        return cls.from_json(load_mapping(path, "plan"))
+        return load_file(path, "plan", cls.from_json)
 
     def save(self, path: str | os.PathLike) -> None:
         save_json(self.to_json(), path)

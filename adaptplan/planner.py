@@ -20,6 +20,7 @@ from adaptplan.errors import InfeasibleError, InputError
 from adaptplan.latency import total_latency
 from adaptplan.model_profile import ModelProfile
 from adaptplan.plan import Plan
+from adaptplan.plannable import check_plannable
 from adaptplan.system import SystemSpec
 from solvers.bcd import solve_bcd
 from solvers.certificate import GAP_TOLERANCE
@@ -49,6 +50,7 @@ class Planner:
         self.profile = profile
         self.system = system
         self.constants = constants if constants is not None else ConvergenceConstants.placeholder(profile.num_cuts)
+        check_plannable(profile, system, self.constants)
         self.candidates = None if candidates is None else tuple(int(c) for c in candidates)
         self.backend = check_backend(backend)
         self.problem = PlanningProblem.from_parts(profile, system, self.constants, candidates=self.candidates)
@@ -73,6 +75,7 @@ class Planner:
         if system is not None or constants is not None:
             self.system = system if system is not None else self.system
             self.constants = constants if constants is not None else self.constants
+            check_plannable(self.profile, self.system, self.constants)
             self.problem = PlanningProblem.from_parts(self.profile, self.system, self.constants, candidates=self.candidates)
         initial = None
         if warm_start is not None and len(warm_start.cuts) == self.system.num_devices:

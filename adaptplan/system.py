@@ -17,11 +17,19 @@ from typing import Any, Mapping
 import numpy as np
 
 from adaptplan.errors import InputError
-from adaptplan.fileio import check_keys, load_mapping, non_empty_list, positive_int, positive_number, save_json, save_text
+from adaptplan.fileio import (check_keys, int_in_range, load_file, non_empty_list, number_in_range, positive_int,
+                              positive_number, save_json, save_text)
+from adaptplan.limits import MAX_BATCH_SIZE, MAX_DEVICES, MAX_NOISE_CV, MAX_SEED
 
 DEVICE_FIELDS = ("flops", "up_bps", "down_bps", "fed_up_bps", "fed_down_bps")
 DEVICE_OPTIONAL = ("memory_bytes",)
 _TOP_FIELDS = ("batch_size", "server_flops", "edge_to_fed_bps", "fed_to_edge_bps", "devices")
+UNITS = {"flops": "FLOP/s", "server_flops": "FLOP/s", "memory_bytes": "bytes"}   # every other rate is in bit/s
+
+
+def unit_of(name: str) -> str:
+    """The unit of a system field (``flops`` → FLOP/s, ``up_bps`` → bit/s)."""
+    return UNITS.get(name, "bit/s")
 
 
 @dataclass(frozen=True)
@@ -58,16 +66,18 @@ class SystemSpec:
 
     def validate(self) -> None:
         """Raise :class:`InputError` naming the device and field of any non-positive value."""
-        positive_int(self.batch_size, "system.batch_size")
+        positive_int(self.batch_size, "system.batch_size", MAX_BATCH_SIZE, "samples")
         for name in _TOP_FIELDS[1:4]:
-            positive_number(getattr(self, name), f"system.{name}")
+            positive_number(getattr(self, name), f"system.{name}", unit_of(name))
         if not self.devices:
             raise InputError("must list at least one device", field="system.devices")
+        if len(self.devices) > MAX_DEVICES:
+            raise InputError(f"must list at most {MAX_DEVICES:,} devices, got {len(self.devices):,}", field="system.devices")
         for i, device in enumerate(self.devices):
             for name in DEVICE_FIELDS:
-                positive_number(getattr(device, name), f"system.devices[{i}].{name}")
+                positive_number(getattr(device, name), f"system.devices[{i}].{name}", unit_of(name))
             if device.memory_bytes is not None:
-                positive_number(device.memory_bytes, f"system.devices[{i}].memory_bytes")
+                positive_number(device.memory_bytes, f"system.devices[{i}].memory_bytes", "bytes")
         given = [d.memory_bytes is not None for d in self.devices]
         if any(given) and not all(given):
             missing = given.index(False) if given[0] else given.index(True)
@@ -104,22 +114,22 @@ class SystemSpec:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "SystemSpec":
         check_keys(data, _TOP_FIELDS, (), "system")
-        devices_data = non_empty_list(data["devices"], "system.devices", "a non-empty list of devices")
+        devices_data = non_empty_list(data["devices"], "system.devices", "a non-empty list of devices", MAX_DEVICES)
         devices = []
         for i, entry in enumerate(devices_data):
             where = f"system.devices[{i}]"
             check_keys(entry, DEVICE_FIELDS, DEVICE_OPTIONAL, where)
-            devices.append(DeviceSpec(**{name: positive_number(entry[name], f"{where}.{name}")
+            devices.append(DeviceSpec(**{name: positive_number(entry[name], f"{where}.{name}", unit_of(name))
                                          for name in DEVICE_FIELDS + DEVICE_OPTIONAL if name in entry}))
         return cls(
-            batch_size=positive_int(data["batch_size"], "system.batch_size"),
-            **{name: positive_number(data[name], f"system.{name}") for name in _TOP_FIELDS[1:4]},
+            batch_size=positive_int(data["batch_size"], "system.batch_size", MAX_BATCH_SIZE, "samples"),
+            **{name: positive_number(data[name], f"system.{name}", unit_of(name)) for name in _TOP_FIELDS[1:4]},
             devices=tuple(devices),
         )
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "SystemSpec":
-        return cls.from_json(load_mapping(path, "system"))
+        return load_file(path, "system", cls.from_json)
 
     def save(self, path: str | os.PathLike) -> None:
         """Write JSON, or TOML when the path ends in ``.toml``."""
@@ -155,14 +165,15 @@ class SystemRanges:
     batch_size: int = 16
 
     def __post_init__(self) -> None:
-        for name in ("device_flops", "up_bps", "down_bps"):
+        for name, unit in (("device_flops", "FLOP/s"), ("up_bps", "bit/s"), ("down_bps", "bit/s")):
             low, high = getattr(self, name)
-            positive_number(low, f"{name} (low)")
+            positive_number(low, f"{name} (low)", unit)
+            positive_number(high, f"{name} (high)", unit)
             if high < low:
                 raise InputError(f"range must have low ≤ high, got [{low}, {high}]", field=name)
-        positive_number(self.server_flops, "server_flops")
-        positive_number(self.edge_fed_bps, "edge_fed_bps")
-        positive_int(self.batch_size, "batch_size")
+        positive_number(self.server_flops, "server_flops", "FLOP/s")
+        positive_number(self.edge_fed_bps, "edge_fed_bps", "bit/s")
+        positive_int(self.batch_size, "batch_size", MAX_BATCH_SIZE, "samples")
 
 
 def scaled_ranges(ranges: SystemRanges, device_flops: float = 1.0, bandwidth: float = 1.0) -> SystemRanges:
@@ -179,7 +190,8 @@ def scaled_ranges(ranges: SystemRanges, device_flops: float = 1.0, bandwidth: fl
 
 def generate_system(num_devices: int, seed: int, ranges: SystemRanges = SystemRanges()) -> SystemSpec:
     """Draw a system with ``num_devices`` devices from uniform ``ranges`` (numpy ``default_rng(seed)``)."""
-    positive_int(num_devices, "devices")
+    positive_int(num_devices, "devices", MAX_DEVICES, "devices")
+    int_in_range(seed, "seed", 0, MAX_SEED)
     rng = np.random.default_rng(seed)
     return SystemSpec(
         batch_size=ranges.batch_size,
@@ -221,8 +233,8 @@ class SystemProcess:
 
     def __init__(self, base: SystemSpec, seed: int = 0, redraw: bool = False, noise_cv: float = 0.0,
                  ranges: SystemRanges = SystemRanges()) -> None:
-        if noise_cv < 0:
-            raise InputError(f"must be ≥ 0, got {noise_cv}", field="noise_cv")
+        number_in_range(noise_cv, "noise_cv", 0.0, MAX_NOISE_CV)
+        int_in_range(seed, "seed", 0, MAX_SEED)
         self.base, self.seed, self.redraw, self.noise_cv, self.ranges = base, seed, redraw, noise_cv, ranges
 
     def state(self, round_index: int) -> SystemSpec:

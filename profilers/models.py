@@ -3,7 +3,11 @@
 working directory (appended to ``sys.path``) or ``PYTHONPATH``.
 
 :func:`check_model_spec` validates a name without building the model (cheap enough for config
-validation); :func:`resolve_model` builds it. Both raise :class:`InputError` naming ``field``.
+validation); :func:`resolve_model` builds it; :func:`check_model_output` runs one forward pass and
+checks the output's shape and values. All raise :class:`InputError` naming ``field``; an exception
+raised by the user's own code (on import, in the factory, in ``forward``) becomes one message naming
+the model and the exception, chained (``raise ... from``) so that ``adaptplan --debug`` shows its
+traceback.
 """
 
 from __future__ import annotations
@@ -12,11 +16,12 @@ import importlib
 import inspect
 import os
 import sys
-from typing import Callable
+from typing import Any, Callable
 
 from torch import nn
 
 from adaptplan.errors import InputError
+from adaptplan.fileio import show
 
 EXAMPLE_NAMES = ("vgg11", "vgg16", "resnet18", "resnet50", "mobilenet_v2", "alexnet")
 
@@ -68,10 +73,51 @@ def resolve_model(spec: str, num_classes: int = 10, field: str = "MODEL") -> nn.
     if num_classes < 1:
         raise InputError(f"must be ≥ 1, got {num_classes}", field="--num-classes")
     factory = check_model_spec(spec, field)
-    model = factory(num_classes=num_classes)
+    try:
+        model = factory(num_classes=num_classes)
+    except InputError:
+        raise
+    except Exception as exc:
+        raise InputError(f"building model {spec!r} failed: {describe(exc)}", field=field) from exc
     if not isinstance(model, nn.Module):
         raise InputError(f"{spec} returned {type(model).__name__}, not a torch.nn.Module", field=field)
     return model
+
+
+def describe(exc: BaseException) -> str:
+    """``"ValueError: bad width"`` — an exception as one short line for a message."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__
+
+
+def check_model_output(model: nn.Module, spec: str, input_shape: tuple[int, ...], num_classes: int,
+                       field: str = "MODEL") -> None:
+    """Run ``model`` on a batch of 2 random samples of ``input_shape`` (values per sample) and check
+    that it returns a finite float tensor of shape (2, ``num_classes``).
+
+    Raises:
+        InputError: naming ``field`` and the model: ``forward`` raised (the exception named and
+            chained), the output is not a tensor, has the wrong shape (e.g. a model built for another
+            number of classes) or holds NaN/inf.
+    """
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    batch = torch.randn((2, *input_shape), generator=generator)
+    try:
+        with torch.no_grad():
+            output: Any = model(batch)
+    except Exception as exc:
+        raise InputError(f"model {spec!r} failed on an input of shape {'x'.join(map(str, input_shape))}: "
+                         f"{describe(exc)}", field=field) from exc
+    if not isinstance(output, torch.Tensor):
+        raise InputError(f"model {spec!r} returned {type(output).__name__}, not a tensor of class scores", field=field)
+    if tuple(output.shape) != (2, num_classes):
+        raise InputError(f"model {spec!r} returned shape {tuple(output.shape)} for a batch of 2; expected "
+                         f"(2, {num_classes}): one score per class (--num-classes {num_classes})", field=field)
+    if not output.is_floating_point() or not bool(torch.isfinite(output).all()):
+        raise InputError(f"model {spec!r} returned {'non-float' if not output.is_floating_point() else 'NaN or inf'} "
+                         f"scores for random input", field=field)
 
 
 def _factory(spec: str, field: str) -> Callable[..., nn.Module]:
@@ -88,6 +134,8 @@ def _factory(spec: str, field: str) -> Callable[..., nn.Module]:
         raise InputError(f"cannot import module {module_name!r} (looked in the working directory {cwd} and on "
                          f"PYTHONPATH): {exc}. Fix: run from the folder that holds it, or add that folder to "
                          "PYTHONPATH", field=field) from None
+    except Exception as exc:   # the user's module raised while being imported
+        raise InputError(f"importing module {module_name!r} of model {spec!r} failed: {describe(exc)}", field=field) from exc
     factory = getattr(module, attr, None)
     if factory is None or not callable(factory):
         raise InputError(f"module {module_name!r} has no callable {attr!r}", field=field)

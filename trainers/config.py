@@ -17,11 +17,26 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
 from adaptplan.errors import InputError
-from adaptplan.fileio import non_negative_number, positive_int, positive_number
+from adaptplan.fileio import finite_number, int_in_range, number_in_range, positive_int, positive_number
+from adaptplan.limits import (MAX_BATCH_SIZE, MAX_CUT_POINTS, MAX_DEVICES, MAX_NOISE_CV, MAX_ROUNDS, MAX_SEED,
+                              MAX_STEPS, MAX_THREADS)
 from trainers.datasets import dataset_names
 
 if TYPE_CHECKING:  # pragma: no cover
     from trainers.optim import OptimizerSpec
+
+MAX_LR = 1e6               # step size γ; a diverging run stops with a message, this only keeps γ sane
+MAX_WEIGHT_DECAY = 1.0     # L2 coefficient
+MAX_ALPHA = 1e6            # Dirichlet concentration (large = iid)
+MAX_MODEL_WIDTH = 4096     # channels of the built-ins' first layer
+# the upper limit of every integer option (lower limit 1), with its unit
+_INT_LIMITS = {"devices": (MAX_DEVICES, "devices"), "rounds": (MAX_STEPS, "rounds"),
+               "batch_size": (MAX_BATCH_SIZE, "samples"), "eval_every": (MAX_STEPS, "rounds"),
+               "eval_batch_size": (MAX_BATCH_SIZE, "samples"), "model_width": (MAX_MODEL_WIDTH, "channels"),
+               "interval": (MAX_ROUNDS, "rounds"), "replan_every": (MAX_STEPS, "rounds"),
+               "checkpoint_every": (MAX_STEPS, "rounds"), "max_test_samples": (MAX_STEPS, "samples"),
+               "threads": (MAX_THREADS, "threads")}
+_OPTIONAL_INTS = ("interval", "replan_every", "checkpoint_every", "max_test_samples", "threads")
 
 ALGORITHMS = ("sl", "psl", "sfl-v1", "sfl-v2", "adaptsfl", "gapsl", "scala", "cyclesl", "gas")
 DATASETS = tuple(dataset_names())
@@ -180,7 +195,12 @@ class TrainConfig:
     def validate(self) -> None:
         """Raise InputError naming the first bad field."""
         check_choice(self.algorithm, ALGORITHMS, "algorithm")
-        algorithm_options(self.algorithm, self.extra)
+        for name, value in algorithm_options(self.algorithm, self.extra).items():
+            option = OPTION_BY_NAME[name]   # numbers finite and bounded here; their own ranges in the strategy
+            if option.type is float:
+                finite_number(value, option.flag)
+            elif option.type is int:
+                int_in_range(value, option.flag, 0, MAX_STEPS)
         check_choice(self.dataset, DATASETS, "dataset")
         from trainers.models import check_model
 
@@ -189,29 +209,26 @@ class TrainConfig:
         check_choice(self.optimizer, OPTIMIZERS, "optimizer")
         if self.clip_norm is not None:
             positive_number(self.clip_norm, "clip_norm")
-        for name in ("devices", "rounds", "batch_size", "eval_every", "eval_batch_size", "model_width"):
-            positive_int(getattr(self, name), name)
-        for name in ("interval", "replan_every", "checkpoint_every", "max_test_samples", "threads"):
-            if getattr(self, name) is not None:
-                positive_int(getattr(self, name), name)
-        positive_number(self.lr, "lr")
+        for name, (maximum, unit) in _INT_LIMITS.items():
+            if name not in _OPTIONAL_INTS or getattr(self, name) is not None:
+                positive_int(getattr(self, name), name, maximum, unit)
+        for name in ("seed", "system_seed"):
+            int_in_range(getattr(self, name), name, 0, MAX_SEED)
+        number_in_range(self.lr, "lr", 0.0, MAX_LR, low_open=True)
+        number_in_range(self.momentum, "momentum", 0.0, 1.0, high_open=True)
+        number_in_range(self.weight_decay, "weight_decay", 0.0, MAX_WEIGHT_DECAY)
+        number_in_range(self.noise_cv, "noise_cv", 0.0, MAX_NOISE_CV)
+        number_in_range(self.dirichlet_alpha, "dirichlet_alpha", 0.0, MAX_ALPHA, low_open=True)
+        if self.target_accuracy is not None:
+            number_in_range(self.target_accuracy, "target_accuracy", 0.0, 1.0, low_open=True)
         for name in ("flops_scale", "bandwidth_scale"):
             positive_number(getattr(self, name), name)
-        non_negative_number(self.noise_cv, "noise_cv")
-        if self.momentum < 0 or self.weight_decay < 0:
-            raise InputError("momentum and weight_decay must be ≥ 0", field="momentum" if self.momentum < 0 else "weight_decay")
-        if self.dirichlet_alpha <= 0:
-            raise InputError(f"must be > 0, got {self.dirichlet_alpha!r}", field="dirichlet_alpha")
-        if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
-            raise InputError(f"must be a fraction in (0, 1], got {self.target_accuracy!r}", field="target_accuracy")
         if self.cuts is not None:
-            cuts = tuple(int(c) for c in self.cuts)
+            cuts = tuple(positive_int(c, f"cuts[{i}]", MAX_CUT_POINTS) for i, c in enumerate(self.cuts))
             if len(cuts) == 1:
                 cuts = cuts * self.devices
             if len(cuts) != self.devices:
                 raise InputError(f"need 1 or {self.devices} cut indices (one per device), got {len(cuts)}", field="cuts")
-            if min(cuts) < 1:
-                raise InputError("cut indices are 1-based (≥ 1)", field="cuts")
             self.cuts = cuts
         if self.plan_path is not None and self.cuts is not None:
             raise InputError("give either a plan file or explicit cuts, not both", field="cuts")

@@ -10,10 +10,14 @@ import json
 import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from adaptplan.errors import InputError
-from adaptplan.fileio import check_keys, load_mapping, save_json
+from adaptplan.fileio import (check_keys, finite_number, int_in_range, load_file, mapping_value, non_negative_number, number_in_range,
+                              positive_int, save_json, show, text_value)
+from adaptplan.limits import MAX_CUT_POINTS, MAX_DEVICES, MAX_ROUNDS, MAX_STEPS
+
+MAX_BYTES = 2**63 - 1   # bytes of one round's traffic in a history file
 
 
 @dataclass
@@ -115,19 +119,18 @@ class History:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "History":
-        """Rebuild a history; a malformed one raises InputError naming the offending part."""
+        """Rebuild a history; a malformed one raises InputError naming the offending field
+        (``history.records[3].sim_seconds: must be ≥ 0 s, got -1``)."""
         check_keys(data, ("records",), ("meta", "events", "summary"), "history")
         if not isinstance(data["records"], list):
-            raise InputError("must be a list of per-round records", field="history.records")
-        if not isinstance(data.get("meta", {}), dict) or not isinstance(data.get("events", []), list):
-            raise InputError("meta must be an object and events a list", field="history")
-        names = [f.name for f in fields(RoundRecord)]
-        records = []
-        for k, r in enumerate(data["records"]):
-            check_keys(r, [n for n in names if n not in OPTIONAL_RECORD_FIELDS], OPTIONAL_RECORD_FIELDS,
-                       f"history.records[{k}]")
-            records.append(RoundRecord(**r))
-        return cls(records, dict(data.get("meta", {})), list(data.get("events", [])))
+            raise InputError(f"must be a list of per-round records, got {show(data['records'])}", field="history.records")
+        meta = _meta_from_json(data.get("meta", {}))
+        events = data.get("events", [])
+        if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
+            raise InputError(f"must be a list of objects, got {show(events)}", field="history.events")
+        mapping_value(data.get("summary", {}), "history.summary")
+        records = [_record_from_json(r, f"history.records[{k}]") for k, r in enumerate(data["records"])]
+        return cls(records, meta, list(events))
 
     def save(self, folder: str | os.PathLike) -> None:
         """Write ``history.json`` and ``history.csv`` into ``folder`` (atomic JSON)."""
@@ -152,4 +155,88 @@ class History:
         p = Path(path)
         if p.is_dir():
             p = p / "history.json"
-        return cls.from_json(load_mapping(p, "history"))
+        return load_file(p, "history", cls.from_json)
+
+
+def _number(value: Any, field: str) -> float:
+    """A loss: a number; NaN/inf are kept (a diverged run records them), booleans and text are not."""
+    if isinstance(value, float):
+        return value
+    return finite_number(value, field)   # an integer within the number limits, or a named error
+
+
+def _flag(value: Any, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise InputError(f"must be true or false, got {show(value)}", field=field)
+    return value
+
+
+def _cuts(value: Any, field: str) -> list[int]:
+    if not isinstance(value, list) or len(value) > MAX_DEVICES:
+        raise InputError(f"must be a list of at most {MAX_DEVICES:,} cut indices, got {show(value)}", field=field)
+    return [positive_int(c, f"{field}[{i}]", MAX_CUT_POINTS) for i, c in enumerate(value)]
+
+
+def _optional(check: Callable[[Any, str], Any]) -> Callable[[Any, str], Any]:
+    return lambda value, field: None if value is None else check(value, field)
+
+
+def _fraction(value: Any, field: str) -> float:
+    return number_in_range(value, field, 0.0, 1.0)
+
+
+def _seconds(value: Any, field: str) -> float:
+    return non_negative_number(value, field, "s")
+
+
+def _bytes(value: Any, field: str) -> int:
+    return int_in_range(value, field, 0, MAX_BYTES, "bytes")
+
+
+# the check of every RoundRecord field (a history file's ``records[k]``)
+_RECORD_CHECKS: dict[str, Callable[[Any, str], Any]] = {
+    "round": lambda v, f: positive_int(v, f, MAX_STEPS), "train_loss": _number,
+    "accuracy": _optional(_fraction), "test_loss": _optional(_number),
+    "sim_seconds": _seconds, "round_sim_seconds": _seconds, "wall_seconds": _seconds,
+    "bytes_up": _bytes, "bytes_down": _bytes, "bytes_server": _bytes,
+    "aggregated": _flag, "replanned": _flag, "cuts": _cuts, "interval": lambda v, f: positive_int(v, f, MAX_ROUNDS),
+}
+
+
+def _participants(value: Any, field: str) -> list[int]:
+    if not isinstance(value, list) or len(value) > MAX_DEVICES:
+        raise InputError(f"must be a list of at most {MAX_DEVICES:,} device indices, got {show(value)}", field=field)
+    return [int_in_range(i, f"{field}[{k}]", 0, MAX_DEVICES - 1) for k, i in enumerate(value)]
+
+
+def _numbers_by_name(check: Callable[[Any, str], Any]) -> Callable[[Any, str], dict[str, Any]]:
+    """An object of name → value, each value checked by ``check``."""
+    return lambda value, field: {k: check(v, f"{field}.{k}") for k, v in mapping_value(value, field).items()}
+
+
+# the optional RoundRecord fields (absent in histories written before Engine v2)
+_OPTIONAL_RECORD_CHECKS: dict[str, Callable[[Any, str], Any]] = {
+    "participants": _participants, "stage_seconds": _numbers_by_name(_seconds), "metrics": _numbers_by_name(_number),
+}
+assert set(_OPTIONAL_RECORD_CHECKS) == set(OPTIONAL_RECORD_FIELDS)
+
+
+def _record_from_json(entry: Any, where: str) -> RoundRecord:
+    check_keys(entry, _RECORD_CHECKS, _OPTIONAL_RECORD_CHECKS, where)
+    checks = {**_RECORD_CHECKS, **{k: c for k, c in _OPTIONAL_RECORD_CHECKS.items() if k in entry}}
+    return RoundRecord(**{name: check(entry[name], f"{where}.{name}") for name, check in checks.items()})
+
+
+def _meta_from_json(value: Any) -> dict[str, Any]:
+    """A history's ``meta``: an object; the parts that are read back (``config``, ``config.algorithm``,
+    ``final_evaluation.accuracy``, ``target_accuracy``) must have their types."""
+    meta = dict(mapping_value(value, "history.meta"))
+    if "config" in meta:
+        config = mapping_value(meta["config"], "history.meta.config")
+        if config.get("algorithm") is not None:
+            text_value(config["algorithm"], "history.meta.config.algorithm", 100)
+    if meta.get("final_evaluation") is not None:
+        final = mapping_value(meta["final_evaluation"], "history.meta.final_evaluation")
+        _optional(_fraction)(final.get("accuracy"), "history.meta.final_evaluation.accuracy")
+    _optional(_fraction)(meta.get("target_accuracy"), "history.meta.target_accuracy")
+    return meta

@@ -6,7 +6,12 @@ import argparse
 from pathlib import Path
 
 from adaptplan.errors import InputError
-from trainers.config import ALGORITHMS
+from adaptplan.flags import float_flag, int_flag
+from adaptplan.limits import MAX_BATCH_SIZE, MAX_DEVICES, MAX_NOISE_CV, MAX_SEED, MAX_STEPS, MAX_THREADS
+from trainers.config import ALGORITHMS, MAX_LR
+
+MAX_BENCH_DEVICES = 1000    # simulated devices of `bench engine`
+MAX_BENCH_ROUNDS = 10_000   # measured rounds / repeats of `bench engine`
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -15,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     which.required = True
     solvers = which.add_parser("solvers", help="AdaptSFL vs baselines vs exact optimum; solve time vs devices and cut points")
     solvers.add_argument("--quick", action="store_true", help="smaller sizes, for CI")
-    solvers.add_argument("--seed", type=int, default=0, help="seed of generated scenarios (default 0)")
+    solvers.add_argument("--seed", type=int_flag(0, MAX_SEED), default=0, help="seed of generated scenarios (default 0)")
     solvers.add_argument("--plot", metavar="PNG", help="also write a plot to PNG (objective vs baselines; planning "
                          "time vs devices on random and adversarial instances, with an N log N reference)")
     solvers.add_argument("--profile", metavar="FILE", help="benchmark on your instance: model profile JSON/TOML "
@@ -24,15 +29,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "default: --devices generated devices")
     solvers.add_argument("--constants", metavar="FILE", help="your training constants JSON/TOML (default: placeholder "
                          "constants of docs/model.md §6.1)")
-    solvers.add_argument("--devices", type=int, default=20, help="generated devices when --system is not given (default 20)")
+    solvers.add_argument("--devices", type=int_flag(1, MAX_DEVICES, "devices"), default=20, help="generated devices when --system is not given (default 20)")
     solvers.set_defaults(func=run_solvers)
     engine = which.add_parser("engine", help="samples/s of simulated SFL (20 devices) vs centralized training, same process")
-    engine.add_argument("--devices", type=int, default=20, help="number of simulated devices (default 20)")
-    engine.add_argument("--rounds", type=int, default=10, help="measured rounds per side (default 10)")
-    engine.add_argument("--batch-size", type=int, default=16, help="samples per device per round (default 16)")
+    engine.add_argument("--devices", type=int_flag(1, MAX_BENCH_DEVICES, "devices"), default=20, help="number of simulated devices (default 20)")
+    engine.add_argument("--rounds", type=int_flag(1, MAX_BENCH_ROUNDS, "rounds"), default=10, help="measured rounds per side (default 10)")
+    engine.add_argument("--batch-size", type=int_flag(1, MAX_BATCH_SIZE, "samples"), default=16, help="samples per device per round (default 16)")
     engine.add_argument("--algorithm", default="adaptsfl", help="split algorithm to time (default adaptsfl)")
-    engine.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
-    engine.add_argument("--repeats", type=int, default=3, help="interleaved repeats; each side keeps its best (default 3)")
+    engine.add_argument("--threads", type=int_flag(1, MAX_THREADS, "threads"), help="torch CPU threads (default: torch's choice)")
+    engine.add_argument("--repeats", type=int_flag(1, MAX_BENCH_ROUNDS, "repeats"), default=3, help="interleaved repeats; each side keeps its best (default 3)")
     engine.add_argument("--json", action="store_true", help="print the measurements as JSON")
     engine.set_defaults(func=run_engine)
     algos = which.add_parser("algorithms", help="every split algorithm on one data set and plan, IID and non-IID: "
@@ -42,7 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="comma-separated: iid, dirichlet-0.1 (Dirichlet α = 0.1), shards-2 (2 label shards per device)")
     _training_options(algos, rounds=100, target=0.3)
     algos.add_argument("--cuts", help="one cut for every device (default: the planner's plan)")
-    algos.add_argument("--batch-size", type=int, default=16, help="samples per device per step (default 16)")
+    algos.add_argument("--batch-size", type=int_flag(1, MAX_BATCH_SIZE, "samples"), default=16,
+                       help="samples per device per step (default 16)")
     algos.add_argument("--out", metavar="DIR", help="write table.txt, results.json and accuracy.png into DIR")
     algos.set_defaults(func=run_algorithms)
     training = which.add_parser("training", help="planning policies in the training loop (AdaptSFL vs the paper's "
@@ -51,8 +57,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                           help="comma-separated policies (trainers.policies; default: AdaptSFL, the paper's five, SFL, PSL)")
     training.add_argument("--partition", default="both", help="iid, shards (2 label shards per device) or both (default)")
     _training_options(training, rounds=600, target=0.4)
-    training.add_argument("--replan-every", type=int, default=50, help="AdaptSFL re-plans every Q rounds (default 50)")
-    training.add_argument("--noise-cv", type=float, default=0.0,
+    training.add_argument("--replan-every", type=int_flag(1, MAX_STEPS, "rounds"), default=50,
+                          help="AdaptSFL re-plans every Q rounds (default 50)")
+    training.add_argument("--noise-cv", type=float_flag(0.0, MAX_NOISE_CV), default=0.0,
                           help="coefficient of variation of the Gaussian noise on what planners measure (default 0)")
     training.add_argument("--sweep", metavar="NAME=V1,V2,...",
                           help="repeat on the first partition for each value: device-flops (scale of the device FLOP/s "
@@ -65,18 +72,22 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _training_options(parser: argparse.ArgumentParser, rounds: int, target: float) -> None:
     """The options both training benchmarks share (what every run of the benchmark trains with)."""
-    parser.add_argument("--rounds", type=int, default=rounds, help=f"rounds per run (default {rounds})")
-    parser.add_argument("--devices", type=int, default=20, help="devices N (default 20)")
+    parser.add_argument("--rounds", type=int_flag(1, MAX_STEPS, "rounds"), default=rounds, help=f"rounds per run (default {rounds})")
+    parser.add_argument("--devices", type=int_flag(1, MAX_DEVICES, "devices"), default=20, help="devices N (default 20)")
     parser.add_argument("--dataset", default="cifar10-subset", help="dataset (default cifar10-subset)")
     parser.add_argument("--model", default="cnn", help="model (default cnn)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of data, model, samplers and system trace (default 0)")
-    parser.add_argument("--lr", type=float, default=0.05, help="learning rate γ, also the planner's (default 0.05)")
-    parser.add_argument("--momentum", type=float, default=0.9, help="SGD momentum (default 0.9)")
-    parser.add_argument("--eval-every", type=int, default=10, help="evaluate every K rounds (default 10)")
-    parser.add_argument("--test-samples", type=int, default=500, help="test images per evaluation (default 500)")
-    parser.add_argument("--target-accuracy", type=float, default=target,
+    parser.add_argument("--seed", type=int_flag(0, MAX_SEED), default=0,
+                        help="seed of data, model, samplers and system trace (default 0)")
+    parser.add_argument("--lr", type=float_flag(0.0, MAX_LR, low_open=True), default=0.05,
+                        help="learning rate γ, also the planner's (default 0.05)")
+    parser.add_argument("--momentum", type=float_flag(0.0, 1.0, high_open=True), default=0.9, help="SGD momentum (default 0.9)")
+    parser.add_argument("--eval-every", type=int_flag(1, MAX_STEPS, "rounds"), default=10, help="evaluate every K rounds (default 10)")
+    parser.add_argument("--test-samples", type=int_flag(1, MAX_STEPS, "samples"), default=500,
+                        help="test images per evaluation (default 500)")
+    parser.add_argument("--target-accuracy", type=float_flag(0.0, 1.0, low_open=True), default=target,
                         help=f"target test accuracy, a fraction (default {target})")
-    parser.add_argument("--workers", type=int, help="worker processes, one torch thread each (default: all cores)")
+    parser.add_argument("--workers", type=int_flag(1, MAX_THREADS, "processes"),
+                        help="worker processes, one torch thread each (default: all cores)")
 
 
 def _check_training_options(args: argparse.Namespace, *more: str) -> None:
@@ -94,6 +105,10 @@ def run_solvers(args: argparse.Namespace) -> int:
     from adaptplan.commands.plan import load_instance
     from solvers.problem import PlanningProblem
 
+    if args.plot:
+        from trainers.plotting import image_path
+
+        image_path(args.plot)   # an unknown image format or a folder fails before the benchmark runs
     own = bool(args.profile or args.system or args.constants)
     profile, system, constants, title = load_instance(args)
     problem = PlanningProblem.from_parts(profile, system, constants)

@@ -8,6 +8,9 @@ import sys
 import time
 
 from adaptplan.errors import InputError
+from adaptplan.fileio import show
+from adaptplan.flags import int_flag
+from adaptplan.limits import MAX_DEVICES, MAX_SEED
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,8 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--cuts", metavar="LIST", help="restrict candidate cut indices, comma-separated 1-based "
                         "(e.g. 1,2,5); default 1..L-1")
     parser.add_argument("--backend", choices=("highs", "cbc"), default="highs", help="MILP solver of the MS step (default highs)")
-    parser.add_argument("--devices", type=int, default=20, help="number of generated devices when --system is not given (default 20)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the generated system when --system is not given (default 0)")
+    parser.add_argument("--devices", type=int_flag(1, MAX_DEVICES, "devices"), default=20, help="number of generated devices when --system is not given (default 20)")
+    parser.add_argument("--seed", type=int_flag(0, MAX_SEED), default=0, help="seed of the generated system when --system is not given (default 0)")
     parser.add_argument("--all-devices", action="store_true", help="list every device in the table "
                         "(default: the 20 slowest when there are more)")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON (docs/formats.md) instead of a table")
@@ -38,14 +41,23 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def parse_cuts(text: str) -> list[int]:
-    """Parse ``--cuts`` ("1,2,5") into sorted unique 1-based indices."""
+    """Parse ``--cuts`` ("1,2,5") into sorted unique 1-based indices (checked against the profile by
+    :func:`check_candidates`)."""
     try:
         values = sorted({int(part) for part in text.split(",") if part.strip()})
     except ValueError:
-        raise InputError(f"must be comma-separated integers like 1,2,5, got {text!r}", field="--cuts") from None
+        raise InputError(f"must be comma-separated integers like 1,2,5, got {show(text)}", field="--cuts") from None
     if not values:
         raise InputError("must list at least one cut index", field="--cuts")
     return values
+
+
+def check_candidates(candidates: list[int], num_cuts: int) -> list[int]:
+    """``candidates`` if every index is a cut point 1..``num_cuts`` of the profile, else InputError naming ``--cuts``."""
+    bad = [c for c in candidates if not 1 <= c <= num_cuts]
+    if bad:
+        raise InputError(f"cut index {show(bad[0])} is not a cut point of the profile (1..{num_cuts})", field="--cuts")
+    return candidates
 
 
 def load_instance(args: argparse.Namespace):
@@ -71,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     from adaptplan.report import DEVICE_ROWS, format_plan
 
     profile, system, constants, title = load_instance(args)
-    candidates = parse_cuts(args.cuts) if args.cuts else None
+    candidates = check_candidates(parse_cuts(args.cuts), profile.num_cuts) if args.cuts else None
     start = time.perf_counter()
     plan = Planner(profile, system, constants, candidates=candidates, backend=args.backend).plan()
     elapsed = time.perf_counter() - start

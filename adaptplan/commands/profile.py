@@ -12,7 +12,14 @@ import warnings
 from typing import Any
 
 from adaptplan.errors import InputError
+from adaptplan.fileio import show
+from adaptplan.flags import int_flag, positive_float_flag
+from adaptplan.limits import MAX_BITS_PER_VALUE, MAX_INPUT_VALUES, MAX_NUM_CLASSES
 from trainers.config import MODELS
+
+
+MAX_PROFILE_BATCH = 4096   # samples per timed or statistics batch
+MAX_REPEATS = 10_000       # timed passes / statistics mini-batches
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,15 +36,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                              "imported from the working directory or PYTHONPATH")
     parser.add_argument("--input", required=True, metavar="CxHxW",
                         help="per-sample input shape, e.g. 3x32x32 (channels x height x width, in values)")
-    parser.add_argument("--num-classes", type=int, default=10, help="number of output classes (default: 10)")
+    parser.add_argument("--num-classes", type=int_flag(1, MAX_NUM_CLASSES, "classes"), default=10, help="number of output classes (default: 10)")
     parser.add_argument("-o", "--output", metavar="FILE", help="write the profile JSON (docs/formats.md) to FILE")
-    parser.add_argument("--bits", type=int, default=32, help="bits per activation/gradient/parameter value (default: 32)")
+    parser.add_argument("--bits", type=int_flag(1, MAX_BITS_PER_VALUE, "bits"), default=32, help="bits per activation/gradient/parameter value (default: 32)")
     parser.add_argument("--json", action="store_true", help="print the profile JSON instead of the table")
     timing = parser.add_argument_group("measured time (seconds per sample, this machine)")
     timing.add_argument("--measure-time", action="store_true",
                         help="also measure per-block forward/backward seconds per sample (median of repeats)")
-    timing.add_argument("--time-batch-size", type=int, default=16, help="samples per timed batch (default: 16)")
-    timing.add_argument("--repeats", type=int, default=5, help="timed passes per block; the median is kept (default: 5)")
+    timing.add_argument("--time-batch-size", type=int_flag(1, MAX_PROFILE_BATCH, "samples"), default=16, help="samples per timed batch (default: 16)")
+    timing.add_argument("--repeats", type=int_flag(1, MAX_REPEATS, "passes"), default=5, help="timed passes per block; the median is kept (default: 5)")
     grads = parser.add_argument_group("training constants (beta, sigma_j^2, G_j^2, theta; dimensionless)")
     grads.add_argument("--grad-stats", action="store_true", help="estimate the constants from real data (needs --dataset and --constants-out)")
     grads.add_argument("--dataset", metavar="NAME", help="dataset for --grad-stats, e.g. cifar10-subset, mnist, cifar10 (with --data-root)")
@@ -46,46 +53,54 @@ def register(sub: argparse._SubParsersAction) -> None:
     grads.add_argument("--download", action="store_true", help="let torchvision fetch cifar10/cifar100/mnist/fashion-mnist "
                                                                "into --data-root (needs a network)")
     grads.add_argument("--constants-out", metavar="FILE", help="write the constants JSON (docs/formats.md) to FILE")
-    grads.add_argument("--batches", type=int, default=8, help="mini-batches used for the statistics (count, default: 8)")
-    grads.add_argument("--batch-size", type=int, default=16, help="samples per mini-batch b (default: 16)")
-    grads.add_argument("--gamma", type=float, default=0.01, help="learning rate gamma written to the constants (dimensionless, default: 0.01)")
-    grads.add_argument("--epsilon", type=float, default=0.1, help="target average squared gradient norm epsilon (dimensionless, default: 0.1)")
+    grads.add_argument("--batches", type=int_flag(1, MAX_REPEATS, "mini-batches"), default=8, help="mini-batches used for the statistics (count, default: 8)")
+    grads.add_argument("--batch-size", type=int_flag(1, MAX_PROFILE_BATCH, "samples"), default=16, help="samples per mini-batch b (default: 16)")
+    grads.add_argument("--gamma", type=positive_float_flag(), default=0.01, help="learning rate gamma written to the constants (dimensionless, default: 0.01)")
+    grads.add_argument("--epsilon", type=positive_float_flag(), default=0.1, help="target average squared gradient norm epsilon (dimensionless, default: 0.1)")
     parser.set_defaults(func=run)
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
-    """``"3x32x32"`` → ``(3, 32, 32)``; anything else but C×H×W positive integers is an InputError."""
+    """``"3x32x32"`` → ``(3, 32, 32)``; anything else but C×H×W positive integers with at most
+    :data:`MAX_INPUT_VALUES` values per sample is an InputError (refused before anything is allocated)."""
     parts = text.lower().replace("×", "x").split("x")
     try:
         shape = tuple(int(p) for p in parts)
     except ValueError:
         shape = ()
     if len(shape) != 3 or any(s <= 0 for s in shape):
-        raise InputError(f"expected CxHxW with three positive integers, e.g. 3x32x32; got {text!r}", field="--input")
+        raise InputError(f"expected CxHxW with three positive integers, e.g. 3x32x32; got {show(text)}", field="--input")
+    values = shape[0] * shape[1] * shape[2]
+    if values > MAX_INPUT_VALUES:
+        raise InputError(f"{text} is {values:,} values per sample, more than the {MAX_INPUT_VALUES:,} that can be "
+                         f"profiled", field="--input")
     return shape
 
 
 def run(args: argparse.Namespace) -> int:
     shape = parse_shape(args.input)
-    if args.bits < 1:
-        raise InputError(f"must be ≥ 1, got {args.bits}", field="--bits")
     if args.grad_stats and (not args.dataset or not args.constants_out):
         raise InputError("--grad-stats needs --dataset NAME and --constants-out FILE", field="--grad-stats")
     from profilers.chain import build_chain
+    from profilers.models import check_model_output, describe
     from profilers.profile import profile_model
     from profilers.tracing import example_batch
     from trainers.models import build_model
 
-    if args.num_classes < 1:
-        raise InputError(f"must be ≥ 1, got {args.num_classes}", field="--num-classes")
     data = _grad_stats_data(args, shape) if args.grad_stats else None   # a data problem fails before profiling
     model = build_model(args.model, shape, args.num_classes, field="MODEL")
+    check_model_output(model, args.model, shape, args.num_classes)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UserWarning)
-        chain = build_chain(model, example_batch(shape))
-        profile = profile_model(chain, shape, model_name=args.model, bits_per_value=args.bits,
-                                measure_time=args.measure_time, batch_size=args.time_batch_size,
-                                repeats=args.repeats, progress=sys.stderr.isatty())
+        try:
+            chain = build_chain(model, example_batch(shape))
+            profile = profile_model(chain, shape, model_name=args.model, bits_per_value=args.bits,
+                                    measure_time=args.measure_time, batch_size=args.time_batch_size,
+                                    repeats=args.repeats, progress=sys.stderr.isatty())
+        except InputError:
+            raise
+        except (RuntimeError, TypeError, ValueError, NotImplementedError) as exc:   # the model's own code, or torch.fx
+            raise InputError(f"profiling model {args.model!r} failed: {describe(exc)}", field="MODEL") from exc
     for warning in caught:  # NoCutWarning, FlopCheckWarning: one line each, no source location
         if issubclass(warning.category, UserWarning):
             print(f"adaptplan profile: warning: {warning.message}", file=sys.stderr)

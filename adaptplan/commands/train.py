@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     except InputError as exc:
         if exc.field is None or flag_of(exc.field) == exc.field:
             raise
-        raise type(exc)(exc.message, field=flag_of(exc.field)) from None
+        raise type(exc)(exc.message, field=flag_of(exc.field)) from exc.__cause__   # kept for --debug (a user model's traceback)
 
 
 def _fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -193,6 +193,10 @@ def _train(args: argparse.Namespace) -> int:
     from trainers.run import Trainer
     from trainers.run_folder import Interrupted
 
+    if args.plan:
+        from adaptplan.plan import Plan
+
+        Plan.load(args.plan)   # a bad plan file fails before any data is read or any folder made
     if args.checkpoint_every and not args.out:
         raise InputError("needs --out (where checkpoint.pt is written)", field="checkpoint_every")
     if args.resume and args.overwrite:
