@@ -126,20 +126,25 @@ def _propagate_shapes(gm: fx.GraphModule, example_input: torch.Tensor) -> None:
             try:
                 gm(example_input)
             except Exception as exc:
-                raise InputError(_shape_failure(example_input, exc), field="input_shape") from None
+                raise InputError(shape_failure(example_input, exc), field="input_shape") from None
             ShapeProp(gm).propagate(example_input)
     finally:
         gm.train(was_training)
 
 
-def _shape_failure(example_input: torch.Tensor, exc: Exception) -> str:
+def channels_last_hint(shape: tuple[int, ...]) -> str | None:
+    """A fix for a per-sample shape given channels-last (H×W×C), or None when it does not look like one."""
+    if len(shape) == 3 and shape[-1] in (1, 3, 4) and shape[0] not in (1, 3, 4):
+        return (f"{'x'.join(map(str, shape))} looks channels-last; the input is channels × height × width, "
+                f"e.g. {'x'.join(map(str, (shape[2], shape[0], shape[1])))}")
+    return None
+
+
+def shape_failure(example_input: torch.Tensor, exc: Exception) -> str:
     """The message for a model that fails on ``example_input``, with a hint for channels-last shapes."""
     shape = tuple(example_input.shape[1:])
     first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    hint = "check the input shape (channels × height × width)"
-    if len(shape) == 3 and shape[-1] in (1, 3, 4) and shape[0] not in (1, 3, 4):
-        hint = (f"{'x'.join(map(str, shape))} looks channels-last; the input is channels × height × width, "
-                f"e.g. {'x'.join(map(str, (shape[2], shape[0], shape[1])))}")
+    hint = channels_last_hint(shape) or "check the input shape (channels × height × width)"
     return (f"the model cannot run on samples of shape {'x'.join(map(str, shape))} (the --input given, or the "
             f"dataset's samples): {type(exc).__name__}: {first_line}. Fix: {hint}")
 

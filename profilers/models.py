@@ -108,6 +108,10 @@ def check_model_output(model: nn.Module, spec: str, input_shape: tuple[int, ...]
         with torch.no_grad():
             output: Any = model(batch)
     except Exception as exc:
+        from profilers.chain import channels_last_hint, shape_failure
+
+        if channels_last_hint(tuple(input_shape)):
+            raise InputError(f"model {spec!r}: {shape_failure(batch, exc)}", field=field) from exc
         raise InputError(f"model {spec!r} failed on an input of shape {'x'.join(map(str, input_shape))}: "
                          f"{describe(exc)}", field=field) from exc
     if not isinstance(output, torch.Tensor):

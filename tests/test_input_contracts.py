@@ -34,9 +34,13 @@ def test_numbers_must_be_real_numbers(value):
 def test_number_validators_bounds():
     assert finite_number(-2, "f") == -2.0 and isinstance(finite_number(3, "f"), float)
     for bad in (math.nan, math.inf, -math.inf):
-        with pytest.raises(InputError, match="must be finite"):
+        with pytest.raises(InputError, match="must be a finite number"):
             finite_number(bad, "f")
-    assert positive_number(1e-300, "f") == 1e-300
+    with pytest.raises(InputError, match="at most 1e\\+30 in magnitude"):
+        finite_number(-1e31, "f")
+    assert positive_number(1e-30, "f") == 1e-30          # the smallest supported positive value (README limits)
+    with pytest.raises(InputError, match="at least 1e-30"):
+        positive_number(1e-300, "f")
     with pytest.raises(InputError, match="must be > 0, got 0"):
         positive_number(0, "f")
     assert non_negative_number(0, "f") == 0.0
@@ -101,7 +105,7 @@ def test_system_command_says_what_it_wrote(tmp_path, capsys):
     assert captured.err.strip() == f"wrote {out} (3 devices)"
     assert SystemSpec.load(out) == generate_system(3, 1)
     assert main(["system", "--devices", "0"]) == 2
-    assert "devices: must be an integer ≥ 1" in capsys.readouterr().err
+    assert "--devices: must be an integer in 1..10,000 devices, got 0" in capsys.readouterr().err
 
 
 def test_cli_reports_input_errors_in_one_line(tmp_path, capsys):
@@ -111,7 +115,7 @@ def test_cli_reports_input_errors_in_one_line(tmp_path, capsys):
     bad.write_text(json.dumps(data))
     assert main(["plan", "--system", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "system.devices[1].fed_down_bps: must be > 0, got -5" in err[0]
+    assert len(err) == 1 and "system.json: system.devices[1].fed_down_bps: must be > 0 bit/s, got -5" in err[0]
 
 
 def test_cut_vectors_are_checked_by_entry():
@@ -166,7 +170,7 @@ def test_unwritable_output_path_exits_2_with_one_message(tmp_path, capsys):
     blocker.write_text("x")
     assert main(["system", "--devices", "2", "-o", str(blocker / "s.json")]) == 2  # parent is a file: OSError
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("adaptplan system: error: cannot use")
+    assert len(err) == 1 and err[0].startswith("adaptplan system: error: output: cannot write")
 
 
 def test_plan_json_on_stdout_is_one_document_ending_in_a_newline(capsys):
