@@ -150,9 +150,10 @@ def test_a_changed_system_file_is_refused_on_resume(tmp_path, capsys) -> None:
 def test_write_failure_keeps_the_previous_file(tmp_path) -> None:
     path = tmp_path / "checkpoint.pt"
     write_atomic(path, b"first")
-    with pytest.raises(InputError, match="cannot write .*gone.*the previous file there, if any, is intact"):
-        write_atomic(tmp_path / "gone" / "checkpoint.pt", b"second")
-    assert path.read_bytes() == b"first" and not list(tmp_path.glob("*.tmp"))
+    (tmp_path / "blocker").write_bytes(b"a file where the run folder should be")
+    with pytest.raises(InputError, match="cannot write .*blocker.*the previous file there, if any, is intact"):
+        write_atomic(tmp_path / "blocker" / "checkpoint.pt", b"second")
+    assert path.read_bytes() == b"first" and not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*.tmp"))
     assert decode(encode({"a": 1}), "x") == {"a": 1}
 
 

@@ -5,8 +5,8 @@
   is refused, never executed.
 * **Checksummed.** The file is one header line ``adaptplan-checkpoint 2 sha256=<hex>`` followed by
   the torch payload; a payload whose SHA-256 differs (bit flips, truncation) is refused.
-* **Atomic.** Written to a temporary file in the same folder, fsync'ed, renamed over the previous
-  checkpoint and the folder fsync'ed; a failure (disk full, read-only folder, vanished folder)
+* **Atomic.** Written to a temporary file in the same folder, fsync'ed and renamed over the previous
+  checkpoint (:func:`adaptplan.fileio.atomic_write`); a failure (disk full, read-only folder, vanished folder)
   removes the temporary file, leaves the previous checkpoint intact and is reported as one
   :class:`~adaptplan.errors.InputError` naming the path and the cause.
 """
@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from adaptplan.errors import InputError
+from adaptplan.fileio import atomic_write
 
 CHECKPOINT_NAME = "checkpoint.pt"
 MAGIC = b"adaptplan-checkpoint 2 sha256="
@@ -73,32 +74,12 @@ def decode(data: bytes, where: str) -> dict[str, Any]:
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a fsync'ed temporary file and a rename; on failure remove
-    the temporary file and raise InputError naming the path and the cause."""
-    tmp = path.with_name(path.name + ".tmp")
+    """Write ``data`` to ``path`` with :func:`adaptplan.fileio.atomic_write` (fsync'ed temporary file,
+    rename, temporary file removed on failure); InputError naming the path and the cause."""
     try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-        try:
-            fd = os.open(path.parent, os.O_RDONLY)
-        except OSError:
-            return
-        try:
-            os.fsync(fd)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise InputError(f"cannot write {str(path)!r}: {exc.strerror or exc}; the previous file there, if any, is "
-                         "intact", field="--out") from None
+        atomic_write(path, lambda fh: fh.write(data))
+    except InputError as exc:
+        raise InputError(f"{exc.message}; the previous file there, if any, is intact", field="--out") from None
 
 
 def save_checkpoint(state: dict[str, Any], folder: str | os.PathLike) -> Path:

@@ -6,6 +6,7 @@ time-to-target-accuracy metric. Simulated seconds (``sim_seconds``) and wall-clo
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 from dataclasses import asdict, dataclass, field, fields
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from adaptplan.errors import InputError
-from adaptplan.fileio import (check_keys, finite_number, int_in_range, load_file, mapping_value, non_negative_number, number_in_range,
+from adaptplan.fileio import (atomic_write, check_keys, finite_number, int_in_range, load_file, mapping_value, non_negative_number, number_in_range,
                               positive_int, save_json, show, text_value)
 from adaptplan.limits import MAX_CUT_POINTS, MAX_DEVICES, MAX_ROUNDS, MAX_STEPS
 
@@ -133,22 +134,22 @@ class History:
         return cls(records, meta, list(events))
 
     def save(self, folder: str | os.PathLike) -> None:
-        """Write ``history.json`` and ``history.csv`` into ``folder`` (atomic JSON)."""
+        """Write ``history.json`` and ``history.csv`` into ``folder``, each atomically (fsync + rename)."""
         folder = Path(folder)
         save_json(self.to_json(), folder / "history.json")
-        tmp = folder / "history.csv.tmp"
         names = [f.name for f in fields(RoundRecord)]
-        with open(tmp, "w", newline="", encoding="utf-8") as fh:
-            writer = csv.writer(fh)
-            writer.writerow(names)
-            for r in self.records:
-                row = asdict(r)
-                row["cuts"] = " ".join(map(str, r.cuts))
-                row["participants"] = " ".join(map(str, r.participants))
-                for name in ("stage_seconds", "metrics"):
-                    row[name] = json.dumps(row[name], sort_keys=True)
-                writer.writerow([row[n] for n in names])
-        os.replace(tmp, folder / "history.csv")
+        text = io.StringIO(newline="")
+        writer = csv.writer(text)
+        writer.writerow(names)
+        for r in self.records:
+            row = asdict(r)
+            row["cuts"] = " ".join(map(str, r.cuts))
+            row["participants"] = " ".join(map(str, r.participants))
+            for name in ("stage_seconds", "metrics"):
+                row[name] = json.dumps(row[name], sort_keys=True)
+            writer.writerow([row[n] for n in names])
+        data = text.getvalue().encode("utf-8")
+        atomic_write(folder / "history.csv", lambda fh: fh.write(data))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "History":

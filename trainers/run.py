@@ -35,6 +35,7 @@ from adaptplan.model_profile import ModelProfile
 from adaptplan.plan import Plan
 from adaptplan.system import SystemProcess, SystemRanges, SystemSpec, generate_system, scaled_ranges
 from profilers import build_chain, profile_model
+from profilers.models import check_model_output
 from trainers.checkpoint import file_digest, load_checkpoint, save_checkpoint
 from trainers.clock import SimClock
 from trainers.config import TrainConfig
@@ -127,6 +128,7 @@ class Trainer:
             x_test, y_test = x_test[:config.max_test_samples], y_test[:config.max_test_samples]
         input_shape = tuple(int(s) for s in self.dataset.x_train.shape[1:])
         model = build_model(config.model, input_shape, self.dataset.num_classes, config.model_width)
+        check_model_output(model, config.model, input_shape, self.dataset.num_classes, field="model")
         chain = build_chain(model, self.dataset.x_train[:2])
         self.blocks, self.block_names = chain.blocks, list(chain.names)
         self.profile = profile_model(chain, input_shape, model_name=f"{config.model}-{config.dataset}")
