@@ -50,3 +50,15 @@ def test_sampler_state_roundtrip() -> None:
     b = DeviceSampler(np.arange(40), 16, [9, 9])
     b.load_state(a.state())
     assert all(np.array_equal(a.next(), b.next()) for _ in range(5))
+
+
+def test_dirichlet_redraws_until_every_device_holds_a_minibatch() -> None:
+    import pytest
+
+    from adaptplan.errors import InputError
+
+    labels = np.repeat(np.arange(10), 200)
+    parts = partition_indices(labels, 20, "dirichlet", seed=0, alpha=0.1, min_size=16)
+    assert min(p.size for p in parts) >= 16 and sum(p.size for p in parts) == labels.size
+    with pytest.raises(InputError, match="fewer than 150 samples"):
+        partition_indices(labels, 20, "dirichlet", seed=0, alpha=0.1, min_size=150)

@@ -21,7 +21,7 @@ from trainers.config import PARTITIONS, check_choice
 
 
 def partition_indices(labels: np.ndarray, num_devices: int, method: str, seed: int,
-                      alpha: float = 0.5) -> list[np.ndarray]:
+                      alpha: float = 0.5, min_size: int = 1) -> list[np.ndarray]:
     """Return one sorted int64 index array per device (disjoint, covering ≤ all samples)."""
     check_choice(method, PARTITIONS, "partition")
     labels = np.asarray(labels)
@@ -37,13 +37,14 @@ def partition_indices(labels: np.ndarray, num_devices: int, method: str, seed: i
         shard_ids = rng.permutation(2 * num_devices)
         parts = [np.concatenate([shards[shard_ids[2 * i]], shards[shard_ids[2 * i + 1]]]) for i in range(num_devices)]
     else:
-        parts = _dirichlet(labels, num_devices, alpha, rng)
+        parts = _dirichlet(labels, num_devices, alpha, rng, min_size=min_size)
     return [np.sort(p).astype(np.int64) for p in parts]
 
 
 def _dirichlet(labels: np.ndarray, num_devices: int, alpha: float, rng: np.random.Generator,
-               attempts: int = 100) -> list[np.ndarray]:
-    """Per-class Dir(α) proportions; redrawn (up to ``attempts`` times) until every device has ≥ 1 sample."""
+               attempts: int = 1000, min_size: int = 1) -> list[np.ndarray]:
+    """Per-class Dir(α) proportions; redrawn (up to ``attempts`` times) until every device has at
+    least ``min_size`` samples (as NIID-Bench redraws, gapsl_scala.md B.7)."""
     classes = np.unique(labels)
     for _ in range(attempts):
         buckets: list[list[np.ndarray]] = [[] for _ in range(num_devices)]
@@ -54,10 +55,10 @@ def _dirichlet(labels: np.ndarray, num_devices: int, alpha: float, rng: np.rando
             for device, piece in enumerate(np.split(idx, bounds)):
                 buckets[device].append(piece)
         parts = [np.concatenate(b) for b in buckets]
-        if min(p.size for p in parts) > 0:
+        if min(p.size for p in parts) >= max(min_size, 1):
             return parts
-    raise InputError(f"Dirichlet(α={alpha}) left a device without samples in {attempts} draws; raise α or lower devices",
-                     field="dirichlet_alpha")
+    raise InputError(f"Dirichlet(α={alpha}) left a device with fewer than {max(min_size, 1)} samples (one mini-batch) in "
+                     f"{attempts} draws; raise α, lower the batch size or use fewer devices", field="dirichlet_alpha")
 
 
 class DeviceSampler:

@@ -167,7 +167,7 @@ class Trainer:
                                      noise_cv=config.noise_cv)
         self.clock = SimClock(self.profile, self.process, config.batch_size)
         parts = partition_indices(self.dataset.y_train.numpy(), config.devices, config.partition, config.seed,
-                                  config.dirichlet_alpha)
+                                  config.dirichlet_alpha, min_size=config.batch_size)
         smallest = min(len(p) for p in parts)
         if config.batch_size > smallest:
             raise InputError(f"{config.batch_size} exceeds the smallest device's {smallest} training samples "
