@@ -200,3 +200,21 @@ def test_sigterm_saves_a_checkpoint_and_resume_continues(tmp_path) -> None:
     assert load_checkpoint(out)["round"] == done >= 1
     assert main(["train", "--out", str(out), "--resume", "--rounds", str(done + 2), "--no-progress"]) == 0
     assert len(records(out)) == done + 2
+
+
+def test_plot_legend_names_the_algorithm_once(tmp_path, monkeypatch) -> None:
+    import trainers.plotting
+
+    runs = {"psl": "psl", "mine": "sfl-v1"}
+    for folder, algorithm in runs.items():
+        assert main([*BASE, "--algorithm", algorithm, "--rounds", "2", "--out", str(tmp_path / folder)]) == 0
+    seen = {}
+    original = trainers.plotting.plot_histories
+
+    def spy(histories, out, title="x"):
+        seen["labels"] = [label for label, _ in histories]
+        return original(histories, out, title)
+
+    monkeypatch.setattr(trainers.plotting, "plot_histories", spy)
+    assert main(["plot", str(tmp_path / "psl"), str(tmp_path / "mine"), "-o", str(tmp_path / "p.png")]) == 0
+    assert seen["labels"] == ["psl", "mine (sfl-v1)"]

@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
         history = History.load(file)
         label = p.name if p.is_dir() else p.parent.name
         algorithm = history.meta.get("config", {}).get("algorithm")   # checked to be text by History.load
-        histories.append((f"{label} ({algorithm})" if algorithm else label, history))
+        histories.append((f"{label} ({algorithm})" if algorithm and algorithm != label else label, history))
     out = plot_histories(histories, args.output, args.title)
     print(out)   # the path written (with .png appended to a name without an extension)
     return 0
