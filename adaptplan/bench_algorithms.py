@@ -64,8 +64,10 @@ def table(results: Sequence[RunResult], target: float) -> str:
         lines.append(f"  {'algorithm':<10} {'acc@rounds':>10} {'acc@budget':>10} {'s to target':>11} {'sim s':>9} "
                      f"{'wall s/round':>12}")
         for r in rows:
+            note = f"  diverged (NaN/inf) at round {r.diverged_round}" if r.diverged_round else ""
             lines.append(f"  {r.label:<10} {pct(r.final_accuracy):>10} {pct(r.accuracy_at(budget)):>10} "
-                         f"{seconds(r.time_to_target_s):>11} {r.sim_seconds:>9.3g} {r.wall_seconds / max(r.rounds, 1):>12.3f}")
+                         f"{seconds(r.time_to_target_s):>11} {r.sim_seconds:>9.3g} {r.wall_seconds / max(r.rounds, 1):>12.3f}"
+                         f"{note}")
     return "\n".join(lines)
 
 

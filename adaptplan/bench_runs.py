@@ -10,6 +10,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from adaptplan.errors import InputError
+
 
 @dataclass(frozen=True)
 class RunResult:
@@ -27,6 +29,7 @@ class RunResult:
     converged_time_s: float | None
     converged_accuracy: float | None
     curve: list[tuple[float, float]]          # (simulated seconds, test accuracy) at each evaluation
+    diverged_round: int | None = None          # the round whose NaN/inf stopped the run, if any
 
     def accuracy_at(self, seconds: float) -> float | None:
         """Test accuracy of the last evaluation at or before ``seconds`` simulated seconds."""
@@ -42,17 +45,24 @@ def run_one(job: dict[str, Any]) -> RunResult:
     from trainers.run import Trainer
 
     torch.set_num_threads(1)
-    history = Trainer(TrainConfig(**job["config"])).run()
+    trainer = Trainer(TrainConfig(**job["config"]))
+    diverged = None
+    try:
+        history = trainer.run()
+    except InputError as exc:                 # NaN/inf: the run's records up to the last good round stay
+        if "diverged" not in exc.message:
+            raise
+        history, diverged = trainer.history, len(trainer.history.records) + 1
     target = job["target"]
     curve = [(r.sim_seconds, r.accuracy) for r in history.evaluated]
     reached = next((r for r in history.evaluated if r.accuracy >= target), None)
     conv = history.converged_round()
     conv_record = next((r for r in history.records if r.round == conv), None)
-    last = history.records[-1]
-    return RunResult(job["group"], job["label"], len(history.records), history.final_accuracy, last.sim_seconds,
-                     last.wall_seconds, reached.sim_seconds if reached else None, reached.round if reached else None,
+    last_sim = history.records[-1].sim_seconds if history.records else 0.0
+    last_wall = history.records[-1].wall_seconds if history.records else 0.0
+    return RunResult(job["group"], job["label"], len(history.records), history.final_accuracy, last_sim, last_wall, reached.sim_seconds if reached else None, reached.round if reached else None,
                      conv, conv_record.sim_seconds if conv_record else None,
-                     conv_record.accuracy if conv_record else None, curve)
+                     conv_record.accuracy if conv_record else None, curve, diverged)
 
 
 def run_jobs(jobs: Sequence[dict[str, Any]], workers: int | None = None, desc: str = "runs",

@@ -67,12 +67,30 @@ def test_wrong_gradient_raises() -> None:
     engine = make_engine("psl", [3, 3], devices=2)
     device = engine.devices[0]
     msg = device.forward(1)
-    with pytest.raises(MessageMismatchError, match="step"):
+    with pytest.raises(MessageMismatchError, match=r"step 2\) delivered to device 0, which expects \(device 0, round 1, step 1\)"):
         device.backward(CutGradient(0, 1, msg.step + 1, torch.zeros_like(msg.tensor)))
     with pytest.raises(MessageMismatchError, match="device 1"):
         device.backward(CutGradient(1, 1, msg.step, torch.zeros_like(msg.tensor)))
     with pytest.raises(MessageMismatchError, match="shape"):
         device.backward(CutGradient(0, 1, msg.step, torch.zeros(1)))
+    with pytest.raises(MessageMismatchError, match="which expects nothing"):   # the pending step was consumed
+        device.backward(CutGradient(0, 1, msg.step, torch.zeros_like(msg.tensor)))
+
+
+def test_bytes_are_the_messages_sizes() -> None:
+    """bytes_up = activations (fp32) + labels (int64) of every device; bytes_down = the cut gradients;
+    at an aggregation the model messages are added (client blocks up and down)."""
+    engine = make_engine("psl", [3, 3, 3], devices=3)
+    stats = engine.run_round(1)
+    with torch.no_grad():
+        act = nn.Sequential(*engine.devices[0].blocks)(engine.data.x_train[:16])
+    per_device = act.numel() * 4
+    assert stats.bytes_up == 3 * (per_device + 16 * 8) and stats.bytes_down == 3 * per_device
+    sfl = make_engine("sfl-v2", [3, 3, 3], devices=3)
+    stats = sfl.run_round(1)
+    client_bytes = sum(p.numel() * 4 for p in sfl.devices[0].blocks.parameters())
+    assert stats.aggregated and stats.bytes_up == 3 * (per_device + 16 * 8 + client_bytes)
+    assert stats.bytes_down == 3 * (per_device + client_bytes) and stats.bytes_server == 0
 
 
 class StaleStrategy(Strategy):
