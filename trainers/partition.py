@@ -44,7 +44,7 @@ def partition_indices(labels: np.ndarray, num_devices: int, method: str, seed: i
 def _dirichlet(labels: np.ndarray, num_devices: int, alpha: float, rng: np.random.Generator,
                attempts: int = 1000, min_size: int = 1) -> list[np.ndarray]:
     """Per-class Dir(α) proportions; redrawn (up to ``attempts`` times) until every device has at
-    least ``min_size`` samples (as NIID-Bench redraws, gapsl_scala.md B.7)."""
+    least ``min_size`` samples (as NIID-Bench redraws; docs/algorithms.md, SCALA)."""
     classes = np.unique(labels)
     for _ in range(attempts):
         buckets: list[list[np.ndarray]] = [[] for _ in range(num_devices)]
