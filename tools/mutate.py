@@ -227,17 +227,7 @@ class _Sites(ast.NodeTransformer):
                 return replaced
         return self._visit_children(node)
 
-    def visit_AugAssign(self, node):
-        swap = _BINOP_SWAP.get(type(node.op))
-        if swap is not None:
-            def make(n, swap=swap):
-                n.op = swap()
-                return n
-
-            replaced = self._site(node, "arithmetic", make)
-            if replaced is not None:
-                return replaced
-        return self._visit_children(node)
+    visit_AugAssign = visit_BinOp   # `x += y` swaps its operator exactly as `x + y` does
 
     def visit_UnaryOp(self, node):
         if isinstance(node.op, (ast.USub, ast.Not)):
