@@ -27,7 +27,7 @@ from torch import nn
 
 from adaptplan.plan import check_cut_vector
 from trainers.clock import STAGES, StageTimes
-from trainers.messages import BlockState, CutGradient, MessageMismatchError, ModelDownload, check_finite
+from trainers.messages import Activation, BlockState, CutGradient, MessageMismatchError, ModelDownload, check_finite
 from trainers.optim import OptimizerSpec, mean_param_state
 from trainers.roles import Device, EdgeServer, FedServer, weighted_mean
 
@@ -189,8 +189,9 @@ class SplitEngine:
                    start: float, ledger: _Ledger) -> float:
         s = self.strategy
         events = []
+        activations = self._forward_all(ctx.round, group, batch)
         for d in group:
-            msg = self.devices[d].forward(ctx.round, batch[d])
+            msg = activations[d]
             self.bytes_up += msg.num_bytes
             k = times.scale(d, batch[d])
             fp, up = float(times.client_fp[d]) * k, float(times.upload[d]) * k
@@ -220,17 +221,27 @@ class SplitEngine:
             raise MessageMismatchError(f"the activation of device {d} (round {msg.round}, step {msg.step}) was never "
                                        f"answered by the {s.name} strategy")
         end = start
+        self._backward_all({d: replies[d][1] for d in group})
         for d in group:
             at, reply = replies[d]
             k = times.scale(d, batch[d])
             self.bytes_down += reply.num_bytes
-            self.devices[d].backward(reply)
             down = float(times.download[d]) * k if reply.tensor is not None else 0.0
             bp = float(times.client_bp[d]) * k if reply.tensor is not None else 0.0
             ledger.add(d, "downlink", down)
             ledger.add(d, "device BP", bp)
             end = max(end, at + down + bp)
         return end
+
+    def _forward_all(self, round_index: int, group: Sequence[int], batch: dict[int, int]) -> dict[int, Activation]:
+        """Every device of ``group`` runs its client forward (eq. 2) and sends its activation. Here one
+        after the other; a runtime may run them concurrently (the torch.distributed one does)."""
+        return {d: self.devices[d].forward(round_index, batch[d]) for d in group}
+
+    def _backward_all(self, replies: dict[int, CutGradient]) -> None:
+        """Deliver each reply to its device, which back-propagates and steps (eq. 6)."""
+        for d, reply in replies.items():
+            self.devices[d].backward(reply)
 
     @staticmethod
     def _take_replies(out: Sequence[CutGradient], pending: dict, replies: dict, at: float) -> None:
