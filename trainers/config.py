@@ -186,6 +186,10 @@ class TrainConfig:
     batch_devices: bool = True
     progress: bool = False
     threads: int | None = None
+    distributed: bool = False
+    ranks: int | None = None
+    emulate_links: bool = False
+    rank_timeout: float = 25.0
     model_width: int = 32
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -219,6 +223,15 @@ class TrainConfig:
         number_in_range(self.weight_decay, "weight_decay", 0.0, MAX_WEIGHT_DECAY)
         number_in_range(self.noise_cv, "noise_cv", 0.0, MAX_NOISE_CV)
         number_in_range(self.dirichlet_alpha, "dirichlet_alpha", 0.0, MAX_ALPHA, low_open=True)
+        if self.ranks is not None:
+            positive_int(self.ranks, "ranks", MAX_DEVICES + 2, "ranks")
+            if self.ranks < 3:
+                raise InputError(f"a distributed run needs at least 3 ranks (edge server, fed server, one device "
+                                 f"rank), got {self.ranks}", field="ranks")
+        number_in_range(self.rank_timeout, "rank_timeout", 1.0, 86400.0)
+        if (self.ranks is not None or self.emulate_links) and not self.distributed:
+            raise InputError("applies to --distributed runs; add --distributed",
+                             field="ranks" if self.ranks is not None else "emulate_links")
         if self.target_accuracy is not None:
             number_in_range(self.target_accuracy, "target_accuracy", 0.0, 1.0, low_open=True)
         for name in ("flops_scale", "bandwidth_scale"):

@@ -54,7 +54,7 @@ class RoundStats:
     (device→server ``bytes_up``, server→device ``bytes_down``, edge↔fed ``bytes_server``),
     whether client-side averaging happened, the participants, the round's simulated seconds,
     the seconds of each stage (the longest device's, per stage; ``server`` = the edge server's busy
-    time) and the strategy's metrics."""
+    time) and the strategy's metrics; a real runtime adds the measured seconds per stage and of the round."""
 
     loss: float
     bytes_up: int
@@ -65,6 +65,15 @@ class RoundStats:
     sim_seconds: float = 0.0
     stage_seconds: dict[str, float] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
+    measured_stage_seconds: dict[str, float] = field(default_factory=dict)
+    measured_round_seconds: float | None = None
+
+
+def check_device_finite(device: Device, round_index: int) -> None:
+    """Raise NonFiniteError naming the round, the device and the block if its client model has NaN/inf."""
+    for j, block in enumerate(device.blocks):
+        for p in block.parameters():
+            check_finite(p.detach(), f"client model block {j + 1}", round_index, device.index)
 
 
 class _Ledger:
@@ -118,13 +127,21 @@ class SplitEngine:
         self.label_counts = [np.bincount(data.y_train[torch.from_numpy(np.asarray(p))].numpy(), minlength=self.num_classes)
                              for p in data.parts]
         strategy.validate(self.context(0))
-        self.devices = [Device(i, chain, self.cuts[i], data.x_train, data.y_train, p, batch_size, [seed, i],
-                               strategy.optimizer("client", self.optimizer)) for i, p in enumerate(data.parts)]
+        self.devices = self._make_devices(chain, data, batch_size, seed, strategy.optimizer("client", self.optimizer))
         self.edge = EdgeServer(chain, self.cuts, strategy.server_owner, strategy.optimizer("server", self.optimizer),
                                concatenate=batch_devices)
-        self.fed = FedServer()
+        self.fed = self._make_fed()
         self.async_state: dict[str, Any] | None = None
         self._reset_counters()
+
+    def _make_devices(self, chain: nn.Sequential, data: DeviceData, batch_size: int, seed: int,
+                      optimizer: OptimizerSpec) -> list[Device]:
+        """Device i with its samples ``data.parts[i]``, sampler seeded ``[seed, i]``, the client optimizer."""
+        return [Device(i, chain, self.cuts[i], data.x_train, data.y_train, p, batch_size, [seed, i], optimizer)
+                for i, p in enumerate(data.parts)]
+
+    def _make_fed(self) -> FedServer:
+        return FedServer()
 
     # ---- context ------------------------------------------------------------------------------------
     def _check_cuts(self, cuts: Sequence[int]) -> list[int]:
@@ -371,7 +388,7 @@ class SplitEngine:
             join = st["clock"].pop(d)
             st["steps"][new] = 0
             if self.fed.global_blocks:
-                mine = {j: BlockState(self.fed.global_blocks[j]) for j in self.fed.global_blocks if j < self.cuts[new]}
+                mine = self.fed.global_states(range(self.cuts[new]))
                 msg_down = ModelDownload(new, round_index, "device", mine)
                 self.bytes_down += msg_down.num_bytes
                 self.devices[new].download(msg_down)
@@ -460,9 +477,10 @@ class SplitEngine:
     def check_models_finite(self, round_index: int) -> None:
         """Raise NonFiniteError naming the round and device (or the server instance) on NaN/inf."""
         for dev in self.devices:
-            for j, block in enumerate(dev.blocks):
-                for p in block.parameters():
-                    check_finite(p.detach(), f"client model block {j + 1}", round_index, dev.index)
+            check_device_finite(dev, round_index)
+        self._check_edge_finite(round_index)
+
+    def _check_edge_finite(self, round_index: int) -> None:
         for (owner, j), module in self.edge.instances.items():
             for p in module.parameters():
                 check_finite(p.detach(), f"server model block {j + 1}", round_index,

@@ -28,7 +28,8 @@ class RoundRecord:
     server→device ``bytes_down``, edge↔fed ``bytes_server``). ``cuts``/``interval`` = the plan in force.
     ``participants`` the devices that trained; ``stage_seconds`` the round's seconds per stage (the
     longest device's, per stage; ``server`` = the edge server's busy time); ``metrics`` the
-    algorithm's own per-round figures (e.g. GAPSL's selection ratio)."""
+    algorithm's own per-round figures (e.g. GAPSL's selection ratio). A torch.distributed run adds the wall
+    seconds it measured per stage (same stages, the longest participant's) and for the whole round."""
 
     round: int
     train_loss: float
@@ -47,9 +48,12 @@ class RoundRecord:
     participants: list[int] = field(default_factory=list)
     stage_seconds: dict[str, float] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
+    measured_stage_seconds: dict[str, float] = field(default_factory=dict)
+    measured_round_seconds: float | None = None
 
 
-OPTIONAL_RECORD_FIELDS = ("participants", "stage_seconds", "metrics")   # absent in histories written before Engine v2
+OPTIONAL_RECORD_FIELDS = ("participants", "stage_seconds", "metrics",     # absent in histories written before Engine v2
+                          "measured_stage_seconds", "measured_round_seconds")   # set by the torch.distributed runtime
 
 @dataclass
 class History:
@@ -145,7 +149,7 @@ class History:
             row = asdict(r)
             row["cuts"] = " ".join(map(str, r.cuts))
             row["participants"] = " ".join(map(str, r.participants))
-            for name in ("stage_seconds", "metrics"):
+            for name in ("stage_seconds", "metrics", "measured_stage_seconds"):
                 row[name] = json.dumps(row[name], sort_keys=True)
             writer.writerow([row[n] for n in names])
         data = text.getvalue().encode("utf-8")
@@ -218,6 +222,7 @@ def _numbers_by_name(check: Callable[[Any, str], Any]) -> Callable[[Any, str], d
 # the optional RoundRecord fields (absent in histories written before Engine v2)
 _OPTIONAL_RECORD_CHECKS: dict[str, Callable[[Any, str], Any]] = {
     "participants": _participants, "stage_seconds": _numbers_by_name(_seconds), "metrics": _numbers_by_name(_number),
+    "measured_stage_seconds": _numbers_by_name(_seconds), "measured_round_seconds": _optional(_seconds),
 }
 assert set(_OPTIONAL_RECORD_CHECKS) == set(OPTIONAL_RECORD_FIELDS)
 

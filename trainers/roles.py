@@ -426,6 +426,10 @@ class FedServer:
             self.global_blocks[j] = state
         return out
 
+    def global_states(self, blocks: Iterable[int]) -> dict[int, BlockState]:
+        """The global client model's blocks among ``blocks`` (those averaged so far)."""
+        return {j: BlockState(self.global_blocks[j]) for j in blocks if j in self.global_blocks}
+
     def state_dict(self) -> dict[str, Any]:
         return {"global_blocks": {j: dict(s) for j, s in self.global_blocks.items()}}
 

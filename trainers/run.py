@@ -50,7 +50,7 @@ from trainers.strategies import make_strategy
 
 
 RESUMABLE = ("rounds", "resume", "overwrite", "progress", "out", "checkpoint_every", "threads", "target_accuracy",
-             "eval_every")
+             "eval_every", "distributed", "ranks", "emulate_links", "rank_timeout")
 """Options a resumed run may change; every other one must equal the checkpointed run's."""
 
 
@@ -111,11 +111,13 @@ class Trainer:
     given and for re-planning when ``replan_every`` is set; default :func:`default_planner`.
     ``system`` overrides the generated system (``generate_system(devices, system_seed)``);
     ``constants`` the training constants (else ``config.constants_path``, else the placeholders);
-    ``data`` the dataset (else ``trainers.datasets.load_dataset(config.dataset, config.data_root, config.download)``).
+    ``data`` the dataset (else ``trainers.datasets.load_dataset(config.dataset, config.data_root, config.download)``);
+    ``engine_factory`` the runtime (the simulator by default; the torch.distributed runtime passes its own).
     """
 
     def __init__(self, config: TrainConfig, planner: Planner | None = None, system: SystemSpec | None = None,
-                 constants: ConvergenceConstants | None = None, data: Dataset | None = None) -> None:
+                 constants: ConvergenceConstants | None = None, data: Dataset | None = None,
+                 engine_factory: Callable[..., SplitEngine] = SplitEngine) -> None:
         config.validate()
         self.config = config
         self.strategy = make_strategy(config.algorithm, config.extra)     # its options are checked before any work
@@ -173,7 +175,7 @@ class Trainer:
             raise InputError(f"{config.batch_size} exceeds the smallest device's {smallest} training samples "
                              f"({config.partition} partition over {config.devices} devices)", field="batch_size")
         cuts, interval, event = self._initial_plan()
-        self.engine = SplitEngine(self.blocks, cuts, self.strategy,
+        self.engine = engine_factory(self.blocks, cuts, self.strategy,
                                   DeviceData(self.dataset.x_train, self.dataset.y_train, x_test, y_test, parts,
                                              self.dataset.num_classes),
                                   config.optimizer_spec(), config.batch_size, seed=config.seed, interval=interval,
@@ -349,7 +351,8 @@ class Trainer:
                     self.history.append(RoundRecord(t, stats.loss, acc, test_loss, self.clock.seconds, round_seconds,
                                                     wall, stats.bytes_up, stats.bytes_down, stats.bytes_server,
                                                     stats.aggregated, replanned, cuts_in_force, interval_in_force,
-                                                    stats.participants, stats.stage_seconds, stats.metrics))
+                                                    stats.participants, stats.stage_seconds, stats.metrics,
+                                                    stats.measured_stage_seconds, stats.measured_round_seconds))
                     if out and c.checkpoint_every and t % c.checkpoint_every == 0:
                         save_checkpoint(self.state_dict(t, wall), out)
                     if bar is not None:

@@ -100,6 +100,19 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="let torchvision fetch cifar10/cifar100/mnist/fashion-mnist into --data-root (needs a network)")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    dist = p.add_argument_group("distributed runs (torch.distributed, gloo; docs/distributed.md)")
+    dist.add_argument("--distributed", action="store_true",
+                      help="run the roles as processes on this machine: rank 0 edge server, rank 1 fed server, the "
+                           "others host the devices; same numbers as the simulation, plus measured seconds per stage "
+                           "(across machines: torchrun ... -m adaptplan.distributed OPTIONS)")
+    dist.add_argument("--ranks", type=int, help="processes of a --distributed run, ≥ 3 (default: 2 + min(devices, 8); "
+                      "a device rank hosts several devices when there are more devices than device ranks)")
+    dist.add_argument("--emulate-links", action="store_true",
+                      help="deliver every message no earlier than its size over the link's rate in the round's system "
+                           "(bit/s), so measured transfer times follow the latency model on loopback")
+    dist.add_argument("--rank-timeout", type=float, default=25.0,
+                      help="seconds a rank waits for another before the run stops naming it (default 25; must exceed "
+                           "the longest pause of rank 0 between rounds, e.g. an evaluation)")
     p.set_defaults(func=run, parser=p)
 
 
@@ -137,7 +150,8 @@ def _fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
         target_accuracy=args.target_accuracy, system_path=args.system, system_seed=args.system_seed,
         redraw_resources=not args.static_resources, constants_path=args.constants, data_root=args.data_root,
         download=args.download, threads=args.threads, progress=not args.no_progress, optimizer=args.optimizer,
-        clip_norm=args.clip_norm,
+        clip_norm=args.clip_norm, distributed=args.distributed, ranks=args.ranks, emulate_links=args.emulate_links,
+        rank_timeout=args.rank_timeout,
         extra={o.name: getattr(args, f"opt_{o.name}") for o in ALGORITHM_OPTIONS if getattr(args, f"opt_{o.name}") is not None},
     )
 
@@ -170,7 +184,9 @@ def _resumed_config(args: argparse.Namespace) -> "TrainConfig":
     saved = load_checkpoint(args.out).get("config")
     if not isinstance(saved, dict):
         raise InputError(f"the checkpoint in {args.out!r} holds no run configuration", field="--resume")
-    missing = sorted(set(TrainConfig.__dataclass_fields__) - set(saved))
+    defaults = TrainConfig.__dataclass_fields__
+    saved = {**{k: defaults[k].default for k in RESUMABLE if k in defaults and k not in saved}, **saved}
+    missing = sorted(set(defaults) - set(saved))
     if missing:
         raise InputError(f"the checkpoint in {args.out!r} lacks the run options {missing}; start the run again with "
                          "--overwrite", field="--resume")
@@ -187,11 +203,8 @@ def _resumed_config(args: argparse.Namespace) -> "TrainConfig":
 
 
 def _train(args: argparse.Namespace) -> int:
-    import sys
-
     from trainers.config import TrainConfig
-    from trainers.run import Trainer
-    from trainers.run_folder import Interrupted
+    from trainers.engine import SplitEngine
 
     if args.plan:
         from adaptplan.plan import Plan
@@ -202,7 +215,39 @@ def _train(args: argparse.Namespace) -> int:
     if args.resume and args.overwrite:
         raise InputError("--resume continues the run in --out; --overwrite replaces it: choose one", field="--overwrite")
     config = _resumed_config(args) if args.resume else TrainConfig(**_fields_from_args(args))
-    trainer = Trainer(config)
+    if config.distributed:
+        return _train_distributed(args, config)
+    return _train_with(config, SplitEngine)
+
+
+def _train_distributed(args: argparse.Namespace, config: "TrainConfig") -> int:
+    """Start the ranks here (no RANK in the environment), or be rank 0 (docs/distributed.md)."""
+    import sys
+
+    from trainers.distributed.layout import default_world_size
+    from trainers.distributed.session import DistributedRunError, in_rank, run_edge
+
+    if not in_rank():
+        from trainers.distributed.launch import launch_local
+
+        argv = list(getattr(args, "argv", []))
+        train_args = argv[argv.index("train") + 1:] if "train" in argv else argv
+        return launch_local(train_args, config.ranks or default_world_size(config.devices), config.devices, config.out)
+    try:
+        return run_edge(config.devices, config.rank_timeout, config.emulate_links, config.threads,
+                        lambda factory: _train_with(config, factory))
+    except DistributedRunError as exc:
+        print(f"adaptplan train: rank 0 (edge server) lost {exc}", file=sys.stderr)
+        return 3
+
+
+def _train_with(config: "TrainConfig", engine_factory: Any) -> int:
+    import sys
+
+    from trainers.run import Trainer
+    from trainers.run_folder import Interrupted
+
+    trainer = Trainer(config, engine_factory=engine_factory)
     print(trainer.describe_plan(), file=sys.stderr)
     if trainer.history.events[0]["source"] == "default":
         print(f"warning: {trainer.history.events[0]['reason']}", file=sys.stderr)

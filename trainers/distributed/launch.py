@@ -1,0 +1,121 @@
+"""``adaptplan train --distributed`` on one machine: start the ranks, watch them, report.
+
+The ranks are started as ``python -m adaptplan.distributed ARGS`` with torchrun's environment
+contract (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``), bound to
+loopback (``MASTER_ADDR=127.0.0.1``, ``GLOO_SOCKET_IFNAME=lo`` unless set), so the same entry
+point runs under ``torchrun`` across machines. Rank 0 (edge server, run folder, progress) writes
+to this terminal; the other ranks' messages are collected and printed when one fails.
+
+When a rank ends with an error or a signal, the others get ``GRACE_SECONDS`` to stop on their own
+(rank 0 aborts them with the reason; a lost connection ends them at once) before they are
+terminated; then one line per failed rank and where to resume from.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from trainers.distributed.layout import RankLayout
+from trainers.distributed.session import EXIT_RANK_FAILED
+
+GRACE_SECONDS = 10.0
+POLL_SECONDS = 0.1
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rank_environment(rank: int, world_size: int, port: int) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(world_size),
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    return env
+
+
+def _status(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def launch_local(train_args: list[str], world_size: int, num_devices: int, out: str | None) -> int:
+    """Run ``adaptplan train`` ``train_args`` as ``world_size`` ranks here; the exit code of the run."""
+    layout = RankLayout(world_size, num_devices)
+    port = free_port()
+    logs = Path(tempfile.mkdtemp(prefix="adaptplan-ranks-"))
+    command = [sys.executable, "-m", "adaptplan.distributed", *train_args]
+    procs: list[subprocess.Popen] = []
+    try:
+        for rank in range(world_size):
+            if rank == 0:
+                procs.append(subprocess.Popen(command, env=rank_environment(rank, world_size, port)))
+            else:
+                with open(logs / f"rank{rank}.log", "wb") as log:
+                    procs.append(subprocess.Popen(command, env=rank_environment(rank, world_size, port),
+                                                  stdout=subprocess.DEVNULL, stderr=log))
+        failed_at: float | None = None
+        while any(p.poll() is None for p in procs):
+            codes = [p.poll() for p in procs]
+            if failed_at is None and any(c not in (None, 0) for c in codes):
+                failed_at = time.monotonic()
+            if failed_at is not None and time.monotonic() - failed_at > GRACE_SECONDS:
+                _stop(procs)
+                break
+            time.sleep(POLL_SECONDS)
+    except KeyboardInterrupt:
+        procs[0].send_signal(signal.SIGINT) if procs else None
+        for p in procs:
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    finally:
+        _stop(procs)
+    codes = [p.wait() for p in procs]
+    if all(c == 0 for c in codes):
+        return 0
+    rank0 = codes[0]
+    for rank in range(1, world_size):
+        if codes[rank] == 0:
+            continue
+        text = (logs / f"rank{rank}.log").read_text(errors="replace").strip().splitlines()
+        ours = [line for line in text if line.startswith("adaptplan ")]
+        line = ours[-1] if ours else f"adaptplan train: rank {rank} ({layout.describe(rank)}) {_status(codes[rank])}"
+        if codes[rank] < 0 and not ours:
+            line = f"adaptplan train: rank {rank} ({layout.describe(rank)}) {_status(codes[rank])}"
+        print(line, file=sys.stderr)
+    if rank0 == 2:
+        return 2
+    if out and (Path(out) / "checkpoint.pt").exists():
+        print(f"adaptplan train: the run stopped; its last checkpoint is in {out}: continue with "
+              f"adaptplan train --out {out} --resume --distributed", file=sys.stderr)
+    elif rank0 < 0:
+        print(f"adaptplan train: rank 0 (edge server) {_status(rank0)}", file=sys.stderr)
+    return rank0 if rank0 > 0 else EXIT_RANK_FAILED
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    """Terminate ranks still running (SIGTERM, then SIGKILL after 5 s)."""
+    alive = [p for p in procs if p.poll() is None]
+    for p in alive:
+        p.terminate()
+    deadline = time.monotonic() + 5.0
+    for p in alive:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()

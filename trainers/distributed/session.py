@@ -1,0 +1,146 @@
+"""Joining the process group and running one rank (docs/distributed.md).
+
+Every rank reads the torchrun environment (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``,
+``MASTER_PORT``), joins a gloo process group, and learns the layout from rank 0. Rank 0 then runs
+the usual :class:`trainers.run.Trainer` with :class:`~trainers.distributed.engine.DistributedEngine`
+as its runtime (:class:`EdgeSession`); the others serve commands (:func:`serve_rank`).
+
+A failure anywhere ends every rank with one line: rank 0 tells the others why (``abort``) before
+it exits; a rank that loses rank 0 names it. Exit codes: 0 done, 2 a user error (rank 0's
+message), 3 a rank failed or timed out.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import os
+import signal
+import sys
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from trainers.distributed.engine import DistributedEngine
+from trainers.distributed.layout import EDGE_RANK, FED_RANK, RankLayout
+from trainers.distributed.remote import Hub
+from trainers.distributed.transport import AbortRun, Channel, PeerError
+from trainers.distributed.workers import DeviceRank, FedRank
+
+EXIT_RANK_FAILED = 3
+SETUP_TIMEOUT_FACTOR = 10
+"""Ranks wait this many --rank-timeout for rank 0 to load data, profile and plan before round 1."""
+
+
+class DistributedRunError(RuntimeError):
+    """A rank died, hung or aborted; the message names it (its rank, role and devices)."""
+
+
+def in_rank() -> bool:
+    """True inside a process started as a rank (torchrun or ``adaptplan train --distributed``)."""
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+NO_TIMEOUT = datetime.timedelta(days=365)
+
+
+def join(timeout: float) -> tuple[int, int, Any]:
+    """Join the gloo process group from the environment (every rank within ``SETUP_TIMEOUT_FACTOR``
+    time-outs); (rank, world size, the group for the transfers). The transfers' group has no
+    time-out of its own: :class:`Channel` bounds every wait."""
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", init_method="env://",
+                                timeout=datetime.timedelta(seconds=timeout * SETUP_TIMEOUT_FACTOR))
+    group = dist.new_group(backend="gloo", timeout=NO_TIMEOUT)
+    return dist.get_rank(), dist.get_world_size(), group
+
+
+def leave(channel: Channel) -> None:
+    """Deliver what is queued. The process group is not destroyed: its receiving threads are
+    blocked in gloo until the process ends (:func:`adaptplan.distributed.main` ends it with
+    ``os._exit`` after flushing its output)."""
+    channel.close()
+    channel.flush(timeout=channel.timeout)
+
+
+class EdgeSession:
+    """Rank 0's side: the engine factory for :class:`~trainers.run.Trainer`, and the clean end
+    (``stop`` to every rank) or the abort (the reason to every rank)."""
+
+    def __init__(self, num_devices: int, timeout: float, emulate_links: bool, threads: int | None) -> None:
+        rank, world, group = join(timeout)
+        if rank != EDGE_RANK:
+            raise RuntimeError(f"the edge session runs on rank {EDGE_RANK}, not {rank}")
+        torch.set_num_threads(threads or 1)
+        self.layout = RankLayout(world, num_devices)
+        self.channel = Channel(timeout, self.layout.describe, group)
+        self.emulate_links = emulate_links
+        self.hub: Hub | None = None
+        for r in self.others:
+            self.channel.send({"op": "layout", "num_devices": num_devices}, r)
+
+    @property
+    def others(self) -> list[int]:
+        return [FED_RANK] + self.layout.device_ranks
+
+    def engine_factory(self, chain: Any, *args: Any, **kwargs: Any) -> DistributedEngine:
+        self.hub = Hub(self.channel, self.layout, chain, self.emulate_links)
+        return DistributedEngine(chain, *args, hub=self.hub, **kwargs)
+
+    def finish(self) -> None:
+        for r in self.others:
+            self.channel.send({"op": "stop"}, r)
+        leave(self.channel)
+
+    def abort(self, reason: str) -> None:
+        """Best effort: tell every rank why the run stops; never raises."""
+        try:
+            for r in self.others:
+                self.channel.send({"op": "abort", "reason": reason}, r)
+            self.channel.closing = True
+            self.channel.flush(timeout=5.0)
+        except Exception:   # noqa: BLE001 - a dead peer cannot be told; the others still are
+            pass
+
+
+def run_edge(num_devices: int, timeout: float, emulate_links: bool, threads: int | None,
+             body: Callable[[Callable[..., DistributedEngine]], int]) -> int:
+    """Run ``body(engine_factory)`` (the train command's work) as rank 0, then stop or abort every rank."""
+    session = EdgeSession(num_devices, timeout, emulate_links, threads)
+    try:
+        code = body(session.engine_factory)
+    except PeerError as exc:
+        session.abort(f"rank 0 (edge server) lost {exc}")
+        raise DistributedRunError(str(exc)) from None
+    except BaseException as exc:
+        session.abort(f"rank 0 (edge server) stopped: {' '.join(str(exc).split())[:300] or type(exc).__name__}")
+        raise
+    session.finish()
+    return code
+
+
+def serve_rank(timeout: float, threads: int | None) -> int:
+    """Ranks 1.. : serve rank 0's commands until it says stop. One line and exit code 3 on failure."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)          # rank 0 decides when an interrupted run stops
+    rank, world, group = join(timeout)
+    torch.set_num_threads(threads or 1)
+    describe = {EDGE_RANK: "edge server"}.get
+    channel = Channel(timeout, lambda r: describe(r) or f"rank {r}", group)
+    who = f"rank {rank}"
+    try:
+        first = channel.recv(EDGE_RANK, timeout=timeout * SETUP_TIMEOUT_FACTOR)
+        layout = RankLayout(world, int(first["num_devices"]))
+        channel.describe = layout.describe
+        who = f"rank {rank} ({layout.describe(rank)})"
+        loop = FedRank(channel, timeout * SETUP_TIMEOUT_FACTOR) if rank == FED_RANK else \
+            DeviceRank(channel, timeout * SETUP_TIMEOUT_FACTOR)
+        loop.serve()
+    except AbortRun as exc:
+        print(f"adaptplan train: {who} stopped: {exc}", file=sys.stderr)
+        return EXIT_RANK_FAILED
+    except PeerError as exc:
+        print(f"adaptplan train: {who} lost {exc}", file=sys.stderr)
+        return EXIT_RANK_FAILED
+    leave(channel)
+    return 0

@@ -1,0 +1,162 @@
+"""Point-to-point delivery of Python objects between ranks over torch.distributed (gloo on CPU).
+
+A message is two sends on the same (source, destination) pair: an int64 length, then the
+``torch.save`` bytes of the object as a uint8 tensor. Ranks of one run trust each other (they run
+the same code from the same launch), so payloads are unpickled in full; nothing read from a file
+goes through here.
+
+Every wait has a deadline (``timeout`` seconds, the ``--rank-timeout`` option). A peer that died
+shows up at once as a failed receive or send (gloo's connection closes); a peer that hangs as a
+deadline passed. Both raise :class:`PeerError` naming the peer rank and its role, so every rank can stop
+with one line instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import io
+import queue
+import threading
+import time
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.distributed as dist
+
+POLL_SECONDS = 0.002
+"""Sleep between checks while waiting for queued messages to leave (s)."""
+
+
+class PeerError(RuntimeError):
+    """A peer rank died, closed its connection, or did not answer within the time-out."""
+
+    def __init__(self, rank: int, who: str, what: str) -> None:
+        super().__init__(f"rank {rank} ({who}) {what}")
+        self.rank = rank
+        self.who = who
+
+
+class AbortRun(RuntimeError):
+    """The controller told this rank to stop: another rank failed (the message says which)."""
+
+
+def encode(obj: Any) -> torch.Tensor:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)
+
+
+def decode(payload: torch.Tensor) -> Any:
+    return torch.load(io.BytesIO(payload.numpy().tobytes()), weights_only=False)
+
+
+_CLOSED = object()
+
+
+class Channel:
+    """This rank's end of every pair: one receiving thread per peer (blocking receives, so a
+    message is taken in as soon as it arrives and stamped ``arrived``), one sending thread per
+    destination (a send never blocks the caller, and messages to one peer keep their order).
+    ``describe(rank)`` names a rank's role for messages. ``group`` is the process group used for
+    the transfers (created without a time-out of its own: waiting is bounded here)."""
+
+    def __init__(self, timeout: float, describe: Callable[[int], str], group: Any = None) -> None:
+        self.rank = dist.get_rank()
+        self.timeout = float(timeout)
+        self.describe = describe
+        self.group = group
+        self.closing = False
+        peers = [r for r in range(dist.get_world_size()) if r != self.rank]
+        self._inbox: dict[int, queue.Queue] = {r: queue.Queue() for r in peers}
+        self._outbox: dict[int, queue.Queue] = {}
+        self._send_error: dict[int, str] = {}
+        for r in peers:
+            threading.Thread(target=self._receive_from, args=(r,), daemon=True, name=f"recv-{r}").start()
+
+    # ---- threads --------------------------------------------------------------------------------------
+    def _receive_from(self, src: int) -> None:
+        while True:
+            header = torch.zeros(1, dtype=torch.int64)
+            try:
+                dist.recv(header, src, group=self.group)
+                payload = torch.empty(int(header[0]), dtype=torch.uint8)
+                dist.recv(payload, src, group=self.group)
+                arrived = time.time()
+                obj = decode(payload)
+            except Exception as exc:   # noqa: BLE001 - a closed connection, reported to the waiting caller
+                if not self.closing:
+                    self._inbox[src].put(PeerError(src, self.describe(src), f"closed its connection ({_first_line(exc)})"))
+                return
+            if isinstance(obj, dict):
+                obj.setdefault("arrived", arrived)
+            self._inbox[src].put(obj)
+
+    def _send_to(self, dst: int, box: queue.Queue) -> None:
+        while True:
+            item = box.get()
+            try:
+                if item is _CLOSED:
+                    return
+                if dst not in self._send_error:
+                    header, payload = item
+                    dist.send(header, dst, group=self.group)
+                    dist.send(payload, dst, group=self.group)
+            except Exception as exc:   # noqa: BLE001 - reported at the next send or flush
+                self._send_error[dst] = _first_line(exc)
+            finally:
+                box.task_done()
+
+    # ---- sending --------------------------------------------------------------------------------------
+    def send(self, obj: Any, dst: int) -> None:
+        """Queue ``obj`` for ``dst`` without waiting (messages to one peer arrive in order)."""
+        if dst in self._send_error:
+            raise PeerError(dst, self.describe(dst), f"stopped receiving ({self._send_error[dst]})")
+        box = self._outbox.get(dst)
+        if box is None:
+            box = self._outbox[dst] = queue.Queue()
+            threading.Thread(target=self._send_to, args=(dst, box), daemon=True, name=f"send-{dst}").start()
+        payload = encode(obj)
+        box.put((torch.tensor([payload.numel()], dtype=torch.int64), payload))
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every queued message has been taken by its receiver (deadline ``timeout``)."""
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        for dst, box in self._outbox.items():
+            while box.unfinished_tasks:
+                if time.monotonic() > deadline:
+                    raise PeerError(dst, self.describe(dst), f"took no message for {self.timeout:g} s (--rank-timeout)")
+                time.sleep(POLL_SECONDS)
+            if dst in self._send_error:
+                raise PeerError(dst, self.describe(dst), f"stopped receiving ({self._send_error[dst]})")
+
+    def close(self) -> None:
+        """Stop the sending threads after their queues; receiving threads end with the process group."""
+        self.closing = True
+        for box in self._outbox.values():
+            box.put(_CLOSED)
+
+    # ---- receiving ------------------------------------------------------------------------------------
+    def recv(self, src: int, timeout: float | None = None) -> Any:
+        """The next object from ``src``; a dict gets ``arrived`` (:func:`time.time` when it had fully arrived)."""
+        wait = self.timeout if timeout is None else timeout
+        try:
+            obj = self._inbox[src].get(timeout=wait)
+        except queue.Empty:
+            raise PeerError(src, self.describe(src), f"sent nothing for {wait:g} s (--rank-timeout): it hangs or is "
+                                                     "too slow") from None
+        if isinstance(obj, PeerError):
+            self._inbox[src].put(obj)          # every later wait on this peer fails the same way
+            raise obj
+        if isinstance(obj, dict) and obj.get("op") == "abort":
+            raise AbortRun(obj["reason"])
+        return obj
+
+    def recv_many(self, sources: Sequence[int], timeout: float | None = None) -> list[tuple[int, Any]]:
+        """One object per entry of ``sources`` (a rank may appear several times: that many messages,
+        in its order), as (source, object); all were being received concurrently."""
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        return [(s, self.recv(s, max(0.0, deadline - time.monotonic()))) for s in sources]
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else type(exc).__name__

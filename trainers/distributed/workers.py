@@ -1,0 +1,180 @@
+"""The loops of the ranks that are not the edge server: a device rank and the fed server rank.
+
+Both wait for the edge rank's next command and carry it out with the role code of
+:mod:`trainers.roles` (unchanged), sending data on the direct path: a device's activation to the
+edge rank, its model upload to the fed server; the fed server's averaged blocks to the devices
+that download them. Each keeps a :class:`~trainers.distributed.timing.StageLedger` of what it
+measured and sends it with its end-of-round report.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from trainers.distributed.layout import EDGE_RANK, FED_RANK
+from trainers.distributed.timing import StageLedger, emulated_arrival
+from trainers.distributed.transport import Channel
+from trainers.engine import check_device_finite
+from trainers.messages import BlockState, ModelDownload, ModelUpload, NonFiniteError
+from trainers.roles import Device, FedServer
+
+
+class _Loop:
+    """Receive a command from the edge rank, run ``op_<name>``, until ``stop``."""
+
+    def __init__(self, channel: Channel, first_timeout: float) -> None:
+        self.channel = channel
+        self.first_timeout = first_timeout
+        self.ledger = StageLedger()
+
+    def serve(self) -> None:
+        """Until ``stop``: the first command may take ``first_timeout`` s (rank 0 loads data,
+        profiles and plans first), every later one the channel's time-out (rank 0 sends at least
+        one command per round)."""
+        timeout = self.first_timeout
+        while True:
+            command = self.channel.recv(EDGE_RANK, timeout=timeout)
+            timeout = self.channel.timeout
+            op = command["op"]
+            if op == "stop":
+                return
+            getattr(self, f"op_{op}")(command)
+
+
+class DeviceRank(_Loop):
+    """Hosts the devices the edge rank sets up here (``layout.devices_of(rank)``)."""
+
+    def __init__(self, channel: Channel, first_timeout: float) -> None:
+        super().__init__(channel, first_timeout)
+        self.devices: dict[int, Device] = {}
+
+    def op_setup(self, c: dict[str, Any]) -> None:
+        for i, spec in c["devices"].items():
+            n = int(spec["x"].shape[0])
+            self.devices[i] = Device(i, c["template"], spec["cut"], spec["x"], spec["y"], np.arange(n),
+                                     spec["batch_size"], spec["seed"], spec["optimizer"])
+
+    def op_forward(self, c: dict[str, Any]) -> None:
+        for i, batch in c["items"]:
+            start = time.perf_counter()
+            msg = self.devices[i].forward(c["round"], batch)
+            fp = time.perf_counter() - start
+            self.channel.send({"device": i, "msg": msg, "fp": fp, "t_send": time.time(), "rate": c["rates"].get(i)},
+                              EDGE_RANK)
+
+    def op_backward(self, c: dict[str, Any]) -> None:
+        msg = c["msg"]
+        arrived = emulated_arrival(c, msg.num_bytes)
+        self.ledger.add(msg.device, "downlink", arrived - c["t_send"])
+        start = time.perf_counter()
+        self.devices[msg.device].backward(msg)
+        self.ledger.add(msg.device, "device BP", time.perf_counter() - start)
+
+    def op_upload(self, c: dict[str, Any]) -> None:
+        upload = self.devices[c["device"]].upload(c["round"], c["blocks"], c["weight"], c["with_optimizer"])
+        self.channel.send({"id": c["id"], "upload": upload, "t_send": time.time(), "rate": c["rate"]}, FED_RANK)
+
+    def op_download(self, c: dict[str, Any]) -> None:
+        envelope = c if c["source"] is None else self.channel.recv(c["source"])
+        msg: ModelDownload = envelope["msg"]
+        arrived = emulated_arrival(envelope, msg.num_bytes)
+        self.ledger.add(c["device"], "model download", arrived - envelope["t_send"])
+        self.devices[c["device"]].download(msg)
+
+    def op_report(self, c: dict[str, Any]) -> None:
+        error = None
+        for device in self.devices.values():
+            try:
+                check_device_finite(device, c["round"])
+            except NonFiniteError as exc:
+                error = str(exc)
+                break
+        self.channel.send({"seconds": self.ledger.take(), "nonfinite": error}, EDGE_RANK)
+
+    def op_blocks(self, c: dict[str, Any]) -> None:
+        states = [{k: v.detach().clone() for k, v in b.state_dict().items()} for b in self.devices[c["device"]].blocks]
+        self.channel.send({"states": states}, EDGE_RANK)
+
+    def op_state(self, c: dict[str, Any]) -> None:
+        self.channel.send({"state": self.devices[c["device"]].state_dict()}, EDGE_RANK)
+
+    def op_load(self, c: dict[str, Any]) -> None:
+        self.devices[c["device"]].load_state_dict(c["state"])
+
+
+class FedRank(_Loop):
+    """The fed server: keeps what devices uploaded (by reference id) and the averages, sends blocks
+    to devices and to the edge server on request."""
+
+    def __init__(self, channel: Channel, first_timeout: float) -> None:
+        super().__init__(channel, first_timeout)
+        self.fed = FedServer()
+        self.uploads: dict[int, ModelUpload] = {}
+        self.averages: dict[int, dict[int, BlockState]] = {}
+        self.ready_at = 0.0        # when the last upload has (emulated-)arrived
+
+    def op_receive(self, c: dict[str, Any]) -> None:
+        envelope = self.channel.recv(c["src"])
+        upload: ModelUpload = envelope["upload"]
+        arrived = float(envelope["arrived"])
+        if envelope.get("rate"):
+            arrived = max(arrived, envelope["t_send"] + 8.0 * upload.num_bytes / envelope["rate"])
+        self.ready_at = max(self.ready_at, arrived)
+        self.ledger.add(upload.device, "model upload", arrived - envelope["t_send"])
+        self.uploads[envelope["id"]] = upload
+
+    def op_average(self, c: dict[str, Any]) -> None:
+        uploads = []
+        inline_bytes = 0
+        for item in c["items"]:
+            if "ref" in item:
+                uploads.append(self.uploads.pop(item["ref"]))
+            else:
+                uploads.append(item["inline"])
+                inline_bytes += item["inline"].num_bytes
+        if inline_bytes:
+            arrived = emulated_arrival(c, inline_bytes)
+            self.ledger.add("edge", "model upload", arrived - c["t_send"])
+        wait = self.ready_at - time.time()
+        if wait > 0:
+            time.sleep(wait)
+        self.averages = {c["seq"]: self.fed.average(uploads, c["round"])}   # only the latest average is referenced
+
+    def _block(self, ref: tuple) -> BlockState:
+        kind = ref[0]
+        if kind == "avg":
+            return self.averages[ref[1]][ref[2]]
+        if kind == "global":
+            return BlockState(self.fed.global_blocks[ref[1]])
+        return self.uploads[ref[1]].blocks[ref[2]]
+
+    def _release(self, refs: list[tuple]) -> None:
+        """Uploads referenced once (a hand-off, a re-partition) are dropped once delivered."""
+        for ref in refs:
+            if ref[0] == "up":
+                self.uploads.pop(ref[1], None)
+
+    def op_send(self, c: dict[str, Any]) -> None:
+        blocks = {j: self._block(tuple(ref)) for j, ref in c["refs"].items()}
+        msg = ModelDownload(c["device"], c["round"], c["receiver"], blocks, c["cut"])
+        self.channel.send({"msg": msg, "t_send": time.time(), "rate": c["rate"]}, c["dst"])
+        self._release([tuple(r) for r in c["refs"].values()])
+
+    def op_fetch(self, c: dict[str, Any]) -> None:
+        refs = [tuple(r) for r in c["refs"]]
+        blocks = {ref: self._block(ref) for ref in refs}
+        self.channel.send({"blocks": blocks, "t_send": time.time(), "rate": c["rate"]}, EDGE_RANK)
+        self._release(refs)
+
+    def op_report(self, c: dict[str, Any]) -> None:
+        self.channel.send({"seconds": self.ledger.take(), "nonfinite": None}, EDGE_RANK)
+
+    def op_state(self, c: dict[str, Any]) -> None:
+        self.channel.send({"state": self.fed.state_dict()}, EDGE_RANK)
+
+    def op_load(self, c: dict[str, Any]) -> None:
+        self.fed.load_state_dict(c["state"])
+
