@@ -118,6 +118,28 @@ class History:
             out["target_accuracy"], out["time_to_target_s"] = target, self.time_to_accuracy(target)
         return out
 
+    def stage_comparison(self) -> list[dict[str, Any]]:
+        """Per stage, over the rounds of a torch.distributed run that recorded both: the mean predicted
+        seconds (latency model, ``stage_seconds``), the mean measured seconds, their ratio
+        (measured/predicted; None when nothing was predicted) and the number of rounds. The last row,
+        ``round``, compares the whole round (``round_sim_seconds`` vs ``measured_round_seconds``)."""
+        from trainers.clock import STAGES
+
+        rows = []
+        measured = [r for r in self.records if r.measured_stage_seconds]
+        pairs = {s: [(r.stage_seconds[s], r.measured_stage_seconds[s]) for r in measured
+                     if s in r.stage_seconds and s in r.measured_stage_seconds] for s in STAGES}
+        pairs["round"] = [(r.round_sim_seconds, r.measured_round_seconds) for r in measured
+                          if r.measured_round_seconds is not None]
+        for stage, values in pairs.items():
+            if not values:
+                continue
+            predicted = sum(p for p, _ in values) / len(values)
+            actual = sum(m for _, m in values) / len(values)
+            rows.append({"stage": stage, "predicted_s": predicted, "measured_s": actual,
+                         "ratio": actual / predicted if predicted > 0 else None, "rounds": len(values)})
+        return rows
+
     def to_json(self) -> dict[str, Any]:
         return {"meta": self.meta, "events": self.events, "summary": self.summary(self.meta.get("target_accuracy")),
                 "records": [asdict(r) for r in self.records]}

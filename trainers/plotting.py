@@ -68,3 +68,50 @@ def plot_histories(histories: Sequence[tuple[str, History]], out: str | os.PathL
     finally:
         plt.close(fig)
     return path
+
+
+def plot_predicted_vs_measured(history: History, out: str | os.PathLike, title: str) -> Path:
+    """Two panels for a torch.distributed run: mean seconds per stage, predicted (latency model) next
+    to measured, with measured/predicted written above each pair (log scale); and every round's
+    predicted vs measured seconds. Written like :func:`plot_histories`."""
+    path, fmt = image_path(out)
+    rows = history.stage_comparison()
+    if not rows:
+        raise InputError("the run has no measured seconds: only a torch.distributed run (adaptplan train "
+                         "--distributed) records them", field="runs")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (bars, rounds) = plt.subplots(1, 2, figsize=(11, 4.2))
+    try:
+        stages = [r["stage"] for r in rows if r["stage"] != "round"]
+        xs = range(len(stages))
+        predicted = [next(r for r in rows if r["stage"] == s)["predicted_s"] for s in stages]
+        measured = [next(r for r in rows if r["stage"] == s)["measured_s"] for s in stages]
+        bars.bar([x - 0.2 for x in xs], predicted, width=0.4, label="predicted (latency model)")
+        bars.bar([x + 0.2 for x in xs], measured, width=0.4, label="measured")
+        for x, p, m in zip(xs, predicted, measured):
+            if p > 0:
+                bars.annotate(f"{m / p:.2g}×", (x, max(p, m)), ha="center", va="bottom", fontsize="x-small")
+        bars.set_xticks(list(xs), stages, rotation=30, ha="right", fontsize="small")
+        bars.set_yscale("log")
+        bars.set_ylabel("mean seconds per round")
+        bars.legend(fontsize="small")
+        measured_rounds = [r for r in history.records if r.measured_round_seconds is not None]
+        rounds.plot([r.round for r in measured_rounds], [r.round_sim_seconds for r in measured_rounds], marker=".",
+                    label="predicted (simulated clock)")
+        rounds.plot([r.round for r in measured_rounds], [r.measured_round_seconds for r in measured_rounds], marker=".",
+                    label="measured (wall)")
+        rounds.set_xlabel("round")
+        rounds.set_ylabel("seconds")
+        rounds.legend(fontsize="small")
+        for ax in (bars, rounds):
+            ax.grid(alpha=0.3)
+        fig.suptitle(title.replace("$", r"\$"))
+        fig.tight_layout()
+        atomic_write(path, lambda fh: fig.savefig(fh, format=fmt, dpi=120))
+    finally:
+        plt.close(fig)
+    return path

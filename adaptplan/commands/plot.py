@@ -13,26 +13,54 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", default="plot.png",
                    help="output image (default plot.png); the extension picks the format (.png, .pdf, .svg, ...), "
                         ".png is appended to a name without one; a symbolic link is written through")
-    p.add_argument("--title", default="Test accuracy vs simulated time", help="plot title")
+    p.add_argument("--title", help="plot title (default: what is drawn)")
+    p.add_argument("--predicted-vs-measured", action="store_true",
+                   help="for one torch.distributed run (train --distributed): mean seconds per stage predicted by the "
+                        "latency model next to the measured ones, and every round's; prints the table too")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from adaptplan.errors import InputError
     from trainers.history import History
     from trainers.plotting import image_path, plot_histories
 
     image_path(args.output)   # a bad -o fails before any history is read
+    if args.predicted_vs_measured:
+        return _predicted_vs_measured(args)
     histories = []
     for run_path in args.runs:
         p = Path(run_path)
-        file = p / "history.json" if p.is_dir() else p
-        if not file.is_file():
-            raise InputError(f"no history.json at {str(file)!r}", field="runs")
-        history = History.load(file)
+        history = History.load(_history_file(run_path))
         label = p.name if p.is_dir() else p.parent.name
         algorithm = history.meta.get("config", {}).get("algorithm")   # checked to be text by History.load
         histories.append((f"{label} ({algorithm})" if algorithm and algorithm != label else label, history))
-    out = plot_histories(histories, args.output, args.title)
+    out = plot_histories(histories, args.output, args.title or "Test accuracy vs simulated time")
     print(out)   # the path written (with .png appended to a name without an extension)
+    return 0
+
+
+def _history_file(run_path: str) -> Path:
+    from adaptplan.errors import InputError
+
+    p = Path(run_path)
+    file = p / "history.json" if p.is_dir() else p
+    if not file.is_file():
+        raise InputError(f"no history.json at {str(file)!r}", field="runs")
+    return file
+
+
+def _predicted_vs_measured(args: argparse.Namespace) -> int:
+    from adaptplan.errors import InputError
+    from trainers.history import History
+    from trainers.plotting import plot_predicted_vs_measured
+
+    if len(args.runs) != 1:
+        raise InputError(f"--predicted-vs-measured draws one run, got {len(args.runs)}", field="runs")
+    history = History.load(_history_file(args.runs[0]))
+    out = plot_predicted_vs_measured(history, args.output, args.title or "Predicted vs measured seconds per stage")
+    print(f"{'stage':<16}{'predicted s':>14}{'measured s':>14}{'measured/pred.':>16}{'rounds':>8}")
+    for row in history.stage_comparison():
+        ratio = "-" if row["ratio"] is None else f"{row['ratio']:.3g}"
+        print(f"{row['stage']:<16}{row['predicted_s']:>14.4g}{row['measured_s']:>14.4g}{ratio:>16}{row['rounds']:>8}")
+    print(out)
     return 0

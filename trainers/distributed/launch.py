@@ -14,6 +14,7 @@ terminated; then one line per failed rank and where to resume from.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -59,6 +60,7 @@ def launch_local(train_args: list[str], world_size: int, num_devices: int, out: 
     logs = Path(tempfile.mkdtemp(prefix="adaptplan-ranks-"))
     command = [sys.executable, "-m", "adaptplan.distributed", *train_args]
     procs: list[subprocess.Popen] = []
+    terminated: set[int] = set()
     try:
         for rank in range(world_size):
             if rank == 0:
@@ -73,49 +75,62 @@ def launch_local(train_args: list[str], world_size: int, num_devices: int, out: 
             if failed_at is None and any(c not in (None, 0) for c in codes):
                 failed_at = time.monotonic()
             if failed_at is not None and time.monotonic() - failed_at > GRACE_SECONDS:
-                _stop(procs)
+                terminated = _stop(procs)
                 break
             time.sleep(POLL_SECONDS)
-    except KeyboardInterrupt:
-        procs[0].send_signal(signal.SIGINT) if procs else None
+    except KeyboardInterrupt:          # rank 0 stops at the end of the round with a checkpoint; then the others
         for p in procs:
             try:
-                p.wait(timeout=60)
+                p.wait(timeout=120)
             except subprocess.TimeoutExpired:
                 p.kill()
     finally:
-        _stop(procs)
+        terminated |= _stop(procs)
     codes = [p.wait() for p in procs]
-    if all(c == 0 for c in codes):
-        return 0
-    rank0 = codes[0]
-    for rank in range(1, world_size):
-        if codes[rank] == 0:
-            continue
-        text = (logs / f"rank{rank}.log").read_text(errors="replace").strip().splitlines()
-        ours = [line for line in text if line.startswith("adaptplan ")]
-        line = ours[-1] if ours else f"adaptplan train: rank {rank} ({layout.describe(rank)}) {_status(codes[rank])}"
-        if codes[rank] < 0 and not ours:
-            line = f"adaptplan train: rank {rank} ({layout.describe(rank)}) {_status(codes[rank])}"
-        print(line, file=sys.stderr)
-    if rank0 == 2:
-        return 2
+    try:
+        if all(c == 0 for c in codes):
+            return 0
+        if codes[0] == 2:              # a user error: rank 0 said it; the others only stopped because of it
+            return 2
+        for rank, code in enumerate(codes):
+            line = _failure_line(rank, code, layout, logs, rank in terminated)
+            if line:
+                print(f"adaptplan train: {line}", file=sys.stderr)
+    finally:
+        shutil.rmtree(logs, ignore_errors=True)
     if out and (Path(out) / "checkpoint.pt").exists():
         print(f"adaptplan train: the run stopped; its last checkpoint is in {out}: continue with "
               f"adaptplan train --out {out} --resume --distributed", file=sys.stderr)
-    elif rank0 < 0:
-        print(f"adaptplan train: rank 0 (edge server) {_status(rank0)}", file=sys.stderr)
-    return rank0 if rank0 > 0 else EXIT_RANK_FAILED
+    return codes[0] if codes[0] > 0 else EXIT_RANK_FAILED
 
 
-def _stop(procs: list[subprocess.Popen]) -> None:
-    """Terminate ranks still running (SIGTERM, then SIGKILL after 5 s)."""
-    alive = [p for p in procs if p.poll() is None]
-    for p in alive:
+def _failure_line(rank: int, code: int, layout: RankLayout, logs: Path, terminated: bool) -> str | None:
+    """What to say about one rank: nothing when it finished or only relayed rank 0's reason."""
+    who = f"rank {rank} ({layout.describe(rank)})"
+    if code == 0:
+        return None
+    if terminated:
+        return f"{who} did not stop within {GRACE_SECONDS:g} s of the failure and was terminated"
+    if code < 0:
+        return f"{who} {_status(code)}"
+    if rank == 0:
+        return None                # rank 0 wrote its own line to this terminal
+    text = (logs / f"rank{rank}.log").read_text(errors="replace").strip().splitlines()
+    ours = [line for line in text if line.startswith("adaptplan ")]
+    if ours and " stopped: " in ours[-1]:
+        return None                # told by rank 0, which named the cause
+    return ours[-1].split(": ", 1)[1] if ours else f"{who} {_status(code)}"
+
+
+def _stop(procs: list[subprocess.Popen]) -> set[int]:
+    """Terminate ranks still running (SIGTERM, then SIGKILL after 5 s); the ranks terminated."""
+    alive = {rank: p for rank, p in enumerate(procs) if p.poll() is None}
+    for p in alive.values():
         p.terminate()
     deadline = time.monotonic() + 5.0
-    for p in alive:
+    for p in alive.values():
         try:
             p.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             p.kill()
+    return set(alive)

@@ -84,7 +84,8 @@ class Channel:
                 obj = decode(payload)
             except Exception as exc:   # noqa: BLE001 - a closed connection, reported to the waiting caller
                 if not self.closing:
-                    self._inbox[src].put(PeerError(src, self.describe(src), f"closed its connection ({_first_line(exc)})"))
+                    cause = "it died or was killed" if "closed by peer" in str(exc).lower() else _first_line(exc)
+                    self._inbox[src].put(PeerError(src, self.describe(src), f"closed its connection ({cause})"))
                 return
             if isinstance(obj, dict):
                 obj.setdefault("arrived", arrived)
