@@ -6,10 +6,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def readme_setup_commands() -> list[str]:
+def readme_section(heading: str) -> str:
+    """The text of the README's ``## HEADING...`` section, up to the next ``## `` heading."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("## Set-up", 1)[1].split("\n## ", 1)[0]
+    return text.split(f"\n## {heading}", 1)[1].split("\n## ", 1)[0]
+
+
+def bash_blocks(section: str) -> list[str]:
+    """The ```bash code blocks of ``section``, stripped."""
     return [block.strip() for block in re.findall(r"```bash\n(.*?)```", section, flags=re.S)]
+
+
+def readme_setup_commands() -> list[str]:
+    return bash_blocks(readme_section("Set-up"))
 
 
 def test_readme_has_exactly_two_setup_commands():

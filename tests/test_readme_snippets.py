@@ -1,5 +1,5 @@
-"""The README's Python snippets run as written, in a folder holding the files they load
-(what the README's "Using it" commands write there)."""
+"""The README's Python snippets run as written, in a folder holding the files they load, under the
+names the README's "Using it" commands write them (tests/test_readme_using_it.py runs those)."""
 
 import re
 from pathlib import Path
@@ -22,7 +22,7 @@ def test_readme_has_python_snippets():
 
 @pytest.mark.parametrize("index", range(len(python_snippets())))
 def test_readme_python_snippet_runs_as_written(index, tmp_path, monkeypatch):
-    profile = default_profile()                                    # `adaptplan profile ... -o profile.json`
+    profile = default_profile()                                    # like `adaptplan profile ... -o profile.json`
     profile.save(tmp_path / "profile.json")
     generate_system(20, seed=0).save(tmp_path / "system.json")    # `adaptplan system --devices 20 --seed 0 -o ...`
     ConvergenceConstants.placeholder(profile.num_cuts).save(tmp_path / "constants.json")

@@ -154,6 +154,16 @@ def test_model_names_go_through_one_resolver(capsys) -> None:
     assert len(json.loads(capsys.readouterr().out)["cut_points"]) == 5
 
 
+def test_help_says_own_models_are_imported_with_the_working_directory_on_the_path(capsys) -> None:
+    """`train --help` (and `profile --help`) say how package.module:factory is found, as
+    profilers.models does it (tests/test_cli_misc.py runs one from the working directory)."""
+    for argv in (["train", "--help"], ["profile", "--help"]):
+        assert main(argv) == 0
+        text = " ".join(capsys.readouterr().out.split())
+        assert "package.module:factory, your own function returning an nn.Module" in text
+        assert "imported with the working directory on the import path (appended, after PYTHONPATH" in text
+
+
 def test_default_plan_is_the_planners_and_is_recorded() -> None:
     from adaptplan.constants import ConvergenceConstants
     from adaptplan.planner import Planner

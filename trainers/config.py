@@ -41,6 +41,13 @@ _OPTIONAL_INTS = ("interval", "replan_every", "checkpoint_every", "max_test_samp
 ALGORITHMS = ("sl", "psl", "sfl-v1", "sfl-v2", "adaptsfl", "gapsl", "scala", "cyclesl", "gas")
 DATASETS = tuple(dataset_names())
 MODELS = ("cnn", "mlp", "vgg16-cifar")    # built-ins; any torchvision name or package.module:factory is valid too
+#: How ``package.module:factory`` is found (profilers.models._factory), for the --model/MODEL help of
+#: `adaptplan train` and `adaptplan profile`: the working directory is appended to sys.path unless it
+#: (or "") is already there, as it is not for the installed `adaptplan` script.
+OWN_MODEL_HELP = ("package.module:factory, your own function returning an nn.Module (called with num_classes= "
+                  "when it takes it), imported with the working directory on the import path (appended, after "
+                  "PYTHONPATH and the installed packages): run from the folder that holds the module, or put "
+                  "that folder on PYTHONPATH")
 PARTITIONS = ("iid", "shards", "dirichlet")
 OPTIMIZERS = ("sgd", "adam")
 POLICIES = ("adaptsfl", "rma+ms", "ma+rms", "rma+rms", "dama+rms", "rma+ams", "sfl", "psl", "fixed-cut")

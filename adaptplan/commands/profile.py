@@ -15,7 +15,7 @@ from adaptplan.errors import InputError
 from adaptplan.fileio import show
 from adaptplan.flags import int_flag, positive_float_flag
 from adaptplan.limits import MAX_BITS_PER_VALUE, MAX_INPUT_VALUES, MAX_NUM_CLASSES
-from trainers.config import MODELS
+from trainers.config import MODELS, OWN_MODEL_HELP
 
 
 MAX_PROFILE_BATCH = 4096   # samples per timed or statistics batch
@@ -32,8 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("model", metavar="MODEL",
                         help=f"built-in {', '.join(MODELS)}, a torchvision model name (vgg16, resnet18, mobilenet_v2, ...; "
-                             "random weights) or package.module:factory, your own function returning an nn.Module, "
-                             "imported from the working directory or PYTHONPATH")
+                             f"random weights) or {OWN_MODEL_HELP}")
     parser.add_argument("--input", required=True, metavar="CxHxW",
                         help="per-sample input shape, e.g. 3x32x32 (channels x height x width, in values)")
     parser.add_argument("--num-classes", type=int_flag(1, MAX_NUM_CLASSES, "classes"), default=10, help="number of output classes (default: 10)")

@@ -11,7 +11,8 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from adaptplan.errors import InputError
-from trainers.config import ALGORITHM_OPTIONS, ALGORITHMS, DATASETS, MODELS, OPTIMIZERS, PARTITIONS, POLICIES
+from trainers.config import (ALGORITHM_OPTIONS, ALGORITHMS, DATASETS, MODELS, OPTIMIZERS, OWN_MODEL_HELP,
+                              PARTITIONS, POLICIES)
 
 if TYPE_CHECKING:  # pragma: no cover
     from trainers.config import TrainConfig
@@ -39,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"one of {', '.join(DATASETS)} (default cifar10-subset; synthetic = tiny generated data for tests)")
     p.add_argument("--model", default="cnn",
                    help=f"built-in {', '.join(MODELS)} (default cnn), a torchvision classification model name "
-                        "(resnet18, mobilenet_v2, ...; random weights) or package.module:factory")
+                        f"(resnet18, mobilenet_v2, ...; random weights) or {OWN_MODEL_HELP}")
     p.add_argument("--devices", type=int, default=20, help="number of devices N (default 20)")
     p.add_argument("--partition", default="iid", help=f"one of {', '.join(PARTITIONS)} (default iid)")
     p.add_argument("--alpha", type=float, default=0.5, help="Dirichlet concentration α for --partition dirichlet (default 0.5)")
