@@ -152,6 +152,8 @@ def check_train(args: argparse.Namespace, out: str, context: dict) -> None:
     assert all(len(r["cuts"]) == args.devices for r in records)
     if args.checkpoint_every:
         assert (folder / "checkpoint.pt").is_file()
+    if args.distributed:   # measured seconds per stage next to the simulated ones, every round
+        assert all(set(r["measured_stage_seconds"]) == set(r["stage_seconds"]) for r in records)
     if args.cuts:
         wanted = list(args.cuts)   # one value: every device
         assert all(r["cuts"] == (wanted * args.devices if len(wanted) == 1 else wanted) for r in records)
@@ -167,6 +169,11 @@ def check_train(args: argparse.Namespace, out: str, context: dict) -> None:
 
 
 def check_plot(args: argparse.Namespace, out: str, context: dict) -> None:
+    if args.predicted_vs_measured:   # one distributed run: the table per stage, then the image
+        stages = [line.split()[0] for line in out.strip().splitlines()[1:-1]]
+        assert {"device", "uplink", "server", "downlink", "model", "round"} <= set(stages), out
+        assert is_png(args.output)
+        return
     assert len(args.runs) >= 2 and all((Path(r) / "history.json").is_file() for r in args.runs), args.runs
     assert is_png(args.output)
 

@@ -89,9 +89,3 @@ class DistributedEngine(SplitEngine):
         if first_error is not None:
             raise NonFiniteError(first_error)
         self._check_edge_finite(round_index)
-
-    def stop_ranks(self) -> None:
-        """Tell every other rank that the run is over (they exit 0)."""
-        for rank in [FED_RANK] + self.hub.layout.device_ranks:
-            self.hub.command(rank, "stop")
-        self.hub.channel.flush()

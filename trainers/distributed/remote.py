@@ -95,11 +95,14 @@ class RemoteBlockState:
         self.num_bytes = int(num_bytes)
         self.group = group if group is not None else [ref]
         self.fetched = False
+        self._copy: BlockState | None = None
 
     def _local(self) -> BlockState:
-        self.hub.fetch(self.group)
-        self.fetched = True
-        return self.hub.take(self.ref)
+        if self._copy is None:           # kept here: the fed server may release it once fetched
+            self.hub.fetch(self.group)
+            self._copy = self.hub.take(self.ref)
+            self.fetched = True
+        return self._copy
 
     @property
     def state(self) -> dict[str, torch.Tensor]:

@@ -13,7 +13,6 @@ message), 3 a rank failed or timed out.
 from __future__ import annotations
 
 import datetime
-import functools
 import os
 import signal
 import sys
@@ -141,6 +140,10 @@ def serve_rank(timeout: float, threads: int | None) -> int:
         return EXIT_RANK_FAILED
     except PeerError as exc:
         print(f"adaptplan train: {who} lost {exc}", file=sys.stderr)
+        return EXIT_RANK_FAILED
+    except Exception as exc:   # noqa: BLE001 - a bug here: one line, the others see this rank go
+        text = " ".join(str(exc).split())[:300]
+        print(f"adaptplan train: {who} internal error: {type(exc).__name__}: {text}", file=sys.stderr)
         return EXIT_RANK_FAILED
     leave(channel)
     return 0

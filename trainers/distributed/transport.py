@@ -22,6 +22,8 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.distributed as dist
 
+from trainers.messages import MessageMismatchError, NonFiniteError
+
 POLL_SECONDS = 0.002
 """Sleep between checks while waiting for queued messages to leave (s)."""
 
@@ -33,6 +35,11 @@ class PeerError(RuntimeError):
         super().__init__(f"rank {rank} ({who}) {what}")
         self.rank = rank
         self.who = who
+
+
+ROLE_ERRORS = {"nonfinite": NonFiniteError, "mismatch": MessageMismatchError}
+"""Errors of the role code that a rank reports to rank 0 (``role-error``) instead of dying: rank 0
+raises them as if its own role had (a divergence stops the run with the usual message)."""
 
 
 class AbortRun(RuntimeError):
@@ -149,6 +156,8 @@ class Channel:
             raise obj
         if isinstance(obj, dict) and obj.get("op") == "abort":
             raise AbortRun(obj["reason"])
+        if isinstance(obj, dict) and obj.get("op") == "role-error":
+            raise ROLE_ERRORS[obj["kind"]](obj["message"])
         return obj
 
     def recv_many(self, sources: Sequence[int], timeout: float | None = None) -> list[tuple[int, Any]]:

@@ -18,7 +18,7 @@ from trainers.distributed.layout import EDGE_RANK, FED_RANK
 from trainers.distributed.timing import StageLedger, emulated_arrival
 from trainers.distributed.transport import Channel
 from trainers.engine import check_device_finite
-from trainers.messages import BlockState, ModelDownload, ModelUpload, NonFiniteError
+from trainers.messages import BlockState, MessageMismatchError, ModelDownload, ModelUpload, NonFiniteError
 from trainers.roles import Device, FedServer
 
 
@@ -41,7 +41,11 @@ class _Loop:
             op = command["op"]
             if op == "stop":
                 return
-            getattr(self, f"op_{op}")(command)
+            try:
+                getattr(self, f"op_{op}")(command)
+            except (NonFiniteError, MessageMismatchError) as exc:   # the role code's own errors: rank 0 decides
+                kind = "nonfinite" if isinstance(exc, NonFiniteError) else "mismatch"
+                self.channel.send({"op": "role-error", "kind": kind, "message": str(exc)}, EDGE_RANK)
 
 
 class DeviceRank(_Loop):
