@@ -79,8 +79,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--checkpoint-every", type=int, help="write a checkpoint every K rounds (needs --out)")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its checkpoint with the options it was started with (only "
-                        "--rounds, --eval-every, --checkpoint-every, --threads, --target-accuracy and --no-progress "
-                        "may be given anew)")
+                        "--rounds, --eval-every, --checkpoint-every, --threads, --target-accuracy, --no-progress and the "
+                        "distributed-run options may be given anew)")
     p.add_argument("--overwrite", action="store_true", help="replace the run already in --out (its history, checkpoint "
                    "and plot are removed first)")
     p.add_argument("--allow-fallback", action="store_true",
