@@ -196,7 +196,7 @@ class TrainConfig:
     distributed: bool = False
     ranks: int | None = None
     emulate_links: bool = False
-    rank_timeout: float = 25.0
+    rank_timeout: float = 12.0
     model_width: int = 32
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -111,9 +111,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     dist.add_argument("--emulate-links", action="store_true",
                       help="deliver every message no earlier than its size over the link's rate in the round's system "
                            "(bit/s), so measured transfer times follow the latency model on loopback")
-    dist.add_argument("--rank-timeout", type=float, default=25.0,
-                      help="seconds a rank waits for another before the run stops naming it (default 25; must exceed "
-                           "the longest pause of rank 0 between rounds, e.g. an evaluation)")
+    dist.add_argument("--rank-timeout", type=float, default=12.0,
+                      help="seconds rank 0 waits for another rank's reply before the run stops naming it (default 12; "
+                           "must exceed one device rank's work in a round); the other ranks wait 1.5x this for rank 0's "
+                           "next command (must exceed rank 0's longest pause, e.g. an evaluation)")
     p.set_defaults(func=run, parser=p)
 
 

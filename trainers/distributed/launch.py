@@ -26,7 +26,7 @@ from pathlib import Path
 from trainers.distributed.layout import RankLayout
 from trainers.distributed.session import EXIT_RANK_FAILED
 
-GRACE_SECONDS = 10.0
+GRACE_SECONDS = 5.0
 POLL_SECONDS = 0.1
 
 

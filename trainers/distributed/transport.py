@@ -143,14 +143,17 @@ class Channel:
             box.put(_CLOSED)
 
     # ---- receiving ------------------------------------------------------------------------------------
-    def recv(self, src: int, timeout: float | None = None) -> Any:
-        """The next object from ``src``; a dict gets ``arrived`` (:func:`time.time` when it had fully arrived)."""
-        wait = self.timeout if timeout is None else timeout
+    def recv(self, src: int, timeout: float | None = None, deadline: float | None = None) -> Any:
+        """The next object from ``src`` within ``timeout`` s (default: the channel's; or until the
+        :func:`time.monotonic` ``deadline``); a dict gets ``arrived`` (:func:`time.time` when it had
+        fully arrived)."""
+        nominal = self.timeout if timeout is None else timeout
+        wait = nominal if deadline is None else max(0.0, deadline - time.monotonic())
         try:
             obj = self._inbox[src].get(timeout=wait)
         except queue.Empty:
-            raise PeerError(src, self.describe(src), f"sent nothing for {wait:g} s (--rank-timeout): it hangs or is "
-                                                     "too slow") from None
+            raise PeerError(src, self.describe(src), f"sent nothing for {nominal:g} s (--rank-timeout): it hangs or "
+                                                     "is too slow") from None
         if isinstance(obj, PeerError):
             self._inbox[src].put(obj)          # every later wait on this peer fails the same way
             raise obj
@@ -163,8 +166,9 @@ class Channel:
     def recv_many(self, sources: Sequence[int], timeout: float | None = None) -> list[tuple[int, Any]]:
         """One object per entry of ``sources`` (a rank may appear several times: that many messages,
         in its order), as (source, object); all were being received concurrently."""
-        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-        return [(s, self.recv(s, max(0.0, deadline - time.monotonic()))) for s in sources]
+        nominal = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + nominal
+        return [(s, self.recv(s, nominal, deadline)) for s in sources]
 
 
 def _first_line(exc: BaseException) -> str:

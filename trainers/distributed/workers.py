@@ -22,6 +22,10 @@ from trainers.messages import BlockState, MessageMismatchError, ModelDownload, M
 from trainers.roles import Device, FedServer
 
 
+IDLE_FACTOR = 1.5
+"""A rank waiting for rank 0's next command allows it this many --rank-timeout."""
+
+
 class _Loop:
     """Receive a command from the edge rank, run ``op_<name>``, until ``stop``."""
 
@@ -32,12 +36,13 @@ class _Loop:
 
     def serve(self) -> None:
         """Until ``stop``: the first command may take ``first_timeout`` s (rank 0 loads data,
-        profiles and plans first), every later one the channel's time-out (rank 0 sends at least
-        one command per round)."""
+        profiles and plans first), every later one ``IDLE_FACTOR`` time-outs (rank 0 sends at least
+        one command per round; it waits for a rank at most one time-out, so when another rank hangs
+        rank 0 notices first and names it)."""
         timeout = self.first_timeout
         while True:
             command = self.channel.recv(EDGE_RANK, timeout=timeout)
-            timeout = self.channel.timeout
+            timeout = IDLE_FACTOR * self.channel.timeout
             op = command["op"]
             if op == "stop":
                 return
