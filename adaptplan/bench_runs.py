@@ -31,6 +31,10 @@ class RunResult:
     curve: list[tuple[float, float]]          # (simulated seconds, test accuracy) at each evaluation
     diverged_round: int | None = None          # the round whose NaN/inf stopped the run, if any
 
+    def time_to(self, target: float) -> float | None:
+        """Simulated seconds of the first evaluation at or above ``target`` accuracy (None if never)."""
+        return next((t for t, acc in self.curve if acc >= target), None)
+
     def accuracy_at(self, seconds: float) -> float | None:
         """Test accuracy of the last evaluation at or before ``seconds`` simulated seconds."""
         reached = [acc for t, acc in self.curve if t <= seconds + 1e-12]

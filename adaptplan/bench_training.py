@@ -51,38 +51,48 @@ def run_training_bench(policies: Sequence[str] = DEFAULT_POLICIES, partitions: S
     return run_jobs(jobs, workers, "bench training", progress)
 
 
-def figures(r: RunResult) -> dict[str, Any]:
-    """The per-policy figures of the JSON output."""
-    return {"time_to_target_s": r.time_to_target_s, "rounds_to_target": r.rounds_to_target,
-            "final_accuracy": r.final_accuracy, "converged_round": r.converged_round,
-            "converged_time_s": r.converged_time_s, "converged_accuracy": r.converged_accuracy}
+def figures(r: RunResult, more_targets: Sequence[float] = ()) -> dict[str, Any]:
+    """The per-policy figures of the JSON output; with ``more_targets`` also the simulated seconds to
+    each (``time_to_accuracy_s``, keyed by the fraction)."""
+    out = {"time_to_target_s": r.time_to_target_s, "rounds_to_target": r.rounds_to_target,
+           "final_accuracy": r.final_accuracy, "converged_round": r.converged_round,
+           "converged_time_s": r.converged_time_s, "converged_accuracy": r.converged_accuracy}
+    if more_targets:
+        out["time_to_accuracy_s"] = {f"{t:g}": r.time_to(t) for t in more_targets}
+    return out
 
 
-def table(results: Sequence[RunResult], target: float) -> str:
+def table(results: Sequence[RunResult], target: float, more_targets: Sequence[float] = ()) -> str:
     lines = []
     for partition in dict.fromkeys(r.group for r in results):
         rows = [r for r in results if r.group == partition]
         base = next((r.time_to_target_s for r in rows if r.label == "adaptsfl"), None)
         lines.append(f"{partition}: target {target:.0%}, {rows[0].rounds} rounds")
-        lines.append(f"  {'policy':<9} {'rounds→target':>13} {'s→target':>9} {'× AdaptSFL':>10} {'final':>7} "
+        extra = "".join(f" {'s→' + format(t, '.0%'):>8}" for t in more_targets)
+        lines.append(f"  {'policy':<9} {'rounds→target':>13} {'s→target':>9} {'× AdaptSFL':>10}{extra} {'final':>7} "
                      f"{'conv. round':>11} {'conv. s':>8} {'conv. acc':>9}")
         for r in rows:
             ratio = "-" if base is None or r.time_to_target_s is None else f"{r.time_to_target_s / base:.2f}"
+            extra = "".join(f" {seconds(r.time_to(t)):>8}" for t in more_targets)
             lines.append(f"  {r.label:<9} {('-' if r.rounds_to_target is None else r.rounds_to_target):>13} "
-                         f"{seconds(r.time_to_target_s):>9} {ratio:>10} {pct(r.final_accuracy):>7} "
+                         f"{seconds(r.time_to_target_s):>9} {ratio:>10}{extra} {pct(r.final_accuracy):>7} "
                          f"{('-' if r.converged_round is None else r.converged_round):>11} "
                          f"{seconds(r.converged_time_s):>8} {pct(r.converged_accuracy):>9}")
     return "\n".join(lines)
 
 
-def save_json(results: Sequence[RunResult], target: float, path: str | os.PathLike) -> None:
-    """``{"target_accuracy", "policies": {NAME: figures}}`` for the first partition, and every
-    partition's under ``"partitions": {PARTITION: {NAME: figures}}``."""
+def save_json(results: Sequence[RunResult], target: float, path: str | os.PathLike,
+              more_targets: Sequence[float] = ()) -> None:
+    """``{"target_accuracy", "policies": {NAME: figures}}`` for the first partition, every
+    partition's under ``"partitions": {PARTITION: {NAME: figures}}``, and every run's accuracy curve
+    (``[simulated s, accuracy]`` per evaluation) under ``"curves": {PARTITION: {NAME: [...]}}``."""
     by_partition: dict[str, dict[str, Any]] = {}
+    curves: dict[str, dict[str, Any]] = {}
     for r in results:
-        by_partition.setdefault(r.group, {})[r.label] = figures(r)
+        by_partition.setdefault(r.group, {})[r.label] = figures(r, more_targets)
+        curves.setdefault(r.group, {})[r.label] = [list(point) for point in r.curve]
     first = next(iter(by_partition.values()), {})
-    data = {"target_accuracy": target, "policies": first, "partitions": by_partition}
+    data = {"target_accuracy": target, "policies": first, "partitions": by_partition, "curves": curves}
     Path(path).write_text(json.dumps(data, indent=2), encoding="utf-8")
 
 

@@ -11,7 +11,10 @@ def test_bench_training_json_matches_the_runs_own_records(tmp_path, capsys) -> N
     report = tmp_path / "bench.json"
     common = ["--devices", "20", "--dataset", "synthetic", "--eval-every", "2", "--test-samples", "400"]
     assert main(["bench", "training", "--policies", "adaptsfl,rma+rms", "--partition", "iid", "--rounds", "6",
-                 "--target-accuracy", "0.2", "--workers", "1", "--json", str(report), *common]) == 0
+                 "--target-accuracy", "0.2", "--more-targets", "0.15,0.3", "--workers", "1", "--json", str(report),
+                 *common]) == 0
+    header = next(line for line in capsys.readouterr().out.splitlines() if "policy" in line)
+    assert "s→15%" in header and "s→30%" in header
     data = json.loads(report.read_text())
     assert data["target_accuracy"] == 0.2 and set(data["policies"]) == {"adaptsfl", "rma+rms"}
     for policy in ("adaptsfl", "rma+rms"):
@@ -28,9 +31,15 @@ def test_bench_training_json_matches_the_runs_own_records(tmp_path, capsys) -> N
         assert figures["rounds_to_target"] == (reached["round"] if reached else None)
         assert figures["time_to_target_s"] == (reached["sim_seconds"] if reached else None)
         assert figures["converged_round"] is None               # 3 evaluations cannot make a 5-evaluation streak
+        for more in (0.15, 0.3):
+            hit = next((r for r in evaluated if r["accuracy"] >= more), None)
+            assert figures["time_to_accuracy_s"][f"{more:g}"] == (hit["sim_seconds"] if hit else None)
+        assert data["curves"]["iid"][policy] == [[r["sim_seconds"], r["accuracy"]] for r in evaluated]
 
 
 def test_bench_training_bad_flags_exit_2(capsys) -> None:
+    assert main(["bench", "training", "--more-targets", "0.3,1.5"]) == 2
+    assert "--more-targets" in capsys.readouterr().err
     assert main(["bench", "training", "--policies", "adaptsfl,random"]) == 2
     assert "--policies" in capsys.readouterr().err
     assert main(["bench", "training", "--partition", "noniid"]) == 2

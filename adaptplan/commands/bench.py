@@ -65,7 +65,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                           help="repeat on the first partition for each value: device-flops (scale of the device FLOP/s "
                                "range), bandwidth (scale of every link rate) or noise-cv; prints a table and, with "
                                "--out, plots time to target against the value")
-    training.add_argument("--json", metavar="FILE", help="write the figures as JSON to FILE")
+    training.add_argument("--more-targets", metavar="A,B,...", default="",
+                          help="further accuracies (fractions) whose simulated time to reach is reported next to "
+                               "--target-accuracy's, e.g. 0.3")
+    training.add_argument("--json", metavar="FILE", help="write the figures (and every run's accuracy curve) as JSON "
+                          "to FILE")
     training.add_argument("--out", metavar="DIR", help="write table.txt and accuracy.png (one panel per partition) into DIR")
     training.set_defaults(func=run_training)
 
@@ -186,24 +190,36 @@ def run_training(args: argparse.Namespace) -> int:
     if not (args.noise_cv >= 0 and args.noise_cv < float("inf")):
         raise InputError(f"must be a finite number ≥ 0, got {args.noise_cv}", field="--noise-cv")
     sweep = _sweep(args.sweep, bench.SWEEPS) if args.sweep else None
+    more = _fractions(args.more_targets, "--more-targets")
     results = bench.run_training_bench(policies, partitions, rounds=args.rounds, devices=args.devices,
                                        dataset=args.dataset, model=args.model, lr=args.lr, momentum=args.momentum,
                                        eval_every=args.eval_every, seed=args.seed, target=args.target_accuracy,
                                        replan_every=args.replan_every, workers=args.workers,
                                        test_samples=args.test_samples, noise_cv=args.noise_cv, sweep=sweep)
-    text = bench.table(results, args.target_accuracy)
+    text = bench.table(results, args.target_accuracy, more)
     if sweep is not None:
         text += "\n" + bench.sweep_table(results, sweep[0])
         if out is not None:
             bench.sweep_plot(results, sweep[0], out / f"sweep-{sweep[0]}.png")
     print(text)
     if args.json:
-        bench.save_json(results, args.target_accuracy, args.json)
+        bench.save_json(results, args.target_accuracy, args.json, more)
     if out is not None:
         (out / "table.txt").write_text(text + "\n", encoding="utf-8")
         plot(results, out / "accuracy.png")
         print(f"wrote {out / 'table.txt'} and {out / 'accuracy.png'}")
     return 0
+
+
+def _fractions(text: str, flag: str) -> list[float]:
+    """``A,B,...`` → accuracies in (0, 1]; one message naming ``flag`` otherwise."""
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise InputError(f"must be fractions separated by commas, got {text!r}", field=flag) from None
+    if any(not 0 < v <= 1 for v in values):
+        raise InputError(f"each must be a fraction in (0, 1], got {text!r}", field=flag)
+    return values
 
 
 def _sweep(text: str, names: dict[str, str]) -> tuple[str, list[float]]:
