@@ -324,10 +324,14 @@ class SplitEngine:
                 edge_down_bits += 8.0 * msg.num_bytes
                 self.bytes_server += msg.num_bytes
                 edge_msgs.append(msg)
-        self.edge.download(edge_msgs)
+        self._deliver_to_edge(edge_msgs)
         edge_down = times.edge_down_seconds(edge_down_bits) if edge_down_bits else 0.0
         ledger.add("edge", "model download", edge_down)
         return max(end, up_done + edge_down)
+
+    def _deliver_to_edge(self, msgs: list[ModelDownload]) -> None:
+        """The fed server's averaged blocks for the edge server's per-device instances (eq. 25)."""
+        self.edge.download(msgs)
 
     # ---- the asynchronous loop (GAS) ------------------------------------------------------------------
     def _run_async_round(self, round_index: int) -> RoundStats:

@@ -21,9 +21,9 @@ from typing import Any, Sequence
 import torch
 
 from trainers.distributed.layout import FED_RANK
-from trainers.distributed.remote import Hub, RemoteDevice, RemoteFed
+from trainers.distributed.remote import Hub, RemoteBlockState, RemoteDevice, RemoteFed
 from trainers.engine import DeviceData, RoundStats, SplitEngine
-from trainers.messages import Activation, NonFiniteError
+from trainers.messages import Activation, ModelDownload, NonFiniteError
 
 
 class DistributedEngine(SplitEngine):
@@ -89,3 +89,11 @@ class DistributedEngine(SplitEngine):
         if first_error is not None:
             raise NonFiniteError(first_error)
         self._check_edge_finite(round_index)
+
+    def _deliver_to_edge(self, msgs: list[ModelDownload]) -> None:
+        """One transfer of the averaged blocks from the fed server, emulated (``--emulate-links``)
+        as the latency model charges it: one copy per device's instance (eq. 25)."""
+        refs = [b for m in msgs for b in m.blocks.values() if isinstance(b, RemoteBlockState) and not b.fetched]
+        if refs:
+            self.hub.fetch(list(dict.fromkeys(r.ref for r in refs)), charged_bytes=sum(m.num_bytes for m in msgs))
+        super()._deliver_to_edge(msgs)

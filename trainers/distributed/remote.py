@@ -67,14 +67,16 @@ class Hub:
         self.command(rank, op, **fields)
         return self.channel.recv(rank)
 
-    def fetch(self, refs: list[Any]) -> None:
+    def fetch(self, refs: list[Any], charged_bytes: int | None = None) -> None:
         """Bring the fed server's block states ``refs`` here (one request); timed as the edge
-        server's model download (fed→edge, r_{f→e})."""
+        server's model download (fed→edge, r_{f→e}), emulated for ``charged_bytes`` (default: the
+        bytes sent)."""
         missing = [r for r in refs if r not in self._fetched]
         if not missing:
             return
         reply = self.ask(FED_RANK, "fetch", refs=missing, rate=self.rate(None, "fed_to_edge_bps"))
-        arrived = emulated_arrival(reply, sum(bs.num_bytes for bs in reply["blocks"].values()))
+        sent = sum(bs.num_bytes for bs in reply["blocks"].values())
+        arrived = emulated_arrival(reply, sent if charged_bytes is None else charged_bytes)
         self.measured.add("edge", "model download", arrived - reply["t_send"])
         self._fetched.update(reply["blocks"])
 
