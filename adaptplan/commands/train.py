@@ -11,7 +11,8 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from adaptplan.errors import InputError
-from trainers.config import ALGORITHM_OPTIONS, ALGORITHMS, DATASETS, MODELS, OPTIMIZERS, PARTITIONS, POLICIES
+from trainers.config import (ALGORITHM_OPTIONS, ALGORITHMS, CLIENT_BATCHING, DATASETS, DEVICES, MODELS, OPTIMIZERS,
+                              PARTITIONS, POLICIES)
 
 if TYPE_CHECKING:  # pragma: no cover
     from trainers.config import TrainConfig
@@ -78,8 +79,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--checkpoint-every", type=int, help="write a checkpoint every K rounds (needs --out)")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its checkpoint with the options it was started with (only "
-                        "--rounds, --eval-every, --checkpoint-every, --threads, --target-accuracy and --no-progress "
-                        "may be given anew)")
+                        "--rounds, --eval-every, --checkpoint-every, --threads, --device, --client-batching, "
+                        "--target-accuracy and --no-progress may be given anew)")
     p.add_argument("--overwrite", action="store_true", help="replace the run already in --out (its history, checkpoint "
                    "and plot are removed first)")
     p.add_argument("--allow-fallback", action="store_true",
@@ -99,8 +100,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--download", action="store_true",
                    help="let torchvision fetch cifar10/cifar100/mnist/fashion-mnist into --data-root (needs a network)")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    add_device_options(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run, parser=p)
+
+
+def add_device_options(p: argparse.ArgumentParser, batching: bool = True) -> None:
+    """``--device`` and (with ``batching``) ``--client-batching``, shared by train and the benchmarks."""
+    p.add_argument("--device", choices=DEVICES, default="auto",
+                   help="where models and data live: auto (default: cuda when torch sees a GPU, else cpu), cpu or cuda "
+                        "(an error where there is no GPU)")
+    if batching:
+        p.add_argument("--client-batching", choices=CLIENT_BATCHING, default="auto",
+                       help="run the client blocks of devices that share a cut as one call (stacked per-device weights, "
+                            "torch.func.vmap; same results up to rounding): auto (default: on with cuda, off on a cpu, "
+                            "where per-device calls are faster), on or off; models with BatchNorm or Dropout stay "
+                            "per device")
 
 
 def flag_of(field: str) -> str:
@@ -137,7 +152,7 @@ def _fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
         target_accuracy=args.target_accuracy, system_path=args.system, system_seed=args.system_seed,
         redraw_resources=not args.static_resources, constants_path=args.constants, data_root=args.data_root,
         download=args.download, threads=args.threads, progress=not args.no_progress, optimizer=args.optimizer,
-        clip_norm=args.clip_norm,
+        clip_norm=args.clip_norm, device=args.device, client_batching=args.client_batching,
         extra={o.name: getattr(args, f"opt_{o.name}") for o in ALGORITHM_OPTIONS if getattr(args, f"opt_{o.name}") is not None},
     )
 
@@ -170,7 +185,7 @@ def _resumed_config(args: argparse.Namespace) -> "TrainConfig":
     saved = load_checkpoint(args.out).get("config")
     if not isinstance(saved, dict):
         raise InputError(f"the checkpoint in {args.out!r} holds no run configuration", field="--resume")
-    missing = sorted(set(TrainConfig.__dataclass_fields__) - set(saved))
+    missing = sorted(set(TrainConfig.__dataclass_fields__) - set(saved) - set(RESUMABLE))   # older checkpoints: defaults
     if missing:
         raise InputError(f"the checkpoint in {args.out!r} lacks the run options {missing}; start the run again with "
                          "--overwrite", field="--resume")
