@@ -70,7 +70,7 @@ def check_all_finite(items: Sequence[tuple[torch.Tensor, str, int | str]], round
         largest = torch._foreach_norm(tensors, float("inf"))
     except (RuntimeError, TypeError, NotImplementedError):     # an older torch without the ∞-norm there
         largest = [t.abs().amax() for t in tensors]
-    flag = torch.isfinite(torch.stack(list(largest))).all()
+    flag = torch.isfinite(torch.stack([m.float() for m in largest])).all()
 
     def first() -> NonFiniteError | None:
         for t, what, device in items:
@@ -88,10 +88,11 @@ def check_all_finite(items: Sequence[tuple[torch.Tensor, str, int | str]], round
 def _first_failure(pending: list[tuple[torch.Tensor, Callable[[], NonFiniteError | None]]]) -> NonFiniteError | None:
     if not pending:
         return None
-    flags = torch.stack([flag for flag, _ in pending])
+    where = pending[0][0].device
+    flags = torch.stack([flag.to(where) for flag, _ in pending])
     if bool(flags.all()):                                            # the one host synchronisation
         return None
-    return pending[int((~flags).nonzero()[0, 0])][1]()
+    return pending[int((~flags).nonzero()[0, 0])][1]() or NonFiniteError("NaN or inf (found by a deferred check)")
 
 
 @contextmanager
