@@ -33,7 +33,8 @@ def run_algorithm_bench(algorithms: Sequence[str] = ALGORITHMS, partitions: Sequ
                         rounds: int = 100, devices: int = 20, dataset: str = "cifar10-subset", model: str = "cnn",
                         lr: float = 0.05, momentum: float = 0.9, batch_size: int = 16, eval_every: int = 10,
                         seed: int = 0, target: float = 0.3, workers: int | None = None, cuts: Sequence[int] | None = None,
-                        test_samples: int | None = 500, progress: bool = True) -> list[RunResult]:
+                        test_samples: int | None = 500, progress: bool = True, device: str = "auto",
+                        client_batching: str = "auto") -> list[RunResult]:
     """Run every (partition, algorithm) pair and return their results (module docstring)."""
     jobs = []
     for partition in partitions:
@@ -41,6 +42,7 @@ def run_algorithm_bench(algorithms: Sequence[str] = ALGORITHMS, partitions: Sequ
             config = dict(algorithm=algorithm, dataset=dataset, model=model, devices=devices, rounds=rounds, lr=lr,
                           momentum=momentum, batch_size=batch_size, eval_every=eval_every, seed=seed, threads=1,
                           progress=False, max_test_samples=test_samples, extra=dict(BENCH_OPTIONS.get(algorithm, {})),
+                          device=device, client_batching=client_batching,
                           **PARTITIONS[partition])
             if cuts is not None:
                 config["cuts"] = tuple(cuts)

@@ -30,7 +30,8 @@ def run_training_bench(policies: Sequence[str] = DEFAULT_POLICIES, partitions: S
                        lr: float = 0.05, momentum: float = 0.9, batch_size: int = 16, eval_every: int = 10,
                        seed: int = 0, target: float = 0.4, replan_every: int = 50, workers: int | None = None,
                        test_samples: int | None = 500, progress: bool = True, noise_cv: float = 0.0,
-                       sweep: tuple[str, Sequence[float]] | None = None) -> list[RunResult]:
+                       sweep: tuple[str, Sequence[float]] | None = None, device: str = "auto",
+                       client_batching: str = "auto") -> list[RunResult]:
     """Run every (partition, policy) pair, or with ``sweep = (NAME, values)`` every (value, policy)
     pair on the first partition (the run's group is then ``NAME=value``)."""
     jobs = []
@@ -43,7 +44,8 @@ def run_training_bench(policies: Sequence[str] = DEFAULT_POLICIES, partitions: S
             config: dict[str, Any] = dict(algorithm="adaptsfl", policy=policy, dataset=dataset, model=model,
                                           devices=devices, partition=partition, rounds=rounds, lr=lr, momentum=momentum,
                                           batch_size=batch_size, eval_every=eval_every, seed=seed, threads=1,
-                                          progress=False, max_test_samples=test_samples, noise_cv=noise_cv)
+                                          progress=False, max_test_samples=test_samples, noise_cv=noise_cv,
+                                          device=device, client_batching=client_batching)
             config.update(override)
             if policy == "adaptsfl":
                 config["replan_every"] = replan_every

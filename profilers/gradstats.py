@@ -53,7 +53,7 @@ def iterate_batches(x: torch.Tensor, y: torch.Tensor, batch_size: int, num_batch
 def estimate_constants(chain_or_model: Chain | nn.Module, batches: Iterable[Batch], loss_fn: LossFn = F.cross_entropy,
                        gamma: float = 0.01, epsilon: float = 0.1, num_batches: int = 8, beta_steps: int = 5,
                        beta_batches: int = 2, beta_radius: float = 1e-3, seed: int = 0,
-                       progress: bool = False) -> ConvergenceConstants:
+                       progress: bool = False, device: torch.device | str | None = None) -> ConvergenceConstants:
     """Estimate (β, σ_j², G_j², ϑ) per the module docstring; γ and ε are passed through.
 
     Args:
@@ -65,6 +65,8 @@ def estimate_constants(chain_or_model: Chain | nn.Module, batches: Iterable[Batc
         epsilon: target average squared gradient norm ε.
         beta_steps, beta_batches, beta_radius: the β power iteration (K, batches, relative r).
         progress: tqdm progress bar.
+        device: where the statistics are computed (the model copy and the batches are moved there;
+            None = where the model is).
 
     Returns:
         ConvergenceConstants with one σ_j², G_j² per block (cut point).
@@ -77,6 +79,10 @@ def estimate_constants(chain_or_model: Chain | nn.Module, batches: Iterable[Batc
         raise InputError(f"need at least 2 mini-batches to estimate a variance, got {len(data)}", field="batches")
     chain = chain_or_model if isinstance(chain_or_model, Chain) else build_chain(chain_or_model, data[0][0][:1])
     blocks = copy.deepcopy(chain.blocks).train()
+    if device is None:
+        device = next((p.device for p in blocks.parameters()), torch.device("cpu"))
+    blocks = blocks.to(device)
+    data = [(x.to(device), y.to(device)) for x, y in data]
     groups = [list(block.parameters()) for block in blocks]
     if not any(groups):  # before any backward pass, which would fail with a bare RuntimeError
         raise InputError("the model has no parameters, so there is nothing to train", field="model")
@@ -151,7 +157,7 @@ def _smoothness(blocks: nn.Module, data: list[Batch], loss_fn: LossFn, steps: in
     r = radius * max(math.sqrt(_squared_norm(w0)), 1.0)
     g0 = _mean_gradient(blocks, data, loss_fn, seed)
     generator = torch.Generator().manual_seed(seed)
-    delta = [torch.randn(p.shape, generator=generator, dtype=torch.float64) for p in params]
+    delta = [torch.randn(p.shape, generator=generator, dtype=torch.float64).to(p.device) for p in params]
     scale = r / math.sqrt(_squared_norm(delta))
     delta = [d.mul_(scale) for d in delta]
     beta = 0.0

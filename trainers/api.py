@@ -145,8 +145,8 @@ def mean_ce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 
 def label_prior(counts: np.ndarray | torch.Tensor) -> torch.Tensor:
-    """A label distribution π (float32) from class counts."""
-    c = torch.as_tensor(np.asarray(counts), dtype=torch.float32)
+    """A label distribution π (float32) from class counts (a tensor stays on its device)."""
+    c = counts.to(torch.float32) if torch.is_tensor(counts) else torch.as_tensor(np.asarray(counts), dtype=torch.float32)
     return c / c.sum().clamp_min(1.0)
 
 
@@ -154,7 +154,7 @@ def logit_adjusted_ce(logits: torch.Tensor, labels: torch.Tensor, prior: torch.T
                       eps: float = 1e-12) -> torch.Tensor:
     """Logit-adjusted cross-entropy, docs/algorithms.md SCALA eqs. (12)–(13) / GAS-9:
     mean over the batch of −log softmax(s + τ·log(π + ε))_y. A uniform π gives plain CE."""
-    return nn.functional.cross_entropy(logits + tau * torch.log(prior.to(logits.dtype) + eps), labels)
+    return nn.functional.cross_entropy(logits + tau * torch.log(prior.to(logits.device, logits.dtype) + eps), labels)
 
 
 def parallel_step(edge: EdgeServer, ctx: RoundContext, arrivals: Sequence[Activation]) -> list[CutGradient]:

@@ -31,7 +31,10 @@ MAGIC = b"adaptplan-checkpoint 2 sha256="
 
 def plain(value: Any) -> Any:
     """``value`` with numpy arrays turned into tensors and numpy scalars into Python numbers, so that
-    it loads under ``weights_only=True``."""
+    it loads under ``weights_only=True``; tensors on a GPU are copied to the CPU (a checkpoint does
+    not depend on the device it was written on, and loads on any)."""
+    if torch.is_tensor(value):
+        return value.cpu()
     if isinstance(value, np.ndarray):
         return torch.from_numpy(np.ascontiguousarray(value))
     if isinstance(value, np.generic):

@@ -50,6 +50,8 @@ OWN_MODEL_HELP = ("package.module:factory, your own function returning an nn.Mod
                   "that folder on PYTHONPATH")
 PARTITIONS = ("iid", "shards", "dirichlet")
 OPTIMIZERS = ("sgd", "adam")
+DEVICES = ("auto", "cpu", "cuda")          # auto = cuda when torch sees a GPU, else cpu (trainers.devices)
+CLIENT_BATCHING = ("auto", "on", "off")    # auto = batched on CUDA, per device on a CPU (trainers.batching)
 POLICIES = ("adaptsfl", "rma+ms", "ma+rms", "rma+rms", "dama+rms", "rma+ams", "sfl", "psl", "fixed-cut")
 REDRAWING_POLICIES = ("rma+ms", "ma+rms", "rma+rms", "dama+rms", "rma+ams")   # re-drawn at every aggregation        # trainers.optim.OPTIMIZERS (kept torch-free here)
 
@@ -150,6 +152,11 @@ class TrainConfig:
     ``cuts``: one 1-based cut index ℓ_i per device (device i runs chain blocks 1..ℓ_i); a single
     value is broadcast to all devices. ``None`` → the plan (``plan_path``), else the built-in
     planner, else the documented default (every device at cut ⌈L/2⌉, I = 1).
+
+    ``device``: where the models and data live (:data:`DEVICES`; ``auto`` = CUDA when available);
+    ``client_batching``: devices sharing a cut run their client blocks as one call
+    (:data:`CLIENT_BATCHING`; ``auto`` = on CUDA only). Both change speed, not the mathematics, so a
+    resumed run may change them (docs/architecture.md "Devices and batching").
     """
 
     algorithm: str = "adaptsfl"
@@ -198,6 +205,8 @@ class TrainConfig:
     emulate_links: bool = False
     rank_timeout: float = 12.0
     model_width: int = 32
+    device: str = "auto"
+    client_batching: str = "auto"
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -218,6 +227,8 @@ class TrainConfig:
         check_model(self.model, "model")
         check_choice(self.partition, PARTITIONS, "partition")
         check_choice(self.optimizer, OPTIMIZERS, "optimizer")
+        check_choice(self.device, DEVICES, "device")
+        check_choice(self.client_batching, CLIENT_BATCHING, "client_batching")
         if self.clip_norm is not None:
             positive_number(self.clip_norm, "clip_norm")
         for name, (maximum, unit) in _INT_LIMITS.items():

@@ -18,6 +18,7 @@ events without a barrier (:meth:`SplitEngine.run_round` dispatches to the asynch
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -26,8 +27,11 @@ import torch
 from torch import nn
 
 from adaptplan.plan import check_cut_vector
+from trainers.batching import CLIENT_BATCHING, ClientBatcher, use_batching
 from trainers.clock import STAGES, StageTimes
-from trainers.messages import Activation, BlockState, CutGradient, MessageMismatchError, ModelDownload, check_finite
+from trainers.config import check_choice
+from trainers.messages import (Activation, BlockState, CutGradient, MessageMismatchError, ModelDownload, check_all_finite,
+                               deferred_finite_checks)
 from trainers.optim import OptimizerSpec, mean_param_state
 from trainers.roles import Device, EdgeServer, FedServer, weighted_mean
 
@@ -69,11 +73,46 @@ class RoundStats:
     measured_round_seconds: float | None = None
 
 
+def device_finite_items(device: Device) -> list[tuple[torch.Tensor, str, int | str]]:
+    """(parameter, what, device) of every client-model parameter, for :func:`check_all_finite`."""
+    return [(p, f"client model block {j + 1}", device.index) for j, block in enumerate(device.blocks)
+            for p in block.parameters()]
+
+
 def check_device_finite(device: Device, round_index: int) -> None:
     """Raise NonFiniteError naming the round, the device and the block if its client model has NaN/inf."""
-    for j, block in enumerate(device.blocks):
-        for p in block.parameters():
-            check_finite(p.detach(), f"client model block {j + 1}", round_index, device.index)
+    check_all_finite(device_finite_items(device), round_index)
+
+
+def _on_device(chain: nn.Sequential, device: torch.device) -> nn.Sequential:
+    """``chain`` if all its tensors are on ``device``, else a copy moved there (the caller's stays put)."""
+    tensors = [*chain.parameters(), *chain.buffers()]
+    if all(t.device == device for t in tensors):
+        return chain
+    return copy.deepcopy(chain).to(device)
+
+
+def _data_on_device(data: DeviceData, device: torch.device) -> DeviceData:
+    """``data`` with its tensors on ``device`` (copied once if they are elsewhere)."""
+    moved = {name: getattr(data, name).to(device) for name in ("x_train", "y_train", "x_test", "y_test")}
+    if all(moved[name] is getattr(data, name) for name in moved):
+        return data
+    return dataclasses.replace(data, **moved)
+
+
+def _tensors_to(value: Any, device: torch.device) -> Any:
+    """``value`` (nested dicts, lists, tuples) with every tensor moved to ``device``."""
+    if torch.is_tensor(value):
+        return value.to(device)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.replace(value, **{f.name: _tensors_to(getattr(value, f.name), device)
+                                             for f in dataclasses.fields(value) if f.init})
+    if isinstance(value, dict):
+        return {k: _tensors_to(v, device) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        moved = [_tensors_to(v, device) for v in value]
+        return moved if isinstance(value, list) else tuple(moved)
+    return value
 
 
 class _Ledger:
@@ -105,11 +144,20 @@ class SplitEngine:
         batch_devices: concatenate devices' activations at shared server instances.
         clock: the simulated clock (stage times per round); None = every stage takes 0 s.
         total_rounds: R, for strategies whose schedule depends on t/R (GAPSL's eq. 2).
+        device: where every role's models and the data live (``"cpu"``, ``"cuda"``, a torch.device);
+            the chain and the data are copied there once when they are elsewhere.
+        client_batching: ``"auto"`` (batched on CUDA, per device on a CPU), ``"on"`` or ``"off"``:
+            devices of a group that share a cut run their client blocks as one call
+            (:mod:`trainers.batching`; docs/architecture.md "Devices and batching").
     """
 
     def __init__(self, chain: nn.Sequential, cuts: Sequence[int], strategy: "Strategy", data: DeviceData,
                  optimizer: OptimizerSpec | dict[str, Any], batch_size: int, seed: int = 0, interval: int = 1,
-                 batch_devices: bool = True, clock: "SimClock | None" = None, total_rounds: int | None = None) -> None:
+                 batch_devices: bool = True, clock: "SimClock | None" = None, total_rounds: int | None = None,
+                 device: torch.device | str = "cpu", client_batching: str = "auto") -> None:
+        self.device = torch.device(device)
+        chain = _on_device(chain, self.device)
+        data = _data_on_device(data, self.device)
         self.template = chain
         self.num_blocks = len(chain)
         self.num_devices = len(data.parts)
@@ -124,7 +172,8 @@ class SplitEngine:
         self.cuts = self._check_cuts(cuts)
         self.rng = np.random.default_rng([seed, 5])
         self.rounds_since_aggregation = 0
-        self.label_counts = [np.bincount(data.y_train[torch.from_numpy(np.asarray(p))].numpy(), minlength=self.num_classes)
+        labels = data.y_train.cpu()
+        self.label_counts = [np.bincount(labels[torch.from_numpy(np.asarray(p))].numpy(), minlength=self.num_classes)
                              for p in data.parts]
         strategy.validate(self.context(0))
         self.devices = self._make_devices(chain, data, batch_size, seed, strategy.optimizer("client", self.optimizer))
@@ -132,6 +181,10 @@ class SplitEngine:
                                concatenate=batch_devices)
         self.fed = self._make_fed()
         self.async_state: dict[str, Any] | None = None
+        self.batcher = ClientBatcher(chain) if use_batching(check_choice(client_batching, CLIENT_BATCHING,
+                                                                          "client_batching"), self.device) else None
+        self.defer_checks = self.device.type != "cpu"   # NaN/inf checks read once per round (trainers.messages)
+        self._eval_blocks: dict[int, nn.Module] = {}
         self._reset_counters()
 
     def _make_devices(self, chain: nn.Sequential, data: DeviceData, batch_size: int, seed: int,
@@ -173,7 +226,12 @@ class SplitEngine:
     # ---- one synchronous round ----------------------------------------------------------------------
     def run_round(self, round_index: int) -> RoundStats:
         """Round t: participants step once each (in the strategy's groups), then the strategy's
-        hand-offs and aggregation; simulated seconds from the event times."""
+        hand-offs and aggregation; simulated seconds from the event times. Off the CPU
+        (``defer_checks``) the round's NaN/inf checks are read once, at its end."""
+        with deferred_finite_checks(self.defer_checks):
+            return self._run_round(round_index)
+
+    def _run_round(self, round_index: int) -> RoundStats:
         self._reset_counters()
         if self.strategy.asynchronous:
             return self._run_async_round(round_index)
@@ -252,7 +310,11 @@ class SplitEngine:
 
     def _forward_all(self, round_index: int, group: Sequence[int], batch: dict[int, int]) -> dict[int, Activation]:
         """Every device of ``group`` runs its client forward (eq. 2) and sends its activation. Here one
-        after the other; a runtime may run them concurrently (the torch.distributed one does)."""
+        after the other, or devices sharing a cut as one batched call (``client_batching``; their
+        replies, delivered one by one, complete it); a runtime may run them concurrently (the
+        torch.distributed one does)."""
+        if self.batcher is not None and len(group) > 1:
+            return self.batcher.forward([self.devices[d] for d in group], round_index, batch)
         return {d: self.devices[d].forward(round_index, batch[d]) for d in group}
 
     def _backward_all(self, replies: dict[int, CutGradient]) -> None:
@@ -461,7 +523,9 @@ class SplitEngine:
 
     def averaged_model(self, devices: Sequence[int] | None = None) -> nn.Sequential:
         """The virtual global model w̄ = (1/N)Σ_i w_i (docs/model.md §2.1): block-wise parameter mean over the
-        devices' models (live modules reused where all devices share one instance)."""
+        devices' models (live modules reused where all devices share one instance). The averaged
+        blocks are the engine's evaluation modules, made once and loaded with the averages at every
+        call: the next call overwrites them (``copy.deepcopy`` the result to keep it)."""
         devices = list(range(self.num_devices)) if devices is None else list(devices)
         blocks = []
         for j in range(self.num_blocks):
@@ -473,22 +537,25 @@ class SplitEngine:
                 blocks.append(next(iter(modules.values()))[0])
                 continue
             ms = list(modules.values())
-            target = copy.deepcopy(ms[0][0])
+            target = self._eval_blocks.get(j)
+            if target is None:
+                target = self._eval_blocks[j] = copy.deepcopy(ms[0][0])
             target.load_state_dict(weighted_mean([m.state_dict() for m, _ in ms], [float(c) for _, c in ms]))
             blocks.append(target)
         return nn.Sequential(*blocks)
 
     def check_models_finite(self, round_index: int) -> None:
-        """Raise NonFiniteError naming the round and device (or the server instance) on NaN/inf."""
-        for dev in self.devices:
-            check_device_finite(dev, round_index)
-        self._check_edge_finite(round_index)
+        """Raise NonFiniteError naming the round and device (or the server instance) on NaN/inf
+        (one reduction over every parameter; the first offending one is named)."""
+        items = [item for dev in self.devices for item in device_finite_items(dev)]
+        check_all_finite(items + self._edge_finite_items(), round_index)
+
+    def _edge_finite_items(self) -> list[tuple[torch.Tensor, str, int | str]]:
+        return [(p, f"server model block {j + 1}", owner if owner is not None else "shared server")
+                for (owner, j), module in self.edge.instances.items() for p in module.parameters()]
 
     def _check_edge_finite(self, round_index: int) -> None:
-        for (owner, j), module in self.edge.instances.items():
-            for p in module.parameters():
-                check_finite(p.detach(), f"server model block {j + 1}", round_index,
-                             owner if owner is not None else "shared server")
+        check_all_finite(self._edge_finite_items(), round_index)
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, batch_size: int = 1000, max_samples: int | None = None) -> tuple[float, float]:
@@ -496,18 +563,19 @@ class SplitEngine:
         x, y = self.data.x_test, self.data.y_test
         if max_samples is not None:
             x, y = x[:max_samples], y[:max_samples]
-        correct, loss_sum = 0, 0.0
+        correct = torch.zeros((), dtype=torch.int64, device=x.device)        # summed where the data are,
+        loss_sum = torch.zeros((), dtype=torch.float64, device=x.device)     # read once at the end
         was_training = model.training
         model.eval()  # BatchNorm uses its running statistics and Dropout is off; no RNG is consumed
         try:
             for start in range(0, x.shape[0], batch_size):
                 logits = model(x[start:start + batch_size])
                 target = y[start:start + batch_size]
-                loss_sum += float(nn.functional.cross_entropy(logits, target, reduction="sum"))
-                correct += int((logits.argmax(1) == target).sum())
+                loss_sum += nn.functional.cross_entropy(logits, target, reduction="sum").double()
+                correct += (logits.argmax(1) == target).sum()
         finally:
             model.train(was_training)
-        return correct / x.shape[0], loss_sum / x.shape[0]
+        return int(correct) / x.shape[0], float(loss_sum) / x.shape[0]
 
     # ---- checkpoint ---------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -527,5 +595,5 @@ class SplitEngine:
         self.edge.load_state_dict(state["edge"])
         self.fed.load_state_dict(state["fed"])
         self.rng.bit_generator.state = state["rng"]
-        self.strategy.load_state_dict(state["strategy"])
+        self.strategy.load_state_dict(_tensors_to(state["strategy"], self.device))
         self.async_state = copy.deepcopy(state.get("async"))

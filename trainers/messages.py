@@ -20,8 +20,10 @@ int64. The simulator and the torch.distributed runtime deliver the same objects.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -38,10 +40,86 @@ def tensor_bytes(t: torch.Tensor | None) -> int:
     return 0 if t is None else t.numel() * t.element_size()
 
 
+_DEFERRED: ContextVar["list[tuple[torch.Tensor, Callable[[], NonFiniteError | None]]] | None"] = \
+    ContextVar("adaptplan_deferred_finite_checks", default=None)
+
+
+def _nonfinite(what: str, round_index: int, device: int | str) -> NonFiniteError:
+    return NonFiniteError(f"NaN or inf in {what} at round {round_index}, device {device}")
+
+
 def check_finite(t: torch.Tensor, what: str, round_index: int, device: int | str) -> None:
-    """Raise :class:`NonFiniteError` naming ``what``, the round and the device if ``t`` has NaN/inf."""
+    """Raise :class:`NonFiniteError` naming ``what``, the round and the device if ``t`` has NaN/inf
+    (inside :func:`deferred_finite_checks`: when that scope ends)."""
+    pending = _DEFERRED.get()
+    if pending is not None:
+        pending.append((torch.isfinite(t).all(), lambda: _nonfinite(what, round_index, device)))
+        return
     if not bool(torch.isfinite(t).all()):
-        raise NonFiniteError(f"NaN or inf in {what} at round {round_index}, device {device}")
+        raise _nonfinite(what, round_index, device)
+
+
+def check_all_finite(items: Sequence[tuple[torch.Tensor, str, int | str]], round_index: int) -> None:
+    """:func:`check_finite` of every ``(tensor, what, device)`` with one reduction over all of them
+    (the largest |x| of each tensor in one multi-tensor kernel); on a failure the first offending
+    item is named, as a check of each in turn would."""
+    tensors = [t.detach() for t, _, _ in items if t.numel()]
+    if not tensors:
+        return
+    try:
+        largest = torch._foreach_norm(tensors, float("inf"))
+    except (RuntimeError, TypeError, NotImplementedError):     # an older torch without the ∞-norm there
+        largest = [t.abs().amax() for t in tensors]
+    flag = torch.isfinite(torch.stack([m.float() for m in largest])).all()
+
+    def first() -> NonFiniteError | None:
+        for t, what, device in items:
+            if not bool(torch.isfinite(t).all()):
+                return _nonfinite(what, round_index, device)
+        return None
+
+    pending = _DEFERRED.get()
+    if pending is not None:
+        pending.append((flag, first))
+    elif not bool(flag):
+        raise first() or NonFiniteError(f"NaN or inf at round {round_index}")
+
+
+def _first_failure(pending: list[tuple[torch.Tensor, Callable[[], NonFiniteError | None]]]) -> NonFiniteError | None:
+    if not pending:
+        return None
+    where = pending[0][0].device
+    flags = torch.stack([flag.to(where) for flag, _ in pending])
+    if bool(flags.all()):                                            # the one host synchronisation
+        return None
+    return pending[int((~flags).nonzero()[0, 0])][1]() or NonFiniteError("NaN or inf (found by a deferred check)")
+
+
+@contextmanager
+def deferred_finite_checks(enabled: bool = True) -> Iterator[None]:
+    """Within this scope :func:`check_finite` only queues its test on the tensors' device; the scope's
+    end reads all of them at once (one host synchronisation instead of one per message) and raises
+    the :class:`NonFiniteError` of the first failed check, with the same message an immediate check
+    gives. An exception raised inside the scope gives way to that NonFiniteError when a queued check
+    failed (a NaN that went on to break something else is reported as the NaN). Off (``enabled``
+    False): checks are immediate; nested scopes join the outer one."""
+    if not enabled or _DEFERRED.get() is not None:
+        yield
+        return
+    pending: list = []
+    token = _DEFERRED.set(pending)
+    try:
+        yield
+    except BaseException as exc:
+        _DEFERRED.reset(token)
+        error = _first_failure(pending) if isinstance(exc, Exception) else None
+        if error is not None:
+            raise error from exc
+        raise
+    _DEFERRED.reset(token)
+    error = _first_failure(pending)
+    if error is not None:
+        raise error
 
 
 @dataclass

@@ -45,6 +45,14 @@ def has_batch_coupling(module: nn.Module) -> bool:
     return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in module.modules())
 
 
+def index_tensor(indices: np.ndarray, device: torch.device) -> torch.Tensor:
+    """Sample indices as a tensor on ``device`` (on CUDA through pinned memory, without waiting for the GPU)."""
+    idx = torch.from_numpy(np.ascontiguousarray(indices))
+    if device.type == "cuda":
+        return idx.pin_memory().to(device, non_blocking=True)
+    return idx.to(device)
+
+
 def block_state(module: nn.Module, optimizer: RoleOptimizer | None = None) -> BlockState:
     """A block's state (live tensors, detached) and, if ``optimizer`` is given, its parameters' optimizer state."""
     state = {k: v.detach() for k, v in module.state_dict().items()}
@@ -57,6 +65,7 @@ class _Pending:
     round: int
     step: int
     activation: torch.Tensor
+    batch: Any = None       # the trainers.batching.ClientBatch that computed it, if batched with other devices
 
 
 class Device:
@@ -94,38 +103,59 @@ class Device:
 
     def label_counts(self, num_classes: int) -> np.ndarray:
         """Samples per class in 𝒟_i (the label histogram a device may share, e.g. SCALA's P_k)."""
-        return np.bincount(self.y[torch.from_numpy(self.sampler.indices)].numpy(), minlength=num_classes)
+        return np.bincount(self.y[torch.from_numpy(self.sampler.indices).to(self.y.device)].cpu().numpy(),
+                           minlength=num_classes)
 
     # ---- the exchange -------------------------------------------------------------------------------
     def forward(self, round_index: int, batch_size: int | None = None) -> Activation:
         """Eq. (2): a_i^t = φ(x_i^t; w_{c,i}); keeps the graph until :meth:`backward`."""
+        self.check_idle(round_index)
+        x, y = self.samples(self.sampler.next(batch_size))
+        h = x
+        for block in self.blocks:
+            h = block(h)
+        return self.send(round_index, h, y)
+
+    def check_idle(self, round_index: int) -> None:
+        """A device starts a step only when its previous activation has been answered."""
         if self.pending is not None:
             raise MessageMismatchError(f"device {self.index} starts round {round_index} with an unanswered activation "
                                        f"(round {self.pending.round}, step {self.pending.step})")
-        idx = torch.from_numpy(self.sampler.next(batch_size))
-        h, y = self.x[idx], self.y[idx]
-        for block in self.blocks:
-            h = block(h)
+
+    def samples(self, indices: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """The inputs and labels of sample ``indices`` (drawn by the sampler), on the data's device."""
+        idx = index_tensor(indices, self.x.device)
+        return self.x[idx], self.y[idx]
+
+    def send(self, round_index: int, h: torch.Tensor, y: torch.Tensor, batch: Any = None) -> Activation:
+        """Keep ``h`` (with its graph) as the pending activation of the next step and emit its message;
+        ``batch`` is the :class:`trainers.batching.ClientBatch` that computed ``h``, if any."""
         check_finite(h.detach(), "client activation", round_index, self.index)
         self.step += 1
-        self.pending = _Pending(round_index, self.step, h)
+        self.pending = _Pending(round_index, self.step, h, batch)
         return Activation(self.index, round_index, self.step, h.detach(), y)
 
     def backward(self, msg: CutGradient) -> None:
         """Eq. (6): back-propagate the cut gradient and step w_{c,i}; ``msg.tensor is None`` drops
-        the step. The tags must match the pending activation, the shape its shape."""
+        the step. The tags must match the pending activation, the shape its shape. An activation
+        computed in a batch with other devices is handed back to that batch, which back-propagates
+        and steps all of them once the last has its reply."""
         pending = self.pending
         if msg.device != self.index or pending is None or (msg.round, msg.step) != (pending.round, pending.step):
             expected = "nothing" if pending is None else f"(device {self.index}, round {pending.round}, step {pending.step})"
             raise MessageMismatchError(f"gradient for (device {msg.device}, round {msg.round}, step {msg.step}) "
                                        f"delivered to device {self.index}, which expects {expected}")
         self.pending = None
+        if msg.tensor is not None:
+            if msg.tensor.shape != pending.activation.shape:
+                raise MessageMismatchError(f"gradient shape {tuple(msg.tensor.shape)} ≠ activation shape "
+                                           f"{tuple(pending.activation.shape)} (device {self.index}, round {msg.round})")
+            check_finite(msg.tensor, "gradient message", msg.round, self.index)
+        if pending.batch is not None:
+            pending.batch.deliver(self, msg.tensor)
+            return
         if msg.tensor is None:
             return
-        if msg.tensor.shape != pending.activation.shape:
-            raise MessageMismatchError(f"gradient shape {tuple(msg.tensor.shape)} ≠ activation shape "
-                                       f"{tuple(pending.activation.shape)} (device {self.index}, round {msg.round})")
-        check_finite(msg.tensor, "gradient message", msg.round, self.index)
         if pending.activation.requires_grad:
             pending.activation.backward(msg.tensor)
         self.optimizer.step()

@@ -40,6 +40,7 @@ from trainers.checkpoint import file_digest, load_checkpoint, save_checkpoint
 from trainers.clock import SimClock
 from trainers.config import TrainConfig
 from trainers.datasets import Dataset, load_dataset
+from trainers.devices import resolve_device
 from trainers.engine import DeviceData, SplitEngine
 from trainers.history import History, RoundRecord
 from trainers.messages import NonFiniteError
@@ -50,8 +51,10 @@ from trainers.strategies import make_strategy
 
 
 RESUMABLE = ("rounds", "resume", "overwrite", "progress", "out", "checkpoint_every", "threads", "target_accuracy",
-             "eval_every", "distributed", "ranks", "emulate_links", "rank_timeout")
-"""Options a resumed run may change; every other one must equal the checkpointed run's."""
+             "eval_every", "device", "client_batching", "distributed", "ranks", "emulate_links", "rank_timeout")
+"""Options a resumed run may change; every other one must equal the checkpointed run's. (A checkpoint
+holds CPU tensors whatever the device that wrote it, so ``device`` may change; results then agree
+up to floating-point rounding instead of bit for bit.)"""
 
 
 # ---- planning ---------------------------------------------------------------------------------------------
@@ -120,6 +123,7 @@ class Trainer:
                  engine_factory: Callable[..., SplitEngine] = SplitEngine) -> None:
         config.validate()
         self.config = config
+        self.device = resolve_device(config.device, field="device")       # no GPU for --device cuda: before any work
         self.strategy = make_strategy(config.algorithm, config.extra)     # its options are checked before any work
         if config.threads:
             torch.set_num_threads(config.threads)
@@ -179,7 +183,8 @@ class Trainer:
                                   DeviceData(self.dataset.x_train, self.dataset.y_train, x_test, y_test, parts,
                                              self.dataset.num_classes),
                                   config.optimizer_spec(), config.batch_size, seed=config.seed, interval=interval,
-                                  batch_devices=config.batch_devices, clock=self.clock, total_rounds=config.rounds)
+                                  batch_devices=config.batch_devices, clock=self.clock, total_rounds=config.rounds,
+                                  device=self.device, client_batching=config.client_batching)
         self.history = History(meta={"config": config.to_json(), "plan_source": event["source"],
                                      "num_blocks": len(self.blocks), "block_names": self.block_names,
                                      "target_accuracy": config.target_accuracy,
@@ -256,7 +261,8 @@ class Trainer:
     def state_dict(self, round_index: int, wall: float) -> dict[str, Any]:
         """The run's state: tensors and plain values only (trainers.checkpoint loads it with weights_only)."""
         name, keys, pos, has_gauss, cached = np.random.get_state()
-        return {"round": round_index, "engine": self.engine.state_dict(), "torch_rng": torch.get_rng_state(),
+        extra = {"cuda_rng": torch.cuda.get_rng_state(self.device)} if self.device.type == "cuda" else {}
+        return {**extra, "round": round_index, "engine": self.engine.state_dict(), "torch_rng": torch.get_rng_state(),
                 "numpy_rng": [name, keys, int(pos), int(has_gauss), float(cached)], "clock_seconds": self.clock.seconds,
                 "last_replan": self.last_replan, "wall_seconds": wall, "history": self.history.to_json(),
                 "config": self.config.to_json(), "partitions": [p.copy() for p in self.engine.data.parts],
@@ -293,6 +299,8 @@ class Trainer:
             self.engine.data.parts = [np.asarray(p) for p in state["partitions"]]
             self.engine.load_state_dict(state["engine"])
             torch.set_rng_state(state["torch_rng"])
+            if self.device.type == "cuda" and "cuda_rng" in state:
+                torch.cuda.set_rng_state(state["cuda_rng"], self.device)
             name, keys, pos, has_gauss, cached = state["numpy_rng"]
             np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
             self.engine.check_models_finite(round_index)
@@ -433,7 +441,8 @@ class Trainer:
         b = self.config.batch_size
         batches = iterate_batches(self.dataset.x_train, self.dataset.y_train, b, 8, seed=t)
         chain = Chain(self.engine.averaged_model(), list(self.block_names))
-        return estimate_constants(chain, batches, gamma=self.config.lr, epsilon=epsilon, num_batches=8, seed=t)
+        return estimate_constants(chain, batches, gamma=self.config.lr, epsilon=epsilon, num_batches=8, seed=t,
+                                  device=self.device)
 
 
 def run(config: TrainConfig, **kwargs: Any) -> History:

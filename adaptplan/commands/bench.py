@@ -7,7 +7,9 @@ from pathlib import Path
 
 from adaptplan.errors import InputError
 from adaptplan.flags import float_flag, int_flag
-from adaptplan.limits import MAX_BATCH_SIZE, MAX_DEVICES, MAX_NOISE_CV, MAX_SEED, MAX_STEPS, MAX_THREADS
+from adaptplan.commands.train import add_device_options
+from adaptplan.limits import (MAX_BATCH_SIZE, MAX_CUT_POINTS, MAX_DEVICES, MAX_NOISE_CV, MAX_SEED, MAX_STEPS,
+                              MAX_THREADS)
 from trainers.config import ALGORITHMS, MAX_LR
 
 MAX_BENCH_DEVICES = 1000    # simulated devices of `bench engine`
@@ -31,12 +33,19 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "constants of docs/model.md §6.1)")
     solvers.add_argument("--devices", type=int_flag(1, MAX_DEVICES, "devices"), default=20, help="generated devices when --system is not given (default 20)")
     solvers.set_defaults(func=run_solvers)
-    engine = which.add_parser("engine", help="samples/s of simulated SFL (20 devices) vs centralized training, same process")
+    engine = which.add_parser("engine", help="samples/s of simulated SFL (20 devices) vs centralized training, same "
+                              "process and device")
     engine.add_argument("--devices", type=int_flag(1, MAX_BENCH_DEVICES, "devices"), default=20, help="number of simulated devices (default 20)")
     engine.add_argument("--rounds", type=int_flag(1, MAX_BENCH_ROUNDS, "rounds"), default=10, help="measured rounds per side (default 10)")
     engine.add_argument("--batch-size", type=int_flag(1, MAX_BATCH_SIZE, "samples"), default=16, help="samples per device per round (default 16)")
-    engine.add_argument("--algorithm", default="adaptsfl", help="split algorithm to time (default adaptsfl)")
+    engine.add_argument("--algorithm", default="adaptsfl",
+                        help="split algorithm(s) to time, comma-separated, or all (default adaptsfl)")
+    engine.add_argument("--model", default="cnn", help="model of both sides on 3x32x32 inputs, 10 classes: cnn (default), "
+                        "vgg16-cifar, mlp, or any --model of adaptplan train")
+    engine.add_argument("--cut", type=int_flag(1, MAX_CUT_POINTS, "cut points"), default=1,
+                        help="every device's cut, 1-based on the model's cut points (default 1)")
     engine.add_argument("--threads", type=int_flag(1, MAX_THREADS, "threads"), help="torch CPU threads (default: torch's choice)")
+    add_device_options(engine)
     engine.add_argument("--repeats", type=int_flag(1, MAX_BENCH_ROUNDS, "repeats"), default=3, help="interleaved repeats; each side keeps its best (default 3)")
     engine.add_argument("--json", action="store_true", help="print the measurements as JSON")
     engine.set_defaults(func=run_engine)
@@ -92,6 +101,7 @@ def _training_options(parser: argparse.ArgumentParser, rounds: int, target: floa
                         help=f"target test accuracy, a fraction (default {target})")
     parser.add_argument("--workers", type=int_flag(1, MAX_THREADS, "processes"),
                         help="worker processes, one torch thread each (default: all cores)")
+    add_device_options(parser)
 
 
 def _check_training_options(args: argparse.Namespace, *more: str) -> None:
@@ -102,6 +112,13 @@ def _check_training_options(args: argparse.Namespace, *more: str) -> None:
             raise InputError(f"must be ≥ 1, got {value}", field=flag)
     if not 0 < args.target_accuracy <= 1:
         raise InputError(f"must be a fraction in (0, 1], got {args.target_accuracy}", field="--target-accuracy")
+
+
+def _check_device(args: argparse.Namespace) -> None:
+    """``--device cuda`` without a GPU fails here, once, before any worker starts."""
+    from trainers.devices import resolve_device
+
+    resolve_device(args.device)
 
 
 def run_solvers(args: argparse.Namespace) -> int:
@@ -127,11 +144,22 @@ def run_engine(args: argparse.Namespace) -> int:
     import sys
 
     from adaptplan.bench_engine import header, run_engine_bench
+    from trainers.config import check_choice
+    from trainers.devices import resolve_device
+    from trainers.models import check_model
 
-    print(header(args.devices, args.batch_size, args.rounds, args.algorithm, args.repeats), file=sys.stderr, flush=True)
+    names = [a.strip() for a in args.algorithm.split(",") if a.strip()]
+    algorithms = list(ALGORITHMS) if names == ["all"] else [check_choice(a, ALGORITHMS, "--algorithm") for a in names]
+    if not algorithms:
+        raise InputError("name at least one algorithm", field="--algorithm")
+    check_model(args.model, "--model")
+    device = resolve_device(args.device)
+    print(header(args.devices, args.batch_size, args.rounds, algorithms, args.repeats, args.model, device.type, args.cut),
+          file=sys.stderr, flush=True)
 
-    result = run_engine_bench(devices=args.devices, batch_size=args.batch_size, rounds=args.rounds,
-                              algorithm=args.algorithm, threads=args.threads, repeats=args.repeats)
+    result = run_engine_bench(devices=args.devices, batch_size=args.batch_size, rounds=args.rounds, cut=args.cut,
+                              algorithm=algorithms, threads=args.threads, repeats=args.repeats, model=args.model,
+                              device=device, client_batching=args.client_batching)
     print(json.dumps(result.to_json(), indent=2) if args.json else result.report())
     return 0
 
@@ -146,6 +174,7 @@ def run_algorithms(args: argparse.Namespace) -> int:
     _check_training_options(args, "--batch-size")
     if not algorithms or not partitions:
         raise InputError("name at least one algorithm and one partition", field="--algorithms")
+    _check_device(args)
     cuts = None
     if args.cuts:
         try:
@@ -159,7 +188,8 @@ def run_algorithms(args: argparse.Namespace) -> int:
                                         dataset=args.dataset, model=args.model, lr=args.lr, momentum=args.momentum,
                                         batch_size=args.batch_size, eval_every=args.eval_every, seed=args.seed,
                                         target=args.target_accuracy, workers=args.workers, cuts=cuts,
-                                        test_samples=args.test_samples)
+                                        test_samples=args.test_samples, device=args.device,
+                                        client_batching=args.client_batching)
     text = bench.table(results, args.target_accuracy)
     print(text)
     if out is not None:
@@ -182,6 +212,7 @@ def run_training(args: argparse.Namespace) -> int:
         raise InputError("fixed-cut needs a cut; compare it with adaptplan train --policy fixed-cut --cuts J", field="--policies")
     partitions = list(bench.PARTITIONS) if args.partition == "both" else [check_choice(args.partition, bench.PARTITIONS + ("both",), "--partition")]
     _check_training_options(args, "--replan-every")
+    _check_device(args)
     if not policies:
         raise InputError("name at least one policy", field="--policies")
     out = Path(args.out) if args.out else None
@@ -195,7 +226,8 @@ def run_training(args: argparse.Namespace) -> int:
                                        dataset=args.dataset, model=args.model, lr=args.lr, momentum=args.momentum,
                                        eval_every=args.eval_every, seed=args.seed, target=args.target_accuracy,
                                        replan_every=args.replan_every, workers=args.workers,
-                                       test_samples=args.test_samples, noise_cv=args.noise_cv, sweep=sweep)
+                                       test_samples=args.test_samples, noise_cv=args.noise_cv, sweep=sweep,
+                                       device=args.device, client_batching=args.client_batching)
     text = bench.table(results, args.target_accuracy, more)
     if sweep is not None:
         text += "\n" + bench.sweep_table(results, sweep[0])

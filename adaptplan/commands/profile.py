@@ -15,7 +15,7 @@ from adaptplan.errors import InputError
 from adaptplan.fileio import show
 from adaptplan.flags import int_flag, positive_float_flag
 from adaptplan.limits import MAX_BITS_PER_VALUE, MAX_INPUT_VALUES, MAX_NUM_CLASSES
-from trainers.config import MODELS, OWN_MODEL_HELP
+from trainers.config import DEVICES, MODELS, OWN_MODEL_HELP
 
 
 MAX_PROFILE_BATCH = 4096   # samples per timed or statistics batch
@@ -56,6 +56,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     grads.add_argument("--batch-size", type=int_flag(1, MAX_PROFILE_BATCH, "samples"), default=16, help="samples per mini-batch b (default: 16)")
     grads.add_argument("--gamma", type=positive_float_flag(), default=0.01, help="learning rate gamma written to the constants (dimensionless, default: 0.01)")
     grads.add_argument("--epsilon", type=positive_float_flag(), default=0.1, help="target average squared gradient norm epsilon (dimensionless, default: 0.1)")
+    grads.add_argument("--device", choices=DEVICES, default="auto", help="where the statistics are computed: auto "
+                       "(default: cuda when torch sees a GPU, else cpu), cpu or cuda (an error where there is no GPU)")
     parser.set_defaults(func=run)
 
 
@@ -80,6 +82,10 @@ def run(args: argparse.Namespace) -> int:
     shape = parse_shape(args.input)
     if args.grad_stats and (not args.dataset or not args.constants_out):
         raise InputError("--grad-stats needs --dataset NAME and --constants-out FILE", field="--grad-stats")
+    if args.grad_stats:
+        from trainers.devices import resolve_device
+
+        args.torch_device = resolve_device(args.device)   # no GPU for --device cuda: before any work
     from profilers.chain import build_chain
     from profilers.models import check_model_output, describe
     from profilers.profile import profile_model
@@ -138,7 +144,7 @@ def _grad_stats(args: argparse.Namespace, chain: Any, data: Any) -> Any:
 
     batches = iterate_batches(data.x_train, data.y_train, args.batch_size, args.batches)
     return estimate_constants(chain, batches, gamma=args.gamma, epsilon=args.epsilon, num_batches=args.batches,
-                              progress=True)
+                              progress=True, device=args.torch_device)
 
 
 def format_table(profile: Any, shapes: list[tuple[int, ...]]) -> str:

@@ -11,7 +11,8 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from adaptplan.errors import InputError
-from trainers.config import (ALGORITHM_OPTIONS, ALGORITHMS, DATASETS, MODELS, OPTIMIZERS, OWN_MODEL_HELP,
+from trainers.config import (ALGORITHM_OPTIONS, ALGORITHMS, CLIENT_BATCHING, DATASETS, DEVICES, MODELS, OPTIMIZERS,
+                              OWN_MODEL_HELP,
                               PARTITIONS, POLICIES)
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -79,8 +80,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--checkpoint-every", type=int, help="write a checkpoint every K rounds (needs --out)")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its checkpoint with the options it was started with (only "
-                        "--rounds, --eval-every, --checkpoint-every, --threads, --target-accuracy, --no-progress and the "
-                        "distributed-run options may be given anew)")
+                        "--rounds, --eval-every, --checkpoint-every, --threads, --device, --client-batching, "
+                        "--target-accuracy, --no-progress and the distributed-run options may be given anew)")
     p.add_argument("--overwrite", action="store_true", help="replace the run already in --out (its history, checkpoint "
                    "and plot are removed first)")
     p.add_argument("--allow-fallback", action="store_true",
@@ -100,6 +101,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--download", action="store_true",
                    help="let torchvision fetch cifar10/cifar100/mnist/fashion-mnist into --data-root (needs a network)")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    add_device_options(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     dist = p.add_argument_group("distributed runs (torch.distributed, gloo; docs/distributed.md)")
     dist.add_argument("--distributed", action="store_true",
@@ -116,6 +118,19 @@ def register(sub: argparse._SubParsersAction) -> None:
                            "must exceed one device rank's work in a round); the other ranks wait 1.5x this for rank 0's "
                            "next command (must exceed rank 0's longest pause, e.g. an evaluation)")
     p.set_defaults(func=run, parser=p)
+
+
+def add_device_options(p: argparse.ArgumentParser, batching: bool = True) -> None:
+    """``--device`` and (with ``batching``) ``--client-batching``, shared by train and the benchmarks."""
+    p.add_argument("--device", choices=DEVICES, default="auto",
+                   help="where models and data live: auto (default: cuda when torch sees a GPU, else cpu), cpu or cuda "
+                        "(an error where there is no GPU)")
+    if batching:
+        p.add_argument("--client-batching", choices=CLIENT_BATCHING, default="auto",
+                       help="run the client blocks of devices that share a cut as one call (stacked per-device weights, "
+                            "torch.func.vmap; same results up to rounding): auto (default: on with cuda, off on a cpu, "
+                            "where per-device calls are faster), on or off; models with BatchNorm or Dropout stay "
+                            "per device")
 
 
 def flag_of(field: str) -> str:
@@ -152,8 +167,8 @@ def _fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
         target_accuracy=args.target_accuracy, system_path=args.system, system_seed=args.system_seed,
         redraw_resources=not args.static_resources, constants_path=args.constants, data_root=args.data_root,
         download=args.download, threads=args.threads, progress=not args.no_progress, optimizer=args.optimizer,
-        clip_norm=args.clip_norm, distributed=args.distributed, ranks=args.ranks, emulate_links=args.emulate_links,
-        rank_timeout=args.rank_timeout,
+        clip_norm=args.clip_norm, device=args.device, client_batching=args.client_batching,
+        distributed=args.distributed, ranks=args.ranks, emulate_links=args.emulate_links, rank_timeout=args.rank_timeout,
         extra={o.name: getattr(args, f"opt_{o.name}") for o in ALGORITHM_OPTIONS if getattr(args, f"opt_{o.name}") is not None},
     )
 

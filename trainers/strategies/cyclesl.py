@@ -59,10 +59,11 @@ class CycleSL(Strategy):
         features = torch.cat([a.tensor for a in arrivals]).detach()                          # CSL-2
         labels = torch.cat([a.labels for a in arrivals])
         sizes = [float(ctx.data_sizes[d]) if self.sample_weight == "data_size" else 1.0 for d in devices]
-        weights = torch.cat([torch.full((a.batch_size,), w) for a, w in zip(arrivals, sizes)])
+        weights = torch.cat([torch.full((a.batch_size,), w, device=features.device) for a, w in zip(arrivals, sizes)])
         owners = edge.owners(devices)
         steps = 0
         for idx in self.server_batches(ctx, features.shape[0]):                               # CSL-4
+            idx = idx.to(features.device)
             per_sample = nn.functional.cross_entropy(edge.run_features(features[idx], devices[0]), labels[idx],
                                                      reduction="none")
             loss = (weights[idx] * per_sample).sum() / weights[idx].sum()                      # CSL-3

@@ -87,7 +87,7 @@ class GAPSL(Strategy):
         theta = angles(grads, lead)[:, 0]                                          # eq. (5)
         th = max(min(float(theta.mean()) - self.eta_th * float(theta.std(unbiased=False)), math.pi / 2), 0.0)  # (6)
         aligned = [i for i in range(S) if float(theta[i]) <= th] or [int(torch.argmin(theta))]
-        off_diag = pairwise[~torch.eye(S, dtype=torch.bool)]
+        off_diag = pairwise[~torch.eye(S, dtype=torch.bool, device=pairwise.device)]
         metrics = {"leader_fraction": k, "leaders": float(n_sel), "aligned": float(len(aligned)),
                    "mean_pairwise_angle": float(off_diag.mean())}
         return aligned, lead[0], metrics

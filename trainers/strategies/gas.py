@@ -62,7 +62,7 @@ class LabelStatistics:
         mu = d * self.mean + (1 - d) * mu_b
         shift_old, shift_new = mu - self.mean, mu - mu_b
         if self.full:
-            eye = torch.eye(mu.numel(), dtype=mu.dtype)
+            eye = torch.eye(mu.numel(), dtype=mu.dtype, device=mu.device)
             self.cov = (d * (self.cov + torch.outer(shift_old, shift_old))
                         + (1 - d) * (cov_b + torch.outer(shift_new, shift_new)) + lam * eye)
         else:
@@ -72,12 +72,13 @@ class LabelStatistics:
     def sample(self, n: int, rng: np.random.Generator) -> torch.Tensor:
         """n draws from N(μ, Σ) (GAS-7): diagonal σ = √(v + 1e-5); full by Cholesky with an εI
         fallback (ε = 1e-6, ×10 per retry)."""
-        z = torch.from_numpy(rng.standard_normal((n, self.mean.numel())))
+        z = torch.from_numpy(rng.standard_normal((n, self.mean.numel()))).to(self.mean.device)
         if not self.full:
             return (self.mean + z * torch.sqrt(self.cov + REGULARISATION)).float()
         eps = 1e-6
         for _ in range(100):
-            chol, info = torch.linalg.cholesky_ex(self.cov + eps * torch.eye(self.mean.numel(), dtype=self.cov.dtype))
+            chol, info = torch.linalg.cholesky_ex(self.cov + eps * torch.eye(self.mean.numel(), dtype=self.cov.dtype,
+                                                                             device=self.cov.device))
             if int(info) == 0:
                 return (self.mean + z @ chol.T).float()
             eps *= 10
@@ -141,7 +142,7 @@ class GAS(AsyncStrategy):
         shape = self.buffer[0][0].shape[1:]
         rows = torch.cat([x.reshape(x.shape[0], -1) for x, _, _ in self.buffer])
         labels = torch.cat([y for _, y, _ in self.buffer])
-        weights = torch.cat([torch.full((y.shape[0],), w) for _, y, w in self.buffer])
+        weights = torch.cat([torch.full((y.shape[0],), w, device=rows.device) for _, y, w in self.buffer])
         for y in labels.unique().tolist():
             mask = labels == y
             self.stats.setdefault(int(y), LabelStatistics(self.full)).merge(rows[mask], weights[mask])
@@ -153,7 +154,7 @@ class GAS(AsyncStrategy):
                 n = max(0, ctx.batch_size - int(counts[y]))                                     # GAS-6
                 if n:
                     features.append(self.stats[y].sample(n, ctx.rng))                           # GAS-7
-                    targets.append(torch.full((n,), y, dtype=labels.dtype))
+                    targets.append(torch.full((n,), y, dtype=labels.dtype, device=labels.device))
                     generated += n
         x = torch.cat(features).reshape(-1, *shape)
         loss = nn.functional.cross_entropy(edge.run_features(x, device), torch.cat(targets))    # GAS-8
