@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import torch
 
-from trainers.distributed.layout import FED_RANK
+from trainers.distributed.layout import FED_RANK, SETUP_TIMEOUT_FACTOR
 from trainers.distributed.remote import Hub, RemoteBlockState, RemoteDevice, RemoteFed
 from trainers.engine import DeviceData, RoundStats, SplitEngine
 from trainers.messages import Activation, ModelDownload, NonFiniteError
@@ -46,6 +46,8 @@ class DistributedEngine(SplitEngine):
                 "batch_size": batch_size, "seed": [seed, i], "optimizer": optimizer}
         for rank, devices in by_rank.items():
             self.hub.command(rank, "setup", template=chain, devices=devices)
+        setup_wait = SETUP_TIMEOUT_FACTOR * self.hub.channel.timeout      # first use of torch on a busy machine
+        self.hub.channel.recv_many(list(by_rank), timeout=setup_wait)
         return [RemoteDevice(self.hub, i, self.cuts[i]) for i in range(len(data.parts))]
 
     def _make_fed(self) -> RemoteFed:

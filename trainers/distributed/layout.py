@@ -13,6 +13,8 @@ from dataclasses import dataclass
 EDGE_RANK = 0
 FED_RANK = 1
 FIRST_DEVICE_RANK = 2
+SETUP_TIMEOUT_FACTOR = 10
+"""Before round 1, ranks wait this many --rank-timeout for each other (data, profile, plan, first use of torch)."""
 
 
 @dataclass(frozen=True)

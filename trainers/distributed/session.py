@@ -22,14 +22,12 @@ import torch
 import torch.distributed as dist
 
 from trainers.distributed.engine import DistributedEngine
-from trainers.distributed.layout import EDGE_RANK, FED_RANK, RankLayout
+from trainers.distributed.layout import EDGE_RANK, FED_RANK, SETUP_TIMEOUT_FACTOR, RankLayout
 from trainers.distributed.remote import Hub
 from trainers.distributed.transport import AbortRun, Channel, PeerError
 from trainers.distributed.workers import DeviceRank, FedRank
 
 EXIT_RANK_FAILED = 3
-SETUP_TIMEOUT_FACTOR = 10
-"""Ranks wait this many --rank-timeout for rank 0 to load data, profile and plan before round 1."""
 
 
 class DistributedRunError(RuntimeError):

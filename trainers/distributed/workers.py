@@ -9,10 +9,12 @@ measured and sends it with its end-of-round report.
 
 from __future__ import annotations
 
+import copy
 import time
 from typing import Any
 
 import numpy as np
+import torch
 
 from trainers.distributed.layout import EDGE_RANK, FED_RANK
 from trainers.distributed.timing import StageLedger, emulated_arrival
@@ -61,10 +63,17 @@ class DeviceRank(_Loop):
         self.devices: dict[int, Device] = {}
 
     def op_setup(self, c: dict[str, Any]) -> None:
+        """Build the hosted devices, warm torch up on a copy of the chain (eval mode, zeros: no
+        random number is drawn, no state changes), then tell rank 0 this rank is ready."""
         for i, spec in c["devices"].items():
             n = int(spec["x"].shape[0])
             self.devices[i] = Device(i, c["template"], spec["cut"], spec["x"], spec["y"], np.arange(n),
                                      spec["batch_size"], spec["seed"], spec["optimizer"])
+        some = next(iter(c["devices"].values()))
+        warm = copy.deepcopy(c["template"]).eval()
+        with torch.no_grad():
+            warm(torch.zeros_like(some["x"][:2]))
+        self.channel.send({"ready": sorted(c["devices"])}, EDGE_RANK)
 
     def op_forward(self, c: dict[str, Any]) -> None:
         for i, batch in c["items"]:
