@@ -56,24 +56,47 @@ def test_resume_with_different_algorithm_is_an_input_error(tmp_path: Path) -> No
         Trainer(TrainConfig(**FAST, algorithm="sfl-v2", cuts=(3,), rounds=4, out=str(tmp_path), resume=True)).run()
 
 
-def test_replanning_with_injected_planner_moves_cuts() -> None:
+@pytest.mark.parametrize("replan_every, aggregations, replan_rounds", [
+    # the planner alternates A = ([3, 5, 5, 1], I = 3) and B = ([2, 2, 4, 4], I = 2), A first (before round 1).
+    # The devices aggregate I rounds after the last aggregation; an aggregation round t re-plans when
+    # t − (last re-plan) ≥ Q (Algorithm 1).
+    # Q = 2: 3 (→ B), 5 (5 − 3 ≥ 2 → A), 8 (→ B), 10 (→ A); the next aggregation, 13, is past round 12
+    (2, [3, 5, 8, 10], [3, 5, 8, 10]),
+    # Q = 3: 3 (→ B), 5 (5 − 3 < 3: B kept), 7 (→ A), 10 (→ B), 12 (12 − 10 < 3: B kept)
+    (3, [3, 5, 7, 10, 12], [3, 7, 10]),
+])
+def test_replanning_with_injected_planner_moves_cuts(replan_every, aggregations, replan_rounds) -> None:
+    A, B = ([3, 5, 5, 1], 3), ([2, 2, 4, 4], 2)
     calls: list[ReplanRequest] = []
 
     def fake_planner(request: ReplanRequest) -> tuple[list[int], int]:
         calls.append(request)
-        return ([3, 5, 5, 1], 3) if len(calls) % 2 else ([2, 2, 4, 4], 2)
+        return A if len(calls) % 2 else B
 
-    config = TrainConfig(**FAST, algorithm="adaptsfl", rounds=12, replan_every=2)
+    config = TrainConfig(**FAST, algorithm="adaptsfl", rounds=12, replan_every=replan_every)
     trainer = Trainer(config, planner=fake_planner)
-    assert trainer.engine.cuts == [3, 5, 5, 1] and trainer.engine.interval == 3     # initial plan from the planner
+    assert (trainer.engine.cuts, trainer.engine.interval) == A                # initial plan from the planner
     history = trainer.run()
-    replans = [e for e in history.events if e["event"] == "replan"]
-    assert replans and all(e["round"] % 1 == 0 for e in replans)
+    replans = [e for e in history.events if e["event"] != "plan"]
+    assert [e["round"] for e in replans] == replan_rounds
+    assert all(e["event"] == "replan" for e in replans)
+    # the k-th re-plan replaces the plan in force by the planner's next answer, so the cuts really move
+    in_force = [A if k % 2 == 0 else B for k in range(len(replans) + 1)]
+    for k, e in enumerate(replans):
+        assert (e["old_cuts"], e["old_interval"]) == in_force[k]
+        assert (e["cuts"], e["interval"]) == in_force[k + 1] and e["cuts"] != e["old_cuts"]
+    # the records: aggregation and re-plan flags at the derived rounds, and the plan in force during each round
+    assert [r.round for r in history.records] == list(range(1, 13))
+    assert [r.round for r in history.records if r.aggregated] == aggregations
+    assert [r.round for r in history.records if r.replanned] == replan_rounds
     for r in history.records:
-        if r.replanned:
-            assert r.aggregated                             # only at aggregation boundaries
-    assert [c.round for c in calls[1:]] == [e["round"] for e in replans]
-    assert calls[1].system.batch_size == config.batch_size
+        plan = in_force[sum(t < r.round for t in replan_rounds)]
+        assert (r.cuts, r.interval) == plan, r.round
+    assert (trainer.engine.cuts, trainer.engine.interval) == in_force[-1]
+    # the planner saw the round just finished, the plan in force and the next round's system
+    assert [c.round for c in calls] == [0, *replan_rounds]
+    assert [(c.cuts, c.interval) for c in calls[1:]] == in_force[:-1]
+    assert all(c.system.batch_size == config.batch_size for c in calls)
 
 
 def test_clock_charges_latency_model_and_wall_time_is_separate() -> None:
