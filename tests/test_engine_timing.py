@@ -36,8 +36,8 @@ E2F, F2E = EDGE_BITS / 20.0, EDGE_BITS / 16.0
 class FixedClock:
     """The same stage seconds every round, whatever the cuts."""
 
-    def __init__(self) -> None:
-        self.times = StageTimes(FP, UP, SERVER, DOWN, BP, MODEL_UP, MODEL_DOWN, E2F, F2E, B)
+    def __init__(self, times: StageTimes | None = None) -> None:
+        self.times = times or StageTimes(FP, UP, SERVER, DOWN, BP, MODEL_UP, MODEL_DOWN, E2F, F2E, B)
         self.rounds: list[int] = []
 
     def stage_times(self, round_index, cuts):
@@ -118,6 +118,43 @@ def test_adaptsfl_aggregation_times_the_edge_servers_model_messages() -> None:
     # server's upload of w_{n,0} (EDGE_BITS over E2F) at 8.125 + 20 = 28.125, whichever is later; then the
     # device downloads (28.125 + max(1, 3, 5)) and the edge server's download of the average of w_{n,0}
     # (28.125 + 16 = 44.125)
-    check(run_one_round("adaptsfl", [1, 4, 4]), 44.125,
-          {"device FP": 3.0, "uplink": 2.0, "server": 0.875, "downlink": 1.0, "device BP": 2.0,
-           "model upload": 20.0, "model download": 16.0})
+    stats = run_one_round("adaptsfl", [1, 4, 4])
+    check(stats, 44.125, {"device FP": 3.0, "uplink": 2.0, "server": 0.875, "downlink": 1.0, "device BP": 2.0,
+                          "model upload": 20.0, "model download": 16.0})
+    assert stats.bytes_server == 2 * EDGE_BITS // 8            # w_{n,0} up to the fed server and its average back
+
+
+# the small CNN cut after block 3 (conv 1→4, ReLU, 2×2 pool): activations of 4×4×4 values per sample, a
+# client model of 4·9 + 4 = 40 parameters
+ACTIVATION_BYTES = B * 4 * 4 * 4 * 4
+LABEL_BYTES = B * 8
+CLIENT_BYTES = 40 * 4
+
+
+def test_gas_asynchronous_loop_times_by_hand() -> None:
+    # GAS with N = C = 2 active devices, E = 1 local step: a device's model upload follows each step, a
+    # finished device takes its own slot back (no idle device), and two buffered models end a round.
+    times = StageTimes(np.array([3.0, 1.0]), np.array([2.0, 0.5]), np.array([4.0, 6.0]), np.array([0.5, 0.25]),
+                       np.array([1.0, 2.0]), np.array([4.0, 8.0]), np.array([1.0, 3.0]), 1.0, 1.0, B)
+    engine = SplitEngine(small_model(), [3, 3], make_strategy("gas", {"active": 2, "local_steps": 1}), make_data(2),
+                         {"lr": 0.05}, batch_size=B, seed=0, clock=FixedClock(times))
+    # round 1, both clocks at 0:
+    #   device 1 arrives first (1 + 0.5 = 1.5), served 1.5 → 7.5, back at 7.5 + 0.25 + 2 = 9.75, uploads its model
+    #     → 17.75, downloads (no global model yet: nothing to load, the time is charged) → 20.75
+    #   device 0 arrives at 3 + 2 = 5 but the server is busy until 7.5: served 7.5 → 11.5, back at 11.5 + 0.5 + 1 = 13,
+    #     uploads → 17: the second model, the fed server averages, the round ends at 17; device 0 downloads → 18
+    # round 2:
+    #   device 1 arrives at 20.75 + 1.5 = 22.25, served → 28.25, back at 30.5, uploads → 38.5, downloads → 41.5
+    #   device 0 arrives at 18 + 5 = 23, waits for the server until 28.25, served → 32.25, back at 33.75, uploads
+    #     → 37.75: the round ends; 37.75 − 17 = 20.75 s
+    stages = {"device FP": 3.0, "uplink": 2.0, "server": 10.0, "downlink": 0.5, "device BP": 2.0, "model upload": 8.0,
+              "model download": 3.0}
+    first, second = engine.run_round(1), engine.run_round(2)
+    check(first, 17.0, stages)
+    check(second, 20.75, stages)
+    assert first.participants == second.participants == [0, 1] and first.aggregated
+    # bytes: two activations (+ labels) and two model uploads up; two cut gradients down, plus the global client
+    # model for every replacement after the first average (one in round 1, two in round 2)
+    assert first.bytes_up == second.bytes_up == 2 * (ACTIVATION_BYTES + LABEL_BYTES) + 2 * CLIENT_BYTES
+    assert first.bytes_down == 2 * ACTIVATION_BYTES + CLIENT_BYTES
+    assert second.bytes_down == 2 * ACTIVATION_BYTES + 2 * CLIENT_BYTES
