@@ -75,3 +75,23 @@ def test_summary_must_be_an_object() -> None:
         History.from_json({**doc, "summary": [1, 2]})
     assert info.value.field == "history.summary"
     assert json.loads(json.dumps(doc))["summary"]["rounds"] == 1
+
+
+def test_plot_draws_accuracy_against_simulated_seconds(tmp_path, monkeypatch) -> None:
+    import matplotlib.pyplot as plt
+
+    from trainers.plotting import plot_histories
+
+    figures = []
+    close = plt.close
+    monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig) or close(fig))
+    a = History([record(1, None, 1.5), record(2, 0.25, 3.0), record(3, None, 4.0), record(4, 0.5, 6.5)])
+    b = History([record(1, 0.125, 2.0)])
+    path = plot_histories([("first", a), ("second", b)], tmp_path / "curves", title="cost $5")
+    assert path == tmp_path / "curves.png" and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (ax,) = figures[0].axes
+    lines = [(line.get_label(), list(line.get_xdata()), list(line.get_ydata())) for line in ax.get_lines()]
+    assert lines == [("first", [3.0, 6.5], [0.25, 0.5]), ("second", [2.0], [0.125])]   # evaluated rounds only
+    assert ax.get_xlabel() == "simulated time (s)" and ax.get_ylabel() == "test accuracy"
+    assert ax.get_title() == r"cost \$5"                                                # literal, not mathtext
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["first", "second"]

@@ -134,8 +134,15 @@ def test_cli_train_outputs_and_plot(tmp_path: Path, capsys) -> None:
     assert code == 0
     for name in ("history.json", "history.csv", "accuracy.png", "checkpoint.pt"):
         assert (out / name).is_file(), name
+    history = History.load(out)
+    assert [r.round for r in history.records] == [1, 2, 3, 4] and [r.round for r in history.evaluated] == [2, 4]
+    assert all(r.cuts == [3, 3, 3] and r.interval == 1 and r.aggregated for r in history.records)   # SFL-V1: I = 1
     summary = json.loads(capsys.readouterr().out)
-    assert summary["rounds"] == 4 and "time_to_target_s" in summary
+    assert summary == history.summary(0.2) and summary["rounds"] == 4 and summary["target_accuracy"] == 0.2
+    reached = [r.sim_seconds for r in history.evaluated if r.accuracy >= 0.2]
+    assert summary["time_to_target_s"] == (reached[0] if reached else None)
+    assert load_checkpoint(out)["round"] == 4                     # --checkpoint-every 2: the last at round 4
+    assert history.meta["config"]["algorithm"] == "sfl-v1" and history.meta["config"]["devices"] == 3
     assert main(["plot", str(out), str(out), "-o", str(tmp_path / "p.png")]) == 0
     assert (tmp_path / "p.png").stat().st_size > 1000
 
@@ -300,3 +307,37 @@ def test_resume_with_more_rounds_replans_like_an_uninterrupted_run(tmp_path: Pat
     full, part = History.load(tmp_path / "full"), History.load(tmp_path / "part")
     assert [r.round for r in full.records if r.replanned] == [2, 4, 6, 8]
     assert records(full) == records(part)
+
+
+def test_every_train_flag_reaches_its_config_field(tmp_path) -> None:
+    from adaptplan.cli import build_parser
+    from adaptplan.commands.train import _fields_from_args, explicit_fields, flag_of
+
+    argv = ["train", "--algorithm", "gapsl", "--dataset", "synthetic", "--model", "mlp", "--devices", "6",
+            "--partition", "dirichlet", "--alpha", "0.3", "--rounds", "7", "--plan", "p.json", "--reestimate",
+            "--replan-every", "4", "--interval", "2", "--lr", "0.02", "--momentum", "0.5", "--weight-decay", "0.001",
+            "--optimizer", "adam", "--clip-norm", "10", "--k-min", "0.3", "--gda", "double_backprop",
+            "--batch-size", "12", "--seed", "5", "--eval-every", "3", "--max-test-samples", "100", "--out", "run",
+            "--checkpoint-every", "2", "--overwrite", "--allow-fallback", "--target-accuracy", "0.6",
+            "--system", "s.json", "--system-seed", "9", "--static-resources", "--constants", "c.json",
+            "--data-root", "data", "--download", "--threads", "2", "--no-progress"]
+    args = build_parser().parse_args(argv)
+    assert _fields_from_args(args) == dict(
+        algorithm="gapsl", dataset="synthetic", model="mlp", devices=6, partition="dirichlet", dirichlet_alpha=0.3,
+        rounds=7, batch_size=12, lr=0.02, momentum=0.5, weight_decay=0.001, interval=2, cuts=None, plan_path="p.json",
+        replan_every=4, policy=None, reestimate=True, seed=5, eval_every=3, max_test_samples=100, out="run",
+        checkpoint_every=2, resume=False, overwrite=True, allow_fallback=True, target_accuracy=0.6,
+        system_path="s.json", system_seed=9, redraw_resources=False, constants_path="c.json", data_root="data",
+        download=True, threads=2, progress=False, optimizer="adam", clip_norm=10.0,
+        extra={"k_min": 0.3, "gda": "double_backprop"})
+    defaults = _fields_from_args(build_parser().parse_args(["train", "--cuts", "3,3 4", "--policy", "sfl"]))
+    assert defaults["cuts"] == [3, 3, 4] and defaults["policy"] == "sfl" and defaults["extra"] == {}
+    assert (defaults["redraw_resources"], defaults["progress"], defaults["resume"]) == (True, True, False)
+    # the flags named on a command line, as config fields (all algorithm options are "extra")
+    assert explicit_fields(args.parser, ["--alpha=0.2", "--no-progress", "--gda", "x", "--rounds", "3",
+                                         "--resume"]) == {"dirichlet_alpha", "progress", "extra", "rounds", "resume"}
+    assert explicit_fields(args.parser, ["--roundsabc"]) == set()
+    # config fields back to the flags a user typed
+    assert [flag_of(f) for f in ("dirichlet_alpha", "cuts[3]", "batch_size", "--resume", "$ADAPTPLAN_DATA_DIR",
+                                 "history.meta")] == ["--alpha", "--cuts[3]", "--batch-size", "--resume",
+                                                      "$ADAPTPLAN_DATA_DIR", "history.meta"]
