@@ -30,7 +30,15 @@ def all_params(trainer: Trainer) -> list[torch.Tensor]:
     return [p.detach() for d in range(trainer.engine.num_devices) for p in trainer.engine.device_model(d).parameters()]
 
 
-@pytest.mark.parametrize("algorithm", ["adaptsfl", "sfl-v2"])
+GAPSL_RESUME_BUG = pytest.mark.xfail(strict=True, reason=(
+    "known bug: GAPSL's leader fraction K^t = K_min + (t/T)·stab·(K_max − K_min) (eq. 2) takes T from --rounds, so "
+    "a run resumed with more --rounds ran its first rounds under the old T: round 1's K^t is 0.4 (T = 3) instead of "
+    "0.3 (T = 6) here, and when ⌈K^t·S⌉ changes the leaders and the training differ too — README promises identical "
+    "results"))
+
+
+@pytest.mark.parametrize("algorithm", ["adaptsfl", "sfl-v2", "sl", "psl", "sfl-v1", "scala", "cyclesl", "gas",
+                                       pytest.param("gapsl", marks=GAPSL_RESUME_BUG)])
 def test_resume_is_identical_to_uninterrupted(tmp_path: Path, algorithm: str) -> None:
     common = dict(FAST, algorithm=algorithm, cuts=(1, 2, 2, 4) if algorithm == "adaptsfl" else (2,), interval=2,
                   momentum=0.9, checkpoint_every=3)
@@ -42,6 +50,35 @@ def test_resume_is_identical_to_uninterrupted(tmp_path: Path, algorithm: str) ->
     assert records(full_history) == records(resumed_history)
     for a, b in zip(all_params(full), all_params(resumed)):
         assert torch.equal(a, b)
+
+
+def test_interrupted_run_resumes_identically(tmp_path: Path) -> None:
+    """A run stopped by SIGINT after round 3 (checkpoint and history saved then) and resumed with the same
+    options equals the uninterrupted run — GAPSL included, whose schedule depends on --rounds."""
+    import os
+    import signal
+
+    from trainers.run_folder import Interrupted
+
+    common = dict(FAST, algorithm="gapsl", cuts=(2,), momentum=0.9, rounds=6)
+    full = Trainer(TrainConfig(**common, out=str(tmp_path / "full"))).run()
+    part = Trainer(TrainConfig(**common, out=str(tmp_path / "part")))
+    run_round = part.engine.run_round
+
+    def interrupting(t: int):
+        stats = run_round(t)
+        if t == 3:
+            os.kill(os.getpid(), signal.SIGINT)     # honoured at the end of the round
+        return stats
+
+    part.engine.run_round = interrupting
+    with pytest.raises(Interrupted) as info:
+        part.run()
+    assert (info.value.signum, info.value.round) == (signal.SIGINT, 3)
+    assert load_checkpoint(tmp_path / "part")["round"] == 3
+    assert [r.round for r in History.load(tmp_path / "part").records] == [1, 2, 3]
+    resumed = Trainer(TrainConfig(**common, out=str(tmp_path / "part"), resume=True))
+    assert records(resumed.run()) == records(full)
 
 
 def test_fixed_seed_is_deterministic_and_seed_matters() -> None:
