@@ -185,3 +185,22 @@ def test_a_diverged_run_keeps_its_records() -> None:
     assert len(r.curve) == r.rounds and r.time_to_target_s is None and r.rounds_to_target is None
     with pytest.raises(Exception, match="unknown value 'nope'"):
         bench_runs.run_one({"group": "iid", "label": "x", "target": 0.5, "config": {**config, "algorithm": "nope"}})
+
+
+def test_a_run_diverging_in_its_first_round_reports_zero_seconds(monkeypatch) -> None:
+    import trainers.run
+    from adaptplan.errors import InputError
+    from trainers.history import History
+
+    class DivergesAtOnce:
+        def __init__(self, config) -> None:
+            self.history = History()
+
+        def run(self):
+            raise InputError("training diverged at round 1: NaN or inf in client activation", field="lr")
+
+    monkeypatch.setattr(trainers.run, "Trainer", DivergesAtOnce)
+    config = dict(algorithm="psl", dataset="synthetic", devices=2, rounds=5, cuts=(3,), progress=False)
+    r = bench_runs.run_one({"group": "iid", "label": "psl", "target": 0.5, "config": config})
+    assert (r.rounds, r.sim_seconds, r.wall_seconds, r.final_accuracy, r.curve, r.diverged_round) == (0, 0.0, 0.0, None,
+                                                                                                     [], 1)

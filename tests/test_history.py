@@ -95,3 +95,14 @@ def test_plot_draws_accuracy_against_simulated_seconds(tmp_path, monkeypatch) ->
     assert ax.get_xlabel() == "simulated time (s)" and ax.get_ylabel() == "test accuracy"
     assert ax.get_title() == r"cost \$5"                                                # literal, not mathtext
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["first", "second"]
+
+
+def test_record_lists_hold_at_most_one_entry_per_device() -> None:
+    # README input limits: at most 10,000 devices, so at most 10,000 cuts/participants in a record
+    doc = History([record(1, 0.5, 1.0)]).to_json()
+    row = doc["records"][0]
+    History.from_json({**doc, "records": [{**row, "cuts": [1] * 10_000, "participants": list(range(10_000))}]})
+    for name, value in (("cuts", [1] * 10_001), ("participants", list(range(10_000)) + [0])):
+        with pytest.raises(InputError) as info:
+            History.from_json({**doc, "records": [{**row, name: value}]})
+        assert info.value.field == f"history.records[0].{name}"

@@ -64,3 +64,20 @@ def test_json_round_trip_and_unknown_keys() -> None:
     with pytest.raises(InputError, match=r"unknown key\(s\) \['colour'\]") as info:
         TrainConfig.from_json({**data, "colour": "red"})
     assert info.value.field == "config"
+
+
+def test_algorithm_option_defaults_are_the_strategies_and_the_specs() -> None:
+    """The CLI's defaults (trainers.config.ALGORITHM_OPTIONS) are the strategy classes' own defaults, so a run
+    from the command line and one from Python agree; and the spec values of docs/algorithms.md (τ = 1 for SCALA's
+    and GAS's logit adjustment, B.3 and GAS-9; GAPSL's K_min 0.2, K_max 0.8)."""
+    import inspect
+
+    from trainers.config import ALGORITHM_OPTIONS, OPTION_BY_NAME
+    from trainers.strategies import STRATEGIES
+
+    for option in ALGORITHM_OPTIONS:
+        for algorithm in option.algorithms:
+            parameter = inspect.signature(STRATEGIES[algorithm].__init__).parameters[option.name]
+            assert parameter.default == option.default, (option.name, algorithm)
+    assert OPTION_BY_NAME["la_tau"].default == 1.0
+    assert (OPTION_BY_NAME["k_min"].default, OPTION_BY_NAME["k_max"].default) == (0.2, 0.8)
