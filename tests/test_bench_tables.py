@@ -111,7 +111,8 @@ def test_sweep_table_and_plot(tmp_path, monkeypatch) -> None:
     (ax,) = figures[0].axes
     assert [(l.get_label(), list(l.get_xdata()), list(l.get_ydata())) for l in ax.get_lines()] == [
         ("sfl", [0.5, 2.0], [30.0, 12.0]), ("psl", [2.0], [20.0])]            # runs that never reached it: no point
-    assert ax.get_xlabel() == "bandwidth" and not ax.texts
+    assert ax.get_xlabel() == "bandwidth" and ax.get_ylabel() == "simulated seconds to target" and not ax.texts
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["sfl", "psl"]
     bench_training.sweep_plot([result("noise-cv=0", "sfl")], "noise-cv", tmp_path / "n.png")
     assert not figures[1].axes[0].get_lines() and figures[1].axes[0].texts[0].get_text() == "no policy reached the target"
     assert (tmp_path / "s.png").read_bytes()[:4] == b"\x89PNG"
@@ -125,6 +126,7 @@ def test_accuracy_plot_has_one_panel_per_group(tmp_path, monkeypatch) -> None:
     assert [(l.get_label(), list(l.get_xdata()), list(l.get_ydata())) for l in iid.get_lines()] == [
         ("psl", [1.0, 2.0, 3.0], [0.2, 0.3, 0.4]), ("gas", [1.5], [0.5])]
     assert not shards.get_lines()                                          # a run without evaluations draws nothing
+    assert [t.get_text() for t in iid.get_legend().get_texts()] == ["psl", "gas"]
     assert iid.get_xlabel() == "simulated seconds" and iid.get_ylabel() == "test accuracy"
     assert (tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG"
 
@@ -204,3 +206,26 @@ def test_a_run_diverging_in_its_first_round_reports_zero_seconds(monkeypatch) ->
     r = bench_runs.run_one({"group": "iid", "label": "psl", "target": 0.5, "config": config})
     assert (r.rounds, r.sim_seconds, r.wall_seconds, r.final_accuracy, r.curve, r.diverged_round) == (0, 0.0, 0.0, None,
                                                                                                      [], 1)
+
+
+@pytest.mark.parametrize("bench, function", [("algorithms", bench_algorithms.run_algorithm_bench),
+                                             ("training", bench_training.run_training_bench)])
+def test_python_defaults_are_the_commands(bench, function) -> None:
+    """run_algorithm_bench()/run_training_bench() with no arguments run what `adaptplan bench algorithms|training`
+    runs with no flags."""
+    import inspect
+
+    from adaptplan.cli import build_parser
+
+    args = vars(build_parser().parse_args(["bench", bench]))
+    names = {"target": "target_accuracy"}
+    parameters = inspect.signature(function).parameters
+    shared = [p for p in parameters if names.get(p, p) in args and p not in ("workers", "algorithms", "policies", "partitions")]
+    assert len(shared) >= 12
+    for name in shared:
+        assert parameters[name].default == args[names.get(name, name)], name
+    if bench == "algorithms":
+        assert list(parameters["algorithms"].default) == args["algorithms"].split(",")
+        assert list(parameters["partitions"].default) == args["partitions"].split(",")
+    else:
+        assert list(parameters["policies"].default) == args["policies"].split(",")
