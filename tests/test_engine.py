@@ -227,3 +227,16 @@ def test_evaluate_is_accuracy_and_mean_cross_entropy_over_the_test_set() -> None
     accuracy, loss = engine.evaluate(model, batch_size=7, max_samples=50)
     assert accuracy == reference(50)[0] and loss == pytest.approx(reference(50)[1], rel=1e-5)
     assert model.training                                   # back in training mode
+
+
+def test_batchnorm_keeps_devices_apart_at_the_server() -> None:
+    """Samples interact inside a batch with BatchNorm, so the edge server must not concatenate devices then."""
+    from trainers.roles import has_batch_coupling
+
+    plain = small_model()
+    with_bn = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(),
+                            nn.Linear(4 * 8 * 8, 10))
+    assert not has_batch_coupling(plain) and has_batch_coupling(with_bn)
+    assert has_batch_coupling(nn.Sequential(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))))   # nested
+    assert make_engine("psl", [3, 3], devices=2).edge.concatenate
+    assert not make_engine("psl", [1, 1], devices=2, model=with_bn).edge.concatenate

@@ -226,3 +226,16 @@ def test_gda_modes_reduce_to_detached_when_lambda_is_zero(mode: str) -> None:
 ])
 def test_bad_gapsl_flags_exit_2(argv, flag, capsys) -> None:
     assert_train_flag_error(argv, flag, capsys)
+
+
+def test_option_ranges_include_their_closed_ends() -> None:
+    """docs: K_min in (0, 1], K_max in [K_min, 1], η_th ≥ 0, λ ≥ 0 — the closed ends are accepted."""
+    from adaptplan.errors import InputError
+    from trainers.strategies import GAPSL
+
+    edge = GAPSL(k_min=1.0, k_max=1.0, eta_th=0.0, gda_lambda=0.0)
+    assert (edge.k_min, edge.k_max, edge.eta_th, edge.lam) == (1.0, 1.0, 0.0, 0.0)
+    assert GAPSL(k_min=0.3, k_max=0.3).k_max == 0.3
+    for bad in (dict(k_min=0.0), dict(k_min=0.5, k_max=1.0000001), dict(eta_th=float("inf")), dict(gda_lambda=-1e-9)):
+        with pytest.raises(InputError):
+            GAPSL(**bad)

@@ -378,3 +378,43 @@ def test_every_train_flag_reaches_its_config_field(tmp_path) -> None:
     assert [flag_of(f) for f in ("dirichlet_alpha", "cuts[3]", "batch_size", "--resume", "$ADAPTPLAN_DATA_DIR",
                                  "history.meta")] == ["--alpha", "--cuts[3]", "--batch-size", "--resume",
                                                       "$ADAPTPLAN_DATA_DIR", "history.meta"]
+
+
+def test_system_and_plan_must_fit_the_run(tmp_path: Path) -> None:
+    from adaptplan.plan import Plan
+    from adaptplan.system import generate_system
+
+    with pytest.raises(InputError, match="system has 3 devices but devices = 4") as info:
+        Trainer(TrainConfig(**FAST, algorithm="psl", cuts=(2,), rounds=1), system=generate_system(3, 0))
+    assert info.value.field == "devices"
+    trainer = Trainer(TrainConfig(**FAST, algorithm="psl", cuts=(2,), rounds=1), system=generate_system(4, 0))
+    L = trainer.profile.num_cuts                           # 5 cut points of the small cnn
+    plan_file = tmp_path / "plan.json"
+    for cuts, message in (([1, L, 2, 2], None), ([1, L + 1, 2, 2], f"cut {L + 1} is outside 1..{L}"),
+                          ([2, 2, 2], "plan has 3 cuts but devices = 4")):
+        plan_file.write_text(json.dumps({"cuts": cuts, "interval": 2, "rounds": 10, "aggregations": 5,
+                                         "round_latency_s": 1.0, "aggregation_latency_s": 1.0, "total_latency_s": 15.0,
+                                         "objective_s": 15.0}))
+        config = TrainConfig(**FAST, algorithm="psl", rounds=1, plan_path=str(plan_file))
+        if message is None:
+            trainer = Trainer(config)
+            assert (trainer.engine.cuts, trainer.engine.interval) == (cuts, 2)
+        else:
+            with pytest.raises(InputError, match=message) as info:
+                Trainer(config)
+            assert info.value.field == "plan.cuts"
+
+
+def test_adaptsfl_policy_replans_every_q_rounds() -> None:
+    calls: list[int] = []
+
+    def planner(request: ReplanRequest) -> tuple[list[int], int]:
+        calls.append(request.round)
+        return [2, 2, 3, 3], 1
+
+    config = TrainConfig(**{**FAST, "eval_every": 4}, algorithm="adaptsfl", policy="adaptsfl", replan_every=2, rounds=4)
+    history = Trainer(config, planner=planner).run()
+    assert calls == [0, 2, 4] and [e["round"] for e in history.events] == [0, 2, 4]
+    history = Trainer(TrainConfig(**{**FAST, "eval_every": 4}, algorithm="adaptsfl", policy="sfl", rounds=3),
+                      planner=planner).run()
+    assert [e["round"] for e in history.events] == [0]        # SFL decides once
