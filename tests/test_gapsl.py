@@ -239,3 +239,19 @@ def test_option_ranges_include_their_closed_ends() -> None:
     for bad in (dict(k_min=0.0), dict(k_min=0.5, k_max=1.0000001), dict(eta_th=float("inf")), dict(gda_lambda=-1e-9)):
         with pytest.raises(InputError):
             GAPSL(**bad)
+
+
+def test_tied_scores_lead_in_device_order() -> None:
+    """20 devices, 10 with gradient e1 then 10 with e2: every consistency score is (10·π/2)/19, a tie. At
+    progress 0, K = K_min = 0.2 → ⌈0.2·20⌉ = 4 leaders, the first four devices (ties in device order, so a
+    run is reproducible): g_lead = e1, θ_lead = 0 for devices 0..9 and π/2 for the rest; θ_th = π/4 − 0.5·π/4
+    = π/8 → the aligned set is devices 0..9."""
+    from trainers.strategies import GAPSL
+
+    grads = torch.zeros(20, 3)
+    grads[:10, 0] = 1.0
+    grads[10:, 1] = 1.0
+    aligned, lead, metrics = GAPSL().select(grads, progress=0.0)
+    assert metrics["leaders"] == 4.0 and metrics["leader_fraction"] == pytest.approx(0.2)
+    assert torch.equal(lead, torch.tensor([1.0, 0.0, 0.0]))
+    assert aligned == list(range(10))
