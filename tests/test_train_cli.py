@@ -48,6 +48,9 @@ def test_resume_is_identical_to_uninterrupted(tmp_path: Path, algorithm: str) ->
     resumed = Trainer(TrainConfig(**common, rounds=6, out=str(tmp_path / "part"), resume=True))
     resumed_history = resumed.run()
     assert records(full_history) == records(resumed_history)
+    assert resumed_history.meta["config"] == resumed.config.to_json() and resumed_history.meta["config"]["rounds"] == 6
+    walls = [r.wall_seconds for r in resumed_history.records]
+    assert walls == sorted(walls) and walls[2] > 0               # the resumed rounds go on from the saved wall time
     for a, b in zip(all_params(full), all_params(resumed)):
         assert torch.equal(a, b)
 
@@ -132,6 +135,8 @@ def test_replanning_with_injected_planner_moves_cuts(replan_every, aggregations,
     assert (trainer.engine.cuts, trainer.engine.interval) == in_force[-1]
     # the planner saw the round just finished, the plan in force and the next round's system
     assert [c.round for c in calls] == [0, *replan_rounds]
+    assert (calls[0].cuts, calls[0].interval) == ([], 1)            # before training: no plan in force yet
+    assert calls[0].system == trainer.clock.system(1) != trainer.clock.system(0)
     assert [(c.cuts, c.interval) for c in calls[1:]] == in_force[:-1]
     assert all(c.system.batch_size == config.batch_size for c in calls)
 
@@ -399,6 +404,8 @@ def test_system_and_plan_must_fit_the_run(tmp_path: Path) -> None:
         if message is None:
             trainer = Trainer(config)
             assert (trainer.engine.cuts, trainer.engine.interval) == (cuts, 2)
+            plan_file.write_text(json.dumps({**json.loads(plan_file.read_text()), "model": trainer.profile.identity()}))
+            assert Trainer(config).engine.cuts == cuts                  # a plan made for this very model
         else:
             with pytest.raises(InputError, match=message) as info:
                 Trainer(config)
@@ -418,3 +425,16 @@ def test_adaptsfl_policy_replans_every_q_rounds() -> None:
     history = Trainer(TrainConfig(**{**FAST, "eval_every": 4}, algorithm="adaptsfl", policy="sfl", rounds=3),
                       planner=planner).run()
     assert [e["round"] for e in history.events] == [0]        # SFL decides once
+
+
+def test_wall_seconds_are_elapsed_time_and_resume_needs_a_folder() -> None:
+    import time
+
+    start = time.perf_counter()
+    history = Trainer(TrainConfig(**FAST, algorithm="psl", cuts=(2,), rounds=3)).run()
+    elapsed = time.perf_counter() - start
+    walls = [r.wall_seconds for r in history.records]
+    assert 0 < walls[0] <= walls[1] <= walls[2] <= elapsed
+    with pytest.raises(InputError, match="--resume needs --out") as info:
+        Trainer(TrainConfig(**FAST, algorithm="psl", cuts=(2,), rounds=3, resume=True)).run()
+    assert info.value.field == "resume"
