@@ -229,3 +229,21 @@ def test_python_defaults_are_the_commands(bench, function) -> None:
         assert list(parameters["partitions"].default) == args["partitions"].split(",")
     else:
         assert list(parameters["policies"].default) == args["policies"].split(",")
+
+
+@pytest.mark.parametrize("bench", ["algorithms", "training"])
+def test_training_flags_accept_their_ranges(bench) -> None:
+    """--lr in (0, 10⁶], --momentum in [0, 1), --target-accuracy in (0, 1], counts ≥ 1 (README input limits)."""
+    from adaptplan.cli import build_parser
+
+    parser = build_parser()
+    args = parser.parse_args(["bench", bench, "--lr", "1e6", "--momentum", "0", "--target-accuracy", "1", "--rounds", "1",
+                              "--devices", "1", "--eval-every", "1", "--test-samples", "1", "--workers", "1", "--seed",
+                              "0"])
+    assert (args.lr, args.momentum, args.target_accuracy, args.rounds, args.devices) == (1e6, 0.0, 1.0, 1, 1)
+    args = parser.parse_args(["bench", bench, "--lr", "1e-9", "--momentum", "0.999"])
+    assert (args.lr, args.momentum) == (1e-9, 0.999)
+    for flag, value in (("--lr", "0"), ("--lr", "1000000.5"), ("--momentum", "1"), ("--momentum", "-0.1"),
+                        ("--target-accuracy", "0"), ("--target-accuracy", "1.01"), ("--rounds", "0"), ("--seed", "-1")):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["bench", bench, flag, value])
