@@ -184,6 +184,9 @@ def test_plot_unknown_format_and_folder(files, tmp_path):
     code, _, err = run_cli(["plot", str(files["history"]), "-o", str(tmp_path)])
     assert one_error(code, err, "plot") == (f"output: {str(tmp_path)!r} is a folder; give an image file name such as "
                                             f"{str(tmp_path / 'plot.png')!r}")
+    # the output is checked before any history is read: a missing run is not reported first
+    code, _, err = run_cli(["plot", str(tmp_path / "no-such-run"), "-o", str(tmp_path / "out.xyz")])
+    assert one_error(code, err, "plot").startswith("output: unknown image format '.xyz'")
 
 
 def test_plot_without_extension_reports_the_png_it_writes(files, tmp_path):

@@ -438,3 +438,20 @@ def test_wall_seconds_are_elapsed_time_and_resume_needs_a_folder() -> None:
     with pytest.raises(InputError, match="--resume needs --out") as info:
         Trainer(TrainConfig(**FAST, algorithm="psl", cuts=(2,), rounds=3, resume=True)).run()
     assert info.value.field == "resume"
+
+
+def test_command_line_defaults_are_the_config_defaults() -> None:
+    """`adaptplan train` with no flags trains what TrainConfig() describes (README: SGD, learning rate 0.05,
+    momentum 0.9, evaluation every 10 rounds) — except the progress bar, shown on a terminal by default."""
+    import dataclasses
+
+    from adaptplan.cli import build_parser
+    from adaptplan.commands.train import _fields_from_args
+
+    fields = _fields_from_args(build_parser().parse_args(["train"]))
+    defaults = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+                for f in dataclasses.fields(TrainConfig)}
+    assert set(defaults) - set(fields) == {"model_width", "batch_devices", "noise_cv", "bandwidth_scale", "flops_scale",
+                                           "eval_batch_size"}       # Python-only options (benchmarks, tests)
+    assert {k: v for k, v in fields.items() if v != defaults[k]} == {"progress": True}
+    assert (defaults["optimizer"], defaults["lr"], defaults["momentum"], defaults["eval_every"]) == ("sgd", 0.05, 0.9, 10)
