@@ -332,6 +332,11 @@ def test_out_must_be_a_folder_and_bad_histories_exit_2(tmp_path: Path, capsys) -
     assert main(["train", "--dataset", "synthetic", "--devices", "4", "--rounds", "1", "--no-progress",
                  "--cuts", "2", "--out", str(blocker / "sub")]) == 2
     assert "--out" in capsys.readouterr().err
+    common = ["train", "--dataset", "synthetic", "--devices", "4", "--rounds", "1", "--no-progress", "--cuts", "2"]
+    assert main([*common, "--checkpoint-every", "1"]) == 2          # nowhere to write the checkpoint
+    assert capsys.readouterr().err == "adaptplan train: error: --checkpoint-every: needs --out (where checkpoint.pt is written)\n"
+    assert main([*common, "--out", str(tmp_path / "run"), "--resume", "--overwrite"]) == 2
+    assert "--resume continues the run in --out; --overwrite replaces it" in capsys.readouterr().err
     for text in ("{bad", '{"records": [{"round": 1}]}', "[]", "\udcff"):
         bad = tmp_path / "history.json"
         bad.write_bytes(text.encode("utf-8", "surrogateescape"))
