@@ -51,7 +51,7 @@ def test_resume_is_identical_to_uninterrupted(tmp_path: Path, algorithm: str) ->
     assert resumed_history.meta["config"] == resumed.config.to_json() and resumed_history.meta["config"]["rounds"] == 6
     walls = [r.wall_seconds for r in resumed_history.records]
     assert walls == sorted(walls) and walls[2] > 0               # the resumed rounds go on from the saved wall time
-    for a, b in zip(all_params(full), all_params(resumed)):
+    for a, b in zip(all_params(full), all_params(resumed), strict=True):
         assert torch.equal(a, b)
 
 
@@ -283,8 +283,8 @@ def test_done_when_20_device_adaptsfl_on_cifar10_subset_plots_and_resumes_identi
         assert (folder / "accuracy.png").stat().st_size > 1000
     sa, sb = (load_checkpoint(f)["engine"] for f in (full, part))
     assert sa["edge"]["keys"] == sb["edge"]["keys"]
-    pairs = list(zip(sa["edge"]["instances"], sb["edge"]["instances"]))
-    pairs += [(x, y) for da, db in zip(sa["devices"], sb["devices"]) for x, y in zip(da["blocks"], db["blocks"])]
+    pairs = list(zip(sa["edge"]["instances"], sb["edge"]["instances"], strict=True))
+    pairs += [(x, y) for da, db in zip(sa["devices"], sb["devices"], strict=True) for x, y in zip(da["blocks"], db["blocks"], strict=True)]
     assert len(pairs) > 20
     for x, y in pairs:
         assert all(torch.equal(x[k], y[k]) for k in x)
