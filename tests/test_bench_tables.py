@@ -244,6 +244,7 @@ def test_training_flags_accept_their_ranges(bench) -> None:
     args = parser.parse_args(["bench", bench, "--lr", "1e-9", "--momentum", "0.999"])
     assert (args.lr, args.momentum) == (1e-9, 0.999)
     for flag, value in (("--lr", "0"), ("--lr", "1000000.5"), ("--momentum", "1"), ("--momentum", "-0.1"),
-                        ("--target-accuracy", "0"), ("--target-accuracy", "1.01"), ("--rounds", "0"), ("--seed", "-1")):
+                        ("--target-accuracy", "0"), ("--target-accuracy", "1.01"), ("--rounds", "0"), ("--seed", "-1"),
+                        ("--devices", "0"), ("--eval-every", "0"), ("--test-samples", "0"), ("--workers", "0")):
         with pytest.raises(SystemExit):
             parser.parse_args(["bench", bench, flag, value])
