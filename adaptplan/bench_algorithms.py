@@ -33,8 +33,9 @@ def run_algorithm_bench(algorithms: Sequence[str] = ALGORITHMS, partitions: Sequ
                         rounds: int = 100, devices: int = 20, dataset: str = "cifar10-subset", model: str = "cnn",
                         lr: float = 0.05, momentum: float = 0.9, batch_size: int = 16, eval_every: int = 10,
                         seed: int = 0, target: float = 0.3, workers: int | None = None, cuts: Sequence[int] | None = None,
-                        test_samples: int | None = 500, progress: bool = True, device: str = "auto",
-                        client_batching: str = "auto") -> list[RunResult]:
+                        test_samples: int | None = 500,
+                        progress: bool = True,  # no-mutate: a progress bar only
+                        device: str = "auto", client_batching: str = "auto") -> list[RunResult]:
     """Run every (partition, algorithm) pair and return their results (module docstring)."""
     jobs = []
     for partition in partitions:

@@ -70,12 +70,13 @@ def run_one(job: dict[str, Any]) -> RunResult:
 
 
 def run_jobs(jobs: Sequence[dict[str, Any]], workers: int | None = None, desc: str = "runs",
-             progress: bool = True) -> list[RunResult]:
+             progress: bool = True  # no-mutate: a progress bar only
+             ) -> list[RunResult]:
     """Run every job (``{"group", "label", "target", "config"}``), in ``workers`` processes (default: all cores)."""
     workers = workers or max(1, os.cpu_count() or 1)
     results: list[RunResult] = []
     bar = None
-    if progress:
+    if progress:  # no-mutate: a progress bar only
         from tqdm import tqdm
         bar = tqdm(total=len(jobs), unit="run", desc=desc, dynamic_ncols=True)
     try:
@@ -106,7 +107,8 @@ def plot(results: Sequence[RunResult], path: str | os.PathLike) -> None:
     import matplotlib.pyplot as plt
 
     groups = list(dict.fromkeys(r.group for r in results))
-    fig, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 4), squeeze=False)
+    size = (5 * len(groups), 4)  # no-mutate: layout only
+    fig, axes = plt.subplots(1, len(groups), figsize=size, squeeze=False)
     for ax, group in zip(axes[0], groups):
         for r in results:
             if r.group == group and r.curve:
@@ -114,9 +116,9 @@ def plot(results: Sequence[RunResult], path: str | os.PathLike) -> None:
         ax.set_title(group)
         ax.set_xlabel("simulated seconds")
         ax.set_ylabel("test accuracy")
-        ax.grid(alpha=0.3)
+        ax.grid(alpha=0.3)  # no-mutate: layout only
     axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
+    fig.tight_layout()  # no-mutate: layout only
     fig.savefig(path)
     plt.close(fig)
 

@@ -23,6 +23,7 @@ def test_bench_json_matches_a_plain_training_run(tmp_path, capsys) -> None:
             "--dataset", "synthetic", "--eval-every", "2", "--workers", "1", "--cuts", "3", "--test-samples", "400",
             "--out", str(out)]
     assert main(argv) == 0
+    printed = capsys.readouterr().out
     data = json.loads((out / "results.json").read_text())
     runs = {r["algorithm"]: r for r in data["runs"]}
     assert set(runs) == {"psl", "scala"} and (out / "accuracy.png").stat().st_size > 1000
@@ -37,6 +38,8 @@ def test_bench_json_matches_a_plain_training_run(tmp_path, capsys) -> None:
     assert runs["scala"]["curve"] == curve
     table = (out / "table.txt").read_text()
     assert "psl" in table and f"{100 * runs['psl']['final_accuracy']:.1f}%" in table
+    assert printed.startswith(table)                          # the table is printed too, then the files written
+    assert printed.endswith(f"wrote {out / 'table.txt'}, {out / 'results.json'}, {out / 'accuracy.png'}\n")
 
 
 def test_bench_algorithms_bad_flags_exit_2(capsys) -> None:

@@ -190,8 +190,8 @@ def test_server_lr_zero_gives_psl_cut_gradients() -> None:
     for t in (1, 2, 3):
         cycle.run_round(t)
         psl.run_round(t)
-    for rc, rp in zip(replies["cycle"], replies["psl"]):
-        for a, b in zip(rc, rp):
+    for rc, rp in zip(replies["cycle"], replies["psl"], strict=True):
+        for a, b in zip(rc, rp, strict=True):
             assert a.device == b.device
             assert torch.allclose(a.tensor, b.tensor, atol=1e-6, rtol=0)
     for i in range(N):

@@ -64,8 +64,16 @@ def test_data_dir_env_variable_is_used(tmp_path, monkeypatch) -> None:
 def test_shipped_files_are_the_projects_own() -> None:
     from trainers.datasets import PROJECT_DATA_DIR
 
+    import hashlib
+    import re
+
     assert find_data_dir() == PROJECT_DATA_DIR or "ADAPTPLAN_DATA_DIR" in __import__("os").environ
-    assert (PROJECT_DATA_DIR / "cifar10_subset.npz").is_file() and (PROJECT_DATA_DIR / "mnist_test.npz").is_file()
+    # the bytes are the ones data/README.md documents (its table's sha256 column), not merely files of that name
+    readme = (PROJECT_DATA_DIR / "README.md").read_text(encoding="utf-8")
+    documented = dict(re.findall(r"^\| `([\w.]+\.npz)` \|.*\| `([0-9a-f]{64})` \|$", readme, flags=re.M))
+    assert set(documented) == {"cifar10_subset.npz", "mnist_test.npz"}
+    for name, digest in documented.items():
+        assert hashlib.sha256((PROJECT_DATA_DIR / name).read_bytes()).hexdigest() == digest, name
 
 
 def test_no_data_folder_names_the_file_and_how_to_get_it(tmp_path, monkeypatch) -> None:

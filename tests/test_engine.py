@@ -59,7 +59,7 @@ def test_one_device_sl_equals_centralized_sgd(cut: int) -> None:
         opt.zero_grad()
         loss.backward()
         opt.step()
-    for a, b in zip(params(engine.device_model(0)), params(central)):
+    for a, b in zip(params(engine.device_model(0)), params(central), strict=True):
         assert torch.allclose(a, b, atol=1e-6, rtol=0)
 
 
@@ -148,7 +148,7 @@ def test_repartition_keeps_global_model_output() -> None:
         after = engine.averaged_model()(x)
         per_device_after = [engine.device_model(d)(x) for d in range(3)]
     assert torch.equal(before, after)
-    for a, b in zip(per_device_before, per_device_after):
+    for a, b in zip(per_device_before, per_device_after, strict=True):
         assert torch.equal(a, b)
     assert engine.deepest_cut == 9 and engine.cuts == [5, 1, 9]
     # momentum buffers were carried: every optimizer of every role has state for its parameters
@@ -166,7 +166,7 @@ def test_device_batching_is_mathematically_identical(algorithm: str) -> None:
         batched.run_round(t)
         separate.run_round(t)
     for d in range(4):
-        for a, b in zip(params(batched.device_model(d)), params(separate.device_model(d))):
+        for a, b in zip(params(batched.device_model(d)), params(separate.device_model(d)), strict=True):
             assert torch.allclose(a, b, atol=1e-6, rtol=0)
 
 
@@ -196,3 +196,47 @@ def test_memory_layout_only_needed_copies() -> None:
     assert counts["adaptsfl"] == 3 * n + (L - 3)       # equal cuts: no non-common part
     hetero = make_engine("adaptsfl", [2, 5, 5, 3], devices=n)
     assert held_blocks(hetero) == 5 * n + (L - 5)      # L_c = 5: blocks 1..5 per device, rest shared
+
+
+@pytest.mark.parametrize("algorithm, cuts", [("psl", [3, 3, 3]), ("sfl-v1", [1, 4, 4]), ("adaptsfl", [2, 5, 9])])
+def test_models_before_training_are_the_template(algorithm, cuts) -> None:
+    """Every device's model and the averaged model hold all L blocks and compute the initial model."""
+    engine = make_engine(algorithm, cuts, devices=3)
+    x = engine.data.x_test[:20]
+    with torch.no_grad():
+        expected = small_model()(x)
+        for d in range(3):
+            assert len(engine.device_model(d)) == engine.num_blocks == 11
+            assert torch.equal(engine.device_model(d)(x), expected)
+        assert len(engine.averaged_model()) == 11 and torch.equal(engine.averaged_model()(x), expected)
+
+
+def test_evaluate_is_accuracy_and_mean_cross_entropy_over_the_test_set() -> None:
+    engine = make_engine("psl", [3, 3], devices=2)
+    engine.run_round(1)
+    model = engine.device_model(0)
+    x, y = engine.data.x_test, engine.data.y_test
+    with torch.no_grad():
+        logits = model(x)                                   # all 400 test samples in one pass
+    def reference(n: int) -> tuple[float, float]:
+        correct = int((logits[:n].argmax(1) == y[:n]).sum())
+        return correct / n, float(nn.functional.cross_entropy(logits[:n], y[:n]))
+    for batch in (1000, 400, 7):
+        accuracy, loss = engine.evaluate(model, batch_size=batch)
+        assert accuracy == reference(400)[0] and loss == pytest.approx(reference(400)[1], rel=1e-5)
+    accuracy, loss = engine.evaluate(model, batch_size=7, max_samples=50)
+    assert accuracy == reference(50)[0] and loss == pytest.approx(reference(50)[1], rel=1e-5)
+    assert model.training                                   # back in training mode
+
+
+def test_batchnorm_keeps_devices_apart_at_the_server() -> None:
+    """Samples interact inside a batch with BatchNorm, so the edge server must not concatenate devices then."""
+    from trainers.roles import has_batch_coupling
+
+    plain = small_model()
+    with_bn = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(),
+                            nn.Linear(4 * 8 * 8, 10))
+    assert not has_batch_coupling(plain) and has_batch_coupling(with_bn)
+    assert has_batch_coupling(nn.Sequential(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))))   # nested
+    assert make_engine("psl", [3, 3], devices=2).edge.concatenate
+    assert not make_engine("psl", [1, 1], devices=2, model=with_bn).edge.concatenate

@@ -30,8 +30,12 @@ def angle(u: torch.Tensor, v: torch.Tensor) -> float:
     return math.acos(max(-1.0, min(1.0, float(u @ v / (u.norm() * v.norm())))))
 
 
-def reference_gapsl(data: DeviceData, rounds: int, total: int, k_min: float, k_max: float, eta: float):
-    """A.2 steps 1–16 with gda = detached and no update for the devices outside Ŝ, in plain torch."""
+def reference_gapsl(data: DeviceData, rounds: int, total: int, k_min: float, k_max: float, eta: float,
+                    mode: str = "detached", lam: float = 0.0):
+    """A.2 steps 1–16 with no update for the devices outside Ŝ, in plain torch. ``mode``: ``detached`` (server
+    step Σ_{Ŝ} g_i); ``double_backprop`` (eq. 7: L_g = Σ_{Ŝ}[L_i + λ(1 − cos(g_i, g_lead))] back-propagated through
+    the g_i to the server weights and the activations, g_lead a constant); ``gradient_step`` (g̃_i = g_i − λ·∂(1 −
+    cos(g_i, g_lead))/∂g_i by autograd, server step Σ_{Ŝ} g̃_i, plain cut gradients)."""
     model = small_model()
     clients = [copy.deepcopy(nn.Sequential(*model[:CUT])) for _ in range(S)]
     server = copy.deepcopy(nn.Sequential(*model[CUT:]))
@@ -39,16 +43,19 @@ def reference_gapsl(data: DeviceData, rounds: int, total: int, k_min: float, k_m
     nu_min, nu_max = math.inf, -math.inf
     log = []
     for t in range(1, rounds + 1):
-        acts, grads, cut_grads = [], [], []
+        acts, grads, cut_grads, losses, leaves, graphs = [], [], [], [], [], []
         for i in range(S):                                                    # steps 1–3
             idx = torch.from_numpy(samplers[i].next())
             a = clients[i](data.x_train[idx])
             leaf = a.detach().requires_grad_(True)
             loss = nn.functional.cross_entropy(server(leaf), data.y_train[idx])
-            g = torch.autograd.grad(loss, list(server.parameters()) + [leaf])
+            g = torch.autograd.grad(loss, list(server.parameters()) + [leaf], create_graph=mode == "double_backprop")
             acts.append(a)
-            grads.append(torch.cat([x.reshape(-1) for x in g[:-1]]))
-            cut_grads.append(g[-1])
+            graphs.append(torch.cat([x.reshape(-1) for x in g[:-1]]))
+            grads.append(graphs[-1].detach())
+            cut_grads.append(g[-1].detach())
+            losses.append(loss)
+            leaves.append(leaf)
         theta = [[angle(grads[i], grads[j]) for j in range(S)] for i in range(S)]            # step 4
         score = np.array([sum(theta[i][j] for j in range(S) if j != i) / (S - 1) for i in range(S)])  # eq. 1
         nu = float(score.std())                                               # population std
@@ -61,8 +68,21 @@ def reference_gapsl(data: DeviceData, rounds: int, total: int, k_min: float, k_m
         theta_lead = np.array([angle(grads[i], lead) for i in range(S)])     # eq. 5
         th = max(min(theta_lead.mean() - eta * theta_lead.std(), math.pi / 2), 0.0)   # eq. 6
         aligned = [i for i in range(S) if theta_lead[i] <= th] or [int(np.argmin(theta_lead))]
-        with torch.no_grad():                                                 # step 14: Σ_{Ŝ} g_i
+        if mode == "double_backprop":                                         # eq. 7 exactly
+            cos = [graphs[i] @ lead / (graphs[i].norm() * lead.norm()) for i in aligned]
+            total_loss = sum(losses[i] + lam * (1 - c) for i, c in zip(aligned, cos))
+            g = torch.autograd.grad(total_loss, list(server.parameters()) + [leaves[i] for i in aligned])
+            step = torch.cat([x.reshape(-1) for x in g[:len(g) - len(aligned)]])
+            cut_grads = {i: x for i, x in zip(aligned, g[len(g) - len(aligned):])}
+        elif mode == "gradient_step":                                         # g̃_i, derivative by autograd
+            step = 0
+            for i in aligned:
+                gi = grads[i].clone().requires_grad_(True)
+                (d,) = torch.autograd.grad(1 - gi @ lead / (gi.norm() * lead.norm()), [gi])
+                step = step + grads[i] - lam * d
+        else:                                                                 # step 14: Σ_{Ŝ} g_i
             step = sum(grads[i] for i in aligned)
+        with torch.no_grad():
             start = 0
             for p in server.parameters():
                 p -= LR * step[start:start + p.numel()].view_as(p)
@@ -226,3 +246,47 @@ def test_gda_modes_reduce_to_detached_when_lambda_is_zero(mode: str) -> None:
 ])
 def test_bad_gapsl_flags_exit_2(argv, flag, capsys) -> None:
     assert_train_flag_error(argv, flag, capsys)
+
+
+def test_option_ranges_include_their_closed_ends() -> None:
+    """docs: K_min in (0, 1], K_max in [K_min, 1], η_th ≥ 0, λ ≥ 0 — the closed ends are accepted."""
+    from adaptplan.errors import InputError
+    from trainers.strategies import GAPSL
+
+    edge = GAPSL(k_min=1.0, k_max=1.0, eta_th=0.0, gda_lambda=0.0)
+    assert (edge.k_min, edge.k_max, edge.eta_th, edge.lam) == (1.0, 1.0, 0.0, 0.0)
+    assert GAPSL(k_min=0.3, k_max=0.3).k_max == 0.3
+    for bad in (dict(k_min=0.0), dict(k_min=0.5, k_max=1.0000001), dict(eta_th=float("inf")), dict(gda_lambda=-1e-9)):
+        with pytest.raises(InputError):
+            GAPSL(**bad)
+
+
+def test_tied_scores_lead_in_device_order() -> None:
+    """20 devices, 10 with gradient e1 then 10 with e2: every consistency score is (10·π/2)/19, a tie. At
+    progress 0, K = K_min = 0.2 → ⌈0.2·20⌉ = 4 leaders, the first four devices (ties in device order, so a
+    run is reproducible): g_lead = e1, θ_lead = 0 for devices 0..9 and π/2 for the rest; θ_th = π/4 − 0.5·π/4
+    = π/8 → the aligned set is devices 0..9."""
+    from trainers.strategies import GAPSL
+
+    grads = torch.zeros(20, 3)
+    grads[:10, 0] = 1.0
+    grads[10:, 1] = 1.0
+    aligned, lead, metrics = GAPSL().select(grads, progress=0.0)
+    assert metrics["leaders"] == 4.0 and metrics["leader_fraction"] == pytest.approx(0.2)
+    assert torch.equal(lead, torch.tensor([1.0, 0.0, 0.0]))
+    assert aligned == list(range(10))
+
+
+@pytest.mark.parametrize("mode", ["double_backprop", "gradient_step"])
+def test_gda_modes_match_reference_from_the_spec(mode: str) -> None:
+    data, rounds = make_data(S, "dirichlet"), 3
+    engine = make_gapsl_engine(data, rounds, k_min=0.25, k_max=0.75, eta_th=0.5, gda=mode, gda_lambda=0.5)
+    for t in range(1, rounds + 1):
+        engine.run_round(t)
+    clients, server, log = reference_gapsl(data, rounds, rounds, 0.25, 0.75, 0.5, mode=mode, lam=0.5)
+    detached, _, _ = reference_gapsl(data, rounds, rounds, 0.25, 0.75, 0.5)
+    assert not torch.allclose(flat(*clients), flat(*detached), atol=1e-5, rtol=0)    # λ = 0.5 matters here
+    assert torch.allclose(flat(*[engine.edge.instances[(None, j)] for j in range(CUT, 11)]),
+                          flat(server), atol=1e-5, rtol=0)
+    for i in range(S):
+        assert torch.allclose(flat(engine.devices[i].blocks), flat(clients[i]), atol=1e-5, rtol=0)

@@ -397,3 +397,19 @@ def test_replacement_downloads_the_global_client_model() -> None:
 ])
 def test_bad_gas_flags_exit_2(argv, flag, capsys) -> None:
     assert_train_flag_error(argv, flag, capsys)
+
+
+def test_sampling_draws_from_the_gaussian_and_regularises_a_bad_covariance() -> None:
+    """GAS-7: diagonal σ = √(v + 1e-5); full covariance by Cholesky, with εI added (ε = 1e-6, ×10 per retry) while
+    Σ is not positive definite. A Σ = −0.002·I needs ε = 1e-2 (the fifth try): draws with covariance ≈ 0.008·I."""
+    rng = np.random.default_rng(0)
+    diag = LabelStatistics(False)
+    diag.mean, diag.cov = torch.tensor([1.0, -2.0], dtype=torch.float64), torch.tensor([4.0, 0.0], dtype=torch.float64)
+    x = diag.sample(40_000, rng).double()
+    assert torch.allclose(x.mean(0), diag.mean, atol=0.03)
+    assert torch.allclose(x.var(0), torch.tensor([4.0 + 1e-5, 1e-5], dtype=torch.float64), rtol=0.03)
+    full = LabelStatistics(True)
+    full.mean, full.cov = torch.zeros(3, dtype=torch.float64), -0.002 * torch.eye(3, dtype=torch.float64)
+    x = full.sample(40_000, rng).double()
+    assert torch.isfinite(x).all() and x.shape == (40_000, 3)
+    assert torch.allclose(torch.cov(x.T), 0.008 * torch.eye(3, dtype=torch.float64), atol=3e-4)

@@ -184,6 +184,9 @@ def test_plot_unknown_format_and_folder(files, tmp_path):
     code, _, err = run_cli(["plot", str(files["history"]), "-o", str(tmp_path)])
     assert one_error(code, err, "plot") == (f"output: {str(tmp_path)!r} is a folder; give an image file name such as "
                                             f"{str(tmp_path / 'plot.png')!r}")
+    # the output is checked before any history is read: a missing run is not reported first
+    code, _, err = run_cli(["plot", str(tmp_path / "no-such-run"), "-o", str(tmp_path / "out.xyz")])
+    assert one_error(code, err, "plot").startswith("output: unknown image format '.xyz'")
 
 
 def test_plot_without_extension_reports_the_png_it_writes(files, tmp_path):
@@ -251,6 +254,17 @@ def test_interrupted_write_leaves_no_temporary_file(tmp_path):
      "--input: 3x100000x100000 is 30,000,000,000 values per sample, more than the 16,777,216 that can be profiled"),
     (["profile", "cnn", "--input", "3x8x8", "--bits", "0"], "argument --bits: must be an integer in 1..64 bits, got 0"),
     (["bench", "engine", "--threads", "0"], "argument --threads: must be an integer in 1..1,024 threads, got 0"),
+    (["bench", "engine", "--rounds", "0"], "argument --rounds: must be an integer in 1..10,000 rounds, got 0"),
+    (["bench", "engine", "--repeats", "0"], "argument --repeats: must be an integer in 1..10,000 repeats, got 0"),
+    (["bench", "engine", "--devices", "1001"], "argument --devices: must be an integer in 1..1,000 devices, got 1001"),
+    (["bench", "engine", "--batch-size", "0"], "argument --batch-size: must be an integer in 1..1,000,000 samples, got 0"),
+    (["bench", "training", "--replan-every", "0"], "argument --replan-every: must be an integer in 1..1,000,000,000 rounds, "
+                                                   "got 0"),
+    (["bench", "training", "--noise-cv", "1.5"], "argument --noise-cv: must be in [0, 1], got 1.5"),
+    (["bench", "algorithms", "--test-samples", "0"], "argument --test-samples: must be an integer in 1..1,000,000,000 "
+                                                     "samples, got 0"),
+    (["bench", "algorithms", "--target-accuracy", "0"], "argument --target-accuracy: must be in (0, 1], got 0.0"),
+    (["bench", "solvers", "--devices", "0"], "argument --devices: must be an integer in 1..10,000 devices, got 0"),
 ])
 def test_numeric_flags(argv, message):
     code, _, err = run_cli(argv)

@@ -15,7 +15,7 @@ LABELS = np.repeat(np.arange(10), 100)
 def test_disjoint_and_deterministic(method: str) -> None:
     parts = partition_indices(LABELS, 20, method, seed=3, alpha=0.5)
     again = partition_indices(LABELS, 20, method, seed=3, alpha=0.5)
-    assert all(np.array_equal(a, b) for a, b in zip(parts, again))
+    assert all(np.array_equal(a, b) for a, b in zip(parts, again, strict=True))
     joined = np.concatenate(parts)
     assert joined.size == np.unique(joined).size == LABELS.size
     assert all(p.size > 0 for p in parts)

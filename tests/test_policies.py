@@ -90,3 +90,10 @@ def test_reestimation_feeds_the_runs_own_constants_to_the_planner() -> None:
     with pytest.raises(InputError) as info:
         TrainConfig(**RUN, reestimate=True)
     assert info.value.field == "reestimate"
+
+
+def test_fixed_cut_puts_every_device_at_the_cut_given() -> None:
+    for devices in (1, 3):
+        trainer = Trainer(TrainConfig(**{**RUN, "devices": devices, "rounds": 1, "lr": 0.001}, policy="fixed-cut",
+                                      cuts=(3,)))     # a small γ: the target ε is reachable with one device
+        assert trainer.engine.cuts == trainer.history.events[0]["cuts"] == [3] * devices

@@ -218,3 +218,27 @@ def test_plot_legend_names_the_algorithm_once(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(trainers.plotting, "plot_histories", spy)
     assert main(["plot", str(tmp_path / "psl"), str(tmp_path / "mine"), "-o", str(tmp_path / "p.png")]) == 0
     assert seen["labels"] == ["psl", "mine (sfl-v1)"]
+
+
+def test_checkpoint_round_trip_and_input_digests(tmp_path) -> None:
+    import hashlib
+
+    import numpy as np
+    import torch
+
+    from trainers.checkpoint import file_digest, save_checkpoint
+
+    state = {"round": 7, "weights": torch.arange(6.0).reshape(2, 3), "parts": [np.array([3, 1, 2])],
+             "pair": (np.int64(4), np.float32(0.5)), "name": "psl"}
+    path = save_checkpoint(state, tmp_path)
+    assert path == tmp_path / CHECKPOINT_NAME and path.read_bytes().startswith(MAGIC)
+    loaded = load_checkpoint(tmp_path)
+    assert loaded["round"] == 7 and loaded["name"] == "psl" and torch.equal(loaded["weights"], state["weights"])
+    assert torch.equal(loaded["parts"][0], torch.tensor([3, 1, 2])) and loaded["pair"] == (4, 0.5)
+    data = tmp_path / "system.json"
+    data.write_bytes(b'{"devices": []}')
+    assert file_digest(None) is None
+    assert file_digest(data) == hashlib.sha256(b'{"devices": []}').hexdigest()
+    with pytest.raises(InputError, match="cannot read") as info:
+        file_digest(tmp_path)                               # a folder cannot be read as a file
+    assert info.value.field == str(tmp_path)

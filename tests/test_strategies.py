@@ -16,7 +16,7 @@ def test_sfl_v1_equals_adaptsfl_at_interval_one() -> None:
     for t in range(1, 5):
         assert v1.run_round(t).aggregated and ad.run_round(t).aggregated
     for d in range(3):
-        for a, b in zip(params(v1.device_model(d)), params(ad.device_model(d))):
+        for a, b in zip(params(v1.device_model(d)), params(ad.device_model(d)), strict=True):
             assert torch.allclose(a, b, atol=1e-6, rtol=0)
 
 

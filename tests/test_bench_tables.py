@@ -1,0 +1,250 @@
+"""What `bench algorithms` and `bench training` report, from hand-made run results (no training): the
+tables' figures, the JSON, the plots' points, and the jobs each benchmark hands to the workers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from adaptplan import bench_algorithms, bench_runs, bench_training
+from adaptplan.bench_runs import RunResult
+
+
+def result(group, label, **kw) -> RunResult:
+    fields = dict(rounds=30, final_accuracy=0.5, sim_seconds=3.0, wall_seconds=1.5, time_to_target_s=None,
+                  rounds_to_target=None, converged_round=None, converged_time_s=None, converged_accuracy=None,
+                  curve=[])
+    fields.update(kw)
+    return RunResult(group, label, **fields)
+
+
+ALGORITHM_RUNS = [
+    result("iid", "psl", final_accuracy=0.4, sim_seconds=3.0, wall_seconds=1.5, time_to_target_s=2.0,
+           curve=[(1.0, 0.2), (2.0, 0.3), (3.0, 0.4)]),
+    result("iid", "gas", final_accuracy=0.5, sim_seconds=1.5, wall_seconds=6.0, curve=[(1.5, 0.5)], diverged_round=31),
+    result("shards-2", "psl", rounds=10, final_accuracy=None, sim_seconds=40.0, wall_seconds=0.0, curve=[]),
+]
+
+
+def test_accuracy_at_a_budget() -> None:
+    r = ALGORITHM_RUNS[0]
+    assert [r.accuracy_at(t) for t in (0.5, 1.0, 1.9999999999999, 2.0, 10.0)] == [None, 0.2, 0.3, 0.3, 0.4]
+    assert bench_algorithms.budget_seconds(ALGORITHM_RUNS, "iid") == 1.5          # the shorter of 3 and 1.5
+    assert bench_algorithms.budget_seconds(ALGORITHM_RUNS, "shards-2") == 40.0
+
+
+def test_algorithms_table_and_json(tmp_path) -> None:
+    # iid: budget 1.5 s → psl's last evaluation by then is 0.2 (at 1 s), gas's 0.5; wall per round 1.5/30, 6/30
+    assert bench_algorithms.table(ALGORITHM_RUNS, 0.3).splitlines() == [
+        "iid: accuracy after 30 rounds, at the equal budget of 1.5 simulated s, simulated s to 30%",
+        "  algorithm  acc@rounds acc@budget s to target     sim s wall s/round",
+        "  psl             40.0%      20.0%           2         3        0.050",
+        "  gas             50.0%      50.0%           -       1.5        0.200  diverged (NaN/inf) at round 31",
+        "shards-2: accuracy after 10 rounds, at the equal budget of 40 simulated s, simulated s to 30%",
+        "  algorithm  acc@rounds acc@budget s to target     sim s wall s/round",
+        "  psl                 -          -           -        40        0.000",
+    ]
+    bench_algorithms.save_json(ALGORITHM_RUNS, 0.3, tmp_path / "r.json")
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["target_accuracy"] == 0.3 and data["budgets_s"] == {"iid": 1.5, "shards-2": 40.0}
+    assert [(r["partition"], r["algorithm"], r["accuracy_at_budget"], r["diverged_round"]) for r in data["runs"]] == [
+        ("iid", "psl", 0.2, None), ("iid", "gas", 0.5, 31), ("shards-2", "psl", None, None)]
+    assert data["runs"][0]["curve"] == [[1.0, 0.2], [2.0, 0.3], [3.0, 0.4]]
+
+
+POLICY_RUNS = [
+    result("iid", "adaptsfl", final_accuracy=0.6, time_to_target_s=10.0, rounds_to_target=5, converged_round=8,
+           converged_time_s=16.0, converged_accuracy=0.55),
+    result("iid", "sfl", time_to_target_s=25.0, rounds_to_target=12),
+    result("iid", "psl", final_accuracy=0.125),
+    result("shards", "sfl", rounds=30, final_accuracy=0.3, time_to_target_s=7.5, rounds_to_target=3),
+]
+
+
+def test_training_table_and_json(tmp_path) -> None:
+    # × AdaptSFL: time to target over AdaptSFL's of the same partition (none in "shards": "-")
+    assert bench_training.table(POLICY_RUNS, 0.4).splitlines() == [
+        "iid: target 40%, 30 rounds",
+        "  policy    rounds→target  s→target × AdaptSFL   final conv. round  conv. s conv. acc",
+        "  adaptsfl              5        10       1.00   60.0%           8       16     55.0%",
+        "  sfl                  12        25       2.50   50.0%           -        -         -",
+        "  psl                   -         -          -   12.5%           -        -         -",
+        "shards: target 40%, 30 rounds",
+        "  policy    rounds→target  s→target × AdaptSFL   final conv. round  conv. s conv. acc",
+        "  sfl                   3       7.5          -   30.0%           -        -         -",
+    ]
+    bench_training.save_json(POLICY_RUNS, 0.4, tmp_path / "t.json")
+    data = json.loads((tmp_path / "t.json").read_text())
+    adapt = {"time_to_target_s": 10.0, "rounds_to_target": 5, "final_accuracy": 0.6, "converged_round": 8,
+             "converged_time_s": 16.0, "converged_accuracy": 0.55}
+    assert data["target_accuracy"] == 0.4 and data["policies"]["adaptsfl"] == adapt
+    assert list(data["policies"]) == ["adaptsfl", "sfl", "psl"] and list(data["partitions"]) == ["iid", "shards"]
+    assert data["partitions"]["shards"]["sfl"]["time_to_target_s"] == 7.5
+
+
+SWEEP_RUNS = [
+    result("bandwidth=0.5", "sfl", time_to_target_s=30.0, converged_time_s=45.0),
+    result("bandwidth=0.5", "psl", time_to_target_s=None),
+    result("bandwidth=2", "sfl", time_to_target_s=12.0),
+    result("bandwidth=2", "psl", time_to_target_s=20.0, converged_time_s=1234.5),
+]
+
+
+def spy_figures(monkeypatch) -> list:
+    import matplotlib.pyplot as plt
+
+    figures, close = [], plt.close
+    monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig) or close(fig))
+    return figures
+
+
+def test_sweep_table_and_plot(tmp_path, monkeypatch) -> None:
+    assert bench_training.sweep_table(SWEEP_RUNS, "bandwidth").splitlines() == [
+        "sweep bandwidth: simulated s to target / converged s",
+        "  policy                  0.5                 2",
+        "  sfl             30 /     45       12 /      -",
+        "  psl              - /      -       20 / 1.23e+03",
+    ]
+    figures = spy_figures(monkeypatch)
+    bench_training.sweep_plot(SWEEP_RUNS, "bandwidth", tmp_path / "s.png")
+    (ax,) = figures[0].axes
+    assert [(l.get_label(), list(l.get_xdata()), list(l.get_ydata())) for l in ax.get_lines()] == [
+        ("sfl", [0.5, 2.0], [30.0, 12.0]), ("psl", [2.0], [20.0])]            # runs that never reached it: no point
+    assert ax.get_xlabel() == "bandwidth" and ax.get_ylabel() == "simulated seconds to target" and not ax.texts
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["sfl", "psl"]
+    bench_training.sweep_plot([result("noise-cv=0", "sfl")], "noise-cv", tmp_path / "n.png")
+    assert not figures[1].axes[0].get_lines() and figures[1].axes[0].texts[0].get_text() == "no policy reached the target"
+    assert (tmp_path / "s.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_accuracy_plot_has_one_panel_per_group(tmp_path, monkeypatch) -> None:
+    figures = spy_figures(monkeypatch)
+    bench_runs.plot(ALGORITHM_RUNS, tmp_path / "a.png")
+    iid, shards = figures[0].axes
+    assert (iid.get_title(), shards.get_title()) == ("iid", "shards-2")
+    assert [(l.get_label(), list(l.get_xdata()), list(l.get_ydata())) for l in iid.get_lines()] == [
+        ("psl", [1.0, 2.0, 3.0], [0.2, 0.3, 0.4]), ("gas", [1.5], [0.5])]
+    assert not shards.get_lines()                                          # a run without evaluations draws nothing
+    assert [t.get_text() for t in iid.get_legend().get_texts()] == ["psl", "gas"]
+    assert iid.get_xlabel() == "simulated seconds" and iid.get_ylabel() == "test accuracy"
+    assert (tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_jobs_of_the_benchmarks(monkeypatch) -> None:
+    seen = {}
+
+    def fake_run_jobs(jobs, workers, desc, progress):
+        seen.update(jobs=jobs, workers=workers, desc=desc, progress=progress)
+        return []
+
+    monkeypatch.setattr(bench_algorithms, "run_jobs", fake_run_jobs)
+    bench_algorithms.run_algorithm_bench(["psl", "gas"], ["iid", "dirichlet-0.1"], rounds=7, devices=5,
+                                         dataset="synthetic", lr=0.01, momentum=0.5, batch_size=8, eval_every=2,
+                                         seed=3, target=0.25, workers=2, cuts=[2] * 5, test_samples=50, progress=False)
+    common = dict(dataset="synthetic", model="cnn", devices=5, rounds=7, lr=0.01, momentum=0.5, batch_size=8,
+                  eval_every=2, seed=3, threads=1, progress=False, max_test_samples=50, cuts=(2, 2, 2, 2, 2))
+    assert seen["jobs"] == [
+        {"group": "iid", "label": "psl", "target": 0.25,
+         "config": dict(common, algorithm="psl", extra={}, partition="iid")},
+        {"group": "iid", "label": "gas", "target": 0.25,
+         "config": dict(common, algorithm="gas", extra={"active": 10, "local_steps": 2}, partition="iid")},
+        {"group": "dirichlet-0.1", "label": "psl", "target": 0.25,
+         "config": dict(common, algorithm="psl", extra={}, partition="dirichlet", dirichlet_alpha=0.1)},
+        {"group": "dirichlet-0.1", "label": "gas", "target": 0.25,
+         "config": dict(common, algorithm="gas", extra={"active": 10, "local_steps": 2}, partition="dirichlet",
+                        dirichlet_alpha=0.1)},
+    ]
+    assert (seen["workers"], seen["progress"]) == (2, False)
+
+    monkeypatch.setattr(bench_training, "run_jobs", fake_run_jobs)
+    bench_training.run_training_bench(["adaptsfl", "sfl"], ["iid", "shards"], rounds=9, devices=4, dataset="synthetic",
+                                      eval_every=3, seed=1, target=0.3, replan_every=6, workers=1, test_samples=40,
+                                      progress=False, noise_cv=0.1, sweep=("device-flops", [0.5, 2.0]))
+    base = dict(algorithm="adaptsfl", dataset="synthetic", model="cnn", devices=4, partition="iid", rounds=9, lr=0.05,
+                momentum=0.9, batch_size=16, eval_every=3, seed=1, threads=1, progress=False, max_test_samples=40,
+                noise_cv=0.1)
+    # a sweep runs on the first partition only, one group per value
+    assert seen["jobs"] == [
+        {"group": "device-flops=0.5", "label": "adaptsfl", "target": 0.3,
+         "config": dict(base, policy="adaptsfl", flops_scale=0.5, replan_every=6)},
+        {"group": "device-flops=0.5", "label": "sfl", "target": 0.3, "config": dict(base, policy="sfl", flops_scale=0.5)},
+        {"group": "device-flops=2", "label": "adaptsfl", "target": 0.3,
+         "config": dict(base, policy="adaptsfl", flops_scale=2.0, replan_every=6)},
+        {"group": "device-flops=2", "label": "sfl", "target": 0.3, "config": dict(base, policy="sfl", flops_scale=2.0)},
+    ]
+    bench_training.run_training_bench(["psl"], ["iid", "shards"], rounds=9, devices=4, workers=1, progress=False)
+    assert [(j["group"], j["config"]["partition"], j["config"].get("replan_every")) for j in seen["jobs"]] == [
+        ("iid", "iid", None), ("shards", "shards", None)]
+
+
+def test_a_diverged_run_keeps_its_records() -> None:
+    config = dict(algorithm="psl", dataset="synthetic", devices=2, rounds=30, cuts=(3,), lr=1e5, momentum=0.0,
+                  batch_size=8, eval_every=1, threads=1, progress=False, max_test_samples=50)
+    (r,) = bench_runs.run_jobs([{"group": "iid", "label": "psl", "target": 0.99, "config": config}], workers=1,
+                               progress=False)
+    assert r.diverged_round is not None and r.diverged_round == r.rounds + 1 <= 30
+    assert len(r.curve) == r.rounds and r.time_to_target_s is None and r.rounds_to_target is None
+    with pytest.raises(Exception, match="unknown value 'nope'"):
+        bench_runs.run_one({"group": "iid", "label": "x", "target": 0.5, "config": {**config, "algorithm": "nope"}})
+
+
+def test_a_run_diverging_in_its_first_round_reports_zero_seconds(monkeypatch) -> None:
+    import trainers.run
+    from adaptplan.errors import InputError
+    from trainers.history import History
+
+    class DivergesAtOnce:
+        def __init__(self, config) -> None:
+            self.history = History()
+
+        def run(self):
+            raise InputError("training diverged at round 1: NaN or inf in client activation", field="lr")
+
+    monkeypatch.setattr(trainers.run, "Trainer", DivergesAtOnce)
+    config = dict(algorithm="psl", dataset="synthetic", devices=2, rounds=5, cuts=(3,), progress=False)
+    r = bench_runs.run_one({"group": "iid", "label": "psl", "target": 0.5, "config": config})
+    assert (r.rounds, r.sim_seconds, r.wall_seconds, r.final_accuracy, r.curve, r.diverged_round) == (0, 0.0, 0.0, None,
+                                                                                                     [], 1)
+
+
+@pytest.mark.parametrize("bench, function", [("algorithms", bench_algorithms.run_algorithm_bench),
+                                             ("training", bench_training.run_training_bench)])
+def test_python_defaults_are_the_commands(bench, function) -> None:
+    """run_algorithm_bench()/run_training_bench() with no arguments run what `adaptplan bench algorithms|training`
+    runs with no flags."""
+    import inspect
+
+    from adaptplan.cli import build_parser
+
+    args = vars(build_parser().parse_args(["bench", bench]))
+    names = {"target": "target_accuracy"}
+    parameters = inspect.signature(function).parameters
+    shared = [p for p in parameters if names.get(p, p) in args and p not in ("workers", "algorithms", "policies", "partitions")]
+    assert len(shared) >= 12
+    for name in shared:
+        assert parameters[name].default == args[names.get(name, name)], name
+    if bench == "algorithms":
+        assert list(parameters["algorithms"].default) == args["algorithms"].split(",")
+        assert list(parameters["partitions"].default) == args["partitions"].split(",")
+    else:
+        assert list(parameters["policies"].default) == args["policies"].split(",")
+
+
+@pytest.mark.parametrize("bench", ["algorithms", "training"])
+def test_training_flags_accept_their_ranges(bench) -> None:
+    """--lr in (0, 10⁶], --momentum in [0, 1), --target-accuracy in (0, 1], counts ≥ 1 (README input limits)."""
+    from adaptplan.cli import build_parser
+
+    parser = build_parser()
+    args = parser.parse_args(["bench", bench, "--lr", "1e6", "--momentum", "0", "--target-accuracy", "1", "--rounds", "1",
+                              "--devices", "1", "--eval-every", "1", "--test-samples", "1", "--workers", "1", "--seed",
+                              "0"])
+    assert (args.lr, args.momentum, args.target_accuracy, args.rounds, args.devices) == (1e6, 0.0, 1.0, 1, 1)
+    args = parser.parse_args(["bench", bench, "--lr", "1e-9", "--momentum", "0.999"])
+    assert (args.lr, args.momentum) == (1e-9, 0.999)
+    for flag, value in (("--lr", "0"), ("--lr", "1000000.5"), ("--momentum", "1"), ("--momentum", "-0.1"),
+                        ("--target-accuracy", "0"), ("--target-accuracy", "1.01"), ("--rounds", "0"), ("--seed", "-1"),
+                        ("--devices", "0"), ("--eval-every", "0"), ("--test-samples", "0"), ("--workers", "0")):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["bench", bench, flag, value])

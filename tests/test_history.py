@@ -1,0 +1,108 @@
+"""trainers.history: the summary's figures, the final accuracy, the convergence floor and the CSV columns,
+each checked against values written out by hand."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from adaptplan.errors import InputError
+from trainers.history import History, RoundRecord
+
+
+def record(t: int, accuracy: float | None, sim: float, **kw) -> RoundRecord:
+    return RoundRecord(t, 2.0 / t, accuracy, None if accuracy is None else 1.0 / t, sim, 1.5, 0.25 * t, 100 * t, 50 * t,
+                       7, t % 2 == 0, False, [1, 3], 2, **kw)
+
+
+def test_empty_history_summary() -> None:
+    assert History().summary() == {"rounds": 0, "final_accuracy": None, "converged_round": None, "sim_seconds": 0.0,
+                                   "wall_seconds": 0.0}
+    assert History().summary(0.5) == {"rounds": 0, "final_accuracy": None, "converged_round": None, "sim_seconds": 0.0,
+                                      "wall_seconds": 0.0, "target_accuracy": 0.5, "time_to_target_s": None}
+
+
+def test_summary_of_a_converged_run() -> None:
+    # evaluations every round: gains 0.2, 0.2, then 0.0, 0.01, 0.0, 0.01, 0.0 — the fifth small gain is at round 8
+    accs = [0.3, 0.5, 0.7, 0.7, 0.71, 0.71, 0.72, 0.72]
+    h = History([record(t, a, 10.0 * t) for t, a in enumerate(accs, start=1)])
+    assert h.summary(0.7) == {"rounds": 8, "final_accuracy": 0.72, "converged_round": 8, "sim_seconds": 80.0,
+                              "wall_seconds": 2.0, "converged_accuracy": 0.72, "converged_sim_seconds": 80.0,
+                              "target_accuracy": 0.7, "time_to_target_s": 30.0}
+
+
+def test_final_accuracy_prefers_the_final_evaluation() -> None:
+    h = History([record(1, 0.4, 1.0), record(2, None, 2.0)])
+    assert h.final_accuracy == 0.4                       # the last evaluated round
+    h.meta["final_evaluation"] = {"round": 2, "accuracy": 0.55, "test_loss": 1.0, "sim_seconds": 2.0}
+    assert h.final_accuracy == 0.55 and h.summary()["final_accuracy"] == 0.55
+
+
+def test_convergence_floor_from_the_number_of_classes() -> None:
+    # a streak of tiny gains at 30 % accuracy: converged unless the floor (2/M) is above 0.3
+    accs = [0.3, 0.3, 0.3, 0.3, 0.3, 0.3]
+    records = [record(t, a, float(t)) for t, a in enumerate(accs, start=1)]
+    assert History(records, meta={"num_classes": 10}).converged_round() == 6        # floor 0.2
+    assert History(records, meta={"num_classes": 4}).converged_round() is None      # floor 0.5
+    for classes in (0, -3, "ten", None):                  # unknown or meaningless: no floor
+        assert History(records, meta={"num_classes": classes}).converged_round() == 6
+
+
+def test_csv_has_one_row_per_record_with_lists_and_objects_spelled_out(tmp_path) -> None:
+    h = History([record(1, None, 1.5, participants=[0, 2], stage_seconds={"uplink": 0.5, "device FP": 1.0},
+                        metrics={"selected": 0.5}),
+                 record(2, 0.25, 3.0)])
+    h.save(tmp_path)
+    with open(tmp_path / "history.csv", newline="") as fh:
+        rows = list(csv.reader(fh))
+    assert rows[0] == ["round", "train_loss", "accuracy", "test_loss", "sim_seconds", "round_sim_seconds",
+                       "wall_seconds", "bytes_up", "bytes_down", "bytes_server", "aggregated", "replanned", "cuts",
+                       "interval", "participants", "stage_seconds", "metrics"]
+    assert rows[1] == ["1", "2.0", "", "", "1.5", "1.5", "0.25", "100", "50", "7", "False", "False", "1 3", "2", "0 2",
+                       '{"device FP": 1.0, "uplink": 0.5}', '{"selected": 0.5}']
+    assert rows[2] == ["2", "1.0", "0.25", "0.5", "3.0", "1.5", "0.5", "200", "100", "7", "True", "False", "1 3", "2", "",
+                       "{}", "{}"]
+    assert len(rows) == 3
+    assert History.load(tmp_path).records == h.records
+
+
+def test_summary_must_be_an_object() -> None:
+    doc = History([record(1, 0.5, 1.0)]).to_json()
+    History.from_json(doc)
+    with pytest.raises(InputError) as info:
+        History.from_json({**doc, "summary": [1, 2]})
+    assert info.value.field == "history.summary"
+    assert json.loads(json.dumps(doc))["summary"]["rounds"] == 1
+
+
+def test_plot_draws_accuracy_against_simulated_seconds(tmp_path, monkeypatch) -> None:
+    import matplotlib.pyplot as plt
+
+    from trainers.plotting import plot_histories
+
+    figures = []
+    close = plt.close
+    monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig) or close(fig))
+    a = History([record(1, None, 1.5), record(2, 0.25, 3.0), record(3, None, 4.0), record(4, 0.5, 6.5)])
+    b = History([record(1, 0.125, 2.0)])
+    path = plot_histories([("first", a), ("second", b)], tmp_path / "curves", title="cost $5")
+    assert path == tmp_path / "curves.png" and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (ax,) = figures[0].axes
+    lines = [(line.get_label(), list(line.get_xdata()), list(line.get_ydata())) for line in ax.get_lines()]
+    assert lines == [("first", [3.0, 6.5], [0.25, 0.5]), ("second", [2.0], [0.125])]   # evaluated rounds only
+    assert ax.get_xlabel() == "simulated time (s)" and ax.get_ylabel() == "test accuracy"
+    assert ax.get_title() == r"cost \$5"                                                # literal, not mathtext
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["first", "second"]
+
+
+def test_record_lists_hold_at_most_one_entry_per_device() -> None:
+    # README input limits: at most 10,000 devices, so at most 10,000 cuts/participants in a record
+    doc = History([record(1, 0.5, 1.0)]).to_json()
+    row = doc["records"][0]
+    History.from_json({**doc, "records": [{**row, "cuts": [1] * 10_000, "participants": list(range(10_000))}]})
+    for name, value in (("cuts", [1] * 10_001), ("participants", list(range(10_000)) + [0])):
+        with pytest.raises(InputError) as info:
+            History.from_json({**doc, "records": [{**row, name: value}]})
+        assert info.value.field == f"history.records[0].{name}"

@@ -1,0 +1,83 @@
+"""TrainConfig's ranges at their edges, written from README "Input limits" (training --lr in (0, 10⁶],
+--momentum in [0, 1), --weight-decay in [0, 1], --noise-cv 0..1, seeds 0..2³²−1, devices ≤ 10,000,
+batch size ≤ 10⁶) and the TrainConfig docstring (fractions in (0, 1], counts ≥ 1, cuts per device)."""
+
+from __future__ import annotations
+
+import pytest
+
+from adaptplan.errors import InputError
+from trainers.config import TrainConfig
+
+BASE = dict(dataset="synthetic", devices=4)
+
+EDGES = [  # field, largest/smallest value accepted, nearest value refused
+    ("lr", 1e6, 1000000.5), ("lr", 1e-300, 0.0),
+    ("momentum", 0.0, -1e-9), ("momentum", 0.999999, 1.0),
+    ("weight_decay", 0.0, -1e-9), ("weight_decay", 1.0, 1.0000001),
+    ("noise_cv", 0.0, -1e-9), ("noise_cv", 1.0, 1.0000001),
+    ("dirichlet_alpha", 1e6, 1000000.5), ("dirichlet_alpha", 1e-300, 0.0),
+    ("target_accuracy", 1.0, 1.0000001), ("target_accuracy", 1e-9, 0.0),
+    ("seed", 0, -1), ("seed", 2**32 - 1, 2**32), ("system_seed", 2**32 - 1, 2**32),
+    ("devices", 10_000, 10_001), ("devices", 1, 0),
+    ("batch_size", 10**6, 10**6 + 1), ("batch_size", 1, 0),
+    ("rounds", 10**9, 10**9 + 1), ("eval_every", 1, 0), ("eval_batch_size", 1, 0),
+    ("interval", 1, 0), ("interval", 10**12, 10**12 + 1), ("replan_every", 1, 0), ("checkpoint_every", 1, 0),
+    ("max_test_samples", 1, 0), ("threads", 1024, 1025), ("model_width", 4096, 4097),
+    ("clip_norm", 1e-30, 0.0), ("flops_scale", 1e-30, 0.0), ("bandwidth_scale", 1e-30, 0.0),
+]
+
+
+@pytest.mark.parametrize("field, good, bad", EDGES)
+def test_numeric_options_at_their_edges(field, good, bad) -> None:
+    assert getattr(TrainConfig(**{**BASE, field: good}), field) == good
+    with pytest.raises(InputError) as info:
+        TrainConfig(**{**BASE, field: bad})
+    assert info.value.field == field
+
+
+def test_optional_options_may_be_absent() -> None:
+    config = TrainConfig(**BASE)
+    assert (config.interval, config.replan_every, config.checkpoint_every, config.max_test_samples, config.threads,
+            config.clip_norm, config.target_accuracy, config.cuts) == (None,) * 8
+
+
+def test_cuts_are_one_per_device_or_one_for_all() -> None:
+    assert TrainConfig(**BASE, cuts=(3,)).cuts == (3, 3, 3, 3)
+    assert TrainConfig(**BASE, cuts=(1, 2, 3, 4)).cuts == (1, 2, 3, 4)
+    for cuts in ((1, 2), (1, 2, 3, 4, 5)):
+        with pytest.raises(InputError, match=f"need 1 or 4 cut indices .*got {len(cuts)}") as info:
+            TrainConfig(**BASE, cuts=cuts)
+        assert info.value.field == "cuts"
+    with pytest.raises(InputError) as info:
+        TrainConfig(**BASE, cuts=(2, 0, 2, 2))
+    assert info.value.field == "cuts[1]"
+    with pytest.raises(InputError, match="either a plan file or explicit cuts") as info:
+        TrainConfig(**BASE, cuts=(2,), plan_path="plan.json")
+
+
+def test_json_round_trip_and_unknown_keys() -> None:
+    config = TrainConfig(**BASE, cuts=(2,), extra={"participation": 0.5}, algorithm="psl")
+    data = config.to_json()
+    assert data["cuts"] == [2, 2, 2, 2]                      # a list in JSON
+    assert TrainConfig.from_json(data) == config
+    with pytest.raises(InputError, match=r"unknown key\(s\) \['colour'\]") as info:
+        TrainConfig.from_json({**data, "colour": "red"})
+    assert info.value.field == "config"
+
+
+def test_algorithm_option_defaults_are_the_strategies_and_the_specs() -> None:
+    """The CLI's defaults (trainers.config.ALGORITHM_OPTIONS) are the strategy classes' own defaults, so a run
+    from the command line and one from Python agree; and the spec values of docs/algorithms.md (τ = 1 for SCALA's
+    and GAS's logit adjustment, B.3 and GAS-9; GAPSL's K_min 0.2, K_max 0.8)."""
+    import inspect
+
+    from trainers.config import ALGORITHM_OPTIONS, OPTION_BY_NAME
+    from trainers.strategies import STRATEGIES
+
+    for option in ALGORITHM_OPTIONS:
+        for algorithm in option.algorithms:
+            parameter = inspect.signature(STRATEGIES[algorithm].__init__).parameters[option.name]
+            assert parameter.default == option.default, (option.name, algorithm)
+    assert OPTION_BY_NAME["la_tau"].default == 1.0
+    assert (OPTION_BY_NAME["k_min"].default, OPTION_BY_NAME["k_max"].default) == (0.2, 0.8)
