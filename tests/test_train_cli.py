@@ -30,15 +30,7 @@ def all_params(trainer: Trainer) -> list[torch.Tensor]:
     return [p.detach() for d in range(trainer.engine.num_devices) for p in trainer.engine.device_model(d).parameters()]
 
 
-GAPSL_RESUME_BUG = pytest.mark.xfail(strict=True, reason=(
-    "known bug: GAPSL's leader fraction K^t = K_min + (t/T)·stab·(K_max − K_min) (eq. 2) takes T from --rounds, so "
-    "a run resumed with more --rounds ran its first rounds under the old T: round 1's K^t is 0.4 (T = 3) instead of "
-    "0.3 (T = 6) here, and when ⌈K^t·S⌉ changes the leaders and the training differ too — README promises identical "
-    "results"))
-
-
-@pytest.mark.parametrize("algorithm", ["adaptsfl", "sfl-v2", "sl", "psl", "sfl-v1", "scala", "cyclesl", "gas",
-                                       pytest.param("gapsl", marks=GAPSL_RESUME_BUG)])
+@pytest.mark.parametrize("algorithm", ["adaptsfl", "sfl-v2", "sl", "psl", "sfl-v1", "scala", "cyclesl", "gas"])
 def test_resume_is_identical_to_uninterrupted(tmp_path: Path, algorithm: str) -> None:
     common = dict(FAST, algorithm=algorithm, cuts=(1, 2, 2, 4) if algorithm == "adaptsfl" else (2,), interval=2,
                   momentum=0.9, checkpoint_every=3)
@@ -53,6 +45,18 @@ def test_resume_is_identical_to_uninterrupted(tmp_path: Path, algorithm: str) ->
     assert walls == sorted(walls) and walls[2] > 0               # the resumed rounds go on from the saved wall time
     for a, b in zip(all_params(full), all_params(resumed), strict=True):
         assert torch.equal(a, b)
+
+
+def test_gapsl_resume_keeps_its_total_rounds(tmp_path: Path) -> None:
+    """GAPSL's K^t = K_min + (t/T)·stab·(K_max − K_min) (eq. 2) depends on T = --rounds: a resume asking for
+    more rounds would not reproduce an uninterrupted run, so it is refused, naming --rounds."""
+    from adaptplan.errors import InputError
+
+    common = dict(FAST, algorithm="gapsl", cuts=(2,), momentum=0.9, checkpoint_every=3)
+    Trainer(TrainConfig(**common, rounds=3, out=str(tmp_path / "part"))).run()
+    with pytest.raises(InputError, match=r"keeps --rounds 3 \(asked: 6\)") as err:
+        Trainer(TrainConfig(**common, rounds=6, out=str(tmp_path / "part"), resume=True)).run()
+    assert err.value.field == "rounds"
 
 
 def test_interrupted_run_resumes_identically(tmp_path: Path) -> None:

@@ -188,6 +188,7 @@ class Strategy:
     server_mode = "barrier"
     asynchronous = False
     participation = 1.0
+    uses_total_rounds = False   # the schedule reads t/R (ctx.total_rounds): a resumed run must keep --rounds
 
     def __init__(self, participation: float = 1.0) -> None:
         if not (isinstance(participation, (int, float)) and 0 < participation <= 1):

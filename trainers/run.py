@@ -281,6 +281,10 @@ class Trainer:
         saved, now = state["config"], self.config.to_json()
         if not isinstance(saved, dict):
             raise InputError(f"the {where} holds no run configuration", field="--resume")
+        if self.strategy.uses_total_rounds and saved.get("rounds") != now["rounds"]:
+            raise InputError(f"{self.config.algorithm}'s schedule depends on the run's total rounds T (GAPSL's eq. 2: "
+                             f"K^t grows with t/T), so a resumed run keeps --rounds {saved.get('rounds')} (asked: "
+                             f"{now['rounds']}); start a new run for more rounds", field="rounds")
         for key in now:
             if key in RESUMABLE:
                 continue

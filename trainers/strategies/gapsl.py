@@ -44,6 +44,7 @@ def angles(vectors: torch.Tensor, others: torch.Tensor) -> torch.Tensor:
 
 class GAPSL(Strategy):
     name = "gapsl"
+    uses_total_rounds = True     # K^t of eq. (2) grows with t/T
 
     def __init__(self, participation: float = 1.0, gda: str = "detached", k_min: float = 0.2, k_max: float = 0.8,
                  eta_th: float = 0.5, gda_lambda: float = 5e-4, excluded_update: str = "none") -> None:
