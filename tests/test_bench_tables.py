@@ -143,7 +143,8 @@ def test_jobs_of_the_benchmarks(monkeypatch) -> None:
                                          dataset="synthetic", lr=0.01, momentum=0.5, batch_size=8, eval_every=2,
                                          seed=3, target=0.25, workers=2, cuts=[2] * 5, test_samples=50, progress=False)
     common = dict(dataset="synthetic", model="cnn", devices=5, rounds=7, lr=0.01, momentum=0.5, batch_size=8,
-                  eval_every=2, seed=3, threads=1, progress=False, max_test_samples=50, cuts=(2, 2, 2, 2, 2))
+                  eval_every=2, seed=3, threads=1, progress=False, max_test_samples=50, cuts=(2, 2, 2, 2, 2),
+                  device="auto", client_batching="auto")
     assert seen["jobs"] == [
         {"group": "iid", "label": "psl", "target": 0.25,
          "config": dict(common, algorithm="psl", extra={}, partition="iid")},
@@ -163,7 +164,7 @@ def test_jobs_of_the_benchmarks(monkeypatch) -> None:
                                       progress=False, noise_cv=0.1, sweep=("device-flops", [0.5, 2.0]))
     base = dict(algorithm="adaptsfl", dataset="synthetic", model="cnn", devices=4, partition="iid", rounds=9, lr=0.05,
                 momentum=0.9, batch_size=16, eval_every=3, seed=1, threads=1, progress=False, max_test_samples=40,
-                noise_cv=0.1)
+                noise_cv=0.1, device="auto", client_batching="auto")
     # a sweep runs on the first partition only, one group per value
     assert seen["jobs"] == [
         {"group": "device-flops=0.5", "label": "adaptsfl", "target": 0.3,
