@@ -8,6 +8,8 @@ variance of block j) and G_j² (second moment of block j's gradient). All are di
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -67,6 +69,16 @@ class ConvergenceConstants:
 
     def save(self, path: str | os.PathLike) -> None:
         save_json(self.to_json(), path)
+
+    @classmethod
+    def training_placeholder(cls, num_cuts: int, gamma: float, num_devices: int) -> "ConvergenceConstants":
+        """The placeholders with γ = the training learning rate, for planning a run without measured
+        constants. Their ε = 0.1 is a placeholder too: where it is unreachable, at or below the noise
+        floor β·γ·Σσ_j²/N (Corollary 1's c > 0; e.g. 4 devices at γ = 0.05: 0.3125), ε becomes twice
+        that floor, so that a run without constants always has a plan (measured constants keep their ε)."""
+        base = dataclasses.replace(cls.placeholder(num_cuts), gamma=gamma)
+        floor = base.beta * gamma * sum(base.sigma2) / num_devices
+        return base if base.epsilon > floor else dataclasses.replace(base, epsilon=2 * floor)
 
     @classmethod
     def placeholder(cls, num_cuts: int) -> "ConvergenceConstants":

@@ -220,9 +220,13 @@ def test_distributed_flag_errors_exit_2_naming_the_flag(argv: list[str], flag: s
 
 
 def test_a_user_error_on_rank_0_is_one_line_and_exit_2(tmp_path: Path) -> None:
-    """The planner finds no plan for 3 devices: rank 0 says so once; the other ranks stop quietly."""
-    run = adaptplan("train", "--distributed", "--ranks", "3", "--devices", "3", "--rounds", "2", *SMALL,
-                    "--out", str(tmp_path / "d"))
+    """A system file for 2 devices in a 3-device run, found by rank 0 after the ranks started: rank 0 says
+    so once; the other ranks stop quietly."""
+    device = {"flops": 1e9, "up_bps": 2e6, "down_bps": 4e6, "fed_up_bps": 8e6, "fed_down_bps": 8e6}
+    (tmp_path / "system.json").write_text(json.dumps({"batch_size": 16, "server_flops": 1e10, "edge_to_fed_bps": 1e7,
+                                                      "fed_to_edge_bps": 1e7, "devices": [device] * 2}))
+    run = adaptplan("train", "--distributed", "--ranks", "3", "--devices", "3", "--rounds", "2", *SMALL, "--cuts", "2",
+                    "--system", str(tmp_path / "system.json"), "--out", str(tmp_path / "d"))
     assert run.returncode == 2
     lines = run.stderr.strip().splitlines()
-    assert len(lines) == 1 and "the planner found no plan" in lines[0], run.stderr
+    assert len(lines) == 1 and "system has 2 devices but devices = 3" in lines[0], run.stderr

@@ -307,12 +307,15 @@ def test_done_when_20_device_adaptsfl_on_cifar10_subset_plots_and_resumes_identi
 def test_planner_uses_the_training_learning_rate_and_sfl_aggregates_every_round() -> None:
     from adaptplan.constants import ConvergenceConstants
 
-    # γ = --lr = 0.05 with 4 devices: noise floor (βγ/N)Σσ² = 5·0.05·5/4 = 0.3125 ≥ ε = 0.1
-    with pytest.raises(InputError, match="0.3125"):
-        Trainer(TrainConfig(**FAST, algorithm="adaptsfl", rounds=2))
-    trainer = Trainer(TrainConfig(**FAST, algorithm="adaptsfl", rounds=2, allow_fallback=True))
-    assert trainer.history.events[0]["source"] == "default" and "0.3125" in trainer.history.events[0]["reason"]
+    # γ = --lr = 0.05 with 4 devices: noise floor (βγ/N)Σσ² = 5·0.05·5/4 = 0.3125 ≥ the placeholder ε = 0.1, so
+    # the placeholder target becomes twice the floor (0.625) and the run has a plan; with 20 devices the floor
+    # is 0.0625 and ε stays 0.1
+    trainer = Trainer(TrainConfig(**FAST, algorithm="adaptsfl", rounds=2))
+    assert trainer.history.events[0]["source"] == "planner"
     L = trainer.profile.num_cuts
+    raised = ConvergenceConstants.training_placeholder(L, 0.05, 4)
+    assert L == 5 and raised.gamma == 0.05 and raised.epsilon == pytest.approx(0.625)
+    assert ConvergenceConstants.training_placeholder(L, 0.05, 20).epsilon == 0.1
     with pytest.raises(InputError, match="not the learning rate"):
         Trainer(TrainConfig(**FAST, algorithm="adaptsfl", rounds=2), constants=ConvergenceConstants.placeholder(L))
     # SplitFed takes the planner's cuts but aggregates every round unless --interval is given
@@ -381,7 +384,8 @@ def test_every_train_flag_reaches_its_config_field(tmp_path) -> None:
             "--batch-size", "12", "--seed", "5", "--eval-every", "3", "--max-test-samples", "100", "--out", "run",
             "--checkpoint-every", "2", "--overwrite", "--allow-fallback", "--target-accuracy", "0.6",
             "--system", "s.json", "--system-seed", "9", "--static-resources", "--constants", "c.json",
-            "--data-root", "data", "--download", "--threads", "2", "--no-progress"]
+            "--data-root", "data", "--download", "--threads", "2", "--no-progress", "--device", "cpu",
+            "--client-batching", "on", "--distributed", "--ranks", "4", "--emulate-links", "--rank-timeout", "7"]
     args = build_parser().parse_args(argv)
     assert _fields_from_args(args) == dict(
         algorithm="gapsl", dataset="synthetic", model="mlp", devices=6, partition="dirichlet", dirichlet_alpha=0.3,
@@ -389,7 +393,8 @@ def test_every_train_flag_reaches_its_config_field(tmp_path) -> None:
         replan_every=4, policy=None, reestimate=True, seed=5, eval_every=3, max_test_samples=100, out="run",
         checkpoint_every=2, resume=False, overwrite=True, allow_fallback=True, target_accuracy=0.6,
         system_path="s.json", system_seed=9, redraw_resources=False, constants_path="c.json", data_root="data",
-        download=True, threads=2, progress=False, optimizer="adam", clip_norm=10.0,
+        download=True, threads=2, progress=False, optimizer="adam", clip_norm=10.0, device="cpu",
+        client_batching="on", distributed=True, ranks=4, emulate_links=True, rank_timeout=7.0,
         extra={"k_min": 0.3, "gda": "double_backprop"})
     defaults = _fields_from_args(build_parser().parse_args(["train", "--cuts", "3,3 4", "--policy", "sfl"]))
     assert defaults["cuts"] == [3, 3, 4] and defaults["policy"] == "sfl" and defaults["extra"] == {}

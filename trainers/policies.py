@@ -16,7 +16,6 @@ The training algorithm stays ``--algorithm`` (default adaptsfl); the policy's in
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Callable
 
 from adaptplan.constants import ConvergenceConstants
@@ -42,7 +41,7 @@ def policy_planner(name: str, constants: ConvergenceConstants | None, gamma: flo
         from solvers.problem import PlanningProblem
 
         consts = request.constants or constants or \
-            dataclasses.replace(ConvergenceConstants.placeholder(request.profile.num_cuts), gamma=gamma)
+            ConvergenceConstants.training_placeholder(request.profile.num_cuts, gamma, request.system.num_devices)
         problem = PlanningProblem.from_parts(request.profile, request.system, consts)
         draw = seed * 1_000_003 + request.round
         if name == "fixed-cut":

@@ -91,7 +91,7 @@ def default_planner(constants: ConvergenceConstants | None = None, gamma: float 
         from adaptplan.planner import Planner as _Planner
 
         consts = request.constants or constants or \
-            dataclasses.replace(ConvergenceConstants.placeholder(request.profile.num_cuts), gamma=gamma)
+            ConvergenceConstants.training_placeholder(request.profile.num_cuts, gamma, request.system.num_devices)
         return _Planner(request.profile, request.system, consts).plan(initial_cuts=request.cuts or None)
 
     return plan
