@@ -240,3 +240,52 @@ def test_batchnorm_keeps_devices_apart_at_the_server() -> None:
     assert has_batch_coupling(nn.Sequential(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))))   # nested
     assert make_engine("psl", [3, 3], devices=2).edge.concatenate
     assert not make_engine("psl", [1, 1], devices=2, model=with_bn).edge.concatenate
+
+
+def test_label_prior_and_an_empty_server_step() -> None:
+    from trainers.api import label_prior
+
+    assert torch.equal(label_prior([2, 0, 6]), torch.tensor([0.25, 0.0, 0.75]))
+    assert torch.equal(label_prior(torch.tensor([0, 0, 0])), torch.zeros(3))      # no samples: no NaN
+    assert label_prior([1, 1]).dtype == torch.float32
+    engine = make_engine("psl", [3, 3], devices=2)
+    before = flat(*engine.edge.instances.values())
+    assert parallel_step(engine.edge, engine.context(1), []) == []                # nothing arrived: no replies, no step
+    assert torch.equal(flat(*engine.edge.instances.values()), before)
+
+
+class BlowUpStrategy(Strategy):
+    """A server step that leaves an inf in the shared server model (as a too large step would)."""
+
+    def serve(self, edge, ctx, arrivals):
+        replies = parallel_step(edge, ctx, arrivals)
+        with torch.no_grad():
+            next(edge.instances[(None, 10)].parameters())[0, 0] = float("inf")
+        return replies
+
+
+def test_a_model_made_non_finite_stops_the_round_that_made_it() -> None:
+    engine = SplitEngine(small_model(), [3, 3], BlowUpStrategy(), make_data(2), {"lr": 0.1}, 16)
+    with pytest.raises(NonFiniteError, match=r"NaN or inf in server model block 11 at round 1, device shared server"):
+        engine.run_round(1)
+
+
+@pytest.mark.parametrize("cut", [4, 11])
+def test_sl_hands_the_model_and_its_momentum_on_like_centralized_sgd(cut: int) -> None:
+    """Vanilla SL over 3 devices: one client model (and its optimizer state) passed device to device, one
+    server model — together one model trained by SGD with momentum on device 0's batch, then device 1's,
+    device 2's, device 0's... (each device's batches from its own seeded sampler)."""
+    engine = make_engine("sl", [cut] * 3, devices=3, momentum=0.9)
+    central = small_model()
+    opt = torch.optim.SGD(central.parameters(), lr=0.1, momentum=0.9)
+    samplers = [DeviceSampler(engine.data.parts[d], 16, [0, d]) for d in range(3)]
+    for t in range(1, 4):
+        engine.run_round(t)
+        for d in range(3):
+            idx = torch.from_numpy(samplers[d].next())
+            loss = nn.functional.cross_entropy(central(engine.data.x_train[idx]), engine.data.y_train[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    for a, b in zip(params(engine.device_model(0)), params(central), strict=True):
+        assert torch.allclose(a, b, atol=1e-5, rtol=0)
