@@ -122,3 +122,62 @@ def test_damaged_data_files_are_one_message(tmp_path, case: str, pattern: str) -
         _write_mnist(tmp_path, x=x, y=y[:9])
     with pytest.raises(InputError, match=pattern):
         load_dataset("mnist-subset", root=tmp_path)
+
+
+def test_test_split_is_normalised_with_the_training_statistics() -> None:
+    d = load_dataset("cifar10-subset")
+    raw = np.load(find_data_dir() / "cifar10_subset.npz")
+    mean = torch.tensor(d.mean).view(1, 3, 1, 1)
+    std = torch.tensor(d.std).view(1, 3, 1, 1)
+    # x = (pixel/255 − mean_train)/std_train for both splits: undoing it gives the stored pixels back
+    assert torch.allclose((d.x_test * std + mean) * 255, torch.from_numpy(raw["x_test"]).float(), atol=1e-3)
+    assert torch.allclose((d.x_train[:500] * std + mean) * 255, torch.from_numpy(raw["x_train"][:500]).float(), atol=1e-3)
+    assert not torch.allclose(d.x_test.std(dim=(0, 2, 3)), torch.ones(3), atol=1e-4)    # not re-normalised on its own
+
+
+class FakeVision:
+    """A stand-in for a torchvision dataset class: uint8 images (N, H, W) or (N, H, W, C) and labels, per split."""
+
+    calls: list = []
+    fail: Exception | None = None
+    channels = None
+
+    def __init__(self, root: str, train: bool, download: bool) -> None:
+        FakeVision.calls.append((root, train, download))
+        if FakeVision.fail is not None:
+            raise FakeVision.fail
+        n = 6 if train else 4
+        shape = (n, 5, 5) if self.channels is None else (n, 5, 5, self.channels)
+        self.data = torch.arange(np.prod(shape), dtype=torch.uint8).reshape(shape) if train else \
+            np.full(shape, 7, dtype=np.uint8)
+        self.targets = list(range(n))
+
+
+def test_torchvision_datasets_are_read_channel_first_per_split(tmp_path, monkeypatch) -> None:
+    import torchvision
+
+    class Gray(FakeVision):
+        pass
+
+    class Colour(FakeVision):
+        channels = 3
+
+    monkeypatch.setattr(torchvision.datasets, "MNIST", Gray)
+    monkeypatch.setattr(torchvision.datasets, "CIFAR10", Colour)
+    FakeVision.calls, FakeVision.fail = [], None
+    gray = load_dataset("mnist", root=tmp_path)
+    assert FakeVision.calls == [(str(tmp_path), True, False), (str(tmp_path), False, False)]
+    assert gray.x_train.shape == (6, 1, 5, 5) and gray.x_test.shape == (4, 1, 5, 5) and gray.input_shape == (1, 5, 5)
+    assert gray.y_train.tolist() == list(range(6)) and gray.y_test.tolist() == list(range(4))
+    assert gray.name == "mnist" and gray.num_classes == 10
+    colour = load_dataset("cifar10", root=tmp_path, download=True)
+    assert colour.x_train.shape == (6, 3, 5, 5) and FakeVision.calls[-1] == (str(tmp_path), False, True)
+    # (N, H, W, C) → (N, C, H, W): pixel (0, 0) of channel 1 is the second byte of the stored image
+    pixels = colour.x_train * torch.tensor(colour.std).view(1, 3, 1, 1) + torch.tensor(colour.mean).view(1, 3, 1, 1)
+    assert float(pixels[0, 1, 0, 0]) * 255 == pytest.approx(1.0, abs=1e-3)
+    FakeVision.fail = RuntimeError("Dataset not found or corrupted.")
+    with pytest.raises(InputError, match="add --download to fetch them"):
+        load_dataset("cifar10", root=tmp_path)
+    with pytest.raises(InputError, match="check the network or download the files yourself"):
+        load_dataset("cifar10", root=tmp_path, download=True)
+    FakeVision.fail = None
