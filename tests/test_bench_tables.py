@@ -301,3 +301,31 @@ def test_bench_solvers_and_engine_hand_their_options_on(tmp_path, monkeypatch, c
     assert main(["bench", "engine"]) == 0
     assert capsys.readouterr().out == "report text\n"
     assert seen == {"devices": 20, "batch_size": 16, "rounds": 10, "algorithm": "adaptsfl", "threads": None, "repeats": 3}
+
+
+def test_bench_commands_write_their_files_into_new_or_used_folders(tmp_path, monkeypatch, capsys) -> None:
+    from adaptplan.cli import main
+
+    monkeypatch.setattr(bench_algorithms, "run_algorithm_bench", lambda *a, **kw: ALGORITHM_RUNS)
+    out = tmp_path / "new" / "folder"
+    for _ in range(2):                                         # made with its parents, then reused
+        assert main(["bench", "algorithms", "--algorithms", "psl,gas", "--partitions", "iid,shards-2", "--out",
+                     str(out), "--target-accuracy", "0.3"]) == 0
+    assert (out / "table.txt").read_text() == bench_algorithms.table(ALGORITHM_RUNS, 0.3) + "\n"
+    assert json.loads((out / "results.json").read_text())["budgets_s"] == {"iid": 1.5, "shards-2": 40.0}
+    assert (out / "accuracy.png").read_bytes()[:4] == b"\x89PNG"
+
+    monkeypatch.setattr(bench_training, "run_training_bench", lambda *a, **kw: POLICY_RUNS)
+    out, report = tmp_path / "t" / "u", tmp_path / "figures.json"
+    capsys.readouterr()
+    for _ in range(2):
+        assert main(["bench", "training", "--policies", "adaptsfl,sfl,psl", "--out", str(out), "--json", str(report),
+                     "--target-accuracy", "0.4"]) == 0
+    text = bench_training.table(POLICY_RUNS, 0.4)
+    assert (out / "table.txt").read_text() == text + "\n"
+    assert capsys.readouterr().out == 2 * (text + "\n" + f"wrote {out / 'table.txt'} and {out / 'accuracy.png'}\n")
+    assert json.loads(report.read_text())["policies"]["adaptsfl"]["rounds_to_target"] == 5
+    monkeypatch.setattr(bench_training, "run_training_bench", lambda *a, **kw: SWEEP_RUNS)
+    assert main(["bench", "training", "--policies", "sfl,psl", "--sweep", "bandwidth=0.5,2", "--out", str(out)]) == 0
+    assert (out / "table.txt").read_text().endswith(bench_training.sweep_table(SWEEP_RUNS, "bandwidth") + "\n")
+    assert (out / "sweep-bandwidth.png").read_bytes()[:4] == b"\x89PNG"

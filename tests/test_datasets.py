@@ -34,6 +34,15 @@ def test_mnist_is_a_fixed_disjoint_split_of_the_test_set() -> None:
     assert not any(row.tobytes() in train_rows for row in a.x_test.numpy()[:200])
 
 
+def test_synthetic_is_the_documented_size() -> None:
+    """module docstring: 10 classes of 1×8×8 Gaussian clusters, 2,000 train / 400 test samples, fixed seed."""
+    d, again = load_dataset("synthetic"), load_dataset("synthetic")
+    assert d.x_train.shape == (2000, 1, 8, 8) and d.x_test.shape == (400, 1, 8, 8)
+    assert d.y_train.shape == (2000,) and d.y_test.shape == (400,) and set(d.y_train.tolist()) == set(range(10))
+    assert (d.num_classes, d.input_shape, d.name) == (10, (1, 8, 8), "synthetic")
+    assert torch.equal(d.x_train, again.x_train) and torch.equal(d.y_test, again.y_test)
+
+
 def test_unknown_dataset_lists_valid_names() -> None:
     with pytest.raises(InputError, match="--dataset.*cifar10-subset.*fashion-mnist"):
         load_dataset("imagenet")

@@ -268,6 +268,12 @@ def test_a_model_made_non_finite_stops_the_round_that_made_it() -> None:
     engine = SplitEngine(small_model(), [3, 3], BlowUpStrategy(), make_data(2), {"lr": 0.1}, 16)
     with pytest.raises(NonFiniteError, match=r"NaN or inf in server model block 11 at round 1, device shared server"):
         engine.run_round(1)
+    per_device = make_engine("sfl-v1", [3, 3], devices=2)          # one server copy per device: named by its device
+    per_device.run_round(1)
+    with torch.no_grad():
+        next(per_device.edge.instances[(1, 10)].parameters())[0, 0] = float("nan")
+    with pytest.raises(NonFiniteError, match=r"NaN or inf in server model block 11 at round 1, device 1$"):
+        per_device.check_models_finite(1)
 
 
 @pytest.mark.parametrize("cut", [4, 11])

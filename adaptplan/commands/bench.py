@@ -125,7 +125,8 @@ def run_engine(args: argparse.Namespace) -> int:
 
     from adaptplan.bench_engine import header, run_engine_bench
 
-    print(header(args.devices, args.batch_size, args.rounds, args.algorithm, args.repeats), file=sys.stderr, flush=True)
+    print(header(args.devices, args.batch_size, args.rounds, args.algorithm, args.repeats), file=sys.stderr,
+          flush=True)  # no-mutate: flushing only shows the header before the measurement starts
 
     result = run_engine_bench(devices=args.devices, batch_size=args.batch_size, rounds=args.rounds,
                               algorithm=args.algorithm, threads=args.threads, repeats=args.repeats)
