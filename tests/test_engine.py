@@ -130,8 +130,28 @@ def test_nan_stops_naming_round_and_device() -> None:
     engine.run_round(1)
     with torch.no_grad():
         next(engine.block(1, 0).parameters()).fill_(float("nan"))
-    with pytest.raises(NonFiniteError, match=r"round 2, device 1"):
+    # caught where it first shows: device 1's own forward, before its activation is sent
+    with pytest.raises(NonFiniteError, match=r"^NaN or inf in client activation at round 2, device 1$"):
         engine.run_round(2)
+
+
+class NaNGradientStrategy(Strategy):
+    """A faulty server that answers device 0 with a NaN cut gradient."""
+
+    def serve(self, edge, ctx, arrivals):
+        replies = parallel_step(edge, ctx, arrivals)
+        for r in replies:
+            if r.device == 0:
+                r.tensor = torch.full_like(r.tensor, float("nan"))
+        return replies
+
+
+def test_a_nan_gradient_is_refused_by_the_device() -> None:
+    engine = SplitEngine(small_model(), [3, 3], NaNGradientStrategy(), make_data(2), {"lr": 0.1}, 16)
+    before = flat(engine.devices[0].blocks)
+    with pytest.raises(NonFiniteError, match=r"^NaN or inf in gradient message at round 1, device 0$"):
+        engine.run_round(1)
+    assert torch.equal(flat(engine.devices[0].blocks), before)          # no step was taken with it
 
 
 def test_repartition_keeps_global_model_output() -> None:
@@ -295,3 +315,22 @@ def test_sl_hands_the_model_and_its_momentum_on_like_centralized_sgd(cut: int) -
             opt.step()
     for a, b in zip(params(engine.device_model(0)), params(central), strict=True):
         assert torch.allclose(a, b, atol=1e-5, rtol=0)
+
+
+def test_optimizer_states_are_averaged_copies() -> None:
+    """mean_param_state: float tensors of one or more dimensions averaged, scalars and the rest from the first
+    state; always fresh tensors, so two roles never share a momentum buffer."""
+    from trainers.optim import mean_param_state
+
+    a = {"momentum_buffer": torch.tensor([1.0, 2.0]), "step": torch.tensor(5.0), "note": 3}
+    b = {"momentum_buffer": torch.tensor([3.0, 6.0]), "step": torch.tensor(7.0), "note": 4}
+    merged = mean_param_state([a, {}, b])                 # empty states (no step yet) are left out
+    assert torch.equal(merged["momentum_buffer"], torch.tensor([2.0, 4.0]))
+    assert torch.equal(merged["step"], torch.tensor(5.0)) and merged["note"] == 3
+    single = mean_param_state([a])
+    assert torch.equal(single["momentum_buffer"], a["momentum_buffer"]) and single["note"] == 3
+    for out in (merged, single):
+        out["momentum_buffer"].add_(10.0)
+        out["step"].add_(1.0)
+    assert torch.equal(a["momentum_buffer"], torch.tensor([1.0, 2.0])) and float(a["step"]) == 5.0
+    assert mean_param_state([{}, {}]) == {}

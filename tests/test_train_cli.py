@@ -460,3 +460,8 @@ def test_command_line_defaults_are_the_config_defaults() -> None:
                                            "eval_batch_size"}       # Python-only options (benchmarks, tests)
     assert {k: v for k, v in fields.items() if v != defaults[k]} == {"progress": True}
     assert (defaults["optimizer"], defaults["lr"], defaults["momentum"], defaults["eval_every"]) == ("sgd", 0.05, 0.9, 10)
+
+
+def test_sl_trains_every_device_at_the_deepest_planned_cut() -> None:
+    trainer = Trainer(TrainConfig(**FAST, algorithm="sl", rounds=1), planner=lambda request: ([1, 3, 2, 2], 4))
+    assert trainer.engine.cuts == [3, 3, 3, 3] and trainer.engine.interval == 1     # one client model; SL never averages
