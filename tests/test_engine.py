@@ -334,3 +334,47 @@ def test_optimizer_states_are_averaged_copies() -> None:
         out["step"].add_(1.0)
     assert torch.equal(a["momentum_buffer"], torch.tensor([1.0, 2.0])) and float(a["step"]) == 5.0
     assert mean_param_state([{}, {}]) == {}
+
+
+def test_a_restored_engine_continues_the_message_tags() -> None:
+    engine = make_engine("psl", [3, 3], devices=2)
+    for t in (1, 2):
+        engine.run_round(t)
+    restored = make_engine("psl", [3, 3], devices=2)
+    restored.load_state_dict(engine.state_dict())
+    msg = restored.devices[1].forward(3)
+    assert (msg.device, msg.round, msg.step) == (1, 3, 3)            # two steps were taken before the checkpoint
+
+
+@pytest.mark.parametrize("base", ["psl", "sfl"])
+def test_cyclesl_evaluates_the_models_of_its_base(base: str) -> None:
+    """CyclePSL: every device's own model (client models are never averaged); CycleSFL: the averaged model."""
+    from trainers.strategies import CycleSL
+
+    engine = SplitEngine(small_model(), [3] * 3, CycleSL(cycle_base=base), make_data(3), {"lr": 0.1}, 16)
+    engine.run_round(1)
+    x = engine.data.x_test[:20]
+    with torch.no_grad():
+        outputs = [m(x) for m in engine.strategy.eval_models(engine)]
+        if base == "psl":
+            expected = [engine.device_model(d)(x) for d in range(3)]
+            assert not torch.equal(expected[0], expected[1])
+        else:
+            expected = [engine.averaged_model()(x)]
+    assert len(outputs) == len(expected) and all(torch.equal(a, b) for a, b in zip(outputs, expected))
+
+
+def test_scala_evaluates_the_average_of_the_iterations_participants() -> None:
+    """SCALA's participant set stays for the I rounds of a global iteration; mid-iteration the reported model is
+    the average over those participants (the others still hold the previous global client model)."""
+    from trainers.strategies import SCALA
+
+    engine = SplitEngine(small_model(), [3] * 4, SCALA(participation=0.5), make_data(4), {"lr": 0.1}, 16, interval=2)
+    engine.run_round(1)
+    current = engine.strategy.current
+    assert len(current) == 2
+    x = engine.data.x_test[:20]
+    with torch.no_grad():
+        (model,) = engine.strategy.eval_models(engine)
+        assert torch.equal(model(x), engine.averaged_model(current)(x))
+        assert not torch.equal(model(x), engine.averaged_model()(x))
