@@ -265,7 +265,7 @@ def test_bench_solvers_and_engine_hand_their_options_on(tmp_path, monkeypatch, c
     calls = []
     full = inspect.signature(bench_solvers.run_solver_bench).parameters["sizes"].default
     monkeypatch.setattr(bench_solvers, "run_solver_bench", lambda problem, **kw: calls.append((problem, kw)) or "")
-    assert main(["bench", "solvers", "--seed", "0", "--devices", "12"]) == 0
+    assert main(["bench", "solvers", "--devices", "12"]) == 0          # seed 0 by default
     problem, kw = calls[-1]
     assert kw == {"sizes": full, "seed": 0, "plot_path": None, "quick": False, "title": "default scenario",
                   "generated": True} and full == (100, 300, 1000, 3000, 10000)
@@ -329,3 +329,10 @@ def test_bench_commands_write_their_files_into_new_or_used_folders(tmp_path, mon
     assert main(["bench", "training", "--policies", "sfl,psl", "--sweep", "bandwidth=0.5,2", "--out", str(out)]) == 0
     assert (out / "table.txt").read_text().endswith(bench_training.sweep_table(SWEEP_RUNS, "bandwidth") + "\n")
     assert (out / "sweep-bandwidth.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bench_needs_a_benchmark_name(capsys) -> None:
+    from adaptplan.cli import main
+
+    assert main(["bench"]) == 2
+    assert "the following arguments are required: BENCH" in capsys.readouterr().err
