@@ -270,6 +270,8 @@ def test_bench_solvers_and_engine_hand_their_options_on(tmp_path, monkeypatch, c
     assert kw == {"sizes": full, "seed": 0, "plot_path": None, "quick": False, "title": "default scenario",
                   "generated": True} and full == (100, 300, 1000, 3000, 10000)
     assert problem.num_devices == 12
+    assert main(["bench", "solvers", "--quick", "--seed", "0", "--devices", "12"]) == 0       # 0 is a valid seed
+    assert calls[-1][1]["seed"] == 0
     assert main(["bench", "solvers", "--quick", "--seed", "7", "--plot", str(tmp_path / "s.png")]) == 0
     assert calls[-1][1] == {"sizes": (100, 300), "seed": 7, "plot_path": str(tmp_path / "s.png"), "quick": True,
                             "title": "default scenario", "generated": True}

@@ -97,6 +97,14 @@ def test_no_data_folder_names_the_file_and_how_to_get_it(tmp_path, monkeypatch) 
         load_dataset("cifar10-subset")
 
 
+def test_labels_anywhere_in_the_class_range_are_accepted(tmp_path) -> None:
+    x = np.zeros((10, 1, 28, 28), np.uint8)
+    for labels in (np.full(10, 9), np.full(10, 0), np.arange(10)):      # one class only, or all ten
+        _write_mnist(tmp_path, x=x, y=labels.astype(np.uint8))
+        d = load_dataset("mnist-subset", root=tmp_path)
+        assert sorted(torch.cat([d.y_train, d.y_test]).tolist()) == sorted(labels.tolist())
+
+
 def _write_mnist(folder, **arrays) -> None:
     np.savez(folder / "mnist_test.npz", **arrays)
 
@@ -108,6 +116,7 @@ def _write_mnist(folder, **arrays) -> None:
     ("shape", r"array 'x' is uint8\[10, 28, 28\], expected uint8\[N, 1, 28, 28\]"),
     ("float", r"array 'x' is float64"),
     ("labels", r"labels in 'y' span 0\.\.12, outside the 10 classes"),
+    ("label 10", r"labels in 'y' span 0\.\.10, outside the 10 classes 0\.\.9"),
     ("count", "10 images in 'x' but 9 labels"),
 ])
 def test_damaged_data_files_are_one_message(tmp_path, case: str, pattern: str) -> None:
@@ -127,6 +136,8 @@ def test_damaged_data_files_are_one_message(tmp_path, case: str, pattern: str) -
         _write_mnist(tmp_path, x=x.astype(float), y=y)
     elif case == "labels":
         _write_mnist(tmp_path, x=x, y=np.where(y == 3, 12, y).astype(np.uint8))
+    elif case == "label 10":
+        _write_mnist(tmp_path, x=x, y=np.where(y == 3, 10, y).astype(np.uint8))
     else:
         _write_mnist(tmp_path, x=x, y=y[:9])
     with pytest.raises(InputError, match=pattern):
@@ -181,6 +192,11 @@ def test_torchvision_datasets_are_read_channel_first_per_split(tmp_path, monkeyp
     assert gray.name == "mnist" and gray.num_classes == 10
     colour = load_dataset("cifar10", root=tmp_path, download=True)
     assert colour.x_train.shape == (6, 3, 5, 5) and FakeVision.calls[-1] == (str(tmp_path), False, True)
+    nested = tmp_path / "new" / "root"                      # a download may name a folder still to be made
+    load_dataset("cifar10", root=nested, download=True)
+    assert nested.is_dir() and FakeVision.calls[-1] == (str(nested), False, True)
+    with pytest.raises(InputError, match="is not a directory"):
+        load_dataset("cifar10", root=tmp_path / "absent")     # without --download it must exist
     # (N, H, W, C) → (N, C, H, W): pixel (0, 0) of channel 1 is the second byte of the stored image
     pixels = colour.x_train * torch.tensor(colour.std).view(1, 3, 1, 1) + torch.tensor(colour.mean).view(1, 3, 1, 1)
     assert float(pixels[0, 1, 0, 0]) * 255 == pytest.approx(1.0, abs=1e-3)

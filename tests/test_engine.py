@@ -327,6 +327,8 @@ def test_optimizer_states_are_averaged_copies() -> None:
     merged = mean_param_state([a, {}, b])                 # empty states (no step yet) are left out
     assert torch.equal(merged["momentum_buffer"], torch.tensor([2.0, 4.0]))
     assert torch.equal(merged["step"], torch.tensor(5.0)) and merged["note"] == 3
+    partial = mean_param_state([{"momentum_buffer": torch.tensor([1.0]), "x": 1}, {"x": 2}])   # not in every state
+    assert torch.equal(partial["momentum_buffer"], torch.tensor([1.0])) and partial["x"] == 1
     single = mean_param_state([a])
     assert torch.equal(single["momentum_buffer"], a["momentum_buffer"]) and single["note"] == 3
     for out in (merged, single):
@@ -378,3 +380,17 @@ def test_scala_evaluates_the_average_of_the_iterations_participants() -> None:
         (model,) = engine.strategy.eval_models(engine)
         assert torch.equal(model(x), engine.averaged_model(current)(x))
         assert not torch.equal(model(x), engine.averaged_model()(x))
+
+
+def test_edge_server_api_edges() -> None:
+    """An empty server pass, and zero_grad clearing the server's accumulated gradients."""
+    engine = make_engine("psl", [3, 3], devices=2)
+    empty = engine.edge.run([])
+    assert empty.devices == [] and empty.logits == {} and empty.inputs == {}
+    arrivals = [engine.devices[d].forward(1) for d in (0, 1)]
+    p = engine.edge.run(arrivals)
+    p.backward(sum(nn.functional.cross_entropy(p.logits[d], p.labels[d]) for d in (0, 1)))
+    server = [q for m in engine.edge.instances.values() for q in m.parameters()]
+    assert all(q.grad is not None for q in server)
+    engine.edge.zero_grad()
+    assert all(q.grad is None for q in server)

@@ -111,3 +111,14 @@ def test_record_lists_hold_at_most_one_entry_per_device() -> None:
         with pytest.raises(InputError) as info:
             History.from_json({**doc, "records": [{**row, name: value}]})
         assert info.value.field.startswith(f"history.records[0].{name}")     # the list, or its bad entry
+
+
+def test_losses_may_be_integers_or_non_finite_in_a_file() -> None:
+    doc = History([record(1, 0.5, 1.0)]).to_json()
+    row = doc["records"][0]
+    loaded = History.from_json({**doc, "records": [{**row, "train_loss": 2, "test_loss": float("nan")}]})
+    assert loaded.records[0].train_loss == 2.0 and isinstance(loaded.records[0].train_loss, float)
+    assert loaded.records[0].test_loss != loaded.records[0].test_loss              # NaN kept (a diverged run)
+    with pytest.raises(InputError) as info:
+        History.from_json({**doc, "records": [{**row, "train_loss": "low"}]})
+    assert info.value.field == "history.records[0].train_loss"
