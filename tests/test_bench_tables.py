@@ -249,3 +249,99 @@ def test_training_flags_accept_their_ranges(bench) -> None:
                         ("--devices", "0"), ("--eval-every", "0"), ("--test-samples", "0"), ("--workers", "0")):
         with pytest.raises(SystemExit):
             parser.parse_args(["bench", bench, flag, value])
+
+
+def test_bench_solvers_and_engine_hand_their_options_on(tmp_path, monkeypatch, capsys) -> None:
+    """`bench solvers`: the full sizes are the benchmark function's defaults, --quick keeps 100 and 300; a profile,
+    system or constants file makes it "your instance" without the generated scenarios. `bench engine`: its flags
+    reach the benchmark, and --json prints the result's JSON."""
+    import inspect
+
+    from adaptplan import bench_engine, bench_solvers
+    from adaptplan.cli import main
+    from adaptplan.constants import ConvergenceConstants
+    from adaptplan.scenarios import default_profile
+    from adaptplan.system import generate_system
+
+    calls = []
+    full = inspect.signature(bench_solvers.run_solver_bench).parameters["sizes"].default
+    monkeypatch.setattr(bench_solvers, "run_solver_bench", lambda problem, **kw: calls.append((problem, kw)) or "")
+    assert main(["bench", "solvers", "--devices", "12"]) == 0          # seed 0 by default
+    problem, kw = calls[-1]
+    assert kw == {"sizes": full, "seed": 0, "plot_path": None, "quick": False, "title": "default scenario",
+                  "generated": True} and full == (100, 300, 1000, 3000, 10000)
+    assert problem.num_devices == 12
+    assert main(["bench", "solvers", "--quick", "--seed", "0", "--devices", "12"]) == 0       # 0 is a valid seed
+    assert calls[-1][1]["seed"] == 0
+    assert main(["bench", "solvers", "--quick", "--seed", "7", "--plot", str(tmp_path / "s.png")]) == 0
+    assert calls[-1][1] == {"sizes": (100, 300), "seed": 7, "plot_path": str(tmp_path / "s.png"), "quick": True,
+                            "title": "default scenario", "generated": True}
+    profile = default_profile()
+    paths = {"--profile": tmp_path / "p.json", "--system": tmp_path / "s.json", "--constants": tmp_path / "c.json"}
+    profile.save(paths["--profile"])
+    generate_system(10, 1).save(paths["--system"])
+    ConvergenceConstants.placeholder(profile.num_cuts).save(paths["--constants"])
+    for flag, path in paths.items():
+        assert main(["bench", "solvers", "--quick", flag, str(path)]) == 0
+        assert (calls[-1][1]["title"], calls[-1][1]["generated"]) == ("your instance", False), flag
+    assert calls[-2][0].num_devices == 10                    # the --system file's devices
+
+    class Result:
+        def to_json(self):
+            return {"samples_per_s": 12.5}
+
+        def report(self):
+            return "report text"
+
+    seen = {}
+    monkeypatch.setattr(bench_engine, "run_engine_bench", lambda **kw: seen.update(kw) or Result())
+    capsys.readouterr()
+    assert main(["bench", "engine", "--devices", "3", "--rounds", "2", "--batch-size", "4", "--algorithm", "psl",
+                 "--threads", "1", "--repeats", "5", "--json"]) == 0
+    assert {k: v for k, v in seen.items() if k != "device"} == {
+        "devices": 3, "batch_size": 4, "rounds": 2, "algorithm": ["psl"], "threads": 1, "repeats": 5, "cut": 1,
+        "model": "cnn", "client_batching": "auto"}
+    assert seen["device"].type == "cpu"
+    out, err = capsys.readouterr()
+    assert json.loads(out) == {"samples_per_s": 12.5}
+    assert err == bench_engine.header(3, 4, 2, ["psl"], 5, "cnn", "cpu", 1) + "\n"
+    assert main(["bench", "engine"]) == 0
+    assert capsys.readouterr().out == "report text\n"
+    assert {k: v for k, v in seen.items() if k != "device"} == {
+        "devices": 20, "batch_size": 16, "rounds": 10, "algorithm": ["adaptsfl"], "threads": None, "repeats": 3,
+        "cut": 1, "model": "cnn", "client_batching": "auto"}
+
+
+def test_bench_commands_write_their_files_into_new_or_used_folders(tmp_path, monkeypatch, capsys) -> None:
+    from adaptplan.cli import main
+
+    monkeypatch.setattr(bench_algorithms, "run_algorithm_bench", lambda *a, **kw: ALGORITHM_RUNS)
+    out = tmp_path / "new" / "folder"
+    for _ in range(2):                                         # made with its parents, then reused
+        assert main(["bench", "algorithms", "--algorithms", "psl,gas", "--partitions", "iid,shards-2", "--out",
+                     str(out), "--target-accuracy", "0.3"]) == 0
+    assert (out / "table.txt").read_text() == bench_algorithms.table(ALGORITHM_RUNS, 0.3) + "\n"
+    assert json.loads((out / "results.json").read_text())["budgets_s"] == {"iid": 1.5, "shards-2": 40.0}
+    assert (out / "accuracy.png").read_bytes()[:4] == b"\x89PNG"
+
+    monkeypatch.setattr(bench_training, "run_training_bench", lambda *a, **kw: POLICY_RUNS)
+    out, report = tmp_path / "t" / "u", tmp_path / "figures.json"
+    capsys.readouterr()
+    for _ in range(2):
+        assert main(["bench", "training", "--policies", "adaptsfl,sfl,psl", "--out", str(out), "--json", str(report),
+                     "--target-accuracy", "0.4"]) == 0
+    text = bench_training.table(POLICY_RUNS, 0.4)
+    assert (out / "table.txt").read_text() == text + "\n"
+    assert capsys.readouterr().out == 2 * (text + "\n" + f"wrote {out / 'table.txt'} and {out / 'accuracy.png'}\n")
+    assert json.loads(report.read_text())["policies"]["adaptsfl"]["rounds_to_target"] == 5
+    monkeypatch.setattr(bench_training, "run_training_bench", lambda *a, **kw: SWEEP_RUNS)
+    assert main(["bench", "training", "--policies", "sfl,psl", "--sweep", "bandwidth=0.5,2", "--out", str(out)]) == 0
+    assert (out / "table.txt").read_text().endswith(bench_training.sweep_table(SWEEP_RUNS, "bandwidth") + "\n")
+    assert (out / "sweep-bandwidth.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bench_needs_a_benchmark_name(capsys) -> None:
+    from adaptplan.cli import main
+
+    assert main(["bench"]) == 2
+    assert "the following arguments are required: BENCH" in capsys.readouterr().err

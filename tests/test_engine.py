@@ -130,8 +130,28 @@ def test_nan_stops_naming_round_and_device() -> None:
     engine.run_round(1)
     with torch.no_grad():
         next(engine.block(1, 0).parameters()).fill_(float("nan"))
-    with pytest.raises(NonFiniteError, match=r"round 2, device 1"):
+    # caught where it first shows: device 1's own forward, before its activation is sent
+    with pytest.raises(NonFiniteError, match=r"^NaN or inf in client activation at round 2, device 1$"):
         engine.run_round(2)
+
+
+class NaNGradientStrategy(Strategy):
+    """A faulty server that answers device 0 with a NaN cut gradient."""
+
+    def serve(self, edge, ctx, arrivals):
+        replies = parallel_step(edge, ctx, arrivals)
+        for r in replies:
+            if r.device == 0:
+                r.tensor = torch.full_like(r.tensor, float("nan"))
+        return replies
+
+
+def test_a_nan_gradient_is_refused_by_the_device() -> None:
+    engine = SplitEngine(small_model(), [3, 3], NaNGradientStrategy(), make_data(2), {"lr": 0.1}, 16)
+    before = flat(engine.devices[0].blocks)
+    with pytest.raises(NonFiniteError, match=r"^NaN or inf in gradient message at round 1, device 0$"):
+        engine.run_round(1)
+    assert torch.equal(flat(engine.devices[0].blocks), before)          # no step was taken with it
 
 
 def test_repartition_keeps_global_model_output() -> None:
@@ -240,3 +260,137 @@ def test_batchnorm_keeps_devices_apart_at_the_server() -> None:
     assert has_batch_coupling(nn.Sequential(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))))   # nested
     assert make_engine("psl", [3, 3], devices=2).edge.concatenate
     assert not make_engine("psl", [1, 1], devices=2, model=with_bn).edge.concatenate
+
+
+def test_label_prior_and_an_empty_server_step() -> None:
+    from trainers.api import label_prior
+
+    assert torch.equal(label_prior([2, 0, 6]), torch.tensor([0.25, 0.0, 0.75]))
+    assert torch.equal(label_prior(torch.tensor([0, 0, 0])), torch.zeros(3))      # no samples: no NaN
+    assert label_prior([1, 1]).dtype == torch.float32
+    engine = make_engine("psl", [3, 3], devices=2)
+    before = flat(*engine.edge.instances.values())
+    assert parallel_step(engine.edge, engine.context(1), []) == []                # nothing arrived: no replies, no step
+    assert torch.equal(flat(*engine.edge.instances.values()), before)
+
+
+class BlowUpStrategy(Strategy):
+    """A server step that leaves an inf in the shared server model (as a too large step would)."""
+
+    def serve(self, edge, ctx, arrivals):
+        replies = parallel_step(edge, ctx, arrivals)
+        with torch.no_grad():
+            next(edge.instances[(None, 10)].parameters())[0, 0] = float("inf")
+        return replies
+
+
+def test_a_model_made_non_finite_stops_the_round_that_made_it() -> None:
+    engine = SplitEngine(small_model(), [3, 3], BlowUpStrategy(), make_data(2), {"lr": 0.1}, 16)
+    with pytest.raises(NonFiniteError, match=r"NaN or inf in server model block 11 at round 1, device shared server"):
+        engine.run_round(1)
+    per_device = make_engine("sfl-v1", [3, 3], devices=2)          # one server copy per device: named by its device
+    per_device.run_round(1)
+    with torch.no_grad():
+        next(per_device.edge.instances[(1, 10)].parameters())[0, 0] = float("nan")
+    with pytest.raises(NonFiniteError, match=r"NaN or inf in server model block 11 at round 1, device 1$"):
+        per_device.check_models_finite(1)
+
+
+@pytest.mark.parametrize("cut", [4, 11])
+def test_sl_hands_the_model_and_its_momentum_on_like_centralized_sgd(cut: int) -> None:
+    """Vanilla SL over 3 devices: one client model (and its optimizer state) passed device to device, one
+    server model — together one model trained by SGD with momentum on device 0's batch, then device 1's,
+    device 2's, device 0's... (each device's batches from its own seeded sampler)."""
+    engine = make_engine("sl", [cut] * 3, devices=3, momentum=0.9)
+    central = small_model()
+    opt = torch.optim.SGD(central.parameters(), lr=0.1, momentum=0.9)
+    samplers = [DeviceSampler(engine.data.parts[d], 16, [0, d]) for d in range(3)]
+    for t in range(1, 4):
+        engine.run_round(t)
+        for d in range(3):
+            idx = torch.from_numpy(samplers[d].next())
+            loss = nn.functional.cross_entropy(central(engine.data.x_train[idx]), engine.data.y_train[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    for a, b in zip(params(engine.device_model(0)), params(central), strict=True):
+        assert torch.allclose(a, b, atol=1e-5, rtol=0)
+
+
+def test_optimizer_states_are_averaged_copies() -> None:
+    """mean_param_state: float tensors of one or more dimensions averaged, scalars and the rest from the first
+    state; always fresh tensors, so two roles never share a momentum buffer."""
+    from trainers.optim import mean_param_state
+
+    a = {"momentum_buffer": torch.tensor([1.0, 2.0]), "step": torch.tensor(5.0), "note": 3}
+    b = {"momentum_buffer": torch.tensor([3.0, 6.0]), "step": torch.tensor(7.0), "note": 4}
+    merged = mean_param_state([a, {}, b])                 # empty states (no step yet) are left out
+    assert torch.equal(merged["momentum_buffer"], torch.tensor([2.0, 4.0]))
+    assert torch.equal(merged["step"], torch.tensor(5.0)) and merged["note"] == 3
+    partial = mean_param_state([{"momentum_buffer": torch.tensor([1.0]), "x": 1}, {"x": 2}])   # not in every state
+    assert torch.equal(partial["momentum_buffer"], torch.tensor([1.0])) and partial["x"] == 1
+    single = mean_param_state([a])
+    assert torch.equal(single["momentum_buffer"], a["momentum_buffer"]) and single["note"] == 3
+    for out in (merged, single):
+        out["momentum_buffer"].add_(10.0)
+        out["step"].add_(1.0)
+    assert torch.equal(a["momentum_buffer"], torch.tensor([1.0, 2.0])) and float(a["step"]) == 5.0
+    assert mean_param_state([{}, {}]) == {}
+
+
+def test_a_restored_engine_continues_the_message_tags() -> None:
+    engine = make_engine("psl", [3, 3], devices=2)
+    for t in (1, 2):
+        engine.run_round(t)
+    restored = make_engine("psl", [3, 3], devices=2)
+    restored.load_state_dict(engine.state_dict())
+    msg = restored.devices[1].forward(3)
+    assert (msg.device, msg.round, msg.step) == (1, 3, 3)            # two steps were taken before the checkpoint
+
+
+@pytest.mark.parametrize("base", ["psl", "sfl"])
+def test_cyclesl_evaluates_the_models_of_its_base(base: str) -> None:
+    """CyclePSL: every device's own model (client models are never averaged); CycleSFL: the averaged model."""
+    from trainers.strategies import CycleSL
+
+    engine = SplitEngine(small_model(), [3] * 3, CycleSL(cycle_base=base), make_data(3), {"lr": 0.1}, 16)
+    engine.run_round(1)
+    x = engine.data.x_test[:20]
+    with torch.no_grad():
+        outputs = [m(x) for m in engine.strategy.eval_models(engine)]
+        if base == "psl":
+            expected = [engine.device_model(d)(x) for d in range(3)]
+            assert not torch.equal(expected[0], expected[1])
+        else:
+            expected = [engine.averaged_model()(x)]
+    assert len(outputs) == len(expected) and all(torch.equal(a, b) for a, b in zip(outputs, expected))
+
+
+def test_scala_evaluates_the_average_of_the_iterations_participants() -> None:
+    """SCALA's participant set stays for the I rounds of a global iteration; mid-iteration the reported model is
+    the average over those participants (the others still hold the previous global client model)."""
+    from trainers.strategies import SCALA
+
+    engine = SplitEngine(small_model(), [3] * 4, SCALA(participation=0.5), make_data(4), {"lr": 0.1}, 16, interval=2)
+    engine.run_round(1)
+    current = engine.strategy.current
+    assert len(current) == 2
+    x = engine.data.x_test[:20]
+    with torch.no_grad():
+        (model,) = engine.strategy.eval_models(engine)
+        assert torch.equal(model(x), engine.averaged_model(current)(x))
+        assert not torch.equal(model(x), engine.averaged_model()(x))
+
+
+def test_edge_server_api_edges() -> None:
+    """An empty server pass, and zero_grad clearing the server's accumulated gradients."""
+    engine = make_engine("psl", [3, 3], devices=2)
+    empty = engine.edge.run([])
+    assert empty.devices == [] and empty.logits == {} and empty.inputs == {}
+    arrivals = [engine.devices[d].forward(1) for d in (0, 1)]
+    p = engine.edge.run(arrivals)
+    p.backward(sum(nn.functional.cross_entropy(p.logits[d], p.labels[d]) for d in (0, 1)))
+    server = [q for m in engine.edge.instances.values() for q in m.parameters()]
+    assert all(q.grad is not None for q in server)
+    engine.edge.zero_grad()
+    assert all(q.grad is None for q in server)

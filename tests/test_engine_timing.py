@@ -158,3 +158,22 @@ def test_gas_asynchronous_loop_times_by_hand() -> None:
     assert first.bytes_up == second.bytes_up == 2 * (ACTIVATION_BYTES + LABEL_BYTES) + 2 * CLIENT_BYTES
     assert first.bytes_down == 2 * ACTIVATION_BYTES + CLIENT_BYTES
     assert second.bytes_down == 2 * ACTIVATION_BYTES + 2 * CLIENT_BYTES
+
+
+def test_gas_scales_a_devices_per_sample_stages_with_its_batch() -> None:
+    # the GAS case above with device 1 on b_1 = 32 = 2b samples: its FP, uplink, server share, downlink and BP double
+    times = StageTimes(np.array([3.0, 1.0]), np.array([2.0, 0.5]), np.array([4.0, 6.0]), np.array([0.5, 0.25]),
+                       np.array([1.0, 2.0]), np.array([4.0, 8.0]), np.array([1.0, 3.0]), 1.0, 1.0, B)
+    strategy = make_strategy("gas", {"active": 2, "local_steps": 1})
+    strategy.batch_size = lambda ctx, d: 32 if d == 1 else ctx.batch_size
+    engine = SplitEngine(small_model(), [3, 3], strategy, make_data(2), {"lr": 0.05}, batch_size=B, seed=0,
+                         clock=FixedClock(times))
+    # round 1: device 1 arrives at 2·1.5 = 3, served 3 → 3 + 2·6 = 15, back at 15 + 2·(0.25 + 2) = 19.5, uploads → 27.5,
+    #   downloads → 30.5; device 0 arrives at 5, waits until 15, served → 19, back at 20.5, uploads → 24.5: round ends
+    # round 2: device 0 (ready at 24.5 + 1 = 25.5) arrives at 30.5, served → 34.5, back at 36, uploads → 40, downloads
+    #   → 41; device 1 arrives at 30.5 + 3 = 33.5, waits until 34.5, served → 46.5, back at 51, uploads → 59: 59 − 24.5
+    #   (the server busy 2·6 + 4 = 16 s in each round)
+    stages = {"device FP": 3.0, "uplink": 2.0, "server": 16.0, "downlink": 0.5, "device BP": 4.0, "model upload": 8.0,
+              "model download": 3.0}
+    check(engine.run_round(1), 24.5, stages)
+    check(engine.run_round(2), 34.5, stages)         # device 1, replaced at the end, downloads in 3 s

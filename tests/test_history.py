@@ -48,6 +48,10 @@ def test_convergence_floor_from_the_number_of_classes() -> None:
     assert History(records, meta={"num_classes": 4}).converged_round() is None      # floor 0.5
     for classes in (0, -3, "ten", None):                  # unknown or meaningless: no floor
         assert History(records, meta={"num_classes": classes}).converged_round() == 6
+    # an evaluation below the floor ends the streak: it restarts at 0.205 (round 3), its fifth small gain is round 7
+    dip = [0.5, 0.195, 0.205, 0.21, 0.215, 0.22, 0.225]
+    assert History([record(t, a, float(t)) for t, a in enumerate(dip, start=1)],
+                   meta={"num_classes": 10}).converged_round() == 7
 
 
 def test_csv_has_one_row_per_record_with_lists_and_objects_spelled_out(tmp_path) -> None:
@@ -103,7 +107,19 @@ def test_record_lists_hold_at_most_one_entry_per_device() -> None:
     doc = History([record(1, 0.5, 1.0)]).to_json()
     row = doc["records"][0]
     History.from_json({**doc, "records": [{**row, "cuts": [1] * 10_000, "participants": list(range(10_000))}]})
-    for name, value in (("cuts", [1] * 10_001), ("participants", list(range(10_000)) + [0])):
+    for name, value in (("cuts", [1] * 10_001), ("participants", list(range(10_000)) + [0]), ("participants", [10_000]),
+                        ("participants", [-1])):
         with pytest.raises(InputError) as info:
             History.from_json({**doc, "records": [{**row, name: value}]})
-        assert info.value.field == f"history.records[0].{name}"
+        assert info.value.field.startswith(f"history.records[0].{name}")     # the list, or its bad entry
+
+
+def test_losses_may_be_integers_or_non_finite_in_a_file() -> None:
+    doc = History([record(1, 0.5, 1.0)]).to_json()
+    row = doc["records"][0]
+    loaded = History.from_json({**doc, "records": [{**row, "train_loss": 2, "test_loss": float("nan")}]})
+    assert loaded.records[0].train_loss == 2.0 and isinstance(loaded.records[0].train_loss, float)
+    assert loaded.records[0].test_loss != loaded.records[0].test_loss              # NaN kept (a diverged run)
+    with pytest.raises(InputError) as info:
+        History.from_json({**doc, "records": [{**row, "train_loss": "low"}]})
+    assert info.value.field == "history.records[0].train_loss"

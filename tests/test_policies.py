@@ -97,3 +97,9 @@ def test_fixed_cut_puts_every_device_at_the_cut_given() -> None:
         trainer = Trainer(TrainConfig(**{**RUN, "devices": devices, "rounds": 1, "lr": 0.001}, policy="fixed-cut",
                                       cuts=(3,)))     # a small γ: the target ε is reachable with one device
         assert trainer.engine.cuts == trainer.history.events[0]["cuts"] == [3] * devices
+
+
+def test_never_is_beyond_the_longest_run() -> None:
+    from adaptplan.limits import MAX_STEPS
+
+    assert NEVER >= MAX_STEPS         # PSL's interval: no run (at most MAX_STEPS rounds) ever reaches an aggregation

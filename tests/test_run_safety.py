@@ -242,3 +242,18 @@ def test_checkpoint_round_trip_and_input_digests(tmp_path) -> None:
     with pytest.raises(InputError, match="cannot read") as info:
         file_digest(tmp_path)                               # a folder cannot be read as a file
     assert info.value.field == str(tmp_path)
+
+
+def test_a_released_folder_can_be_left_and_locked_again(tmp_path) -> None:
+    folder = RunFolder(tmp_path / "run")
+    with folder:
+        folder.release()                  # let go early (as a refused folder does); leaving the block is harmless
+    with RunFolder(tmp_path / "run"):
+        pass
+
+
+def test_resume_without_a_checkpoint_says_how_to_get_one(tmp_path) -> None:
+    with pytest.raises(InputError, match=r"no checkpoint at .*checkpoint\.pt'; the run must have been started with "
+                                         r"--checkpoint-every") as info:
+        load_checkpoint(tmp_path)
+    assert info.value.field == "--resume"

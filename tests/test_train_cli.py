@@ -479,3 +479,18 @@ def test_command_line_defaults_are_the_config_defaults() -> None:
                                            "eval_batch_size"}       # Python-only options (benchmarks, tests)
     assert {k: v for k, v in fields.items() if v != defaults[k]} == {"progress": True}
     assert (defaults["optimizer"], defaults["lr"], defaults["momentum"], defaults["eval_every"]) == ("sgd", 0.05, 0.9, 10)
+
+
+def test_sl_trains_every_device_at_the_deepest_planned_cut() -> None:
+    trainer = Trainer(TrainConfig(**FAST, algorithm="sl", rounds=1), planner=lambda request: ([1, 3, 2, 2], 4))
+    assert trainer.engine.cuts == [3, 3, 3, 3] and trainer.engine.interval == 1     # one client model; SL never averages
+
+
+def test_reported_accuracy_and_loss_are_the_means_over_the_evaluated_models() -> None:
+    trainer = Trainer(TrainConfig(**FAST, algorithm="psl", cuts=(2,), rounds=1))
+    trainer.run()
+    per_device = [trainer.engine.evaluate(trainer.engine.device_model(d)) for d in range(4)]
+    accuracy, loss = trainer.evaluate()
+    assert accuracy == pytest.approx(sum(a for a, _ in per_device) / 4, rel=1e-12)
+    assert loss == pytest.approx(sum(l for _, l in per_device) / 4, rel=1e-12)
+    assert len({a for a, _ in per_device}) > 1 or len({l for _, l in per_device}) > 1     # the devices differ

@@ -81,3 +81,9 @@ def test_algorithm_option_defaults_are_the_strategies_and_the_specs() -> None:
             assert parameter.default == option.default, (option.name, algorithm)
     assert OPTION_BY_NAME["la_tau"].default == 1.0
     assert (OPTION_BY_NAME["k_min"].default, OPTION_BY_NAME["k_max"].default) == (0.2, 0.8)
+
+
+def test_unknown_algorithm_is_refused_by_the_config() -> None:
+    with pytest.raises(InputError, match="unknown value 'splitfed'; valid: sl, psl, sfl-v1") as info:
+        TrainConfig(**BASE, algorithm="splitfed")
+    assert info.value.field == "algorithm"

@@ -156,7 +156,7 @@ def run_engine(args: argparse.Namespace) -> int:
     check_model(args.model, "--model")
     device = resolve_device(args.device)
     print(header(args.devices, args.batch_size, args.rounds, algorithms, args.repeats, args.model, device.type, args.cut),
-          file=sys.stderr, flush=True)
+          file=sys.stderr, flush=True)  # no-mutate: flushing only shows the header before the measurement starts
 
     result = run_engine_bench(devices=args.devices, batch_size=args.batch_size, rounds=args.rounds, cut=args.cut,
                               algorithm=algorithms, threads=args.threads, repeats=args.repeats, model=args.model,
