@@ -246,8 +246,15 @@ def test_checkpoint_round_trip_and_input_digests(tmp_path) -> None:
 
 def test_a_released_folder_can_be_left_and_locked_again(tmp_path) -> None:
     folder = RunFolder(tmp_path / "run")
+    second = RunFolder(tmp_path / "run")
     with folder:
-        folder.release()                  # let go early (as a refused folder does); leaving the block is harmless
+        folder.release()                  # let go early (as a refused folder does) ...
+        second.__enter__()                # ... so another run can take the folder at once
+    try:                                  # leaving the first block did not free the second run's lock
+        with pytest.raises(InputError, match="in use by another adaptplan run"):
+            RunFolder(tmp_path / "run").__enter__()
+    finally:
+        second.__exit__(None, None, None)
     with RunFolder(tmp_path / "run"):
         pass
 
