@@ -1,0 +1,222 @@
+"""The threshold sweep's bounds and bookkeeping (solvers/threshold.py) against brute force.
+
+The brute-force tests of test_threshold.py check the final optimum only; a pruning bound that is
+too weak, switched off, or slightly invalid on instances where it never prunes the optimum goes
+unnoticed there. Here, per deepest-cut bound L and per t1 breakpoint (module docstring of
+solvers/threshold.py):
+
+* the node's exact value, min over x ≤ L with max_i a_i(x_i) ≤ t1 of
+  E(x) = I·t1 + I·max_i b_i(x_i) + I·Σ_i s(x_i) + max(max_i u_i(x_i), σ_L(x)/r_ef) + max(max_i v_i(x_i), σ_L(x)/r_fe)
+  with σ_L(x) = Σ_i (δ_L − δ_{x_i}), is enumerated over every cut vector;
+* the basic bound LB₀(t1) = I·t1 + I·t2min + I·A + max(Umin, σ_A/r_ef) + max(Vmin, σ_A/r_fe) is written out
+  from the deepest-admissible vector x(t1) (A = Σs, σ_A = σ_L of it; t2min/Umin/Vmin = max_i min_{j: a_ij ≤ t1});
+* the code's LB(t1) must lie between them, and the Σs/σ couplings must lift it above LB₀ somewhere;
+* the cheap per-L bound is the formula of its docstring, and never above min_{x ≤ L} N_L(x);
+* the reported sweeps, nodes and per-L history count what was really done, and a sweep budget is honoured.
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import product
+
+import numpy as np
+import pytest
+
+import solvers.threshold as threshold
+from solvers.threshold import _cheap_bounds, _Subproblem, applicable, solve_ms_exact
+from tests.solver_instances import exhaustive_at_interval, small_problem
+from tests.test_threshold import _stress
+
+
+def _terms(problem, cols):
+    lat = problem.latency
+    j = np.asarray(cols) - 1
+    sys = lat.system
+    return (lat.fp_up[:, j], lat.down_bp[:, j], lat.model_up[:, j], lat.model_down[:, j], lat.server_per_device[j],
+            lat.delta[j], float(sys.edge_to_fed_bps), float(sys.fed_to_edge_bps))
+
+
+def _exact_nodes(problem, interval, cols, t1_values):
+    """min E(x) over every cut vector x (column indices into ``cols``) with max_i a_i(x_i) ≤ t1."""
+    a, b, u, v, s, delta, ref, rfe = _terms(problem, cols)
+    N, J = a.shape
+    rows = np.arange(N)
+    X = np.array(list(product(range(J), repeat=N)))
+    amax = a[rows, X].max(axis=1)
+    sigma = (delta[-1] - delta[X]).sum(axis=1)
+    E_rest = (interval * b[rows, X].max(axis=1) + interval * s[X].sum(axis=1)
+              + np.maximum(u[rows, X].max(axis=1), sigma / ref) + np.maximum(v[rows, X].max(axis=1), sigma / rfe))
+    return np.array([interval * t1 + E_rest[amax <= t1].min() if (amax <= t1).any() else math.inf for t1 in t1_values])
+
+
+def _exact_numerator(problem, interval, cols):
+    """min over every x ≤ L of N_L(x) = I·max a + I·max b + I·Σs + max(max u, σ_L/r_ef) + max(max v, σ_L/r_fe)."""
+    a, b, u, v, s, delta, ref, rfe = _terms(problem, cols)
+    N, J = a.shape
+    rows = np.arange(N)
+    X = np.array(list(product(range(J), repeat=N)))
+    sigma = (delta[-1] - delta[X]).sum(axis=1)
+    return float((interval * a[rows, X].max(axis=1) + interval * b[rows, X].max(axis=1) + interval * s[X].sum(axis=1)
+                  + np.maximum(u[rows, X].max(axis=1), sigma / ref)
+                  + np.maximum(v[rows, X].max(axis=1), sigma / rfe)).min())
+
+
+def _basic_bounds(problem, interval, cols, t1_values):
+    """LB₀(t1) of the module docstring, from the deepest-admissible vector x(t1)."""
+    a, b, u, v, s, delta, ref, rfe = _terms(problem, cols)
+    out = []
+    for t1 in t1_values:
+        ok = a <= t1
+        deep = np.array([np.flatnonzero(row).max() for row in ok])
+        A, sigma = s[deep].sum(), (delta[-1] - delta[deep]).sum()
+        t2min, umin, vmin = (max(m[i, ok[i]].min() for i in range(len(ok))) for m in (b, u, v))
+        out.append(interval * t1 + interval * t2min + interval * A + max(umin, sigma / ref) + max(vmin, sigma / rfe))
+    return np.array(out)
+
+
+def _instances():
+    for seed in range(12):
+        problem = small_problem(seed + 40, num_devices=4, num_cuts=4)
+        yield (_stress(problem, seed) if seed % 2 else problem), seed
+
+
+@pytest.mark.parametrize("problem, seed", list(_instances()), ids=lambda p: str(p) if isinstance(p, int) else "")
+def test_every_t1_bound_lies_between_the_basic_bound_and_the_nodes_exact_value(problem, seed) -> None:
+    assert applicable(problem)
+    cand = problem.feasible_candidates
+    for interval in (1, 3):
+        for pos in range(cand.size):
+            cols = cand[: pos + 1]
+            sub = _Subproblem(problem, interval, cols)
+            sub.lower_bounds()                          # no cutoff: every node gets every coupling
+            t1 = sub.top.t
+            exact = _exact_nodes(problem, interval, cols, t1)
+            basic = _basic_bounds(problem, interval, cols, t1)
+            assert np.all(np.isfinite(exact))           # every breakpoint admits a cut on every device
+            assert np.all(sub.lb <= exact * (1 + 1e-9)), (interval, pos)     # valid: never prunes a better node
+            assert np.all(sub.lb >= basic * (1 - 1e-9)), (interval, pos)     # at least the basic bound
+            assert sub.lower == pytest.approx(sub.lb.min(), rel=0)
+
+
+def test_the_coupled_bounds_are_stronger_than_the_basic_bound_and_save_sweeps(monkeypatch) -> None:
+    lifted, nodes = 0, 0
+    for problem, _ in _instances():
+        cand = problem.feasible_candidates
+        for pos in range(cand.size):
+            cols = cand[: pos + 1]
+            sub = _Subproblem(problem, 2, cols)
+            sub.lower_bounds()
+            basic = _basic_bounds(problem, 2, cols, sub.top.t)
+            lifted += int(np.sum(sub.lb > basic * (1 + 1e-9)))
+            nodes += sub.lb.size
+    assert lifted >= nodes // 10, (lifted, nodes)      # the Σs/σ couplings bite on a good share of the nodes
+
+    from adaptplan.bench_solvers import _problem
+    totals = {}
+    for strong in (True, False):
+        monkeypatch.setattr(threshold, "_STRONG_BOUNDS", strong)
+        runs = [solve_ms_exact(_stress(_problem(n, cuts, seed), seed), interval, max_sweeps=None)
+                for n, cuts, seed in ((100, 21, 4), (80, 9, 2)) for interval in (1, 2, 4)]
+        totals[strong] = (sum(r.iterations for r in runs), [r.objective for r in runs])
+    assert totals[True][1] == pytest.approx(totals[False][1], rel=1e-12)
+    assert totals[True][0] < totals[False][0], totals
+
+
+def test_cheap_bound_is_its_docstring_formula_and_a_valid_bound() -> None:
+    for problem, _ in _instances():
+        cand = problem.feasible_candidates
+        for interval in (1, 2):
+            cheap = _cheap_bounds(problem, float(interval), cand)
+            for k, L in enumerate(cand):
+                a, b, u, v, s, delta, ref, rfe = _terms(problem, cand[: k + 1])
+                N = a.shape[0]
+                # no memory budgets: every device's deepest admissible cut ≤ L is L itself (σ = 0)
+                formula = (interval * a.min(axis=1).max() + interval * b.min(axis=1).max() + interval * N * s[-1]
+                           + max(u.min(axis=1).max(), 0.0) + max(v.min(axis=1).max(), 0.0))
+                assert cheap[k] == pytest.approx(formula, rel=1e-12)
+                assert cheap[k] <= _exact_numerator(problem, interval, cand[: k + 1]) * (1 + 1e-9)
+
+
+def test_cheap_bound_with_memory_budgets_uses_each_devices_deepest_fitting_cut() -> None:
+    from solvers.instances import adversarial_problem
+
+    problem = adversarial_problem(6, 8, seed=5, memory_bytes=(3e6, 3e8))
+    assert not problem.admissible.all()                 # some client parts do not fit
+    ok_full = problem.admissible
+    cand = problem.candidates
+    cheap = _cheap_bounds(problem, 2.0, cand)
+    lat, sys = problem.latency, problem.latency.system
+    for k, L in enumerate(cand):
+        j = cand[: k + 1] - 1
+        ok = ok_full[:, j]
+        if not ok.any(axis=1).all():
+            assert cheap[k] == math.inf
+            continue
+
+        def max_of_min(m):
+            return np.where(ok, m[:, j], np.inf).min(axis=1).max()
+
+        deep = np.array([j[np.flatnonzero(row).max()] for row in ok])
+        sum_s = lat.server_per_device[deep].sum()
+        sigma = (lat.delta[L - 1] - lat.delta[deep]).sum()
+        formula = (2 * max_of_min(lat.fp_up) + 2 * max_of_min(lat.down_bp) + 2 * sum_s
+                   + max(max_of_min(lat.model_up), sigma / sys.edge_to_fed_bps)
+                   + max(max_of_min(lat.model_down), sigma / sys.fed_to_edge_bps))
+        assert cheap[k] == pytest.approx(formula, rel=1e-12), L
+
+
+def test_reported_sweeps_nodes_and_history_count_what_was_done(monkeypatch) -> None:
+    made, visited = [], []
+    sweep_init, node = threshold._Sweep.__init__, _Subproblem.node
+
+    def counting_sweep(self, *args, **kwargs):
+        made.append(1)
+        sweep_init(self, *args, **kwargs)
+
+    def counting_node(self, k, bound):
+        visited.append(k)
+        return node(self, k, bound)
+
+    monkeypatch.setattr(threshold._Sweep, "__init__", counting_sweep)
+    monkeypatch.setattr(_Subproblem, "node", counting_node)
+    from adaptplan.bench_solvers import _problem
+    searched = 0
+    for problem in (_stress(small_problem(7), 7), _stress(_problem(40, 9, 2), 2)):
+        for interval in (1, 3):
+            made.clear(), visited.clear()
+            result = solve_ms_exact(problem, interval, max_sweeps=None)
+            assert result.iterations == len(made) == sum(h["sweeps"] for h in result.history)
+            assert result.nodes == len(visited)
+            assert f"({len(visited)} t1 nodes, {len(made)} sweeps over {len(result.history)} deepest-cut bounds)" \
+                in result.message
+            searched += len(visited)
+    assert searched > 0
+
+
+@pytest.mark.parametrize("budget", [5, 20, 60, 150])
+def test_a_sweep_budget_is_honoured_and_its_lower_bound_certified(budget) -> None:
+    from adaptplan.bench_solvers import _problem
+
+    problem = _stress(_problem(200, 13, 6), 6)
+    exact = solve_ms_exact(problem, 4, max_sweeps=None)
+    assert exact.status == "converged" and exact.iterations > 150    # the budgets below cut this search short
+    result = solve_ms_exact(problem, 4, max_sweeps=budget)
+    assert result.iterations <= budget
+    assert result.lower_bound <= exact.objective * (1 + 1e-12)
+    assert result.objective >= exact.objective * (1 - 1e-12)
+    assert result.status == ("converged" if result.objective <= exact.objective * (1 + 1e-12)
+                             and result.lower_bound >= exact.objective * (1 - 1e-9) else "budget")
+
+
+def test_small_brute_force_agrees_with_the_exhaustive_objective() -> None:
+    """The enumeration above is the same problem as objective (28): min over L of (min_x E)/D_L equals
+    the brute force of tests/solver_instances.py at I = 2."""
+    problem = small_problem(44, num_devices=4, num_cuts=4)
+    conv, cand = problem.convergence, problem.feasible_candidates
+    best = math.inf
+    for k, L in enumerate(cand):
+        D = 2 * (conv.c - conv.d(int(L)) * 4)
+        if D > 0:
+            best = min(best, _exact_numerator(problem, 2, cand[: k + 1]) / D)
+    assert problem.scale * best == pytest.approx(exhaustive_at_interval(problem, 2), rel=1e-9)
