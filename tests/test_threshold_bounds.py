@@ -220,3 +220,25 @@ def test_small_brute_force_agrees_with_the_exhaustive_objective() -> None:
         if D > 0:
             best = min(best, _exact_numerator(problem, 2, cand[: k + 1]) / D)
     assert problem.scale * best == pytest.approx(exhaustive_at_interval(problem, 2), rel=1e-9)
+
+
+def test_lagrangian_bound_starts_at_uniform_multipliers_only_rises_and_stays_valid() -> None:
+    """solvers/lagrange.py: one step is the separable bound at λ = μ = 1/N, ν = ω = 1/(N+1), written out here;
+    more mirror-ascent steps never lower it, a reached target stops it, and it never passes min_x N_L(x)."""
+    from solvers.lagrange import lagrangian_bound
+
+    for problem, _ in _instances():
+        cand = problem.feasible_candidates
+        cols = cand
+        a, b, u, v, s, delta, ref, rfe = _terms(problem, cols)
+        N = a.shape[0]
+        gap = delta[-1] - delta
+        for interval in (1.0, 3.0):
+            uniform = (interval * s[None, :] + interval * a / N + interval * b / N + u / (N + 1) + v / (N + 1)
+                       + (1 / (N + 1)) * (1 / ref + 1 / rfe) * gap[None, :]).min(axis=1).sum()
+            bounds = [lagrangian_bound(a, b, u, v, s, gap, interval, ref, rfe, iterations=k) for k in (1, 2, 5, 25)]
+            assert bounds[0] == pytest.approx(uniform, rel=1e-12)
+            assert all(x <= y * (1 + 1e-15) for x, y in zip(bounds, bounds[1:]))
+            assert bounds[-1] <= _exact_numerator(problem, interval, cols) * (1 + 1e-9)
+            assert lagrangian_bound(a, b, u, v, s, gap, interval, ref, rfe) == bounds[-1]      # 25 steps by default
+            assert lagrangian_bound(a, b, u, v, s, gap, interval, ref, rfe, target=bounds[0]) == bounds[0]
