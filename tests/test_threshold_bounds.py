@@ -242,3 +242,25 @@ def test_lagrangian_bound_starts_at_uniform_multipliers_only_rises_and_stays_val
             assert bounds[-1] <= _exact_numerator(problem, interval, cols) * (1 + 1e-9)
             assert lagrangian_bound(a, b, u, v, s, gap, interval, ref, rfe) == bounds[-1]      # 25 steps by default
             assert lagrangian_bound(a, b, u, v, s, gap, interval, ref, rfe, target=bounds[0]) == bounds[0]
+
+
+@pytest.mark.parametrize("num_devices, num_cut_points, seed", [(60, 13, 4), (100, 9, 1), (20, 9, 6)])
+def test_every_sweep_budget_certifies_only_what_it_proved(num_devices, num_cut_points, seed) -> None:
+    """At every budget, including those that run out inside a node's t4 (cap) loop: the lower bound never
+    passes the exact optimum, and "converged" (exact) is claimed only with the exact optimum in hand."""
+    from adaptplan.bench_solvers import _problem
+
+    problem = _stress(_problem(num_devices, num_cut_points, seed), seed)
+    for interval in (1, 2):
+        exact = solve_ms_exact(problem, interval, max_sweeps=None)
+        statuses = set()
+        for budget in range(1, exact.iterations + 1):
+            result = solve_ms_exact(problem, interval, max_sweeps=budget)
+            statuses.add(result.status)
+            # a budget is checked before each sweep of a node and before each new deepest-cut bound, whose
+            # four unrestricted sweeps come as one block: at most those four past it
+            assert result.iterations < budget + 4, budget
+            assert result.lower_bound <= exact.objective * (1 + 1e-12), budget
+            if result.status == "converged":
+                assert result.objective == pytest.approx(exact.objective, rel=1e-12), budget
+        assert "budget" in statuses
