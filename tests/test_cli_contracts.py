@@ -185,3 +185,94 @@ def test_profile_table_units_and_columns() -> None:
     assert lines[2].split()[-2:] == ["1.500", "0.003"]                  # seconds per sample → ms
     assert lines[1].index("output") == len("  j  ") + 16 + 1            # a 16-wide name column, one space
     assert lines[3] == "time: median of 5 batches of 16, 2 threads" and len(lines) == 4
+
+
+# ---- plot: labels, the predicted-vs-measured table and panels ----------------------------------------------------
+def _record(t, accuracy, sim, predicted=None, measured=None, round_sim=1.0, measured_round=None):
+    from trainers.history import RoundRecord
+
+    return RoundRecord(t, 1.0, accuracy, None if accuracy is None else 0.5, sim, round_sim, 0.1 * t, 10, 10, 0, True,
+                       False, [1, 1], 1, stage_seconds=predicted or {}, measured_stage_seconds=measured or {},
+                       measured_round_seconds=measured_round)
+
+
+def _spy_figures(monkeypatch) -> list:
+    import matplotlib.pyplot as plt
+
+    figures, close = [], plt.close
+    monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig) or close(fig))
+    return figures
+
+
+def test_plot_labels_runs_by_folder_and_algorithm(tmp_path, monkeypatch, capsys) -> None:
+    from adaptplan.cli import main
+    from trainers.history import History
+
+    runs = {"psl": {"config": {"algorithm": "psl"}}, "mine": {"config": {"algorithm": "sfl-v1"}}, "bare": {}}
+    for name, meta in runs.items():
+        History([_record(1, 0.25, 2.0), _record(2, None, 3.0), _record(3, 0.5, 4.5)], meta=meta).save(
+            (tmp_path / name).mkdir() or tmp_path / name)
+    figures = _spy_figures(monkeypatch)
+    out = tmp_path / "p"
+    # a folder is labelled by its name, a history.json file by its folder's; the algorithm is added when it differs
+    assert main(["plot", str(tmp_path / "psl"), str(tmp_path / "mine" / "history.json"), str(tmp_path / "bare"), "-o",
+                 str(out), "--title", "cost $5"]) == 0
+    assert capsys.readouterr().out == f"{out}.png\n"
+    (ax,) = figures[0].axes
+    assert [line.get_label() for line in ax.get_lines()] == ["psl", "mine (sfl-v1)", "bare"]
+    # evaluated rounds only: accuracy against simulated seconds
+    assert all(list(line.get_xdata()) == [2.0, 4.5] and list(line.get_ydata()) == [0.25, 0.5] for line in ax.get_lines())
+    assert ax.get_title() == "cost \\$5" and ax.get_xlabel() == "simulated time (s)"
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["psl", "mine (sfl-v1)", "bare"]
+    assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["plot", str(tmp_path / "psl"), "-o", str(tmp_path / "q.png")]) == 0
+    assert figures[1].axes[0].get_title() == "Test accuracy vs simulated time"
+    capsys.readouterr()
+    (tmp_path / "empty").mkdir()                                  # a folder without a run: its history.json is named
+    assert main(["plot", str(tmp_path / "empty"), "-o", str(tmp_path / "r.png")]) == 2
+    assert capsys.readouterr().err == (f"adaptplan plot: error: runs: no history.json at "
+                                       f"{str(tmp_path / 'empty' / 'history.json')!r}\n")
+    assert main(["plot", str(tmp_path / "nothing.json"), "-o", str(tmp_path / "r.png")]) == 2
+    assert f"runs: no history.json at {str(tmp_path / 'nothing.json')!r}" in capsys.readouterr().err
+
+
+def test_predicted_vs_measured_table_and_panels(tmp_path, monkeypatch, capsys) -> None:
+    from adaptplan.cli import main
+    from trainers.history import History
+
+    # two measured rounds: uplink predicted 1 and 3 s (mean 2), measured 3 and 5 s (mean 4: ratio 2); the server
+    # predicted 0 s (no ratio); device FP never measured; rounds predicted 10, 20 s, measured 12, 18 s
+    records = [_record(1, None, 10.0, {"device FP": 1.0, "uplink": 1.0, "server": 0.0}, {"uplink": 3.0, "server": 0.5},
+                       round_sim=10.0, measured_round=12.0),
+               _record(2, 0.5, 30.0, {"device FP": 1.0, "uplink": 3.0, "server": 0.0}, {"uplink": 5.0, "server": 1.5},
+                       round_sim=20.0, measured_round=18.0),
+               _record(3, 0.6, 40.0, {"uplink": 9.0}, round_sim=10.0)]              # not measured: left out
+    History(records).save(tmp_path)
+    figures = _spy_figures(monkeypatch)
+    out = tmp_path / "pvm.png"
+    assert main(["plot", "--predicted-vs-measured", str(tmp_path), "-o", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["stage", "predicted", "s", "measured", "s", "measured/pred.", "rounds"]
+    assert [line.split() for line in lines[1:4]] == [["uplink", "2", "4", "2", "2"], ["server", "0", "1", "-", "2"],
+                                                     ["round", "15", "15", "1", "2"]]
+    assert lines[4] == str(out) and len(lines) == 5
+    bars, rounds = figures[0].axes
+    heights = [p.get_height() for p in bars.patches]
+    assert heights == [2.0, 0.0, 4.0, 1.0]                        # predicted per stage, then measured per stage
+    assert [p.get_x() + p.get_width() / 2 for p in bars.patches] == pytest.approx([-0.2, 0.8, 0.2, 1.2])
+    assert [t.get_text() for t in bars.texts] == ["2×"]           # the ratio above each pair with a prediction
+    assert bars.texts[0].xy == (0, 4.0)
+    assert [t.get_text() for t in bars.get_xticklabels()] == ["uplink", "server"]
+    (predicted, measured) = rounds.get_lines()
+    assert (list(predicted.get_xdata()), list(predicted.get_ydata())) == ([1, 2], [10.0, 20.0])
+    assert (list(measured.get_xdata()), list(measured.get_ydata())) == ([1, 2], [12.0, 18.0])
+    assert figures[0]._suptitle.get_text() == "Predicted vs measured seconds per stage"
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    assert main(["plot", "--predicted-vs-measured", str(tmp_path), str(tmp_path), "-o", str(out)]) == 2
+    assert "runs: --predicted-vs-measured draws one run, got 2" in capsys.readouterr().err
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    History([_record(1, 0.5, 1.0)]).save(plain)
+    assert main(["plot", "--predicted-vs-measured", str(plain), "-o", str(out)]) == 2
+    assert "runs: the run has no measured seconds: only a torch.distributed run" in capsys.readouterr().err
