@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 
 import pytest
 import torch
@@ -150,3 +151,28 @@ def test_max_test_samples_evaluates_on_the_first_k_test_samples() -> None:
     assert torch.equal(trainer.engine.data.y_test, trainer.dataset.y_test[:40])
     every = Trainer(TrainConfig(**{**TINY, "max_test_samples": None}, rounds=1, cuts=(2,)))
     assert every.engine.data.x_test.shape[0] == 400                  # the synthetic test split
+
+
+# ---- data files ---------------------------------------------------------------------------------------------------
+class _Payload:
+    def __init__(self, marker) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_pickled_object_in_a_data_file_is_refused_and_never_runs(tmp_path) -> None:
+    import numpy as np
+
+    from trainers.datasets import load_dataset
+
+    marker = tmp_path / "pwned"
+    labels = np.empty(10, dtype=object)
+    labels[:] = [_Payload(marker)] * 10
+    np.savez(tmp_path / "mnist_test.npz", x=np.zeros((10, 1, 28, 28), np.uint8), y=labels)
+    e = error(lambda: load_dataset("mnist-subset", root=tmp_path))
+    assert e.field == "--data-root"
+    assert e.message.startswith(f"{str(tmp_path / 'mnist_test.npz')!r} is not a readable .npz file (ValueError: ")
+    assert "allow_pickle=False" in e.message
+    assert not marker.exists()
