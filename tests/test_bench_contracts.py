@@ -366,3 +366,26 @@ def test_engine_header_names_what_is_timed() -> None:
         "bench engine: wall-clock samples/s of 10 rounds of simulated psl, gas split training (20 devices x 16 samples, "
         "mlp cut 2) vs centralized training of the same model on the same samples (batch 16 and 20x16) on cuda; best "
         "of 3 interleaved repeats")
+
+
+def test_a_run_reaching_the_target_exactly_has_reached_it(monkeypatch) -> None:
+    import trainers.run
+    from adaptplan import bench_runs
+    from trainers.history import History, RoundRecord
+
+    def record(t, accuracy, sim):
+        return RoundRecord(t, 1.0, accuracy, 0.5, sim, 1.0, 0.5 * t, 0, 0, 0, True, False, [1], 1)
+
+    class Fake:
+        def __init__(self, config) -> None:
+            self.history = History([record(1, 0.25, 2.0), record(2, 0.5, 4.0), record(3, None, 5.0), record(4, 0.75, 7.0)])
+
+        def run(self):
+            return self.history
+
+    monkeypatch.setattr(trainers.run, "Trainer", Fake)
+    config = dict(algorithm="psl", dataset="synthetic", devices=2, rounds=4, cuts=(3,), progress=False)
+    r = bench_runs.run_one({"group": "g", "label": "l", "target": 0.5, "config": config})
+    assert (r.rounds_to_target, r.time_to_target_s) == (2, 4.0)                  # 0.5 ≥ 0.5
+    assert (r.rounds, r.final_accuracy, r.sim_seconds, r.wall_seconds, r.diverged_round) == (4, 0.75, 7.0, 2.0, None)
+    assert r.curve == [(2.0, 0.25), (4.0, 0.5), (7.0, 0.75)] and r.time_to(0.5) == 4.0 and r.time_to(0.8) is None

@@ -276,3 +276,65 @@ def test_predicted_vs_measured_table_and_panels(tmp_path, monkeypatch, capsys) -
     History([_record(1, 0.5, 1.0)]).save(plain)
     assert main(["plot", "--predicted-vs-measured", str(plain), "-o", str(out)]) == 2
     assert "runs: the run has no measured seconds: only a torch.distributed run" in capsys.readouterr().err
+
+
+# ---- flags of profile and bench engine --------------------------------------------------------------------------
+@pytest.mark.parametrize("flag, limit, unit", [("--repeats", 10_000, "passes"), ("--batches", 10_000, "mini-batches"),
+                                               ("--time-batch-size", 4096, "samples"), ("--batch-size", 4096, "samples")])
+def test_profile_count_flags_at_their_limits(flag, limit, unit, capsys) -> None:
+    from adaptplan.cli import build_parser, main
+
+    args = build_parser().parse_args(["profile", "cnn", "--input", "3x32x32", flag, str(limit)])
+    assert getattr(args, flag[2:].replace("-", "_")) == limit
+    assert main(["profile", "cnn", "--input", "3x32x32", flag, str(limit + 1)]) == 2
+    assert (f"argument {flag}: must be an integer in 1..{limit:,} {unit}, got {limit + 1}"
+            in capsys.readouterr().err)
+
+
+def test_bench_engine_needs_an_algorithm_and_knows_all(monkeypatch, capsys) -> None:
+    from adaptplan import bench_engine
+    from adaptplan.cli import main
+    from trainers.config import ALGORITHMS
+
+    seen = {}
+
+    class Result:
+        def report(self):
+            return "report"
+
+    monkeypatch.setattr(bench_engine, "run_engine_bench", lambda **kw: seen.update(kw) or Result())
+    assert main(["bench", "engine", "--algorithm", " , ,"]) == 2
+    assert capsys.readouterr().err == "adaptplan bench: error: --algorithm: name at least one algorithm\n"
+    assert seen == {}
+    assert main(["bench", "engine", "--algorithm", "all"]) == 0 and seen["algorithm"] == list(ALGORITHMS)
+    assert main(["bench", "engine", "--algorithm", "psl, gas,"]) == 0 and seen["algorithm"] == ["psl", "gas"]
+    assert main(["bench", "engine", "--algorithm", "psl,nope"]) == 2
+    assert "--algorithm: unknown value 'nope'" in capsys.readouterr().err
+
+
+def test_bench_engine_python_defaults_are_the_commands() -> None:
+    import inspect
+
+    from adaptplan import bench_engine
+    from adaptplan.cli import build_parser
+
+    args = vars(build_parser().parse_args(["bench", "engine"]))
+    parameters = inspect.signature(bench_engine.run_engine_bench).parameters
+    shared = [p for p in parameters if p in args]
+    assert set(shared) >= {"devices", "batch_size", "rounds", "cut", "repeats", "threads", "model", "client_batching"}
+    for name in shared:
+        if name != "device":      # "auto" on the command line, resolved before the call
+            assert parameters[name].default == args[name], name
+    assert parameters["algorithm"].default == args["algorithm"]
+
+
+# ---- train --resume from the folder alone ----------------------------------------------------------------------
+def test_resume_refuses_a_checkpoint_without_a_configuration(tmp_path, capsys) -> None:
+    from adaptplan.cli import main
+    from trainers.checkpoint import save_checkpoint
+
+    for config in ("psl", None, [1, 2]):
+        save_checkpoint({"round": 1, "config": config}, tmp_path)
+        assert main(["train", "--out", str(tmp_path), "--resume"]) == 2
+        assert capsys.readouterr().err == (f"adaptplan train: error: --resume: the checkpoint in {str(tmp_path)!r} holds "
+                                           "no run configuration\n")
