@@ -176,3 +176,59 @@ def test_a_pickled_object_in_a_data_file_is_refused_and_never_runs(tmp_path) -> 
     assert e.message.startswith(f"{str(tmp_path / 'mnist_test.npz')!r} is not a readable .npz file (ValueError: ")
     assert "allow_pickle=False" in e.message
     assert not marker.exists()
+
+
+# ---- histories ------------------------------------------------------------------------------------------------------
+def _record_json(**kw) -> dict:
+    from dataclasses import asdict
+
+    from trainers.history import RoundRecord
+
+    return {**asdict(RoundRecord(1, 1.0, 0.5, 0.5, 1.0, 1.0, 0.1, 10, 10, 0, True, False, [1], 1)), **kw}
+
+
+def test_a_rounds_traffic_fits_a_signed_64_bit_count() -> None:
+    from trainers.history import History
+
+    most = 2**63 - 1
+    h = History.from_json({"records": [_record_json(bytes_up=most, bytes_down=0, bytes_server=most)]})
+    assert (h.records[0].bytes_up, h.records[0].bytes_server) == (most, most)
+    for name in ("bytes_up", "bytes_down", "bytes_server"):
+        e = error(lambda: History.from_json({"records": [_record_json(**{name: 2**63})]}))
+        assert e.field == f"history.records[0].{name}"
+        assert e.message == f"must be an integer in 0..9,223,372,036,854,775,807 bytes, got {2**63}"
+
+
+def test_a_gain_of_exactly_min_gain_is_not_small() -> None:
+    from trainers.history import History, RoundRecord
+
+    def run(accuracies):
+        return History([RoundRecord(t, 1.0, a, 1.0, float(t), 1.0, 0.0, 0, 0, 0, True, False, [1], 1)
+                        for t, a in enumerate(accuracies, start=1)])
+
+    # gains 0.25, 0.25 (not below 0.25), then 0.125, 0.0 (below): the streak of 2 ends at round 5
+    h = run([0.25, 0.5, 0.75, 0.875, 0.875])
+    assert h.converged_round(min_gain=0.25, patience=2, floor=0.0) == 5
+    assert h.converged_round(min_gain=0.25, patience=3, floor=0.0) is None
+    assert h.converged_round(min_gain=0.2500001, patience=3, floor=0.0) == 4
+    # an evaluation exactly at the floor counts
+    assert run([0.5, 0.5]).converged_round(min_gain=0.1, patience=1, floor=0.5) == 2
+
+
+# ---- run folders ---------------------------------------------------------------------------------------------------
+def test_a_run_folder_is_made_with_its_parents_and_locked_with_this_process_id(tmp_path) -> None:
+    from trainers.run_folder import LOCK_NAME, RunFolder
+
+    nested = tmp_path / "a" / "b" / "run"
+    with RunFolder(nested):
+        assert nested.is_dir() and not (nested / ".adaptplan-write-test").exists()
+        assert (nested / LOCK_NAME).read_text() == str(os.getpid())
+        e = error(lambda: RunFolder(nested).__enter__())
+        assert (e.field, e.message) == ("--out", f"{str(nested)!r} is in use by another adaptplan run (process "
+                                                 f"{os.getpid()}); wait for it or choose another --out")
+    # a lock file left with a longer process id is rewritten, not overwritten in place
+    (nested / LOCK_NAME).write_text("98765432109876")
+    with RunFolder(nested):
+        assert (nested / LOCK_NAME).read_text() == str(os.getpid())
+    with RunFolder(nested):                   # an existing folder without a run is used as it is
+        pass
