@@ -232,3 +232,12 @@ def test_a_run_folder_is_made_with_its_parents_and_locked_with_this_process_id(t
         assert (nested / LOCK_NAME).read_text() == str(os.getpid())
     with RunFolder(nested):                   # an existing folder without a run is used as it is
         pass
+
+
+def test_mnist_subset_has_the_ten_digit_classes() -> None:
+    from trainers.datasets import load_dataset
+
+    for name in ("mnist-subset", "mnist"):             # mnist without --data-root falls back to the shipped subset
+        d = load_dataset(name)
+        assert (d.num_classes, d.input_shape, d.name) == (10, (1, 28, 28), "mnist-subset")
+        assert set(d.y_train.tolist()) == set(range(10))
