@@ -241,3 +241,29 @@ def test_mnist_subset_has_the_ten_digit_classes() -> None:
         d = load_dataset(name)
         assert (d.num_classes, d.input_shape, d.name) == (10, (1, 28, 28), "mnist-subset")
         assert set(d.y_train.tolist()) == set(range(10))
+
+
+# ---- re-estimation at re-planning points ----------------------------------------------------------------------------
+@pytest.mark.parametrize("given_epsilon", [None, 0.5])
+def test_reestimated_constants_reach_the_planner_with_the_runs_lr_and_target(given_epsilon) -> None:
+    seen = []
+
+    def planner(request: ReplanRequest):
+        seen.append(request.constants)
+        return [2, 2], 2
+
+    L = Trainer(TrainConfig(**TINY, rounds=1, cuts=(1,))).profile.num_cuts
+    constants = None
+    if given_epsilon is not None:
+        constants = dataclasses.replace(ConvergenceConstants.training_placeholder(L, 0.05, 2), epsilon=given_epsilon)
+    trainer = Trainer(TrainConfig(**TINY, rounds=2, replan_every=2, reestimate=True), planner=planner,
+                      constants=constants)
+    history = trainer.run()
+    assert seen[0] is None                                    # the first plan, before training: nothing measured yet
+    (estimated,) = seen[1:]
+    assert isinstance(estimated, ConvergenceConstants) and len(estimated.sigma2) == L
+    # γ = --lr; ε = the constants' target, else the placeholder's (docs/model.md §6.1: 0.1)
+    assert estimated.gamma == 0.05 and estimated.epsilon == (given_epsilon or 0.1)
+    assert estimated.beta > 0 and all(s >= 0 for s in estimated.sigma2)
+    (replan,) = [e for e in history.events if e["event"] == "replan"]
+    assert replan["round"] == 2 and replan["constants"] == estimated.to_json()
