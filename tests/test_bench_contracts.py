@@ -389,3 +389,12 @@ def test_a_run_reaching_the_target_exactly_has_reached_it(monkeypatch) -> None:
     assert (r.rounds_to_target, r.time_to_target_s) == (2, 4.0)                  # 0.5 ≥ 0.5
     assert (r.rounds, r.final_accuracy, r.sim_seconds, r.wall_seconds, r.diverged_round) == (4, 0.75, 7.0, 2.0, None)
     assert r.curve == [(2.0, 0.25), (4.0, 0.5), (7.0, 0.75)] and r.time_to(0.5) == 4.0 and r.time_to(0.8) is None
+
+
+def test_accuracy_at_a_budget_tolerates_rounding_of_summed_seconds() -> None:
+    from adaptplan.bench_runs import RunResult
+
+    # simulated seconds are sums of per-round seconds: an evaluation up to 1e-12 s past the budget is at the budget
+    r = RunResult("g", "l", 3, 0.5, 3.0, 1.0, None, None, None, None, None, [(1.0, 0.25), (2.0 + 1e-12, 0.5)])
+    assert r.accuracy_at(2.0) == 0.5
+    assert r.accuracy_at(2.0 - 1e-9) == 0.25 and r.accuracy_at(0.5) is None
