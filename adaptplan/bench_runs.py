@@ -78,7 +78,7 @@ def run_jobs(jobs: Sequence[dict[str, Any]], workers: int | None = None, desc: s
     bar = None
     if progress:  # no-mutate: a progress bar only
         from tqdm import tqdm
-        bar = tqdm(total=len(jobs), unit="run", desc=desc, dynamic_ncols=True)
+        bar = tqdm(total=len(jobs), unit="run", desc=desc, dynamic_ncols=True)  # no-mutate: progress bar settings only
     try:
         if workers == 1:
             outputs = map(run_one, jobs)

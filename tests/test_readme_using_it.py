@@ -150,8 +150,12 @@ def check_train(args: argparse.Namespace, out: str, context: dict) -> None:
     if args.partition == "dirichlet":
         assert config["dirichlet_alpha"] == args.alpha
     assert all(len(r["cuts"]) == args.devices for r in records)
-    if args.checkpoint_every:
-        assert (folder / "checkpoint.pt").is_file()
+    if args.checkpoint_every:   # the last checkpoint: the last multiple of --checkpoint-every, with this run's options
+        from trainers.checkpoint import load_checkpoint
+
+        state = load_checkpoint(folder)
+        assert state["round"] == args.rounds - args.rounds % args.checkpoint_every
+        assert state["config"]["checkpoint_every"] == args.checkpoint_every
     if args.distributed:   # measured seconds per stage next to the simulated ones, every round
         assert all(set(r["measured_stage_seconds"]) == set(r["stage_seconds"]) for r in records)
     if args.cuts:
@@ -197,7 +201,7 @@ def check_bench(args: argparse.Namespace, out: str, context: dict) -> None:
         ran = {(r["partition"], r["algorithm"]) for r in results["runs"]}
         assert ran == set(product(args.partitions.split(","), args.algorithms.split(",")))
         assert all(r["rounds"] == args.rounds and r["final_accuracy"] is not None for r in results["runs"])
-        assert (Path(args.out) / "table.txt").is_file() and is_png(Path(args.out) / "accuracy.png")
+        assert (Path(args.out) / "table.txt").read_text() in out and is_png(Path(args.out) / "accuracy.png")
     elif args.bench == "training":
         figures = json.loads(Path(args.json).read_text())
         partitions = ["iid", "shards"] if args.partition == "both" else [args.partition]
@@ -205,7 +209,7 @@ def check_bench(args: argparse.Namespace, out: str, context: dict) -> None:
         for partition in partitions:
             assert set(figures["partitions"][partition]) == set(args.policies.split(","))
         assert all(p["final_accuracy"] is not None for p in figures["policies"].values())
-        assert (Path(args.out) / "table.txt").is_file() and is_png(Path(args.out) / "accuracy.png")
+        assert (Path(args.out) / "table.txt").read_text() in out and is_png(Path(args.out) / "accuracy.png")
     else:
         raise AssertionError(f"no check for `adaptplan bench {args.bench}`")
 

@@ -1,0 +1,269 @@
+"""Contracts of the training run side (trainers.run, trainers.config, the run folder, checkpoints,
+histories): what a run accepts, refuses, records and says, on tiny synthetic runs (a few seconds each)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+
+import pytest
+import torch
+
+from adaptplan.constants import ConvergenceConstants
+from adaptplan.errors import InfeasibleError, InputError
+from trainers.config import TrainConfig
+from trainers.run import ReplanRequest, Trainer
+
+torch.set_num_threads(1)
+
+TINY = dict(dataset="synthetic", devices=2, batch_size=4, model_width=4, eval_every=2, threads=1, lr=0.05,
+            max_test_samples=40, progress=False)
+
+
+def error(call) -> InputError:
+    with pytest.raises(InputError) as info:
+        call()
+    return info.value
+
+
+# ---- config -------------------------------------------------------------------------------------------------------
+def test_ranks_are_at_most_every_device_plus_the_two_servers() -> None:
+    # 10,000 devices (README input limits) on their own ranks, plus the edge server and the fed server
+    assert TrainConfig(**TINY, distributed=True, ranks=10_002).ranks == 10_002
+    e = error(lambda: TrainConfig(**TINY, distributed=True, ranks=10_003))
+    assert (e.field, e.message) == ("ranks", "must be at most 10,002 ranks, got 10003")
+    assert TrainConfig(**TINY, distributed=True, ranks=3).ranks == 3
+    e = error(lambda: TrainConfig(**TINY, distributed=True, ranks=2))
+    assert e.field == "ranks" and e.message.startswith("a distributed run needs at least 3 ranks")
+
+
+def test_fixed_cut_policy_needs_one_cut_for_every_device() -> None:
+    assert TrainConfig(**TINY, policy="fixed-cut", cuts=(2,)).cuts == (2, 2)
+    assert TrainConfig(**TINY, policy="fixed-cut", cuts=(3, 3)).cuts == (3, 3)
+    for cuts in (None, (1, 2)):
+        e = error(lambda: TrainConfig(**TINY, policy="fixed-cut", cuts=cuts))
+        assert (e.field, e.message) == ("cuts", "--policy fixed-cut needs one cut for every device: --cuts J")
+
+
+# ---- constants given to a run ----------------------------------------------------------------------------------
+def test_constants_must_fit_the_model_and_the_learning_rate() -> None:
+    L = Trainer(TrainConfig(**TINY, rounds=1, cuts=(1,))).profile.num_cuts
+    good = ConvergenceConstants.training_placeholder(L, 0.05, 2)
+    trainer = Trainer(TrainConfig(**TINY, rounds=1, cuts=(1,)), constants=good)
+    assert trainer.constants is good
+    # γ within a relative 1e-9 of --lr is the same learning rate
+    close = dataclasses.replace(good, gamma=0.05 * (1 + 1e-12))
+    assert Trainer(TrainConfig(**TINY, rounds=1, cuts=(1,)), constants=close).constants is close
+    e = error(lambda: Trainer(TrainConfig(**TINY, rounds=1, cuts=(1,)), constants=dataclasses.replace(good, gamma=0.01)))
+    assert (e.field, e.message) == ("constants_path", "the constants' gamma = 0.01 is not the learning rate --lr 0.05; "
+                                                      "the plan (Corollary 1) must use the learning rate that trains")
+    short = ConvergenceConstants.training_placeholder(L - 1, 0.05, 2)
+    e = error(lambda: Trainer(TrainConfig(**TINY, rounds=1, cuts=(1,)), constants=short))
+    assert e.field == "constants_path"
+    assert e.message.startswith(f"the constants have {L - 1} cut points but cnn has {L}; estimate them for this model")
+
+
+# ---- plans ------------------------------------------------------------------------------------------------------
+def test_describe_plan_names_the_source_the_spread_and_the_prediction() -> None:
+    trainer = Trainer(TrainConfig(**{**TINY, "devices": 3}, rounds=1, cuts=(2, 1, 2), interval=3))
+    L = trainer.profile.num_cuts
+    assert trainer.describe_plan() == f"plan from --cuts: 1× cut 1, 2× cut 2 of {L} cut points, interval I = 3"
+    planned = Trainer(TrainConfig(**{**TINY, "lr": 0.01}, rounds=1))
+    event = planned.history.events[0]
+    assert event["source"] == "planner"
+    text = planned.describe_plan()
+    assert text.startswith("plan from the built-in planner: ")
+    assert text.endswith(f"interval I = {event['interval']}; predicted {event['plan']['rounds']} rounds, "
+                         f"{event['plan']['total_latency_s']:.4g} s (eq. 26)")
+
+
+def test_a_planner_answer_is_taken_per_algorithm() -> None:
+    def planner(request):
+        return [1, 3], 4
+
+    adapt = Trainer(TrainConfig(**TINY, rounds=1, algorithm="adaptsfl"), planner=planner)
+    assert (adapt.engine.cuts, adapt.engine.interval) == ([1, 3], 4)
+    # SplitFed takes the planner's cuts but aggregates every round; --interval overrides both
+    sfl = Trainer(TrainConfig(**TINY, rounds=1, algorithm="sfl-v2"), planner=planner)
+    assert (sfl.engine.cuts, sfl.engine.interval) == ([1, 3], 1)
+    assert Trainer(TrainConfig(**TINY, rounds=1, algorithm="sfl-v2", interval=5), planner=planner).engine.interval == 5
+    # vanilla SL: one client model, every device at the deepest planned cut
+    assert Trainer(TrainConfig(**TINY, rounds=1, algorithm="sl"), planner=planner).engine.cuts == [3, 3]
+    assert Trainer(TrainConfig(**TINY, rounds=1, algorithm="adaptsfl"), planner=planner).history.events[0] == {
+        "round": 0, "event": "plan", "source": "planner", "cuts": [1, 3], "interval": 4}
+
+
+def test_an_infeasible_replan_keeps_the_plan_in_force() -> None:
+    calls = []
+
+    def planner(request: ReplanRequest):
+        calls.append(request.round)
+        if request.round == 0:
+            return [2, 2], 2
+        raise InfeasibleError("no luck this time", field="constants")
+
+    trainer = Trainer(TrainConfig(**TINY, rounds=4, replan_every=2), planner=planner)
+    history = trainer.run()
+    assert calls == [0, 2, 4]
+    assert history.events[1:] == [
+        {"round": 2, "event": "replan-infeasible", "reason": "constants: no luck this time", "cuts": [2, 2], "interval": 2},
+        {"round": 4, "event": "replan-infeasible", "reason": "constants: no luck this time", "cuts": [2, 2], "interval": 2}]
+    assert not any(r.replanned for r in history.records) and trainer.engine.cuts == [2, 2]
+
+
+def test_no_plan_without_fallback_says_what_the_fallback_would_be() -> None:
+    def planner(request):
+        raise InfeasibleError("target out of reach", field="constants.epsilon")
+
+    with pytest.raises(InfeasibleError) as info:
+        Trainer(TrainConfig(**TINY, rounds=1), planner=planner)
+    L = Trainer(TrainConfig(**TINY, rounds=1, cuts=(1,))).profile.num_cuts
+    assert info.value.field == "constants.epsilon"
+    assert info.value.message == (
+        "the planner found no plan: target out of reach. Give the plan yourself (--cuts, --plan), change the target "
+        f"(--constants), or pass --allow-fallback to train every device at cut {math.ceil(L / 2)} of {L} with I = 1")
+    fallback = Trainer(TrainConfig(**TINY, rounds=1, allow_fallback=True, interval=3), planner=planner)
+    assert fallback.engine.cuts == [math.ceil(L / 2)] * 2 and fallback.engine.interval == 3     # --interval still holds
+    assert fallback.history.events[0]["reason"] == "constants.epsilon: target out of reach"
+
+
+# ---- evaluation ---------------------------------------------------------------------------------------------------
+def test_a_run_not_ending_on_an_eval_round_gets_a_final_evaluation() -> None:
+    trainer = Trainer(TrainConfig(**TINY, rounds=3, cuts=(2,)))
+    history = trainer.run()
+    assert [r.round for r in history.evaluated] == [2]
+    final = history.meta["final_evaluation"]
+    acc, loss = trainer.evaluate()                                # evaluation leaves the models untouched
+    assert final == {"round": 3, "accuracy": acc, "test_loss": loss, "sim_seconds": history.records[-1].sim_seconds}
+    assert history.final_accuracy == acc and 0.0 <= acc <= 1.0
+    # a run ending on an evaluation round has none (and drops a stale one)
+    ends = Trainer(TrainConfig(**TINY, rounds=4, cuts=(2,)))
+    ends.history.meta["final_evaluation"] = {"round": 0, "accuracy": 0.5, "test_loss": 1.0, "sim_seconds": 0.0}
+    history = ends.run()
+    assert "final_evaluation" not in history.meta and [r.round for r in history.evaluated] == [2, 4]
+    assert history.final_accuracy == history.records[-1].accuracy
+
+
+def test_max_test_samples_evaluates_on_the_first_k_test_samples() -> None:
+    trainer = Trainer(TrainConfig(**TINY, rounds=1, cuts=(2,)))
+    assert torch.equal(trainer.engine.data.x_test, trainer.dataset.x_test[:40])
+    assert torch.equal(trainer.engine.data.y_test, trainer.dataset.y_test[:40])
+    every = Trainer(TrainConfig(**{**TINY, "max_test_samples": None}, rounds=1, cuts=(2,)))
+    assert every.engine.data.x_test.shape[0] == 400                  # the synthetic test split
+
+
+# ---- data files ---------------------------------------------------------------------------------------------------
+class _Payload:
+    def __init__(self, marker) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_pickled_object_in_a_data_file_is_refused_and_never_runs(tmp_path) -> None:
+    import numpy as np
+
+    from trainers.datasets import load_dataset
+
+    marker = tmp_path / "pwned"
+    labels = np.empty(10, dtype=object)
+    labels[:] = [_Payload(marker)] * 10
+    np.savez(tmp_path / "mnist_test.npz", x=np.zeros((10, 1, 28, 28), np.uint8), y=labels)
+    e = error(lambda: load_dataset("mnist-subset", root=tmp_path))
+    assert e.field == "--data-root"
+    assert e.message.startswith(f"{str(tmp_path / 'mnist_test.npz')!r} is not a readable .npz file (ValueError: ")
+    assert "allow_pickle=False" in e.message
+    assert not marker.exists()
+
+
+# ---- histories ------------------------------------------------------------------------------------------------------
+def _record_json(**kw) -> dict:
+    from dataclasses import asdict
+
+    from trainers.history import RoundRecord
+
+    return {**asdict(RoundRecord(1, 1.0, 0.5, 0.5, 1.0, 1.0, 0.1, 10, 10, 0, True, False, [1], 1)), **kw}
+
+
+def test_a_rounds_traffic_fits_a_signed_64_bit_count() -> None:
+    from trainers.history import History
+
+    most = 2**63 - 1
+    h = History.from_json({"records": [_record_json(bytes_up=most, bytes_down=0, bytes_server=most)]})
+    assert (h.records[0].bytes_up, h.records[0].bytes_server) == (most, most)
+    for name in ("bytes_up", "bytes_down", "bytes_server"):
+        e = error(lambda: History.from_json({"records": [_record_json(**{name: 2**63})]}))
+        assert e.field == f"history.records[0].{name}"
+        assert e.message == f"must be an integer in 0..9,223,372,036,854,775,807 bytes, got {2**63}"
+
+
+def test_a_gain_of_exactly_min_gain_is_not_small() -> None:
+    from trainers.history import History, RoundRecord
+
+    def run(accuracies):
+        return History([RoundRecord(t, 1.0, a, 1.0, float(t), 1.0, 0.0, 0, 0, 0, True, False, [1], 1)
+                        for t, a in enumerate(accuracies, start=1)])
+
+    # gains 0.25, 0.25 (not below 0.25), then 0.125, 0.0 (below): the streak of 2 ends at round 5
+    h = run([0.25, 0.5, 0.75, 0.875, 0.875])
+    assert h.converged_round(min_gain=0.25, patience=2, floor=0.0) == 5
+    assert h.converged_round(min_gain=0.25, patience=3, floor=0.0) is None
+    assert h.converged_round(min_gain=0.2500001, patience=3, floor=0.0) == 4
+    # an evaluation exactly at the floor counts
+    assert run([0.5, 0.5]).converged_round(min_gain=0.1, patience=1, floor=0.5) == 2
+
+
+# ---- run folders ---------------------------------------------------------------------------------------------------
+def test_a_run_folder_is_made_with_its_parents_and_locked_with_this_process_id(tmp_path) -> None:
+    from trainers.run_folder import LOCK_NAME, RunFolder
+
+    nested = tmp_path / "a" / "b" / "run"
+    with RunFolder(nested):
+        assert nested.is_dir() and not (nested / ".adaptplan-write-test").exists()
+        assert (nested / LOCK_NAME).read_text() == str(os.getpid())
+        e = error(lambda: RunFolder(nested).__enter__())
+        assert (e.field, e.message) == ("--out", f"{str(nested)!r} is in use by another adaptplan run (process "
+                                                 f"{os.getpid()}); wait for it or choose another --out")
+    # a lock file left with a longer process id is rewritten, not overwritten in place
+    (nested / LOCK_NAME).write_text("98765432109876")
+    with RunFolder(nested):
+        assert (nested / LOCK_NAME).read_text() == str(os.getpid())
+    with RunFolder(nested):                   # an existing folder without a run is used as it is
+        pass
+
+
+def test_mnist_subset_has_the_ten_digit_classes() -> None:
+    from trainers.datasets import load_dataset
+
+    for name in ("mnist-subset", "mnist"):             # mnist without --data-root falls back to the shipped subset
+        d = load_dataset(name)
+        assert (d.num_classes, d.input_shape, d.name) == (10, (1, 28, 28), "mnist-subset")
+        assert set(d.y_train.tolist()) == set(range(10))
+
+
+# ---- re-estimation at re-planning points ----------------------------------------------------------------------------
+@pytest.mark.parametrize("given_epsilon", [None, 0.5])
+def test_reestimated_constants_reach_the_planner_with_the_runs_lr_and_target(given_epsilon) -> None:
+    seen = []
+
+    def planner(request: ReplanRequest):
+        seen.append(request.constants)
+        return [2, 2], 2
+
+    L = Trainer(TrainConfig(**TINY, rounds=1, cuts=(1,))).profile.num_cuts
+    constants = None
+    if given_epsilon is not None:
+        constants = dataclasses.replace(ConvergenceConstants.training_placeholder(L, 0.05, 2), epsilon=given_epsilon)
+    trainer = Trainer(TrainConfig(**TINY, rounds=2, replan_every=2, reestimate=True), planner=planner,
+                      constants=constants)
+    history = trainer.run()
+    assert seen[0] is None                                    # the first plan, before training: nothing measured yet
+    (estimated,) = seen[1:]
+    assert isinstance(estimated, ConvergenceConstants) and len(estimated.sigma2) == L
+    # γ = --lr; ε = the constants' target, else the placeholder's (docs/model.md §6.1: 0.1)
+    assert estimated.gamma == 0.05 and estimated.epsilon == (given_epsilon or 0.1)
+    assert estimated.beta > 0 and all(s >= 0 for s in estimated.sigma2)
+    (replan,) = [e for e in history.events if e["event"] == "replan"]
+    assert replan["round"] == 2 and replan["constants"] == estimated.to_json()
