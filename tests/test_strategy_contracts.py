@@ -1,0 +1,62 @@
+"""Contracts of the strategies and of the edge server's passes that the reference tests do not pin:
+CycleSL's literal server phase (E single resampled mini-batches of b_S = b, spec CSL-4), and the edge
+server's forward for a layout the strategy API allows but no shipped algorithm uses (a shared block
+followed by per-device blocks: a concatenated stream must split again by device)."""
+
+from __future__ import annotations
+
+import torch
+
+from trainers.api import Strategy
+from trainers.engine import SplitEngine
+from trainers.strategies import CycleSL
+
+from tests.test_engine import make_data, small_model
+
+torch.set_num_threads(1)
+
+
+def test_cyclesl_steps_phase_draws_e_minibatches_of_b_without_replacement() -> None:
+    # CSL-4, Algorithm 1 read literally: E single resampled minibatches B_S^f ∼ D_S^f of b_S = b features each
+    N, B, E = 3, 8, 4
+    engine = SplitEngine(small_model(), [9] * N, CycleSL(server_epochs=E, server_phase="steps"), make_data(N),
+                         {"lr": 0.05}, batch_size=B, seed=0)
+    drawn = []
+    original = engine.strategy.server_batches
+    engine.strategy.server_batches = lambda ctx, n: drawn.append((n, original(ctx, n))) or drawn[-1][1]
+    stats = engine.run_round(1)
+    (n, batches), = drawn
+    assert n == N * B                                        # the pooled features of the round
+    assert len(batches) == E and stats.metrics["server_steps"] == E
+    for idx in batches:
+        assert idx.numel() == B and len(set(idx.tolist())) == B and 0 <= int(idx.min()) and int(idx.max()) < n
+    # resampled: not the same mini-batch every step
+    assert len({tuple(sorted(idx.tolist())) for idx in batches}) > 1
+
+
+class SharedThenOwn(Strategy):
+    """A layout the API allows: blocks below 6 are one shared server instance, blocks from 6 on are a copy
+    per device (a shared feature extractor under per-device heads)."""
+
+    name = "shared-then-own"
+
+    def server_owner(self, device, block, deepest_cut):
+        return None if block < 6 else device
+
+
+def test_a_concatenated_stream_splits_by_device_at_per_device_blocks() -> None:
+    engine = SplitEngine(small_model(), [3, 3, 4], SharedThenOwn(), make_data(3), {"lr": 0.05}, batch_size=8)
+    # make the per-device heads differ, so a device's samples through another device's head would show
+    with torch.no_grad():
+        for d in range(3):
+            for p in engine.edge.instances[(d, 10)].parameters():
+                p.add_(0.5 * (d + 1))
+    arrivals = [engine.devices[d].forward(1) for d in range(3)]
+    p = engine.edge.run(arrivals)
+    for a in arrivals:
+        # device d's logits = its activation through ITS server blocks, one module after the other
+        h = a.tensor
+        for j in range(engine.cuts[a.device], engine.num_blocks):
+            h = engine.edge.instances[engine.edge.key(a.device, j)](h)
+        assert p.logits[a.device].shape == h.shape
+        assert torch.allclose(p.logits[a.device], h, atol=1e-6, rtol=0), a.device
