@@ -5,11 +5,15 @@ followed by per-device blocks: a concatenated stream must split again by device)
 
 from __future__ import annotations
 
-import torch
+import math
 
-from trainers.api import Strategy
+import pytest
+import torch
+from cli_checks import assert_train_flag_error
+
+from trainers.api import InputError, Strategy
 from trainers.engine import SplitEngine
-from trainers.strategies import CycleSL
+from trainers.strategies import GAS, SCALA, CycleSL
 
 from tests.test_engine import make_data, small_model
 
@@ -60,3 +64,17 @@ def test_a_concatenated_stream_splits_by_device_at_per_device_blocks() -> None:
             h = engine.edge.instances[engine.edge.key(a.device, j)](h)
         assert p.logits[a.device].shape == h.shape
         assert torch.allclose(p.logits[a.device], h, atol=1e-6, rtol=0), a.device
+
+
+@pytest.mark.parametrize("cls", [GAS, SCALA])
+@pytest.mark.parametrize("tau", [-0.5, math.inf, math.nan])
+def test_logit_adjustment_temperature_must_be_finite_and_non_negative(cls, tau) -> None:
+    # τ ≥ 0 (GAS-9, SCALA eqs. 12–13): a negative τ would reward the frequent labels, an infinite one has no loss
+    with pytest.raises(InputError, match="finite number ≥ 0") as info:
+        cls(la_tau=tau)
+    assert info.value.field == "--la-tau"
+    assert cls(la_tau=0.0).tau == 0.0                       # the closed end: plain cross-entropy
+
+
+def test_gas_negative_la_tau_is_one_message_and_exit_2(capsys) -> None:
+    assert_train_flag_error(["--algorithm", "gas", "--la-tau", "-1"], "--la-tau", capsys)
