@@ -6,14 +6,16 @@ defaults are the specs' values."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import numpy as np
 import pytest
 import torch
 
-from trainers.api import AsyncStrategy
-from trainers.engine import SplitEngine
-from trainers.messages import NonFiniteError
+from trainers.api import AsyncStrategy, Strategy, parallel_step
+from trainers.engine import SplitEngine, check_device_finite
+from trainers.messages import (CutGradient, MessageMismatchError, ModelDownload, NonFiniteError, check_all_finite,
+                               check_finite, deferred_finite_checks)
 from trainers.strategies import make_strategy
 
 from tests.test_engine import flat, make_data, small_model
@@ -163,3 +165,158 @@ def test_a_model_made_non_finite_stops_the_asynchronous_round_that_made_it() -> 
     engine = SplitEngine(small_model(), [3, 3, 3], NaNAtAggregation(), make_data(3), {"lr": 0.05}, batch_size=B)
     with pytest.raises(NonFiniteError, match=r"NaN or inf in client model block 1 at round 1, device \d$"):
         engine.run_round(1)
+
+
+# ---- the message discipline: every misdelivery is refused with a MessageMismatchError -------------------
+def psl(cuts=(3, 3), devices: int = 2) -> SplitEngine:
+    return SplitEngine(small_model(), list(cuts), make_strategy("psl"), make_data(devices), {"lr": 0.05}, batch_size=B)
+
+
+def test_a_device_starts_no_step_before_its_previous_one_is_answered() -> None:
+    engine = psl()
+    first = engine.devices[0].forward(1)
+    with pytest.raises(MessageMismatchError, match=r"device 0 starts round 2 with an unanswered activation "
+                                                   r"\(round 1, step 1\)"):
+        engine.devices[0].forward(2)
+    engine.devices[0].backward(CutGradient(0, 1, first.step, None))       # a skip consumes it
+    assert engine.devices[0].forward(2).step == 2
+
+
+def test_model_messages_go_to_their_own_device_and_no_repartition_mid_step() -> None:
+    engine = psl()
+    block = engine.devices[0].upload(1, [0], 1.0).blocks
+    with pytest.raises(MessageMismatchError, match="model for device 0 delivered to device 1"):
+        engine.devices[1].download(ModelDownload(0, 1, "device", block))
+    engine.devices[0].forward(1)
+    with pytest.raises(MessageMismatchError, match="device 0 cannot re-partition with an unanswered activation"):
+        engine.devices[0].download(ModelDownload(0, 1, "device", {}, cut=4))
+    assert engine.devices[0].cut == 3
+    with pytest.raises(MessageMismatchError, match=r"cannot re-partition with unanswered activations from devices \[0\]"):
+        engine.set_cuts([4, 4])
+    assert engine.cuts == [3, 3]
+
+
+def test_one_server_pass_takes_one_activation_per_device() -> None:
+    engine = psl()
+    a = engine.devices[0].forward(1)
+    with pytest.raises(MessageMismatchError, match="two activations from device 0 in one server pass"):
+        engine.edge.run([a, a])
+
+
+class AnswersOthers(Strategy):
+    """A faulty server: answers every arrival twice, or answers a device that is not in the group."""
+
+    def __init__(self, fault: str) -> None:
+        super().__init__()
+        self.fault = fault
+
+    def schedule(self, ctx, participants):
+        return [[d] for d in participants]              # one device per group
+
+    def serve(self, edge, ctx, arrivals):
+        replies = parallel_step(edge, ctx, arrivals)
+        if self.fault == "twice":
+            return replies + replies
+        return replies + [CutGradient(1 - arrivals[0].device, ctx.round, 1, None)]
+
+
+@pytest.mark.parametrize("fault,state", [("twice", "was already answered"),
+                                         ("stranger", "sent no activation in this group")])
+def test_a_reply_nobody_waits_for_is_refused(fault, state) -> None:
+    engine = SplitEngine(small_model(), [3, 3], AnswersOthers(fault), make_data(2), {"lr": 0.05}, batch_size=B)
+    with pytest.raises(MessageMismatchError, match=f"a gradient for device [01] \\(round 1, step 1\\), which {state}"):
+        engine.run_round(1)
+
+
+class Deferring(AsyncStrategy):
+    """An asynchronous strategy that does not answer an arrival at once."""
+
+    active, local_steps = 2, 1
+
+    def serve(self, edge, ctx, arrivals):
+        return []
+
+
+def test_an_asynchronous_strategy_must_answer_each_arrival_at_once() -> None:
+    engine = SplitEngine(small_model(), [3, 3], Deferring(), make_data(2), {"lr": 0.05}, batch_size=B)
+    with pytest.raises(MessageMismatchError, match=r"asynchronous strategy base did not answer device \d at once"):
+        engine.run_round(1)
+
+
+def test_a_checkpoint_of_another_server_layout_is_refused() -> None:
+    per_device = SplitEngine(small_model(), [3, 3], make_strategy("sfl-v1"), make_data(2), {"lr": 0.05}, batch_size=B)
+    shared = psl()
+    with pytest.raises(MessageMismatchError, match="checkpoint layout does not match the algorithm's server layout"):
+        shared.edge.load_state_dict(per_device.edge.state_dict())
+
+
+# ---- NaN/inf checks of one role ----------------------------------------------------------------------------
+def test_finite_checks_of_one_device_and_of_the_edge_server_name_the_block() -> None:
+    engine = psl()
+    check_device_finite(engine.devices[1], 4)                # finite: nothing raised
+    engine._check_edge_finite(4)
+    with torch.no_grad():
+        engine.devices[1].blocks[0].bias[2] = float("inf")
+        engine.edge.instances[(None, 6)].weight.view(-1)[0] = float("nan")
+    check_device_finite(engine.devices[0], 4)
+    with pytest.raises(NonFiniteError, match=r"^NaN or inf in client model block 1 at round 4, device 1$"):
+        check_device_finite(engine.devices[1], 4)
+    with pytest.raises(NonFiniteError, match=r"^NaN or inf in server model block 7 at round 4, device shared server$"):
+        engine._check_edge_finite(4)
+
+
+def test_finite_check_without_the_multi_tensor_norm_still_finds_an_inf(monkeypatch) -> None:
+    # an older torch without the ∞-norm in _foreach_norm: the fallback takes each tensor's largest |x|
+    def missing(*args, **kwargs):
+        raise RuntimeError("not implemented")
+
+    monkeypatch.setattr(torch, "_foreach_norm", missing)
+    ok, bad = torch.ones(3), torch.tensor([1.0, float("inf"), 2.0])
+    check_all_finite([(ok, "a", 0)], 1)
+    with pytest.raises(NonFiniteError, match=r"^NaN or inf in b at round 7, device 3$"):
+        check_all_finite([(ok, "a", 0), (bad, "b", 3)], 7)
+
+
+def test_an_error_inside_a_deferred_scope_passes_through_when_every_check_held() -> None:
+    with pytest.raises(KeyError, match="boom"):
+        with deferred_finite_checks():
+            check_finite(torch.ones(2), "x", 1, 0)
+            raise KeyError("boom")
+    with pytest.raises(NonFiniteError, match="NaN or inf in x at round 1, device 0") as info:
+        with deferred_finite_checks():
+            check_finite(torch.tensor([float("nan")]), "x", 1, 0)
+            raise KeyError("later")
+    assert isinstance(info.value.__cause__, KeyError)
+
+
+# ---- checkpointed strategy state of any shape ----------------------------------------------------------------
+@dataclasses.dataclass
+class Moments:
+    mean: torch.Tensor
+    count: int
+
+
+class Stateful(Strategy):
+    """A strategy whose checkpoint holds nested containers, a dataclass and plain values."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.state = {}
+
+    def state_dict(self):
+        return {"moments": Moments(torch.arange(3.0), 4), "pair": (torch.ones(2), "label"), "list": [1, 2.5, None],
+                "nested": {"k": [torch.zeros(1)]}}
+
+    def load_state_dict(self, state):
+        self.state = state
+
+
+def test_a_strategy_state_of_any_shape_is_restored_as_saved() -> None:
+    engine = SplitEngine(small_model(), [3, 3], Stateful(), make_data(2), {"lr": 0.05}, batch_size=B)
+    engine.load_state_dict(copy.deepcopy(engine.state_dict()))
+    got = engine.strategy.state
+    assert isinstance(got["moments"], Moments) and got["moments"].count == 4
+    assert torch.equal(got["moments"].mean, torch.arange(3.0))
+    assert isinstance(got["pair"], tuple) and torch.equal(got["pair"][0], torch.ones(2)) and got["pair"][1] == "label"
+    assert got["list"] == [1, 2.5, None]
+    assert isinstance(got["nested"]["k"], list) and torch.equal(got["nested"]["k"][0], torch.zeros(1))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from cli_checks import assert_train_flag_error
@@ -78,3 +79,37 @@ def test_logit_adjustment_temperature_must_be_finite_and_non_negative(cls, tau) 
 
 def test_gas_negative_la_tau_is_one_message_and_exit_2(capsys) -> None:
     assert_train_flag_error(["--algorithm", "gas", "--la-tau", "-1"], "--la-tau", capsys)
+
+
+# ---- what the algorithms refuse up front -----------------------------------------------------------------
+@pytest.mark.parametrize("algorithm,cuts,field,text", [
+    ("cyclesl", [3, 4, 3], "cuts", r"needs one cut for all devices, got \[3, 4\]"),
+    ("gapsl", [3, 4, 3], "cuts", r"needs one cut for all devices .*got \[3, 4\]"),
+    ("gapsl", [3], "devices", "at least 2 devices"),
+    ("sl", [4, 3], "cuts", r"got \[3, 4\]"),
+])
+def test_algorithms_refuse_cuts_and_device_counts_they_cannot_train(algorithm, cuts, field, text) -> None:
+    from trainers.strategies import make_strategy
+
+    with pytest.raises(InputError, match=text) as info:
+        SplitEngine(small_model(), cuts, make_strategy(algorithm), make_data(len(cuts)), {"lr": 0.05}, batch_size=8)
+    assert info.value.field == field
+
+
+@pytest.mark.parametrize("buffer", [-1, 1.5, "2"])
+def test_gas_buffer_must_be_an_integer_at_least_zero(buffer) -> None:
+    with pytest.raises(InputError, match="integer ≥ 0") as info:
+        GAS(buffer=buffer)
+    assert info.value.field == "--buffer"
+    assert GAS(buffer=0).buffer_size == 0                 # 0 = the number of active devices
+
+
+def test_gas_full_covariance_that_no_regularisation_repairs_is_an_error() -> None:
+    from trainers.strategies.gas import LabelStatistics
+
+    stats = LabelStatistics(full=True)
+    stats.merge(torch.randn(6, 3), torch.ones(6))
+    stats.cov = stats.cov.clone()
+    stats.cov[0, 0] = float("nan")                        # εI never makes a NaN matrix positive definite
+    with pytest.raises(RuntimeError, match="not positive definite after 100 regularisation steps"):
+        stats.sample(2, np.random.default_rng(0))

@@ -1,0 +1,111 @@
+"""Small units of the trainers core checked against hand computations: model builders (parameter
+counts written out), partition and sampler edges, a device's data summaries, client-batching
+reasons, device names, and a policy whose baseline finds no plan."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from adaptplan.errors import InfeasibleError, InputError
+from trainers.batching import unbatchable_reason
+from trainers.devices import describe, resolve_device, synchronize
+from trainers.models import build_model, check_model
+from trainers.optim import OptimizerSpec
+from trainers.partition import PartitionSummary, partition_indices
+from trainers.roles import Device
+
+torch.set_num_threads(1)
+
+
+def n_params(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def test_builtin_mlp_has_the_documented_shape() -> None:
+    # Flatten → Linear(C·H·W, 4·width) → ReLU → Linear(4w, 4w) → ReLU → Linear(4w, M); 1×8×8 inputs, width 4:
+    # 64·16 + 16 + 16·16 + 16 + 16·3 + 3 = 1,379 parameters
+    model = build_model("mlp", (1, 8, 8), 3, width=4)
+    assert n_params(model) == 64 * 16 + 16 + 16 * 16 + 16 + 16 * 3 + 3
+    assert model(torch.zeros(5, 1, 8, 8)).shape == (5, 3)
+    # 3×4×2 inputs: C·H·W = 24 input features
+    assert n_params(build_model("mlp", (3, 4, 2), 2, width=1)) == 24 * 4 + 4 + 4 * 4 + 4 + 4 * 2 + 2
+
+
+def test_builtin_cnn_has_the_documented_shape() -> None:
+    # CIFAR (3×32×32), width 32: convs 3→32→64→64 (3×3), then 64·4·4 → 128 → 10: ≈ 0.12 M parameters
+    model = build_model("cnn", (3, 32, 32), 10)
+    expected = (3 * 9 * 32 + 32) + (32 * 9 * 64 + 64) + (64 * 9 * 64 + 64) + (64 * 16 * 128 + 128) + (128 * 10 + 10)
+    assert n_params(model) == expected
+    assert model(torch.zeros(2, 3, 32, 32)).shape == (2, 10)
+
+
+def test_other_model_names_go_to_torchvision_and_unknown_ones_are_input_errors() -> None:
+    model = build_model("resnet18", (3, 32, 32), 7)
+    assert model.fc.out_features == 7
+    with pytest.raises(InputError, match="cnn") as info:
+        check_model("no-such-model", field="--model")
+    assert info.value.field == "--model"
+    with pytest.raises(InputError) as info:
+        build_model("no-such-model", (3, 32, 32), 10, field="model")
+    assert info.value.field == "model"
+    check_model("mlp")                                    # built-ins need no look-up
+
+
+def test_a_partition_needs_a_sample_per_device_and_summarises_by_hand() -> None:
+    with pytest.raises(InputError, match="3 samples cannot be split over 4 devices") as info:
+        partition_indices(np.array([0, 1, 0]), 4, "iid", seed=0)
+    assert info.value.field == "devices"
+    labels = np.array([0, 0, 1, 2, 2, 2])
+    summary = PartitionSummary.of([np.array([0, 1]), np.array([2, 3, 4, 5])], labels)
+    assert summary == PartitionSummary((2, 4), (1, 2))
+
+
+def test_a_device_knows_its_data_size_and_label_histogram() -> None:
+    x = torch.zeros(8, 2)
+    y = torch.tensor([0, 1, 1, 2, 2, 2, 3, 0])
+    dev = Device(0, nn.Sequential(nn.Linear(2, 2)), 1, x, y, np.array([1, 2, 5, 6]), 2, 0, OptimizerSpec())
+    assert dev.data_size == 4
+    assert dev.label_counts(5).tolist() == [0, 2, 1, 1, 0]          # labels 1, 1, 2, 3
+
+
+class WithBuffer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        return self.lin(x)
+
+
+def test_client_blocks_with_buffers_or_nothing_to_train_run_per_device() -> None:
+    assert unbatchable_reason([nn.Linear(4, 4), nn.ReLU()]) is None
+    assert unbatchable_reason([nn.Linear(4, 4), WithBuffer()]) == "buffers in WithBuffer (updated in place)"
+    frozen = nn.Linear(4, 4).requires_grad_(False)
+    assert unbatchable_reason([frozen, nn.ReLU()]) == "no trainable parameters"
+
+
+def test_a_cpu_is_named_and_needs_no_synchronisation() -> None:
+    cpu = resolve_device("cpu")
+    assert cpu == torch.device("cpu")
+    assert describe(cpu) == "cpu"
+    assert synchronize(cpu) is None
+
+
+def test_a_baseline_that_finds_no_plan_is_an_infeasible_error(monkeypatch) -> None:
+    from adaptplan.scenarios import default_scenario
+    from solvers import baselines
+    from trainers.policies import policy_planner
+    from trainers.run import ReplanRequest
+
+    failed = SimpleNamespace(success=False, message="no cut vector reaches the target", cuts=(1,), interval=1)
+    monkeypatch.setattr(baselines, "solve_fixed_cut", lambda problem, cut: failed)
+    scenario = default_scenario()
+    plan = policy_planner("fixed-cut", scenario.constants, 0.01, seed=0, fixed_cut=2)
+    with pytest.raises(InfeasibleError, match="no cut vector reaches the target"):
+        plan(ReplanRequest(0, scenario.system, scenario.profile, [], 1))
