@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from trainers.api import AsyncStrategy, Strategy, parallel_step
+from trainers.api import Aggregation, AsyncStrategy, InputError, Strategy, parallel_step, sample_devices, skip
 from trainers.engine import SplitEngine, check_device_finite
 from trainers.messages import (CutGradient, MessageMismatchError, ModelDownload, NonFiniteError, check_all_finite,
                                check_finite, deferred_finite_checks)
@@ -320,3 +320,100 @@ def test_a_strategy_state_of_any_shape_is_restored_as_saved() -> None:
     assert isinstance(got["pair"], tuple) and torch.equal(got["pair"][0], torch.ones(2)) and got["pair"][1] == "label"
     assert got["list"] == [1, 2.5, None]
     assert isinstance(got["nested"]["k"], list) and torch.equal(got["nested"]["k"][0], torch.zeros(1))
+
+
+# ---- what a skip costs, custom aggregations, re-partition merges ------------------------------------------
+class SkipDevice1(Strategy):
+    """PSL's server step, but device 1 is told to drop its step (as GAPSL's filter does)."""
+
+    def serve(self, edge, ctx, arrivals):
+        return [skip(a) if r.device == 1 else r for a, r in zip(arrivals, parallel_step(edge, ctx, arrivals))]
+
+
+def test_a_skipped_device_is_charged_no_downlink_or_backward() -> None:
+    from tests.test_engine_timing import FixedClock
+
+    engine = SplitEngine(small_model(), [3, 3, 3], SkipDevice1(), make_data(3), {"lr": 0.05}, batch_size=B,
+                         clock=FixedClock())
+    before = flat(engine.devices[1].blocks)
+    stats = engine.run_round(1)
+    # arrivals 5, 1.5, 2.25 → the server starts at 5 and works 0.5 + 0.25 + 0.125 → replies at 5.875; device 0
+    # back at 5.875 + 0.5 + 1 = 7.375, device 2 at 5.875 + 1 + 0.5 = 7.375; device 1 receives nothing to
+    # download or back-propagate (its 0.25 + 2 would end the round at 8.125)
+    assert stats.sim_seconds == pytest.approx(7.375, rel=1e-12)
+    assert stats.stage_seconds["downlink"] == pytest.approx(1.0) and stats.stage_seconds["device BP"] == pytest.approx(1.0)
+    assert stats.bytes_down == 2 * ACTIVATION_BYTES
+    assert torch.equal(flat(engine.devices[1].blocks), before)
+
+
+class Custom(Strategy):
+    """An aggregation of devices 0 and 1 only, with equal weights, broadcast to every device."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.view = None
+        self.before = None
+
+    def aggregation(self, ctx):
+        self.before = [copy.deepcopy(d.blocks) for d in self.view.devices]
+        return Aggregation(tuple(range(3)), weights="equal", devices=(0, 1), recipients="all")
+
+
+def test_an_equal_weight_aggregation_of_chosen_devices_reaches_every_device() -> None:
+    data = make_data(3, "dirichlet")
+    sizes = [p.size for p in data.parts]
+    assert sizes[0] != sizes[1]                             # FedAvg's |D_i| weights would differ from 1/2
+    strategy = Custom()
+    engine = SplitEngine(small_model(), [3, 3, 3], strategy, data, {"lr": 0.05}, batch_size=B)
+    strategy.view = engine
+    stats = engine.run_round(1)
+    assert stats.aggregated
+    expected = [(p0 + p1) / 2 for p0, p1 in zip(strategy.before[0].parameters(), strategy.before[1].parameters())]
+    for d in range(3):                                      # device 2 was not averaged but receives the average
+        got = list(engine.devices[d].blocks.parameters())
+        assert all(torch.allclose(g, e, atol=1e-7, rtol=0) for g, e in zip(got, expected)), d
+    # only devices 0 and 1 upload (40 parameters each); all three download
+    activation_traffic = 3 * (ACTIVATION_BYTES + LABEL_BYTES)
+    assert stats.bytes_up == activation_traffic + 2 * CLIENT_BYTES
+    assert stats.bytes_down == 3 * ACTIVATION_BYTES + 3 * CLIENT_BYTES
+
+
+def test_repartition_merges_the_old_instances_weighted_by_how_many_devices_used_each() -> None:
+    # SFL-V2, cuts (1, 1, 4) → (1, 1, 1), no aggregation yet (I = 2): the new shared instance of block j ∈ {1, 2, 3}
+    # serves all three devices; before, devices 0 and 1 used the shared instance S_j and device 2 its own block
+    # D_j, so it takes (2·S_j + 1·D_j) / 3
+    engine = SplitEngine(small_model(), [1, 1, 4], make_strategy("sfl-v2"), make_data(3), {"lr": 0.05},
+                         batch_size=B, interval=2)
+    engine.run_round(1)
+    S = {j: copy.deepcopy(engine.edge.instances[(None, j)]) for j in (1, 2, 3)}
+    D = {j: copy.deepcopy(engine.devices[2].blocks[j]) for j in (1, 2, 3)}
+    assert not torch.equal(flat(S[3]), flat(D[3]))
+    untouched = engine.edge.instances[(None, 6)]
+    engine.set_cuts([1, 1, 1])
+    assert engine.devices[2].cut == 1
+    for j in (1, 2, 3):
+        for new, s, d in zip(engine.edge.instances[(None, j)].parameters(), S[j].parameters(), D[j].parameters()):
+            assert torch.allclose(new, (2 * s + d) / 3, atol=1e-7, rtol=0), j
+    assert engine.edge.instances[(None, 6)] is untouched     # used by the same devices as before: kept as is
+
+
+@pytest.mark.parametrize("rho", [0, -0.5, 1.0001, float("nan"), "0.5", None])
+def test_participation_must_be_a_fraction_in_the_half_open_unit_interval(rho) -> None:
+    with pytest.raises(InputError, match=r"fraction in \(0, 1\]") as info:
+        Strategy(participation=rho)
+    assert info.value.field == "--participation"
+
+
+def test_a_participation_fraction_draws_ceil_rho_n_distinct_devices() -> None:
+    assert Strategy(participation=1).participation == 1.0
+    engine = SplitEngine(small_model(), [3] * 10, Strategy(participation=0.25), make_data(10), {"lr": 0.05},
+                         batch_size=4)
+    seen = set()
+    for t in (1, 2, 3, 4):
+        chosen = engine.run_round(t).participants
+        assert len(chosen) == 3 and chosen == sorted(set(chosen))      # ⌈0.25 · 10⌉ = 3, without replacement
+        seen |= set(chosen)
+    assert len(seen) > 3                                                # redrawn every round
+    ctx = engine.context(5)
+    assert len(sample_devices(ctx, 0.01)) == 1                          # at least one device
+    assert sample_devices(ctx, 1.0) == list(range(10))
