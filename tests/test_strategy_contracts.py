@@ -16,7 +16,7 @@ from trainers.api import InputError, Strategy
 from trainers.engine import SplitEngine
 from trainers.strategies import GAS, SCALA, CycleSL
 
-from tests.test_engine import make_data, small_model
+from tests.test_engine import flat, make_data, small_model
 
 torch.set_num_threads(1)
 
@@ -113,3 +113,26 @@ def test_gas_full_covariance_that_no_regularisation_repairs_is_an_error() -> Non
     stats.cov[0, 0] = float("nan")                        # εI never makes a NaN matrix positive definite
     with pytest.raises(RuntimeError, match="not positive definite after 100 regularisation steps"):
         stats.sample(2, np.random.default_rng(0))
+
+
+def test_gapsl_plain_excluded_update_gives_every_device_its_own_cut_gradient() -> None:
+    # excluded_update = "plain" (A.3.2): the devices outside Ŝ get ∂L_i/∂a_i of their own loss, as those in Ŝ do
+    # in the detached mode. In round 1 every cut gradient is taken at the same initial server weights, so every
+    # device's client step is PSL's (whose reply is ∂F_i/∂a_i at w_s^0 too); the server steps differ.
+    from trainers.strategies import GAPSL, PSL
+
+    def run(strategy):
+        engine = SplitEngine(small_model(), [3] * 4, strategy, make_data(4, "dirichlet"), {"lr": 0.1},
+                             batch_size=8, seed=0, total_rounds=4)
+        stats = engine.run_round(1)
+        return engine, stats
+
+    gapsl, stats = run(GAPSL(excluded_update="plain", eta_th=2.0))
+    psl, _ = run(PSL())
+    assert stats.metrics["aligned"] < 4                    # some devices are outside Ŝ ...
+    for d in range(4):                                     # ... and still step exactly like PSL's devices
+        for a, b in zip(gapsl.devices[d].blocks.parameters(), psl.devices[d].blocks.parameters()):
+            assert torch.allclose(a, b, atol=1e-6, rtol=0), d
+    none, stats = run(GAPSL(excluded_update="none", eta_th=2.0))
+    moved = [not torch.equal(flat(none.devices[d].blocks), flat(small_model()[:3])) for d in range(4)]
+    assert sum(moved) == stats.metrics["aligned"]           # the literal reading: only Ŝ steps
