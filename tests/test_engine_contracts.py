@@ -417,3 +417,19 @@ def test_a_participation_fraction_draws_ceil_rho_n_distinct_devices() -> None:
     ctx = engine.context(5)
     assert len(sample_devices(ctx, 0.01)) == 1                          # at least one device
     assert sample_devices(ctx, 1.0) == list(range(10))
+
+
+def test_models_and_data_elsewhere_are_copied_once_and_the_callers_stay_put() -> None:
+    # (the "meta" device stands in for a GPU here: tensors on it have a device but no storage)
+    from trainers.engine import _data_on_device, _on_device
+
+    chain, data = small_model(), make_data(2)
+    cpu, meta = torch.device("cpu"), torch.device("meta")
+    assert _on_device(chain, cpu) is chain and _data_on_device(data, cpu) is data
+    moved = _on_device(chain, meta)
+    assert moved is not chain and all(p.device == meta for p in moved.parameters())
+    assert all(p.device == cpu for p in chain.parameters())
+    moved_data = _data_on_device(data, meta)
+    assert all(getattr(moved_data, n).device == meta for n in ("x_train", "y_train", "x_test", "y_test"))
+    assert moved_data.parts is data.parts and data.x_train.device == cpu
+    assert moved_data.x_train.shape == data.x_train.shape
