@@ -433,3 +433,21 @@ def test_models_and_data_elsewhere_are_copied_once_and_the_callers_stay_put() ->
     assert all(getattr(moved_data, n).device == meta for n in ("x_train", "y_train", "x_test", "y_test"))
     assert moved_data.parts is data.parts and data.x_train.device == cpu
     assert moved_data.x_train.shape == data.x_train.shape
+
+
+def test_evaluation_runs_in_eval_mode_and_restores_the_models_mode() -> None:
+    # Dropout is off while evaluating (no random masks: the same numbers twice, those of the eval-mode model)
+    engine = psl()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Dropout(0.5), torch.nn.Linear(64, 10))
+    x, y = engine.data.x_test, engine.data.y_test
+    model.eval()
+    with torch.no_grad():
+        logits = model(x)
+    expected = (int((logits.argmax(1) == y).sum()) / len(y), float(torch.nn.functional.cross_entropy(logits, y)))
+    assert engine.evaluate(model)[0] == expected[0]                 # an eval-mode model stays in eval mode
+    assert not model.training
+    model.train()
+    first, second = engine.evaluate(model, batch_size=64), engine.evaluate(model, batch_size=64)
+    assert first == second and first[0] == expected[0] and first[1] == pytest.approx(expected[1], rel=1e-6)
+    assert model.training
