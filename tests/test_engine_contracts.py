@@ -451,3 +451,46 @@ def test_evaluation_runs_in_eval_mode_and_restores_the_models_mode() -> None:
     first, second = engine.evaluate(model, batch_size=64), engine.evaluate(model, batch_size=64)
     assert first == second and first[0] == expected[0] and first[1] == pytest.approx(expected[1], rel=1e-6)
     assert model.training
+
+
+# ---- the edge server and the fed server, by hand --------------------------------------------------------------
+def test_devices_meeting_at_a_batchnorm_server_block_are_normalised_apart() -> None:
+    # BatchNorm couples the samples of a batch: each device's activations go through the shared server blocks
+    # alone (batch statistics of its own mini-batch), never concatenated with another device's
+    torch.manual_seed(0)
+    with_bn = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                                  torch.nn.Flatten(), torch.nn.Linear(4 * 8 * 8, 10))
+    engine = SplitEngine(with_bn, [1, 1], make_strategy("psl"), make_data(2), {"lr": 0.05}, batch_size=B)
+    arrivals = [engine.devices[d].forward(1) for d in range(2)]
+    server = torch.nn.Sequential(*[copy.deepcopy(engine.edge.instances[(None, j)]) for j in range(1, 5)])
+    expected = {a.device: server(a.tensor) for a in arrivals}        # one device at a time, in training mode
+    p = engine.edge.run(arrivals)
+    for d in range(2):
+        assert torch.allclose(p.logits[d], expected[d], atol=1e-5, rtol=0), d
+
+
+def test_weighted_mean_by_hand() -> None:
+    from trainers.roles import weighted_mean
+
+    a = {"w": torch.tensor([1.0, 2.0]), "n": torch.tensor(3)}
+    b = {"w": torch.tensor([4.0, 8.0]), "n": torch.tensor(5)}
+    out = weighted_mean([a, b, a], [1.0, 1.0, 1.0])
+    assert torch.allclose(out["w"], torch.tensor([2.0, 4.0]))          # (1 + 4 + 1)/3, (2 + 8 + 2)/3
+    assert torch.equal(out["n"], torch.tensor(3))                       # integer buffers: the first's, not a mean
+    out = weighted_mean([a, b], [1.0, 3.0])
+    assert torch.allclose(out["w"], torch.tensor([3.25, 6.5]))         # (1 + 3·4)/4, (2 + 3·8)/4
+    out = weighted_mean([b, b], [2.0, 7.0])
+    assert torch.equal(out["w"], b["w"]) and out["w"] is not b["w"]    # identical entries: an exact copy
+
+
+def test_added_server_gradients_accumulate() -> None:
+    engine = psl()
+    p = next(engine.edge.instances[(None, 6)].parameters())
+    assert p.grad is None
+    g1, g2 = torch.ones_like(p), torch.full_like(p, 2.5)
+    engine.edge.add_gradients([p], [g1])
+    engine.edge.add_gradients([p], [g2])
+    assert torch.equal(p.grad, torch.full_like(p, 3.5))
+    assert torch.equal(g1, torch.ones_like(p))                          # the caller's tensors are not modified
+    engine.edge.zero_grad()
+    assert p.grad is None
