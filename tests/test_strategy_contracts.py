@@ -136,3 +136,27 @@ def test_gapsl_plain_excluded_update_gives_every_device_its_own_cut_gradient() -
     none, stats = run(GAPSL(excluded_update="none", eta_th=2.0))
     moved = [not torch.equal(flat(none.devices[d].blocks), flat(small_model()[:3])) for d in range(4)]
     assert sum(moved) == stats.metrics["aligned"]           # the literal reading: only Ŝ steps
+
+
+@pytest.mark.parametrize("name", ["sl", "psl", "sfl-v1", "sfl-v2", "adaptsfl", "gapsl", "scala", "cyclesl", "gas"])
+def test_a_strategy_built_without_options_is_the_one_the_command_line_builds_by_default(name) -> None:
+    # the constructors' defaults and trainers.config's option defaults (the flags') must not drift apart
+    from trainers.strategies import STRATEGIES, make_strategy
+
+    direct, configured = STRATEGIES[name](), make_strategy(name)
+    assert type(direct) is type(configured)
+    assert vars(direct) == vars(configured)
+
+
+def test_strategy_defaults_are_the_specs() -> None:
+    from trainers.strategies import GAPSL
+
+    g = GAPSL()      # gapsl_scala.md: K = [0.2, 0.8], η_th = 0.5, λ = 5e-4, the detached GDA, no update outside Ŝ
+    assert (g.k_min, g.k_max, g.eta_th, g.lam, g.gda, g.excluded_update) == (0.2, 0.8, 0.5, 5e-4, "detached", "none")
+    assert (g.nu_min, g.nu_max) == (math.inf, -math.inf)               # no ν seen yet
+    s = SCALA()      # τ = 1, the concatenated batch's labels as the server prior, every device
+    assert (s.tau, s.server_prior, s.participation) == (1.0, "batch", 1.0)
+    c = CycleSL()    # cyclesl_gas.md: E = 1 server epoch of reshuffled passes, |D_i| sample weights, CyclePSL
+    assert (c.epochs, c.phase, c.sample_weight, c.base, c.participation) == (1, "epochs", "data_size", "psl", 1.0)
+    gas = GAS()      # C = 10 active, Q_s = C, generation on, diagonal covariance, τ = 1
+    assert (gas.active, gas.buffer_size, gas.generation, gas.full, gas.tau) == (10, 0, True, False, 1.0)
