@@ -215,3 +215,16 @@ def test_optimizer_states_move_as_copies() -> None:
     # a: buf 1 → 1.9, p = 0.9 − 0.19; b continues from a copy of buf = 1 (a's second step does not touch it)
     assert torch.allclose(p.detach(), torch.tensor([0.71], dtype=torch.float64))
     assert torch.allclose(q.detach(), torch.tensor([1.0 - 0.19], dtype=torch.float64))
+
+
+def test_a_gpu_is_named_by_its_model_and_synchronised(monkeypatch) -> None:
+    # no GPU needed: torch.device("cuda") is only a name; the two CUDA calls are stand-ins that record their use
+    calls = []
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Fake GPU 80GB")
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append(device))
+    gpu = torch.device("cuda")
+    assert describe(gpu) == "cuda (Fake GPU 80GB)"
+    synchronize(gpu)
+    assert calls == [gpu]
+    synchronize(torch.device("cpu"))
+    assert calls == [gpu]                                              # the CPU has nothing queued to wait for
