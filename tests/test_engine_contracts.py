@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from trainers.api import Aggregation, AsyncStrategy, InputError, Strategy, parallel_step, sample_devices, skip
+from trainers.clock import StageTimes
 from trainers.engine import SplitEngine, check_device_finite
 from trainers.messages import (CutGradient, MessageMismatchError, ModelDownload, NonFiniteError, check_all_finite,
                                check_finite, deferred_finite_checks)
@@ -494,3 +495,19 @@ def test_added_server_gradients_accumulate() -> None:
     assert torch.equal(g1, torch.ones_like(p))                          # the caller's tensors are not modified
     engine.edge.zero_grad()
     assert p.grad is None
+
+
+def test_an_aggregation_that_moves_no_edge_server_block_costs_the_edge_links_nothing() -> None:
+    # SFL-V2 (one shared server model): only client blocks are averaged, so neither edge link carries anything;
+    # with instantaneous device model messages the aggregation adds no time at all, whatever the edge rates
+    from tests.test_engine_timing import BP, DOWN, FP, SERVER, UP, FixedClock
+
+    zero = np.zeros(3)
+    times = StageTimes(FP, UP, SERVER, DOWN, BP, zero, zero, 8.0, 8.0, B)        # 8 bit/s edge links
+    engine = SplitEngine(small_model(), [3, 3, 3], make_strategy("sfl-v2"), make_data(3), {"lr": 0.05},
+                         batch_size=B, clock=FixedClock(times))
+    stats = engine.run_round(1)
+    # training alone as in test_engine_timing's SFL-V2 round: the last device back at 7.0
+    assert stats.aggregated and stats.bytes_server == 0
+    assert stats.sim_seconds == pytest.approx(7.0, rel=1e-12)
+    assert stats.stage_seconds["model upload"] == 0.0 and stats.stage_seconds["model download"] == 0.0
