@@ -228,3 +228,22 @@ def test_a_gpu_is_named_by_its_model_and_synchronised(monkeypatch) -> None:
     assert calls == [gpu]
     synchronize(torch.device("cpu"))
     assert calls == [gpu]                                              # the CPU has nothing queued to wait for
+
+
+def test_model_builders_default_to_the_documented_sizes() -> None:
+    from trainers.models import cnn, vgg16_cifar
+
+    # cnn(): width 32 (32/64/64 channels, ≈ 0.12 M parameters on CIFAR-10)
+    expected = (3 * 9 * 32 + 32) + (32 * 9 * 64 + 64) + (64 * 9 * 64 + 64) + (64 * 16 * 128 + 128) + (128 * 10 + 10)
+    assert n_params(cnn(3, 32, 10)) == expected
+    # vgg16_cifar(): 10 classes, 3 input channels: 15,245,130 parameters (docs/model.md §7.1)
+    vgg = vgg16_cifar()
+    assert n_params(vgg) == 15_245_130
+    assert next(vgg.parameters()).shape[1] == 3
+
+
+def test_a_policy_that_never_aggregates_outlasts_any_run() -> None:
+    from adaptplan.limits import MAX_STEPS
+    from trainers.policies import NEVER
+
+    assert NEVER >= MAX_STEPS           # PSL's interval: no run the config accepts reaches an aggregation before it ends
