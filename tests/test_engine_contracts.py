@@ -511,3 +511,19 @@ def test_an_aggregation_that_moves_no_edge_server_block_costs_the_edge_links_not
     assert stats.aggregated and stats.bytes_server == 0
     assert stats.sim_seconds == pytest.approx(7.0, rel=1e-12)
     assert stats.stage_seconds["model upload"] == 0.0 and stats.stage_seconds["model download"] == 0.0
+
+
+def test_a_nested_deferred_scope_joins_the_outer_one() -> None:
+    bad = torch.tensor([float("inf")])
+    after_inner = []
+    with pytest.raises(NonFiniteError, match="NaN or inf in model x at round 3, device 1"):
+        with deferred_finite_checks():
+            with deferred_finite_checks():                    # joins: nothing is read when it ends
+                check_all_finite([(torch.ones(2), "model w", 0), (bad, "model x", 1)], 3)
+            after_inner.append(True)
+            check_finite(bad, "later", 3, 2)
+    assert after_inner == [True]
+    with deferred_finite_checks(enabled=False):               # off: the multi-tensor check is immediate too
+        with pytest.raises(NonFiniteError, match="model x at round 4"):
+            check_all_finite([(bad, "model x", 1)], 4)
+    check_all_finite([], 5)                                    # nothing to check
