@@ -160,3 +160,14 @@ def test_strategy_defaults_are_the_specs() -> None:
     assert (c.epochs, c.phase, c.sample_weight, c.base, c.participation) == (1, "epochs", "data_size", "psl", 1.0)
     gas = GAS()      # C = 10 active, Q_s = C, generation on, diagonal covariance, τ = 1
     assert (gas.active, gas.buffer_size, gas.generation, gas.full, gas.tau) == (10, 0, True, False, 1.0)
+
+
+@pytest.mark.parametrize("total,t,expected", [(None, 1, 0.8), (4, 1, 0.35), (2, 3, 0.8)])
+def test_gapsl_schedule_progress_is_t_over_t_capped_at_one(total, t, expected) -> None:
+    # eq. (2) on the first call: ν_min = ν_max, so stab = 1 and K^t = K_min + (t/T)·(K_max − K_min), K = [0.2, 0.8];
+    # without a known T the schedule is at its end (t/T = 1), and a round past T (a run continued) stays there
+    from trainers.strategies import GAPSL
+
+    engine = SplitEngine(small_model(), [3] * 3, GAPSL(), make_data(3), {"lr": 0.05}, batch_size=8, total_rounds=total)
+    stats = engine.run_round(t)
+    assert stats.metrics["leader_fraction"] == pytest.approx(expected, abs=1e-12)
