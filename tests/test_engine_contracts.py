@@ -527,3 +527,33 @@ def test_a_nested_deferred_scope_joins_the_outer_one() -> None:
         with pytest.raises(NonFiniteError, match="model x at round 4"):
             check_all_finite([(bad, "model x", 1)], 4)
     check_all_finite([], 5)                                    # nothing to check
+
+
+@pytest.mark.parametrize("cut", [10, 11])
+def test_per_device_gradients_by_hand(cut) -> None:
+    # loss L_i = mean CE(a W^T + c, y) over the b samples. With P = softmax(logits) and Y one-hot:
+    # ∂L/∂W = (P − Y)^T a / b, ∂L/∂c = Σ (P − Y) / b, ∂L/∂a = (P − Y) W / b; with cut L = 11 the server holds no
+    # block: logits = a, no server gradient, ∂L/∂a = (P − Y) / b
+    engine = SplitEngine(small_model(), [cut, cut], make_strategy("psl"), make_data(2), {"lr": 0.05}, batch_size=B)
+    arrivals = [engine.devices[d].forward(1) for d in range(2)]
+    per = engine.edge.per_device_gradients(arrivals, lambda d, logits, y: torch.nn.functional.cross_entropy(logits, y))
+    for a in arrivals:
+        g, cut_grad, loss, leaf = per[a.device]
+        x = a.tensor.detach()
+        Y = torch.nn.functional.one_hot(a.labels, 10).to(x.dtype)
+        if cut == 10:
+            W, c = (p.detach() for p in engine.edge.instances[(None, 10)].parameters())
+            logits = x @ W.T + c
+        else:
+            logits = x
+        P = torch.softmax(logits, dim=1)
+        assert torch.allclose(loss.detach(), torch.nn.functional.cross_entropy(logits, a.labels), atol=1e-6)
+        if cut == 10:
+            assert len(g) == 2
+            assert torch.allclose(g[0], (P - Y).T @ x / B, atol=1e-6) and torch.allclose(g[1], (P - Y).sum(0) / B, atol=1e-6)
+            assert torch.allclose(cut_grad, (P - Y) @ W / B, atol=1e-6)
+        else:
+            assert g == []
+            assert torch.allclose(cut_grad, (P - Y) / B, atol=1e-6)
+    if cut == 10:                                                        # no parameter .grad is touched
+        assert all(p.grad is None for p in engine.edge.instances[(None, 10)].parameters())

@@ -171,3 +171,19 @@ def test_gapsl_schedule_progress_is_t_over_t_capped_at_one(total, t, expected) -
     engine = SplitEngine(small_model(), [3] * 3, GAPSL(), make_data(3), {"lr": 0.05}, batch_size=8, total_rounds=total)
     stats = engine.run_round(t)
     assert stats.metrics["leader_fraction"] == pytest.approx(expected, abs=1e-12)
+
+
+def test_cyclesl_uniform_sample_weights_are_the_plain_mean() -> None:
+    # CSL-3: L_S = Σ w_j·CE_j / Σ w_j; "uniform" weights every feature 1 (the plain mean CE), which is also what the
+    # |D_i| weights give when every device holds as many samples: the two runs are the same there, and differ
+    # where the devices' data sizes differ
+    def run(partition: str, weight: str) -> torch.Tensor:
+        engine = SplitEngine(small_model(), [9] * 4, CycleSL(sample_weight=weight), make_data(4, partition),
+                             {"lr": 0.1}, batch_size=8, seed=0)
+        engine.run_round(1)
+        return flat(*[engine.edge.instances[(None, j)] for j in (9, 10)])
+
+    assert len({p.size for p in make_data(4, "iid").parts}) == 1
+    assert torch.allclose(run("iid", "uniform"), run("iid", "data_size"), atol=1e-6, rtol=0)
+    assert len({p.size for p in make_data(4, "dirichlet").parts}) > 1
+    assert not torch.allclose(run("dirichlet", "uniform"), run("dirichlet", "data_size"), atol=1e-6, rtol=0)
