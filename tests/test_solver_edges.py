@@ -1,10 +1,11 @@
 """Edges of the solvers that the random instances of the other solver tests do not reach: a
-non-positive budget c, a zero drift coefficient d(L_c) = 0, the multistart size rule written in
+non-positive budget c, a zero drift coefficient d(L_c) = 0, parameter-free first blocks (δ = 0), the multistart size rule written in
 solve_bcd's docstring, the re-run rule for a plan found by the certificate, a cap of I = 0, and the
 VGG-16/CIFAR-10 profile's activation sizes worked out by hand."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 import pytest
@@ -16,7 +17,8 @@ from solvers.exact import solve_exact
 from solvers.interval import max_feasible_interval
 from solvers.problem import PlanningProblem
 from solvers.synthetic import vgg16_cifar_profile
-from tests.solver_instances import small_problem
+from solvers.threshold import solve_ms_exact
+from tests.solver_instances import exhaustive_at_interval, small_problem
 
 
 @pytest.mark.parametrize("c", [-1.0, -1e-9, 0.0])
@@ -107,3 +109,34 @@ def test_vgg16_cifar_profile_activation_sizes_by_hand() -> None:
     profile = vgg16_cifar_profile()
     assert profile.num_cuts == 16
     assert [cp.activation_bits for cp in profile.cut_points] == [32.0 * v for v in expected]
+
+
+def _parameter_free_front(seed: int) -> PlanningProblem:
+    """small_problem(seed) whose first two blocks carry no parameters (δ_1 = δ_2 = 0 bits), as a
+    model that starts with e.g. a normalisation and a pooling layer."""
+    base = small_problem(seed)
+    points = list(base.latency.profile.cut_points)
+    for k in (0, 1):
+        points[k] = replace(points[k], client_param_bits=0.0)
+    profile = replace(base.latency.profile, cut_points=tuple(points))
+    return PlanningProblem.from_parts(profile, base.latency.system, base.convergence.constants)
+
+
+@pytest.mark.parametrize("seed", [6, 7, 9])
+def test_threshold_sweep_is_exact_when_the_first_blocks_have_no_parameters(seed: int) -> None:
+    """Σ(δ_L − δ_{x_i}) is 0 for L = 2 there: the sweep's cheap bound for L = 2 must stay finite,
+    or the optimum (some devices at cut 1, some at 2) is never searched. Reference: brute force."""
+    problem = _parameter_free_front(seed)
+    assert problem.latency.delta[0] == problem.latency.delta[1] == 0.0
+    for interval in (1, 2, 3):
+        optimum = exhaustive_at_interval(problem, interval)
+        result = solve_ms_exact(problem, interval, max_sweeps=None)
+        assert result.objective == pytest.approx(optimum, rel=1e-9)
+
+
+def test_threshold_sweep_reports_the_seconds_it_took() -> None:
+    problem = small_problem(1)
+    before = time.perf_counter()
+    result = solve_ms_exact(problem, 2, max_sweeps=None)
+    took = time.perf_counter() - before
+    assert 0.0 <= result.seconds <= took
