@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -18,6 +19,7 @@ from adaptplan.fileio import non_empty_list, show
 from adaptplan.model_profile import ModelProfile
 from adaptplan.plan import Plan
 from adaptplan.planner import Planner, build_plan
+from adaptplan.report import memory_bound
 from adaptplan.system import SystemRanges, SystemSpec, generate_system
 from solvers.synthetic import synthetic_profile
 
@@ -142,3 +144,20 @@ def test_a_profiles_identity_names_it_and_hashes_its_structure() -> None:
     structure = [[c.name, float(c.activation_bits), float(c.client_param_bits)] for c in profile.cut_points]
     expected = hashlib.sha256(json.dumps([list(profile.input_shape), structure]).encode()).hexdigest()
     assert identity["structure_sha256"] == expected
+
+
+def test_a_device_is_memory_bound_when_a_cut_up_to_the_deepest_does_not_fit() -> None:
+    """memory_bound: some cut j with ℓ_i < j ≤ L_c needs more than device i's memory_bytes."""
+    profile = synthetic_profile(4, seed=0)
+    points = tuple(dataclasses.replace(c, client_memory_bytes=100.0 * (k + 1)) for k, c in enumerate(profile.cut_points))
+    profile = dataclasses.replace(profile, cut_points=points, memory={"batch_size": 16, "optimizer": "sgd"})  # 100..400 B
+    system = generate_system(3, 0)
+    budgets = (250.0, 1000.0, 150.0)
+    system = dataclasses.replace(system, devices=tuple(dataclasses.replace(d, memory_bytes=m)
+                                                       for d, m in zip(system.devices, budgets)))
+    # deepest cut 3: device 0 (cut 1) would need 300 > 250 at j = 3; device 1 is the deepest; device 2
+    # (cut 2) would need 300 > 150 at j = 3
+    bound = memory_bound(SimpleNamespace(cuts=(1, 3, 2), deepest_cut=3), profile, system)
+    assert bound.tolist() == [True, False, True]
+    assert memory_bound(SimpleNamespace(cuts=(1, 2, 1), deepest_cut=2), profile, system).tolist() == [False, False, True]
+    assert memory_bound(SimpleNamespace(cuts=(1, 3, 2), deepest_cut=3), profile, generate_system(3, 0)) is None
