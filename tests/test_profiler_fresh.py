@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-import torch
+import warnings
 
-from profilers.chain import shape_failure
+import torch
+from torch import fx, nn
+
+from profilers.chain import NoCutWarning, build_chain, shape_failure
+from profilers.cutpoints import assertion_nodes, dataflow_graph
 
 
 def test_a_shape_failure_names_the_per_sample_shape_and_the_channels_last_fix() -> None:
@@ -16,3 +20,35 @@ def test_a_shape_failure_names_the_per_sample_shape_and_the_channels_last_fix() 
     plain = shape_failure(torch.zeros(4, 3, 8, 8), ValueError(""))
     assert plain == ("the model cannot run on samples of shape 3x8x8 (the --input given, or the dataset's samples): "
                      "ValueError: . Fix: check the input shape (channels × height × width)")
+
+
+def test_children_mode_takes_a_one_child_sequential_without_a_no_cut_warning() -> None:
+    """blocks='children' uses the user's blocks as given; only the automatic fallback warns."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NoCutWarning)
+        chain = build_chain(nn.Sequential(nn.Linear(4, 2)), torch.zeros(1, 4), blocks="children")
+    assert len(chain) == 1
+
+
+class _Scaled(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(4))
+        self.lin = nn.Linear(4, 2)
+
+    def forward(self, x):
+        torch._assert(x.shape[1] == 4, "four features")
+        return self.lin(x * self.scale)
+
+
+def test_the_dataflow_graph_leaves_out_attributes_the_output_and_run_time_checks() -> None:
+    graph = fx.symbolic_trace(_Scaled()).graph
+    ops = {n.name: n.op for n in graph.nodes}
+    assert "get_attr" in ops.values() and "output" in ops.values()
+    dag = dataflow_graph(graph)
+    kept = {n.name for n in dag.nodes}
+    skipped = {n.name for n in assertion_nodes(graph)}
+    assert skipped and not kept & skipped
+    assert all(ops[name] not in ("get_attr", "output") for name in kept)
+    assert {"x", "mul", "lin"} <= kept
+    assert {(u.name, v.name) for u, v in dag.edges} >= {("x", "mul"), ("mul", "lin")}
