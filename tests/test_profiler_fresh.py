@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import warnings
 
+import pytest
 import torch
 from torch import fx, nn
 
+from adaptplan.errors import InputError
+
 from profilers.chain import NoCutWarning, build_chain, shape_failure
 from profilers.cutpoints import assertion_nodes, dataflow_graph
+from profilers.models import describe
+from profilers.timing import measure_block_times
 
 
 def test_a_shape_failure_names_the_per_sample_shape_and_the_channels_last_fix() -> None:
@@ -52,3 +57,17 @@ def test_the_dataflow_graph_leaves_out_attributes_the_output_and_run_time_checks
     assert all(ops[name] not in ("get_attr", "output") for name in kept)
     assert {"x", "mul", "lin"} <= kept
     assert {(u.name, v.name) for u, v in dag.edges} >= {("x", "mul"), ("mul", "lin")}
+
+
+def test_describe_is_one_short_line() -> None:
+    assert describe(ValueError("bad\n   width")) == "ValueError: bad width"
+    assert describe(KeyError()) == "KeyError"
+    assert describe(RuntimeError("x" * 400)) == "RuntimeError: " + "x" * 300
+
+
+def test_block_times_need_two_samples_per_batch() -> None:
+    blocks = [nn.Linear(3, 3), nn.Linear(3, 2)]
+    times = measure_block_times(blocks, (3,), batch_size=2, repeats=1, warmup=0)
+    assert len(times.forward_s) == len(times.backward_s) == 2 and times.batch_size == 2
+    with pytest.raises(InputError, match=r"^batch_size: must be ≥ 2 \(BatchNorm needs 2 samples in training mode\), got 1$"):
+        measure_block_times(blocks, (3,), batch_size=1)
