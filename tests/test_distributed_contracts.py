@@ -158,12 +158,15 @@ def wire(monkeypatch):
     """A Channel on rank 0 of 4 (peers 1, 2, 3) over :class:`FakeDist`; its threads are ended afterwards."""
     fake = FakeDist(0, 4)
     monkeypatch.setattr(transport, "dist", fake)
+    before = set(threading.enumerate())
     channel = Channel(5.0, RankLayout(4, 2).describe)
     yield fake, channel
     channel.closing = True
     for r in (1, 2, 3):
         fake.cut(r, "test over")
     channel.close()
+    for thread in set(threading.enumerate()) - before:   # ended while `dist` is still this test's fake
+        thread.join(timeout=10)
 
 
 def _receiver_done(src: int) -> None:
