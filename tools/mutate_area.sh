@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# One mutation pass over one area of the project, with the test files that exercise it (docs/mutation.md).
+#
+#   tools/mutate_area.sh AREA [tools/mutate.py options...]
+#   tools/mutate_area.sh solvers --sample 40 --seed 7 --json /tmp/solvers.json
+#
+# AREA: solvers | profilers | planner (adaptplan's planner side) | cli-training (adaptplan's train/plot/profile/
+# bench commands and benchmark harnesses) | trainers-core | trainers-run | distributed.
+# Runs at low priority with one torch thread per process; PYTHON overrides the interpreter (default .venv/bin/python).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-.venv/bin/python}
+area=${1:-}
+[ -n "$area" ] && shift || true
+
+case "$area" in
+  solvers)
+    targets="solvers"
+    tests="tests/test_interval.py tests/test_convergence_model.py tests/test_milp_encoding.py \
+tests/test_reference_objective.py tests/test_planner_contracts.py tests/test_spec_worked_example.py \
+tests/test_dinkelbach.py tests/test_baselines.py tests/test_threshold.py tests/test_threshold_bounds.py \
+tests/test_bcd.py tests/test_certificate.py tests/test_solver_edges.py tests/test_memory_budget.py \
+tests/test_generated_instances.py tests/test_backends.py -k 'not 200_instances'" ;;
+  profilers)
+    targets="profilers"
+    tests="tests/test_profiler_contracts.py tests/test_profiler_fresh.py tests/test_profile.py tests/test_cutpoints.py \
+tests/test_gradstats.py tests/test_flops.py tests/test_default_scenario.py" ;;
+  planner)
+    targets="adaptplan/cli.py adaptplan/commands/plan.py adaptplan/commands/system.py adaptplan/constants.py \
+adaptplan/convergence.py adaptplan/errors.py adaptplan/fileio.py adaptplan/latency.py adaptplan/lazy.py \
+adaptplan/model_profile.py adaptplan/plan.py adaptplan/planner.py adaptplan/report.py adaptplan/scenarios.py \
+adaptplan/system.py"
+    tests="tests/test_convergence_model.py tests/test_input_contracts.py tests/test_latency_property.py \
+tests/test_system_generator.py tests/test_spec_worked_example.py tests/test_planner_contracts.py \
+tests/test_planner_fresh.py tests/test_cli_content.py tests/test_world_model.py tests/test_reference_objective.py \
+tests/test_milp_encoding.py tests/test_cli_plan.py tests/test_cli_misc.py tests/test_hostile_inputs.py \
+tests/test_default_scenario.py tests/test_memory_budget.py" ;;
+  cli-training)
+    targets="adaptplan/bench_algorithms.py adaptplan/bench_engine.py adaptplan/bench_runs.py adaptplan/bench_solvers.py \
+adaptplan/bench_training.py adaptplan/commands/train.py adaptplan/commands/plot.py adaptplan/commands/profile.py \
+adaptplan/commands/bench.py adaptplan/flags.py adaptplan/limits.py adaptplan/plannable.py"
+    tests="tests/test_cli_contracts.py tests/test_bench_contracts.py tests/test_bench_tables.py \
+tests/test_bench_algorithms.py tests/test_bench_training.py tests/test_hostile_inputs.py tests/test_train_cli.py \
+tests/test_profile_cli.py -k 'not done_when_20_device and not mnist_above_chance'" ;;
+  trainers-core)
+    targets="trainers/api.py trainers/batching.py trainers/clock.py trainers/devices.py trainers/engine.py \
+trainers/messages.py trainers/models.py trainers/optim.py trainers/partition.py trainers/policies.py trainers/roles.py \
+trainers/strategies"
+    tests="tests/test_engine_contracts.py tests/test_strategy_contracts.py tests/test_core_units.py tests/test_engine.py \
+tests/test_engine_timing.py tests/test_strategies.py tests/test_cyclesl.py tests/test_gapsl.py tests/test_gas.py \
+tests/test_scala.py tests/test_policies.py tests/test_partition.py tests/test_batching.py tests/test_train_config.py \
+tests/test_architecture.py tests/test_default_scenario.py" ;;
+  trainers-run)
+    targets="trainers/run.py trainers/config.py trainers/checkpoint.py trainers/datasets.py trainers/history.py \
+trainers/run_folder.py trainers/plotting.py"
+    tests="tests/test_run_contracts.py tests/test_cli_contracts.py tests/test_train_cli.py tests/test_train_config.py \
+tests/test_run_safety.py tests/test_history.py tests/test_datasets.py" ;;
+  distributed)
+    targets="trainers/distributed adaptplan/distributed.py"
+    tests="tests/test_distributed_contracts.py tests/test_distributed_units.py \
+tests/test_distributed.py::test_every_algorithm_runs_distributed_with_the_simulations_losses[sfl-v1] \
+tests/test_distributed.py::test_every_algorithm_runs_distributed_with_the_simulations_losses[sl] \
+tests/test_distributed.py::test_repartition_under_a_random_policy_moves_blocks_between_ranks \
+tests/test_distributed.py::test_emulated_links_deliver_at_the_latency_models_time" ;;
+  *)
+    echo "usage: tools/mutate_area.sh solvers|profilers|planner|cli-training|trainers-core|trainers-run|distributed" \
+         "[tools/mutate.py options]" >&2
+    exit 2 ;;
+esac
+
+# shellcheck disable=SC2086  # targets are space-separated paths on purpose
+exec env OMP_NUM_THREADS=1 nice -n 10 "$PYTHON" tools/mutate.py $targets --tests "$tests" "$@"
