@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from test_engine import small_model
-from trainers.engine import DeviceData, SplitEngine
+from trainers.engine import STRATEGY_STREAM, DeviceData, SplitEngine
 from trainers.optim import OptimizerSpec
 from trainers.partition import DeviceSampler
 from trainers.strategies import PSL, CycleSL
@@ -40,7 +40,7 @@ def reference_cyclesl(data: DeviceData, rounds: int, rho: float, epochs: int, op
     s_opt = build(opt, lr, server.parameters())
     samplers = [DeviceSampler(data.parts[i], B, [0, i]) for i in range(N)]
     sizes = [len(p) for p in data.parts]
-    rng = np.random.default_rng([0, 5])
+    rng = np.random.default_rng([0, STRATEGY_STREAM])
     for t in range(1, rounds + 1):
         S_t = list(range(N)) if rho >= 1 else sorted(int(d) for d in rng.choice(N, size=int(np.ceil(rho * N)),
                                                                                   replace=False))   # step 1

@@ -8,6 +8,7 @@ buffer/generation/clock invariants of B.4.9 and the flags' bad-input handling.""
 from __future__ import annotations
 
 import copy
+import sys
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ from test_engine import small_model
 from adaptplan.system import SystemProcess, generate_system
 from profilers import build_chain, profile_model
 from trainers.clock import SimClock, StageTimes
-from trainers.engine import DeviceData, SplitEngine
+from trainers.engine import STRATEGY_STREAM, DeviceData, SplitEngine
 from trainers.partition import DeviceSampler
 from trainers.strategies import GAS
 from trainers.strategies.gas import LabelStatistics
@@ -118,7 +119,7 @@ def reference_gas(data: DeviceData, rounds: int, C: int, E: int, Q: int, generat
     samplers = [DeviceSampler(data.parts[k], B, [0, k]) for k in range(N)]
     sizes = [len(p) for p in data.parts]
     priors = [np.bincount(data.y_train[torch.from_numpy(p)].numpy(), minlength=M) / len(p) for p in data.parts]
-    rng = np.random.default_rng([0, 5])
+    rng = np.random.default_rng([0, STRATEGY_STREAM])
     active = sorted(int(k) for k in rng.choice(N, size=C, replace=False))
     clock, free, served = {k: 0.0 for k in active}, 0.0, []
     join, local, steps = {k: 0 for k in active}, {k: 0 for k in active}, {k: 0 for k in active}
@@ -413,3 +414,14 @@ def test_sampling_draws_from_the_gaussian_and_regularises_a_bad_covariance() -> 
     x = full.sample(40_000, rng).double()
     assert torch.isfinite(x).all() and x.shape == (40_000, 3)
     assert torch.allclose(torch.cov(x.T), 0.008 * torch.eye(3, dtype=torch.float64), atol=3e-4)
+
+
+@pytest.mark.xfail(strict=True, reason="known defect, under investigation: with any strategy stream but [0, 5] "
+                                       "(tried 6–11 and 2^32−1) the engine's GAS leaves the spec reference above by "
+                                       "round 2; the one stream the suite used hid it")
+def test_gas_matches_reference_from_the_spec_with_another_strategy_stream(monkeypatch) -> None:
+    import trainers.engine
+
+    monkeypatch.setattr(trainers.engine, "STRATEGY_STREAM", 6)
+    monkeypatch.setattr(sys.modules[__name__], "STRATEGY_STREAM", 6)
+    test_gas_matches_reference_from_the_spec(2, "off", False)
