@@ -89,3 +89,22 @@ def test_sfl_equals_brute_force_at_interval_one():
     brute = min(problem.objective(1, cuts) for cuts in __import__("itertools").product(problem.candidates.tolist(), repeat=3))
     assert sfl.objective == pytest.approx(brute, rel=1e-9)
     assert solve_exhaustive(problem).objective <= sfl.objective
+
+
+def test_dama_interval_never_goes_below_one_even_past_the_budget() -> None:
+    """I = max(1, ⌊√(κc/d(L_c))⌋) capped by the largest feasible interval — and still 1, the smallest
+    interval there is, when even I = 1 breaks c − d(L_c)·I² > 0."""
+    from adaptplan.constants import ConvergenceConstants
+    from solvers.problem import PlanningProblem
+
+    base = small_problem(5, num_devices=3, num_cuts=4)
+    L = base.latency.profile.num_cuts
+    k = base.convergence.constants
+    # d(ℓ) = 4β²γ²·Σ_{j≤ℓ} G_j²: cut 1 is feasible, from cut 2 on d(ℓ) exceeds c = ε − (βγ/N)Σσ²
+    G2 = (1e-4,) + (100.0,) * (L - 1)
+    constants = ConvergenceConstants(beta=k.beta, gamma=k.gamma, theta=k.theta, epsilon=k.epsilon, sigma2=k.sigma2, G2=G2)
+    problem = PlanningProblem.from_parts(base.latency.profile, base.latency.system, constants)
+    assert problem.convergence.c - problem.convergence.d(2) <= 0 < problem.convergence.c - problem.convergence.d(1)
+    assert dama_interval(problem, [1, 2, 1]) == 1
+    c, d = base.convergence.c, base.convergence.d(2)
+    assert dama_interval(base, [1, 2, 1], budget=0.5) == max(1, int((0.5 * c / d) ** 0.5))
