@@ -149,3 +149,17 @@ def test_bcd_with_a_weak_ms_step_reports_a_true_gap(monkeypatch):
     assert result.objective > optimum * 1.001
     assert result.lower_bound <= optimum * (1 + 1e-12)
     assert result.gap >= 1 - optimum / result.objective - 1e-12
+
+
+def test_the_certificate_line_says_proven_optimal_only_at_a_zero_gap():
+    import dataclasses
+
+    problem = small_problem(4)
+    profile, system = problem.latency.profile, problem.latency.system
+    plan = Planner(profile, system, problem.convergence.constants).plan()
+    proven = dataclasses.replace(plan, lower_bound_s=plan.objective_s, gap=0.0)
+    assert "gap 0% (proven optimal)" in format_plan(proven, profile, system)
+    open_gap = dataclasses.replace(plan, lower_bound_s=0.975 * plan.objective_s, gap=0.025)
+    text = format_plan(open_gap, profile, system)
+    assert "gap 2.5% (at most 2.5% above the optimum)" in text and "proven optimal" not in text
+    assert "certificate:" not in format_plan(dataclasses.replace(plan, lower_bound_s=None, gap=None), profile, system)
