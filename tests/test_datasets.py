@@ -206,3 +206,10 @@ def test_torchvision_datasets_are_read_channel_first_per_split(tmp_path, monkeyp
     with pytest.raises(InputError, match="check the network or download the files yourself"):
         load_dataset("cifar10", root=tmp_path, download=True)
     FakeVision.fail = None
+
+
+def test_images_of_the_right_rank_but_the_wrong_size_are_refused(tmp_path) -> None:
+    _write_mnist(tmp_path, x=np.zeros((10, 1, 32, 28), np.uint8), y=np.arange(10, dtype=np.uint8))
+    with pytest.raises(InputError, match=r"array 'x' is uint8\[10, 1, 32, 28\], expected uint8\[N, 1, 28, 28\]") as info:
+        load_dataset("mnist-subset", root=tmp_path)
+    assert info.value.field == "--data-root"

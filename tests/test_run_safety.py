@@ -264,3 +264,27 @@ def test_resume_without_a_checkpoint_says_how_to_get_one(tmp_path) -> None:
                                          r"--checkpoint-every") as info:
         load_checkpoint(tmp_path)
     assert info.value.field == "--resume"
+
+
+def test_a_plan_for_a_model_with_as_many_cuts_but_another_structure_is_refused(tmp_path, capsys) -> None:
+    plan_file = tmp_path / "plan.json"
+    assert main(["plan", "--json", "-o", str(plan_file)]) == 0
+    plan = json.loads(plan_file.read_text())
+    argv = ["train", "--dataset", "synthetic", "--devices", "3", "--batch-size", "8", "--rounds", "1", "--no-progress",
+            "--plan", str(plan_file)]
+    del plan["model"]
+    plan["cuts"] = [2, 2, 2]
+    plan_file.write_text(json.dumps(plan))
+    capsys.readouterr()
+    assert main(argv) == 0                       # no identity: accepted; now the identity of the very model trained ...
+    from trainers.config import TrainConfig
+    from trainers.run import Trainer
+
+    identity = Trainer(TrainConfig(dataset="synthetic", devices=3, batch_size=8, rounds=1, plan_path=str(plan_file),
+                                   progress=False)).profile.identity()
+    for sha, accepted in ((identity["structure_sha256"], True), ("0" * 64, False)):   # ... and of a look-alike
+        plan["model"] = {**identity, "structure_sha256": sha}
+        plan_file.write_text(json.dumps(plan))
+        capsys.readouterr()
+        assert main(argv) == (0 if accepted else 2)
+    assert "--plan: the plan was made for model" in capsys.readouterr().err
