@@ -150,7 +150,7 @@ def run_solver_bench(default_problem: PlanningProblem, *, sizes: Sequence[int] =
 
     def emit(text: str) -> None:
         parts.append(text)
-        print(text + "\n", flush=True)
+        print(text + "\n", flush=True)  # no-mutate: flushing only shows each table as soon as it is ready
 
     table, default_ratios = compare_policies(default_problem, title, seeds=3 if quick else 5,
                                              time_limit=time_limit,

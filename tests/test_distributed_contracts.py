@@ -707,3 +707,17 @@ def test_the_launcher_passes_a_user_error_through_and_terminates_a_rank_that_sta
     ranks.plan = {0: (-signal.SIGINT, ""), 1: (0, ""), 2: (0, "")}
     assert launch.launch_local([], 3, 1, None) == 3                     # a signal on rank 0: the failure code
     assert capsys.readouterr().err.splitlines() == ["adaptplan train: rank 0 (edge server) was killed by SIGINT"]
+
+
+def test_train_distributed_hands_the_launcher_every_flag_after_train(monkeypatch) -> None:
+    from adaptplan.cli import main
+    from trainers.distributed import launch
+
+    monkeypatch.delenv("RANK", raising=False)
+    seen = []
+    monkeypatch.setattr(launch, "launch_local", lambda args, world, devices, out: seen.append((args, world, devices, out))
+                        or 0)
+    argv = ["--algorithm", "psl", "--distributed", "--devices", "3", "--ranks", "4", "--dataset", "synthetic",
+            "--rounds", "1", "--cuts", "2", "--no-progress"]
+    assert main(["train", *argv]) == 0
+    assert seen == [(argv, 4, 3, None)]
