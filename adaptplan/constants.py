@@ -8,10 +8,8 @@ variance of block j) and G_j² (second moment of block j's gradient). All are di
 
 from __future__ import annotations
 
-import dataclasses
-
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 import numpy as np
@@ -76,9 +74,9 @@ class ConvergenceConstants:
         constants. Their ε = 0.1 is a placeholder too: where it is unreachable, at or below the noise
         floor β·γ·Σσ_j²/N (Corollary 1's c > 0; e.g. 4 devices at γ = 0.05: 0.3125), ε becomes twice
         that floor, so that a run without constants always has a plan (measured constants keep their ε)."""
-        base = dataclasses.replace(cls.placeholder(num_cuts), gamma=gamma)
+        base = replace(cls.placeholder(num_cuts), gamma=gamma)
         floor = base.beta * gamma * sum(base.sigma2) / num_devices
-        return base if base.epsilon > floor else dataclasses.replace(base, epsilon=2 * floor)
+        return base if base.epsilon > floor else replace(base, epsilon=2 * floor)
 
     @classmethod
     def placeholder(cls, num_cuts: int) -> "ConvergenceConstants":

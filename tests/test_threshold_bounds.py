@@ -23,6 +23,7 @@ from itertools import product
 import numpy as np
 import pytest
 
+from adaptplan.bench_solvers import _problem
 import solvers.threshold as threshold
 from solvers.threshold import _cheap_bounds, _Subproblem, applicable, solve_ms_exact
 from tests.solver_instances import exhaustive_at_interval, small_problem
@@ -37,29 +38,29 @@ def _terms(problem, cols):
             lat.delta[j], float(sys.edge_to_fed_bps), float(sys.fed_to_edge_bps))
 
 
-def _exact_nodes(problem, interval, cols, t1_values):
-    """min E(x) over every cut vector x (column indices into ``cols``) with max_i a_i(x_i) ≤ t1."""
+def _enumerate(problem, interval, cols):
+    """Over every cut vector x ≤ L (column indices into ``cols``): max_i a_i(x_i), and the rest of N_L(x),
+    I·max_i b_i(x_i) + I·Σ_i s(x_i) + max(max_i u_i(x_i), σ_L/r_ef) + max(max_i v_i(x_i), σ_L/r_fe)."""
     a, b, u, v, s, delta, ref, rfe = _terms(problem, cols)
     N, J = a.shape
     rows = np.arange(N)
     X = np.array(list(product(range(J), repeat=N)))
-    amax = a[rows, X].max(axis=1)
     sigma = (delta[-1] - delta[X]).sum(axis=1)
-    E_rest = (interval * b[rows, X].max(axis=1) + interval * s[X].sum(axis=1)
-              + np.maximum(u[rows, X].max(axis=1), sigma / ref) + np.maximum(v[rows, X].max(axis=1), sigma / rfe))
-    return np.array([interval * t1 + E_rest[amax <= t1].min() if (amax <= t1).any() else math.inf for t1 in t1_values])
+    rest = (interval * b[rows, X].max(axis=1) + interval * s[X].sum(axis=1)
+            + np.maximum(u[rows, X].max(axis=1), sigma / ref) + np.maximum(v[rows, X].max(axis=1), sigma / rfe))
+    return a[rows, X].max(axis=1), rest
+
+
+def _exact_nodes(problem, interval, cols, t1_values):
+    """min E(x) = I·t1 + rest(x) over every cut vector x with max_i a_i(x_i) ≤ t1."""
+    amax, rest = _enumerate(problem, interval, cols)
+    return np.array([interval * t1 + rest[amax <= t1].min() if (amax <= t1).any() else math.inf for t1 in t1_values])
 
 
 def _exact_numerator(problem, interval, cols):
-    """min over every x ≤ L of N_L(x) = I·max a + I·max b + I·Σs + max(max u, σ_L/r_ef) + max(max v, σ_L/r_fe)."""
-    a, b, u, v, s, delta, ref, rfe = _terms(problem, cols)
-    N, J = a.shape
-    rows = np.arange(N)
-    X = np.array(list(product(range(J), repeat=N)))
-    sigma = (delta[-1] - delta[X]).sum(axis=1)
-    return float((interval * a[rows, X].max(axis=1) + interval * b[rows, X].max(axis=1) + interval * s[X].sum(axis=1)
-                  + np.maximum(u[rows, X].max(axis=1), sigma / ref)
-                  + np.maximum(v[rows, X].max(axis=1), sigma / rfe)).min())
+    """min over every x ≤ L of N_L(x) = I·max a + rest(x)."""
+    amax, rest = _enumerate(problem, interval, cols)
+    return float((interval * amax + rest).min())
 
 
 def _basic_bounds(problem, interval, cols, t1_values):
@@ -112,7 +113,6 @@ def test_the_coupled_bounds_are_stronger_than_the_basic_bound_and_save_sweeps(mo
             nodes += sub.lb.size
     assert lifted >= nodes // 10, (lifted, nodes)      # the Σs/σ couplings bite on a good share of the nodes
 
-    from adaptplan.bench_solvers import _problem
     totals = {}
     for strong in (True, False):
         monkeypatch.setattr(threshold, "_STRONG_BOUNDS", strong)
@@ -180,7 +180,6 @@ def test_reported_sweeps_nodes_and_history_count_what_was_done(monkeypatch) -> N
 
     monkeypatch.setattr(threshold._Sweep, "__init__", counting_sweep)
     monkeypatch.setattr(_Subproblem, "node", counting_node)
-    from adaptplan.bench_solvers import _problem
     searched = 0
     for problem in (_stress(small_problem(7), 7), _stress(_problem(40, 9, 2), 2)):
         for interval in (1, 3):
@@ -196,7 +195,6 @@ def test_reported_sweeps_nodes_and_history_count_what_was_done(monkeypatch) -> N
 
 @pytest.mark.parametrize("budget", [5, 20, 60, 150])
 def test_a_sweep_budget_is_honoured_and_its_lower_bound_certified(budget) -> None:
-    from adaptplan.bench_solvers import _problem
 
     problem = _stress(_problem(200, 13, 6), 6)
     exact = solve_ms_exact(problem, 4, max_sweeps=None)
@@ -248,7 +246,6 @@ def test_lagrangian_bound_starts_at_uniform_multipliers_only_rises_and_stays_val
 def test_every_sweep_budget_certifies_only_what_it_proved(num_devices, num_cut_points, seed) -> None:
     """At every budget, including those that run out inside a node's t4 (cap) loop: the lower bound never
     passes the exact optimum, and "converged" (exact) is claimed only with the exact optimum in hand."""
-    from adaptplan.bench_solvers import _problem
 
     problem = _stress(_problem(num_devices, num_cut_points, seed), seed)
     for interval in (1, 2):
