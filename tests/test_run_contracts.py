@@ -267,3 +267,10 @@ def test_reestimated_constants_reach_the_planner_with_the_runs_lr_and_target(giv
     assert estimated.beta > 0 and all(s >= 0 for s in estimated.sigma2)
     (replan,) = [e for e in history.events if e["event"] == "replan"]
     assert replan["round"] == 2 and replan["constants"] == estimated.to_json()
+
+
+def test_a_placeholder_target_exactly_at_the_noise_floor_is_replaced() -> None:
+    """β·γ·Σσ_j²/N = 5·0.01·2/1 = 0.1 = ε: c = 0, no plan exists, so ε becomes twice the floor."""
+    at_floor = ConvergenceConstants.training_placeholder(2, 0.01, 1)
+    assert at_floor.epsilon == pytest.approx(0.2, rel=1e-15)
+    assert ConvergenceConstants.training_placeholder(2, 0.01, 2).epsilon == 0.1     # floor 0.05 < ε: kept
