@@ -274,3 +274,16 @@ def test_a_placeholder_target_exactly_at_the_noise_floor_is_replaced() -> None:
     at_floor = ConvergenceConstants.training_placeholder(2, 0.01, 1)
     assert at_floor.epsilon == pytest.approx(0.2, rel=1e-15)
     assert ConvergenceConstants.training_placeholder(2, 0.01, 2).epsilon == 0.1     # floor 0.05 < ε: kept
+
+
+def test_constants_need_one_sigma2_and_g2_per_cut_and_only_known_keys() -> None:
+    with pytest.raises(InputError, match="sigma2 has 1 entries but G2 has 2; both need one per cut point") as info:
+        ConvergenceConstants(beta=5.0, gamma=0.01, theta=2.3, epsilon=0.1, sigma2=(1.0,), G2=(1e-3, 1e-3))
+    assert info.value.field == "constants.G2"
+    with pytest.raises(InputError, match="must have one entry per cut point") as info:
+        ConvergenceConstants(beta=5.0, gamma=0.01, theta=2.3, epsilon=0.1, sigma2=(), G2=())
+    assert info.value.field == "constants.sigma2"
+    data = ConvergenceConstants.placeholder(3).to_json()
+    assert ConvergenceConstants.from_json(data) == ConvergenceConstants.placeholder(3)
+    with pytest.raises(InputError, match="delta"):
+        ConvergenceConstants.from_json({**data, "delta": 1.0})
