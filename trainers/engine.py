@@ -39,11 +39,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from trainers.api import Aggregation, Handoff, RoundContext, Strategy
     from trainers.clock import SimClock
 
-#: Stream word of the strategy's generator, seeded ``[seed, STRATEGY_STREAM]``. Known defect: device i's sampler is
-#: seeded ``[seed, i]``, so on runs with more than five devices the strategy repeats device 5's stream. Moving it
-#: changes GAS's draws, and tests/test_gas.py's reference then disagrees with the engine (see the strict xfail
-#: there): fix both together.
-STRATEGY_STREAM = 5
+#: Stream word of the strategy's generator, seeded ``[seed, STRATEGY_STREAM]``. Device i's sampler is seeded
+#: ``[seed, i]`` with i < MAX_DEVICES (adaptplan.limits), so no device ever shares the strategy's stream.
+STRATEGY_STREAM = 2 ** 32 - 1
 
 
 @dataclass
@@ -191,7 +189,7 @@ class SplitEngine:
         self.batcher = ClientBatcher(chain) if use_batching(check_choice(client_batching, CLIENT_BATCHING,
                                                                           "client_batching"), self.device) else None
         self.defer_checks = self.device.type != "cpu"   # NaN/inf checks read once per round (trainers.messages)
-        self._eval_blocks: dict[int, nn.Module] = {}
+        self._eval_blocks: dict[Any, nn.Module] = {}
         self._reset_counters()
 
     def _make_devices(self, chain: nn.Sequential, data: DeviceData, batch_size: int, seed: int,
@@ -550,6 +548,25 @@ class SplitEngine:
             target.load_state_dict(weighted_mean([m.state_dict() for m, _ in ms], [float(c) for _, c in ms]))
             blocks.append(target)
         return nn.Sequential(*blocks)
+
+    def global_model(self) -> nn.Sequential:
+        """The global model w^glob = [w_c^glob; w_s] (GAS, cyclesl_gas.md B.4.6): the fed server's global client
+        blocks 1..ℓ (the initial w_c^0 before the first average) with the edge server's current blocks ℓ+1..L of
+        device 0 (shared instances for GAS). All devices must share one cut ℓ. The client blocks are the engine's
+        evaluation modules, reloaded at every call (``copy.deepcopy`` the result to keep it)."""
+        cut = self.cuts[0]
+        if any(c != cut for c in self.cuts):
+            raise MessageMismatchError(f"the global model needs one cut for all devices, got {sorted(set(self.cuts))}")
+        global_states = self.fed.global_states(range(cut))
+        blocks: list[nn.Module] = []
+        for j in range(cut):
+            target = self._eval_blocks.get(("global", j))
+            if target is None:
+                target = self._eval_blocks[("global", j)] = copy.deepcopy(self.template[j])
+            state = global_states[j].state if j in global_states else self.template[j].state_dict()
+            target.load_state_dict(state)
+            blocks.append(target)
+        return nn.Sequential(*blocks, *[self.block(0, j) for j in range(cut, self.num_blocks)])
 
     def check_models_finite(self, round_index: int) -> None:
         """Raise NonFiniteError naming the round and device (or the server instance) on NaN/inf

@@ -54,8 +54,9 @@ def index_tensor(indices: np.ndarray, device: torch.device) -> torch.Tensor:
 
 
 def block_state(module: nn.Module, optimizer: RoleOptimizer | None = None) -> BlockState:
-    """A block's state (live tensors, detached) and, if ``optimizer`` is given, its parameters' optimizer state."""
-    state = {k: v.detach() for k, v in module.state_dict().items()}
+    """A snapshot of a block's state (tensors detached and copied: a message never changes after it is
+    sent, even while the block trains on) and, if ``optimizer`` is given, its parameters' optimizer state."""
+    state = {k: v.detach().clone() for k, v in module.state_dict().items()}
     opt = optimizer.param_states(module.parameters()) if optimizer is not None else None
     return BlockState(state, opt)
 

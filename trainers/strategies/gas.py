@@ -108,6 +108,15 @@ class GAS(AsyncStrategy):
         self.local: dict[int, int] = {}
         self.server_updates = 0
 
+    def validate(self, ctx) -> None:
+        if len(set(ctx.cuts)) > 1:
+            raise InputError(f"GAS buffers and generates activations of one shape: it needs one cut for all devices, "
+                             f"got {sorted(set(ctx.cuts))}", field="cuts")
+
+    def eval_models(self, view):
+        """The global client model w_c^glob with the current w_s (B.4.6), not the devices' live models."""
+        return [view.global_model()]
+
     def capacity(self, ctx) -> int:
         """Q_s = Q_c = C (capped at the number of devices) unless ``--buffer`` sets Q_s."""
         return self.buffer_size or min(self.active, ctx.num_devices)
