@@ -559,8 +559,6 @@ def test_per_device_gradients_by_hand(cut) -> None:
         assert all(p.grad is None for p in engine.edge.instances[(None, 10)].parameters())
 
 
-@pytest.mark.xfail(strict=True, reason="known defect: the strategy's generator is seeded [seed, 5], device 5's "
-                                       "sampler stream (trainers/engine.py STRATEGY_STREAM)")
 def test_the_strategys_draws_are_not_any_devices_sampler_stream() -> None:
     """Device i's sampler is seeded [seed, i]; the strategy's generator must not repeat any of those streams."""
     engine = SplitEngine(small_model(), [3] * 8, make_strategy("cyclesl"), make_data(8), {"lr": 0.05}, batch_size=2,

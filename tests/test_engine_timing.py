@@ -141,17 +141,20 @@ def test_gas_asynchronous_loop_times_by_hand() -> None:
     # round 1, both clocks at 0:
     #   device 1 arrives first (1 + 0.5 = 1.5), served 1.5 → 7.5, back at 7.5 + 0.25 + 2 = 9.75, uploads its model
     #     → 17.75, downloads (no global model yet: nothing to load, the time is charged) → 20.75
-    #   device 0 arrives at 3 + 2 = 5 but the server is busy until 7.5: served 7.5 → 11.5, back at 11.5 + 0.5 + 1 = 13,
-    #     uploads → 17: the second model, the fed server averages, the round ends at 17; device 0 downloads → 18
+    #   device 0 arrives at 3 + 2 = 5 but the server is busy until 7.5: served 7.5 → 11.5 (its reply), back at 13,
+    #     uploads → 17: the second model, the fed server averages, the round ends at 17; device 0 downloads → 18.
+    #     After the reply the buffer (Q_s = 2 batches) flushes: 2·16 real rows, none generated yet (not every label
+    #     seen), one forward+backward each at T^S_0/b = 4/16 s: 8 s more, the server busy until 19.5
     # round 2:
     #   device 1 arrives at 20.75 + 1.5 = 22.25, served → 28.25, back at 30.5, uploads → 38.5, downloads → 41.5
     #   device 0 arrives at 18 + 5 = 23, waits for the server until 28.25, served → 32.25, back at 33.75, uploads
-    #     → 37.75: the round ends; 37.75 − 17 = 20.75 s
-    stages = {"device FP": 3.0, "uplink": 2.0, "server": 10.0, "downlink": 0.5, "device BP": 2.0, "model upload": 8.0,
-              "model download": 3.0}
+    #     → 37.75: the round ends; 37.75 − 17 = 20.75 s. Its flush: 32 real + 128 generated rows, 40 s of server
+    stages = {"device FP": 3.0, "uplink": 2.0, "server": 10.0 + 8.0, "downlink": 0.5, "device BP": 2.0,
+              "model upload": 8.0, "model download": 3.0}
     first, second = engine.run_round(1), engine.run_round(2)
     check(first, 17.0, stages)
-    check(second, 20.75, stages)
+    assert second.metrics["generated"] == 128
+    check(second, 20.75, {**stages, "server": 10.0 + 160 * 4.0 / B})
     assert first.participants == second.participants == [0, 1] and first.aggregated
     # bytes: two activations (+ labels) and two model uploads up; two cut gradients down, plus the global client
     # model for every replacement after the first average (one in round 1, two in round 2)
@@ -169,11 +172,13 @@ def test_gas_scales_a_devices_per_sample_stages_with_its_batch() -> None:
     engine = SplitEngine(small_model(), [3, 3], strategy, make_data(2), {"lr": 0.05}, batch_size=B, seed=0,
                          clock=FixedClock(times))
     # round 1: device 1 arrives at 2·1.5 = 3, served 3 → 3 + 2·6 = 15, back at 15 + 2·(0.25 + 2) = 19.5, uploads → 27.5,
-    #   downloads → 30.5; device 0 arrives at 5, waits until 15, served → 19, back at 20.5, uploads → 24.5: round ends
-    # round 2: device 0 (ready at 24.5 + 1 = 25.5) arrives at 30.5, served → 34.5, back at 36, uploads → 40, downloads
-    #   → 41; device 1 arrives at 30.5 + 3 = 33.5, waits until 34.5, served → 46.5, back at 51, uploads → 59: 59 − 24.5
-    #   (the server busy 2·6 + 4 = 16 s in each round)
-    stages = {"device FP": 3.0, "uplink": 2.0, "server": 16.0, "downlink": 0.5, "device BP": 4.0, "model upload": 8.0,
+    #   downloads → 30.5; device 0 arrives at 5, waits until 15, served → 19, back at 20.5, uploads → 24.5: round ends.
+    #   After device 0's reply the buffer flushes: 16 + 32 real + 112 generated rows at T^S_0/b = 4/16 s: 40 s, the
+    #   server busy until 59 (2·6 + 4 + 40 = 56 s in the round)
+    # round 2: device 0 (ready at 24.5 + 1 = 25.5) arrives at 30.5, waits until 59, served → 63, back at 64.5, uploads →
+    #   68.5, downloads → 69.5; device 1 arrives at 30.5 + 3 = 33.5, waits until 63, served → 75, back at 79.5, uploads →
+    #   87.5: 87.5 − 24.5 = 63 s. Its flush: 160 rows at T^S_1/b = 6/16 s: 60 s (server 4 + 12 + 60 = 76 s)
+    stages = {"device FP": 3.0, "uplink": 2.0, "server": 56.0, "downlink": 0.5, "device BP": 4.0, "model upload": 8.0,
               "model download": 3.0}
     check(engine.run_round(1), 24.5, stages)
-    check(engine.run_round(2), 34.5, stages)         # device 1, replaced at the end, downloads in 3 s
+    check(engine.run_round(2), 63.0, {**stages, "server": 76.0})   # device 1, replaced at the end, downloads in 3 s

@@ -109,7 +109,8 @@ def merge_diag(stat: dict | None, rows: torch.Tensor, w: torch.Tensor) -> dict:
 def reference_gas(data: DeviceData, rounds: int, C: int, E: int, Q: int, generation: bool, times=None):
     """B.2 with plain SGD. Clock (adaptplan's stages, the engine's convention): device k is ready at r_k, its
     activation arrives at r_k + T^F_k + T^A_k; the earliest arrival is served (ties: the first active slot),
-    the server busy T^S_k from max(arrival, server free); k is ready again after T^D_k + T^B_k; an upload adds
+    the server busy T^S_k from max(arrival, server free), then a flush's rows × T^S_k / B more (spec Part C);
+    k is ready again T^D_k + T^B_k after its reply (before the flush); an upload adds
     T^mU_k and the replacement is ready T^mD after it. ``times`` None: every stage 0 s."""
     T = (lambda name, j: float(getattr(times, name)[j])) if times is not None else (lambda name, j: 0.0)
     N = len(data.parts)
@@ -157,6 +158,7 @@ def reference_gas(data: DeviceData, rounds: int, C: int, E: int, Q: int, generat
                 x = torch.cat(feats).reshape(-1, *A.shape[1:])
                 nn.functional.cross_entropy(server(x), torch.cat(targets)).backward()         # GAS-8
                 sgd(server)
+                free += x.shape[0] * T("server", k) / B      # the flush's pass, after k's reply (the zero FLOP/s term)
                 log.append(made)
                 buffer = []
             A.backward(G)                                                                     # GAS-11

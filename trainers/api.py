@@ -39,14 +39,14 @@ import torch
 from torch import nn
 
 from adaptplan.errors import InputError
-from trainers.messages import Activation, CutGradient, ModelUpload
+from trainers.messages import Activation, CutGradient, ModelUpload, NonFiniteError
 from trainers.optim import OptimizerSpec
 from trainers.roles import EdgeServer, ServerPass
 
 if TYPE_CHECKING:  # pragma: no cover
     from trainers.engine import SplitEngine
 
-__all__ = ["Activation", "CutGradient", "ModelUpload", "EdgeServer", "ServerPass", "OptimizerSpec", "InputError",
+__all__ = ["Activation", "CutGradient", "ModelUpload", "NonFiniteError", "EdgeServer", "ServerPass", "OptimizerSpec", "InputError",
            "RoundContext", "Aggregation", "Handoff", "Strategy", "AsyncStrategy", "answer", "skip", "mean_ce",
            "logit_adjusted_ce", "label_prior", "parallel_step", "every_interval", "sample_devices"]
 
@@ -76,6 +76,24 @@ class RoundContext:
     label_counts: list[np.ndarray]
     metrics: dict[str, float] = field(default_factory=dict)
     losses: dict[int, torch.Tensor] = field(default_factory=dict)
+    server_samples: dict[int, float] = field(default_factory=dict)
+    server_flops: float = 0.0
+
+    def charge_server(self, device: int, samples: float = 0.0, flops: float = 0.0) -> None:
+        """Charge the edge server for work beyond the runtime's one forward+backward of every arrival:
+        ``samples`` more forward+backward passes of one sample through device ``device``'s server blocks
+        (each costs eqs. (18)+(19) per sample) and ``flops`` multiply–adds outside the model (statistics,
+        Gram matrices; the profile's convention, one multiply–add = one FLOP) at the server's FLOP/s. The
+        runtime adds the seconds to the server's busy time when the call that charged them returns."""
+        self.server_samples[device] = self.server_samples.get(device, 0.0) + float(samples)
+        self.server_flops += float(flops)
+
+    def take_server_charges(self) -> tuple[dict[int, float], float]:
+        """The charges since the last call (and clear them)."""
+        charged = (dict(self.server_samples), self.server_flops)
+        self.server_samples.clear()
+        self.server_flops = 0.0
+        return charged
 
     def record_loss(self, device: int, loss: torch.Tensor) -> None:
         """Keep device ``device``'s training loss F_i of this round (the round reports their mean)."""

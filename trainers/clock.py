@@ -27,7 +27,8 @@ class StageTimes:
     ``client_fp`` (16), ``upload`` (17), ``download`` (20), ``client_bp`` (21) for the run's b,
     ``server`` device i's share of (18)+(19), ``model_up`` (22) and ``model_down`` (24);
     ``edge_to_fed_bps``/``fed_to_edge_bps`` (bit/s) time the edge server's model messages from
-    their real size (eqs. 23, 25 when the edge sends AdaptSFL's non-common parts).
+    their real size (eqs. 23, 25 when the edge sends AdaptSFL's non-common parts); ``server_flops``
+    f_s (FLOP/s) times the server work a strategy charges beyond one pass per arrival.
     """
 
     client_fp: np.ndarray
@@ -40,6 +41,7 @@ class StageTimes:
     edge_to_fed_bps: float
     fed_to_edge_bps: float
     batch_size: int
+    server_flops: float = float("inf")
 
     @classmethod
     def zeros(cls, num_devices: int, batch_size: int) -> "StageTimes":
@@ -49,6 +51,14 @@ class StageTimes:
     def scale(self, device: int, batch_size: int) -> float:
         """b_i / b: per-sample terms scale with the device's own batch size."""
         return batch_size / self.batch_size
+
+    def extra_server_seconds(self, samples: dict[int, float], flops: float) -> float:
+        """Seconds of server work a strategy does beyond one forward+backward per arrival
+        (:meth:`trainers.api.RoundContext.charge_server`): ``samples[d]`` more forward+backward passes of
+        one sample through device d's server blocks, each (18)+(19) per sample = ``server[d] / b``, plus
+        ``flops`` multiply–adds outside the model at the server's FLOP/s f_s."""
+        per_sample = sum(float(n) * float(self.server[d]) / self.batch_size for d, n in samples.items())
+        return per_sample + (float(flops) / self.server_flops if flops else 0.0)
 
     def edge_up_seconds(self, bits: float) -> float:
         return bits / self.edge_to_fed_bps
@@ -86,4 +96,5 @@ class SimClock:
         j = np.asarray(cuts, dtype=int) - 1
         system = lm.system
         return StageTimes(b.client_fp, b.upload, lm.server_per_device[j], b.download, b.client_bp, b.model_up,
-                          b.model_down, float(system.edge_to_fed_bps), float(system.fed_to_edge_bps), self.batch_size)
+                          b.model_down, float(system.edge_to_fed_bps), float(system.fed_to_edge_bps), self.batch_size,
+                          float(system.server_flops))

@@ -284,18 +284,24 @@ class SplitEngine:
         server_free = start
         if s.server_mode == "barrier":
             at = max(e[0] for e in events)
-            busy = sum(float(times.server[d]) * times.scale(d, batch[d]) for d in group)
+            out = s.serve(self.edge, ctx, [e[2] for e in events])
+            busy = sum(float(times.server[d]) * times.scale(d, batch[d]) for d in group) + self._charged(ctx, times)
             server_free = at + busy
             ledger.add("edge", "server", busy)
-            self._take_replies(s.serve(self.edge, ctx, [e[2] for e in events]), pending, replies, server_free)
+            self._take_replies(out, pending, replies, server_free)
         else:
             for at, d, msg in events:
                 begin = max(at, server_free)
-                share = float(times.server[d]) * times.scale(d, batch[d])
+                out = s.serve(self.edge, ctx, [msg])
+                share = float(times.server[d]) * times.scale(d, batch[d]) + self._charged(ctx, times)
                 server_free = begin + share
                 ledger.add("edge", "server", share)
-                self._take_replies(s.serve(self.edge, ctx, [msg]), pending, replies, server_free)
-        self._take_replies(s.flush(self.edge, ctx), pending, replies, server_free)
+                self._take_replies(out, pending, replies, server_free)
+        out = s.flush(self.edge, ctx)
+        extra = self._charged(ctx, times)
+        server_free += extra
+        ledger.add("edge", "server", extra)
+        self._take_replies(out, pending, replies, server_free)
         if pending:
             d, msg = next(iter(pending.items()))
             raise MessageMismatchError(f"the activation of device {d} (round {msg.round}, step {msg.step}) was never "
@@ -326,6 +332,12 @@ class SplitEngine:
         """Deliver each reply to its device, which back-propagates and steps (eq. 6)."""
         for d, reply in replies.items():
             self.devices[d].backward(reply)
+
+    @staticmethod
+    def _charged(ctx: "RoundContext", times: StageTimes) -> float:
+        """Seconds of the server work the strategy charged since the last call (RoundContext.charge_server)."""
+        samples, flops = ctx.take_server_charges()
+        return times.extra_server_seconds(samples, flops) if samples or flops else 0.0
 
     @staticmethod
     def _take_replies(out: Sequence[CutGradient], pending: dict, replies: dict, at: float) -> None:
@@ -426,19 +438,22 @@ class SplitEngine:
             self.bytes_up += msg.num_bytes
             arrive = arrivals[d]
             begin = max(arrive, st["server_free"])
-            st["server_free"] = begin + float(times.server[d]) * k
+            out = s.serve(self.edge, ctx, [msg])
+            answered = begin + float(times.server[d]) * k        # the reply is computed first (GAS-10) ...
+            busy = answered - begin + self._charged(ctx, times)   # ... then the server works on (a flush, GAS-5b–8)
+            st["server_free"] = begin + busy
             replies: dict[int, tuple[float, CutGradient]] = {}
-            self._take_replies(s.serve(self.edge, ctx, [msg]), {d: msg}, replies, st["server_free"])
+            self._take_replies(out, {d: msg}, replies, answered)
             if d not in replies:
                 raise MessageMismatchError(f"the asynchronous strategy {s.name} did not answer device {d} at once")
             reply = replies[d][1]
             self.bytes_down += reply.num_bytes
             self.devices[d].backward(reply)
-            st["clock"][d] = st["server_free"] + (float(times.download[d]) + float(times.client_bp[d])) * k
+            st["clock"][d] = answered + (float(times.download[d]) + float(times.client_bp[d])) * k
             for stage, sec in (("device FP", times.client_fp[d] * k), ("uplink", times.upload[d] * k),
                                ("downlink", times.download[d] * k), ("device BP", times.client_bp[d] * k)):
                 ledger.add(d, stage, float(sec))
-            ledger.add("edge", "server", float(times.server[d]) * k)
+            ledger.add("edge", "server", busy)
             st["steps"][d] += 1
             if st["steps"][d] < s.local_steps:
                 continue

@@ -61,7 +61,7 @@ class CycleSL(Strategy):
         sizes = [float(ctx.data_sizes[d]) if self.sample_weight == "data_size" else 1.0 for d in devices]
         weights = torch.cat([torch.full((a.batch_size,), w, device=features.device) for a, w in zip(arrivals, sizes)])
         owners = edge.owners(devices)
-        steps = 0
+        steps = samples = 0
         for idx in self.server_batches(ctx, features.shape[0]):                               # CSL-4
             idx = idx.to(features.device)
             per_sample = nn.functional.cross_entropy(edge.run_features(features[idx], devices[0]), labels[idx],
@@ -70,7 +70,11 @@ class CycleSL(Strategy):
             loss.backward()
             edge.step(owners)
             steps += 1
+            samples += int(idx.numel())
         ctx.metrics["server_steps"] = float(steps)
+        # spec A.8: T_srv = [E·n_S·(ρ_s + ϖ_s) + n_S·(ρ_s + ϖ_s^in)]/f_s; the runtime charges the gradient pass
+        # (one forward+backward per arrival, ϖ_s^in ≤ ϖ_s), the server phase's E·n_S samples are charged here
+        ctx.charge_server(devices[0], samples=samples)
         p = edge.run(arrivals)                                                                  # θ_S^{t+1}, frozen
         losses = {d: mean_ce(p.logits[d], p.labels[d]) for d in devices}
         for d, loss in losses.items():

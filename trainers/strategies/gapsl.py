@@ -29,7 +29,7 @@ import math
 
 import torch
 
-from trainers.api import InputError, Strategy, answer, mean_ce, skip
+from trainers.api import InputError, NonFiniteError, Strategy, answer, mean_ce, skip
 
 EPS = 1e-12
 
@@ -100,6 +100,10 @@ class GAPSL(Strategy):
         for d in devices:
             ctx.record_loss(d, per[d][2])
         flat = torch.stack([torch.cat([g.reshape(-1) for g in per[d][0]]) for d in devices])
+        finite = torch.isfinite(flat).all(dim=1)
+        if not bool(finite.all()):     # the angles of eqs. 1-6 are undefined: a diverged run, said as one
+            bad = devices[int((~finite).nonzero()[0, 0])]
+            raise NonFiniteError(f"NaN or inf in the server gradient g_i at round {ctx.round}, device {bad}")
         progress = ctx.round / ctx.total_rounds if ctx.total_rounds else 1.0
         aligned, lead, metrics = self.select(flat.detach(), min(progress, 1.0))
         ctx.metrics.update(metrics)
@@ -121,6 +125,7 @@ class GAPSL(Strategy):
             server_grad = rows.sum(0)
             edge.add_gradients(params, _unflatten(server_grad, params))
         edge.step(edge.owners(devices))
+        self.charge(ctx, devices[0], flat.shape, [arrivals[i].batch_size for i in aligned])
         replies = []
         for a in arrivals:
             if a.device in chosen or self.excluded_update == "plain":
@@ -128,6 +133,17 @@ class GAPSL(Strategy):
             else:
                 replies.append(skip(a))
         return replies
+
+    def charge(self, ctx, device: int, shape: torch.Size, aligned_batches: list[int]) -> None:
+        """Server work beyond PSL's one forward+backward per arrival (the S per-device passes of A.3.4 cost
+        the same FLOPs as one pass over all arrivals, and the runtime charges that): the LGI/GDA algebra on
+        the S×P matrix of flattened gradients (spec A.7: the S² pairwise products for eq. 1, S products with
+        g_lead for eq. 5 and S rows for eq. 4, (S² + 2S)·P multiply–adds); in ``double_backprop`` mode the
+        back-propagation through every aligned device's gradient graph, charged as two more forward+backward
+        passes of its batch (a Hessian-vector product costs about two gradients)."""
+        S, P = int(shape[0]), int(shape[1])
+        extra = 2.0 * sum(aligned_batches) if self.gda == "double_backprop" else 0.0
+        ctx.charge_server(device, samples=extra, flops=float(S * S + 2 * S) * P)
 
     def aligned_rows(self, rows: torch.Tensor, lead: torch.Tensor) -> torch.Tensor:
         """gradient_step mode: g̃ = g − λ·∂(1 − cos(g, g_lead))/∂g, where ∂(1−cos)/∂g = −(ĝ_lead − cos·ĝ)/‖g‖."""

@@ -85,6 +85,17 @@ class LabelStatistics:
         raise RuntimeError("GAS: covariance not positive definite after 100 regularisation steps")
 
 
+def flush_flops(real: int, dim: int, generated: list[int], full: bool) -> float:
+    """Multiply–adds of one flush outside the server model (cyclesl_gas.md Part C, "server compute"):
+    statistics of ``real`` flattened activations of ``dim`` values (GAS-5b: weighted mean, centring and
+    weighted squares, 3·n·d diagonal; n·d·(d + 1) full, the outer products) and the draws (GAS-7: n̂·d
+    diagonal; per label drawn, a Cholesky factorisation d³/3 and n̂_y·d² full). ``generated`` holds n̂_y per
+    label drawn."""
+    if not full:
+        return 3.0 * real * dim + sum(generated) * dim
+    return real * dim * (dim + 1.0) + sum(dim ** 3 / 3.0 + n * dim ** 2 for n in generated)
+
+
 class GAS(AsyncStrategy):
     name = "gas"
 
@@ -169,6 +180,8 @@ class GAS(AsyncStrategy):
         loss = nn.functional.cross_entropy(edge.run_features(x, device), torch.cat(targets))    # GAS-8
         loss.backward()
         edge.step(edge.owners([device]))
+        drawn = [int(t.numel()) for t in targets[1:]]
+        ctx.charge_server(device, samples=x.shape[0], flops=flush_flops(rows.shape[0], rows.shape[1], drawn, self.full))
         self.server_updates += 1
         ctx.metrics["generated"] = ctx.metrics.get("generated", 0.0) + generated
         ctx.metrics["server_updates"] = float(self.server_updates)
