@@ -65,6 +65,11 @@ def reference_cyclesl(data: DeviceData, rounds: int, rho: float, epochs: int, op
         for i in S_t:                                                                         # CSL-5, θ_S^{t+1}
             x = F[i].detach().requires_grad_(True)
             G[i] = torch.autograd.grad(nn.functional.cross_entropy(server(x), Y[i]), x)[0]
+        if base == "sglr":                                                                    # CSL-8
+            A_t = [S_t[k] for k in rng.permutation(len(S_t))[:len(S_t) // 2]]
+            g_bar = sum(sizes[i] * G[i].sum(0) for i in A_t) / sum(sizes[i] * len(Y[i]) for i in A_t)
+            for i in A_t:
+                G[i] = g_bar.expand_as(G[i])
         s_opt.zero_grad()
         for i in S_t:                                                                         # CSL-6, no re-forward
             c_opt[i].zero_grad()
@@ -89,7 +94,8 @@ def server_of(engine: SplitEngine) -> nn.Sequential:
     return nn.Sequential(*[engine.edge.instances[(None, j)] for j in range(CUT, 11)])
 
 
-@pytest.mark.parametrize("opt,lr,base", [("sgd", 0.1, "psl"), ("adam", 0.01, "psl"), ("sgd", 0.1, "sfl")])
+@pytest.mark.parametrize("opt,lr,base", [("sgd", 0.1, "psl"), ("adam", 0.01, "psl"), ("sgd", 0.1, "sfl"),
+                                         ("sgd", 0.1, "sglr")])
 def test_cyclesl_matches_reference_from_the_spec(opt: str, lr: float, base: str) -> None:
     data, rho, epochs = make_data(N, "dirichlet"), 0.75, 2
     engine = make_cycle_engine(data, opt, lr, participation=rho, server_epochs=epochs, cycle_base=base)
@@ -222,3 +228,24 @@ def test_non_participants_untouched_in_cyclepsl() -> None:
 ])
 def test_bad_cyclesl_flags_exit_2(argv, flag, capsys) -> None:
     assert_train_flag_error(argv, flag, capsys)
+
+
+def test_cyclesglr_active_half_receives_one_common_row() -> None:
+    """CSL-8 topology: ⌊n_t/2⌋ participants get identical rows (all equal to each other), the rest their own
+    gradients; client models are never averaged and the accuracy is the mean over devices' models."""
+    data = make_data(N, "dirichlet")
+    engine = make_cycle_engine(data, cycle_base="sglr")
+    received = {}
+    backward = engine._backward_all
+
+    def spy(replies):
+        received.update({d: r.tensor.clone() for d, r in replies.items()})
+        backward(replies)
+    engine._backward_all = spy
+    stats = engine.run_round(1)
+    assert not stats.aggregated
+    shared = [d for d, g in received.items() if torch.equal(g, g[:1].expand_as(g))]
+    assert len(shared) == N // 2
+    rows = {tuple(received[d][0].flatten().tolist()) for d in shared}
+    assert len(rows) == 1
+    assert len(engine.strategy.eval_models(engine)) == N

@@ -139,11 +139,12 @@ def every_interval(ctx: RoundContext, blocks: Sequence[int], recipients: str = "
     return Aggregation(tuple(blocks), "data_size", None, recipients) if ctx.aggregation_due() else None
 
 
-def sample_devices(ctx: RoundContext, fraction: float) -> list[int]:
-    """⌈fraction·N⌉ devices (at least 1), uniform without replacement from ``ctx.rng``; all when fraction = 1."""
+def sample_devices(ctx: RoundContext, fraction: float, minimum: int = 1) -> list[int]:
+    """⌈fraction·N⌉ devices (at least ``minimum``, at most N), uniform without replacement from ``ctx.rng``;
+    all when fraction = 1."""
     if fraction >= 1:
         return list(range(ctx.num_devices))
-    n = max(1, math.ceil(fraction * ctx.num_devices))
+    n = min(ctx.num_devices, max(minimum, math.ceil(fraction * ctx.num_devices)))
     return sorted(int(d) for d in ctx.rng.choice(ctx.num_devices, size=n, replace=False))
 
 
@@ -206,6 +207,8 @@ class Strategy:
     server_mode = "barrier"
     asynchronous = False
     participation = 1.0
+    min_participants = 1        # a sampled round takes at least this many devices
+    reset_client_optimizer = False   # a device that loads a global client model restarts its optimizer state
     uses_total_rounds = False   # the schedule reads t/R (ctx.total_rounds): a resumed run must keep --rounds
 
     def __init__(self, participation: float = 1.0) -> None:
@@ -227,7 +230,7 @@ class Strategy:
     # ---- per round ------------------------------------------------------------------------------
     def participants(self, ctx: RoundContext) -> list[int]:
         """All devices, or ⌈ρN⌉ drawn uniformly without replacement (``participation`` ρ < 1)."""
-        return sample_devices(ctx, self.participation)
+        return sample_devices(ctx, self.participation, self.min_participants)
 
     def batch_size(self, ctx: RoundContext, device: int) -> int:
         return ctx.batch_size

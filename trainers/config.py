@@ -68,16 +68,27 @@ class AlgorithmOption:
     default: Any
     help: str
     choices: tuple[str, ...] = ()
+    per_algorithm: tuple[tuple[str, Any], ...] = ()      # (algorithm, its paper's default) where it differs
 
     @property
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
 
+    def default_for(self, algorithm: str) -> Any:
+        """The default of ``algorithm`` (its paper's value where ``per_algorithm`` names one)."""
+        return dict(self.per_algorithm).get(algorithm, self.default)
+
+    def describe_default(self) -> str:
+        """The defaults as the help prints them, e.g. ``1.0; scala 0.1, cyclesl 0.05``."""
+        return "; ".join([str(self.default)] + [f"{a} {v}" for a, v in self.per_algorithm])
+
 
 ALGORITHM_OPTIONS: tuple[AlgorithmOption, ...] = (
     AlgorithmOption("participation", ("psl", "sfl-v1", "sfl-v2", "adaptsfl", "gapsl", "scala", "cyclesl"), float, 1.0,
                     "fraction ρ of the devices that take part, drawn uniformly without replacement (per round; SCALA: "
-                    "per global iteration of I rounds); default 1 = all (SCALA's paper: 0.1, CycleSL's: 0.05)"),
+                    "per global iteration of I rounds); 1 = all; SCALA and CycleSL take at least 2 devices "
+                    "(concatenating or pooling one device's activations is plain SFL/PSL)",
+                    per_algorithm=(("scala", 0.1), ("cyclesl", 0.05))),
     AlgorithmOption("gda", ("gapsl",), str, "detached", "GAPSL's GDA mode (spec A.3.1): detached = the paper's filter, "
                     "double_backprop = exact eq. 7, gradient_step = first-order surrogate",
                     ("detached", "double_backprop", "gradient_step")),
@@ -90,16 +101,18 @@ ALGORITHM_OPTIONS: tuple[AlgorithmOption, ...] = (
     AlgorithmOption("la_tau", ("scala", "gas"), float, 1.0, "logit-adjustment temperature τ (eqs. 12-13, GAS-9), ≥ 0"),
     AlgorithmOption("server_prior", ("scala",), str, "batch", "SCALA's server prior P_s: batch = labels of the "
                     "concatenated batch, round = the participants' label counts", ("batch", "round")),
-    AlgorithmOption("cycle_base", ("cyclesl",), str, "psl", "the algorithm CycleSL wraps: psl (CyclePSL) or sfl "
-                    "(CycleSFL: |D_i|-weighted FedAvg broadcast to all devices, CSL-7)", ("psl", "sfl")),
+    AlgorithmOption("cycle_base", ("cyclesl",), str, "psl", "the algorithm CycleSL wraps: psl (CyclePSL), sfl "
+                    "(CycleSFL: |D_i|-weighted FedAvg broadcast to all devices, CSL-7) or sglr (CycleSGLR: a random "
+                    "half of the participants gets one averaged gradient row, CSL-8)", ("psl", "sfl", "sglr")),
     AlgorithmOption("server_epochs", ("cyclesl",), int, 1, "CycleSL's server epochs E over the pooled features (CSL-4), ≥ 1"),
     AlgorithmOption("server_phase", ("cyclesl",), str, "epochs", "CycleSL's server phase: epochs = E reshuffled passes "
                     "(the authors' code), steps = E single resampled mini-batches (Algorithm 1 literally)",
                     ("epochs", "steps")),
     AlgorithmOption("sample_weight", ("cyclesl",), str, "data_size", "CycleSL's server-loss sample weights (CSL-3)",
                     ("data_size", "uniform")),
-    AlgorithmOption("active", ("gas",), int, 10, "GAS's active devices C (capped at --devices), ≥ 1"),
-    AlgorithmOption("local_steps", ("gas",), int, 5, "GAS's local iterations E per participation, ≥ 1 (paper: 20)"),
+    AlgorithmOption("active", ("gas",), int, 0, "GAS's active devices C (capped at --devices); 0 = half the devices, "
+                    "⌈N/2⌉ (the paper's 10 of 20)"),
+    AlgorithmOption("local_steps", ("gas",), int, 20, "GAS's local iterations E per participation, ≥ 1 (the paper's 20)"),
     AlgorithmOption("buffer", ("gas",), int, 0, "GAS's activation buffer Q_s in mini-batches (0 = C, the paper's choice)"),
     AlgorithmOption("generation", ("gas",), str, "on", "GAS's generated activations (off = asynchronous SFL without "
                     "them, the ablation)", ("on", "off")),
@@ -107,6 +120,55 @@ ALGORITHM_OPTIONS: tuple[AlgorithmOption, ...] = (
                     ("diag", "full")),
 )
 OPTION_BY_NAME = {o.name: o for o in ALGORITHM_OPTIONS}
+
+
+@dataclass(frozen=True)
+class TrainingDefaults:
+    """An algorithm's training settings when the run does not give them (docs/algorithms.md "Defaults"): the
+    optimizer of both roles, the learning rates γ (``lr``, also the planner's γ) and per role, SGD momentum,
+    weight decay (L2), gradient-norm clipping (None = off), the aggregation interval I in rounds (None = the
+    plan's for AdaptSFL, 1 for the others) and ``source``, where the values come from."""
+
+    optimizer: str
+    lr: float
+    client_lr: float
+    server_lr: float
+    momentum: float
+    weight_decay: float
+    clip_norm: float | None
+    interval: int | None
+    source: str
+
+
+_PSL_FAMILY = dict(optimizer="sgd", lr=0.01, client_lr=0.005, server_lr=0.01, momentum=0.9, weight_decay=0.0,
+                   clip_norm=None, interval=None)
+_SPLITFED = dict(optimizer="sgd", lr=0.05, client_lr=0.05, server_lr=0.05, momentum=0.9, weight_decay=0.0,
+                 clip_norm=None, interval=None,
+                 source="AdaptSFL's setting (b = 16; its γ is lost from the text): SGD 0.05, momentum 0.9, the project's "
+                        "tested default; SplitFed's paper is not among the sources")
+_SCALA_CODE = dict(optimizer="sgd", lr=0.01, client_lr=0.01, server_lr=0.01, momentum=0.9, weight_decay=5e-4,
+                   clip_norm=10.0)
+ALGORITHM_DEFAULTS: dict[str, TrainingDefaults] = {
+    "sl": TrainingDefaults(**_PSL_FAMILY, source="GAPSL's paper, its vanilla-SL baseline (VGG-16/CIFAR-10): SGD, "
+                           "momentum 0.9, client 0.005, server 0.01"),
+    "psl": TrainingDefaults(**_PSL_FAMILY, source="GAPSL's paper, its PSL baseline: SGD, momentum 0.9, client 0.005, "
+                            "server 0.01"),
+    "sfl-v1": TrainingDefaults(**_SPLITFED),
+    "sfl-v2": TrainingDefaults(**_SPLITFED),
+    "adaptsfl": TrainingDefaults(**_SPLITFED),
+    "gapsl": TrainingDefaults(**_PSL_FAMILY, source="GAPSL's paper (VGG-16/CIFAR-10): SGD, momentum 0.9, client 0.005, "
+                              "server 0.01; the server steps on the sum over the aligned devices (eq. 8)"),
+    "scala": TrainingDefaults(**_SCALA_CODE, interval=20, source="SCALA's paper: SGD 0.01, I = 20 local iterations, "
+                              "ρ = 0.1; its code: momentum 0.9, weight decay 5e-4, clipping at 10 on both sides"),
+    "cyclesl": TrainingDefaults(optimizer="adam", lr=1e-3, client_lr=1e-3, server_lr=1e-3, momentum=0.0,
+                                weight_decay=0.0, clip_norm=None, interval=None,
+                                source="CycleSL's paper: Adam on both sides with one learning rate, 5% attendance; "
+                                       "1e-3 from its grid {1e-5..1e-1} (spec A.9's CPU-scale value)"),
+    "gas": TrainingDefaults(**_SCALA_CODE, interval=None, source="GAS's paper: lr 0.01, E = 20 local iterations, C = 10 "
+                            "of 20 clients active; its code: SGD momentum 0.9, weight decay 5e-4, clipping at 10"),
+}
+#: TrainConfig fields that take the algorithm's default when None (``clip_norm`` 0 = no clipping)
+DEFAULTED = ("optimizer", "lr", "client_lr", "server_lr", "momentum", "weight_decay", "clip_norm")
 
 
 def algorithm_options(algorithm: str, extra: Mapping[str, Any]) -> dict[str, Any]:
@@ -121,7 +183,7 @@ def algorithm_options(algorithm: str, extra: Mapping[str, Any]) -> dict[str, Any
     out = {}
     for option in ALGORITHM_OPTIONS:
         if algorithm in option.algorithms:
-            value = extra.get(option.name, option.default)
+            value = extra.get(option.name, option.default_for(algorithm))
             if option.choices:
                 check_choice(value, option.choices, option.flag)
             out[option.name] = value
@@ -167,10 +229,10 @@ class TrainConfig:
     dirichlet_alpha: float = 0.5
     rounds: int = 200
     batch_size: int = 16
-    lr: float = 0.05
-    momentum: float = 0.9
-    weight_decay: float = 0.0
-    optimizer: str = "sgd"
+    lr: float | None = None
+    momentum: float | None = None
+    weight_decay: float | None = None
+    optimizer: str | None = None
     clip_norm: float | None = None
     interval: int | None = None
     cuts: tuple[int, ...] | None = None
@@ -208,9 +270,31 @@ class TrainConfig:
     device: str = "auto"
     client_batching: str = "auto"
     extra: dict[str, Any] = field(default_factory=dict)
+    client_lr: float | None = None
+    server_lr: float | None = None
 
     def __post_init__(self) -> None:
+        self.resolve_defaults()
         self.validate()
+
+    def resolve_defaults(self) -> None:
+        """Fill the options left None with the algorithm's (:data:`ALGORITHM_DEFAULTS`): ``client_lr`` and
+        ``server_lr`` default to ``lr`` when ``lr`` is given, else to the algorithm's per-role rates;
+        ``clip_norm`` 0 means no clipping; ``interval`` takes the algorithm's I (SCALA's 20) when no policy decides."""
+        defaults = ALGORITHM_DEFAULTS.get(self.algorithm)
+        if defaults is None:
+            return                                       # validate() names the unknown algorithm
+        lr_given = self.lr is not None
+        for name in ("optimizer", "lr", "momentum", "weight_decay"):
+            if getattr(self, name) is None:
+                setattr(self, name, getattr(defaults, name))
+        for name in ("client_lr", "server_lr"):
+            if getattr(self, name) is None:
+                setattr(self, name, self.lr if lr_given else getattr(defaults, name))
+        if self.clip_norm is None:
+            self.clip_norm = defaults.clip_norm if defaults.clip_norm is not None else 0.0
+        if self.interval is None and self.policy is None and self.plan_path is None:
+            self.interval = defaults.interval
 
     def validate(self) -> None:
         """Raise InputError naming the first bad field."""
@@ -229,14 +313,15 @@ class TrainConfig:
         check_choice(self.optimizer, OPTIMIZERS, "optimizer")
         check_choice(self.device, DEVICES, "device")
         check_choice(self.client_batching, CLIENT_BATCHING, "client_batching")
-        if self.clip_norm is not None:
+        if self.clip_norm is not None and self.clip_norm != 0:
             positive_number(self.clip_norm, "clip_norm")
         for name, (maximum, unit) in _INT_LIMITS.items():
             if name not in _OPTIONAL_INTS or getattr(self, name) is not None:
                 positive_int(getattr(self, name), name, maximum, unit)
         for name in ("seed", "system_seed"):
             int_in_range(getattr(self, name), name, 0, MAX_SEED)
-        number_in_range(self.lr, "lr", 0.0, MAX_LR, low_open=True)
+        for name in ("lr", "client_lr", "server_lr"):
+            number_in_range(getattr(self, name), name, 0.0, MAX_LR, low_open=True)
         number_in_range(self.momentum, "momentum", 0.0, 1.0, high_open=True)
         number_in_range(self.weight_decay, "weight_decay", 0.0, MAX_WEIGHT_DECAY)
         number_in_range(self.noise_cv, "noise_cv", 0.0, MAX_NOISE_CV)
@@ -281,15 +366,17 @@ class TrainConfig:
                 raise InputError(f"--policy {self.policy} re-decides at every aggregation (random draws) or never; "
                                  "--replan-every goes with --policy adaptsfl", field="replan_every")
 
-    def optimizer_kwargs(self) -> dict[str, float]:
-        """The keyword arguments of ``torch.optim.SGD`` for every part's optimizer."""
-        return {"lr": self.lr, "momentum": self.momentum, "weight_decay": self.weight_decay}
+    def optimizer_kwargs(self, role: str = "client") -> dict[str, float]:
+        """The keyword arguments of ``torch.optim.SGD`` for ``role``'s optimizer ("client" or "server")."""
+        return {"lr": self.client_lr if role == "client" else self.server_lr, "momentum": self.momentum,
+                "weight_decay": self.weight_decay}
 
-    def optimizer_spec(self) -> "OptimizerSpec":
-        """The run's optimizer (every role's, unless the algorithm chooses otherwise)."""
+    def optimizer_spec(self, role: str = "client") -> "OptimizerSpec":
+        """The optimizer of ``role``: "client" (the devices) or "server" (the edge server's instances)."""
         from trainers.optim import OptimizerSpec
 
-        return OptimizerSpec(self.optimizer, self.lr, self.momentum, self.weight_decay, self.clip_norm)
+        lr = self.client_lr if role == "client" else self.server_lr
+        return OptimizerSpec(self.optimizer, lr, self.momentum, self.weight_decay, self.clip_norm or None)
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

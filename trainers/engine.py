@@ -140,8 +140,8 @@ class SplitEngine:
         cuts: ℓ_i per device, 1-based, 1 ≤ ℓ_i ≤ L.
         strategy: the algorithm (:class:`trainers.api.Strategy`).
         data: the partitioned data.
-        optimizer: the run's :class:`OptimizerSpec` (or ``torch.optim.SGD`` keyword arguments);
-            the strategy may choose another per role.
+        optimizer: the devices' :class:`OptimizerSpec` (or ``torch.optim.SGD`` keyword arguments), and the
+            edge server's unless ``server_optimizer`` is given; the strategy may choose another per role.
         batch_size: b, samples per device per step.
         seed: seeds the samplers (device i uses ``[seed, i]``) and the strategy's generator
             (``[seed, STRATEGY_STREAM]``).
@@ -159,7 +159,8 @@ class SplitEngine:
     def __init__(self, chain: nn.Sequential, cuts: Sequence[int], strategy: "Strategy", data: DeviceData,
                  optimizer: OptimizerSpec | dict[str, Any], batch_size: int, seed: int = 0, interval: int = 1,
                  batch_devices: bool = True, clock: "SimClock | None" = None, total_rounds: int | None = None,
-                 device: torch.device | str = "cpu", client_batching: str = "auto") -> None:
+                 device: torch.device | str = "cpu", client_batching: str = "auto",
+                 server_optimizer: OptimizerSpec | dict[str, Any] | None = None) -> None:
         self.device = torch.device(device)
         chain = _on_device(chain, self.device)
         data = _data_on_device(data, self.device)
@@ -170,6 +171,11 @@ class SplitEngine:
         self.data = data
         self.num_classes = data.num_classes or int(torch.cat([data.y_train, data.y_test]).max()) + 1
         self.optimizer = optimizer if isinstance(optimizer, OptimizerSpec) else OptimizerSpec(**optimizer)
+        if server_optimizer is None:
+            self.server_optimizer = self.optimizer
+        else:
+            self.server_optimizer = (server_optimizer if isinstance(server_optimizer, OptimizerSpec)
+                                     else OptimizerSpec(**server_optimizer))
         self.batch_size = batch_size
         self.interval = int(interval)
         self.clock = clock
@@ -182,7 +188,7 @@ class SplitEngine:
                              for p in data.parts]
         strategy.validate(self.context(0))
         self.devices = self._make_devices(chain, data, batch_size, seed, strategy.optimizer("client", self.optimizer))
-        self.edge = EdgeServer(chain, self.cuts, strategy.server_owner, strategy.optimizer("server", self.optimizer),
+        self.edge = EdgeServer(chain, self.cuts, strategy.server_owner, strategy.optimizer("server", self.server_optimizer),
                                concatenate=batch_devices)
         self.fed = self._make_fed()
         self.async_state: dict[str, Any] | None = None
@@ -390,7 +396,7 @@ class SplitEngine:
         for d in recipients:
             mine = {j: averaged[j] for j in agg.blocks if j < self.cuts[d] and j in averaged}
             if mine:
-                msg = ModelDownload(d, ctx.round, "device", mine)
+                msg = ModelDownload(d, ctx.round, "device", mine, fresh_optimizer=self.strategy.reset_client_optimizer)
                 self.bytes_down += msg.num_bytes
                 self.devices[d].download(msg)
                 ledger.add(d, "model download", float(times.model_down[d]))
@@ -475,7 +481,7 @@ class SplitEngine:
             st["steps"][new] = 0
             if self.fed.global_blocks:
                 mine = self.fed.global_states(range(self.cuts[new]))
-                msg_down = ModelDownload(new, round_index, "device", mine)
+                msg_down = ModelDownload(new, round_index, "device", mine, fresh_optimizer=s.reset_client_optimizer)
                 self.bytes_down += msg_down.num_bytes
                 self.devices[new].download(msg_down)
             st["clock"][new] = join + float(times.model_down[new])

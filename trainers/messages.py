@@ -190,7 +190,8 @@ class ModelUpload:
 class ModelDownload:
     """Fed server → device or edge server: blocks to load for device ``device``. With ``cut`` set,
     the receiver re-partitions to that cut (Algorithm 1): the device then holds exactly blocks
-    0..cut−1; ``shared`` marks blocks meant for the edge server's shared instances."""
+    0..cut−1; ``shared`` marks blocks meant for the edge server's shared instances; ``fresh_optimizer``
+    tells a device to restart the optimizer state (momentum, Adam moments) of the blocks it loads."""
 
     device: int
     round: int
@@ -198,6 +199,7 @@ class ModelDownload:
     blocks: dict[int, BlockState]
     cut: int | None = None
     shared: set[int] = field(default_factory=set)
+    fresh_optimizer: bool = False     # the device drops its optimizer state of these blocks (a new participation)
 
     @property
     def num_bytes(self) -> int:

@@ -60,6 +60,12 @@ class RoleOptimizer:
         if self.torch is not None:
             self.torch.zero_grad(set_to_none=True)
 
+    def reset(self, params: Iterable[nn.Parameter]) -> None:
+        """Forget the optimizer state of ``params`` (their next step starts as a first step)."""
+        if self.torch is not None:
+            for p in params:
+                self.torch.state.pop(p, None)
+
     def param_states(self, params: Iterable[nn.Parameter]) -> list[dict[str, Any]]:
         """The optimizer state of each of ``params`` (empty dict where none yet)."""
         state = self.torch.state if self.torch is not None else {}

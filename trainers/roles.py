@@ -185,6 +185,8 @@ class Device:
         with torch.no_grad():
             for j, bs in msg.blocks.items():
                 self.blocks[j].load_state_dict(bs.state)
+                if msg.fresh_optimizer:
+                    self.optimizer.reset(self.blocks[j].parameters())
                 if bs.optimizer is not None:
                     self.optimizer.load_param_states(self.blocks[j].parameters(), bs.optimizer)
 

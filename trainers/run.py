@@ -182,9 +182,10 @@ class Trainer:
         self.engine = engine_factory(self.blocks, cuts, self.strategy,
                                   DeviceData(self.dataset.x_train, self.dataset.y_train, x_test, y_test, parts,
                                              self.dataset.num_classes),
-                                  config.optimizer_spec(), config.batch_size, seed=config.seed, interval=interval,
-                                  batch_devices=config.batch_devices, clock=self.clock, total_rounds=config.rounds,
-                                  device=self.device, client_batching=config.client_batching)
+                                  config.optimizer_spec("client"), config.batch_size, seed=config.seed,
+                                  interval=interval, batch_devices=config.batch_devices, clock=self.clock,
+                                  total_rounds=config.rounds, device=self.device, client_batching=config.client_batching,
+                                  server_optimizer=config.optimizer_spec("server"))
         self.history = History(meta={"config": config.to_json(), "plan_source": event["source"],
                                      "num_blocks": len(self.blocks), "block_names": self.block_names,
                                      "target_accuracy": config.target_accuracy,
@@ -200,7 +201,7 @@ class Trainer:
         """(cuts, interval, event fields) of the plan in force from round 1 (module docstring)."""
         c, L = self.config, len(self.blocks)
         if c.cuts is not None and c.policy is None:
-            return list(c.cuts), c.interval or 1, {"source": "cuts"}
+            return list(c.cuts), c.interval or 1, {"source": "cuts"}   # c.interval: --interval or the algorithm's
         if c.plan_path is not None:
             plan = Plan.load(c.plan_path)
             if len(plan.cuts) != c.devices:
@@ -281,6 +282,7 @@ class Trainer:
         saved, now = state["config"], self.config.to_json()
         if not isinstance(saved, dict):
             raise InputError(f"the {where} holds no run configuration", field="--resume")
+        saved = {**{k: saved.get("lr") for k in ("client_lr", "server_lr")}, **saved}   # from before per-role rates
         if self.strategy.uses_total_rounds and saved.get("rounds") != now["rounds"]:
             raise InputError(f"{self.config.algorithm}'s schedule depends on the run's total rounds T (GAPSL's eq. 2: "
                              f"K^t grows with t/T), so a resumed run keeps --rounds {saved.get('rounds')} (asked: "

@@ -23,6 +23,19 @@ FLAGS = {"dirichlet_alpha": "--alpha", "plan_path": "--plan", "system_path": "--
          "constants_path": "--constants", "redraw_resources": "--static-resources", "progress": "--no-progress"}
 
 
+def _defaults_line(algorithm: str) -> str:
+    """``sgd 0.005/0.01 m0.9`` — an algorithm's default optimizer, client/server lr, momentum, decay, clip, I."""
+    from trainers.config import ALGORITHM_DEFAULTS
+
+    d = ALGORITHM_DEFAULTS[algorithm]
+    lr = f"{d.lr:g}" if d.client_lr == d.server_lr == d.lr else f"{d.client_lr:g}/{d.server_lr:g}"
+    parts = [d.optimizer, lr] + ([f"m{d.momentum:g}"] if d.optimizer == "sgd" else [])
+    parts += [f"wd {d.weight_decay:g}"] if d.weight_decay else []
+    parts += [f"clip {d.clip_norm:g}"] if d.clip_norm else []
+    parts += [f"I {d.interval}"] if d.interval else []
+    return " ".join(parts)
+
+
 def _cuts(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(c) for c in text.replace(",", " ").split())
@@ -59,18 +72,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cuts", type=_cuts,
                    help="1-based cut index per device on the model's cut points as listed by `adaptplan profile MODEL` "
                         "(one value = all devices), e.g. 3 or 3,3,5; default: the built-in planner's plan")
-    p.add_argument("--lr", type=float, default=0.05, help="learning rate γ, also the planner's γ (default 0.05)")
-    p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum (default 0.9)")
-    p.add_argument("--weight-decay", type=float, default=0.0, help="SGD weight decay (L2 coefficient, default 0)")
-    p.add_argument("--optimizer", default="sgd", help=f"optimizer of every role: {', '.join(OPTIMIZERS)} (default sgd; "
-                   "CycleSL's paper uses adam)")
-    p.add_argument("--clip-norm", type=float, help="clip each role's gradient 2-norm at this value before every step "
-                   "(SCALA's and GAS's code: 10; default: no clipping)")
+    opt = p.add_argument_group("optimizers (default: each algorithm's paper settings, docs/algorithms.md \"Defaults\": "
+                               + "; ".join(f"{a} {_defaults_line(a)}" for a in ALGORITHMS) + ")")
+    opt.add_argument("--lr", type=float, help="learning rate γ of both roles, also the planner's γ (default: the "
+                     "algorithm's)")
+    opt.add_argument("--client-lr", type=float, help="the devices' learning rate (default: --lr if given, else the "
+                     "algorithm's)")
+    opt.add_argument("--server-lr", type=float, help="the edge server's learning rate (default: --lr if given, else "
+                     "the algorithm's)")
+    opt.add_argument("--momentum", type=float, help="SGD momentum of both roles (default: the algorithm's)")
+    opt.add_argument("--weight-decay", type=float, help="weight decay, L2 coefficient (default: the algorithm's)")
+    opt.add_argument("--optimizer", help=f"optimizer of both roles: {', '.join(OPTIMIZERS)} (default: the algorithm's)")
+    opt.add_argument("--clip-norm", type=float, help="clip each role's gradient 2-norm at this value before every step; "
+                     "0 = no clipping (default: the algorithm's, 10 for SCALA and GAS as in their code)")
     algo = p.add_argument_group("algorithm options (each applies to the algorithms named; default: the paper's value)")
     for option in ALGORITHM_OPTIONS:
         choices = f" {{{','.join(option.choices)}}}" if option.choices else ""
         algo.add_argument(option.flag, dest=f"opt_{option.name}", type=option.type, default=None,
-                          help=f"[{', '.join(option.algorithms)}]{choices} {option.help} (default {option.default})")
+                          help=f"[{', '.join(option.algorithms)}]{choices} {option.help} (default "
+                               f"{option.describe_default()})")
     p.add_argument("--batch-size", type=int, default=16, help="mini-batch size b per device per round, in samples (default 16)")
     p.add_argument("--seed", type=int, default=0, help="seed for model init, partition and samplers (default 0)")
     p.add_argument("--eval-every", type=int, default=10, help="evaluate on the test set every K rounds (default 10; "
@@ -159,7 +179,8 @@ def _fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return dict(
         algorithm=args.algorithm, dataset=args.dataset, model=args.model, devices=args.devices,
         partition=args.partition, dirichlet_alpha=args.alpha, rounds=args.rounds, batch_size=args.batch_size,
-        lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay, interval=args.interval,
+        lr=args.lr, client_lr=args.client_lr, server_lr=args.server_lr, momentum=args.momentum,
+        weight_decay=args.weight_decay, interval=args.interval,
         cuts=list(args.cuts) if args.cuts is not None else None, plan_path=args.plan, replan_every=args.replan_every,
         policy=args.policy, reestimate=args.reestimate,
         seed=args.seed, eval_every=args.eval_every, max_test_samples=args.max_test_samples, out=args.out, checkpoint_every=args.checkpoint_every,
@@ -202,7 +223,8 @@ def _resumed_config(args: argparse.Namespace) -> "TrainConfig":
     if not isinstance(saved, dict):
         raise InputError(f"the checkpoint in {args.out!r} holds no run configuration", field="--resume")
     defaults = TrainConfig.__dataclass_fields__
-    saved = {**{k: defaults[k].default for k in RESUMABLE if k in defaults and k not in saved}, **saved}
+    saved = {**{k: defaults[k].default for k in RESUMABLE if k in defaults and k not in saved},
+             **{k: saved.get("lr") for k in ("client_lr", "server_lr")}, **saved}   # runs from before per-role rates
     missing = sorted(set(defaults) - set(saved))
     if missing:
         raise InputError(f"the checkpoint in {args.out!r} lacks the run options {missing}; start the run again with "

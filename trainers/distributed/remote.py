@@ -187,10 +187,12 @@ class RemoteDevice:
         if is_remote(msg.blocks):
             refs = {j: b.ref for j, b in msg.blocks.items()}
             self.hub.command(FED_RANK, "send", dst=self.rank, device=msg.device, round=msg.round, receiver=msg.receiver,
-                             refs=refs, cut=msg.cut, rate=self.hub.rate(self.index, "fed_down_bps"))
+                             refs=refs, cut=msg.cut, rate=self.hub.rate(self.index, "fed_down_bps"),
+                             fresh_optimizer=msg.fresh_optimizer)
             self.hub.command(self.rank, "download", device=self.index, source=FED_RANK)
         else:
-            plain = ModelDownload(msg.device, msg.round, msg.receiver, materialize(msg.blocks), msg.cut, msg.shared)
+            plain = ModelDownload(msg.device, msg.round, msg.receiver, materialize(msg.blocks), msg.cut, msg.shared,
+                                  msg.fresh_optimizer)
             self.hub.command(self.rank, "download", device=self.index, source=None, msg=plain, t_send=time.time(),
                              rate=self.hub.rate(self.index, "fed_down_bps"))
         if msg.cut is not None:

@@ -177,7 +177,8 @@ class FedRank(_Loop):
 
     def op_send(self, c: dict[str, Any]) -> None:
         blocks = {j: self._block(tuple(ref)) for j, ref in c["refs"].items()}
-        msg = ModelDownload(c["device"], c["round"], c["receiver"], blocks, c["cut"])
+        msg = ModelDownload(c["device"], c["round"], c["receiver"], blocks, c["cut"],
+                            fresh_optimizer=bool(c.get("fresh_optimizer", False)))
         self.channel.send({"msg": msg, "t_send": time.time(), "rate": c["rate"]}, c["dst"])
         self._release([tuple(r) for r in c["refs"].values()])
 

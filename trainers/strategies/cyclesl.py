@@ -13,9 +13,10 @@ edge server, once all have arrived (a barrier, A.8):
 4. the devices back-propagate G_i through the graph of their single forward — no re-forward
    (CSL-6; the runtime's devices keep that graph until the reply).
 
-``cycle_base`` picks what the client side does: ``psl`` (CyclePSL: client models never averaged)
-or ``sfl`` (CycleSFL: every I rounds the participants' client models are FedAvg'd by |𝒟_i| and
-loaded into **all** N devices, CSL-7). The paper uses Adam on both sides (``--optimizer adam``).
+``cycle_base`` picks what the client side does: ``psl`` (CyclePSL: client models never averaged),
+``sfl`` (CycleSFL: every I rounds the participants' client models are FedAvg'd by |𝒟_i| and
+loaded into **all** N devices, CSL-7) or ``sglr`` (CycleSGLR: a random half of the participants
+receives one averaged gradient row, CSL-8; client models never averaged). The paper uses Adam on both sides (``--optimizer adam``).
 All devices share one cut (the pooled features must have one shape). Evaluation: PSL base — mean
 over devices of [w_{c,i}; θ_S]; SFL base — the averaged model.
 """
@@ -30,6 +31,7 @@ from trainers.api import InputError, Strategy, answer, every_interval, mean_ce
 
 class CycleSL(Strategy):
     name = "cyclesl"
+    min_participants = 2    # spec A.4.4: with one client the pool is its own batch and CycleSL degenerates
 
     def __init__(self, participation: float = 1.0, cycle_base: str = "psl", server_epochs: int = 1,
                  server_phase: str = "epochs", sample_weight: str = "data_size") -> None:
@@ -80,7 +82,22 @@ class CycleSL(Strategy):
         for d, loss in losses.items():
             ctx.record_loss(d, loss)
         grads = p.cut_gradients(sum(losses.values()))                                          # CSL-5
+        if self.base == "sglr":
+            grads = self.shared_rows(ctx, arrivals, grads)                                     # CSL-8
         return [answer(a, grads[a.device]) for a in arrivals]
+
+    def shared_rows(self, ctx, arrivals, grads: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
+        """CSL-8 (SGLR's server-side local gradient averaging): a random ⌊n_t/2⌋ of the participants (the first
+        half of S_t in a uniformly random order, from the run's generator) each receive, in every row, the one
+        averaged row ḡ = Σ_{i∈A_t} |𝒟_i| Σ_j G_i[j] / Σ_{i∈A_t} |𝒟_i|·b_i; the others keep their own G_i."""
+        order = ctx.rng.permutation(len(arrivals))
+        active = [arrivals[int(k)] for k in order[:len(arrivals) // 2]]
+        if not active:
+            return grads
+        sizes = {a.device: float(ctx.data_sizes[a.device]) for a in active}
+        total = sum(sizes[a.device] * a.batch_size for a in active)
+        row = sum(sizes[a.device] * grads[a.device].sum(0) for a in active) / total
+        return {**grads, **{a.device: row.expand_as(grads[a.device]).clone() for a in active}}
 
     def aggregation(self, ctx):
         if self.base == "sfl":
@@ -90,5 +107,5 @@ class CycleSL(Strategy):
     def eval_models(self, view):
         if self.base == "sfl":
             return [view.averaged_model()]
-        return [view.device_model(d) for d in range(view.num_devices)]
+        return [view.device_model(d) for d in range(view.num_devices)]     # CyclePSL, CycleSGLR
 

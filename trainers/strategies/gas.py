@@ -99,12 +99,15 @@ def flush_flops(real: int, dim: int, generated: list[int], full: bool) -> float:
 class GAS(AsyncStrategy):
     name = "gas"
 
-    def __init__(self, active: int = 10, local_steps: int = 5, buffer: int = 0, generation: str = "on",
+    reset_client_optimizer = True    # a joining device starts from w_c^glob with fresh optimizer state
+
+    def __init__(self, active: int = 0, local_steps: int = 20, buffer: int = 0, generation: str = "on",
                  covariance: str = "diag", la_tau: float = 1.0) -> None:
         super().__init__()
-        for flag, value in (("--active", active), ("--local-steps", local_steps)):
-            if not (isinstance(value, int) and value >= 1):
-                raise InputError(f"must be an integer ≥ 1, got {value!r}", field=flag)
+        if not (isinstance(active, int) and active >= 0):
+            raise InputError(f"must be an integer ≥ 0 (0 = half the devices), got {active!r}", field="--active")
+        if not (isinstance(local_steps, int) and local_steps >= 1):
+            raise InputError(f"must be an integer ≥ 1, got {local_steps!r}", field="--local-steps")
         if not (isinstance(buffer, int) and buffer >= 0):
             raise InputError(f"must be an integer ≥ 0 (0 = the number of active devices), got {buffer!r}", field="--buffer")
         if not (la_tau >= 0 and math.isfinite(la_tau)):
@@ -133,7 +136,7 @@ class GAS(AsyncStrategy):
         return self.buffer_size or min(self.active, ctx.num_devices)
 
     def first_devices(self, ctx):
-        self.active = min(self.active, ctx.num_devices)
+        self.active = min(self.active, ctx.num_devices) if self.active else math.ceil(ctx.num_devices / 2)
         first = super().first_devices(ctx)
         for d in first:
             self.join[d], self.local[d] = 0, 0

@@ -29,6 +29,8 @@ from trainers.api import InputError, Strategy, answer, every_interval, label_pri
 
 class SCALA(Strategy):
     name = "scala"
+    min_participants = 2             # concatenating one device's activations is SplitFed (docs/algorithms.md)
+    reset_client_optimizer = True    # a global iteration's participants start from the global model, fresh state
 
     def __init__(self, participation: float = 1.0, la_tau: float = 1.0, server_prior: str = "batch") -> None:
         super().__init__(participation)
@@ -39,7 +41,7 @@ class SCALA(Strategy):
 
     def participants(self, ctx):
         if not self.current or ctx.rounds_since_aggregation == 1:       # a new global iteration
-            self.current = sample_devices(ctx, self.participation)
+            self.current = sample_devices(ctx, self.participation, self.min_participants)
         return list(self.current)
 
     def batch_size(self, ctx, device):
