@@ -18,6 +18,8 @@ import torch
 from torch import nn
 
 from test_engine import small_model
+from reference_optim import HandSGD
+from trainers.optim import OptimizerSpec
 from adaptplan.system import SystemProcess, generate_system
 from profilers import build_chain, profile_model
 from trainers.clock import SimClock, StageTimes
@@ -106,13 +108,16 @@ def merge_diag(stat: dict | None, rows: torch.Tensor, w: torch.Tensor) -> dict:
 
 
 # ---- the event loop ------------------------------------------------------------------------------------
-def reference_gas(data: DeviceData, rounds: int, C: int, E: int, Q: int, generation: bool, times=None):
-    """B.2 with plain SGD. Clock (adaptplan's stages, the engine's convention): device k is ready at r_k, its
+def reference_gas(data: DeviceData, rounds: int, C: int, E: int, Q: int, generation: bool, times=None,
+                  opt: HandSGD | None = None):
+    """B.2 with ``opt`` (plain SGD at LR by default; a joining device restarts its momentum when it loads the
+    global client model, docs/algorithms.md "Optimizer state"). Clock (adaptplan's stages, the engine's convention): device k is ready at r_k, its
     activation arrives at r_k + T^F_k + T^A_k; the earliest arrival is served (ties: the first active slot),
     the server busy T^S_k from max(arrival, server free), then a flush's rows × T^S_k / B more (spec Part C);
     k is ready again T^D_k + T^B_k after its reply (before the flush); an upload adds
     T^mU_k and the replacement is ready T^mD after it. ``times`` None: every stage 0 s."""
     T = (lambda name, j: float(getattr(times, name)[j])) if times is not None else (lambda name, j: 0.0)
+    opt = opt or HandSGD(LR)
     N = len(data.parts)
     model = small_model()
     clients = [copy.deepcopy(nn.Sequential(*model[:CUT])) for _ in range(N)]
@@ -157,12 +162,12 @@ def reference_gas(data: DeviceData, rounds: int, C: int, E: int, Q: int, generat
                             made[y] = n
                 x = torch.cat(feats).reshape(-1, *A.shape[1:])
                 nn.functional.cross_entropy(server(x), torch.cat(targets)).backward()         # GAS-8
-                sgd(server)
+                opt.step(server)
                 free += x.shape[0] * T("server", k) / B      # the flush's pass, after k's reply (the zero FLOP/s term)
                 log.append(made)
                 buffer = []
             A.backward(G)                                                                     # GAS-11
-            sgd(clients[k])
+            opt.step(clients[k])
             steps[k] += 1
             if steps[k] < E:
                 continue
@@ -181,6 +186,7 @@ def reference_gas(data: DeviceData, rounds: int, C: int, E: int, Q: int, generat
                 dct.pop(k)
             clock[new], steps[new], join[new], local[new] = finished_at + T("model_down", new), 0, version, 0
             if global_model is not None:
+                opt.restart(clients[new])
                 with torch.no_grad():
                     for p, g in zip(clients[new].parameters(), global_model):
                         p.copy_(g)
@@ -189,22 +195,29 @@ def reference_gas(data: DeviceData, rounds: int, C: int, E: int, Q: int, generat
         yield t, clients, server, global_model, log, served
 
 
-def make_gas_engine(data: DeviceData, clock=None, **options) -> SplitEngine:
-    return SplitEngine(small_model(), [CUT] * len(data.parts), GAS(**options), data, {"lr": LR, "momentum": 0.0},
-                       batch_size=B, seed=0, clock=clock)
+def make_gas_engine(data: DeviceData, clock=None, optimizer=None, **options) -> SplitEngine:
+    return SplitEngine(small_model(), [CUT] * len(data.parts), GAS(**options), data,
+                       optimizer or {"lr": LR, "momentum": 0.0}, batch_size=B, seed=0, clock=clock)
 
 
-@pytest.mark.parametrize("buffer,generation,clocked", [(0, "on", False), (2, "off", False), (1, "on", False),
-                                                     (0, "on", True)])
-def test_gas_matches_reference_from_the_spec(buffer: int, generation: str, clocked: bool, rounds: int = 2) -> None:
+@pytest.mark.parametrize("buffer,generation,clocked,defaults", [(0, "on", False, False), (2, "off", False, False),
+                                                              (1, "on", False, False), (0, "on", True, False),
+                                                              (0, "on", True, True)])
+def test_gas_matches_reference_from_the_spec(buffer: int, generation: str, clocked: bool, defaults: bool,
+                                             rounds: int = 2) -> None:
+    """Plain SGD, and the defaults' optimizer (momentum 0.9, weight decay 5e-4, clipping — at 1 so that it acts)."""
     N, C, E = 6, 3, 3
     data = make_data(N, "dirichlet")
     clock = FakeClock(N, seed=3) if clocked else None
-    engine = make_gas_engine(data, clock=clock, active=C, local_steps=E, buffer=buffer, generation=generation)
+    spec = OptimizerSpec("sgd", LR, 0.9, 5e-4, 1.0) if defaults else None
+    engine = make_gas_engine(data, clock=clock, optimizer=spec, active=C, local_steps=E, buffer=buffer,
+                             generation=generation)
     Q = buffer or C
     flushes = 0
-    for t, clients, server, global_model, log, served in reference_gas(data, rounds, C, E, Q, generation == "on",
-                                                                       clock.times if clock else None):
+    for t, clients, server, global_model, log, served in reference_gas(data, max(rounds, 3 if defaults else 2), C, E,
+                                                                       Q, generation == "on",
+                                                                       clock.times if clock else None,
+                                                                       HandSGD(LR, 0.9, 5e-4, 1.0) if defaults else None):
         stats = engine.run_round(t)
         assert stats.aggregated
         assert engine.strategy.version == t
@@ -392,7 +405,7 @@ def test_replacement_downloads_the_global_client_model() -> None:
 
 # ---- flags ----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("argv,flag", [
-    (["--algorithm", "gas", "--active", "0"], "--active"),
+    (["--algorithm", "gas", "--active", "-1"], "--active"),
     (["--algorithm", "gas", "--local-steps", "0"], "--local-steps"),
     (["--algorithm", "gas", "--buffer", "-1"], "--buffer"),
     (["--algorithm", "gas", "--covariance", "dense"], "--covariance"),
@@ -426,7 +439,8 @@ def test_gas_matches_reference_from_the_spec_with_other_strategy_streams(stream:
 
     monkeypatch.setattr(trainers.engine, "STRATEGY_STREAM", stream)
     monkeypatch.setattr(sys.modules[__name__], "STRATEGY_STREAM", stream)
-    test_gas_matches_reference_from_the_spec(2, "off", False, rounds=4)
+    test_gas_matches_reference_from_the_spec(2, "off", False, False, rounds=4)
+    test_gas_matches_reference_from_the_spec(0, "on", True, defaults=True, rounds=4)
 
 
 def test_the_strategy_stream_is_no_device_stream() -> None:

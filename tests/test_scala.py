@@ -17,6 +17,8 @@ import torch
 from torch import nn
 
 from test_engine import small_model
+from reference_optim import HandSGD
+from trainers.optim import OptimizerSpec
 from trainers.api import label_prior, logit_adjusted_ce
 from trainers.engine import STRATEGY_STREAM, DeviceData, SplitEngine
 from trainers.partition import DeviceSampler
@@ -42,8 +44,11 @@ def sgd(module: nn.Module) -> None:
                 p.grad = None
 
 
-def reference_scala(data: DeviceData, rounds: int, interval: int, rho: float, server_prior: str = "batch"):
-    """B.2 with plain SGD; yields (round, clients, server) after every round."""
+def reference_scala(data: DeviceData, rounds: int, interval: int, rho: float, server_prior: str = "batch",
+                    opt: HandSGD | None = None):
+    """B.2 with ``opt`` (plain SGD at LR by default; per-model momentum restarted when a device loads the
+    global model, docs/algorithms.md "Optimizer state"); yields (round, clients, server) after every round."""
+    opt = opt or HandSGD(LR)
     model = small_model()
     clients = [copy.deepcopy(nn.Sequential(*model[:CUT])) for _ in range(N)]
     server = copy.deepcopy(nn.Sequential(*model[CUT:]))
@@ -75,23 +80,24 @@ def reference_scala(data: DeviceData, rounds: int, interval: int, rho: float, se
             counts = sum(priors[k] * sizes[k] for k in C)
             P_s = counts / counts.sum()
         la_ce(server(A), Y, P_s).backward()                                             # step 3d
-        sgd(server)
+        opt.step(server)
         for k in C:                                                                      # step 3e
             acts[k].backward(G[k])
-            sgd(clients[k])
+            opt.step(clients[k])
         if t % interval == 0:                                                            # steps 4–5 (eq. 8)
             w = [float(sizes[k]) for k in C]
             avg = [sum(wk * p.detach() for wk, p in zip(w, ps)) / sum(w)
                    for ps in zip(*[clients[k].parameters() for k in C])]
             for c in clients:                                                            # every device downloads
+                opt.restart(c)
                 with torch.no_grad():
                     for p, a in zip(c.parameters(), avg):
                         p.copy_(a)
         yield t, C, batch, clients, server
 
 
-def make_scala_engine(data: DeviceData, interval: int, **options) -> SplitEngine:
-    return SplitEngine(small_model(), [CUT] * N, SCALA(**options), data, {"lr": LR, "momentum": 0.0},
+def make_scala_engine(data: DeviceData, interval: int, optimizer=None, **options) -> SplitEngine:
+    return SplitEngine(small_model(), [CUT] * N, SCALA(**options), data, optimizer or {"lr": LR, "momentum": 0.0},
                        batch_size=B, seed=0, interval=interval)
 
 
@@ -99,12 +105,16 @@ def engine_server(engine: SplitEngine) -> torch.Tensor:
     return flat(*[engine.edge.instances[(None, j)] for j in range(CUT, 11)])
 
 
-@pytest.mark.parametrize("server_prior", ["batch", "round"])
-def test_scala_matches_reference_from_the_spec(server_prior: str) -> None:
+@pytest.mark.parametrize("server_prior,defaults", [("batch", False), ("round", False), ("batch", True)])
+def test_scala_matches_reference_from_the_spec(server_prior: str, defaults: bool) -> None:
+    """Plain SGD, and the defaults' optimizer (momentum 0.9, weight decay 5e-4, clipping; a small clip norm so that
+    clipping acts), whose momentum restarts when the devices load the global client model."""
     data, interval, rho = make_data(N, "dirichlet"), 2, 0.5
-    engine = make_scala_engine(data, interval, participation=rho, server_prior=server_prior)
+    hand = HandSGD(LR, 0.9, 5e-4, 1.0) if defaults else None
+    spec = OptimizerSpec("sgd", LR, 0.9, 5e-4, 1.0) if defaults else None
+    engine = make_scala_engine(data, interval, spec, participation=rho, server_prior=server_prior)
     drawn = []
-    for t, C, batch, clients, server in reference_scala(data, 6, interval, rho, server_prior):
+    for t, C, batch, clients, server in reference_scala(data, 6, interval, rho, server_prior, hand):
         stats = engine.run_round(t)
         drawn.append(tuple(C))
         assert stats.participants == C

@@ -1,7 +1,7 @@
 """The simulated clock charges the server work each algorithm computes (issue: CycleSL's E passes, GAS's flush,
 GAPSL's per-device algebra and double back-propagation). Every expected figure is written out here from the
 latency model's terms: one sample through device i's server blocks costs (ρ_L − ρ_j + ϖ_L − ϖ_j)/f_s seconds
-(eqs. 18–19 per sample, j = ℓ_i), and work outside the model costs its multiply–adds / f_s."""
+(eqs. 18–19 per sample, j = ℓ_i), and work outside the model costs 2 FLOPs per multiply–add / f_s."""
 
 from __future__ import annotations
 
@@ -84,9 +84,9 @@ def test_gas_charges_every_flush(covariance: str) -> None:
     for real, dim, generated, drawn in flushes:
         expected += (real + generated) * per_sample
         if covariance == "diag":
-            expected += (3 * real * dim + generated * dim) / f_s
+            expected += 2 * (3 * real * dim + generated * dim) / f_s
         else:
-            expected += (real * dim * (dim + 1) + sum(dim ** 3 / 3 + n * dim ** 2 for n in drawn)) / f_s
+            expected += 2 * (real * dim * (dim + 1) + sum(dim ** 3 / 3 + n * dim ** 2 for n in drawn)) / f_s
     assert any(g for _, _, g, _ in flushes)                       # generation happened in these rounds
     assert all(g == sum(d) for _, _, g, d in flushes)
     assert total == pytest.approx(expected, rel=1e-9)
@@ -102,7 +102,7 @@ def test_gapsl_charges_its_gradient_algebra_and_double_backprop(gda: str) -> Non
     P = sum(p.numel() for j in range(CUT, len(chain.blocks)) for p in chain.blocks[j].parameters())
     stats = engine.run_round(1)
     aligned = stats.metrics["aligned"]
-    expected = N * B * per_sample + (N * N + 2 * N) * P / f_s
+    expected = N * B * per_sample + 2 * (N * N + 2 * N) * P / f_s
     if gda == "double_backprop":
         expected += 2 * aligned * B * per_sample
     assert stats.stage_seconds["server"] == pytest.approx(expected, rel=1e-12)

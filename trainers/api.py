@@ -82,8 +82,8 @@ class RoundContext:
     def charge_server(self, device: int, samples: float = 0.0, flops: float = 0.0) -> None:
         """Charge the edge server for work beyond the runtime's one forward+backward of every arrival:
         ``samples`` more forward+backward passes of one sample through device ``device``'s server blocks
-        (each costs eqs. (18)+(19) per sample) and ``flops`` multiply–adds outside the model (statistics,
-        Gram matrices; the profile's convention, one multiply–add = one FLOP) at the server's FLOP/s. The
+        (each costs eqs. (18)+(19) per sample) and ``flops`` FLOPs outside the model (statistics, Gram
+        matrices; 2 FLOPs per multiply–add, the profiles' convention) at the server's FLOP/s. The
         runtime adds the seconds to the server's busy time when the call that charged them returns."""
         self.server_samples[device] = self.server_samples.get(device, 0.0) + float(samples)
         self.server_flops += float(flops)

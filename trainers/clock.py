@@ -56,7 +56,7 @@ class StageTimes:
         """Seconds of server work a strategy does beyond one forward+backward per arrival
         (:meth:`trainers.api.RoundContext.charge_server`): ``samples[d]`` more forward+backward passes of
         one sample through device d's server blocks, each (18)+(19) per sample = ``server[d] / b``, plus
-        ``flops`` multiply–adds outside the model at the server's FLOP/s f_s."""
+        ``flops`` FLOPs outside the model (2 per multiply–add) at the server's FLOP/s f_s."""
         per_sample = sum(float(n) * float(self.server[d]) / self.batch_size for d, n in samples.items())
         return per_sample + (float(flops) / self.server_flops if flops else 0.0)
 

@@ -571,7 +571,7 @@ class SplitEngine:
         return nn.Sequential(*blocks)
 
     def global_model(self) -> nn.Sequential:
-        """The global model w^glob = [w_c^glob; w_s] (GAS, cyclesl_gas.md B.4.6): the fed server's global client
+        """The global model w^glob = [w_c^glob; w_s] (GAS, docs/algorithms.md GAS B.4.6): the fed server's global client
         blocks 1..ℓ (the initial w_c^0 before the first average) with the edge server's current blocks ℓ+1..L of
         device 0 (shared instances for GAS). All devices must share one cut ℓ. The client blocks are the engine's
         evaluation modules, reloaded at every call (``copy.deepcopy`` the result to keep it)."""

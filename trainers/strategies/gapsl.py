@@ -138,12 +138,12 @@ class GAPSL(Strategy):
         """Server work beyond PSL's one forward+backward per arrival (the S per-device passes of A.3.4 cost
         the same FLOPs as one pass over all arrivals, and the runtime charges that): the LGI/GDA algebra on
         the S×P matrix of flattened gradients (spec A.7: the S² pairwise products for eq. 1, S products with
-        g_lead for eq. 5 and S rows for eq. 4, (S² + 2S)·P multiply–adds); in ``double_backprop`` mode the
+        g_lead for eq. 5 and S rows for eq. 4, (S² + 2S)·P multiply–adds, 2 FLOPs each); in ``double_backprop`` mode the
         back-propagation through every aligned device's gradient graph, charged as two more forward+backward
         passes of its batch (a Hessian-vector product costs about two gradients)."""
         S, P = int(shape[0]), int(shape[1])
         extra = 2.0 * sum(aligned_batches) if self.gda == "double_backprop" else 0.0
-        ctx.charge_server(device, samples=extra, flops=float(S * S + 2 * S) * P)
+        ctx.charge_server(device, samples=extra, flops=2.0 * (S * S + 2 * S) * P)
 
     def aligned_rows(self, rows: torch.Tensor, lead: torch.Tensor) -> torch.Tensor:
         """gradient_step mode: g̃ = g − λ·∂(1 − cos(g, g_lead))/∂g, where ∂(1−cos)/∂g = −(ĝ_lead − cos·ĝ)/‖g‖."""

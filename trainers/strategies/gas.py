@@ -86,14 +86,14 @@ class LabelStatistics:
 
 
 def flush_flops(real: int, dim: int, generated: list[int], full: bool) -> float:
-    """Multiply–adds of one flush outside the server model (cyclesl_gas.md Part C, "server compute"):
-    statistics of ``real`` flattened activations of ``dim`` values (GAS-5b: weighted mean, centring and
-    weighted squares, 3·n·d diagonal; n·d·(d + 1) full, the outer products) and the draws (GAS-7: n̂·d
-    diagonal; per label drawn, a Cholesky factorisation d³/3 and n̂_y·d² full). ``generated`` holds n̂_y per
-    label drawn."""
+    """FLOPs (2 per multiply–add, the profiles' convention) of one flush outside the server model
+    (docs/algorithms.md "What the clock charges"): statistics of ``real`` flattened activations of ``dim``
+    values (GAS-5b: weighted mean, centring and weighted squares, 3·n·d multiply–adds diagonal; n·d·(d + 1)
+    full, the outer products) and the draws (GAS-7: n̂·d diagonal; per label drawn, a Cholesky factorisation
+    d³/3 and n̂_y·d² full). ``generated`` holds n̂_y per label drawn."""
     if not full:
-        return 3.0 * real * dim + sum(generated) * dim
-    return real * dim * (dim + 1.0) + sum(dim ** 3 / 3.0 + n * dim ** 2 for n in generated)
+        return 2.0 * (3.0 * real * dim + sum(generated) * dim)
+    return 2.0 * (real * dim * (dim + 1.0) + sum(dim ** 3 / 3.0 + n * dim ** 2 for n in generated))
 
 
 class GAS(AsyncStrategy):
