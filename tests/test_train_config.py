@@ -24,7 +24,8 @@ EDGES = [  # field, largest/smallest value accepted, nearest value refused
     ("rounds", 10**9, 10**9 + 1), ("eval_every", 1, 0), ("eval_batch_size", 1, 0),
     ("interval", 1, 0), ("interval", 10**12, 10**12 + 1), ("replan_every", 1, 0), ("checkpoint_every", 1, 0),
     ("max_test_samples", 1, 0), ("threads", 1024, 1025), ("model_width", 4096, 4097),
-    ("clip_norm", 1e-30, 0.0), ("flops_scale", 1e-30, 0.0), ("bandwidth_scale", 1e-30, 0.0),
+    ("clip_norm", 1e-30, -1e-9), ("clip_norm", 0.0, -1e-9), ("client_lr", 1e-300, 0.0), ("server_lr", 1e6, 1000000.5),
+    ("flops_scale", 1e-30, 0.0), ("bandwidth_scale", 1e-30, 0.0),
 ]
 
 
@@ -39,7 +40,8 @@ def test_numeric_options_at_their_edges(field, good, bad) -> None:
 def test_optional_options_may_be_absent() -> None:
     config = TrainConfig(**BASE)
     assert (config.interval, config.replan_every, config.checkpoint_every, config.max_test_samples, config.threads,
-            config.clip_norm, config.target_accuracy, config.cuts) == (None,) * 8
+            config.target_accuracy, config.cuts) == (None,) * 7
+    assert config.clip_norm == 0                 # AdaptSFL's default: no clipping (0 = off)
 
 
 def test_cuts_are_one_per_device_or_one_for_all() -> None:
@@ -78,8 +80,12 @@ def test_algorithm_option_defaults_are_the_strategies_and_the_specs() -> None:
     for option in ALGORITHM_OPTIONS:
         for algorithm in option.algorithms:
             parameter = inspect.signature(STRATEGIES[algorithm].__init__).parameters[option.name]
-            assert parameter.default == option.default, (option.name, algorithm)
+            assert parameter.default == option.default_for(algorithm), (option.name, algorithm)
     assert OPTION_BY_NAME["la_tau"].default == 1.0
+    participation = OPTION_BY_NAME["participation"]
+    assert (participation.default_for("scala"), participation.default_for("cyclesl"), participation.default_for("psl")) \
+        == (0.1, 0.05, 1.0)                                          # SCALA's ρ = 10%, CycleSL's 5% attendance
+    assert (OPTION_BY_NAME["local_steps"].default_for("gas"), OPTION_BY_NAME["active"].default_for("gas")) == (20, 0)
     assert (OPTION_BY_NAME["k_min"].default, OPTION_BY_NAME["k_max"].default) == (0.2, 0.8)
 
 
@@ -87,3 +93,55 @@ def test_unknown_algorithm_is_refused_by_the_config() -> None:
     with pytest.raises(InputError, match="unknown value 'splitfed'; valid: sl, psl, sfl-v1") as info:
         TrainConfig(**BASE, algorithm="splitfed")
     assert info.value.field == "algorithm"
+
+
+def test_each_algorithm_trains_with_its_papers_settings_unless_told() -> None:
+    """docs/algorithms.md "Defaults": the papers' optimizer, per-role rates, decay, clipping and interval."""
+    from trainers.config import ALGORITHM_DEFAULTS
+
+    base = {k: v for k, v in BASE.items() if k not in ("lr", "momentum", "weight_decay", "optimizer", "clip_norm")}
+    gapsl = TrainConfig(**base, algorithm="gapsl")
+    assert (gapsl.optimizer, gapsl.client_lr, gapsl.server_lr, gapsl.momentum) == ("sgd", 0.005, 0.01, 0.9)
+    assert gapsl.lr == 0.01 and gapsl.clip_norm == 0                 # the planner's γ; no clipping
+    scala = TrainConfig(**base, algorithm="scala", cuts=(2,))
+    assert (scala.client_lr, scala.server_lr, scala.weight_decay, scala.clip_norm, scala.interval) == \
+        (0.01, 0.01, 5e-4, 10.0, 20)
+    cyclesl = TrainConfig(**base, algorithm="cyclesl")
+    assert (cyclesl.optimizer, cyclesl.client_lr, cyclesl.server_lr) == ("adam", 1e-3, 1e-3)
+    adaptsfl = TrainConfig(**base, algorithm="adaptsfl")
+    assert (adaptsfl.lr, adaptsfl.momentum, adaptsfl.interval) == (0.05, 0.9, None)   # I: the plan's
+    assert set(ALGORITHM_DEFAULTS) == set(ALGORITHMS_ALL)
+    assert all(d.source for d in ALGORITHM_DEFAULTS.values())
+
+
+ALGORITHMS_ALL = ("sl", "psl", "sfl-v1", "sfl-v2", "adaptsfl", "gapsl", "scala", "cyclesl", "gas")
+
+
+def test_lr_sets_both_roles_and_each_role_its_own() -> None:
+    base = {k: v for k, v in BASE.items() if k not in ("lr",)}
+    both = TrainConfig(**base, algorithm="gapsl", lr=0.02)
+    assert (both.client_lr, both.server_lr) == (0.02, 0.02)
+    one = TrainConfig(**base, algorithm="gapsl", lr=0.02, server_lr=0.5)
+    assert (one.client_lr, one.server_lr) == (0.02, 0.5)
+    alone = TrainConfig(**base, algorithm="gapsl", client_lr=0.3)
+    assert (alone.client_lr, alone.server_lr) == (0.3, 0.01)        # the other role keeps the paper's
+    spec_c, spec_s = one.optimizer_spec("client"), one.optimizer_spec("server")
+    assert (spec_c.lr, spec_s.lr) == (0.02, 0.5)
+    assert TrainConfig.from_json(one.to_json()) == one              # resolved values round-trip
+    off = TrainConfig(**{k: v for k, v in base.items() if k != "clip_norm"}, algorithm="gas", clip_norm=0)
+    assert off.optimizer_spec("client").clip_norm is None             # --clip-norm 0 = no clipping
+    for name in ("client_lr", "server_lr"):
+        with pytest.raises(InputError) as info:
+            TrainConfig(**base, algorithm="psl", **{name: -1.0})
+        assert info.value.field == name
+
+
+def test_per_role_rates_reach_the_roles_optimizers() -> None:
+    """A run's devices step with --client-lr and the edge server's instances with --server-lr."""
+    from trainers.run import Trainer
+
+    config = TrainConfig(algorithm="psl", dataset="synthetic", model="mlp", devices=3, rounds=1, cuts=(1,),
+                         client_lr=0.125, server_lr=0.75, progress=False)
+    engine = Trainer(config).engine
+    assert {d.optimizer.torch.param_groups[0]["lr"] for d in engine.devices} == {0.125}
+    assert {o.torch.param_groups[0]["lr"] for o in engine.edge.optimizers.values()} == {0.75}

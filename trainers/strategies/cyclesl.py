@@ -33,7 +33,7 @@ class CycleSL(Strategy):
     name = "cyclesl"
     min_participants = 2    # spec A.4.4: with one client the pool is its own batch and CycleSL degenerates
 
-    def __init__(self, participation: float = 1.0, cycle_base: str = "psl", server_epochs: int = 1,
+    def __init__(self, participation: float = 0.05, cycle_base: str = "psl", server_epochs: int = 1,
                  server_phase: str = "epochs", sample_weight: str = "data_size") -> None:
         super().__init__(participation)
         if not (isinstance(server_epochs, int) and server_epochs >= 1):

@@ -32,7 +32,7 @@ class SCALA(Strategy):
     min_participants = 2             # concatenating one device's activations is SplitFed (docs/algorithms.md)
     reset_client_optimizer = True    # a global iteration's participants start from the global model, fresh state
 
-    def __init__(self, participation: float = 1.0, la_tau: float = 1.0, server_prior: str = "batch") -> None:
+    def __init__(self, participation: float = 0.1, la_tau: float = 1.0, server_prior: str = "batch") -> None:
         super().__init__(participation)
         if not (la_tau >= 0 and math.isfinite(la_tau)):
             raise InputError(f"must be a finite number ≥ 0, got {la_tau!r}", field="--la-tau")
