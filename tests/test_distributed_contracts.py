@@ -361,13 +361,14 @@ def test_a_remote_devices_download_takes_the_direct_path_and_sets_the_cut(monkey
     refs = {0: RemoteBlockState(hub, ("avg", 3, 0), 64, [("avg", 3, 0)])}
     device.download(ModelDownload(1, 6, "device", refs))
     assert hub.channel.sent[0] == (FED_RANK, {"op": "send", "dst": 3, "device": 1, "round": 6, "receiver": "device",
-                                              "refs": {0: ("avg", 3, 0)}, "cut": None, "rate": None})
+                                              "refs": {0: ("avg", 3, 0)}, "cut": None, "rate": None,
+                                              "fresh_optimizer": False})
     assert hub.channel.sent[1] == (3, {"op": "download", "device": 1, "source": FED_RANK})
     assert device.cut == 2                                               # no cut in the message: unchanged
-    device.download(ModelDownload(1, 7, "device", {0: _state(4.0)}, cut=1))
+    device.download(ModelDownload(1, 7, "device", {0: _state(4.0)}, cut=1, fresh_optimizer=True))
     dst, cmd = hub.channel.sent[2]
     assert (dst, cmd["op"], cmd["source"]) == (3, "download", None)
-    assert cmd["msg"].cut == 1 and cmd["msg"].blocks[0].state["weight"][0, 0] == 4.0
+    assert cmd["msg"].cut == 1 and cmd["msg"].blocks[0].state["weight"][0, 0] == 4.0 and cmd["msg"].fresh_optimizer
     assert device.cut == 1
 
 
@@ -506,6 +507,10 @@ def test_the_fed_server_resolves_references_and_releases_delivered_uploads() -> 
                  "dst": 3})
     dst, envelope = fed.channel.sent[-1]
     assert dst == 3 and envelope["msg"].cut == 2 and envelope["msg"].blocks[1].state["weight"][0, 0] == 5.0
+    assert envelope["msg"].fresh_optimizer is False
+    fed.op_send({"refs": {1: ("avg", 3, 1)}, "device": 1, "round": 2, "receiver": "device", "cut": None, "rate": None,
+                 "dst": 3, "fresh_optimizer": True})                     # SCALA/GAS: the device restarts its state
+    assert fed.channel.sent[-1][1]["msg"].fresh_optimizer is True
     assert list(fed.averages) == [3]                                     # averages stay referenced
     fed.op_send({"refs": {0: ("up", 8, 0)}, "device": 2, "round": 2, "receiver": "device", "cut": None, "rate": None,
                  "dst": 2})

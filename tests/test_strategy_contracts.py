@@ -24,7 +24,8 @@ torch.set_num_threads(1)
 def test_cyclesl_steps_phase_draws_e_minibatches_of_b_without_replacement() -> None:
     # CSL-4, Algorithm 1 read literally: E single resampled minibatches B_S^f ∼ D_S^f of b_S = b features each
     N, B, E = 3, 8, 4
-    engine = SplitEngine(small_model(), [9] * N, CycleSL(server_epochs=E, server_phase="steps"), make_data(N),
+    engine = SplitEngine(small_model(), [9] * N, CycleSL(participation=1.0, server_epochs=E, server_phase="steps"),
+                         make_data(N),
                          {"lr": 0.05}, batch_size=B, seed=0)
     drawn = []
     original = engine.strategy.server_batches
@@ -154,12 +155,16 @@ def test_strategy_defaults_are_the_specs() -> None:
     g = GAPSL()      # gapsl_scala.md: K = [0.2, 0.8], η_th = 0.5, λ = 5e-4, the detached GDA, no update outside Ŝ
     assert (g.k_min, g.k_max, g.eta_th, g.lam, g.gda, g.excluded_update) == (0.2, 0.8, 0.5, 5e-4, "detached", "none")
     assert (g.nu_min, g.nu_max) == (math.inf, -math.inf)               # no ν seen yet
-    s = SCALA()      # τ = 1, the concatenated batch's labels as the server prior, every device
-    assert (s.tau, s.server_prior, s.participation) == (1.0, "batch", 1.0)
-    c = CycleSL()    # cyclesl_gas.md: E = 1 server epoch of reshuffled passes, |D_i| sample weights, CyclePSL
-    assert (c.epochs, c.phase, c.sample_weight, c.base, c.participation) == (1, "epochs", "data_size", "psl", 1.0)
-    gas = GAS()      # C = 10 active, Q_s = C, generation on, diagonal covariance, τ = 1
-    assert (gas.active, gas.buffer_size, gas.generation, gas.full, gas.tau) == (10, 0, True, False, 1.0)
+    s = SCALA()      # τ = 1, the concatenated batch's labels as the server prior, the paper's ρ = 10%, ≥ 2 devices
+    assert (s.tau, s.server_prior, s.participation, s.min_participants) == (1.0, "batch", 0.1, 2)
+    c = CycleSL()    # E = 1 server epoch of reshuffled passes, |D_i| sample weights, CyclePSL, 5% attendance (≥ 2)
+    assert (c.epochs, c.phase, c.sample_weight, c.base, c.participation, c.min_participants) == \
+        (1, "epochs", "data_size", "psl", 0.05, 2)
+    gas = GAS()      # C = half the devices (0), E = 20, Q_s = C, generation on, diagonal covariance, τ = 1
+    assert (gas.active, gas.local_steps, gas.buffer_size, gas.generation, gas.full, gas.tau) == \
+        (0, 20, 0, True, False, 1.0)
+    assert (s.reset_client_optimizer, gas.reset_client_optimizer, c.reset_client_optimizer, g.reset_client_optimizer) \
+        == (True, True, False, False)
 
 
 @pytest.mark.parametrize("total,t,expected", [(None, 1, 0.8), (4, 1, 0.35), (2, 3, 0.8)])
@@ -187,3 +192,40 @@ def test_cyclesl_uniform_sample_weights_are_the_plain_mean() -> None:
     assert torch.allclose(run("iid", "uniform"), run("iid", "data_size"), atol=1e-6, rtol=0)
     assert len({p.size for p in make_data(4, "dirichlet").parts}) > 1
     assert not torch.allclose(run("dirichlet", "uniform"), run("dirichlet", "data_size"), atol=1e-6, rtol=0)
+
+
+def test_gas_activates_half_the_devices_by_default_and_scala_at_least_two() -> None:
+    """GAS's C/K = 10/20 of the paper: ⌈N/2⌉ active; SCALA's ρ = 0.1 of 10 devices is one, raised to 2."""
+    from trainers.strategies import make_strategy
+
+    gas = SplitEngine(small_model(), [9] * 5, make_strategy("gas", {"local_steps": 1}), make_data(5), {"lr": 0.05},
+                      batch_size=4, seed=0)
+    gas.run_round(1)
+    assert len(gas.async_state["active"]) == 3
+    scala = SplitEngine(small_model(), [9] * 10, make_strategy("scala"), make_data(10), {"lr": 0.05}, batch_size=4,
+                        seed=0, interval=2)
+    assert len(scala.run_round(1).participants) == 2
+
+
+def test_a_fresh_download_restarts_the_devices_momentum_and_a_plain_one_keeps_it() -> None:
+    """ModelDownload.fresh_optimizer: the device's next step is a first step (v = g) on the loaded weights."""
+    from trainers.messages import BlockState, ModelDownload
+
+    engine = SplitEngine(small_model(), [3] * 2, make_strategy_psl(), make_data(2), {"lr": 0.05, "momentum": 0.9},
+                         batch_size=4, seed=0)
+    engine.run_round(1)
+    device = engine.devices[0]
+    params = list(device.blocks[0].parameters())
+    assert all("momentum_buffer" in device.optimizer.torch.state[p] for p in params)
+    state = {k: v.clone() for k, v in device.blocks[0].state_dict().items()}
+    device.download(ModelDownload(0, 1, "device", {0: BlockState(state)}))
+    assert all("momentum_buffer" in device.optimizer.torch.state[p] for p in params)
+    device.download(ModelDownload(0, 1, "device", {0: BlockState(state)}, fresh_optimizer=True))
+    assert all(p not in device.optimizer.torch.state for p in params)
+    assert all("momentum_buffer" in device.optimizer.torch.state[p] for p in device.blocks[1].parameters())
+
+
+def make_strategy_psl():
+    from trainers.strategies import make_strategy
+
+    return make_strategy("psl")

@@ -73,7 +73,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="1-based cut index per device on the model's cut points as listed by `adaptplan profile MODEL` "
                         "(one value = all devices), e.g. 3 or 3,3,5; default: the built-in planner's plan")
     opt = p.add_argument_group("optimizers (default: each algorithm's paper settings, docs/algorithms.md \"Defaults\": "
-                               + "; ".join(f"{a} {_defaults_line(a)}" for a in ALGORITHMS) + ")")
+                               + "; ".join(f"{a} {_defaults_line(a)}" for a in ALGORITHMS) + "; scaled to the built-in "
+                               "data: b = 16 samples for every algorithm (about a tenth of CIFAR-10's images), SCALA "
+                               "and CycleSL at least 2 participants, GAS half the devices active)")
     opt.add_argument("--lr", type=float, help="learning rate γ of both roles, also the planner's γ (default: the "
                      "algorithm's)")
     opt.add_argument("--client-lr", type=float, help="the devices' learning rate (default: --lr if given, else the "
