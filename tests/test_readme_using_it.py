@@ -145,8 +145,11 @@ def check_train(args: argparse.Namespace, out: str, context: dict) -> None:
         assert _comparable(records[:len(context["records"])]) == _comparable(context["records"])
         assert len(context["records"]) < args.rounds and config["rounds"] == args.rounds
         return
-    for key in ("algorithm", "model", "devices", "partition", "lr"):
+    for key in ("algorithm", "model", "devices", "partition"):
         assert config[key] == getattr(args, key), key
+    from trainers.config import ALGORITHM_DEFAULTS   # --lr, else the algorithm's paper value
+
+    assert config["lr"] == (args.lr if args.lr is not None else ALGORITHM_DEFAULTS[args.algorithm].lr)
     if args.partition == "dirichlet":
         assert config["dirichlet_alpha"] == args.alpha
     assert all(len(r["cuts"]) == args.devices for r in records)

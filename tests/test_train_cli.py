@@ -506,3 +506,19 @@ def test_reported_accuracy_and_loss_are_the_means_over_the_evaluated_models() ->
     assert accuracy == pytest.approx(sum(a for a, _ in per_device) / 4, rel=1e-12)
     assert loss == pytest.approx(sum(l for _, l in per_device) / 4, rel=1e-12)
     assert len({a for a, _ in per_device}) > 1 or len({l for _, l in per_device}) > 1     # the devices differ
+
+
+@pytest.mark.parametrize("algorithm", ["sl", "psl", "sfl-v1", "sfl-v2", "adaptsfl", "gapsl", "scala", "cyclesl", "gas"])
+def test_every_algorithm_stops_a_diverging_run_with_the_message_and_its_history(algorithm, tmp_path, capsys) -> None:
+    """A learning rate of 10⁵ drives every algorithm to NaN/inf: one line "training diverged at round t" (exit 2),
+    never an internal error (GAPSL's angles of eqs. 1–6 used to reach math.ceil(NaN)), and the history kept."""
+    extra = {"gas": ["--local-steps", "2"], "cyclesl": ["--optimizer", "sgd"]}.get(algorithm, [])   # Adam's steps stay ≤ lr
+    out = tmp_path / algorithm
+    code = main(["train", "--algorithm", algorithm, "--dataset", "synthetic", "--model", "mlp", "--devices", "4",
+                 "--cuts", "1", "--rounds", "40", "--lr", "1e5", "--clip-norm", "0", "--batch-size", "8",
+                 "--eval-every", "1", "--threads", "1", "--no-progress", "--out", str(out), *extra])
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if not line.startswith("plan from")]
+    assert code == 2 and len(err) == 1 and "error: --lr: training diverged at round" in err[0], err
+    t = int(err[0].split("training diverged at round ")[1].split(":")[0])
+    if t > 1:
+        assert [r["round"] for r in json.loads((out / "history.json").read_text())["records"]] == list(range(1, t))
