@@ -186,7 +186,7 @@ class FrozenPSL(ServerFrozen, PSL):
 
 def test_server_lr_zero_gives_psl_cut_gradients() -> None:
     data = make_data(N, "dirichlet")
-    cycle = make_cycle_engine(data, strategy=FrozenCycleSL(server_epochs=2))
+    cycle = make_cycle_engine(data, strategy=FrozenCycleSL(participation=1.0, server_epochs=2))
     psl = make_cycle_engine(data, strategy=FrozenPSL())
     replies = {"cycle": [], "psl": []}
     for name, engine in (("cycle", cycle), ("psl", psl)):
@@ -234,7 +234,7 @@ def test_cyclesglr_active_half_receives_one_common_row() -> None:
     """CSL-8 topology: ⌊n_t/2⌋ participants get identical rows (all equal to each other), the rest their own
     gradients; client models are never averaged and the accuracy is the mean over devices' models."""
     data = make_data(N, "dirichlet")
-    engine = make_cycle_engine(data, cycle_base="sglr")
+    engine = make_cycle_engine(data, participation=1.0, cycle_base="sglr")
     received = {}
     backward = engine._backward_all
 

@@ -353,7 +353,7 @@ def test_cyclesl_evaluates_the_models_of_its_base(base: str) -> None:
     """CyclePSL: every device's own model (client models are never averaged); CycleSFL: the averaged model."""
     from trainers.strategies import CycleSL
 
-    engine = SplitEngine(small_model(), [3] * 3, CycleSL(cycle_base=base), make_data(3), {"lr": 0.1}, 16)
+    engine = SplitEngine(small_model(), [3] * 3, CycleSL(participation=1.0, cycle_base=base), make_data(3), {"lr": 0.1}, 16)
     engine.run_round(1)
     x = engine.data.x_test[:20]
     with torch.no_grad():

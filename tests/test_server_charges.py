@@ -39,7 +39,7 @@ def test_cyclesl_server_time_grows_with_its_server_epochs(epochs: int) -> None:
     """Spec A.8: T_srv = [E·n_S·(ρ_s + ϖ_s) + n_S·(ρ_s + ϖ_s^in)]/f_s, with ϖ_s^in charged as ϖ_s: (E + 1)·n_S samples."""
     N = 4
     chain, clock, per_sample, _ = setup(N)
-    engine = engine_for(CycleSL(server_epochs=epochs), N, chain, clock)
+    engine = engine_for(CycleSL(participation=1.0, server_epochs=epochs), N, chain, clock)
     stats = engine.run_round(1)
     n_s = N * B
     assert stats.stage_seconds["server"] == pytest.approx((epochs + 1) * n_s * per_sample, rel=1e-12)
@@ -53,7 +53,7 @@ def test_cyclesl_steps_phase_charges_its_resampled_batches() -> None:
     """server_phase="steps": E single mini-batches of b_S = b rows each, plus the gradient pass over n_S."""
     N, E = 3, 5
     chain, clock, per_sample, _ = setup(N)
-    engine = engine_for(CycleSL(server_epochs=E, server_phase="steps"), N, chain, clock)
+    engine = engine_for(CycleSL(participation=1.0, server_epochs=E, server_phase="steps"), N, chain, clock)
     stats = engine.run_round(1)
     assert stats.stage_seconds["server"] == pytest.approx((E * B + N * B) * per_sample, rel=1e-12)
 
