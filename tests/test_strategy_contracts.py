@@ -229,3 +229,36 @@ def make_strategy_psl():
     from trainers.strategies import make_strategy
 
     return make_strategy("psl")
+
+
+@pytest.mark.parametrize("name,expected", [("sl", "holder"), ("psl", "devices"), ("sfl-v1", "averaged"),
+                                           ("sfl-v2", "averaged"), ("adaptsfl", "averaged"), ("gapsl", "devices"),
+                                           ("scala", "participants"), ("cyclesl", "devices"), ("gas", "global")])
+def test_each_algorithm_evaluates_the_model_docs_algorithms_names(name: str, expected: str) -> None:
+    """docs/algorithms.md "What each algorithm evaluates", after one round of 4 devices at one cut."""
+    from trainers.strategies import make_strategy
+
+    options = {"gas": {"local_steps": 1}}.get(name, {})
+    engine = SplitEngine(small_model(), [9] * 4, make_strategy(name, options), make_data(4), {"lr": 0.05},
+                         batch_size=4, seed=0, interval=2)
+    stats = engine.run_round(1)
+    models = engine.strategy.eval_models(engine)
+    if expected == "devices":
+        assert len(models) == 4 and all(flat(m).equal(flat(engine.device_model(d))) for d, m in enumerate(models))
+        return
+    (model,) = models
+    got = flat(model).clone()              # the averaged views reuse the engine's evaluation modules: copy first
+    reference = {"holder": lambda: engine.device_model(engine.strategy.holder),
+                 "averaged": lambda: engine.averaged_model(),
+                 "participants": lambda: engine.averaged_model(stats.participants),
+                 "global": lambda: engine.global_model()}[expected]()
+    assert got.equal(flat(reference))
+    if expected == "participants":
+        assert len(stats.participants) == 2 and not got.equal(flat(engine.averaged_model()))
+
+
+def test_sampling_never_asks_more_devices_than_there_are() -> None:
+    from trainers.api import sample_devices
+
+    engine = SplitEngine(small_model(), [9], make_strategy_psl(), make_data(1), {"lr": 0.05}, batch_size=4, seed=0)
+    assert sample_devices(engine.context(1), 0.1, minimum=2) == [0]
