@@ -8,7 +8,8 @@ test accuracy after the same number of rounds, test accuracy at the same simulat
 simulated seconds to ``target`` accuracy, and the wall seconds per round. The plot draws test
 accuracy against simulated seconds, one panel per partition.
 
-GAS counts a round as one global iteration (Q_c = C uploaded models of E local steps); the
+Every algorithm trains with its own defaults (its paper's optimizer and rates, docs/algorithms.md
+"Defaults") unless ``--lr``/``--momentum`` set them for all. GAS counts a round as one global iteration (Q_c = C uploaded models of E local steps); the
 benchmark uses C = 10 and E = 2 so that a GAS round holds C·E = 20 device steps, as a synchronous
 round of 20 devices does.
 """
@@ -31,7 +32,8 @@ BENCH_OPTIONS = {"gas": {"active": 10, "local_steps": 2}}
 
 def run_algorithm_bench(algorithms: Sequence[str] = ALGORITHMS, partitions: Sequence[str] = tuple(PARTITIONS),
                         rounds: int = 100, devices: int = 20, dataset: str = "cifar10-subset", model: str = "cnn",
-                        lr: float = 0.05, momentum: float = 0.9, batch_size: int = 16, eval_every: int = 10,
+                        lr: float | None = None, momentum: float | None = None, batch_size: int = 16,
+                        eval_every: int = 10,
                         seed: int = 0, target: float = 0.3, workers: int | None = None, cuts: Sequence[int] | None = None,
                         test_samples: int | None = 500,
                         progress: bool = True,  # no-mutate: a progress bar only
@@ -40,8 +42,9 @@ def run_algorithm_bench(algorithms: Sequence[str] = ALGORITHMS, partitions: Sequ
     jobs = []
     for partition in partitions:
         for algorithm in algorithms:
-            config = dict(algorithm=algorithm, dataset=dataset, model=model, devices=devices, rounds=rounds, lr=lr,
-                          momentum=momentum, batch_size=batch_size, eval_every=eval_every, seed=seed, threads=1,
+            config = dict(algorithm=algorithm, dataset=dataset, model=model, devices=devices, rounds=rounds,
+                          **optimizer_options(lr, momentum), batch_size=batch_size, eval_every=eval_every, seed=seed,
+                          threads=1,
                           progress=False, max_test_samples=test_samples, extra=dict(BENCH_OPTIONS.get(algorithm, {})),
                           device=device, client_batching=client_batching,
                           **PARTITIONS[partition])
@@ -49,6 +52,11 @@ def run_algorithm_bench(algorithms: Sequence[str] = ALGORITHMS, partitions: Sequ
                 config["cuts"] = tuple(cuts)
             jobs.append({"group": partition, "label": algorithm, "target": target, "config": config})
     return run_jobs(jobs, workers, "bench algorithms", progress)
+
+
+def optimizer_options(lr: float | None, momentum: float | None) -> dict[str, float]:
+    """The run's --lr/--momentum where given; each algorithm's own defaults otherwise (docs/algorithms.md)."""
+    return {k: v for k, v in (("lr", lr), ("momentum", momentum)) if v is not None}
 
 
 def budget_seconds(results: Sequence[RunResult], partition: str) -> float:

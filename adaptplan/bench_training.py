@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
+from adaptplan.bench_algorithms import optimizer_options
 from adaptplan.bench_runs import RunResult, pct, run_jobs, seconds
 
 DEFAULT_POLICIES = ("adaptsfl", "rma+ms", "ma+rms", "rma+rms", "dama+rms", "rma+ams", "sfl", "psl")
@@ -27,7 +28,8 @@ SWEEPS = {"device-flops": "flops_scale", "bandwidth": "bandwidth_scale", "noise-
 
 def run_training_bench(policies: Sequence[str] = DEFAULT_POLICIES, partitions: Sequence[str] = PARTITIONS,
                        rounds: int = 600, devices: int = 20, dataset: str = "cifar10-subset", model: str = "cnn",
-                       lr: float = 0.05, momentum: float = 0.9, batch_size: int = 16, eval_every: int = 10,
+                       lr: float | None = None, momentum: float | None = None, batch_size: int = 16,
+                       eval_every: int = 10,
                        seed: int = 0, target: float = 0.4, replan_every: int = 50, workers: int | None = None,
                        test_samples: int | None = 500,
                        progress: bool = True,  # no-mutate: a progress bar only
@@ -44,7 +46,8 @@ def run_training_bench(policies: Sequence[str] = DEFAULT_POLICIES, partitions: S
     for group, partition, override in settings:
         for policy in policies:
             config: dict[str, Any] = dict(algorithm="adaptsfl", policy=policy, dataset=dataset, model=model,
-                                          devices=devices, partition=partition, rounds=rounds, lr=lr, momentum=momentum,
+                                          devices=devices, partition=partition, rounds=rounds,
+                                          **optimizer_options(lr, momentum),
                                           batch_size=batch_size, eval_every=eval_every, seed=seed, threads=1,
                                           progress=False, max_test_samples=test_samples, noise_cv=noise_cv,
                                           device=device, client_batching=client_batching)

@@ -31,7 +31,7 @@ def test_bench_json_matches_a_plain_training_run(tmp_path, capsys) -> None:
     # the same options through `adaptplan train` give the same curve
     run_dir = tmp_path / "scala"
     assert main(["train", "--algorithm", "scala", "--dataset", "synthetic", "--devices", "4", "--rounds", "4",
-                 "--eval-every", "2", "--cuts", "3", "--lr", "0.05", "--momentum", "0.9", "--threads", "1",
+                 "--eval-every", "2", "--cuts", "3", "--threads", "1",      # SCALA's own defaults, as in the bench
                  "--no-progress", "--out", str(run_dir)]) == 0
     history = json.loads((run_dir / "history.json").read_text())
     curve = [[r["sim_seconds"], r["accuracy"]] for r in history["records"] if r["accuracy"] is not None]

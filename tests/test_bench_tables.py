@@ -162,8 +162,8 @@ def test_jobs_of_the_benchmarks(monkeypatch) -> None:
     bench_training.run_training_bench(["adaptsfl", "sfl"], ["iid", "shards"], rounds=9, devices=4, dataset="synthetic",
                                       eval_every=3, seed=1, target=0.3, replan_every=6, workers=1, test_samples=40,
                                       progress=False, noise_cv=0.1, sweep=("device-flops", [0.5, 2.0]))
-    base = dict(algorithm="adaptsfl", dataset="synthetic", model="cnn", devices=4, partition="iid", rounds=9, lr=0.05,
-                momentum=0.9, batch_size=16, eval_every=3, seed=1, threads=1, progress=False, max_test_samples=40,
+    base = dict(algorithm="adaptsfl", dataset="synthetic", model="cnn", devices=4, partition="iid", rounds=9,
+                batch_size=16, eval_every=3, seed=1, threads=1, progress=False, max_test_samples=40,
                 noise_cv=0.1, device="auto", client_batching="auto")
     # a sweep runs on the first partition only, one group per value
     assert seen["jobs"] == [
