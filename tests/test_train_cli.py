@@ -385,7 +385,7 @@ def test_every_train_flag_reaches_its_config_field(tmp_path) -> None:
     argv = ["train", "--algorithm", "gapsl", "--dataset", "synthetic", "--model", "mlp", "--devices", "6",
             "--partition", "dirichlet", "--alpha", "0.3", "--rounds", "7", "--plan", "p.json", "--reestimate",
             "--replan-every", "4", "--interval", "2", "--lr", "0.02", "--client-lr", "0.125", "--server-lr", "0.25",
-            "--momentum", "0.5", "--weight-decay", "0.001",
+            "--momentum", "0.5", "--weight-decay", "0.001", "--client-optimizer", "sgd", "--server-optimizer", "adam",
             "--optimizer", "adam", "--clip-norm", "10", "--k-min", "0.3", "--gda", "double_backprop",
             "--batch-size", "12", "--seed", "5", "--eval-every", "3", "--max-test-samples", "100", "--out", "run",
             "--checkpoint-every", "2", "--overwrite", "--allow-fallback", "--target-accuracy", "0.6",
@@ -395,7 +395,8 @@ def test_every_train_flag_reaches_its_config_field(tmp_path) -> None:
     args = build_parser().parse_args(argv)
     assert _fields_from_args(args) == dict(
         algorithm="gapsl", dataset="synthetic", model="mlp", devices=6, partition="dirichlet", dirichlet_alpha=0.3,
-        rounds=7, batch_size=12, lr=0.02, client_lr=0.125, server_lr=0.25, momentum=0.5, weight_decay=0.001, interval=2,
+        rounds=7, batch_size=12, lr=0.02, client_lr=0.125, server_lr=0.25, client_optimizer="sgd", server_optimizer="adam",
+        momentum=0.5, weight_decay=0.001, interval=2,
         cuts=None, plan_path="p.json",
         replan_every=4, policy=None, reestimate=True, seed=5, eval_every=3, max_test_samples=100, out="run",
         checkpoint_every=2, resume=False, overwrite=True, allow_fallback=True, target_accuracy=0.6,
@@ -487,7 +488,7 @@ def test_command_line_defaults_are_the_config_defaults() -> None:
                                            "eval_batch_size"}       # Python-only options (benchmarks, tests)
     assert {k: v for k, v in fields.items() if v != defaults[k]} == {"progress": True}
     assert all(defaults[k] is None for k in ("optimizer", "lr", "client_lr", "server_lr", "momentum", "weight_decay",
-                                              "clip_norm"))
+                                              "clip_norm", "client_optimizer", "server_optimizer"))
     resolved = TrainConfig(**fields)
     assert (resolved.optimizer, resolved.lr, resolved.momentum, resolved.eval_every) == ("sgd", 0.05, 0.9, 10)
     assert (resolved.client_lr, resolved.server_lr, resolved.weight_decay, resolved.clip_norm) == (0.05, 0.05, 0.0, 0.0)

@@ -137,11 +137,20 @@ def test_lr_sets_both_roles_and_each_role_its_own() -> None:
 
 
 def test_per_role_rates_reach_the_roles_optimizers() -> None:
-    """A run's devices step with --client-lr and the edge server's instances with --server-lr."""
+    """A run's devices step with --client-lr (and --client-optimizer) and the edge server's instances with
+    --server-lr (and --server-optimizer)."""
+    import torch
+
     from trainers.run import Trainer
 
     config = TrainConfig(algorithm="psl", dataset="synthetic", model="mlp", devices=3, rounds=1, cuts=(1,),
-                         client_lr=0.125, server_lr=0.75, progress=False)
+                         client_lr=0.125, server_lr=0.75, server_optimizer="adam", progress=False)
+    assert (config.client_optimizer, config.server_optimizer) == ("sgd", "adam")
     engine = Trainer(config).engine
     assert {d.optimizer.torch.param_groups[0]["lr"] for d in engine.devices} == {0.125}
     assert {o.torch.param_groups[0]["lr"] for o in engine.edge.optimizers.values()} == {0.75}
+    assert all(type(d.optimizer.torch) is torch.optim.SGD for d in engine.devices)
+    assert all(type(o.torch) is torch.optim.Adam for o in engine.edge.optimizers.values())
+    with pytest.raises(InputError) as info:
+        TrainConfig(**BASE, client_optimizer="rmsprop")
+    assert info.value.field == "client_optimizer"

@@ -168,7 +168,8 @@ ALGORITHM_DEFAULTS: dict[str, TrainingDefaults] = {
                             "of 20 clients active; its code: SGD momentum 0.9, weight decay 5e-4, clipping at 10"),
 }
 #: TrainConfig fields that take the algorithm's default when None (``clip_norm`` 0 = no clipping)
-DEFAULTED = ("optimizer", "lr", "client_lr", "server_lr", "momentum", "weight_decay", "clip_norm")
+DEFAULTED = ("optimizer", "lr", "client_lr", "server_lr", "momentum", "weight_decay", "clip_norm", "client_optimizer",
+             "server_optimizer")
 
 
 def algorithm_options(algorithm: str, extra: Mapping[str, Any]) -> dict[str, Any]:
@@ -272,6 +273,8 @@ class TrainConfig:
     extra: dict[str, Any] = field(default_factory=dict)
     client_lr: float | None = None
     server_lr: float | None = None
+    client_optimizer: str | None = None
+    server_optimizer: str | None = None
 
     def __post_init__(self) -> None:
         self.resolve_defaults()
@@ -280,6 +283,7 @@ class TrainConfig:
     def resolve_defaults(self) -> None:
         """Fill the options left None with the algorithm's (:data:`ALGORITHM_DEFAULTS`): ``client_lr`` and
         ``server_lr`` default to ``lr`` when ``lr`` is given, else to the algorithm's per-role rates;
+        ``client_optimizer`` and ``server_optimizer`` to ``optimizer``;
         ``clip_norm`` 0 means no clipping; ``interval`` takes the algorithm's I (SCALA's 20) when no policy decides."""
         defaults = ALGORITHM_DEFAULTS.get(self.algorithm)
         if defaults is None:
@@ -291,6 +295,9 @@ class TrainConfig:
         for name in ("client_lr", "server_lr"):
             if getattr(self, name) is None:
                 setattr(self, name, self.lr if lr_given else getattr(defaults, name))
+        for name in ("client_optimizer", "server_optimizer"):
+            if getattr(self, name) is None:
+                setattr(self, name, self.optimizer)
         if self.clip_norm is None:
             self.clip_norm = defaults.clip_norm if defaults.clip_norm is not None else 0.0
         if self.interval is None and self.policy is None and self.plan_path is None:
@@ -310,7 +317,8 @@ class TrainConfig:
 
         check_model(self.model, "model")
         check_choice(self.partition, PARTITIONS, "partition")
-        check_choice(self.optimizer, OPTIMIZERS, "optimizer")
+        for name in ("optimizer", "client_optimizer", "server_optimizer"):
+            check_choice(getattr(self, name), OPTIMIZERS, name)
         check_choice(self.device, DEVICES, "device")
         check_choice(self.client_batching, CLIENT_BATCHING, "client_batching")
         if self.clip_norm is not None and self.clip_norm != 0:
@@ -375,8 +383,8 @@ class TrainConfig:
         """The optimizer of ``role``: "client" (the devices) or "server" (the edge server's instances)."""
         from trainers.optim import OptimizerSpec
 
-        lr = self.client_lr if role == "client" else self.server_lr
-        return OptimizerSpec(self.optimizer, lr, self.momentum, self.weight_decay, self.clip_norm or None)
+        lr, name = (self.client_lr, self.client_optimizer) if role == "client" else (self.server_lr, self.server_optimizer)
+        return OptimizerSpec(name, lr, self.momentum, self.weight_decay, self.clip_norm or None)
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

@@ -282,7 +282,8 @@ class Trainer:
         saved, now = state["config"], self.config.to_json()
         if not isinstance(saved, dict):
             raise InputError(f"the {where} holds no run configuration", field="--resume")
-        saved = {**{k: saved.get("lr") for k in ("client_lr", "server_lr")}, **saved}   # from before per-role rates
+        saved = {**{k: saved.get("lr") for k in ("client_lr", "server_lr")},
+                 **{k: saved.get("optimizer") for k in ("client_optimizer", "server_optimizer")}, **saved}   # older runs
         if self.strategy.uses_total_rounds and saved.get("rounds") != now["rounds"]:
             raise InputError(f"{self.config.algorithm}'s schedule depends on the run's total rounds T (GAPSL's eq. 2: "
                              f"K^t grows with t/T), so a resumed run keeps --rounds {saved.get('rounds')} (asked: "

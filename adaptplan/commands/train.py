@@ -85,6 +85,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     opt.add_argument("--momentum", type=float, help="SGD momentum of both roles (default: the algorithm's)")
     opt.add_argument("--weight-decay", type=float, help="weight decay, L2 coefficient (default: the algorithm's)")
     opt.add_argument("--optimizer", help=f"optimizer of both roles: {', '.join(OPTIMIZERS)} (default: the algorithm's)")
+    opt.add_argument("--client-optimizer", help="the devices' optimizer (default: --optimizer)")
+    opt.add_argument("--server-optimizer", help="the edge server's optimizer (default: --optimizer)")
     opt.add_argument("--clip-norm", type=float, help="clip each role's gradient 2-norm at this value before every step; "
                      "0 = no clipping (default: the algorithm's, 10 for SCALA and GAS as in their code)")
     algo = p.add_argument_group("algorithm options (each applies to the algorithms named; default: the paper's value)")
@@ -190,6 +192,7 @@ def _fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
         target_accuracy=args.target_accuracy, system_path=args.system, system_seed=args.system_seed,
         redraw_resources=not args.static_resources, constants_path=args.constants, data_root=args.data_root,
         download=args.download, threads=args.threads, progress=not args.no_progress, optimizer=args.optimizer,
+        client_optimizer=args.client_optimizer, server_optimizer=args.server_optimizer,
         clip_norm=args.clip_norm, device=args.device, client_batching=args.client_batching,
         distributed=args.distributed, ranks=args.ranks, emulate_links=args.emulate_links, rank_timeout=args.rank_timeout,
         extra={o.name: getattr(args, f"opt_{o.name}") for o in ALGORITHM_OPTIONS if getattr(args, f"opt_{o.name}") is not None},
@@ -226,7 +229,8 @@ def _resumed_config(args: argparse.Namespace) -> "TrainConfig":
         raise InputError(f"the checkpoint in {args.out!r} holds no run configuration", field="--resume")
     defaults = TrainConfig.__dataclass_fields__
     saved = {**{k: defaults[k].default for k in RESUMABLE if k in defaults and k not in saved},
-             **{k: saved.get("lr") for k in ("client_lr", "server_lr")}, **saved}   # runs from before per-role rates
+             **{k: saved.get("lr") for k in ("client_lr", "server_lr")},
+             **{k: saved.get("optimizer") for k in ("client_optimizer", "server_optimizer")}, **saved}   # older runs
     missing = sorted(set(defaults) - set(saved))
     if missing:
         raise InputError(f"the checkpoint in {args.out!r} lacks the run options {missing}; start the run again with "
