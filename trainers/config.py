@@ -1,7 +1,8 @@
 """`TrainConfig`: the ONE configuration object of a training run.
 
 Every hyperparameter of a run flows from here: the optimizer is built from ``lr``, ``momentum``,
-``weight_decay`` (see :meth:`TrainConfig.optimizer_kwargs`), the data loader from ``batch_size``
+``weight_decay`` and the per-role ``client_lr``/``server_lr`` (see :meth:`TrainConfig.optimizer_spec`; each
+algorithm's defaults in :data:`ALGORITHM_DEFAULTS`), the data loader from ``batch_size``
 and the partition options, the clock from the system options. Unknown names (algorithm, dataset,
 model, partition) raise :class:`adaptplan.errors.InputError` listing the valid names.
 
@@ -373,11 +374,6 @@ class TrainConfig:
             if self.policy != "adaptsfl" and self.replan_every is not None:
                 raise InputError(f"--policy {self.policy} re-decides at every aggregation (random draws) or never; "
                                  "--replan-every goes with --policy adaptsfl", field="replan_every")
-
-    def optimizer_kwargs(self, role: str = "client") -> dict[str, float]:
-        """The keyword arguments of ``torch.optim.SGD`` for ``role``'s optimizer ("client" or "server")."""
-        return {"lr": self.client_lr if role == "client" else self.server_lr, "momentum": self.momentum,
-                "weight_decay": self.weight_decay}
 
     def optimizer_spec(self, role: str = "client") -> "OptimizerSpec":
         """The optimizer of ``role``: "client" (the devices) or "server" (the edge server's instances)."""
