@@ -15,6 +15,8 @@ import torch
 from torch import nn
 
 from test_engine import small_model
+from reference_optim import HandSGD
+from trainers.optim import OptimizerSpec
 from trainers.engine import DeviceData, SplitEngine
 from trainers.partition import DeviceSampler
 from trainers.strategies import GAPSL
@@ -31,11 +33,14 @@ def angle(u: torch.Tensor, v: torch.Tensor) -> float:
 
 
 def reference_gapsl(data: DeviceData, rounds: int, total: int, k_min: float, k_max: float, eta: float,
-                    mode: str = "detached", lam: float = 0.0):
+                    mode: str = "detached", lam: float = 0.0, client: HandSGD | None = None,
+                    server_opt: HandSGD | None = None):
     """A.2 steps 1–16 with no update for the devices outside Ŝ, in plain torch. ``mode``: ``detached`` (server
     step Σ_{Ŝ} g_i); ``double_backprop`` (eq. 7: L_g = Σ_{Ŝ}[L_i + λ(1 − cos(g_i, g_lead))] back-propagated through
     the g_i to the server weights and the activations, g_lead a constant); ``gradient_step`` (g̃_i = g_i − λ·∂(1 −
-    cos(g_i, g_lead))/∂g_i by autograd, server step Σ_{Ŝ} g̃_i, plain cut gradients)."""
+    cos(g_i, g_lead))/∂g_i by autograd, server step Σ_{Ŝ} g̃_i, plain cut gradients). ``client``/``server_opt``: each
+    role's optimizer (plain SGD at LR by default; the paper's setting has its own rate per role and momentum)."""
+    client, server_opt = client or HandSGD(LR), server_opt or HandSGD(LR)
     model = small_model()
     clients = [copy.deepcopy(nn.Sequential(*model[:CUT])) for _ in range(S)]
     server = copy.deepcopy(nn.Sequential(*model[CUT:]))
@@ -82,17 +87,14 @@ def reference_gapsl(data: DeviceData, rounds: int, total: int, k_min: float, k_m
                 step = step + grads[i] - lam * d
         else:                                                                 # step 14: Σ_{Ŝ} g_i
             step = sum(grads[i] for i in aligned)
-        with torch.no_grad():
-            start = 0
-            for p in server.parameters():
-                p -= LR * step[start:start + p.numel()].view_as(p)
-                start += p.numel()
+        start = 0
+        for p in server.parameters():
+            p.grad = step[start:start + p.numel()].view_as(p).detach().clone()
+            start += p.numel()
+        server_opt.step(server)
         for i in aligned:                                                     # steps 15–16, Ŝ only
             acts[i].backward(cut_grads[i])
-            with torch.no_grad():
-                for p in clients[i].parameters():
-                    p -= LR * p.grad
-                    p.grad = None
+            client.step(clients[i])
         log.append({"k": k, "n_sel": n_sel, "aligned": aligned})
     return clients, server, log
 
@@ -286,6 +288,24 @@ def test_gda_modes_match_reference_from_the_spec(mode: str) -> None:
     clients, server, log = reference_gapsl(data, rounds, rounds, 0.25, 0.75, 0.5, mode=mode, lam=0.5)
     detached, _, _ = reference_gapsl(data, rounds, rounds, 0.25, 0.75, 0.5)
     assert not torch.allclose(flat(*clients), flat(*detached), atol=1e-5, rtol=0)    # λ = 0.5 matters here
+    assert torch.allclose(flat(*[engine.edge.instances[(None, j)] for j in range(CUT, 11)]),
+                          flat(server), atol=1e-5, rtol=0)
+    for i in range(S):
+        assert torch.allclose(flat(engine.devices[i].blocks), flat(clients[i]), atol=1e-5, rtol=0)
+
+
+def test_gapsl_with_the_papers_per_role_rates_and_momentum_matches_the_reference() -> None:
+    """The paper's setting: SGD with momentum 0.9, the client at half the server's rate (0.005 / 0.01), the server
+    stepping on the sum over Ŝ (eq. 8) — each role with its own optimizer (--client-lr / --server-lr)."""
+    data, rounds, total = make_data(S, "dirichlet"), 4, 4
+    engine = SplitEngine(small_model(), [CUT] * S, GAPSL(k_min=0.25, k_max=0.75, eta_th=0.5), data,
+                         OptimizerSpec("sgd", LR / 2, 0.9), batch_size=B, seed=0, total_rounds=total,
+                         server_optimizer=OptimizerSpec("sgd", LR, 0.9))
+    for t in range(1, rounds + 1):
+        engine.run_round(t)
+    clients, server, log = reference_gapsl(data, rounds, total, 0.25, 0.75, 0.5, client=HandSGD(LR / 2, 0.9),
+                                           server_opt=HandSGD(LR, 0.9))
+    assert any(len(r["aligned"]) < S for r in log)
     assert torch.allclose(flat(*[engine.edge.instances[(None, j)] for j in range(CUT, 11)]),
                           flat(server), atol=1e-5, rtol=0)
     for i in range(S):
