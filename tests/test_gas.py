@@ -492,3 +492,18 @@ def test_gas_evaluates_the_global_client_model_with_the_current_server() -> None
     assert all(model[j] is engine.edge.instances[(None, j)] for j in range(CUT, 11))
     live_mean = flat(*engine.averaged_model()[:CUT])
     assert not torch.allclose(flat(*model[:CUT]), live_mean)
+
+
+def test_the_evaluated_global_model_takes_every_global_client_block() -> None:
+    """At a cut whose last client block has parameters (cut 4: block 4 is a convolution), every client block of
+    the evaluated model is w_c^glob's, and its server blocks are the shared instances."""
+    N, cut = 6, 4
+    engine = SplitEngine(small_model(), [cut] * N, GAS(active=3, local_steps=2), make_data(N, "dirichlet"),
+                         {"lr": LR, "momentum": 0.0}, batch_size=B, seed=0)
+    engine.run_round(1)
+    (model,) = engine.strategy.eval_models(engine)
+    assert len(model) == 11
+    for j in range(cut):
+        for name, value in model[j].state_dict().items():
+            assert torch.equal(value, engine.fed.global_blocks[j][name]), (j, name)
+    assert all(model[j] is engine.edge.instances[(None, j)] for j in range(cut, 11))

@@ -106,3 +106,57 @@ def test_gapsl_charges_its_gradient_algebra_and_double_backprop(gda: str) -> Non
     if gda == "double_backprop":
         expected += 2 * aligned * B * per_sample
     assert stats.stage_seconds["server"] == pytest.approx(expected, rel=1e-12)
+
+
+def test_arrival_mode_and_flush_charges_by_hand() -> None:
+    """A strategy served in arrival order that charges B/2 more samples per arrival and answers everyone in
+    ``flush`` after 200 FLOPs more. Device 0 arrives at 1 + 1 = 2 s, served 2 → 2 + 4 + (B/2)·4/B = 8; device 1
+    arrives at 3, waits, served 8 → 14; the flush adds 200 / 100 FLOP/s = 2 s: both replies at 16, back at
+    16 + 0.5 + 1 = 17.5 s. The server is busy 6 + 6 + 2 = 14 s."""
+    from trainers.api import Strategy, parallel_step
+    from trainers.clock import StageTimes
+
+    class Deferred(Strategy):
+        server_mode = "arrival"
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.held = []
+
+        def serve(self, edge, ctx, arrivals):
+            self.held += parallel_step(edge, ctx, arrivals)
+            ctx.charge_server(arrivals[0].device, samples=B / 2)
+            return []
+
+        def flush(self, edge, ctx):
+            ctx.charge_server(0, flops=200.0)
+            out, self.held = self.held, []
+            return out
+
+    two = np.ones(2)
+    times = StageTimes(np.array([1.0, 2.0]), two, 4 * two, 0.5 * two, two, two, two, 1.0, 1.0, B, server_flops=100.0)
+
+    class Fixed:
+        def stage_times(self, round_index, cuts):
+            return times
+
+    engine = SplitEngine(small_model(), [CUT] * 2, Deferred(), make_data(2), {"lr": 0.05}, batch_size=B, seed=0,
+                         clock=Fixed())
+    stats = engine.run_round(1)
+    assert stats.sim_seconds == pytest.approx(17.5, rel=1e-12)
+    assert stats.stage_seconds["server"] == pytest.approx(14.0, rel=1e-12)
+    assert all(d.pending is None for d in engine.devices)          # the flush's replies were delivered
+
+
+def test_the_global_model_is_the_whole_chain_and_needs_one_cut() -> None:
+    from trainers.messages import MessageMismatchError
+    from trainers.strategies import PSL
+
+    engine = SplitEngine(small_model(), [CUT] * 3, PSL(), make_data(3), {"lr": 0.05}, batch_size=B, seed=0)
+    model = engine.global_model()
+    assert len(model) == len(small_model())
+    x = make_data(3).x_test[:5]
+    assert torch.equal(model(x), small_model()(x))                # w_c^0 before any average, the server untrained
+    hetero = SplitEngine(small_model(), [2, CUT, CUT], PSL(), make_data(3), {"lr": 0.05}, batch_size=B, seed=0)
+    with pytest.raises(MessageMismatchError, match="one cut for all devices"):
+        hetero.global_model()
