@@ -21,9 +21,12 @@ engine, the clock and the planner.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import time
+import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -186,7 +189,7 @@ class Trainer:
                                   interval=interval, batch_devices=config.batch_devices, clock=self.clock,
                                   total_rounds=config.rounds, device=self.device, client_batching=config.client_batching,
                                   server_optimizer=config.optimizer_spec("server"))
-        self.history = History(meta={"config": config.to_json(), "plan_source": event["source"],
+        self.history = History(meta={"config": config.to_json(), "plan_source": event["source"], "run_id": uuid.uuid4().hex,
                                      "num_blocks": len(self.blocks), "block_names": self.block_names,
                                      "target_accuracy": config.target_accuracy,
                                      "num_classes": self.dataset.num_classes})
@@ -266,6 +269,7 @@ class Trainer:
         return {**extra, "round": round_index, "engine": self.engine.state_dict(), "torch_rng": torch.get_rng_state(),
                 "numpy_rng": [name, keys, int(pos), int(has_gauss), float(cached)], "clock_seconds": self.clock.seconds,
                 "last_replan": self.last_replan, "wall_seconds": wall, "history": self.history.to_json(),
+                "run_id": self.history.meta.get("run_id"),
                 "config": self.config.to_json(), "partitions": [p.copy() for p in self.engine.data.parts],
                 "inputs": self.input_digests}
 
@@ -298,6 +302,7 @@ class Trainer:
                 raise InputError(f"the {name} file {now.get(name + '_path')!r} changed since the run started (its SHA-256 "
                                  "differs from the checkpoint's); resume with the same file, or start again with "
                                  "--overwrite", field=f"{name}_path")
+        self._check_run_identity(state, where)
         round_index = state["round"]
         if not isinstance(round_index, int) or not 0 <= round_index:
             raise InputError(f"the {where} has round {round_index!r}; start the run again with --overwrite",
@@ -320,6 +325,26 @@ class Trainer:
         self.history = History.from_json(state["history"])
         self.history.meta["config"] = now
         self.start_round = int(state["round"])
+
+    def _check_run_identity(self, state: dict[str, Any], where: str) -> None:
+        """A checkpoint continues the run whose history is in its folder: the run id (drawn when the run
+        started, kept in history.json and every checkpoint) must match; a checkpoint copied from another run
+        is refused. Folders whose files carry no run id (written before ids existed) are not compared."""
+        mine = state.get("run_id")
+        if mine is not None and not (isinstance(mine, str) and len(mine) == 32):
+            raise InputError(f"the {where} has run id {str(mine)[:40]!r}, not a run id; start the run again with "
+                             "--overwrite", field="--resume")
+        history_path = Path(str(self.config.out)) / "history.json"
+        if mine is None or not history_path.is_file():
+            return
+        try:
+            theirs = json.loads(history_path.read_text(encoding="utf-8")).get("meta", {}).get("run_id")
+        except (OSError, ValueError, AttributeError):
+            return                                   # the history is rewritten from the checkpoint's own
+        if theirs is not None and theirs != mine:
+            raise InputError(f"the {where} belongs to another run (run id {mine[:12]}…) than the history beside it "
+                             f"(run id {str(theirs)[:12]}…): a checkpoint copied from another run folder is not "
+                             "continued; copy the whole folder, or start again with --overwrite", field="--resume")
 
     # ---- the loop -----------------------------------------------------------------------------------------
     def run(self) -> History:

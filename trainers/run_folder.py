@@ -4,7 +4,9 @@
 * A folder that already holds a run (``history.json`` or ``checkpoint.pt``) is continued only with
   ``resume`` and replaced only with ``overwrite`` (its run files are then removed first).
 * While a run writes to it, the folder is locked (``fcntl.flock`` on ``.adaptplan.lock``); a second
-  run on the same folder is refused with the first one's process id.
+  run on the same folder is refused with the first one's process id. Temporary files a killed run left
+  behind (``.checkpoint.pt.*.tmp`` and the like, :func:`adaptplan.fileio.atomic_write`) are removed once
+  the lock is held.
 * :class:`StopRequest` turns SIGINT/SIGTERM into a request honoured at the end of the round, so the
   run can save its checkpoint and history and exit with a message; a second signal stops at once.
 """
@@ -44,6 +46,7 @@ class RunFolder:
         except OSError as exc:
             raise InputError(f"cannot write into {str(path)!r}: {exc.strerror or exc}", field="--out") from None
         self._lock()
+        self._remove_stale_temporaries()
         existing = [name for name in ("history.json", "checkpoint.pt") if (path / name).exists()]
         if existing and not self.resume and not self.overwrite:
             self.release()
@@ -56,6 +59,16 @@ class RunFolder:
                 except FileNotFoundError:
                     pass
         return self
+
+    def _remove_stale_temporaries(self) -> None:
+        """Delete the temporary files of an interrupted atomic write of a run file (no writer is left: the lock
+        is ours)."""
+        for name in RUN_FILES:
+            for stale in self.path.glob(f".{name}.*.tmp"):
+                try:
+                    stale.unlink()
+                except OSError:
+                    pass
 
     def _lock(self) -> None:
         import fcntl

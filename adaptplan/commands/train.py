@@ -106,6 +106,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="continue the run in --out from its checkpoint with the options it was started with (only "
                         "--rounds, --eval-every, --checkpoint-every, --threads, --device, --client-batching, "
                         "--target-accuracy, --no-progress and the distributed-run options may be given anew)")
+    p.add_argument("--trust-run-folder", action="store_true",
+                   help="with --resume: import the user model (package.module:factory) that the run folder's checkpoint "
+                        "names without naming it again with --model (by default a resumed run imports only code "
+                        "named on the command line: a run folder received from someone else runs no code)")
     p.add_argument("--overwrite", action="store_true", help="replace the run already in --out (its history, checkpoint "
                    "and plot are removed first)")
     p.add_argument("--allow-fallback", action="store_true",
@@ -235,9 +239,11 @@ def _resumed_config(args: argparse.Namespace) -> "TrainConfig":
     if missing:
         raise InputError(f"the checkpoint in {args.out!r} lacks the run options {missing}; start the run again with "
                          "--overwrite", field="--resume")
+    given = explicit_fields(args.parser, getattr(args, "argv", []))
+    _refuse_unnamed_code(saved.get("model"), args, "model" in given, args.out)
     now = _fields_from_args(args)
     merged = dict(saved)
-    for field in explicit_fields(args.parser, getattr(args, "argv", [])):
+    for field in given:
         if field in RESUMABLE:
             merged[field] = now[field]
         elif now.get(field) != saved.get(field):
@@ -245,6 +251,18 @@ def _resumed_config(args: argparse.Namespace) -> "TrainConfig":
                              "another --out to change it", field=field)
     merged.update(resume=True, out=args.out, overwrite=False)
     return TrainConfig.from_json(merged)
+
+
+def _refuse_unnamed_code(model: Any, args: argparse.Namespace, named: bool, folder: str) -> None:
+    """A checkpoint naming a user model (``package.module:factory``) is resumed only when this command line
+    names the same model (``--model``) or says ``--trust-run-folder``: importing a module runs its code."""
+    if not (isinstance(model, str) and ":" in model) or getattr(args, "trust_run_folder", False):
+        return
+    if named and args.model == model:
+        return
+    raise InputError(f"the run in {folder!r} trains the user model {model[:200]!r}; a resumed run imports only code "
+                     f"named on the command line: add --model {model[:200]} (or --trust-run-folder if you trust the "
+                     "folder)", field="--resume")
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -257,6 +275,8 @@ def _train(args: argparse.Namespace) -> int:
         Plan.load(args.plan)   # a bad plan file fails before any data is read or any folder made
     if args.checkpoint_every and not args.out:
         raise InputError("needs --out (where checkpoint.pt is written)", field="checkpoint_every")
+    if args.trust_run_folder and not args.resume:
+        raise InputError("applies to --resume (a run folder's checkpoint naming a user model)", field="--trust-run-folder")
     if args.resume and args.overwrite:
         raise InputError("--resume continues the run in --out; --overwrite replaces it: choose one", field="--overwrite")
     config = _resumed_config(args) if args.resume else TrainConfig(**_fields_from_args(args))
