@@ -132,7 +132,7 @@ def test_checkpoint_state_of_wrong_shape_is_refused(tmp_path, capsys) -> None:
     state["round"] = -3
     (out / CHECKPOINT_NAME).write_bytes(encode(state))
     assert main(["train", "--out", str(out), "--resume", "--rounds", "3"]) == 2
-    assert "has round -3" in capsys.readouterr().err
+    assert "round: must be an integer in [0, 1000000000], got -3" in capsys.readouterr().err
 
 
 def test_a_changed_system_file_is_refused_on_resume(tmp_path, capsys) -> None:
@@ -232,7 +232,7 @@ def test_checkpoint_round_trip_and_input_digests(tmp_path) -> None:
              "pair": (np.int64(4), np.float32(0.5)), "name": "psl"}
     path = save_checkpoint(state, tmp_path)
     assert path == tmp_path / CHECKPOINT_NAME and path.read_bytes().startswith(MAGIC)
-    loaded = load_checkpoint(tmp_path)
+    loaded = load_checkpoint(tmp_path, validate=False)      # the container only: not a run's state
     assert loaded["round"] == 7 and loaded["name"] == "psl" and torch.equal(loaded["weights"], state["weights"])
     assert torch.equal(loaded["parts"][0], torch.tensor([3, 1, 2])) and loaded["pair"] == (4, 0.5)
     data = tmp_path / "system.json"

@@ -261,6 +261,9 @@ class Strategy:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         pass
 
+    def check_state(self, ctx: RoundContext) -> None:
+        """Raise ValueError if the state just loaded does not fit this run (devices, cuts)."""
+
 
 class AsyncStrategy(Strategy):
     """An asynchronous strategy (GAS): no round barrier. The runtime keeps ``active`` devices

@@ -5,6 +5,8 @@
   is refused, never executed.
 * **Checksummed.** The file is one header line ``adaptplan-checkpoint 2 sha256=<hex>`` followed by
   the torch payload; a payload whose SHA-256 differs (bit flips, truncation) is refused.
+* **Checked.** A loaded state is validated field by field (:mod:`trainers.checkpoint_schema`) before
+  a run continues from it.
 * **Atomic.** Written to a temporary file in the same folder, fsync'ed and renamed over the previous
   checkpoint (:func:`adaptplan.fileio.atomic_write`); a failure (disk full, read-only folder, vanished folder)
   removes the temporary file, leaves the previous checkpoint intact and is reported as one
@@ -92,7 +94,9 @@ def save_checkpoint(state: dict[str, Any], folder: str | os.PathLike) -> Path:
     return path
 
 
-def load_checkpoint(folder: str | os.PathLike) -> dict[str, Any]:
+def load_checkpoint(folder: str | os.PathLike, validate: bool = True) -> dict[str, Any]:
+    """The state in ``folder/checkpoint.pt``, checked as a run's state (``validate``; off only for the
+    container round trip of tests)."""
     path = Path(folder) / CHECKPOINT_NAME
     if not path.is_file():
         raise InputError(f"no checkpoint at {str(path)!r}; the run must have been started with --checkpoint-every",
@@ -101,7 +105,12 @@ def load_checkpoint(folder: str | os.PathLike) -> dict[str, Any]:
         data = path.read_bytes()
     except OSError as exc:
         raise InputError(f"cannot read {str(path)!r}: {exc.strerror or exc}", field="--resume") from None
-    return decode(data, repr(str(path)))
+    state = decode(data, repr(str(path)))
+    if validate:
+        from trainers.checkpoint_schema import check_state
+
+        check_state(state, repr(str(path)))
+    return state
 
 
 def file_digest(path: str | os.PathLike | None) -> str | None:

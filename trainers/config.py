@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
 MAX_LR = 1e6               # step size γ; a diverging run stops with a message, this only keeps γ sane
 MAX_WEIGHT_DECAY = 1.0     # L2 coefficient
 MAX_ALPHA = 1e6            # Dirichlet concentration (large = iid)
+MAX_SCALE = 1e6            # --flops-scale / --bandwidth-scale: a million times the generator's ranges
 MAX_MODEL_WIDTH = 4096     # channels of the built-ins' first layer
 # the upper limit of every integer option (lower limit 1), with its unit
 _INT_LIMITS = {"devices": (MAX_DEVICES, "devices"), "rounds": (MAX_STEPS, "rounds"),
@@ -286,7 +287,7 @@ class TrainConfig:
         ``server_lr`` default to ``lr`` when ``lr`` is given, else to the algorithm's per-role rates;
         ``client_optimizer`` and ``server_optimizer`` to ``optimizer``;
         ``clip_norm`` 0 means no clipping; ``interval`` takes the algorithm's I (SCALA's 20) when no policy decides."""
-        defaults = ALGORITHM_DEFAULTS.get(self.algorithm)
+        defaults = ALGORITHM_DEFAULTS.get(self.algorithm) if isinstance(self.algorithm, str) else None
         if defaults is None:
             return                                       # validate() names the unknown algorithm
         lr_given = self.lr is not None
@@ -306,6 +307,7 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Raise InputError naming the first bad field."""
+        self._check_types()
         check_choice(self.algorithm, ALGORITHMS, "algorithm")
         for name, value in algorithm_options(self.algorithm, self.extra).items():
             option = OPTION_BY_NAME[name]   # numbers finite and bounded here; their own ranges in the strategy
@@ -347,7 +349,7 @@ class TrainConfig:
         if self.target_accuracy is not None:
             number_in_range(self.target_accuracy, "target_accuracy", 0.0, 1.0, low_open=True)
         for name in ("flops_scale", "bandwidth_scale"):
-            positive_number(getattr(self, name), name)
+            number_in_range(getattr(self, name), name, 0.0, MAX_SCALE, low_open=True)
         if self.cuts is not None:
             cuts = tuple(positive_int(c, f"cuts[{i}]", MAX_CUT_POINTS) for i, c in enumerate(self.cuts))
             if len(cuts) == 1:
@@ -375,6 +377,21 @@ class TrainConfig:
                 raise InputError(f"--policy {self.policy} re-decides at every aggregation (random draws) or never; "
                                  "--replan-every goes with --policy adaptsfl", field="replan_every")
 
+    def _check_types(self) -> None:
+        """Text, flag, option-map and cut-list fields have their types (a configuration read back from a
+        checkpoint or JSON may not); numbers are checked with their ranges in :meth:`validate`."""
+        kinds = {"str": (str,), "str | None": (str, type(None)), "bool": (bool,), "dict[str, Any]": (dict,),
+                 "tuple[int, ...] | None": (tuple, list, type(None))}
+        words = {"str": "text", "str | None": "text or null", "bool": "true or false", "dict[str, Any]": "an object",
+                 "tuple[int, ...] | None": "a list of cut indices or null"}
+        for f in dataclasses.fields(self):
+            allowed = kinds.get(str(f.type))
+            value = getattr(self, f.name)
+            if allowed is not None and not isinstance(value, allowed):
+                raise InputError(f"must be {words[str(f.type)]}, got {type(value).__name__}", field=f.name)
+        if not all(isinstance(k, str) for k in self.extra):
+            raise InputError("option names must be text", field="extra")
+
     def optimizer_spec(self, role: str = "client") -> "OptimizerSpec":
         """The optimizer of ``role``: "client" (the devices) or "server" (the edge server's instances)."""
         from trainers.optim import OptimizerSpec
@@ -395,6 +412,6 @@ class TrainConfig:
         if unknown:
             raise InputError(f"unknown key(s) {unknown}; valid: {', '.join(sorted(names))}", field="config")
         values = dict(data)
-        if values.get("cuts") is not None:
+        if isinstance(values.get("cuts"), list):
             values["cuts"] = tuple(values["cuts"])
         return cls(**values)

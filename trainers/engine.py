@@ -632,6 +632,22 @@ class SplitEngine:
                 "strategy": self.strategy.state_dict(), "async": copy.deepcopy(self.async_state)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`state_dict`'s output; ValueError naming the part that does not fit this engine
+        (the run turns it into one message about the checkpoint)."""
+        expected = {"cuts", "interval", "rounds_since_aggregation", "devices", "edge", "fed", "rng", "strategy", "async"}
+        if not isinstance(state, dict) or set(state) != expected:
+            raise ValueError(f"engine state must hold exactly {sorted(expected)}")
+        for name in ("interval", "rounds_since_aggregation"):
+            value = state[name]
+            if not isinstance(value, int) or isinstance(value, bool) or value < (1 if name == "interval" else 0):
+                raise ValueError(f"engine {name} must be an integer ≥ {1 if name == 'interval' else 0}, got {value!r}")
+        if not isinstance(state["devices"], list) or len(state["devices"]) != self.num_devices:
+            raise ValueError(f"engine devices must hold the state of each of the {self.num_devices} devices")
+        for name, mine in (("fed", {"global_blocks"}), ("strategy", set(self.strategy.state_dict()))):
+            if not isinstance(state[name], dict) or set(state[name]) != mine:
+                raise ValueError(f"engine {name} state must hold exactly {sorted(mine)}")
+        if state["async"] is not None and (not self.strategy.asynchronous or not isinstance(state["async"], dict)):
+            raise ValueError("engine async state belongs to an asynchronous algorithm's loop only")
         self.cuts = self._check_cuts(state["cuts"])
         self.interval = int(state["interval"])
         self.rounds_since_aggregation = int(state["rounds_since_aggregation"])
@@ -641,4 +657,5 @@ class SplitEngine:
         self.fed.load_state_dict(state["fed"])
         self.rng.bit_generator.state = state["rng"]
         self.strategy.load_state_dict(_tensors_to(state["strategy"], self.device))
+        self.strategy.check_state(self.context(0))
         self.async_state = copy.deepcopy(state.get("async"))

@@ -307,6 +307,12 @@ class Trainer:
         if not isinstance(round_index, int) or not 0 <= round_index:
             raise InputError(f"the {where} has round {round_index!r}; start the run again with --overwrite",
                              field="--resume")
+        n_train = int(self.engine.data.x_train.shape[0])
+        for i, part in enumerate(state["partitions"]):
+            if int(part.max()) >= n_train:
+                raise InputError(f"the {where} gives device {i} sample index {int(part.max())}, beyond the "
+                                 f"{n_train} training samples of {self.config.dataset}; start the run again with "
+                                 "--overwrite", field="--resume")
         try:
             self.engine.data.parts = [np.asarray(p) for p in state["partitions"]]
             self.engine.load_state_dict(state["engine"])
@@ -316,7 +322,7 @@ class Trainer:
             name, keys, pos, has_gauss, cached = state["numpy_rng"]
             np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
             self.engine.check_models_finite(round_index)
-        except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as exc:
+        except (KeyError, TypeError, ValueError, RuntimeError, IndexError, OverflowError, AttributeError) as exc:
             raise InputError(f"the {where} does not fit this run ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
                              "start the run again with --overwrite", field="--resume") from None
         self.clock.seconds = float(state["clock_seconds"])
@@ -335,14 +341,14 @@ class Trainer:
             raise InputError(f"the {where} has run id {str(mine)[:40]!r}, not a run id; start the run again with "
                              "--overwrite", field="--resume")
         history_path = Path(str(self.config.out)) / "history.json"
-        if mine is None or not history_path.is_file():
+        if not history_path.is_file():
             return
         try:
             theirs = json.loads(history_path.read_text(encoding="utf-8")).get("meta", {}).get("run_id")
         except (OSError, ValueError, AttributeError):
             return                                   # the history is rewritten from the checkpoint's own
-        if theirs is not None and theirs != mine:
-            raise InputError(f"the {where} belongs to another run (run id {mine[:12]}…) than the history beside it "
+        if theirs is not None and theirs != mine:             # a checkpoint without an id cannot hide its origin
+            raise InputError(f"the {where} belongs to another run (run id {str(mine)[:12]}…) than the history beside it "
                              f"(run id {str(theirs)[:12]}…): a checkpoint copied from another run folder is not "
                              "continued; copy the whole folder, or start again with --overwrite", field="--resume")
 

@@ -78,3 +78,7 @@ class SCALA(Strategy):
 
     def load_state_dict(self, state):
         self.current = [int(d) for d in state.get("current", [])]
+
+    def check_state(self, ctx):
+        if any(not 0 <= d < ctx.num_devices for d in self.current):
+            raise ValueError(f"SCALA's participants {self.current} are not devices of this run")

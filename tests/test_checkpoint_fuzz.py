@@ -1,0 +1,181 @@
+"""Fuzz a run's checkpoint field by field (issue 25): every case is one bad value — a wrong type, an out-of-range
+or non-finite number, a missing or unknown field, an inconsistent pair — written back with its checksum
+recomputed, then ``adaptplan train --out RUN --resume``. Each must end with exit code 2 and exactly one line
+``adaptplan train: error: ...`` (the checkpoint's own refusals name the checkpoint), never an internal error and
+never a run that goes on. Configuration edits are made in ``config`` and in the configuration its history
+recorded alike, so that they reach the option checks rather than the consistency check."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+import torch
+
+from adaptplan.cli import main
+from trainers.checkpoint import CHECKPOINT_NAME, encode, load_checkpoint
+
+NAN, INF = float("nan"), float("inf")
+BAD_SCALARS: list[Any] = [None, "text", [], {}, True, -1, -1.5, NAN, INF, 10 ** 30, [1, 2], {"a": 1}]
+BAD_TEXT: list[Any] = [None, 5, 1.5, True, [], {}, ["a"]]
+BAD_FLAG: list[Any] = [None, "yes", 2, [], {}]
+
+
+def run_folder(tmp: Path) -> Path:
+    out = tmp / "run"
+    assert main(["train", "--algorithm", "scala", "--dataset", "synthetic", "--model", "mlp", "--devices", "3",
+                 "--cuts", "1", "--rounds", "2", "--checkpoint-every", "1", "--batch-size", "8", "--interval", "2",
+                 "--participation", "0.7", "--eval-every", "1", "--threads", "1", "--no-progress", "--out", str(out)]) == 0
+    return out
+
+
+Edit = tuple[str, Callable[[dict[str, Any]], None]]
+
+
+def setter(path: list[Any], value: Any, *, delete: bool = False) -> Callable[[dict[str, Any]], None]:
+    def apply(state: dict[str, Any]) -> None:
+        target = state
+        for key in path[:-1]:
+            target = target[key]
+        if delete:
+            del target[path[-1]]
+        else:
+            target[path[-1]] = copy.deepcopy(value)
+    return apply
+
+
+def config_setter(name: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def apply(state: dict[str, Any]) -> None:
+        state["config"][name] = copy.deepcopy(value)
+        state["history"]["meta"]["config"][name] = copy.deepcopy(value)
+    return apply
+
+
+OPTIONAL = {"plan_path", "policy", "system_path", "constants_path", "data_root", "replan_every", "max_test_samples",
+            "interval", "target_accuracy", "ranks"}       # None is a valid value of these
+
+
+def bad_config_values(name: str, value: Any) -> list[Any]:
+    """Values no run could have had for option ``name`` (currently ``value``)."""
+    if isinstance(value, bool):
+        return BAD_FLAG
+    if isinstance(value, str) or name.endswith("_path") or name in ("data_root", "policy"):
+        return [v for v in BAD_TEXT if not (v is None and name in OPTIONAL)]
+    if isinstance(value, int) or name in ("replan_every", "max_test_samples", "interval"):
+        return [-1, 1.5, "3", [], 10 ** 30] + ([] if name in OPTIONAL else [None])
+    if isinstance(value, float) or name == "target_accuracy":
+        huge = [] if name == "clip_norm" else [10 ** 30]    # any clip norm > 0 is a clip norm
+        return [-1.0, NAN, INF, "0.1", []] + huge + ([] if name in OPTIONAL else [None])
+    if name == "cuts":
+        return [5, "1", [0, 0, 0], [1, 1], [1.5, 1, 1], {"a": 1}]
+    if name == "extra":
+        return [[], "x", {"participation": "all"}, {"no_such_option": 1}, {"participation": NAN},
+                {"participation": 5.0}, {"la_tau": -1.0}]
+    return BAD_SCALARS
+
+
+def edits(state: dict[str, Any]) -> Iterator[Edit]:
+    for key in list(state):
+        yield f"del {key}", setter([key], None, delete=True)
+        for value in BAD_SCALARS:
+            if not (key == "inputs" and value == state["inputs"]):      # {}: this run names no input file
+                yield f"{key} = {value!r}"[:80], setter([key], value)
+    yield "unknown field", setter(["colour"], "red")
+    yield "round beyond the history", setter(["round"], state["round"] + 1)
+    yield "round behind the history", setter(["round"], state["round"] - 1)
+    yield "last_replan after round", setter(["last_replan"], state["round"] + 1)
+    for name, value in state["config"].items():
+        if name in ("resume", "overwrite", "progress", "threads", "eval_every", "checkpoint_every", "rounds", "out",
+                    "target_accuracy", "device", "client_batching", "distributed", "ranks", "emulate_links",
+                    "rank_timeout"):
+            continue                         # given anew on --resume: the command line's value is used
+        for bad in bad_config_values(name, value):
+            yield f"config.{name} = {bad!r}"[:80], config_setter(name, bad)
+    yield "config alone edited", setter(["config", "seed"], 5)
+    yield "history's config alone edited", setter(["history", "meta", "config", "lr"], 0.5)
+    for i, value in enumerate(["PCG64", torch.zeros(3, dtype=torch.int64), -1, 2, NAN]):
+        yield f"numpy_rng[{i}] = {value!r}"[:80], setter(["numpy_rng", i], value)
+    yield "numpy_rng short", setter(["numpy_rng"], state["numpy_rng"][:3])
+    for value in [torch.zeros(3), torch.zeros(0, dtype=torch.uint8), torch.zeros(2, 2, dtype=torch.uint8)]:
+        yield f"torch_rng = {value!r}"[:80], setter(["torch_rng"], value)
+    parts = state["partitions"]
+    yield "partitions emptied", setter(["partitions"], [])
+    yield "a partition emptied", setter(["partitions", 0], torch.zeros(0, dtype=torch.int64))
+    yield "a partition of floats", setter(["partitions", 0], parts[0].double())
+    yield "a partition 2-D", setter(["partitions", 0], parts[0].reshape(1, -1))
+    yield "a negative sample", setter(["partitions", 0], torch.cat([parts[0][:-1], torch.tensor([-4])]))
+    yield "a sample beyond the data", setter(["partitions", 0], torch.cat([parts[0][:-1], torch.tensor([10 ** 9])]))
+    yield "a shared sample", setter(["partitions", 1], torch.cat([parts[1][:-1], parts[0][:1]]))
+    yield "one partition too many", setter(["partitions"], parts + [parts[0]])
+    yield "an input digest for no file", setter(["inputs", "system"], "0" * 64)
+    for value in ["abc", "z" * 32, 5, ["a"]]:
+        yield f"run_id = {value!r}", setter(["run_id"], value)
+    engine = state["engine"]
+    for key in list(engine):
+        yield f"del engine.{key}", setter(["engine", key], None, delete=True)
+        for value in BAD_SCALARS[:9]:
+            if not (key == "async" and value is None):                   # SCALA is synchronous: no loop state
+                yield f"engine.{key} = {value!r}"[:80], setter(["engine", key], value)
+    yield "engine.fed without its global model", setter(["engine", "fed"], {})
+    yield "engine.strategy without its participants", setter(["engine", "strategy"], {})
+    yield "engine.cuts beyond the model", setter(["engine", "cuts"], [99, 1, 1])
+    yield "engine.cuts too few", setter(["engine", "cuts"], [1])
+    yield "engine.interval 0", setter(["engine", "interval"], 0)
+    yield "engine.devices short", setter(["engine", "devices"], engine["devices"][:1])
+    yield "engine.rng of another generator", setter(["engine", "rng"], {"bit_generator": "MT19937", "state": {}})
+    yield "engine.strategy.current beyond the devices", setter(["engine", "strategy", "current"], [0, 7])
+    yield "history.records[0].round", setter(["history", "records", 0, "round"], 5)
+    yield "history.records[0].accuracy", setter(["history", "records", 0, "accuracy"], 7.5)
+    yield "history.meta", setter(["history", "meta"], "text")
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> tuple[Path, bytes, dict[str, Any]]:
+    out = run_folder(tmp_path_factory.mktemp("fuzz"))
+    data = (out / CHECKPOINT_NAME).read_bytes()
+    return out, data, load_checkpoint(out)
+
+
+def resume(out: Path) -> tuple[int, str]:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main(["train", "--out", str(out), "--resume", "--rounds", "3", "--threads", "1"])
+    return code, err.getvalue()
+
+
+def test_the_unedited_checkpoint_resumes(checkpoint, tmp_path) -> None:
+    out, data, _ = checkpoint
+    copy_dir = tmp_path / "copy"
+    copy_dir.mkdir()
+    for name in ("history.json", "history.csv", CHECKPOINT_NAME):
+        (copy_dir / name).write_bytes((out / name).read_bytes())
+    assert resume(copy_dir)[0] == 0
+
+
+def test_every_edited_checkpoint_is_refused_with_one_line(checkpoint) -> None:
+    out, original, state = checkpoint
+    outcomes: Counter[str] = Counter()
+    failures = []
+    cases = list(edits(state))
+    assert len(cases) >= 500
+    for label, apply in cases:
+        edited = copy.deepcopy(state)
+        try:
+            apply(edited)
+        except (KeyError, IndexError, TypeError):
+            continue                                                   # the field is not in this checkpoint
+        (out / CHECKPOINT_NAME).write_bytes(encode(edited))
+        code, err = resume(out)
+        lines = [line for line in err.strip().splitlines() if not line.startswith("plan from")]
+        clean = code == 2 and len(lines) == 1 and lines[0].startswith("adaptplan train: error: ")
+        outcomes["refused" if clean else "internal error" if code == 1 else f"exit {code}"] += 1
+        if not clean:
+            failures.append((label, code, err.strip()[-300:]))
+        (out / CHECKPOINT_NAME).write_bytes(original)
+    assert not failures, f"{len(failures)} of {sum(outcomes.values())}: {failures[:80]}"
+    assert outcomes["refused"] >= 500
