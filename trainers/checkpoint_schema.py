@@ -1,4 +1,4 @@
-"""What a checkpoint's state must be before a run continues from it (docs/formats.md, "Checkpoint").
+"""What a checkpoint's state must be before a run continues from it (docs/formats.md "Checkpoint").
 
 A checkpoint is checked like every other input file: every top-level field's type and range, and the
 fields' agreement with each other — the configuration equals the one its history recorded, the history
