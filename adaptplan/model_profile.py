@@ -22,6 +22,7 @@ from adaptplan.fileio import (
     check_keys,
     load_file,
     mapping_value,
+    show,
     non_empty_list,
     non_negative_number,
     positive_int,
@@ -153,8 +154,8 @@ class ModelProfile:
                              '{"batch_size": 16, "optimizer": "adam"}', field="memory")
         check_keys(self.memory, ("batch_size", "optimizer"), (), "memory")
         positive_int(self.memory["batch_size"], "memory.batch_size")
-        if self.memory["optimizer"] not in OPTIMIZER_STATE:
-            raise InputError(f"must be one of {', '.join(OPTIMIZER_STATE)}, got {self.memory['optimizer']!r}",
+        if not isinstance(self.memory["optimizer"], str) or self.memory["optimizer"] not in OPTIMIZER_STATE:
+            raise InputError(f"must be one of {', '.join(OPTIMIZER_STATE)}, got {show(self.memory['optimizer'])}",
                              field="memory.optimizer")
 
     def identity(self) -> dict[str, Any]:

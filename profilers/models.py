@@ -77,7 +77,7 @@ def resolve_model(spec: str, num_classes: int = 10, field: str = "MODEL") -> nn.
         model = factory(num_classes=num_classes)
     except InputError:
         raise
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:     # a factory that calls sys.exit() is a failed build, said as one
         raise InputError(f"building model {spec!r} failed: {describe(exc)}", field=field) from exc
     if not isinstance(model, nn.Module):
         raise InputError(f"{spec} returned {type(model).__name__}, not a torch.nn.Module", field=field)
@@ -138,11 +138,14 @@ def _factory(spec: str, field: str) -> Callable[..., nn.Module]:
         raise InputError(f"cannot import module {module_name!r} (looked in the working directory {cwd} and on "
                          f"PYTHONPATH): {exc}. Fix: run from the folder that holds it, or add that folder to "
                          "PYTHONPATH", field=field) from None
-    except Exception as exc:   # the user's module raised while being imported
+    except (Exception, SystemExit) as exc:   # the user's module raised (or exited) while being imported
         raise InputError(f"importing module {module_name!r} of model {spec!r} failed: {describe(exc)}", field=field) from exc
     factory = getattr(module, attr, None)
     if factory is None or not callable(factory):
         raise InputError(f"module {module_name!r} has no callable {attr!r}", field=field)
+    if inspect.isbuiltin(factory):   # sys:exit, os:abort... are not model factories (and may end the process)
+        raise InputError(f"{spec!r} is a built-in function, not a model factory: name a Python function or class "
+                         "that returns an nn.Module", field=field)
     try:
         accepts = "num_classes" in inspect.signature(factory).parameters
     except (TypeError, ValueError):

@@ -187,3 +187,21 @@ def test_lazy_package_attributes():
     with pytest.raises(AttributeError, match="module 'adaptplan' has no attribute 'Nope'"):
         adaptplan.Nope  # noqa: B018
     assert not hasattr(adaptplan, "Nope")
+
+
+@pytest.mark.parametrize("value", [["adam"], {"name": "adam"}, 3, None, "x" * 1_000_000])
+def test_a_profile_memory_optimizer_of_another_kind_is_one_short_message(value) -> None:
+    """A list or an object there used to be an internal error (unhashable type); a huge value is not echoed whole."""
+    import json as _json  # noqa: F811
+
+    from adaptplan.errors import InputError as _InputError
+    from adaptplan.model_profile import ModelProfile
+    from adaptplan.scenarios import default_profile
+
+    data = _json.loads(_json.dumps(default_profile().to_json()))
+    data["memory"] = {"batch_size": 16, "optimizer": value}
+    for cut in data["cut_points"]:
+        cut.setdefault("client_memory_bytes", 1000.0)
+    with pytest.raises(_InputError) as info:
+        ModelProfile.from_json(data)
+    assert info.value.field == "memory.optimizer" and len(info.value.message) < 200

@@ -82,3 +82,20 @@ def test_a_killed_writes_temporary_files_are_removed_when_the_folder_is_used_aga
     keep.write_text("mine")
     assert main(["train", "--out", str(run), "--resume", "--rounds", "2"]) == 0
     assert not any(path.exists() for path in stale) and keep.read_text() == "mine"
+
+
+def test_a_model_name_that_ends_the_process_is_refused_with_one_line(tmp_path) -> None:
+    """`--model sys:exit` used to exit 0 with no output and `os:abort` to kill the process (exit 134); a factory or
+    a module that calls sys.exit() is a failed build."""
+    (tmp_path / "quits.py").write_text(textwrap.dedent("""
+        import sys
+        def factory(num_classes=10):
+            sys.exit(3)
+    """))
+    (tmp_path / "quitsonimport.py").write_text("import sys\nsys.exit(0)\n")
+    for spec, message in (("sys:exit", "is a built-in function"), ("os:abort", "is a built-in function"),
+                          ("quits:factory", "building model 'quits:factory' failed: SystemExit"),
+                          ("quitsonimport:net", "importing module 'quitsonimport'")):
+        result = adaptplan(tmp_path, "profile", spec, "--input", "3x8x8")
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1 and message in lines[0], (spec, result.stderr)

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from adaptplan.errors import InputError
+from adaptplan.fileio import show
 from adaptplan.limits import MAX_STEPS
 
 REQUIRED = ("round", "engine", "torch_rng", "numpy_rng", "clock_seconds", "last_replan", "wall_seconds", "history",
@@ -45,13 +46,13 @@ def check_state(state: dict[str, Any], where: str) -> None:
         raise refuse(unknown[0], "unknown field")
     round_index = state["round"]
     if not _is_int(round_index) or not 0 <= round_index <= MAX_STEPS:
-        raise refuse("round", f"must be an integer in [0, {MAX_STEPS}], got {_show(round_index)}")
+        raise refuse("round", f"must be an integer in [0, {MAX_STEPS}], got {show(round_index)}")
     for name in ("clock_seconds", "wall_seconds"):
         value = state[name]
         if not _is_number(value) or not (math.isfinite(value) and 0 <= value <= MAX_SECONDS):
-            raise refuse(name, f"must be a finite number of seconds in [0, {MAX_SECONDS:g}], got {_show(value)}")
+            raise refuse(name, f"must be a finite number of seconds in [0, {MAX_SECONDS:g}], got {show(value)}")
     if not _is_int(state["last_replan"]) or not 0 <= state["last_replan"] <= round_index:
-        raise refuse("last_replan", f"must be an integer in [0, round = {round_index}], got {_show(state['last_replan'])}")
+        raise refuse("last_replan", f"must be an integer in [0, round = {round_index}], got {show(state['last_replan'])}")
     config = state["config"]
     if not isinstance(config, dict) or not all(isinstance(k, str) for k in config):
         raise refuse("config", f"must be an object of run options, got {type(config).__name__}")
@@ -69,7 +70,7 @@ def check_state(state: dict[str, Any], where: str) -> None:
     _check_rngs(state, refuse)
     run_id = state.get("run_id")
     if run_id is not None and not (isinstance(run_id, str) and len(run_id) == 32 and _HEX.fullmatch(run_id)):
-        raise refuse("run_id", f"must be 32 hexadecimal digits, got {_show(run_id)}")
+        raise refuse("run_id", f"must be 32 hexadecimal digits, got {show(run_id)}")
     if not isinstance(state["engine"], dict):
         raise refuse("engine", f"must be an object, got {type(state['engine']).__name__}")
 
@@ -83,13 +84,13 @@ def _check_inputs(inputs: Any, config: dict[str, Any], refuse) -> None:
                                f"got {sorted(str(k)[:40] for k in inputs)}")
     for name, digest in inputs.items():
         if not (isinstance(digest, str) and len(digest) == 64 and _HEX.fullmatch(digest)):
-            raise refuse(f"inputs.{name}", f"must be a SHA-256 (64 hexadecimal digits), got {_show(digest)}")
+            raise refuse(f"inputs.{name}", f"must be a SHA-256 (64 hexadecimal digits), got {show(digest)}")
 
 
 def _check_partitions(partitions: Any, config: dict[str, Any], refuse) -> None:
     devices = config.get("devices")
     if not isinstance(partitions, list) or not _is_int(devices) or len(partitions) != devices:
-        raise refuse("partitions", f"must be a list of one sample-index tensor per device ({_show(devices)} devices)")
+        raise refuse("partitions", f"must be a list of one sample-index tensor per device ({show(devices)} devices)")
     seen = 0
     for i, part in enumerate(partitions):
         if not (torch.is_tensor(part) and part.dim() == 1 and part.numel() > 0 and not part.is_floating_point()
@@ -123,9 +124,3 @@ def _is_int(value: Any) -> bool:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _show(value: Any) -> str:
-    """A value for a message, at most 60 characters."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
