@@ -287,3 +287,17 @@ def test_constants_need_one_sigma2_and_g2_per_cut_and_only_known_keys() -> None:
     assert ConvergenceConstants.from_json(data) == ConvergenceConstants.placeholder(3)
     with pytest.raises(InputError, match="delta"):
         ConvergenceConstants.from_json({**data, "delta": 1.0})
+
+
+@pytest.mark.parametrize("algorithm,options,says", [
+    ("psl", {}, "client models never averaged"), ("gapsl", {}, "client models never averaged"),
+    ("sl", {}, "client models never averaged"), ("cyclesl", {"cycle_base": "sglr"}, "client models never averaged"),
+    ("cyclesl", {"cycle_base": "sfl"}, "interval I = 1"), ("sfl-v1", {}, "interval I = 1"),
+    ("gas", {"local_steps": 1}, "asynchronous: a round is one global iteration"),
+    ("adaptsfl", {}, "interval I = 1 (--cuts without --interval: give --interval I"),
+])
+def test_the_plan_line_says_what_the_interval_means_for_the_algorithm(algorithm, options, says) -> None:
+    trainer = Trainer(TrainConfig(**{**TINY, "devices": 2}, algorithm=algorithm, rounds=1, cuts=(1,), extra=options))
+    line = trainer.describe_plan()
+    assert line.endswith(says) or f"{says}" in line
+    assert ("interval I" in line) == says.startswith("interval I")

@@ -208,6 +208,7 @@ class Strategy:
     asynchronous = False
     participation = 1.0
     min_participants = 1        # a sampled round takes at least this many devices
+    averages_clients = True     # client models are averaged every I rounds (False: never; SL hands one on)
     reset_client_optimizer = False   # a device that loads a global client model restarts its optimizer state
     uses_total_rounds = False   # the schedule reads t/R (ctx.total_rounds): a resumed run must keep --rounds
 

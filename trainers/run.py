@@ -248,8 +248,19 @@ class Trainer:
         extra = ""
         if "plan" in event:
             extra = f"; predicted {event['plan']['rounds']} rounds, {event['plan']['total_latency_s']:.4g} s (eq. 26)"
-        return (f"plan from {source}: {spread} of {len(self.blocks)} cut points, interval I = {event['interval']}"
-                f"{extra}")
+        return f"plan from {source}: {spread} of {len(self.blocks)} cut points, {self._describe_interval(event)}{extra}"
+
+    def _describe_interval(self, event: dict[str, Any]) -> str:
+        """What the interval means for this algorithm: none for those that never average client models, GAS's
+        own buffer, and where AdaptSFL's I = 1 comes from when --cuts replaced the plan."""
+        if self.strategy.asynchronous:
+            return "asynchronous: a round is one global iteration (its model buffer decides the averaging)"
+        if not self.strategy.averages_clients:
+            return "client models never averaged"
+        text = f"interval I = {event['interval']}"
+        if event["source"] == "cuts" and self.config.interval is None and self.config.algorithm == "adaptsfl":
+            text += " (--cuts without --interval: give --interval I, or leave out --cuts for the planner's I)"
+        return text
 
     def _planned_interval(self, interval: int) -> int:
         """The planner's I is AdaptSFL's decision; SplitFed (and the others) aggregate every round (I = 1)

@@ -39,6 +39,7 @@ class CycleSL(Strategy):
         if not (isinstance(server_epochs, int) and server_epochs >= 1):
             raise InputError(f"must be an integer ≥ 1, got {server_epochs!r}", field="--server-epochs")
         self.base, self.epochs, self.phase, self.sample_weight = cycle_base, server_epochs, server_phase, sample_weight
+        self.averages_clients = cycle_base == "sfl"           # CyclePSL and CycleSGLR never average
 
     def validate(self, ctx) -> None:
         if len(set(ctx.cuts)) > 1:

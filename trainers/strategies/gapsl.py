@@ -44,6 +44,7 @@ def angles(vectors: torch.Tensor, others: torch.Tensor) -> torch.Tensor:
 
 class GAPSL(Strategy):
     name = "gapsl"
+    averages_clients = False
     uses_total_rounds = True     # K^t of eq. (2) grows with t/T
 
     def __init__(self, participation: float = 1.0, gda: str = "detached", k_min: float = 0.2, k_max: float = 0.8,

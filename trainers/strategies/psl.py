@@ -17,6 +17,7 @@ from trainers.api import Strategy
 
 class PSL(Strategy):
     name = "psl"
+    averages_clients = False
 
     def eval_models(self, view):
         return [view.device_model(d) for d in range(view.num_devices)]

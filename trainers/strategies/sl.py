@@ -16,6 +16,7 @@ from trainers.api import Handoff, InputError, Strategy
 
 class SL(Strategy):
     name = "sl"
+    averages_clients = False
 
     def __init__(self) -> None:
         super().__init__()
