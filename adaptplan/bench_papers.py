@@ -516,7 +516,7 @@ def plot(todo: Sequence[Mapping[str, Any]], results: Sequence[RunResult], catalo
             curve = mean_curve([r for j, r in zip(todo, results) if j["group"] == group and j["label"] == label])
             if curve:
                 xs = [p[0] for p in curve]
-                line, = ax.plot(xs, [p[1] for p in curve], label=label)
+                line, = ax.plot(xs, [p[1] for p in curve], marker="o", markersize=3, label=label)
                 ax.fill_between(xs, [p[2] for p in curve], [p[3] for p in curve], color=line.get_color(),
                                 alpha=0.15)  # no-mutate: layout only
         if group in ("gas", "adaptsfl"):

@@ -101,7 +101,8 @@ def run_jobs(jobs: Sequence[dict[str, Any]], workers: int | None = None, desc: s
 
 
 def plot(results: Sequence[RunResult], path: str | os.PathLike) -> None:
-    """Test accuracy against simulated seconds, one panel per group, one line per label."""
+    """Test accuracy against simulated seconds, one panel per group, one line per label, every evaluation a
+    marker (a run with a single evaluation is a visible point); a panel without evaluations says so."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -110,14 +111,20 @@ def plot(results: Sequence[RunResult], path: str | os.PathLike) -> None:
     size = (5 * len(groups), 4)  # no-mutate: layout only
     fig, axes = plt.subplots(1, len(groups), figsize=size, squeeze=False)
     for ax, group in zip(axes[0], groups):
+        drawn = False
         for r in results:
             if r.group == group and r.curve:
-                ax.plot([t for t, _ in r.curve], [a for _, a in r.curve], label=r.label)
+                ax.plot([t for t, _ in r.curve], [a for _, a in r.curve], marker="o", markersize=4, label=r.label)
+                drawn = True
+        if not drawn:
+            ax.text(0.5, 0.5, "no evaluation in these runs\n(lower --eval-every)", ha="center", va="center",
+                    transform=ax.transAxes)
         ax.set_title(group)
         ax.set_xlabel("simulated seconds")
         ax.set_ylabel("test accuracy")
         ax.grid(alpha=0.3)  # no-mutate: layout only
-    axes[0][0].legend(fontsize=8)
+    if axes[0][0].get_legend_handles_labels()[0]:
+        axes[0][0].legend(fontsize=8)
     fig.tight_layout()  # no-mutate: layout only
     fig.savefig(path)
     plt.close(fig)

@@ -345,3 +345,23 @@ def test_bench_needs_a_benchmark_name(capsys) -> None:
 
     assert main(["bench"]) == 2
     assert "the following arguments are required: BENCH" in capsys.readouterr().err
+
+
+def test_the_accuracy_plot_marks_every_evaluation_and_says_when_there_is_none(tmp_path, monkeypatch) -> None:
+    """Issue 25, first-hour item 1: the README's short runs evaluate once; a one-point line without markers is
+    invisible. Every evaluation is a marker, and a panel with no evaluation at all says so."""
+    import matplotlib.pyplot as plt
+
+    from adaptplan.bench_runs import RunResult, plot
+
+    def result(group, curve):
+        return RunResult(group, "psl", 10, 0.5, 1.0, 1.0, None, None, None, None, None, curve)
+
+    figures = []
+    monkeypatch.setattr(plt.Figure, "savefig", lambda self, path, **kw: figures.append(self))
+    plot([result("iid", [(1.0, 0.5)]), result("shards", [])], tmp_path / "a.png")
+    (fig,) = figures
+    one, empty = fig.axes
+    (line,) = one.get_lines()
+    assert line.get_marker() == "o" and list(line.get_xdata()) == [1.0]
+    assert not empty.get_lines() and "no evaluation" in empty.texts[0].get_text()
