@@ -33,3 +33,26 @@ def test_ci_runs_the_readme_commands_verbatim():
     ci_lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
     for command in readme_setup_commands():
         assert command in ci_lines
+
+
+def test_the_readmes_resume_list_is_the_options_a_resumed_run_may_change() -> None:
+    """Issue 25, first-hour item 6: the README's list of flags allowed with --resume is trainers.run.RESUMABLE."""
+    import re
+
+    from adaptplan.commands.train import flag_of
+    from trainers.run import RESUMABLE
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    sentence = text[text.index("only `--rounds`"):text.index("may be given anew")]
+    listed = set(re.findall(r"`(--[a-z-]+)`", sentence))
+    allowed = {flag_of(name) for name in RESUMABLE} - {"--resume", "--overwrite", "--out"}
+    assert listed == allowed
+
+
+def test_the_bench_help_line_names_every_benchmark(capsys) -> None:
+    from adaptplan.cli import build_parser
+
+    parser = build_parser()
+    bench = next(a for a in parser._subparsers._group_actions[0]._choices_actions if a.dest == "bench")
+    for name in ("solvers", "engine", "algorithms", "training", "papers"):
+        assert name in bench.help

@@ -17,7 +17,9 @@ MAX_BENCH_ROUNDS = 10_000   # measured rounds / repeats of `bench engine`
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("bench", help="benchmarks: solvers (latency vs baselines and exact, solve time) and engine (samples/s)")
+    parser = sub.add_parser("bench", help="benchmarks: solvers (latency vs baselines and exact, solve time), engine "
+                            "(samples/s), algorithms (the nine side by side), training (planning policies in the loop) "
+                            "and papers (each paper's claim at this scale)")
     which = parser.add_subparsers(dest="bench", metavar="BENCH")
     which.required = True
     solvers = which.add_parser("solvers", help="AdaptSFL vs baselines vs exact optimum; solve time vs devices and cut points")
