@@ -113,3 +113,26 @@ def test_table_lists_the_slowest_devices_when_there_are_many():
     assert len(device_lines) == 5
     full = format_plan(plan, profile, system, max_devices=None)
     assert len([line for line in full.splitlines() if line[:1].isdigit()]) == 60
+
+
+def test_plan_raises_an_unreachable_placeholder_target_as_train_does_and_says_so(capsys, tmp_path) -> None:
+    """Issue 25 item 2: one rule for plan and train (ConvergenceConstants.training_placeholder): with 4 devices
+    ε = 0.1 is below the noise floor β·γ·Σσ²/N = 5·0.01·16/4 = 0.2, so the target is twice it, 0.4, and the
+    title says so; --epsilon sets it (an unreachable one is one line), and is refused with --constants."""
+    from adaptplan.cli import main
+
+    assert main(["plan", "--devices", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "target ε = 0.4: twice the noise floor, 0.1 being unreachable with 4 devices" in out.splitlines()[0]
+    assert main(["plan", "--devices", "4", "--epsilon", "0.5"]) == 0
+    assert "target ε = 0.5 (--epsilon)" in capsys.readouterr().out.splitlines()[0]
+    assert main(["plan", "--devices", "4", "--epsilon", "0.05"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unreachable" in err[0] and "0.2" in err[0]
+    assert main(["plan", "--devices", "20"]) == 0                     # reachable: the placeholder's 0.1, unchanged
+    assert "target ε" not in capsys.readouterr().out.splitlines()[0]
+    constants = tmp_path / "c.json"
+    constants.write_text('{"beta": 5, "gamma": 0.01, "theta": 2.3, "epsilon": 0.3, "sigma2": [1], "G2": [0.002]}')
+    assert main(["plan", "--constants", str(constants), "--epsilon", "0.5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--epsilon" in err[0]

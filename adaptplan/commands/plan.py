@@ -9,7 +9,7 @@ import time
 
 from adaptplan.errors import InputError
 from adaptplan.fileio import show
-from adaptplan.flags import int_flag
+from adaptplan.flags import float_flag, int_flag
 from adaptplan.limits import MAX_DEVICES, MAX_SEED
 
 
@@ -31,6 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--cuts", metavar="LIST", help="restrict candidate cut indices, comma-separated 1-based "
                         "(e.g. 1,2,5); default 1..L-1")
     parser.add_argument("--backend", choices=("highs", "cbc"), default="highs", help="MILP solver of the MS step (default highs)")
+    parser.add_argument("--epsilon", type=float_flag(0.0, 1e6, low_open=True),
+                        help="target ε of the placeholder constants (default 0.1, or twice the noise floor β·γ·Σσ²/N "
+                             "where 0.1 is unreachable, as train uses); with --constants, set epsilon in the file")
     parser.add_argument("--devices", type=int_flag(1, MAX_DEVICES, "devices"), default=20, help="number of generated devices when --system is not given (default 20)")
     parser.add_argument("--seed", type=int_flag(0, MAX_SEED), default=0, help="seed of the generated system when --system is not given (default 0)")
     parser.add_argument("--all-devices", action="store_true", help="list every device in the table "
@@ -62,6 +65,8 @@ def check_candidates(candidates: list[int], num_cuts: int) -> list[int]:
 
 def load_instance(args: argparse.Namespace):
     """(profile, system, constants, title) from the options, defaulting to the built-in scenario."""
+    from dataclasses import replace
+
     from adaptplan.constants import ConvergenceConstants
     from adaptplan.model_profile import ModelProfile
     from adaptplan.scenarios import default_profile
@@ -69,11 +74,27 @@ def load_instance(args: argparse.Namespace):
 
     profile = ModelProfile.load(args.profile) if args.profile else default_profile()
     system = SystemSpec.load(args.system) if args.system else generate_system(args.devices, args.seed)
-    constants = ConvergenceConstants.load(args.constants) if args.constants else ConvergenceConstants.placeholder(profile.num_cuts)
+    epsilon = getattr(args, "epsilon", None)
+    if args.constants:
+        if epsilon is not None:
+            raise InputError("the constants file sets the target: change its epsilon (or drop --constants)",
+                             field="--epsilon")
+        constants = ConvergenceConstants.load(args.constants)
+        what = args.constants
+    else:   # the rule `train` uses: ε = 0.1, or twice the noise floor where 0.1 is unreachable (Corollary 1)
+        constants = ConvergenceConstants.training_placeholder(profile.num_cuts, ConvergenceConstants.placeholder(
+            profile.num_cuts).gamma, system.num_devices)
+        what = "placeholder constants (docs/model.md §6.1, not the paper's)"
+        if epsilon is not None:
+            constants = replace(constants, epsilon=epsilon)
+            what += f", target ε = {epsilon:g} (--epsilon)"
+        elif constants.epsilon != ConvergenceConstants.placeholder(profile.num_cuts).epsilon:
+            what += f", target ε = {constants.epsilon:g}: twice the noise floor, 0.1 being unreachable with " \
+                    f"{system.num_devices} devices (as train does; set it with --epsilon)"
     sources = [
         args.profile or "built-in VGG-16/CIFAR-10 profile",
         args.system or f"{args.devices} generated devices (seed {args.seed}, placeholder ranges)",
-        args.constants or "placeholder constants (docs/model.md §6.1, not the paper's)",
+        what,
     ]
     return profile, system, constants, "Plan for " + "; ".join(sources)
 
