@@ -49,7 +49,8 @@ def run_one(kind: str, num_devices: int, seed: int, memory: bool) -> dict:
             "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
 
 
-def main() -> None:
+def main() -> int:
+    """Run the sweep; exit status 1 when any run failed (its line says why), 0 otherwise."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--kinds", nargs="+", default=["random", "adversarial"], choices=["random", "adversarial"])
@@ -61,10 +62,11 @@ def main() -> None:
     if args.child:
         kind, n, seed, memory = args.child
         print(json.dumps(run_one(kind, int(n), int(seed), memory == "1")))
-        return
+        return 0
     if not args.json:
         print(f"{'instance':<20} {'N':>7} {'seed':>4} {'build s':>8} {'solve s':>8} {'CPU s':>7} {'nodes':>6} {'I':>4} "
               f"{'objective (28) s':>17} {'gap %':>8} {'peak MiB':>9}  status", flush=True)
+    failures = 0
     for kind in args.kinds:
         for n in args.sizes:
             for seed in args.seeds:
@@ -72,6 +74,7 @@ def main() -> None:
                                       "1" if args.memory else "0"], capture_output=True, text=True, cwd=ROOT)
                 if out.returncode:
                     print(f"{kind} N={n} seed={seed}: failed: {out.stderr.strip().splitlines()[-1:]}", flush=True)
+                    failures += 1
                     continue
                 row = json.loads(out.stdout)
                 if args.json:
@@ -80,7 +83,10 @@ def main() -> None:
                     print(f"{row['kind']:<20} {n:>7} {seed:>4} {row['build_s']:>8.2f} {row['solve_s']:>8.2f} "
                           f"{row['solve_cpu_s']:>7.2f} {row['nodes']:>6} {row['interval']:>4} {row['objective_s']:>17.1f} "
                           f"{100 * row['gap']:>8.3g} {row['peak_rss_mib']:>9.0f}  {row['status']}", flush=True)
+    if failures:
+        print(f"{failures} run(s) failed", file=sys.stderr)
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -398,3 +398,16 @@ def test_accuracy_at_a_budget_tolerates_rounding_of_summed_seconds() -> None:
     r = RunResult("g", "l", 3, 0.5, 3.0, 1.0, None, None, None, None, None, [(1.0, 0.25), (2.0 + 1e-12, 0.5)])
     assert r.accuracy_at(2.0) == 0.5
     assert r.accuracy_at(2.0 - 1e-9) == 0.25 and r.accuracy_at(0.5) is None
+
+
+def test_the_scale_benchmark_exits_1_when_a_run_fails() -> None:
+    """Issue 25: benchmarks/scale.py printed "failed" and exited 0. 100,000 devices is beyond the generator's cap."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, str(root / "benchmarks" / "scale.py"), "--sizes", "100000", "--kinds",
+                          "random"], capture_output=True, text=True, timeout=300, cwd=root)
+    assert out.returncode == 1
+    assert "random N=100000 seed=0: failed" in out.stdout and "1 run(s) failed" in out.stderr
