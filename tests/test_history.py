@@ -123,3 +123,10 @@ def test_losses_may_be_integers_or_non_finite_in_a_file() -> None:
     with pytest.raises(InputError) as info:
         History.from_json({**doc, "records": [{**row, "train_loss": "low"}]})
     assert info.value.field == "history.records[0].train_loss"
+
+
+def test_the_predicted_vs_measured_ratios_read_as_plain_numbers() -> None:
+    """Issue 25 item 8: ratios were printed as 1.3e+02×."""
+    from trainers.plotting import ratio_label
+
+    assert [ratio_label(r) for r in (0.853, 1.3, 130.4, 2400.0, 0.004)] == ["0.85×", "1.3×", "130×", "2,400×", "4.0e-03×"]

@@ -71,6 +71,13 @@ def plot_histories(histories: Sequence[tuple[str, History]], out: str | os.PathL
     return path
 
 
+def ratio_label(ratio: float) -> str:
+    """measured/predicted as the bars' label: ``0.85×``, ``1.3×``, ``130×``, ``2,400×`` (never ``1.3e+02×``)."""
+    if ratio >= 100:
+        return f"{ratio:,.0f}×"
+    return f"{ratio:.2g}×" if ratio >= 0.01 else f"{ratio:.1e}×"
+
+
 def plot_predicted_vs_measured(history: History, out: str | os.PathLike, title: str) -> Path:
     """Two panels for a torch.distributed run: mean seconds per stage, predicted (latency model) next
     to measured, with measured/predicted written above each pair (log scale); and every round's
@@ -95,17 +102,20 @@ def plot_predicted_vs_measured(history: History, out: str | os.PathLike, title: 
         bars.bar([x + 0.2 for x in xs], measured, width=0.4, label="measured")
         for x, p, m in zip(xs, predicted, measured):
             if p > 0:
-                bars.annotate(f"{m / p:.2g}×", (x, max(p, m)), ha="center", va="bottom", fontsize="x-small")
+                bars.annotate(ratio_label(m / p), (x, max(p, m)), ha="center", va="bottom", fontsize="x-small")
         bars.set_xticks(list(xs), stages, rotation=30, ha="right", fontsize="small")
         bars.set_yscale("log")
         bars.set_ylabel("mean seconds per round")
-        bars.legend(fontsize="small")
+        bars.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=2)  # below: no bar hidden
         measured_rounds = [r for r in history.records if r.measured_round_seconds is not None]
         rounds.plot([r.round for r in measured_rounds], [r.round_sim_seconds for r in measured_rounds], marker=".",
                     label="predicted (simulated clock)")
         rounds.plot([r.round for r in measured_rounds], [r.measured_round_seconds for r in measured_rounds], marker=".",
                     label="measured (wall)")
         rounds.set_xlabel("round")
+        from matplotlib.ticker import MaxNLocator
+
+        rounds.xaxis.set_major_locator(MaxNLocator(integer=True))   # rounds are whole numbers
         rounds.set_ylabel("seconds")
         rounds.legend(fontsize="small")
         for ax in (bars, rounds):

@@ -52,7 +52,7 @@ def _history_file(run_path: str) -> Path:
 def _predicted_vs_measured(args: argparse.Namespace) -> int:
     from adaptplan.errors import InputError
     from trainers.history import History
-    from trainers.plotting import plot_predicted_vs_measured
+    from trainers.plotting import plot_predicted_vs_measured, ratio_label
 
     if len(args.runs) != 1:
         raise InputError(f"--predicted-vs-measured draws one run, got {len(args.runs)}", field="runs")
@@ -60,7 +60,7 @@ def _predicted_vs_measured(args: argparse.Namespace) -> int:
     out = plot_predicted_vs_measured(history, args.output, args.title or "Predicted vs measured seconds per stage")
     print(f"{'stage':<16}{'predicted s':>14}{'measured s':>14}{'measured/pred.':>16}{'rounds':>8}")
     for row in history.stage_comparison():
-        ratio = "-" if row["ratio"] is None else f"{row['ratio']:.3g}"
+        ratio = "-" if row["ratio"] is None else ratio_label(row["ratio"])
         print(f"{row['stage']:<16}{row['predicted_s']:>14.4g}{row['measured_s']:>14.4g}{ratio:>16}{row['rounds']:>8}")
     print(out)
     return 0
