@@ -253,8 +253,8 @@ def test_predicted_vs_measured_table_and_panels(tmp_path, monkeypatch, capsys) -
     assert main(["plot", "--predicted-vs-measured", str(tmp_path), "-o", str(out)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["stage", "predicted", "s", "measured", "s", "measured/pred.", "rounds"]
-    assert [line.split() for line in lines[1:4]] == [["uplink", "2", "4", "2", "2"], ["server", "0", "1", "-", "2"],
-                                                     ["round", "15", "15", "1", "2"]]
+    assert [line.split() for line in lines[1:4]] == [["uplink", "2", "4", "2×", "2"], ["server", "0", "1", "-", "2"],
+                                                     ["round", "15", "15", "1×", "2"]]
     assert lines[4] == str(out) and len(lines) == 5
     bars, rounds = figures[0].axes
     heights = [p.get_height() for p in bars.patches]
