@@ -103,16 +103,14 @@ class Paper:
 
 
 def gas_steps(devices: int) -> tuple[int, int]:
-    """GAS's default (active devices C, capped at ``devices``; local steps E), read from
-    :data:`trainers.config.ALGORITHM_OPTIONS` (C = 0, or any C that is not a positive integer: half the
-    devices, ⌈N/2⌉)."""
+    """GAS's default (active devices C for ``devices``; local steps E), read from
+    :data:`trainers.config.ALGORITHM_OPTIONS` and GAS's own rule for C
+    (:func:`trainers.strategies.gas.active_devices`)."""
     from trainers.config import algorithm_options
+    from trainers.strategies.gas import active_devices
 
     options = algorithm_options("gas", {})
-    active, local = options["active"], options["local_steps"]
-    if not isinstance(active, int) or active < 1:
-        active = max(1, (devices + 1) // 2)
-    return min(active, devices), max(1, int(local))
+    return active_devices(options["active"], devices), options["local_steps"]
 
 
 def gas_rounds(rounds: int, devices: int) -> int:

@@ -169,9 +169,13 @@ ALGORITHM_DEFAULTS: dict[str, TrainingDefaults] = {
     "gas": TrainingDefaults(**_SCALA_CODE, interval=None, source="GAS's paper: lr 0.01, E = 20 local iterations, C = 10 "
                             "of 20 clients active; its code: SGD momentum 0.9, weight decay 5e-4, clipping at 10"),
 }
-#: TrainConfig fields that take the algorithm's default when None (``clip_norm`` 0 = no clipping)
-DEFAULTED = ("optimizer", "lr", "client_lr", "server_lr", "momentum", "weight_decay", "clip_norm", "client_optimizer",
-             "server_optimizer")
+
+
+def with_per_role_options(saved: Mapping[str, Any]) -> dict[str, Any]:
+    """A configuration saved before the per-role options existed, with them as that run trained: both roles at
+    its ``lr`` and its ``optimizer`` (options the configuration holds are kept)."""
+    return {**{k: saved.get("lr") for k in ("client_lr", "server_lr")},
+            **{k: saved.get("optimizer") for k in ("client_optimizer", "server_optimizer")}, **saved}
 
 
 def algorithm_options(algorithm: str, extra: Mapping[str, Any]) -> dict[str, Any]:

@@ -170,12 +170,9 @@ class SplitEngine:
         self.strategy = strategy
         self.data = data
         self.num_classes = data.num_classes or int(torch.cat([data.y_train, data.y_test]).max()) + 1
-        self.optimizer = optimizer if isinstance(optimizer, OptimizerSpec) else OptimizerSpec(**optimizer)
-        if server_optimizer is None:
-            self.server_optimizer = self.optimizer
-        else:
-            self.server_optimizer = (server_optimizer if isinstance(server_optimizer, OptimizerSpec)
-                                     else OptimizerSpec(**server_optimizer))
+        spec = lambda s: s if isinstance(s, OptimizerSpec) else OptimizerSpec(**s)   # noqa: E731
+        self.optimizer = spec(optimizer)
+        self.server_optimizer = self.optimizer if server_optimizer is None else spec(server_optimizer)
         self.batch_size = batch_size
         self.interval = int(interval)
         self.clock = clock

@@ -41,7 +41,7 @@ from profilers import build_chain, profile_model
 from profilers.models import check_model_output
 from trainers.checkpoint import file_digest, load_checkpoint, save_checkpoint
 from trainers.clock import SimClock
-from trainers.config import TrainConfig
+from trainers.config import TrainConfig, with_per_role_options
 from trainers.datasets import Dataset, load_dataset
 from trainers.devices import resolve_device
 from trainers.engine import DeviceData, SplitEngine
@@ -290,15 +290,7 @@ class Trainer:
             raise InputError("--resume needs --out (the run folder holding checkpoint.pt)", field="resume")
         state = load_checkpoint(self.config.out)
         where = f"checkpoint in {self.config.out!r}"
-        missing = [k for k in ("round", "engine", "torch_rng", "numpy_rng", "clock_seconds", "last_replan", "wall_seconds",
-                               "history", "config", "partitions", "inputs") if k not in state]
-        if missing:
-            raise InputError(f"the {where} lacks {missing}; start the run again with --overwrite", field="--resume")
-        saved, now = state["config"], self.config.to_json()
-        if not isinstance(saved, dict):
-            raise InputError(f"the {where} holds no run configuration", field="--resume")
-        saved = {**{k: saved.get("lr") for k in ("client_lr", "server_lr")},
-                 **{k: saved.get("optimizer") for k in ("client_optimizer", "server_optimizer")}, **saved}   # older runs
+        saved, now = with_per_role_options(state["config"]), self.config.to_json()   # fields checked on load
         if self.strategy.uses_total_rounds and saved.get("rounds") != now["rounds"]:
             raise InputError(f"{self.config.algorithm}'s schedule depends on the run's total rounds T (GAPSL's eq. 2: "
                              f"K^t grows with t/T), so a resumed run keeps --rounds {saved.get('rounds')} (asked: "
@@ -315,9 +307,6 @@ class Trainer:
                                  "--overwrite", field=f"{name}_path")
         self._check_run_identity(state, where)
         round_index = state["round"]
-        if not isinstance(round_index, int) or not 0 <= round_index:
-            raise InputError(f"the {where} has round {round_index!r}; start the run again with --overwrite",
-                             field="--resume")
         n_train = int(self.engine.data.x_train.shape[0])
         for i, part in enumerate(state["partitions"]):
             if int(part.max()) >= n_train:
@@ -347,10 +336,7 @@ class Trainer:
         """A checkpoint continues the run whose history is in its folder: the run id (drawn when the run
         started, kept in history.json and every checkpoint) must match; a checkpoint copied from another run
         is refused. Folders whose files carry no run id (written before ids existed) are not compared."""
-        mine = state.get("run_id")
-        if mine is not None and not (isinstance(mine, str) and len(mine) == 32):
-            raise InputError(f"the {where} has run id {str(mine)[:40]!r}, not a run id; start the run again with "
-                             "--overwrite", field="--resume")
+        mine = state.get("run_id")                           # its form was checked on load
         history_path = Path(str(self.config.out)) / "history.json"
         if not history_path.is_file():
             return

@@ -82,13 +82,13 @@ def load_instance(args: argparse.Namespace):
         constants = ConvergenceConstants.load(args.constants)
         what = args.constants
     else:   # the rule `train` uses: ε = 0.1, or twice the noise floor where 0.1 is unreachable (Corollary 1)
-        constants = ConvergenceConstants.training_placeholder(profile.num_cuts, ConvergenceConstants.placeholder(
-            profile.num_cuts).gamma, system.num_devices)
+        placeholder = ConvergenceConstants.placeholder(profile.num_cuts)
+        constants = ConvergenceConstants.training_placeholder(profile.num_cuts, placeholder.gamma, system.num_devices)
         what = "placeholder constants (docs/model.md §6.1, not the paper's)"
         if epsilon is not None:
             constants = replace(constants, epsilon=epsilon)
             what += f", target ε = {epsilon:g} (--epsilon)"
-        elif constants.epsilon != ConvergenceConstants.placeholder(profile.num_cuts).epsilon:
+        elif constants.epsilon != placeholder.epsilon:
             what += f", target ε = {constants.epsilon:g}: twice the noise floor, 0.1 being unreachable with " \
                     f"{system.num_devices} devices (as train does; set it with --epsilon)"
     sources = [

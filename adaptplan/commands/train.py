@@ -223,18 +223,14 @@ def _resumed_config(args: argparse.Namespace) -> "TrainConfig":
     command line applied where a resumed run may change them (``trainers.run.RESUMABLE``); a flag
     that would change anything else is an error naming it."""
     from trainers.checkpoint import load_checkpoint
-    from trainers.config import TrainConfig
+    from trainers.config import TrainConfig, with_per_role_options
     from trainers.run import RESUMABLE
 
     if not args.out:
         raise InputError("needs --out (the run folder holding checkpoint.pt)", field="--resume")
-    saved = load_checkpoint(args.out).get("config")
-    if not isinstance(saved, dict):
-        raise InputError(f"the checkpoint in {args.out!r} holds no run configuration", field="--resume")
+    saved = with_per_role_options(load_checkpoint(args.out)["config"])   # an object: checked on load
     defaults = TrainConfig.__dataclass_fields__
-    saved = {**{k: defaults[k].default for k in RESUMABLE if k in defaults and k not in saved},
-             **{k: saved.get("lr") for k in ("client_lr", "server_lr")},
-             **{k: saved.get("optimizer") for k in ("client_optimizer", "server_optimizer")}, **saved}   # older runs
+    saved = {**{k: defaults[k].default for k in RESUMABLE if k in defaults and k not in saved}, **saved}
     missing = sorted(set(defaults) - set(saved))
     if missing:
         raise InputError(f"the checkpoint in {args.out!r} lacks the run options {missing}; start the run again with "

@@ -85,6 +85,11 @@ class LabelStatistics:
         raise RuntimeError("GAS: covariance not positive definite after 100 regularisation steps")
 
 
+def active_devices(active: int, num_devices: int) -> int:
+    """C: ``active`` capped at the devices, or with 0 half of them, ⌈N/2⌉ (the paper's 10 of 20)."""
+    return min(active, num_devices) if active else math.ceil(num_devices / 2)
+
+
 def flush_flops(real: int, dim: int, generated: list[int], full: bool) -> float:
     """FLOPs (2 per multiply–add, the profiles' convention) of one flush outside the server model
     (docs/algorithms.md "What the clock charges"): statistics of ``real`` flattened activations of ``dim``
@@ -136,7 +141,7 @@ class GAS(AsyncStrategy):
         return self.buffer_size or min(self.active, ctx.num_devices)
 
     def first_devices(self, ctx):
-        self.active = min(self.active, ctx.num_devices) if self.active else math.ceil(ctx.num_devices / 2)
+        self.active = active_devices(self.active, ctx.num_devices)
         first = super().first_devices(ctx)
         for d in first:
             self.join[d], self.local[d] = 0, 0
