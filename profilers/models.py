@@ -57,24 +57,51 @@ def check_model_spec(spec: str, field: str = "MODEL", extra_names: tuple[str, ..
             f"({len(names)} in all), or package.module:factory",
             field=field,
         )
-    return lambda num_classes: torchvision.models.get_model(spec, weights=None, num_classes=num_classes)
+    return lambda num_classes, **size: torchvision.models.get_model(spec, weights=None, num_classes=num_classes, **size)
 
 
-def resolve_model(spec: str, num_classes: int = 10, field: str = "MODEL") -> nn.Module:
+def size_arguments(spec: str, input_shape: tuple[int, ...] | None, field: str = "--input") -> dict[str, Any]:
+    """The keyword that builds torchvision model ``spec`` for images of ``input_shape`` (C, H, W):
+    ``image_size=H`` for the Vision Transformers (``vit_b_16``, ``vit_l_32``...: their position
+    embedding is sized for one square image side, a multiple of the patch size in the name); ``{}``
+    for every other model (convolutional networks take any size; user factories size themselves).
+
+    Raises:
+        InputError: naming ``field``: a ViT given a non-square image or a side that is not a
+            multiple of its patch size.
+    """
+    if input_shape is None or len(input_shape) != 3 or not spec.startswith("vit_"):
+        return {}
+    _, height, width = input_shape
+    patch = int(spec.rsplit("_", 1)[1])
+    if height != width or height % patch:
+        side = (height // patch or 1) * patch
+        raise InputError(f"{spec} needs square images whose side is a multiple of its patch size {patch}; got "
+                         f"{height}x{width}. Fix: resize the images, e.g. --input {input_shape[0]}x{side}x{side}",
+                         field=field)
+    return {"image_size": height}
+
+
+def resolve_model(spec: str, num_classes: int = 10, field: str = "MODEL",
+                  input_shape: tuple[int, ...] | None = None) -> nn.Module:
     """Build the model named ``spec`` with ``num_classes`` outputs and random weights.
 
     ``spec`` is a torchvision name (``vgg16``, ``resnet18``, ``mobilenet_v2``...) or
     ``package.module:factory``; the factory is called with ``num_classes=`` when it accepts it.
+    ``input_shape`` (C, H, W per sample), when given, sizes the models built for one image size
+    (:func:`size_arguments`: a ViT at 64×64 gets ``image_size=64``).
 
     Raises:
         InputError: naming ``field``: unknown name (listing valid ones), unimportable module,
-            missing factory, or a factory that does not return an ``nn.Module``.
+            missing factory, or a factory that does not return an ``nn.Module``; naming ``--input``:
+            a size the model cannot be built for.
     """
     if num_classes < 1:
         raise InputError(f"must be ≥ 1, got {num_classes}", field="--num-classes")
     factory = check_model_spec(spec, field)
+    size = size_arguments(spec, input_shape) if ":" not in spec else {}
     try:
-        model = factory(num_classes=num_classes)
+        model = factory(num_classes=num_classes, **size)
     except InputError:
         raise
     except (Exception, SystemExit) as exc:     # a factory that calls sys.exit() is a failed build, said as one

@@ -50,6 +50,37 @@ class FlopCheckWarning(UserWarning):
     """The two independent FLOP counters disagree on a profile's forward total."""
 
 
+class StemWarning(UserWarning):
+    """A model whose stem is made for large (ImageNet) images profiled at a small input."""
+
+
+SMALL_IMAGE_SIDE = 64
+"""Images up to this side (pixels) are small: CIFAR, MNIST, Tiny-ImageNet."""
+STEM_SHRINK = 4
+"""A first cut point whose feature map is this many times smaller a side than the input marks an
+ImageNet stem (a 7×7 stride-2 convolution and a stride-2 max-pool: 224 → 56)."""
+CIFAR_VARIANTS = {"resnet18": "resnet18-cifar", "resnet34": "resnet34-cifar", "resnet50": "resnet50-cifar"}
+
+
+def stem_note(name: str, input_shape: tuple[int, ...], output_shapes: Sequence[tuple[int, ...]]) -> str | None:
+    """A one-line note when ``name``'s first spatial cut point shrinks a small image
+    (≤ :data:`SMALL_IMAGE_SIDE` pixels a side) by :data:`STEM_SHRINK` or more a side — an ImageNet stem
+    that leaves the later layers 1- or 2-pixel maps and a fraction of the FLOPs the network was
+    designed for; ``None`` otherwise. Names the CIFAR-style built-in when there is one."""
+    if len(input_shape) != 3 or max(input_shape[1:]) > SMALL_IMAGE_SIDE:
+        return None
+    first = next((s for s in output_shapes if len(s) == 3), None)
+    if first is None or first[1] * STEM_SHRINK > input_shape[1]:
+        return None
+    last = [s for s in output_shapes if len(s) == 3][-1]
+    variant = CIFAR_VARIANTS.get(name)
+    fix = (f"use {variant}, its CIFAR-style variant (3x3 stride-1 stem)" if variant else
+           "use a model made for small images (e.g. resnet18-cifar or vgg16-cifar) or larger images")
+    return (f"{name} shrinks the {input_shape[1]}x{input_shape[2]} input to {first[1]}x{first[2]} in its first block "
+            f"(a stem made for 224x224 ImageNet images); its last feature map is {last[1]}x{last[2]}. For "
+            f"{input_shape[1]}x{input_shape[2]} images {fix}")
+
+
 def check_input_shape(input_shape: Sequence[int]) -> tuple[int, ...]:
     """``input_shape`` as a tuple of positive ints (per sample, no batch dimension)."""
     shape = tuple(input_shape)
@@ -85,10 +116,13 @@ def profile_model(model: nn.Module | Chain | str, input_shape: Sequence[int], mo
         from profilers.models import resolve_model
 
         model_name = model_name or model
-        model = resolve_model(model, num_classes=num_classes)
+        model = resolve_model(model, num_classes=num_classes, input_shape=shape)
     x = example_batch(shape)
     chain = model if isinstance(model, Chain) else build_chain(model, x)
     name = model_name or type(model.blocks if isinstance(model, Chain) else model).__name__
+    note = stem_note(name, shape, chain.output_shapes)
+    if note:
+        warnings.warn(note, StemWarning, stacklevel=2)
     modes = [b.training for b in chain.blocks]
     chain.blocks.eval()
     try:

@@ -24,6 +24,9 @@ def test_resnet18_lists_only_block_boundaries(tmp_path):
     assert profile.flop_convention == "2 per multiply-add"
     for name in RESNET18_CUTS:
         assert f" {name} " in result.stdout
+    # torchvision's ImageNet stem at 32x32 is said once, with the CIFAR variant to use instead
+    assert result.stderr.count("adaptplan profile: warning: resnet18 shrinks the 32x32 input to 8x8") == 1
+    assert "use resnet18-cifar" in result.stderr
 
 
 def test_grad_stats_writes_constants_matching_the_profile(tmp_path):

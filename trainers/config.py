@@ -42,7 +42,7 @@ _OPTIONAL_INTS = ("interval", "replan_every", "checkpoint_every", "max_test_samp
 
 ALGORITHMS = ("sl", "psl", "sfl-v1", "sfl-v2", "adaptsfl", "gapsl", "scala", "cyclesl", "gas")
 DATASETS = tuple(dataset_names())
-MODELS = ("cnn", "mlp", "vgg16-cifar")    # built-ins; any torchvision name or package.module:factory is valid too
+MODELS = ("cnn", "mlp", "vgg16-cifar", "resnet18-cifar", "resnet34-cifar", "resnet50-cifar")    # built-ins; any torchvision name or package.module:factory is valid too
 #: How ``package.module:factory`` is found (profilers.models._factory), for the --model/MODEL help of
 #: `adaptplan train` and `adaptplan profile`: the working directory is appended to sys.path unless it
 #: (or "") is already there, as it is not for the installed `adaptplan` script.

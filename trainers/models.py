@@ -1,14 +1,17 @@
 """Models for split training, and the ONE model resolver (:func:`build_model`).
 
 Built-ins (:data:`trainers.config.MODELS`): ``cnn``, ``mlp``, ``vgg16-cifar``, written as
-``nn.Sequential``; every other name goes to :func:`profilers.models.resolve_model` (any torchvision
+``nn.Sequential``, and the CIFAR-style ResNets ``resnet18-cifar``, ``resnet34-cifar``,
+``resnet50-cifar`` (torchvision's ResNet with a 3×3 stride-1 stem and no max-pool); every other name goes to :func:`profilers.models.resolve_model` (any torchvision
 classification model name, or ``package.module:factory``). The engine does not use the children
 of a Sequential as its blocks: the driver cuts every model with ``profilers.build_chain``
 (traced; one block per parameterised layer, activations/pooling/flatten joining the layer
 before them), so cut index ℓ = number of those blocks on the device (docs/model.md §1 ℓ_i).
 
-No BatchNorm in the built-ins: samples never interact inside a batch, so the engine may
-concatenate the activations of devices that share server blocks without changing the mathematics.
+No BatchNorm in ``cnn``, ``mlp`` and ``vgg16-cifar``: samples never interact inside a batch, so the
+engine may concatenate the activations of devices that share server blocks without changing the
+mathematics. The ResNets have BatchNorm, so the engine runs their devices one by one
+(:func:`trainers.roles.has_batch_coupling`).
 """
 
 from __future__ import annotations
@@ -71,6 +74,24 @@ def vgg16_cifar(num_classes: int = 10, in_channels: int = 3) -> nn.Sequential:
     return nn.Sequential(OrderedDict(layers))
 
 
+def resnet_cifar(depth: int, num_classes: int = 10, in_channels: int = 3) -> nn.Module:
+    """ResNet-``depth`` (18, 34 or 50) for 32×32 images, as CIFAR papers train it (He et al. 2016
+    §4.2 keep the ImageNet stages but a CIFAR input cannot afford the ImageNet stem): torchvision's
+    ``resnet{depth}`` with its 7×7 stride-2 stem convolution replaced by a 3×3 stride-1 one and its
+    max-pool removed, so the four stages see 32, 16, 8 and 4 pixels a side instead of 8, 4, 2, 1.
+
+    With 10 classes and 3×32×32 input, ResNet-18 has 11,173,962 parameters and 556.7 M
+    multiply-adds per sample (1.11 GFLOP at 2 FLOPs per multiply-add), against 37.2 M (0.074 GFLOP)
+    for torchvision's ImageNet ``resnet18`` at the same input.
+    """
+    import torchvision
+
+    model = torchvision.models.get_model(f"resnet{depth}", weights=None, num_classes=num_classes)
+    model.conv1 = nn.Conv2d(in_channels, 64, kernel_size=3, stride=1, padding=1, bias=False)
+    model.maxpool = nn.Identity()
+    return model
+
+
 def _features(shape: tuple[int, ...]) -> int:
     n = 1
     for s in shape:
@@ -83,6 +104,9 @@ BUILTINS: dict[str, Callable[[tuple[int, ...], int, int], nn.Module]] = {
     "cnn": lambda shape, classes, width: cnn(shape[0], shape[-1], classes, width),
     "mlp": lambda shape, classes, width: mlp(_features(shape), classes, 4 * width),
     "vgg16-cifar": lambda shape, classes, width: vgg16_cifar(classes, shape[0]),
+    "resnet18-cifar": lambda shape, classes, width: resnet_cifar(18, classes, shape[0]),
+    "resnet34-cifar": lambda shape, classes, width: resnet_cifar(34, classes, shape[0]),
+    "resnet50-cifar": lambda shape, classes, width: resnet_cifar(50, classes, shape[0]),
 }
 assert tuple(BUILTINS) == MODELS
 
@@ -109,4 +133,4 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, width
     check_model(name, field)
     from profilers.models import resolve_model
 
-    return resolve_model(name, num_classes=num_classes, field=field)
+    return resolve_model(name, num_classes=num_classes, field=field, input_shape=tuple(input_shape))

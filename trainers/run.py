@@ -25,6 +25,7 @@ import json
 import math
 import time
 import uuid
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -39,6 +40,7 @@ from adaptplan.plan import Plan
 from adaptplan.system import SystemProcess, SystemRanges, SystemSpec, generate_system, scaled_ranges
 from profilers import build_chain, profile_model
 from profilers.models import check_model_output
+from profilers.profile import StemWarning, stem_note
 from trainers.checkpoint import file_digest, load_checkpoint, save_checkpoint
 from trainers.clock import SimClock
 from trainers.config import TrainConfig, with_per_role_options
@@ -140,7 +142,10 @@ class Trainer:
         check_model_output(model, config.model, input_shape, self.dataset.num_classes, field="model")
         chain = build_chain(model, self.dataset.x_train[:2])
         self.blocks, self.block_names = chain.blocks, list(chain.names)
-        self.profile = profile_model(chain, input_shape, model_name=f"{config.model}-{config.dataset}")
+        with warnings.catch_warnings():   # said once, by name, in self.notes
+            warnings.simplefilter("ignore", StemWarning)
+            self.profile = profile_model(chain, input_shape, model_name=f"{config.model}-{config.dataset}")
+        self.notes = [note for note in [stem_note(config.model, input_shape, chain.output_shapes)] if note]
         if constants is None and config.constants_path:
             constants = ConvergenceConstants.load(config.constants_path)
         self.constants = constants

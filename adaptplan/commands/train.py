@@ -312,6 +312,8 @@ def _train_with(config: "TrainConfig", engine_factory: Any) -> int:
     print(trainer.describe_plan(), file=sys.stderr)
     if trainer.history.events[0]["source"] == "default":
         print(f"warning: {trainer.history.events[0]['reason']}", file=sys.stderr)
+    for note in trainer.notes:
+        print(f"warning: {note}", file=sys.stderr)
     try:
         history = trainer.run()
     except Interrupted as exc:
