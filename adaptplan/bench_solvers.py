@@ -46,13 +46,13 @@ def _row(problem: PlanningProblem, name: str, result: SolveResult, reference: fl
 
 
 def compare_policies(problem: PlanningProblem, title: str, *, seeds: int = 5, exact: bool = True,
-                     time_limit: float | None = None) -> tuple[str, dict[str, float]]:
+                     node_limit: int | None = None) -> tuple[str, dict[str, float]]:
     """Table (1): BCD vs every baseline vs the exact optimum on one scenario.
 
     Returns the table and each method's objective (28) divided by BCD's (random policies: the mean
     over ``seeds`` draws; ∞ for PSL, whose drift is unbounded)."""
     progress(f"{title}: AdaptSFL (BCD) ...")
-    bcd = solve_bcd(problem, time_limit=time_limit)
+    bcd = solve_bcd(problem, node_limit=node_limit)
     lines = [f"{title}: N={problem.num_devices}, {problem.candidates.size} candidate cuts; AdaptSFL's certificate: "
              f"objective (28) >= {bcd.lower_bound:.1f} s for every plan, gap {100 * bcd.gap:.3g}%",
              f"  {'method':<14} {'I':>4} {'L_c':>4} {'rounds':>8} {'T (26) [s]':>12} {'obj (28) [s]':>12} {'ratio':>7}",
@@ -60,7 +60,7 @@ def compare_policies(problem: PlanningProblem, title: str, *, seeds: int = 5, ex
     ratios = {"adaptsfl(bcd)": 1.0}
     if exact:
         progress(f"{title}: exact optimum ...")
-        opt = solve_exact(problem, time_limit=time_limit)
+        opt = solve_exact(problem, node_limit=node_limit)
         lines.append(_row(problem, "exact", opt, bcd.objective))
         ratios["exact"] = opt.objective / bcd.objective
     for name, policy in BASELINES.items():
@@ -79,6 +79,11 @@ def compare_policies(problem: PlanningProblem, title: str, *, seeds: int = 5, ex
     return "\n".join(lines), ratios
 
 
+#: Branch-and-bound nodes per MILP in every table: a limit that stops the same MILP at the same
+#: point on every run and machine (a wall-clock limit made the quick MILP column change with the
+#: machine's load: 845.19 idle vs 1135.24 under load at N = 100, 20 cuts). At this limit every MILP
+#: of the default tables finishes proven (the MILP's time goes to the root, not the nodes).
+NODE_LIMIT = 10_000
 #: The MILP column of the scaling table is run only up to this N × (candidate cuts) (HiGHS takes
 #: ~20 s per BCD at 100 × 20 and does not finish at 1000 × 20).
 MILP_AFFORDABLE_SIZE = 2000
@@ -87,7 +92,7 @@ SCALING_KINDS = {"random": random_problem, "adversarial": adversarial_problem}
 
 
 def time_scaling(sizes: Sequence[int], cut_counts: Sequence[int], *, seed: int = 0,
-                 time_limit: float | None = None) -> tuple[str, list[tuple[str, int, int, float, SolveResult]]]:
+                 node_limit: int | None = None) -> tuple[str, list[tuple[str, int, int, float, SolveResult]]]:
     """Table (2): BCD (single start, with certificate) solve time, nodes and gap vs the number of
     devices (20 cut points) on random and adversarial instances, and vs the number of cut points;
     the MS step by the threshold sweep, and by the MILP (Algorithm 2) where affordable."""
@@ -98,17 +103,18 @@ def time_scaling(sizes: Sequence[int], cut_counts: Sequence[int], *, seed: int =
         progress(f"scaling: {kind} instance, N={n}, {k} cuts ...")
         problem = SCALING_KINDS[kind](n, k + 1, seed)  # k candidate cuts 1..L−1
         start = time.perf_counter()
-        result = solve_bcd(problem, time_limit=time_limit, multistart=False, ms_method="threshold")
+        result = solve_bcd(problem, multistart=False, ms_method="threshold")
         t_sweep = time.perf_counter() - start
         milp = None
         if n * k <= MILP_AFFORDABLE_SIZE and kind == "random":
             start = time.perf_counter()
-            milp = solve_bcd(problem, time_limit=time_limit, multistart=False, ms_method="milp", certify=False)
+            milp = solve_bcd(problem, node_limit=node_limit, multistart=False, ms_method="milp", certify=False)
             milp = (time.perf_counter() - start, milp)
         rows.append((kind, n, k, t_sweep, result))
         lines_data.append((kind, n, k, t_sweep, result, milp))
     lines = ["BCD solve time (single start + certificate), MS step by the threshold sweep vs the MILP (HiGHS; per-MILP "
-             f"time limit {time_limit if time_limit else 'none'} s)",
+             f"node limit {f'{node_limit:,}' if node_limit else 'none'}; no time limit, so every run prints the same "
+             "objectives)",
              f"  {'instance':<12} {'N':>6} {'cuts':>5} {'sweep s':>9} {'nodes':>6} {'gap %':>8} {'MILP s':>9} "
              f"{'I':>4} {'obj sweep':>11} {'obj MILP':>11}  status (MILP)"]
     for kind, n, k, t, r, milp in lines_data:
@@ -145,7 +151,7 @@ def run_solver_bench(default_problem: PlanningProblem, *, sizes: Sequence[int] =
     return them; optionally plot (a) each method's objective relative to BCD on ``default_problem``
     and (b) BCD solve time vs N on random and adversarial instances to ``plot_path``.
     ``generated=False`` skips the generated scenarios (only the user's instance and the scaling)."""
-    time_limit = 2.0 if quick else 10.0
+    node_limit = NODE_LIMIT
     parts: list[str] = []
 
     def emit(text: str) -> None:
@@ -153,15 +159,15 @@ def run_solver_bench(default_problem: PlanningProblem, *, sizes: Sequence[int] =
         print(text + "\n", flush=True)  # no-mutate: flushing only shows each table as soon as it is ready
 
     table, default_ratios = compare_policies(default_problem, title, seeds=3 if quick else 5,
-                                             time_limit=time_limit,
+                                             node_limit=node_limit,
                                              exact=default_problem.num_devices * default_problem.candidates.size
                                              <= MILP_AFFORDABLE_SIZE)
     emit(table)
     for k in range(0 if not generated else 1 if quick else 3):
         emit(compare_policies(_problem(20, 13, seed + k + 1), f"generated scenario {k + 1} (synthetic 12-cut)",
-                              seeds=3 if quick else 5, time_limit=time_limit)[0])
+                              seeds=3 if quick else 5, node_limit=node_limit)[0])
     table, rows = time_scaling(sizes if not quick else [n for n in sizes if n <= 300],
-                               (5, 10) if quick else (5, 10, 20), seed=seed, time_limit=time_limit)
+                               (5, 10) if quick else (5, 10, 20), seed=seed, node_limit=node_limit)
     emit(table)
     if generated:
         progress("BCD gap on random small instances ...")

@@ -56,7 +56,8 @@ def choose_ms_method(problem: PlanningProblem, ms_method: str = "auto") -> str:
 def solve_bcd(problem: PlanningProblem, *, backend: str = "highs", initial_cuts: Sequence[int] | None = None,
               tol: float = 1e-9, max_iterations: int = 50, mip_gap: float = 1e-9,
               time_limit: float | None = None, max_interval: int | None = None,
-              multistart: bool | None = None, ms_method: str = "auto", certify: bool = True) -> SolveResult:
+              multistart: bool | None = None, ms_method: str = "auto", certify: bool = True,
+              node_limit: int | None = None) -> SolveResult:
     """Algorithm 3: jointly plan the interval I and the cut vector x.
 
     Args:
@@ -65,7 +66,8 @@ def solve_bcd(problem: PlanningProblem, *, backend: str = "highs", initial_cuts:
         initial_cuts: x⁰ (1-based); default the shallowest feasible candidate for every device.
         tol: ϵ_B, relative change of Θ that stops the loop.
         max_iterations: cap on BCD iterations.
-        mip_gap, time_limit: passed to each MILP solve (time limit per MILP, seconds).
+        mip_gap, time_limit, node_limit: passed to each MILP solve (time limit per MILP, seconds;
+            node limit per MILP, branch-and-bound nodes: deterministic, unlike the time limit).
         max_interval: optional cap on I (needed only when d = 0, see :mod:`solvers.interval`).
         multistart: also run Algorithm 3 from every uniform start x⁰ = (ℓ, …, ℓ), ℓ a feasible
             candidate, and keep the best plan (BCD stops at blockwise optima: on small random
@@ -97,7 +99,7 @@ def solve_bcd(problem: PlanningProblem, *, backend: str = "highs", initial_cuts:
 
     def ms_step(interval: int, cuts: tuple[int, ...]) -> SolveResult:
         return _ms_step(problem, interval, cuts, models, sweep_cache, backend if method == "milp" else "threshold",
-                        mip_gap, time_limit)
+                        mip_gap, time_limit, node_limit)
 
     def run(x0: tuple[int, ...]) -> SolveResult:
         return _bcd_run(problem, x0, ms_step, tol, max_iterations, max_interval)
@@ -124,7 +126,8 @@ def solve_bcd(problem: PlanningProblem, *, backend: str = "highs", initial_cuts:
 
 
 def _ms_step(problem: PlanningProblem, interval: int, cuts: tuple[int, ...], models: dict[int, SolveResult],
-             sweep_cache: dict, backend: str, mip_gap: float, time_limit: float | None) -> SolveResult:
+             sweep_cache: dict, backend: str, mip_gap: float, time_limit: float | None,
+             node_limit: int | None) -> SolveResult:
     """The MS step at ``interval`` warm-started at ``cuts``, cached per interval in ``models`` (each MS
     step is exact or carries its own lower bound, so one per interval suffices); ``milp_solves`` of a
     cached result counts 0."""
@@ -133,7 +136,8 @@ def _ms_step(problem: PlanningProblem, interval: int, cuts: tuple[int, ...], mod
     if backend == "threshold":  # MS step by threshold sweeps (solvers.threshold)
         ms = solve_ms_exact(problem, interval, warm_cuts=cuts, cache=sweep_cache)
     else:  # MS step (Algorithm 2), warm-started at the current cuts
-        ms = solve_dinkelbach(problem, interval, backend=backend, warm_cuts=cuts, mip_gap=mip_gap, time_limit=time_limit)
+        ms = solve_dinkelbach(problem, interval, backend=backend, warm_cuts=cuts, mip_gap=mip_gap, time_limit=time_limit,
+                              node_limit=node_limit)
     models[interval] = ms
     return ms
 
@@ -168,7 +172,7 @@ def _bcd_run(problem: PlanningProblem, cuts: tuple[int, ...], ms_step: Callable[
         theta_prev = theta
     objective = problem.objective(interval, cuts)
     if status == "converged" and unproven:
-        status = unproven  # some MS step stopped on its time limit or sweep budget: not blockwise optimal
+        status = unproven  # some MS step stopped on a time or node limit or its sweep budget: not blockwise optimal
     return SolveResult(cuts=cuts, interval=interval, objective=objective, success=math.isfinite(objective),
                        status=status, message=f"BCD {status} after {len(history)} iteration(s), I={interval}",
                        method="bcd", iterations=len(history), milp_solves=milp_solves,

@@ -26,7 +26,7 @@ def ratio(problem: PlanningProblem, interval: int, cuts: Sequence[int]) -> tuple
 
 def solve_dinkelbach(problem: PlanningProblem, interval: int, *, backend: str = "highs",
                      warm_cuts: Sequence[int] | None = None, tol: float = 1e-9, max_iterations: int = 30,
-                     mip_gap: float = 1e-9, time_limit: float | None = None,
+                     mip_gap: float = 1e-9, time_limit: float | None = None, node_limit: int | None = None,
                      model: MSModel | None = None) -> SolveResult:
     """Algorithm 2: optimal cut vector for the fixed interval ``interval`` (rounds).
 
@@ -40,6 +40,8 @@ def solve_dinkelbach(problem: PlanningProblem, interval: int, *, backend: str = 
         max_iterations: cap on MILP solves.
         mip_gap: relative MIP gap passed to the backend.
         time_limit: per-MILP time limit (seconds), ``None`` for none.
+        node_limit: per-MILP branch-and-bound node limit, ``None`` for none (deterministic,
+            unlike ``time_limit``). A MILP stopped by either makes the status ``"limit"``.
         model: a prebuilt :class:`MSModel` for this ``interval`` (reused across calls).
 
     Returns:
@@ -63,7 +65,7 @@ def solve_dinkelbach(problem: PlanningProblem, interval: int, *, backend: str = 
     status, solves, proven = "max_iterations", 0, True
     for k in range(1, max_iterations + 1):
         ms.set_lambda(lam)
-        new = ms.solve(backend=backend, warm_cuts=cuts, mip_gap=mip_gap, time_limit=time_limit)
+        new = ms.solve(backend=backend, warm_cuts=cuts, mip_gap=mip_gap, time_limit=time_limit, node_limit=node_limit)
         solves += 1
         proven = proven and ms.last_optimal
         if new is None:
@@ -78,7 +80,7 @@ def solve_dinkelbach(problem: PlanningProblem, interval: int, *, backend: str = 
             status = "converged"
             break
     if status == "converged" and not proven:
-        status = "time_limit"  # some MILP stopped on its time limit: best found, optimality not proven
+        status = "limit"  # some MILP stopped on its time or node limit: best found, optimality not proven
     objective = problem.objective(interval, cuts)
     return SolveResult(cuts=cuts, interval=int(interval), objective=objective, success=math.isfinite(objective),
                        status=status, message=f"Dinkelbach {status} after {solves} MILP solve(s) at I={interval}",

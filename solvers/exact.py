@@ -94,14 +94,15 @@ def _take(iterator, n: int):
 
 
 def solve_exact(problem: PlanningProblem, *, backend: str = "highs", max_interval: int | None = None,
-                mip_gap: float = 1e-9, time_limit: float | None = None) -> SolveResult:
+                mip_gap: float = 1e-9, time_limit: float | None = None, node_limit: int | None = None) -> SolveResult:
     """Exact optimum of (28) by deepest-cut enumeration + parametric numerator MILPs (module docstring).
 
     Args:
         problem: the instance.
         backend: ``"highs"`` or ``"cbc"``.
         max_interval: optional cap on I (only needed when some d(L) = 0).
-        mip_gap, time_limit: per-MILP options; a time-limited MILP makes the status ``"time_limit"``.
+        mip_gap, time_limit, node_limit: per-MILP options (relative gap, seconds, branch-and-bound
+            nodes); a MILP stopped by a time or node limit makes the status ``"limit"``.
 
     Returns:
         SolveResult with method ``"exact"``; ``history`` lists, per L, the supported points.
@@ -125,9 +126,11 @@ def solve_exact(problem: PlanningProblem, *, backend: str = "highs", max_interva
         def numerator(w: float) -> tuple[float, float, tuple[int, ...]]:
             nonlocal solves, proven
             model.set_lambda(0.0, weight=w)
-            cuts = model.solve(backend=backend, mip_gap=mip_gap, time_limit=time_limit)
+            cuts = model.solve(backend=backend, mip_gap=mip_gap, time_limit=time_limit, node_limit=node_limit)
             solves += 1
             proven = proven and model.last_optimal
+            if cuts is None:   # stopped by a limit before any cut vector: the deepest admissible cuts ≤ L
+                cuts = problem.start_cuts(L, model.columns)
             a, b = problem.latency.stage_latencies([cuts], deepest=L)  # (T_split, T_agg with S_n at δ_L)
             return float(a[0]), float(b[0]), cuts
 
@@ -156,7 +159,7 @@ def solve_exact(problem: PlanningProblem, *, backend: str = "highs", max_interva
         raise InfeasibleError(conv.infeasibility_reason(1, int(problem.candidates[0])))
     interval, cuts = best[1], best[2]
     return SolveResult(cuts=cuts, interval=interval, objective=problem.objective(interval, cuts),
-                       status="optimal" if proven else "time_limit",
+                       status="optimal" if proven else "limit",
                        message=f"deepest-cut enumeration with {solves} numerator MILP(s)", method="exact",
                        iterations=len(history), milp_solves=solves, seconds=time.perf_counter() - start,
                        backend=backend, history=history,

@@ -90,6 +90,21 @@ class _HiGHS(pulp.HiGHS):  # type: ignore[misc, valid-type]
         super().__init__(**kwargs)
         self.start = start
 
+    def findSolutionValues(self, lp: pulp.LpProblem) -> tuple[int, int]:  # noqa: N802 (pulp's name)
+        """PuLP's reading of the solution, plus the status HiGHS gives when ``mip_max_nodes`` stops
+        it (``kSolutionLimit``), which PuLP 3.3 has no entry for: the best cut vector found (values
+        already assigned by PuLP), not proven optimal — as PuLP treats a time limit."""
+        import highspy
+
+        try:
+            return super().findSolutionValues(lp)
+        except KeyError:
+            if lp.solverModel.getModelStatus() != highspy.HighsModelStatus.kSolutionLimit:
+                raise
+            if lp.solverModel.getInfo().primal_solution_status != highspy.SolutionStatus.kSolutionStatusFeasible:
+                return pulp.LpStatusNotSolved, pulp.LpSolutionNoSolutionFound
+            return pulp.LpStatusOptimal, pulp.LpSolutionIntegerFeasible
+
     def buildSolverModel(self, lp: pulp.LpProblem) -> None:  # noqa: N802 (pulp's name)
         import highspy
 
@@ -213,18 +228,25 @@ class MSModel:
         self.prob.setObjective(pulp.LpAffineExpression(terms))
 
     def solve(self, *, backend: str = "highs", warm_cuts: Sequence[int] | None = None,
-              mip_gap: float = 1e-9, time_limit: float | None = None, threads: int | None = None) -> tuple[int, ...] | None:
-        """Solve the current MILP; return the 1-based cut vector, or ``None`` if no solution."""
+              mip_gap: float = 1e-9, time_limit: float | None = None, threads: int | None = None,
+              node_limit: int | None = None) -> tuple[int, ...] | None:
+        """Solve the current MILP; return the 1-based cut vector, or ``None`` if no solution.
+
+        ``time_limit`` (seconds) and ``node_limit`` (branch-and-bound nodes: HiGHS ``mip_max_nodes``,
+        CBC ``maxNodes``) stop the search early with the best cut vector found; a node limit gives
+        the same answer on every run and machine, a time limit depends on the load."""
         check_backend(backend)
         start = self._start(warm_cuts) if warm_cuts is not None else None
         if backend == "highs":
-            solver = _HiGHS(msg=False, gapRel=mip_gap, gapAbs=1e-12, timeLimit=time_limit, threads=threads, start=start)
+            options = {} if node_limit is None else {"mip_max_nodes": int(node_limit)}
+            solver = _HiGHS(msg=False, gapRel=mip_gap, gapAbs=1e-12, timeLimit=time_limit, threads=threads, start=start,
+                            **options)
         elif backend == "cbc":
             if start:
                 for v in self.prob.variables():
                     v.setInitialValue(start.get(v.name, 0.0))
             solver = _cbc_solver_class()(msg=False, gapRel=mip_gap, gapAbs=1e-12, timeLimit=time_limit,
-                                         threads=threads, warmStart=bool(start))
+                                         threads=threads, warmStart=bool(start), maxNodes=node_limit)
         self.prob.solve(solver)
         self.last_optimal = self.prob.status == pulp.LpStatusOptimal and self.prob.sol_status == pulp.LpSolutionOptimal
         if self.prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):

@@ -16,7 +16,8 @@ class SolveResult:
         interval: aggregation interval I (rounds).
         objective: value of the relaxed objective (28) at (interval, cuts), seconds (∞ if infeasible).
         success: whether a feasible answer was found.
-        status: short machine-readable status ("optimal", "converged", "max_iterations", "infeasible", ...).
+        status: short machine-readable status ("optimal", "converged", "max_iterations", "infeasible",
+            "limit" (a MILP stopped by its time or node limit), ...).
         message: one human-readable sentence.
         method: solver or policy name ("bcd", "dinkelbach", "exhaustive", "rma+rms", ...).
         iterations: outer iterations (BCD rounds, Dinkelbach steps, ...).

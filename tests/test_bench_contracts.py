@@ -102,20 +102,20 @@ def test_time_scaling_runs_the_milp_only_where_affordable(monkeypatch) -> None:
     monkeypatch.setattr(bench_solvers, "SCALING_KINDS", {"random": kind("random"), "adversarial": kind("adversarial")})
     monkeypatch.setattr(bench_solvers, "solve_bcd", fake_bcd)
     monkeypatch.setattr(bench_solvers, "time", _Clock(0.5))
-    text, rows = bench_solvers.time_scaling([100, 2000], (5, 20), seed=3, time_limit=4.0)
+    text, rows = bench_solvers.time_scaling([100, 2000], (5, 20), seed=3, node_limit=40)
     # devices N at 20 cuts (random, adversarial), then the cut counts at N = 100 (20 already measured)
     assert made == [("random", 100, 21, 3), ("random", 2000, 21, 3), ("adversarial", 100, 21, 3),
                     ("adversarial", 2000, 21, 3), ("random", 100, 6, 3)]
     assert [(k, n, c) for k, n, c, _, _ in rows] == [(k, n, p - 1) for k, n, p, _ in made]
     assert all(t == 0.5 for _, _, _, t, _ in rows)              # one clock step between start and stop
-    sweep = dict(time_limit=4.0, multistart=False, ms_method="threshold")
-    milp = dict(time_limit=4.0, multistart=False, ms_method="milp", certify=False)
+    sweep = dict(multistart=False, ms_method="threshold")          # no MILP, nothing to limit
+    milp = dict(node_limit=40, multistart=False, ms_method="milp", certify=False)   # and never a time limit
     # the MILP column only for random instances with N × cuts ≤ 2000 (100 × 20 = 2000 is still affordable)
     assert solves == [("random", 100, 20, sweep), ("random", 100, 20, milp), ("random", 2000, 20, sweep),
                       ("adversarial", 100, 20, sweep), ("adversarial", 2000, 20, sweep),
                       ("random", 100, 5, sweep), ("random", 100, 5, milp)]
     lines = text.splitlines()
-    assert "per-MILP time limit 4.0 s" in lines[0]
+    assert "per-MILP node limit 40; no time limit, so every run prints the same objectives" in lines[0]
     assert _cells(lines[2]) == ["random", "100", "20", "0.500", "3", "0", "0.500", "7", "200.00", "201.00", "converged",
                                 "(converged)"]
     assert _cells(lines[3]) == ["random", "2000", "20", "0.500", "3", "0", "-", "7", "2100.00", "-", "converged"]
@@ -123,7 +123,7 @@ def test_time_scaling_runs_the_milp_only_where_affordable(monkeypatch) -> None:
     assert _cells(lines[6])[:3] == ["random", "100", "5"] and _cells(lines[6])[9] == "201.00"
     assert len(lines) == 7
     text, rows = bench_solvers.time_scaling([10], (20,))
-    assert "per-MILP time limit none s" in text.splitlines()[0]
+    assert "per-MILP node limit none; no time limit" in text.splitlines()[0]
     assert [(k, n, c) for k, n, c, _, _ in rows] == [("random", 10, 20), ("adversarial", 10, 20), ("random", 100, 20)]
 
 
@@ -165,12 +165,12 @@ def test_bcd_gap_figures(monkeypatch) -> None:
 def test_run_solver_bench_runs_the_tables_in_order(monkeypatch, capsys, tmp_path) -> None:
     calls = []
 
-    def fake_compare(problem, title, *, seeds, time_limit, exact=True):
-        calls.append(("compare", getattr(problem, "tag", problem), title, seeds, time_limit, exact))
+    def fake_compare(problem, title, *, seeds, node_limit, exact=True):
+        calls.append(("compare", getattr(problem, "tag", problem), title, seeds, node_limit, exact))
         return f"table {title}", {"adaptsfl(bcd)": 1.0, "sfl": 2.0}
 
-    def fake_scaling(sizes, cut_counts, *, seed, time_limit):
-        calls.append(("scaling", list(sizes), tuple(cut_counts), seed, time_limit))
+    def fake_scaling(sizes, cut_counts, *, seed, node_limit):
+        calls.append(("scaling", list(sizes), tuple(cut_counts), seed, node_limit))
         rows = [("random", 100, 20, 1.0, None), ("random", 100, 5, 9.0, None), ("adversarial", 100, 20, 2.0, None),
                 ("random", 300, 20, 3.0, None)]
         return "scaling table", rows
@@ -191,11 +191,12 @@ def test_run_solver_bench_runs_the_tables_in_order(monkeypatch, capsys, tmp_path
 
     sizes = (100, 300, 1000)
     text = bench_solvers.run_solver_bench(problem(100, 20), sizes=sizes, seed=4, quick=False)
-    assert calls == [("compare", "mine 100", "default scenario", 5, 10.0, True),       # 100 × 20 = 2000: exact runs
-                     ("compare", "generated 20 13 5", "generated scenario 1 (synthetic 12-cut)", 5, 10.0, True),
-                     ("compare", "generated 20 13 6", "generated scenario 2 (synthetic 12-cut)", 5, 10.0, True),
-                     ("compare", "generated 20 13 7", "generated scenario 3 (synthetic 12-cut)", 5, 10.0, True),
-                     ("scaling", [100, 300, 1000], (5, 10, 20), 4, 10.0), ("gap", 100, 4)]
+    nodes = bench_solvers.NODE_LIMIT          # full and quick: one node limit, no wall-clock limit
+    assert calls == [("compare", "mine 100", "default scenario", 5, nodes, True),       # 100 × 20 = 2000: exact runs
+                     ("compare", "generated 20 13 5", "generated scenario 1 (synthetic 12-cut)", 5, nodes, True),
+                     ("compare", "generated 20 13 6", "generated scenario 2 (synthetic 12-cut)", 5, nodes, True),
+                     ("compare", "generated 20 13 7", "generated scenario 3 (synthetic 12-cut)", 5, nodes, True),
+                     ("scaling", [100, 300, 1000], (5, 10, 20), 4, nodes), ("gap", 100, 4)]
     parts = ["table default scenario"] + [f"table generated scenario {k} (synthetic 12-cut)" for k in (1, 2, 3)] + \
         ["scaling table", "gap table"]
     assert text == "\n\n".join(parts)
@@ -205,9 +206,9 @@ def test_run_solver_bench_runs_the_tables_in_order(monkeypatch, capsys, tmp_path
     calls.clear()
     plot = str(tmp_path / "p.png")
     bench_solvers.run_solver_bench(problem(101, 20), sizes=sizes, seed=0, quick=True, plot_path=plot, title="T")
-    assert calls == [("compare", "mine 101", "T", 3, 2.0, False),                      # 101 × 20 > 2000: no exact
-                     ("compare", "generated 20 13 1", "generated scenario 1 (synthetic 12-cut)", 3, 2.0, True),
-                     ("scaling", [100, 300], (5, 10), 0, 2.0), ("gap", 20, 0)]
+    assert calls == [("compare", "mine 101", "T", 3, nodes, False),                      # 101 × 20 > 2000: no exact
+                     ("compare", "generated 20 13 1", "generated scenario 1 (synthetic 12-cut)", 3, nodes, True),
+                     ("scaling", [100, 300], (5, 10), 0, nodes), ("gap", 20, 0)]
     # the plot: the default problem's ratios, and solve time vs N at 20 cut points per instance kind
     assert plotted == [({"adaptsfl(bcd)": 1.0, "sfl": 2.0}, {"random": [(100, 1.0), (300, 3.0)],
                                                              "adversarial": [(100, 2.0)]}, plot, "T")]
@@ -411,3 +412,20 @@ def test_the_scale_benchmark_exits_1_when_a_run_fails() -> None:
                           "random"], capture_output=True, text=True, timeout=300, cwd=root)
     assert out.returncode == 1
     assert "random N=100000 seed=0: failed" in out.stdout and "1 run(s) failed" in out.stderr
+
+
+def test_compare_policies_limits_nodes_never_seconds(monkeypatch) -> None:
+    """Table (1)'s MILPs get the node limit and no time limit, so a loaded machine prints the same table."""
+    seen = []
+
+    def record(name):
+        def solve(problem, **kw):
+            seen.append((name, kw))
+            return SolveResult(cuts=(1, 1, 1), interval=2, objective=10.0, status="converged", lower_bound=10.0)
+        return solve
+
+    monkeypatch.setattr(bench_solvers, "solve_bcd", record("bcd"))
+    monkeypatch.setattr(bench_solvers, "solve_exact", record("exact"))
+    monkeypatch.setattr(bench_solvers, "BASELINES", {})
+    bench_solvers.compare_policies(bench_solvers.random_problem(3, 5, 1), "tiny", seeds=1, node_limit=7)
+    assert seen == [("bcd", {"node_limit": 7}), ("exact", {"node_limit": 7})]

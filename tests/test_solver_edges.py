@@ -140,3 +140,24 @@ def test_threshold_sweep_reports_the_seconds_it_took() -> None:
     result = solve_ms_exact(problem, 2, max_sweeps=None)
     took = time.perf_counter() - before
     assert 0.0 <= result.seconds <= took
+
+
+def test_a_node_limit_stops_every_milp_solver_the_same_way_on_every_run() -> None:
+    """node_limit (HiGHS mip_max_nodes) instead of a wall-clock limit: a MILP stopped at 0 nodes
+    returns the best cut vector found so far (never None, never an error), says so in its status,
+    and the same vector on every run; without a limit the same instance is proven optimal."""
+    from solvers.dinkelbach import solve_dinkelbach
+    from solvers.instances import adversarial_problem
+
+    problem = adversarial_problem(10, 6, 1)
+    optimum = solve_exact(problem)
+    assert optimum.status == "optimal"
+    stopped = [solve_exact(problem, node_limit=0) for _ in range(2)]
+    assert [r.status for r in stopped] == ["limit", "limit"]
+    assert stopped[0].cuts == stopped[1].cuts and stopped[0].objective == stopped[1].objective
+    assert stopped[0].objective > optimum.objective * 1.05        # stopped early: worse than the optimum here
+    assert bcd.solve_bcd(problem, ms_method="milp", node_limit=0).status == "limit"
+    assert bcd.solve_bcd(problem, ms_method="milp").status == "converged"
+    ms = solve_dinkelbach(problem, optimum.interval, node_limit=0)
+    assert ms.status == "limit" and problem.fits(ms.cuts)
+    assert solve_dinkelbach(problem, optimum.interval).status == "converged"
