@@ -13,8 +13,10 @@ as a user's model that raises.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
+import stat
 import sys
 import traceback
 
@@ -55,6 +57,24 @@ def debug_requested(args: argparse.Namespace) -> bool:
     return bool(getattr(args, "debug", False)) or env not in ("", "0", "false", "no")
 
 
+def unwritable_stdout(exc: OSError) -> str | None:
+    """Where the standard output goes (a file's path, else ``"standard output"``) when ``exc`` is the
+    failure to write it: an error without a file name (a write to a descriptor) of a full disk or
+    quota, the standard output being a regular file; ``None`` otherwise."""
+    if exc.filename or exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return None
+    try:
+        fd = sys.stdout.fileno()
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+    except (OSError, ValueError, AttributeError):   # no file descriptor (captured output)
+        return None
+    try:
+        return repr(os.readlink(f"/proc/self/fd/{fd}"))
+    except OSError:   # not Linux
+        return "standard output"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -76,6 +96,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"adaptplan {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # a path the user named cannot be read or written (directory, permissions, ...)
+        stdout = unwritable_stdout(exc)
+        if stdout is not None:   # `adaptplan plan > file` on a full disk: the redirection is the path
+            print(f"adaptplan {args.command}: error: cannot write the standard output ({stdout}): "
+                  f"{exc.strerror or exc}", file=sys.stderr)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the flush at exit cannot fail again
+            return 2
         where = f" {exc.filename!r}" if exc.filename else ""
         print(f"adaptplan {args.command}: error: cannot use{where}: {exc.strerror or exc}", file=sys.stderr)
         return 2

@@ -181,9 +181,14 @@ def test_a_plan_for_another_model_is_refused(tmp_path, capsys) -> None:
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "--plan: the plan was made for model 'vgg16-cifar' (16 cut points" in err and err.count("\n") == 1
-    del plan["model"]                           # a plan without identity (older files) is checked by its cuts only
+    del plan["model"]                           # a plan without identity (older or hand-written files) is refused
     plan_file.write_text(json.dumps(plan))
-    assert main(argv) == 0
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        "adaptplan train: error: plan.model: the plan does not say which model it was made for, so it cannot be "
+        f"checked against --model cnn: make it with adaptplan plan --profile (which records the model), or give it as "
+        f"--cuts 2,2,2 --interval {plan['interval']}\n")
+    assert main([*argv[:-2], "--cuts", "2,2,2", "--interval", str(plan["interval"])]) == 0   # ... which runs
 
 
 def test_sigterm_saves_a_checkpoint_and_resume_continues(tmp_path) -> None:
@@ -276,11 +281,11 @@ def test_a_plan_for_a_model_with_as_many_cuts_but_another_structure_is_refused(t
     plan["cuts"] = [2, 2, 2]
     plan_file.write_text(json.dumps(plan))
     capsys.readouterr()
-    assert main(argv) == 0                       # no identity: accepted; now the identity of the very model trained ...
     from trainers.config import TrainConfig
     from trainers.run import Trainer
 
-    identity = Trainer(TrainConfig(dataset="synthetic", devices=3, batch_size=8, rounds=1, plan_path=str(plan_file),
+    # the identity of the very model trained ...
+    identity = Trainer(TrainConfig(dataset="synthetic", devices=3, batch_size=8, rounds=1, cuts=(2, 2, 2),
                                    progress=False)).profile.identity()
     for sha, accepted in ((identity["structure_sha256"], True), ("0" * 64, False)):   # ... and of a look-alike
         plan["model"] = {**identity, "structure_sha256": sha}

@@ -438,10 +438,12 @@ def test_system_and_plan_must_fit_the_run(tmp_path: Path) -> None:
                                          "objective_s": 15.0}))
         config = TrainConfig(**FAST, algorithm="psl", rounds=1, plan_path=str(plan_file))
         if message is None:
-            trainer = Trainer(config)
-            assert (trainer.engine.cuts, trainer.engine.interval) == (cuts, 2)
+            with pytest.raises(InputError, match="does not say which model") as info:
+                Trainer(config)                                         # cuts in range, but for which model?
+            assert info.value.field == "plan.model"
             plan_file.write_text(json.dumps({**json.loads(plan_file.read_text()), "model": trainer.profile.identity()}))
-            assert Trainer(config).engine.cuts == cuts                  # a plan made for this very model
+            trainer = Trainer(config)                                   # a plan made for this very model
+            assert (trainer.engine.cuts, trainer.engine.interval) == (cuts, 2)
         else:
             with pytest.raises(InputError, match=message) as info:
                 Trainer(config)

@@ -231,9 +231,14 @@ class Trainer:
         return self._one_client_model(cuts), c.interval or self._planned_interval(interval), {**source, **details}
 
     def _check_plan_model(self, plan: Plan) -> None:
-        """A plan that records its model (``plan.model``) must have been made for this model's structure."""
+        """The plan must record its model (``plan.model``, written by every plan the planner makes) and
+        have been made for this model's structure; a hand-written plan is given as ``--cuts`` and
+        ``--interval`` instead, which the message spells out."""
         if plan.model is None:
-            return
+            raise InputError(f"the plan does not say which model it was made for, so it cannot be checked against "
+                             f"--model {self.config.model}: make it with adaptplan plan --profile (which records the "
+                             f"model), or give it as --cuts {','.join(map(str, plan.cuts))} --interval {plan.interval}",
+                             field="plan.model")
         mine = self.profile.identity()
         if plan.model["num_cuts"] != mine["num_cuts"] or plan.model["structure_sha256"] != mine["structure_sha256"]:
             raise InputError(f"the plan was made for model {plan.model['name']!r} ({plan.model['num_cuts']} cut points, "

@@ -85,8 +85,12 @@ class RunFolder:
             os.close(fd)
             raise InputError(f"{str(self.path)!r} is in use by another adaptplan run (process {owner}); wait for it or "
                              "choose another --out", field="--out") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, str(os.getpid()).encode())
+        except OSError as exc:   # a full disk (ENOSPC) or quota: the lock's owner cannot be recorded
+            os.close(fd)
+            raise InputError(f"cannot write into {str(self.path)!r}: {exc.strerror or exc}", field="--out") from None
         self._fd = fd
 
     def release(self) -> None:
