@@ -16,6 +16,7 @@ import argparse
 import errno
 import importlib
 import os
+import re
 import stat
 import sys
 import traceback
@@ -25,11 +26,29 @@ from adaptplan.errors import InputError
 COMMAND_MODULES = ("profile", "system", "plan", "train", "plot", "bench")
 
 
+LONG_WORD = 200
+"""A word (a run of non-blank characters) of an error message longer than this many characters is
+shortened: a value given by mistake (a file pasted into a flag, a 10⁶-character field) is shown by its
+first :data:`SHOWN_CHARACTERS` characters and its length, not echoed whole."""
+SHOWN_CHARACTERS = 60
+
+
+def clip_message(text: str) -> str:
+    """``text`` with every word longer than :data:`LONG_WORD` characters cut to its first
+    :data:`SHOWN_CHARACTERS` and its length (``xxxx… (100,000 characters)``)."""
+    def shorten(match: re.Match) -> str:
+        word = match.group()
+        tail = word[-1] if word[-1] in ":;,." else ""   # the sentence's punctuation stays
+        return f"{word[:SHOWN_CHARACTERS]}… ({len(word) - len(tail):,} characters){tail}"
+
+    return re.sub(rf"\S{{{LONG_WORD + 1},}}", shorten, text)
+
+
 class _Parser(argparse.ArgumentParser):
     """ArgumentParser whose errors are one line and exit code 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2, clip_message(f"{self.prog}: error: {message}") + "\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -93,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as exc:
         if debug and exc.__cause__ is not None:
             traceback.print_exception(exc.__cause__, file=sys.stderr)
-        print(f"adaptplan {args.command}: error: {exc}", file=sys.stderr)
+        print(clip_message(f"adaptplan {args.command}: error: {exc}"), file=sys.stderr)
         return 2
     except OSError as exc:  # a path the user named cannot be read or written (directory, permissions, ...)
         stdout = unwritable_stdout(exc)
@@ -103,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the flush at exit cannot fail again
             return 2
         where = f" {exc.filename!r}" if exc.filename else ""
-        print(f"adaptplan {args.command}: error: cannot use{where}: {exc.strerror or exc}", file=sys.stderr)
+        print(clip_message(f"adaptplan {args.command}: error: cannot use{where}: {exc.strerror or exc}"), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"adaptplan {args.command}: interrupted", file=sys.stderr)

@@ -397,3 +397,23 @@ def test_free_form_parts_are_accepted_as_written(tmp_path):
     code, out, err = run_cli(["plot", str(path), "-o", str(tmp_path / "p.png")])
     assert code == 0, err
     assert History.load(path).events == [{"round": 10**400}]
+
+
+def test_clip_message_shortens_only_words_longer_than_the_limit() -> None:
+    path = "/" + "d" * 197                                     # a 198- and a 200-character word stay whole
+    assert cli.clip_message(f"cannot read {path}x: gone") == f"cannot read {path}x: gone"
+    long = "v" * 201
+    assert cli.clip_message(f"got {long!r} and {long}, or {long}:") == (
+        f"got '{'v' * 59}… (203 characters) and {'v' * 60}… (201 characters), or {'v' * 60}… (201 characters):")
+
+
+@pytest.mark.parametrize("argv", [["profile", "BIG", "--input", "3x8x8"], ["train", "--model", "BIG"],
+                                  ["train", "--model", "BIG:factory"], ["train", "--dataset", "BIG"],
+                                  ["train", "--cuts", "BIG"], ["plot", "BIG"], ["plan", "--profile", "BIG"],
+                                  ["bench", "BIG"], ["train", "--out", "BIG", "--resume"]])
+def test_a_huge_value_is_not_echoed_whole(argv, capsys) -> None:
+    """A 10⁵-character value (a file pasted into a flag) is named by its start and length in the one error line."""
+    assert cli.main([a.replace("BIG", "x" * 100_000) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and len(err) < 600, err[:300]
+    assert "xxxxxxxxxx… (100,0" in err
