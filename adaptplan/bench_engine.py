@@ -1,27 +1,34 @@
-"""Engine benchmark: samples/s of simulated split training (20 devices) vs centralized training of
-the same model on the same samples, in the same process and on the same device.
+"""Engine benchmark: samples/s of simulated split training vs centralized training of the same
+model on the same samples, in the same process and on the same device, with each side's peak memory.
 
 Both sides train one model (the CIFAR-10 CNN of :mod:`trainers.models` by default; any ``--model``
-of ``adaptplan train``) on random CIFAR-shaped tensors with SGD, on ``--device`` (the CPU or a
-CUDA GPU). Split training: ``rounds`` rounds of the engine, per algorithm, on the chain ``adaptplan
-train`` uses (``profilers.build_chain``; default cut 1 = the first parameterised block on the
-device), every device one mini-batch of b samples; the algorithm's real client/server split with
-message exchange, devices concatenated at shared server blocks, and the devices' client passes
-batched or not (``client_batching``; trainers.batching). Centralized: the same number of samples,
-either as ``devices`` SGD steps of b samples per round (``central_b``: the same per-step batch as
-each device) or one step of N·b samples per round (``central_Nb``: the same samples per optimizer
-step as the shared server part). Reported ratio = split samples/s ÷ centralized samples/s (goal ≥ 0.8).
+of ``adaptplan train``) on random CIFAR-shaped tensors (two mini-batches per device, cycled) with
+SGD, on ``--device`` (the CPU or a CUDA GPU). Split training: ``rounds`` rounds of the engine, per
+algorithm, on the chain ``adaptplan train`` uses (``profilers.build_chain``; default cut 1 = the
+first parameterised block on the device), with the algorithm's real client/server split and message
+exchange, devices concatenated at shared server blocks, the devices' client passes batched or not
+(``client_batching``; trainers.batching), recomputed or held (``client_recompute``) and the server's
+barrier passes chunked (``server_pass_samples``). Its samples are the ones the devices' activation
+messages carried (``RoundStats.samples``: the participants' steps — GAS's active devices, a
+sampled fraction's). Centralized: ``devices`` SGD steps of b samples per round (``central_b``), or
+one step of N·b samples per round (``central_Nb``; not run above :data:`CENTRAL_NB_LIMIT` samples,
+whose activations alone would fill the machine). Reported ratio = split samples/s ÷ centralized
+samples/s (goal ≥ 0.8).
 
 The measurements are interleaved ``repeats`` times and each side keeps its best (highest
-samples/s) repeat, so a burst of load from other processes does not decide the ratio. On CUDA the
-clock is read after ``torch.cuda.synchronize`` and each side's peak GPU memory is
-``torch.cuda.max_memory_allocated`` above what was allocated before it started (the input data);
-on a CPU memory is not measured per side: the report gives the process's peak resident set
-(``ru_maxrss``) instead, labelled as such.
+samples/s) repeat, so a burst of load from other processes does not decide the ratio. Peak memory
+per side: on CUDA ``torch.cuda.max_memory_allocated`` above what was allocated before the side
+started (the input data); on Linux CPUs the resident set's high-water mark (``VmHWM``, reset
+through ``/proc/self/clear_refs`` before the side, freed memory handed back with ``malloc_trim``)
+above the resident set when the side started — what the side itself added, not the interpreter,
+torch or the input data; elsewhere the whole process's peak resident set (``ru_maxrss``).
+:func:`run_engine_sweep` repeats the measurement over several device counts and plots seconds
+per round and memory against N.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
@@ -31,11 +38,21 @@ from torch import nn
 
 INPUT_SHAPE = (3, 32, 32)
 NUM_CLASSES = 10
+BATCHES_PER_DEVICE = 2
+"""Random mini-batches of data per device (cycled by its sampler), so the input data grows with N only."""
+CENTRAL_NB_LIMIT = 8192
+"""Largest N·b for the centralized one-step-of-N·b side (beyond it its activations alone take GiBs)."""
+
+MEMORY_NOTES = {
+    "cuda": "torch.cuda.max_memory_allocated of each side, above the input data",
+    "rss": "the resident set's peak during each side (VmHWM) above the resident set when it started",
+}
 
 
 @dataclass(frozen=True)
 class EngineBenchResult:
-    """Throughputs in samples per wall-clock second, their ratios, and peak memory in bytes."""
+    """Throughputs in samples per wall-clock second, their ratios, seconds per simulated round and
+    peak memory in bytes per side (``memory_measure``: ``"cuda"``, ``"rss"`` or ``""`` = not per side)."""
 
     algorithms: tuple[str, ...]
     model: str
@@ -49,15 +66,21 @@ class EngineBenchResult:
     threads: int
     sfl_samples_per_s: dict[str, float]
     central_b_samples_per_s: float
-    central_nb_samples_per_s: float
-    peak_memory_bytes: dict[str, int] = field(default_factory=dict)   # per side, CUDA only
-    process_peak_rss_bytes: int | None = None                          # CPU: the whole process's high-water mark
+    central_nb_samples_per_s: float | None
+    peak_memory_bytes: dict[str, int] = field(default_factory=dict)   # per side
+    process_peak_rss_bytes: int | None = None                          # the whole process's high-water mark
     per_device_cuts: dict[str, str] = field(default_factory=dict)      # algorithm → why its client passes were not batched
+    sfl_seconds_per_round: dict[str, float] = field(default_factory=dict)
+    memory_measure: str = ""
+    client_recompute: str = "auto"
+    server_pass_samples: int | None = None
 
     def ratio_b(self, algorithm: str | None = None) -> float:
         return self.sfl_samples_per_s[algorithm or self.algorithms[0]] / self.central_b_samples_per_s
 
-    def ratio_nb(self, algorithm: str | None = None) -> float:
+    def ratio_nb(self, algorithm: str | None = None) -> float | None:
+        if self.central_nb_samples_per_s is None:
+            return None
         return self.sfl_samples_per_s[algorithm or self.algorithms[0]] / self.central_nb_samples_per_s
 
     def to_json(self) -> dict[str, Any]:
@@ -72,22 +95,33 @@ class EngineBenchResult:
             value = self.peak_memory_bytes.get(side)
             return f"{value / 2**20:9.1f} MiB" if value is not None else f"{'-':>13}"
 
+        def ratio(value: float | None) -> str:
+            return f"{value:14.2f}" if value is not None else f"{'-':>14}"
+
         lines = [f"{self.model} on {self.device}, {self.devices} devices, b = {self.batch_size}, cut {self.cut}, "
                  f"client batching {self.client_batching}, {self.rounds} rounds, best of {self.repeats}, "
                  f"{self.threads} threads",
-                 f"  {'':<26} {'samples/s':>10} {'× central b':>12} {'× central N·b':>14} {'peak memory':>13}"]
+                 f"  {'':<26} {'samples/s':>10} {'× central b':>12} {'× central N·b':>14} {'peak memory':>13} "
+                 f"{'s/round':>9}"]
         for a in self.algorithms:
+            per_round = self.sfl_seconds_per_round.get(a)
             lines.append(f"  {a + ' (simulated)':<26} {self.sfl_samples_per_s[a]:10.1f} {self.ratio_b(a):12.2f} "
-                         f"{self.ratio_nb(a):14.2f} {memory(a)}")
+                         f"{ratio(self.ratio_nb(a))} {memory(a)} "
+                         f"{f'{per_round:9.3f}' if per_round is not None else '-':>9}")
         lines.append(f"  {'centralized, batch b':<26} {self.central_b_samples_per_s:10.1f} {'':>12} {'':>14} "
                      f"{memory('central_b')}")
-        lines.append(f"  {'centralized, batch N·b':<26} {self.central_nb_samples_per_s:10.1f} {'':>12} {'':>14} "
-                     f"{memory('central_Nb')}")
-        if self.peak_memory_bytes:
-            lines.append("  peak memory: torch.cuda.max_memory_allocated of each side, above the input data")
+        if self.central_nb_samples_per_s is None:
+            lines.append(f"  {'centralized, batch N·b':<26} {'-':>10} {'':>12} {'':>14} {'-':>13}  not run: "
+                         f"N·b = {self.devices * self.batch_size:,} samples > {CENTRAL_NB_LIMIT:,}")
         else:
-            rss = f"{self.process_peak_rss_bytes / 2**20:.0f} MiB" if self.process_peak_rss_bytes else "unknown"
-            lines.append(f"  peak memory: not measured per side on a CPU; the whole process's peak resident set "
+            lines.append(f"  {'centralized, batch N·b':<26} {self.central_nb_samples_per_s:10.1f} {'':>12} {'':>14} "
+                         f"{memory('central_Nb')}")
+        rss = f"{self.process_peak_rss_bytes / 2**20:.0f} MiB" if self.process_peak_rss_bytes else "unknown"
+        if self.memory_measure in MEMORY_NOTES:
+            lines.append(f"  peak memory: {MEMORY_NOTES[self.memory_measure]}; the whole process's peak resident set "
+                         f"{rss}")
+        else:
+            lines.append(f"  peak memory: not measured per side here; the whole process's peak resident set "
                          f"(ru_maxrss) was {rss}")
         for a, why in self.per_device_cuts.items():
             lines.append(f"  {a}: client passes ran per device ({why})")
@@ -113,14 +147,52 @@ def _peak_rss_bytes() -> int | None:
     return int(peak if sys.platform == "darwin" else peak * 1024)     # bytes on macOS, KiB on Linux
 
 
+def _status_kib(name: str) -> int:
+    """A ``VmRSS``/``VmHWM`` line of /proc/self/status, KiB."""
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith(f"{name}:"))
+
+
+class SideMemory:
+    """The CPU memory one side adds at its peak (bytes): resident high-water mark (VmHWM, reset by
+    writing 5 to /proc/self/clear_refs) above the resident set at the start, after garbage
+    collection and ``malloc_trim`` have handed freed memory back. ``peak`` stays None where Linux's
+    interface is missing."""
+
+    def __init__(self) -> None:
+        self.peak: int | None = None
+        self._start: int | None = None
+
+    def __enter__(self) -> "SideMemory":
+        import ctypes
+        import gc
+
+        gc.collect()
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+            with open("/proc/self/clear_refs", "w") as fh:
+                fh.write("5")
+            self._start = _status_kib("VmRSS")
+        except (OSError, AttributeError, StopIteration):
+            self._start = None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._start is not None:
+            self.peak = max(0, _status_kib("VmHWM") - self._start) * 1024
+
+
 def run_engine_bench(devices: int = 20, batch_size: int = 16, rounds: int = 10, cut: int = 1,
                      algorithm: str | Sequence[str] = "adaptsfl", width: int = 32, threads: int | None = None,
                      warmup: int = 2, repeats: int = 3, seed: int = 0, model: str = "cnn",
-                     device: torch.device | str = "cpu", client_batching: str = "auto") -> EngineBenchResult:
-    """Measure and return an :class:`EngineBenchResult` (see the module docstring)."""
+                     device: torch.device | str = "cpu", client_batching: str = "auto",
+                     client_recompute: str = "auto", server_pass_samples: int | None = None) -> EngineBenchResult:
+    """Measure and return an :class:`EngineBenchResult` (see the module docstring);
+    ``server_pass_samples`` None = the engine's default."""
     from adaptplan.errors import InputError
     from profilers import build_chain
     from trainers.batching import use_batching
+    from trainers.config import SERVER_PASS_SAMPLES
     from trainers.devices import describe, synchronize
     from trainers.engine import DeviceData, SplitEngine
     from trainers.models import build_model
@@ -129,10 +201,11 @@ def run_engine_bench(devices: int = 20, batch_size: int = 16, rounds: int = 10, 
 
     algorithms = (algorithm,) if isinstance(algorithm, str) else tuple(algorithm)
     device = torch.device(device)
+    pass_samples = SERVER_PASS_SAMPLES if server_pass_samples is None else server_pass_samples
     if threads:
         torch.set_num_threads(threads)
     g = torch.Generator().manual_seed(seed)
-    n = devices * batch_size * (rounds + warmup)
+    n = devices * batch_size * BATCHES_PER_DEVICE
     x = torch.randn(n, *INPUT_SHAPE, generator=g)
     y = torch.randint(0, NUM_CLASSES, (n,), generator=g)
     parts = partition_indices(y.numpy(), devices, "iid", seed)
@@ -148,24 +221,26 @@ def run_engine_bench(devices: int = 20, batch_size: int = 16, rounds: int = 10, 
         raise InputError(f"{model} has {len(blocks)} cut points; the cut must be in 1..{len(blocks)}, got {cut}",
                          field="--cut")
     per_device: dict[str, str] = {}
+    per_round: dict[str, float] = {}
 
     def sfl(name: str) -> float:
         chain = build_chain(fresh_model(), x[:2].cpu())
         engine = SplitEngine(chain.blocks, [cut] * devices, make_strategy(name), DeviceData(x, y, x[:1], y[:1], parts),
-                             {"lr": 0.01}, batch_size, seed=seed, device=device, client_batching=client_batching)
+                             {"lr": 0.01}, batch_size, seed=seed, device=device, client_batching=client_batching,
+                             client_recompute=client_recompute, server_pass_samples=pass_samples)
         for t in range(1, warmup + 1):
             engine.run_round(t)
         synchronize(device)
         start = time.perf_counter()
-        for t in range(warmup + 1, warmup + rounds + 1):
-            engine.run_round(t)
+        samples = sum(engine.run_round(t).samples for t in range(warmup + 1, warmup + rounds + 1))
         synchronize(device)
         seconds = time.perf_counter() - start
+        per_round[name] = min(per_round.get(name, math.inf), seconds / rounds)
         if engine.batcher is not None and engine.batcher.reasons.get(cut):
             per_device[name] = str(engine.batcher.reasons[cut])
         elif engine.batcher is not None and cut not in engine.batcher.reasons:
             per_device[name] = "the algorithm runs one device at a time"
-        return total / seconds
+        return samples / seconds
 
     def central(step_batch: int) -> float:
         net = fresh_model().to(device)
@@ -185,7 +260,8 @@ def run_engine_bench(devices: int = 20, batch_size: int = 16, rounds: int = 10, 
 
     sides: dict[str, Callable[[], float]] = {a: (lambda a=a: sfl(a)) for a in algorithms}
     sides["central_b"] = lambda: central(batch_size)
-    sides["central_Nb"] = lambda: central(devices * batch_size)
+    if devices * batch_size <= CENTRAL_NB_LIMIT:
+        sides["central_Nb"] = lambda: central(devices * batch_size)
     best = {side: 0.0 for side in sides}
     peak: dict[str, int] = {}
     for _ in range(repeats):
@@ -194,15 +270,80 @@ def run_engine_bench(devices: int = 20, batch_size: int = 16, rounds: int = 10, 
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats(device)
                 before = torch.cuda.memory_allocated(device)
-            best[side] = max(best[side], measure())
-            if device.type == "cuda":
+                best[side] = max(best[side], measure())
                 peak[side] = max(peak.get(side, 0), torch.cuda.max_memory_allocated(device) - before)
+                continue
+            with SideMemory() as memory:
+                best[side] = max(best[side], measure())
+            if memory.peak is not None:
+                peak[side] = max(peak.get(side, 0), memory.peak)
     batching = use_batching(client_batching, device)
     return EngineBenchResult(algorithms, model, describe(device),
                              f"{'on' if batching else 'off'}" + (" (auto)" if client_batching == "auto" else ""),
                              devices, batch_size, cut, rounds, repeats, torch.get_num_threads(),
-                             {a: best[a] for a in algorithms}, best["central_b"], best["central_Nb"], peak,
-                             None if device.type == "cuda" else _peak_rss_bytes(), per_device)
+                             {a: best[a] for a in algorithms}, best["central_b"], best.get("central_Nb"), peak,
+                             _peak_rss_bytes(), per_device, per_round,
+                             "cuda" if device.type == "cuda" else "rss" if peak else "",
+                             client_recompute, pass_samples)
+
+
+def run_engine_sweep(device_counts: Sequence[int], plot_path: str | None = None,
+                     progress: Callable[[str], None] | None = None, **options: Any) -> list[EngineBenchResult]:
+    """:func:`run_engine_bench` at every N of ``device_counts`` (``options`` as there), and optionally
+    a plot of seconds per round and peak memory of each algorithm against N (``plot_path``)."""
+    results = []
+    for count in device_counts:
+        if progress is not None:
+            progress(f"{count} devices ...")
+        results.append(run_engine_bench(devices=int(count), **options))
+    if plot_path:
+        plot_sweep(results, plot_path)
+    return results
+
+
+def sweep_table(results: Sequence[EngineBenchResult]) -> str:
+    """One line per (N, algorithm): seconds per round, samples/s, × central b, peak memory."""
+    lines = [f"  {'N':>6} {'algorithm':<10} {'s/round':>9} {'samples/s':>10} {'× central b':>12} {'peak MiB':>9}"]
+    for r in results:
+        for a in r.algorithms:
+            mem = r.peak_memory_bytes.get(a)
+            lines.append(f"  {r.devices:>6} {a:<10} {r.sfl_seconds_per_round.get(a, math.nan):9.3f} "
+                         f"{r.sfl_samples_per_s[a]:10.1f} {r.ratio_b(a):12.2f} "
+                         f"{f'{mem / 2**20:9.1f}' if mem is not None else '-':>9}")
+    return "\n".join(lines)
+
+
+def plot_sweep(results: Sequence[EngineBenchResult], path: str) -> None:
+    """Seconds per round (left) and each side's peak memory (right) against N, one line per algorithm."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from adaptplan.fileio import atomic_write
+    from trainers.plotting import image_path
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    counts = [r.devices for r in results]
+    for a in results[0].algorithms:
+        left.plot(counts, [r.sfl_seconds_per_round.get(a, math.nan) for r in results], "o-", label=a)
+        right.plot(counts, [r.peak_memory_bytes.get(a, math.nan) / 2**20 for r in results], "o-", label=a)
+    right.plot(counts, [r.peak_memory_bytes.get("central_b", math.nan) / 2**20 for r in results], "k:o",
+               label="centralized, batch b")
+    for ax, label in ((left, "wall-clock seconds per round"), (right, "peak memory [MiB]")):
+        ax.set_xscale("log")
+        ax.set_xticks(counts, [f"{c:,}" for c in counts])
+        ax.minorticks_off()
+        ax.set_xlabel("devices N")
+        ax.set_ylabel(label)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize="small")
+    r = results[0]
+    fig.suptitle(f"bench engine: {r.model} cut {r.cut}, b = {r.batch_size}, {r.device}", fontsize="medium")
+    fig.tight_layout()
+    target, fmt = image_path(path)
+    atomic_write(target, lambda fh: fig.savefig(fh, format=fmt, dpi=120))
+    plt.close(fig)
 
 
 if __name__ == "__main__":  # pragma: no cover

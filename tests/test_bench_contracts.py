@@ -277,8 +277,12 @@ def test_engine_bench_keeps_each_sides_best_repeat(monkeypatch) -> None:
     assert r.sfl_samples_per_s == {"sfl-v2": 4.0}
     assert (r.central_b_samples_per_s, r.central_nb_samples_per_s) == (1.0, 2.0)
     assert (r.ratio_b(), r.ratio_nb(), r.ratio_b("sfl-v2")) == (4.0, 2.0, 4.0)
-    assert r.client_batching == "off (auto)" and r.peak_memory_bytes == {} and r.per_device_cuts == {}
+    assert r.client_batching == "off (auto)" and r.per_device_cuts == {}
     assert r.process_peak_rss_bytes is not None and r.process_peak_rss_bytes > 2**20
+    # on Linux each side's memory is its own high-water mark above where it started
+    assert set(r.peak_memory_bytes) == {"sfl-v2", "central_b", "central_Nb"} and r.memory_measure == "rss"
+    assert all(0 <= m < r.process_peak_rss_bytes for m in r.peak_memory_bytes.values())
+    assert r.sfl_seconds_per_round == {"sfl-v2": 1.0}        # the best repeat's 1 s over 1 round
 
 
 def test_engine_bench_names_the_algorithms_that_ran_per_device() -> None:
@@ -336,7 +340,8 @@ def _result(**kw) -> EngineBenchResult:
 
 
 def test_engine_result_json_and_report() -> None:
-    r = _result(process_peak_rss_bytes=300 * 2**20, per_device_cuts={"psl": "BatchNorm2d in block 1"})
+    r = _result(process_peak_rss_bytes=300 * 2**20, per_device_cuts={"psl": "BatchNorm2d in block 1"},
+                sfl_seconds_per_round={"psl": 0.32})
     data = r.to_json()
     assert data["algorithms"] == ["psl", "sfl-v2"]
     assert data["ratio_vs_central_b"] == {"psl": 0.8, "sfl-v2": 1.2}
@@ -346,20 +351,65 @@ def test_engine_result_json_and_report() -> None:
     lines = r.report().splitlines()
     assert lines[0] == ("cnn on cpu, 20 devices, b = 16, cut 2, client batching off (auto), 10 rounds, best of 3, "
                         "4 threads")
-    assert _cells(lines[2]) == ["psl", "(simulated)", "800.0", "0.80", "0.50", "-"]
-    assert _cells(lines[3]) == ["sfl-v2", "(simulated)", "1200.0", "1.20", "0.75", "-"]
+    assert _cells(lines[2]) == ["psl", "(simulated)", "800.0", "0.80", "0.50", "-", "0.320"]
+    assert _cells(lines[3]) == ["sfl-v2", "(simulated)", "1200.0", "1.20", "0.75", "-", "-"]
     assert _cells(lines[4]) == ["centralized,", "batch", "b", "1000.0", "-"]
     assert _cells(lines[5]) == ["centralized,", "batch", "N·b", "1600.0", "-"]
-    assert lines[6].endswith("the whole process's peak resident set (ru_maxrss) was 300 MiB")
+    assert lines[6].endswith("not measured per side here; the whole process's peak resident set (ru_maxrss) was 300 MiB")
     assert lines[7] == "  psl: client passes ran per device (BatchNorm2d in block 1)" and len(lines) == 8
 
     cuda = _result(device="cuda:0", peak_memory_bytes={"psl": 3 * 2**20, "sfl-v2": 2**19, "central_b": 2**21,
-                                                        "central_Nb": 10 * 2**20})
+                                                        "central_Nb": 10 * 2**20}, memory_measure="cuda")
     lines = cuda.report().splitlines()
-    assert [_cells(line)[-2:] for line in lines[2:6]] == [["3.0", "MiB"], ["0.5", "MiB"], ["2.0", "MiB"], ["10.0", "MiB"]]
-    assert lines[6] == "  peak memory: torch.cuda.max_memory_allocated of each side, above the input data"
+    assert [_cells(line)[-3:-1] for line in lines[2:4]] == [["3.0", "MiB"], ["0.5", "MiB"]]
+    assert [_cells(line)[-2:] for line in lines[4:6]] == [["2.0", "MiB"], ["10.0", "MiB"]]
+    assert lines[6] == ("  peak memory: torch.cuda.max_memory_allocated of each side, above the input data; the whole "
+                        "process's peak resident set unknown")
     assert len(lines) == 7
     assert _result(process_peak_rss_bytes=None).report().splitlines()[-1].endswith("(ru_maxrss) was unknown")
+    # a population whose N·b batch is not run: its ratio and row say so
+    big = _result(devices=1000, central_nb_samples_per_s=None, memory_measure="rss", peak_memory_bytes={"psl": 2**30},
+                  process_peak_rss_bytes=2**31)
+    assert big.ratio_nb() is None and big.to_json()["ratio_vs_central_Nb"] == {"psl": None, "sfl-v2": None}
+    lines = big.report().splitlines()
+    assert _cells(lines[2])[:6] == ["psl", "(simulated)", "800.0", "0.80", "-", "1024.0"]
+    assert lines[5].endswith("not run: N·b = 16,000 samples > 8,192")
+    assert lines[6] == ("  peak memory: the resident set's peak during each side (VmHWM) above the resident set when it "
+                        "started; the whole process's peak resident set 2048 MiB")
+
+
+def test_side_memory_is_the_high_water_mark_above_the_start() -> None:
+    with bench_engine.SideMemory() as small:
+        keep = bytearray(8 * 2**20)
+    with bench_engine.SideMemory() as large:
+        block = bytearray(64 * 2**20)       # touched pages: resident
+        del block
+    assert small.peak is not None and large.peak is not None
+    assert 0.95 * 8 * 2**20 <= small.peak < 40 * 2**20
+    assert 0.95 * 64 * 2**20 <= large.peak < 100 * 2**20   # freed before the end: the peak still counts it
+    del keep
+
+
+def test_the_sweep_table_and_plot(tmp_path, monkeypatch) -> None:
+    made = []
+
+    def fake_bench(devices, **options):
+        made.append((devices, options))
+        return _result(devices=devices, sfl_seconds_per_round={"psl": devices / 100, "sfl-v2": devices / 50},
+                       peak_memory_bytes={"psl": devices * 2**20, "central_b": 2**20}, memory_measure="rss")
+
+    monkeypatch.setattr(bench_engine, "run_engine_bench", fake_bench)
+    said = []
+    results = bench_engine.run_engine_sweep([20, 200], plot_path=str(tmp_path / "s.png"), progress=said.append,
+                                            rounds=2, model="mlp")
+    assert made == [(20, {"rounds": 2, "model": "mlp"}), (200, {"rounds": 2, "model": "mlp"})]
+    assert said == ["20 devices ...", "200 devices ..."] and [r.devices for r in results] == [20, 200]
+    assert (tmp_path / "s.png").stat().st_size > 10_000
+    lines = bench_engine.sweep_table(results).splitlines()
+    assert _cells(lines[0]) == ["N", "algorithm", "s/round", "samples/s", "×", "central", "b", "peak", "MiB"]
+    assert _cells(lines[1]) == ["20", "psl", "0.200", "800.0", "0.80", "20.0"]
+    assert _cells(lines[2]) == ["20", "sfl-v2", "0.400", "1200.0", "1.20", "-"]
+    assert _cells(lines[3])[:3] == ["200", "psl", "2.000"] and len(lines) == 5
 
 
 def test_engine_header_names_what_is_timed() -> None:

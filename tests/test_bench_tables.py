@@ -300,7 +300,7 @@ def test_bench_solvers_and_engine_hand_their_options_on(tmp_path, monkeypatch, c
                  "--threads", "1", "--repeats", "5", "--json"]) == 0
     assert {k: v for k, v in seen.items() if k != "device"} == {
         "devices": 3, "batch_size": 4, "rounds": 2, "algorithm": ["psl"], "threads": 1, "repeats": 5, "cut": 1,
-        "model": "cnn", "client_batching": "auto"}
+        "model": "cnn", "client_batching": "auto", "client_recompute": "auto", "server_pass_samples": 1024}
     assert seen["device"].type == "cpu"
     out, err = capsys.readouterr()
     assert json.loads(out) == {"samples_per_s": 12.5}
@@ -309,7 +309,18 @@ def test_bench_solvers_and_engine_hand_their_options_on(tmp_path, monkeypatch, c
     assert capsys.readouterr().out == "report text\n"
     assert {k: v for k, v in seen.items() if k != "device"} == {
         "devices": 20, "batch_size": 16, "rounds": 10, "algorithm": ["adaptsfl"], "threads": None, "repeats": 3,
-        "cut": 1, "model": "cnn", "client_batching": "auto"}
+        "cut": 1, "model": "cnn", "client_batching": "auto", "client_recompute": "auto", "server_pass_samples": 1024}
+    assert main(["bench", "engine", "--client-recompute", "on", "--server-pass-samples", "64"]) == 0
+    assert (seen["client_recompute"], seen["server_pass_samples"]) == ("on", 64)
+    capsys.readouterr()
+    # a sweep: several --devices; a plot needs one, and an unwritable image name fails before any work
+    assert main(["bench", "engine", "--plot", "x.png"]) == 2
+    assert "--plot: a plot needs a sweep: give several --devices" in capsys.readouterr().err
+    assert main(["bench", "engine", "--devices", "3,5", "--plot", "x.nosuchformat"]) == 2
+    assert "unknown image format '.nosuchformat'" in capsys.readouterr().err
+    assert main(["bench", "engine", "--devices", "3,0"]) == 2
+    assert "--devices" in capsys.readouterr().err
+    assert seen["devices"] == 20                     # nothing ran
 
 
 def test_bench_commands_write_their_files_into_new_or_used_folders(tmp_path, monkeypatch, capsys) -> None:
@@ -365,3 +376,16 @@ def test_the_accuracy_plot_marks_every_evaluation_and_says_when_there_is_none(tm
     (line,) = one.get_lines()
     assert line.get_marker() == "o" and list(line.get_xdata()) == [1.0]
     assert not empty.get_lines() and "no evaluation" in empty.texts[0].get_text()
+
+
+def test_bench_engine_sweeps_device_counts_into_a_table_and_plot(tmp_path, capsys) -> None:
+    from adaptplan.cli import main
+
+    plot = tmp_path / "sweep"
+    assert main(["bench", "engine", "--devices", "2,3", "--rounds", "1", "--repeats", "1", "--batch-size", "2",
+                 "--model", "mlp", "--algorithm", "psl,gas", "--threads", "1", "--plot", str(plot)]) == 0
+    out, err = capsys.readouterr()
+    table = out.split("sweep:\n")[1].splitlines()
+    assert [line.split()[:2] for line in table[1:]] == [["2", "psl"], ["2", "gas"], ["3", "psl"], ["3", "gas"]]
+    assert "[bench] 2 devices ..." in err and f"[bench] wrote {plot}.png" in err
+    assert (tmp_path / "sweep.png").stat().st_size > 10_000

@@ -183,19 +183,22 @@ def parallel_step(edge: EdgeServer, ctx: RoundContext, arrivals: Sequence[Activa
     the plain 1/N average when the local datasets are equal); reply ∂F_i/∂a_i to every device."""
     if not arrivals:
         return []
-    p = edge.run(arrivals)
     sizes = {a.device: float(ctx.data_sizes[a.device]) for a in arrivals}
     total = sum(sizes.values())
-    losses = {d: mean_ce(p.logits[d], p.labels[d]) for d in p.devices}
-    for d, loss in losses.items():
-        ctx.record_loss(d, loss)
     # shared instances receive Σ_i (|D_i|/Σ|D|)·g_{s,i}; per-device instances g_{n,i}: scale each
     # device's loss by its weight on the shared part and undo it for its own instances
-    weights = {d: sizes[d] / total for d in p.devices}
-    grads = p.backward(sum(weights[d] * losses[d] for d in p.devices))
-    owners = edge.owners(p.devices)
+    weights = {d: sizes[d] / total for d in sizes}
+    grads: dict[int, torch.Tensor] = {}
+    for chunk in edge.chunks(arrivals):   # a bounded graph at a time; the parameter gradients accumulate
+        p = edge.run(chunk)
+        losses = {d: mean_ce(p.logits[d], p.labels[d]) for d in p.devices}
+        for d, loss in losses.items():
+            ctx.record_loss(d, loss)
+        # each device's ∂F_i/∂a_i (the chunk's input gradients are released with the chunk)
+        grads.update((d, g / weights[d]) for d, g in p.backward(sum(weights[d] * losses[d] for d in p.devices)).items())
+    owners = edge.owners(weights)
     edge.step(owners, {o: 1.0 / weights[o] for o in owners if o is not None})
-    return [answer(a, grads[a.device] / weights[a.device]) for a in arrivals]
+    return [answer(a, grads[a.device]) for a in arrivals]
 
 
 class Strategy:

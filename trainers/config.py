@@ -37,7 +37,7 @@ _INT_LIMITS = {"devices": (MAX_DEVICES, "devices"), "rounds": (MAX_STEPS, "round
                "eval_batch_size": (MAX_BATCH_SIZE, "samples"), "model_width": (MAX_MODEL_WIDTH, "channels"),
                "interval": (MAX_ROUNDS, "rounds"), "replan_every": (MAX_STEPS, "rounds"),
                "checkpoint_every": (MAX_STEPS, "rounds"), "max_test_samples": (MAX_STEPS, "samples"),
-               "threads": (MAX_THREADS, "threads")}
+               "threads": (MAX_THREADS, "threads"), "server_pass_samples": (MAX_STEPS, "samples")}
 _OPTIONAL_INTS = ("interval", "replan_every", "checkpoint_every", "max_test_samples", "threads")
 
 ALGORITHMS = ("sl", "psl", "sfl-v1", "sfl-v2", "adaptsfl", "gapsl", "scala", "cyclesl", "gas")
@@ -54,6 +54,14 @@ PARTITIONS = ("iid", "shards", "dirichlet")
 OPTIMIZERS = ("sgd", "adam")
 DEVICES = ("auto", "cpu", "cuda")          # auto = cuda when torch sees a GPU, else cpu (trainers.devices)
 CLIENT_BATCHING = ("auto", "on", "off")    # auto = batched on CUDA, per device on a CPU (trainers.batching)
+CLIENT_RECOMPUTE = ("auto", "on", "off")   # auto = for groups of more than RECOMPUTE_GROUP devices (trainers.engine)
+RECOMPUTE_GROUP = 32
+"""``client_recompute = "auto"``: a group of more devices recomputes its client forwards at backward time
+(their graphs would otherwise all wait for the edge server at once)."""
+SERVER_PASS_SAMPLES = 1024
+"""Default most samples per edge-server pass (``server_pass_samples``): a barrier round over more is served
+in chunks. 1024 samples of the CIFAR CNN at cut 1 hold ≈ 0.25 GiB of server graph; the default population
+(20 devices × 16 samples) is one pass."""
 POLICIES = ("adaptsfl", "rma+ms", "ma+rms", "rma+rms", "dama+rms", "rma+ams", "sfl", "psl", "fixed-cut")
 REDRAWING_POLICIES = ("rma+ms", "ma+rms", "rma+rms", "dama+rms", "rma+ams")   # re-drawn at every aggregation        # trainers.optim.OPTIMIZERS (kept torch-free here)
 
@@ -276,6 +284,8 @@ class TrainConfig:
     model_width: int = 32
     device: str = "auto"
     client_batching: str = "auto"
+    client_recompute: str = "auto"
+    server_pass_samples: int = SERVER_PASS_SAMPLES
     extra: dict[str, Any] = field(default_factory=dict)
     client_lr: float | None = None
     server_lr: float | None = None
@@ -328,6 +338,7 @@ class TrainConfig:
             check_choice(getattr(self, name), OPTIMIZERS, name)
         check_choice(self.device, DEVICES, "device")
         check_choice(self.client_batching, CLIENT_BATCHING, "client_batching")
+        check_choice(self.client_recompute, CLIENT_RECOMPUTE, "client_recompute")
         if self.clip_norm is not None and self.clip_norm != 0:
             positive_number(self.clip_norm, "clip_norm")
         for name, (maximum, unit) in _INT_LIMITS.items():

@@ -29,7 +29,7 @@ from torch import nn
 from adaptplan.plan import check_cut_vector
 from trainers.batching import CLIENT_BATCHING, ClientBatcher, use_batching
 from trainers.clock import STAGES, StageTimes
-from trainers.config import check_choice
+from trainers.config import CLIENT_RECOMPUTE, RECOMPUTE_GROUP, SERVER_PASS_SAMPLES, check_choice
 from trainers.messages import (Activation, BlockState, CutGradient, MessageMismatchError, ModelDownload, check_all_finite,
                                deferred_finite_checks)
 from trainers.optim import OptimizerSpec, mean_param_state
@@ -62,7 +62,8 @@ class RoundStats:
     (device→server ``bytes_up``, server→device ``bytes_down``, edge↔fed ``bytes_server``),
     whether client-side averaging happened, the participants, the round's simulated seconds,
     the seconds of each stage (the longest device's, per stage; ``server`` = the edge server's busy
-    time) and the strategy's metrics; a real runtime adds the measured seconds per stage and of the round."""
+    time) and the strategy's metrics; a real runtime adds the measured seconds per stage and of the round;
+    ``samples``: the training samples the devices' activation messages carried (GAS: the active devices' steps)."""
 
     loss: float
     bytes_up: int
@@ -75,6 +76,7 @@ class RoundStats:
     metrics: dict[str, float] = field(default_factory=dict)
     measured_stage_seconds: dict[str, float] = field(default_factory=dict)
     measured_round_seconds: float | None = None
+    samples: int = 0
 
 
 def device_finite_items(device: Device) -> list[tuple[torch.Tensor, str, int | str]]:
@@ -154,13 +156,21 @@ class SplitEngine:
         client_batching: ``"auto"`` (batched on CUDA, per device on a CPU), ``"on"`` or ``"off"``:
             devices of a group that share a cut run their client blocks as one call
             (:mod:`trainers.batching`; docs/architecture.md "Devices and batching").
+        server_pass_samples: the most samples one edge-server pass holds
+            (:data:`trainers.config.SERVER_PASS_SAMPLES`; ``None`` = no limit); a barrier round over
+            more is served in chunks.
+        client_recompute: ``"auto"`` (for groups of more than :data:`trainers.config.RECOMPUTE_GROUP`
+            devices), ``"on"``
+            or ``"off"``: a device keeps only its input while it waits for its reply and recomputes
+            its forward at backward time (the same results; docs/architecture.md "Memory").
     """
 
     def __init__(self, chain: nn.Sequential, cuts: Sequence[int], strategy: "Strategy", data: DeviceData,
                  optimizer: OptimizerSpec | dict[str, Any], batch_size: int, seed: int = 0, interval: int = 1,
                  batch_devices: bool = True, clock: "SimClock | None" = None, total_rounds: int | None = None,
                  device: torch.device | str = "cpu", client_batching: str = "auto",
-                 server_optimizer: OptimizerSpec | dict[str, Any] | None = None) -> None:
+                 server_optimizer: OptimizerSpec | dict[str, Any] | None = None,
+                 server_pass_samples: int | None = SERVER_PASS_SAMPLES, client_recompute: str = "auto") -> None:
         self.device = torch.device(device)
         chain = _on_device(chain, self.device)
         data = _data_on_device(data, self.device)
@@ -186,7 +196,8 @@ class SplitEngine:
         strategy.validate(self.context(0))
         self.devices = self._make_devices(chain, data, batch_size, seed, strategy.optimizer("client", self.optimizer))
         self.edge = EdgeServer(chain, self.cuts, strategy.server_owner, strategy.optimizer("server", self.server_optimizer),
-                               concatenate=batch_devices)
+                               concatenate=batch_devices, pass_samples=server_pass_samples)
+        self.client_recompute = check_choice(client_recompute, CLIENT_RECOMPUTE, "client_recompute")
         self.fed = self._make_fed()
         self.async_state: dict[str, Any] | None = None
         self.batcher = ClientBatcher(chain) if use_batching(check_choice(client_batching, CLIENT_BATCHING,
@@ -229,7 +240,7 @@ class SplitEngine:
         return self.clock.stage_times(round_index, self.cuts)
 
     def _reset_counters(self) -> None:
-        self.bytes_up = self.bytes_down = self.bytes_server = 0
+        self.bytes_up = self.bytes_down = self.bytes_server = self.samples = 0
 
     # ---- one synchronous round ----------------------------------------------------------------------
     def run_round(self, round_index: int) -> RoundStats:
@@ -266,7 +277,7 @@ class SplitEngine:
                ledger: _Ledger) -> RoundStats:
         loss = float(torch.stack(list(ctx.losses.values())).mean()) if ctx.losses else float("nan")
         return RoundStats(loss, self.bytes_up, self.bytes_down, self.bytes_server, aggregated, participants,
-                          float(seconds), ledger.summary(), dict(ctx.metrics))
+                          float(seconds), ledger.summary(), dict(ctx.metrics), samples=self.samples)
 
     def _run_group(self, ctx: "RoundContext", group: list[int], batch: dict[int, int], times: StageTimes,
                    start: float, ledger: _Ledger) -> float:
@@ -276,6 +287,7 @@ class SplitEngine:
         for d in group:
             msg = activations[d]
             self.bytes_up += msg.num_bytes
+            self.samples += int(msg.tensor.shape[0])
             k = times.scale(d, batch[d])
             fp, up = float(times.client_fp[d]) * k, float(times.upload[d]) * k
             ledger.add(d, "device FP", fp)
@@ -329,7 +341,12 @@ class SplitEngine:
         torch.distributed one does)."""
         if self.batcher is not None and len(group) > 1:
             return self.batcher.forward([self.devices[d] for d in group], round_index, batch)
-        return {d: self.devices[d].forward(round_index, batch[d]) for d in group}
+        recompute = self.recompute(len(group))
+        return {d: self.devices[d].forward(round_index, batch[d], recompute) for d in group}
+
+    def recompute(self, group_size: int) -> bool:
+        """Whether the devices of a group of ``group_size`` recompute their forward at backward time."""
+        return self.client_recompute == "on" or (self.client_recompute == "auto" and group_size > RECOMPUTE_GROUP)
 
     def _backward_all(self, replies: dict[int, CutGradient]) -> None:
         """Deliver each reply to its device, which back-propagates and steps (eq. 6)."""
@@ -439,6 +456,7 @@ class SplitEngine:
             k = times.scale(d, b)
             msg = self.devices[d].forward(round_index, b)
             self.bytes_up += msg.num_bytes
+            self.samples += int(msg.tensor.shape[0])
             arrive = arrivals[d]
             begin = max(arrive, st["server_free"])
             out = s.serve(self.edge, ctx, [msg])

@@ -108,14 +108,32 @@ class Device:
                            minlength=num_classes)
 
     # ---- the exchange -------------------------------------------------------------------------------
-    def forward(self, round_index: int, batch_size: int | None = None) -> Activation:
-        """Eq. (2): a_i^t = φ(x_i^t; w_{c,i}); keeps the graph until :meth:`backward`."""
+    def forward(self, round_index: int, batch_size: int | None = None, recompute: bool = False) -> Activation:
+        """Eq. (2): a_i^t = φ(x_i^t; w_{c,i}); keeps the graph until :meth:`backward`. With
+        ``recompute`` the graph keeps only the sample indices and :meth:`backward` runs the forward
+        again (``torch.utils.checkpoint``, the random state replayed: the same values and
+        gradients), so a device waiting for its reply holds no activations inside its blocks, only
+        its message. Blocks with buffers (BatchNorm statistics, updated by every forward) never
+        recompute."""
         self.check_idle(round_index)
-        x, y = self.samples(self.sampler.next(batch_size))
-        h = x
+        idx = index_tensor(self.sampler.next(batch_size), self.x.device)
+        y = self.y[idx]
+        if recompute and self.can_recompute:
+            from torch.utils.checkpoint import checkpoint
+
+            return self.send(round_index, checkpoint(self._forward_samples, idx, use_reentrant=False), y)
+        return self.send(round_index, self._forward_samples(idx), y)
+
+    @property
+    def can_recompute(self) -> bool:
+        """True if running the client blocks twice changes nothing (no buffers)."""
+        return next(self.blocks.buffers(), None) is None
+
+    def _forward_samples(self, idx: torch.Tensor) -> torch.Tensor:
+        h = self.x[idx]
         for block in self.blocks:
             h = block(h)
-        return self.send(round_index, h, y)
+        return h
 
     def check_idle(self, round_index: int) -> None:
         """A device starts a step only when its previous activation has been answered."""
@@ -248,15 +266,19 @@ class EdgeServer:
         optimizer: the server optimizer spec.
         concatenate: run devices that meet at a shared instance as one batch (exact for models
             without batch-coupled layers; switched off when BatchNorm is present).
+        pass_samples: the most samples one server pass holds (its autograd graph grows with them):
+            a barrier over more arrivals is served in :meth:`chunks` (exact for a mean loss, the
+            gradients accumulating; equal up to float rounding). ``None``: one pass.
     """
 
     def __init__(self, template: nn.Sequential, cuts: Sequence[int], owner_of: Callable[[int, int, int], Owner],
-                 optimizer: OptimizerSpec, concatenate: bool = True) -> None:
+                 optimizer: OptimizerSpec, concatenate: bool = True, pass_samples: int | None = None) -> None:
         self.template = template
         self.num_blocks = len(template)
         self.owner_of = owner_of
         self.optimizer_spec = optimizer
         self.concatenate = concatenate and not has_batch_coupling(template)
+        self.pass_samples = pass_samples
         self.cuts = list(cuts)
         self.instances: dict[Key, nn.Module] = {k: copy.deepcopy(template[k[1]]) for k in self.layout(self.cuts)}
         self._build_optimizers()
@@ -294,6 +316,23 @@ class EdgeServer:
         return [p for j in range(self.cuts[device], self.num_blocks) for p in self.instances[self.key(device, j)].parameters()]
 
     # ---- passes -------------------------------------------------------------------------------------
+    def chunks(self, arrivals: Sequence[Activation]) -> list[list[Activation]]:
+        """``arrivals`` in order, cut into consecutive chunks of at most :attr:`pass_samples` samples
+        (a larger single arrival is a chunk of its own); one chunk when there is no limit. A model
+        with batch-coupled layers (BatchNorm) is never chunked: its statistics span the pass."""
+        if self.pass_samples is None or not self.concatenate:
+            return [list(arrivals)] if arrivals else []
+        out: list[list[Activation]] = []
+        samples = 0
+        for a in arrivals:
+            n = int(a.tensor.shape[0])
+            if not out or samples + n > self.pass_samples:
+                out.append([])
+                samples = 0
+            out[-1].append(a)
+            samples += n
+        return out
+
     def run(self, arrivals: Sequence[Activation], concatenate: bool = True) -> ServerPass:
         """Eq. (3): forward every arrival through its server blocks. Devices whose streams meet at
         one instance are concatenated into one batch when both ``concatenate`` and the server allow."""

@@ -56,10 +56,11 @@ from trainers.strategies import make_strategy
 
 
 RESUMABLE = ("rounds", "resume", "overwrite", "progress", "out", "checkpoint_every", "threads", "target_accuracy",
-             "eval_every", "device", "client_batching", "distributed", "ranks", "emulate_links", "rank_timeout")
+             "eval_every", "device", "client_batching", "client_recompute", "server_pass_samples", "distributed", "ranks",
+             "emulate_links", "rank_timeout")
 """Options a resumed run may change; every other one must equal the checkpointed run's. (A checkpoint
 holds CPU tensors whatever the device that wrote it, so ``device`` may change; results then agree
-up to floating-point rounding instead of bit for bit.)"""
+up to floating-point rounding instead of bit for bit, as with another ``server_pass_samples``.)"""
 
 
 # ---- planning ---------------------------------------------------------------------------------------------
@@ -193,7 +194,8 @@ class Trainer:
                                   config.optimizer_spec("client"), config.batch_size, seed=config.seed,
                                   interval=interval, batch_devices=config.batch_devices, clock=self.clock,
                                   total_rounds=config.rounds, device=self.device, client_batching=config.client_batching,
-                                  server_optimizer=config.optimizer_spec("server"))
+                                  server_optimizer=config.optimizer_spec("server"),
+                                  server_pass_samples=config.server_pass_samples, client_recompute=config.client_recompute)
         self.history = History(meta={"config": config.to_json(), "plan_source": event["source"], "run_id": uuid.uuid4().hex,
                                      "num_blocks": len(self.blocks), "block_names": self.block_names,
                                      "target_accuracy": config.target_accuracy,

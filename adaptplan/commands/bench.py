@@ -7,12 +7,12 @@ from pathlib import Path
 
 from adaptplan.errors import InputError
 from adaptplan.flags import float_flag, int_flag
-from adaptplan.commands.train import add_device_options
+from adaptplan.commands.train import add_device_options, add_memory_options
 from adaptplan.limits import (MAX_BATCH_SIZE, MAX_CUT_POINTS, MAX_DEVICES, MAX_NOISE_CV, MAX_SEED, MAX_STEPS,
                               MAX_THREADS)
 from trainers.config import ALGORITHMS, MAX_LR
 
-MAX_BENCH_DEVICES = 1000    # simulated devices of `bench engine`
+MAX_BENCH_DEVICES = MAX_DEVICES    # simulated devices of `bench engine` (CycleSL's FEMNIST has 3,550 clients)
 MAX_BENCH_ROUNDS = 10_000   # measured rounds / repeats of `bench engine`
 
 
@@ -38,7 +38,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     solvers.set_defaults(func=run_solvers)
     engine = which.add_parser("engine", help="samples/s of simulated SFL (20 devices) vs centralized training, same "
                               "process and device")
-    engine.add_argument("--devices", type=int_flag(1, MAX_BENCH_DEVICES, "devices"), default=20, help="number of simulated devices (default 20)")
+    engine.add_argument("--devices", type=device_counts, default=[20], metavar="N[,N...]",
+                        help="number of simulated devices (default 20); several, comma-separated, run a sweep: a table "
+                             "of seconds per round and peak memory against N (and a plot with --plot)")
+    engine.add_argument("--plot", metavar="FILE", help="with several --devices: seconds per round and peak memory "
+                        "against N, as an image")
     engine.add_argument("--rounds", type=int_flag(1, MAX_BENCH_ROUNDS, "rounds"), default=10, help="measured rounds per side (default 10)")
     engine.add_argument("--batch-size", type=int_flag(1, MAX_BATCH_SIZE, "samples"), default=16, help="samples per device per round (default 16)")
     engine.add_argument("--algorithm", default="adaptsfl",
@@ -49,6 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="every device's cut, 1-based on the model's cut points (default 1)")
     engine.add_argument("--threads", type=int_flag(1, MAX_THREADS, "threads"), help="torch CPU threads (default: torch's choice)")
     add_device_options(engine)
+    add_memory_options(engine)
     engine.add_argument("--repeats", type=int_flag(1, MAX_BENCH_ROUNDS, "repeats"), default=3, help="interleaved repeats; each side keeps its best (default 3)")
     engine.add_argument("--json", action="store_true", help="print the measurements as JSON")
     engine.set_defaults(func=run_engine)
@@ -183,14 +188,43 @@ def run_engine(args: argparse.Namespace) -> int:
         raise InputError("name at least one algorithm", field="--algorithm")
     check_model(args.model, "--model")
     device = resolve_device(args.device)
-    print(header(args.devices, args.batch_size, args.rounds, algorithms, args.repeats, args.model, device.type, args.cut),
-          file=sys.stderr, flush=True)  # no-mutate: flushing only shows the header before the measurement starts
+    if args.plot and len(args.devices) < 2:
+        raise InputError("a plot needs a sweep: give several --devices, e.g. --devices 20,200,1000", field="--plot")
+    plot_path = None
+    if args.plot:
+        from trainers.plotting import image_path
 
-    result = run_engine_bench(devices=args.devices, batch_size=args.batch_size, rounds=args.rounds, cut=args.cut,
-                              algorithm=algorithms, threads=args.threads, repeats=args.repeats, model=args.model,
-                              device=device, client_batching=args.client_batching)
-    print(json.dumps(result.to_json(), indent=2) if args.json else result.report())
+        plot_path = str(image_path(args.plot)[0])   # an unknown format or a folder fails before the benchmark runs
+    options = dict(batch_size=args.batch_size, rounds=args.rounds, cut=args.cut, algorithm=algorithms,
+                   threads=args.threads, repeats=args.repeats, model=args.model, device=device,
+                   client_batching=args.client_batching, client_recompute=args.client_recompute,
+                   server_pass_samples=args.server_pass_samples)
+    if len(args.devices) == 1:
+        print(header(args.devices[0], args.batch_size, args.rounds, algorithms, args.repeats, args.model, device.type,
+                     args.cut), file=sys.stderr, flush=True)  # no-mutate: flushing only shows the header first
+        result = run_engine_bench(devices=args.devices[0], **options)
+        print(json.dumps(result.to_json(), indent=2) if args.json else result.report())
+        return 0
+    from adaptplan.bench_engine import run_engine_sweep, sweep_table
+
+    results = run_engine_sweep(args.devices, plot_path=plot_path,
+                               progress=lambda text: print(f"[bench] {text}", file=sys.stderr, flush=True), **options)
+    if args.json:
+        print(json.dumps([r.to_json() for r in results], indent=2))
+    else:
+        print("\n\n".join(r.report() for r in results) + "\n\nsweep:\n" + sweep_table(results))
+    if plot_path:
+        print(f"[bench] wrote {plot_path}", file=sys.stderr)
     return 0
+
+
+def device_counts(text: str) -> list[int]:
+    """``"20,200,1000"`` → [20, 200, 1000], each in 1..MAX_BENCH_DEVICES (a --devices type)."""
+    parse = int_flag(1, MAX_BENCH_DEVICES, "devices")
+    counts = [parse(part.strip()) for part in text.split(",") if part.strip()]
+    if not counts:
+        raise argparse.ArgumentTypeError(f"expected N or N,N,... devices, got {text!r}")
+    return counts
 
 
 def run_algorithms(args: argparse.Namespace) -> int:

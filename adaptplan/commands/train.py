@@ -105,7 +105,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its checkpoint with the options it was started with (only "
                         "--rounds, --eval-every, --checkpoint-every, --threads, --device, --client-batching, "
-                        "--target-accuracy, --no-progress and the distributed-run options may be given anew)")
+                        "--client-recompute, --server-pass-samples, --target-accuracy, --no-progress and the distributed-run options may be given anew)")
     p.add_argument("--trust-run-folder", action="store_true",
                    help="with --resume: import the user model (package.module:factory) that the run folder's checkpoint "
                         "names without naming it again with --model (by default a resumed run imports only code "
@@ -130,6 +130,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="let torchvision fetch cifar10/cifar100/mnist/fashion-mnist into --data-root (needs a network)")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     add_device_options(p)
+    add_memory_options(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     dist = p.add_argument_group("distributed runs (torch.distributed, gloo; docs/distributed.md)")
     dist.add_argument("--distributed", action="store_true",
@@ -159,6 +160,22 @@ def add_device_options(p: argparse.ArgumentParser, batching: bool = True) -> Non
                             "torch.func.vmap; same results up to rounding): auto (default: on with cuda, off on a cpu, "
                             "where per-device calls are faster), on or off; models with BatchNorm or Dropout stay "
                             "per device")
+
+
+def add_memory_options(p: argparse.ArgumentParser) -> None:
+    """``--client-recompute`` and ``--server-pass-samples`` (memory against time; the same results), shared by
+    train and bench engine."""
+    from trainers.config import CLIENT_RECOMPUTE, RECOMPUTE_GROUP, SERVER_PASS_SAMPLES
+
+    p.add_argument("--client-recompute", choices=CLIENT_RECOMPUTE, default="auto",
+                   help="a device waiting for its reply keeps only its sample indices and recomputes its forward at "
+                        "backward time (one more client forward per step, no client activations held; the same "
+                        f"results): auto (default: when more than {RECOMPUTE_GROUP} devices wait at once), on or off")
+    p.add_argument("--server-pass-samples", type=int, default=SERVER_PASS_SAMPLES, metavar="SAMPLES",
+                   help="the most samples the edge server runs through its blocks in one pass: a barrier round over "
+                        f"more is served in chunks, its gradients accumulated (default {SERVER_PASS_SAMPLES}; results "
+                        "equal up to float rounding; algorithms with their own server passes (scala, cyclesl, gapsl, "
+                        "gas) run one pass)")
 
 
 def flag_of(field: str) -> str:
@@ -198,6 +215,7 @@ def _fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
         download=args.download, threads=args.threads, progress=not args.no_progress, optimizer=args.optimizer,
         client_optimizer=args.client_optimizer, server_optimizer=args.server_optimizer,
         clip_norm=args.clip_norm, device=args.device, client_batching=args.client_batching,
+        client_recompute=args.client_recompute, server_pass_samples=args.server_pass_samples,
         distributed=args.distributed, ranks=args.ranks, emulate_links=args.emulate_links, rank_timeout=args.rank_timeout,
         extra={o.name: getattr(args, f"opt_{o.name}") for o in ALGORITHM_OPTIONS if getattr(args, f"opt_{o.name}") is not None},
     )

@@ -1,0 +1,140 @@
+"""State for the population, work for the participants (issue 24): a device recomputes its forward
+instead of holding its graph, the edge server serves a barrier in bounded chunks — each path equal
+to the plain one for every algorithm — and a round counts the samples its participants trained."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from trainers.config import ALGORITHMS, RECOMPUTE_GROUP
+from trainers.engine import DeviceData, SplitEngine
+from trainers.messages import Activation
+from trainers.models import cnn
+from trainers.partition import partition_indices
+from trainers.roles import Device, EdgeServer
+from trainers.strategies import make_strategy
+
+torch.set_num_threads(1)
+DEVICES, BATCH = 12, 8
+CHUNKED = ("adaptsfl", "sfl-v1", "psl")        # their barrier is parallel_step: served in chunks
+
+
+def data() -> DeviceData:
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(DEVICES * BATCH * 4, 1, 8, 8, generator=g)
+    y = torch.randint(0, 3, (DEVICES * BATCH * 4,), generator=g)
+    return DeviceData(x, y, x[:16], y[:16], partition_indices(y.numpy(), DEVICES, "iid", 0))
+
+
+def trained(algorithm: str, rounds: int = 4, **memory) -> list[torch.Tensor]:
+    torch.manual_seed(0)
+    model = cnn(1, 8, 3, width=4)
+    engine = SplitEngine(model, [2] * DEVICES, make_strategy(algorithm), data(), {"lr": 0.05, "momentum": 0.9}, BATCH,
+                         seed=3, **memory)
+    for t in range(1, rounds + 1):
+        engine.run_round(t)
+    devices = [p.detach().clone() for d in engine.devices for p in d.blocks.parameters()]
+    server = [p.detach().clone() for m in engine.edge.instances.values() for p in m.parameters()]
+    return devices + server
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_recomputed_client_forwards_train_bit_for_bit_the_same(algorithm) -> None:
+    plain = trained(algorithm, server_pass_samples=None, client_recompute="off")
+    recomputed = trained(algorithm, server_pass_samples=None, client_recompute="on")
+    assert len(plain) == len(recomputed)
+    assert all(torch.equal(a, b) for a, b in zip(plain, recomputed))
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_a_barrier_served_in_chunks_trains_the_same_parameters(algorithm) -> None:
+    one_pass = trained(algorithm, server_pass_samples=None, client_recompute="off")
+    chunked = trained(algorithm, server_pass_samples=3 * BATCH - 1, client_recompute="on")   # chunks of 2 devices
+    if algorithm in CHUNKED:     # the mean loss's gradient summed chunk by chunk: equal up to float rounding
+        assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(one_pass, chunked))
+    else:                        # their own server passes are never chunked
+        assert all(torch.equal(a, b) for a, b in zip(one_pass, chunked))
+
+
+def test_chunks_hold_at_most_the_budget_in_order() -> None:
+    template = cnn(1, 8, 3, width=4)
+    edge = EdgeServer(template, [2] * 5, lambda d, j, lc: None, _sgd(), pass_samples=20)
+    arrivals = [Activation(d, 1, 1, torch.zeros(n, 4, 8, 8), torch.zeros(n, dtype=torch.long))
+                for d, n in enumerate([8, 8, 8, 30, 4])]
+    chunks = edge.chunks(arrivals)
+    assert [[a.device for a in c] for c in chunks] == [[0, 1], [2], [3], [4]]   # 16 ≤ 20; 24 > 20; 30 alone
+    edge.pass_samples = None
+    assert [[a.device for a in c] for c in edge.chunks(arrivals)] == [[0, 1, 2, 3, 4]]
+    assert edge.chunks([]) == []
+    batch_norm = nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.Flatten(), nn.Linear(144, 3))
+    coupled = EdgeServer(batch_norm, [1] * 5, lambda d, j, lc: None, _sgd(), pass_samples=1)
+    assert len(coupled.chunks(arrivals)) == 1       # batch statistics span the pass: never chunked
+
+
+def _sgd():
+    from trainers.optim import OptimizerSpec
+
+    return OptimizerSpec(lr=0.1)
+
+
+def saved_bytes(step) -> int:
+    """Bytes autograd keeps for backward while ``step`` runs (saved-tensor hooks see every save)."""
+    total = [0]
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        total[0] += t.numel() * t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        step()
+    return total[0]
+
+
+def test_a_recomputing_device_holds_no_activations_while_it_waits() -> None:
+    from trainers.optim import OptimizerSpec
+
+    d = data()
+    torch.manual_seed(0)
+    model = cnn(1, 8, 3, width=8)
+    device = Device(0, model, 3, d.x_train, d.y_train, d.parts[0], BATCH, [0, 0], OptimizerSpec(lr=0.1))
+    held = saved_bytes(lambda: device.forward(1))
+    device.pending = None
+    recomputed = saved_bytes(lambda: device.forward(2, recompute=True))
+    assert held > 20_000 and recomputed < held / 50       # only the sample indices, not the block activations
+    batch_norm = Device(0, nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4)), 2, d.x_train, d.y_train, d.parts[0],
+                        BATCH, [0, 0], OptimizerSpec(lr=0.1))
+    assert not batch_norm.can_recompute and device.can_recompute
+
+
+@pytest.mark.parametrize("group, mode, expected", [(RECOMPUTE_GROUP, "auto", False), (RECOMPUTE_GROUP + 1, "auto", True),
+                                                   (1, "on", True), (10_000, "off", False)])
+def test_auto_recomputes_only_for_large_groups(group, mode, expected) -> None:
+    engine = SplitEngine(cnn(1, 8, 3, width=4), [2] * DEVICES, make_strategy("psl"), data(), {"lr": 0.1}, BATCH,
+                         client_recompute=mode)
+    assert engine.recompute(group) is expected
+
+
+def test_an_unknown_recompute_mode_names_the_field() -> None:
+    from adaptplan.errors import InputError
+
+    with pytest.raises(InputError) as info:
+        SplitEngine(cnn(1, 8, 3, width=4), [2] * DEVICES, make_strategy("psl"), data(), {"lr": 0.1}, BATCH,
+                    client_recompute="sometimes")
+    assert info.value.field == "client_recompute"
+
+
+@pytest.mark.parametrize("algorithm, expected", [("adaptsfl", DEVICES * BATCH), ("psl", DEVICES * BATCH)])
+def test_a_round_counts_the_samples_its_devices_sent(algorithm, expected) -> None:
+    engine = SplitEngine(cnn(1, 8, 3, width=4), [2] * DEVICES, make_strategy(algorithm), data(), {"lr": 0.1}, BATCH)
+    assert engine.run_round(1).samples == expected
+
+
+def test_gas_counts_only_its_active_devices_steps() -> None:
+    strategy = make_strategy("gas")
+    engine = SplitEngine(cnn(1, 8, 3, width=4), [2] * DEVICES, strategy, data(), {"lr": 0.1}, BATCH)
+    stats = engine.run_round(1)
+    steps = sum(d.step for d in engine.devices)              # every forward the round's active devices ran
+    assert stats.samples == steps * BATCH
+    assert 0 < stats.samples < 100 * DEVICES * BATCH
