@@ -189,15 +189,18 @@ def parallel_step(edge: EdgeServer, ctx: RoundContext, arrivals: Sequence[Activa
     # device's loss by its weight on the shared part and undo it for its own instances
     weights = {d: sizes[d] / total for d in sizes}
     grads: dict[int, torch.Tensor] = {}
-    for chunk in edge.chunks(arrivals):   # a bounded graph at a time; the parameter gradients accumulate
+    for chunk in edge.chunks(arrivals):   # a bounded graph at a time; the shared gradients accumulate
         p = edge.run(chunk)
         losses = {d: mean_ce(p.logits[d], p.labels[d]) for d in p.devices}
         for d, loss in losses.items():
             ctx.record_loss(d, loss)
         # each device's ∂F_i/∂a_i (the chunk's input gradients are released with the chunk)
         grads.update((d, g / weights[d]) for d, g in p.backward(sum(weights[d] * losses[d] for d in p.devices)).items())
-    owners = edge.owners(weights)
-    edge.step(owners, {o: 1.0 / weights[o] for o in owners if o is not None})
+        # a per-device instance's gradient is complete once its device's chunk is done: step it now (eq. 5)
+        # and free the gradient, rather than holding every device's until the end
+        own = [o for o in edge.owners(p.devices) if o is not None]
+        edge.step(own, {o: 1.0 / weights[o] for o in own})
+    edge.step([o for o in edge.owners(weights) if o is None])   # w_s: the average over every chunk (eq. 4)
     return [answer(a, grads[a.device]) for a in arrivals]
 
 

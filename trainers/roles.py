@@ -512,7 +512,8 @@ class FedServer:
 @torch.no_grad()
 def weighted_mean(states: Sequence[dict[str, torch.Tensor]], weights: Sequence[float]) -> dict[str, torch.Tensor]:
     """Σ_k w_k s_k / Σ_k w_k per entry (integer buffers and bitwise-equal entries copied exactly;
-    equal weights use the plain mean)."""
+    equal weights use the plain mean), accumulated one state at a time: memory for one more copy of
+    an entry, not for all N of them stacked."""
     total = float(sum(weights))
     equal = all(w == weights[0] for w in weights)
     out = {}
@@ -521,8 +522,12 @@ def weighted_mean(states: Sequence[dict[str, torch.Tensor]], weights: Sequence[f
         first = tensors[0]
         if not first.is_floating_point() or all(torch.equal(first, t) for t in tensors[1:]):
             out[name] = first.clone()
-        elif equal:
-            out[name] = torch.stack(tensors).mean(0)
-        else:
-            out[name] = torch.stack([t * (w / total) for t, w in zip(tensors, weights)]).sum(0)
+            continue
+        acc = torch.zeros_like(first)
+        for t, w in zip(tensors, weights):
+            if equal:
+                acc += t
+            else:
+                acc.add_(t, alpha=w / total)
+        out[name] = acc / len(tensors) if equal else acc
     return out
