@@ -389,8 +389,8 @@ class SplitEngine:
         over r_{e→f} (23); downloads T_i^{mD} (24) and over r_{f→e} (25)."""
         devices = list(agg.devices) if agg.devices is not None else participants
         sizes = ctx.data_sizes
-        uploads, edge_up_bits, up_done = [], 0.0, start
-        for d in devices:
+        edge_up_bits, up_done = 0.0, start
+        for d in devices:   # each upload is folded into the fed server's running average as it arrives
             w = float(sizes[d]) if agg.weights == "data_size" else 1.0
             u = self.devices[d].upload(ctx.round, agg.blocks, w)
             e = self.edge.upload(d, ctx.round, agg.blocks, w)
@@ -400,11 +400,12 @@ class SplitEngine:
             if u.blocks:
                 ledger.add(d, "model upload", float(times.model_up[d]))
                 up_done = max(up_done, start + float(times.model_up[d]))
-            uploads += [u, e]
+            self.fed.add(u)
+            self.fed.add(e)
         edge_up = times.edge_up_seconds(edge_up_bits) if edge_up_bits else 0.0
         ledger.add("edge", "model upload", edge_up)
         up_done = max(up_done, start + edge_up)
-        averaged = self.fed.average(uploads, ctx.round)
+        averaged = self.fed.finish(ctx.round)
         recipients = devices if agg.recipients == "participants" else list(range(self.num_devices))
         end, edge_down_bits, edge_msgs = up_done, 0.0, []
         for d in recipients:

@@ -475,27 +475,40 @@ class EdgeServer:
 
 class FedServer:
     """The fed server: client-side model averaging (eq. 7; FedAvg weighted by |𝒟_i|) and the
-    global client model (the last average of each block)."""
+    global client model (the last average of each block). Uploads are folded in one at a time
+    (:meth:`add`, then :meth:`finish`), so an aggregation holds one running sum per block, not
+    every upload."""
 
     def __init__(self) -> None:
         self.global_blocks: dict[int, dict[str, torch.Tensor]] = {}
+        self._running: dict[int, RunningMean] = {}
+        self._optimizers: dict[int, list] = {}
 
-    def average(self, uploads: Sequence[ModelUpload], round_index: int) -> dict[int, BlockState]:
-        """Block-wise weighted mean over the uploads that hold each block; exact copy when all equal.
-        Optimizer states (when uploaded) are averaged with equal weights."""
-        by_block: dict[int, list[tuple[BlockState, float]]] = {}
+    def average(self, uploads: Iterable[ModelUpload], round_index: int) -> dict[int, BlockState]:
+        """Block-wise weighted mean over the uploads that hold each block (:class:`RunningMean`);
+        exact copy when all equal. Optimizer states (when uploaded) are averaged with equal weights."""
         for u in uploads:
-            for j, bs in u.blocks.items():
-                by_block.setdefault(j, []).append((bs, float(u.weight)))
+            self.add(u)
+        return self.finish(round_index)
+
+    def add(self, upload: ModelUpload) -> None:
+        """Fold one upload into the running averages of its blocks (the upload may be dropped afterwards)."""
+        for j, bs in upload.blocks.items():
+            self._running.setdefault(j, RunningMean()).add(bs.state, float(upload.weight))
+            self._optimizers.setdefault(j, []).append(bs.optimizer)
+
+    def finish(self, round_index: int) -> dict[int, BlockState]:
+        """The averages of every block added since the last :meth:`finish`; they become the global model."""
         out = {}
-        for j, items in by_block.items():
-            state = weighted_mean([bs.state for bs, _ in items], [w for _, w in items])
-            opts = [bs.optimizer for bs, _ in items]
+        for j, running in self._running.items():
+            state = running.result()
+            opts = self._optimizers[j]
             optimizer = None
             if all(o is not None for o in opts):
                 optimizer = [mean_param_state(list(ps)) for ps in zip(*opts)]  # type: ignore[arg-type]
             out[j] = BlockState(state, optimizer)
             self.global_blocks[j] = state
+        self._running, self._optimizers = {}, {}
         return out
 
     def global_states(self, blocks: Iterable[int]) -> dict[int, BlockState]:
@@ -509,25 +522,60 @@ class FedServer:
         self.global_blocks = {int(j): dict(s) for j, s in state.get("global_blocks", {}).items()}
 
 
-@torch.no_grad()
-def weighted_mean(states: Sequence[dict[str, torch.Tensor]], weights: Sequence[float]) -> dict[str, torch.Tensor]:
-    """Σ_k w_k s_k / Σ_k w_k per entry (integer buffers and bitwise-equal entries copied exactly;
-    equal weights use the plain mean), accumulated one state at a time: memory for one more copy of
-    an entry, not for all N of them stacked."""
-    total = float(sum(weights))
-    equal = all(w == weights[0] for w in weights)
-    out = {}
-    for name in states[0]:
-        tensors = [s[name] for s in states]
-        first = tensors[0]
-        if not first.is_floating_point() or all(torch.equal(first, t) for t in tensors[1:]):
-            out[name] = first.clone()
-            continue
-        acc = torch.zeros_like(first)
-        for t, w in zip(tensors, weights):
-            if equal:
-                acc += t
+class RunningMean:
+    """Σ_k w_k s_k / Σ_k w_k per entry of state dicts added one at a time: integer entries and
+    entries bitwise equal in every state are the first state's, copied exactly; while all weights
+    are equal the plain mean Σ s_k / n is summed (no rounding from the weights). Holds one
+    accumulator per entry and a reference to the first state."""
+
+    def __init__(self) -> None:
+        self.first: dict[str, torch.Tensor] | None = None
+        self.sums: dict[str, torch.Tensor] = {}
+        self.same: dict[str, bool] = {}
+        self.weight0 = 0.0
+        self.total = 0.0
+        self.count = 0
+        self.equal_weights = True
+
+    @torch.no_grad()
+    def add(self, state: dict[str, torch.Tensor], weight: float) -> None:
+        if self.first is None:
+            self.first, self.weight0 = state, weight
+            self.sums = {k: v.clone() for k, v in state.items() if v.is_floating_point()}
+            self.same = {k: True for k in self.sums}
+        else:
+            if self.equal_weights and weight != self.weight0:   # from now on Σ w·s
+                self.equal_weights = False
+                for acc in self.sums.values():
+                    acc.mul_(self.weight0)
+            for k, acc in self.sums.items():
+                t = state[k]
+                if self.same[k] and not torch.equal(self.first[k], t):
+                    self.same[k] = False
+                if self.equal_weights:
+                    acc.add_(t)
+                else:
+                    acc.add_(t, alpha=weight)
+        self.total += weight
+        self.count += 1
+
+    @torch.no_grad()
+    def result(self) -> dict[str, torch.Tensor]:
+        assert self.first is not None, "no state was added"
+        out = {}
+        for k, v in self.first.items():
+            if k not in self.sums or self.same[k]:
+                out[k] = v.clone()
+            elif self.equal_weights:
+                out[k] = self.sums[k] / self.count
             else:
-                acc.add_(t, alpha=w / total)
-        out[name] = acc / len(tensors) if equal else acc
-    return out
+                out[k] = self.sums[k] / self.total
+        return out
+
+
+def weighted_mean(states: Sequence[dict[str, torch.Tensor]], weights: Sequence[float]) -> dict[str, torch.Tensor]:
+    """Σ_k w_k s_k / Σ_k w_k per entry (:class:`RunningMean`'s rule)."""
+    running = RunningMean()
+    for state, weight in zip(states, weights):
+        running.add(state, float(weight))
+    return running.result()

@@ -230,6 +230,16 @@ class RemoteFed:
     def __init__(self, hub: Hub) -> None:
         self.hub = hub
         self.global_blocks: dict[int, RemoteBlockState] = {}
+        self._uploads: list[ModelUpload] = []
+
+    def add(self, upload: ModelUpload) -> None:
+        """Collect one upload (device uploads are references to states kept by their ranks)."""
+        self._uploads.append(upload)
+
+    def finish(self, round_index: int) -> dict[int, RemoteBlockState]:
+        """Average the uploads collected since the last call, on the fed server's rank."""
+        uploads, self._uploads = self._uploads, []
+        return self.average(uploads, round_index)
 
     def average(self, uploads: list[ModelUpload], round_index: int) -> dict[int, RemoteBlockState]:
         items = []
