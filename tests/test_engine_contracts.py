@@ -482,6 +482,25 @@ def test_weighted_mean_by_hand() -> None:
     assert torch.allclose(out["w"], torch.tensor([3.25, 6.5]))         # (1 + 3·4)/4, (2 + 3·8)/4
     out = weighted_mean([b, b], [2.0, 7.0])
     assert torch.equal(out["w"], b["w"]) and out["w"] is not b["w"]    # identical entries: an exact copy
+    c = {"w": torch.tensor([0.0, 16.0]), "n": torch.tensor(7)}
+    out = weighted_mean([a, b, c], [2.0, 2.0, 4.0])                     # equal weights first, then another
+    assert torch.allclose(out["w"], torch.tensor([1.25, 10.5]))        # (2·1 + 2·4 + 4·0)/8, (2·2 + 2·8 + 4·16)/8
+    assert torch.equal(a["w"], torch.tensor([1.0, 2.0]))                # the inputs are left as they were
+
+
+def test_the_fed_server_averages_uploads_as_they_arrive() -> None:
+    from trainers.messages import BlockState, ModelUpload
+    from trainers.roles import FedServer
+
+    fed = FedServer()
+    for k, value in enumerate([1.0, 3.0, 8.0]):
+        upload = ModelUpload(k, 1, "device", {0: BlockState({"w": torch.full((2,), value)})}, 1.0 + (k == 2))
+        fed.add(upload)
+        del upload                                                       # nothing keeps it
+    out = fed.finish(1)
+    assert torch.allclose(out[0].state["w"], torch.full((2,), 5.0))     # (1 + 3 + 2·8)/4
+    assert torch.equal(fed.global_blocks[0]["w"], out[0].state["w"])
+    assert fed.finish(2) == {}                                          # each finish starts anew
 
 
 def test_added_server_gradients_accumulate() -> None:
