@@ -117,12 +117,8 @@ class EngineBenchResult:
             lines.append(f"  {'centralized, batch N·b':<26} {self.central_nb_samples_per_s:10.1f} {'':>12} {'':>14} "
                          f"{memory('central_Nb')}")
         rss = f"{self.process_peak_rss_bytes / 2**20:.0f} MiB" if self.process_peak_rss_bytes else "unknown"
-        if self.memory_measure in MEMORY_NOTES:
-            lines.append(f"  peak memory: {MEMORY_NOTES[self.memory_measure]}; the whole process's peak resident set "
-                         f"{rss}")
-        else:
-            lines.append(f"  peak memory: not measured per side here; the whole process's peak resident set "
-                         f"(ru_maxrss) was {rss}")
+        note = MEMORY_NOTES.get(self.memory_measure, "not measured per side here")
+        lines.append(f"  peak memory: {note}; the whole process's peak resident set (ru_maxrss) was {rss}")
         for a, why in self.per_device_cuts.items():
             lines.append(f"  {a}: client passes ran per device ({why})")
         return "\n".join(lines)

@@ -364,7 +364,7 @@ def test_engine_result_json_and_report() -> None:
     assert [_cells(line)[-3:-1] for line in lines[2:4]] == [["3.0", "MiB"], ["0.5", "MiB"]]
     assert [_cells(line)[-2:] for line in lines[4:6]] == [["2.0", "MiB"], ["10.0", "MiB"]]
     assert lines[6] == ("  peak memory: torch.cuda.max_memory_allocated of each side, above the input data; the whole "
-                        "process's peak resident set unknown")
+                        "process's peak resident set (ru_maxrss) was unknown")
     assert len(lines) == 7
     assert _result(process_peak_rss_bytes=None).report().splitlines()[-1].endswith("(ru_maxrss) was unknown")
     # a population whose N·b batch is not run: its ratio and row say so
@@ -375,7 +375,7 @@ def test_engine_result_json_and_report() -> None:
     assert _cells(lines[2])[:6] == ["psl", "(simulated)", "800.0", "0.80", "-", "1024.0"]
     assert lines[5].endswith("not run: N·b = 16,000 samples > 8,192")
     assert lines[6] == ("  peak memory: the resident set's peak during each side (VmHWM) above the resident set when it "
-                        "started; the whole process's peak resident set 2048 MiB")
+                        "started; the whole process's peak resident set (ru_maxrss) was 2048 MiB")
 
 
 def test_side_memory_is_the_high_water_mark_above_the_start() -> None:
