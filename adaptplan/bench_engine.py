@@ -157,6 +157,7 @@ class SideMemory:
 
     def __init__(self) -> None:
         self.peak: int | None = None
+        self.high_water = 0                 # bytes: the process's high-water mark before the reset or during the side
         self._start: int | None = None
 
     def __enter__(self) -> "SideMemory":
@@ -165,6 +166,7 @@ class SideMemory:
 
         gc.collect()
         try:
+            self.high_water = _status_kib("VmHWM") * 1024   # the reset below also resets ru_maxrss
             ctypes.CDLL("libc.so.6").malloc_trim(0)
             with open("/proc/self/clear_refs", "w") as fh:
                 fh.write("5")
@@ -175,7 +177,9 @@ class SideMemory:
 
     def __exit__(self, *exc: object) -> None:
         if self._start is not None:
-            self.peak = max(0, _status_kib("VmHWM") - self._start) * 1024
+            high = _status_kib("VmHWM")
+            self.peak = max(0, high - self._start) * 1024
+            self.high_water = max(self.high_water, high * 1024)
 
 
 def run_engine_bench(devices: int = 20, batch_size: int = 16, rounds: int = 10, cut: int = 1,
@@ -260,6 +264,7 @@ def run_engine_bench(devices: int = 20, batch_size: int = 16, rounds: int = 10, 
         sides["central_Nb"] = lambda: central(devices * batch_size)
     best = {side: 0.0 for side in sides}
     peak: dict[str, int] = {}
+    high_water = 0
     for _ in range(repeats):
         for side, measure in sides.items():
             if device.type == "cuda":
@@ -273,12 +278,13 @@ def run_engine_bench(devices: int = 20, batch_size: int = 16, rounds: int = 10, 
                 best[side] = max(best[side], measure())
             if memory.peak is not None:
                 peak[side] = max(peak.get(side, 0), memory.peak)
+                high_water = max(high_water, memory.high_water)
     batching = use_batching(client_batching, device)
     return EngineBenchResult(algorithms, model, describe(device),
                              f"{'on' if batching else 'off'}" + (" (auto)" if client_batching == "auto" else ""),
                              devices, batch_size, cut, rounds, repeats, torch.get_num_threads(),
                              {a: best[a] for a in algorithms}, best["central_b"], best.get("central_Nb"), peak,
-                             _peak_rss_bytes(), per_device, per_round,
+                             max(high_water, _peak_rss_bytes() or 0) or None, per_device, per_round,
                              "cuda" if device.type == "cuda" else "rss" if peak else "",
                              client_recompute, pass_samples)
 

@@ -282,6 +282,7 @@ def test_engine_bench_keeps_each_sides_best_repeat(monkeypatch) -> None:
     # on Linux each side's memory is its own high-water mark above where it started
     assert set(r.peak_memory_bytes) == {"sfl-v2", "central_b", "central_Nb"} and r.memory_measure == "rss"
     assert all(0 <= m < r.process_peak_rss_bytes for m in r.peak_memory_bytes.values())
+    assert r.process_peak_rss_bytes >= bench_engine._status_kib("VmRSS") * 1024 * 0.5   # the process's, not a side's
     assert r.sfl_seconds_per_round == {"sfl-v2": 1.0}        # the best repeat's 1 s over 1 round
 
 
@@ -387,6 +388,7 @@ def test_side_memory_is_the_high_water_mark_above_the_start() -> None:
     assert small.peak is not None and large.peak is not None
     assert 0.95 * 8 * 2**20 <= small.peak < 40 * 2**20
     assert 0.95 * 64 * 2**20 <= large.peak < 100 * 2**20   # freed before the end: the peak still counts it
+    assert large.high_water >= large.peak + 8 * 2**20       # the process's mark: the side's peak above what stayed
     del keep
 
 
