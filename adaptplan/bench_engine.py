@@ -316,14 +316,25 @@ def sweep_table(results: Sequence[EngineBenchResult]) -> str:
 
 
 def plot_sweep(results: Sequence[EngineBenchResult], path: str) -> None:
-    """Seconds per round (left) and each side's peak memory (right) against N, one line per algorithm."""
-    import matplotlib
-
-    matplotlib.use("Agg")
+    """Write :func:`sweep_figure` to ``path`` (an image; the format from its extension)."""
     import matplotlib.pyplot as plt
 
     from adaptplan.fileio import atomic_write
     from trainers.plotting import image_path
+
+    fig = sweep_figure(results)
+    target, fmt = image_path(path)
+    atomic_write(target, lambda fh: fig.savefig(fh, format=fmt, dpi=120))
+    plt.close(fig)
+
+
+def sweep_figure(results: Sequence[EngineBenchResult]) -> Any:
+    """Seconds per round (left) and each side's peak memory in MiB (right) against N, one line per
+    algorithm and the centralized batch-b side's memory, N on a log axis ticked at the counts run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
     counts = [r.devices for r in results]
@@ -335,17 +346,15 @@ def plot_sweep(results: Sequence[EngineBenchResult], path: str) -> None:
     for ax, label in ((left, "wall-clock seconds per round"), (right, "peak memory [MiB]")):
         ax.set_xscale("log")
         ax.set_xticks(counts, [f"{c:,}" for c in counts])
-        ax.minorticks_off()
+        ax.minorticks_off()   # no-mutate: appearance only (the ticks at the counts are tested)
         ax.set_xlabel("devices N")
         ax.set_ylabel(label)
-        ax.grid(True, which="both", alpha=0.3)
+        ax.grid(True, which="both", alpha=0.3)   # no-mutate: appearance only
         ax.legend(fontsize="small")
     r = results[0]
     fig.suptitle(f"bench engine: {r.model} cut {r.cut}, b = {r.batch_size}, {r.device}", fontsize="medium")
-    fig.tight_layout()
-    target, fmt = image_path(path)
-    atomic_write(target, lambda fh: fig.savefig(fh, format=fmt, dpi=120))
-    plt.close(fig)
+    fig.tight_layout()   # no-mutate: layout only
+    return fig
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -284,6 +284,7 @@ def test_engine_bench_keeps_each_sides_best_repeat(monkeypatch) -> None:
     assert all(0 <= m < r.process_peak_rss_bytes for m in r.peak_memory_bytes.values())
     assert r.process_peak_rss_bytes >= bench_engine._status_kib("VmRSS") * 1024 * 0.5   # the process's, not a side's
     assert r.sfl_seconds_per_round == {"sfl-v2": 1.0}        # the best repeat's 1 s over 1 round
+    assert (r.client_recompute, r.server_pass_samples) == ("auto", 1024)      # the engine's defaults, said
 
 
 def test_engine_bench_names_the_algorithms_that_ran_per_device() -> None:
@@ -386,7 +387,7 @@ def test_side_memory_is_the_high_water_mark_above_the_start() -> None:
         block = bytearray(64 * 2**20)       # touched pages: resident
         del block
     assert small.peak is not None and large.peak is not None
-    assert 0.95 * 8 * 2**20 <= small.peak < 40 * 2**20
+    assert 0.95 * 8 * 2**20 <= small.peak < 40 * 2**20 and small.peak % 1024 == 0     # KiB of /proc, in bytes
     assert 0.95 * 64 * 2**20 <= large.peak < 100 * 2**20   # freed before the end: the peak still counts it
     assert large.high_water >= large.peak + 8 * 2**20       # the process's mark: the side's peak above what stayed
     del keep
@@ -407,6 +408,16 @@ def test_the_sweep_table_and_plot(tmp_path, monkeypatch) -> None:
     assert made == [(20, {"rounds": 2, "model": "mlp"}), (200, {"rounds": 2, "model": "mlp"})]
     assert said == ["20 devices ...", "200 devices ..."] and [r.devices for r in results] == [20, 200]
     assert (tmp_path / "s.png").stat().st_size > 10_000
+    figure = bench_engine.sweep_figure(results)
+    left, right = figure.axes
+    assert [line.get_label() for line in left.lines] == ["psl", "sfl-v2"]
+    assert left.lines[0].get_xydata().tolist() == [[20, 0.2], [200, 2.0]]                  # seconds per round
+    assert right.lines[0].get_xydata().tolist() == [[20, 20.0], [200, 200.0]]               # MiB
+    assert right.lines[2].get_label() == "centralized, batch b" and list(right.lines[2].get_ydata()) == [1.0, 1.0]
+    assert [t.get_text() for t in left.get_xticklabels()] == ["20", "200"] and left.get_xscale() == "log"
+    assert (left.get_ylabel(), right.get_ylabel()) == ("wall-clock seconds per round", "peak memory [MiB]")
+    assert [t.get_text() for t in right.get_legend().get_texts()] == ["psl", "sfl-v2", "centralized, batch b"]
+    assert left.get_legend() is not None and figure.get_suptitle() == "bench engine: cnn cut 2, b = 16, cpu"
     lines = bench_engine.sweep_table(results).splitlines()
     assert _cells(lines[0]) == ["N", "algorithm", "s/round", "samples/s", "×", "central", "b", "peak", "MiB"]
     assert _cells(lines[1]) == ["20", "psl", "0.200", "800.0", "0.80", "20.0"]

@@ -58,7 +58,10 @@ def test_a_used_folder_needs_resume_or_overwrite(tmp_path, capsys) -> None:
 
 
 def test_a_locked_folder_is_refused(tmp_path) -> None:
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / ".adaptplan.lock").write_text("9" * 20)        # a stale, longer owner record
     with RunFolder(tmp_path / "run"):
+        assert (tmp_path / "run" / ".adaptplan.lock").read_text() == str(os.getpid())   # replaced, not overwritten in part
         with pytest.raises(InputError, match=rf"in use by another adaptplan run \(process {os.getpid()}\)"):
             RunFolder(tmp_path / "run").__enter__()
     with RunFolder(tmp_path / "run"):      # released again

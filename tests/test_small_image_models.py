@@ -54,6 +54,7 @@ def test_an_imagenet_stem_on_a_small_image_is_noted_with_the_fix():
     assert "vgg16-cifar" in stem_note("densenet121", (3, 32, 32), shapes)        # no variant: a general fix
     assert stem_note("resnet18", (3, 64, 64), [(64, 16, 16), (10,)]) is not None   # 4x at the 64-pixel limit
     assert stem_note("resnet18", (3, 65, 65), [(64, 16, 16), (10,)]) is None       # not a small image
+    assert stem_note("resnet18", (3, 32, 128), [(64, 8, 32), (10,)]) is None       # one side of 128: not small
     assert stem_note("resnet18", (3, 224, 224), [(64, 56, 56), (10,)]) is None
     assert stem_note("mobilenet_v2", (3, 32, 32), [(32, 16, 16), (10,)]) is None   # a stride-2 stem: 2x
     assert stem_note("mlp", (1, 8, 8), [(16,), (3,)]) is None                      # no spatial cut

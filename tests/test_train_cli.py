@@ -231,8 +231,16 @@ def test_model_names_go_through_one_resolver(capsys) -> None:
                  "--model", "nonsense"]) == 2
     err = capsys.readouterr().err
     assert "--model" in err and "cnn" in err and "resnet18" in err            # names the flag, lists valid names
-    assert main(["train", "--dataset", "cifar10-subset", "--devices", "2", "--cuts", "1", "--rounds", "1",
-                 "--no-progress", "--model", "resnet18", "--batch-size", "4", "--threads", "1", "--max-test-samples", "8"]) == 0
+    import warnings
+
+    from profilers.profile import StemWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["train", "--dataset", "cifar10-subset", "--devices", "2", "--cuts", "1", "--rounds", "1",
+                     "--no-progress", "--model", "resnet18", "--batch-size", "4", "--threads", "1",
+                     "--max-test-samples", "8"]) == 0
+    assert not [w for w in caught if issubclass(w.category, StemWarning)]   # said as train's line, not a Python warning
     err = capsys.readouterr().err      # the ImageNet stem on CIFAR images is said once, as profile says it
     assert err.count("warning: resnet18 shrinks the 32x32 input to 8x8 in its first block") == 1, err
     assert main(["profile", "cnn", "--input", "1x8x8", "--json"]) == 0            # the profiler uses the same resolver
