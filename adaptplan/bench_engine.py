@@ -343,6 +343,7 @@ def sweep_figure(results: Sequence[EngineBenchResult]) -> Any:
         right.plot(counts, [r.peak_memory_bytes.get(a, math.nan) / 2**20 for r in results], "o-", label=a)
     right.plot(counts, [r.peak_memory_bytes.get("central_b", math.nan) / 2**20 for r in results], "k:o",
                label="centralized, batch b")
+    left.set_yscale("log")   # GAS's global iterations are 10-20x a synchronous round
     for ax, label in ((left, "wall-clock seconds per round"), (right, "peak memory [MiB]")):
         ax.set_xscale("log")
         ax.set_xticks(counts, [f"{c:,}" for c in counts])

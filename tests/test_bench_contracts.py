@@ -415,6 +415,7 @@ def test_the_sweep_table_and_plot(tmp_path, monkeypatch) -> None:
     assert right.lines[0].get_xydata().tolist() == [[20, 20.0], [200, 200.0]]               # MiB
     assert right.lines[2].get_label() == "centralized, batch b" and list(right.lines[2].get_ydata()) == [1.0, 1.0]
     assert [t.get_text() for t in left.get_xticklabels()] == ["20", "200"] and left.get_xscale() == "log"
+    assert (left.get_yscale(), right.get_yscale()) == ("log", "linear")
     assert (left.get_ylabel(), right.get_ylabel()) == ("wall-clock seconds per round", "peak memory [MiB]")
     assert [t.get_text() for t in right.get_legend().get_texts()] == ["psl", "sfl-v2", "centralized, batch b"]
     assert left.get_legend() is not None and figure.get_suptitle() == "bench engine: cnn cut 2, b = 16, cpu"
