@@ -390,18 +390,3 @@ def test_bench_engine_sweeps_device_counts_into_a_table_and_plot(tmp_path, capsy
     assert "[bench] 2 devices ..." in err and f"[bench] wrote {plot}.png" in err
     assert (tmp_path / "sweep.png").stat().st_size > 10_000
 
-
-def test_engine_python_defaults_are_the_commands() -> None:
-    """run_engine_bench() with no arguments measures what `adaptplan bench engine` measures with no flags."""
-    import inspect
-
-    from adaptplan import bench_engine
-    from adaptplan.cli import build_parser
-
-    args = vars(build_parser().parse_args(["bench", "engine"]))
-    parameters = inspect.signature(bench_engine.run_engine_bench).parameters
-    assert args["devices"] == [parameters["devices"].default]
-    for name in ("batch_size", "rounds", "cut", "repeats", "model", "client_batching", "client_recompute"):
-        assert parameters[name].default == args[name], name
-    assert parameters["algorithm"].default == args["algorithm"]
-    assert args["server_pass_samples"] == 1024 and parameters["server_pass_samples"].default is None  # None: the engine's

@@ -321,9 +321,12 @@ def test_bench_engine_python_defaults_are_the_commands() -> None:
     args = vars(build_parser().parse_args(["bench", "engine"]))
     parameters = inspect.signature(bench_engine.run_engine_bench).parameters
     shared = [p for p in parameters if p in args]
-    assert set(shared) >= {"devices", "batch_size", "rounds", "cut", "repeats", "threads", "model", "client_batching"}
+    assert set(shared) >= {"devices", "batch_size", "rounds", "cut", "repeats", "threads", "model", "client_batching",
+                           "client_recompute", "server_pass_samples"}
+    assert args["devices"] == [parameters["devices"].default]              # one count: no sweep
+    assert args["server_pass_samples"] == 1024 and parameters["server_pass_samples"].default is None  # the engine's
     for name in shared:
-        if name != "device":      # "auto" on the command line, resolved before the call
+        if name not in ("device", "devices", "server_pass_samples"):   # device: "auto", resolved before the call
             assert parameters[name].default == args[name], name
     assert parameters["algorithm"].default == args["algorithm"]
 
