@@ -196,7 +196,7 @@ def check_bench(args: argparse.Namespace, out: str, context: dict) -> None:
         if args.plot:
             assert is_png(args.plot)
     elif args.bench == "engine":
-        assert f"{args.devices} devices" in out and "samples/s" in out, out
+        assert all(f"{n} devices" in out for n in args.devices) and "samples/s" in out, out
         for row in ("adaptsfl (simulated)", "centralized, batch b", "centralized, batch N·b"):
             assert re.search(rf"^\s*{re.escape(row)}\s+\d+(\.\d+)?\s", out, re.M), (row, out)
     elif args.bench == "algorithms":
