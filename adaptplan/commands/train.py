@@ -165,13 +165,16 @@ def add_device_options(p: argparse.ArgumentParser, batching: bool = True) -> Non
 def add_memory_options(p: argparse.ArgumentParser) -> None:
     """``--client-recompute`` and ``--server-pass-samples`` (memory against time; the same results), shared by
     train and bench engine."""
+    from adaptplan.flags import int_flag
+    from adaptplan.limits import MAX_STEPS
     from trainers.config import CLIENT_RECOMPUTE, RECOMPUTE_GROUP, SERVER_PASS_SAMPLES
 
     p.add_argument("--client-recompute", choices=CLIENT_RECOMPUTE, default="auto",
                    help="a device waiting for its reply keeps only its sample indices and recomputes its forward at "
                         "backward time (one more client forward per step, no client activations held; the same "
                         f"results): auto (default: when more than {RECOMPUTE_GROUP} devices wait at once), on or off")
-    p.add_argument("--server-pass-samples", type=int, default=SERVER_PASS_SAMPLES, metavar="SAMPLES",
+    p.add_argument("--server-pass-samples", type=int_flag(1, MAX_STEPS, "samples"), default=SERVER_PASS_SAMPLES,
+                   metavar="SAMPLES",
                    help="the most samples the edge server runs through its blocks in one pass: a barrier round over "
                         f"more is served in chunks, its gradients accumulated (default {SERVER_PASS_SAMPLES}; results "
                         "equal up to float rounding; algorithms with their own server passes (scala, cyclesl, gapsl, "
