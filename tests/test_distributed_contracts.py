@@ -4,13 +4,12 @@ Every collaborator of the unit under test is a small fake written here (a channe
 is sent and answers from a script, a ``torch.distributed`` stand-in that moves tensors through
 queues, fake rank processes for the launcher), so each test runs in well under a second. The
 references are written out in the tests: the layout rule (rank 0 edge, rank 1 fed, device i on
-rank 2 + i mod (W − 2)), a message's bytes (an int64 length, then the ``torch.save`` bytes), the
+rank 2 + i mod (W − 2)), a message's bytes (an int64 length, then the wire frame), the
 emulated delay 8·bytes / rate, and the exact lines a failing run prints.
 """
 
 from __future__ import annotations
 
-import io
 import pickle
 import queue
 import signal
@@ -23,11 +22,14 @@ import pytest
 import torch
 from torch import nn
 
+from adaptplan.errors import InputError
 from trainers.distributed import engine as dengine
 from trainers.distributed import launch, session, timing, transport, workers
 from trainers.distributed.layout import EDGE_RANK, FED_RANK, RankLayout, default_world_size
 from trainers.distributed.remote import Hub, RemoteBlockState, RemoteDevice, RemoteFed, is_remote, materialize
-from trainers.distributed.transport import AbortRun, Channel, PeerError, decode, encode
+from trainers.distributed import wire as wire_format
+from trainers.distributed.environment import run_key
+from trainers.distributed.transport import AbortRun, Channel, FrameRefused, PeerError
 from trainers.engine import SplitEngine
 from trainers.messages import (Activation, BlockState, CutGradient, MessageMismatchError, ModelDownload, ModelUpload,
                                NonFiniteError)
@@ -126,6 +128,7 @@ class FakeDist:
         self.wire: dict[int, queue.Queue] = {r: queue.Queue() for r in range(world)}
         self.sent: list[tuple[int, torch.Tensor]] = []
         self.fail_send: dict[int, str] = {}
+        self.seq: dict[int, int] = {}
 
     def get_rank(self) -> int:
         return self.rank
@@ -144,13 +147,28 @@ class FakeDist:
             raise RuntimeError(self.fail_send[dst])
         self.sent.append((dst, tensor.clone()))
 
-    def deliver(self, src: int, obj: Any) -> None:
-        payload = encode(obj)
-        self.wire[src].put(torch.tensor([payload.numel()], dtype=torch.int64))
+    def deliver(self, src: int, obj: Any, key: bytes = None, seq: int | None = None) -> None:
+        """``obj`` framed as rank ``src``'s next frame to this rank (or with ``key``/``seq`` given)."""
+        if seq is None:
+            seq = self.seq.get(src, 0)
+            self.seq[src] = seq + 1
+        frame = wire_format.encode(obj, src, self.rank, seq, KEY if key is None else key)
+        self.deliver_bytes(src, frame)
+
+    def deliver_bytes(self, src: int, frame: bytes, length: int | None = None) -> None:
+        payload = torch.frombuffer(bytearray(frame), dtype=torch.uint8)
+        self.wire[src].put(torch.tensor([len(frame) if length is None else length], dtype=torch.int64))
         self.wire[src].put(payload)
 
     def cut(self, src: int, text: str) -> None:
         self.wire[src].put(RuntimeError(text))
+
+
+KEY = b"k" * 32
+
+
+def decode(payload: torch.Tensor) -> Any:
+    return wire_format.decode(payload.numpy(), KEY).value
 
 
 @pytest.fixture
@@ -159,7 +177,7 @@ def wire(monkeypatch):
     fake = FakeDist(0, 4)
     monkeypatch.setattr(transport, "dist", fake)
     before = set(threading.enumerate())
-    channel = Channel(5.0, RankLayout(4, 2).describe)
+    channel = Channel(5.0, RankLayout(4, 2).describe, key=KEY)
     yield fake, channel
     channel.closing = True
     for r in (1, 2, 3):
@@ -175,21 +193,51 @@ def _receiver_done(src: int) -> None:
             thread.join(timeout=10)
 
 
-def test_a_message_is_its_length_then_its_torch_save_bytes(wire) -> None:
+def test_a_message_is_its_length_then_its_numbered_authenticated_frame(wire) -> None:
     fake, channel = wire
     obj = {"op": "forward", "round": 3, "items": [(1, 16)]}
     channel.send(obj, 2)
     channel.send({"op": "stop"}, 2)
+    channel.send({"op": "stop"}, 3)
     channel.flush()
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)
-    expected = buffer.getvalue()
-    (d1, header), (d2, payload) = fake.sent[:2]
-    assert (d1, d2) == (2, 2)
+    expected = wire_format.encode(obj, 0, 2, 0, KEY)
+    to_2 = [t for d, t in fake.sent if d == 2]                        # one sending thread per destination
+    header, payload = to_2[:2]
     assert header.dtype == torch.int64 and header.tolist() == [len(expected)]
     assert payload.dtype == torch.uint8 and payload.numpy().tobytes() == expected
-    assert decode(fake.sent[3][1]) == {"op": "stop"}                   # order kept per destination
-    assert len(fake.sent) == 4
+    second = wire_format.decode(to_2[3].numpy(), KEY)
+    assert (second.src, second.dst, second.seq, second.value) == (0, 2, 1, {"op": "stop"})   # numbered per pair, in order
+    third = wire_format.decode([t for d, t in fake.sent if d == 3][1].numpy(), KEY)
+    assert (third.dst, third.seq) == (3, 0)
+    assert len(fake.sent) == 6
+
+
+@pytest.mark.parametrize("case, why", [
+    ("other key", "its authentication tag is wrong"),
+    ("replayed", r"it is numbered 2→0 #0, not 2→0 #1 \(replayed"),
+    ("misdirected", r"it is numbered 2→3 #1, not 2→0 #1"),
+    ("pickle", "it is not an adaptplan frame"),
+    ("oversized", "its length 2147483649 bytes is outside"),
+])
+def test_a_refused_frame_names_its_sender_on_every_later_wait(wire, case: str, why: str) -> None:
+    fake, channel = wire
+    fake.deliver(2, {"op": "ok"})
+    assert channel.recv(2) == {"op": "ok", "arrived": pytest.approx(time.time(), abs=5)}
+    if case == "other key":
+        fake.deliver(2, {"op": "x"}, key=b"q" * 32)
+    elif case == "replayed":
+        fake.deliver(2, {"op": "x"}, seq=0)
+    elif case == "misdirected":
+        fake.deliver_bytes(2, wire_format.encode({"op": "x"}, 2, 3, 1, KEY))
+    elif case == "pickle":
+        fake.deliver_bytes(2, pickle.dumps({"op": "x"}))
+    else:
+        fake.deliver_bytes(2, b"x", length=wire_format.MAX_FRAME_BYTES + 1)
+    for _ in range(2):
+        with pytest.raises(FrameRefused, match=rf"^rank 2 \(device 0\) sent rank 0 a frame it refused: {why}"):
+            channel.recv(2)
+    fake.deliver(1, {"op": "still"})                                    # the other peers are unaffected
+    assert channel.recv(1)["op"] == "still"
 
 
 def test_received_dicts_are_stamped_with_their_arrival_and_kept_in_order(wire) -> None:
@@ -219,6 +267,12 @@ def test_abort_and_role_errors_are_raised_where_they_are_received(wire) -> None:
     fake.deliver(2, {"op": "role-error", "kind": "mismatch", "message": "tags differ"})
     with pytest.raises(MessageMismatchError, match="^tags differ$"):
         channel.recv(2)
+    fake.deliver(2, {"op": "role-error", "kind": "input", "message": "--data-root: 10 samples here"})
+    with pytest.raises(InputError, match=r"^device 0: --data-root: 10 samples here$"):
+        channel.recv(2)
+    fake.deliver(2, {"op": "role-error", "kind": "?", "message": "odd"})
+    with pytest.raises(MessageMismatchError, match="^odd$"):
+        channel.recv(2)
     fake.deliver(2, {"op": "forward"})
     assert channel.recv(2)["op"] == "forward"
 
@@ -231,9 +285,13 @@ def test_a_closed_connection_names_the_peer_on_every_later_wait(wire) -> None:
             channel.recv(3)
         assert str(info.value) == "rank 3 (device 1) closed its connection (it died or was killed)"
         assert (info.value.rank, info.value.who) == (3, "device 1")
-    fake.cut(2, "Gloo read failed\nsecond line")
-    with pytest.raises(PeerError, match=r"^rank 2 \(device 0\) closed its connection \(Gloo read failed\)$"):
+    fake.cut(2, "Gloo read failed\nsecond line of a long library message that would be cut")
+    with pytest.raises(PeerError, match=r"^rank 2 \(device 0\) closed its connection \(the transfer failed with a "
+                                        r"RuntimeError\)$"):
         channel.recv(2)
+    fake.cut(1, "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Read timeout [127.0.0.1]:1234")
+    with pytest.raises(PeerError, match=r"^rank 1 \(fed server\) closed its connection \(the transfer timed out\)$"):
+        channel.recv(1)
 
 
 def test_after_close_a_lost_connection_is_not_reported(wire) -> None:
@@ -264,7 +322,7 @@ def test_a_failed_send_is_reported_at_flush_and_at_the_next_send(wire) -> None:
     fake.fail_send[3] = "Connection reset by peer\ndetails"
     channel.send({"op": "ping"}, 2)
     channel.send({"op": "report"}, 3)
-    expected = r"^rank 3 \(device 1\) stopped receiving \(Connection reset by peer\)$"
+    expected = r"^rank 3 \(device 1\) stopped receiving \(it died or was killed\)$"
     with pytest.raises(PeerError, match=expected):
         channel.flush()
     assert [(d, decode(t)) for d, t in fake.sent if t.dtype == torch.uint8] == [(2, {"op": "ping"})]  # others unaffected
@@ -556,7 +614,7 @@ def test_a_role_error_on_a_rank_goes_to_rank_0_and_the_loop_goes_on() -> None:
 class FakeEdgeSession:
     made: list["FakeEdgeSession"] = []
 
-    def __init__(self, num_devices, timeout, emulate_links, threads) -> None:
+    def __init__(self, num_devices, timeout, emulate_links, threads, source=None) -> None:
         self.aborted: list[str] = []
         self.finished = False
         FakeEdgeSession.made.append(self)
@@ -598,7 +656,8 @@ def test_rank_0_stops_every_rank_with_the_reason(monkeypatch) -> None:
 def _serve(monkeypatch, rank: int, script: list) -> tuple[int, ScriptedChannel]:
     made: list[ScriptedChannel] = []
 
-    def channel(timeout, describe, group):
+    def channel(timeout, describe, group, key):
+        assert key == run_key({"ADAPTPLAN_SECRET": "s" * 16})
         c = ScriptedChannel(timeout, describe)
         c.replies = {EDGE_RANK: [s for s in script if not callable(s)]}
         for s in script:
@@ -608,10 +667,12 @@ def _serve(monkeypatch, rank: int, script: list) -> tuple[int, ScriptedChannel]:
         return c
 
     monkeypatch.setattr(session, "join", lambda timeout: (rank, 4, None))
-    monkeypatch.setattr(session, "Channel", channel)
+    monkeypatch.setattr(session, "open_channel", channel)
+    monkeypatch.setenv("ADAPTPLAN_SECRET", "s" * 16)
+    monkeypatch.delenv("ADAPTPLAN_SECRET_FILE", raising=False)
     monkeypatch.setattr(session.signal, "signal", lambda *a: None)
     monkeypatch.setattr(session.torch, "set_num_threads", lambda n: None)
-    return session.serve_rank(2.0, None), made[0]
+    return session.serve_rank(workers.WorkerOptions(2.0)), made[0]
 
 
 def test_a_serving_rank_names_the_peer_it_lost_by_role(monkeypatch, capsys) -> None:

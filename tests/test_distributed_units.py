@@ -10,7 +10,6 @@ import torch
 
 from trainers.distributed import launch, timing
 from trainers.distributed.layout import RankLayout, default_world_size
-from trainers.distributed.transport import decode, encode
 from trainers.history import History, RoundRecord
 from trainers.messages import Activation
 
@@ -116,11 +115,3 @@ def test_rank_environment_is_torchruns_contract_on_loopback(monkeypatch) -> None
             "GLOO_SOCKET_IFNAME": "lo"}
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth1")
     assert launch.rank_environment(0, 3, 1)["GLOO_SOCKET_IFNAME"] == "eth1"
-
-
-def test_messages_survive_encoding() -> None:
-    msg = Activation(3, 7, 2, torch.randn(4, 5), torch.tensor([1, 0, 2, 1]))
-    back = decode(encode({"op": "x", "msg": msg}))
-    assert back["op"] == "x" and isinstance(back["msg"], Activation)
-    assert (back["msg"].device, back["msg"].round, back["msg"].step) == (3, 7, 2)
-    assert torch.equal(back["msg"].tensor, msg.tensor) and torch.equal(back["msg"].labels, msg.labels)

@@ -3,7 +3,9 @@
 The ranks are started as ``python -m adaptplan.distributed ARGS`` with torchrun's environment
 contract (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``), bound to
 loopback (``MASTER_ADDR=127.0.0.1``, ``GLOO_SOCKET_IFNAME=lo`` unless set), so the same entry
-point runs under ``torchrun`` across machines. Rank 0 (edge server, run folder, progress) writes
+point runs under ``torchrun`` across machines. The launcher gives its ranks a fresh secret
+(``ADAPTPLAN_SECRET``: every frame is authenticated with it) and a rendezvous file in a folder only
+this user can read (``ADAPTPLAN_STORE_FILE``: no TCP store), so a local run listens on loopback only. Rank 0 (edge server, run folder, progress) writes
 to this terminal; the other ranks' messages are collected and printed when one fails.
 
 When a rank ends with an error or a signal, the others get ``GRACE_SECONDS`` to stop on their own
@@ -14,6 +16,7 @@ terminated; then one line per failed rank and where to resume from.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -23,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from trainers.distributed.environment import SECRET_ENV, SECRET_FILE_ENV, STORE_ENV
 from trainers.distributed.layout import RankLayout
 from trainers.distributed.session import EXIT_RANK_FAILED
 
@@ -36,10 +40,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def rank_environment(rank: int, world_size: int, port: int) -> dict[str, str]:
+def rank_environment(rank: int, world_size: int, port: int, secret: str = "", store: str = "") -> dict[str, str]:
+    """torchrun's variables for ``rank`` on loopback, plus the run's ``secret`` and ``store`` file."""
     env = dict(os.environ)
+    env.pop(SECRET_FILE_ENV, None)
     env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(world_size),
-               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), **{SECRET_ENV: secret, STORE_ENV: store})
     env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     return env
 
@@ -57,17 +63,19 @@ def launch_local(train_args: list[str], world_size: int, num_devices: int, out: 
     """Run ``adaptplan train`` ``train_args`` as ``world_size`` ranks here; the exit code of the run."""
     layout = RankLayout(world_size, num_devices)
     port = free_port()
-    logs = Path(tempfile.mkdtemp(prefix="adaptplan-ranks-"))
+    logs = Path(tempfile.mkdtemp(prefix="adaptplan-ranks-"))     # mode 0700: the store and the logs are ours
+    secret = secrets.token_hex(32)
+    store = str(logs / "store")
     command = [sys.executable, "-m", "adaptplan.distributed", *train_args]
     procs: list[subprocess.Popen] = []
     terminated: set[int] = set()
     try:
         for rank in range(world_size):
             if rank == 0:
-                procs.append(subprocess.Popen(command, env=rank_environment(rank, world_size, port)))
+                procs.append(subprocess.Popen(command, env=rank_environment(rank, world_size, port, secret, store)))
             else:
                 with open(logs / f"rank{rank}.log", "wb") as log:
-                    procs.append(subprocess.Popen(command, env=rank_environment(rank, world_size, port),
+                    procs.append(subprocess.Popen(command, env=rank_environment(rank, world_size, port, secret, store),
                                                   stdout=subprocess.DEVNULL, stderr=log))
         failed_at: float | None = None
         while any(p.poll() is None for p in procs):

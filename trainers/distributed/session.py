@@ -21,11 +21,13 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
+from adaptplan.errors import InputError
 from trainers.distributed.engine import DistributedEngine
+from trainers.distributed.environment import run_key, store_file, wire_trace
 from trainers.distributed.layout import EDGE_RANK, FED_RANK, SETUP_TIMEOUT_FACTOR, RankLayout
 from trainers.distributed.remote import Hub
 from trainers.distributed.transport import AbortRun, Channel, PeerError
-from trainers.distributed.workers import DeviceRank, FedRank
+from trainers.distributed.workers import DeviceRank, FedRank, WorkerOptions
 
 EXIT_RANK_FAILED = 3
 
@@ -44,13 +46,25 @@ NO_TIMEOUT = datetime.timedelta(days=365)
 
 def join(timeout: float) -> tuple[int, int, Any]:
     """Join the gloo process group from the environment (every rank within ``SETUP_TIMEOUT_FACTOR``
-    time-outs); (rank, world size, the group for the transfers). The transfers' group has no
-    time-out of its own: :class:`Channel` bounds every wait."""
+    time-outs); (rank, world size, the group for the transfers). The rendezvous is the local run's
+    store file when ``ADAPTPLAN_STORE_FILE`` is set (no socket), else torchrun's TCP store. The
+    transfers' group has no time-out of its own: :class:`Channel` bounds every wait."""
     if not dist.is_initialized():
-        dist.init_process_group("gloo", init_method="env://",
-                                timeout=datetime.timedelta(seconds=timeout * SETUP_TIMEOUT_FACTOR))
+        wait = datetime.timedelta(seconds=timeout * SETUP_TIMEOUT_FACTOR)
+        path = store_file()
+        if path:
+            world = int(os.environ["WORLD_SIZE"])
+            dist.init_process_group("gloo", store=dist.FileStore(path, world), rank=int(os.environ["RANK"]),
+                                    world_size=world, timeout=wait)
+        else:
+            dist.init_process_group("gloo", init_method="env://", timeout=wait)
     group = dist.new_group(backend="gloo", timeout=NO_TIMEOUT)
     return dist.get_rank(), dist.get_world_size(), group
+
+
+def open_channel(timeout: float, describe: Callable[[int], str], group: Any, key: bytes) -> Channel:
+    """This rank's :class:`Channel`, authenticating with ``key`` and tracing when asked to."""
+    return Channel(timeout, describe, group, key=key, trace=wire_trace(dist.get_rank()))
 
 
 def leave(channel: Channel) -> None:
@@ -65,13 +79,16 @@ class EdgeSession:
     """Rank 0's side: the engine factory for :class:`~trainers.run.Trainer`, and the clean end
     (``stop`` to every rank) or the abort (the reason to every rank)."""
 
-    def __init__(self, num_devices: int, timeout: float, emulate_links: bool, threads: int | None) -> None:
+    def __init__(self, num_devices: int, timeout: float, emulate_links: bool, threads: int | None,
+                 source: dict[str, Any] | None = None) -> None:
+        key = run_key()
+        self.source = dict(source or {})
         rank, world, group = join(timeout)
         if rank != EDGE_RANK:
             raise RuntimeError(f"the edge session runs on rank {EDGE_RANK}, not {rank}")
         torch.set_num_threads(threads or 1)
         self.layout = RankLayout(world, num_devices)
-        self.channel = Channel(timeout, self.layout.describe, group)
+        self.channel = open_channel(timeout, self.layout.describe, group, key)
         self.emulate_links = emulate_links
         self.hub: Hub | None = None
         for r in self.others:
@@ -82,7 +99,7 @@ class EdgeSession:
         return [FED_RANK] + self.layout.device_ranks
 
     def engine_factory(self, chain: Any, *args: Any, **kwargs: Any) -> DistributedEngine:
-        self.hub = Hub(self.channel, self.layout, chain, self.emulate_links)
+        self.hub = Hub(self.channel, self.layout, chain, self.emulate_links, self.source)
         return DistributedEngine(chain, *args, hub=self.hub, **kwargs)
 
     def finish(self) -> None:
@@ -102,9 +119,10 @@ class EdgeSession:
 
 
 def run_edge(num_devices: int, timeout: float, emulate_links: bool, threads: int | None,
-             body: Callable[[Callable[..., DistributedEngine]], int]) -> int:
-    """Run ``body(engine_factory)`` (the train command's work) as rank 0, then stop or abort every rank."""
-    session = EdgeSession(num_devices, timeout, emulate_links, threads)
+             body: Callable[[Callable[..., DistributedEngine]], int], source: dict[str, Any] | None = None) -> int:
+    """Run ``body(engine_factory)`` (the train command's work) as rank 0, then stop or abort every
+    rank; ``source`` (dataset, model, model_width) is what the device ranks build from."""
+    session = EdgeSession(num_devices, timeout, emulate_links, threads, source)
     try:
         code = body(session.engine_factory)
     except PeerError as exc:
@@ -117,13 +135,19 @@ def run_edge(num_devices: int, timeout: float, emulate_links: bool, threads: int
     return code
 
 
-def serve_rank(timeout: float, threads: int | None) -> int:
+def serve_rank(options: WorkerOptions) -> int:
     """Ranks 1.. : serve rank 0's commands until it says stop. One line and exit code 3 on failure."""
+    timeout, threads = options.timeout, options.threads
     signal.signal(signal.SIGINT, signal.SIG_IGN)          # rank 0 decides when an interrupted run stops
+    try:
+        key = run_key()
+    except InputError as exc:
+        print(f"adaptplan train: rank {os.environ.get('RANK')}: {exc}", file=sys.stderr)
+        return 2
     rank, world, group = join(timeout)
     torch.set_num_threads(threads or 1)
     describe = {EDGE_RANK: "edge server"}.get
-    channel = Channel(timeout, lambda r: describe(r) or f"rank {r}", group)
+    channel = open_channel(timeout, lambda r: describe(r) or f"rank {r}", group, key)
     who = f"rank {rank}"
     try:
         first = channel.recv(EDGE_RANK, timeout=timeout * SETUP_TIMEOUT_FACTOR)
@@ -131,7 +155,7 @@ def serve_rank(timeout: float, threads: int | None) -> int:
         channel.describe = layout.describe
         who = f"rank {rank} ({layout.describe(rank)})"
         loop = FedRank(channel, timeout * SETUP_TIMEOUT_FACTOR) if rank == FED_RANK else \
-            DeviceRank(channel, timeout * SETUP_TIMEOUT_FACTOR)
+            DeviceRank(channel, timeout * SETUP_TIMEOUT_FACTOR, options)
         loop.serve()
     except AbortRun as exc:
         print(f"adaptplan train: {who} stopped: {exc}", file=sys.stderr)

@@ -1,9 +1,11 @@
-"""Point-to-point delivery of Python objects between ranks over torch.distributed (gloo on CPU).
+"""Point-to-point delivery of messages between ranks over torch.distributed (gloo on CPU).
 
-A message is two sends on the same (source, destination) pair: an int64 length, then the
-``torch.save`` bytes of the object as a uint8 tensor. Ranks of one run trust each other (they run
-the same code from the same launch), so payloads are unpickled in full; nothing read from a file
-goes through here.
+A message is two sends on the same (source, destination) pair: an int64 length, then the frame
+of :mod:`trainers.distributed.wire` as a uint8 tensor (a JSON header and raw tensor bytes,
+authenticated with the run's secret; nothing is unpickled). A length over
+:data:`~trainers.distributed.wire.MAX_FRAME_BYTES` is refused before anything is allocated; a frame
+that is malformed, not authenticated by this run's secret, or out of sequence is refused, and the
+peer is treated as lost (:class:`FrameRefused`, naming it).
 
 Every wait has a deadline (``timeout`` seconds, the ``--rank-timeout`` option). A peer that died
 shows up at once as a failed receive or send (gloo's connection closes); a peer that hangs as a
@@ -13,7 +15,6 @@ with one line instead of a traceback.
 
 from __future__ import annotations
 
-import io
 import queue
 import threading
 import time
@@ -22,6 +23,8 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.distributed as dist
 
+from adaptplan.errors import InputError
+from trainers.distributed import wire
 from trainers.messages import MessageMismatchError, NonFiniteError
 
 POLL_SECONDS = 0.002
@@ -37,7 +40,7 @@ class PeerError(RuntimeError):
         self.who = who
 
 
-ROLE_ERRORS = {"nonfinite": NonFiniteError, "mismatch": MessageMismatchError}
+ROLE_ERRORS = {"nonfinite": NonFiniteError, "mismatch": MessageMismatchError, "input": InputError}
 """Errors of the role code that a rank reports to rank 0 (``role-error``) instead of dying: rank 0
 raises them as if its own role had (a divergence stops the run with the usual message)."""
 
@@ -46,14 +49,11 @@ class AbortRun(RuntimeError):
     """The controller told this rank to stop: another rank failed (the message says which)."""
 
 
-def encode(obj: Any) -> torch.Tensor:
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)
-    return torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)
+class FrameRefused(PeerError):
+    """A peer's frame was refused (malformed, oversized, not authenticated, out of sequence)."""
 
-
-def decode(payload: torch.Tensor) -> Any:
-    return torch.load(io.BytesIO(payload.numpy().tobytes()), weights_only=False)
+    def __init__(self, rank: int, who: str, receiver: int, why: str) -> None:
+        super().__init__(rank, who, f"sent rank {receiver} a frame it refused: {why}")
 
 
 _CLOSED = object()
@@ -66,8 +66,12 @@ class Channel:
     ``describe(rank)`` names a rank's role for messages. ``group`` is the process group used for
     the transfers (created without a time-out of its own: waiting is bounded here)."""
 
-    def __init__(self, timeout: float, describe: Callable[[int], str], group: Any = None) -> None:
+    def __init__(self, timeout: float, describe: Callable[[int], str], group: Any = None, key: bytes = b"",
+                 trace: Callable[[wire.Frame], None] | None = None) -> None:
         self.rank = dist.get_rank()
+        self.key = key
+        self.trace = trace
+        self._sent_seq: dict[int, int] = {}
         self.timeout = float(timeout)
         self.describe = describe
         self.group = group
@@ -81,18 +85,31 @@ class Channel:
 
     # ---- threads --------------------------------------------------------------------------------------
     def _receive_from(self, src: int) -> None:
+        expected = 0
         while True:
             header = torch.zeros(1, dtype=torch.int64)
             try:
                 dist.recv(header, src, group=self.group)
-                payload = torch.empty(int(header[0]), dtype=torch.uint8)
+                length = int(header[0])
+                if not 0 < length <= wire.MAX_FRAME_BYTES:
+                    raise wire.WireError(f"its length {length} bytes is outside 1..{wire.MAX_FRAME_BYTES}")
+                payload = torch.empty(length, dtype=torch.uint8)
                 dist.recv(payload, src, group=self.group)
                 arrived = time.time()
-                obj = decode(payload)
+                frame = wire.decode(payload.numpy(), self.key)
+                if (frame.src, frame.dst, frame.seq) != (src, self.rank, expected):
+                    raise wire.WireError(f"it is numbered {frame.src}→{frame.dst} #{frame.seq}, not "
+                                         f"{src}→{self.rank} #{expected} (replayed, re-ordered or misdirected)")
+                expected += 1
+                if self.trace is not None:
+                    self.trace(frame)
+                obj = frame.value
+            except wire.WireError as exc:
+                self._inbox[src].put(FrameRefused(src, self.describe(src), self.rank, str(exc)))
+                return
             except Exception as exc:   # noqa: BLE001 - a closed connection, reported to the waiting caller
                 if not self.closing:
-                    cause = "it died or was killed" if "closed by peer" in str(exc).lower() else _first_line(exc)
-                    self._inbox[src].put(PeerError(src, self.describe(src), f"closed its connection ({cause})"))
+                    self._inbox[src].put(PeerError(src, self.describe(src), f"closed its connection ({_cause(exc)})"))
                 return
             if isinstance(obj, dict):
                 obj.setdefault("arrived", arrived)
@@ -109,7 +126,7 @@ class Channel:
                     dist.send(header, dst, group=self.group)
                     dist.send(payload, dst, group=self.group)
             except Exception as exc:   # noqa: BLE001 - reported at the next send or flush
-                self._send_error[dst] = _first_line(exc)
+                self._send_error[dst] = _cause(exc)
             finally:
                 box.task_done()
 
@@ -122,7 +139,10 @@ class Channel:
         if box is None:
             box = self._outbox[dst] = queue.Queue()
             threading.Thread(target=self._send_to, args=(dst, box), daemon=True, name=f"send-{dst}").start()
-        payload = encode(obj)
+        seq = self._sent_seq.get(dst, 0)
+        self._sent_seq[dst] = seq + 1
+        frame = wire.encode(obj, self.rank, dst, seq, self.key)
+        payload = torch.frombuffer(bytearray(frame), dtype=torch.uint8)
         box.put((torch.tensor([payload.numel()], dtype=torch.int64), payload))
 
     def flush(self, timeout: float | None = None) -> None:
@@ -160,7 +180,9 @@ class Channel:
         if isinstance(obj, dict) and obj.get("op") == "abort":
             raise AbortRun(obj["reason"])
         if isinstance(obj, dict) and obj.get("op") == "role-error":
-            raise ROLE_ERRORS[obj["kind"]](obj["message"])
+            kind = obj.get("kind")
+            error = ROLE_ERRORS.get(kind, MessageMismatchError)
+            raise error(f"{self.describe(src)}: {obj.get('message')}" if kind == "input" else str(obj.get("message")))
         return obj
 
     def recv_many(self, sources: Sequence[int], timeout: float | None = None) -> list[tuple[int, Any]]:
@@ -171,6 +193,11 @@ class Channel:
         return [(s, self.recv(s, nominal, deadline)) for s in sources]
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:200] if text else type(exc).__name__
+def _cause(exc: BaseException) -> str:
+    """A whole sentence for a failed transfer: the library's text only names the kind of failure."""
+    text = str(exc).lower()
+    if "closed by peer" in text or "connection reset" in text or "broken pipe" in text or "eof" in text:
+        return "it died or was killed"
+    if "timed out" in text or "timeout" in text:
+        return "the transfer timed out"
+    return f"the transfer failed with a {type(exc).__name__}"

@@ -1,0 +1,224 @@
+"""The frame format between ranks: a JSON header plus raw tensor bytes, authenticated, never unpickled.
+
+A frame is, in order (docs/distributed.md, "The wire")::
+
+    MAGIC (4 bytes "APW1") | header length n (4 bytes, big-endian) | header (n bytes, UTF-8 JSON)
+    | tensor bytes (concatenated) | tag (32 bytes, HMAC-SHA256 over everything before it)
+
+The header holds the sender, the receiver and a sequence number per (sender, receiver) pair (a
+replayed or re-ordered frame is refused), the value (a tree of JSON values, lists, tuples, sets,
+dicts with int/str/tuple keys, tensors, numpy arrays and the message dataclasses of
+:mod:`trainers.messages`) and one entry per tensor: its dtype (a fixed list), shape and byte range.
+Decoding builds only those types: nothing in a frame names a class or a function to call, so a
+crafted frame cannot run code. A frame that does not parse, names an unknown tag or dtype, has byte
+ranges outside the frame, is longer than :data:`MAX_FRAME_BYTES`, or whose tag does not match the
+run's secret is refused with :class:`WireError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import hmac
+import json
+import math
+import struct
+from typing import Any
+
+import numpy as np
+import torch
+
+from trainers.messages import Activation, BlockState, CutGradient, ModelDownload, ModelUpload
+from trainers.optim import OptimizerSpec
+
+MAGIC = b"APW1"
+TAG_BYTES = 32
+MAX_FRAME_BYTES = 1 << 31
+"""The largest frame a rank takes in (bytes, 2 GiB): larger ones are refused before they are read."""
+MAX_HEADER_BYTES = 1 << 26
+"""The largest header (bytes, 64 MiB of JSON)."""
+
+DTYPES: dict[str, torch.dtype] = {
+    "float64": torch.float64, "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+    "int64": torch.int64, "int32": torch.int32, "int16": torch.int16, "int8": torch.int8, "uint8": torch.uint8,
+    "bool": torch.bool}
+DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
+
+MESSAGE_TYPES: dict[str, type] = {t.__name__: t for t in (Activation, CutGradient, BlockState, ModelUpload,
+                                                          ModelDownload, OptimizerSpec)}
+"""The dataclasses a frame may carry, by name; their fields are decoded like any other value."""
+
+
+class WireError(ValueError):
+    """A frame that is not a well-formed, authenticated frame of this run (the message says why)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Frame:
+    """A decoded frame: who sent it to whom, its sequence number on that pair, its value, and the
+    (dtype, shape) of every tensor it carried (what ``ADAPTPLAN_WIRE_TRACE`` records)."""
+
+    src: int
+    dst: int
+    seq: int
+    value: Any
+    tensors: tuple[tuple[str, tuple[int, ...]], ...] = ()
+
+
+# ---- encoding -------------------------------------------------------------------------------------------
+class _Encoder:
+    def __init__(self) -> None:
+        self.tensors: list[list[Any]] = []
+        self.chunks: list[bytes] = []
+        self.offset = 0
+
+    def _bytes_of(self, t: torch.Tensor) -> tuple[str, list[int]]:
+        if t.dtype not in DTYPE_NAMES:
+            raise WireError(f"a tensor of dtype {t.dtype} cannot be sent (one of {', '.join(DTYPES)})")
+        flat = t.detach().to("cpu").contiguous().reshape(-1)
+        raw = flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
+        self.tensors.append([DTYPE_NAMES[t.dtype], list(t.shape), self.offset, len(raw)])
+        self.chunks.append(raw)
+        self.offset += len(raw)
+        return DTYPE_NAMES[t.dtype], list(t.shape)
+
+    def value(self, v: Any) -> Any:
+        if v is None or isinstance(v, (bool, str)):
+            return v
+        if isinstance(v, (int, np.integer)):
+            return int(v)
+        if isinstance(v, (float, np.floating)):
+            f = float(v)
+            return f if math.isfinite(f) else {"F": repr(f)}
+        if isinstance(v, torch.Tensor):
+            self._bytes_of(v)
+            return {"X": len(self.tensors) - 1}
+        if isinstance(v, np.ndarray):
+            self._bytes_of(torch.from_numpy(np.ascontiguousarray(v)))
+            return {"N": len(self.tensors) - 1}
+        if isinstance(v, list):
+            return [self.value(x) for x in v]
+        if isinstance(v, tuple):
+            return {"T": [self.value(x) for x in v]}
+        if isinstance(v, (set, frozenset)):
+            return {"S": [self.value(x) for x in sorted(v)]}
+        if isinstance(v, dict):
+            return {"D": [[self.value(k), self.value(x)] for k, x in v.items()]}
+        name = type(v).__name__
+        if dataclasses.is_dataclass(v) and MESSAGE_TYPES.get(name) is type(v):
+            return {"M": name, "f": {f.name: self.value(getattr(v, f.name)) for f in dataclasses.fields(v)}}
+        raise WireError(f"a {name} cannot be sent between ranks (tensors, numbers, strings, lists, dicts "
+                        "and the messages of trainers.messages can)")
+
+
+def encode(value: Any, src: int, dst: int, seq: int, key: bytes) -> bytes:
+    """The frame of ``value`` from rank ``src`` to rank ``dst`` (``seq``-th on that pair), tagged with ``key``."""
+    enc = _Encoder()
+    tree = enc.value(value)
+    header = json.dumps({"src": src, "dst": dst, "seq": seq, "v": tree, "t": enc.tensors},
+                        separators=(",", ":")).encode()
+    body = b"".join([MAGIC, struct.pack(">I", len(header)), header, *enc.chunks])
+    return body + hmac.new(key, body, hashlib.sha256).digest()
+
+
+# ---- decoding -------------------------------------------------------------------------------------------
+class _Decoder:
+    def __init__(self, specs: Any, data: memoryview) -> None:
+        if not isinstance(specs, list):
+            raise WireError("its tensor table is not a list")
+        self.data = data
+        self.specs = [self._checked(i, spec) for i, spec in enumerate(specs)]
+
+    def _checked(self, index: int, spec: Any) -> tuple[str, tuple[int, ...], int, int]:
+        """A tensor entry [dtype, shape, offset, length] whose byte range lies in the frame."""
+        if not (isinstance(spec, list) and len(spec) == 4):
+            raise WireError(f"its tensor {index} is not described as [dtype, shape, offset, length]")
+        name, shape, offset, length = spec
+        if not isinstance(name, str) or name not in DTYPES:
+            raise WireError(f"its tensor {index} has dtype {str(name)[:40]!r}, not one of {', '.join(DTYPES)}")
+        if not (isinstance(shape, list) and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
+                                                 for s in shape)):
+            raise WireError(f"its tensor {index} has the shape {str(shape)[:60]}, not a list of sizes")
+        itemsize = torch.empty((), dtype=DTYPES[name]).element_size()
+        if not (isinstance(offset, int) and isinstance(length, int)) or length != math.prod(shape) * itemsize \
+                or offset < 0 or offset + length > len(self.data):
+            raise WireError(f"its tensor {index} ({name} {shape}) does not fit its byte range")
+        return name, tuple(shape), offset, length
+
+    def tensor(self, index: Any) -> torch.Tensor:
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(self.specs):
+            raise WireError(f"it refers to tensor {index!r}, not in its table")
+        name, shape, offset, length = self.specs[index]
+        dtype = DTYPES[name]
+        if not length:
+            return torch.empty(shape, dtype=dtype)
+        raw = bytearray(self.data[offset:offset + length])
+        return torch.frombuffer(raw, dtype=torch.uint8).view(dtype).reshape(shape)
+
+    def value(self, v: Any) -> Any:
+        if v is None or isinstance(v, (bool, int, float, str)):
+            return v
+        if isinstance(v, list):
+            return [self.value(x) for x in v]
+        if not isinstance(v, dict) or len(v) not in (1, 2):
+            raise WireError(f"it holds a value of an unknown form ({str(v)[:60]})")
+        (tag, body), = list(v.items())[:1]
+        if tag == "X" and len(v) == 1:
+            return self.tensor(body)
+        if tag == "N" and len(v) == 1:
+            return self.tensor(body).numpy()
+        if tag == "F" and len(v) == 1 and body in ("nan", "inf", "-inf"):
+            return float(body)
+        if tag in ("T", "S") and len(v) == 1 and isinstance(body, list):
+            items = [self.value(x) for x in body]
+            return tuple(items) if tag == "T" else set(items)
+        if tag == "D" and len(v) == 1 and isinstance(body, list):
+            if not all(isinstance(p, list) and len(p) == 2 for p in body):
+                raise WireError("it holds a dict whose entries are not [key, value] pairs")
+            out = {}
+            for k, x in body:
+                key = self.value(k)
+                if not isinstance(key, (int, str, tuple)):
+                    raise WireError(f"it holds a dict keyed by a {type(key).__name__}")
+                out[key] = self.value(x)
+            return out
+        if tag == "M" and len(v) == 2 and isinstance(v.get("f"), dict):
+            cls = MESSAGE_TYPES.get(body) if isinstance(body, str) else None
+            if cls is None:
+                raise WireError(f"it names the message type {str(body)[:40]!r}, not one of {', '.join(MESSAGE_TYPES)}")
+            names = {f.name for f in dataclasses.fields(cls)}
+            if not set(v["f"]) <= names:
+                raise WireError(f"its {body} has fields {sorted(set(v['f']) - names)} it does not know")
+            try:
+                return cls(**{k: self.value(x) for k, x in v["f"].items()})
+            except TypeError as exc:
+                raise WireError(f"its {body} is incomplete ({exc})") from None
+        raise WireError(f"it holds a value tagged {str(tag)[:20]!r}, not a known form")
+
+
+def decode(frame: bytes | bytearray | memoryview, key: bytes) -> Frame:
+    """The :class:`Frame` in ``frame`` after checking its tag with ``key``; :class:`WireError` otherwise."""
+    data = memoryview(frame)
+    if len(data) > MAX_FRAME_BYTES:
+        raise WireError(f"it is {len(data)} bytes, more than the {MAX_FRAME_BYTES} a frame may have")
+    if len(data) < len(MAGIC) + 4 + TAG_BYTES or bytes(data[:4]) != MAGIC:
+        raise WireError("it is not an adaptplan frame (no APW1 header)")
+    body, tag = data[:-TAG_BYTES], bytes(data[-TAG_BYTES:])
+    if not hmac.compare_digest(hmac.new(key, body, hashlib.sha256).digest(), tag):
+        raise WireError("its authentication tag is wrong (another run's secret, or altered on the way)")
+    (n,) = struct.unpack(">I", bytes(body[4:8]))
+    if n > MAX_HEADER_BYTES or 8 + n > len(body):
+        raise WireError(f"its header length {n} does not fit the frame")
+    try:
+        header = json.loads(bytes(body[8:8 + n]).decode())
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        raise WireError("its header is not JSON") from None
+    if not isinstance(header, dict) or not all(isinstance(header.get(k), int) for k in ("src", "dst", "seq")):
+        raise WireError("its header lacks the sender, receiver or sequence number")
+    decoder = _Decoder(header.get("t"), body[8 + n:])
+    try:
+        value = decoder.value(header.get("v"))
+    except RecursionError:
+        raise WireError("its value is nested too deeply") from None
+    return Frame(header["src"], header["dst"], header["seq"], value,
+                 tuple((name, shape) for name, shape, _, _ in decoder.specs))
