@@ -10,6 +10,10 @@ edge server and runs the training loop, rank 1 the fed server, the others host d
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from trainers.distributed.workers import WorkerOptions
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,20 +49,25 @@ def _run(argv: list[str] | None) -> int:
             parsed = _worker_options(args)
             if parsed is None:
                 return 2
-            return serve_rank(*parsed)
+            return serve_rank(parsed)
     return cli.main(["train", *args])
 
 
-def _worker_options(args: list[str]) -> tuple[float, int | None] | None:
-    """(--rank-timeout, --threads) of a rank that only serves: everything else is rank 0's to check."""
+def _worker_options(args: list[str]) -> "WorkerOptions | None":
+    """What a rank that only serves takes from its own command line (--rank-timeout, --threads,
+    --data-root, --download, and --model when named): everything else is rank 0's to check."""
     from adaptplan import cli
+    from adaptplan.commands.train import explicit_fields
+    from trainers.distributed.workers import WorkerOptions
 
     parser = cli.build_parser()
     try:
         parsed = parser.parse_args(["train", *args])
     except SystemExit:
         return None
-    return float(parsed.rank_timeout), parsed.threads
+    named = "model" in explicit_fields(parsed.parser, args)
+    return WorkerOptions(float(parsed.rank_timeout), parsed.threads, parsed.data_root, bool(parsed.download),
+                         parsed.model if named else None)
 
 
 if __name__ == "__main__":  # pragma: no cover

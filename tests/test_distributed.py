@@ -135,8 +135,11 @@ def test_a_killed_device_rank_stops_every_rank_cleanly_and_resume_continues(tmp_
     assert "Traceback" not in err
     assert "rank 3 (devices 1, 3, 5)" in err and "--resume" in err, err
     assert len(err.strip().splitlines()) <= 6, err
+    assert all(line.count("(") == line.count(")") for line in err.splitlines()), err   # no cut-off library text
     stopped_at = load_checkpoint(out)["round"]           # the last checkpoint is intact (its digest is checked)
     assert stopped_at >= 2
+    kept = History.load(out)                             # and the history up to the last finished round
+    assert len(kept.records) >= stopped_at and [r.round for r in kept.records] == list(range(1, len(kept.records) + 1))
     total = stopped_at + 2
     resumed = adaptplan("train", "--out", str(out), "--resume", "--rounds", str(total), "--distributed")
     assert resumed.returncode == 0, resumed.stderr
@@ -224,3 +227,102 @@ def test_a_user_error_on_rank_0_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert run.returncode == 2
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and "system has 2 devices but devices = 3" in lines[0], run.stderr
+
+
+# ---- security: loopback, authentication, data that stays on its device -----------------------------------------------
+LOOPBACK = {"0100007F", "00000000000000000000000001000000", "0000000000000000FFFF00000100007F"}
+"""127.0.0.1 and ::1 and ::ffff:127.0.0.1 as /proc/net/tcp{,6} write them."""
+
+
+def _listening(pids: list[int]) -> set[tuple[int, str]]:
+    """(pid, local address in /proc/net hex) of every listening TCP socket the processes hold."""
+    inodes: dict[str, int] = {}
+    for pid in pids:
+        try:
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes[target[8:-1]] = pid
+        except OSError:
+            continue
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:       # state LISTEN
+                found.add((inodes[fields[9]], fields[1].split(":")[0]))
+    return found
+
+
+def test_a_local_run_listens_on_loopback_only_and_no_frame_carries_input_samples(tmp_path: Path) -> None:
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    env = dict(os.environ, ADAPTPLAN_WIRE_TRACE=str(trace))
+    proc = subprocess.Popen([sys.executable, "-m", "adaptplan.cli", "train", "--distributed", "--dataset", "cifar10-subset",
+                             "--model", "cnn", "--devices", "3", "--rounds", "4", "--cuts", "1,2,1", "--algorithm",
+                             "sfl-v1", "--max-test-samples", "64", "--no-progress", "--out", str(tmp_path / "run")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            cwd=Path(__file__).resolve().parents[1])
+    seen: set[tuple[int, str]] = set()
+    ranks: dict[int, int] = {}
+    while proc.poll() is None:
+        ranks.update(_rank_pids(proc.pid))
+        seen |= _listening(list(ranks.values()))
+        time.sleep(0.05)
+    _, err = proc.communicate()
+    assert proc.returncode == 0, err
+    assert sorted(ranks) == [0, 1, 2, 3, 4]
+    assert {pid for pid, _ in seen} == set(ranks.values()), seen        # every rank was seen listening (gloo's pairs)
+    assert {address for _, address in seen} <= LOOPBACK, seen
+    frames = [json.loads(line) for path in trace.glob("rank*.jsonl") for line in path.read_text().splitlines()]
+    shapes = [tuple(shape) for f in frames for _, shape in f["tensors"]]
+    assert {f["dst"] for f in frames} == {0, 1, 2, 3, 4}
+    assert (16, 32, 16, 16) in shapes                                  # activations at cut 1 did cross (b = 16)
+    assert not [s for s in shapes if s[-3:] == (3, 32, 32)], "an input sample crossed the wire"
+    setup = [shape for f in frames if f["dst"] >= 2 and f["src"] == 0 for dtype, shape in f["tensors"]
+             if dtype == "int64" and len(shape) == 1]                  # the positions of each device's samples instead
+    from trainers.datasets import load_dataset
+
+    assert len(setup) == 3 and sum(s[0] for s in setup) == load_dataset("cifar10-subset").x_train.shape[0]
+
+
+def test_a_rank_with_another_secret_is_refused_across_two_machines(tmp_path: Path) -> None:
+    """Two "machines" on loopback: torchrun's TCP store (no local store file), ranks 0 and 1 with one
+    secret, rank 2 with another. Rank 2 refuses rank 0's first frame; every rank stops."""
+    from trainers.distributed.launch import free_port
+
+    port = str(free_port())
+    procs = []
+    for rank, secret in ((0, "machine-A-secret-0123456789"), (1, "machine-A-secret-0123456789"),
+                         (2, "machine-B-secret-0123456789")):
+        env = dict(os.environ, RANK=str(rank), LOCAL_RANK="0", WORLD_SIZE="3", MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=port, GLOO_SOCKET_IFNAME="lo", ADAPTPLAN_SECRET=secret)
+        env.pop("ADAPTPLAN_STORE_FILE", None)
+        procs.append(subprocess.Popen([sys.executable, "-m", "adaptplan.distributed", "--devices", "3", "--rounds", "2",
+                                       "--rank-timeout", "10", *SMALL, "--cuts", "2"],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                      cwd=Path(__file__).resolve().parents[1]))
+    errs = []
+    try:
+        for p in procs:
+            errs.append(p.communicate(timeout=120)[1])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert [p.returncode for p in procs] == [3, 3, 3], errs
+    assert "rank 0 (edge server) sent rank 2 a frame it refused: its authentication tag is wrong" in errs[2], errs
+    assert all("Traceback" not in e for e in errs), errs
+    assert "rank 2" in errs[0], errs[0]
+
+
+def test_a_rank_without_a_secret_says_how_to_give_one(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ADAPTPLAN_SECRET")}
+    env.update(RANK="1", WORLD_SIZE="3", MASTER_ADDR="127.0.0.1", MASTER_PORT="1")
+    run = subprocess.run([sys.executable, "-m", "adaptplan.distributed", "--devices", "3", *SMALL], capture_output=True,
+                         text=True, env=env, timeout=120, cwd=Path(__file__).resolve().parents[1])
+    assert run.returncode == 2
+    assert run.stderr == ("adaptplan train: rank 1: ADAPTPLAN_SECRET_FILE: a rank needs the run's shared secret: set "
+                          "ADAPTPLAN_SECRET_FILE to a file holding it (the same secret on every machine, e.g. from "
+                          "'openssl rand -hex 32'), or ADAPTPLAN_SECRET; adaptplan train --distributed on one machine "
+                          "makes one for its ranks itself\n")

@@ -400,6 +400,9 @@ class Trainer:
                         kept = f"; the history up to round {t - 1} is in {out!r}" if out else ""
                         raise InputError(f"training diverged at round {t}: {exc}{kept}; lower --lr or check the model",
                                          field="lr") from None
+                    except Exception:
+                        self._keep_history(out)      # a lost rank, a full disk...: rounds 1..t−1 are kept
+                        raise
                     round_seconds = stats.sim_seconds
                     self.clock.seconds += round_seconds
                     wall = self.wall_offset + time.perf_counter() - t0
@@ -433,6 +436,14 @@ class Trainer:
             self.history.meta.pop("final_evaluation", None)
         self._save_history(out)
         return self.history
+
+    def _keep_history(self, out: str | None) -> None:
+        """Write the history on the way out of a failed round; a failure to write is not allowed
+        to hide the failure that stopped the run."""
+        try:
+            self._save_history(out)
+        except InputError:
+            pass
 
     def _save_history(self, out: str | None) -> None:
         """history.json/.csv into ``out``; a write failure is one InputError naming the path and the cause."""

@@ -317,7 +317,8 @@ def _train_distributed(args: argparse.Namespace, config: "TrainConfig") -> int:
         return launch_local(train_args, config.ranks or default_world_size(config.devices), config.devices, config.out)
     try:
         return run_edge(config.devices, config.rank_timeout, config.emulate_links, config.threads,
-                        lambda factory: _train_with(config, factory))
+                        lambda factory: _train_with(config, factory),
+                        source={"dataset": config.dataset, "model": config.model, "model_width": config.model_width})
     except DistributedRunError as exc:
         print(f"adaptplan train: rank 0 (edge server) lost {exc}", file=sys.stderr)
         return 3

@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 
 from trainers.distributed.layout import FED_RANK, SETUP_TIMEOUT_FACTOR
@@ -34,18 +35,21 @@ class DistributedEngine(SplitEngine):
         self._last_measured: dict[str, float] = {}
         super().__init__(*args, **kwargs)
 
-    # ---- construction: the device ranks build their devices from what they are sent ------------------------
+    # ---- construction: the device ranks build their devices themselves -------------------------------------
     def _make_devices(self, chain, data: DeviceData, batch_size: int, seed: int, optimizer) -> list[RemoteDevice]:
-        """Each device rank gets the chain and, per device it hosts, only that device's samples
-        (re-indexed 0..|𝒟_i|−1: the sampler draws the same positions), its cut, seed and optimizer."""
+        """Each device rank loads the data set and builds the chain's architecture itself
+        (:func:`trainers.distributed.workers.local_chain`); it is sent the chain's initial weights
+        and, per device it hosts, the positions of that device's samples in the data set (not the
+        samples), its cut, sampler seed and optimizer."""
+        source = dict(self.hub.source, num_train=int(data.x_train.shape[0]), num_classes=int(self.num_classes))
+        initial = [{k: v.detach().cpu().clone() for k, v in block.state_dict().items()} for block in chain]
         by_rank: dict[int, dict[int, dict[str, Any]]] = {}
         for i, part in enumerate(data.parts):
-            positions = torch.as_tensor(part, dtype=torch.long)
             by_rank.setdefault(self.hub.layout.rank_of(i), {})[i] = {
-                "cut": self.cuts[i], "x": data.x_train[positions].clone(), "y": data.y_train[positions].clone(),
+                "cut": self.cuts[i], "positions": torch.as_tensor(np.asarray(part), dtype=torch.long),
                 "batch_size": batch_size, "seed": [seed, i], "optimizer": optimizer}
         for rank, devices in by_rank.items():
-            self.hub.command(rank, "setup", template=chain, devices=devices)
+            self.hub.command(rank, "setup", source=source, initial=initial, devices=devices)
         setup_wait = SETUP_TIMEOUT_FACTOR * self.hub.channel.timeout      # first use of torch on a busy machine
         self.hub.channel.recv_many(list(by_rank), timeout=setup_wait)
         return [RemoteDevice(self.hub, i, self.cuts[i]) for i in range(len(data.parts))]

@@ -36,8 +36,10 @@ class Hub:
     blocks (bytes, to size references), the fetched-state cache, the round's system (link rates
     when ``emulate``), and the ledger of measured seconds per stage."""
 
-    def __init__(self, channel: "Channel", layout: RankLayout, template: nn.Sequential, emulate: bool) -> None:
+    def __init__(self, channel: "Channel", layout: RankLayout, template: nn.Sequential, emulate: bool,
+                 source: dict[str, Any] | None = None) -> None:
         self.channel = channel
+        self.source = dict(source or {})     # the data set and model spec the device ranks build from
         self.layout = layout
         self.template = template
         self.emulate = emulate

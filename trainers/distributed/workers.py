@@ -5,12 +5,18 @@ Both wait for the edge rank's next command and carry it out with the role code o
 edge rank, its model upload to the fed server; the fed server's averaged blocks to the devices
 that download them. Each keeps a :class:`~trainers.distributed.timing.StageLedger` of what it
 measured and sends it with its end-of-round report.
+
+A device rank loads the data set itself (its own ``--data-root``) and builds the model's
+architecture from the spec; rank 0 sends it only the positions of its devices' samples, their cuts,
+seeds and optimizer, and the model's initial weights: no input sample ever crosses the wire. It
+imports user code (``--model file.py:factory``) only when its own command line names it.
 """
 
 from __future__ import annotations
 
 import copy
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -22,6 +28,18 @@ from trainers.distributed.transport import Channel
 from trainers.engine import check_device_finite
 from trainers.messages import BlockState, MessageMismatchError, ModelDownload, ModelUpload, NonFiniteError
 from trainers.roles import Device, FedServer
+from adaptplan.errors import InputError
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """What a serving rank takes from its own command line (everything else comes from rank 0)."""
+
+    timeout: float = 60.0
+    threads: int | None = None
+    data_root: str | None = None
+    download: bool = False
+    model: str | None = None          # the --model its command line names, if any
 
 
 IDLE_FACTOR = 1.5
@@ -50,29 +68,35 @@ class _Loop:
                 return
             try:
                 getattr(self, f"op_{op}")(command)
-            except (NonFiniteError, MessageMismatchError) as exc:   # the role code's own errors: rank 0 decides
-                kind = "nonfinite" if isinstance(exc, NonFiniteError) else "mismatch"
+            except (NonFiniteError, MessageMismatchError, InputError) as exc:   # the role code's own errors: rank 0 decides
+                kind = "nonfinite" if isinstance(exc, NonFiniteError) else \
+                    "mismatch" if isinstance(exc, MessageMismatchError) else "input"
                 self.channel.send({"op": "role-error", "kind": kind, "message": str(exc)}, EDGE_RANK)
 
 
 class DeviceRank(_Loop):
     """Hosts the devices the edge rank sets up here (``layout.devices_of(rank)``)."""
 
-    def __init__(self, channel: Channel, first_timeout: float) -> None:
+    def __init__(self, channel: Channel, first_timeout: float, options: WorkerOptions | None = None) -> None:
         super().__init__(channel, first_timeout)
+        self.options = options or WorkerOptions()
         self.devices: dict[int, Device] = {}
 
     def op_setup(self, c: dict[str, Any]) -> None:
-        """Build the hosted devices, warm torch up on a copy of the chain (eval mode, zeros: no
-        random number is drawn, no state changes), then tell rank 0 this rank is ready."""
+        """Load the data set and build the chain here (:func:`local_chain`), build the hosted
+        devices on their samples' positions, warm torch up on a copy of the chain (eval mode,
+        zeros: no random number is drawn, no state changes), then tell rank 0 this rank is ready."""
+        template, x, y = local_chain(c["source"], c["initial"], self.options)
         for i, spec in c["devices"].items():
-            n = int(spec["x"].shape[0])
-            self.devices[i] = Device(i, c["template"], spec["cut"], spec["x"], spec["y"], np.arange(n),
-                                     spec["batch_size"], spec["seed"], spec["optimizer"])
-        some = next(iter(c["devices"].values()))
-        warm = copy.deepcopy(c["template"]).eval()
+            positions = np.asarray(spec["positions"].numpy(), dtype=np.int64)
+            if positions.size and (positions.min() < 0 or positions.max() >= x.shape[0]):
+                raise InputError(f"device {i}'s samples lie outside this rank's {x.shape[0]} training samples",
+                                 field="--data-root")
+            self.devices[i] = Device(i, template, spec["cut"], x, y, positions, spec["batch_size"], spec["seed"],
+                                     spec["optimizer"])
+        warm = copy.deepcopy(template).eval()
         with torch.no_grad():
-            warm(torch.zeros_like(some["x"][:2]))
+            warm(torch.zeros_like(x[:2]))
         self.channel.send({"ready": sorted(c["devices"])}, EDGE_RANK)
 
     def op_forward(self, c: dict[str, Any]) -> None:
@@ -121,6 +145,38 @@ class DeviceRank(_Loop):
 
     def op_load(self, c: dict[str, Any]) -> None:
         self.devices[c["device"]].load_state_dict(c["state"])
+
+
+def local_chain(source: dict[str, Any], initial: list[dict[str, torch.Tensor]], options: WorkerOptions
+                ) -> tuple[torch.nn.Sequential, torch.Tensor, torch.Tensor]:
+    """(chain, x_train, y_train) on this rank: the data set ``source["dataset"]`` from this rank's
+    ``--data-root``, the architecture of ``source["model"]`` with rank 0's ``initial`` weights.
+    :class:`InputError` when the data set differs from rank 0's in size or classes, the weights
+    do not fit, or the model is user code this rank's command line does not name."""
+    from profilers.chain import build_chain
+    from trainers.datasets import load_dataset
+    from trainers.models import BUILTINS, build_model
+
+    model_spec = str(source["model"])
+    if model_spec not in BUILTINS and model_spec != options.model:
+        raise InputError(f"a device rank imports only code its own command line names: rank 0 trains {model_spec[:200]!r}; "
+                         f"start every rank with --model {model_spec[:200]}", field="--model")
+    data = load_dataset(str(source["dataset"]), options.data_root, options.download)
+    if (int(data.x_train.shape[0]), int(data.num_classes)) != (int(source["num_train"]), int(source["num_classes"])):
+        raise InputError(f"this rank's {source['dataset']} has {data.x_train.shape[0]} training samples of "
+                         f"{data.num_classes} classes, rank 0's {source['num_train']} of {source['num_classes']}: give "
+                         "every rank the same data set", field="--data-root")
+    input_shape = tuple(int(s) for s in data.x_train.shape[1:])
+    model = build_model(model_spec, input_shape, data.num_classes, int(source["model_width"]))
+    chain = build_chain(model, data.x_train[:2]).blocks
+    if len(chain) != len(initial):
+        raise InputError(f"{model_spec} splits into {len(chain)} blocks here, {len(initial)} on rank 0", field="--model")
+    for j, (block, state) in enumerate(zip(chain, initial)):
+        try:
+            block.load_state_dict(state)
+        except RuntimeError:
+            raise InputError(f"rank 0's weights of block {j} do not fit {model_spec} built here", field="--model") from None
+    return chain, data.x_train, data.y_train
 
 
 class FedRank(_Loop):
