@@ -18,7 +18,7 @@ from trainers.strategies import make_strategy
 
 torch.set_num_threads(1)
 DEVICES, BATCH = 12, 8
-CHUNKED = ("adaptsfl", "sfl-v1", "psl")        # their barrier is parallel_step: served in chunks
+CHUNKED = ("adaptsfl", "sfl-v1", "psl", "scala", "gas")   # their server passes are served in chunks
 
 
 def data() -> DeviceData:
@@ -28,11 +28,11 @@ def data() -> DeviceData:
     return DeviceData(x, y, x[:16], y[:16], partition_indices(y.numpy(), DEVICES, "iid", 0))
 
 
-def trained(algorithm: str, rounds: int = 4, **memory) -> list[torch.Tensor]:
+def trained(algorithm: str, rounds: int = 4, options: dict | None = None, **memory) -> list[torch.Tensor]:
     torch.manual_seed(0)
     model = cnn(1, 8, 3, width=4)
-    engine = SplitEngine(model, [2] * DEVICES, make_strategy(algorithm), data(), {"lr": 0.05, "momentum": 0.9}, BATCH,
-                         seed=3, **memory)
+    engine = SplitEngine(model, [2] * DEVICES, make_strategy(algorithm, options), data(), {"lr": 0.05, "momentum": 0.9},
+                         BATCH, seed=3, **memory)
     for t in range(1, rounds + 1):
         engine.run_round(t)
     devices = [p.detach().clone() for d in engine.devices for p in d.blocks.parameters()]
@@ -54,8 +54,39 @@ def test_a_barrier_served_in_chunks_trains_the_same_parameters(algorithm) -> Non
     chunked = trained(algorithm, server_pass_samples=3 * BATCH - 1, client_recompute="on")   # chunks of 2 devices
     if algorithm in CHUNKED:     # the mean loss's gradient summed chunk by chunk: equal up to float rounding
         assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(one_pass, chunked))
-    else:                        # their own server passes are never chunked
+    else:                        # their own server passes are never chunked (CycleSL's are b_S = b by design)
         assert all(torch.equal(a, b) for a, b in zip(one_pass, chunked))
+
+
+@pytest.mark.parametrize("algorithm, options, rounds", [
+    ("scala", {"participation": 0.5}, 4),                 # 6 participants × 8 samples: chunks of 2 devices
+    ("gas", {"active": 6, "local_steps": 1}, 12),        # GAS-8 over 6 × 8 buffered + generated features
+])
+def test_scala_and_gas_server_passes_in_chunks_train_the_same_parameters(algorithm, options, rounds, monkeypatch) -> None:
+    passes: list[int] = []
+    run, run_features = EdgeServer.run, EdgeServer.run_features
+    monkeypatch.setattr(EdgeServer, "run", lambda self, arrivals, concatenate=True: passes.append(
+        sum(int(a.tensor.shape[0]) for a in arrivals)) or run(self, arrivals, concatenate))
+    monkeypatch.setattr(EdgeServer, "run_features", lambda self, x, d: passes.append(x.shape[0]) or run_features(self, x, d))
+    one_pass = trained(algorithm, rounds, options, server_pass_samples=None, client_recompute="off")
+    whole = list(passes)
+    passes.clear()
+    chunked = trained(algorithm, rounds, options, server_pass_samples=3 * BATCH - 1, client_recompute="off")
+    assert len(one_pass) == len(chunked)
+    assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(one_pass, chunked))
+    # the plain run had passes over the budget; the chunked one none, and the same rows in all
+    assert max(whole) > 3 * BATCH - 1 >= max(passes) and sum(passes) == sum(whole)
+
+
+def test_spans_cover_the_rows_in_order_within_the_budget() -> None:
+    template = cnn(1, 8, 3, width=4)
+    edge = EdgeServer(template, [2] * 5, lambda d, j, lc: None, _sgd(), pass_samples=20)
+    assert edge.spans(45) == [slice(0, 20), slice(20, 40), slice(40, 45)]
+    assert edge.spans(20) == [slice(0, 20)] and edge.spans(0) == [slice(0, 0)]
+    edge.pass_samples = None
+    assert edge.spans(45) == [slice(0, 45)]
+    batch_norm = nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2), nn.Flatten(), nn.LazyLinear(3))
+    assert EdgeServer(batch_norm, [1] * 5, lambda d, j, lc: None, _sgd(), pass_samples=1).spans(45) == [slice(0, 45)]
 
 
 def test_chunks_hold_at_most_the_budget_in_order() -> None:

@@ -333,6 +333,14 @@ class EdgeServer:
             samples += n
         return out
 
+    def spans(self, samples: int) -> list[slice]:
+        """Rows 0..``samples``−1 of a server-internal batch (pooled or generated features) in
+        consecutive slices of at most :attr:`pass_samples` rows; one slice when there is no limit
+        or the model has batch-coupled layers (as :meth:`chunks`)."""
+        if self.pass_samples is None or not self.concatenate or samples <= self.pass_samples:
+            return [slice(0, samples)]
+        return [slice(start, min(start + self.pass_samples, samples)) for start in range(0, samples, self.pass_samples)]
+
     def run(self, arrivals: Sequence[Activation], concatenate: bool = True) -> ServerPass:
         """Eq. (3): forward every arrival through its server blocks. Devices whose streams meet at
         one instance are concatenated into one batch when both ``concatenate`` and the server allow."""

@@ -50,21 +50,28 @@ class SCALA(Strategy):
         return max(int(ctx.data_sizes[device] * ctx.batch_size * len(self.current) / total), 1)
 
     def serve(self, edge, ctx, arrivals):
-        p = edge.run(arrivals)
-        devices = p.devices
-        client = {d: logit_adjusted_ce(p.logits[d], p.labels[d], label_prior(ctx.label_counts[d]), self.tau)
-                  for d in devices}                                                   # eq. (13)
-        for d, loss in client.items():
-            ctx.record_loss(d, loss)
-        grads = p.cut_gradients(sum(client.values()), retain_graph=True)             # eq. (6), pre-update w_s
-        labels = torch.cat([p.labels[d] for d in devices])
+        """One forward of the concatenated activations gives both losses. Over more than the edge
+        server's pass budget it runs in chunks of arrivals (EdgeServer.chunks): every chunk's
+        forward uses the pre-update w_s, its share n_chunk/n of the mean server loss is
+        back-propagated, and w_s steps once at the end (equal up to float rounding)."""
+        labels = torch.cat([a.labels for a in arrivals])
         if self.server_prior == "batch":
             prior = label_prior(torch.bincount(labels, minlength=ctx.num_classes))
         else:
-            prior = label_prior(sum(ctx.label_counts[d] for d in devices))
-        logits = torch.cat([p.logits[d] for d in devices])
-        p.backward(logit_adjusted_ce(logits, labels, prior, self.tau))                # eqs. (5), (12)
-        edge.step(edge.owners(devices))
+            prior = label_prior(sum(ctx.label_counts[a.device] for a in arrivals))
+        grads = {}
+        for chunk in edge.chunks(arrivals):
+            p = edge.run(chunk)
+            client = {d: logit_adjusted_ce(p.logits[d], p.labels[d], label_prior(ctx.label_counts[d]), self.tau)
+                      for d in p.devices}                                             # eq. (13)
+            for d, loss in client.items():
+                ctx.record_loss(d, loss)
+            grads.update(p.cut_gradients(sum(client.values()), retain_graph=True))   # eq. (6), pre-update w_s
+            logits = torch.cat([p.logits[d] for d in p.devices])
+            share = logits.shape[0] / labels.shape[0]
+            server = logit_adjusted_ce(logits, torch.cat([p.labels[d] for d in p.devices]), prior, self.tau)
+            p.backward(server * share if share != 1.0 else server)                   # eqs. (5), (12)
+        edge.step(edge.owners([a.device for a in arrivals]))
         return [answer(a, grads[a.device]) for a in arrivals]
 
     def aggregation(self, ctx):
