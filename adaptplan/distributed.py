@@ -13,7 +13,7 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
-    from trainers.distributed.workers import WorkerOptions
+    from trainers.distributed.serve import WorkerOptions
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,7 +58,7 @@ def _worker_options(args: list[str]) -> "WorkerOptions | None":
     --data-root, --download, and --model when named): everything else is rank 0's to check."""
     from adaptplan import cli
     from adaptplan.commands.train import explicit_fields
-    from trainers.distributed.workers import WorkerOptions
+    from trainers.distributed.serve import WorkerOptions
 
     parser = cli.build_parser()
     try:

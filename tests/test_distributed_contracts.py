@@ -23,10 +23,14 @@ import torch
 from torch import nn
 
 from adaptplan.errors import InputError
-from trainers.distributed import engine as dengine
-from trainers.distributed import launch, session, timing, transport, workers
+from trainers.distributed import launch, serve, session, timing, transport
+from trainers.distributed import network as network_module
+from trainers.distributed.control import Abort, Envelope, Layout, Ready, Report, RoleError, Stop
 from trainers.distributed.layout import EDGE_RANK, FED_RANK, RankLayout, default_world_size
-from trainers.distributed.remote import Hub, RemoteBlockState, RemoteDevice, RemoteFed, is_remote, materialize
+from trainers.distributed.network import RankNetwork
+from trainers.distributed.serve import RankLoop
+from trainers.optim import OptimizerSpec
+from trainers.protocol import EDGE, FED, Average, Averaged, Blocks, Forward, RoundEnd, Send, Take
 from trainers.distributed import wire as wire_format
 from trainers.distributed.environment import run_key
 from trainers.distributed.transport import AbortRun, Channel, FrameRefused, PeerError
@@ -48,8 +52,8 @@ class ScriptedChannel:
         self.closed = False
         self.flushed: list[Any] = []
 
-    def send(self, obj: Any, dst: int) -> None:
-        self.sent.append((dst, obj))
+    def send(self, obj: Any, dst: int, rate: float | None = None, charged_bytes: int | None = None) -> None:
+        self.sent.append((dst, obj, rate, charged_bytes))
 
     def recv(self, src: int, timeout: float | None = None, deadline: float | None = None) -> Any:
         self.recv_calls.append((src, timeout))
@@ -58,7 +62,7 @@ class ScriptedChannel:
             item = item()
         if isinstance(item, BaseException):
             raise item
-        return item
+        return item if isinstance(item, Envelope) else Envelope(item, 0.0)
 
     def recv_many(self, sources, timeout: float | None = None):
         return [(s, self.recv(s, timeout)) for s in sources]
@@ -69,8 +73,6 @@ class ScriptedChannel:
     def flush(self, timeout: float | None = None) -> None:
         self.flushed.append(timeout)
 
-    def ops(self, dst: int | None = None) -> list[str]:
-        return [obj["op"] for d, obj in self.sent if dst is None or d == dst]
 
 
 def _chain() -> nn.Sequential:
@@ -148,7 +150,8 @@ class FakeDist:
         self.sent.append((dst, tensor.clone()))
 
     def deliver(self, src: int, obj: Any, key: bytes = None, seq: int | None = None) -> None:
-        """``obj`` framed as rank ``src``'s next frame to this rank (or with ``key``/``seq`` given)."""
+        """``obj`` in an envelope framed as rank ``src``'s next frame to this rank (or with ``key``/``seq`` given)."""
+        obj = obj if isinstance(obj, Envelope) else Envelope(obj, time.time())
         if seq is None:
             seq = self.seq.get(src, 0)
             self.seq[src] = seq + 1
@@ -193,20 +196,21 @@ def _receiver_done(src: int) -> None:
             thread.join(timeout=10)
 
 
-def test_a_message_is_its_length_then_its_numbered_authenticated_frame(wire) -> None:
+def test_a_message_is_its_length_then_its_numbered_authenticated_frame(wire, monkeypatch) -> None:
     fake, channel = wire
-    obj = {"op": "forward", "round": 3, "items": [(1, 16)]}
-    channel.send(obj, 2)
-    channel.send({"op": "stop"}, 2)
-    channel.send({"op": "stop"}, 3)
+    monkeypatch.setattr(transport.time, "time", lambda: 42.5)
+    obj = Forward(3, [(1, 16)])
+    channel.send(obj, 2, rate=8e6)
+    channel.send(Stop(), 2)
+    channel.send(Stop(), 3)
     channel.flush()
-    expected = wire_format.encode(obj, 0, 2, 0, KEY)
+    expected = wire_format.encode(Envelope(obj, 42.5, 8e6), 0, 2, 0, KEY)
     to_2 = [t for d, t in fake.sent if d == 2]                        # one sending thread per destination
     header, payload = to_2[:2]
     assert header.dtype == torch.int64 and header.tolist() == [len(expected)]
     assert payload.dtype == torch.uint8 and payload.numpy().tobytes() == expected
     second = wire_format.decode(to_2[3].numpy(), KEY)
-    assert (second.src, second.dst, second.seq, second.value) == (0, 2, 1, {"op": "stop"})   # numbered per pair, in order
+    assert (second.src, second.dst, second.seq, second.value) == (0, 2, 1, Envelope(Stop(), 42.5))   # numbered per pair
     third = wire_format.decode([t for d, t in fake.sent if d == 3][1].numpy(), KEY)
     assert (third.dst, third.seq) == (3, 0)
     assert len(fake.sent) == 6
@@ -218,63 +222,65 @@ def test_a_message_is_its_length_then_its_numbered_authenticated_frame(wire) -> 
     ("misdirected", r"it is numbered 2→3 #1, not 2→0 #1"),
     ("pickle", "it is not an adaptplan frame"),
     ("oversized", "its length 2147483649 bytes is outside"),
+    ("no envelope", "it holds a dict, not an Envelope"),
 ])
 def test_a_refused_frame_names_its_sender_on_every_later_wait(wire, case: str, why: str) -> None:
     fake, channel = wire
-    fake.deliver(2, {"op": "ok"})
-    assert channel.recv(2) == {"op": "ok", "arrived": pytest.approx(time.time(), abs=5)}
+    fake.deliver(2, Stop())
+    assert channel.recv(2).msg == Stop()
     if case == "other key":
-        fake.deliver(2, {"op": "x"}, key=b"q" * 32)
+        fake.deliver(2, Stop(), key=b"q" * 32)
     elif case == "replayed":
-        fake.deliver(2, {"op": "x"}, seq=0)
+        fake.deliver(2, Stop(), seq=0)
     elif case == "misdirected":
-        fake.deliver_bytes(2, wire_format.encode({"op": "x"}, 2, 3, 1, KEY))
+        fake.deliver_bytes(2, wire_format.encode(Envelope(Stop(), 0.0), 2, 3, 1, KEY))
     elif case == "pickle":
         fake.deliver_bytes(2, pickle.dumps({"op": "x"}))
+    elif case == "no envelope":
+        fake.deliver_bytes(2, wire_format.encode({"op": "x"}, 2, 0, 1, KEY))
     else:
         fake.deliver_bytes(2, b"x", length=wire_format.MAX_FRAME_BYTES + 1)
     for _ in range(2):
         with pytest.raises(FrameRefused, match=rf"^rank 2 \(device 0\) sent rank 0 a frame it refused: {why}"):
             channel.recv(2)
-    fake.deliver(1, {"op": "still"})                                    # the other peers are unaffected
-    assert channel.recv(1)["op"] == "still"
+    fake.deliver(1, Layout(3))                                          # the other peers are unaffected
+    assert channel.recv(1).msg == Layout(3)
 
 
-def test_received_dicts_are_stamped_with_their_arrival_and_kept_in_order(wire) -> None:
+def test_received_envelopes_are_stamped_with_their_arrival_and_kept_in_order(wire) -> None:
     fake, channel = wire
     before = time.time()
-    fake.deliver(3, {"seq": 1})
-    fake.deliver(3, {"seq": 2, "arrived": 1.5})                          # a stamp already there is kept
-    fake.deliver(2, [1, 2, 3])                                           # not a dict: as sent
+    fake.deliver(3, Layout(1))
+    fake.deliver(3, Envelope(Layout(2), 1.0, arrived=1.5))             # a sender's stamp is replaced
     first, second = channel.recv(3), channel.recv(3)
-    assert first["seq"] == 1 and first["arrived"] >= before
-    assert second == {"seq": 2, "arrived": 1.5}
-    assert channel.recv(2) == [1, 2, 3]
+    assert first.msg == Layout(1) and first.arrived >= before
+    assert second.msg == Layout(2) and second.t_send == 1.0 and second.arrived >= before
     fake.deliver(1, "a")
     fake.deliver(2, "b")
     fake.deliver(2, "c")
-    assert channel.recv_many([2, 1, 2]) == [(2, "b"), (1, "a"), (2, "c")]
+    assert [(src, e.msg) for src, e in channel.recv_many([2, 1, 2])] == [(2, "b"), (1, "a"), (2, "c")]
 
 
 def test_abort_and_role_errors_are_raised_where_they_are_received(wire) -> None:
     fake, channel = wire
-    fake.deliver(1, {"op": "abort", "reason": "rank 0 (edge server) lost rank 3"})
+    fake.deliver(1, Abort("rank 0 (edge server) lost rank 3"))
     with pytest.raises(AbortRun, match=r"^rank 0 \(edge server\) lost rank 3$"):
         channel.recv(1)
-    fake.deliver(2, {"op": "role-error", "kind": "nonfinite", "message": "NaN or inf in x at round 2, device 0"})
+    fake.deliver(2, RoleError("nonfinite", "NaN or inf in x at round 2, device 0"))
     with pytest.raises(NonFiniteError, match=r"^NaN or inf in x at round 2, device 0$"):
         channel.recv(2)
-    fake.deliver(2, {"op": "role-error", "kind": "mismatch", "message": "tags differ"})
+    fake.deliver(2, RoleError("mismatch", "tags differ"))
     with pytest.raises(MessageMismatchError, match="^tags differ$"):
         channel.recv(2)
-    fake.deliver(2, {"op": "role-error", "kind": "input", "message": "--data-root: 10 samples here"})
+    fake.deliver(2, RoleError("input", "--data-root: 10 samples here"))
     with pytest.raises(InputError, match=r"^device 0: --data-root: 10 samples here$"):
         channel.recv(2)
-    fake.deliver(2, {"op": "role-error", "kind": "?", "message": "odd"})
+    fake.deliver(2, RoleError("?", "odd"))
     with pytest.raises(MessageMismatchError, match="^odd$"):
         channel.recv(2)
-    fake.deliver(2, {"op": "forward"})
-    assert channel.recv(2)["op"] == "forward"
+    assert transport.role_error(InputError("x", field="--model")) == RoleError("input", "--model: x")
+    fake.deliver(2, Forward(1, []))
+    assert channel.recv(2).msg == Forward(1, [])
 
 
 def test_a_closed_connection_names_the_peer_on_every_later_wait(wire) -> None:
@@ -314,7 +320,7 @@ def test_a_passed_deadline_does_not_wait_for_a_late_message(wire) -> None:
             channel.recv(2, timeout=4.0, deadline=time.monotonic() - 1.0)
     finally:
         timer.join()
-    assert channel.recv(2)["late"] is True                               # it still arrives for the next wait
+    assert channel.recv(2).msg == {"late": True}                         # it still arrives for the next wait
 
 
 def test_a_failed_send_is_reported_at_flush_and_at_the_next_send(wire) -> None:
@@ -325,289 +331,198 @@ def test_a_failed_send_is_reported_at_flush_and_at_the_next_send(wire) -> None:
     expected = r"^rank 3 \(device 1\) stopped receiving \(it died or was killed\)$"
     with pytest.raises(PeerError, match=expected):
         channel.flush()
-    assert [(d, decode(t)) for d, t in fake.sent if t.dtype == torch.uint8] == [(2, {"op": "ping"})]  # others unaffected
+    assert [(d, decode(t).msg) for d, t in fake.sent if t.dtype == torch.uint8] == [(2, {"op": "ping"})]  # others unaffected
     with pytest.raises(PeerError, match=expected):
         channel.send({"op": "stop"}, 3)
 
 
-# ---- the edge rank's proxies ------------------------------------------------------------------------------------
-def _hub(replies: dict | None = None, emulate: bool = False, world: int = 4, devices: int = 3) -> Hub:
-    return Hub(ScriptedChannel(replies=replies), RankLayout(world, devices), _chain(), emulate)
+# ---- rank 0's network ---------------------------------------------------------------------------------------------
+def _envelope(msg: Any, t_send: float = 0.0, arrived: float = 0.0, rate=None, charged=None) -> Envelope:
+    return Envelope(msg, t_send, rate, charged, arrived)
 
 
-def test_hub_sizes_blocks_and_reads_link_rates_only_when_emulating() -> None:
-    system = SimpleNamespace(fed_to_edge_bps=5e6, devices=[SimpleNamespace(up_bps=1e6), SimpleNamespace(up_bps=2e6)])
-    hub = _hub(emulate=True)
-    assert hub.block_bytes == [64, 40]
-    assert hub.rate(1, "up_bps") is None                                 # no round system yet
-    hub.system = system
-    assert hub.rate(1, "up_bps") == 2e6 and hub.rate(None, "fed_to_edge_bps") == 5e6
-    plain = _hub(emulate=False)
-    plain.system = system
-    assert plain.rate(1, "up_bps") is None and plain.rate(None, "fed_to_edge_bps") is None
+def _network(replies: dict | None = None, emulate: bool = False, world: int = 4, devices: int = 3) -> RankNetwork:
+    return RankNetwork(ScriptedChannel(replies=replies), RankLayout(world, devices), emulate,
+                       {"dataset": "synthetic", "model": "mlp", "model_width": 4})
 
 
-def test_fetch_asks_the_fed_server_once_and_books_the_edge_servers_download(monkeypatch) -> None:
-    _clock(monkeypatch, timing, [50.0])
-    a, b = ("avg", 1, 0), ("avg", 1, 1)
-    reply = {"blocks": {a: _state(1.0), b: _state(2.0)}, "t_send": 40.0, "arrived": 40.25, "rate": None}
-    hub = _hub({FED_RANK: [reply]})
-    hub.fetch([a, b])
-    hub.fetch([b, a])                                                    # already here: no second request
-    assert hub.channel.sent == [(FED_RANK, {"op": "fetch", "refs": [a, b], "rate": None})]
-    assert hub.take(b).state["weight"][0, 0] == 2.0
-    assert hub.measured.take() == {"model download": {"edge": 0.25}}
-    hub.forget()
-    with pytest.raises(KeyError):
-        hub.take(a)
+def _engine_view(cuts: list[int]):
+    """What RankNetwork.setup reads from the engine."""
+    x = torch.randn(12, 1, 2, 2)
+    data = SimpleNamespace(x_train=x, parts=[[0, 1, 2], [3, 4, 5, 6], [7, 8]])
+    return SimpleNamespace(template=_chain(), data=data, cuts=cuts, batch_size=2, num_classes=3)
 
 
-def test_fetch_is_emulated_for_the_bytes_charged(monkeypatch) -> None:
-    slept = _clock(monkeypatch, timing, [40.1])
-    ref = ("global", 0)
-    reply = {"blocks": {ref: _state(1.0)}, "t_send": 40.0, "arrived": 40.05, "rate": 8000.0}
-    hub = _hub({FED_RANK: [reply]}, emulate=True)
-    hub.system = SimpleNamespace(fed_to_edge_bps=8000.0)
-    hub.fetch([ref], charged_bytes=500)                                  # 8·500 / 8000 = 0.5 s after sending
-    assert hub.channel.sent == [(FED_RANK, {"op": "fetch", "refs": [ref], "rate": 8000.0})]
-    assert slept == [pytest.approx(0.4)]
-    assert hub.measured.take() == {"model download": {"edge": pytest.approx(0.5)}}
+def test_setup_sends_each_device_rank_sample_positions_and_weights_never_samples() -> None:
+    net = _network({2: [_envelope(Ready([0, 2]))], 3: [_envelope(Ready([1]))]})
+    spec = OptimizerSpec("sgd", 0.1)
+    assert net.setup(_engine_view([1, 2, 1]), spec, 7) is net
+    setups = {dst: obj for dst, obj, *_ in net.channel.sent}
+    assert sorted(setups) == [2, 3]
+    assert setups[2].source == {"dataset": "synthetic", "model": "mlp", "model_width": 4, "num_train": 12, "num_classes": 3}
+    assert sorted(setups[2].devices) == [0, 2] and sorted(setups[3].devices) == [1]
+    d2 = setups[2].devices[2]
+    assert (d2.cut, d2.positions.tolist(), d2.batch_size, d2.seed, d2.optimizer) == (1, [7, 8], 2, [7, 2], spec)
+    assert d2.positions.dtype == torch.int64
+    assert [list(s) for s in setups[3].initial] == [list(b.state_dict()) for b in _chain()]
+    tensors = [t for obj in setups.values() for d in obj.devices.values() for t in [d.positions]] + \
+        [t for obj in setups.values() for block in obj.initial for t in block.values()]
+    assert not [t for t in tensors if t.dtype.is_floating_point and t.shape[-3:] == (1, 2, 2)]   # no sample
+    assert net.channel.recv_calls == [(2, 120.0), (3, 120.0)]            # ready: SETUP_TIMEOUT_FACTOR time-outs
 
 
-def test_a_remote_block_fetches_its_group_once_and_keeps_the_optimizer(monkeypatch) -> None:
+def test_messages_go_to_the_rank_of_their_device_and_the_fed_server_to_rank_1() -> None:
+    net = _network(world=4, devices=3)
+    assert net.hosts([2, 1, 0]) == [[2, 0], [1]]
+    net.send(1, Forward(3, [(1, 8)]))
+    net.send(FED, Average(3))
+    net.send(2, CutGradient(2, 3, 1, None))
+    assert [(dst, type(obj).__name__, rate) for dst, obj, rate, _ in net.channel.sent] == \
+        [(3, "Forward", None), (1, "Average", None), (2, "CutGradient", None)]
+
+
+def test_received_activations_book_the_uplink_and_the_first_reply_the_servers_work(monkeypatch) -> None:
+    now = [100.0]
+    _clock(monkeypatch, network_module, now)
+    act = Activation(1, 2, 1, torch.zeros(4, 3), torch.zeros(4, dtype=torch.long))
+    net = _network({3: [_envelope(act, t_send=99.5, arrived=99.75)]})
+    assert net.receive([1]) == [act]
+    now[0] = 100.25
+    net.send(1, CutGradient(1, 2, 1, torch.zeros(4, 3)))
+    net.send(1, CutGradient(1, 2, 1, torch.zeros(4, 3)))                   # booked once per group
+    assert net.ledger.seconds["uplink"] == {1: 0.25}
+    assert net.ledger.seconds["server"] == {"edge": 0.25}
+
+
+def test_link_rates_go_to_every_rank_and_on_every_message_only_when_emulating() -> None:
+    system = SimpleNamespace(devices=[SimpleNamespace(up_bps=1e6, down_bps=2e6, fed_up_bps=3e6, fed_down_bps=4e6)] * 3,
+                             edge_to_fed_bps=5e6, fed_to_edge_bps=6e6)
+    clock = SimpleNamespace(system=lambda t: system)
+    quiet = _network()
+    quiet.begin_round(1, clock)
+    assert quiet.channel.sent == [] and quiet.rates is None
+    net = _network(emulate=True)
+    net.begin_round(1, clock)
+    assert [dst for dst, *_ in net.channel.sent] == [1, 2, 3]
+    rates = net.channel.sent[0][1]
+    assert rates.devices[2] == {"up_bps": 1e6, "down_bps": 2e6, "fed_up_bps": 3e6, "fed_down_bps": 4e6}
+    assert (rates.edge_to_fed_bps, rates.fed_to_edge_bps) == (5e6, 6e6)
+    net.send(2, CutGradient(2, 1, 1, None))
+    net.send(FED, ModelUpload(0, 1, "edge", {}, 1.0))
+    net.send(0, ModelDownload(0, 1, "device", {}, cut=2))
+    assert [rate for *_, rate, _ in net.channel.sent[3:]] == [2e6, 5e6, 4e6]
+
+
+def test_the_rounds_end_merges_every_ranks_report_into_the_longest_participant() -> None:
+    reports = {1: [_envelope(Report({"model upload": {0: 0.5, 1: 0.25}}))],
+               2: [_envelope(Report({"device FP": {0: 0.125, 2: 0.375}}))],
+               3: [_envelope(Report({"device FP": {1: 0.25}}))]}
+    net = _network(reports)
+    net.ledger.add(1, "uplink", 0.5)
+    assert net.end_round(4) == {"uplink": 0.5, "device FP": 0.375, "model upload": 0.5}
+    assert [(dst, obj) for dst, obj, *_ in net.channel.sent] == [(1, RoundEnd(4)), (2, RoundEnd(4)), (3, RoundEnd(4))]
+    assert net.ledger.seconds["uplink"] == {}                            # taken: the next round starts empty
+
+
+def test_device_blocks_are_fetched_once_until_a_message_changes_the_device() -> None:
+    chain = _chain()
+    states = [block.state_dict() for block in chain]
+    net = _network({2: [_envelope(Blocks(0, states[:1])), _envelope(Blocks(0, states[:2]))]})
+    net.template = chain
+    first = net.device_blocks(0)
+    assert len(first) == 1 and net.device_blocks(0) is first
+    assert torch.equal(first[0].weight, chain[0].weight) and first[0] is not chain[0]
+    net.send(0, ModelDownload(0, 1, "device", {}, cut=2))
+    assert len(net.device_blocks(0)) == 2
+    assert [type(obj).__name__ for _, obj, *_ in net.channel.sent] == ["GetBlocks", "ModelDownload", "GetBlocks"]
+
+
+# ---- the other ranks' loop ---------------------------------------------------------------------------------------------
+def _loop(rank: int, replies: dict | None = None, world: int = 4, devices: int = 3) -> RankLoop:
+    channel = ScriptedChannel(replies=replies)
+    channel.rank = rank
+    return RankLoop(channel, RankLayout(world, devices), 30.0)
+
+
+class RecordingHost:
+    def __init__(self, emits: list | None = None) -> None:
+        self.handled: list[Any] = []
+        self.emits = emits or []
+
+    def handle(self, msg: Any, emit) -> None:
+        self.handled.append(msg)
+        for to, out in self.emits:
+            emit(to, out)
+
+
+def test_a_device_rank_times_each_devices_forward_and_sends_its_activation_at_once(monkeypatch) -> None:
+    ticks = iter([1.0, 1.25, 2.0, 2.5])
+    monkeypatch.setattr(serve.time, "perf_counter", lambda: next(ticks))
+    loop = _loop(2)
+    act = Activation(0, 3, 1, torch.zeros(2, 3), torch.zeros(2, dtype=torch.long))
+    loop.host = RecordingHost([(EDGE, act)])
+    loop.dispatch(_envelope(Forward(3, [(0, 8), (2, 4)], True)))
+    assert loop.host.handled == [Forward(3, [(0, 8)], True), Forward(3, [(2, 4)], True)]
+    assert loop.ledger.seconds["device FP"] == {0: 0.25, 2: 0.5}
+    assert [(dst, obj) for dst, obj, *_ in loop.channel.sent] == [(0, act), (0, act)]
+
+
+def test_a_take_reads_the_named_rank_and_books_the_transfer(monkeypatch) -> None:
     _clock(monkeypatch, timing, [10.0])
-    refs = [("up", 7, 0), ("up", 7, 1)]
-    reply = {"blocks": {refs[0]: _state(1.0), refs[1]: _state(2.0)}, "t_send": 9.0, "arrived": 9.5, "rate": None}
-    hub = _hub({FED_RANK: [reply]})
-    first = RemoteBlockState(hub, refs[0], 64, refs)
-    second = RemoteBlockState(hub, refs[1], 40, refs)
-    assert is_remote({0: first, 1: second}) and not is_remote({})
-    assert first.num_bytes == 64 and first.group == refs
-    assert torch.equal(first.optimizer[0]["momentum_buffer"], torch.full((2, 2), -1.0))
-    assert torch.equal(second.state["weight"], torch.full((2, 2), 2.0))
-    assert hub.channel.ops() == ["fetch"] and hub.channel.sent[0][1]["refs"] == refs      # the siblings came along
-    assert first.fetched and second.fetched and not is_remote({0: first})
-    plain = materialize({0: first, 1: _state(3.0)})
-    assert isinstance(plain[0], BlockState) and torch.equal(plain[0].state["weight"], torch.full((2, 2), 1.0))
-    assert plain[0].optimizer[0]["momentum_buffer"][0, 0] == -1.0 and plain[1].state["weight"][0, 0] == 3.0
-    again = pickle.loads(pickle.dumps(second))                           # a checkpoint holds the plain state
-    assert type(again) is BlockState and torch.equal(again.state["weight"], torch.full((2, 2), 2.0))
-    alone = RemoteBlockState(hub, ("global", 1), 40)
-    assert alone.group == [("global", 1)]
+    upload = ModelUpload(1, 2, "device", {0: _state(1.0)}, 3.0)
+    fed = _loop(1, {3: [_envelope(upload, t_send=9.0, arrived=9.5)]})
+    fed.dispatch(_envelope(Take(1)))
+    assert fed.channel.recv_calls == [(3, None)]                       # device 1 lives on rank 3
+    assert fed.ledger.seconds["model upload"] == {1: 0.5}
+    assert torch.equal(fed.host.fed.finish(2)[0].state["weight"], torch.full((2, 2), 1.0))   # folded into the average
+    kept = ModelUpload(0, 2, "device", {0: _state(4.0)}, 1.0)
+    fed.channel.replies[2] = [_envelope(kept, t_send=9.0, arrived=9.25)]
+    fed.dispatch(_envelope(Take(0, keep=5)))
+    assert fed.host.kept == {5: kept} and fed.host.fed._running == {}   # kept for a hand-off, not averaged
+    assert fed.ledger.seconds["model upload"] == {1: 0.5, 0: 0.25}
 
 
-def test_a_remote_device_sends_commands_to_its_rank() -> None:
-    hub = _hub()
-    device = RemoteDevice(hub, 2, cut=1)
-    assert device.index == 2 and device.rank == 2 + 2 % 2
-    upload = device.upload(4, [0, 1], weight=3.0, with_optimizer=True)      # only blocks below the cut
-    assert list(upload.blocks) == [0] and upload.blocks[0].num_bytes == 64 and upload.weight == 3.0
-    (dst1, up), (dst2, receive) = hub.channel.sent
-    assert (dst1, up["op"], up["blocks"], up["device"], up["with_optimizer"]) == (2, "upload", [0], 2, True)
-    assert (dst2, receive) == (FED_RANK, {"op": "receive", "src": 2, "id": up["id"]})
-    assert upload.blocks[0].ref == ("up", up["id"], 0)
-    assert device.upload(4, [1], 1.0).blocks == {} and len(hub.channel.sent) == 2
-    device.load_state_dict({"cut": 2, "step": 5})
-    assert device.cut == 2 and hub.channel.sent[-1] == (2, {"op": "load", "device": 2, "state": {"cut": 2, "step": 5}})
-    assert list(device.upload(5, [0, 1], 1.0).blocks) == [0, 1]
+def test_an_emulated_take_waits_for_the_link(monkeypatch) -> None:
+    now = [10.0]
+    _clock(monkeypatch, timing, now)
+    slept: list[float] = []
+    monkeypatch.setattr(timing.time, "sleep", lambda s: slept.append(s) or now.__setitem__(0, now[0] + s))
+    upload = ModelUpload(0, 2, "device", {0: _state(1.0)}, 1.0)            # 16 bytes: 128 bits
+    fed = _loop(1, {2: [_envelope(upload, t_send=9.5, arrived=9.75, rate=32.0)]})
+    fed.dispatch(_envelope(Take(0)))
+    assert slept == [pytest.approx(3.5)]                                  # due at 9.5 + 128/32 = 13.5
+    assert fed.ledger.seconds["model upload"] == {0: pytest.approx(4.0)}
 
 
-def test_a_remote_devices_download_takes_the_direct_path_and_sets_the_cut(monkeypatch) -> None:
-    monkeypatch.setattr(timing.time, "time", lambda: 5.0)
-    hub = _hub()
-    device = RemoteDevice(hub, 1, cut=2)
-    refs = {0: RemoteBlockState(hub, ("avg", 3, 0), 64, [("avg", 3, 0)])}
-    device.download(ModelDownload(1, 6, "device", refs))
-    assert hub.channel.sent[0] == (FED_RANK, {"op": "send", "dst": 3, "device": 1, "round": 6, "receiver": "device",
-                                              "refs": {0: ("avg", 3, 0)}, "cut": None, "rate": None,
-                                              "fresh_optimizer": False})
-    assert hub.channel.sent[1] == (3, {"op": "download", "device": 1, "source": FED_RANK})
-    assert device.cut == 2                                               # no cut in the message: unchanged
-    device.download(ModelDownload(1, 7, "device", {0: _state(4.0)}, cut=1, fresh_optimizer=True))
-    dst, cmd = hub.channel.sent[2]
-    assert (dst, cmd["op"], cmd["source"]) == (3, "download", None)
-    assert cmd["msg"].cut == 1 and cmd["msg"].blocks[0].state["weight"][0, 0] == 4.0 and cmd["msg"].fresh_optimizer
-    assert device.cut == 1
+def test_a_rank_reports_its_seconds_at_the_rounds_end_and_a_role_error_goes_to_rank_0() -> None:
+    loop = _loop(2)
+    loop.host = RecordingHost()
+    loop.ledger.add(0, "device BP", 0.5)
+    loop.dispatch(_envelope(RoundEnd(3)))
+    assert loop.host.handled == [RoundEnd(3)]
+    (dst, report, *_), = loop.channel.sent
+    assert dst == 0 and report.seconds == {"device BP": {0: 0.5}} and loop.ledger.seconds["device BP"] == {}
+
+    class Diverged(RecordingHost):
+        def handle(self, msg, emit):
+            raise NonFiniteError("NaN or inf in client model block 1 at round 3, device 0")
+
+    loop.host = Diverged()
+    loop.channel.replies = {0: [_envelope(RoundEnd(3)), _envelope(Stop())]}
+    loop.serve()
+    assert loop.channel.sent[-1][:2] == (0, RoleError("nonfinite", "NaN or inf in client model block 1 at round 3, device 0"))
 
 
-def test_an_activation_books_the_devices_forward_and_uplink(monkeypatch) -> None:
-    _clock(monkeypatch, timing, [20.0])
-    hub = _hub()
-    device = RemoteDevice(hub, 0, cut=1)
-    msg = Activation(0, 3, 9, torch.zeros(2, 4), torch.zeros(2, dtype=torch.long))    # 32 + 16 = 48 bytes
-    got = device.receive_activation({"msg": msg, "fp": 0.125, "t_send": 19.0, "arrived": 19.5, "rate": None})
-    assert got is msg and device.pending == (3, 9)
-    assert hub.measured.take() == {"device FP": {0: 0.125}, "uplink": {0: 0.5}}
-    device.receive_activation({"msg": msg, "fp": 0.0, "t_send": 19.0, "arrived": 19.5, "rate": 96.0})  # 8·48/96 = 4 s
-    assert hub.measured.take()["uplink"] == {0: pytest.approx(4.0)}
-
-
-def test_the_remote_fed_server_keeps_global_references_and_restores_them() -> None:
-    hub = _hub()
-    fed = RemoteFed(hub)
-    up = ModelUpload(0, 1, "device", {0: RemoteBlockState(hub, ("up", 1, 0), 64, [("up", 1, 0)])}, 2.0)
-    up.remote_id = 1
-    edge = ModelUpload(0, 1, "edge", {1: _state(1.0)}, 2.0)
-    out = fed.average([up, ModelUpload(1, 1, "device", {}, 1.0), edge], 1)
-    cmd = hub.channel.sent[-1][1]
-    assert cmd["op"] == "average" and cmd["items"][0] == {"ref": 1, "weight": 2.0} and len(cmd["items"]) == 2
-    assert cmd["items"][1]["inline"].blocks[1].state["weight"][0, 0] == 1.0
-    assert {j: b.ref for j, b in out.items()} == {0: ("avg", cmd["seq"], 0), 1: ("avg", cmd["seq"], 1)}
-    assert {j: b.ref for j, b in fed.global_states([0, 1, 2]).items()} == {0: ("global", 0), 1: ("global", 1)}
-    restored = RemoteFed(hub)
-    restored.load_state_dict({"global_blocks": {"1": {}, "0": {}}})
-    assert hub.channel.sent[-1] == (FED_RANK, {"op": "load", "state": {"global_blocks": {"1": {}, "0": {}}}})
-    got = restored.global_states([1])
-    assert list(got) == [1] and got[1].ref == ("global", 1) and got[1].group == [("global", 0), ("global", 1)]
-    assert got[1].num_bytes == 40
-
-
-# ---- the edge rank's round ------------------------------------------------------------------------------------------
-def _engine(hub: Hub, cuts: list[int]) -> dengine.DistributedEngine:
-    eng = dengine.DistributedEngine.__new__(dengine.DistributedEngine)      # only what these methods read
-    eng.hub = hub
-    eng._last_measured = {}
-    eng.devices = [RemoteDevice(hub, i, c) for i, c in enumerate(cuts)]
-    eng.clock = None
-    return eng
-
-
-def test_a_round_carries_the_measured_seconds(monkeypatch) -> None:
-    times = [100.0, 102.5]
-    monkeypatch.setattr(dengine.time, "time", lambda: times.pop(0) if len(times) > 1 else times[0])
-    eng = _engine(_hub(), [1, 1, 1])
-
-    def round_body(self, t):
-        self._last_measured = {"uplink": 0.5}
-        return dengine.RoundStats(1.0, 0, 0, 0, False)
-
-    monkeypatch.setattr(SplitEngine, "run_round", round_body)
-    stats = eng.run_round(1)
-    assert stats.measured_round_seconds == 2.5 and stats.measured_stage_seconds == {"uplink": 0.5}
-    assert eng.hub.system is None
-
-
-def test_forwards_start_on_every_rank_and_come_back_in_group_order(monkeypatch) -> None:
-    _clock(monkeypatch, timing, [1.0])
-    monkeypatch.setattr(dengine.time, "time", lambda: 1.0)
-
-    def envelope(d):
-        return {"device": d, "msg": Activation(d, 2, 0, torch.zeros(1, 4), torch.zeros(1, dtype=torch.long)),
-                "fp": 0.1, "t_send": 0.5, "arrived": 0.75, "rate": None}
-
-    hub = _hub({2: [envelope(2), envelope(0)], 3: [envelope(1)]})
-    eng = _engine(hub, [1, 1, 1])
-    out = eng._forward_all(2, [2, 1, 0], {0: 8, 1: 16, 2: 4})
-    assert list(out) == [2, 1, 0] and [out[d].device for d in out] == [2, 1, 0]
-    assert hub.channel.sent == [(2, {"op": "forward", "round": 2, "items": [(2, 4), (0, 8)], "rates": {2: None, 0: None}}),
-                                (3, {"op": "forward", "round": 2, "items": [(1, 16)], "rates": {1: None}})]
-    assert hub.measured.summary() == {"device FP": pytest.approx(0.1), "uplink": 0.25}
-
-
-def test_the_rounds_end_merges_every_ranks_seconds_and_reports_the_first_divergence(monkeypatch) -> None:
-    edge_checked: list[int] = []
-    replies = {1: [{"seconds": {"model upload": {0: 0.3, 1: 0.2}}, "nonfinite": None}],
-               2: [{"seconds": {"downlink": {0: 0.1}}, "nonfinite": None}],
-               3: [{"seconds": {"downlink": {1: 0.4}}, "nonfinite": None}]}
-    hub = _hub(replies)
-    hub.measured.add("edge", "server", 0.7)
-    eng = _engine(hub, [1, 1, 1])
-    monkeypatch.setattr(dengine.DistributedEngine, "_check_edge_finite", lambda self, t: edge_checked.append(t))
-    eng.check_models_finite(5)
-    assert hub.channel.sent == [(r, {"op": "report", "round": 5}) for r in (1, 2, 3)]
-    assert eng._last_measured == {"model upload": 0.3, "downlink": 0.4, "server": 0.7}
-    assert hub.measured.summary() == {} and edge_checked == [5]
-    bad = {1: [{"seconds": {}, "nonfinite": None}],
-           2: [{"seconds": {}, "nonfinite": "NaN or inf in client model block 1 at round 6, device 0"}],
-           3: [{"seconds": {}, "nonfinite": "NaN or inf in client model block 1 at round 6, device 1"}]}
-    eng.hub = _hub(bad)
-    with pytest.raises(NonFiniteError, match=r"^NaN or inf in client model block 1 at round 6, device 0$"):
-        eng.check_models_finite(6)
-    assert edge_checked == [5]
-
-
-# ---- the other ranks' loops --------------------------------------------------------------------------------------------
-def test_the_fed_server_books_an_emulated_upload_and_waits_for_it(monkeypatch) -> None:
-    slept = _clock(monkeypatch, workers, [30.0])
-    fed = workers.FedRank(ScriptedChannel(), 1.0)
-    upload = ModelUpload(2, 1, "device", {0: BlockState({"w": torch.zeros(250)})}, 1.0)       # 1,000 bytes
-    fed.channel.replies = {3: [{"id": 4, "upload": upload, "t_send": 29.0, "arrived": 29.1, "rate": 4000.0}]}
-    fed.op_receive({"src": 3})                                           # 8·1000 / 4000 = 2 s: due at 31.0
-    assert fed.uploads == {4: upload} and fed.ready_at == pytest.approx(31.0)
-    assert fed.ledger.take() == {"model upload": {2: pytest.approx(2.0)}}
-    fed.op_average({"round": 1, "items": [{"ref": 4, "weight": 1.0}], "seq": 9, "t_send": 30.0, "rate": None})
-    assert slept == [pytest.approx(1.0)] and fed.uploads == {}
-    assert list(fed.averages) == [9] and torch.equal(fed.averages[9][0].state["w"], torch.zeros(250))
-    unhurried = workers.FedRank(ScriptedChannel(replies={2: [{"id": 1, "upload": upload, "t_send": 29.0,
-                                                               "arrived": 29.5, "rate": None}]}), 1.0)
-    unhurried.op_receive({"src": 2})
-    assert unhurried.ledger.take() == {"model upload": {2: 0.5}}
-
-
-def test_the_fed_server_books_the_edge_servers_inline_upload(monkeypatch) -> None:
-    _clock(monkeypatch, workers, [10.0])
-    monkeypatch.setattr(timing.time, "time", lambda: 10.0)
-    fed = workers.FedRank(ScriptedChannel(), 1.0)
-    inline = ModelUpload(0, 2, "edge", {1: BlockState({"w": torch.ones(2)})}, 1.0)      # 8 bytes
-    fed.op_average({"round": 2, "items": [{"inline": inline}], "seq": 1, "t_send": 9.0, "arrived": 9.25, "rate": 16.0})
-    assert fed.ledger.take() == {"model upload": {"edge": pytest.approx(4.0)}}          # 8·8 / 16 = 4 s
-
-
-def test_the_fed_server_resolves_references_and_releases_delivered_uploads() -> None:
-    fed = workers.FedRank(ScriptedChannel(), 1.0)
-    fed.fed.global_blocks = {0: {"w": torch.full((2,), 7.0)}}
-    fed.averages = {3: {1: _state(5.0)}}
-    fed.uploads = {8: ModelUpload(1, 2, "device", {0: _state(6.0), 1: _state(6.5)}, 1.0)}
-    assert fed._block(("global", 0)).state["w"][0] == 7.0
-    assert fed._block(("avg", 3, 1)).state["weight"][0, 0] == 5.0
-    assert fed._block(("up", 8, 1)).state["weight"][0, 0] == 6.5
-    fed.op_send({"refs": {1: ("avg", 3, 1)}, "device": 1, "round": 2, "receiver": "device", "cut": 2, "rate": None,
-                 "dst": 3})
-    dst, envelope = fed.channel.sent[-1]
-    assert dst == 3 and envelope["msg"].cut == 2 and envelope["msg"].blocks[1].state["weight"][0, 0] == 5.0
-    assert envelope["msg"].fresh_optimizer is False
-    fed.op_send({"refs": {1: ("avg", 3, 1)}, "device": 1, "round": 2, "receiver": "device", "cut": None, "rate": None,
-                 "dst": 3, "fresh_optimizer": True})                     # SCALA/GAS: the device restarts its state
-    assert fed.channel.sent[-1][1]["msg"].fresh_optimizer is True
-    assert list(fed.averages) == [3]                                     # averages stay referenced
-    fed.op_send({"refs": {0: ("up", 8, 0)}, "device": 2, "round": 2, "receiver": "device", "cut": None, "rate": None,
-                 "dst": 2})
-    assert fed.uploads == {}                                             # a hand-off is delivered once
-    fed.uploads = {9: ModelUpload(1, 2, "device", {0: _state(1.0)}, 1.0)}
-    fed.op_fetch({"refs": [["up", 9, 0], ["global", 0]], "rate": 123.0})
-    dst, envelope = fed.channel.sent[-1]
-    assert dst == EDGE_RANK and set(envelope["blocks"]) == {("up", 9, 0), ("global", 0)} and envelope["rate"] == 123.0
-    assert fed.uploads == {}
-
-
-def test_a_device_rank_books_downlink_and_download(monkeypatch) -> None:
-    _clock(monkeypatch, workers, [3.0])
-    monkeypatch.setattr(timing.time, "time", lambda: 3.0)
-    loaded, stepped = [], []
-    rank = workers.DeviceRank(ScriptedChannel(), 1.0)
-    rank.devices = {1: SimpleNamespace(backward=stepped.append, download=loaded.append)}
-    grad = CutGradient(1, 2, 0, torch.zeros(5))                          # 20 bytes
-    rank.op_backward({"msg": grad, "t_send": 2.0, "arrived": 2.25, "rate": 40.0})     # 8·20 / 40 = 4 s
-    down = ModelDownload(1, 2, "device", {0: BlockState({"w": torch.zeros(2)})})
-    rank.channel.replies = {FED_RANK: [{"msg": down, "t_send": 2.5, "arrived": 2.75, "rate": None}]}
-    rank.op_download({"device": 1, "source": FED_RANK})
-    assert stepped == [grad] and loaded == [down]
-    seconds = rank.ledger.take()
-    assert seconds["downlink"] == {1: pytest.approx(4.0)} and seconds["model download"] == {1: 0.25}
-
-
-def test_a_role_error_on_a_rank_goes_to_rank_0_and_the_loop_goes_on() -> None:
-    channel = ScriptedChannel(replies={EDGE_RANK: [{"op": "report", "round": 1}, {"op": "stop"}]})
-    rank = workers.DeviceRank(channel, 7.0)
-
-    def diverged(c):
-        raise NonFiniteError("NaN or inf in activation at round 1, device 0")
-
-    rank.op_report = diverged
-    rank.serve()
-    assert channel.sent == [(EDGE_RANK, {"op": "role-error", "kind": "nonfinite",
-                                         "message": "NaN or inf in activation at round 1, device 0"})]
-    assert channel.recv_calls == [(EDGE_RANK, 7.0), (EDGE_RANK, 1.5 * 12.0)]
+def test_the_fed_rank_sends_on_what_a_send_names_charged_as_the_message_says() -> None:
+    loop = _loop(1)
+    loop.host.fed.add(ModelUpload(0, 1, "device", {0: _state(2.0)}, 1.0))
+    loop.dispatch(_envelope(Average(1)))
+    loop.dispatch(_envelope(Send(EDGE, -1, 1, "edge", {0: ("avg", 0)}, charged_bytes=24)))
+    loop.dispatch(_envelope(Send(2, 2, 1, "device", {0: ("avg", 0)})))
+    (d1, averaged, _, c1), (d2, to_edge, _, c2), (d3, to_device, _, c3) = loop.channel.sent
+    assert (d1, averaged) == (0, Averaged(1, {0: 16}))
+    assert (d2, c2, to_edge.receiver) == (0, 24, "edge") and (d3, c3, to_device.device) == (2, None, 2)
+    assert torch.equal(to_device.blocks[0].state["weight"], torch.full((2, 2), 2.0))
 
 
 # ---- sessions ------------------------------------------------------------------------------------------------------------
@@ -659,6 +574,7 @@ def _serve(monkeypatch, rank: int, script: list) -> tuple[int, ScriptedChannel]:
     def channel(timeout, describe, group, key):
         assert key == run_key({"ADAPTPLAN_SECRET": "s" * 16})
         c = ScriptedChannel(timeout, describe)
+        c.rank = rank
         c.replies = {EDGE_RANK: [s for s in script if not callable(s)]}
         for s in script:
             if callable(s):
@@ -672,15 +588,14 @@ def _serve(monkeypatch, rank: int, script: list) -> tuple[int, ScriptedChannel]:
     monkeypatch.delenv("ADAPTPLAN_SECRET_FILE", raising=False)
     monkeypatch.setattr(session.signal, "signal", lambda *a: None)
     monkeypatch.setattr(session.torch, "set_num_threads", lambda n: None)
-    return session.serve_rank(workers.WorkerOptions(2.0)), made[0]
+    return session.serve_rank(serve.WorkerOptions(2.0)), made[0]
 
 
 def test_a_serving_rank_names_the_peer_it_lost_by_role(monkeypatch, capsys) -> None:
     def device_dies(c):
         c.replies[3] = [lambda: PeerError(3, c.describe(3), "closed its connection (it died or was killed)")]
 
-    code, channel = _serve(monkeypatch, 1, [{"op": "layout", "num_devices": 4}, {"op": "receive", "src": 3, "id": 1},
-                                            device_dies])
+    code, channel = _serve(monkeypatch, 1, [Layout(4), Take(1), device_dies])
     assert code == 3
     assert capsys.readouterr().err == ("adaptplan train: rank 1 (fed server) lost rank 3 (devices 1, 3) closed its "
                                        "connection (it died or was killed)\n")
@@ -688,12 +603,11 @@ def test_a_serving_rank_names_the_peer_it_lost_by_role(monkeypatch, capsys) -> N
 
 
 def test_a_serving_rank_relays_rank_0s_abort_and_stops_cleanly_otherwise(monkeypatch, capsys) -> None:
-    code, _ = _serve(monkeypatch, 2, [{"op": "layout", "num_devices": 4},
-                                      AbortRun("rank 0 (edge server) lost rank 3 (devices 1, 3) sent nothing")])
+    code, _ = _serve(monkeypatch, 2, [Layout(4), AbortRun("rank 0 (edge server) lost rank 3 (devices 1, 3) sent nothing")])
     assert code == 3
     assert capsys.readouterr().err == ("adaptplan train: rank 2 (devices 0, 2) stopped: rank 0 (edge server) lost "
                                        "rank 3 (devices 1, 3) sent nothing\n")
-    code, channel = _serve(monkeypatch, 1, [{"op": "layout", "num_devices": 4}, {"op": "stop"}])
+    code, channel = _serve(monkeypatch, 1, [Layout(4), Stop()])
     assert code == 0 and channel.closed and channel.flushed == [2.0] and capsys.readouterr().err == ""
 
 

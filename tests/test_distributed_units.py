@@ -9,6 +9,9 @@ import pytest
 import torch
 
 from trainers.distributed import launch, timing
+from trainers.distributed.control import Envelope, LinkRates
+from trainers.messages import Activation, CutGradient, ModelDownload, ModelUpload
+from trainers.protocol import EDGE, FED, Forward
 from trainers.distributed.layout import RankLayout, default_world_size
 from trainers.history import History, RoundRecord
 from trainers.messages import Activation
@@ -46,13 +49,39 @@ def test_emulated_arrival_holds_a_message_for_its_size_over_the_rate(monkeypatch
     monkeypatch.setattr(timing.time, "time", lambda: now[0])
     monkeypatch.setattr(timing.time, "sleep", lambda s: slept.append(s))
     # 1,000 bytes over 8,000 bit/s take 1 s: sent at 99.5, due at 100.5 → held 0.5 s from now (100.0)
-    assert timing.emulated_arrival({"arrived": 99.6, "t_send": 99.5, "rate": 8000.0}, 1000) == pytest.approx(100.5)
+    assert timing.emulated_arrival(Envelope(None, 99.5, 8000.0, arrived=99.6), 1000) == pytest.approx(100.5)
     assert slept == [pytest.approx(0.5)]
     # arrived later than due: the real arrival counts, nothing held
-    assert timing.emulated_arrival({"arrived": 100.0, "t_send": 98.0, "rate": 8000.0}, 1000) == 100.0
+    assert timing.emulated_arrival(Envelope(None, 98.0, 8000.0, arrived=100.0), 1000) == 100.0
     # no rate (no emulation): the real arrival
-    assert timing.emulated_arrival({"arrived": 99.7, "t_send": 99.5, "rate": None}, 10**9) == 99.7
+    assert timing.emulated_arrival(Envelope(None, 99.5, None, arrived=99.7), 10**9) == 99.7
     assert slept == [pytest.approx(0.5)]
+    # charged for more than the message (eq. 25's copies): 3,000 bytes → due at 99.5 + 3 s
+    assert timing.emulated_arrival(Envelope(None, 99.5, 8000.0, 3000, arrived=99.6), 1000) == pytest.approx(102.5)
+    assert slept[-1] == pytest.approx(2.5)
+
+
+def test_every_message_takes_its_links_rate_and_books_its_stage(monkeypatch) -> None:
+    rates = LinkRates({0: {"up_bps": 1.0, "down_bps": 2.0, "fed_up_bps": 3.0, "fed_down_bps": 4.0}}, 5.0, 6.0)
+    act = Activation(0, 1, 1, torch.zeros(1), torch.zeros(1, dtype=torch.long))
+    up = ModelUpload(0, 1, "device", {}, 1.0)
+    edge_up = ModelUpload(0, 1, "edge", {}, 1.0)
+    down = ModelDownload(0, 1, "device", {})
+    cases = [(act, 0, EDGE, 1.0), (CutGradient(0, 1, 1, None), EDGE, 0, 2.0), (up, 0, FED, 3.0), (up, 0, EDGE, 1.0),
+             (edge_up, EDGE, FED, 5.0), (down, FED, 0, 4.0), (down, FED, EDGE, 6.0), (down, EDGE, 0, 4.0),
+             (Forward(1, []), EDGE, 0, None)]
+    for msg, sender, to, rate in cases:
+        assert timing.link_rate(rates, msg, sender, to) == rate, (msg, sender, to)
+        assert timing.link_rate(None, msg, sender, to) is None
+    ledger = timing.StageLedger()
+    for msg, receiver, who, stage in [(act, EDGE, 0, "uplink"), (up, FED, 0, "model upload"),
+                                      (edge_up, FED, "edge", "model upload"), (down, None, 0, "model download"),
+                                      (down, EDGE, "edge", "model download"), (CutGradient(0, 1, 1, None), None, 0,
+                                                                              "downlink")]:
+        assert timing.book_transfer(ledger, Envelope(msg, 10.0, arrived=10.25), receiver) is msg
+        assert ledger.take() == {stage: {who: 0.25}}
+    assert timing.book_transfer(ledger, Envelope(Forward(1, []), 10.0, arrived=11.0), EDGE) == Forward(1, [])
+    assert ledger.take() == {}
 
 
 def _record(t: int, predicted: dict, measured: dict, round_sim: float, round_wall: float | None) -> RoundRecord:

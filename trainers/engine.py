@@ -11,16 +11,21 @@ barrier. For AdaptSFL this reproduces T_split + T_agg of §2.4 exactly; SFL-V2 s
 order ends earlier; partial participation charges only the participants. GAS runs on the same
 events without a barrier (:meth:`SplitEngine.run_round` dispatches to the asynchronous loop).
 
-:class:`SplitEngine` is the runtime and the read-only view that evaluation and tests use
+:class:`SplitEngine` is the round loop and the read-only view that evaluation and tests use
 (``device_model``, ``averaged_model``); the strategy decides at every point (:mod:`trainers.api`).
+The loop reaches the devices and the fed server only through messages over a
+:class:`~trainers.network.Network`: in this process (:class:`~trainers.network.LocalNetwork`, the
+default) or on other ranks (``adaptplan train --distributed``), with the same handlers
+(:mod:`trainers.hosts`).
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -30,9 +35,12 @@ from adaptplan.plan import check_cut_vector
 from trainers.batching import CLIENT_BATCHING, ClientBatcher, use_batching
 from trainers.clock import STAGES, StageTimes
 from trainers.config import CLIENT_RECOMPUTE, RECOMPUTE_GROUP, SERVER_PASS_SAMPLES, check_choice
+from trainers.hosts import DeviceHost, FedHost, device_finite_items
 from trainers.messages import (Activation, BlockState, CutGradient, MessageMismatchError, ModelDownload, check_all_finite,
                                deferred_finite_checks)
 from trainers.optim import OptimizerSpec, mean_param_state
+from trainers.network import LocalNetwork, Network
+from trainers.protocol import EDGE, FED, Average, Forward, GetState, Send, SetState, Take, Upload
 from trainers.roles import Device, EdgeServer, FedServer, weighted_mean
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -79,10 +87,13 @@ class RoundStats:
     samples: int = 0
 
 
-def device_finite_items(device: Device) -> list[tuple[torch.Tensor, str, int | str]]:
-    """(parameter, what, device) of every client-model parameter, for :func:`check_all_finite`."""
-    return [(p, f"client model block {j + 1}", device.index) for j, block in enumerate(device.blocks)
-            for p in block.parameters()]
+def local_network(engine: "SplitEngine", optimizer: OptimizerSpec, seed: int) -> LocalNetwork:
+    """Every role in this process: device i with its samples ``data.parts[i]``, sampler seeded
+    ``[seed, i]``, the client ``optimizer``; the engine's batcher runs groups of them."""
+    data = engine.data
+    devices = {i: Device(i, engine.template, engine.cuts[i], data.x_train, data.y_train, p, engine.batch_size, [seed, i],
+                         optimizer) for i, p in enumerate(data.parts)}
+    return LocalNetwork(DeviceHost(devices, engine.batcher), FedHost())
 
 
 def check_device_finite(device: Device, round_index: int) -> None:
@@ -163,6 +174,8 @@ class SplitEngine:
             devices), ``"on"``
             or ``"off"``: a device keeps only its input while it waits for its reply and recomputes
             its forward at backward time (the same results; docs/architecture.md "Memory").
+        network: ``network(engine, client optimizer, seed)`` builds the :class:`~trainers.network.Network`
+            that hosts the devices and the fed server (default :func:`local_network`: this process).
     """
 
     def __init__(self, chain: nn.Sequential, cuts: Sequence[int], strategy: "Strategy", data: DeviceData,
@@ -170,7 +183,8 @@ class SplitEngine:
                  batch_devices: bool = True, clock: "SimClock | None" = None, total_rounds: int | None = None,
                  device: torch.device | str = "cpu", client_batching: str = "auto",
                  server_optimizer: OptimizerSpec | dict[str, Any] | None = None,
-                 server_pass_samples: int | None = SERVER_PASS_SAMPLES, client_recompute: str = "auto") -> None:
+                 server_pass_samples: int | None = SERVER_PASS_SAMPLES, client_recompute: str = "auto",
+                 network: "Callable[[SplitEngine, OptimizerSpec, int], Network] | None" = None) -> None:
         self.device = torch.device(device)
         chain = _on_device(chain, self.device)
         data = _data_on_device(data, self.device)
@@ -194,26 +208,36 @@ class SplitEngine:
         self.label_counts = [np.bincount(labels[torch.from_numpy(np.asarray(p))].numpy(), minlength=self.num_classes)
                              for p in data.parts]
         strategy.validate(self.context(0))
-        self.devices = self._make_devices(chain, data, batch_size, seed, strategy.optimizer("client", self.optimizer))
+        self.batcher = ClientBatcher(chain) if use_batching(check_choice(client_batching, CLIENT_BATCHING,
+                                                                          "client_batching"), self.device) else None
+        self.net: Network = (network or local_network)(self, strategy.optimizer("client", self.optimizer), seed)
         self.edge = EdgeServer(chain, self.cuts, strategy.server_owner, strategy.optimizer("server", self.server_optimizer),
                                concatenate=batch_devices, pass_samples=server_pass_samples)
         self.client_recompute = check_choice(client_recompute, CLIENT_RECOMPUTE, "client_recompute")
-        self.fed = self._make_fed()
         self.async_state: dict[str, Any] | None = None
-        self.batcher = ClientBatcher(chain) if use_batching(check_choice(client_batching, CLIENT_BATCHING,
-                                                                          "client_batching"), self.device) else None
         self.defer_checks = self.device.type != "cpu"   # NaN/inf checks read once per round (trainers.messages)
         self._eval_blocks: dict[Any, nn.Module] = {}
+        self._global_sizes: dict[int, int] = {}        # the fed server's global blocks (bytes each)
+        self._awaiting: set[int] = set()               # devices whose activation is not answered yet
+        self._next_key = 0
+        self._measured: dict[str, float] | None = None
         self._reset_counters()
 
-    def _make_devices(self, chain: nn.Sequential, data: DeviceData, batch_size: int, seed: int,
-                      optimizer: OptimizerSpec) -> list[Device]:
-        """Device i with its samples ``data.parts[i]``, sampler seeded ``[seed, i]``, the client optimizer."""
-        return [Device(i, chain, self.cuts[i], data.x_train, data.y_train, p, batch_size, [seed, i], optimizer)
-                for i, p in enumerate(data.parts)]
+    # ---- the simulator's own views of the roles (tests, inspection; not on other runtimes) ------------------
+    @property
+    def devices(self) -> list[Device]:
+        """The :class:`~trainers.roles.Device` objects, where they live in this process."""
+        return self._local().devices
 
-    def _make_fed(self) -> FedServer:
-        return FedServer()
+    @property
+    def fed(self) -> FedServer:
+        """The :class:`~trainers.roles.FedServer`, where it lives in this process."""
+        return self._local().fed
+
+    def _local(self) -> LocalNetwork:
+        if not isinstance(self.net, LocalNetwork):
+            raise AttributeError("the devices and the fed server live on other processes in this runtime")
+        return self.net
 
     # ---- context ------------------------------------------------------------------------------------
     def _check_cuts(self, cuts: Sequence[int]) -> list[int]:
@@ -246,9 +270,17 @@ class SplitEngine:
     def run_round(self, round_index: int) -> RoundStats:
         """Round t: participants step once each (in the strategy's groups), then the strategy's
         hand-offs and aggregation; simulated seconds from the event times. Off the CPU
-        (``defer_checks``) the round's NaN/inf checks are read once, at its end."""
+        (``defer_checks``) the round's NaN/inf checks are read once, at its end. Where the network
+        measures (other processes), the record carries the measured seconds per stage and the
+        round's wall seconds next to the simulated ones."""
+        self.net.begin_round(round_index, self.clock)
+        started = time.time()
         with deferred_finite_checks(self.defer_checks):
-            return self._run_round(round_index)
+            stats = self._run_round(round_index)
+        if self._measured is not None:
+            stats.measured_stage_seconds = self._measured
+            stats.measured_round_seconds = time.time() - started
+        return stats
 
     def _run_round(self, round_index: int) -> RoundStats:
         self._reset_counters()
@@ -335,14 +367,18 @@ class SplitEngine:
         return end
 
     def _forward_all(self, round_index: int, group: Sequence[int], batch: dict[int, int]) -> dict[int, Activation]:
-        """Every device of ``group`` runs its client forward (eq. 2) and sends its activation. Here one
-        after the other, or devices sharing a cut as one batched call (``client_batching``; their
-        replies, delivered one by one, complete it); a runtime may run them concurrently (the
-        torch.distributed one does)."""
-        if self.batcher is not None and len(group) > 1:
-            return self.batcher.forward([self.devices[d] for d in group], round_index, batch)
+        """Every device of ``group`` runs its client forward (eq. 2) and sends its activation: one
+        :class:`~trainers.protocol.Forward` per host (in one process one after the other, or
+        devices sharing a cut as one batched call, ``client_batching``; on several processes
+        concurrently)."""
         recompute = self.recompute(len(group))
-        return {d: self.devices[d].forward(round_index, batch[d], recompute) for d in group}
+        for members in self.net.hosts(group):
+            self.net.send(members[0], Forward(round_index, [(d, int(batch[d])) for d in members], recompute))
+        out = {}
+        for msg in self.net.receive(list(group)):
+            out[msg.device] = msg
+        self._awaiting.update(out)
+        return {d: out[d] for d in group}
 
     def recompute(self, group_size: int) -> bool:
         """Whether the devices of a group of ``group_size`` recompute their forward at backward time."""
@@ -351,7 +387,8 @@ class SplitEngine:
     def _backward_all(self, replies: dict[int, CutGradient]) -> None:
         """Deliver each reply to its device, which back-propagates and steps (eq. 6)."""
         for d, reply in replies.items():
-            self.devices[d].backward(reply)
+            self._awaiting.discard(d)
+            self.net.send(d, reply)
 
     @staticmethod
     def _charged(ctx: "RoundContext", times: StageTimes) -> float:
@@ -371,11 +408,14 @@ class SplitEngine:
 
     def _handoff(self, h: "Handoff", round_index: int, times: StageTimes, start: float, ledger: _Ledger) -> float:
         """Device ``h.source`` → fed server → device ``h.target``: client blocks with their optimizer state."""
-        up = self.devices[h.source].upload(round_index, range(self.num_blocks), 1.0, with_optimizer=True)
-        self.bytes_up += up.num_bytes
-        down = ModelDownload(h.target, round_index, "device", up.blocks)
-        self.bytes_down += down.num_bytes
-        self.devices[h.target].download(down)
+        self.net.send(h.source, Upload(h.source, round_index, list(range(self.num_blocks)), 1.0, with_optimizer=True))
+        (receipt,) = self.net.receive([h.source])
+        key = self._key()
+        self.net.send(FED, Take(h.source, keep=key))
+        self.net.send(FED, Send(h.target, h.target, round_index, "device", {j: ("kept", key, j) for j in receipt.blocks}))
+        self.net.send(h.target, Take(FED))
+        self.bytes_up += receipt.num_bytes
+        self.bytes_down += receipt.num_bytes            # the same blocks, on to the next device
         ledger.add(h.source, "model upload", float(times.model_up[h.source]))
         ledger.add(h.target, "model download", float(times.model_down[h.target]))
         return start + float(times.model_up[h.source]) + float(times.model_down[h.target])
@@ -389,49 +429,64 @@ class SplitEngine:
         over r_{e→f} (23); downloads T_i^{mD} (24) and over r_{f→e} (25)."""
         devices = list(agg.devices) if agg.devices is not None else participants
         sizes = ctx.data_sizes
+        blocks = list(agg.blocks)
         edge_up_bits, up_done = 0.0, start
-        for d in devices:   # each upload is folded into the fed server's running average as it arrives
+        for d in devices:   # each upload is folded into the fed server's running average as it is taken
             w = float(sizes[d]) if agg.weights == "data_size" else 1.0
-            u = self.devices[d].upload(ctx.round, agg.blocks, w)
-            e = self.edge.upload(d, ctx.round, agg.blocks, w)
-            self.bytes_up += u.num_bytes
+            self.net.send(d, Upload(d, ctx.round, blocks, w))
+            self.net.send(FED, Take(d))
+            e = self.edge.upload(d, ctx.round, blocks, w)
+            self.net.send(FED, e)
             self.bytes_server += e.num_bytes
             edge_up_bits += 8.0 * e.num_bytes
-            if u.blocks:
-                ledger.add(d, "model upload", float(times.model_up[d]))
-                up_done = max(up_done, start + float(times.model_up[d]))
-            self.fed.add(u)
-            self.fed.add(e)
+        for receipt in self.net.receive(devices):
+            self.bytes_up += receipt.num_bytes
+            if receipt.blocks:
+                ledger.add(receipt.device, "model upload", float(times.model_up[receipt.device]))
+                up_done = max(up_done, start + float(times.model_up[receipt.device]))
         edge_up = times.edge_up_seconds(edge_up_bits) if edge_up_bits else 0.0
         ledger.add("edge", "model upload", edge_up)
         up_done = max(up_done, start + edge_up)
-        averaged = self.fed.finish(ctx.round)
+        averaged = self._average(ctx.round)
         recipients = devices if agg.recipients == "participants" else list(range(self.num_devices))
         end, edge_down_bits, edge_msgs = up_done, 0.0, []
         for d in recipients:
-            mine = {j: averaged[j] for j in agg.blocks if j < self.cuts[d] and j in averaged}
+            mine = [j for j in blocks if j < self.cuts[d] and j in averaged]
             if mine:
-                msg = ModelDownload(d, ctx.round, "device", mine, fresh_optimizer=self.strategy.reset_client_optimizer)
-                self.bytes_down += msg.num_bytes
-                self.devices[d].download(msg)
+                self.net.send(FED, Send(d, d, ctx.round, "device", {j: ("avg", j) for j in mine},
+                                        fresh_optimizer=self.strategy.reset_client_optimizer))
+                self.net.send(d, Take(FED))
+                self.bytes_down += sum(averaged[j] for j in mine)
                 ledger.add(d, "model download", float(times.model_down[d]))
                 end = max(end, up_done + float(times.model_down[d]))
-        for d in devices:
-            theirs = {j: averaged[j] for j in agg.blocks
-                      if j >= self.cuts[d] and j in averaged and self.edge.key(d, j)[0] is not None}
-            if theirs:
-                msg = ModelDownload(d, ctx.round, "edge", theirs)
-                edge_down_bits += 8.0 * msg.num_bytes
-                self.bytes_server += msg.num_bytes
-                edge_msgs.append(msg)
-        self._deliver_to_edge(edge_msgs)
+        theirs = {d: [j for j in blocks if j >= self.cuts[d] and j in averaged and self.edge.key(d, j)[0] is not None]
+                  for d in devices}
+        needed = sorted({j for js in theirs.values() for j in js})
+        if needed:   # the edge server's blocks come once; it loads one copy per device instance (eq. 25)
+            charged = sum(averaged[j] for js in theirs.values() for j in js)
+            self.net.send(FED, Send(EDGE, -1, ctx.round, "edge", {j: ("avg", j) for j in needed}, charged_bytes=charged))
+            (got,) = self.net.receive([FED])
+            for d, js in theirs.items():
+                if js:
+                    msg = ModelDownload(d, ctx.round, "edge", {j: got.blocks[j] for j in js})
+                    edge_down_bits += 8.0 * msg.num_bytes
+                    self.bytes_server += msg.num_bytes
+                    edge_msgs.append(msg)
+            self.edge.download(edge_msgs)
         edge_down = times.edge_down_seconds(edge_down_bits) if edge_down_bits else 0.0
         ledger.add("edge", "model download", edge_down)
         return max(end, up_done + edge_down)
 
-    def _deliver_to_edge(self, msgs: list[ModelDownload]) -> None:
-        """The fed server's averaged blocks for the edge server's per-device instances (eq. 25)."""
-        self.edge.download(msgs)
+    def _average(self, round_index: int) -> dict[int, int]:
+        """The fed server finishes its running average (it becomes the global model); its blocks' sizes (bytes)."""
+        self.net.send(FED, Average(round_index))
+        (receipt,) = self.net.receive([FED])
+        self._global_sizes.update(receipt.sizes)
+        return dict(receipt.sizes)
+
+    def _key(self) -> int:
+        self._next_key += 1
+        return self._next_key
 
     # ---- the asynchronous loop (GAS) ------------------------------------------------------------------
     def _run_async_round(self, round_index: int) -> RoundStats:
@@ -455,7 +510,8 @@ class SplitEngine:
             d = min(st["active"], key=lambda j: (arrivals[j], st["active"].index(j)))
             b = int(s.batch_size(ctx, d))
             k = times.scale(d, b)
-            msg = self.devices[d].forward(round_index, b)
+            self.net.send(d, Forward(round_index, [(d, b)]))
+            (msg,) = self.net.receive([d])
             self.bytes_up += msg.num_bytes
             self.samples += int(msg.tensor.shape[0])
             arrive = arrivals[d]
@@ -470,7 +526,7 @@ class SplitEngine:
                 raise MessageMismatchError(f"the asynchronous strategy {s.name} did not answer device {d} at once")
             reply = replies[d][1]
             self.bytes_down += reply.num_bytes
-            self.devices[d].backward(reply)
+            self.net.send(d, reply)
             st["clock"][d] = answered + (float(times.download[d]) + float(times.client_bp[d])) * k
             for stage, sec in (("device FP", times.client_fp[d] * k), ("uplink", times.upload[d] * k),
                                ("downlink", times.download[d] * k), ("device BP", times.client_bp[d] * k)):
@@ -479,7 +535,10 @@ class SplitEngine:
             st["steps"][d] += 1
             if st["steps"][d] < s.local_steps:
                 continue
-            upload = self.devices[d].upload(round_index, range(self.num_blocks), float(ctx.data_sizes[d]))
+            # the strategy buffers whole models (GAS-11): the upload comes to the edge server, which
+            # sends the flushed ones on to the fed server
+            self.net.send(d, Upload(d, round_index, list(range(self.num_blocks)), float(ctx.data_sizes[d]), to=EDGE))
+            (upload,) = self.net.receive([d])
             self.bytes_up += upload.num_bytes
             st["clock"][d] += float(times.model_up[d])
             ledger.add(d, "model upload", float(times.model_up[d]))
@@ -487,19 +546,21 @@ class SplitEngine:
             flushed = s.on_model(ctx, upload)
             global_blocks = None
             if flushed:
-                averaged = self.fed.average(flushed, round_index)
-                global_blocks = {j: bs.state for j, bs in averaged.items()}
+                for u in flushed:
+                    self.net.send(FED, u)
+                global_blocks = self._average(round_index)
             slot = st["active"].index(d)
             new = s.replace(ctx, d, st["active"])
             st["active"][slot] = new
             del st["steps"][d]
             join = st["clock"].pop(d)
             st["steps"][new] = 0
-            if self.fed.global_blocks:
-                mine = self.fed.global_states(range(self.cuts[new]))
-                msg_down = ModelDownload(new, round_index, "device", mine, fresh_optimizer=s.reset_client_optimizer)
-                self.bytes_down += msg_down.num_bytes
-                self.devices[new].download(msg_down)
+            if self._global_sizes:
+                mine = [j for j in range(self.cuts[new]) if j in self._global_sizes]
+                self.net.send(FED, Send(new, new, round_index, "device", {j: ("global", j) for j in mine},
+                                        fresh_optimizer=s.reset_client_optimizer))
+                self.net.send(new, Take(FED))
+                self.bytes_down += sum(self._global_sizes[j] for j in mine)
             st["clock"][new] = join + float(times.model_down[new])
             ledger.add(new, "model download", float(times.model_down[new]))
             if global_blocks:
@@ -518,11 +579,12 @@ class SplitEngine:
         old = list(self.cuts)
         if new == old:
             return
-        busy = [d.index for d in self.devices if d.pending is not None]
-        if busy:
-            raise MessageMismatchError(f"cannot re-partition with unanswered activations from devices {busy}")
+        if self._awaiting:
+            raise MessageMismatchError(f"cannot re-partition with unanswered activations from devices {sorted(self._awaiting)}")
         every = range(self.num_blocks)
-        dev_up = {d: self.devices[d].upload(round_index, every, 1.0, with_optimizer=True) for d in range(self.num_devices)}
+        for d in range(self.num_devices):
+            self.net.send(d, Upload(d, round_index, list(every), 1.0, with_optimizer=True, to=EDGE))
+        dev_up = {u.device: u for u in self.net.receive(list(range(self.num_devices)))}
         edge_up = {d: self.edge.upload(d, round_index, every, 1.0, with_optimizer=True, shared=True)
                    for d in range(self.num_devices)}
 
@@ -548,7 +610,7 @@ class SplitEngine:
         for d in range(self.num_devices):
             if new[d] != old[d]:
                 moving = {j: state(d, j) for j in range(old[d], new[d])}
-                self.devices[d].download(ModelDownload(d, round_index, "device", moving, cut=new[d]))
+                self.net.send(d, ModelDownload(d, round_index, "device", moving, cut=new[d]))
         self.edge.download(edge_msgs, new_cuts=new)
         self.cuts = new
 
@@ -556,7 +618,7 @@ class SplitEngine:
     def block(self, device: int, block: int) -> nn.Module:
         """The live module of block ``block`` (0-based) of device ``device``'s model."""
         if block < self.cuts[device]:
-            return self.devices[device].blocks[block]
+            return self.net.device_blocks(device)[block]
         return self.edge.instances[self.edge.key(device, block)]
 
     def device_model(self, device: int) -> nn.Sequential:
@@ -594,7 +656,7 @@ class SplitEngine:
         cut = self.cuts[0]
         if any(c != cut for c in self.cuts):
             raise MessageMismatchError(f"the global model needs one cut for all devices, got {sorted(set(self.cuts))}")
-        global_states = self.fed.global_states(range(cut))
+        global_states = self._global_states(range(cut))
         blocks: list[nn.Module] = []
         for j in range(cut):
             target = self._eval_blocks.get(("global", j))
@@ -605,11 +667,21 @@ class SplitEngine:
             blocks.append(target)
         return nn.Sequential(*blocks, *[self.block(0, j) for j in range(cut, self.num_blocks)])
 
+    def _global_states(self, blocks: Sequence[int]) -> dict[int, BlockState]:
+        """The fed server's global blocks among ``blocks`` (those averaged so far)."""
+        wanted = [j for j in blocks if j in self._global_sizes]
+        if not wanted:
+            return {}
+        self.net.send(FED, Send(EDGE, -1, 0, "edge", {j: ("global", j) for j in wanted}))
+        (got,) = self.net.receive([FED])
+        return dict(got.blocks)
+
     def check_models_finite(self, round_index: int) -> None:
         """Raise NonFiniteError naming the round and device (or the server instance) on NaN/inf
-        (one reduction over every parameter; the first offending one is named)."""
-        items = [item for dev in self.devices for item in device_finite_items(dev)]
-        check_all_finite(items + self._edge_finite_items(), round_index)
+        (the devices' hosts check theirs, then the edge server its instances; the first offending
+        parameter is named). A network that measures hands over the round's seconds here."""
+        self._measured = self.net.end_round(round_index)
+        check_all_finite(self._edge_finite_items(), round_index)
 
     def _edge_finite_items(self) -> list[tuple[torch.Tensor, str, int | str]]:
         return [(p, f"server model block {j + 1}", owner if owner is not None else "shared server")
@@ -643,9 +715,15 @@ class SplitEngine:
         """Everything needed to continue bit-identically: every role's state, cuts, I, the
         aggregation phase, the strategy's generator and state, the asynchronous loop's state."""
         return {"cuts": list(self.cuts), "interval": self.interval, "rounds_since_aggregation": self.rounds_since_aggregation,
-                "devices": [d.state_dict() for d in self.devices], "edge": self.edge.state_dict(),
-                "fed": self.fed.state_dict(), "rng": self.rng.bit_generator.state,
+                "devices": self._states(list(range(self.num_devices))), "edge": self.edge.state_dict(),
+                "fed": self._states([FED])[0], "rng": self.rng.bit_generator.state,
                 "strategy": self.strategy.state_dict(), "async": copy.deepcopy(self.async_state)}
+
+    def _states(self, sources: list[Any]) -> list[dict[str, Any]]:
+        """The checkpoint states of these devices (or FED)."""
+        for source in sources:
+            self.net.send(source, GetState(None if source == FED else source))
+        return [reply.state for reply in self.net.receive(sources)]
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from :meth:`state_dict`'s output; ValueError naming the part that does not fit this engine
@@ -667,10 +745,12 @@ class SplitEngine:
         self.cuts = self._check_cuts(state["cuts"])
         self.interval = int(state["interval"])
         self.rounds_since_aggregation = int(state["rounds_since_aggregation"])
-        for dev, s in zip(self.devices, state["devices"]):
-            dev.load_state_dict(s)
+        for d, s in enumerate(state["devices"]):
+            self.net.send(d, SetState(d, s))
         self.edge.load_state_dict(state["edge"])
-        self.fed.load_state_dict(state["fed"])
+        self.net.send(FED, SetState(None, state["fed"]))
+        self._global_sizes = {int(j): sum(t.numel() * t.element_size() for t in s.values() if torch.is_tensor(t))
+                              for j, s in state["fed"].get("global_blocks", {}).items()}
         self.rng.bit_generator.state = state["rng"]
         self.strategy.load_state_dict(_tensors_to(state["strategy"], self.device))
         self.strategy.check_state(self.context(0))

@@ -2,8 +2,9 @@
 
 Every rank reads the torchrun environment (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``,
 ``MASTER_PORT``), joins a gloo process group, and learns the layout from rank 0. Rank 0 then runs
-the usual :class:`trainers.run.Trainer` with :class:`~trainers.distributed.engine.DistributedEngine`
-as its runtime (:class:`EdgeSession`); the others serve commands (:func:`serve_rank`).
+the usual :class:`trainers.run.Trainer` with the simulator's round loop on a
+:class:`~trainers.distributed.network.RankNetwork` (:class:`EdgeSession`); the others host their
+roles and serve rank 0's messages (:func:`serve_rank`, :mod:`trainers.distributed.serve`).
 
 A failure anywhere ends every rank with one line: rank 0 tells the others why (``abort``) before
 it exits; a rank that loses rank 0 names it. Exit codes: 0 done, 2 a user error (rank 0's
@@ -22,12 +23,13 @@ import torch
 import torch.distributed as dist
 
 from adaptplan.errors import InputError
-from trainers.distributed.engine import DistributedEngine
+from trainers.distributed.control import Abort, Layout, Stop
 from trainers.distributed.environment import run_key, store_file, wire_trace
 from trainers.distributed.layout import EDGE_RANK, FED_RANK, SETUP_TIMEOUT_FACTOR, RankLayout
-from trainers.distributed.remote import Hub
+from trainers.distributed.network import RankNetwork
 from trainers.distributed.transport import AbortRun, Channel, PeerError
-from trainers.distributed.workers import DeviceRank, FedRank, WorkerOptions
+from trainers.distributed.serve import RankLoop, WorkerOptions
+from trainers.engine import SplitEngine
 
 EXIT_RANK_FAILED = 3
 
@@ -90,28 +92,28 @@ class EdgeSession:
         self.layout = RankLayout(world, num_devices)
         self.channel = open_channel(timeout, self.layout.describe, group, key)
         self.emulate_links = emulate_links
-        self.hub: Hub | None = None
         for r in self.others:
-            self.channel.send({"op": "layout", "num_devices": num_devices}, r)
+            self.channel.send(Layout(num_devices), r)
 
     @property
     def others(self) -> list[int]:
         return [FED_RANK] + self.layout.device_ranks
 
-    def engine_factory(self, chain: Any, *args: Any, **kwargs: Any) -> DistributedEngine:
-        self.hub = Hub(self.channel, self.layout, chain, self.emulate_links, self.source)
-        return DistributedEngine(chain, *args, hub=self.hub, **kwargs)
+    def engine_factory(self, chain: Any, *args: Any, **kwargs: Any) -> SplitEngine:
+        """The simulator's engine, its devices and fed server on the other ranks."""
+        network = RankNetwork(self.channel, self.layout, self.emulate_links, self.source)
+        return SplitEngine(chain, *args, network=network.setup, **kwargs)
 
     def finish(self) -> None:
         for r in self.others:
-            self.channel.send({"op": "stop"}, r)
+            self.channel.send(Stop(), r)
         leave(self.channel)
 
     def abort(self, reason: str) -> None:
         """Best effort: tell every rank why the run stops; never raises."""
         try:
             for r in self.others:
-                self.channel.send({"op": "abort", "reason": reason}, r)
+                self.channel.send(Abort(reason), r)
             self.channel.closing = True
             self.channel.flush(timeout=5.0)
         except Exception:   # noqa: BLE001 - a dead peer cannot be told; the others still are
@@ -119,7 +121,7 @@ class EdgeSession:
 
 
 def run_edge(num_devices: int, timeout: float, emulate_links: bool, threads: int | None,
-             body: Callable[[Callable[..., DistributedEngine]], int], source: dict[str, Any] | None = None) -> int:
+             body: Callable[[Callable[..., SplitEngine]], int], source: dict[str, Any] | None = None) -> int:
     """Run ``body(engine_factory)`` (the train command's work) as rank 0, then stop or abort every
     rank; ``source`` (dataset, model, model_width) is what the device ranks build from."""
     session = EdgeSession(num_devices, timeout, emulate_links, threads, source)
@@ -150,13 +152,13 @@ def serve_rank(options: WorkerOptions) -> int:
     channel = open_channel(timeout, lambda r: describe(r) or f"rank {r}", group, key)
     who = f"rank {rank}"
     try:
-        first = channel.recv(EDGE_RANK, timeout=timeout * SETUP_TIMEOUT_FACTOR)
-        layout = RankLayout(world, int(first["num_devices"]))
+        first = channel.recv(EDGE_RANK, timeout=timeout * SETUP_TIMEOUT_FACTOR).msg
+        if not isinstance(first, Layout):
+            raise PeerError(EDGE_RANK, "edge server", f"sent a {type(first).__name__} before the layout")
+        layout = RankLayout(world, int(first.num_devices))
         channel.describe = layout.describe
         who = f"rank {rank} ({layout.describe(rank)})"
-        loop = FedRank(channel, timeout * SETUP_TIMEOUT_FACTOR) if rank == FED_RANK else \
-            DeviceRank(channel, timeout * SETUP_TIMEOUT_FACTOR, options)
-        loop.serve()
+        RankLoop(channel, layout, timeout * SETUP_TIMEOUT_FACTOR, options).serve()
     except AbortRun as exc:
         print(f"adaptplan train: {who} stopped: {exc}", file=sys.stderr)
         return EXIT_RANK_FAILED

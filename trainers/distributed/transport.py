@@ -25,6 +25,7 @@ import torch.distributed as dist
 
 from adaptplan.errors import InputError
 from trainers.distributed import wire
+from trainers.distributed.control import Abort, Envelope, RoleError
 from trainers.messages import MessageMismatchError, NonFiniteError
 
 POLL_SECONDS = 0.002
@@ -41,8 +42,14 @@ class PeerError(RuntimeError):
 
 
 ROLE_ERRORS = {"nonfinite": NonFiniteError, "mismatch": MessageMismatchError, "input": InputError}
-"""Errors of the role code that a rank reports to rank 0 (``role-error``) instead of dying: rank 0
-raises them as if its own role had (a divergence stops the run with the usual message)."""
+"""Errors of the role code that a rank reports to rank 0 (:class:`RoleError`) instead of dying:
+rank 0 raises them as if its own role had (a divergence stops the run with the usual message)."""
+
+
+def role_error(exc: Exception) -> RoleError:
+    """The :class:`RoleError` that reports ``exc`` (one of :data:`ROLE_ERRORS`) to rank 0."""
+    kind = next(k for k, cls in ROLE_ERRORS.items() if isinstance(exc, cls))
+    return RoleError(kind, str(exc))
 
 
 class AbortRun(RuntimeError):
@@ -104,6 +111,9 @@ class Channel:
                 if self.trace is not None:
                     self.trace(frame)
                 obj = frame.value
+                if not isinstance(obj, Envelope):
+                    raise wire.WireError(f"it holds a {type(obj).__name__}, not an Envelope")
+                obj.arrived = arrived
             except wire.WireError as exc:
                 self._inbox[src].put(FrameRefused(src, self.describe(src), self.rank, str(exc)))
                 return
@@ -111,8 +121,6 @@ class Channel:
                 if not self.closing:
                     self._inbox[src].put(PeerError(src, self.describe(src), f"closed its connection ({_cause(exc)})"))
                 return
-            if isinstance(obj, dict):
-                obj.setdefault("arrived", arrived)
             self._inbox[src].put(obj)
 
     def _send_to(self, dst: int, box: queue.Queue) -> None:
@@ -131,8 +139,9 @@ class Channel:
                 box.task_done()
 
     # ---- sending --------------------------------------------------------------------------------------
-    def send(self, obj: Any, dst: int) -> None:
-        """Queue ``obj`` for ``dst`` without waiting (messages to one peer arrive in order)."""
+    def send(self, obj: Any, dst: int, rate: float | None = None, charged_bytes: int | None = None) -> None:
+        """Queue ``obj`` for ``dst`` in an :class:`Envelope` stamped now, without waiting (messages
+        to one peer arrive in order); ``rate``/``charged_bytes`` as the envelope's."""
         if dst in self._send_error:
             raise PeerError(dst, self.describe(dst), f"stopped receiving ({self._send_error[dst]})")
         box = self._outbox.get(dst)
@@ -141,7 +150,7 @@ class Channel:
             threading.Thread(target=self._send_to, args=(dst, box), daemon=True, name=f"send-{dst}").start()
         seq = self._sent_seq.get(dst, 0)
         self._sent_seq[dst] = seq + 1
-        frame = wire.encode(obj, self.rank, dst, seq, self.key)
+        frame = wire.encode(Envelope(obj, time.time(), rate, charged_bytes), self.rank, dst, seq, self.key)
         payload = torch.frombuffer(bytearray(frame), dtype=torch.uint8)
         box.put((torch.tensor([payload.numel()], dtype=torch.int64), payload))
 
@@ -163,10 +172,10 @@ class Channel:
             box.put(_CLOSED)
 
     # ---- receiving ------------------------------------------------------------------------------------
-    def recv(self, src: int, timeout: float | None = None, deadline: float | None = None) -> Any:
-        """The next object from ``src`` within ``timeout`` s (default: the channel's; or until the
-        :func:`time.monotonic` ``deadline``); a dict gets ``arrived`` (:func:`time.time` when it had
-        fully arrived)."""
+    def recv(self, src: int, timeout: float | None = None, deadline: float | None = None) -> Envelope:
+        """The next envelope from ``src`` within ``timeout`` s (default: the channel's; or until the
+        :func:`time.monotonic` ``deadline``), its ``arrived`` the :func:`time.time` when it had fully
+        arrived. An :class:`Abort` raises :class:`AbortRun`, a :class:`RoleError` the role's error."""
         nominal = self.timeout if timeout is None else timeout
         wait = nominal if deadline is None else max(0.0, deadline - time.monotonic())
         try:
@@ -177,16 +186,16 @@ class Channel:
         if isinstance(obj, PeerError):
             self._inbox[src].put(obj)          # every later wait on this peer fails the same way
             raise obj
-        if isinstance(obj, dict) and obj.get("op") == "abort":
-            raise AbortRun(obj["reason"])
-        if isinstance(obj, dict) and obj.get("op") == "role-error":
-            kind = obj.get("kind")
-            error = ROLE_ERRORS.get(kind, MessageMismatchError)
-            raise error(f"{self.describe(src)}: {obj.get('message')}" if kind == "input" else str(obj.get("message")))
+        msg = obj.msg
+        if isinstance(msg, Abort):
+            raise AbortRun(msg.reason)
+        if isinstance(msg, RoleError):
+            error = ROLE_ERRORS.get(msg.kind, MessageMismatchError)
+            raise error(f"{self.describe(src)}: {msg.message}" if msg.kind == "input" else str(msg.message))
         return obj
 
-    def recv_many(self, sources: Sequence[int], timeout: float | None = None) -> list[tuple[int, Any]]:
-        """One object per entry of ``sources`` (a rank may appear several times: that many messages,
+    def recv_many(self, sources: Sequence[int], timeout: float | None = None) -> list[tuple[int, Envelope]]:
+        """One envelope per entry of ``sources`` (a rank may appear several times: that many messages,
         in its order), as (source, object); all were being received concurrently."""
         nominal = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + nominal

@@ -28,8 +28,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from trainers.distributed.control import RANK_MESSAGES
 from trainers.messages import Activation, BlockState, CutGradient, ModelDownload, ModelUpload
 from trainers.optim import OptimizerSpec
+from trainers.protocol import CONTROL_MESSAGES
 
 MAGIC = b"APW1"
 TAG_BYTES = 32
@@ -45,8 +47,10 @@ DTYPES: dict[str, torch.dtype] = {
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 
 MESSAGE_TYPES: dict[str, type] = {t.__name__: t for t in (Activation, CutGradient, BlockState, ModelUpload,
-                                                          ModelDownload, OptimizerSpec)}
-"""The dataclasses a frame may carry, by name; their fields are decoded like any other value."""
+                                                          ModelDownload, OptimizerSpec, *CONTROL_MESSAGES,
+                                                          *RANK_MESSAGES)}
+"""The dataclasses a frame may carry, by name (the roles' messages, the control messages, a rank's
+own); their fields are decoded like any other value."""
 
 
 class WireError(ValueError):

@@ -1,0 +1,152 @@
+"""The roles as message handlers (trainers/hosts.py) and the in-process network (trainers/network.py):
+what each message does to the role and what it emits, checked against the role methods called
+directly (the reference: the same arithmetic without messages)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from trainers.hosts import DeviceHost, FedHost, take
+from trainers.messages import (Activation, BlockState, CutGradient, MessageMismatchError, ModelDownload, ModelUpload,
+                               NonFiniteError)
+from trainers.network import LocalNetwork
+from trainers.optim import OptimizerSpec
+from trainers.protocol import (EDGE, FED, Average, Averaged, Blocks, Forward, GetBlocks, GetState, RoundEnd, Send,
+                               SetState, State, Take, Upload, Uploaded)
+from trainers.roles import Device, FedServer
+
+SGD = OptimizerSpec("sgd", 0.1, 0.9)
+
+
+def chain() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+
+
+def devices(n: int = 3, cut: int = 1) -> dict[int, Device]:
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(30, 3, generator=g), torch.randint(0, 2, (30,), generator=g)
+    template = chain()
+    return {i: Device(i, template, cut, x, y, np.arange(10 * i, 10 * i + 10), 4, [0, i], SGD) for i in range(n)}
+
+
+class Outbox(list):
+    def __call__(self, to, msg) -> None:
+        self.append((to, msg))
+
+
+def test_a_forward_emits_each_devices_activation_in_the_messages_order() -> None:
+    host, reference = DeviceHost(devices()), devices()
+    out = Outbox()
+    host.handle(Forward(2, [(2, 4), (0, 3)]), out)
+    expected = [reference[2].forward(2, 4), reference[0].forward(2, 3)]
+    assert [to for to, _ in out] == [EDGE, EDGE]
+    for (_, got), want in zip(out, expected):
+        assert isinstance(got, Activation) and (got.device, got.round, got.step) == (want.device, 2, 1)
+        assert torch.equal(got.tensor, want.tensor) and torch.equal(got.labels, want.labels)
+    host.handle(CutGradient(2, 2, 1, torch.ones(4, 4)), out)            # eq. (6): the device steps
+    reference[2].backward(CutGradient(2, 2, 1, torch.ones(4, 4)))
+    assert torch.equal(host.devices[2].blocks[0].weight, reference[2].blocks[0].weight)
+    assert not torch.equal(host.devices[2].blocks[0].weight, devices()[2].blocks[0].weight)
+
+
+def test_an_upload_to_the_fed_server_comes_with_a_receipt_for_the_edge_server() -> None:
+    host = DeviceHost(devices(cut=3))
+    out = Outbox()
+    host.handle(Upload(1, 4, [0, 2, 5], 2.5), out)
+    (to_fed, upload), (to_edge, receipt) = out
+    assert to_fed == FED and isinstance(upload, ModelUpload) and sorted(upload.blocks) == [0, 2] and upload.weight == 2.5
+    assert torch.equal(upload.blocks[0].state["weight"], host.devices[1].blocks[0].weight)
+    assert to_edge == EDGE and receipt == Uploaded(1, 4, upload.num_bytes, [0, 2]) and receipt.num_bytes == (12 + 4 + 8 + 2) * 4
+    out.clear()
+    host.handle(Upload(1, 4, [0], 1.0, with_optimizer=True, to=EDGE), out)
+    assert [(to, type(m).__name__) for to, m in out] == [(EDGE, "ModelUpload")]    # to the edge: no receipt
+    assert out[0][1].blocks[0].optimizer is not None
+
+
+def test_blocks_state_and_the_rounds_check_on_a_device_host() -> None:
+    host, out = DeviceHost(devices()), Outbox()
+    host.handle(GetBlocks(1), out)
+    (to, blocks), = out
+    assert to == EDGE and isinstance(blocks, Blocks) and blocks.device == 1
+    assert torch.equal(blocks.states[0]["weight"], host.devices[1].blocks[0].weight)
+    host.handle(GetState(2), out)
+    state = out[-1][1]
+    assert isinstance(state, State) and state.state["cut"] == 1
+    other = DeviceHost(devices())
+    other.devices[2].blocks[0].weight.data.add_(1.0)
+    other.handle(SetState(2, state.state), Outbox())
+    assert torch.equal(other.devices[2].blocks[0].weight, host.devices[2].blocks[0].weight)
+    host.handle(RoundEnd(3), out)                                         # finite: nothing raised, nothing sent
+    host.devices[1].blocks[0].bias.data[0] = float("nan")
+    with pytest.raises(NonFiniteError, match="round 3.*device 1"):
+        host.handle(RoundEnd(3), out)
+    with pytest.raises(MessageMismatchError, match=r"device 7, which is not hosted here \(devices \[0, 1, 2\]\)"):
+        host.handle(GetBlocks(7), out)
+    with pytest.raises(MessageMismatchError, match="a device host cannot handle a Average"):
+        host.handle(Average(1), out)
+
+
+def _upload(device: int, value: float, weight: float, sender: str = "device") -> ModelUpload:
+    return ModelUpload(device, 1, sender, {0: BlockState({"w": torch.full((2,), value)})}, weight)
+
+
+def test_the_fed_server_folds_averages_and_sends_on_what_it_holds() -> None:
+    host, out = FedHost(), Outbox()
+    for u in (_upload(0, 1.0, 1.0), _upload(1, 4.0, 3.0)):
+        host.handle(u, out)
+    host.handle(Average(1), out)
+    reference = FedServer().average([_upload(0, 1.0, 1.0), _upload(1, 4.0, 3.0)], 1)
+    (to, receipt), = out
+    assert to == EDGE and receipt == Averaged(1, {0: 8})
+    assert torch.equal(host.latest[0].state["w"], reference[0].state["w"])   # (1·1 + 3·4)/4 = 3.25
+    assert torch.equal(host.latest[0].state["w"], torch.full((2,), 3.25))
+    out.clear()
+    take(host, Take(2, keep=9), _upload(2, 7.0, 1.0), out)                # kept, not folded
+    host.handle(Send(2, 2, 1, "device", {0: ("kept", 9, 0)}), out)
+    host.handle(Send(EDGE, -1, 1, "edge", {0: ("avg", 0), 1: ("global", 1)}), out)
+    host.handle(Send(0, 0, 1, "device", {0: ("global", 0)}, fresh_optimizer=True), out)
+    (to_2, kept), (to_edge, avg), (to_0, glob) = out
+    assert to_2 == 2 and torch.equal(kept.blocks[0].state["w"], torch.full((2,), 7.0)) and host.kept == {}
+    assert to_edge == EDGE and sorted(avg.blocks) == [0]                   # block 1 was never averaged: left out
+    assert to_0 == 0 and glob.fresh_optimizer and torch.equal(glob.blocks[0].state["w"], torch.full((2,), 3.25))
+    host.handle(GetState(), out)
+    assert out[-1] == (EDGE, State(None, host.fed.state_dict()))
+    fresh = FedHost()
+    fresh.handle(SetState(None, host.fed.state_dict()), out)
+    assert torch.equal(fresh.fed.global_blocks[0]["w"], torch.full((2,), 3.25))
+    with pytest.raises(MessageMismatchError, match="only the fed server keeps uploads"):
+        take(DeviceHost(devices()), Take(FED, keep=1), _upload(0, 1.0, 1.0), out)
+    with pytest.raises(MessageMismatchError, match="the fed server cannot handle a Forward"):
+        host.handle(Forward(1, []), out)
+    with pytest.raises(MessageMismatchError, match="holds no block"):
+        host.block(("elsewhere", 0))
+
+
+def test_the_local_network_delivers_between_hosts_only_when_told_to_take() -> None:
+    net = LocalNetwork(DeviceHost(devices()), FedHost())
+    with torch.no_grad():
+        net.devices[0].blocks[0].weight.add_(1.0)                          # device 0's model differs from device 2's
+    net.send(0, Upload(0, 1, [0], 1.0))
+    (receipt,) = net.receive([0])
+    assert isinstance(receipt, Uploaded) and net.fed._running == {}       # the upload waits for the Take
+    net.send(FED, Take(0))
+    assert sorted(net.fed._running) == [0]
+    with pytest.raises(MessageMismatchError, match="the fed server was told to take a message from device 1, which "
+                                                   "sent none"):
+        net.send(FED, Take(1))
+    with pytest.raises(MessageMismatchError, match="the edge server expected a message from the fed server, which sent none"):
+        net.receive([FED])
+    with pytest.raises(MessageMismatchError, match="not to itself"):
+        net.send(EDGE, RoundEnd(1))
+    net.send(FED, Average(1))
+    net.send(FED, Send(2, 2, 1, "device", {0: ("avg", 0)}))
+    assert not torch.equal(net.devices[2].blocks[0].weight, net.devices[0].blocks[0].weight)
+    net.send(2, Take(FED))                                                 # the average of one upload: device 0's
+    assert torch.equal(net.devices[2].blocks[0].weight, net.devices[0].blocks[0].weight)
+    assert net.receive([FED])[0] == Averaged(1, {0: 64})
+    assert net.hosts([2, 0]) == [[2, 0]] and net.hosts([]) == []
+    assert net.device_blocks(1) is net.devices[1].blocks and net.end_round(1) is None

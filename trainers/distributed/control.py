@@ -1,0 +1,99 @@
+"""The messages that run a rank, besides the roles' own (:mod:`trainers.messages`,
+:mod:`trainers.protocol`): joining, setting a device rank up, link rates, the round's report,
+stopping and failing (docs/distributed.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from trainers.optim import OptimizerSpec
+
+
+@dataclass
+class Envelope:
+    """Every message between ranks travels in one: ``t_send`` (:func:`time.time` when it was
+    handed to the transport), ``rate`` (bit/s of its link when links are emulated) and
+    ``charged_bytes`` (what the latency model charges for it, when more than the message: the edge
+    server's blocks, one copy per device instance, eq. 25). ``arrived`` is set by the receiver."""
+
+    msg: Any
+    t_send: float
+    rate: float | None = None
+    charged_bytes: int | None = None
+    arrived: float = 0.0
+
+
+@dataclass
+class Layout:
+    """Rank 0 → every rank: how many devices the run has (the rank layout follows)."""
+
+    num_devices: int
+
+
+@dataclass
+class DeviceSpec:
+    """One device a device rank builds: its cut, the positions of its samples in the data set (not
+    the samples), its batch size, sampler seed and optimizer."""
+
+    cut: int
+    positions: torch.Tensor
+    batch_size: int
+    seed: list[int]
+    optimizer: OptimizerSpec
+
+
+@dataclass
+class Setup:
+    """Rank 0 → a device rank: build these devices from the data set and model ``source`` names
+    (``dataset``, ``model``, ``model_width``, ``num_train``, ``num_classes``) and the chain's
+    ``initial`` weights."""
+
+    source: dict[str, Any]
+    initial: list[dict[str, torch.Tensor]]
+    devices: dict[int, DeviceSpec] = field(default_factory=dict)
+
+
+@dataclass
+class Ready:
+    devices: list[int]
+
+
+@dataclass
+class LinkRates:
+    """The round's link rates (bit/s) where links are emulated: per device ``up_bps``,
+    ``down_bps``, ``fed_up_bps``, ``fed_down_bps``; and ``edge_to_fed_bps``, ``fed_to_edge_bps``."""
+
+    devices: dict[int, dict[str, float]]
+    edge_to_fed_bps: float
+    fed_to_edge_bps: float
+
+
+@dataclass
+class Report:
+    """A rank's answer to RoundEnd: the seconds it measured per stage and participant."""
+
+    seconds: dict[str, dict[Any, float]]
+
+
+@dataclass
+class Stop:
+    pass
+
+
+@dataclass
+class Abort:
+    reason: str
+
+
+@dataclass
+class RoleError:
+    """A role's own error on a rank (``nonfinite``, ``mismatch``, ``input``): rank 0 raises it as its own."""
+
+    kind: str
+    message: str
+
+
+RANK_MESSAGES = (Envelope, Layout, DeviceSpec, Setup, Ready, LinkRates, Report, Stop, Abort, RoleError)

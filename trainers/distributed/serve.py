@@ -1,0 +1,177 @@
+"""Ranks 1..W−1: the fed server's rank and the device ranks (docs/distributed.md).
+
+A rank hosts its roles with the simulator's handlers (:mod:`trainers.hosts`: a
+:class:`~trainers.hosts.FedHost` on rank 1, a :class:`~trainers.hosts.DeviceHost` of its devices
+on a device rank) and serves rank 0's messages until :class:`Stop`: each message is handed to the
+host, whose answers go straight to their receiver (an activation to rank 0, an upload to the fed
+server, the fed server's blocks to a device). A :class:`~trainers.protocol.Take` reads the next
+message from the rank it names, so the order of everything is rank 0's, as in the simulator.
+
+A rank measures what it does (device FP and BP per device, transfers as arrival − send, emulated
+with ``--emulate-links``) in a :class:`~trainers.distributed.timing.StageLedger` and reports it at
+the round's end (:class:`~trainers.protocol.RoundEnd`).
+
+A device rank loads the data set itself (its own ``--data-root``) and builds the model's
+architecture from the spec; rank 0 sends it only the positions of its devices' samples, their cuts,
+seeds and optimizer, and the model's initial weights: no input sample ever crosses the wire. It
+imports user code (``--model file.py:factory``) only when its own command line names it.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from adaptplan.errors import InputError
+from trainers.distributed.control import LinkRates, Ready, Report, Setup, Stop
+from trainers.distributed.layout import EDGE_RANK, FED_RANK, RankLayout
+from trainers.distributed.timing import StageLedger, book_transfer, link_rate
+from trainers.distributed.transport import Channel, role_error
+from trainers.hosts import DeviceHost, FedHost, take
+from trainers.messages import CutGradient, MessageMismatchError, ModelDownload, ModelUpload, NonFiniteError
+from trainers.protocol import EDGE, FED, Forward, RoundEnd, Send, Take
+from trainers.roles import Device
+
+IDLE_FACTOR = 1.5
+"""A rank waiting for rank 0's next message allows it this many --rank-timeout."""
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """What a serving rank takes from its own command line (everything else comes from rank 0)."""
+
+    timeout: float = 60.0
+    threads: int | None = None
+    data_root: str | None = None
+    download: bool = False
+    model: str | None = None          # the --model its command line names, if any
+
+
+class RankLoop:
+    """Serve rank 0's messages with ``host`` (a FedHost on the fed rank; on a device rank the
+    DeviceHost that :class:`Setup` builds)."""
+
+    def __init__(self, channel: Channel, layout: RankLayout, first_timeout: float,
+                 options: WorkerOptions | None = None) -> None:
+        self.channel = channel
+        self.layout = layout
+        self.first_timeout = first_timeout
+        self.options = options or WorkerOptions()
+        self.rank = channel.rank
+        self.me = FED if self.rank == FED_RANK else None
+        self.host: Any = FedHost() if self.rank == FED_RANK else None
+        self.ledger = StageLedger()
+        self.rates: LinkRates | None = None
+        self.charged: int | None = None
+
+    def _rank(self, address: Any) -> int:
+        return EDGE_RANK if address == EDGE else FED_RANK if address == FED else self.layout.rank_of(int(address))
+
+    def emit(self, to: Any, msg: Any) -> None:
+        sender = self.me if self.me is not None else getattr(msg, "device", None)
+        self.channel.send(msg, self._rank(to), rate=link_rate(self.rates, msg, sender, to), charged_bytes=self.charged)
+
+    def serve(self) -> None:
+        """Until :class:`Stop`: the first message may take ``first_timeout`` s (rank 0 loads data,
+        profiles and plans first), every later one ``IDLE_FACTOR`` time-outs (rank 0 sends at least
+        one message per round; it waits for a rank at most one time-out, so when another rank hangs
+        rank 0 notices first and names it)."""
+        timeout = self.first_timeout
+        while True:
+            envelope = self.channel.recv(EDGE_RANK, timeout=timeout)
+            timeout = IDLE_FACTOR * self.channel.timeout
+            msg = envelope.msg
+            if isinstance(msg, Stop):
+                return
+            try:
+                self.dispatch(envelope)
+            except (NonFiniteError, MessageMismatchError, InputError) as exc:   # the role code's own: rank 0 decides
+                self.channel.send(role_error(exc), EDGE_RANK)
+
+    def dispatch(self, envelope: Any) -> None:
+        msg = envelope.msg
+        if isinstance(msg, Setup):
+            self.setup(msg)
+        elif isinstance(msg, LinkRates):
+            self.rates = msg
+        elif isinstance(msg, Take):
+            taken = self.channel.recv(self._rank(msg.source))
+            take(self.host, msg, book_transfer(self.ledger, taken, self.me), self.emit)
+        elif isinstance(msg, RoundEnd):
+            self.host.handle(msg, self.emit)
+            self.channel.send(Report(self.ledger.take()), EDGE_RANK)
+        elif isinstance(msg, Forward):              # each device's FP timed, its activation sent at once
+            for item in msg.items:
+                start = time.perf_counter()
+                self.host.handle(Forward(msg.round, [item], msg.recompute), self.emit)
+                self.ledger.add(item[0], "device FP", time.perf_counter() - start)
+        elif isinstance(msg, CutGradient):
+            book_transfer(self.ledger, envelope, self.me)
+            start = time.perf_counter()
+            self.host.handle(msg, self.emit)
+            self.ledger.add(msg.device, "device BP", time.perf_counter() - start)
+        elif isinstance(msg, Send):
+            self.charged = msg.charged_bytes
+            try:
+                self.host.handle(msg, self.emit)
+            finally:
+                self.charged = None
+        else:
+            if isinstance(msg, (ModelUpload, ModelDownload)):
+                book_transfer(self.ledger, envelope, self.me)
+            self.host.handle(msg, self.emit)
+
+    def setup(self, msg: Setup) -> None:
+        """Load the data set and build the chain here (:func:`local_chain`), build the hosted
+        devices on their samples' positions, warm torch up on a copy of the chain (eval mode,
+        zeros: no random number is drawn, no state changes), then tell rank 0 this rank is ready."""
+        template, x, y = local_chain(msg.source, msg.initial, self.options)
+        devices = {}
+        for i, spec in msg.devices.items():
+            positions = np.asarray(spec.positions.numpy(), dtype=np.int64)
+            if positions.size and (positions.min() < 0 or positions.max() >= x.shape[0]):
+                raise InputError(f"device {i}'s samples lie outside this rank's {x.shape[0]} training samples",
+                                 field="--data-root")
+            devices[i] = Device(i, template, spec.cut, x, y, positions, spec.batch_size, spec.seed, spec.optimizer)
+        self.host = DeviceHost(devices)
+        warm = copy.deepcopy(template).eval()
+        with torch.no_grad():
+            warm(torch.zeros_like(x[:2]))
+        self.channel.send(Ready(sorted(devices)), EDGE_RANK)
+
+
+def local_chain(source: dict[str, Any], initial: list[dict[str, torch.Tensor]], options: WorkerOptions
+                ) -> tuple[torch.nn.Sequential, torch.Tensor, torch.Tensor]:
+    """(chain, x_train, y_train) on this rank: the data set ``source["dataset"]`` from this rank's
+    ``--data-root``, the architecture of ``source["model"]`` with rank 0's ``initial`` weights.
+    :class:`InputError` when the data set differs from rank 0's in size or classes, the weights
+    do not fit, or the model is user code this rank's command line does not name."""
+    from profilers.chain import build_chain
+    from trainers.datasets import load_dataset
+    from trainers.models import BUILTINS, build_model
+
+    model_spec = str(source["model"])
+    if model_spec not in BUILTINS and model_spec != options.model:
+        raise InputError(f"a device rank imports only code its own command line names: rank 0 trains {model_spec[:200]!r}; "
+                         f"start every rank with --model {model_spec[:200]}", field="--model")
+    data = load_dataset(str(source["dataset"]), options.data_root, options.download)
+    if (int(data.x_train.shape[0]), int(data.num_classes)) != (int(source["num_train"]), int(source["num_classes"])):
+        raise InputError(f"this rank's {source['dataset']} has {data.x_train.shape[0]} training samples of "
+                         f"{data.num_classes} classes, rank 0's {source['num_train']} of {source['num_classes']}: give "
+                         "every rank the same data set", field="--data-root")
+    input_shape = tuple(int(s) for s in data.x_train.shape[1:])
+    model = build_model(model_spec, input_shape, data.num_classes, int(source["model_width"]))
+    chain = build_chain(model, data.x_train[:2]).blocks
+    if len(chain) != len(initial):
+        raise InputError(f"{model_spec} splits into {len(chain)} blocks here, {len(initial)} on rank 0", field="--model")
+    for j, (block, state) in enumerate(zip(chain, initial)):
+        try:
+            block.load_state_dict(state)
+        except RuntimeError:
+            raise InputError(f"rank 0's weights of block {j} do not fit {model_spec} built here", field="--model") from None
+    return chain, data.x_train, data.y_train
