@@ -14,8 +14,8 @@ from trainers.messages import (Activation, BlockState, CutGradient, MessageMisma
                                NonFiniteError)
 from trainers.network import LocalNetwork
 from trainers.optim import OptimizerSpec
-from trainers.protocol import (EDGE, FED, Average, Averaged, Blocks, Forward, GetBlocks, GetState, RoundEnd, Send,
-                               SetState, State, Take, Upload, Uploaded)
+from trainers.protocol import (EDGE, FED, Average, Blocks, Forward, GetBlocks, GetState, RoundEnd, Send, SetState,
+                               State, Take, Upload)
 from trainers.roles import Device, FedServer
 
 SGD = OptimizerSpec("sgd", 0.1, 0.9)
@@ -53,17 +53,17 @@ def test_a_forward_emits_each_devices_activation_in_the_messages_order() -> None
     assert not torch.equal(host.devices[2].blocks[0].weight, devices()[2].blocks[0].weight)
 
 
-def test_an_upload_to_the_fed_server_comes_with_a_receipt_for_the_edge_server() -> None:
+def test_an_upload_goes_where_the_edge_server_says_with_the_blocks_below_the_cut() -> None:
     host = DeviceHost(devices(cut=3))
     out = Outbox()
     host.handle(Upload(1, 4, [0, 2, 5], 2.5), out)
-    (to_fed, upload), (to_edge, receipt) = out
+    (to_fed, upload), = out                                                # no receipt: sizes follow from the model
     assert to_fed == FED and isinstance(upload, ModelUpload) and sorted(upload.blocks) == [0, 2] and upload.weight == 2.5
     assert torch.equal(upload.blocks[0].state["weight"], host.devices[1].blocks[0].weight)
-    assert to_edge == EDGE and receipt == Uploaded(1, 4, upload.num_bytes, [0, 2]) and receipt.num_bytes == (12 + 4 + 8 + 2) * 4
+    assert upload.num_bytes == (12 + 4 + 8 + 2) * 4 and upload.blocks[0].optimizer is None
     out.clear()
     host.handle(Upload(1, 4, [0], 1.0, with_optimizer=True, to=EDGE), out)
-    assert [(to, type(m).__name__) for to, m in out] == [(EDGE, "ModelUpload")]    # to the edge: no receipt
+    assert [(to, type(m).__name__) for to, m in out] == [(EDGE, "ModelUpload")]
     assert out[0][1].blocks[0].optimizer is not None
 
 
@@ -100,8 +100,7 @@ def test_the_fed_server_folds_averages_and_sends_on_what_it_holds() -> None:
         host.handle(u, out)
     host.handle(Average(1), out)
     reference = FedServer().average([_upload(0, 1.0, 1.0), _upload(1, 4.0, 3.0)], 1)
-    (to, receipt), = out
-    assert to == EDGE and receipt == Averaged(1, {0: 8})
+    assert out == [] and sorted(host.latest) == [0]
     assert torch.equal(host.latest[0].state["w"], reference[0].state["w"])   # (1·1 + 3·4)/4 = 3.25
     assert torch.equal(host.latest[0].state["w"], torch.full((2,), 3.25))
     out.clear()
@@ -131,8 +130,7 @@ def test_the_local_network_delivers_between_hosts_only_when_told_to_take() -> No
     with torch.no_grad():
         net.devices[0].blocks[0].weight.add_(1.0)                          # device 0's model differs from device 2's
     net.send(0, Upload(0, 1, [0], 1.0))
-    (receipt,) = net.receive([0])
-    assert isinstance(receipt, Uploaded) and net.fed._running == {}       # the upload waits for the Take
+    assert net.fed._running == {} and net.inbox == {}                      # the upload waits for the Take
     net.send(FED, Take(0))
     assert sorted(net.fed._running) == [0]
     with pytest.raises(MessageMismatchError, match="the fed server was told to take a message from device 1, which "
@@ -147,6 +145,5 @@ def test_the_local_network_delivers_between_hosts_only_when_told_to_take() -> No
     assert not torch.equal(net.devices[2].blocks[0].weight, net.devices[0].blocks[0].weight)
     net.send(2, Take(FED))                                                 # the average of one upload: device 0's
     assert torch.equal(net.devices[2].blocks[0].weight, net.devices[0].blocks[0].weight)
-    assert net.receive([FED])[0] == Averaged(1, {0: 64})
     assert net.hosts([2, 0]) == [[2, 0]] and net.hosts([]) == []
     assert net.device_blocks(1) is net.devices[1].blocks and net.end_round(1) is None

@@ -262,3 +262,23 @@ def test_sampling_never_asks_more_devices_than_there_are() -> None:
 
     engine = SplitEngine(small_model(), [9], make_strategy_psl(), make_data(1), {"lr": 0.05}, batch_size=4, seed=0)
     assert sample_devices(engine.context(1), 0.1, minimum=2) == [0]
+
+
+def test_strategies_see_server_passes_and_model_views_not_the_runtime_classes() -> None:
+    """The two protocols of trainers.api are what EdgeServer and SplitEngine offer strategies:
+    every protocol method exists there with the same parameters; the classes themselves are not
+    part of the strategy API."""
+    import inspect
+
+    import trainers.api as api
+    from trainers.engine import SplitEngine
+    from trainers.roles import EdgeServer
+
+    for protocol, cls in ((api.ServerPasses, EdgeServer), (api.ModelViews, SplitEngine)):
+        methods = [n for n, v in vars(protocol).items() if inspect.isfunction(v) and not n.startswith("_")]
+        assert methods, protocol
+        for name in methods:
+            wanted = list(inspect.signature(getattr(protocol, name)).parameters)
+            assert list(inspect.signature(getattr(cls, name)).parameters)[:len(wanted)] == wanted, (cls, name)
+    assert "EdgeServer" not in api.__all__ and not hasattr(api, "EdgeServer") and not hasattr(api, "SplitEngine")
+    assert {"ServerPasses", "ModelViews"} <= set(api.__all__)

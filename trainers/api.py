@@ -9,17 +9,18 @@ A round (docs/architecture.md "The runtime"), and the decision points it asks th
    simulated times of the latency model. ``server_mode`` says how arrivals are handed over:
    ``"barrier"`` (all of a group at once, when the last arrives) or ``"arrival"`` (one at a time,
    in arrival order, the server busy while it works).
-4. ``serve(edge, ctx, arrivals) -> [CutGradient]`` — what the edge server does with them: run
-   them through its blocks (:meth:`EdgeServer.run`, concatenating devices that meet), form any
-   loss, back-propagate fully or only to the cut (:meth:`ServerPass.cut_gradients`), take
-   per-device server gradients (:meth:`EdgeServer.per_device_gradients`), step owners
-   (:meth:`EdgeServer.step`). It answers any subset of the devices; ``flush(edge, ctx)`` is asked
+4. ``serve(edge, ctx, arrivals) -> [CutGradient]`` — what the edge server does with them, through
+   its :class:`ServerPasses` only: run them through its blocks (``run``, concatenating devices
+   that meet; ``chunks``/``spans`` for bounded passes), form any loss, back-propagate fully or
+   only to the cut (:meth:`ServerPass.cut_gradients`), take per-device server gradients
+   (``per_device_gradients``), step owners (``step``). It answers any subset of the devices; ``flush(edge, ctx)`` is asked
    for the rest when the group's arrivals are all served. :func:`answer` / :func:`skip` build
    the replies (a skip drops the device's step without an update).
 5. ``after_group(ctx, group) -> [Handoff]`` — client models passed between devices (SL).
 6. ``aggregation(ctx) -> Aggregation | None`` — client-side model averaging: which blocks,
    weights (|𝒟_i| or equal), whose models, and who receives the average (participants or all).
-7. ``eval_models(view)`` — the models whose mean test accuracy is reported.
+7. ``eval_models(view)`` — the models whose mean test accuracy is reported, from the
+   :class:`ModelViews` (not the runtime itself).
 
 Layout: ``server_owner(device, block, deepest_cut)`` — which edge-server instance holds a block
 (a device index = a per-device copy; ``None`` = one shared instance). Optimizers:
@@ -32,7 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Hashable, Sequence
+from typing import Any, Callable, Hashable, Iterable, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -41,14 +42,61 @@ from torch import nn
 from adaptplan.errors import InputError
 from trainers.messages import Activation, CutGradient, ModelUpload, NonFiniteError
 from trainers.optim import OptimizerSpec
-from trainers.roles import EdgeServer, ServerPass
+from trainers.roles import ServerPass
 
-if TYPE_CHECKING:  # pragma: no cover
-    from trainers.engine import SplitEngine
-
-__all__ = ["Activation", "CutGradient", "ModelUpload", "NonFiniteError", "EdgeServer", "ServerPass", "OptimizerSpec", "InputError",
+__all__ = ["Activation", "CutGradient", "ModelUpload", "NonFiniteError", "ServerPasses", "ModelViews", "ServerPass",
+           "OptimizerSpec", "InputError",
            "RoundContext", "Aggregation", "Handoff", "Strategy", "AsyncStrategy", "answer", "skip", "mean_ce",
            "logit_adjusted_ce", "label_prior", "parallel_step", "every_interval", "sample_devices"]
+
+
+class ServerPasses(Protocol):
+    """What a strategy may do with the edge server (trainers.roles.EdgeServer implements it; the
+    strategy never sees the class): forward passes, gradients, optimizer steps."""
+
+    def run(self, arrivals: Sequence[Activation], concatenate: bool = True) -> ServerPass:
+        """Eq. (3): every arrival through its server blocks."""
+
+    def chunks(self, arrivals: Sequence[Activation]) -> list[list[Activation]]:
+        """``arrivals`` in consecutive chunks within the pass budget (memory)."""
+
+    def spans(self, samples: int) -> list[slice]:
+        """Rows of a server-internal batch in slices within the pass budget."""
+
+    def run_features(self, features: torch.Tensor, device: int) -> torch.Tensor:
+        """Cut-layer features through the server blocks device ``device`` uses."""
+
+    def per_device_gradients(self, arrivals: Sequence[Activation],
+                             loss_of: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor],
+                             create_graph: bool = False) -> dict[int, Any]:
+        """Each device's own server gradient g_i and cut gradient (GAPSL)."""
+
+    def parameters(self, device: int) -> list[nn.Parameter]:
+        """The server parameters device ``device``'s stream passes through."""
+
+    def add_gradients(self, params: Sequence[nn.Parameter], grads: Sequence[torch.Tensor]) -> None:
+        """Accumulate ``grads`` into ``params``' gradients."""
+
+    def owners(self, devices: Iterable[int]) -> list[Hashable]:
+        """The owners (optimizers) the devices' streams touch."""
+
+    def step(self, owners: Iterable[Hashable], scale: dict[Hashable, float] | float = 1.0) -> None:
+        """One optimizer step per owner."""
+
+
+class ModelViews(Protocol):
+    """The models a strategy may ask for to evaluate (trainers.engine.SplitEngine implements it)."""
+
+    num_devices: int
+
+    def averaged_model(self, devices: Sequence[int] | None = None) -> nn.Sequential:
+        """w̄: the block-wise mean of the devices' models."""
+
+    def device_model(self, device: int) -> nn.Sequential:
+        """Device i's full model [w_{c,i}; w_{s,i}]."""
+
+    def global_model(self) -> nn.Sequential:
+        """The fed server's global client model with the edge server's blocks (GAS)."""
 
 
 @dataclass
@@ -176,7 +224,7 @@ def logit_adjusted_ce(logits: torch.Tensor, labels: torch.Tensor, prior: torch.T
     return nn.functional.cross_entropy(logits + tau * torch.log(prior.to(logits.device, logits.dtype) + eps), labels)
 
 
-def parallel_step(edge: EdgeServer, ctx: RoundContext, arrivals: Sequence[Activation]) -> list[CutGradient]:
+def parallel_step(edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Activation]) -> list[CutGradient]:
     """All arrivals at the same server weights (eqs. 3–5): forward (devices meeting at an instance
     concatenated), back-propagate Σ_i F_i, step per-device instances with their own gradient
     g_{n,i} (eq. 5) and shared instances with the |𝒟_i|-weighted average of the g_{s,i} (eq. 4;
@@ -245,10 +293,10 @@ class Strategy:
     def schedule(self, ctx: RoundContext, participants: Sequence[int]) -> list[list[int]]:
         return [list(participants)]
 
-    def serve(self, edge: EdgeServer, ctx: RoundContext, arrivals: Sequence[Activation]) -> list[CutGradient]:
+    def serve(self, edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Activation]) -> list[CutGradient]:
         return parallel_step(edge, ctx, arrivals)
 
-    def flush(self, edge: EdgeServer, ctx: RoundContext) -> list[CutGradient]:
+    def flush(self, edge: ServerPasses, ctx: RoundContext) -> list[CutGradient]:
         """Replies still owed after the group's arrivals were all served."""
         return []
 
@@ -258,7 +306,7 @@ class Strategy:
     def aggregation(self, ctx: RoundContext) -> Aggregation | None:
         return None
 
-    def eval_models(self, view: "SplitEngine") -> list[nn.Module]:
+    def eval_models(self, view: ModelViews) -> list[nn.Module]:
         return [view.averaged_model()]
 
     # ---- checkpoint -----------------------------------------------------------------------------

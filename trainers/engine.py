@@ -37,6 +37,7 @@ from trainers.clock import STAGES, StageTimes
 from trainers.config import CLIENT_RECOMPUTE, RECOMPUTE_GROUP, SERVER_PASS_SAMPLES, check_choice
 from trainers.hosts import DeviceHost, FedHost, device_finite_items
 from trainers.messages import (Activation, BlockState, CutGradient, MessageMismatchError, ModelDownload, check_all_finite,
+                               tensor_bytes,
                                deferred_finite_checks)
 from trainers.optim import OptimizerSpec, mean_param_state
 from trainers.network import LocalNetwork, Network
@@ -190,6 +191,9 @@ class SplitEngine:
         data = _data_on_device(data, self.device)
         self.template = chain
         self.num_blocks = len(chain)
+        self.block_bytes = [sum(tensor_bytes(t) for t in block.state_dict().values() if torch.is_tensor(t))
+                            for block in chain]
+        """Bytes of each block's state: what any device's or average's copy of it weighs (BlockState.num_bytes)."""
         self.num_devices = len(data.parts)
         self.strategy = strategy
         self.data = data
@@ -408,14 +412,14 @@ class SplitEngine:
 
     def _handoff(self, h: "Handoff", round_index: int, times: StageTimes, start: float, ledger: _Ledger) -> float:
         """Device ``h.source`` → fed server → device ``h.target``: client blocks with their optimizer state."""
-        self.net.send(h.source, Upload(h.source, round_index, list(range(self.num_blocks)), 1.0, with_optimizer=True))
-        (receipt,) = self.net.receive([h.source])
+        moved = list(range(self.cuts[h.source]))
+        self.net.send(h.source, Upload(h.source, round_index, moved, 1.0, with_optimizer=True))
         key = self._key()
         self.net.send(FED, Take(h.source, keep=key))
-        self.net.send(FED, Send(h.target, h.target, round_index, "device", {j: ("kept", key, j) for j in receipt.blocks}))
+        self.net.send(FED, Send(h.target, h.target, round_index, "device", {j: ("kept", key, j) for j in moved}))
         self.net.send(h.target, Take(FED))
-        self.bytes_up += receipt.num_bytes
-        self.bytes_down += receipt.num_bytes            # the same blocks, on to the next device
+        self.bytes_up += self._bytes(moved)
+        self.bytes_down += self._bytes(moved)           # the same blocks, on to the next device
         ledger.add(h.source, "model upload", float(times.model_up[h.source]))
         ledger.add(h.target, "model download", float(times.model_down[h.target]))
         return start + float(times.model_up[h.source]) + float(times.model_down[h.target])
@@ -431,23 +435,25 @@ class SplitEngine:
         sizes = ctx.data_sizes
         blocks = list(agg.blocks)
         edge_up_bits, up_done = 0.0, start
+        uploaded: set[int] = set()
         for d in devices:   # each upload is folded into the fed server's running average as it is taken
             w = float(sizes[d]) if agg.weights == "data_size" else 1.0
             self.net.send(d, Upload(d, ctx.round, blocks, w))
             self.net.send(FED, Take(d))
             e = self.edge.upload(d, ctx.round, blocks, w)
             self.net.send(FED, e)
+            mine = [j for j in blocks if j < self.cuts[d]]
+            uploaded.update(mine, e.blocks)
+            self.bytes_up += self._bytes(mine)
             self.bytes_server += e.num_bytes
             edge_up_bits += 8.0 * e.num_bytes
-        for receipt in self.net.receive(devices):
-            self.bytes_up += receipt.num_bytes
-            if receipt.blocks:
-                ledger.add(receipt.device, "model upload", float(times.model_up[receipt.device]))
-                up_done = max(up_done, start + float(times.model_up[receipt.device]))
+            if mine:
+                ledger.add(d, "model upload", float(times.model_up[d]))
+                up_done = max(up_done, start + float(times.model_up[d]))
         edge_up = times.edge_up_seconds(edge_up_bits) if edge_up_bits else 0.0
         ledger.add("edge", "model upload", edge_up)
         up_done = max(up_done, start + edge_up)
-        averaged = self._average(ctx.round)
+        averaged = self._average(ctx.round, uploaded)
         recipients = devices if agg.recipients == "participants" else list(range(self.num_devices))
         end, edge_down_bits, edge_msgs = up_done, 0.0, []
         for d in recipients:
@@ -477,12 +483,16 @@ class SplitEngine:
         ledger.add("edge", "model download", edge_down)
         return max(end, up_done + edge_down)
 
-    def _average(self, round_index: int) -> dict[int, int]:
-        """The fed server finishes its running average (it becomes the global model); its blocks' sizes (bytes)."""
+    def _average(self, round_index: int, blocks: set[int]) -> dict[int, int]:
+        """The fed server finishes its running average of ``blocks`` (it becomes the global model);
+        {block: its size in bytes}."""
         self.net.send(FED, Average(round_index))
-        (receipt,) = self.net.receive([FED])
-        self._global_sizes.update(receipt.sizes)
-        return dict(receipt.sizes)
+        sizes = {j: self.block_bytes[j] for j in sorted(blocks)}
+        self._global_sizes.update(sizes)
+        return sizes
+
+    def _bytes(self, blocks: Sequence[int]) -> int:
+        return sum(self.block_bytes[j] for j in blocks)
 
     def _key(self) -> int:
         self._next_key += 1
@@ -548,7 +558,7 @@ class SplitEngine:
             if flushed:
                 for u in flushed:
                     self.net.send(FED, u)
-                global_blocks = self._average(round_index)
+                global_blocks = self._average(round_index, {j for u in flushed for j in u.blocks})
             slot = st["active"].index(d)
             new = s.replace(ctx, d, st["active"])
             st["active"][slot] = new
@@ -749,8 +759,7 @@ class SplitEngine:
             self.net.send(d, SetState(d, s))
         self.edge.load_state_dict(state["edge"])
         self.net.send(FED, SetState(None, state["fed"]))
-        self._global_sizes = {int(j): sum(t.numel() * t.element_size() for t in s.values() if torch.is_tensor(t))
-                              for j, s in state["fed"].get("global_blocks", {}).items()}
+        self._global_sizes = {int(j): self.block_bytes[int(j)] for j in state["fed"].get("global_blocks", {})}
         self.rng.bit_generator.state = state["rng"]
         self.strategy.load_state_dict(_tensors_to(state["strategy"], self.device))
         self.strategy.check_state(self.context(0))

@@ -14,8 +14,8 @@ from typing import Any, Callable
 from trainers.batching import ClientBatcher
 from trainers.messages import (BlockState, CutGradient, MessageMismatchError, ModelDownload, ModelUpload,
                                check_all_finite)
-from trainers.protocol import (EDGE, FED, Average, Averaged, Blocks, Forward, GetBlocks, GetState, RoundEnd, Send,
-                               SetState, State, Take, Upload, Uploaded)
+from trainers.protocol import (EDGE, FED, Average, Blocks, Forward, GetBlocks, GetState, RoundEnd, Send, SetState,
+                               State, Take, Upload)
 from trainers.roles import Device, FedServer
 
 Emit = Callable[[Any, Any], None]
@@ -50,10 +50,7 @@ class DeviceHost:
         elif isinstance(msg, ModelDownload):
             self.device(msg.device).download(msg)
         elif isinstance(msg, Upload):
-            upload = self.device(msg.device).upload(msg.round, msg.blocks, msg.weight, msg.with_optimizer)
-            emit(msg.to, upload)
-            if msg.to != EDGE:
-                emit(EDGE, Uploaded(msg.device, msg.round, upload.num_bytes, list(upload.blocks)))
+            emit(msg.to, self.device(msg.device).upload(msg.round, msg.blocks, msg.weight, msg.with_optimizer))
         elif isinstance(msg, GetBlocks):
             emit(EDGE, Blocks(msg.device, [block.state_dict() for block in self.device(msg.device).blocks]))
         elif isinstance(msg, GetState):
@@ -92,7 +89,6 @@ class FedHost:
             self.fed.add(msg)
         elif isinstance(msg, Average):
             self.latest = self.fed.finish(msg.round)
-            emit(EDGE, Averaged(msg.round, {j: bs.num_bytes for j, bs in self.latest.items()}))
         elif isinstance(msg, Send):
             blocks = {j: b for j, b in ((j, self.block(ref)) for j, ref in msg.refs.items()) if b is not None}
             emit(msg.to, ModelDownload(msg.device, msg.round, msg.receiver, blocks, msg.cut,

@@ -16,16 +16,17 @@ message            from → to           meaning
 =================  ==================  =====================================================
 :class:`Forward`   edge → device host  run the client forward (eq. 2) of these devices
 :class:`Upload`    edge → device host  send these blocks to the fed server (or the edge)
-:class:`Uploaded`  device host → edge  receipt of an upload sent to the fed server: its size
 :class:`Take`      edge → any host     take the next message from ``source`` now
-:class:`Average`   edge → fed server   finish the running average; reply :class:`Averaged`
-:class:`Averaged`  fed server → edge   which blocks were averaged, and their sizes (bytes)
+:class:`Average`   edge → fed server   finish the running average (it becomes the global model)
 :class:`Send`      edge → fed server   send blocks it holds as a ModelDownload to ``to``
 :class:`GetBlocks` edge → device host  reply :class:`Blocks`: the device's client blocks
 :class:`GetState`  edge → any host     reply :class:`State` (a checkpoint's part)
 :class:`SetState`  edge → any host     load a checkpoint's part
 :class:`RoundEnd`  edge → any host     check the models for NaN/inf (the round's end)
 =================  ==================  =====================================================
+
+Nothing is acknowledged that the edge server can work out itself: the sizes of the blocks (bytes)
+follow from the model, so uploads and averages send no receipts and nobody waits for one.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ class Forward:
 @dataclass
 class Upload:
     """Device ``device`` sends its blocks among ``blocks`` (those below its cut) as a ModelUpload to
-    ``to`` (:data:`FED`, with a receipt :class:`Uploaded` to the edge; or :data:`EDGE`)."""
+    ``to`` (:data:`FED` or :data:`EDGE`)."""
 
     device: int
     round: int
@@ -62,16 +63,6 @@ class Upload:
     weight: float
     with_optimizer: bool = False
     to: str = FED
-
-
-@dataclass
-class Uploaded:
-    """Receipt of device ``device``'s upload to the fed server: its size (bytes) and blocks."""
-
-    device: int
-    round: int
-    num_bytes: int
-    blocks: list[int]
 
 
 @dataclass
@@ -89,14 +80,6 @@ class Average:
     the latest average (``("avg", j)`` in :class:`Send`) and the global model."""
 
     round: int
-
-
-@dataclass
-class Averaged:
-    """The blocks of the latest average and their sizes (bytes)."""
-
-    round: int
-    sizes: dict[int, int]
 
 
 @dataclass
@@ -156,5 +139,5 @@ class RoundEnd:
     round: int
 
 
-CONTROL_MESSAGES = (Forward, Upload, Uploaded, Take, Average, Averaged, Send, GetBlocks, Blocks, GetState, State,
+CONTROL_MESSAGES = (Forward, Upload, Take, Average, Send, GetBlocks, Blocks, GetState, State,
                     SetState, RoundEnd)

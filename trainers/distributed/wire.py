@@ -8,8 +8,9 @@ A frame is, in order (docs/distributed.md, "The wire")::
 The header holds the sender, the receiver and a sequence number per (sender, receiver) pair (a
 replayed or re-ordered frame is refused), the value (a tree of JSON values, lists, tuples, sets,
 dicts with int/str/tuple keys, tensors, numpy arrays and the message dataclasses of
-:mod:`trainers.messages`) and one entry per tensor: its dtype (a fixed list), shape and byte range.
-Decoding builds only those types: nothing in a frame names a class or a function to call, so a
+:mod:`trainers.messages`, :mod:`trainers.protocol` and :mod:`trainers.distributed.control`) and one
+entry per tensor: its dtype (a fixed list), shape and byte range. Decoding builds only those types,
+by name from :data:`MESSAGE_TYPES`: nothing in a frame names a module or a function to call, so a
 crafted frame cannot run code. A frame that does not parse, names an unknown tag or dtype, has byte
 ranges outside the frame, is longer than :data:`MAX_FRAME_BYTES`, or whose tag does not match the
 run's secret is refused with :class:`WireError`.
