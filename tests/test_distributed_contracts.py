@@ -25,7 +25,7 @@ from torch import nn
 from adaptplan.errors import InputError
 from trainers.distributed import launch, serve, session, timing, transport
 from trainers.distributed import network as network_module
-from trainers.distributed.control import Abort, Envelope, Layout, Ready, Report, RoleError, Stop
+from trainers.distributed.control import Abort, DeviceSpec, Envelope, Layout, Ready, Report, RoleError, Setup, Stop
 from trainers.distributed.layout import EDGE_RANK, FED_RANK, RankLayout, default_world_size
 from trainers.distributed.network import RankNetwork
 from trainers.distributed.serve import RankLoop
@@ -366,6 +366,7 @@ def test_setup_sends_each_device_rank_sample_positions_and_weights_never_samples
         [t for obj in setups.values() for block in obj.initial for t in block.values()]
     assert not [t for t in tensors if t.dtype.is_floating_point and t.shape[-3:] == (1, 2, 2)]   # no sample
     assert net.channel.recv_calls == [(2, 120.0), (3, 120.0)]            # ready: SETUP_TIMEOUT_FACTOR time-outs
+    assert net.template is not None and len(net.template) == 2           # evaluation builds device blocks from it
 
 
 def test_messages_go_to_the_rank_of_their_device_and_the_fed_server_to_rank_1() -> None:
@@ -697,3 +698,80 @@ def test_train_distributed_hands_the_launcher_every_flag_after_train(monkeypatch
             "--rounds", "1", "--cuts", "2", "--no-progress"]
     assert main(["train", *argv]) == 0
     assert seen == [(argv, 4, 3, None)]
+
+
+def _synthetic_source(**changes) -> tuple[dict, list]:
+    """What rank 0 sends for the synthetic data set and the mlp of width 4 (built here as rank 0 does)."""
+    from profilers.chain import build_chain
+    from trainers.datasets import load_dataset
+    from trainers.models import build_model
+
+    data = load_dataset("synthetic")
+    torch.manual_seed(3)
+    chain = build_chain(build_model("mlp", (1, 8, 8), 10, 4), data.x_train[:2]).blocks
+    source = {"dataset": "synthetic", "model": "mlp", "model_width": 4, "num_train": 2000, "num_classes": 10, **changes}
+    return source, [{k: v.clone() for k, v in block.state_dict().items()} for block in chain]
+
+
+def test_a_device_rank_builds_the_model_here_with_rank_0s_weights_and_its_own_data() -> None:
+    source, initial = _synthetic_source()
+    chain, x, y = serve.local_chain(source, initial, serve.WorkerOptions())
+    assert x.shape == (2000, 1, 8, 8) and y.shape == (2000,)
+    assert len(chain) == len(initial) == 3
+    assert all(torch.equal(chain[j].state_dict()[k], v) for j, block in enumerate(initial) for k, v in block.items())
+    loop = _loop(2, world=4, devices=3)
+    devices = {0: DeviceSpec(2, torch.tensor([5, 9, 1999]), 2, [1, 0], OptimizerSpec("sgd", 0.1)),
+               2: DeviceSpec(1, torch.tensor([0, 3]), 2, [1, 2], OptimizerSpec("sgd", 0.1))}
+    loop.setup(Setup(source, initial, devices))
+    assert sorted(loop.host.devices) == [0, 2] and loop.host.devices[0].cut == 2 and loop.host.devices[2].cut == 1
+    assert loop.channel.sent[-1][:2] == (0, Ready([0, 2]))
+    assert sorted(loop.host.devices[0].sampler.next(3).tolist()) == [5, 9, 1999]     # its own samples, by position
+
+
+@pytest.mark.parametrize("change, devices, message", [
+    ({"num_train": 1999}, None, "this rank's synthetic has 2000 training samples of 10 classes, rank 0's 1999 of 10"),
+    ({"num_classes": 9}, None, "rank 0's 2000 of 9: give every rank the same data set"),
+    ({"model": "tests/evil.py:factory"}, None, "a device rank imports only code its own command line names"),
+    ({"model_width": 8}, None, "rank 0's weights of block 0 do not fit mlp built here"),
+    ({}, {1: [0, 2000]}, "device 1's samples lie outside this rank's 2000 training samples"),
+    ({}, {1: [-1, 3]}, "device 1's samples lie outside"),
+])
+def test_a_device_rank_refuses_a_model_or_data_set_that_differs_from_rank_0s(change, devices, message) -> None:
+    source, initial = _synthetic_source(**change)
+    loop = _loop(3, world=4, devices=3)
+    specs = {i: DeviceSpec(1, torch.tensor(p), 2, [1, i], OptimizerSpec("sgd", 0.1)) for i, p in (devices or {}).items()}
+    with pytest.raises(InputError, match=message):
+        loop.setup(Setup(source, initial, specs))
+    assert loop.channel.sent == []
+
+
+def test_model_messages_from_rank_0_are_booked_where_they_arrive(monkeypatch) -> None:
+    device_rank = _loop(2)
+    device_rank.host = RecordingHost()
+    download = ModelDownload(0, 1, "device", {0: _state(1.0)}, cut=2)
+    device_rank.dispatch(_envelope(download, t_send=5.0, arrived=5.5))
+    assert device_rank.host.handled == [download] and device_rank.ledger.seconds["model download"] == {0: 0.5}
+    fed = _loop(1)
+    fed.dispatch(_envelope(ModelUpload(2, 1, "edge", {0: _state(2.0)}, 1.0), t_send=5.0, arrived=5.25))
+    assert fed.ledger.seconds["model upload"] == {"edge": 0.25} and sorted(fed.host.fed._running) == [0]
+
+
+def test_a_local_run_joins_through_its_store_file_not_a_tcp_store(tmp_path, monkeypatch) -> None:
+    """With ADAPTPLAN_STORE_FILE the rendezvous is that file (one rank here, in this process): no
+    MASTER_ADDR/MASTER_PORT is needed, and none is read."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():      # pragma: no cover - another test left a group behind
+        pytest.skip("a process group is already initialised in this process")
+    for name in ("MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("ADAPTPLAN_STORE_FILE", str(tmp_path / "store"))
+    try:
+        rank, world, group = session.join(5.0)
+        assert (rank, world) == (0, 1) and group is not None
+        assert (tmp_path / "store").exists()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

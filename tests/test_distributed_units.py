@@ -1,20 +1,21 @@
 """The torch.distributed runtime's pure parts, without processes: rank layout, stage ledgers, link
-emulation, the predicted-vs-measured table, the launcher's failure lines, message encoding."""
+emulation and rates, the predicted-vs-measured table, the launcher's failure lines and environment."""
 
 from __future__ import annotations
 
+import json
 import signal
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from trainers.distributed import launch, timing
+from trainers.distributed import environment, launch, timing
 from trainers.distributed.control import Envelope, LinkRates
-from trainers.messages import Activation, CutGradient, ModelDownload, ModelUpload
-from trainers.protocol import EDGE, FED, Forward
 from trainers.distributed.layout import RankLayout, default_world_size
 from trainers.history import History, RoundRecord
-from trainers.messages import Activation
+from trainers.messages import Activation, CutGradient, ModelDownload, ModelUpload
+from trainers.protocol import EDGE, FED, Forward
 
 
 def test_rank_layout_spreads_devices_round_robin_over_device_ranks() -> None:
@@ -144,3 +145,21 @@ def test_rank_environment_is_torchruns_contract_on_loopback(monkeypatch) -> None
             "GLOO_SOCKET_IFNAME": "lo"}
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth1")
     assert launch.rank_environment(0, 3, 1)["GLOO_SOCKET_IFNAME"] == "eth1"
+    # the launcher's own secret and store replace whatever the user's environment had
+    monkeypatch.setenv("ADAPTPLAN_SECRET_FILE", "/elsewhere/secret")
+    env = launch.rank_environment(1, 3, 1, secret="s" * 64, store="/tmp/x/store")
+    assert "ADAPTPLAN_SECRET_FILE" not in env
+    assert (env["ADAPTPLAN_SECRET"], env["ADAPTPLAN_STORE_FILE"]) == ("s" * 64, "/tmp/x/store")
+
+
+def test_the_store_file_and_the_wire_trace_come_from_the_environment(tmp_path) -> None:
+    assert environment.store_file({"ADAPTPLAN_STORE_FILE": "/tmp/a/store"}) == "/tmp/a/store"
+    assert environment.store_file({"ADAPTPLAN_STORE_FILE": ""}) is None and environment.store_file({}) is None
+    assert environment.wire_trace(2, {}) is None
+    record = environment.wire_trace(2, {"ADAPTPLAN_WIRE_TRACE": str(tmp_path)})
+    frame = SimpleNamespace(src=0, dst=2, seq=5, tensors=(("float32", (4, 3)), ("int64", (4,))))
+    record(frame)
+    record(frame)
+    lines = (tmp_path / "rank2.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == [{"src": 0, "dst": 2, "seq": 5,
+                                                     "tensors": [["float32", [4, 3]], ["int64", [4]]]}] * 2

@@ -296,3 +296,26 @@ def test_a_plan_for_a_model_with_as_many_cuts_but_another_structure_is_refused(t
         capsys.readouterr()
         assert main(argv) == (0 if accepted else 2)
     assert "--plan: the plan was made for model" in capsys.readouterr().err
+
+
+def test_any_failure_in_a_round_keeps_the_history_and_is_raised_as_it_was(tmp_path, monkeypatch) -> None:
+    """A lost rank (or any error inside a round) stops the run; rounds 1..t−1 are in history.json,
+    and the error reaches the caller unchanged (the distributed runtime names the rank in it)."""
+    from trainers.config import TrainConfig
+    from trainers.engine import SplitEngine
+    from trainers.run import Trainer
+
+    out = tmp_path / "run"
+    trainer = Trainer(TrainConfig(dataset="synthetic", devices=3, batch_size=8, cuts=(3,), rounds=6, progress=False,
+                                  out=str(out), threads=1))
+    real = SplitEngine.run_round
+
+    def lost_at_4(engine, t):
+        if t == 4:
+            raise ConnectionError("rank 3 (device 1) closed its connection (it died or was killed)")
+        return real(engine, t)
+
+    monkeypatch.setattr(SplitEngine, "run_round", lost_at_4)
+    with pytest.raises(ConnectionError, match="rank 3"):
+        trainer.run()
+    assert [r["round"] for r in records(out)] == [1, 2, 3]

@@ -144,6 +144,26 @@ def test_a_well_signed_but_malformed_frame_is_refused(header: dict, data: bytes,
         wire.decode(craft(header, data), KEY)
 
 
+def test_a_header_length_beyond_the_frame_is_refused() -> None:
+    for length in (10 ** 6, wire.MAX_HEADER_BYTES + 1):
+        body = b"APW1" + struct.pack(">I", length) + b'{"src":0}'
+        with pytest.raises(wire.WireError, match=f"its header length {length} does not fit the frame"):
+            wire.decode(body + hmac.new(KEY, body, hashlib.sha256).digest(), KEY)
+
+
+def test_a_value_nested_deeper_than_python_recurses_is_refused(monkeypatch) -> None:
+    """The decoder recurses once per level of the value; where Python's stack ends (a frame nested
+    thousands deep within the JSON parser's limit) the frame is refused, not a crash."""
+    frame = wire.encode([[[1]]], 0, 1, 0, KEY)
+
+    def too_deep(self, v):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(wire._Decoder, "value", too_deep)
+    with pytest.raises(wire.WireError, match="^its value is nested too deeply$"):
+        wire.decode(frame, KEY)
+
+
 def test_deep_nesting_and_oversized_frames_are_refused(monkeypatch) -> None:
     deep: object = 1
     for _ in range(5000):

@@ -67,14 +67,14 @@ class RankLoop:
         self.host: Any = FedHost() if self.rank == FED_RANK else None
         self.ledger = StageLedger()
         self.rates: LinkRates | None = None
-        self.charged: int | None = None
 
     def _rank(self, address: Any) -> int:
         return EDGE_RANK if address == EDGE else FED_RANK if address == FED else self.layout.rank_of(int(address))
 
-    def emit(self, to: Any, msg: Any) -> None:
+    def emit(self, to: Any, msg: Any, charged_bytes: int | None = None) -> None:
+        """Send a host's answer to its receiver's rank, with its link's rate (emulated links)."""
         sender = self.me if self.me is not None else getattr(msg, "device", None)
-        self.channel.send(msg, self._rank(to), rate=link_rate(self.rates, msg, sender, to), charged_bytes=self.charged)
+        self.channel.send(msg, self._rank(to), rate=link_rate(self.rates, msg, sender, to), charged_bytes=charged_bytes)
 
     def serve(self) -> None:
         """Until :class:`Stop`: the first message may take ``first_timeout`` s (rank 0 loads data,
@@ -115,12 +115,8 @@ class RankLoop:
             start = time.perf_counter()
             self.host.handle(msg, self.emit)
             self.ledger.add(msg.device, "device BP", time.perf_counter() - start)
-        elif isinstance(msg, Send):
-            self.charged = msg.charged_bytes
-            try:
-                self.host.handle(msg, self.emit)
-            finally:
-                self.charged = None
+        elif isinstance(msg, Send):               # the link is charged what the message says (eq. 25)
+            self.host.handle(msg, lambda to, out: self.emit(to, out, msg.charged_bytes))
         else:
             if isinstance(msg, (ModelUpload, ModelDownload)):
                 book_transfer(self.ledger, envelope, self.me)

@@ -77,7 +77,7 @@ class _Encoder:
         self.chunks: list[bytes] = []
         self.offset = 0
 
-    def _bytes_of(self, t: torch.Tensor) -> tuple[str, list[int]]:
+    def _add_tensor(self, t: torch.Tensor) -> None:
         if t.dtype not in DTYPE_NAMES:
             raise WireError(f"a tensor of dtype {t.dtype} cannot be sent (one of {', '.join(DTYPES)})")
         flat = t.detach().to("cpu").contiguous().reshape(-1)
@@ -85,7 +85,6 @@ class _Encoder:
         self.tensors.append([DTYPE_NAMES[t.dtype], list(t.shape), self.offset, len(raw)])
         self.chunks.append(raw)
         self.offset += len(raw)
-        return DTYPE_NAMES[t.dtype], list(t.shape)
 
     def value(self, v: Any) -> Any:
         if v is None or isinstance(v, (bool, str)):
@@ -96,10 +95,10 @@ class _Encoder:
             f = float(v)
             return f if math.isfinite(f) else {"F": repr(f)}
         if isinstance(v, torch.Tensor):
-            self._bytes_of(v)
+            self._add_tensor(v)
             return {"X": len(self.tensors) - 1}
         if isinstance(v, np.ndarray):
-            self._bytes_of(torch.from_numpy(np.ascontiguousarray(v)))
+            self._add_tensor(torch.from_numpy(np.ascontiguousarray(v)))
             return {"N": len(self.tensors) - 1}
         if isinstance(v, list):
             return [self.value(x) for x in v]
