@@ -326,3 +326,47 @@ def test_a_rank_without_a_secret_says_how_to_give_one(tmp_path: Path) -> None:
                           "ADAPTPLAN_SECRET_FILE to a file holding it (the same secret on every machine, e.g. from "
                           "'openssl rand -hex 32'), or ADAPTPLAN_SECRET; adaptplan train --distributed on one machine "
                           "makes one for its ranks itself\n")
+
+
+def test_each_machine_holds_only_its_own_devices_files_and_the_losses_equal_the_simulation(tmp_path: Path) -> None:
+    """A deployment with a per-device data folder (adaptplan split-data): four "machines" on loopback
+    (torchrun's environment per rank). Rank 0 has the manifest and the test set only, rank 1 (fed
+    server) no data, rank 2 the files of devices 0 and 2, rank 3 device 1's. The losses equal the
+    simulator's on the whole folder, which equal those of the data set the folder was split from."""
+    import shutil
+
+    from trainers.distributed.launch import free_port
+
+    full = tmp_path / "full"
+    assert main(["split-data", "--dataset", "synthetic", "--devices", "3", "--seed", "5", "--out", str(full)]) == 0
+    folders = {0: ["manifest.json", "test.npz"], 1: [], 2: ["manifest.json", "device-0.npz", "device-2.npz"],
+               3: ["manifest.json", "device-1.npz"]}
+    for rank, names in folders.items():
+        (tmp_path / f"machine{rank}").mkdir()
+        for name in names:
+            shutil.copy(full / name, tmp_path / f"machine{rank}" / name)
+    argv = ["--algorithm", "sfl-v1", "--devices", "3", "--rounds", "3", *SMALL, "--cuts", "2"]
+    port = str(free_port())
+    procs = []
+    for rank in folders:
+        env = dict(os.environ, RANK=str(rank), LOCAL_RANK="0", WORLD_SIZE="4", MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=port, GLOO_SOCKET_IFNAME="lo", ADAPTPLAN_SECRET="one-run-secret-0123456789")
+        env.pop("ADAPTPLAN_STORE_FILE", None)
+        procs.append(subprocess.Popen([sys.executable, "-m", "adaptplan.distributed", *argv, "--device-data",
+                                       str(tmp_path / f"machine{rank}"), "--out", str(tmp_path / "dist")],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                      cwd=Path(__file__).resolve().parents[1]))
+    errs = []
+    try:
+        for p in procs:
+            errs.append(p.communicate(timeout=180)[1])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], errs
+    got = losses(tmp_path / "dist")
+    on_folder = simulate(tmp_path, "sim-folder", [*argv, "--device-data", str(full)])
+    on_dataset = simulate(tmp_path, "sim-dataset", argv)
+    assert on_folder == on_dataset                                  # one process: bit-identical
+    assert len(got) == 3 and max(abs(a - b) for a, b in zip(got, on_folder)) <= 1e-4

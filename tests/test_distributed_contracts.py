@@ -18,6 +18,7 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -553,7 +554,7 @@ def test_rank_0_stops_every_rank_with_the_reason(monkeypatch) -> None:
     with pytest.raises(session.DistributedRunError, match=r"^rank 3 \(devices 1, 3\) closed its connection \(it died "
                                                           r"or was killed\)$"):
         session.run_edge(3, 12.0, False, None, lost)
-    assert FakeEdgeSession.made[-1].aborted == ["rank 0 (edge server) lost rank 3 (devices 1, 3) closed its connection "
+    assert FakeEdgeSession.made[-1].aborted == ["rank 0 (edge server) stopped: rank 3 (devices 1, 3) closed its connection "
                                                 "(it died or was killed)"]
     assert not FakeEdgeSession.made[-1].finished
 
@@ -594,7 +595,7 @@ def test_a_serving_rank_names_the_peer_it_lost_by_role(monkeypatch, capsys) -> N
 
     code, channel = _serve(monkeypatch, 1, [Layout(4), Take(1), device_dies])
     assert code == 3
-    assert capsys.readouterr().err == ("adaptplan train: rank 1 (fed server) lost rank 3 (devices 1, 3) closed its "
+    assert capsys.readouterr().err == ("adaptplan train: rank 1 (fed server) ended: rank 3 (devices 1, 3) closed its "
                                        "connection (it died or was killed)\n")
     assert channel.recv_calls[0] == (EDGE_RANK, 20.0)                   # the layout: SETUP_TIMEOUT_FACTOR time-outs
 
@@ -715,8 +716,9 @@ def _synthetic_source(**changes) -> tuple[dict, list]:
 
 def test_a_device_rank_builds_the_model_here_with_rank_0s_weights_and_its_own_data() -> None:
     source, initial = _synthetic_source()
-    chain, x, y = serve.local_chain(source, initial, serve.WorkerOptions())
-    assert x.shape == (2000, 1, 8, 8) and y.shape == (2000,)
+    chain, samples = serve.local_chain(source, initial, serve.WorkerOptions(), [0])
+    x, y, positions = samples(0, np.array([7, 3]))
+    assert x.shape == (2000, 1, 8, 8) and y.shape == (2000,) and positions.tolist() == [7, 3]
     assert len(chain) == len(initial) == 3
     assert all(torch.equal(chain[j].state_dict()[k], v) for j, block in enumerate(initial) for k, v in block.items())
     loop = _loop(2, world=4, devices=3)

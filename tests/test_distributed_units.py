@@ -120,8 +120,8 @@ def test_history_keeps_measured_seconds_through_json_and_csv(tmp_path) -> None:
 def test_launcher_failure_lines(tmp_path) -> None:
     layout = RankLayout(4, 4)
     (tmp_path / "rank1.log").write_text("noise\nadaptplan train: rank 1 (fed server) stopped: rank 0 (edge server) "
-                                        "lost rank 3\n")
-    (tmp_path / "rank2.log").write_text("adaptplan train: rank 2 (devices 0, 2) lost rank 0 (edge server) closed its "
+                                        "stopped: rank 3 (devices 1, 3) closed its connection\n")
+    (tmp_path / "rank2.log").write_text("adaptplan train: rank 2 (devices 0, 2) ended: rank 0 (edge server) closed its "
                                         "connection (it died or was killed)\n")
     (tmp_path / "rank3.log").write_text("")
     line = launch._failure_line
@@ -129,7 +129,7 @@ def test_launcher_failure_lines(tmp_path) -> None:
     assert line(0, 3, layout, tmp_path, False) is None                 # rank 0 wrote its own line
     assert line(0, -signal.SIGKILL, layout, tmp_path, False) == "rank 0 (edge server) was killed by SIGKILL"
     assert line(1, 3, layout, tmp_path, False) is None                 # only relayed rank 0's reason
-    assert line(2, 3, layout, tmp_path, False) == ("rank 2 (devices 0, 2) lost rank 0 (edge server) closed its "
+    assert line(2, 3, layout, tmp_path, False) == ("rank 2 (devices 0, 2) ended: rank 0 (edge server) closed its "
                                                    "connection (it died or was killed)")
     assert line(3, -signal.SIGKILL, layout, tmp_path, False) == "rank 3 (devices 1, 3) was killed by SIGKILL"
     assert line(3, 1, layout, tmp_path, False) == "rank 3 (devices 1, 3) exited with code 1"

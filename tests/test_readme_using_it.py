@@ -159,6 +159,7 @@ def check_train(args: argparse.Namespace, out: str, context: dict) -> None:
         state = load_checkpoint(folder)
         assert state["round"] == args.rounds - args.rounds % args.checkpoint_every
         assert state["config"]["checkpoint_every"] == args.checkpoint_every
+    assert config["device_data"] == args.device_data
     if args.distributed:   # measured seconds per stage next to the simulated ones, every round
         assert all(set(r["measured_stage_seconds"]) == set(r["stage_seconds"]) for r in records)
     if args.cuts:
@@ -173,6 +174,15 @@ def check_train(args: argparse.Namespace, out: str, context: dict) -> None:
         assert events[0]["source"] == "planner" and replans and max(replans) <= args.rounds
     elif not args.cuts:
         assert events[0]["source"] == "planner"
+
+
+def check_split_data(args: argparse.Namespace, out: str, context: dict) -> None:
+    from trainers.device_data import read_manifest
+
+    manifest = read_manifest(args.out)
+    assert len(manifest.devices) == args.devices and manifest.name == args.dataset
+    assert all((Path(args.out) / e.file).is_file() for e in manifest.devices)
+    assert manifest.load_test()[0].shape[1:] == manifest.input_shape
 
 
 def check_plot(args: argparse.Namespace, out: str, context: dict) -> None:
@@ -221,7 +231,7 @@ def check_bench(args: argparse.Namespace, out: str, context: dict) -> None:
 # the line ran (a resumed run's earlier records), and the line's stderr.
 CHECKS: dict[str, Callable[[argparse.Namespace, str, dict], None]] = {
     "profile": check_profile, "system": check_system, "plan": check_plan, "train": check_train,
-    "plot": check_plot, "bench": check_bench,
+    "split-data": check_split_data, "plot": check_plot, "bench": check_bench,
 }
 BEFORE: dict[str, Callable[[argparse.Namespace], dict]] = {"train": before_train}
 

@@ -274,6 +274,7 @@ class TrainConfig:
     constants_path: str | None = None
     data_root: str | None = None
     download: bool = False
+    device_data: str | None = None
     batch_devices: bool = True
     progress: bool = False
     threads: int | None = None
@@ -374,6 +375,9 @@ class TrainConfig:
             self.cuts = cuts
         if self.plan_path is not None and self.cuts is not None:
             raise InputError("give either a plan file or explicit cuts, not both", field="cuts")
+        if self.reestimate and self.device_data is not None and self.distributed:
+            raise InputError("re-estimating the constants needs training samples on the edge server; with --device-data "
+                             "they stay on the devices (give --constants instead)", field="reestimate")
         if self.reestimate and self.replan_every is None and self.policy not in REDRAWING_POLICIES:
             raise InputError("re-estimation happens at re-planning points: add --replan-every Q (or a random --policy)",
                              field="reestimate")

@@ -51,6 +51,7 @@ from trainers.history import History, RoundRecord
 from trainers.messages import NonFiniteError
 from trainers.run_folder import Interrupted, RunFolder, StopRequest
 from trainers.models import build_model
+from trainers.device_data import read_manifest
 from trainers.partition import partition_indices
 from trainers.strategies import make_strategy
 
@@ -134,7 +135,14 @@ class Trainer:
         if config.threads:
             torch.set_num_threads(config.threads)
         torch.manual_seed(config.seed)
-        self.dataset = data or load_dataset(config.dataset, config.data_root, config.download)
+        manifest = read_manifest(config.device_data) if config.device_data is not None else None
+        if manifest is not None and len(manifest.devices) != config.devices:
+            raise InputError(f"{config.device_data} holds the data of {len(manifest.devices)} devices, --devices is "
+                             f"{config.devices}", field="devices")
+        if data is None:   # a distributed run's edge server never holds the devices' samples
+            data = manifest.dataset(with_samples=not config.distributed) if manifest is not None else \
+                load_dataset(config.dataset, config.data_root, config.download)
+        self.dataset = data
         x_test, y_test = self.dataset.x_test, self.dataset.y_test
         if config.max_test_samples:
             x_test, y_test = x_test[:config.max_test_samples], y_test[:config.max_test_samples]
@@ -181,8 +189,9 @@ class Trainer:
                                      ranges=self.ranges,
                                      noise_cv=config.noise_cv)
         self.clock = SimClock(self.profile, self.process, config.batch_size)
-        parts = partition_indices(self.dataset.y_train.numpy(), config.devices, config.partition, config.seed,
-                                  config.dirichlet_alpha, min_size=config.batch_size)
+        parts = manifest.parts() if manifest is not None else partition_indices(
+            self.dataset.y_train.numpy(), config.devices, config.partition, config.seed, config.dirichlet_alpha,
+            min_size=config.batch_size)
         smallest = min(len(p) for p in parts)
         if config.batch_size > smallest:
             raise InputError(f"{config.batch_size} exceeds the smallest device's {smallest} training samples "

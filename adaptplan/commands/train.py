@@ -128,6 +128,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "torchvision's files for cifar10, cifar100, fashion-mnist and full mnist (required for those)")
     p.add_argument("--download", action="store_true",
                    help="let torchvision fetch cifar10/cifar100/mnist/fashion-mnist into --data-root (needs a network)")
+    p.add_argument("--device-data", metavar="DIR",
+                   help="a per-device data folder (adaptplan split-data; docs/distributed.md): each device trains on "
+                        "its own file and the folder fixes the partition (--dataset, --partition do not apply); with "
+                        "--distributed the edge server reads only manifest.json and test.npz, a device rank only its "
+                        "devices' files")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     add_device_options(p)
     add_memory_options(p)
@@ -215,7 +220,7 @@ def _fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
         resume=args.resume, overwrite=args.overwrite, allow_fallback=args.allow_fallback,
         target_accuracy=args.target_accuracy, system_path=args.system, system_seed=args.system_seed,
         redraw_resources=not args.static_resources, constants_path=args.constants, data_root=args.data_root,
-        download=args.download, threads=args.threads, progress=not args.no_progress, optimizer=args.optimizer,
+        download=args.download, device_data=args.device_data, threads=args.threads, progress=not args.no_progress, optimizer=args.optimizer,
         client_optimizer=args.client_optimizer, server_optimizer=args.server_optimizer,
         clip_norm=args.clip_norm, device=args.device, client_batching=args.client_batching,
         client_recompute=args.client_recompute, server_pass_samples=args.server_pass_samples,
@@ -318,10 +323,21 @@ def _train_distributed(args: argparse.Namespace, config: "TrainConfig") -> int:
     try:
         return run_edge(config.devices, config.rank_timeout, config.emulate_links, config.threads,
                         lambda factory: _train_with(config, factory),
-                        source={"dataset": config.dataset, "model": config.model, "model_width": config.model_width})
+                        source=_device_source(config))
     except DistributedRunError as exc:
-        print(f"adaptplan train: rank 0 (edge server) lost {exc}", file=sys.stderr)
+        print(f"adaptplan train: rank 0 (edge server) stopped: {exc}", file=sys.stderr)
         return 3
+
+
+def _device_source(config: "TrainConfig") -> dict[str, Any]:
+    """What the device ranks build from: the data set's name (or the per-device folder's manifest
+    digest), the model spec and its width."""
+    source: dict[str, Any] = {"dataset": config.dataset, "model": config.model, "model_width": config.model_width}
+    if config.device_data is not None:
+        from trainers.device_data import read_manifest
+
+        source["device_data"] = read_manifest(config.device_data).digest
+    return source
 
 
 def _train_with(config: "TrainConfig", engine_factory: Any) -> int:

@@ -11,7 +11,8 @@ A rank measures what it does (device FP and BP per device, transfers as arrival 
 with ``--emulate-links``) in a :class:`~trainers.distributed.timing.StageLedger` and reports it at
 the round's end (:class:`~trainers.protocol.RoundEnd`).
 
-A device rank loads the data set itself (its own ``--data-root``) and builds the model's
+A device rank loads the data set itself (its own ``--data-root``, or only its devices' files of a
+per-device folder, ``--device-data``: :mod:`trainers.device_data`) and builds the model's
 architecture from the spec; rank 0 sends it only the positions of its devices' samples, their cuts,
 seeds and optimizer, and the model's initial weights: no input sample ever crosses the wire. It
 imports user code (``--model file.py:factory``) only when its own command line names it.
@@ -22,7 +23,7 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -50,6 +51,7 @@ class WorkerOptions:
     data_root: str | None = None
     download: bool = False
     model: str | None = None          # the --model its command line names, if any
+    device_data: str | None = None    # its --device-data folder, if any
 
 
 class RankLoop:
@@ -123,46 +125,44 @@ class RankLoop:
             self.host.handle(msg, self.emit)
 
     def setup(self, msg: Setup) -> None:
-        """Load the data set and build the chain here (:func:`local_chain`), build the hosted
-        devices on their samples' positions, warm torch up on a copy of the chain (eval mode,
-        zeros: no random number is drawn, no state changes), then tell rank 0 this rank is ready."""
-        template, x, y = local_chain(msg.source, msg.initial, self.options)
+        """Load the data and build the chain here (:func:`local_chain`), build the hosted devices on
+        their samples, warm torch up on a copy of the chain (eval mode, zeros: no random number is
+        drawn, no state changes), then tell rank 0 this rank is ready."""
+        template, samples = local_chain(msg.source, msg.initial, self.options, sorted(msg.devices))
         devices = {}
         for i, spec in msg.devices.items():
-            positions = np.asarray(spec.positions.numpy(), dtype=np.int64)
-            if positions.size and (positions.min() < 0 or positions.max() >= x.shape[0]):
-                raise InputError(f"device {i}'s samples lie outside this rank's {x.shape[0]} training samples",
-                                 field="--data-root")
+            x, y, positions = samples(i, np.asarray(spec.positions.numpy(), dtype=np.int64))
             devices[i] = Device(i, template, spec.cut, x, y, positions, spec.batch_size, spec.seed, spec.optimizer)
         self.host = DeviceHost(devices)
-        warm = copy.deepcopy(template).eval()
-        with torch.no_grad():
-            warm(torch.zeros_like(x[:2]))
+        if devices:
+            warm = copy.deepcopy(template).eval()
+            with torch.no_grad():
+                warm(torch.zeros_like(next(iter(devices.values())).x[:2]))
         self.channel.send(Ready(sorted(devices)), EDGE_RANK)
 
 
-def local_chain(source: dict[str, Any], initial: list[dict[str, torch.Tensor]], options: WorkerOptions
-                ) -> tuple[torch.nn.Sequential, torch.Tensor, torch.Tensor]:
-    """(chain, x_train, y_train) on this rank: the data set ``source["dataset"]`` from this rank's
-    ``--data-root``, the architecture of ``source["model"]`` with rank 0's ``initial`` weights.
-    :class:`InputError` when the data set differs from rank 0's in size or classes, the weights
-    do not fit, or the model is user code this rank's command line does not name."""
+Samples = Callable[[int, np.ndarray], "tuple[torch.Tensor, torch.Tensor, np.ndarray]"]
+"""``samples(i, positions)``: the (x, y) device i trains on and rank 0's ``positions`` as rows of them."""
+
+
+def local_chain(source: dict[str, Any], initial: list[dict[str, torch.Tensor]], options: WorkerOptions,
+                devices: Sequence[int] = ()) -> tuple[torch.nn.Sequential, Samples]:
+    """(chain, samples) on this rank: the training data of ``devices`` — the data set
+    ``source["dataset"]`` from this rank's ``--data-root``, or with ``source["device_data"]`` their
+    files in this rank's ``--device-data`` folder — and the architecture of ``source["model"]`` with
+    rank 0's ``initial`` weights. :class:`InputError` when the data differ from rank 0's (size,
+    classes, another manifest), rank 0's positions lie outside them, the weights do not fit, or the
+    model is user code this rank's command line does not name."""
     from profilers.chain import build_chain
-    from trainers.datasets import load_dataset
     from trainers.models import BUILTINS, build_model
 
     model_spec = str(source["model"])
     if model_spec not in BUILTINS and model_spec != options.model:
         raise InputError(f"a device rank imports only code its own command line names: rank 0 trains {model_spec[:200]!r}; "
                          f"start every rank with --model {model_spec[:200]}", field="--model")
-    data = load_dataset(str(source["dataset"]), options.data_root, options.download)
-    if (int(data.x_train.shape[0]), int(data.num_classes)) != (int(source["num_train"]), int(source["num_classes"])):
-        raise InputError(f"this rank's {source['dataset']} has {data.x_train.shape[0]} training samples of "
-                         f"{data.num_classes} classes, rank 0's {source['num_train']} of {source['num_classes']}: give "
-                         "every rank the same data set", field="--data-root")
-    input_shape = tuple(int(s) for s in data.x_train.shape[1:])
-    model = build_model(model_spec, input_shape, data.num_classes, int(source["model_width"]))
-    chain = build_chain(model, data.x_train[:2]).blocks
+    samples, probe, num_classes = (_device_folder if source.get("device_data") else _shared_dataset)(source, options, devices)
+    model = build_model(model_spec, tuple(int(s) for s in probe.shape[1:]), num_classes, int(source["model_width"]))
+    chain = build_chain(model, probe).blocks
     if len(chain) != len(initial):
         raise InputError(f"{model_spec} splits into {len(chain)} blocks here, {len(initial)} on rank 0", field="--model")
     for j, (block, state) in enumerate(zip(chain, initial)):
@@ -170,4 +170,46 @@ def local_chain(source: dict[str, Any], initial: list[dict[str, torch.Tensor]], 
             block.load_state_dict(state)
         except RuntimeError:
             raise InputError(f"rank 0's weights of block {j} do not fit {model_spec} built here", field="--model") from None
-    return chain, data.x_train, data.y_train
+    return chain, samples
+
+
+def _shared_dataset(source: dict[str, Any], options: WorkerOptions, devices: Sequence[int]
+                    ) -> tuple[Samples, torch.Tensor, int]:
+    """A built-in data set loaded whole: every device's samples are rows of its training split."""
+    from trainers.datasets import load_dataset
+
+    data = load_dataset(str(source["dataset"]), options.data_root, options.download)
+    if (int(data.x_train.shape[0]), int(data.num_classes)) != (int(source["num_train"]), int(source["num_classes"])):
+        raise InputError(f"this rank's {source['dataset']} has {data.x_train.shape[0]} training samples of "
+                         f"{data.num_classes} classes, rank 0's {source['num_train']} of {source['num_classes']}: give "
+                         "every rank the same data set", field="--data-root")
+
+    def samples(i: int, positions: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+        if positions.size and (positions.min() < 0 or positions.max() >= data.x_train.shape[0]):
+            raise InputError(f"device {i}'s samples lie outside this rank's {data.x_train.shape[0]} training samples",
+                             field="--data-root")
+        return data.x_train, data.y_train, positions
+
+    return samples, data.x_train[:2], int(data.num_classes)
+
+
+def _device_folder(source: dict[str, Any], options: WorkerOptions, devices: Sequence[int]
+                   ) -> tuple[Samples, torch.Tensor, int]:
+    """Only the hosted devices' files of this rank's ``--device-data`` folder, whose manifest must be
+    rank 0's (same SHA-256)."""
+    from trainers.device_data import FIELD, read_manifest
+
+    if options.device_data is None:
+        raise InputError("rank 0 trains on a per-device data folder: start every rank with --device-data DIR", field=FIELD)
+    manifest = read_manifest(options.device_data)
+    if manifest.digest != source["device_data"]:
+        raise InputError(f"this rank's {options.device_data}/manifest.json differs from rank 0's: give every rank the "
+                         "same manifest (the devices' own files may differ per machine)", field=FIELD)
+    loaded = {i: manifest.load_device(i) for i in devices}
+
+    def samples(i: int, positions: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+        x, y = loaded[i]
+        return x, y, manifest.local_positions(i, positions)
+
+    probe = next(iter(loaded.values()))[0][:2] if loaded else torch.zeros((2, *manifest.input_shape))
+    return samples, probe, manifest.num_classes

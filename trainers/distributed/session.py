@@ -128,7 +128,7 @@ def run_edge(num_devices: int, timeout: float, emulate_links: bool, threads: int
     try:
         code = body(session.engine_factory)
     except PeerError as exc:
-        session.abort(f"rank 0 (edge server) lost {exc}")
+        session.abort(f"rank 0 (edge server) stopped: {exc}")
         raise DistributedRunError(str(exc)) from None
     except BaseException as exc:
         session.abort(f"rank 0 (edge server) stopped: {' '.join(str(exc).split())[:300] or type(exc).__name__}")
@@ -163,7 +163,7 @@ def serve_rank(options: WorkerOptions) -> int:
         print(f"adaptplan train: {who} stopped: {exc}", file=sys.stderr)
         return EXIT_RANK_FAILED
     except PeerError as exc:
-        print(f"adaptplan train: {who} lost {exc}", file=sys.stderr)
+        print(f"adaptplan train: {who} ended: {exc}", file=sys.stderr)
         return EXIT_RANK_FAILED
     except Exception as exc:   # noqa: BLE001 - a bug here: one line, the others see this rank go
         text = " ".join(str(exc).split())[:300]

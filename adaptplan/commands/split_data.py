@@ -1,0 +1,63 @@
+"""`adaptplan split-data`: write a per-device data folder (trainers/device_data.py) from a data set and
+a partition rule — the partition ``adaptplan train`` draws with the same options, so training on the
+folder (``--device-data DIR``) gives the same numbers as training on the data set."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from adaptplan.errors import InputError
+from adaptplan.flags import int_flag, positive_float_flag
+from adaptplan.limits import MAX_BATCH_SIZE, MAX_DEVICES, MAX_SEED
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from trainers.datasets import dataset_names
+    from trainers.config import PARTITIONS
+
+    parser = sub.add_parser(
+        "split-data",
+        help="write a per-device data folder (one file per device) for --device-data",
+        description="Split a data set over N devices (the partition adaptplan train draws with the same "
+                    "--partition, --alpha, --seed and --batch-size) and write one file per device, the test set "
+                    "and a manifest with each device's sample count, label counts and SHA-256 "
+                    "(docs/distributed.md \"Data on the devices\"). Give each device machine the manifest and its "
+                    "own device-<i>.npz; the edge server the manifest and test.npz.",
+    )
+    parser.add_argument("--dataset", default="cifar10-subset", help=f"one of {', '.join(dataset_names())} (default cifar10-subset)")
+    parser.add_argument("--data-root", metavar="DIR", help="folder of the data set's files (as for adaptplan train)")
+    parser.add_argument("--devices", type=int_flag(1, MAX_DEVICES, "devices"), required=True, help="number of devices N")
+    parser.add_argument("--partition", default="iid", help=f"one of {', '.join(PARTITIONS)} (default iid)")
+    parser.add_argument("--alpha", type=positive_float_flag(""), default=0.5,
+                        help="Dirichlet concentration α for --partition dirichlet (default 0.5)")
+    parser.add_argument("--seed", type=int_flag(0, MAX_SEED), default=0, help="the partition's seed (default 0)")
+    parser.add_argument("--batch-size", type=int_flag(1, MAX_BATCH_SIZE, "samples"), default=16,
+                        help="every device gets at least this many samples (the training batch size b; default 16)")
+    parser.add_argument("--out", metavar="DIR", required=True, help="the folder to write")
+    parser.add_argument("--overwrite", action="store_true", help="replace a folder already written there")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from trainers.datasets import load_dataset
+    from trainers.device_data import MANIFEST, write_device_folder
+    from trainers.partition import partition_indices
+
+    out = Path(args.out).expanduser()
+    if (out / MANIFEST).exists() and not args.overwrite:
+        raise InputError(f"{str(out)!r} already holds a device-data folder; add --overwrite to replace it", field="--out")
+    data = load_dataset(args.dataset, args.data_root)
+    parts = partition_indices(data.y_train.numpy(), args.devices, args.partition, args.seed, args.alpha,
+                              min_size=args.batch_size)
+    smallest = min(len(p) for p in parts)
+    if smallest < args.batch_size:
+        raise InputError(f"the smallest device gets {smallest} samples, fewer than --batch-size {args.batch_size}",
+                         field="--batch-size")
+    manifest = write_device_folder(data, parts, out)
+    sizes = [e.samples for e in manifest.devices]
+    print(f"wrote {out}: {manifest.name}, {len(sizes)} devices ({min(sizes)}-{max(sizes)} samples each, "
+          f"{manifest.total} in all), test.npz, manifest.json", file=sys.stderr)
+    return 0

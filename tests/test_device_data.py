@@ -1,0 +1,173 @@
+"""Per-device data folders (trainers/device_data.py, ``adaptplan split-data``, ``--device-data``):
+the written files hold exactly the partition's rows, training on the folder equals training on the
+data set, rank 0's view holds no sample, a device rank reads only its own files, and every damaged
+or mismatched file is one InputError naming it."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from adaptplan.cli import main
+from adaptplan.errors import InputError
+from trainers.config import TrainConfig
+from trainers.datasets import load_dataset
+from trainers.device_data import read_manifest, write_device_folder
+from trainers.distributed import serve
+from trainers.partition import partition_indices
+from trainers.run import Trainer
+
+SMALL = dict(dataset="synthetic", model="mlp", devices=3, rounds=3, cuts=(2,), algorithm="sfl-v1", eval_every=3,
+             seed=5, progress=False)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> tuple[Path, list[np.ndarray]]:
+    data = load_dataset("synthetic")
+    parts = partition_indices(data.y_train.numpy(), 3, "shards", 5, min_size=16)
+    out = tmp_path_factory.mktemp("devices")
+    write_device_folder(data, parts, out)
+    return out, parts
+
+
+def test_each_file_holds_its_devices_rows_and_the_manifest_describes_them(folder) -> None:
+    out, parts = folder
+    data = load_dataset("synthetic")
+    manifest = read_manifest(out)
+    assert [e.samples for e in manifest.devices] == [len(p) for p in parts]
+    assert manifest.offsets == [0, len(parts[0]), len(parts[0]) + len(parts[1])]
+    for i, part in enumerate(parts):
+        x, y = manifest.load_device(i)
+        assert torch.equal(x, data.x_train[part]) and torch.equal(y, data.y_train[part])
+        assert list(manifest.devices[i].label_counts) == np.bincount(data.y_train[part].numpy(), minlength=10).tolist()
+        assert manifest.devices[i].sha256 == hashlib.sha256((out / f"device-{i}.npz").read_bytes()).hexdigest()
+    assert manifest.digest == hashlib.sha256((out / "manifest.json").read_bytes()).hexdigest()
+    x_test, y_test = manifest.load_test()
+    assert torch.equal(x_test, data.x_test) and torch.equal(y_test, data.y_test)
+    whole = manifest.dataset(with_samples=True)
+    rows = np.concatenate(manifest.parts())
+    assert rows.tolist() == list(range(2000))
+    assert torch.equal(whole.x_train, data.x_train[np.concatenate(parts)])
+
+
+def test_rank_0s_view_has_the_partition_and_label_counts_but_no_sample(folder, tmp_path) -> None:
+    out, parts = folder
+    edge = tmp_path / "edge"
+    edge.mkdir()
+    for name in ("manifest.json", "test.npz"):              # no device file on the edge server's machine
+        (edge / name).write_bytes((out / name).read_bytes())
+    view = read_manifest(edge).dataset(with_samples=False)
+    assert view.x_train.shape == (2000, 1, 8, 8) and view.x_train.stride()[0] == 0       # one sample, broadcast
+    assert view.x_train.untyped_storage().nbytes() == 64 * 4
+    assert float(view.x_train.abs().sum()) == 0.0
+    data = load_dataset("synthetic")
+    for i, rows in enumerate(read_manifest(edge).parts()):
+        assert np.bincount(view.y_train[rows].numpy(), minlength=10).tolist() == \
+            np.bincount(data.y_train[parts[i]].numpy(), minlength=10).tolist()
+
+
+def test_training_on_the_folder_equals_training_on_the_data_set_it_was_split_from(tmp_path) -> None:
+    assert main(["split-data", "--dataset", "synthetic", "--devices", "3", "--partition", "shards", "--seed", "5",
+                 "--out", str(tmp_path / "f")]) == 0
+    plain = Trainer(TrainConfig(**SMALL, partition="shards")).run()
+    on_folder = Trainer(TrainConfig(**SMALL, device_data=str(tmp_path / "f"))).run()
+    assert [r.train_loss for r in on_folder.records] == [r.train_loss for r in plain.records]
+    assert on_folder.records[-1].accuracy == plain.records[-1].accuracy is not None
+
+
+def test_a_device_rank_reads_only_its_own_devices_files(folder, tmp_path) -> None:
+    out, parts = folder
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    for name in ("manifest.json", "device-1.npz"):
+        (mine / name).write_bytes((out / name).read_bytes())
+    manifest = read_manifest(out)
+    source = {"dataset": "synthetic", "model": "mlp", "model_width": 4, "device_data": manifest.digest}
+    torch.manual_seed(0)
+    from profilers.chain import build_chain
+    from trainers.models import build_model
+
+    initial = [b.state_dict() for b in build_chain(build_model("mlp", (1, 8, 8), 10, 4), torch.zeros(2, 1, 8, 8)).blocks]
+    chain, samples = serve.local_chain(source, initial, serve.WorkerOptions(device_data=str(mine)), [1])
+    x, y, local = samples(1, manifest.parts()[1][[0, 5, len(parts[1]) - 1]])
+    assert local.tolist() == [0, 5, len(parts[1]) - 1] and x.shape[0] == len(parts[1])
+    with pytest.raises(InputError, match="rank 0's positions of device 1 lie outside its"):
+        samples(1, np.array([manifest.offsets[1] - 1]))
+    with pytest.raises(InputError, match="'.*device-0.npz' not found"):
+        serve.local_chain(source, initial, serve.WorkerOptions(device_data=str(mine)), [0])
+    with pytest.raises(InputError, match="differs from rank 0's: give every rank the same manifest"):
+        serve.local_chain(dict(source, device_data="0" * 64), initial, serve.WorkerOptions(device_data=str(mine)), [1])
+    with pytest.raises(InputError, match="start every rank with --device-data DIR"):
+        serve.local_chain(source, initial, serve.WorkerOptions(), [1])
+
+
+def _rewrite(folder: Path, tmp_path: Path, device0: bytes | None = None, manifest: dict | None = None) -> Path:
+    """A copy of ``folder`` with device 0's file (and the manifest's hash of it) replaced, or the manifest."""
+    copy = tmp_path / "copy"
+    copy.mkdir(exist_ok=True)
+    for path in folder.iterdir():
+        (copy / path.name).write_bytes(path.read_bytes())
+    doc = json.loads((folder / "manifest.json").read_text())
+    if device0 is not None:
+        (copy / "device-0.npz").write_bytes(device0)
+        doc["devices"][0]["sha256"] = hashlib.sha256(device0).hexdigest()
+    (copy / "manifest.json").write_text(json.dumps(manifest if manifest is not None else doc))
+    return copy
+
+
+def _npz(**arrays) -> bytes:
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def _entry_changed(folder: Path, **change) -> dict:
+    doc = json.loads((folder / "manifest.json").read_text())
+    doc["devices"][0].update(change)
+    return doc
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda f: dict(device0=_npz(x=np.zeros((5, 1, 8, 8), np.float32), y=np.full(5, 12))),
+     "device-0.npz': labels span 12..12, outside 0..9"),
+    (lambda f: dict(device0=_npz(x=np.zeros((5, 1, 8, 8), np.float64), y=np.zeros(5, np.int64))),
+     "x is float64\\[5, 1, 8, 8\\] and y int64\\[5\\], expected float32\\[n, 1, 8, 8\\] and integer\\[n\\]"),
+    (lambda f: dict(device0=_npz(x=np.full((5, 1, 8, 8), np.nan, np.float32), y=np.zeros(5, np.int64))),
+     "x holds NaN or infinite values"),
+    (lambda f: dict(device0=_npz(x=np.zeros((5, 1, 8, 8), np.float32))), "needs arrays 'x' and 'y' \\(has \\['x'\\]\\)"),
+    (lambda f: dict(device0=b"not a zip"), "device-0.npz' is not a readable .npz file"),
+    (lambda f: dict(device0=_npz(x=np.zeros((5, 1, 8, 8), np.float32), y=np.zeros(5, np.int64))),
+     "device-0.npz' holds 5 samples with label counts \\[5, 0, 0, 0, 0, 0, 0, 0, 0, 0\\], manifest.json says"),
+    (lambda f: dict(manifest={"format": "something else"}), "is not a device-data manifest"),
+    (lambda f: dict(manifest=_entry_changed(f, samples=3)), "device 0's entry is inconsistent"),
+    (lambda f: dict(manifest=_entry_changed(f, owner="me")), "unknown key 'owner'; allowed: file, samples, label_counts"),
+    (lambda f: dict(manifest=_entry_changed(f, file="other.npz")), "device 0's entry is inconsistent \\(file 'other.npz'"),
+    (lambda f: dict(manifest=_entry_changed(f, sha256="0" * 64)), "device-0.npz' is not the file manifest.json names"),
+])
+def test_a_damaged_or_mismatched_folder_is_one_input_error_naming_the_file(folder, tmp_path, damage, message) -> None:
+    out, _ = folder
+    copy = _rewrite(out, tmp_path, **damage(out))
+    with pytest.raises(InputError, match=message) as info:
+        read_manifest(copy).load_device(0)
+    assert info.value.field == "--device-data"
+
+
+def test_cli_errors_name_the_flag_and_exit_2(folder, tmp_path, capsys) -> None:
+    out, _ = folder
+    assert main(["split-data", "--devices", "3", "--dataset", "synthetic", "--out", str(out)]) == 2
+    assert "already holds a device-data folder; add --overwrite" in capsys.readouterr().err
+    assert main(["train", "--model", "mlp", "--devices", "4", "--rounds", "1", "--cuts", "2", "--no-progress",
+                 "--device-data", str(out)]) == 2
+    assert "holds the data of 3 devices, --devices is 4" in capsys.readouterr().err
+    assert main(["train", "--model", "mlp", "--devices", "3", "--rounds", "1", "--cuts", "2", "--no-progress",
+                 "--device-data", str(tmp_path / "nothing")]) == 2
+    assert "is not a directory" in capsys.readouterr().err
+    with pytest.raises(InputError, match="with --device-data they stay on the devices") as info:
+        TrainConfig(**dict(SMALL, cuts=None), device_data=str(out), distributed=True, reestimate=True, replan_every=2)
+    assert info.value.field == "reestimate"
