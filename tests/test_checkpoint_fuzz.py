@@ -56,7 +56,7 @@ def config_setter(name: str, value: Any) -> Callable[[dict[str, Any]], None]:
     return apply
 
 
-OPTIONAL = {"plan_path", "policy", "system_path", "constants_path", "data_root", "replan_every", "max_test_samples",
+OPTIONAL = {"plan_path", "policy", "system_path", "constants_path", "data_root", "device_data", "replan_every", "max_test_samples",
             "interval", "target_accuracy", "ranks"}       # None is a valid value of these
 
 
@@ -64,7 +64,7 @@ def bad_config_values(name: str, value: Any) -> list[Any]:
     """Values no run could have had for option ``name`` (currently ``value``)."""
     if isinstance(value, bool):
         return BAD_FLAG
-    if isinstance(value, str) or name.endswith("_path") or name in ("data_root", "policy"):
+    if isinstance(value, str) or name.endswith("_path") or name in ("data_root", "device_data", "policy"):
         return [v for v in BAD_TEXT if not (v is None and name in OPTIONAL)]
     if isinstance(value, int) or name in ("replan_every", "max_test_samples", "interval"):
         return [-1, 1.5, "3", [], 10 ** 30] + ([] if name in OPTIONAL else [None])
