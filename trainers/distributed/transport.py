@@ -66,77 +66,62 @@ class FrameRefused(PeerError):
 _CLOSED = object()
 
 
-class Channel:
-    """This rank's end of every pair: one receiving thread per peer (blocking receives, so a
-    message is taken in as soon as it arrives and stamped ``arrived``), one sending thread per
-    destination (a send never blocks the caller, and messages to one peer keep their order).
-    ``describe(rank)`` names a rank's role for messages. ``group`` is the process group used for
-    the transfers (created without a time-out of its own: waiting is bounded here)."""
+class FrameChannel:
+    """This rank's end of every pair, whatever carries the frames: numbering, encoding and checking
+    (:mod:`~trainers.distributed.wire`), one inbox per peer, waits with deadlines. A carrier
+    (:class:`Channel` over gloo, :class:`~trainers.distributed.mqtt.MqttChannel` over a broker)
+    hands each received frame to :meth:`_accept` and implements :meth:`_transmit`.
+    ``describe(rank)`` names a rank's role for messages."""
 
-    def __init__(self, timeout: float, describe: Callable[[int], str], group: Any = None, key: bytes = b"",
-                 trace: Callable[[wire.Frame], None] | None = None) -> None:
-        self.rank = dist.get_rank()
+    def __init__(self, rank: int, peers: Sequence[int], timeout: float, describe: Callable[[int], str],
+                 key: bytes = b"", trace: Callable[[wire.Frame], None] | None = None) -> None:
+        self.rank = rank
         self.key = key
         self.trace = trace
         self._sent_seq: dict[int, int] = {}
+        self._expected: dict[int, int] = {r: 0 for r in peers}
         self.timeout = float(timeout)
         self.describe = describe
-        self.group = group
         self.closing = False
-        peers = [r for r in range(dist.get_world_size()) if r != self.rank]
         self._inbox: dict[int, queue.Queue] = {r: queue.Queue() for r in peers}
-        self._outbox: dict[int, queue.Queue] = {}
         self._send_error: dict[int, str] = {}
-        for r in peers:
-            threading.Thread(target=self._receive_from, args=(r,), daemon=True, name=f"recv-{r}").start()
 
-    # ---- threads --------------------------------------------------------------------------------------
-    def _receive_from(self, src: int) -> None:
-        expected = 0
-        while True:
-            header = torch.zeros(1, dtype=torch.int64)
-            try:
-                dist.recv(header, src, group=self.group)
-                length = int(header[0])
-                if not 0 < length <= wire.MAX_FRAME_BYTES:
-                    raise wire.WireError(f"its length {length} bytes is outside 1..{wire.MAX_FRAME_BYTES}")
-                payload = torch.empty(length, dtype=torch.uint8)
-                dist.recv(payload, src, group=self.group)
-                arrived = time.time()
-                frame = wire.decode(payload.numpy(), self.key)
-                if (frame.src, frame.dst, frame.seq) != (src, self.rank, expected):
-                    raise wire.WireError(f"it is numbered {frame.src}→{frame.dst} #{frame.seq}, not "
-                                         f"{src}→{self.rank} #{expected} (replayed, re-ordered or misdirected)")
-                expected += 1
-                if self.trace is not None:
-                    self.trace(frame)
-                obj = frame.value
-                if not isinstance(obj, Envelope):
-                    raise wire.WireError(f"it holds a {type(obj).__name__}, not an Envelope")
-                obj.arrived = arrived
-            except wire.WireError as exc:
-                self._inbox[src].put(FrameRefused(src, self.describe(src), self.rank, str(exc)))
-                return
-            except Exception as exc:   # noqa: BLE001 - a closed connection, reported to the waiting caller
-                if not self.closing:
-                    self._inbox[src].put(PeerError(src, self.describe(src), f"closed its connection ({_cause(exc)})"))
-                return
-            self._inbox[src].put(obj)
+    def _accept(self, src: int, payload: Any, arrived: float, duplicates: bool = False) -> bool:
+        """Decode a frame from ``src`` into its inbox; False when it was refused (the peer is then
+        lost: its inbox holds the :class:`FrameRefused`). With ``duplicates`` (an at-least-once
+        carrier) a frame numbered below the next expected one is a re-delivery and dropped."""
+        try:
+            frame = wire.decode(payload, self.key)
+            expected = self._expected[src]
+            if duplicates and (frame.src, frame.dst) == (src, self.rank) and frame.seq < expected:
+                return True
+            if (frame.src, frame.dst, frame.seq) != (src, self.rank, expected):
+                raise wire.WireError(f"it is numbered {frame.src}→{frame.dst} #{frame.seq}, not "
+                                     f"{src}→{self.rank} #{expected} (replayed, re-ordered or misdirected)")
+            self._expected[src] = expected + 1
+            if self.trace is not None:
+                self.trace(frame)
+            obj = frame.value
+            if not isinstance(obj, Envelope):
+                raise wire.WireError(f"it holds a {type(obj).__name__}, not an Envelope")
+            obj.arrived = arrived
+        except wire.WireError as exc:
+            self._inbox[src].put(FrameRefused(src, self.describe(src), self.rank, str(exc)))
+            return False
+        self._inbox[src].put(obj)
+        return True
 
-    def _send_to(self, dst: int, box: queue.Queue) -> None:
-        while True:
-            item = box.get()
-            try:
-                if item is _CLOSED:
-                    return
-                if dst not in self._send_error:
-                    header, payload = item
-                    dist.send(header, dst, group=self.group)
-                    dist.send(payload, dst, group=self.group)
-            except Exception as exc:   # noqa: BLE001 - reported at the next send or flush
-                self._send_error[dst] = _cause(exc)
-            finally:
-                box.task_done()
+    def _lost(self, src: int, why: str) -> None:
+        """Report a peer whose connection ended to whoever waits on it (not while closing)."""
+        if not self.closing:
+            self._inbox[src].put(PeerError(src, self.describe(src), why))
+
+    def _transmit(self, dst: int, frame: bytes) -> None:
+        raise NotImplementedError
+
+    def _pending(self, dst: int) -> bool:
+        """Whether frames to ``dst`` are still on their way (for :meth:`flush`)."""
+        raise NotImplementedError
 
     # ---- sending --------------------------------------------------------------------------------------
     def send(self, obj: Any, dst: int, rate: float | None = None, charged_bytes: int | None = None) -> None:
@@ -144,21 +129,15 @@ class Channel:
         to one peer arrive in order); ``rate``/``charged_bytes`` as the envelope's."""
         if dst in self._send_error:
             raise PeerError(dst, self.describe(dst), f"stopped receiving ({self._send_error[dst]})")
-        box = self._outbox.get(dst)
-        if box is None:
-            box = self._outbox[dst] = queue.Queue()
-            threading.Thread(target=self._send_to, args=(dst, box), daemon=True, name=f"send-{dst}").start()
         seq = self._sent_seq.get(dst, 0)
         self._sent_seq[dst] = seq + 1
-        frame = wire.encode(Envelope(obj, time.time(), rate, charged_bytes), self.rank, dst, seq, self.key)
-        payload = torch.frombuffer(bytearray(frame), dtype=torch.uint8)
-        box.put((torch.tensor([payload.numel()], dtype=torch.int64), payload))
+        self._transmit(dst, wire.encode(Envelope(obj, time.time(), rate, charged_bytes), self.rank, dst, seq, self.key))
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every queued message has been taken by its receiver (deadline ``timeout``)."""
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-        for dst, box in self._outbox.items():
-            while box.unfinished_tasks:
+        for dst in list(self._sent_seq):
+            while self._pending(dst):
                 if time.monotonic() > deadline:
                     raise PeerError(dst, self.describe(dst), f"took no message for {self.timeout:g} s (--rank-timeout)")
                 time.sleep(POLL_SECONDS)
@@ -166,10 +145,7 @@ class Channel:
                 raise PeerError(dst, self.describe(dst), f"stopped receiving ({self._send_error[dst]})")
 
     def close(self) -> None:
-        """Stop the sending threads after their queues; receiving threads end with the process group."""
         self.closing = True
-        for box in self._outbox.values():
-            box.put(_CLOSED)
 
     # ---- receiving ------------------------------------------------------------------------------------
     def recv(self, src: int, timeout: float | None = None, deadline: float | None = None) -> Envelope:
@@ -200,6 +176,75 @@ class Channel:
         nominal = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + nominal
         return [(s, self.recv(s, nominal, deadline)) for s in sources]
+
+
+class Channel(FrameChannel):
+    """Frames over torch.distributed (gloo): one receiving thread per peer (blocking receives, so a
+    message is taken in as soon as it arrives and stamped ``arrived``), one sending thread per
+    destination (a send never blocks the caller, and messages to one peer keep their order).
+    ``group`` is the process group used for the transfers (created without a time-out of its own:
+    waiting is bounded here)."""
+
+    def __init__(self, timeout: float, describe: Callable[[int], str], group: Any = None, key: bytes = b"",
+                 trace: Callable[[wire.Frame], None] | None = None) -> None:
+        rank = dist.get_rank()
+        peers = [r for r in range(dist.get_world_size()) if r != rank]
+        super().__init__(rank, peers, timeout, describe, key, trace)
+        self.group = group
+        self._outbox: dict[int, queue.Queue] = {}
+        for r in peers:
+            threading.Thread(target=self._receive_from, args=(r,), daemon=True, name=f"recv-{r}").start()
+
+    # ---- threads --------------------------------------------------------------------------------------
+    def _receive_from(self, src: int) -> None:
+        while True:
+            header = torch.zeros(1, dtype=torch.int64)
+            try:
+                dist.recv(header, src, group=self.group)
+                length = int(header[0])
+                if not 0 < length <= wire.MAX_FRAME_BYTES:
+                    self._inbox[src].put(FrameRefused(src, self.describe(src), self.rank, f"its length {length} bytes "
+                                                      f"is outside 1..{wire.MAX_FRAME_BYTES}"))
+                    return
+                payload = torch.empty(length, dtype=torch.uint8)
+                dist.recv(payload, src, group=self.group)
+            except Exception as exc:   # noqa: BLE001 - a closed connection, reported to the waiting caller
+                self._lost(src, f"closed its connection ({_cause(exc)})")
+                return
+            if not self._accept(src, payload.numpy(), time.time()):
+                return
+
+    def _send_to(self, dst: int, box: queue.Queue) -> None:
+        while True:
+            item = box.get()
+            try:
+                if item is _CLOSED:
+                    return
+                if dst not in self._send_error:
+                    header, payload = item
+                    dist.send(header, dst, group=self.group)
+                    dist.send(payload, dst, group=self.group)
+            except Exception as exc:   # noqa: BLE001 - reported at the next send or flush
+                self._send_error[dst] = _cause(exc)
+            finally:
+                box.task_done()
+
+    def _transmit(self, dst: int, frame: bytes) -> None:
+        box = self._outbox.get(dst)
+        if box is None:
+            box = self._outbox[dst] = queue.Queue()
+            threading.Thread(target=self._send_to, args=(dst, box), daemon=True, name=f"send-{dst}").start()
+        payload = torch.frombuffer(bytearray(frame), dtype=torch.uint8)
+        box.put((torch.tensor([payload.numel()], dtype=torch.int64), payload))
+
+    def _pending(self, dst: int) -> bool:
+        return bool(self._outbox[dst].unfinished_tasks) if dst in self._outbox else False
+
+    def close(self) -> None:
+        """Stop the sending threads after their queues; receiving threads end with the process group."""
+        self.closing = True
+        for box in self._outbox.values():
+            box.put(_CLOSED)
 
 
 def _cause(exc: BaseException) -> str:
