@@ -171,3 +171,101 @@ def test_cli_errors_name_the_flag_and_exit_2(folder, tmp_path, capsys) -> None:
     with pytest.raises(InputError, match="with --device-data they stay on the devices") as info:
         TrainConfig(**dict(SMALL, cuts=None), device_data=str(out), distributed=True, reestimate=True, replan_every=2)
     assert info.value.field == "reestimate"
+
+
+def _tiny(num_classes: int, labels_per_device: list[list[int]]) -> tuple:
+    """A data set of shape (1, 2, 2) whose device i holds the labels ``labels_per_device[i]``."""
+    from trainers.datasets import Dataset
+
+    y = torch.tensor([label for labels in labels_per_device for label in labels], dtype=torch.long)
+    x = torch.arange(len(y) * 4, dtype=torch.float32).reshape(len(y), 1, 2, 2)
+    data = Dataset(x, y, x[:2], y[:2], num_classes, (1, 2, 2), "tiny")
+    bounds = np.cumsum([0] + [len(labels) for labels in labels_per_device])
+    return data, [np.arange(a, b) for a, b in zip(bounds, bounds[1:])]
+
+
+def test_the_smallest_valid_folder_two_classes_one_sample_reads_back(tmp_path) -> None:
+    data, parts = _tiny(2, [[1], [0, 1, 1]])
+    manifest = write_device_folder(data, parts, tmp_path / "a" / "b")     # missing parents are made
+    assert manifest.num_classes == 2 and [e.samples for e in manifest.devices] == [1, 3]
+    assert [e.label_counts for e in manifest.devices] == [(0, 1), (1, 2)]
+    x, y = manifest.load_device(1)
+    assert torch.equal(x, data.x_train[1:]) and y.tolist() == [0, 1, 1]
+    text = (tmp_path / "a" / "b" / "manifest.json").read_text()
+    assert text.startswith('{\n "format": "adaptplan-device-data",\n "version": 1,')
+    assert '\n  {"file": "device-1.npz", "samples": 3, "label_counts": [1, 2], "sha256": "' in text   # a line per device
+    assert manifest.local_positions(1, np.array([1, 3])).tolist() == [0, 2]        # the first and last of its rows
+    for outside in ([0], [4], [0, 2], [1, 4]):                                   # with an inside one too
+        with pytest.raises(InputError, match="rank 0's positions of device 1 lie outside its 3 samples"):
+            manifest.local_positions(1, np.array(outside))
+    for device in (-1, 2):
+        with pytest.raises(InputError, match=f"device {device} is not in .*manifest.json \\(2 devices\\)"):
+            manifest.load_device(device)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"version": 2}, "not an adaptplan-device-data version 1 manifest"),
+    ({"format": "other"}, "not an adaptplan-device-data version 1 manifest"),
+    ({"num_classes": 1}, "needs ≥ 2 classes"),
+    ({"input_shape": []}, "needs ≥ 2 classes, an input shape"),
+    ({"input_shape": [0, 2, 2]}, "needs ≥ 2 classes, an input shape"),
+    ({"devices": []}, "and ≥ 1 device"),
+    ({"devices": [{"file": "device-0.npz", "samples": 0, "label_counts": [0, 0], "sha256": ""}]}, "device 0's entry"),
+    ({"devices": [{"file": "device-0.npz", "samples": 1, "label_counts": [-1, 2], "sha256": ""}]}, "device 0's entry"),
+])
+def test_a_manifest_out_of_range_is_refused(tmp_path, change, message) -> None:
+    data, parts = _tiny(2, [[1], [0, 1, 1]])
+    write_device_folder(data, parts, tmp_path)
+    doc = json.loads((tmp_path / "manifest.json").read_text())
+    (tmp_path / "manifest.json").write_text(json.dumps({**doc, **change}))
+    with pytest.raises(InputError, match=message):
+        read_manifest(tmp_path)
+
+
+@pytest.mark.parametrize("x, y, message", [
+    (np.zeros((3, 1, 2, 2), np.float32), np.array([0, 1, 2]), "labels span 0..2, outside 0..1"),
+    (np.zeros((3, 1, 2, 2), np.float32), np.array([-1, 1, 1]), "labels span -1..1, outside 0..1"),
+    (np.array([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, np.inf], np.float32).reshape(3, 1, 2, 2), np.array([0, 1, 1]),
+     "x holds NaN or infinite values"),
+    (np.zeros((3, 1, 2, 2), np.float32), np.array([1, 1, 1]),         # 3 samples as the manifest says, other labels
+     "holds 3 samples with label counts \\[0, 3\\], manifest.json says 3 with \\[1, 2\\]"),
+    (np.array([None, 1], dtype=object), np.array([0, 1]), "is not a readable .npz file \\(ValueError\\)"),
+])
+def test_a_device_file_with_bad_contents_is_refused(tmp_path, x, y, message) -> None:
+    data, parts = _tiny(2, [[1], [0, 1, 1]])
+    write_device_folder(data, parts, tmp_path / "f")
+    copy = _rewrite(tmp_path / "f", tmp_path, device0=_npz(x=x, y=y))
+    doc = json.loads((copy / "manifest.json").read_text())
+    doc["devices"][1]["sha256"] = doc["devices"][0]["sha256"]          # device 1's entry now names this file
+    (copy / "device-1.npz").write_bytes((copy / "device-0.npz").read_bytes())
+    (copy / "manifest.json").write_text(json.dumps(doc))
+    with pytest.raises(InputError, match=message):
+        read_manifest(copy).load_device(1)
+
+
+def test_an_unreadable_manifest_is_named(tmp_path) -> None:
+    (tmp_path / "manifest.json").mkdir()
+    with pytest.raises(InputError, match="manifest.json' cannot be read"):
+        read_manifest(tmp_path)
+
+
+def test_split_data_flags_and_defaults(tmp_path, capsys) -> None:
+    data = load_dataset("synthetic")
+    assert main(["split-data", "--dataset", "synthetic", "--devices", "4", "--partition", "dirichlet",
+                 "--out", str(tmp_path / "d")]) == 0
+    assert capsys.readouterr().err.startswith(f"wrote {tmp_path / 'd'}: synthetic, 4 devices (")
+    expected = partition_indices(data.y_train.numpy(), 4, "dirichlet", 0, 0.5, min_size=16)   # seed 0, α 0.5, b 16
+    assert [e.samples for e in read_manifest(tmp_path / "d").devices] == [len(p) for p in expected]
+    for argv, message in [(["--devices", "0"], "--devices: must be an integer in 1..10,000"),
+                          ([], "the following arguments are required: --devices"),
+                          (["--devices", "200"], "the smallest device gets 10 samples, fewer than --batch-size 16"),
+                          (["--devices", "3", "--batch-size", "0"], "--batch-size: must be an integer in 1.."),
+                          (["--devices", "3", "--batch-size", "667"], "the smallest device gets 666 samples, fewer")]:
+        out = ["--out", str(tmp_path / "e")]
+        assert main(["split-data", "--dataset", "synthetic", *argv, *out]) == 2
+        assert message in capsys.readouterr().err
+    assert main(["split-data", "--dataset", "synthetic", "--devices", "4", "--batch-size", "500", "--seed", "0",
+                 "--out", str(tmp_path / "f")]) == 0                              # 500 each: b = 500 fits exactly
+    capsys.readouterr()
+    assert main(["split-data", "--dataset", "synthetic", "--devices", "3"]) == 2     # --out is required
+    assert "the following arguments are required: --out" in capsys.readouterr().err

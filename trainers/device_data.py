@@ -181,8 +181,7 @@ def read_manifest(folder: str | Path) -> DeviceManifest:
 def write_device_folder(dataset: "Dataset", parts: Sequence[np.ndarray], out: str | Path) -> DeviceManifest:
     """Write ``dataset`` split by ``parts`` (device i's sample indices, in order) as a per-device
     folder at ``out``; returns its manifest. Files are written atomically, the manifest last."""
-    root = Path(out).expanduser()
-    root.mkdir(parents=True, exist_ok=True)
+    root = Path(out).expanduser()          # made with its parents by the first atomic_write
     x_train, y_train = dataset.x_train.numpy(), dataset.y_train.numpy()
     entries = []
     for i, part in enumerate(parts):
