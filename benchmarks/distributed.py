@@ -1,9 +1,10 @@
 """torch.distributed runtime against the simulator, measured side by side in one run (issue 11).
 
-    python benchmarks/distributed.py [--devices 3] [--rounds 30] [--model cnn] [--algorithm sfl-v1]
+    python benchmarks/distributed.py [--devices 3] [--rounds 30] [--model cnn] [--algorithm sfl-v1] [--mqtt]
 
 Runs the same training three ways — the simulator, ``--distributed`` on loopback, and
-``--distributed --emulate-links`` — and prints:
+``--distributed --emulate-links`` — (with ``--mqtt`` also ``--runtime mqtt``, with and without
+emulated links, through a local Mosquitto broker with TLS) and prints:
 
 * the per-round wall seconds of each (median over the rounds without evaluation, round 1 left out:
   it carries the ranks' first use of torch) and the distributed runtime's overhead per round;
@@ -37,7 +38,7 @@ def train(argv: list[str], out: Path) -> History:
                          capture_output=True, text=True)
     if run.returncode:
         raise SystemExit(f"{' '.join(argv)} failed ({run.returncode}):\n{run.stderr}")
-    print(f"  {'distributed' if '--distributed' in argv else 'simulated'}"
+    print(f"  {'mqtt' if 'mqtt' in argv else 'distributed' if '--distributed' in argv else 'simulated'}"
           f"{' + emulated links' if '--emulate-links' in argv else ''}: {time.perf_counter() - started:.1f} s in all",
           flush=True)
     return History.load(out)
@@ -91,6 +92,7 @@ def main() -> None:
     parser.add_argument("--model", default="cnn")
     parser.add_argument("--algorithm", default="sfl-v1")
     parser.add_argument("--cuts", default="2")
+    parser.add_argument("--mqtt", action="store_true", help="also the MQTT runtime (needs mosquitto; docs/mqtt.md)")
     args = parser.parse_args()
     eval_every = 10
     common = ["--algorithm", args.algorithm, "--model", args.model, "--devices", str(args.devices), "--rounds",
@@ -100,21 +102,24 @@ def main() -> None:
         tmp_path = Path(tmp)
         print(f"{args.algorithm}, {args.model}, {args.devices} devices, {args.rounds} rounds, cuts {args.cuts}; "
               f"CPU cores: {os.cpu_count()}", flush=True)
-        sim = train(common, tmp_path / "sim")
-        dist = train([*common, "--distributed"], tmp_path / "dist")
-        emu = train([*common, "--distributed", "--emulate-links"], tmp_path / "emu")
+        runs = {"simulator": train(common, tmp_path / "sim"),
+                "distributed": train([*common, "--distributed"], tmp_path / "dist"),
+                "distributed + emulated links": train([*common, "--distributed", "--emulate-links"], tmp_path / "emu")}
+        if args.mqtt:
+            runs["mqtt"] = train([*common, "--runtime", "mqtt"], tmp_path / "mqtt")
+            runs["mqtt + emulated links"] = train([*common, "--runtime", "mqtt", "--emulate-links"], tmp_path / "mqtt-emu")
+        sim = runs["simulator"]
         base = per_round_wall(sim, eval_every)
         print("\nwall seconds per round (median, rounds without evaluation):")
-        for name, h in (("simulator", sim), ("distributed", dist), ("distributed + emulated links", emu)):
+        for name, h in runs.items():
             w = per_round_wall(h, eval_every)
             print(f"  {name:<30}{w:>9.4f} s   ×{w / base:.2f} the simulator's   (+{w - base:.4f} s per round)")
-        diff = max(max(abs(a.train_loss - b.train_loss), abs(a.train_loss - c.train_loss))
-                   for a, b, c in zip(sim.records, dist.records, emu.records))
+        diff = max(abs(a.train_loss - b.train_loss) for h in runs.values() for a, b in zip(sim.records, h.records))
         print(f"\nmax |training loss difference| over {args.rounds} rounds: {diff:.3g}")
-        print("\nper stage, distributed on loopback (rounds 2..):")
-        print(stage_table(dist))
-        print("\nper stage, distributed with --emulate-links (rounds 2..):")
-        print(stage_table(emu))
+        for name, h in runs.items():
+            if name != "simulator":
+                print(f"\nper stage, {name} (rounds 2..):")
+                print(stage_table(h))
         at = common.index("--rounds")
         took, code, err = kill_time(common[:at] + common[at + 2:], tmp_path / "kill")
         print(f"\nSIGKILL of rank 2 (a device rank): every rank ended {took:.1f} s later, exit code {code}; it said:")

@@ -71,8 +71,8 @@ class ScriptedChannel:
     def close(self) -> None:
         self.closed = True
 
-    def flush(self, timeout: float | None = None) -> None:
-        self.flushed.append(timeout)
+    def flush(self, timeout: float | None = None, skip_lost: bool = False) -> None:
+        self.flushed.append(timeout if not skip_lost else (timeout, "skip lost"))
 
 
 
@@ -693,12 +693,15 @@ def test_train_distributed_hands_the_launcher_every_flag_after_train(monkeypatch
 
     monkeypatch.delenv("RANK", raising=False)
     seen = []
-    monkeypatch.setattr(launch, "launch_local", lambda args, world, devices, out: seen.append((args, world, devices, out))
-                        or 0)
+    monkeypatch.setattr(launch, "launch_local", lambda args, world, devices, out, runtime: seen.append(
+        (args, world, devices, out, runtime)) or 0)
     argv = ["--algorithm", "psl", "--distributed", "--devices", "3", "--ranks", "4", "--dataset", "synthetic",
             "--rounds", "1", "--cuts", "2", "--no-progress"]
     assert main(["train", *argv]) == 0
-    assert seen == [(argv, 4, 3, None)]
+    assert seen == [(argv, 4, 3, None, "gloo")]
+    mqtt = ["--runtime", "mqtt", *argv[3:]]
+    assert main(["train", *mqtt]) == 0
+    assert seen[-1] == (mqtt, 4, 3, None, "mqtt")
 
 
 def _synthetic_source(**changes) -> tuple[dict, list]:
@@ -777,3 +780,21 @@ def test_a_local_run_joins_through_its_store_file_not_a_tcp_store(tmp_path, monk
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def test_an_abort_reaches_every_rank_but_the_dead_one() -> None:
+    """Rank 2 is dead (its sends fail): rank 0's abort still goes to ranks 1, 3 and 4 and waits for
+    them, passing over the dead one (not stopping at it)."""
+    class DeadRank2(ScriptedChannel):
+        def send(self, obj, dst, rate=None, charged_bytes=None):
+            if dst == 2:
+                raise PeerError(2, "device 0", "stopped receiving (it died or was killed)")
+            super().send(obj, dst, rate, charged_bytes)
+
+    edge = object.__new__(session.EdgeSession)
+    edge.channel, edge.layout = DeadRank2(), RankLayout(5, 3)
+    edge.channel.closing = False
+    edge.abort("rank 0 (edge server) stopped: rank 2 (device 0) closed its connection")
+    assert [(dst, msg.reason) for dst, msg, *_ in edge.channel.sent] == \
+        [(r, "rank 0 (edge server) stopped: rank 2 (device 0) closed its connection") for r in (1, 3, 4)]
+    assert edge.channel.flushed == [(5.0, "skip lost")] and edge.channel.closing

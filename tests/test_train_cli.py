@@ -404,7 +404,7 @@ def test_every_train_flag_reaches_its_config_field(tmp_path) -> None:
             "--system", "s.json", "--system-seed", "9", "--static-resources", "--constants", "c.json",
             "--data-root", "data", "--download", "--threads", "2", "--no-progress", "--device", "cpu",
             "--client-batching", "on", "--distributed", "--ranks", "4", "--emulate-links", "--rank-timeout", "7",
-            "--client-recompute", "off", "--server-pass-samples", "256"]
+            "--client-recompute", "off", "--server-pass-samples", "256", "--device-data", "devdata"]
     args = build_parser().parse_args(argv)
     assert _fields_from_args(args) == dict(
         algorithm="gapsl", dataset="synthetic", model="mlp", devices=6, partition="dirichlet", dirichlet_alpha=0.3,
@@ -416,7 +416,14 @@ def test_every_train_flag_reaches_its_config_field(tmp_path) -> None:
         system_path="s.json", system_seed=9, redraw_resources=False, constants_path="c.json", data_root="data",
         download=True, threads=2, progress=False, optimizer="adam", clip_norm=10.0, device="cpu",
         client_batching="on", distributed=True, ranks=4, emulate_links=True, rank_timeout=7.0,
-        client_recompute="off", server_pass_samples=256, extra={"k_min": 0.3, "gda": "double_backprop"})
+        client_recompute="off", server_pass_samples=256, extra={"k_min": 0.3, "gda": "double_backprop"},
+        device_data="devdata", transport="gloo")
+    mqtt = _fields_from_args(build_parser().parse_args(["train", "--runtime", "mqtt"]))
+    assert (mqtt["distributed"], mqtt["transport"]) == (True, "mqtt")
+    torch_runtime = _fields_from_args(build_parser().parse_args(["train", "--runtime", "torch"]))
+    assert (torch_runtime["distributed"], torch_runtime["transport"]) == (True, "gloo")
+    simulator = _fields_from_args(build_parser().parse_args(["train", "--runtime", "simulator"]))
+    assert (simulator["distributed"], simulator["transport"]) == (False, "gloo")
     defaults = _fields_from_args(build_parser().parse_args(["train", "--cuts", "3,3 4", "--policy", "sfl"]))
     assert defaults["cuts"] == [3, 3, 4] and defaults["policy"] == "sfl" and defaults["extra"] == {}
     assert (defaults["redraw_resources"], defaults["progress"], defaults["resume"]) == (True, True, False)
@@ -424,6 +431,7 @@ def test_every_train_flag_reaches_its_config_field(tmp_path) -> None:
     assert explicit_fields(args.parser, ["--alpha=0.2", "--no-progress", "--gda", "x", "--rounds", "3",
                                          "--resume"]) == {"dirichlet_alpha", "progress", "extra", "rounds", "resume"}
     assert explicit_fields(args.parser, ["--roundsabc"]) == set()
+    assert explicit_fields(args.parser, ["--runtime", "mqtt"]) == {"distributed", "transport"}
     # config fields back to the flags a user typed
     assert [flag_of(f) for f in ("dirichlet_alpha", "cuts[3]", "batch_size", "--resume", "$ADAPTPLAN_DATA_DIR",
                                  "history.meta")] == ["--alpha", "--cuts[3]", "--batch-size", "--resume",

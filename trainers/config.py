@@ -51,6 +51,8 @@ OWN_MODEL_HELP = ("package.module:factory, your own function returning an nn.Mod
                   "PYTHONPATH and the installed packages): run from the folder that holds the module, or put "
                   "that folder on PYTHONPATH")
 PARTITIONS = ("iid", "shards", "dirichlet")
+TRANSPORTS = ("gloo", "mqtt")
+"""What carries a distributed run's frames: torch.distributed's gloo, or an MQTT broker."""
 OPTIMIZERS = ("sgd", "adam")
 DEVICES = ("auto", "cpu", "cuda")          # auto = cuda when torch sees a GPU, else cpu (trainers.devices)
 CLIENT_BATCHING = ("auto", "on", "off")    # auto = batched on CUDA, per device on a CPU (trainers.batching)
@@ -279,6 +281,7 @@ class TrainConfig:
     progress: bool = False
     threads: int | None = None
     distributed: bool = False
+    transport: str = "gloo"
     ranks: int | None = None
     emulate_links: bool = False
     rank_timeout: float = 12.0
@@ -359,6 +362,10 @@ class TrainConfig:
                 raise InputError(f"a distributed run needs at least 3 ranks (edge server, fed server, one device "
                                  f"rank), got {self.ranks}", field="ranks")
         number_in_range(self.rank_timeout, "rank_timeout", 1.0, 86400.0)
+        check_choice(self.transport, TRANSPORTS, "transport")
+        if self.transport != "gloo" and not self.distributed:
+            raise InputError(f"the {self.transport} transport carries a distributed run; use --runtime {self.transport}",
+                             field="transport")
         if (self.ranks is not None or self.emulate_links) and not self.distributed:
             raise InputError("applies to --distributed runs; add --distributed",
                              field="ranks" if self.ranks is not None else "emulate_links")

@@ -57,8 +57,8 @@ from trainers.strategies import make_strategy
 
 
 RESUMABLE = ("rounds", "resume", "overwrite", "progress", "out", "checkpoint_every", "threads", "target_accuracy",
-             "eval_every", "device", "client_batching", "client_recompute", "server_pass_samples", "distributed", "ranks",
-             "emulate_links", "rank_timeout")
+             "eval_every", "device", "client_batching", "client_recompute", "server_pass_samples", "distributed", "transport",
+             "ranks", "emulate_links", "rank_timeout")
 """Options a resumed run may change; every other one must equal the checkpointed run's. (A checkpoint
 holds CPU tensors whatever the device that wrote it, so ``device`` may change; results then agree
 up to floating-point rounding instead of bit for bit, as with another ``server_pass_samples``.)"""

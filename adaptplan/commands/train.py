@@ -20,7 +20,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 # TrainConfig field → flag, where the flag is not "--" + the field with "_" → "-"
 FLAGS = {"dirichlet_alpha": "--alpha", "plan_path": "--plan", "system_path": "--system",
-         "constants_path": "--constants", "redraw_resources": "--static-resources", "progress": "--no-progress"}
+         "constants_path": "--constants", "redraw_resources": "--static-resources", "progress": "--no-progress",
+         "transport": "--runtime"}
 
 
 def _defaults_line(algorithm: str) -> str:
@@ -142,6 +143,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                       help="run the roles as processes on this machine: rank 0 edge server, rank 1 fed server, the "
                            "others host the devices; same numbers as the simulation, plus measured seconds per stage "
                            "(across machines: torchrun ... -m adaptplan.distributed OPTIONS)")
+    dist.add_argument("--runtime", choices=("simulator", "torch", "mqtt"),
+                      help="where the roles run: simulator (default: one process), torch (= --distributed: ranks over "
+                           "torch.distributed), mqtt (ranks that connect out to a Mosquitto broker with TLS and "
+                           "per-rank passwords, for devices behind NATs; needs the mosquitto package and the [mqtt] "
+                           "extra; docs/mqtt.md)")
     dist.add_argument("--ranks", type=int, help="processes of a --distributed run, ≥ 3 (default: 2 + min(devices, 8); "
                       "a device rank hosts several devices when there are more devices than device ranks)")
     dist.add_argument("--emulate-links", action="store_true",
@@ -224,7 +230,8 @@ def _fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
         client_optimizer=args.client_optimizer, server_optimizer=args.server_optimizer,
         clip_norm=args.clip_norm, device=args.device, client_batching=args.client_batching,
         client_recompute=args.client_recompute, server_pass_samples=args.server_pass_samples,
-        distributed=args.distributed, ranks=args.ranks, emulate_links=args.emulate_links, rank_timeout=args.rank_timeout,
+        distributed=args.distributed or args.runtime in ("torch", "mqtt"),
+        transport="mqtt" if args.runtime == "mqtt" else "gloo", ranks=args.ranks, emulate_links=args.emulate_links, rank_timeout=args.rank_timeout,
         extra={o.name: getattr(args, f"opt_{o.name}") for o in ALGORITHM_OPTIONS if getattr(args, f"opt_{o.name}") is not None},
     )
 
@@ -235,6 +242,9 @@ def explicit_fields(parser: argparse.ArgumentParser, argv: list[str]) -> set[str
     for action in parser._actions:
         if any(tok == opt or tok.startswith(opt + "=") for opt in action.option_strings for tok in argv):
             dest = action.dest
+            if dest == "runtime":      # one flag, two fields
+                given |= {"distributed", "transport"}
+                continue
             field = "extra" if dest.startswith("opt_") else DEST_FIELDS.get(dest, dest)
             given.add(field)
     return given
@@ -319,7 +329,8 @@ def _train_distributed(args: argparse.Namespace, config: "TrainConfig") -> int:
 
         argv = list(getattr(args, "argv", []))
         train_args = argv[argv.index("train") + 1:] if "train" in argv else argv
-        return launch_local(train_args, config.ranks or default_world_size(config.devices), config.devices, config.out)
+        return launch_local(train_args, config.ranks or default_world_size(config.devices), config.devices, config.out,
+                            runtime=config.transport)
     try:
         return run_edge(config.devices, config.rank_timeout, config.emulate_links, config.threads,
                         lambda factory: _train_with(config, factory),

@@ -59,8 +59,11 @@ def _status(code: int) -> str:
     return f"exited with code {code}"
 
 
-def launch_local(train_args: list[str], world_size: int, num_devices: int, out: str | None) -> int:
-    """Run ``adaptplan train`` ``train_args`` as ``world_size`` ranks here; the exit code of the run."""
+def launch_local(train_args: list[str], world_size: int, num_devices: int, out: str | None,
+                 runtime: str = "gloo") -> int:
+    """Run ``adaptplan train`` ``train_args`` as ``world_size`` ranks here; the exit code of the run.
+    With ``runtime="mqtt"`` the ranks meet at a Mosquitto broker started for the run on 127.0.0.1
+    (TLS, one password per rank, trainers/distributed/broker.py), stopped at the end."""
     layout = RankLayout(world_size, num_devices)
     port = free_port()
     logs = Path(tempfile.mkdtemp(prefix="adaptplan-ranks-"))     # mode 0700: the store and the logs are ours
@@ -69,14 +72,23 @@ def launch_local(train_args: list[str], world_size: int, num_devices: int, out: 
     command = [sys.executable, "-m", "adaptplan.distributed", *train_args]
     procs: list[subprocess.Popen] = []
     terminated: set[int] = set()
+    broker = None
     try:
+        if runtime == "mqtt":
+            from trainers.distributed.broker import start_local_broker
+
+            broker = start_local_broker(logs / "broker", world_size, free_port())
         for rank in range(world_size):
+            env = rank_environment(rank, world_size, port, secret, store)
+            if broker is not None:
+                from trainers.distributed.broker import rank_broker_environment
+
+                env.update(rank_broker_environment(broker, rank))
             if rank == 0:
-                procs.append(subprocess.Popen(command, env=rank_environment(rank, world_size, port, secret, store)))
+                procs.append(subprocess.Popen(command, env=env))
             else:
                 with open(logs / f"rank{rank}.log", "wb") as log:
-                    procs.append(subprocess.Popen(command, env=rank_environment(rank, world_size, port, secret, store),
-                                                  stdout=subprocess.DEVNULL, stderr=log))
+                    procs.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log))
         failed_at: float | None = None
         while any(p.poll() is None for p in procs):
             codes = [p.poll() for p in procs]
@@ -94,6 +106,8 @@ def launch_local(train_args: list[str], world_size: int, num_devices: int, out: 
                 p.kill()
     finally:
         terminated |= _stop(procs)
+        if broker is not None:
+            broker.stop()
     codes = [p.wait() for p in procs]
     try:
         if all(c == 0 for c in codes):
@@ -108,7 +122,8 @@ def launch_local(train_args: list[str], world_size: int, num_devices: int, out: 
         shutil.rmtree(logs, ignore_errors=True)
     if out and (Path(out) / "checkpoint.pt").exists():
         print(f"adaptplan train: the run stopped; its last checkpoint is in {out}: continue with "
-              f"adaptplan train --out {out} --resume --distributed", file=sys.stderr)
+              f"adaptplan train --out {out} --resume {'--runtime mqtt' if runtime == 'mqtt' else '--distributed'}",
+              file=sys.stderr)
     return codes[0] if codes[0] > 0 else EXIT_RANK_FAILED
 
 

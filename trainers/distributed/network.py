@@ -25,7 +25,7 @@ from torch import nn
 from trainers.distributed.control import DeviceSpec, LinkRates, Report, Setup
 from trainers.distributed.layout import FED_RANK, SETUP_TIMEOUT_FACTOR, RankLayout
 from trainers.distributed.timing import StageLedger, book_transfer, link_rate
-from trainers.distributed.transport import Channel
+from trainers.distributed.transport import FrameChannel
 from trainers.messages import Activation, CutGradient
 from trainers.optim import OptimizerSpec
 from trainers.protocol import EDGE, FED, Address, Blocks, GetBlocks, RoundEnd
@@ -39,7 +39,7 @@ class RankNetwork:
     """Messages to and from the ranks of ``layout`` over ``channel``; ``source`` names the data set
     and model the device ranks build (dataset, model, model_width)."""
 
-    def __init__(self, channel: Channel, layout: RankLayout, emulate: bool, source: dict[str, Any]) -> None:
+    def __init__(self, channel: FrameChannel, layout: RankLayout, emulate: bool, source: dict[str, Any]) -> None:
         self.channel = channel
         self.layout = layout
         self.emulate = emulate

@@ -32,7 +32,7 @@ from adaptplan.errors import InputError
 from trainers.distributed.control import LinkRates, Ready, Report, Setup, Stop
 from trainers.distributed.layout import EDGE_RANK, FED_RANK, RankLayout
 from trainers.distributed.timing import StageLedger, book_transfer, link_rate
-from trainers.distributed.transport import Channel, role_error
+from trainers.distributed.transport import FrameChannel, role_error
 from trainers.hosts import DeviceHost, FedHost, take
 from trainers.messages import CutGradient, MessageMismatchError, ModelDownload, ModelUpload, NonFiniteError
 from trainers.protocol import EDGE, FED, Forward, RoundEnd, Send, Take
@@ -58,7 +58,7 @@ class RankLoop:
     """Serve rank 0's messages with ``host`` (a FedHost on the fed rank; on a device rank the
     DeviceHost that :class:`Setup` builds)."""
 
-    def __init__(self, channel: Channel, layout: RankLayout, first_timeout: float,
+    def __init__(self, channel: FrameChannel, layout: RankLayout, first_timeout: float,
                  options: WorkerOptions | None = None) -> None:
         self.channel = channel
         self.layout = layout

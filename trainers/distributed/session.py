@@ -24,10 +24,10 @@ import torch.distributed as dist
 
 from adaptplan.errors import InputError
 from trainers.distributed.control import Abort, Layout, Stop
-from trainers.distributed.environment import run_key, store_file, wire_trace
+from trainers.distributed.environment import RUNTIME_ENV, run_key, store_file, wire_trace
 from trainers.distributed.layout import EDGE_RANK, FED_RANK, SETUP_TIMEOUT_FACTOR, RankLayout
 from trainers.distributed.network import RankNetwork
-from trainers.distributed.transport import AbortRun, Channel, PeerError
+from trainers.distributed.transport import AbortRun, Channel, FrameChannel, PeerError
 from trainers.distributed.serve import RankLoop, WorkerOptions
 from trainers.engine import SplitEngine
 
@@ -51,6 +51,8 @@ def join(timeout: float) -> tuple[int, int, Any]:
     time-outs); (rank, world size, the group for the transfers). The rendezvous is the local run's
     store file when ``ADAPTPLAN_STORE_FILE`` is set (no socket), else torchrun's TCP store. The
     transfers' group has no time-out of its own: :class:`Channel` bounds every wait."""
+    if runtime() == "mqtt":        # the broker connects the ranks: no process group
+        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), None
     if not dist.is_initialized():
         wait = datetime.timedelta(seconds=timeout * SETUP_TIMEOUT_FACTOR)
         path = store_file()
@@ -64,12 +66,24 @@ def join(timeout: float) -> tuple[int, int, Any]:
     return dist.get_rank(), dist.get_world_size(), group
 
 
-def open_channel(timeout: float, describe: Callable[[int], str], group: Any, key: bytes) -> Channel:
-    """This rank's :class:`Channel`, authenticating with ``key`` and tracing when asked to."""
+def runtime() -> str:
+    """``mqtt`` when the ranks meet at a broker (``ADAPTPLAN_RUNTIME=mqtt``), else ``gloo``."""
+    return "mqtt" if os.environ.get(RUNTIME_ENV, "").strip().lower() == "mqtt" else "gloo"
+
+
+def open_channel(timeout: float, describe: Callable[[int], str], group: Any, key: bytes) -> FrameChannel:
+    """This rank's channel — over gloo, or over the broker of ``ADAPTPLAN_MQTT_*`` — authenticating
+    with ``key`` and tracing when asked to."""
+    if runtime() == "mqtt":
+        from trainers.distributed.mqtt import MqttChannel, broker_login
+
+        rank = int(os.environ["RANK"])
+        return MqttChannel(rank, int(os.environ["WORLD_SIZE"]), timeout, describe, key, broker_login(),
+                           trace=wire_trace(rank), wait_seconds=timeout * SETUP_TIMEOUT_FACTOR)
     return Channel(timeout, describe, group, key=key, trace=wire_trace(dist.get_rank()))
 
 
-def leave(channel: Channel) -> None:
+def leave(channel: FrameChannel) -> None:
     """Deliver what is queued. The process group is not destroyed: its receiving threads are
     blocked in gloo until the process ends (:func:`adaptplan.distributed.main` ends it with
     ``os._exit`` after flushing its output)."""
@@ -111,12 +125,15 @@ class EdgeSession:
 
     def abort(self, reason: str) -> None:
         """Best effort: tell every rank why the run stops; never raises."""
-        try:
-            for r in self.others:
+        for r in self.others:
+            try:
                 self.channel.send(Abort(reason), r)
-            self.channel.closing = True
-            self.channel.flush(timeout=5.0)
-        except Exception:   # noqa: BLE001 - a dead peer cannot be told; the others still are
+            except Exception:   # noqa: BLE001 - a dead peer cannot be told; the others still are
+                pass
+        self.channel.closing = True
+        try:
+            self.channel.flush(timeout=5.0, skip_lost=True)
+        except Exception:   # noqa: BLE001 - a peer that takes nothing within 5 s is left to the launcher
             pass
 
 

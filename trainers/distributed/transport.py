@@ -116,6 +116,10 @@ class FrameChannel:
         if not self.closing:
             self._inbox[src].put(PeerError(src, self.describe(src), why))
 
+    def _silent(self, src: int, seconds: float) -> PeerError:
+        """The error for a peer that sent nothing within ``seconds``."""
+        return PeerError(src, self.describe(src), f"sent nothing for {seconds:g} s (--rank-timeout): it hangs or is too slow")
+
     def _transmit(self, dst: int, frame: bytes) -> None:
         raise NotImplementedError
 
@@ -133,15 +137,17 @@ class FrameChannel:
         self._sent_seq[dst] = seq + 1
         self._transmit(dst, wire.encode(Envelope(obj, time.time(), rate, charged_bytes), self.rank, dst, seq, self.key))
 
-    def flush(self, timeout: float | None = None) -> None:
-        """Wait until every queued message has been taken by its receiver (deadline ``timeout``)."""
+    def flush(self, timeout: float | None = None, skip_lost: bool = False) -> None:
+        """Wait until every queued message has been taken by its receiver (deadline ``timeout``);
+        with ``skip_lost`` a peer that stopped receiving is passed over, not raised (an abort still
+        reaches the others)."""
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         for dst in list(self._sent_seq):
-            while self._pending(dst):
+            while self._pending(dst) and dst not in self._send_error:
                 if time.monotonic() > deadline:
                     raise PeerError(dst, self.describe(dst), f"took no message for {self.timeout:g} s (--rank-timeout)")
                 time.sleep(POLL_SECONDS)
-            if dst in self._send_error:
+            if dst in self._send_error and not skip_lost:
                 raise PeerError(dst, self.describe(dst), f"stopped receiving ({self._send_error[dst]})")
 
     def close(self) -> None:
@@ -157,8 +163,7 @@ class FrameChannel:
         try:
             obj = self._inbox[src].get(timeout=wait)
         except queue.Empty:
-            raise PeerError(src, self.describe(src), f"sent nothing for {nominal:g} s (--rank-timeout): it hangs or "
-                                                     "is too slow") from None
+            raise self._silent(src, nominal) from None
         if isinstance(obj, PeerError):
             self._inbox[src].put(obj)          # every later wait on this peer fails the same way
             raise obj

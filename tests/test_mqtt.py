@@ -1,0 +1,243 @@
+"""The MQTT runtime (trainers/distributed/mqtt.py, broker.py; docs/mqtt.md): frames through a real
+Mosquitto broker on loopback with TLS and per-rank passwords; a wrong password, another rank's
+topics and a re-delivered frame are refused or dropped; a rank that drops off is named; and
+``adaptplan train --runtime mqtt`` gives the simulator's losses for every algorithm.
+
+Needs the ``mosquitto`` binary (.ci/run installs the Debian package where it is missing) and
+paho-mqtt (the ``test`` extra); without the binary these tests are skipped, saying so."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from adaptplan.cli import main
+from adaptplan.errors import InputError
+from trainers.config import ALGORITHMS
+from trainers.distributed import broker as broker_module
+from trainers.distributed.broker import acl_text, start_local_broker
+from trainers.distributed.launch import free_port
+from trainers.distributed.mqtt import BrokerLogin, MqttChannel, frame_topic
+from trainers.distributed.transport import PeerError
+
+MOSQUITTO = shutil.which("mosquitto") or shutil.which("mosquitto", path="/usr/sbin:/usr/local/sbin")
+pytestmark = [pytest.mark.skipif(MOSQUITTO is None, reason="the mosquitto broker is not installed (apt-get install "
+                                                           "mosquitto); .ci/run installs it"),
+              pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a local broker on loopback")]
+KEY = b"k" * 32
+
+
+@pytest.fixture()
+def broker(tmp_path):
+    running = start_local_broker(tmp_path / "broker", 4, free_port())
+    yield running
+    running.stop()
+
+
+def login(broker, rank: int, password: str | None = None) -> BrokerLogin:
+    return BrokerLogin(broker.host, broker.port, str(broker.ca_file), broker.run,
+                       password if password is not None else broker.password_files[rank].read_text())
+
+
+def channels(broker, ranks, world: int = 2, timeout: float = 5.0) -> dict[int, MqttChannel]:
+    made: dict[int, MqttChannel] = {}
+    errors = []
+
+    def make(r: int) -> None:
+        try:
+            made[r] = MqttChannel(r, world, timeout, lambda x: f"role {x}", KEY, login(broker, r), wait_seconds=5.0)
+        except Exception as exc:   # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=make, args=(r,)) for r in ranks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    return made
+
+
+def test_frames_cross_the_broker_in_order_and_intact(broker) -> None:
+    ch = channels(broker, [0, 1])
+    sent = [torch.randn(16, 32, 8, 8) for _ in range(5)]
+    for i, x in enumerate(sent):
+        ch[0].send({"a": x, "i": i}, 1, rate=7.5e7, charged_bytes=100)
+    got = [ch[1].recv(0) for _ in sent]
+    assert [e.msg["i"] for e in got] == [0, 1, 2, 3, 4]
+    assert all(torch.equal(e.msg["a"], x) for e, x in zip(got, sent))
+    assert got[0].rate == 7.5e7 and got[0].charged_bytes == 100 and got[0].arrived >= got[0].t_send
+    ch[0].flush(2.0)
+    for c in ch.values():
+        c.close()
+
+
+def test_a_wrong_password_is_refused_at_the_broker(broker) -> None:
+    with pytest.raises(InputError, match=r"the broker at 127.0.0.1:\d+ refused rank 2 \(Not authorized\)"):
+        MqttChannel(2, 3, 5.0, str, KEY, login(broker, 2, password="guess-" + "0" * 26), wait_seconds=3.0)
+    other = broker.password_files[3].read_text()            # rank 3's password does not log rank 2 in either
+    with pytest.raises(InputError, match="refused rank 2"):
+        MqttChannel(2, 3, 5.0, str, KEY, login(broker, 2, password=other), wait_seconds=3.0)
+
+
+def test_a_rank_can_neither_read_another_ranks_frames_nor_write_in_its_name(broker) -> None:
+    import paho.mqtt.client as mqtt
+
+    ch = channels(broker, [0, 1, 2, 3], world=4)
+    intruder = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="intruder", protocol=mqtt.MQTTv311)
+    intruder.username_pw_set("rank2", broker.password_files[2].read_text())
+    intruder.tls_set(ca_certs=str(broker.ca_file))
+    granted: list = []
+    received: list = []
+    intruder.on_subscribe = lambda c, u, mid, reasons, p=None: granted.extend(reasons)
+    intruder.on_message = lambda c, u, m: received.append(m.topic)
+    intruder.connect(broker.host, broker.port)
+    intruder.loop_start()
+    try:
+        intruder.subscribe(frame_topic(broker.run, 3, 0), qos=1)          # rank 3's inbound frames
+        deadline = time.monotonic() + 5
+        while not granted and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert granted                   # MQTT 3.1.1: the broker acknowledges, then delivers nothing the ACL forbids
+        ch[0].send({"for": "rank 3"}, 3)
+        assert ch[3].recv(0).msg == {"for": "rank 3"}
+        time.sleep(0.5)
+        assert received == []
+        forged = intruder.publish(frame_topic(broker.run, 0, 3), b"APW1 forged", qos=1)   # in rank 3's name
+        forged.wait_for_publish(5)
+        ch[2].send({"from": "rank 2"}, 0)                                 # its own frames still go through
+        assert ch[0].recv(2).msg == {"from": "rank 2"}
+        with pytest.raises(PeerError, match="sent nothing"):
+            ch[0].recv(3, timeout=0.5)                                    # the forged frame never reached rank 0
+    finally:
+        intruder.loop_stop()
+        for c in ch.values():
+            c.close()
+
+
+def test_a_redelivered_frame_is_dropped_and_a_gap_is_refused(broker) -> None:
+    ch = channels(broker, [0, 1])
+    from trainers.distributed import wire
+    from trainers.distributed.control import Envelope
+
+    frames = [wire.encode(Envelope({"n": n}, time.time(), None, None), 0, 1, n, KEY) for n in range(3)]
+    for raw in (frames[0], frames[0], frames[1]):                          # QoS 1 may deliver #0 twice
+        ch[0].client.publish(frame_topic(broker.run, 1, 0), raw, qos=1)
+    assert [ch[1].recv(0).msg["n"] for _ in range(2)] == [0, 1]
+    ch[0].client.publish(frame_topic(broker.run, 1, 0), wire.encode(Envelope({"n": 9}, 0.0, None, None), 0, 1, 9, KEY),
+                         qos=1)
+    with pytest.raises(PeerError, match=r"sent rank 1 a frame it refused: it is numbered 0→1 #9, not 0→1 #2"):
+        ch[1].recv(0)
+    for c in ch.values():
+        c.close()
+
+
+def test_a_dropped_connection_reconnects_and_loses_or_repeats_nothing(broker) -> None:
+    """Rank 1's socket is cut mid-exchange (its will goes out); frames sent to it meanwhile wait at
+    the broker, its own wait in paho's queue; it reconnects and every frame arrives exactly once."""
+    ch = channels(broker, [0, 1])
+    ch[0].send({"n": 0}, 1)
+    assert ch[1].recv(0).msg == {"n": 0}
+    ch[1].client.socket().shutdown(2)            # the network drops; paho notices and reconnects by itself
+    for n in range(1, 4):
+        ch[0].send({"n": n}, 1)
+        ch[1].send({"back": n}, 0)
+    assert [ch[1].recv(0, timeout=15).msg["n"] for _ in range(3)] == [1, 2, 3]
+    assert [ch[0].recv(1, timeout=15).msg["back"] for _ in range(3)] == [1, 2, 3]
+    with pytest.raises(PeerError, match="sent nothing"):
+        ch[1].recv(0, timeout=0.5)                # nothing twice
+    for c in ch.values():
+        c.close()
+
+
+def test_a_rank_that_does_not_come_back_is_named_after_the_time_out(broker) -> None:
+    ch = channels(broker, [0, 1])
+    sock = ch[1].client.socket()
+    ch[1].client.loop_stop()          # the process is gone: no goodbye, the broker sends rank 1's will
+    sock.close()
+    deadline = time.monotonic() + 10
+    while 1 not in ch[0]._gone and time.monotonic() < deadline:
+        time.sleep(0.02)
+    with pytest.raises(PeerError, match=r"^rank 1 \(role 1\) lost its connection to the broker and did not come back "
+                                        r"within 1 s \(--rank-timeout\): it died or was killed$"):
+        ch[0].recv(1, timeout=1.0)
+    ch[0].close()
+
+
+def test_the_acl_gives_each_rank_its_own_topics_only() -> None:
+    assert acl_text("r1").splitlines() == [
+        "pattern read ap/r1/to/%u/#", "pattern write ap/r1/to/+/from/%u", "pattern readwrite ap/r1/ready/%u",
+        "pattern read ap/r1/ready/+", "pattern write ap/r1/gone/%u", "pattern read ap/r1/gone/+"]
+
+
+def test_without_mosquitto_the_run_says_which_package_to_install(monkeypatch, tmp_path, capsys) -> None:
+    monkeypatch.setattr(broker_module.shutil, "which", lambda name, path=None: None)
+    code = main(["train", "--runtime", "mqtt", "--dataset", "synthetic", "--model", "mlp", "--devices", "3",
+                 "--rounds", "1", "--cuts", "2", "--no-progress", "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err[-1] == ("adaptplan train: error: --runtime: the mqtt runtime needs mosquitto: install the "
+                                     "package mosquitto (e.g. apt-get install -y mosquitto)")
+
+
+SMALL = ["--dataset", "synthetic", "--model", "mlp", "--seed", "5", "--eval-every", "3", "--no-progress"]
+ALGORITHM_ARGS = {"adaptsfl": ["--cuts", "1,2,2", "--interval", "2"], "gas": ["--cuts", "2", "--active", "2",
+                                                                              "--local-steps", "2"]}
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_every_algorithm_over_mqtt_has_the_simulations_losses(tmp_path: Path, algorithm: str) -> None:
+    from trainers.history import History
+
+    argv = ["--algorithm", algorithm, "--devices", "3", "--rounds", "3", *SMALL, *ALGORITHM_ARGS.get(algorithm, ["--cuts", "2"])]
+    assert main(["train", "--runtime", "mqtt", "--ranks", "3", *argv, "--out", str(tmp_path / "mqtt")]) == 0
+    assert main(["train", *argv, "--out", str(tmp_path / "sim")]) == 0
+    got = [r.train_loss for r in History.load(tmp_path / "mqtt").records]
+    expected = [r.train_loss for r in History.load(tmp_path / "sim").records]
+    assert len(got) == 3 and max(abs(a - b) for a, b in zip(got, expected)) <= 1e-4
+    assert History.load(tmp_path / "mqtt").meta["config"]["transport"] == "mqtt"
+
+
+def test_a_killed_device_rank_is_named_after_the_time_out_and_the_run_resumes(tmp_path: Path) -> None:
+    """Churn past the time-out: a device rank's process is killed mid-run (it cannot come back with
+    its models). Rank 0 names it after --rank-timeout, every rank stops, the history and checkpoint
+    stay, and ``--resume --runtime mqtt`` continues to the simulator's numbers."""
+    import os
+    import signal
+    import subprocess
+
+    from tests.test_distributed import _rank_pids, _wait_for, adaptplan, losses, simulate
+    from trainers.checkpoint import load_checkpoint
+
+    out = tmp_path / "run"
+    argv = ["--algorithm", "sfl-v1", "--devices", "6", "--rounds", "400", "--checkpoint-every", "2",
+            "--rank-timeout", "3", "--ranks", "4", *SMALL, "--cuts", "2"]
+    proc = subprocess.Popen([sys.executable, "-m", "adaptplan.cli", "train", "--runtime", "mqtt", *argv, "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=Path(__file__).resolve().parents[1])
+    try:
+        _wait_for(out / "checkpoint.pt", proc)
+        pids = _rank_pids(proc.pid)
+        assert sorted(pids) == [0, 1, 2, 3], pids
+        os.kill(pids[3], signal.SIGKILL)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 3 and "Traceback" not in err, err
+    assert "rank 3 (devices 1, 3, 5) lost its connection to the broker and did not come back within 3 s" in err, err
+    assert "--resume --runtime mqtt" in err, err
+    stopped_at = load_checkpoint(out)["round"]
+    assert stopped_at >= 2 and len(losses(out)) >= stopped_at
+    total = stopped_at + 2
+    resumed = adaptplan("train", "--out", str(out), "--resume", "--rounds", str(total), "--runtime", "mqtt")
+    assert resumed.returncode == 0, resumed.stderr
+    expected = simulate(tmp_path, "sim", ["--algorithm", "sfl-v1", "--devices", "6", "--rounds", str(total), *SMALL,
+                                          "--cuts", "2"])
+    got = losses(out)
+    assert len(got) == total and max(abs(a - b) for a, b in zip(got, expected)) <= 1e-4

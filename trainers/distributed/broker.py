@@ -1,0 +1,144 @@
+"""A Mosquitto broker for one local run (``adaptplan train --runtime mqtt``; docs/mqtt.md).
+
+:func:`start_local_broker` writes, in a folder only this user can read: a CA and a broker
+certificate for 127.0.0.1 (``openssl``), one random password per rank (``mosquitto_passwd``
+hashes them), the access control list of :mod:`trainers.distributed.mqtt` (a rank reads only its own
+inbound topics and writes only frames in its own name), and a configuration with one TLS listener
+on 127.0.0.1, no anonymous clients and no persistence on disk; then starts ``mosquitto`` and waits
+until it accepts connections. The same files, made by hand, serve a real deployment (docs/mqtt.md).
+"""
+
+from __future__ import annotations
+
+import getpass
+import secrets
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from adaptplan.errors import InputError
+from trainers.distributed.mqtt import user
+
+START_SECONDS = 10.0
+
+
+def find_tool(name: str, package: str) -> str:
+    """The path of ``name`` (also looked for in /usr/sbin, where Debian puts mosquitto); an
+    InputError naming the package when it is not installed."""
+    found = shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/local/sbin")
+    if not found:
+        raise InputError(f"the mqtt runtime needs {name}: install the package {package} (e.g. apt-get install -y "
+                         f"{package})", field="--runtime")
+    return found
+
+
+def acl_text(run: str) -> str:
+    """The access control list: ``%u`` is the client's user name (``rank<r>``)."""
+    return (f"pattern read ap/{run}/to/%u/#\n"
+            f"pattern write ap/{run}/to/+/from/%u\n"
+            f"pattern readwrite ap/{run}/ready/%u\n"
+            f"pattern read ap/{run}/ready/+\n"
+            f"pattern write ap/{run}/gone/%u\n"
+            f"pattern read ap/{run}/gone/+\n")
+
+
+@dataclass
+class LocalBroker:
+    """A running broker: where it listens, its CA certificate, the run's topic prefix, and each
+    rank's password file."""
+
+    host: str
+    port: int
+    ca_file: Path
+    run: str
+    password_files: dict[int, Path]
+    process: subprocess.Popen
+    folder: Path
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+    def log_tail(self, lines: int = 5) -> str:
+        path = self.folder / "broker.log"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+
+
+def _run(command: list[str], what: str) -> None:
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"{what} failed ({done.returncode}): {done.stderr.strip()[-500:]}")
+
+
+def make_certificates(folder: Path) -> tuple[Path, Path, Path]:
+    """(CA certificate, broker certificate, broker key) for 127.0.0.1, valid 2 days (openssl)."""
+    openssl = find_tool("openssl", "openssl")
+    ca_key, ca_crt = folder / "ca.key", folder / "ca.crt"
+    key, csr, crt = folder / "broker.key", folder / "broker.csr", folder / "broker.crt"
+    _run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=adaptplan run CA",
+          "-keyout", str(ca_key), "-out", str(ca_crt)], "making the run's CA")
+    _run([openssl, "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout", str(key),
+          "-out", str(csr)], "making the broker's key")
+    (folder / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    _run([openssl, "x509", "-req", "-in", str(csr), "-CA", str(ca_crt), "-CAkey", str(ca_key), "-CAcreateserial",
+          "-days", "2", "-extfile", str(folder / "san.ext"), "-out", str(crt)], "signing the broker's certificate")
+    return ca_crt, crt, key
+
+
+def start_local_broker(folder: Path, world: int, port: int) -> LocalBroker:
+    """Write the broker's files into ``folder`` (mode 0700) and start it on 127.0.0.1:``port``."""
+    mosquitto = find_tool("mosquitto", "mosquitto")
+    hasher = find_tool("mosquitto_passwd", "mosquitto")
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    run = secrets.token_hex(6)
+    ca, crt, key = make_certificates(folder)
+    passwords = {r: secrets.token_hex(16) for r in range(world)}
+    password_files = {}
+    for r, password in passwords.items():
+        path = folder / f"{user(r)}.password"
+        path.write_text(password)
+        path.chmod(0o600)
+        password_files[r] = path
+    hashed = folder / "passwd"
+    hashed.write_text("".join(f"{user(r)}:{p}\n" for r, p in passwords.items()))
+    hashed.chmod(0o600)
+    _run([hasher, "-U", str(hashed)], "hashing the ranks' passwords")
+    (folder / "acl").write_text(acl_text(run))
+    (folder / "mosquitto.conf").write_text(
+        f"user {getpass.getuser()}\n"      # started by root, mosquitto would switch to its own user: keep this one's
+        f"per_listener_settings false\nlistener {port} 127.0.0.1\ncafile {ca}\ncertfile {crt}\nkeyfile {key}\n"
+        f"allow_anonymous false\npassword_file {hashed}\nacl_file {folder / 'acl'}\npersistence false\n"
+        f"max_queued_messages 0\nmax_inflight_messages 0\nset_tcp_nodelay true\nlog_dest file {folder / 'broker.log'}\n"
+        "log_type error\nlog_type warning\nlog_type notice\n")
+    process = subprocess.Popen([mosquitto, "-c", str(folder / "mosquitto.conf")], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    broker = LocalBroker("127.0.0.1", port, ca, run, password_files, process, folder)
+    deadline = time.monotonic() + START_SECONDS
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"mosquitto stopped at once ({process.returncode}): "
+                               f"{(process.stderr.read() if process.stderr else '')[-500:]} {broker.log_tail()}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return broker
+        except OSError:
+            time.sleep(0.05)
+    broker.stop()
+    raise RuntimeError(f"mosquitto did not accept connections on 127.0.0.1:{port} within {START_SECONDS:g} s")
+
+
+def rank_broker_environment(broker: LocalBroker, rank: int) -> dict[str, str]:
+    """The ``ADAPTPLAN_MQTT_*`` variables of ``rank`` (trainers.distributed.mqtt.broker_login)."""
+    from trainers.distributed.environment import RUNTIME_ENV
+    from trainers.distributed.mqtt import BROKER_ENV, CA_ENV, PASSWORD_FILE_ENV, RUN_ENV
+
+    return {BROKER_ENV: f"{broker.host}:{broker.port}", CA_ENV: str(broker.ca_file),
+            PASSWORD_FILE_ENV: str(broker.password_files[rank]), RUN_ENV: broker.run, RUNTIME_ENV: "mqtt"}
+

@@ -1,0 +1,198 @@
+"""Frames over an MQTT broker: ranks that connect *out* (devices behind NATs), the same role code
+(docs/mqtt.md).
+
+Every rank is one long-lived MQTT client (paho-mqtt), logged in as ``rank<r>`` with its own
+password, over TLS to the broker (the CA certificate given). Topics, one per (receiver, sender)::
+
+    ap/<run>/to/rank<dst>/from/rank<src>     a frame of the safe wire (trainers/distributed/wire.py)
+    ap/<run>/ready/rank<r>                    retained: rank r is subscribed (the start barrier)
+    ap/<run>/gone/rank<r>                     rank r's will: its connection dropped without a goodbye
+
+The broker's access control list lets ``rank<r>`` read only ``to/rank<r>/#`` and write only
+``to/+/from/rank<r>`` (and its own ready/gone topics), so a device can neither read another's
+frames nor write in another's name; the frames are authenticated besides (HMAC, per-pair numbers).
+
+Delivery: QoS 1 on a persistent session (``clean_session=False``: the broker holds a rank's frames
+while it reconnects), so a frame is never lost; QoS 1 may deliver one twice, and the per-pair
+sequence number drops the copy (:meth:`FrameChannel._accept` with ``duplicates``), so nothing enters
+a round twice. A rank whose connection drops reconnects by itself (paho, every 1-4 s) and the run
+goes on where it was: the broker held the frames sent to it, and it re-sends what the broker had not
+acknowledged. A rank that does not come back — its will announced the drop — is named by whoever
+waits on it after ``--rank-timeout`` s; the run then stops and can be resumed from its checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from adaptplan.errors import InputError
+from trainers.distributed import wire
+from trainers.distributed.transport import FrameChannel, PeerError
+
+BROKER_ENV = "ADAPTPLAN_MQTT_BROKER"          # host:port
+CA_ENV = "ADAPTPLAN_MQTT_CA"                  # the CA certificate's file
+PASSWORD_FILE_ENV = "ADAPTPLAN_MQTT_PASSWORD_FILE"
+RUN_ENV = "ADAPTPLAN_MQTT_RUN"                # the run's topic prefix
+CONNECT_SECONDS = 10.0
+
+
+def user(rank: int) -> str:
+    """The broker user name (and topic level) of ``rank``."""
+    return f"rank{rank}"
+
+
+def frame_topic(run: str, dst: int, src: int) -> str:
+    return f"ap/{run}/to/{user(dst)}/from/{user(src)}"
+
+
+@dataclass(frozen=True)
+class BrokerLogin:
+    """What a rank needs to reach the broker: its address, the CA certificate that signed the
+    broker's, the run's topic prefix, and this rank's password."""
+
+    host: str
+    port: int
+    ca_file: str
+    run: str
+    password: str
+
+
+def broker_login(environ: Mapping[str, str] = os.environ) -> BrokerLogin:
+    """The login from ``ADAPTPLAN_MQTT_*`` (the password from a file, never the command line)."""
+    missing = [name for name in (BROKER_ENV, CA_ENV, PASSWORD_FILE_ENV, RUN_ENV) if not environ.get(name)]
+    if missing:
+        raise InputError(f"an mqtt rank needs {', '.join(missing)} (docs/mqtt.md); adaptplan train --runtime mqtt "
+                         "sets them for the ranks it starts", field=missing[0])
+    host, _, port = environ[BROKER_ENV].rpartition(":")
+    if not host or not port.isdigit():
+        raise InputError(f"{BROKER_ENV} is {environ[BROKER_ENV]!r}, not host:port", field=BROKER_ENV)
+    try:
+        password = open(environ[PASSWORD_FILE_ENV], encoding="utf-8").read().strip()
+    except OSError as exc:
+        raise InputError(f"{PASSWORD_FILE_ENV}: {environ[PASSWORD_FILE_ENV]!r} cannot be read ({exc.strerror})",
+                         field=PASSWORD_FILE_ENV) from None
+    return BrokerLogin(host, int(port), environ[CA_ENV], environ[RUN_ENV], password)
+
+
+class MqttChannel(FrameChannel):
+    """This rank's end of every pair over the broker (module docstring). Construction connects,
+    subscribes, announces this rank and waits until all ``world`` ranks have (``CONNECT_SECONDS``
+    × the set-up factor at most)."""
+
+    def __init__(self, rank: int, world: int, timeout: float, describe: Callable[[int], str], key: bytes,
+                 login: BrokerLogin, trace: Callable[[wire.Frame], None] | None = None,
+                 wait_seconds: float = CONNECT_SECONDS) -> None:
+        import paho.mqtt.client as mqtt
+
+        peers = [r for r in range(world) if r != rank]
+        super().__init__(rank, peers, timeout, describe, key, trace)
+        self.login = login
+        self._ready: set[int] = set()
+        self._gone: dict[int, float] = {}
+        self._connected = threading.Event()
+        self._refused: str | None = None
+        self._inflight: dict[int, list[int]] = {}     # per receiver: message ids the broker has not acknowledged
+        self._acked: set[int] = set()
+        self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"{login.run}-{user(rank)}",
+                                  clean_session=False, protocol=mqtt.MQTTv311)
+        self.client.username_pw_set(user(rank), login.password)
+        self.client.tls_set(ca_certs=login.ca_file)
+        self.client.will_set(f"ap/{login.run}/gone/{user(rank)}", b"", qos=1)
+        self.client.max_inflight_messages_set(1000)
+        self.client.on_connect = self._on_connect
+        self.client.on_message = self._on_message
+        self.client.on_subscribe = self._on_subscribe
+        self.client.on_publish = self._on_publish
+        self.client.reconnect_delay_set(min_delay=1, max_delay=4)
+        try:
+            self.client.connect(login.host, login.port, keepalive=max(5, int(timeout)))
+        except (OSError, ValueError) as exc:
+            raise InputError(f"rank {rank} cannot reach the broker at {login.host}:{login.port} "
+                             f"({type(exc).__name__}: {exc})", field=BROKER_ENV) from None
+        self.client.loop_start()
+        deadline = time.monotonic() + wait_seconds
+        while not self._connected.is_set() and self._refused is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if self._refused is not None or not self._connected.is_set():
+            self.client.loop_stop()
+            raise InputError(f"the broker at {login.host}:{login.port} refused rank {rank} "
+                             f"({self._refused or 'no answer'})", field=PASSWORD_FILE_ENV)
+        while len(self._ready & set(peers)) < len(peers) and time.monotonic() < deadline + wait_seconds:
+            time.sleep(0.01)
+        absent = sorted(set(peers) - self._ready)
+        if absent:
+            raise InputError(f"rank {rank} waited {2 * wait_seconds:g} s for rank{'s' if len(absent) > 1 else ''} "
+                             f"{', '.join(map(str, absent))} at the broker", field=BROKER_ENV)
+
+    # ---- paho's callbacks (its network thread) --------------------------------------------------------
+    def _on_connect(self, client: Any, userdata: Any, flags: Any, reason: Any, properties: Any = None) -> None:
+        if reason.is_failure:
+            self._refused = str(reason)
+            return
+        sock = client.socket()
+        if sock is not None:          # no Nagle delay: a frame is one burst, its reply waits on it
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        run = self.login.run
+        client.subscribe([(f"ap/{run}/to/{user(self.rank)}/#", 1), (f"ap/{run}/ready/+", 1),
+                          (f"ap/{run}/gone/+", 1)])
+
+    def _on_subscribe(self, client: Any, userdata: Any, mid: int, reasons: Any, properties: Any = None) -> None:
+        """Subscribed (only now may peers send: the broker keeps frames for subscriptions it has)."""
+        if any(r.is_failure for r in reasons):
+            self._refused = f"a subscription was refused: {', '.join(str(r) for r in reasons)}"
+            return
+        client.publish(f"ap/{self.login.run}/ready/{user(self.rank)}", b"1", qos=1, retain=True)   # (again) here
+        self._connected.set()
+
+    def _on_message(self, client: Any, userdata: Any, message: Any) -> None:
+        parts = message.topic.split("/")
+        try:
+            src = int(parts[-1].removeprefix("rank"))
+        except ValueError:
+            return
+        if src == self.rank or src not in self._inbox:
+            return
+        if parts[2] == "ready" and message.payload:
+            self._ready.add(src)
+            self._gone.pop(src, None)              # it came back: the broker held its frames meanwhile
+        elif parts[2] == "gone":
+            self._gone[src] = time.monotonic()
+        elif parts[2] == "to":
+            self._accept(src, bytes(message.payload), time.time(), duplicates=True)
+
+    def _silent(self, src: int, seconds: float) -> PeerError:
+        if src in self._gone:
+            return PeerError(src, self.describe(src), f"lost its connection to the broker and did not come back within "
+                                                      f"{seconds:g} s (--rank-timeout): it died or was killed")
+        return super()._silent(src, seconds)
+
+    # ---- the carrier --------------------------------------------------------------------------------
+    def _on_publish(self, client: Any, userdata: Any, mid: int, reason: Any = None, properties: Any = None) -> None:
+        self._acked.add(mid)              # the broker has the frame (PUBACK)
+
+    def _transmit(self, dst: int, frame: bytes) -> None:
+        """Publish at QoS 1; while disconnected paho keeps the frame and sends it on reconnecting."""
+        info = self.client.publish(frame_topic(self.login.run, dst, self.rank), frame, qos=1)
+        self._inflight.setdefault(dst, []).append(info.mid)
+        self._pending(dst)
+
+    def _pending(self, dst: int) -> bool:
+        mids = [m for m in self._inflight.get(dst, []) if m not in self._acked]
+        self._acked.difference_update(set(self._inflight.get(dst, [])) - set(mids))
+        self._inflight[dst] = mids
+        return bool(mids)
+
+    def close(self) -> None:
+        """Deliver what is queued, clear this rank's ready flag and disconnect (no will)."""
+        self.closing = True
+        try:
+            self.flush(timeout=self.timeout)
+        finally:
+            self.client.publish(f"ap/{self.login.run}/ready/{user(self.rank)}", b"", qos=1, retain=True).wait_for_publish(2.0)
+            self.client.disconnect()
+            self.client.loop_stop()
