@@ -70,3 +70,92 @@ def test_roles_do_not_import_the_runtime_or_strategies():
     """The role code is shared by every runtime: it never imports the simulator, the driver or an algorithm."""
     used = imported_modules(ROOT / "trainers" / "roles.py") | imported_modules(ROOT / "trainers" / "messages.py")
     assert not {n for n in used if n.startswith(("trainers.engine", "trainers.run", "trainers.strategies"))}
+
+
+# ---- one direction of dependency (docs/architecture.md "Package map") ------------------------------------
+PACKAGES = ("adaptplan", "profilers", "solvers", "trainers")
+ROOF = ("adaptplan.cli", "adaptplan.commands", "adaptplan.bench_", "adaptplan.distributed", "adaptplan.flags")
+"""The command line and the benchmarks: they may import anything, and nothing below imports them."""
+
+
+def layer(module: str) -> int:
+    """0 world model (adaptplan's system, latency, convergence, file formats), 1 solvers and profilers,
+    2 the planner, 3 trainers, 4 the roof (:data:`ROOF`)."""
+    if module.startswith(ROOF):
+        return 4
+    if module.startswith("trainers"):
+        return 3
+    if module == "adaptplan.planner":
+        return 2
+    if module.startswith(("solvers", "profilers")):
+        return 1
+    return 0
+
+
+def module_name(path: Path, root: Path) -> str:
+    name = ".".join(path.relative_to(root).with_suffix("").parts)
+    return name.removesuffix(".__init__")
+
+
+def import_graph(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES):
+    """Module → project modules it imports, lazy imports inside functions included
+    (``from pkg import name`` counts as importing ``pkg.name`` when that is a module)."""
+    import networkx as nx
+
+    modules = {module_name(p, root): p for pkg in packages for p in (root / pkg).rglob("*.py")}
+
+    def resolve(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = nx.DiGraph()
+    for module, path in modules.items():
+        graph.add_node(module)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [f"{node.module}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            for target in filter(None, map(resolve, targets)):
+                if target != module:
+                    graph.add_edge(module, target)
+    return graph
+
+
+def violations(graph) -> list[str]:
+    """Every import cycle and every edge to a higher layer, or sideways to another package of the
+    same layer (solvers ↔ profilers), in words."""
+    import networkx as nx
+
+    found = [f"import cycle: {' -> '.join(sorted(c))}" for c in nx.strongly_connected_components(graph) if len(c) > 1]
+    for a, b in sorted(graph.edges):
+        if layer(b) > layer(a) or (layer(b) == layer(a) == 1 and a.split(".")[0] != b.split(".")[0]):
+            found.append(f"{a} (layer {layer(a)}) imports {b} (layer {layer(b)})")
+    return found
+
+
+def test_the_packages_import_in_one_direction_without_cycles():
+    graph = import_graph()
+    assert graph.number_of_edges() > 200            # the whole code base was read, lazy imports included
+    assert ("trainers.config", "profilers.models") in graph.edges      # a lazy import inside a function
+    assert violations(graph) == []
+
+
+def test_an_injected_cycle_or_upward_import_is_caught(tmp_path):
+    graph = import_graph()
+    graph.add_edge("trainers.config", "trainers.run")                  # run imports config
+    graph.add_edge("adaptplan.system", "trainers.engine")              # the world model importing the engine
+    graph.add_edge("solvers.milfp", "profilers.flops")                 # sideways between layer-1 packages
+    found = violations(graph)
+    assert any(v.startswith("import cycle:") and "trainers.config" in v and "trainers.run" in v for v in found), found
+    assert "adaptplan.system (layer 0) imports trainers.engine (layer 3)" in found
+    assert "solvers.milfp (layer 1) imports profilers.flops (layer 1)" in found
+    # and from source: a lazy import inside a function closes a cycle between two files
+    pkg = tmp_path / "trainers"
+    pkg.mkdir()
+    (pkg / "a.py").write_text("import trainers.b\n")
+    (pkg / "b.py").write_text("def f():\n    from trainers.a import g\n")
+    assert violations(import_graph(tmp_path, ("trainers",))) == ["import cycle: trainers.a -> trainers.b"]

@@ -15,16 +15,15 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 from adaptplan.errors import InputError
 from adaptplan.fileio import finite_number, int_in_range, number_in_range, positive_int, positive_number
 from adaptplan.limits import (MAX_BATCH_SIZE, MAX_CUT_POINTS, MAX_DEVICES, MAX_NOISE_CV, MAX_ROUNDS, MAX_SEED,
                               MAX_STEPS, MAX_THREADS)
 from trainers.datasets import dataset_names
+from trainers.optimizer_spec import OPTIMIZERS, OptimizerSpec
 
-if TYPE_CHECKING:  # pragma: no cover
-    from trainers.optim import OptimizerSpec
 
 MAX_LR = 1e6               # step size γ; a diverging run stops with a message, this only keeps γ sane
 MAX_WEIGHT_DECAY = 1.0     # L2 coefficient
@@ -53,7 +52,6 @@ OWN_MODEL_HELP = ("package.module:factory, your own function returning an nn.Mod
 PARTITIONS = ("iid", "shards", "dirichlet")
 TRANSPORTS = ("gloo", "mqtt")
 """What carries a distributed run's frames: torch.distributed's gloo, or an MQTT broker."""
-OPTIMIZERS = ("sgd", "adam")
 DEVICES = ("auto", "cpu", "cuda")          # auto = cuda when torch sees a GPU, else cpu (trainers.devices)
 CLIENT_BATCHING = ("auto", "on", "off")    # auto = batched on CUDA, per device on a CPU (trainers.batching)
 CLIENT_RECOMPUTE = ("auto", "on", "off")   # auto = for groups of more than RECOMPUTE_GROUP devices (trainers.engine)
@@ -334,8 +332,6 @@ class TrainConfig:
             elif option.type is int:
                 int_in_range(value, option.flag, 0, MAX_STEPS)
         check_choice(self.dataset, DATASETS, "dataset")
-        from trainers.models import check_model
-
         check_model(self.model, "model")
         check_choice(self.partition, PARTITIONS, "partition")
         for name in ("optimizer", "client_optimizer", "server_optimizer"):
@@ -420,8 +416,6 @@ class TrainConfig:
 
     def optimizer_spec(self, role: str = "client") -> "OptimizerSpec":
         """The optimizer of ``role``: "client" (the devices) or "server" (the edge server's instances)."""
-        from trainers.optim import OptimizerSpec
-
         lr, name = (self.client_lr, self.client_optimizer) if role == "client" else (self.server_lr, self.server_optimizer)
         return OptimizerSpec(name, lr, self.momentum, self.weight_decay, self.clip_norm or None)
 
@@ -441,3 +435,13 @@ class TrainConfig:
         if isinstance(values.get("cuts"), list):
             values["cuts"] = tuple(values["cuts"])
         return cls(**values)
+
+
+def check_model(name: str, field: str = "model") -> None:
+    """Raise InputError naming ``field`` (and listing the valid names) unless ``name`` is a
+    built-in (:data:`MODELS`), a torchvision classification model or an importable
+    ``package.module:factory``."""
+    if name not in MODELS:
+        from profilers.models import check_model_spec
+
+        check_model_spec(name, field, extra_names=MODELS)

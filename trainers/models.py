@@ -21,7 +21,7 @@ from typing import Callable
 
 from torch import nn
 
-from trainers.config import MODELS
+from trainers.config import MODELS, check_model  # noqa: F401  (check_model re-exported)
 
 
 def cnn(in_channels: int, image_size: int, num_classes: int, width: int = 32) -> nn.Sequential:
@@ -109,15 +109,6 @@ BUILTINS: dict[str, Callable[[tuple[int, ...], int, int], nn.Module]] = {
     "resnet50-cifar": lambda shape, classes, width: resnet_cifar(50, classes, shape[0]),
 }
 assert tuple(BUILTINS) == MODELS
-
-
-def check_model(name: str, field: str = "model") -> None:
-    """Raise InputError naming ``field`` (and listing the valid names) unless ``name`` is a
-    built-in, a torchvision classification model or an importable ``package.module:factory``."""
-    if name not in BUILTINS:
-        from profilers.models import check_model_spec
-
-        check_model_spec(name, field, extra_names=MODELS)
 
 
 def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, width: int = 32,

@@ -8,30 +8,12 @@ Optimizer state persists across steps and rounds and moves with a block when it 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable
 
 import torch
 from torch import nn
 
-from trainers.config import OPTIMIZERS  # noqa: F401  (the valid names, kept torch-free in the config)
-
-
-@dataclass(frozen=True)
-class OptimizerSpec:
-    """``name`` in :data:`OPTIMIZERS`; ``lr`` step size; ``momentum`` (SGD) / betas default (Adam);
-    ``weight_decay`` L2 coefficient; ``clip_norm`` maximum gradient 2-norm (None = no clipping)."""
-
-    name: str = "sgd"
-    lr: float = 0.01
-    momentum: float = 0.0
-    weight_decay: float = 0.0
-    clip_norm: float | None = None
-
-    def build(self, params: Sequence[nn.Parameter]) -> torch.optim.Optimizer:
-        if self.name == "adam":
-            return torch.optim.Adam(params, lr=self.lr, weight_decay=self.weight_decay)
-        return torch.optim.SGD(params, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
+from trainers.optimizer_spec import OPTIMIZERS, OptimizerSpec  # noqa: F401  (re-exported: the spec is torch-free)
 
 
 class RoleOptimizer:

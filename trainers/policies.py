@@ -30,9 +30,9 @@ assert set(REDRAWING) < set(POLICIES)
 
 def policy_planner(name: str, constants: ConvergenceConstants | None, gamma: float, seed: int,
                    fixed_cut: int | None = None) -> Callable:
-    """A :data:`trainers.run.Planner` for policy ``name`` (module docstring)."""
+    """A :data:`trainers.planning.Planner` for policy ``name`` (module docstring)."""
     if name == "adaptsfl":
-        from trainers.run import default_planner
+        from trainers.planning import default_planner
 
         return default_planner(constants, gamma)
 

@@ -26,7 +26,6 @@ import math
 import time
 import uuid
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -35,7 +34,6 @@ import torch
 
 from adaptplan.constants import ConvergenceConstants
 from adaptplan.errors import InfeasibleError, InputError
-from adaptplan.model_profile import ModelProfile
 from adaptplan.plan import Plan
 from adaptplan.system import SystemProcess, SystemRanges, SystemSpec, generate_system, scaled_ranges
 from profilers import build_chain, profile_model
@@ -53,6 +51,7 @@ from trainers.run_folder import Interrupted, RunFolder, StopRequest
 from trainers.models import build_model
 from trainers.device_data import read_manifest
 from trainers.partition import partition_indices
+from trainers.planning import Planner, ReplanRequest, default_planner  # noqa: F401  (re-exported)
 from trainers.strategies import make_strategy
 
 
@@ -65,45 +64,6 @@ up to floating-point rounding instead of bit for bit, as with another ``server_p
 
 
 # ---- planning ---------------------------------------------------------------------------------------------
-@dataclass
-class ReplanRequest:
-    """What a planner sees at a planning point (Algorithm 1): the round just finished (0 = before
-    training), the system for the next round, the profile, and the plan in force (``cuts`` empty
-    before training)."""
-
-    round: int
-    system: SystemSpec
-    profile: ModelProfile
-    cuts: list[int]
-    interval: int
-    constants: ConvergenceConstants | None = None     # re-estimated from the run (--reestimate), else None
-
-
-Planner = Callable[[ReplanRequest], "tuple[list[int], int] | Plan"]
-"""A planner: returns (cuts, interval) or a full :class:`~adaptplan.plan.Plan` (then recorded in the
-history's events); raises :class:`~adaptplan.errors.InfeasibleError` when no plan reaches the target."""
-
-
-def default_planner(constants: ConvergenceConstants | None = None, gamma: float = 0.01) -> Planner:
-    """A :data:`Planner` backed by ``adaptplan.planner.Planner`` (BCD, Algorithm 3).
-
-    Each call solves problem (28) for ``request.system``, warm-started from the cuts in force —
-    what ``Planner.replan(system=..., warm_start=...)`` does — but statelessly, so a resumed run
-    re-plans exactly as the uninterrupted one. Constants: the request's re-estimated ones, else
-    ``constants``, else the placeholders of docs/model.md §6.1 (``ConvergenceConstants.placeholder(L)``)
-    with γ = ``gamma``, the learning rate actually used.
-    """
-
-    def plan(request: ReplanRequest) -> Plan:
-        from adaptplan.planner import Planner as _Planner
-
-        consts = request.constants or constants or \
-            ConvergenceConstants.training_placeholder(request.profile.num_cuts, gamma, request.system.num_devices)
-        return _Planner(request.profile, request.system, consts).plan(initial_cuts=request.cuts or None)
-
-    return plan
-
-
 def _decision(result: "tuple[list[int], int] | Plan") -> tuple[list[int], int, dict[str, Any]]:
     """(cuts, interval, event fields) of a planner's answer: ``{"plan": Plan JSON}`` for a Plan,
     nothing more for a bare (cuts, interval)."""
