@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from adaptplan.constants import ConvergenceConstants
 from adaptplan.errors import InfeasibleError, InputError
-from adaptplan.lazy import lazy_getattr
 from adaptplan.latency import LatencyBreakdown, LatencyModel, total_latency
+from adaptplan.lazy import lazy_getattr
 from adaptplan.model_profile import CutPoint, ModelProfile
 from adaptplan.plan import Plan
 from adaptplan.system import DeviceSpec, SystemProcess, SystemRanges, SystemSpec, generate_system

@@ -9,7 +9,8 @@ simulated seconds to ``target`` accuracy, and the wall seconds per round. The pl
 accuracy against simulated seconds, one panel per partition.
 
 Every algorithm trains with its own defaults (its paper's optimizer and rates, docs/algorithms.md
-"Defaults") unless ``--lr``/``--momentum`` set them for all. GAS counts a round as one global iteration (Q_c = C uploaded models of E local steps); the
+"Defaults") unless ``--lr``/``--momentum`` set them for all. GAS counts a round as one global
+iteration (Q_c = C uploaded models of E local steps); the
 benchmark uses C = 10 and E = 2 so that a GAS round holds C·E = 20 device steps, as a synchronous
 round of 20 devices does.
 """
@@ -20,12 +21,12 @@ import json
 import os
 from dataclasses import asdict
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from adaptplan.bench_runs import RunResult, pct, run_jobs, seconds
 from trainers.config import ALGORITHMS
 
-PARTITIONS = {"iid": {"partition": "iid"}, "dirichlet-0.1": {"partition": "dirichlet", "dirichlet_alpha": 0.1},
+PARTITIONS: dict[str, dict[str, Any]] = {"iid": {"partition": "iid"}, "dirichlet-0.1": {"partition": "dirichlet", "dirichlet_alpha": 0.1},
               "shards-2": {"partition": "shards"}}
 BENCH_OPTIONS = {"gas": {"active": 10, "local_steps": 2}}
 
@@ -42,7 +43,7 @@ def run_algorithm_bench(algorithms: Sequence[str] = ALGORITHMS, partitions: Sequ
     jobs = []
     for partition in partitions:
         for algorithm in algorithms:
-            config = dict(algorithm=algorithm, dataset=dataset, model=model, devices=devices, rounds=rounds,
+            config: dict[str, Any] = dict(algorithm=algorithm, dataset=dataset, model=model, devices=devices, rounds=rounds,
                           **optimizer_options(lr, momentum), batch_size=batch_size, eval_every=eval_every, seed=seed,
                           threads=1,
                           progress=False, max_test_samples=test_samples, extra=dict(BENCH_OPTIONS.get(algorithm, {})),

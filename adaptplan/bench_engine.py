@@ -28,6 +28,7 @@ per round and memory against N.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -258,7 +259,7 @@ def run_engine_bench(devices: int = 20, batch_size: int = 16, rounds: int = 10, 
         synchronize(device)
         return total / (time.perf_counter() - begin)
 
-    sides: dict[str, Callable[[], float]] = {a: (lambda a=a: sfl(a)) for a in algorithms}
+    sides: dict[str, Callable[[], float]] = {a: functools.partial(sfl, a) for a in algorithms}
     sides["central_b"] = lambda: central(batch_size)
     if devices * batch_size <= CENTRAL_NB_LIMIT:
         sides["central_Nb"] = lambda: central(devices * batch_size)

@@ -67,7 +67,7 @@ PARTICIPATION = 0.2         # SCALA's comparison: every algorithm's fraction of 
 CUT = 2                     # one cut for every device (cnn has 5 cut points)
 EVALUATIONS = 15            # evaluations per run (eval_every = rounds // EVALUATIONS)
 TEST_SAMPLES = 500
-QUICK = {"dataset": "synthetic", "rounds": 4, "devices": 4, "seeds": 1}
+QUICK: dict[str, Any] = {"dataset": "synthetic", "rounds": 4, "devices": 4, "seeds": 1}
 PSL_FAMILY_COST = 2.5       # relative cost of a device step of GAPSL, PSL, CyclePSL (per-device models to evaluate)
 VERDICTS = ("holds", "within noise", "does not hold at this scale")
 

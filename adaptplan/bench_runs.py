@@ -58,13 +58,14 @@ def run_one(job: dict[str, Any]) -> RunResult:
             raise
         history, diverged = trainer.history, len(trainer.history.records) + 1
     target = job["target"]
-    curve = [(r.sim_seconds, r.accuracy) for r in history.evaluated]
-    reached = next((r for r in history.evaluated if r.accuracy >= target), None)
+    curve = [(r.sim_seconds, r.accuracy) for r in history.evaluated if r.accuracy is not None]   # all evaluated
+    reached = next((r for r in history.evaluated if r.accuracy is not None and r.accuracy >= target), None)
     conv = history.converged_round()
     conv_record = next((r for r in history.records if r.round == conv), None)
     last_sim = history.records[-1].sim_seconds if history.records else 0.0
     last_wall = history.records[-1].wall_seconds if history.records else 0.0
-    return RunResult(job["group"], job["label"], len(history.records), history.final_accuracy, last_sim, last_wall, reached.sim_seconds if reached else None, reached.round if reached else None,
+    return RunResult(job["group"], job["label"], len(history.records), history.final_accuracy, last_sim, last_wall,
+                     reached.sim_seconds if reached else None, reached.round if reached else None,
                      conv, conv_record.sim_seconds if conv_record else None,
                      conv_record.accuracy if conv_record else None, curve, diverged)
 

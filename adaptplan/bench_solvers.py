@@ -11,16 +11,16 @@ from __future__ import annotations
 import math
 import sys
 import time
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from solvers.baselines import BASELINES, EXPLANATIONS
 from solvers.bcd import solve_bcd
 from solvers.exact import solve_exact, solve_exhaustive
+from solvers.instances import adversarial_problem, random_problem
 from solvers.problem import PlanningProblem
 from solvers.result import SolveResult
-from solvers.instances import adversarial_problem, random_problem
 
 RANDOM_POLICIES = ("rma+ms", "ma+rms", "rma+rms", "dama+rms", "rma+ams")
 
@@ -105,11 +105,11 @@ def time_scaling(sizes: Sequence[int], cut_counts: Sequence[int], *, seed: int =
         start = time.perf_counter()
         result = solve_bcd(problem, multistart=False, ms_method="threshold")
         t_sweep = time.perf_counter() - start
-        milp = None
+        milp: tuple[float, Any] | None = None
         if n * k <= MILP_AFFORDABLE_SIZE and kind == "random":
             start = time.perf_counter()
-            milp = solve_bcd(problem, node_limit=node_limit, multistart=False, ms_method="milp", certify=False)
-            milp = (time.perf_counter() - start, milp)
+            exact = solve_bcd(problem, node_limit=node_limit, multistart=False, ms_method="milp", certify=False)
+            milp = (time.perf_counter() - start, exact)
         rows.append((kind, n, k, t_sweep, result))
         lines_data.append((kind, n, k, t_sweep, result, milp))
     lines = ["BCD solve time (single start + certificate), MS step by the threshold sweep vs the MILP (HiGHS; per-MILP "

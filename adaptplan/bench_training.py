@@ -61,7 +61,7 @@ def run_training_bench(policies: Sequence[str] = DEFAULT_POLICIES, partitions: S
 def figures(r: RunResult, more_targets: Sequence[float] = ()) -> dict[str, Any]:
     """The per-policy figures of the JSON output; with ``more_targets`` also the simulated seconds to
     each (``time_to_accuracy_s``, keyed by the fraction)."""
-    out = {"time_to_target_s": r.time_to_target_s, "rounds_to_target": r.rounds_to_target,
+    out: dict[str, Any] = {"time_to_target_s": r.time_to_target_s, "rounds_to_target": r.rounds_to_target,
            "final_accuracy": r.final_accuracy, "converged_round": r.converged_round,
            "converged_time_s": r.converged_time_s, "converged_accuracy": r.converged_accuracy}
     if more_targets:

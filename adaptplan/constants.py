@@ -51,15 +51,13 @@ class ConvergenceConstants:
     def from_json(cls, data: Mapping[str, Any]) -> "ConvergenceConstants":
         keys = ("beta", "gamma", "theta", "epsilon", "sigma2", "G2")
         check_keys(data, keys, (), "constants")
-        lists = {}
+        lists: dict[str, Any] = {}
         for key in ("sigma2", "G2"):
             values = non_empty_list(data[key], f"constants.{key}", "a non-empty list with one entry per cut point",
                                     MAX_CUT_POINTS)
             lists[key] = tuple(non_negative_number(v, f"constants.{key}[{k}]") for k, v in enumerate(values))
-        return cls(
-            **{key: positive_number(data[key], f"constants.{key}") for key in keys[:4]},
-            **lists,
-        )
+        scalars: dict[str, Any] = {key: positive_number(data[key], f"constants.{key}") for key in keys[:4]}
+        return cls(**scalars, **lists)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "ConvergenceConstants":

@@ -12,7 +12,7 @@ object says for which ``batch_size`` and ``optimizer`` it was measured.
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
 import numpy as np
@@ -22,12 +22,12 @@ from adaptplan.fileio import (
     check_keys,
     load_file,
     mapping_value,
-    show,
     non_empty_list,
     non_negative_number,
     positive_int,
     positive_number,
     save_json,
+    show,
     text_value,
 )
 from adaptplan.limits import MAX_BITS_PER_VALUE, MAX_CUT_POINTS, MAX_INPUT_VALUES
@@ -124,7 +124,8 @@ class ModelProfile:
             raise InputError("must list at least one cut point", field="cut_points")
         for position, cut in enumerate(self.cut_points, start=1):
             if cut.index != position:
-                raise InputError(f"indices must be 1..L in order; found {cut.index} at position {position}", field=f"cut_points[{position - 1}].index")
+                raise InputError(f"indices must be 1..L in order; found {cut.index} at position {position}",
+                                 field=f"cut_points[{position - 1}].index")
         for name in ("fp_flops", "bp_flops", "client_param_bits"):
             values = np.array([getattr(c, name) for c in self.cut_points])
             if np.any(np.diff(values) < 0):

@@ -17,9 +17,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from adaptplan.errors import InfeasibleError, InputError
-from adaptplan.fileio import (check_keys, int_in_range, load_file, mapping_value, non_empty_list, non_negative_number,
-                              positive_int, save_json, show)
+from adaptplan.fileio import check_keys, int_in_range, load_file, mapping_value, non_empty_list, non_negative_number, positive_int, save_json, show
 from adaptplan.limits import MAX_CUT_POINTS, MAX_DEVICES, MAX_ROUNDS
+
 
 def check_cut_vector(cuts: Sequence[int], num_devices: int, num_cuts: int) -> np.ndarray:
     """``cuts`` as an int array of 1-based cut indices, one per device, each in 1..``num_cuts``;

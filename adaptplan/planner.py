@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-
-from dataclasses import replace
-from typing import Sequence
+from typing import Any, Sequence
 
 from adaptplan.constants import ConvergenceConstants
 from adaptplan.errors import InfeasibleError, InputError
@@ -99,7 +97,7 @@ def build_plan(problem: PlanningProblem, cuts: Sequence[int], interval: int, sol
     rounds = problem.convergence.integer_rounds(int(interval), deepest)
     t_split, t_agg = breakdown.t_split, breakdown.t_agg
     objective = problem.convergence.objective(interval, deepest, t_split, t_agg)
-    certificate = {}
+    certificate: dict[str, Any] = {}
     if math.isfinite(lower_bound) and math.isfinite(objective):
         bound = float(lower_bound)
         if bound >= objective * (1 - GAP_TOLERANCE):  # proven optimal (the two evaluations of (28) differ by ~1 ulp)

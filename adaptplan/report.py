@@ -81,9 +81,10 @@ def format_plan(plan: Plan, profile: ModelProfile, system: SystemSpec, title: st
         f"relaxed objective (28) = {_seconds(plan.objective_s)}",
     ]
     if plan.lower_bound_s is not None:
-        verdict = "proven optimal" if plan.gap == 0 else f"at most {100 * plan.gap:.3g}% above the optimum"
+        gap = plan.gap if plan.gap is not None else 0.0     # written together with the bound
+        verdict = "proven optimal" if gap == 0 else f"at most {100 * gap:.3g}% above the optimum"
         lines.append(f"certificate: objective (28) >= {_seconds(plan.lower_bound_s)} for every plan; gap "
-                     f"{100 * plan.gap:.3g}% ({verdict})")
+                     f"{100 * gap:.3g}% ({verdict})")
     if plan.solver:
         stats = ", ".join(f"{k} {v}" for k, v in plan.solver.items())
         lines.append(f"solver: {stats}")
@@ -104,7 +105,7 @@ def format_plan(plan: Plan, profile: ModelProfile, system: SystemSpec, title: st
     need = profile.client_memory
     for i in shown:
         device, cut = system.devices[i], plan.cuts[i]
-        memory = [] if bound is None else [f"{need[cut - 1] / 2**20:.1f}/{device.memory_bytes / 2**20:.1f}"
+        memory = [] if bound is None or need is None else [f"{need[cut - 1] / 2**20:.1f}/{(device.memory_bytes or 0) / 2**20:.1f}"
                                            + (" *" if bound[i] else "")]
         device_rows.append([
             str(i), f"{cut} {names[cut - 1]}", f"{device.flops / 1e12:.2f}", f"{device.up_bps / 1e6:.1f}",

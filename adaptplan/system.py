@@ -17,8 +17,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from adaptplan.errors import InputError
-from adaptplan.fileio import (check_keys, int_in_range, load_file, non_empty_list, number_in_range, positive_int,
-                              positive_number, save_json, save_text)
+from adaptplan.fileio import check_keys, int_in_range, load_file, non_empty_list, number_in_range, positive_int, positive_number, save_json, save_text
 from adaptplan.limits import MAX_BATCH_SIZE, MAX_DEVICES, MAX_NOISE_CV, MAX_SEED
 
 DEVICE_FIELDS = ("flops", "up_bps", "down_bps", "fed_up_bps", "fed_down_bps")
@@ -182,9 +181,9 @@ def scaled_ranges(ranges: SystemRanges, device_flops: float = 1.0, bandwidth: fl
     if not (device_flops > 0 and bandwidth > 0 and np.isfinite(device_flops) and np.isfinite(bandwidth)):
         raise InputError(f"scale factors must be finite and > 0, got device-flops={device_flops}, "
                          f"bandwidth={bandwidth}", field="sweep")
-    return replace(ranges, device_flops=tuple(device_flops * v for v in ranges.device_flops),
-                   up_bps=tuple(bandwidth * v for v in ranges.up_bps),
-                   down_bps=tuple(bandwidth * v for v in ranges.down_bps),
+    return replace(ranges, device_flops=(device_flops * ranges.device_flops[0], device_flops * ranges.device_flops[1]),
+                   up_bps=(bandwidth * ranges.up_bps[0], bandwidth * ranges.up_bps[1]),
+                   down_bps=(bandwidth * ranges.down_bps[0], bandwidth * ranges.down_bps[1]),
                    edge_fed_bps=bandwidth * ranges.edge_fed_bps)
 
 

@@ -22,8 +22,7 @@ from torch import fx, nn
 from torch.fx.passes.shape_prop import ShapeProp
 
 from adaptplan.errors import InputError
-from profilers.cutpoints import (assertion_nodes, choose_cuts, cut_names, input_node, is_anchor_module, node_shape,
-                                 values_per_sample)
+from profilers.cutpoints import assertion_nodes, choose_cuts, cut_names, input_node, is_anchor_module, node_shape, values_per_sample
 from profilers.tracing import trace
 
 
@@ -66,7 +65,8 @@ def build_chain(model: nn.Module, example_input: torch.Tensor, blocks: str = "au
         example_input: a batch ``(B, *input_shape)`` used to propagate shapes (B ≥ 1).
         blocks: ``"auto"`` (default) traces the model and cuts where the rule of
             :mod:`profilers.cutpoints` says; an ``nn.Sequential`` that fx cannot trace falls back
-            to its children, parameter-free children joining a neighbouring layer by the same rule. ``"children"`` takes an ``nn.Sequential``'s children as
+            to its children, parameter-free children joining a neighbouring layer by the same rule.
+            ``"children"`` takes an ``nn.Sequential``'s children as
             the blocks as they are (no tracing), for users who chunk the model themselves.
 
     Raises:
@@ -93,9 +93,9 @@ def build_chain(model: nn.Module, example_input: torch.Tensor, blocks: str = "au
     gm.graph.eliminate_dead_code()
     _propagate_shapes(gm, example_input)
     cuts = _drop_zero_flop_cuts(gm, choose_cuts(gm).cuts, example_input)
-    blocks = nn.Sequential(*_split(gm, cuts))
-    _check_parameters_owned_once(blocks)
-    chain = Chain(blocks=blocks, names=cut_names(gm.graph, cuts), output_shapes=[node_shape(c) for c in cuts])
+    sequence = nn.Sequential(*_split(gm, cuts))
+    _check_parameters_owned_once(sequence)
+    chain = Chain(blocks=sequence, names=cut_names(gm.graph, cuts), output_shapes=[node_shape(c) for c in cuts])
     warn_if_unsplittable(chain, type(model).__name__)
     return chain
 
@@ -196,7 +196,7 @@ def _split(gm: fx.GraphModule, cuts: list[fx.Node]) -> list[fx.GraphModule]:
                     if source.op != "get_attr":  # cannot happen for a single-tensor cut
                         raise AssertionError(f"value {source.name} crosses cut {previous.name}")
                     env[source] = graph.node_copy(source)
-            env[node] = graph.node_copy(node, lambda n: env[n])
+            env[node] = graph.node_copy(node, env.__getitem__)
         graph.output(env[cut])
         graph.lint()
         blocks.append(fx.GraphModule(gm, graph, class_name=f"Block{j}"))

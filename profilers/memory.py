@@ -57,7 +57,8 @@ def client_memory_bytes(blocks: nn.Sequential, input_shape: Sequence[int], batch
     blocks.train()
     x = torch.randn(batch_size, *input_shape)
     out: list[float] = []
-    weights = activations = 0
+    weights: float = 0
+    activations = 0
     try:
         for block in blocks:
             weights += sum(p.numel() * p.element_size() for p in block.parameters())

@@ -21,7 +21,6 @@ from typing import Any, Callable
 from torch import nn
 
 from adaptplan.errors import InputError
-from adaptplan.fileio import show
 
 EXAMPLE_NAMES = ("vgg11", "vgg16", "resnet18", "resnet50", "mobilenet_v2", "alexnet")
 

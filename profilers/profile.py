@@ -40,7 +40,6 @@ from profilers.sizes import parameter_count, tensor_bits
 from profilers.timing import BlockTimes, measure_block_times
 from profilers.tracing import example_batch
 
-
 CHECK_TOLERANCE = 0.10
 """Largest relative difference between the two forward counts before a warning. They differ by
 design only in what one counts and the other does not (norm layers, adaptive average pooling)."""

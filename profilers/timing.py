@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import torch
 from torch import nn
@@ -35,7 +35,7 @@ class BlockTimes:
         return {"batch_size": self.batch_size, "repeats": self.repeats, "threads": self.threads, "statistic": "median"}
 
 
-def measure_block_times(blocks: Sequence[nn.Module], input_shape: Sequence[int], batch_size: int = 16,
+def measure_block_times(blocks: Iterable[nn.Module], input_shape: Sequence[int], batch_size: int = 16,
                         repeats: int = 5, warmup: int = 1, progress: bool = False, seed: int = 0) -> BlockTimes:
     """Time each block's forward and backward pass; see the module docstring.
 
@@ -55,8 +55,8 @@ def measure_block_times(blocks: Sequence[nn.Module], input_shape: Sequence[int],
     modes = [b.training for b in blocks]
     generator = torch.Generator().manual_seed(seed)
     inputs = [torch.randn((batch_size, *input_shape), generator=generator)]
-    forward = [[] for _ in blocks]
-    backward = [[] for _ in blocks]
+    forward: list[list[float]] = [[] for _ in blocks]
+    backward: list[list[float]] = [[] for _ in blocks]
     try:
         for block in blocks:
             block.train()

@@ -3,8 +3,19 @@
 Every solver has the scipy-style signature ``solve_xxx(problem, *, options) -> SolveResult``.
 """
 
-from solvers.baselines import (BASELINES, ams_cuts, dama_interval, solve_dama_rms, solve_fixed_cut, solve_ma_rms,
-                               solve_psl, solve_rma_ams, solve_rma_ms, solve_rma_rms, solve_sfl)
+from solvers.baselines import (
+                               BASELINES,
+                               ams_cuts,
+                               dama_interval,
+                               solve_dama_rms,
+                               solve_fixed_cut,
+                               solve_ma_rms,
+                               solve_psl,
+                               solve_rma_ams,
+                               solve_rma_ms,
+                               solve_rma_rms,
+                               solve_sfl,
+)
 from solvers.bcd import ma_step, solve_bcd
 from solvers.dinkelbach import solve_dinkelbach
 from solvers.exact import solve_exact, solve_exhaustive

@@ -33,10 +33,10 @@ import numpy as np
 from adaptplan.errors import InfeasibleError, InputError
 from solvers.bcd import choose_ms_method, ma_step
 from solvers.dinkelbach import solve_dinkelbach
-from solvers.threshold import solve_ms_exact
 from solvers.interval import max_feasible_interval
 from solvers.problem import PlanningProblem
 from solvers.result import SolveResult
+from solvers.threshold import solve_ms_exact
 
 #: Range of the random interval of the RMA baselines (§6.2): I ~ U{1, …, 25}.
 RANDOM_INTERVAL_RANGE = (1, 25)

@@ -16,12 +16,13 @@ import time
 from dataclasses import replace
 from typing import Callable, Sequence
 
-from solvers.certificate import GAP_TOLERANCE, certify as certify_plan
+from solvers.certificate import GAP_TOLERANCE
+from solvers.certificate import certify as certify_plan
 from solvers.dinkelbach import solve_dinkelbach
 from solvers.interval import best_interval
 from solvers.problem import PlanningProblem
-from solvers.threshold import applicable, solve_ms_exact
 from solvers.result import SolveResult
+from solvers.threshold import applicable, solve_ms_exact
 
 
 def ma_step(problem: PlanningProblem, cuts: Sequence[int], *, max_interval: int | None = None) -> int:

@@ -50,14 +50,14 @@ def solve_exhaustive(problem: PlanningProblem, *, max_vectors: int = 2_000_000, 
         InfeasibleError: no (I, x) is feasible.
     """
     start = time.perf_counter()
-    cand, N = problem.candidates, problem.num_devices
+    cand = problem.candidates
     per_device = [cand[ok].tolist() for ok in problem.admissible_at(cand)]  # cuts that fit each device's memory
     count = math.prod(len(c) for c in per_device)
     if count > max_vectors:
         raise InputError(f"{count} cut vectors exceed max_vectors={max_vectors}; use solve_exact", field="max_vectors")
     conv = problem.convergence
     c, scale = conv.c, problem.scale
-    best = (math.inf, 0, ())
+    best: tuple[float, int, tuple[int, ...]] = (math.inf, 0, ())
     vectors = product(*per_device)
     while True:
         chunk = np.array(list(_take(vectors, _CHUNK)), dtype=int)
@@ -123,7 +123,7 @@ def solve_exact(problem: PlanningProblem, *, backend: str = "highs", max_interva
         if not model.feasible:  # some device's memory admits no cut ≤ L
             continue
 
-        def numerator(w: float) -> tuple[float, float, tuple[int, ...]]:
+        def numerator(w: float, model: MSModel = model, L: int = L) -> tuple[float, float, tuple[int, ...]]:
             nonlocal solves, proven
             model.set_lambda(0.0, weight=w)
             cuts = model.solve(backend=backend, mip_gap=mip_gap, time_limit=time_limit, node_limit=node_limit)
@@ -131,7 +131,7 @@ def solve_exact(problem: PlanningProblem, *, backend: str = "highs", max_interva
             proven = proven and model.last_optimal
             if cuts is None:   # stopped by a limit before any cut vector: the deepest admissible cuts ≤ L
                 cuts = problem.start_cuts(L, model.columns)
-            a, b = problem.latency.stage_latencies([cuts], deepest=L)  # (T_split, T_agg with S_n at δ_L)
+            a, b = problem.latency.stage_latencies(np.asarray([cuts]), deepest=L)  # (T_split, T_agg with S_n at δ_L)
             return float(a[0]), float(b[0]), cuts
 
         points = {}

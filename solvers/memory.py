@@ -33,6 +33,7 @@ def admissible_cuts(profile: ModelProfile, system: SystemSpec) -> np.ndarray | N
         raise InputError("the system gives memory_bytes but the profile has no client_memory_bytes per cut point; "
                          "re-profile with `adaptplan profile` (it measures client_memory_bytes)",
                          field="profile.cut_points")
+    assert profile.memory is not None, "client_memory_bytes come with the batch size they were measured at"
     measured_batch = int(profile.memory["batch_size"])
     if measured_batch != system.batch_size:
         raise InputError(f"the profile's client_memory_bytes were measured for batch size {measured_batch} but the "
@@ -49,6 +50,7 @@ def check_every_device_fits(admissible: np.ndarray, profile: ModelProfile, syste
     if fits.all():
         return
     i = int(np.flatnonzero(~fits)[0])
+    assert profile.client_memory is not None, "admissible cuts exist only with client_memory_bytes"
     need = profile.client_memory[candidates - 1]
     k = int(np.argmin(need))
     raise InputError(f"device {i} has {system.devices[i].memory_bytes:.6g} bytes but no candidate cut fits: the "

@@ -198,7 +198,7 @@ class MSModel:
             prob += pulp.LpAffineExpression([(v, 1.0) for v in xi]) == 1, f"one_cut_{i}"
         if problem.admissible is not None:  # memory budgets (solvers.memory): Σ_{j inadmissible} x_{i,j} = 0
             banned = ~problem.admissible[:, j]
-            for i in np.flatnonzero(banned.any(axis=1)):
+            for i in map(int, np.flatnonzero(banned.any(axis=1))):
                 prob += pulp.LpAffineExpression([(x[i][k], 1.0) for k in np.flatnonzero(banned[i])]) == 0, f"memory_{i}"
             self.feasible = bool((~banned).any(axis=1).all())
         flat = [v for row in x for v in row]
@@ -245,7 +245,9 @@ class MSModel:
             if start:
                 for v in self.prob.variables():
                     v.setInitialValue(start.get(v.name, 0.0))
-            solver = _cbc_solver_class()(msg=False, gapRel=mip_gap, gapAbs=1e-12, timeLimit=time_limit,
+            cbc = _cbc_solver_class()
+            assert cbc is not None, "backend 'cbc' is offered only when PuLP has a CBC interface"
+            solver = cbc(msg=False, gapRel=mip_gap, gapAbs=1e-12, timeLimit=time_limit,
                                          threads=threads, warmStart=bool(start), maxNodes=node_limit)
         self.prob.solve(solver)
         self.last_optimal = self.prob.status == pulp.LpStatusOptimal and self.prob.sol_status == pulp.LpSolutionOptimal

@@ -39,7 +39,7 @@ class PlanningProblem:
 
     latency: LatencyModel
     convergence: ConvergenceModel
-    candidates: np.ndarray = field(default=None)  # type: ignore[assignment]
+    candidates: np.ndarray = field(default=None)  # type: ignore[arg-type]  # None: every cut point (__post_init__)
     admissible: np.ndarray | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
@@ -71,8 +71,8 @@ class PlanningProblem:
                 (A_ℓ ≥ c/(4β²γ²) for every candidate, §8 A7); the message says what to change.
         """
         check_lengths(profile.num_cuts, constants)
-        problem = cls(LatencyModel(profile, system), ConvergenceModel(constants, system.num_devices),
-                      None if candidates is None else np.asarray(candidates, dtype=int))
+        chosen = () if candidates is None else (np.asarray(candidates, dtype=int),)
+        problem = cls(LatencyModel(profile, system), ConvergenceModel(constants, system.num_devices), *chosen)
         problem.check_feasible()
         return problem
 

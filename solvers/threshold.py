@@ -580,7 +580,7 @@ def solve_ms_exact(problem: PlanningProblem, interval: int, *, max_cut: int | No
         raise InfeasibleError(conv.infeasibility_reason(int(interval), int(problem.candidates[0])))
     if max_sweeps == "auto":
         max_sweeps = int(np.clip(SWEEP_ENTRIES / (problem.num_devices * cand.size), SWEEP_MIN, SWEEP_BUDGET))
-    budget = math.inf if max_sweeps is None else max_sweeps
+    budget: float = math.inf if max_sweeps is None else float(max_sweeps)
     if cache is not None and problem.num_devices * cand.size > CACHE_SIZE:
         cache = None
     best_ratio, best_cuts = math.inf, None
@@ -617,10 +617,10 @@ def solve_ms_exact(problem: PlanningProblem, interval: int, *, max_cut: int | No
                 open_bound = min(open_bound, max(bound, level))
                 break
             sub.limit = budget - sweeps_before
-            num, x = sub.node(int(k), best_ratio * D if math.isfinite(best_ratio) else math.inf)
+            num, chosen = sub.node(int(k), best_ratio * D if math.isfinite(best_ratio) else math.inf)
             nodes += 1
-            if x is not None and num / D < best_ratio:
-                best_ratio, best_cuts = num / D, tuple(int(c) for c in cols[x])
+            if chosen is not None and num / D < best_ratio:
+                best_ratio, best_cuts = num / D, tuple(int(c) for c in cols[chosen])
             if sub.unfinished:
                 open_bound = min(open_bound, max(bound, level))
                 break

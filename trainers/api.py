@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Iterable, Protocol, Sequence
+from typing import Any, Callable, Hashable, Iterable, Protocol, Sequence, cast
 
 import numpy as np
 import torch
@@ -243,10 +243,11 @@ def parallel_step(edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Acti
         for d, loss in losses.items():
             ctx.record_loss(d, loss)
         # each device's ∂F_i/∂a_i (the chunk's input gradients are released with the chunk)
-        grads.update((d, g / weights[d]) for d, g in p.backward(sum(weights[d] * losses[d] for d in p.devices)).items())
+        total_loss = cast(torch.Tensor, sum(weights[d] * losses[d] for d in p.devices))
+        grads.update((d, g / weights[d]) for d, g in p.backward(total_loss).items())
         # a per-device instance's gradient is complete once its device's chunk is done: step it now (eq. 5)
         # and free the gradient, rather than holding every device's until the end
-        own = [o for o in edge.owners(p.devices) if o is not None]
+        own = [cast(int, o) for o in edge.owners(p.devices) if o is not None]   # per-device owners: device indices
         edge.step(own, {o: 1.0 / weights[o] for o in own})
     edge.step([o for o in edge.owners(weights) if o is None])   # w_s: the average over every chunk (eq. 4)
     return [answer(a, grads[a.device]) for a in arrivals]

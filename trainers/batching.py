@@ -76,7 +76,7 @@ class ClientBatch:
         self.members = members
         self.params = params          # params[i][k]: device i's k-th parameter
         self.leaves = leaves          # leaves[k]: the k-th parameter of every device, stacked (a leaf of the graph)
-        self.output = output          # (devices, batch, ...) activations, with the graph
+        self.output: torch.Tensor | None = output   # (devices, batch, ...) activations, with the graph
         self.grads: dict[int, torch.Tensor | None] = {}
 
     def deliver(self, device: "Device", grad: torch.Tensor | None) -> None:
@@ -89,6 +89,7 @@ class ClientBatch:
     def _backward(self) -> None:
         grads = [self.grads[d.index] for d in self.members]
         output, self.output = self.output, None
+        assert output is not None, "a group's backward runs once"
         if all(g is None for g in grads):
             return
         stacked = torch.stack([g if g is not None else torch.zeros_like(output[i]) for i, g in enumerate(grads)])

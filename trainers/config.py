@@ -19,11 +19,9 @@ from typing import Any, Mapping
 
 from adaptplan.errors import InputError
 from adaptplan.fileio import finite_number, int_in_range, number_in_range, positive_int, positive_number
-from adaptplan.limits import (MAX_BATCH_SIZE, MAX_CUT_POINTS, MAX_DEVICES, MAX_NOISE_CV, MAX_ROUNDS, MAX_SEED,
-                              MAX_STEPS, MAX_THREADS)
+from adaptplan.limits import MAX_BATCH_SIZE, MAX_CUT_POINTS, MAX_DEVICES, MAX_NOISE_CV, MAX_ROUNDS, MAX_SEED, MAX_STEPS, MAX_THREADS
 from trainers.datasets import dataset_names
 from trainers.optimizer_spec import OPTIMIZERS, OptimizerSpec
-
 
 MAX_LR = 1e6               # step size γ; a diverging run stops with a message, this only keeps γ sane
 MAX_WEIGHT_DECAY = 1.0     # L2 coefficient
@@ -41,7 +39,8 @@ _OPTIONAL_INTS = ("interval", "replan_every", "checkpoint_every", "max_test_samp
 
 ALGORITHMS = ("sl", "psl", "sfl-v1", "sfl-v2", "adaptsfl", "gapsl", "scala", "cyclesl", "gas")
 DATASETS = tuple(dataset_names())
-MODELS = ("cnn", "mlp", "vgg16-cifar", "resnet18-cifar", "resnet34-cifar", "resnet50-cifar")    # built-ins; any torchvision name or package.module:factory is valid too
+# built-ins; any torchvision name or package.module:factory is valid too
+MODELS = ("cnn", "mlp", "vgg16-cifar", "resnet18-cifar", "resnet34-cifar", "resnet50-cifar")
 #: How ``package.module:factory`` is found (profilers.models._factory), for the --model/MODEL help of
 #: `adaptplan train` and `adaptplan profile`: the working directory is appended to sys.path unless it
 #: (or "") is already there, as it is not for the installed `adaptplan` script.
@@ -63,7 +62,7 @@ SERVER_PASS_SAMPLES = 1024
 in chunks. 1024 samples of the CIFAR CNN at cut 1 hold ≈ 0.25 GiB of server graph; the default population
 (20 devices × 16 samples) is one pass."""
 POLICIES = ("adaptsfl", "rma+ms", "ma+rms", "rma+rms", "dama+rms", "rma+ams", "sfl", "psl", "fixed-cut")
-REDRAWING_POLICIES = ("rma+ms", "ma+rms", "rma+rms", "dama+rms", "rma+ams")   # re-drawn at every aggregation        # trainers.optim.OPTIMIZERS (kept torch-free here)
+REDRAWING_POLICIES = ("rma+ms", "ma+rms", "rma+rms", "dama+rms", "rma+ams")   # re-drawn at every aggregation
 
 
 @dataclass(frozen=True)
@@ -150,13 +149,13 @@ class TrainingDefaults:
     source: str
 
 
-_PSL_FAMILY = dict(optimizer="sgd", lr=0.01, client_lr=0.005, server_lr=0.01, momentum=0.9, weight_decay=0.0,
+_PSL_FAMILY: dict[str, Any] = dict(optimizer="sgd", lr=0.01, client_lr=0.005, server_lr=0.01, momentum=0.9, weight_decay=0.0,
                    clip_norm=None, interval=None)
-_SPLITFED = dict(optimizer="sgd", lr=0.05, client_lr=0.05, server_lr=0.05, momentum=0.9, weight_decay=0.0,
+_SPLITFED: dict[str, Any] = dict(optimizer="sgd", lr=0.05, client_lr=0.05, server_lr=0.05, momentum=0.9, weight_decay=0.0,
                  clip_norm=None, interval=None,
                  source="AdaptSFL's setting (b = 16; its γ is lost from the text): SGD 0.05, momentum 0.9, the project's "
                         "tested default; SplitFed's paper is not among the sources")
-_SCALA_CODE = dict(optimizer="sgd", lr=0.01, client_lr=0.01, server_lr=0.01, momentum=0.9, weight_decay=5e-4,
+_SCALA_CODE: dict[str, Any] = dict(optimizer="sgd", lr=0.01, client_lr=0.01, server_lr=0.01, momentum=0.9, weight_decay=5e-4,
                    clip_norm=10.0)
 ALGORITHM_DEFAULTS: dict[str, TrainingDefaults] = {
     "sl": TrainingDefaults(**_PSL_FAMILY, source="GAPSL's paper, its vanilla-SL baseline (VGG-16/CIFAR-10): SGD, "
@@ -417,6 +416,8 @@ class TrainConfig:
     def optimizer_spec(self, role: str = "client") -> "OptimizerSpec":
         """The optimizer of ``role``: "client" (the devices) or "server" (the edge server's instances)."""
         lr, name = (self.client_lr, self.client_optimizer) if role == "client" else (self.server_lr, self.server_optimizer)
+        assert name is not None and lr is not None and self.momentum is not None and self.weight_decay is not None, \
+            "filled by resolve_defaults"
         return OptimizerSpec(name, lr, self.momentum, self.weight_decay, self.clip_norm or None)
 
     def to_json(self) -> dict[str, Any]:

@@ -183,7 +183,8 @@ def _torchvision(class_name: str, name: str, num_classes: int) -> Loader:
             data = part.data.numpy() if isinstance(part.data, torch.Tensor) else np.asarray(part.data)
             data = data[:, None] if data.ndim == 3 else data.transpose(0, 3, 1, 2)  # → (N, C, H, W)
             arrays += [data, np.asarray(part.targets)]
-        return _make(name, *arrays, num_classes)
+        x_train, y_train, x_test, y_test = arrays
+        return _make(name, x_train, y_train, x_test, y_test, num_classes)
     return load
 
 

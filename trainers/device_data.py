@@ -188,18 +188,22 @@ def write_device_folder(dataset: "Dataset", parts: Sequence[np.ndarray], out: st
         idx = np.asarray(part, dtype=np.int64)
         y = y_train[idx].astype(np.int64)
         raw = _npz_bytes(np.ascontiguousarray(x_train[idx], dtype=np.float32), y)
-        atomic_write(root / device_file(i), lambda f, raw=raw: f.write(raw))
+        _write_bytes(root / device_file(i), raw)
         entries.append({"file": device_file(i), "samples": int(idx.size),
                         "label_counts": [int(c) for c in np.bincount(y, minlength=dataset.num_classes)],
                         "sha256": hashlib.sha256(raw).hexdigest()})
     test = _npz_bytes(dataset.x_test.numpy().astype(np.float32), dataset.y_test.numpy().astype(np.int64))
-    atomic_write(root / TEST_FILE, lambda f: f.write(test))
+    _write_bytes(root / TEST_FILE, test)
     doc = {"format": FORMAT, "version": VERSION, "name": dataset.name, "num_classes": int(dataset.num_classes),
            "input_shape": [int(s) for s in dataset.input_shape], "test": TEST_FILE, "devices": entries}
     head = json.dumps({k: v for k, v in doc.items() if k != "devices"}, indent=1)[:-2]   # one line per device
     text = head + ',\n "devices": [\n' + ",\n".join(f"  {json.dumps(e)}" for e in entries) + "\n ]\n}\n"
-    atomic_write(root / MANIFEST, lambda f: f.write(text.encode()))
+    _write_bytes(root / MANIFEST, text.encode())
     return read_manifest(root)
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    atomic_write(path, lambda f: f.write(data))
 
 
 def _npz_bytes(x: np.ndarray, y: np.ndarray) -> bytes:

@@ -25,7 +25,7 @@ import copy
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
 import numpy as np
 import torch
@@ -36,11 +36,18 @@ from trainers.batching import CLIENT_BATCHING, ClientBatcher, use_batching
 from trainers.clock import STAGES, StageTimes
 from trainers.config import CLIENT_RECOMPUTE, RECOMPUTE_GROUP, SERVER_PASS_SAMPLES, check_choice
 from trainers.hosts import DeviceHost, FedHost, device_finite_items
-from trainers.messages import (Activation, BlockState, CutGradient, MessageMismatchError, ModelDownload, check_all_finite,
-                               tensor_bytes,
-                               deferred_finite_checks)
-from trainers.optim import OptimizerSpec, mean_param_state
+from trainers.messages import (
+    Activation,
+    BlockState,
+    CutGradient,
+    MessageMismatchError,
+    ModelDownload,
+    check_all_finite,
+    deferred_finite_checks,
+    tensor_bytes,
+)
 from trainers.network import LocalNetwork, Network
+from trainers.optim import OptimizerSpec, mean_param_state
 from trainers.protocol import EDGE, FED, Average, Forward, GetState, Send, SetState, Take, Upload
 from trainers.roles import Device, EdgeServer, FedServer, weighted_mean
 
@@ -503,7 +510,10 @@ class SplitEngine:
         """One global iteration of an asynchronous strategy: pop the device whose activation arrives first,
         run its step (forward, arrival served at once, reply, backward), after ``local_steps`` steps
         its model upload (``on_model``) and its replacement — until ``on_model`` aggregates."""
+        from trainers.api import AsyncStrategy
+
         s = self.strategy
+        assert isinstance(s, AsyncStrategy), "run_round sends only asynchronous strategies here"
         ctx = self.context(round_index)
         times = self.stage_times(round_index)
         st = self.async_state
@@ -577,7 +587,8 @@ class SplitEngine:
                 st["now"] = max(st["now"], finished_at)
                 break
         self.check_models_finite(round_index)
-        return self._stats(ctx, True, sorted(set(ledger.seconds["device FP"])), st["now"] - round_start, ledger)
+        stepped = sorted(int(d) for d in ledger.seconds["device FP"])    # device indices
+        return self._stats(ctx, True, stepped, st["now"] - round_start, ledger)
 
     # ---- re-partition (Algorithm 1) ---------------------------------------------------------------------
     def set_cuts(self, new_cuts: Sequence[int], round_index: int = 0) -> None:
@@ -694,7 +705,7 @@ class SplitEngine:
         check_all_finite(self._edge_finite_items(), round_index)
 
     def _edge_finite_items(self) -> list[tuple[torch.Tensor, str, int | str]]:
-        return [(p, f"server model block {j + 1}", owner if owner is not None else "shared server")
+        return [(p, f"server model block {j + 1}", cast(int, owner) if owner is not None else "shared server")
                 for (owner, j), module in self.edge.instances.items() for p in module.parameters()]
 
     def _check_edge_finite(self, round_index: int) -> None:

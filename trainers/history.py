@@ -14,8 +14,20 @@ from pathlib import Path
 from typing import Any, Callable
 
 from adaptplan.errors import InputError
-from adaptplan.fileio import (atomic_write, check_keys, finite_number, int_in_range, load_file, mapping_value, non_negative_number, number_in_range,
-                              positive_int, save_json, show, text_value)
+from adaptplan.fileio import (
+    atomic_write,
+    check_keys,
+    finite_number,
+    int_in_range,
+    load_file,
+    mapping_value,
+    non_negative_number,
+    number_in_range,
+    positive_int,
+    save_json,
+    show,
+    text_value,
+)
 from adaptplan.limits import MAX_CUT_POINTS, MAX_DEVICES, MAX_ROUNDS, MAX_STEPS
 
 MAX_BYTES = 2**63 - 1   # bytes of one round's traffic in a history file
@@ -90,10 +102,11 @@ class History:
         ev = self.evaluated
         streak = 0
         for prev, cur in zip(ev, ev[1:]):
-            if cur.accuracy < floor:
+            accuracy, before = float(cur.accuracy or 0.0), float(prev.accuracy or 0.0)   # evaluated: never None
+            if accuracy < floor:
                 streak = 0
                 continue
-            streak = streak + 1 if cur.accuracy - prev.accuracy < min_gain else 0
+            streak = streak + 1 if accuracy - before < min_gain else 0
             if streak >= patience:
                 return cur.round
         return None
@@ -101,7 +114,7 @@ class History:
     def time_to_accuracy(self, target: float) -> float | None:
         """Simulated seconds at which test accuracy first reaches ``target`` (None if never)."""
         for r in self.evaluated:
-            if r.accuracy >= target:
+            if r.accuracy is not None and r.accuracy >= target:
                 return r.sim_seconds
         return None
 

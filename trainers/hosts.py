@@ -12,10 +12,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from trainers.batching import ClientBatcher
-from trainers.messages import (BlockState, CutGradient, MessageMismatchError, ModelDownload, ModelUpload,
-                               check_all_finite)
-from trainers.protocol import (EDGE, FED, Average, Blocks, Forward, GetBlocks, GetState, RoundEnd, Send, SetState,
-                               State, Take, Upload)
+from trainers.messages import BlockState, CutGradient, MessageMismatchError, ModelDownload, ModelUpload, check_all_finite
+from trainers.protocol import EDGE, FED, Average, Blocks, Forward, GetBlocks, GetState, RoundEnd, Send, SetState, State, Take, Upload
 from trainers.roles import Device, FedServer
 
 Emit = Callable[[Any, Any], None]
@@ -53,10 +51,10 @@ class DeviceHost:
             emit(msg.to, self.device(msg.device).upload(msg.round, msg.blocks, msg.weight, msg.with_optimizer))
         elif isinstance(msg, GetBlocks):
             emit(EDGE, Blocks(msg.device, [block.state_dict() for block in self.device(msg.device).blocks]))
-        elif isinstance(msg, GetState):
-            emit(EDGE, State(msg.device, self.device(int(msg.device)).state_dict()))
-        elif isinstance(msg, SetState):
-            self.device(int(msg.device)).load_state_dict(msg.state)
+        elif isinstance(msg, GetState) and msg.device is not None:      # None: the fed server's (FedHost)
+            emit(EDGE, State(msg.device, self.device(msg.device).state_dict()))
+        elif isinstance(msg, SetState) and msg.device is not None:
+            self.device(msg.device).load_state_dict(msg.state)
         elif isinstance(msg, RoundEnd):
             check_all_finite([item for d in self.devices.values() for item in device_finite_items(d)], msg.round)
         else:

@@ -67,7 +67,7 @@ def check_all_finite(items: Sequence[tuple[torch.Tensor, str, int | str]], round
     if not tensors:
         return
     try:
-        largest = torch._foreach_norm(tensors, float("inf"))
+        largest = list(torch._foreach_norm(tensors, float("inf")))
     except (RuntimeError, TypeError, NotImplementedError):     # an older torch without the ∞-norm there
         largest = [t.abs().amax() for t in tensors]
     flag = torch.isfinite(torch.stack([m.float() for m in largest])).all()

@@ -2,7 +2,8 @@
 
 Built-ins (:data:`trainers.config.MODELS`): ``cnn``, ``mlp``, ``vgg16-cifar``, written as
 ``nn.Sequential``, and the CIFAR-style ResNets ``resnet18-cifar``, ``resnet34-cifar``,
-``resnet50-cifar`` (torchvision's ResNet with a 3×3 stride-1 stem and no max-pool); every other name goes to :func:`profilers.models.resolve_model` (any torchvision
+``resnet50-cifar`` (torchvision's ResNet with a 3×3 stride-1 stem and no max-pool); every other
+name goes to :func:`profilers.models.resolve_model` (any torchvision
 classification model name, or ``package.module:factory``). The engine does not use the children
 of a Sequential as its blocks: the driver cuts every model with ``profilers.build_chain``
 (traced; one block per parameterised layer, activations/pooling/flatten joining the layer

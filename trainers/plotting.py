@@ -17,7 +17,6 @@ from adaptplan.fileio import atomic_write, output_path, show
 from trainers.history import History
 
 
-
 def image_formats() -> list[str]:
     """The file extensions matplotlib's Agg canvas can write (png, pdf, svg, ...)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -56,7 +55,8 @@ def plot_histories(histories: Sequence[tuple[str, History]], out: str | os.PathL
     try:
         for label, history in histories:
             ev = history.evaluated
-            ax.plot([r.sim_seconds for r in ev], [r.accuracy for r in ev], marker=".", label=label)
+            ax.plot([r.sim_seconds for r in ev], [r.accuracy if r.accuracy is not None else float("nan") for r in ev],
+                    marker=".", label=label)
         ax.set_xlabel("simulated time (s)")
         ax.set_ylabel("test accuracy")
         ax.set_title(title.replace("$", r"\$"))   # taken literally, never parsed as mathtext

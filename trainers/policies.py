@@ -20,7 +20,8 @@ from typing import Callable
 
 from adaptplan.constants import ConvergenceConstants
 from adaptplan.errors import InfeasibleError
-from trainers.config import POLICIES, REDRAWING_POLICIES as REDRAWING
+from trainers.config import POLICIES
+from trainers.config import REDRAWING_POLICIES as REDRAWING
 
 NEVER = 10 ** 9
 """The interval of a policy that never aggregates (PSL), in rounds."""

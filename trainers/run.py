@@ -43,17 +43,16 @@ from trainers.checkpoint import file_digest, load_checkpoint, save_checkpoint
 from trainers.clock import SimClock
 from trainers.config import TrainConfig, with_per_role_options
 from trainers.datasets import Dataset, load_dataset
+from trainers.device_data import read_manifest
 from trainers.devices import resolve_device
 from trainers.engine import DeviceData, SplitEngine
 from trainers.history import History, RoundRecord
 from trainers.messages import NonFiniteError
-from trainers.run_folder import Interrupted, RunFolder, StopRequest
 from trainers.models import build_model
-from trainers.device_data import read_manifest
 from trainers.partition import partition_indices
 from trainers.planning import Planner, ReplanRequest, default_planner  # noqa: F401  (re-exported)
+from trainers.run_folder import Interrupted, RunFolder, StopRequest
 from trainers.strategies import make_strategy
-
 
 RESUMABLE = ("rounds", "resume", "overwrite", "progress", "out", "checkpoint_every", "threads", "target_accuracy",
              "eval_every", "device", "client_batching", "client_recompute", "server_pass_samples", "distributed", "transport",
@@ -89,6 +88,7 @@ class Trainer:
                  constants: ConvergenceConstants | None = None, data: Dataset | None = None,
                  engine_factory: Callable[..., SplitEngine] = SplitEngine) -> None:
         config.validate()
+        assert config.lr is not None, "TrainConfig resolves the learning rate"
         self.config = config
         self.device = resolve_device(config.device, field="device")       # no GPU for --device cuda: before any work
         self.strategy = make_strategy(config.algorithm, config.extra)     # its options are checked before any work
@@ -383,8 +383,8 @@ class Trainer:
                     if out and c.checkpoint_every and t % c.checkpoint_every == 0:
                         save_checkpoint(self.state_dict(t, wall), out)
                     if bar is not None:
-                        last = self.history.final_accuracy
-                        bar.set_postfix_str(f"acc={last if last is None else f'{last:.3f}'} sim={self.clock.seconds:.1f}s")
+                        shown = self.history.final_accuracy
+                        bar.set_postfix_str(f"acc={shown if shown is None else f'{shown:.3f}'} sim={self.clock.seconds:.1f}s")
                         bar.update(1)
                     if stop.signum is not None and t < c.rounds:
                         if out:
@@ -468,6 +468,7 @@ class Trainer:
         b = self.config.batch_size
         batches = iterate_batches(self.dataset.x_train, self.dataset.y_train, b, 8, seed=t)
         chain = Chain(self.engine.averaged_model(), list(self.block_names))
+        assert self.config.lr is not None, "TrainConfig resolves the learning rate"
         return estimate_constants(chain, batches, gamma=self.config.lr, epsilon=epsilon, num_batches=8, seed=t,
                                   device=self.device)
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from adaptplan.commands.train import add_device_options, add_memory_options
 from adaptplan.errors import InputError
 from adaptplan.flags import float_flag, int_flag
-from adaptplan.commands.train import add_device_options, add_memory_options
-from adaptplan.limits import (MAX_BATCH_SIZE, MAX_CUT_POINTS, MAX_DEVICES, MAX_NOISE_CV, MAX_SEED, MAX_STEPS,
-                              MAX_THREADS)
+from adaptplan.limits import MAX_BATCH_SIZE, MAX_CUT_POINTS, MAX_DEVICES, MAX_NOISE_CV, MAX_SEED, MAX_STEPS, MAX_THREADS
 from trainers.config import ALGORITHMS, MAX_LR
 
 MAX_BENCH_DEVICES = MAX_DEVICES    # simulated devices of `bench engine` (CycleSL's FEMNIST has 3,550 clients)
@@ -34,7 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "default: --devices generated devices")
     solvers.add_argument("--constants", metavar="FILE", help="your training constants JSON/TOML (default: placeholder "
                          "constants of docs/model.md §6.1)")
-    solvers.add_argument("--devices", type=int_flag(1, MAX_DEVICES, "devices"), default=20, help="generated devices when --system is not given (default 20)")
+    solvers.add_argument("--devices", type=int_flag(1, MAX_DEVICES, "devices"), default=20,
+                         help="generated devices when --system is not given (default 20)")
     solvers.set_defaults(func=run_solvers)
     engine = which.add_parser("engine", help="samples/s of simulated SFL (20 devices) vs centralized training, same "
                               "process and device")
@@ -54,7 +54,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     engine.add_argument("--threads", type=int_flag(1, MAX_THREADS, "threads"), help="torch CPU threads (default: torch's choice)")
     add_device_options(engine)
     add_memory_options(engine)
-    engine.add_argument("--repeats", type=int_flag(1, MAX_BENCH_ROUNDS, "repeats"), default=3, help="interleaved repeats; each side keeps its best (default 3)")
+    engine.add_argument("--repeats", type=int_flag(1, MAX_BENCH_ROUNDS, "repeats"), default=3,
+                        help="interleaved repeats; each side keeps its best (default 3)")
     engine.add_argument("--json", action="store_true", help="print the measurements as JSON")
     engine.set_defaults(func=run_engine)
     algos = which.add_parser("algorithms", help="every split algorithm on one data set and plan, IID and non-IID: "

@@ -34,7 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--epsilon", type=float_flag(0.0, 1e6, low_open=True),
                         help="target ε of the placeholder constants (default 0.1, or twice the noise floor β·γ·Σσ²/N "
                              "where 0.1 is unreachable, as train uses); with --constants, set epsilon in the file")
-    parser.add_argument("--devices", type=int_flag(1, MAX_DEVICES, "devices"), default=20, help="number of generated devices when --system is not given (default 20)")
+    parser.add_argument("--devices", type=int_flag(1, MAX_DEVICES, "devices"), default=20,
+                        help="number of generated devices when --system is not given (default 20)")
     parser.add_argument("--seed", type=int_flag(0, MAX_SEED), default=0, help="seed of the generated system when --system is not given (default 0)")
     parser.add_argument("--all-devices", action="store_true", help="list every device in the table "
                         "(default: the 20 slowest when there are more)")

@@ -17,7 +17,6 @@ from adaptplan.flags import int_flag, positive_float_flag
 from adaptplan.limits import MAX_BITS_PER_VALUE, MAX_INPUT_VALUES, MAX_NUM_CLASSES
 from trainers.config import DEVICES, MODELS, OWN_MODEL_HELP
 
-
 MAX_PROFILE_BATCH = 4096   # samples per timed or statistics batch
 MAX_REPEATS = 10_000       # timed passes / statistics mini-batches
 
@@ -37,13 +36,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="per-sample input shape, e.g. 3x32x32 (channels x height x width, in values)")
     parser.add_argument("--num-classes", type=int_flag(1, MAX_NUM_CLASSES, "classes"), default=10, help="number of output classes (default: 10)")
     parser.add_argument("-o", "--output", metavar="FILE", help="write the profile JSON (docs/formats.md) to FILE")
-    parser.add_argument("--bits", type=int_flag(1, MAX_BITS_PER_VALUE, "bits"), default=32, help="bits per activation/gradient/parameter value (default: 32)")
+    parser.add_argument("--bits", type=int_flag(1, MAX_BITS_PER_VALUE, "bits"), default=32,
+                        help="bits per activation/gradient/parameter value (default: 32)")
     parser.add_argument("--json", action="store_true", help="print the profile JSON instead of the table")
     timing = parser.add_argument_group("measured time (seconds per sample, this machine)")
     timing.add_argument("--measure-time", action="store_true",
                         help="also measure per-block forward/backward seconds per sample (median of repeats)")
     timing.add_argument("--time-batch-size", type=int_flag(1, MAX_PROFILE_BATCH, "samples"), default=16, help="samples per timed batch (default: 16)")
-    timing.add_argument("--repeats", type=int_flag(1, MAX_REPEATS, "passes"), default=5, help="timed passes per block; the median is kept (default: 5)")
+    timing.add_argument("--repeats", type=int_flag(1, MAX_REPEATS, "passes"), default=5,
+                        help="timed passes per block; the median is kept (default: 5)")
     grads = parser.add_argument_group("training constants (beta, sigma_j^2, G_j^2, theta; dimensionless)")
     grads.add_argument("--grad-stats", action="store_true", help="estimate the constants from real data (needs --dataset and --constants-out)")
     grads.add_argument("--dataset", metavar="NAME", help="dataset for --grad-stats, e.g. cifar10-subset, mnist, cifar10 (with --data-root)")
@@ -52,10 +53,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     grads.add_argument("--download", action="store_true", help="let torchvision fetch cifar10/cifar100/mnist/fashion-mnist "
                                                                "into --data-root (needs a network)")
     grads.add_argument("--constants-out", metavar="FILE", help="write the constants JSON (docs/formats.md) to FILE")
-    grads.add_argument("--batches", type=int_flag(1, MAX_REPEATS, "mini-batches"), default=8, help="mini-batches used for the statistics (count, default: 8)")
+    grads.add_argument("--batches", type=int_flag(1, MAX_REPEATS, "mini-batches"), default=8,
+                       help="mini-batches used for the statistics (count, default: 8)")
     grads.add_argument("--batch-size", type=int_flag(1, MAX_PROFILE_BATCH, "samples"), default=16, help="samples per mini-batch b (default: 16)")
-    grads.add_argument("--gamma", type=positive_float_flag(), default=0.01, help="learning rate gamma written to the constants (dimensionless, default: 0.01)")
-    grads.add_argument("--epsilon", type=positive_float_flag(), default=0.1, help="target average squared gradient norm epsilon (dimensionless, default: 0.1)")
+    grads.add_argument("--gamma", type=positive_float_flag(), default=0.01,
+                       help="learning rate gamma written to the constants (dimensionless, default: 0.01)")
+    grads.add_argument("--epsilon", type=positive_float_flag(), default=0.1,
+                       help="target average squared gradient norm epsilon (dimensionless, default: 0.1)")
     grads.add_argument("--device", choices=DEVICES, default="auto", help="where the statistics are computed: auto "
                        "(default: cuda when torch sees a GPU, else cpu), cpu or cuda (an error where there is no GPU)")
     parser.set_defaults(func=run)

@@ -13,8 +13,8 @@ from adaptplan.limits import MAX_BATCH_SIZE, MAX_DEVICES, MAX_SEED
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from trainers.datasets import dataset_names
     from trainers.config import PARTITIONS
+    from trainers.datasets import dataset_names
 
     parser = sub.add_parser(
         "split-data",

@@ -27,14 +27,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="device uplink range (to edge and fed server) in bit/s (placeholder default 70e6 80e6)")
     parser.add_argument("--down-bps", nargs=2, type=positive_float_flag("bit/s"), metavar=("LOW", "HIGH"), default=(350e6, 380e6),
                         help="device downlink range in bit/s (placeholder default 350e6 380e6)")
-    parser.add_argument("--server-flops", type=positive_float_flag("FLOP/s"), default=50e12, help="edge server compute in FLOP/s (placeholder default 50e12)")
-    parser.add_argument("--edge-fed-bps", type=positive_float_flag("bit/s"), default=500e6, help="edge<->fed server rate in bit/s, both directions (placeholder default 500e6)")
+    parser.add_argument("--server-flops", type=positive_float_flag("FLOP/s"), default=50e12,
+                        help="edge server compute in FLOP/s (placeholder default 50e12)")
+    parser.add_argument("--edge-fed-bps", type=positive_float_flag("bit/s"), default=500e6,
+                        help="edge<->fed server rate in bit/s, both directions (placeholder default 500e6)")
     parser.add_argument("--batch-size", type=int_flag(1, MAX_BATCH_SIZE, "samples"), default=16, help="mini-batch size b in samples (default 16)")
     parser.add_argument("--memory-bytes", nargs=2, type=positive_float_flag("bytes"), metavar=("LOW", "HIGH"),
                         help="also give every device a memory budget in bytes, log-uniform in [LOW, HIGH] "
                              "(a cut is then admissible only if the profile's client_memory_bytes fit)")
     parser.add_argument("--redraw", action="store_true", help="re-draw device FLOP/s and uplink rates every round")
-    parser.add_argument("--round", type=int_flag(1, MAX_ROUNDS, "rounds"), default=1, help="with --redraw: which round's state to print (1-based, default 1)")
+    parser.add_argument("--round", type=int_flag(1, MAX_ROUNDS, "rounds"), default=1,
+                        help="with --redraw: which round's state to print (1-based, default 1)")
     parser.add_argument("--noise-cv", type=float_flag(0.0, MAX_NOISE_CV), default=0.0,
                         help=f"Gaussian measurement noise, coefficient of variation, a fraction in 0..{MAX_NOISE_CV:g} (e.g. 0.1)")
     parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE (.json or .toml) instead of stdout")
@@ -42,7 +45,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from adaptplan.errors import InputError
     from adaptplan.system import SystemProcess, SystemRanges, generate_system, with_memory_budgets
 
     ranges = SystemRanges(device_flops=tuple(args.flops), up_bps=tuple(args.up_bps), down_bps=tuple(args.down_bps),

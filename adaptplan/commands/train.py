@@ -11,9 +11,18 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from adaptplan.errors import InputError
-from trainers.config import (ALGORITHM_OPTIONS, ALGORITHMS, CLIENT_BATCHING, DATASETS, DEVICES, MODELS, OPTIMIZERS,
-                              OWN_MODEL_HELP,
-                              PARTITIONS, POLICIES)
+from trainers.config import (
+    ALGORITHM_OPTIONS,
+    ALGORITHMS,
+    CLIENT_BATCHING,
+    DATASETS,
+    DEVICES,
+    MODELS,
+    OPTIMIZERS,
+    OWN_MODEL_HELP,
+    PARTITIONS,
+    POLICIES,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from trainers.config import TrainConfig
@@ -106,7 +115,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its checkpoint with the options it was started with (only "
                         "--rounds, --eval-every, --checkpoint-every, --threads, --device, --client-batching, "
-                        "--client-recompute, --server-pass-samples, --target-accuracy, --no-progress and the distributed-run options may be given anew)")
+                        "--client-recompute, --server-pass-samples, --target-accuracy, --no-progress and the "
+                        "distributed-run options may be given anew)")
     p.add_argument("--trust-run-folder", action="store_true",
                    help="with --resume: import the user model (package.module:factory) that the run folder's checkpoint "
                         "names without naming it again with --model (by default a resumed run imports only code "

@@ -5,7 +5,8 @@ contract (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PO
 loopback (``MASTER_ADDR=127.0.0.1``, ``GLOO_SOCKET_IFNAME=lo`` unless set), so the same entry
 point runs under ``torchrun`` across machines. The launcher gives its ranks a fresh secret
 (``ADAPTPLAN_SECRET``: every frame is authenticated with it) and a rendezvous file in a folder only
-this user can read (``ADAPTPLAN_STORE_FILE``: no TCP store), so a local run listens on loopback only. Rank 0 (edge server, run folder, progress) writes
+this user can read (``ADAPTPLAN_STORE_FILE``: no TCP store), so a local run listens on loopback only.
+Rank 0 (edge server, run folder, progress) writes
 to this terminal; the other ranks' messages are collected and printed when one fails.
 
 When a rank ends with an error or a signal, the others get ``GRACE_SECONDS`` to stop on their own
@@ -91,8 +92,8 @@ def launch_local(train_args: list[str], world_size: int, num_devices: int, out: 
                     procs.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log))
         failed_at: float | None = None
         while any(p.poll() is None for p in procs):
-            codes = [p.poll() for p in procs]
-            if failed_at is None and any(c not in (None, 0) for c in codes):
+            polled = [p.poll() for p in procs]
+            if failed_at is None and any(c not in (None, 0) for c in polled):
                 failed_at = time.monotonic()
             if failed_at is not None and time.monotonic() - failed_at > GRACE_SECONDS:
                 terminated = _stop(procs)

@@ -101,6 +101,7 @@ class RankNetwork:
             self.channel.send(GetBlocks(device), self._rank(device))
             (_, envelope), = self.channel.recv_many([self._rank(device)])
             reply: Blocks = envelope.msg
+            assert self.template is not None, "set up before the first round"
             modules = []
             for j, state in enumerate(reply.states):
                 module = copy.deepcopy(self.template[j])

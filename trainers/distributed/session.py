@@ -27,8 +27,8 @@ from trainers.distributed.control import Abort, Layout, Stop
 from trainers.distributed.environment import RUNTIME_ENV, run_key, store_file, wire_trace
 from trainers.distributed.layout import EDGE_RANK, FED_RANK, SETUP_TIMEOUT_FACTOR, RankLayout
 from trainers.distributed.network import RankNetwork
-from trainers.distributed.transport import AbortRun, Channel, FrameChannel, PeerError
 from trainers.distributed.serve import RankLoop, WorkerOptions
+from trainers.distributed.transport import AbortRun, Channel, FrameChannel, PeerError
 from trainers.engine import SplitEngine
 
 EXIT_RANK_FAILED = 3
@@ -116,7 +116,8 @@ class EdgeSession:
     def engine_factory(self, chain: Any, *args: Any, **kwargs: Any) -> SplitEngine:
         """The simulator's engine, its devices and fed server on the other ranks."""
         network = RankNetwork(self.channel, self.layout, self.emulate_links, self.source)
-        return SplitEngine(chain, *args, network=network.setup, **kwargs)
+        kwargs["network"] = network.setup
+        return SplitEngine(chain, *args, **kwargs)
 
     def finish(self) -> None:
         for r in self.others:

@@ -58,6 +58,7 @@ class LabelStatistics:
         if self.mean is None:
             self.mean, self.cov, self.weight = mu_b, cov_b, total
             return
+        assert self.cov is not None, "set with the mean"
         d = self.weight / (self.weight + total)
         mu = d * self.mean + (1 - d) * mu_b
         shift_old, shift_new = mu - self.mean, mu - mu_b
@@ -72,6 +73,7 @@ class LabelStatistics:
     def sample(self, n: int, rng: np.random.Generator) -> torch.Tensor:
         """n draws from N(μ, Σ) (GAS-7): diagonal σ = √(v + 1e-5); full by Cholesky with an εI
         fallback (ε = 1e-6, ×10 per retry)."""
+        assert self.mean is not None and self.cov is not None, "sampled only after a merge"
         z = torch.from_numpy(rng.standard_normal((n, self.mean.numel()))).to(self.mean.device)
         if not self.full:
             return (self.mean + z * torch.sqrt(self.cov + REGULARISATION)).float()
