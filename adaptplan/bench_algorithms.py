@@ -37,7 +37,7 @@ def run_algorithm_bench(algorithms: Sequence[str] = ALGORITHMS, partitions: Sequ
                         eval_every: int = 10,
                         seed: int = 0, target: float = 0.3, workers: int | None = None, cuts: Sequence[int] | None = None,
                         test_samples: int | None = 500,
-                        progress: bool = True,  # no-mutate: a progress bar only
+                        progress: bool = True,
                         device: str = "auto", client_batching: str = "auto") -> list[RunResult]:
     """Run every (partition, algorithm) pair and return their results (module docstring)."""
     jobs = []

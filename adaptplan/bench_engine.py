@@ -348,14 +348,14 @@ def sweep_figure(results: Sequence[EngineBenchResult]) -> Any:
     for ax, label in ((left, "wall-clock seconds per round"), (right, "peak memory [MiB]")):
         ax.set_xscale("log")
         ax.set_xticks(counts, [f"{c:,}" for c in counts])
-        ax.minorticks_off()   # no-mutate: appearance only (the ticks at the counts are tested)
+        ax.minorticks_off()
         ax.set_xlabel("devices N")
         ax.set_ylabel(label)
-        ax.grid(True, which="both", alpha=0.3)   # no-mutate: appearance only
+        ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize="small")
     r = results[0]
     fig.suptitle(f"bench engine: {r.model} cut {r.cut}, b = {r.batch_size}, {r.device}", fontsize="medium")
-    fig.tight_layout()   # no-mutate: layout only
+    fig.tight_layout()
     return fig
 
 

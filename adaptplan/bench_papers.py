@@ -212,7 +212,7 @@ def jobs(selected: Sequence[str], seeds: Sequence[int], rounds: int = DEFAULT_RO
 def run_paper_bench(selected: Sequence[str] = PAPERS, seeds: Sequence[int] = range(DEFAULT_SEEDS),
                     rounds: int = DEFAULT_ROUNDS, devices: int = DEFAULT_DEVICES, target: float = DEFAULT_TARGET,
                     dataset: str = "cifar10-subset", test_samples: int = TEST_SAMPLES, workers: int | None = None,
-                    progress: bool = True,  # no-mutate: a progress bar only
+                    progress: bool = True,
                     device: str = "auto", client_batching: str = "auto") -> tuple[list[dict[str, Any]], list[RunResult]]:
     """Run every job and return the jobs with their results, in the jobs' order. A configuration two
     papers share (PSL of GAPSL and CycleSL, SFL-V1 of CycleSL and GAS) is trained once; the slowest
@@ -508,7 +508,7 @@ def plot(todo: Sequence[Mapping[str, Any]], results: Sequence[RunResult], catalo
     import matplotlib.pyplot as plt
 
     groups = list(dict.fromkeys(j["group"] for j in todo))
-    fig, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 4), squeeze=False)  # no-mutate: layout only
+    fig, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 4), squeeze=False)
     for ax, group in zip(axes[0], groups):
         for label in dict.fromkeys(j["label"] for j in todo if j["group"] == group):
             curve = mean_curve([r for j, r in zip(todo, results) if j["group"] == group and j["label"] == label])
@@ -516,15 +516,15 @@ def plot(todo: Sequence[Mapping[str, Any]], results: Sequence[RunResult], catalo
                 xs = [p[0] for p in curve]
                 line, = ax.plot(xs, [p[1] for p in curve], marker="o", markersize=3, label=label)
                 ax.fill_between(xs, [p[2] for p in curve], [p[3] for p in curve], color=line.get_color(),
-                                alpha=0.15)  # no-mutate: layout only
+                                alpha=0.15)
         if group in ("gas", "adaptsfl"):
-            ax.axhline(target, color="grey", linestyle=":", linewidth=1)  # no-mutate: layout only
-        ax.set_title(catalogue[group].title, fontsize=10)  # no-mutate: layout only
+            ax.axhline(target, color="grey", linestyle=":", linewidth=1)
+        ax.set_title(catalogue[group].title, fontsize=10)
         ax.set_xlabel("simulated seconds")
         ax.set_ylabel("test accuracy (mean over seeds)")
-        ax.grid(alpha=0.3)  # no-mutate: layout only
+        ax.grid(alpha=0.3)
         if ax.lines:
             ax.legend(fontsize=8)
-    fig.tight_layout()  # no-mutate: layout only
+    fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

@@ -71,15 +71,15 @@ def run_one(job: dict[str, Any]) -> RunResult:
 
 
 def run_jobs(jobs: Sequence[dict[str, Any]], workers: int | None = None, desc: str = "runs",
-             progress: bool = True  # no-mutate: a progress bar only
+             progress: bool = True
              ) -> list[RunResult]:
     """Run every job (``{"group", "label", "target", "config"}``), in ``workers`` processes (default: all cores)."""
     workers = workers or max(1, os.cpu_count() or 1)
     results: list[RunResult] = []
     bar = None
-    if progress:  # no-mutate: a progress bar only
+    if progress:
         from tqdm import tqdm
-        bar = tqdm(total=len(jobs), unit="run", desc=desc, dynamic_ncols=True)  # no-mutate: progress bar settings only
+        bar = tqdm(total=len(jobs), unit="run", desc=desc, dynamic_ncols=True)
     try:
         if workers == 1:
             outputs = map(run_one, jobs)
@@ -109,7 +109,7 @@ def plot(results: Sequence[RunResult], path: str | os.PathLike) -> None:
     import matplotlib.pyplot as plt
 
     groups = list(dict.fromkeys(r.group for r in results))
-    size = (5 * len(groups), 4)  # no-mutate: layout only
+    size = (5 * len(groups), 4)
     fig, axes = plt.subplots(1, len(groups), figsize=size, squeeze=False)
     for ax, group in zip(axes[0], groups):
         drawn = False
@@ -123,10 +123,10 @@ def plot(results: Sequence[RunResult], path: str | os.PathLike) -> None:
         ax.set_title(group)
         ax.set_xlabel("simulated seconds")
         ax.set_ylabel("test accuracy")
-        ax.grid(alpha=0.3)  # no-mutate: layout only
+        ax.grid(alpha=0.3)
     if axes[0][0].get_legend_handles_labels()[0]:
         axes[0][0].legend(fontsize=8)
-    fig.tight_layout()  # no-mutate: layout only
+    fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
 

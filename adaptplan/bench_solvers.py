@@ -156,7 +156,7 @@ def run_solver_bench(default_problem: PlanningProblem, *, sizes: Sequence[int] =
 
     def emit(text: str) -> None:
         parts.append(text)
-        print(text + "\n", flush=True)  # no-mutate: flushing only shows each table as soon as it is ready
+        print(text + "\n", flush=True)
 
     table, default_ratios = compare_policies(default_problem, title, seeds=3 if quick else 5,
                                              node_limit=node_limit,

@@ -32,7 +32,7 @@ def run_training_bench(policies: Sequence[str] = DEFAULT_POLICIES, partitions: S
                        eval_every: int = 10,
                        seed: int = 0, target: float = 0.4, replan_every: int = 50, workers: int | None = None,
                        test_samples: int | None = 500,
-                       progress: bool = True,  # no-mutate: a progress bar only
+                       progress: bool = True,
                        noise_cv: float = 0.0,
                        sweep: tuple[str, Sequence[float]] | None = None, device: str = "auto",
                        client_batching: str = "auto") -> list[RunResult]:
@@ -123,7 +123,7 @@ def sweep_plot(results: Sequence[RunResult], name: str, path: str | os.PathLike)
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4))  # no-mutate: layout only
+    fig, ax = plt.subplots(figsize=(6, 4))
     for policy in dict.fromkeys(r.label for r in results):
         points = [(float(r.group.split("=")[1]), r.time_to_target_s) for r in results if r.label == policy]
         points = [(x, y) for x, y in points if y is not None]
@@ -131,11 +131,11 @@ def sweep_plot(results: Sequence[RunResult], name: str, path: str | os.PathLike)
             ax.plot(*zip(*points), marker="o", label=policy)
     ax.set_xlabel(name)
     ax.set_ylabel("simulated seconds to target")
-    ax.grid(alpha=0.3)  # no-mutate: layout only
+    ax.grid(alpha=0.3)
     if ax.lines:
         ax.legend(fontsize=8)
     else:
         ax.text(0.5, 0.5, "no policy reached the target", ha="center", transform=ax.transAxes)
-    fig.tight_layout()  # no-mutate: layout only
+    fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         if stdout is not None:   # `adaptplan plan > file` on a full disk: the redirection is the path
             print(f"adaptplan {args.command}: error: cannot write the standard output ({stdout}): "
                   f"{exc.strerror or exc}", file=sys.stderr)
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no-mutate: defensive, so a flush at exit cannot fail again
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 2
         where = f" {exc.filename!r}" if exc.filename else ""
         print(clip_message(f"adaptplan {args.command}: error: cannot use{where}: {exc.strerror or exc}"), file=sys.stderr)

@@ -275,7 +275,7 @@ def _meta_from_json(value: Any) -> dict[str, Any]:
     if "config" in meta:
         config = mapping_value(meta["config"], "history.meta.config")
         if config.get("algorithm") is not None:
-            text_value(config["algorithm"], "history.meta.config.algorithm", 100)  # no-mutate: the length guard of a label is arbitrary
+            text_value(config["algorithm"], "history.meta.config.algorithm", 100)
     if meta.get("final_evaluation") is not None:
         final = mapping_value(meta["final_evaluation"], "history.meta.final_evaluation")
         _optional(_fraction)(final.get("accuracy"), "history.meta.final_evaluation.accuracy")

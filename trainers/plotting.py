@@ -51,7 +51,7 @@ def plot_histories(histories: Sequence[tuple[str, History]], out: str | os.PathL
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))  # no-mutate: layout only
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
     try:
         for label, history in histories:
             ev = history.evaluated
@@ -60,11 +60,11 @@ def plot_histories(histories: Sequence[tuple[str, History]], out: str | os.PathL
         ax.set_xlabel("simulated time (s)")
         ax.set_ylabel("test accuracy")
         ax.set_title(title.replace("$", r"\$"))   # taken literally, never parsed as mathtext
-        ax.grid(alpha=0.3)  # no-mutate: layout only
+        ax.grid(alpha=0.3)
         if histories:
-            ax.legend(fontsize="small")  # no-mutate: layout only (the legend is checked by tests)
-        fig.tight_layout()  # no-mutate: layout only
-        dpi = 120  # no-mutate: resolution only
+            ax.legend(fontsize="small")
+        fig.tight_layout()
+        dpi = 120
         atomic_write(path, lambda fh: fig.savefig(fh, format=fmt, dpi=dpi))
     finally:
         plt.close(fig)

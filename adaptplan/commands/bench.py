@@ -140,13 +140,13 @@ def _training_options(parser: argparse.ArgumentParser, rounds: int, target: floa
 
 def _check_training_options(args: argparse.Namespace, *more: str) -> None:
     """Counts ≥ 1 and the target a fraction, each error naming its flag. A second line of defence: the
-    parser's int_flag/float_flag refuse these values first (hence no-mutate: unreachable from the command line)."""
-    for flag in ("--rounds", "--devices", "--eval-every", "--test-samples", "--workers", *more):  # no-mutate
-        value = getattr(args, flag.lstrip("-").replace("-", "_"))  # no-mutate
-        if value is not None and value < 1:  # no-mutate
-            raise InputError(f"must be ≥ 1, got {value}", field=flag)  # no-mutate
-    if not 0 < args.target_accuracy <= 1:  # no-mutate
-        raise InputError(f"must be a fraction in (0, 1], got {args.target_accuracy}", field="--target-accuracy")  # no-mutate
+    parser's int_flag/float_flag refuse these values first (unreachable from the command line: listed in tools/mutation_skip.txt)."""
+    for flag in ("--rounds", "--devices", "--eval-every", "--test-samples", "--workers", *more):
+        value = getattr(args, flag.lstrip("-").replace("-", "_"))
+        if value is not None and value < 1:
+            raise InputError(f"must be ≥ 1, got {value}", field=flag)
+    if not 0 < args.target_accuracy <= 1:
+        raise InputError(f"must be a fraction in (0, 1], got {args.target_accuracy}", field="--target-accuracy")
 
 
 def _check_device(args: argparse.Namespace) -> None:
@@ -202,7 +202,7 @@ def run_engine(args: argparse.Namespace) -> int:
                    server_pass_samples=args.server_pass_samples)
     if len(args.devices) == 1:
         print(header(args.devices[0], args.batch_size, args.rounds, algorithms, args.repeats, args.model, device.type,
-                     args.cut), file=sys.stderr, flush=True)  # no-mutate: flushing only shows the header first
+                     args.cut), file=sys.stderr, flush=True)
         result = run_engine_bench(devices=args.devices[0], **options)
         print(json.dumps(result.to_json(), indent=2) if args.json else result.report())
         return 0
@@ -235,7 +235,7 @@ def run_algorithms(args: argparse.Namespace) -> int:
     algorithms = [check_choice(a.strip(), ALGORITHMS, "--algorithms") for a in args.algorithms.split(",") if a.strip()]
     partitions = [check_choice(p.strip(), tuple(bench.PARTITIONS), "--partitions") for p in args.partitions.split(",")
                   if p.strip()]
-    _check_training_options(args, "--batch-size")  # no-mutate: see _check_training_options
+    _check_training_options(args, "--batch-size")
     if not algorithms or not partitions:
         raise InputError("name at least one algorithm and one partition", field="--algorithms")
     _check_device(args)
@@ -275,15 +275,15 @@ def run_training(args: argparse.Namespace) -> int:
     if "fixed-cut" in policies:
         raise InputError("fixed-cut needs a cut; compare it with adaptplan train --policy fixed-cut --cuts J", field="--policies")
     partitions = list(bench.PARTITIONS) if args.partition == "both" else [check_choice(args.partition, bench.PARTITIONS + ("both",), "--partition")]
-    _check_training_options(args, "--replan-every")  # no-mutate: see _check_training_options
+    _check_training_options(args, "--replan-every")
     _check_device(args)
     if not policies:
         raise InputError("name at least one policy", field="--policies")
     out = Path(args.out) if args.out else None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-    if not (args.noise_cv >= 0 and args.noise_cv < float("inf")):  # no-mutate: float_flag refuses these first
-        raise InputError(f"must be a finite number ≥ 0, got {args.noise_cv}", field="--noise-cv")  # no-mutate
+    if not (args.noise_cv >= 0 and args.noise_cv < float("inf")):
+        raise InputError(f"must be a finite number ≥ 0, got {args.noise_cv}", field="--noise-cv")
     sweep = _sweep(args.sweep, bench.SWEEPS) if args.sweep else None
     more = _fractions(args.more_targets, "--more-targets")
     results = bench.run_training_bench(policies, partitions, rounds=args.rounds, devices=args.devices,
@@ -313,8 +313,8 @@ def run_papers(args: argparse.Namespace) -> int:
     selected = bench.parse_papers(args.papers)
     quick = bench.QUICK if args.quick else {}
     seeds = args.seeds if args.seeds is not None else quick.get("seeds", bench.DEFAULT_SEEDS)
-    if seeds < 1:  # no-mutate: int_flag refuses it first
-        raise InputError(f"must be ≥ 1, got {seeds}", field="--seeds")  # no-mutate
+    if seeds < 1:
+        raise InputError(f"must be ≥ 1, got {seeds}", field="--seeds")
     if seeds == 1 and not args.quick:
         raise InputError("one seed has no spread: give ≥ 2 (the issue asks ≥ 3), or 1 with --quick", field="--seeds")
     rounds = args.rounds or quick.get("rounds", bench.DEFAULT_ROUNDS)

@@ -78,7 +78,7 @@ class LabelStatistics:
         if not self.full:
             return (self.mean + z * torch.sqrt(self.cov + REGULARISATION)).float()
         eps = 1e-6
-        for _ in range(100):  # no-mutate: a bound on retries that ε (×10 each) never reaches in practice
+        for _ in range(100):
             chol, info = torch.linalg.cholesky_ex(self.cov + eps * torch.eye(self.mean.numel(), dtype=self.cov.dtype,
                                                                              device=self.cov.device))
             if int(info) == 0:
