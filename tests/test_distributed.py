@@ -286,31 +286,40 @@ def test_a_local_run_listens_on_loopback_only_and_no_frame_carries_input_samples
     assert len(setup) == 3 and sum(s[0] for s in setup) == load_dataset("cifar10-subset").x_train.shape[0]
 
 
-def test_a_rank_with_another_secret_is_refused_across_two_machines(tmp_path: Path) -> None:
-    """Two "machines" on loopback: torchrun's TCP store (no local store file), ranks 0 and 1 with one
-    secret, rank 2 with another. Rank 2 refuses rank 0's first frame; every rank stops."""
+def _machines(ranks: dict[int, tuple[dict[str, str], list[str]]], timeout: float) -> tuple[list[int], list[str]]:
+    """Start ``python -m adaptplan.distributed ARGV`` once per rank as torchrun would on separate
+    machines (its environment, the TCP store on loopback, no local store file), each with its own
+    extra environment; (exit codes, stderr texts) in rank order."""
     from trainers.distributed.launch import free_port
 
     port = str(free_port())
     procs = []
-    for rank, secret in ((0, "machine-A-secret-0123456789"), (1, "machine-A-secret-0123456789"),
-                         (2, "machine-B-secret-0123456789")):
-        env = dict(os.environ, RANK=str(rank), LOCAL_RANK="0", WORLD_SIZE="3", MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=port, GLOO_SOCKET_IFNAME="lo", ADAPTPLAN_SECRET=secret)
+    for rank, (extra, argv) in sorted(ranks.items()):
+        env = dict(os.environ, RANK=str(rank), LOCAL_RANK="0", WORLD_SIZE=str(len(ranks)), MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=port, GLOO_SOCKET_IFNAME="lo", **extra)
         env.pop("ADAPTPLAN_STORE_FILE", None)
-        procs.append(subprocess.Popen([sys.executable, "-m", "adaptplan.distributed", "--devices", "3", "--rounds", "2",
-                                       "--rank-timeout", "10", *SMALL, "--cuts", "2"],
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                                      cwd=Path(__file__).resolve().parents[1]))
+        procs.append(subprocess.Popen([sys.executable, "-m", "adaptplan.distributed", *argv], stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True, env=env, cwd=Path(__file__).resolve().parents[1]))
     errs = []
     try:
         for p in procs:
-            errs.append(p.communicate(timeout=120)[1])
+            errs.append(p.communicate(timeout=timeout)[1])
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
-    assert [p.returncode for p in procs] == [3, 3, 3], errs
+    return [p.returncode for p in procs], errs
+
+
+def test_a_rank_with_another_secret_is_refused_across_two_machines(tmp_path: Path) -> None:
+    """Two "machines" on loopback: torchrun's TCP store (no local store file), ranks 0 and 1 with one
+    secret, rank 2 with another. Rank 2 refuses rank 0's first frame; every rank stops."""
+
+    argv = ["--devices", "3", "--rounds", "2", "--rank-timeout", "10", *SMALL, "--cuts", "2"]
+    codes, errs = _machines({rank: ({"ADAPTPLAN_SECRET": secret}, argv) for rank, secret in
+                             ((0, "machine-A-secret-0123456789"), (1, "machine-A-secret-0123456789"),
+                              (2, "machine-B-secret-0123456789"))}, timeout=120)
+    assert codes == [3, 3, 3], errs
     assert "rank 0 (edge server) sent rank 2 a frame it refused: its authentication tag is wrong" in errs[2], errs
     assert all("Traceback" not in e for e in errs), errs
     assert "rank 2" in errs[0], errs[0]
@@ -335,7 +344,6 @@ def test_each_machine_holds_only_its_own_devices_files_and_the_losses_equal_the_
     simulator's on the whole folder, which equal those of the data set the folder was split from."""
     import shutil
 
-    from trainers.distributed.launch import free_port
 
     full = tmp_path / "full"
     assert main(["split-data", "--dataset", "synthetic", "--devices", "3", "--seed", "5", "--out", str(full)]) == 0
@@ -346,25 +354,10 @@ def test_each_machine_holds_only_its_own_devices_files_and_the_losses_equal_the_
         for name in names:
             shutil.copy(full / name, tmp_path / f"machine{rank}" / name)
     argv = ["--algorithm", "sfl-v1", "--devices", "3", "--rounds", "3", *SMALL, "--cuts", "2"]
-    port = str(free_port())
-    procs = []
-    for rank in folders:
-        env = dict(os.environ, RANK=str(rank), LOCAL_RANK="0", WORLD_SIZE="4", MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=port, GLOO_SOCKET_IFNAME="lo", ADAPTPLAN_SECRET="one-run-secret-0123456789")
-        env.pop("ADAPTPLAN_STORE_FILE", None)
-        procs.append(subprocess.Popen([sys.executable, "-m", "adaptplan.distributed", *argv, "--device-data",
-                                       str(tmp_path / f"machine{rank}"), "--out", str(tmp_path / "dist")],
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                                      cwd=Path(__file__).resolve().parents[1]))
-    errs = []
-    try:
-        for p in procs:
-            errs.append(p.communicate(timeout=180)[1])
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    assert [p.returncode for p in procs] == [0, 0, 0, 0], errs
+    codes, errs = _machines({rank: ({"ADAPTPLAN_SECRET": "one-run-secret-0123456789"},
+                                    [*argv, "--device-data", str(tmp_path / f"machine{rank}"), "--out", str(tmp_path / "dist")])
+                             for rank in folders}, timeout=180)
+    assert codes == [0, 0, 0, 0], errs
     got = losses(tmp_path / "dist")
     on_folder = simulate(tmp_path, "sim-folder", [*argv, "--device-data", str(full)])
     on_dataset = simulate(tmp_path, "sim-dataset", argv)
