@@ -17,6 +17,40 @@ from adaptplan.constants import ConvergenceConstants
 from adaptplan.errors import InfeasibleError, InputError
 
 
+def drift_coefficient(constants: ConvergenceConstants) -> float:
+    """4β²γ² (dimensionless), so that d(L_c) = 4β²γ²·A_{L_c} (§3)."""
+    return 4.0 * constants.beta**2 * constants.gamma**2
+
+
+def margin(c: float, d: float, interval: float) -> float:
+    """c − d·I², the factor of eq. (15)'s denominator; (I, L_c) is feasible iff it is > 0."""
+    I = float(interval)
+    return c - d * I * I
+
+
+def interval_denominator(c: float, d: float | np.ndarray, interval: float | np.ndarray) -> np.ndarray:
+    """D = I·(c − d·I²), the denominator of (28) and of the MS subproblem's ratio (34), for arrays of
+    intervals or of d (numpy broadcasting)."""
+    I = np.asarray(interval, dtype=float)
+    return I * (c - d * I * I)
+
+
+def latency_ratio(interval: float | np.ndarray, a: float, b: float, c: float, d: float) -> float | np.ndarray:
+    """(a·I + b) / (I·(c − d·I²)), the part of (28) that depends on the plan, with a = T_split and
+    b = T_agg in seconds (so (28) = (2ϑ/γ)·this); ``inf`` where c − d·I² ≤ 0."""
+    I = np.asarray(interval, dtype=float)
+    m = c - d * I * I
+    with np.errstate(divide="ignore", invalid="ignore"):
+        value = np.where(m > 0, (a * I + b) / (I * m), np.inf)
+    return float(value) if value.ndim == 0 else value
+
+
+def mu5_bound(c: float, k_drift: float, interval: float, eta: float) -> float:
+    """Largest A_{L_c} feasible at interval I: A < c/(4β²γ²I²), shrunk by the relative margin ``eta``
+    (the μ₅ constraint of §4.3/§5.1); ``inf`` when 4β²γ² = 0."""
+    return c / (k_drift * interval * interval) * (1.0 - eta) if k_drift > 0 else math.inf
+
+
 @dataclass(frozen=True)
 class ConvergenceModel:
     """Corollary 1 for ``num_devices`` devices under ``constants``."""
@@ -33,8 +67,7 @@ class ConvergenceModel:
     @property
     def d_per_cut(self) -> np.ndarray:
         """d(ℓ) = 4β²γ²A_ℓ for ℓ = 1..L (index 0 ↔ ℓ = 1)."""
-        k = self.constants
-        return 4.0 * k.beta**2 * k.gamma**2 * k.cumulative_G2
+        return drift_coefficient(self.constants) * self.constants.cumulative_G2
 
     def d(self, deepest_cut: int) -> float:
         """d = 4β²γ²A_{L_c} for L_c = ``deepest_cut`` (1-based)."""
@@ -47,7 +80,7 @@ class ConvergenceModel:
 
     def margin(self, interval: int | float, deepest_cut: int) -> float:
         """c − d I², the denominator factor of eq. (15); positive iff (I, L_c) is feasible."""
-        return self.c - self.d(deepest_cut) * float(interval) ** 2
+        return float(margin(self.c, self.d(deepest_cut), float(interval)))
 
     def rounds(self, interval: int | float, deepest_cut: int) -> float:
         """Real-valued R of eq. (15); raises :class:`InfeasibleError` when c − dI² ≤ 0."""
@@ -63,12 +96,9 @@ class ConvergenceModel:
         return max(1, math.ceil(self.rounds(interval, deepest_cut) * (1 - 1e-12)))
 
     def objective(self, interval: int | float, deepest_cut: int, t_split: float, t_agg: float) -> float:
-        """Relaxed objective (28) in seconds; +∞ when infeasible."""
-        margin = self.margin(interval, deepest_cut)
-        if margin <= 0:
-            return math.inf
+        """Relaxed objective (28) in seconds: (2ϑ/γ)·:func:`latency_ratio`; +∞ when infeasible."""
         k = self.constants
-        return (2.0 * k.theta / k.gamma) * (interval * t_split + t_agg) / (interval * margin)
+        return (2.0 * k.theta / k.gamma) * float(latency_ratio(interval, t_split, t_agg, self.c, self.d(deepest_cut)))
 
     def infeasibility_reason(self, interval: int | float, deepest_cut: int) -> str:
         """Say which constraint fails and what would make it feasible (§8 A7)."""

@@ -20,6 +20,24 @@ from adaptplan.plan import check_cut_vector
 from adaptplan.system import SystemSpec
 
 
+def split_latency(fp_upload: np.ndarray, server: float | np.ndarray, download_bp: np.ndarray) -> np.ndarray:
+    """§2.4: T_split = max_i{T_i^F + T_i^A} + (T_s^F + T_s^B) + max_i{T_i^G + T_i^B}, seconds per round;
+    the devices on the last axis of ``fp_upload`` and ``download_bp`` (one row per cut vector)."""
+    return np.max(fp_upload, axis=-1) + server + np.max(download_bp, axis=-1)
+
+
+def aggregation_latency(model_up: np.ndarray, edge_up: float | np.ndarray, model_down: np.ndarray,
+                        edge_down: float | np.ndarray) -> np.ndarray:
+    """§2.4: T_agg = max{max_i T_i^{mU}, T_e^{mU}} + max{max_i T_i^{mD}, T_e^{mD}}, seconds per aggregation."""
+    return np.maximum(np.max(model_up, axis=-1), edge_up) + np.maximum(np.max(model_down, axis=-1), edge_down)
+
+
+def non_common_bits(delta: np.ndarray, cuts: np.ndarray, deepest: np.ndarray) -> np.ndarray:
+    """S_n = Σ_i (δ_{L_c} − δ_{ℓ_i}) in bits (§2.3 / A5): the server-side part the edge server sends the
+    fed server for devices cut above L_c; ``cuts`` 0-based (K, N), ``deepest`` 0-based (K,)."""
+    return (delta[deepest][:, None] - delta[cuts]).sum(axis=1)
+
+
 @dataclass(frozen=True)
 class LatencyBreakdown:
     """Every term of eqs. (16)–(25) for one cut vector, in seconds.
@@ -61,13 +79,14 @@ class LatencyBreakdown:
 
     @property
     def t_split(self) -> float:
-        """T_split = max_i{T^F+T^A} + T_s^F + T_s^B + max_i{T^G+T^B} (§2.4), seconds per round."""
-        return self.fp_upload_max + self.server_fp + self.server_bp + self.download_bp_max
+        """T_split of §2.4 (:func:`split_latency`), seconds per round."""
+        return float(split_latency(self.client_fp + self.upload, self.server_fp + self.server_bp,
+                                   self.download + self.client_bp))
 
     @property
     def t_agg(self) -> float:
-        """T_agg = max{max_i T^{mU}, T_e^{mU}} + max{max_i T^{mD}, T_e^{mD}} (§2.4), seconds per aggregation."""
-        return self.agg_up_max + self.agg_down_max
+        """T_agg of §2.4 (:func:`aggregation_latency`), seconds per aggregation."""
+        return float(aggregation_latency(self.model_up, self.edge_model_up, self.model_down, self.edge_model_down))
 
     def stages(self) -> dict[str, float]:
         """The six stage terms of T_split and T_agg, in seconds."""
@@ -115,8 +134,12 @@ class LatencyModel:
         b = float(system.batch_size)
         f = system.device_array("flops")[:, None]
         rho, varpi, psi, chi, delta = profile.rho, profile.varpi, profile.psi, profile.chi, profile.delta
-        self.fp_up = b * (rho[None, :] / f + psi[None, :] / system.device_array("up_bps")[:, None])
-        self.down_bp = b * (chi[None, :] / system.device_array("down_bps")[:, None] + varpi[None, :] / f)
+        self.client_fp = b * rho[None, :] / f                                           # (16)
+        self.upload = b * psi[None, :] / system.device_array("up_bps")[:, None]         # (17)
+        self.download = b * chi[None, :] / system.device_array("down_bps")[:, None]     # (20)
+        self.client_bp = b * varpi[None, :] / f                                         # (21)
+        self.fp_up = self.client_fp + self.upload
+        self.down_bp = self.download + self.client_bp
         self.model_up = delta[None, :] / system.device_array("fed_up_bps")[:, None]
         self.model_down = delta[None, :] / system.device_array("fed_down_bps")[:, None]
         self.server_fp_per_device = b * (rho[-1] - rho) / system.server_flops
@@ -144,21 +167,18 @@ class LatencyModel:
         """Every term of eqs. (16)–(25) for the 1-based cut vector ``cuts``."""
         j = self.check_cuts(cuts)
         rows = np.arange(self.num_devices)
-        b = float(self.system.batch_size)
-        f = self.system.device_array("flops")
-        p = self.profile
-        non_common_bits = float(np.sum(self.delta[j.max()] - self.delta[j]))  # S_n, §2.3 / A5
+        s_n = float(non_common_bits(self.delta, j[None, :], np.array([j.max()]))[0])
         return LatencyBreakdown(
-            client_fp=b * p.rho[j] / f,
-            upload=b * p.psi[j] / self.system.device_array("up_bps"),
+            client_fp=self.client_fp[rows, j],
+            upload=self.upload[rows, j],
             server_fp=float(np.sum(self.server_fp_per_device[j])),
             server_bp=float(np.sum(self.server_bp_per_device[j])),
-            download=b * p.chi[j] / self.system.device_array("down_bps"),
-            client_bp=b * p.varpi[j] / f,
+            download=self.download[rows, j],
+            client_bp=self.client_bp[rows, j],
             model_up=self.model_up[rows, j],
-            edge_model_up=non_common_bits / self.system.edge_to_fed_bps,
+            edge_model_up=s_n / self.system.edge_to_fed_bps,
             model_down=self.model_down[rows, j],
-            edge_model_down=non_common_bits / self.system.fed_to_edge_bps,
+            edge_model_down=s_n / self.system.fed_to_edge_bps,
         )
 
     def stage_latencies(self, cut_matrix: np.ndarray, deepest: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -175,12 +195,11 @@ class LatencyModel:
         """
         j = np.asarray(cut_matrix, dtype=int) - 1
         rows = np.arange(self.num_devices)[None, :]
-        t_split = (self.fp_up[rows, j].max(axis=1) + self.server_per_device[j].sum(axis=1)
-                   + self.down_bp[rows, j].max(axis=1))
-        top = self.delta[j.max(axis=1)] if deepest is None else np.full(j.shape[0], self.delta[deepest - 1])
-        non_common_bits = (top[:, None] - self.delta[j]).sum(axis=1)  # S_n, §2.3 / A5
-        t_agg = (np.maximum(self.model_up[rows, j].max(axis=1), non_common_bits / self.system.edge_to_fed_bps)
-                 + np.maximum(self.model_down[rows, j].max(axis=1), non_common_bits / self.system.fed_to_edge_bps))
+        t_split = split_latency(self.fp_up[rows, j], self.server_per_device[j].sum(axis=1), self.down_bp[rows, j])
+        top = j.max(axis=1) if deepest is None else np.full(j.shape[0], deepest - 1)
+        s_n = non_common_bits(self.delta, j, top)
+        t_agg = aggregation_latency(self.model_up[rows, j], s_n / self.system.edge_to_fed_bps,
+                                    self.model_down[rows, j], s_n / self.system.fed_to_edge_bps)
         return t_split, t_agg
 
     def t_split(self, cuts: Sequence[int]) -> float:

@@ -27,6 +27,7 @@ from typing import Callable
 
 import numpy as np
 
+from adaptplan.convergence import interval_denominator
 from solvers.interval import DEFAULT_MAX_INTERVAL, max_feasible_interval
 from solvers.problem import PlanningProblem
 from solvers.result import SolveResult
@@ -77,10 +78,10 @@ def interval_bounds(problem: PlanningProblem, known: dict[int, float], *,
         if not feasible[pos] or not np.isfinite(beta[pos]):
             continue
         d = conv.d(L)
-        g = I * (conv.c - d * I * I)
+        g = interval_denominator(conv.c, d, I)
         ok = (I <= tops[pos]) & (g > 0)
         h = I * alpha[pos] + beta[pos]
-        gk = points * (conv.c - d * points * points)
+        gk = interval_denominator(conv.c, d, points)
         valid = gk > 0
         if valid.any():
             xs, ys = points[valid], lows[valid] * gk[valid]

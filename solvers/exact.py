@@ -33,6 +33,7 @@ from itertools import product
 
 import numpy as np
 
+from adaptplan.convergence import interval_denominator
 from adaptplan.errors import InfeasibleError, InputError
 from solvers.interval import best_interval, interval_objective, max_feasible_interval
 from solvers.milfp import MSModel
@@ -72,7 +73,7 @@ def solve_exhaustive(problem: PlanningProblem, *, max_vectors: int = 2_000_000, 
             if top < 1:
                 continue
             I = np.arange(1, top + 1, dtype=float)
-            values = (a[rows, None] * I[None, :] + b[rows, None]) / (I * (c - d * I * I))[None, :]
+            values = (a[rows, None] * I[None, :] + b[rows, None]) / interval_denominator(c, d, I)[None, :]
             r, k = np.unravel_index(np.argmin(values), values.shape)
             if values[r, k] * scale < best[0]:
                 best = (float(values[r, k] * scale), int(I[k]), tuple(int(v) for v in chunk[rows[r]]))

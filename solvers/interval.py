@@ -23,6 +23,7 @@ import math
 
 import numpy as np
 
+from adaptplan.convergence import latency_ratio, margin
 from adaptplan.errors import InfeasibleError
 
 #: Cap on I used when d = 0 (F strictly decreasing); rounds.
@@ -31,11 +32,7 @@ DEFAULT_MAX_INTERVAL = 10_000
 
 def interval_objective(interval: float | np.ndarray, a: float, b: float, c: float, d: float) -> float | np.ndarray:
     """F(I) = (aI + b)/(I(c − dI²)) of eq. (32) (seconds, without the factor 2ϑ/γ); ``inf`` where c − dI² ≤ 0."""
-    I = np.asarray(interval, dtype=float)
-    margin = c - d * I * I
-    with np.errstate(divide="ignore", invalid="ignore"):
-        value = np.where(margin > 0, (a * I + b) / (I * margin), np.inf)
-    return float(value) if value.ndim == 0 else value
+    return latency_ratio(interval, a, b, c, d)
 
 
 def newton_interval(a: float, b: float, c: float, d: float, *, tol: float = 1e-12, max_iter: int = 200) -> float:
@@ -83,7 +80,7 @@ def best_interval(a: float, b: float, c: float, d: float, *, max_interval: int |
     low, high = max(1, math.floor(I0)), max(1, math.ceil(I0))
     if max_interval is not None:
         low, high = min(low, max_interval), min(high, max_interval)
-    options = [I for I in dict.fromkeys((low, high)) if c - d * I * I > 0]
+    options = [I for I in dict.fromkeys((low, high)) if margin(c, d, I) > 0]
     if not options:
         raise InfeasibleError(f"no interval I >= 1 satisfies c - d*I^2 > 0 (c={c:g}, d={d:g}): "
                               f"the deepest cut is too deep for the target epsilon; choose shallower cuts or a larger epsilon")
@@ -95,8 +92,8 @@ def max_feasible_interval(c: float, d: float) -> int:
     if d <= 0:
         return DEFAULT_MAX_INTERVAL
     I = int(math.floor(math.sqrt(max(c, 0.0) / d)))
-    while I >= 1 and c - d * I * I <= 0:
+    while I >= 1 and margin(c, d, I) <= 0:
         I -= 1
-    while c - d * (I + 1) ** 2 > 0:
+    while margin(c, d, I + 1) > 0:
         I += 1
     return I

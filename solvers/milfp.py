@@ -37,6 +37,7 @@ from typing import Sequence
 import numpy as np
 import pulp
 
+from adaptplan.convergence import drift_coefficient, mu5_bound
 from adaptplan.errors import InputError
 from solvers.problem import PlanningProblem
 
@@ -159,13 +160,13 @@ class MSModel:
         lat, conv = problem.latency, problem.convergence
         N = problem.num_devices
         I = self.interval
-        self.k_drift = 4.0 * conv.constants.beta**2 * conv.constants.gamma**2  # 4β²γ², so d = k_drift·A_{L_c}
+        self.k_drift = drift_coefficient(conv.constants)  # 4β²γ², so d = k_drift·A_{L_c}
         A = conv.constants.cumulative_G2
         cand = problem.candidates
         if max_cut is not None:
             cand = cand[cand <= max_cut]
         if not weight_only:
-            self.mu5_bound = conv.c / (self.k_drift * I * I) * (1.0 - ETA_RELATIVE) if self.k_drift > 0 else np.inf
+            self.mu5_bound = mu5_bound(conv.c, self.k_drift, I, ETA_RELATIVE)
             cand = cand[A[cand - 1] <= self.mu5_bound]
         self.columns = cand  # 1-based cut of each column
         self.last_optimal = False  # whether the last solve proved optimality (False on time limit)

@@ -73,6 +73,7 @@ from typing import Sequence
 
 import numpy as np
 
+from adaptplan.convergence import drift_coefficient, interval_denominator, mu5_bound
 from adaptplan.errors import InfeasibleError, InputError
 from solvers.lagrange import lagrangian_bound
 from solvers.milfp import ETA_RELATIVE
@@ -569,13 +570,12 @@ def solve_ms_exact(problem: PlanningProblem, interval: int, *, max_cut: int | No
                          "use the MILP (ms_method='milp')", field="ms_method")
     conv = problem.convergence
     I = float(interval)
-    k_drift = 4.0 * conv.constants.beta**2 * conv.constants.gamma**2
+    k_drift = drift_coefficient(conv.constants)
     A = conv.constants.cumulative_G2
     cand = problem.candidates
     if max_cut is not None:
         cand = cand[cand <= max_cut]
-    mu5_bound = conv.c / (k_drift * I * I) * (1.0 - ETA_RELATIVE) if k_drift > 0 else np.inf
-    cand = cand[A[cand - 1] <= mu5_bound]
+    cand = cand[A[cand - 1] <= mu5_bound(conv.c, k_drift, I, ETA_RELATIVE)]
     if cand.size == 0:
         raise InfeasibleError(conv.infeasibility_reason(int(interval), int(problem.candidates[0])))
     if max_sweeps == "auto":
@@ -592,7 +592,7 @@ def solve_ms_exact(problem: PlanningProblem, interval: int, *, max_cut: int | No
         value = problem.objective(int(interval), x) / problem.scale
         if value < best_ratio:
             best_ratio, best_cuts = value, x
-    den = I * (conv.c - k_drift * A[cand - 1] * I * I)  # D_L of (34) for every L = cand[k]
+    den = interval_denominator(conv.c, k_drift * A[cand - 1], I)  # D_L of (34) for every L = cand[k]
     cheap = np.where(den > 0, _cheap_bounds(problem, I, cand) / np.where(den > 0, den, 1.0), np.inf)
     open_bound, nodes, sweeps, history = math.inf, 0, 0, []  # open_bound: min bound of what was not searched
     for pos in np.argsort(cheap, kind="stable"):

@@ -109,3 +109,27 @@ def test_step_size_condition_boundary_and_noise_floor_message():
     with pytest.raises(InputError, match="has 16 entries but the profile has 15 cut points"):
         check_lengths(15, ConvergenceConstants.placeholder(16))
     check_lengths(16, ConvergenceConstants.placeholder(16))
+
+
+def test_the_shared_equation_helpers_equal_their_formulas_written_out():
+    """drift_coefficient, margin, interval_denominator, latency_ratio and mu5_bound: each the one
+    implementation the convergence model and every solver call (docs/architecture.md, the
+    equation table), checked against the formulas written out here."""
+    from adaptplan.convergence import drift_coefficient, interval_denominator, latency_ratio, margin, mu5_bound
+
+    k = ConvergenceConstants(beta=3.0, gamma=0.02, theta=1.5, epsilon=0.4, sigma2=(0.1, 0.2), G2=(0.01, 0.03))
+    assert drift_coefficient(k) == pytest.approx(4 * 3.0**2 * 0.02**2)
+    assert margin(0.4, 0.05, 2) == pytest.approx(0.4 - 0.05 * 4)
+    I = np.array([1.0, 2.0, 3.0])
+    assert np.allclose(interval_denominator(0.4, 0.05, I), I * (0.4 - 0.05 * I**2))
+    d = np.array([0.01, 0.02])
+    assert np.allclose(interval_denominator(0.4, d, 2.0), 2.0 * (0.4 - d * 4.0))    # one I, several d
+    ratio = latency_ratio(I, 5.0, 7.0, 0.4, 0.05)
+    assert np.allclose(ratio[:2], (5.0 * I[:2] + 7.0) / (I[:2] * (0.4 - 0.05 * I[:2] ** 2)))
+    assert ratio[2] == math.inf                                            # 0.4 − 0.05·9 < 0: infeasible
+    assert latency_ratio(2.0, 5.0, 7.0, 0.4, 0.1) == math.inf              # margin exactly 0
+    assert mu5_bound(0.4, 0.0144, 2.0, 1e-12) == pytest.approx(0.4 / (0.0144 * 4) * (1 - 1e-12))
+    assert mu5_bound(0.4, 0.0, 2.0, 1e-12) == math.inf
+    model = ConvergenceModel(k, 10)
+    c, dL = model.c, model.d(2)
+    assert model.objective(2, 2, 5.0, 7.0) == pytest.approx(2 * 1.5 / 0.02 * (2 * 5.0 + 7.0) / (2 * (c - dL * 4)))

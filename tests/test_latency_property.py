@@ -132,3 +132,19 @@ def test_total_latency_eq26_integer_aggregations():
     assert total_latency(10, 3, 2.0, 5.0) == 10 * 2.0 + 3 * 5.0
     assert total_latency(9, 3, 2.0, 5.0) == 9 * 2.0 + 3 * 5.0
     assert total_latency(2, 3, 2.0, 5.0) == 4.0
+
+
+def test_split_and_aggregation_latency_are_the_section_2_4_formulas():
+    """The one implementation of T_split and T_agg (§2.4) that the breakdown and the vectorised
+    stage latencies both call, written out on two cut vectors of three devices."""
+    from adaptplan.latency import aggregation_latency, non_common_bits, split_latency
+
+    fp_up = np.array([[1.0, 4.0, 2.0], [3.0, 1.0, 1.0]])
+    down_bp = np.array([[2.0, 1.0, 5.0], [1.0, 1.0, 2.0]])
+    assert split_latency(fp_up, np.array([0.5, 0.25]), down_bp).tolist() == [4.0 + 0.5 + 5.0, 3.0 + 0.25 + 2.0]
+    up, down = np.array([[1.0, 2.0, 3.0]]), np.array([[0.5, 0.5, 0.5]])
+    assert aggregation_latency(up, np.array([4.0]), down, np.array([0.25])).tolist() == [4.0 + 0.5]
+    assert aggregation_latency(up, np.array([1.0]), down, np.array([0.75])).tolist() == [3.0 + 0.75]
+    delta = np.array([10.0, 30.0, 60.0])
+    cuts = np.array([[0, 2, 1], [1, 1, 1]])
+    assert non_common_bits(delta, cuts, cuts.max(axis=1)).tolist() == [(60 - 10) + 0 + (60 - 30), 0.0]
