@@ -152,6 +152,7 @@ def test_a_dropped_connection_reconnects_and_loses_or_repeats_nothing(broker) ->
     assert [ch[0].recv(1, timeout=15).msg["back"] for _ in range(3)] == [1, 2, 3]
     with pytest.raises(PeerError, match="sent nothing"):
         ch[1].recv(0, timeout=0.5)                # nothing twice
+    assert 1 not in ch[0]._gone                   # its will was cancelled by its return (ready again)
     for c in ch.values():
         c.close()
 
@@ -241,3 +242,71 @@ def test_a_killed_device_rank_is_named_after_the_time_out_and_the_run_resumes(tm
                                           "--cuts", "2"])
     got = losses(out)
     assert len(got) == total and max(abs(a - b) for a, b in zip(got, expected)) <= 1e-4
+
+
+def test_a_rank_reads_its_login_from_the_environment_and_names_what_is_missing(tmp_path) -> None:
+    from trainers.distributed.mqtt import broker_login
+
+    with pytest.raises(InputError, match="an mqtt rank needs ADAPTPLAN_MQTT_BROKER, ADAPTPLAN_MQTT_CA, "
+                                         "ADAPTPLAN_MQTT_PASSWORD_FILE, ADAPTPLAN_MQTT_RUN"):
+        broker_login({})
+    secret = tmp_path / "pw"
+    secret.write_text("  s3cret\n")
+    env = {"ADAPTPLAN_MQTT_BROKER": "broker.example.org:8883", "ADAPTPLAN_MQTT_CA": "ca.crt",
+           "ADAPTPLAN_MQTT_PASSWORD_FILE": str(secret), "ADAPTPLAN_MQTT_RUN": "exp1"}
+    assert broker_login(env) == BrokerLogin("broker.example.org", 8883, "ca.crt", "exp1", "s3cret")
+    with pytest.raises(InputError, match="ADAPTPLAN_MQTT_BROKER is 'broker:x', not host:port"):
+        broker_login(dict(env, ADAPTPLAN_MQTT_BROKER="broker:x"))
+    with pytest.raises(InputError, match="ADAPTPLAN_MQTT_PASSWORD_FILE: '.*nothing' cannot be read"):
+        broker_login(dict(env, ADAPTPLAN_MQTT_PASSWORD_FILE=str(tmp_path / "nothing")))
+
+
+def test_no_broker_a_silent_one_or_a_missing_peer_is_one_error_each(broker, tmp_path) -> None:
+    import socket
+
+    closed = free_port()
+    with pytest.raises(InputError, match=f"rank 2 cannot reach the broker at 127.0.0.1:{closed}"):
+        MqttChannel(2, 3, 5.0, str, KEY, BrokerLogin("127.0.0.1", closed, str(broker.ca_file), "r", "pw"), wait_seconds=1)
+    with socket.socket() as silent:                      # accepts connections, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        port = silent.getsockname()[1]
+        with pytest.raises(InputError, match=f"rank 2 cannot reach the broker at 127.0.0.1:{port} \\(TimeoutError: .*"
+                                             "handshake operation timed out\\)"):
+            MqttChannel(2, 3, 5.0, str, KEY, BrokerLogin("127.0.0.1", port, str(broker.ca_file), "r", "pw"),
+                        wait_seconds=1)
+    with pytest.raises(InputError, match="rank 0 waited 2 s for ranks 1, 2 at the broker"):
+        MqttChannel(0, 3, 5.0, str, KEY, login(broker, 0), wait_seconds=1)
+
+
+def test_the_channel_settings_and_a_clean_goodbye(broker) -> None:
+    """No Nagle delay on the rank's socket; the list of frames awaiting the broker's acknowledgement
+    stays short; a closed rank disconnects cleanly (no will, so no peer takes it for gone)."""
+    import socket
+
+    ch = channels(broker, [0, 1])
+    assert ch[0].client.socket().getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+    for n in range(40):
+        ch[0].send({"n": n}, 1)
+    ch[0].flush(5.0)
+    ch[0].send({"n": 40}, 1)
+    assert len(ch[0]._inflight[1]) <= 2                    # acknowledged frames are dropped as new ones go
+    assert [ch[1].recv(0).msg["n"] for _ in range(41)] == list(range(41))
+    ch[1].close()
+    assert not ch[1].client.is_connected()
+    time.sleep(0.5)
+    assert 1 not in ch[0]._gone
+    ch[0].close()
+
+
+def test_the_local_broker_keeps_its_files_private_and_stops(broker) -> None:
+    import stat
+
+    assert stat.S_IMODE(broker.folder.stat().st_mode) == 0o700
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in broker.password_files.values())
+    assert len({p.read_text() for p in broker.password_files.values()}) == 4           # one password per rank
+    (broker.folder / "broker.log").write_text("one\ntwo\nthree\n")
+    assert broker.log_tail(2) == "two\nthree"
+    broker.stop()
+    assert broker.process.poll() is not None
+    broker.stop()                                                                         # twice is harmless
