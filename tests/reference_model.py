@@ -1,4 +1,4 @@
-"""An independent, plain-Python reference of the world model (spec/adaptsfl.md §2.2–§4.2).
+"""An independent, plain-Python reference of the world model (docs/model.md §2.2–§4.2).
 
 Written from the spec equation by equation; it reads only the raw fields of the profile's cut
 points, the system's devices and the constants — never ``LatencyModel``, ``ConvergenceModel``,
@@ -21,7 +21,7 @@ def _cut(profile, j):
 
 def _server_bp_flops(profile, j):
     """ϖ_L − ϖ_j (eq. (19)), or the profile's explicit server BP FLOPs for cut j when every cut point gives
-    them (formats.md: a partial column is ignored)."""
+    them (docs/formats.md: a partial column is ignored)."""
     if all(p.server_bp_flops is not None for p in profile.cut_points):
         return _cut(profile, j).server_bp_flops
     return profile.cut_points[-1].bp_flops - _cut(profile, j).bp_flops

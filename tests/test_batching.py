@@ -11,8 +11,9 @@ import torch
 from torch import nn
 
 from adaptplan.cli import main
-from trainers.engine import DeviceData, SplitEngine
+from trainers.batching import unbatchable_reason
 from trainers.datasets import load_dataset
+from trainers.engine import DeviceData, SplitEngine
 from trainers.messages import NonFiniteError, check_finite, deferred_finite_checks
 from trainers.models import cnn
 from trainers.optim import OptimizerSpec
@@ -211,3 +212,23 @@ def test_device_cpu_trains_batched_or_not_and_resumes_with_another_setting(tmp_p
     saved = load_checkpoint(out)
     assert saved["config"]["device"] == "cpu" and saved["config"]["client_batching"] == "off"
     assert all(t.device.type == "cpu" for t in saved["engine"]["devices"][0]["blocks"][0].values())
+
+
+torch.set_num_threads(1)
+
+
+class WithBuffer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        return self.lin(x)
+
+
+def test_client_blocks_with_buffers_or_nothing_to_train_run_per_device() -> None:
+    assert unbatchable_reason([nn.Linear(4, 4), nn.ReLU()]) is None
+    assert unbatchable_reason([nn.Linear(4, 4), WithBuffer()]) == "buffers in WithBuffer (updated in place)"
+    frozen = nn.Linear(4, 4).requires_grad_(False)
+    assert unbatchable_reason([frozen, nn.ReLU()]) == "no trainable parameters"

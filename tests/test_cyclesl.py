@@ -1,4 +1,4 @@
-"""CycleSL (cyclesl_gas.md Part A) against an independent reference written from A.2 (CyclePSL):
+"""CycleSL (docs/algorithms.md, CycleSL) against an independent reference written from A.2 (CyclePSL):
 participants from the run's generator, pooled features (CSL-2), E reshuffled passes in b_S-chunks
 with |D_i|-weighted losses (CSL-3, CSL-4), cut gradients at the updated frozen server (CSL-5), the
 client backward through the round's single forward (CSL-6); CycleSFL's broadcast (CSL-7). Plus the

@@ -1,10 +1,11 @@
-"""References in code, --help and README point into docs/, and what they point at exists there."""
+"""References in code, tests, --help and README point into docs/, and what they point at exists there."""
 
 import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = [p for d in ("adaptplan", "profilers", "solvers", "trainers", "examples", "benchmarks") for p in (ROOT / d).rglob("*.py")]
+SOURCES += [p for p in (ROOT / "tests").rglob("*.py") if p.name != "test_docs.py"]   # tests cite the docs too
 SOURCES += [ROOT / "README.md"]
 
 

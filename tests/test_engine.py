@@ -1,21 +1,28 @@
-"""Engine mechanics: SL ≡ centralized SGD, message checks, NaN detection, re-partition without
-state loss, device batching ≡ per-device processing, optimizer state persistence."""
+"""Engine mechanics (trainers.engine, trainers.api): SL ≡ centralized SGD, message checks, NaN detection,
+re-partition without state loss, device batching ≡ per-device processing, optimizer state persistence;
+a checkpoint restores every strategy's own state (floats, ints, lists, not only tensors) so a restored
+engine continues exactly as the uninterrupted one; the base classes' defaults are the specs' values."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
 
-from trainers.engine import DeviceData, SplitEngine
+from trainers.api import Aggregation, AsyncStrategy, InputError, Strategy, parallel_step, sample_devices, skip
+from trainers.clock import StageTimes
+from trainers.datasets import load_dataset
+from trainers.engine import STRATEGY_STREAM, DeviceData, SplitEngine, check_device_finite
+from trainers.messages import CutGradient, MessageMismatchError, ModelDownload, NonFiniteError, check_all_finite, check_finite, deferred_finite_checks
 from trainers.models import cnn
 from trainers.partition import DeviceSampler, partition_indices
-from trainers.datasets import load_dataset
 from trainers.strategies import make_strategy
-from trainers.api import Strategy, parallel_step
-from trainers.messages import CutGradient, MessageMismatchError, NonFiniteError
 
+# ---- from test_engine.py (merged by subject) ----------------------------------------
 torch.set_num_threads(1)
 
 
@@ -394,3 +401,572 @@ def test_edge_server_api_edges() -> None:
     assert all(q.grad is not None for q in server)
     engine.edge.zero_grad()
     assert all(q.grad is None for q in server)
+
+
+# ---- from test_engine_contracts.py (merged by subject) ----------------------------------------
+torch.set_num_threads(1)
+
+
+def build(algorithm: str, options: dict, cuts, devices: int, interval: int = 1) -> SplitEngine:
+    return SplitEngine(small_model(), cuts, make_strategy(algorithm, options), make_data(devices),
+                       {"lr": 0.05, "momentum": 0.5}, batch_size=8, seed=3, interval=interval, total_rounds=6)
+
+
+def everything(engine: SplitEngine) -> torch.Tensor:
+    """Every device's client blocks and every edge-server instance, as one vector."""
+    return torch.cat([flat(*[d.blocks for d in engine.devices]),
+                      flat(*[engine.edge.instances[k] for k in sorted(engine.edge.instances, key=str)])])
+
+
+@pytest.mark.parametrize("algorithm,options,cuts,interval", [
+    ("sl", {}, [3, 3, 3], 1),                                         # holder (an int)
+    ("gapsl", {}, [3, 3, 3], 1),                                      # running ν_min, ν_max (floats)
+    ("scala", {"participation": 0.5}, [3, 3, 3, 3], 2),               # the iteration's participants (a list)
+    ("gas", {"active": 2, "local_steps": 2}, [3, 3, 3], 1),           # version, buffers, counters
+])
+def test_a_restored_engine_continues_exactly_like_the_uninterrupted_one(algorithm, options, cuts, interval) -> None:
+    a = build(algorithm, options, cuts, len(cuts), interval)
+    for t in (1, 2, 3):
+        a.run_round(t)
+    saved = copy.deepcopy(a.state_dict())
+    strategy_state = copy.deepcopy(a.strategy.state_dict())
+    b = build(algorithm, options, cuts, len(cuts), interval)
+    b.load_state_dict(saved)
+    # the strategy's own (non-tensor) state comes back as it was saved
+    assert b.strategy.state_dict().keys() == strategy_state.keys()
+    plain = {k: v for k, v in strategy_state.items() if isinstance(v, (int, float, str))
+             or (isinstance(v, (list, dict)) and all(isinstance(x, (int, float)) for x in
+                                                     (v.values() if isinstance(v, dict) else v)))}
+    assert plain                                 # each of these strategies keeps some plain state
+    assert {k: b.strategy.state_dict()[k] for k in plain} == plain
+    for t in (4, 5):
+        sa, sb = a.run_round(t), b.run_round(t)
+        assert sa.participants == sb.participants
+        assert sa.loss == sb.loss or (np.isnan(sa.loss) and np.isnan(sb.loss))
+        assert torch.equal(everything(a), everything(b)), f"round {t}"
+    ea = [m for m in a.strategy.eval_models(a)]
+    eb = [m for m in b.strategy.eval_models(b)]
+    assert len(ea) == len(eb)
+    for ma, mb in zip(ea, eb):
+        assert torch.equal(flat(ma), flat(mb))
+
+
+class MinimalAsync(AsyncStrategy):
+    """An asynchronous strategy that keeps the base class's C and E and aggregates every upload
+    batch of C models (GAS-12's rule, without GAS's server-side machinery)."""
+
+    name = "minimal-async"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.models: list = []
+        self.first: list[int] = []
+
+    def first_devices(self, ctx):
+        self.first = super().first_devices(ctx)
+        return self.first
+
+    def on_model(self, ctx, upload):
+        self.models.append(upload)
+        if len(self.models) < self.active:
+            return None
+        flushed, self.models = self.models, []
+        return flushed
+
+
+def test_async_strategy_defaults_are_the_specs_c_and_e() -> None:
+    # docs (spec GAS): an active set of C = 10 clients; a client is replaced after E = 20 local iterations
+    strategy = MinimalAsync()
+    engine = SplitEngine(small_model(), [3] * 12, strategy, make_data(12), {"lr": 0.05}, batch_size=4, seed=0)
+    before = [d.step for d in engine.devices]
+    stats = engine.run_round(1)
+    assert len(strategy.first) == 10 and len(set(strategy.first)) == 10
+    # every upload follows E = 20 steps of one device, and the round ends at the C-th upload: 10 × 20 steps
+    steps = [d.step - s for d, s in zip(engine.devices, before)]
+    assert sum(steps) == 10 * 20
+    assert all(n % 20 == 0 for n in steps)
+    assert stats.aggregated and set(strategy.first) <= set(range(12))
+
+
+# the small CNN cut after block 3 (conv 1→4, ReLU, 2×2 pool on 1×8×8 inputs): 4×4×4 activation values per
+# sample; a client model of 4·9 + 4 = 40 float32 parameters
+B = 16
+ACTIVATION_BYTES = B * 4 * 4 * 4 * 4
+LABEL_BYTES = B * 8
+CLIENT_BYTES = 40 * 4
+
+
+def test_sl_hand_offs_are_counted_as_model_messages_both_ways() -> None:
+    # one SL round over 3 devices: 3 activations (+ labels) up and 3 cut gradients down, and 3 hand-offs
+    # (0 → 1, 1 → 2, 2 → 0), each the client model up to the fed server and down to the next device
+    engine = SplitEngine(small_model(), [3, 3, 3], make_strategy("sl"), make_data(3), {"lr": 0.05}, batch_size=B)
+    stats = engine.run_round(1)
+    assert stats.bytes_up == 3 * (ACTIVATION_BYTES + LABEL_BYTES) + 3 * CLIENT_BYTES
+    assert stats.bytes_down == 3 * ACTIVATION_BYTES + 3 * CLIENT_BYTES
+    assert stats.bytes_server == 0
+    # one device holds the model all along: no hand-off, no model message
+    alone = SplitEngine(small_model(), [3], make_strategy("sl"), make_data(1), {"lr": 0.05}, batch_size=B)
+    stats = alone.run_round(1)
+    assert (stats.bytes_up, stats.bytes_down) == (ACTIVATION_BYTES + LABEL_BYTES, ACTIVATION_BYTES)
+
+
+def test_a_shared_server_block_is_neither_sent_nor_overwritten_at_an_aggregation() -> None:
+    # SFL-V2 with cuts (1, 4): the client blocks 0..3 are averaged; device 1 holds blocks 1..3 itself, while
+    # device 0's blocks 1..3 are the edge server's SHARED instances — not device-specific, so the edge server
+    # neither uploads them nor receives the average back (bytes_server = 0), and they keep their own weights
+    engine = SplitEngine(small_model(), [1, 4], make_strategy("sfl-v2"), make_data(2), {"lr": 0.05}, batch_size=B)
+    shared = [engine.edge.instances[(None, j)] for j in (1, 2, 3)]
+    stats = engine.run_round(1)
+    assert stats.aggregated and stats.bytes_server == 0
+    # the shared conv block 3 (block index 3: Conv2d(4, 8)) trained on device 0's stream only; device 1's copy
+    # on device 1's data: they differ after the round
+    assert not torch.equal(flat(shared[2]), flat(engine.devices[1].blocks[3]))
+    assert all(engine.edge.instances[(None, j)] is m for j, m in zip((1, 2, 3), shared))
+
+
+class NaNAtAggregation(AsyncStrategy):
+    """An asynchronous strategy whose aggregation leaves a NaN in the uploading device's client model
+    (as a diverged local step would): the last event of the round."""
+
+    name = "nan-at-aggregation"
+    active, local_steps = 2, 1
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.models: list = []
+
+    def on_model(self, ctx, upload):
+        self.models.append(upload)
+        if len(self.models) < self.active:
+            return None
+        with torch.no_grad():
+            upload.blocks[0].state["weight"].view(-1)[0] = float("nan")     # the live tensor of the device's block
+        flushed, self.models = self.models, []
+        return flushed
+
+
+def test_a_model_made_non_finite_stops_the_asynchronous_round_that_made_it() -> None:
+    engine = SplitEngine(small_model(), [3, 3, 3], NaNAtAggregation(), make_data(3), {"lr": 0.05}, batch_size=B)
+    with pytest.raises(NonFiniteError, match=r"NaN or inf in client model block 1 at round 1, device \d$"):
+        engine.run_round(1)
+
+
+# ---- the message discipline: every misdelivery is refused with a MessageMismatchError -------------------
+def psl(cuts=(3, 3), devices: int = 2) -> SplitEngine:
+    return SplitEngine(small_model(), list(cuts), make_strategy("psl"), make_data(devices), {"lr": 0.05}, batch_size=B)
+
+
+def test_a_device_starts_no_step_before_its_previous_one_is_answered() -> None:
+    engine = psl()
+    first = engine.devices[0].forward(1)
+    with pytest.raises(MessageMismatchError, match=r"device 0 starts round 2 with an unanswered activation "
+                                                   r"\(round 1, step 1\)"):
+        engine.devices[0].forward(2)
+    engine.devices[0].backward(CutGradient(0, 1, first.step, None))       # a skip consumes it
+    assert engine.devices[0].forward(2).step == 2
+
+
+def test_model_messages_go_to_their_own_device_and_no_repartition_mid_step() -> None:
+    engine = psl()
+    block = engine.devices[0].upload(1, [0], 1.0).blocks
+    with pytest.raises(MessageMismatchError, match="model for device 0 delivered to device 1"):
+        engine.devices[1].download(ModelDownload(0, 1, "device", block))
+    engine._forward_all(1, [0], {0: 4})               # the edge server holds device 0's activation, unanswered
+    with pytest.raises(MessageMismatchError, match="device 0 cannot re-partition with an unanswered activation"):
+        engine.devices[0].download(ModelDownload(0, 1, "device", {}, cut=4))
+    assert engine.devices[0].cut == 3
+    with pytest.raises(MessageMismatchError, match=r"cannot re-partition with unanswered activations from devices \[0\]"):
+        engine.set_cuts([4, 4])
+    assert engine.cuts == [3, 3]
+
+
+def test_one_server_pass_takes_one_activation_per_device() -> None:
+    engine = psl()
+    a = engine.devices[0].forward(1)
+    with pytest.raises(MessageMismatchError, match="two activations from device 0 in one server pass"):
+        engine.edge.run([a, a])
+
+
+class AnswersOthers(Strategy):
+    """A faulty server: answers every arrival twice, or answers a device that is not in the group."""
+
+    def __init__(self, fault: str) -> None:
+        super().__init__()
+        self.fault = fault
+
+    def schedule(self, ctx, participants):
+        return [[d] for d in participants]              # one device per group
+
+    def serve(self, edge, ctx, arrivals):
+        replies = parallel_step(edge, ctx, arrivals)
+        if self.fault == "twice":
+            return replies + replies
+        return replies + [CutGradient(1 - arrivals[0].device, ctx.round, 1, None)]
+
+
+@pytest.mark.parametrize("fault,state", [("twice", "was already answered"),
+                                         ("stranger", "sent no activation in this group")])
+def test_a_reply_nobody_waits_for_is_refused(fault, state) -> None:
+    engine = SplitEngine(small_model(), [3, 3], AnswersOthers(fault), make_data(2), {"lr": 0.05}, batch_size=B)
+    with pytest.raises(MessageMismatchError, match=f"a gradient for device [01] \\(round 1, step 1\\), which {state}"):
+        engine.run_round(1)
+
+
+class Deferring(AsyncStrategy):
+    """An asynchronous strategy that does not answer an arrival at once."""
+
+    active, local_steps = 2, 1
+
+    def serve(self, edge, ctx, arrivals):
+        return []
+
+
+def test_an_asynchronous_strategy_must_answer_each_arrival_at_once() -> None:
+    engine = SplitEngine(small_model(), [3, 3], Deferring(), make_data(2), {"lr": 0.05}, batch_size=B)
+    with pytest.raises(MessageMismatchError, match=r"asynchronous strategy base did not answer device \d at once"):
+        engine.run_round(1)
+
+
+def test_a_checkpoint_of_another_server_layout_is_refused() -> None:
+    per_device = SplitEngine(small_model(), [3, 3], make_strategy("sfl-v1"), make_data(2), {"lr": 0.05}, batch_size=B)
+    shared = psl()
+    with pytest.raises(MessageMismatchError, match="checkpoint layout does not match the algorithm's server layout"):
+        shared.edge.load_state_dict(per_device.edge.state_dict())
+
+
+# ---- NaN/inf checks of one role ----------------------------------------------------------------------------
+def test_finite_checks_of_one_device_and_of_the_edge_server_name_the_block() -> None:
+    engine = psl()
+    check_device_finite(engine.devices[1], 4)                # finite: nothing raised
+    engine._check_edge_finite(4)
+    with torch.no_grad():
+        engine.devices[1].blocks[0].bias[2] = float("inf")
+        engine.edge.instances[(None, 6)].weight.view(-1)[0] = float("nan")
+    check_device_finite(engine.devices[0], 4)
+    with pytest.raises(NonFiniteError, match=r"^NaN or inf in client model block 1 at round 4, device 1$"):
+        check_device_finite(engine.devices[1], 4)
+    with pytest.raises(NonFiniteError, match=r"^NaN or inf in server model block 7 at round 4, device shared server$"):
+        engine._check_edge_finite(4)
+
+
+def test_finite_check_without_the_multi_tensor_norm_still_finds_an_inf(monkeypatch) -> None:
+    # an older torch without the ∞-norm in _foreach_norm: the fallback takes each tensor's largest |x|
+    def missing(*args, **kwargs):
+        raise RuntimeError("not implemented")
+
+    monkeypatch.setattr(torch, "_foreach_norm", missing)
+    ok, bad = torch.ones(3), torch.tensor([1.0, float("inf"), 2.0])
+    check_all_finite([(ok, "a", 0)], 1)
+    with pytest.raises(NonFiniteError, match=r"^NaN or inf in b at round 7, device 3$"):
+        check_all_finite([(ok, "a", 0), (bad, "b", 3)], 7)
+
+
+def test_an_error_inside_a_deferred_scope_passes_through_when_every_check_held() -> None:
+    with pytest.raises(KeyError, match="boom"):
+        with deferred_finite_checks():
+            check_finite(torch.ones(2), "x", 1, 0)
+            raise KeyError("boom")
+    with pytest.raises(NonFiniteError, match="NaN or inf in x at round 1, device 0") as info:
+        with deferred_finite_checks():
+            check_finite(torch.tensor([float("nan")]), "x", 1, 0)
+            raise KeyError("later")
+    assert isinstance(info.value.__cause__, KeyError)
+
+
+# ---- checkpointed strategy state of any shape ----------------------------------------------------------------
+@dataclasses.dataclass
+class Moments:
+    mean: torch.Tensor
+    count: int
+
+
+class Stateful(Strategy):
+    """A strategy whose checkpoint holds nested containers, a dataclass and plain values."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.state = {}
+
+    def state_dict(self):
+        return {"moments": Moments(torch.arange(3.0), 4), "pair": (torch.ones(2), "label"), "list": [1, 2.5, None],
+                "nested": {"k": [torch.zeros(1)]}}
+
+    def load_state_dict(self, state):
+        self.state = state
+
+
+def test_a_strategy_state_of_any_shape_is_restored_as_saved() -> None:
+    engine = SplitEngine(small_model(), [3, 3], Stateful(), make_data(2), {"lr": 0.05}, batch_size=B)
+    engine.load_state_dict(copy.deepcopy(engine.state_dict()))
+    got = engine.strategy.state
+    assert isinstance(got["moments"], Moments) and got["moments"].count == 4
+    assert torch.equal(got["moments"].mean, torch.arange(3.0))
+    assert isinstance(got["pair"], tuple) and torch.equal(got["pair"][0], torch.ones(2)) and got["pair"][1] == "label"
+    assert got["list"] == [1, 2.5, None]
+    assert isinstance(got["nested"]["k"], list) and torch.equal(got["nested"]["k"][0], torch.zeros(1))
+
+
+# ---- what a skip costs, custom aggregations, re-partition merges ------------------------------------------
+class SkipDevice1(Strategy):
+    """PSL's server step, but device 1 is told to drop its step (as GAPSL's filter does)."""
+
+    def serve(self, edge, ctx, arrivals):
+        return [skip(a) if r.device == 1 else r for a, r in zip(arrivals, parallel_step(edge, ctx, arrivals))]
+
+
+def test_a_skipped_device_is_charged_no_downlink_or_backward() -> None:
+    from tests.test_engine_timing import FixedClock
+
+    engine = SplitEngine(small_model(), [3, 3, 3], SkipDevice1(), make_data(3), {"lr": 0.05}, batch_size=B,
+                         clock=FixedClock())
+    before = flat(engine.devices[1].blocks)
+    stats = engine.run_round(1)
+    # arrivals 5, 1.5, 2.25 → the server starts at 5 and works 0.5 + 0.25 + 0.125 → replies at 5.875; device 0
+    # back at 5.875 + 0.5 + 1 = 7.375, device 2 at 5.875 + 1 + 0.5 = 7.375; device 1 receives nothing to
+    # download or back-propagate (its 0.25 + 2 would end the round at 8.125)
+    assert stats.sim_seconds == pytest.approx(7.375, rel=1e-12)
+    assert stats.stage_seconds["downlink"] == pytest.approx(1.0) and stats.stage_seconds["device BP"] == pytest.approx(1.0)
+    assert stats.bytes_down == 2 * ACTIVATION_BYTES
+    assert torch.equal(flat(engine.devices[1].blocks), before)
+
+
+class Custom(Strategy):
+    """An aggregation of devices 0 and 1 only, with equal weights, broadcast to every device."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.view = None
+        self.before = None
+
+    def aggregation(self, ctx):
+        self.before = [copy.deepcopy(d.blocks) for d in self.view.devices]
+        return Aggregation(tuple(range(3)), weights="equal", devices=(0, 1), recipients="all")
+
+
+def test_an_equal_weight_aggregation_of_chosen_devices_reaches_every_device() -> None:
+    data = make_data(3, "dirichlet")
+    sizes = [p.size for p in data.parts]
+    assert sizes[0] != sizes[1]                             # FedAvg's |D_i| weights would differ from 1/2
+    strategy = Custom()
+    engine = SplitEngine(small_model(), [3, 3, 3], strategy, data, {"lr": 0.05}, batch_size=B)
+    strategy.view = engine
+    stats = engine.run_round(1)
+    assert stats.aggregated
+    expected = [(p0 + p1) / 2 for p0, p1 in zip(strategy.before[0].parameters(), strategy.before[1].parameters())]
+    for d in range(3):                                      # device 2 was not averaged but receives the average
+        got = list(engine.devices[d].blocks.parameters())
+        assert all(torch.allclose(g, e, atol=1e-7, rtol=0) for g, e in zip(got, expected)), d
+    # only devices 0 and 1 upload (40 parameters each); all three download
+    activation_traffic = 3 * (ACTIVATION_BYTES + LABEL_BYTES)
+    assert stats.bytes_up == activation_traffic + 2 * CLIENT_BYTES
+    assert stats.bytes_down == 3 * ACTIVATION_BYTES + 3 * CLIENT_BYTES
+
+
+def test_repartition_merges_the_old_instances_weighted_by_how_many_devices_used_each() -> None:
+    # SFL-V2, cuts (1, 1, 4) → (1, 1, 1), no aggregation yet (I = 2): the new shared instance of block j ∈ {1, 2, 3}
+    # serves all three devices; before, devices 0 and 1 used the shared instance S_j and device 2 its own block
+    # D_j, so it takes (2·S_j + 1·D_j) / 3
+    engine = SplitEngine(small_model(), [1, 1, 4], make_strategy("sfl-v2"), make_data(3), {"lr": 0.05},
+                         batch_size=B, interval=2)
+    engine.run_round(1)
+    S = {j: copy.deepcopy(engine.edge.instances[(None, j)]) for j in (1, 2, 3)}
+    D = {j: copy.deepcopy(engine.devices[2].blocks[j]) for j in (1, 2, 3)}
+    assert not torch.equal(flat(S[3]), flat(D[3]))
+    untouched = engine.edge.instances[(None, 6)]
+    engine.set_cuts([1, 1, 1])
+    assert engine.devices[2].cut == 1
+    for j in (1, 2, 3):
+        for new, s, d in zip(engine.edge.instances[(None, j)].parameters(), S[j].parameters(), D[j].parameters()):
+            assert torch.allclose(new, (2 * s + d) / 3, atol=1e-7, rtol=0), j
+    assert engine.edge.instances[(None, 6)] is untouched     # used by the same devices as before: kept as is
+
+
+@pytest.mark.parametrize("rho", [0, -0.5, 1.0001, float("nan"), "0.5", None])
+def test_participation_must_be_a_fraction_in_the_half_open_unit_interval(rho) -> None:
+    with pytest.raises(InputError, match=r"fraction in \(0, 1\]") as info:
+        Strategy(participation=rho)
+    assert info.value.field == "--participation"
+
+
+def test_a_participation_fraction_draws_ceil_rho_n_distinct_devices() -> None:
+    assert Strategy(participation=1).participation == 1.0
+    engine = SplitEngine(small_model(), [3] * 10, Strategy(participation=0.25), make_data(10), {"lr": 0.05},
+                         batch_size=4)
+    seen = set()
+    for t in (1, 2, 3, 4):
+        chosen = engine.run_round(t).participants
+        assert len(chosen) == 3 and chosen == sorted(set(chosen))      # ⌈0.25 · 10⌉ = 3, without replacement
+        seen |= set(chosen)
+    assert len(seen) > 3                                                # redrawn every round
+    ctx = engine.context(5)
+    assert len(sample_devices(ctx, 0.01)) == 1                          # at least one device
+    assert sample_devices(ctx, 1.0) == list(range(10))
+
+
+def test_models_and_data_elsewhere_are_copied_once_and_the_callers_stay_put() -> None:
+    # (the "meta" device stands in for a GPU here: tensors on it have a device but no storage)
+    from trainers.engine import _data_on_device, _on_device
+
+    chain, data = small_model(), make_data(2)
+    cpu, meta = torch.device("cpu"), torch.device("meta")
+    assert _on_device(chain, cpu) is chain and _data_on_device(data, cpu) is data
+    moved = _on_device(chain, meta)
+    assert moved is not chain and all(p.device == meta for p in moved.parameters())
+    assert all(p.device == cpu for p in chain.parameters())
+    moved_data = _data_on_device(data, meta)
+    assert all(getattr(moved_data, n).device == meta for n in ("x_train", "y_train", "x_test", "y_test"))
+    assert moved_data.parts is data.parts and data.x_train.device == cpu
+    assert moved_data.x_train.shape == data.x_train.shape
+
+
+def test_evaluation_runs_in_eval_mode_and_restores_the_models_mode() -> None:
+    # Dropout is off while evaluating (no random masks: the same numbers twice, those of the eval-mode model)
+    engine = psl()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Dropout(0.5), torch.nn.Linear(64, 10))
+    x, y = engine.data.x_test, engine.data.y_test
+    model.eval()
+    with torch.no_grad():
+        logits = model(x)
+    expected = (int((logits.argmax(1) == y).sum()) / len(y), float(torch.nn.functional.cross_entropy(logits, y)))
+    assert engine.evaluate(model)[0] == expected[0]                 # an eval-mode model stays in eval mode
+    assert not model.training
+    model.train()
+    first, second = engine.evaluate(model, batch_size=64), engine.evaluate(model, batch_size=64)
+    assert first == second and first[0] == expected[0] and first[1] == pytest.approx(expected[1], rel=1e-6)
+    assert model.training
+
+
+# ---- the edge server and the fed server, by hand --------------------------------------------------------------
+def test_devices_meeting_at_a_batchnorm_server_block_are_normalised_apart() -> None:
+    # BatchNorm couples the samples of a batch: each device's activations go through the shared server blocks
+    # alone (batch statistics of its own mini-batch), never concatenated with another device's
+    torch.manual_seed(0)
+    with_bn = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                                  torch.nn.Flatten(), torch.nn.Linear(4 * 8 * 8, 10))
+    engine = SplitEngine(with_bn, [1, 1], make_strategy("psl"), make_data(2), {"lr": 0.05}, batch_size=B)
+    arrivals = [engine.devices[d].forward(1) for d in range(2)]
+    server = torch.nn.Sequential(*[copy.deepcopy(engine.edge.instances[(None, j)]) for j in range(1, 5)])
+    expected = {a.device: server(a.tensor) for a in arrivals}        # one device at a time, in training mode
+    p = engine.edge.run(arrivals)
+    for d in range(2):
+        assert torch.allclose(p.logits[d], expected[d], atol=1e-5, rtol=0), d
+
+
+def test_weighted_mean_by_hand() -> None:
+    from trainers.roles import weighted_mean
+
+    a = {"w": torch.tensor([1.0, 2.0]), "n": torch.tensor(3)}
+    b = {"w": torch.tensor([4.0, 8.0]), "n": torch.tensor(5)}
+    out = weighted_mean([a, b, a], [1.0, 1.0, 1.0])
+    assert torch.allclose(out["w"], torch.tensor([2.0, 4.0]))          # (1 + 4 + 1)/3, (2 + 8 + 2)/3
+    assert torch.equal(out["n"], torch.tensor(3))                       # integer buffers: the first's, not a mean
+    out = weighted_mean([a, b], [1.0, 3.0])
+    assert torch.allclose(out["w"], torch.tensor([3.25, 6.5]))         # (1 + 3·4)/4, (2 + 3·8)/4
+    out = weighted_mean([b, b], [2.0, 7.0])
+    assert torch.equal(out["w"], b["w"]) and out["w"] is not b["w"]    # identical entries: an exact copy
+    c = {"w": torch.tensor([0.0, 16.0]), "n": torch.tensor(7)}
+    out = weighted_mean([a, b, c], [2.0, 2.0, 4.0])                     # equal weights first, then another
+    assert torch.allclose(out["w"], torch.tensor([1.25, 10.5]))        # (2·1 + 2·4 + 4·0)/8, (2·2 + 2·8 + 4·16)/8
+    assert torch.equal(a["w"], torch.tensor([1.0, 2.0]))                # the inputs are left as they were
+
+
+def test_the_fed_server_averages_uploads_as_they_arrive() -> None:
+    from trainers.messages import BlockState, ModelUpload
+    from trainers.roles import FedServer
+
+    fed = FedServer()
+    for k, value in enumerate([1.0, 3.0, 8.0]):
+        upload = ModelUpload(k, 1, "device", {0: BlockState({"w": torch.full((2,), value)})}, 1.0 + (k == 2))
+        fed.add(upload)
+        del upload                                                       # nothing keeps it
+    out = fed.finish(1)
+    assert torch.allclose(out[0].state["w"], torch.full((2,), 5.0))     # (1 + 3 + 2·8)/4
+    assert torch.equal(fed.global_blocks[0]["w"], out[0].state["w"])
+    assert fed.finish(2) == {}                                          # each finish starts anew
+
+
+def test_added_server_gradients_accumulate() -> None:
+    engine = psl()
+    p = next(engine.edge.instances[(None, 6)].parameters())
+    assert p.grad is None
+    g1, g2 = torch.ones_like(p), torch.full_like(p, 2.5)
+    engine.edge.add_gradients([p], [g1])
+    engine.edge.add_gradients([p], [g2])
+    assert torch.equal(p.grad, torch.full_like(p, 3.5))
+    assert torch.equal(g1, torch.ones_like(p))                          # the caller's tensors are not modified
+    engine.edge.zero_grad()
+    assert p.grad is None
+
+
+def test_an_aggregation_that_moves_no_edge_server_block_costs_the_edge_links_nothing() -> None:
+    # SFL-V2 (one shared server model): only client blocks are averaged, so neither edge link carries anything;
+    # with instantaneous device model messages the aggregation adds no time at all, whatever the edge rates
+    from tests.test_engine_timing import BP, DOWN, FP, SERVER, UP, FixedClock
+
+    zero = np.zeros(3)
+    times = StageTimes(FP, UP, SERVER, DOWN, BP, zero, zero, 8.0, 8.0, B)        # 8 bit/s edge links
+    engine = SplitEngine(small_model(), [3, 3, 3], make_strategy("sfl-v2"), make_data(3), {"lr": 0.05},
+                         batch_size=B, clock=FixedClock(times))
+    stats = engine.run_round(1)
+    # training alone as in test_engine_timing's SFL-V2 round: the last device back at 7.0
+    assert stats.aggregated and stats.bytes_server == 0
+    assert stats.sim_seconds == pytest.approx(7.0, rel=1e-12)
+    assert stats.stage_seconds["model upload"] == 0.0 and stats.stage_seconds["model download"] == 0.0
+
+
+def test_a_nested_deferred_scope_joins_the_outer_one() -> None:
+    bad = torch.tensor([float("inf")])
+    after_inner = []
+    with pytest.raises(NonFiniteError, match="NaN or inf in model x at round 3, device 1"):
+        with deferred_finite_checks():
+            with deferred_finite_checks():                    # joins: nothing is read when it ends
+                check_all_finite([(torch.ones(2), "model w", 0), (bad, "model x", 1)], 3)
+            after_inner.append(True)
+            check_finite(bad, "later", 3, 2)
+    assert after_inner == [True]
+    with deferred_finite_checks(enabled=False):               # off: the multi-tensor check is immediate too
+        with pytest.raises(NonFiniteError, match="model x at round 4"):
+            check_all_finite([(bad, "model x", 1)], 4)
+    check_all_finite([], 5)                                    # nothing to check
+
+
+@pytest.mark.parametrize("cut", [10, 11])
+def test_per_device_gradients_by_hand(cut) -> None:
+    # loss L_i = mean CE(a W^T + c, y) over the b samples. With P = softmax(logits) and Y one-hot:
+    # ∂L/∂W = (P − Y)^T a / b, ∂L/∂c = Σ (P − Y) / b, ∂L/∂a = (P − Y) W / b; with cut L = 11 the server holds no
+    # block: logits = a, no server gradient, ∂L/∂a = (P − Y) / b
+    engine = SplitEngine(small_model(), [cut, cut], make_strategy("psl"), make_data(2), {"lr": 0.05}, batch_size=B)
+    arrivals = [engine.devices[d].forward(1) for d in range(2)]
+    per = engine.edge.per_device_gradients(arrivals, lambda d, logits, y: torch.nn.functional.cross_entropy(logits, y))
+    for a in arrivals:
+        g, cut_grad, loss, leaf = per[a.device]
+        x = a.tensor.detach()
+        Y = torch.nn.functional.one_hot(a.labels, 10).to(x.dtype)
+        if cut == 10:
+            W, c = (p.detach() for p in engine.edge.instances[(None, 10)].parameters())
+            logits = x @ W.T + c
+        else:
+            logits = x
+        P = torch.softmax(logits, dim=1)
+        assert torch.allclose(loss.detach(), torch.nn.functional.cross_entropy(logits, a.labels), atol=1e-6)
+        if cut == 10:
+            assert len(g) == 2
+            assert torch.allclose(g[0], (P - Y).T @ x / B, atol=1e-6) and torch.allclose(g[1], (P - Y).sum(0) / B, atol=1e-6)
+            assert torch.allclose(cut_grad, (P - Y) @ W / B, atol=1e-6)
+        else:
+            assert g == []
+            assert torch.allclose(cut_grad, (P - Y) / B, atol=1e-6)
+    if cut == 10:                                                        # no parameter .grad is touched
+        assert all(p.grad is None for p in engine.edge.instances[(None, 10)].parameters())
+
+
+def test_the_strategys_draws_are_not_any_devices_sampler_stream() -> None:
+    """Device i's sampler is seeded [seed, i]; the strategy's generator must not repeat any of those streams."""
+    engine = SplitEngine(small_model(), [3] * 8, make_strategy("cyclesl"), make_data(8), {"lr": 0.05}, batch_size=2,
+                         seed=3)
+    strategy_draws = engine.rng.integers(0, 2**62, 4)
+    for i in range(8):
+        device_draws = np.random.default_rng([3, i]).integers(0, 2**62, 4)
+        assert not np.array_equal(strategy_draws, device_draws), i
+    assert np.array_equal(strategy_draws, np.random.default_rng([3, STRATEGY_STREAM]).integers(0, 2**62, 4))

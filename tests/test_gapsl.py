@@ -1,4 +1,4 @@
-"""GAPSL (gapsl_scala.md Part A) against an independent reference written from A.2's pseudo-code
+"""GAPSL (docs/algorithms.md, GAPSL) against an independent reference written from A.2's pseudo-code
 (steps 1–16, detached GDA), plus its defining properties: the leader-set size of eq. (2), the GDA
 filter of eqs. (5)–(6), and the flags' bad-input handling."""
 

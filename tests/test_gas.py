@@ -1,4 +1,4 @@
-"""GAS (cyclesl_gas.md Part B) against an independent reference written from B.2's event loop (the
+"""GAS (docs/algorithms.md, GAS) against an independent reference written from B.2's event loop (the
 engine's zero-time clock: every stage 0 s, ties to the first active slot): LA cut gradient at the
 current server (GAS-9/10), buffer of Q_s mini-batches with weights ω (GAS-2/3), statistics (GAS-5b,
 diagonal), generation (GAS-6/7), server step on real ∪ generated (GAS-8), |D_k|-weighted averaging at

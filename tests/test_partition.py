@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from adaptplan.errors import InputError
-from trainers.partition import DeviceSampler, partition_indices
+from trainers.partition import DeviceSampler, PartitionSummary, partition_indices
 
 LABELS = np.repeat(np.arange(10), 100)
 
@@ -62,3 +63,15 @@ def test_dirichlet_redraws_until_every_device_holds_a_minibatch() -> None:
     assert min(p.size for p in parts) >= 16 and sum(p.size for p in parts) == labels.size
     with pytest.raises(InputError, match="fewer than 150 samples"):
         partition_indices(labels, 20, "dirichlet", seed=0, alpha=0.1, min_size=150)
+
+
+torch.set_num_threads(1)
+
+
+def test_a_partition_needs_a_sample_per_device_and_summarises_by_hand() -> None:
+    with pytest.raises(InputError, match="3 samples cannot be split over 4 devices") as info:
+        partition_indices(np.array([0, 1, 0]), 4, "iid", seed=0)
+    assert info.value.field == "devices"
+    labels = np.array([0, 0, 1, 2, 2, 2])
+    summary = PartitionSummary.of([np.array([0, 1]), np.array([2, 3, 4, 5])], labels)
+    assert summary == PartitionSummary((2, 4), (1, 2))

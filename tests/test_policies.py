@@ -3,9 +3,12 @@ seeded; the others decide once; incompatible options are named."""
 
 from __future__ import annotations
 
-import pytest
+from types import SimpleNamespace
 
-from adaptplan.errors import InputError
+import pytest
+import torch
+
+from adaptplan.errors import InfeasibleError, InputError
 from trainers.config import TrainConfig
 from trainers.policies import NEVER, REDRAWING
 from trainers.run import Trainer
@@ -103,3 +106,27 @@ def test_never_is_beyond_the_longest_run() -> None:
     from adaptplan.limits import MAX_STEPS
 
     assert NEVER >= MAX_STEPS         # PSL's interval: no run (at most MAX_STEPS rounds) ever reaches an aggregation
+
+
+torch.set_num_threads(1)
+
+
+def test_a_baseline_that_finds_no_plan_is_an_infeasible_error(monkeypatch) -> None:
+    from adaptplan.scenarios import default_scenario
+    from solvers import baselines
+    from trainers.policies import policy_planner
+    from trainers.run import ReplanRequest
+
+    failed = SimpleNamespace(success=False, message="no cut vector reaches the target", cuts=(1,), interval=1)
+    monkeypatch.setattr(baselines, "solve_fixed_cut", lambda problem, cut: failed)
+    scenario = default_scenario()
+    plan = policy_planner("fixed-cut", scenario.constants, 0.01, seed=0, fixed_cut=2)
+    with pytest.raises(InfeasibleError, match="no cut vector reaches the target"):
+        plan(ReplanRequest(0, scenario.system, scenario.profile, [], 1))
+
+
+def test_a_policy_that_never_aggregates_outlasts_any_run() -> None:
+    from adaptplan.limits import MAX_STEPS
+    from trainers.policies import NEVER
+
+    assert NEVER >= MAX_STEPS           # PSL's interval: no run the config accepts reaches an aggregation before it ends

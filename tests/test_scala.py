@@ -1,4 +1,4 @@
-"""SCALA (gapsl_scala.md Part B) against an independent reference written from B.2's pseudo-code:
+"""SCALA (docs/algorithms.md, SCALA) against an independent reference written from B.2's pseudo-code:
 participants per global iteration, B_k of eq. (3), LA-CE cut gradients at the pre-update server
 (eqs. 6, 13), one server step on the concatenated batch with its label prior (eqs. 5, 12), |D_k|-weighted
 FedAvg of the client parts every I rounds broadcast to every device (eq. 8). Plus the loss's sanity

@@ -1,4 +1,4 @@
-"""spec/adaptsfl.md §7, the worked numeric example, end to end: VGG-16 (§7.1), N = 20 with the §6.1
+"""docs/model.md §7, the worked numeric example, end to end: VGG-16 (§7.1), N = 20 with the §6.1
 placeholder constants, ten devices cut at layer 4 and ten at layer 5 — every printed figure of §7.2–§7.5,
 through the latency model, Theorem 2 and ``build_plan`` (⌈R⌉ = 8,583 rounds, 1,072 aggregations,
 eq. (26) = 1,906.21 s).

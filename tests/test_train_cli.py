@@ -249,7 +249,7 @@ def test_model_names_go_through_one_resolver(capsys) -> None:
 
 def test_help_says_own_models_are_imported_with_the_working_directory_on_the_path(capsys) -> None:
     """`train --help` (and `profile --help`) say how package.module:factory is found, as
-    profilers.models does it (tests/test_cli_misc.py runs one from the working directory)."""
+    profilers.models does it (tests/test_cli.py runs one from the working directory)."""
     for argv in (["train", "--help"], ["profile", "--help"]):
         assert main(argv) == 0
         text = " ".join(capsys.readouterr().out.split())

@@ -16,25 +16,25 @@ area=${1:-}
 case "$area" in
   solvers)
     targets="solvers"
-    tests="tests/test_interval.py tests/test_convergence_model.py tests/test_milp_encoding.py \
+    tests="tests/test_interval.py tests/test_convergence.py tests/test_milfp.py \
 tests/test_reference_objective.py tests/test_planner_contracts.py tests/test_spec_worked_example.py \
 tests/test_dinkelbach.py tests/test_baselines.py tests/test_threshold.py tests/test_threshold_bounds.py \
 tests/test_bcd.py tests/test_certificate.py tests/test_solver_edges.py tests/test_memory_budget.py \
-tests/test_generated_instances.py tests/test_backends.py -k 'not 200_instances'" ;;
+tests/test_instances.py tests/test_backends.py -k 'not 200_instances'" ;;
   profilers)
     targets="profilers"
     tests="tests/test_profiler_contracts.py tests/test_profiler_fresh.py tests/test_profile.py tests/test_cutpoints.py \
-tests/test_gradstats.py tests/test_flops.py tests/test_default_scenario.py" ;;
+tests/test_gradstats.py tests/test_flops.py tests/test_scenarios.py" ;;
   planner)
     targets="adaptplan/cli.py adaptplan/commands/plan.py adaptplan/commands/system.py adaptplan/constants.py \
 adaptplan/convergence.py adaptplan/errors.py adaptplan/fileio.py adaptplan/latency.py adaptplan/lazy.py \
 adaptplan/model_profile.py adaptplan/plan.py adaptplan/planner.py adaptplan/report.py adaptplan/scenarios.py \
 adaptplan/system.py"
-    tests="tests/test_convergence_model.py tests/test_input_contracts.py tests/test_latency_property.py \
-tests/test_system_generator.py tests/test_spec_worked_example.py tests/test_planner_contracts.py \
+    tests="tests/test_convergence.py tests/test_input_contracts.py tests/test_latency.py \
+tests/test_system.py tests/test_spec_worked_example.py tests/test_planner_contracts.py \
 tests/test_planner_fresh.py tests/test_cli_content.py tests/test_world_model.py tests/test_reference_objective.py \
-tests/test_milp_encoding.py tests/test_cli_plan.py tests/test_cli_misc.py tests/test_hostile_inputs.py \
-tests/test_default_scenario.py tests/test_memory_budget.py" ;;
+tests/test_milfp.py tests/test_cli_plan.py tests/test_cli_misc.py tests/test_hostile_inputs.py \
+tests/test_scenarios.py tests/test_memory_budget.py" ;;
   cli-training)
     targets="adaptplan/bench_algorithms.py adaptplan/bench_engine.py adaptplan/bench_runs.py adaptplan/bench_solvers.py \
 adaptplan/bench_training.py adaptplan/commands/train.py adaptplan/commands/plot.py adaptplan/commands/profile.py \
@@ -49,7 +49,7 @@ trainers/strategies"
     tests="tests/test_engine_contracts.py tests/test_strategy_contracts.py tests/test_core_units.py tests/test_engine.py \
 tests/test_engine_timing.py tests/test_strategies.py tests/test_cyclesl.py tests/test_gapsl.py tests/test_gas.py \
 tests/test_scala.py tests/test_policies.py tests/test_partition.py tests/test_batching.py tests/test_train_config.py \
-tests/test_architecture.py tests/test_default_scenario.py" ;;
+tests/test_architecture.py tests/test_scenarios.py" ;;
   trainers-run)
     targets="trainers/run.py trainers/config.py trainers/checkpoint.py trainers/datasets.py trainers/history.py \
 trainers/run_folder.py trainers/plotting.py"

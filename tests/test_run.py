@@ -1,5 +1,5 @@
-"""Contracts of the training run side (trainers.run, trainers.config, the run folder, checkpoints,
-histories): what a run accepts, refuses, records and says, on tiny synthetic runs (a few seconds each)."""
+"""The training run (trainers.run, trainers.config, the run folder, checkpoints, histories): what a run
+accepts, refuses, records and says, on tiny synthetic runs (a few seconds each)."""
 
 from __future__ import annotations
 

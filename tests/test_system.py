@@ -1,5 +1,5 @@
 """The system generator and the per-round process against the literal placeholder values of
-spec/adaptsfl.md §6.1 [P]: f_i ~ U[0.5, 1.5] TFLOPS, f_s = 50 TFLOPS, r^U, r^{fU} ~ U[70, 80] Mbps,
+docs/model.md §6.1 [P]: f_i ~ U[0.5, 1.5] TFLOPS, f_s = 50 TFLOPS, r^U, r^{fU} ~ U[70, 80] Mbps,
 r^D, r^{fD} ~ U[350, 380] Mbps, r_{e→f} = r_{f→e} = 500 Mbps, b = 16; device FLOP/s and device uplink
 rates (to the edge server and to the fed server) are re-drawn every round, nothing else."""
 

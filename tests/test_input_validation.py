@@ -1,4 +1,4 @@
-"""User-facing input contracts of the planner side: the error type's parts, number/list validators, profile
+"""User-facing input validation on the planner side: the error type's parts, number/list validators, profile
 invariants (equal consecutive cumulative values are valid: parameter-free blocks), and the messages the
 commands print besides their output."""
 
@@ -9,8 +9,7 @@ import pytest
 
 from adaptplan.cli import main
 from adaptplan.errors import InfeasibleError, InputError
-from adaptplan.fileio import (check_keys, finite_number, non_empty_list, non_negative_number, positive_int,
-                              positive_number)
+from adaptplan.fileio import check_keys, finite_number, non_empty_list, non_negative_number, positive_int, positive_number
 from adaptplan.model_profile import CutPoint, ModelProfile
 from adaptplan.system import SystemSpec, generate_system
 

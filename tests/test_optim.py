@@ -1,0 +1,78 @@
+"""Optimizers per role (trainers/optim.py): the default, scaling, clipping, the SGD and Adam rules
+written out, and optimizer state moved as copies."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from trainers.optim import OptimizerSpec
+
+torch.set_num_threads(1)
+
+
+# ---- optimizers by hand ----------------------------------------------------------------------------------------
+def param(*values: float) -> nn.Parameter:
+    return nn.Parameter(torch.tensor(values, dtype=torch.float64))
+
+
+def step(opt, p: nn.Parameter, grad, scale: float = 1.0) -> None:
+    p.grad = torch.tensor(grad, dtype=torch.float64)
+    opt.step(scale)
+
+
+def test_default_optimizer_is_plain_sgd_at_lr_0_01() -> None:
+    from trainers.optim import RoleOptimizer
+
+    p = param(1.0, -2.0)
+    opt = RoleOptimizer(OptimizerSpec(), [p])
+    step(opt, p, [10.0, 20.0])
+    assert torch.allclose(p.detach(), torch.tensor([1.0 - 0.1, -2.0 - 0.2], dtype=torch.float64))
+    assert p.grad is None                                              # cleared after the step
+    step(opt, p, [10.0, 0.0])                                          # no momentum: the same rule again
+    assert torch.allclose(p.detach(), torch.tensor([0.8, -2.2], dtype=torch.float64))
+
+
+def test_scaling_then_clipping_then_the_sgd_rule_with_momentum_and_weight_decay() -> None:
+    from trainers.optim import RoleOptimizer
+
+    p = param(3.0, 4.0)
+    opt = RoleOptimizer(OptimizerSpec("sgd", lr=0.5, clip_norm=1.0), [p])
+    step(opt, p, [3.0, 4.0], scale=2.0)          # 2·(3, 4) = (6, 8), norm 10 → clipped to norm 1: (0.6, 0.8)
+    assert torch.allclose(p.detach(), torch.tensor([3.0 - 0.3, 4.0 - 0.4], dtype=torch.float64))
+    q = param(1.0)
+    opt = RoleOptimizer(OptimizerSpec("sgd", lr=0.1, momentum=0.9, weight_decay=0.5), [q])
+    step(opt, q, [2.0])                          # g' = 2 + 0.5·1 = 2.5, buf = 2.5, q = 1 − 0.25 = 0.75
+    assert torch.allclose(q.detach(), torch.tensor([0.75], dtype=torch.float64))
+    step(opt, q, [0.0], scale=3.0)               # g' = 0 + 0.5·0.75 = 0.375, buf = 0.9·2.5 + 0.375 = 2.625
+    assert torch.allclose(q.detach(), torch.tensor([0.75 - 0.2625], dtype=torch.float64))
+    (state,) = opt.param_states([q])
+    assert torch.allclose(state["momentum_buffer"], torch.tensor([2.625], dtype=torch.float64))
+
+
+def test_adam_is_adam_and_a_step_without_gradients_changes_nothing() -> None:
+    from trainers.optim import RoleOptimizer
+
+    p = param(1.0, 1.0)
+    opt = RoleOptimizer(OptimizerSpec("adam", lr=0.1), [p])
+    opt.step()                                                         # no gradient yet: no step, no state
+    assert opt.param_states([p]) == [{}] and torch.equal(p.detach(), torch.ones(2, dtype=torch.float64))
+    step(opt, p, [4.0, -0.5])                    # Adam's first step: lr·m̂/(√v̂ + ε) = lr·sign(g)
+    assert torch.allclose(p.detach(), torch.tensor([0.9, 1.1], dtype=torch.float64), atol=1e-6)
+    assert RoleOptimizer(OptimizerSpec(), []).torch is None            # an owner without parameters
+    RoleOptimizer(OptimizerSpec(), []).step()
+
+
+def test_optimizer_states_move_as_copies() -> None:
+    from trainers.optim import RoleOptimizer
+
+    p, q = param(1.0), param(1.0)
+    a = RoleOptimizer(OptimizerSpec("sgd", lr=0.1, momentum=0.9), [p])
+    step(a, p, [1.0])
+    b = RoleOptimizer(OptimizerSpec("sgd", lr=0.1, momentum=0.9), [q])
+    b.load_param_states([q], a.param_states([p]))
+    step(a, p, [1.0])
+    step(b, q, [1.0])
+    # a: buf 1 → 1.9, p = 0.9 − 0.19; b continues from a copy of buf = 1 (a's second step does not touch it)
+    assert torch.allclose(p.detach(), torch.tensor([0.71], dtype=torch.float64))
+    assert torch.allclose(q.detach(), torch.tensor([1.0 - 0.19], dtype=torch.float64))
