@@ -286,9 +286,12 @@ def test_the_channel_settings_and_a_clean_goodbye(broker) -> None:
 
     ch = channels(broker, [0, 1])
     assert ch[0].client.socket().getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+    assert ch[0].granted_qos == ch[1].granted_qos == [1, 1, 1]        # at least once: frames, ready flags, wills
     for n in range(40):
         ch[0].send({"n": n}, 1)
-    ch[0].flush(5.0)
+    deadline = time.monotonic() + 5
+    while len(ch[0]._acked) < 40 and time.monotonic() < deadline:    # the broker acknowledged them all
+        time.sleep(0.01)
     ch[0].send({"n": 40}, 1)
     assert len(ch[0]._inflight[1]) <= 2                    # acknowledged frames are dropped as new ones go
     assert [ch[1].recv(0).msg["n"] for _ in range(41)] == list(range(41))
@@ -310,3 +313,12 @@ def test_the_local_broker_keeps_its_files_private_and_stops(broker) -> None:
     broker.stop()
     assert broker.process.poll() is not None
     broker.stop()                                                                         # twice is harmless
+
+
+def test_a_broker_that_never_answers_the_login_is_named(broker, monkeypatch) -> None:
+    import paho.mqtt.client as mqtt
+
+    monkeypatch.setattr(mqtt.Client, "connect", lambda self, *a, **k: 0)     # the TCP and TLS part went through,
+    monkeypatch.setattr(mqtt.Client, "loop_start", lambda self: 0)           # but no CONNACK ever comes
+    with pytest.raises(InputError, match=r"the broker at 127.0.0.1:\d+ refused rank 0 \(no answer\)"):
+        MqttChannel(0, 2, 5.0, str, KEY, login(broker, 0), wait_seconds=0.3)

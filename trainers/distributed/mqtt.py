@@ -93,6 +93,7 @@ class MqttChannel(FrameChannel):
         super().__init__(rank, peers, timeout, describe, key, trace)
         self.login = login
         self._ready: set[int] = set()
+        self.granted_qos: list[int] = []            # per subscription, as the broker acknowledged it
         self._gone: dict[int, float] = {}
         self._connected = threading.Event()
         self._refused: str | None = None
@@ -143,6 +144,7 @@ class MqttChannel(FrameChannel):
 
     def _on_subscribe(self, client: Any, userdata: Any, mid: int, reasons: Any, properties: Any = None) -> None:
         """Subscribed (only now may peers send: the broker keeps frames for subscriptions it has)."""
+        self.granted_qos = [r.value for r in reasons]
         if any(r.is_failure for r in reasons):
             self._refused = f"a subscription was refused: {', '.join(str(r) for r in reasons)}"
             return
@@ -189,7 +191,6 @@ class MqttChannel(FrameChannel):
 
     def close(self) -> None:
         """Deliver what is queued, clear this rank's ready flag and disconnect (no will)."""
-        self.closing = True
         try:
             self.flush(timeout=self.timeout)
         finally:
