@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
+
 from adaptplan.latency import LatencyBreakdown, LatencyModel
 from adaptplan.model_profile import ModelProfile
 from adaptplan.plan import Plan
@@ -120,15 +122,13 @@ def format_plan(plan: Plan, profile: ModelProfile, system: SystemSpec, title: st
     return "\n".join(lines)
 
 
-def memory_bound(plan: Plan, profile: ModelProfile, system: SystemSpec):
+def memory_bound(plan: Plan, profile: ModelProfile, system: SystemSpec) -> np.ndarray | None:
     """Boolean per device: some cut j with ℓ_i < j ≤ L_c does not fit its ``memory_bytes`` (memory,
     not latency, may keep it shallower than the deepest device); ``None`` without memory budgets."""
     budgets, need = system.memory_budgets(), profile.client_memory
     if budgets is None or need is None:
         return None
-    import numpy as np
-
     cuts = np.asarray(plan.cuts)
     j = np.arange(1, profile.num_cuts + 1)
     window = (j[None, :] > cuts[:, None]) & (j[None, :] <= plan.deepest_cut)
-    return (window & (need[None, :] > budgets[:, None])).any(axis=1)
+    return np.asarray((window & (need[None, :] > budgets[:, None])).any(axis=1))

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import time
 from itertools import product
+from typing import Iterator
 
 import numpy as np
 
@@ -86,7 +87,7 @@ def solve_exhaustive(problem: PlanningProblem, *, max_vectors: int = 2_000_000, 
                        lower_bound=objective)  # proven optimal: every (I, x) was evaluated
 
 
-def _take(iterator, n: int):
+def _take(iterator: Iterator[tuple[int, ...]], n: int) -> Iterator[tuple[int, ...]]:
     for _ in range(n):
         try:
             yield next(iterator)

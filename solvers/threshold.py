@@ -479,7 +479,8 @@ class _Subproblem:
             out[n] = fixed[n] + f.min()
         return out * (1 - 1e-12)
 
-    def _capped(self, m123: np.ndarray, fixed: float, t3: float, best: float, best_x):
+    def _capped(self, m123: np.ndarray, fixed: float, t3: float, best: float,
+                best_x: np.ndarray | None) -> tuple[float, np.ndarray | None]:
         """Sweep t4 (the cap through v) for the mask of fixed (t1, t2, t3)."""
         I, ref, rfe = self.I, self.ref, self.rfe
         sw = _Sweep(self.key_v, m123, self.s, self.dl, self.u, self.v)
@@ -490,7 +491,7 @@ class _Subproblem:
             best, best_x = self._improve(m123 & (self.v <= sw.t[q]), best, best_x)
         return best, best_x
 
-    def _improve(self, mask: np.ndarray, best: float, best_x):
+    def _improve(self, mask: np.ndarray, best: float, best_x: np.ndarray | None) -> tuple[float, np.ndarray | None]:
         """The incumbent after trying the deepest-admissible cut vector of ``mask``."""
         x = _deepest(mask)
         value = self.value(x)

@@ -12,7 +12,7 @@ them (:mod:`trainers.hosts`) are the same in every runtime; the torch.distribute
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 from torch import nn
 
@@ -80,7 +80,7 @@ class LocalNetwork:
             raise MessageMismatchError("the edge server sends to the devices and the fed server, not to itself")
         return self.fed_host if address == FED else self.device_host
 
-    def _emitter(self, sender: Address):
+    def _emitter(self, sender: Address) -> Callable[[Address, Any], None]:
         def emit(to: Address, msg: Any) -> None:
             if to == EDGE:
                 source = FED if sender == FED else getattr(msg, "device", sender)

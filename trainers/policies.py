@@ -16,10 +16,13 @@ The training algorithm stays ``--algorithm`` (default adaptsfl); the policy's in
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from adaptplan.constants import ConvergenceConstants
 from adaptplan.errors import InfeasibleError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from trainers.planning import ReplanRequest
 from trainers.config import POLICIES
 from trainers.config import REDRAWING_POLICIES as REDRAWING
 
@@ -37,7 +40,7 @@ def policy_planner(name: str, constants: ConvergenceConstants | None, gamma: flo
 
         return default_planner(constants, gamma)
 
-    def plan(request):
+    def plan(request: ReplanRequest) -> tuple[list[int], int]:
         from solvers import baselines
         from solvers.problem import PlanningProblem
 
@@ -46,6 +49,7 @@ def policy_planner(name: str, constants: ConvergenceConstants | None, gamma: flo
         problem = PlanningProblem.from_parts(request.profile, request.system, consts)
         draw = seed * 1_000_003 + request.round
         if name == "fixed-cut":
+            assert fixed_cut is not None, "TrainConfig requires --cuts J with --policy fixed-cut"
             result = baselines.solve_fixed_cut(problem, int(fixed_cut))
         elif name == "psl":
             result = baselines.solve_psl(problem)

@@ -232,7 +232,8 @@ class ServerPass:
     the cut gradients; :meth:`cut_gradients` returns cut gradients only, leaving the server's
     parameter gradients untouched (a pass at frozen server weights)."""
 
-    def __init__(self, arrivals: Sequence[Activation], inputs: dict[int, torch.Tensor], logits: dict[int, torch.Tensor]):
+    def __init__(self, arrivals: Sequence[Activation], inputs: dict[int, torch.Tensor],
+                 logits: dict[int, torch.Tensor]) -> None:
         self.arrivals = list(arrivals)
         self.inputs = inputs
         self.logits = logits

@@ -6,11 +6,17 @@ import argparse
 import json
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from adaptplan.errors import InputError
 from adaptplan.fileio import show
 from adaptplan.flags import float_flag, int_flag
 from adaptplan.limits import MAX_DEVICES, MAX_SEED
+
+if TYPE_CHECKING:  # pragma: no cover
+    from adaptplan.constants import ConvergenceConstants
+    from adaptplan.model_profile import ModelProfile
+    from adaptplan.system import SystemSpec
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -64,7 +70,7 @@ def check_candidates(candidates: list[int], num_cuts: int) -> list[int]:
     return candidates
 
 
-def load_instance(args: argparse.Namespace):
+def load_instance(args: argparse.Namespace) -> tuple[ModelProfile, SystemSpec, ConvergenceConstants, str]:
     """(profile, system, constants, title) from the options, defaulting to the built-in scenario."""
     from dataclasses import replace
 

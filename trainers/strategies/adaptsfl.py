@@ -13,14 +13,16 @@ be heterogeneous; re-planning (Algorithm 1) re-partitions at aggregation rounds 
 
 from __future__ import annotations
 
-from trainers.api import Strategy, every_interval
+from typing import Hashable
+
+from trainers.api import Aggregation, RoundContext, Strategy, every_interval
 
 
 class AdaptSFL(Strategy):
     name = "adaptsfl"
 
-    def server_owner(self, device, block, deepest_cut):
+    def server_owner(self, device: int, block: int, deepest_cut: int) -> Hashable:
         return device if block < deepest_cut else None      # w_{n,i} per device, w_s shared
 
-    def aggregation(self, ctx):
+    def aggregation(self, ctx: RoundContext) -> Aggregation | None:
         return every_interval(ctx, range(ctx.deepest_cut))  # eq. (7) over w_{f,i}

@@ -23,10 +23,24 @@ over devices of [w_{c,i}; θ_S]; SFL base — the averaged model.
 
 from __future__ import annotations
 
+from typing import Sequence, cast
+
 import torch
 from torch import nn
 
-from trainers.api import InputError, Strategy, answer, every_interval, mean_ce
+from trainers.api import (
+    Activation,
+    Aggregation,
+    CutGradient,
+    InputError,
+    ModelViews,
+    RoundContext,
+    ServerPasses,
+    Strategy,
+    answer,
+    every_interval,
+    mean_ce,
+)
 
 
 class CycleSL(Strategy):
@@ -57,7 +71,7 @@ class CycleSL(Strategy):
             chunks += list(order.split(b))
         return chunks
 
-    def serve(self, edge, ctx, arrivals):
+    def serve(self, edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Activation]) -> list[CutGradient]:
         devices = [a.device for a in arrivals]
         features = torch.cat([a.tensor for a in arrivals]).detach()                          # CSL-2
         labels = torch.cat([a.labels for a in arrivals])
@@ -82,7 +96,7 @@ class CycleSL(Strategy):
         losses = {d: mean_ce(p.logits[d], p.labels[d]) for d in devices}
         for d, loss in losses.items():
             ctx.record_loss(d, loss)
-        grads = p.cut_gradients(sum(losses.values()))                                          # CSL-5
+        grads = p.cut_gradients(cast(torch.Tensor, sum(losses.values())))                     # CSL-5
         if self.base == "sglr":
             grads = self.shared_rows(ctx, arrivals, grads)                                     # CSL-8
         return [answer(a, grads[a.device]) for a in arrivals]
@@ -100,12 +114,12 @@ class CycleSL(Strategy):
         row = sum(sizes[a.device] * grads[a.device].sum(0) for a in active) / total
         return {**grads, **{a.device: row.expand_as(grads[a.device]).clone() for a in active}}
 
-    def aggregation(self, ctx):
+    def aggregation(self, ctx: RoundContext) -> Aggregation | None:
         if self.base == "sfl":
             return every_interval(ctx, range(ctx.deepest_cut), recipients="all")             # CSL-7
         return None
 
-    def eval_models(self, view):
+    def eval_models(self, view: ModelViews) -> list[nn.Module]:
         if self.base == "sfl":
             return [view.averaged_model()]
         return [view.device_model(d) for d in range(view.num_devices)]     # CyclePSL, CycleSGLR

@@ -26,10 +26,12 @@ Per-round metrics: K^t, |Ŝ|, the mean pairwise angle (A.3.6).
 from __future__ import annotations
 
 import math
+from typing import Any, Sequence
 
 import torch
+from torch import nn
 
-from trainers.api import InputError, NonFiniteError, Strategy, answer, mean_ce, skip
+from trainers.api import Activation, CutGradient, InputError, ModelViews, NonFiniteError, RoundContext, ServerPasses, Strategy, answer, mean_ce, skip
 
 EPS = 1e-12
 
@@ -94,7 +96,7 @@ class GAPSL(Strategy):
                    "mean_pairwise_angle": float(off_diag.mean())}
         return aligned, lead[0], metrics
 
-    def serve(self, edge, ctx, arrivals):
+    def serve(self, edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Activation]) -> list[CutGradient]:
         create_graph = self.gda == "double_backprop"
         per = edge.per_device_gradients(arrivals, lambda d, logits, y: mean_ce(logits, y), create_graph=create_graph)
         devices = [a.device for a in arrivals]
@@ -153,17 +155,17 @@ class GAPSL(Strategy):
         cos = (g_hat @ lead_hat)[:, None]
         return rows + self.lam * (lead_hat[None, :] - cos * g_hat) / norms
 
-    def eval_models(self, view):
+    def eval_models(self, view: ModelViews) -> list[nn.Module]:
         return [view.device_model(d) for d in range(view.num_devices)]
 
-    def state_dict(self):
+    def state_dict(self) -> dict[str, Any]:
         return {"nu_min": self.nu_min, "nu_max": self.nu_max}
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.nu_min, self.nu_max = float(state["nu_min"]), float(state["nu_max"])
 
 
-def _unflatten(vector: torch.Tensor, like: list[torch.Tensor]) -> list[torch.Tensor]:
+def _unflatten(vector: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     out, start = [], 0
     for p in like:
         out.append(vector[start:start + p.numel()].view_as(p))

@@ -25,13 +25,25 @@ drawn uniformly from the idle ones, which downloads the current global client mo
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
-from trainers.api import AsyncStrategy, InputError, answer, label_prior, logit_adjusted_ce
+from trainers.api import (
+    Activation,
+    AsyncStrategy,
+    CutGradient,
+    InputError,
+    ModelUpload,
+    ModelViews,
+    RoundContext,
+    ServerPasses,
+    answer,
+    label_prior,
+    logit_adjusted_ce,
+)
 
 REGULARISATION = 1e-5       # λ of GAS-5b, and the diagonal variant's variance floor (GAS-7)
 
@@ -134,7 +146,7 @@ class GAS(AsyncStrategy):
             raise InputError(f"GAS buffers and generates activations of one shape: it needs one cut for all devices, "
                              f"got {sorted(set(ctx.cuts))}", field="cuts")
 
-    def eval_models(self, view):
+    def eval_models(self, view: ModelViews) -> list[nn.Module]:
         """The global client model w_c^glob with the current w_s (B.4.6), not the devices' live models."""
         return [view.global_model()]
 
@@ -142,19 +154,19 @@ class GAS(AsyncStrategy):
         """Q_s = Q_c = C (capped at the number of devices) unless ``--buffer`` sets Q_s."""
         return self.buffer_size or min(self.active, ctx.num_devices)
 
-    def first_devices(self, ctx):
+    def first_devices(self, ctx: RoundContext) -> list[int]:
         self.active = active_devices(self.active, ctx.num_devices)
         first = super().first_devices(ctx)
         for d in first:
             self.join[d], self.local[d] = 0, 0
         return first
 
-    def replace(self, ctx, finished, active):
+    def replace(self, ctx: RoundContext, finished: int, active: Sequence[int]) -> int:
         new = super().replace(ctx, finished, active)
         self.join[new], self.local[new] = self.version, 0
         return new
 
-    def serve(self, edge, ctx, arrivals):
+    def serve(self, edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Activation]) -> list[CutGradient]:
         (a,) = arrivals
         p = edge.run(arrivals)
         loss = logit_adjusted_ce(p.logits[a.device], a.labels, label_prior(ctx.label_counts[a.device]), self.tau)  # GAS-9
@@ -199,7 +211,7 @@ class GAS(AsyncStrategy):
         ctx.metrics["server_updates"] = float(self.server_updates)
         self.buffer = []
 
-    def on_model(self, ctx, upload):
+    def on_model(self, ctx: RoundContext, upload: ModelUpload) -> list[ModelUpload] | None:
         self.models.append(upload)
         if len(self.models) < min(self.active, ctx.num_devices):
             return None
@@ -207,12 +219,12 @@ class GAS(AsyncStrategy):
         self.version += 1                                                                       # GAS-12
         return flushed
 
-    def state_dict(self):
+    def state_dict(self) -> dict[str, Any]:
         return {"buffer": list(self.buffer), "models": list(self.models), "version": self.version,
                 "join": dict(self.join), "local": dict(self.local), "updates": self.server_updates,
                 "stats": {y: (s.mean, s.cov, s.weight) for y, s in self.stats.items()}, "active": self.active}
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.buffer, self.models = list(state["buffer"]), list(state["models"])
         self.version, self.server_updates = int(state["version"]), int(state["updates"])
         self.join = {int(k): int(v) for k, v in state["join"].items()}

@@ -12,12 +12,14 @@ devices** of the accuracy of [w_{c,i}; w_s] (each device's client model with the
 
 from __future__ import annotations
 
-from trainers.api import Strategy
+from torch import nn
+
+from trainers.api import ModelViews, Strategy
 
 
 class PSL(Strategy):
     name = "psl"
     averages_clients = False
 
-    def eval_models(self, view):
+    def eval_models(self, view: ModelViews) -> list[nn.Module]:
         return [view.device_model(d) for d in range(view.num_devices)]

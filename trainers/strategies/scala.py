@@ -21,10 +21,27 @@ from the run (the authors' code: SGD 0.01, momentum 0.9, weight decay 5e-4, clip
 from __future__ import annotations
 
 import math
+from typing import Any, Sequence, cast
 
+import numpy as np
 import torch
+from torch import nn
 
-from trainers.api import InputError, Strategy, answer, every_interval, label_prior, logit_adjusted_ce, sample_devices
+from trainers.api import (
+    Activation,
+    Aggregation,
+    CutGradient,
+    InputError,
+    ModelViews,
+    RoundContext,
+    ServerPasses,
+    Strategy,
+    answer,
+    every_interval,
+    label_prior,
+    logit_adjusted_ce,
+    sample_devices,
+)
 
 
 class SCALA(Strategy):
@@ -39,17 +56,17 @@ class SCALA(Strategy):
         self.tau, self.server_prior = float(la_tau), server_prior
         self.current: list[int] = []
 
-    def participants(self, ctx):
+    def participants(self, ctx: RoundContext) -> list[int]:
         if not self.current or ctx.rounds_since_aggregation == 1:       # a new global iteration
             self.current = sample_devices(ctx, self.participation, self.min_participants)
         return list(self.current)
 
-    def batch_size(self, ctx, device):
+    def batch_size(self, ctx: RoundContext, device: int) -> int:
         """Eq. (3): B_k = |𝒟_k|·B / Σ_{𝒞^t}|𝒟_j| with B = b·|𝒞^t| (at least 1)."""
         total = sum(ctx.data_sizes[d] for d in self.current)
         return max(int(ctx.data_sizes[device] * ctx.batch_size * len(self.current) / total), 1)
 
-    def serve(self, edge, ctx, arrivals):
+    def serve(self, edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Activation]) -> list[CutGradient]:
         """One forward of the concatenated activations gives both losses. Over more than the edge
         server's pass budget it runs in chunks of arrivals (EdgeServer.chunks): every chunk's
         forward uses the pre-update w_s, its share n_chunk/n of the mean server loss is
@@ -58,7 +75,7 @@ class SCALA(Strategy):
         if self.server_prior == "batch":
             prior = label_prior(torch.bincount(labels, minlength=ctx.num_classes))
         else:
-            prior = label_prior(sum(ctx.label_counts[a.device] for a in arrivals))
+            prior = label_prior(cast(np.ndarray, sum(ctx.label_counts[a.device] for a in arrivals)))
         grads = {}
         for chunk in edge.chunks(arrivals):
             p = edge.run(chunk)
@@ -66,7 +83,7 @@ class SCALA(Strategy):
                       for d in p.devices}                                             # eq. (13)
             for d, loss in client.items():
                 ctx.record_loss(d, loss)
-            grads.update(p.cut_gradients(sum(client.values()), retain_graph=True))   # eq. (6), pre-update w_s
+            grads.update(p.cut_gradients(cast(torch.Tensor, sum(client.values())), retain_graph=True))   # eq. (6), pre-update w_s
             logits = torch.cat([p.logits[d] for d in p.devices])
             share = logits.shape[0] / labels.shape[0]
             server = logit_adjusted_ce(logits, torch.cat([p.labels[d] for d in p.devices]), prior, self.tau)
@@ -74,18 +91,18 @@ class SCALA(Strategy):
         edge.step(edge.owners([a.device for a in arrivals]))
         return [answer(a, grads[a.device]) for a in arrivals]
 
-    def aggregation(self, ctx):
+    def aggregation(self, ctx: RoundContext) -> Aggregation | None:
         return every_interval(ctx, range(ctx.deepest_cut), recipients="all")         # eq. (8)
 
-    def eval_models(self, view):
+    def eval_models(self, view: ModelViews) -> list[nn.Module]:
         return [view.averaged_model(self.current or None)]
 
-    def state_dict(self):
+    def state_dict(self) -> dict[str, Any]:
         return {"current": list(self.current)}
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.current = [int(d) for d in state.get("current", [])]
 
-    def check_state(self, ctx):
+    def check_state(self, ctx: RoundContext) -> None:
         if any(not 0 <= d < ctx.num_devices for d in self.current):
             raise ValueError(f"SCALA's participants {self.current} are not devices of this run")

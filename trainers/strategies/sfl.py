@@ -13,16 +13,18 @@
 
 from __future__ import annotations
 
-from trainers.api import Strategy, every_interval
+from typing import Hashable
+
+from trainers.api import Aggregation, RoundContext, Strategy, every_interval
 
 
 class SFLV1(Strategy):
     name = "sfl-v1"
 
-    def server_owner(self, device, block, deepest_cut):
+    def server_owner(self, device: int, block: int, deepest_cut: int) -> Hashable:
         return device
 
-    def aggregation(self, ctx):
+    def aggregation(self, ctx: RoundContext) -> Aggregation | None:
         return every_interval(ctx, range(ctx.num_blocks))   # client models and server copies
 
 
@@ -30,5 +32,5 @@ class SFLV2(Strategy):
     name = "sfl-v2"
     server_mode = "arrival"
 
-    def aggregation(self, ctx):
+    def aggregation(self, ctx: RoundContext) -> Aggregation | None:
         return every_interval(ctx, range(ctx.deepest_cut))

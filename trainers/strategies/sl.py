@@ -11,7 +11,11 @@ hand-off's T^{mU} of the sender and T^{mD} of the receiver (eqs. 16–24).
 
 from __future__ import annotations
 
-from trainers.api import Handoff, InputError, Strategy
+from typing import Any, Sequence
+
+from torch import nn
+
+from trainers.api import Handoff, InputError, ModelViews, RoundContext, Strategy
 
 
 class SL(Strategy):
@@ -26,21 +30,21 @@ class SL(Strategy):
         if len(set(ctx.cuts)) > 1:
             raise InputError(f"vanilla SL needs one cut for all devices, got {sorted(set(ctx.cuts))}", field="cuts")
 
-    def schedule(self, ctx, participants):
+    def schedule(self, ctx: RoundContext, participants: Sequence[int]) -> list[list[int]]:
         self._order = list(participants)
         return [[d] for d in participants]
 
-    def after_group(self, ctx, group):
+    def after_group(self, ctx: RoundContext, group: Sequence[int]) -> list[Handoff]:
         order = self._order
         nxt = order[(order.index(group[0]) + 1) % len(order)]
         self.holder = nxt
         return [] if nxt == group[0] else [Handoff(group[0], nxt)]
 
-    def eval_models(self, view):
+    def eval_models(self, view: ModelViews) -> list[nn.Module]:
         return [view.device_model(self.holder)]
 
-    def state_dict(self):
+    def state_dict(self) -> dict[str, Any]:
         return {"holder": self.holder}
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.holder = int(state.get("holder", 0))
