@@ -130,6 +130,7 @@ def test_the_shared_equation_helpers_equal_their_formulas_written_out():
     assert latency_ratio(2.0, 5.0, 7.0, 0.4, 0.1) == math.inf              # margin exactly 0
     assert mu5_bound(0.4, 0.0144, 2.0, 1e-12) == pytest.approx(0.4 / (0.0144 * 4) * (1 - 1e-12))
     assert mu5_bound(0.4, 0.0, 2.0, 1e-12) == math.inf
+    assert mu5_bound(0.4, 0.0144, 2.0, 0.5) == pytest.approx(0.4 / (0.0144 * 4) * 0.5)    # the margin shrinks it
     model = ConvergenceModel(k, 10)
     c, dL = model.c, model.d(2)
     assert model.objective(2, 2, 5.0, 7.0) == pytest.approx(2 * 1.5 / 0.02 * (2 * 5.0 + 7.0) / (2 * (c - dL * 4)))
