@@ -308,11 +308,11 @@ def test_the_local_broker_keeps_its_files_private_and_stops(broker) -> None:
     assert stat.S_IMODE(broker.folder.stat().st_mode) == 0o700
     assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in broker.password_files.values())
     assert len({p.read_text() for p in broker.password_files.values()}) == 4           # one password per rank
-    (broker.folder / "broker.log").write_text("one\ntwo\nthree\n")
-    assert broker.log_tail(2) == "two\nthree"
     broker.stop()
     assert broker.process.poll() is not None
     broker.stop()                                                                         # twice is harmless
+    (broker.folder / "broker.log").write_text("one\ntwo\nthree\n")                    # stopped: nothing appends now
+    assert broker.log_tail(2) == "two\nthree"
 
 
 def test_a_broker_that_never_answers_the_login_is_named(broker, monkeypatch) -> None:
