@@ -319,3 +319,32 @@ def test_any_failure_in_a_round_keeps_the_history_and_is_raised_as_it_was(tmp_pa
     with pytest.raises(ConnectionError, match="rank 3"):
         trainer.run()
     assert [r["round"] for r in records(out)] == [1, 2, 3]
+
+
+def test_a_failure_while_checkpointing_or_evaluating_keeps_the_history_too(tmp_path, monkeypatch) -> None:
+    """A rank lost while rank 0 fetches the device states for a checkpoint (after round 4 was
+    recorded), or during an evaluation (before round 3 is): the history holds every finished round."""
+    from trainers.config import TrainConfig
+    from trainers.run import Trainer
+
+    def trainer(name: str) -> Trainer:
+        return Trainer(TrainConfig(dataset="synthetic", devices=3, batch_size=8, cuts=(3,), rounds=6, progress=False,
+                                   out=str(tmp_path / name), threads=1, checkpoint_every=2, eval_every=3))
+
+    checkpointing = trainer("checkpoint")
+    real = Trainer.state_dict
+
+    def lost_at_4(self, t, wall):
+        if t == 4:
+            raise ConnectionError("rank 3 (device 1) closed its connection (it died or was killed)")
+        return real(self, t, wall)
+
+    monkeypatch.setattr(Trainer, "state_dict", lost_at_4)
+    with pytest.raises(ConnectionError, match="rank 3"):
+        checkpointing.run()
+    assert [r["round"] for r in records(tmp_path / "checkpoint")] == [1, 2, 3, 4]
+    evaluating = trainer("evaluate")
+    monkeypatch.setattr(Trainer, "evaluate", lambda self: (_ for _ in ()).throw(ConnectionError("rank 2 lost")))
+    with pytest.raises(ConnectionError, match="rank 2 lost"):
+        evaluating.run()
+    assert [r["round"] for r in records(tmp_path / "evaluate")] == [1, 2]

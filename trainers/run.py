@@ -369,9 +369,6 @@ class Trainer:
                         kept = f"; the history up to round {t - 1} is in {out!r}" if out else ""
                         raise InputError(f"training diverged at round {t}: {exc}{kept}; lower --lr or check the model",
                                          field="lr") from None
-                    except Exception:
-                        self._keep_history(out)      # a lost rank, a full disk...: rounds 1..t−1 are kept
-                        raise
                     round_seconds = stats.sim_seconds
                     self.clock.seconds += round_seconds
                     wall = self.wall_offset + time.perf_counter() - t0
@@ -391,6 +388,11 @@ class Trainer:
                             save_checkpoint(self.state_dict(t, wall), out)
                             self._save_history(out)
                         raise Interrupted(stop.signum, t, out)
+        except Exception:
+            # a lost rank (in a round, a checkpoint's state fetch or an evaluation), a full disk...:
+            # the rounds finished so far are kept (interrupted and diverged runs saved theirs already)
+            self._keep_history(out)
+            raise
         finally:
             if bar is not None:
                 bar.close()
