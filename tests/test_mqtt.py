@@ -287,6 +287,10 @@ def test_the_channel_settings_and_a_clean_goodbye(broker) -> None:
     ch = channels(broker, [0, 1])
     assert ch[0].client.socket().getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
     assert ch[0].granted_qos == ch[1].granted_qos == [1, 1, 1]        # at least once: frames, ready flags, wills
+    deadline = time.monotonic() + 5
+    while ch[0]._untracked and time.monotonic() < deadline:           # the ready flag's acknowledgement came
+        time.sleep(0.01)
+    assert ch[0]._acked == set() and not ch[0]._untracked             # and left no id a later frame could reuse
     for n in range(40):
         ch[0].send({"n": n}, 1)
     deadline = time.monotonic() + 5

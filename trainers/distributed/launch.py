@@ -76,14 +76,12 @@ def launch_local(train_args: list[str], world_size: int, num_devices: int, out: 
     broker = None
     try:
         if runtime == "mqtt":
-            from trainers.distributed.broker import start_local_broker
+            from trainers.distributed.broker import rank_broker_environment, start_local_broker
 
             broker = start_local_broker(logs / "broker", world_size, free_port())
         for rank in range(world_size):
             env = rank_environment(rank, world_size, port, secret, store)
             if broker is not None:
-                from trainers.distributed.broker import rank_broker_environment
-
                 env.update(rank_broker_environment(broker, rank))
             if rank == 0:
                 procs.append(subprocess.Popen(command, env=env))

@@ -99,6 +99,7 @@ class MqttChannel(FrameChannel):
         self._refused: str | None = None
         self._inflight: dict[int, list[int]] = {}     # per receiver: message ids the broker has not acknowledged
         self._acked: set[int] = set()
+        self._untracked: set[int] = set()            # our own ready flags' message ids: no frame waits on them
         self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"{login.run}-{user(rank)}",
                                   clean_session=False, protocol=mqtt.MQTTv311)
         self.client.username_pw_set(user(rank), login.password)
@@ -148,7 +149,8 @@ class MqttChannel(FrameChannel):
         if any(r.is_failure for r in reasons):
             self._refused = f"a subscription was refused: {', '.join(str(r) for r in reasons)}"
             return
-        client.publish(f"ap/{self.login.run}/ready/{user(self.rank)}", b"1", qos=1, retain=True)   # (again) here
+        ready = client.publish(f"ap/{self.login.run}/ready/{user(self.rank)}", b"1", qos=1, retain=True)   # (again) here
+        self._untracked.add(ready.mid)
         self._connected.set()
 
     def _on_message(self, client: Any, userdata: Any, message: Any) -> None:
@@ -175,19 +177,29 @@ class MqttChannel(FrameChannel):
 
     # ---- the carrier --------------------------------------------------------------------------------
     def _on_publish(self, client: Any, userdata: Any, mid: int, reason: Any = None, properties: Any = None) -> None:
-        self._acked.add(mid)              # the broker has the frame (PUBACK)
+        """The broker has a message (PUBACK). A frame's id is kept until :meth:`_prune` drops it; a ready
+        flag's is not kept at all, so that no stale id can pass for a frame's once paho's ids wrap."""
+        if mid in self._untracked:
+            self._untracked.discard(mid)
+        else:
+            self._acked.add(mid)
 
     def _transmit(self, dst: int, frame: bytes) -> None:
         """Publish at QoS 1; while disconnected paho keeps the frame and sends it on reconnecting."""
         info = self.client.publish(frame_topic(self.login.run, dst, self.rank), frame, qos=1)
         self._inflight.setdefault(dst, []).append(info.mid)
-        self._pending(dst)
+        self._prune(dst)
+
+    def _prune(self, dst: int) -> list[int]:
+        """Drop the frames to ``dst`` the broker acknowledged; the ids still unacknowledged."""
+        sent = self._inflight.get(dst, [])
+        done = {m for m in sent if m in self._acked}
+        self._acked.difference_update(done)
+        self._inflight[dst] = [m for m in sent if m not in done]
+        return self._inflight[dst]
 
     def _pending(self, dst: int) -> bool:
-        mids = [m for m in self._inflight.get(dst, []) if m not in self._acked]
-        self._acked.difference_update(set(self._inflight.get(dst, [])) - set(mids))
-        self._inflight[dst] = mids
-        return bool(mids)
+        return bool(self._prune(dst))
 
     def close(self) -> None:
         """Deliver what is queued, clear this rank's ready flag and disconnect (no will)."""

@@ -106,10 +106,14 @@ class FrameChannel:
                 raise wire.WireError(f"it holds a {type(obj).__name__}, not an Envelope")
             obj.arrived = arrived
         except wire.WireError as exc:
-            self._inbox[src].put(FrameRefused(src, self.describe(src), self.rank, str(exc)))
+            self._refuse(src, str(exc))
             return False
         self._inbox[src].put(obj)
         return True
+
+    def _refuse(self, src: int, why: str) -> None:
+        """Report a frame from ``src`` refused for ``why``; the peer counts as lost."""
+        self._inbox[src].put(FrameRefused(src, self.describe(src), self.rank, why))
 
     def _lost(self, src: int, why: str) -> None:
         """Report a peer whose connection ended to whoever waits on it (not while closing)."""
@@ -208,8 +212,7 @@ class Channel(FrameChannel):
                 dist.recv(header, src, group=self.group)
                 length = int(header[0])
                 if not 0 < length <= wire.MAX_FRAME_BYTES:
-                    self._inbox[src].put(FrameRefused(src, self.describe(src), self.rank, f"its length {length} bytes "
-                                                      f"is outside 1..{wire.MAX_FRAME_BYTES}"))
+                    self._refuse(src, f"its length {length} bytes is outside 1..{wire.MAX_FRAME_BYTES}")
                     return
                 payload = torch.empty(length, dtype=torch.uint8)
                 dist.recv(payload, src, group=self.group)
