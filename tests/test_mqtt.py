@@ -294,7 +294,7 @@ def test_the_channel_settings_and_a_clean_goodbye(broker) -> None:
     for n in range(40):
         ch[0].send({"n": n}, 1)
     deadline = time.monotonic() + 5
-    while len(ch[0]._acked) < 40 and time.monotonic() < deadline:    # the broker acknowledged them all
+    while not set(ch[0]._inflight[1]) <= ch[0]._acked and time.monotonic() < deadline:   # all acknowledged
         time.sleep(0.01)
     ch[0].send({"n": 40}, 1)
     assert len(ch[0]._inflight[1]) <= 2                    # acknowledged frames are dropped as new ones go
@@ -326,3 +326,17 @@ def test_a_broker_that_never_answers_the_login_is_named(broker, monkeypatch) -> 
     monkeypatch.setattr(mqtt.Client, "loop_start", lambda self: 0)           # but no CONNACK ever comes
     with pytest.raises(InputError, match=r"the broker at 127.0.0.1:\d+ refused rank 0 \(no answer\)"):
         MqttChannel(0, 2, 5.0, str, KEY, login(broker, 0), wait_seconds=0.3)
+
+
+def test_pruning_drops_exactly_the_acknowledged_frames() -> None:
+    """The bookkeeping behind flush(): acknowledged ids leave both lists, unacknowledged ones stay in
+    order, and an acknowledgement for a frame not yet pruned waits for it."""
+    ch = object.__new__(MqttChannel)
+    ch._inflight, ch._acked, ch._untracked = {1: [5, 6, 7]}, {6, 99}, {3}
+    assert ch._prune(1) == [5, 7] and ch._inflight[1] == [5, 7] and ch._acked == {99}
+    assert ch._pending(1) and not ch._pending(2)
+    ch._on_publish(None, None, 3)                   # a ready flag's acknowledgement is not kept
+    ch._on_publish(None, None, 5)
+    ch._on_publish(None, None, 7)
+    assert ch._untracked == set() and ch._acked == {5, 7, 99}
+    assert not ch._pending(1) and ch._acked == {99} and ch._inflight[1] == []
