@@ -117,9 +117,10 @@ def edits(state: dict[str, Any]) -> Iterator[Edit]:
         yield f"run_id = {value!r}", setter(["run_id"], value)
     engine = state["engine"]
     for key in list(engine):
-        yield f"del engine.{key}", setter(["engine", key], None, delete=True)
+        if key != "absent":                                               # a checkpoint from before has none: none absent
+            yield f"del engine.{key}", setter(["engine", key], None, delete=True)
         for value in BAD_SCALARS[:9]:
-            if not (key == "async" and value is None):                   # SCALA is synchronous: no loop state
+            if not (key == "async" and value is None) and not (key == "absent" and value == engine["absent"]):
                 yield f"engine.{key} = {value!r}"[:80], setter(["engine", key], value)
     yield "engine.fed without its global model", setter(["engine", "fed"], {})
     yield "engine.strategy without its participants", setter(["engine", "strategy"], {})
@@ -129,6 +130,8 @@ def edits(state: dict[str, Any]) -> Iterator[Edit]:
     yield "engine.devices short", setter(["engine", "devices"], engine["devices"][:1])
     yield "engine.rng of another generator", setter(["engine", "rng"], {"bit_generator": "MT19937", "state": {}})
     yield "engine.strategy.current beyond the devices", setter(["engine", "strategy", "current"], [0, 7])
+    yield "engine.absent names a device whose state is kept", setter(["engine", "absent"], [0])
+    yield "engine.absent beyond the devices", setter(["engine", "absent"], [7])
     yield "history.records[0].round", setter(["history", "records", 0, "round"], 5)
     yield "history.records[0].accuracy", setter(["history", "records", 0, "accuracy"], 7.5)
     yield "history.meta", setter(["history", "meta"], "text")

@@ -169,6 +169,41 @@ def test_a_hanging_device_rank_is_named_after_the_time_out(tmp_path: Path) -> No
     assert "rank 2 (devices 0, 1, 2) sent nothing for 10 s" in err, err
 
 
+def after_loss(out: Path, lost: set[int], rounds: int) -> int:
+    """Check a run that went on after losing ``lost``: ``rounds`` rounds, and after the first one that
+    counted them absent (in which they may have stepped before they were lost) none of them took
+    part; that first round."""
+    records = History.load(out).records
+    assert [r.round for r in records] == list(range(1, rounds + 1))
+    first = next(r.round for r in records if r.metrics.get("absent_devices") == len(lost))
+    assert first < rounds and all(r.metrics["absent_devices"] == len(lost) for r in records[first - 1:])
+    assert all(not lost & set(r.participants) and r.participants for r in records[first:])
+    return first
+
+
+def test_a_hanging_device_rank_under_partial_participation_is_left_behind(tmp_path: Path) -> None:
+    """GAS allows absence: a device rank that stops answering is taken out after --rank-timeout, its
+    devices' slots go to others and the run ends normally (the stopped process is then ended)."""
+    out = tmp_path / "run"
+    argv = ["--algorithm", "gas", "--active", "2", "--local-steps", "2", "--devices", "6", "--rounds", "40",
+            "--checkpoint-every", "2", "--rank-timeout", "3", "--ranks", "4", *SMALL, "--cuts", "2"]
+    proc = _start(tmp_path, [*argv, "--out", str(out)])
+    try:
+        _wait_for(out / "checkpoint.pt", proc)
+        pids = _rank_pids(proc.pid)
+        os.kill(pids[2], signal.SIGSTOP)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        for pid in _rank_pids(proc.pid).values() if proc.poll() is None else []:
+            os.kill(pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    assert ("rank 2 (devices 0, 2, 4) sent nothing for 3 s (--rank-timeout): it hangs or is too slow; gas goes on "
+            "without devices 0, 2, 4 (partial participation: they are absent from now on)") in err, err
+    assert after_loss(out, {0, 2, 4}, 40) >= 2
+
+
 def test_emulated_links_deliver_at_the_latency_models_time(tmp_path: Path) -> None:
     """With slow links written in the system file, every transfer's measured seconds are at least the
     size over the rate (never early) and close to the latency model's prediction for the stage."""

@@ -54,6 +54,7 @@ class ScriptedChannel:
         self.recv_calls: list[tuple[int, Any]] = []
         self.closed = False
         self.flushed: list[Any] = []
+        self.forgotten: list[int] = []
 
     def send(self, obj: Any, dst: int, rate: float | None = None, charged_bytes: int | None = None) -> None:
         self.sent.append((dst, obj, rate, charged_bytes))
@@ -72,6 +73,9 @@ class ScriptedChannel:
 
     def close(self) -> None:
         self.closed = True
+
+    def forget(self, rank: int, why: str) -> None:
+        self.forgotten.append(rank)
 
     def flush(self, timeout: float | None = None, skip_lost: bool = False) -> None:
         self.flushed.append(timeout if not skip_lost else (timeout, "skip lost"))
@@ -350,7 +354,8 @@ def _engine_view(cuts: list[int]):
     """What RankNetwork.setup reads from the engine."""
     x = torch.randn(12, 1, 2, 2)
     data = SimpleNamespace(x_train=x, parts=[[0, 1, 2], [3, 4, 5, 6], [7, 8]])
-    return SimpleNamespace(template=_chain(), data=data, cuts=cuts, batch_size=2, num_classes=3)
+    return SimpleNamespace(template=_chain(), data=data, cuts=cuts, batch_size=2, num_classes=3,
+                           strategy=SimpleNamespace(allows_absence=True, name="scala"))
 
 
 def test_setup_sends_each_device_rank_sample_positions_and_weights_never_samples() -> None:
@@ -370,6 +375,7 @@ def test_setup_sends_each_device_rank_sample_positions_and_weights_never_samples
     assert not [t for t in tensors if t.dtype.is_floating_point and t.shape[-3:] == (1, 2, 2)]   # no sample
     assert net.channel.recv_calls == [(2, 120.0), (3, 120.0)]            # ready: SETUP_TIMEOUT_FACTOR time-outs
     assert net.template is not None and len(net.template) == 2           # evaluation builds device blocks from it
+    assert (net.tolerant, net.algorithm) == (True, "scala")              # the strategy says whether a rank may go
 
 
 def test_messages_go_to_the_rank_of_their_device_and_the_fed_server_to_rank_1() -> None:
@@ -608,7 +614,9 @@ def test_a_serving_rank_relays_rank_0s_abort_and_stops_cleanly_otherwise(monkeyp
     assert capsys.readouterr().err == ("adaptplan train: rank 2 (devices 0, 2) stopped: rank 0 (edge server) lost "
                                        "rank 3 (devices 1, 3) sent nothing\n")
     code, channel = _serve(monkeypatch, 1, [Layout(4), Stop()])
-    assert code == 0 and channel.closed and channel.flushed == [2.0] and capsys.readouterr().err == ""
+    assert code == 0 and channel.closed and channel.flushed == [(2.0, "skip lost")] and capsys.readouterr().err == ""
+    code, channel = _serve(monkeypatch, 1, [Layout(4), Stop(lost=[3])])      # rank 0 took rank 3 out of the run
+    assert code == 0 and channel.forgotten == [3]
 
 
 # ---- the launcher -------------------------------------------------------------------------------------------------------
@@ -695,15 +703,18 @@ def test_train_distributed_hands_the_launcher_every_flag_after_train(monkeypatch
 
     monkeypatch.delenv("RANK", raising=False)
     seen = []
-    monkeypatch.setattr(launch, "launch_local", lambda args, world, devices, out, runtime: seen.append(
-        (args, world, devices, out, runtime)) or 0)
+    monkeypatch.setattr(launch, "launch_local", lambda args, world, devices, out, runtime, partial: seen.append(
+        (args, world, devices, out, runtime, partial)) or 0)
     argv = ["--algorithm", "psl", "--distributed", "--devices", "3", "--ranks", "4", "--dataset", "synthetic",
             "--rounds", "1", "--cuts", "2", "--no-progress"]
     assert main(["train", *argv]) == 0
-    assert seen == [(argv, 4, 3, None, "gloo")]
+    assert seen == [(argv, 4, 3, None, "gloo", False)]
     mqtt = ["--runtime", "mqtt", *argv[3:]]
     assert main(["train", *mqtt]) == 0
-    assert seen[-1] == (mqtt, 4, 3, None, "mqtt")
+    assert seen[-1] == (mqtt, 4, 3, None, "mqtt", False)
+    for algorithm, partial in (("scala", True), ("cyclesl", True), ("gas", True), ("gapsl", False), ("sl", False)):
+        assert main(["train", *mqtt, "--algorithm", algorithm]) == 0
+        assert seen[-1][-1] is partial, algorithm         # a device rank's end is not a failure under these
 
 
 def _synthetic_source(**changes) -> tuple[dict, list]:
@@ -794,7 +805,7 @@ def test_an_abort_reaches_every_rank_but_the_dead_one() -> None:
             super().send(obj, dst, rate, charged_bytes)
 
     edge = object.__new__(session.EdgeSession)
-    edge.channel, edge.layout = DeadRank2(), RankLayout(5, 3)
+    edge.channel, edge.layout, edge.network = DeadRank2(), RankLayout(5, 3), None
     edge.channel.closing = False
     edge.abort("rank 0 (edge server) stopped: rank 2 (device 0) closed its connection")
     assert [(dst, msg.reason) for dst, msg, *_ in edge.channel.sent] == \

@@ -244,6 +244,39 @@ def test_a_killed_device_rank_is_named_after_the_time_out_and_the_run_resumes(tm
     assert len(got) == total and max(abs(a - b) for a, b in zip(got, expected)) <= 1e-4
 
 
+def test_under_partial_participation_a_killed_device_rank_leaves_and_the_run_goes_on(tmp_path: Path) -> None:
+    """SCALA allows absence: the killed rank's devices are left out from then on, the run ends
+    normally with every round, and a resumed run keeps them absent (docs/mqtt.md "Churn")."""
+    import os
+    import signal
+    import subprocess
+
+    from tests.test_distributed import _rank_pids, _wait_for, adaptplan, after_loss
+    from trainers.checkpoint import load_checkpoint
+
+    out = tmp_path / "run"
+    argv = ["--algorithm", "scala", "--participation", "0.5", "--devices", "6", "--rounds", "40", "--checkpoint-every",
+            "2", "--rank-timeout", "3", "--ranks", "4", *SMALL, "--cuts", "2"]
+    proc = subprocess.Popen([sys.executable, "-m", "adaptplan.cli", "train", "--runtime", "mqtt", *argv, "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=Path(__file__).resolve().parents[1])
+    try:
+        _wait_for(out / "checkpoint.pt", proc)
+        os.kill(_rank_pids(proc.pid)[3], signal.SIGKILL)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    assert ("rank 3 (devices 1, 3, 5) lost its connection to the broker and did not come back within 3 s "
+            "(--rank-timeout): it died or was killed; scala goes on without devices 1, 3, 5") in err, err
+    assert after_loss(out, {1, 3, 5}, 40) >= 2
+    resumed = adaptplan("train", "--out", str(out), "--resume", "--rounds", "43", "--runtime", "mqtt")
+    assert resumed.returncode == 0, resumed.stderr
+    after_loss(out, {1, 3, 5}, 43)
+    assert load_checkpoint(out)["engine"]["absent"] == [1, 3, 5]
+
+
 def test_a_rank_reads_its_login_from_the_environment_and_names_what_is_missing(tmp_path) -> None:
     from trainers.distributed.mqtt import broker_login
 

@@ -89,6 +89,9 @@ class ModelViews(Protocol):
 
     num_devices: int
 
+    def present(self, devices: Sequence[int] | None = None) -> list[int]:
+        """``devices`` (default all) without the absent ones (lost in a real runtime)."""
+
     def averaged_model(self, devices: Sequence[int] | None = None) -> nn.Sequential:
         """w̄: the block-wise mean of the devices' models."""
 
@@ -107,7 +110,9 @@ class RoundContext:
     ``interval`` I in rounds and ``rounds_since_aggregation``; ``total_rounds`` R of the run (or
     None); ``rng`` the run's seeded generator for strategy decisions (checkpointed);
     ``num_classes`` M; ``label_counts[i]`` device i's label histogram (shared once by the device,
-    as SCALA/GAS assume); ``metrics`` a dict the strategy may fill for the round's record.
+    as SCALA/GAS assume); ``metrics`` a dict the strategy may fill for the round's record;
+    ``absent`` the devices lost for the rest of the run (a real runtime, where the strategy
+    ``allows_absence``: docs/mqtt.md "Churn"), never chosen again.
     """
 
     round: int
@@ -126,6 +131,11 @@ class RoundContext:
     losses: dict[int, torch.Tensor] = field(default_factory=dict)
     server_samples: dict[int, float] = field(default_factory=dict)
     server_flops: float = 0.0
+    absent: frozenset[int] = frozenset()
+
+    def present(self) -> list[int]:
+        """The devices that can still take part (all but ``absent``), in index order."""
+        return [d for d in range(self.num_devices) if d not in self.absent]
 
     def charge_server(self, device: int, samples: float = 0.0, flops: float = 0.0) -> None:
         """Charge the edge server for work beyond the runtime's one forward+backward of every arrival:
@@ -188,12 +198,16 @@ def every_interval(ctx: RoundContext, blocks: Sequence[int], recipients: str = "
 
 
 def sample_devices(ctx: RoundContext, fraction: float, minimum: int = 1) -> list[int]:
-    """⌈fraction·N⌉ devices (at least ``minimum``, at most N), uniform without replacement from ``ctx.rng``;
-    all when fraction = 1."""
+    """⌈fraction·N⌉ devices (at least ``minimum``, at most the devices present), uniform without
+    replacement from ``ctx.rng`` over the devices not ``absent`` (the same draws as over all N while
+    none is); all present ones when fraction = 1."""
+    present = ctx.present()
     if fraction >= 1:
-        return list(range(ctx.num_devices))
-    n = min(ctx.num_devices, max(minimum, math.ceil(fraction * ctx.num_devices)))
-    return sorted(int(d) for d in ctx.rng.choice(ctx.num_devices, size=n, replace=False))
+        return present
+    n = min(len(present), max(minimum, math.ceil(fraction * ctx.num_devices)))
+    if len(present) == ctx.num_devices:
+        return sorted(int(d) for d in ctx.rng.choice(ctx.num_devices, size=n, replace=False))
+    return sorted(int(d) for d in ctx.rng.choice(present, size=n, replace=False)) if n else []
 
 
 def answer(arrival: Activation, tensor: torch.Tensor) -> CutGradient:
@@ -266,6 +280,7 @@ class Strategy:
     averages_clients = True     # client models are averaged every I rounds (False: never; SL hands one on)
     reset_client_optimizer = False   # a device that loads a global client model restarts its optimizer state
     uses_total_rounds = False   # the schedule reads t/R (ctx.total_rounds): a resumed run must keep --rounds
+    allows_absence = False      # partial participation: a device lost in a real runtime leaves, the run goes on
 
     def __init__(self, participation: float = 1.0) -> None:
         if not (isinstance(participation, (int, float)) and 0 < participation <= 1):
@@ -333,12 +348,15 @@ class AsyncStrategy(Strategy):
     local_steps: int = 20
 
     def first_devices(self, ctx: RoundContext) -> list[int]:
-        """The initial active set 𝒞 (C devices, uniform without replacement)."""
-        return sorted(ctx.rng.choice(ctx.num_devices, size=min(self.active, ctx.num_devices), replace=False).tolist())
+        """The initial active set 𝒞 (C devices, uniform without replacement; only present ones)."""
+        present = ctx.present()
+        pool: Any = ctx.num_devices if len(present) == ctx.num_devices else present
+        return sorted(int(d) for d in ctx.rng.choice(pool, size=min(self.active, len(present)), replace=False))
 
     def replace(self, ctx: RoundContext, finished: int, active: Sequence[int]) -> int:
-        """The device that takes ``finished``'s slot (uniform over the inactive devices)."""
-        idle = [d for d in range(ctx.num_devices) if d not in active or d == finished]
+        """The device that takes ``finished``'s slot (uniform over the inactive devices present;
+        ``finished`` itself when there is none)."""
+        idle = [d for d in range(ctx.num_devices) if (d not in active or d == finished) and d not in ctx.absent]
         idle = [d for d in idle if d != finished] or [finished]
         return int(ctx.rng.choice(idle))
 

@@ -40,8 +40,11 @@ from trainers.messages import (
     Activation,
     BlockState,
     CutGradient,
+    DeviceAbsent,
+    DevicesLost,
     MessageMismatchError,
     ModelDownload,
+    ModelUpload,
     check_all_finite,
     deferred_finite_checks,
     tensor_bytes,
@@ -52,7 +55,7 @@ from trainers.protocol import EDGE, FED, Average, Forward, GetState, Send, SetSt
 from trainers.roles import Device, EdgeServer, FedServer, weighted_mean
 
 if TYPE_CHECKING:  # pragma: no cover
-    from trainers.api import Aggregation, Handoff, RoundContext, Strategy
+    from trainers.api import Aggregation, AsyncStrategy, Handoff, RoundContext, Strategy
     from trainers.clock import SimClock
 
 #: Stream word of the strategy's generator, seeded ``[seed, STRATEGY_STREAM]``. Device i's sampler is seeded
@@ -215,6 +218,9 @@ class SplitEngine:
         self.cuts = self._check_cuts(cuts)
         self.rng = np.random.default_rng([seed, STRATEGY_STREAM])
         self.rounds_since_aggregation = 0
+        self.absent: set[int] = set()
+        """Devices lost for the rest of the run (a real runtime, where the strategy ``allows_absence``);
+        checkpointed; never asked for anything again."""
         labels = data.y_train.cpu()
         self.label_counts = [np.bincount(labels[torch.from_numpy(np.asarray(p))].numpy(), minlength=self.num_classes)
                              for p in data.parts]
@@ -267,7 +273,16 @@ class SplitEngine:
 
         return RoundContext(round_index, self.num_devices, self.num_blocks, list(self.cuts), self.data_sizes(), self.batch_size,
                             self.interval, self.rounds_since_aggregation + 1, self.total_rounds, self.rng,
-                            self.num_classes, self.label_counts)
+                            self.num_classes, self.label_counts, absent=frozenset(self.absent))
+
+    def present(self, devices: Sequence[int] | None = None) -> list[int]:
+        """``devices`` (default all) without the absent ones, after taking in the network's losses;
+        :class:`DevicesLost` when none is left."""
+        self.absent |= self.net.absent_devices()
+        kept = [int(d) for d in (range(self.num_devices) if devices is None else devices) if int(d) not in self.absent]
+        if devices is None and not kept:
+            raise DevicesLost(f"every device of the run is absent (lost: {sorted(self.absent)}): nothing can train")
+        return kept
 
     def stage_times(self, round_index: int) -> StageTimes:
         if self.clock is None:
@@ -300,7 +315,7 @@ class SplitEngine:
         s = self.strategy
         ctx = self.context(round_index)
         times = self.stage_times(round_index)
-        participants = [int(d) for d in s.participants(ctx)]
+        participants = self.present(s.participants(ctx))
         batch = {d: int(s.batch_size(ctx, d)) for d in participants}
         ledger = _Ledger()
         now = 0.0
@@ -314,10 +329,13 @@ class SplitEngine:
             now = self._aggregate(aggregation, ctx, participants, times, now, ledger)
             self.rounds_since_aggregation = 0
         self.check_models_finite(round_index)
-        return self._stats(ctx, aggregation is not None, participants, now, ledger)
+        return self._stats(ctx, aggregation is not None, self.present(participants), now, ledger)
 
     def _stats(self, ctx: "RoundContext", aggregated: bool, participants: list[int], seconds: float,
                ledger: _Ledger) -> RoundStats:
+        self.absent |= self.net.absent_devices()
+        if self.absent:
+            ctx.metrics["absent_devices"] = float(len(self.absent))
         loss = float(torch.stack(list(ctx.losses.values())).mean()) if ctx.losses else float("nan")
         return RoundStats(loss, self.bytes_up, self.bytes_down, self.bytes_server, aggregated, participants,
                           float(seconds), ledger.summary(), dict(ctx.metrics), samples=self.samples)
@@ -327,6 +345,9 @@ class SplitEngine:
         s = self.strategy
         events = []
         activations = self._forward_all(ctx.round, group, batch)
+        group = [d for d in group if d in activations]      # a lost device sent none (partial participation)
+        if not group:
+            return start
         for d in group:
             msg = activations[d]
             self.bytes_up += msg.num_bytes
@@ -386,10 +407,10 @@ class SplitEngine:
         for members in self.net.hosts(group):
             self.net.send(members[0], Forward(round_index, [(d, int(batch[d])) for d in members], recompute))
         out = {}
-        for msg in self.net.receive(list(group)):
+        for msg in self.net.receive(list(group), allow_absent=self.strategy.allows_absence):
             out[msg.device] = msg
         self._awaiting.update(out)
-        return {d: out[d] for d in group}
+        return {d: out[d] for d in group if d in out}
 
     def recompute(self, group_size: int) -> bool:
         """Whether the devices of a group of ``group_size`` recompute their forward at backward time."""
@@ -437,16 +458,22 @@ class SplitEngine:
         """Client-side model averaging through model messages: devices and the edge server upload
         device-specific blocks, the fed server averages (|𝒟_i| or equal weights), the averages are
         downloaded. Times: device uploads T_i^{mU} (22), the edge server's by the size it sends
-        over r_{e→f} (23); downloads T_i^{mD} (24) and over r_{f→e} (25)."""
-        devices = list(agg.devices) if agg.devices is not None else participants
-        sizes = ctx.data_sizes
+        over r_{e→f} (23); downloads T_i^{mD} (24) and over r_{f→e} (25). Absent devices take no part."""
+        devices = self.present(list(agg.devices) if agg.devices is not None else participants)
         blocks = list(agg.blocks)
+        weight = {d: float(ctx.data_sizes[d]) if agg.weights == "data_size" else 1.0 for d in devices}
+        relayed = self._relay_uploads(devices, ctx.round, blocks, weight) if self.strategy.allows_absence else None
+        if relayed is not None:
+            devices = [d for d in devices if d in relayed]
         edge_up_bits, up_done = 0.0, start
         uploaded: set[int] = set()
         for d in devices:   # each upload is folded into the fed server's running average as it is taken
-            w = float(sizes[d]) if agg.weights == "data_size" else 1.0
-            self.net.send(d, Upload(d, ctx.round, blocks, w))
-            self.net.send(FED, Take(d))
+            w = weight[d]
+            if relayed is None:
+                self.net.send(d, Upload(d, ctx.round, blocks, w))
+                self.net.send(FED, Take(d))
+            else:
+                self.net.send(FED, relayed[d])
             e = self.edge.upload(d, ctx.round, blocks, w)
             self.net.send(FED, e)
             mine = [j for j in blocks if j < self.cuts[d]]
@@ -461,7 +488,7 @@ class SplitEngine:
         ledger.add("edge", "model upload", edge_up)
         up_done = max(up_done, start + edge_up)
         averaged = self._average(ctx.round, uploaded)
-        recipients = devices if agg.recipients == "participants" else list(range(self.num_devices))
+        recipients = devices if agg.recipients == "participants" else self.present()
         end, edge_down_bits, edge_msgs = up_done, 0.0, []
         for d in recipients:
             mine = [j for j in blocks if j < self.cuts[d] and j in averaged]
@@ -489,6 +516,15 @@ class SplitEngine:
         edge_down = times.edge_down_seconds(edge_down_bits) if edge_down_bits else 0.0
         ledger.add("edge", "model download", edge_down)
         return max(end, up_done + edge_down)
+
+    def _relay_uploads(self, devices: list[int], round_index: int, blocks: list[int],
+                       weight: dict[int, float]) -> dict[int, ModelUpload]:
+        """The uploads of ``devices`` through the edge server, all asked at once: where the algorithm
+        allows absence (SCALA, CycleSL) the edge server waits on them itself, so that a device lost
+        before its upload is left out of the average instead of awaited by the fed server."""
+        for d in devices:
+            self.net.send(d, Upload(d, round_index, blocks, weight[d], to=EDGE))
+        return {u.device: u for u in self.net.receive(devices, allow_absent=True)}
 
     def _average(self, round_index: int, blocks: set[int]) -> dict[int, int]:
         """The fed server finishes its running average of ``blocks`` (it becomes the global model);
@@ -531,7 +567,11 @@ class SplitEngine:
             b = int(s.batch_size(ctx, d))
             k = times.scale(d, b)
             self.net.send(d, Forward(round_index, [(d, b)]))
-            (msg,) = self.net.receive([d])
+            got = self.net.receive([d], allow_absent=True)
+            if not got:                               # lost (a real runtime): its slot goes to another device
+                self._refill(ctx, st, d, times, round_index, ledger)
+                continue
+            (msg,) = got
             self.bytes_up += msg.num_bytes
             self.samples += int(msg.tensor.shape[0])
             arrive = arrivals[d]
@@ -558,7 +598,11 @@ class SplitEngine:
             # the strategy buffers whole models (GAS-11): the upload comes to the edge server, which
             # sends the flushed ones on to the fed server
             self.net.send(d, Upload(d, round_index, list(range(self.num_blocks)), float(ctx.data_sizes[d]), to=EDGE))
-            (upload,) = self.net.receive([d])
+            got = self.net.receive([d], allow_absent=True)
+            if not got:
+                self._refill(ctx, st, d, times, round_index, ledger)
+                continue
+            (upload,) = got
             self.bytes_up += upload.num_bytes
             st["clock"][d] += float(times.model_up[d])
             ledger.add(d, "model upload", float(times.model_up[d]))
@@ -569,26 +613,41 @@ class SplitEngine:
                 for u in flushed:
                     self.net.send(FED, u)
                 global_blocks = self._average(round_index, {j for u in flushed for j in u.blocks})
-            slot = st["active"].index(d)
-            new = s.replace(ctx, d, st["active"])
-            st["active"][slot] = new
-            del st["steps"][d]
-            join = st["clock"].pop(d)
-            st["steps"][new] = 0
-            if self._global_sizes:
-                mine = [j for j in range(self.cuts[new]) if j in self._global_sizes]
-                self.net.send(FED, Send(new, new, round_index, "device", {j: ("global", j) for j in mine},
-                                        fresh_optimizer=s.reset_client_optimizer))
-                self.net.send(new, Take(FED))
-                self.bytes_down += sum(self._global_sizes[j] for j in mine)
-            st["clock"][new] = join + float(times.model_down[new])
-            ledger.add(new, "model download", float(times.model_down[new]))
+            self._refill(ctx, st, d, times, round_index, ledger)
             if global_blocks:
                 st["now"] = max(st["now"], finished_at)
                 break
         self.check_models_finite(round_index)
         stepped = sorted(int(d) for d in ledger.seconds["device FP"])    # device indices
         return self._stats(ctx, True, stepped, st["now"] - round_start, ledger)
+
+    def _refill(self, ctx: "RoundContext", st: dict[str, Any], d: int, times: StageTimes, round_index: int,
+                ledger: _Ledger) -> None:
+        """Device ``d`` leaves its active slot (its local steps done, or lost): the strategy's
+        replacement takes it, downloading the global client model when there is one; a lost device
+        with no device present to replace it frees its slot (:class:`DevicesLost` when none is left)."""
+        s = cast("AsyncStrategy", self.strategy)
+        self.present()
+        ctx.absent = frozenset(self.absent)
+        slot = st["active"].index(d)
+        new = s.replace(ctx, d, st["active"])
+        del st["steps"][d]
+        join = st["clock"].pop(d)
+        if new in self.absent:
+            del st["active"][slot]
+            if not st["active"]:
+                raise DevicesLost(f"no device is left to train (lost: {sorted(self.absent)})")
+            return
+        st["active"][slot] = new
+        st["steps"][new] = 0
+        if self._global_sizes:
+            mine = [j for j in range(self.cuts[new]) if j in self._global_sizes]
+            self.net.send(FED, Send(new, new, round_index, "device", {j: ("global", j) for j in mine},
+                                    fresh_optimizer=s.reset_client_optimizer))
+            self.net.send(new, Take(FED))
+            self.bytes_down += sum(self._global_sizes[j] for j in mine)
+        st["clock"][new] = join + float(times.model_down[new])
+        ledger.add(new, "model download", float(times.model_down[new]))
 
     # ---- re-partition (Algorithm 1) ---------------------------------------------------------------------
     def set_cuts(self, new_cuts: Sequence[int], round_index: int = 0) -> None:
@@ -637,9 +696,13 @@ class SplitEngine:
 
     # ---- views for evaluation and tests -----------------------------------------------------------------
     def block(self, device: int, block: int) -> nn.Module:
-        """The live module of block ``block`` (0-based) of device ``device``'s model."""
+        """The live module of block ``block`` (0-based) of device ``device``'s model;
+        :class:`DeviceAbsent` for a device lost meanwhile."""
         if block < self.cuts[device]:
-            return self.net.device_blocks(device)[block]
+            blocks = self.net.device_blocks(device)
+            if blocks is None:
+                raise DeviceAbsent(device)
+            return blocks[block]
         return self.edge.instances[self.edge.key(device, block)]
 
     def device_model(self, device: int) -> nn.Sequential:
@@ -650,8 +713,9 @@ class SplitEngine:
         """The virtual global model w̄ = (1/N)Σ_i w_i (docs/model.md §2.1): block-wise parameter mean over the
         devices' models (live modules reused where all devices share one instance). The averaged
         blocks are the engine's evaluation modules, made once and loaded with the averages at every
-        call: the next call overwrites them (``copy.deepcopy`` the result to keep it)."""
-        devices = list(range(self.num_devices)) if devices is None else list(devices)
+        call: the next call overwrites them (``copy.deepcopy`` the result to keep it). Absent devices
+        are left out (all present ones when none of ``devices`` is)."""
+        devices = (devices is not None and self.present(devices)) or self.present()
         blocks = []
         for j in range(self.num_blocks):
             modules: dict[int, tuple[nn.Module, int]] = {}
@@ -668,6 +732,15 @@ class SplitEngine:
             target.load_state_dict(weighted_mean([m.state_dict() for m, _ in ms], [float(c) for _, c in ms]))
             blocks.append(target)
         return nn.Sequential(*blocks)
+
+    def eval_models(self) -> list[nn.Module]:
+        """The strategy's ``eval_models``; where a device is lost while they are read, it becomes
+        absent and they are read again without it."""
+        while True:
+            try:
+                return self.strategy.eval_models(self)
+            except DeviceAbsent:
+                self.present()
 
     def global_model(self) -> nn.Sequential:
         """The global model w^glob = [w_c^glob; w_s] (GAS, docs/algorithms.md GAS B.4.6): the fed server's global client
@@ -734,30 +807,43 @@ class SplitEngine:
     # ---- checkpoint ---------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue bit-identically: every role's state, cuts, I, the
-        aggregation phase, the strategy's generator and state, the asynchronous loop's state."""
+        aggregation phase, the strategy's generator and state, the asynchronous loop's state, and
+        the absent devices (their state is None: they stay absent)."""
+        states = self._states(self.present())
         return {"cuts": list(self.cuts), "interval": self.interval, "rounds_since_aggregation": self.rounds_since_aggregation,
-                "devices": self._states(list(range(self.num_devices))), "edge": self.edge.state_dict(),
-                "fed": self._states([FED])[0], "rng": self.rng.bit_generator.state,
-                "strategy": self.strategy.state_dict(), "async": copy.deepcopy(self.async_state)}
+                "devices": [states.get(d) for d in range(self.num_devices)], "edge": self.edge.state_dict(),
+                "fed": self._states([FED])[FED], "rng": self.rng.bit_generator.state,
+                "strategy": self.strategy.state_dict(), "async": copy.deepcopy(self.async_state),
+                "absent": sorted(self.absent)}
 
-    def _states(self, sources: list[Any]) -> list[dict[str, Any]]:
-        """The checkpoint states of these devices (or FED)."""
+    def _states(self, sources: list[Any]) -> dict[Any, dict[str, Any]]:
+        """The checkpoint states of these devices (or FED), by source; a device lost meanwhile has
+        none and becomes absent."""
         for source in sources:
             self.net.send(source, GetState(None if source == FED else source))
-        return [reply.state for reply in self.net.receive(sources)]
+        replies = self.net.receive(sources, allow_absent=self.strategy.allows_absence and FED not in sources)
+        self.absent |= self.net.absent_devices()
+        return {FED if reply.device is None else reply.device: reply.state for reply in replies}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from :meth:`state_dict`'s output; ValueError naming the part that does not fit this engine
         (the run turns it into one message about the checkpoint)."""
         expected = {"cuts", "interval", "rounds_since_aggregation", "devices", "edge", "fed", "rng", "strategy", "async"}
-        if not isinstance(state, dict) or set(state) != expected:
-            raise ValueError(f"engine state must hold exactly {sorted(expected)}")
+        if not isinstance(state, dict) or not expected <= set(state) <= expected | {"absent"}:
+            raise ValueError(f"engine state must hold exactly {sorted(expected)} (and the absent devices)")
+        absent = state.get("absent", [])
+        if (not isinstance(absent, list) or not all(isinstance(d, int) and 0 <= d < self.num_devices for d in absent)
+                or len(set(absent)) != len(absent) or (absent and not self.strategy.allows_absence)):
+            raise ValueError(f"engine absent must list distinct devices of 0..{self.num_devices - 1} of an algorithm "
+                             f"that allows absence, got {str(absent)[:80]}")
         for name in ("interval", "rounds_since_aggregation"):
             value = state[name]
             if not isinstance(value, int) or isinstance(value, bool) or value < (1 if name == "interval" else 0):
                 raise ValueError(f"engine {name} must be an integer ≥ {1 if name == 'interval' else 0}, got {value!r}")
-        if not isinstance(state["devices"], list) or len(state["devices"]) != self.num_devices:
-            raise ValueError(f"engine devices must hold the state of each of the {self.num_devices} devices")
+        if (not isinstance(state["devices"], list) or len(state["devices"]) != self.num_devices
+                or any((s is None) != (d in absent) for d, s in enumerate(state["devices"]))):
+            raise ValueError(f"engine devices must hold the state of each of the {self.num_devices} devices "
+                             "(None for exactly the absent ones)")
         for name, mine in (("fed", {"global_blocks"}), ("strategy", set(self.strategy.state_dict()))):
             if not isinstance(state[name], dict) or set(state[name]) != mine:
                 raise ValueError(f"engine {name} state must hold exactly {sorted(mine)}")
@@ -766,8 +852,10 @@ class SplitEngine:
         self.cuts = self._check_cuts(state["cuts"])
         self.interval = int(state["interval"])
         self.rounds_since_aggregation = int(state["rounds_since_aggregation"])
+        self.absent = set(absent)
         for d, s in enumerate(state["devices"]):
-            self.net.send(d, SetState(d, s))
+            if s is not None:
+                self.net.send(d, SetState(d, s))
         self.edge.load_state_dict(state["edge"])
         self.net.send(FED, SetState(None, state["fed"]))
         self._global_sizes = {int(j): self.block_bytes[int(j)] for j in state["fed"].get("global_blocks", {})}

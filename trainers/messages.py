@@ -32,6 +32,18 @@ class MessageMismatchError(RuntimeError):
     """A message arrived for a different (device, round, step) than the one awaited."""
 
 
+class DeviceAbsent(RuntimeError):
+    """Device ``device`` was lost while its models were read (a real runtime, partial participation)."""
+
+    def __init__(self, device: int) -> None:
+        super().__init__(f"device {device} is absent")
+        self.device = device
+
+
+class DevicesLost(RuntimeError):
+    """Every device that could take part is absent (lost in a real runtime): the run cannot go on."""
+
+
 class NonFiniteError(RuntimeError):
     """NaN or inf in a model or a message; the message names round and device."""
 

@@ -31,16 +31,22 @@ class Network(Protocol):
     def send(self, to: Address, msg: Any) -> None:
         """Deliver ``msg`` to ``to`` (a device index or FED); messages to one host keep their order."""
 
-    def receive(self, sources: Sequence[Address]) -> list[Any]:
+    def receive(self, sources: Sequence[Address], allow_absent: bool = False) -> list[Any]:
         """The next message the edge server gets from each entry of ``sources`` (a source may appear
-        several times: that many, in its order)."""
+        several times: that many, in its order). With ``allow_absent`` a device whose host is lost
+        (a real runtime: it died or stayed silent past the time-out) is skipped and becomes absent
+        (:meth:`absent_devices`) instead of failing the run."""
+
+    def absent_devices(self) -> set[int]:
+        """The devices lost so far (their host died or stayed silent): none in one process."""
 
     def hosts(self, devices: Sequence[int]) -> list[list[int]]:
         """``devices`` grouped by the host that holds them, each group in ``devices``' order."""
 
-    def device_blocks(self, device: int) -> nn.ModuleList:
+    def device_blocks(self, device: int) -> nn.ModuleList | None:
         """Device ``device``'s client blocks as modules, for evaluation: the live ones where they are
-        in this process, else a copy made once until a message changes them."""
+        in this process, else a copy made once until a message changes them; None when the device
+        is lost (only where the algorithm allows absence)."""
 
     def begin_round(self, round_index: int, clock: "SimClock | None") -> None:
         """A round starts (the clock's system of the round sets the link rates where links are emulated)."""
@@ -100,7 +106,7 @@ class LocalNetwork:
         else:
             host.handle(msg, self._emitter(to))
 
-    def receive(self, sources: Sequence[Address]) -> list[Any]:
+    def receive(self, sources: Sequence[Address], allow_absent: bool = False) -> list[Any]:
         out = []
         for s in sources:
             queue = self.inbox.get(s)
@@ -108,6 +114,9 @@ class LocalNetwork:
                 raise MessageMismatchError(f"the edge server expected a message from {_name(s)}, which sent none")
             out.append(queue.popleft())
         return out
+
+    def absent_devices(self) -> set[int]:
+        return set()
 
     def hosts(self, devices: Sequence[int]) -> list[list[int]]:
         return [list(devices)] if devices else []

@@ -428,7 +428,7 @@ class Trainer:
     def evaluate(self) -> tuple[float, float]:
         """Test accuracy and loss; the mean over the strategy's ``eval_models`` (one averaged model,
         or every device's model for PSL)."""
-        results = [self.engine.evaluate(m, self.config.eval_batch_size) for m in self.strategy.eval_models(self.engine)]
+        results = [self.engine.evaluate(m, self.config.eval_batch_size) for m in self.engine.eval_models()]
         return float(np.mean([r[0] for r in results])), float(np.mean([r[1] for r in results]))
 
     def _maybe_replan(self, t: int, aggregated: bool) -> bool:

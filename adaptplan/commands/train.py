@@ -339,8 +339,10 @@ def _train_distributed(args: argparse.Namespace, config: "TrainConfig") -> int:
 
         argv = list(getattr(args, "argv", []))
         train_args = argv[argv.index("train") + 1:] if "train" in argv else argv
+        from trainers.strategies import STRATEGIES
+
         return launch_local(train_args, config.ranks or default_world_size(config.devices), config.devices, config.out,
-                            runtime=config.transport)
+                            runtime=config.transport, partial=STRATEGIES[config.algorithm].allows_absence)
     try:
         return run_edge(config.devices, config.rank_timeout, config.emulate_links, config.threads,
                         lambda factory: _train_with(config, factory),

@@ -80,7 +80,10 @@ class Report:
 
 @dataclass
 class Stop:
-    pass
+    """Rank 0 → every rank still in the run: the run is done; ``lost`` the device ranks it took out
+    of the run (partial participation), whose undelivered frames nobody waits for."""
+
+    lost: list[int] = field(default_factory=list)
 
 
 @dataclass

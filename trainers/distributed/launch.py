@@ -11,7 +11,10 @@ to this terminal; the other ranks' messages are collected and printed when one f
 
 When a rank ends with an error or a signal, the others get ``GRACE_SECONDS`` to stop on their own
 (rank 0 aborts them with the reason; a lost connection ends them at once) before they are
-terminated; then one line per failed rank and where to resume from.
+terminated; then one line per failed rank and where to resume from. Under an algorithm that allows
+partial participation (``partial=True``: SCALA, CycleSL, GAS) a device rank's end is not a failure:
+rank 0 goes on without its devices (and says so); the run ends when rank 0 and the fed server have,
+device ranks still running then having been taken out of it.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import time
 from pathlib import Path
 
 from trainers.distributed.environment import SECRET_ENV, SECRET_FILE_ENV, STORE_ENV
-from trainers.distributed.layout import RankLayout
+from trainers.distributed.layout import EDGE_RANK, FED_RANK, RankLayout
 from trainers.distributed.session import EXIT_RANK_FAILED
 
 GRACE_SECONDS = 5.0
@@ -61,7 +64,7 @@ def _status(code: int) -> str:
 
 
 def launch_local(train_args: list[str], world_size: int, num_devices: int, out: str | None,
-                 runtime: str = "gloo") -> int:
+                 runtime: str = "gloo", partial: bool = False) -> int:
     """Run ``adaptplan train`` ``train_args`` as ``world_size`` ranks here; the exit code of the run.
     With ``runtime="mqtt"`` the ranks meet at a Mosquitto broker started for the run on 127.0.0.1
     (TLS, one password per rank, trainers/distributed/broker.py), stopped at the end."""
@@ -91,7 +94,11 @@ def launch_local(train_args: list[str], world_size: int, num_devices: int, out: 
         failed_at: float | None = None
         while any(p.poll() is None for p in procs):
             polled = [p.poll() for p in procs]
-            if failed_at is None and any(c not in (None, 0) for c in polled):
+            if partial and polled[EDGE_RANK] == 0 and polled[FED_RANK] == 0:
+                _stop(procs)               # device ranks rank 0 took out of the run and no longer talks to
+                break
+            counted = polled[:FED_RANK + 1] if partial else polled
+            if failed_at is None and any(c not in (None, 0) for c in counted):
                 failed_at = time.monotonic()
             if failed_at is not None and time.monotonic() - failed_at > GRACE_SECONDS:
                 terminated = _stop(procs)
@@ -109,7 +116,7 @@ def launch_local(train_args: list[str], world_size: int, num_devices: int, out: 
             broker.stop()
     codes = [p.wait() for p in procs]
     try:
-        if all(c == 0 for c in codes):
+        if all(c == 0 for c in codes) or (partial and codes[EDGE_RANK] == 0 and codes[FED_RANK] == 0):
             return 0
         if codes[0] == 2:              # a user error: rank 0 said it; the others only stopped because of it
             return 2

@@ -204,7 +204,7 @@ class MqttChannel(FrameChannel):
     def close(self) -> None:
         """Deliver what is queued, clear this rank's ready flag and disconnect (no will)."""
         try:
-            self.flush(timeout=self.timeout)
+            self.flush(timeout=self.timeout, skip_lost=True)
         finally:
             self.client.publish(f"ap/{self.login.run}/ready/{user(self.rank)}", b"", qos=1, retain=True).wait_for_publish(2.0)
             self.client.disconnect()

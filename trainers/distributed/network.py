@@ -9,14 +9,19 @@ the simulator, :mod:`trainers.hosts`). Besides delivering them this network
   group's activations to its first reply), the edge server's model download;
 * at the round's end collects every rank's report (its NaN/inf check and measured seconds) and
   returns the longest participant's seconds per stage;
-* with ``--emulate-links`` sends every rank the round's link rates (:class:`LinkRates`).
+* with ``--emulate-links`` sends every rank the round's link rates (:class:`LinkRates`);
+* where the algorithm allows partial participation (``Strategy.allows_absence``: SCALA, CycleSL,
+  GAS) takes a device rank that died or stayed silent past ``--rank-timeout`` out of the run: its
+  devices become absent (:meth:`RankNetwork.absent_devices`), nothing more is sent to it or awaited
+  from it, and one line says so (docs/mqtt.md "Churn"). Any other lost rank stops the run.
 """
 
 from __future__ import annotations
 
 import copy
+import sys
 import time
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, cast
 
 import numpy as np
 import torch
@@ -25,7 +30,7 @@ from torch import nn
 from trainers.distributed.control import DeviceSpec, LinkRates, Report, Setup
 from trainers.distributed.layout import FED_RANK, SETUP_TIMEOUT_FACTOR, RankLayout
 from trainers.distributed.timing import StageLedger, book_transfer, link_rate
-from trainers.distributed.transport import FrameChannel
+from trainers.distributed.transport import FrameChannel, PeerError
 from trainers.messages import Activation, CutGradient
 from trainers.optim import OptimizerSpec
 from trainers.protocol import EDGE, FED, Address, Blocks, GetBlocks, RoundEnd
@@ -49,6 +54,9 @@ class RankNetwork:
         self.ledger = StageLedger()
         self.served_from: float | None = None
         self._blocks: dict[int, nn.ModuleList] = {}
+        self.tolerant = False                 # the algorithm allows absence (set up from the strategy)
+        self.algorithm = ""
+        self.lost: dict[int, str] = {}        # device rank → why it was taken out of the run
 
     # ---- setting the device ranks up -------------------------------------------------------------------
     def setup(self, engine: "SplitEngine", optimizer: OptimizerSpec, seed: int) -> "RankNetwork":
@@ -57,6 +65,7 @@ class RankNetwork:
         per device it hosts, the positions of that device's samples in the data set, its cut,
         sampler seed and optimizer. Returns this network once every device rank is ready."""
         self.template = engine.template
+        self.tolerant, self.algorithm = bool(engine.strategy.allows_absence), str(engine.strategy.name)
         data = engine.data
         source = dict(self.source, num_train=int(data.x_train.shape[0]), num_classes=int(engine.num_classes))
         initial = [{k: v.detach().cpu().clone() for k, v in block.state_dict().items()} for block in engine.template]
@@ -79,28 +88,76 @@ class RankNetwork:
             by_rank.setdefault(self.layout.rank_of(d), []).append(d)
         return list(by_rank.values())
 
+    # ---- lost device ranks (partial participation) ----------------------------------------------------
+    def absent_devices(self) -> set[int]:
+        return {d for rank in self.lost for d in self.layout.devices_of(rank)}
+
+    def _may_lose(self, exc: PeerError) -> bool:
+        """Take the device rank ``exc`` names out of the run if the algorithm allows absence; False
+        (the caller raises) for the fed server's rank or any other algorithm."""
+        if not self.tolerant or exc.rank not in self.layout.device_ranks:
+            return False
+        if exc.rank not in self.lost:
+            self.lost[exc.rank] = str(exc)
+            self.channel.forget(exc.rank, "taken out of the run")
+            devices = ", ".join(map(str, self.layout.devices_of(exc.rank)))
+            print(f"adaptplan train: {exc}; {self.algorithm} goes on without devices {devices} "
+                  "(partial participation: they are absent from now on)", file=sys.stderr, flush=True)
+        return True
+
+    def _live(self, ranks: Sequence[int]) -> list[int]:
+        return [r for r in ranks if r not in self.lost]
+
+    def _send(self, msg: Any, rank: int, **kwargs: Any) -> None:
+        """Send to ``rank`` unless it was taken out of the run (a send that fails may take it out)."""
+        if rank in self.lost:
+            return
+        try:
+            self.channel.send(msg, rank, **kwargs)
+        except PeerError as exc:
+            if not self._may_lose(exc):
+                raise
+
     def send(self, to: Address, msg: Any) -> None:
         if to != FED:
             self._blocks.pop(int(to), None)         # the device may change: its blocks are read anew
         if isinstance(msg, CutGradient) and self.served_from is not None:
             self.ledger.add("edge", "server", time.time() - self.served_from)   # since the group's activations came
             self.served_from = None
-        self.channel.send(msg, self._rank(to), rate=link_rate(self.rates, msg, EDGE, to))
+        self._send(msg, self._rank(to), rate=link_rate(self.rates, msg, EDGE, to))
 
-    def receive(self, sources: Sequence[Address]) -> list[Any]:
+    def receive(self, sources: Sequence[Address], allow_absent: bool = False) -> list[Any]:
+        """Every message from ``sources`` (all awaited together, one deadline); with ``allow_absent``
+        a device rank that is lost is passed over (:meth:`_may_lose`)."""
+        deadline = time.monotonic() + self.channel.timeout
         out = []
-        for _, envelope in self.channel.recv_many([self._rank(s) for s in sources]):
+        for rank in [self._rank(s) for s in sources]:
+            if allow_absent and rank in self.lost:
+                continue
+            try:
+                envelope = self.channel.recv(rank, deadline=deadline)
+            except PeerError as exc:
+                if allow_absent and exc.rank == rank and self._may_lose(exc):
+                    continue
+                raise
             msg = book_transfer(self.ledger, envelope, EDGE)
             if isinstance(msg, Activation):
                 self.served_from = time.time()
             out.append(msg)
         return out
 
-    def device_blocks(self, device: int) -> nn.ModuleList:
+    def device_blocks(self, device: int) -> nn.ModuleList | None:
         if device not in self._blocks:
-            self.channel.send(GetBlocks(device), self._rank(device))
-            (_, envelope), = self.channel.recv_many([self._rank(device)])
-            reply: Blocks = envelope.msg
+            rank = self._rank(device)
+            self._send(GetBlocks(device), rank)
+            if rank in self.lost:
+                return None
+            try:
+                reply: Blocks = self.channel.recv(rank).msg
+            except PeerError as exc:
+                if exc.rank == rank and self._may_lose(exc):
+                    return None
+                raise
             assert self.template is not None, "set up before the first round"
             modules = []
             for j, state in enumerate(reply.states):
@@ -117,18 +174,26 @@ class RankNetwork:
         names = ("up_bps", "down_bps", "fed_up_bps", "fed_down_bps")
         self.rates = LinkRates({i: {n: float(getattr(d, n)) for n in names} for i, d in enumerate(system.devices)},
                                float(system.edge_to_fed_bps), float(system.fed_to_edge_bps))
-        for rank in [FED_RANK, *self.layout.device_ranks]:
-            self.channel.send(self.rates, rank)
+        for rank in [FED_RANK, *self._live(self.layout.device_ranks)]:
+            self._send(self.rates, rank)
 
     def end_round(self, round_index: int) -> dict[str, float]:
         """Every rank checks its models and reports its measured seconds (rank 0 raises the first
-        divergence a rank reports); the longest participant's seconds per stage of the round."""
-        ranks = [FED_RANK, *self.layout.device_ranks]
-        for rank in ranks:
-            self.channel.send(RoundEnd(round_index), rank)
-        for _, envelope in sorted(self.channel.recv_many(ranks), key=lambda r: r[0]):
-            report: Report = envelope.msg
-            self.ledger.merge(report.seconds)
+        divergence a rank reports); the longest participant's seconds per stage of the round. A
+        device rank lost here is taken out where the algorithm allows absence."""
+        for rank in [FED_RANK, *self._live(self.layout.device_ranks)]:
+            self._send(RoundEnd(round_index), rank)
+        (fed,) = self.channel.recv_many([FED_RANK])
+        reports = [fed[1].msg]
+        deadline = time.monotonic() + self.channel.timeout
+        for rank in self._live(self.layout.device_ranks):
+            try:
+                reports.append(self.channel.recv(rank, deadline=deadline).msg)
+            except PeerError as exc:
+                if exc.rank != rank or not self._may_lose(exc):
+                    raise
+        for report in reports:
+            self.ledger.merge(cast(Report, report).seconds)
         summary = self.ledger.summary()
         self.ledger.take()
         return summary

@@ -32,7 +32,7 @@ from adaptplan.errors import InputError
 from trainers.distributed.control import LinkRates, Ready, Report, Setup, Stop
 from trainers.distributed.layout import EDGE_RANK, FED_RANK, RankLayout
 from trainers.distributed.timing import StageLedger, book_transfer, link_rate
-from trainers.distributed.transport import FrameChannel, role_error
+from trainers.distributed.transport import FrameChannel, PeerError, role_error
 from trainers.hosts import DeviceHost, FedHost, take
 from trainers.messages import CutGradient, MessageMismatchError, ModelDownload, ModelUpload, NonFiniteError
 from trainers.protocol import EDGE, FED, Forward, RoundEnd, Send, Take
@@ -74,9 +74,16 @@ class RankLoop:
         return EDGE_RANK if address == EDGE else FED_RANK if address == FED else self.layout.rank_of(int(address))
 
     def emit(self, to: Any, msg: Any, charged_bytes: int | None = None) -> None:
-        """Send a host's answer to its receiver's rank, with its link's rate (emulated links)."""
+        """Send a host's answer to its receiver's rank, with its link's rate (emulated links). A
+        device rank that stopped receiving is passed over: rank 0 waits on every device rank
+        itself and decides (it goes on without it where the algorithm allows absence, else stops)."""
         sender = self.me if self.me is not None else getattr(msg, "device", None)
-        self.channel.send(msg, self._rank(to), rate=link_rate(self.rates, msg, sender, to), charged_bytes=charged_bytes)
+        rank = self._rank(to)
+        try:
+            self.channel.send(msg, rank, rate=link_rate(self.rates, msg, sender, to), charged_bytes=charged_bytes)
+        except PeerError:
+            if rank not in self.layout.device_ranks:
+                raise
 
     def serve(self) -> None:
         """Until :class:`Stop`: the first message may take ``first_timeout`` s (rank 0 loads data,
@@ -89,6 +96,8 @@ class RankLoop:
             timeout = IDLE_FACTOR * self.channel.timeout
             msg = envelope.msg
             if isinstance(msg, Stop):
+                for rank in msg.lost:               # frames still queued for them are nobody's to wait for
+                    self.channel.forget(rank, "taken out of the run")
                 return
             try:
                 self.dispatch(envelope)

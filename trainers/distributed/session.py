@@ -30,6 +30,7 @@ from trainers.distributed.network import RankNetwork
 from trainers.distributed.serve import RankLoop, WorkerOptions
 from trainers.distributed.transport import AbortRun, Channel, FrameChannel, PeerError
 from trainers.engine import SplitEngine
+from trainers.messages import DevicesLost
 
 EXIT_RANK_FAILED = 3
 
@@ -84,11 +85,12 @@ def open_channel(timeout: float, describe: Callable[[int], str], group: Any, key
 
 
 def leave(channel: FrameChannel) -> None:
-    """Deliver what is queued. The process group is not destroyed: its receiving threads are
+    """Deliver what is queued (a peer that stopped receiving is passed over: a device rank taken out
+    of the run, or one that already ended). The process group is not destroyed: its receiving threads are
     blocked in gloo until the process ends (:func:`adaptplan.distributed.main` ends it with
     ``os._exit`` after flushing its output)."""
     channel.close()
-    channel.flush(timeout=channel.timeout)
+    channel.flush(timeout=channel.timeout, skip_lost=True)
 
 
 class EdgeSession:
@@ -106,22 +108,26 @@ class EdgeSession:
         self.layout = RankLayout(world, num_devices)
         self.channel = open_channel(timeout, self.layout.describe, group, key)
         self.emulate_links = emulate_links
+        self.network: RankNetwork | None = None
         for r in self.others:
             self.channel.send(Layout(num_devices), r)
 
     @property
     def others(self) -> list[int]:
-        return [FED_RANK] + self.layout.device_ranks
+        """The ranks still in the run (a device rank lost under partial participation is not)."""
+        lost = self.network.lost if self.network is not None else {}
+        return [FED_RANK] + [r for r in self.layout.device_ranks if r not in lost]
 
     def engine_factory(self, chain: Any, *args: Any, **kwargs: Any) -> SplitEngine:
         """The simulator's engine, its devices and fed server on the other ranks."""
-        network = RankNetwork(self.channel, self.layout, self.emulate_links, self.source)
+        network = self.network = RankNetwork(self.channel, self.layout, self.emulate_links, self.source)
         kwargs["network"] = network.setup
         return SplitEngine(chain, *args, **kwargs)
 
     def finish(self) -> None:
+        lost = sorted(self.network.lost) if self.network is not None else []
         for r in self.others:
-            self.channel.send(Stop(), r)
+            self.channel.send(Stop(lost), r)
         leave(self.channel)
 
     def abort(self, reason: str) -> None:
@@ -145,7 +151,7 @@ def run_edge(num_devices: int, timeout: float, emulate_links: bool, threads: int
     session = EdgeSession(num_devices, timeout, emulate_links, threads, source)
     try:
         code = body(session.engine_factory)
-    except PeerError as exc:
+    except (PeerError, DevicesLost) as exc:
         session.abort(f"rank 0 (edge server) stopped: {exc}")
         raise DistributedRunError(str(exc)) from None
     except BaseException as exc:

@@ -157,6 +157,11 @@ class FrameChannel:
     def close(self) -> None:
         self.closing = True
 
+    def forget(self, rank: int, why: str) -> None:
+        """Count ``rank`` as no longer receiving (it was taken out of the run): nothing more is
+        sent to it, and a flush with ``skip_lost`` does not wait for it."""
+        self._send_error.setdefault(rank, why)
+
     # ---- receiving ------------------------------------------------------------------------------------
     def recv(self, src: int, timeout: float | None = None, deadline: float | None = None) -> Envelope:
         """The next envelope from ``src`` within ``timeout`` s (default: the channel's; or until the

@@ -46,6 +46,7 @@ from trainers.api import (
 class CycleSL(Strategy):
     name = "cyclesl"
     min_participants = 2    # spec A.4.4: with one client the pool is its own batch and CycleSL degenerates
+    allows_absence = True            # partial participation by design: a lost device leaves, the others go on
 
     def __init__(self, participation: float = 0.05, cycle_base: str = "psl", server_epochs: int = 1,
                  server_phase: str = "epochs", sample_weight: str = "data_size") -> None:
@@ -122,5 +123,5 @@ class CycleSL(Strategy):
     def eval_models(self, view: ModelViews) -> list[nn.Module]:
         if self.base == "sfl":
             return [view.averaged_model()]
-        return [view.device_model(d) for d in range(view.num_devices)]     # CyclePSL, CycleSGLR
+        return [view.device_model(d) for d in view.present()]     # CyclePSL, CycleSGLR (absent devices left out)
 

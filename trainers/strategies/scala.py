@@ -48,6 +48,7 @@ class SCALA(Strategy):
     name = "scala"
     min_participants = 2             # concatenating one device's activations is SplitFed (docs/algorithms.md)
     reset_client_optimizer = True    # a global iteration's participants start from the global model, fresh state
+    allows_absence = True            # partial participation by design: a lost device leaves, the others go on
 
     def __init__(self, participation: float = 0.1, la_tau: float = 1.0, server_prior: str = "batch") -> None:
         super().__init__(participation)

@@ -1,0 +1,199 @@
+"""Partial participation under churn (docs/mqtt.md "Churn"): where the algorithm allows absence
+(SCALA, CycleSL, GAS) a device lost in a real runtime leaves the run and the others go on; it is never
+chosen again, its model is left out of every average and evaluation, and a checkpoint keeps it absent.
+
+The loss is played in one process by :class:`LosingNetwork`: the simulator's network in which the
+host of some devices dies at the start of a round (nothing more reaches them, nothing comes back),
+which is what the ranks' network reports after a device rank died or stayed silent past the time-out
+(tests/test_mqtt.py kills a real device process)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+import pytest
+import torch
+
+from tests.test_engine import flat, make_data, small_model
+from trainers.api import AsyncStrategy, RoundContext, sample_devices
+from trainers.engine import SplitEngine, local_network
+from trainers.messages import DevicesLost
+from trainers.network import LocalNetwork
+from trainers.protocol import Forward, Send
+from trainers.strategies import make_strategy
+
+torch.set_num_threads(1)
+
+
+class LosingNetwork(LocalNetwork):
+    """The simulator's network in which devices ``victims`` are lost from round ``at`` on."""
+
+    def __init__(self, local: LocalNetwork, victims: set[int], at: int) -> None:
+        super().__init__(local.device_host, local.fed_host)
+        self.victims, self.at, self.round = set(victims), at, 0
+
+    @property
+    def dead(self) -> set[int]:
+        return self.victims if self.round >= self.at else set()
+
+    def begin_round(self, round_index: int, clock: Any) -> None:
+        self.round = round_index
+
+    def send(self, to: Any, msg: Any) -> None:
+        if isinstance(msg, Forward):
+            items = [item for item in msg.items if item[0] not in self.dead]
+            if items:
+                super().send(items[0][0], Forward(msg.round, items, msg.recompute))
+            return
+        if to in self.dead or (isinstance(msg, Send) and msg.device in self.dead):
+            return
+        super().send(to, msg)
+
+    def receive(self, sources: Sequence[Any], allow_absent: bool = False) -> list[Any]:
+        lost = [s for s in sources if s in self.dead]
+        if lost and not allow_absent:
+            raise AssertionError(f"the engine waited on lost devices {lost} without allowing absence")
+        return super().receive([s for s in sources if s not in self.dead])
+
+    def absent_devices(self) -> set[int]:
+        return set(self.dead)
+
+    def device_blocks(self, device: int) -> Any:
+        return None if device in self.dead else super().device_blocks(device)
+
+
+def engine(algorithm: str, devices: int, options: dict[str, Any], victims: set[int] = frozenset(), at: int = 10 ** 9,
+           interval: int = 2, cut: int = 3) -> SplitEngine:
+    def network(eng: SplitEngine, optimizer: Any, seed: int) -> LocalNetwork:
+        return LosingNetwork(local_network(eng, optimizer, seed), set(victims), at)
+
+    return SplitEngine(small_model(), [cut] * devices, make_strategy(algorithm, options), make_data(devices),
+                       {"lr": 0.05}, batch_size=8, seed=3, interval=interval, network=network)
+
+
+def client(eng: SplitEngine, device: int) -> torch.Tensor:
+    return flat(*[eng.devices[device].blocks[j] for j in range(eng.cuts[device])])
+
+
+def ctx_with(num_devices: int, absent: set[int], seed: int = 7) -> RoundContext:
+    return RoundContext(1, num_devices, 3, [1] * num_devices, [10] * num_devices, 4, 1, 1, None,
+                        np.random.default_rng(seed), 2, [np.ones(2)] * num_devices, absent=frozenset(absent))
+
+
+# ---- the strategies' draws ----------------------------------------------------------------------------
+def test_sampling_draws_only_present_devices_and_is_unchanged_while_none_is_absent() -> None:
+    reference = sorted(int(d) for d in np.random.default_rng(7).choice(10, size=3, replace=False))
+    assert sample_devices(ctx_with(10, set()), 0.3) == reference
+    for seed in range(20):
+        drawn = sample_devices(ctx_with(10, {1, 4, 6}, seed), 0.3)
+        assert len(drawn) == 3 and not {1, 4, 6} & set(drawn) and drawn == sorted(set(drawn))
+    assert sample_devices(ctx_with(5, {0, 2}), 1.0) == [1, 3, 4]
+    assert sample_devices(ctx_with(4, {0, 1, 2}), 0.5, minimum=2) == [3]    # at most the devices present
+    assert ctx_with(4, {1}).present() == [0, 2, 3]
+
+
+def test_an_asynchronous_slot_goes_to_a_present_idle_device_or_stays_empty() -> None:
+    s = AsyncStrategy()
+    for seed in range(20):
+        new = s.replace(ctx_with(6, {2, 3}, seed), finished=0, active=[0, 1])
+        assert new in (4, 5)
+    assert s.replace(ctx_with(4, {2, 3}), finished=0, active=[0, 1]) == 0     # nobody to take it
+    s.active = 3
+    assert s.first_devices(ctx_with(6, {0, 1, 2, 3})) == [4, 5]           # C capped at the devices present
+    assert s.first_devices(ctx_with(6, set())) == sorted(np.random.default_rng(7).choice(6, size=3, replace=False).tolist())
+
+
+# ---- synchronous rounds (SCALA, CycleSL) ------------------------------------------------------------
+@pytest.mark.parametrize("algorithm,options", [("scala", {"participation": 0.5}),
+                                               ("cyclesl", {"participation": 0.5, "cycle_base": "sfl"}),
+                                               ("cyclesl", {"participation": 0.5})])
+def test_a_lost_device_leaves_and_the_others_go_on(algorithm: str, options: dict[str, Any]) -> None:
+    eng = engine(algorithm, 6, options, victims={1, 4}, at=3)
+    for t in (1, 2):
+        eng.run_round(t)
+    frozen = {d: client(eng, d) for d in (1, 4)}
+    records = [eng.run_round(t) for t in range(3, 9)]
+    assert eng.absent == {1, 4}
+    for r in records:
+        assert not {1, 4} & set(r.participants) and r.participants and math.isfinite(r.loss)
+        assert r.metrics["absent_devices"] == 2.0
+    for d, before in frozen.items():                       # nothing reached it: its model is as it was
+        assert torch.equal(client(eng, d), before)
+    if algorithm == "scala" or options.get("cycle_base") == "sfl":   # every present device got the average
+        present = [client(eng, d) for d in (0, 2, 3, 5)]
+        assert all(torch.equal(present[0], p) for p in present[1:])
+        assert not torch.equal(present[0], frozen[1])
+    assert len(eng.eval_models()) == (1 if algorithm == "scala" or options.get("cycle_base") == "sfl" else 4)
+
+
+def test_a_run_that_loses_no_device_is_the_plain_run() -> None:
+    plain = engine("scala", 4, {"participation": 0.5})
+    watched = engine("scala", 4, {"participation": 0.5}, victims={2}, at=99)
+    for t in range(1, 5):
+        assert plain.run_round(t).participants == watched.run_round(t).participants
+    assert all(torch.equal(client(plain, d), client(watched, d)) for d in range(4))
+    assert plain.state_dict()["absent"] == [] and "absent_devices" not in plain.run_round(5).metrics
+
+
+def test_a_checkpoint_keeps_the_absent_devices_absent_and_continues_exactly() -> None:
+    lossy = engine("scala", 5, {"participation": 0.6}, victims={3}, at=2)
+    for t in range(1, 5):
+        lossy.run_round(t)
+    state = lossy.state_dict()
+    assert state["absent"] == [3] and state["devices"][3] is None and all(
+        s is not None for d, s in enumerate(state["devices"]) if d != 3)
+    restored = engine("scala", 5, {"participation": 0.6})
+    restored.load_state_dict(state)
+    assert restored.absent == {3}
+    for t in range(5, 9):
+        a, b = lossy.run_round(t), restored.run_round(t)
+        assert a.participants == b.participants and 3 not in b.participants and a.loss == b.loss
+    for d in (0, 1, 2, 4):
+        assert torch.equal(client(lossy, d), client(restored, d))
+
+
+def test_an_absent_list_that_does_not_fit_is_refused() -> None:
+    state = engine("scala", 4, {"participation": 0.5}, victims={1}, at=1)
+    state.run_round(1)
+    saved = state.state_dict()
+    with pytest.raises(ValueError, match="algorithm that allows absence"):
+        engine("sfl-v1", 4, {}).load_state_dict(dict(saved, strategy={}))
+    for absent in ([9], [1, 1], "1"):
+        with pytest.raises(ValueError, match="engine absent must list distinct devices of 0..3"):
+            engine("scala", 4, {"participation": 0.5}).load_state_dict(dict(saved, absent=absent))
+    with pytest.raises(ValueError, match="None for exactly the absent ones"):
+        engine("scala", 4, {"participation": 0.5}).load_state_dict(dict(saved, absent=[]))
+    old = {k: v for k, v in engine("scala", 4, {"participation": 0.5}).state_dict().items() if k != "absent"}
+    engine("scala", 4, {"participation": 0.5}).load_state_dict(old)        # a checkpoint from before: none absent
+
+
+def test_when_every_device_is_lost_the_run_stops_saying_so() -> None:
+    eng = engine("scala", 3, {"participation": 0.5}, victims={0, 1, 2}, at=2)
+    eng.run_round(1)
+    with pytest.raises(DevicesLost, match=r"every device of the run is absent \(lost: \[0, 1, 2\]\)"):
+        eng.run_round(2)
+
+
+# ---- the asynchronous loop (GAS) --------------------------------------------------------------------
+def test_gas_gives_a_lost_devices_slot_to_a_present_one() -> None:
+    eng = engine("gas", 6, {"active": 3, "local_steps": 2}, victims={0, 1, 2}, at=2, cut=3)
+    eng.run_round(1)
+    records = [eng.run_round(t) for t in range(2, 8)]
+    assert all(not {0, 1, 2} & set(r.participants) and math.isfinite(r.loss) for r in records)
+    assert set(eng.async_state["active"]) <= {3, 4, 5} and len(eng.async_state["active"]) == 3
+    assert len(eng.eval_models()) == 1
+
+
+def test_gas_frees_a_slot_no_present_device_can_take_and_stops_when_none_is_left() -> None:
+    eng = engine("gas", 3, {"active": 3, "local_steps": 1}, victims={0}, at=2, cut=3)
+    eng.run_round(1)
+    assert sorted(eng.async_state["active"]) == [0, 1, 2]
+    records = [eng.run_round(t) for t in range(2, 5)]
+    assert sorted(eng.async_state["active"]) == [1, 2]          # no idle device present: the slot is freed
+    assert all(0 not in r.participants for r in records)
+    gone = engine("gas", 2, {"active": 2, "local_steps": 1}, victims={0, 1}, at=2, cut=3)
+    gone.run_round(1)
+    with pytest.raises(DevicesLost):
+        gone.run_round(2)
