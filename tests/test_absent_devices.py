@@ -10,7 +10,7 @@ which is what the ranks' network reports after a device rank died or stayed sile
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pytest
@@ -22,21 +22,32 @@ from trainers.engine import SplitEngine, local_network
 from trainers.messages import DevicesLost
 from trainers.network import LocalNetwork
 from trainers.protocol import Forward, Send
+from trainers.roles import Device
 from trainers.strategies import make_strategy
 
 torch.set_num_threads(1)
 
 
 class LosingNetwork(LocalNetwork):
-    """The simulator's network in which devices ``victims`` are lost from round ``at`` on."""
+    """The simulator's network in which devices ``victims`` are lost from round ``at`` on; from
+    round ``back`` their host is a new process (``fresh(d)``: device d as set up at the start)."""
 
-    def __init__(self, local: LocalNetwork, victims: set[int], at: int) -> None:
+    def __init__(self, local: LocalNetwork, victims: set[int], at: int, back: int = 10 ** 9,
+                 fresh: Callable[[int], Device] | None = None) -> None:
         super().__init__(local.device_host, local.fed_host)
-        self.victims, self.at, self.round = set(victims), at, 0
+        self.victims, self.at, self.back, self.fresh, self.round = set(victims), at, back, fresh, 0
 
     @property
     def dead(self) -> set[int]:
-        return self.victims if self.round >= self.at else set()
+        return self.victims if self.at <= self.round < self.back else set()
+
+    def readmit(self) -> list[int]:
+        self.round += 1                             # the engine takes devices back before the round begins
+        if self.round != self.back or self.fresh is None:
+            return []
+        for d in self.victims:
+            self.device_host.devices[d] = self.fresh(d)
+        return sorted(self.victims)
 
     def begin_round(self, round_index: int, clock: Any) -> None:
         self.round = round_index
@@ -65,9 +76,12 @@ class LosingNetwork(LocalNetwork):
 
 
 def engine(algorithm: str, devices: int, options: dict[str, Any], victims: set[int] = frozenset(), at: int = 10 ** 9,
-           interval: int = 2, cut: int = 3) -> SplitEngine:
+           interval: int = 2, cut: int = 3, back: int = 10 ** 9) -> SplitEngine:
     def network(eng: SplitEngine, optimizer: Any, seed: int) -> LocalNetwork:
-        return LosingNetwork(local_network(eng, optimizer, seed), set(victims), at)
+        def fresh(d: int) -> Device:
+            return local_network(eng, optimizer, seed).device_host.devices[d]
+
+        return LosingNetwork(local_network(eng, optimizer, seed), set(victims), at, back, fresh)
 
     return SplitEngine(small_model(), [cut] * devices, make_strategy(algorithm, options), make_data(devices),
                        {"lr": 0.05}, batch_size=8, seed=3, interval=interval, network=network)
@@ -137,7 +151,13 @@ def test_a_run_that_loses_no_device_is_the_plain_run() -> None:
     assert plain.state_dict()["absent"] == [] and "absent_devices" not in plain.run_round(5).metrics
 
 
-def test_a_checkpoint_keeps_the_absent_devices_absent_and_continues_exactly() -> None:
+def global_client(eng: SplitEngine, device: int) -> torch.Tensor:
+    """The fed server's global client blocks of ``device``'s cut, as one vector."""
+    return torch.cat([t.detach().reshape(-1) for j in range(eng.cuts[device])
+                      for t in eng.fed.global_blocks[j].values() if t.is_floating_point()])
+
+
+def test_a_checkpoint_lists_the_absent_devices_and_a_resumed_run_takes_them_back() -> None:
     lossy = engine("scala", 5, {"participation": 0.6}, victims={3}, at=2)
     for t in range(1, 5):
         lossy.run_round(t)
@@ -146,12 +166,25 @@ def test_a_checkpoint_keeps_the_absent_devices_absent_and_continues_exactly() ->
         s is not None for d, s in enumerate(state["devices"]) if d != 3)
     restored = engine("scala", 5, {"participation": 0.6})
     restored.load_state_dict(state)
-    assert restored.absent == {3}
-    for t in range(5, 9):
-        a, b = lossy.run_round(t), restored.run_round(t)
-        assert a.participants == b.participants and 3 not in b.participants and a.loss == b.loss
+    assert restored.absent == set()                                  # every device is back on resume,
+    assert torch.equal(client(restored, 3), global_client(restored, 3))   # the absent one from the global model
+    assert not torch.equal(client(lossy, 3), client(restored, 3))
     for d in (0, 1, 2, 4):
         assert torch.equal(client(lossy, d), client(restored, d))
+    taken = {d for t in range(5, 13) for d in restored.run_round(t).participants}
+    assert 3 in taken
+
+
+def test_a_host_that_comes_back_brings_its_devices_back_from_the_global_model() -> None:
+    eng = engine("scala", 5, {"participation": 0.6}, victims={1, 3}, at=2, back=6)
+    records = [eng.run_round(t) for t in range(1, 6)]
+    assert eng.absent == {1, 3} and all(not {1, 3} & set(r.participants) for r in records[1:])
+    eng._take_back(6)                                                 # what run_round(6) does first
+    assert eng.absent == set()
+    for d in (1, 3):
+        assert torch.equal(client(eng, d), global_client(eng, d))
+    later = [eng.run_round(t) for t in range(6, 16)]
+    assert "absent_devices" not in later[-1].metrics and {1, 3} & {d for r in later for d in r.participants}
 
 
 def test_an_absent_list_that_does_not_fit_is_refused() -> None:

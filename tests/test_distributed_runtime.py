@@ -55,6 +55,8 @@ class ScriptedChannel:
         self.closed = False
         self.flushed: list[Any] = []
         self.forgotten: list[int] = []
+        self.restarted_ranks: set[int] = set()
+        self.admitted: list[int] = []
 
     def send(self, obj: Any, dst: int, rate: float | None = None, charged_bytes: int | None = None) -> None:
         self.sent.append((dst, obj, rate, charged_bytes))
@@ -76,6 +78,23 @@ class ScriptedChannel:
 
     def forget(self, rank: int, why: str) -> None:
         self.forgotten.append(rank)
+
+    rejoining = False                        # (a new process of its rank: MQTT only)
+
+    def take_waiting(self, src: int, kind: type) -> Envelope | None:
+        waiting = self.replies.get(src, [])
+        while waiting:
+            item = waiting.pop(0)
+            if isinstance(item, kind):
+                return Envelope(item, 0.0)
+        return None
+
+    def restarted(self, rank: int) -> bool:
+        return rank in self.restarted_ranks
+
+    def admit(self, rank: int) -> None:
+        self.restarted_ranks.discard(rank)
+        self.admitted.append(rank)
 
     def flush(self, timeout: float | None = None, skip_lost: bool = False) -> None:
         self.flushed.append(timeout if not skip_lost else (timeout, "skip lost"))
@@ -959,3 +978,123 @@ def test_the_store_file_and_the_wire_trace_come_from_the_environment(tmp_path) -
     lines = (tmp_path / "rank2.jsonl").read_text().splitlines()
     assert [json.loads(line) for line in lines] == [{"src": 0, "dst": 2, "seq": 5,
                                                      "tensors": [["float32", [4, 3]], ["int64", [4]]]}] * 2
+
+
+# ---- churn: ranks taken out of the run and taken back (docs/mqtt.md "Churn") ---------------------------------
+class RecordingChannel(transport.FrameChannel):
+    """The channel's own logic (numbering, checking, inboxes) with frames handed in by the test and
+    sent frames recorded."""
+
+    def __init__(self, rank: int = 0, peers=(1, 2, 3)) -> None:
+        super().__init__(rank, list(peers), 0.2, lambda r: f"role {r}", KEY)
+        self.out: list[tuple[int, bytes]] = []
+
+    def _transmit(self, dst: int, frame: bytes) -> None:
+        self.out.append((dst, frame))
+
+    def _pending(self, dst: int) -> bool:
+        return False
+
+    def deliver(self, src: int, msg: Any, seq: int) -> bool:
+        return self._accept(src, wire_format.encode(Envelope(msg, 0.0), src, self.rank, seq, KEY), 1.0, duplicates=True)
+
+
+KEY = b"k" * 32
+
+
+def test_a_new_process_of_a_peer_restarts_the_numbering_and_is_sent_nothing_until_taken_back() -> None:
+    from trainers.distributed.control import Rejoin
+
+    c = RecordingChannel()
+    for seq in range(3):
+        assert c.deliver(3, Ready([1]), seq)
+    c.send(Stop(), 3)
+    assert c.deliver(3, Rejoin(), 0)                    # numbered 0 again: a new process, authenticated
+    assert isinstance(c.recv(3, timeout=0.1).msg, Rejoin)  # what its earlier process sent is gone
+    assert c.restarted(3)
+    with pytest.raises(PeerError, match=r"rank 3 \(role 3\) stopped receiving \(it was started again as a new "
+                                        r"process: its models are gone\)"):
+        c.send(Stop(), 3)
+    c.admit(3)
+    assert not c.restarted(3)
+    c.send(Layout(3), 3)
+    assert wire_format.decode(c.out[-1][1], KEY).seq == 0   # frames to it numbered from 0 too
+    assert c.deliver(3, Ready([1]), 1) and c.recv(3, timeout=0.1).msg == Ready([1])
+    assert not c.deliver(2, Rejoin(), 5)                 # a Rejoin not numbered 0 is out of sequence: refused
+
+
+def test_a_process_that_replaces_its_rank_drops_frames_numbered_for_the_earlier_one() -> None:
+    c = RecordingChannel(rank=3, peers=(0, 1))
+    c._restarting = {0, 1}
+    assert c.deliver(0, Layout(3), 57)                  # numbered for the dead process: dropped, not refused
+    assert c.take_waiting(0, Layout) is None
+    assert c.deliver(0, Layout(3), 0) and c.recv(0, timeout=0.1).msg == Layout(3)
+    assert c.deliver(0, Stop(), 1)
+    assert not c.deliver(0, Stop(), 57)                 # once it heard from rank 0 anew, a gap is refused again
+
+
+def test_waiting_messages_are_taken_without_waiting_and_a_forgotten_peer_is_not_waited_for() -> None:
+    c = RecordingChannel()
+    assert c.take_waiting(2, Ready) is None
+    c.deliver(2, Report({}), 0)
+    c.deliver(2, Ready([0]), 1)
+    assert c.take_waiting(2, Ready).msg == Ready([0]) and c.take_waiting(2, Ready) is None
+    c._lost(1, "closed its connection")
+    assert c.take_waiting(1, Ready) is None and pytest.raises(PeerError, c.recv, 1, 0.1)   # the loss stays
+    c.forget(2, "taken out of the run")
+    c.flush(timeout=0.1, skip_lost=True)
+    with pytest.raises(PeerError, match="stopped receiving \\(taken out of the run\\)"):
+        c.send(Stop(), 2)
+
+
+def test_rank_0_takes_a_returning_rank_back_with_its_first_setup() -> None:
+    from trainers.distributed.control import Readmit, Rejoin
+
+    net = _network({2: [_envelope(Ready([0, 2]))], 3: [_envelope(Ready([1]))]}, world=4, devices=3)
+    net.setup(_engine_view([1, 2, 1]), OptimizerSpec("sgd", 0.1), 7)
+    first = {dst: obj for dst, obj, *_ in net.channel.sent}
+    net.channel.sent.clear()
+    net.channel.replies[3] = [Rejoin()]
+    assert net.receive([1], allow_absent=True) == []                # its new process answered: taken out
+    assert net.lost == {3: "rank 3 (device 1) was started again as a new process (its models are gone)"}
+    assert net.returning == {3} and net.absent_devices() == {1}
+    net.channel.replies[3] = [_envelope(Ready([1]))]
+    assert net.readmit() == [1] and net.lost == {} and net.absent_devices() == set()
+    assert [(dst, type(obj).__name__) for dst, obj, *_ in net.channel.sent] == [(1, "Readmit"), (3, "Layout"), (3, "Setup")]
+    assert net.channel.sent[0][1] == Readmit(3) and net.channel.sent[2][1] is first[3] and 3 in net.channel.admitted
+    assert net.readmit() == []                                       # nobody else asked
+    net.channel.replies[2] = [_envelope(Report({}))]
+    net._may_lose(PeerError(2, "devices 0, 2", "sent nothing"))
+    assert net.readmit() == [] and 2 in net.lost                    # lost, and no Rejoin from it
+    net.channel.replies[2] = [_envelope(Report({})), Rejoin(), _envelope(Ready([0, 2]))]
+    assert net.readmit() == [0, 2]                                   # its Rejoin came while it was out
+
+
+def test_a_serving_rank_forgets_the_ranks_taken_out_and_numbers_a_returning_one_anew(monkeypatch) -> None:
+    from trainers.distributed.control import Readmit
+
+    c = RecordingChannel(rank=1, peers=(0, 2, 3))
+    loop = RankLoop(c, RankLayout(4, 3), 1.0)
+    for seq in range(2):
+        c.deliver(3, Ready([1]), seq)
+    c.send(Stop(), 3)
+    loop.dispatch(Envelope(Readmit(3), 0.0))
+    c.send(Stop(), 3)
+    assert wire_format.decode(c.out[-1][1], KEY).seq == 0 and c.deliver(3, Ready([1]), 0)
+    c.send(Stop(), 2)
+    monkeypatch.setattr(c, "_transmit", lambda dst, frame: (_ for _ in ()).throw(PeerError(dst, "x", "gone")))
+    loop.emit(2, Ready([0]))                             # a device rank that stopped receiving: passed over
+    with pytest.raises(PeerError):
+        loop.emit(EDGE, Ready([0]))                      # rank 0 never is
+
+
+def test_under_partial_participation_the_launcher_ends_the_run_with_rank_0_and_the_fed_server(ranks, tmp_path,
+                                                                                          capsys) -> None:
+    ranks.plan = {0: (0, ""), 1: (0, ""), 2: (-signal.SIGKILL, ""), 3: (None, "")}
+    assert launch.launch_local([], 4, 3, str(tmp_path), partial=True) == 0
+    assert ranks.started[-1].terminated and capsys.readouterr().err == ""     # the hung one, left behind, ended
+    ranks.plan = {0: (0, ""), 1: (0, ""), 2: (-signal.SIGKILL, ""), 3: (0, "")}
+    assert launch.launch_local([], 4, 3, str(tmp_path), partial=False) == 3   # elsewhere a device rank's end fails it
+    assert "rank 2 (devices 0, 2) was killed by SIGKILL" in capsys.readouterr().err
+    ranks.plan = {0: (3, ""), 1: (0, ""), 2: (0, ""), 3: (0, "")}
+    assert launch.launch_local([], 4, 3, None, partial=True) == 3             # rank 0's failure still is one

@@ -25,6 +25,7 @@ from trainers.distributed.broker import acl_text, start_local_broker
 from trainers.distributed.launch import free_port
 from trainers.distributed.mqtt import BrokerLogin, MqttChannel, frame_topic
 from trainers.distributed.transport import PeerError
+from trainers.history import History
 
 MOSQUITTO = shutil.which("mosquitto") or shutil.which("mosquitto", path="/usr/sbin:/usr/local/sbin")
 pytestmark = [pytest.mark.skipif(MOSQUITTO is None, reason="the mosquitto broker is not installed (apt-get install "
@@ -193,8 +194,6 @@ ALGORITHM_ARGS = {"adaptsfl": ["--cuts", "1,2,2", "--interval", "2"], "gas": ["-
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_every_algorithm_over_mqtt_has_the_simulations_losses(tmp_path: Path, algorithm: str) -> None:
-    from trainers.history import History
-
     argv = ["--algorithm", algorithm, "--devices", "3", "--rounds", "3", *SMALL, *ALGORITHM_ARGS.get(algorithm, ["--cuts", "2"])]
     assert main(["train", "--runtime", "mqtt", "--ranks", "3", *argv, "--out", str(tmp_path / "mqtt")]) == 0
     assert main(["train", *argv, "--out", str(tmp_path / "sim")]) == 0
@@ -246,7 +245,7 @@ def test_a_killed_device_rank_is_named_after_the_time_out_and_the_run_resumes(tm
 
 def test_under_partial_participation_a_killed_device_rank_leaves_and_the_run_goes_on(tmp_path: Path) -> None:
     """SCALA allows absence: the killed rank's devices are left out from then on, the run ends
-    normally with every round, and a resumed run keeps them absent (docs/mqtt.md "Churn")."""
+    normally with every round, and a resumed run takes them back (docs/mqtt.md "Churn")."""
     import os
     import signal
     import subprocess
@@ -271,10 +270,53 @@ def test_under_partial_participation_a_killed_device_rank_leaves_and_the_run_goe
     assert ("rank 3 (devices 1, 3, 5) lost its connection to the broker and did not come back within 3 s "
             "(--rank-timeout): it died or was killed; scala goes on without devices 1, 3, 5") in err, err
     assert after_loss(out, {1, 3, 5}, 40) >= 2
+    assert load_checkpoint(out)["engine"]["absent"] == [1, 3, 5]
     resumed = adaptplan("train", "--out", str(out), "--resume", "--rounds", "43", "--runtime", "mqtt")
     assert resumed.returncode == 0, resumed.stderr
-    after_loss(out, {1, 3, 5}, 43)
-    assert load_checkpoint(out)["engine"]["absent"] == [1, 3, 5]
+    records = History.load(out).records
+    assert len(records) == 43 and all("absent_devices" not in r.metrics for r in records[40:])
+    assert load_checkpoint(out)["engine"]["absent"] == []
+
+
+def test_a_killed_device_rank_started_again_is_taken_back(tmp_path: Path) -> None:
+    """Under partial participation a device process killed and started again (same command, same
+    credentials) asks to come back: rank 0 sets it up again at the next round and its devices take
+    part again; the run and the new process end normally."""
+    import os
+    import signal
+    import subprocess
+
+    from tests.test_distributed import _rank_pids, _wait_for
+    from trainers.checkpoint import load_checkpoint
+
+    out = tmp_path / "run"
+    argv = ["--algorithm", "gas", "--active", "2", "--local-steps", "2", "--devices", "6", "--rounds", "120",
+            "--checkpoint-every", "2", "--rank-timeout", "3", "--ranks", "4", *SMALL, "--cuts", "2"]
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen([sys.executable, "-m", "adaptplan.cli", "train", "--runtime", "mqtt", *argv, "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root)
+    try:
+        _wait_for(out / "checkpoint.pt", proc)
+        pid = _rank_pids(proc.pid)[3]
+        env = dict(item.split("=", 1) for item in Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
+                   if "=" in item)
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+        os.kill(pid, signal.SIGKILL)
+        again = subprocess.run(command, env=env, capture_output=True, text=True, cwd=root, timeout=180)
+        _, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert again.returncode == 0 and again.stderr == "", again.stderr
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    assert ("rank 3 (devices 1, 3, 5) came back as a new process; gas takes devices 1, 3, 5 back (from the global "
+            "client model where there is one, else the initial weights)") in err, err
+    records = History.load(out).records
+    assert len(records) == 120 and "absent_devices" not in records[-1].metrics
+    back = next(i for i in range(len(records) - 1, -1, -1) if "absent_devices" in records[i].metrics) + 1 \
+        if any("absent_devices" in r.metrics for r in records) else 0
+    assert {1, 3, 5} & {d for r in records[back:] for d in r.participants}
+    assert load_checkpoint(out)["engine"]["absent"] == []
 
 
 def test_a_rank_reads_its_login_from_the_environment_and_names_what_is_missing(tmp_path) -> None:

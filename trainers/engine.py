@@ -299,6 +299,7 @@ class SplitEngine:
         (``defer_checks``) the round's NaN/inf checks are read once, at its end. Where the network
         measures (other processes), the record carries the measured seconds per stage and the
         round's wall seconds next to the simulated ones."""
+        self._take_back(round_index)
         self.net.begin_round(round_index, self.clock)
         started = time.time()
         with deferred_finite_checks(self.defer_checks):
@@ -640,14 +641,28 @@ class SplitEngine:
             return
         st["active"][slot] = new
         st["steps"][new] = 0
-        if self._global_sizes:
-            mine = [j for j in range(self.cuts[new]) if j in self._global_sizes]
-            self.net.send(FED, Send(new, new, round_index, "device", {j: ("global", j) for j in mine},
-                                    fresh_optimizer=s.reset_client_optimizer))
-            self.net.send(new, Take(FED))
-            self.bytes_down += sum(self._global_sizes[j] for j in mine)
+        self.bytes_down += self._load_global(new, round_index, s.reset_client_optimizer)
         st["clock"][new] = join + float(times.model_down[new])
         ledger.add(new, "model download", float(times.model_down[new]))
+
+    def _load_global(self, device: int, round_index: int, fresh_optimizer: bool) -> int:
+        """Device ``device`` loads the fed server's global client blocks (those averaged so far; with
+        ``fresh_optimizer`` its optimizer state restarts); the bytes downloaded."""
+        mine = [j for j in range(self.cuts[device]) if j in self._global_sizes]
+        if not mine:
+            return 0
+        self.net.send(FED, Send(device, device, round_index, "device", {j: ("global", j) for j in mine},
+                                fresh_optimizer=fresh_optimizer))
+        self.net.send(device, Take(FED))
+        return sum(self._global_sizes[j] for j in mine)
+
+    def _take_back(self, round_index: int) -> None:
+        """Devices whose host came back as a new process (a real runtime, partial participation)
+        are present again from this round, starting from the global client model where there is
+        one, with fresh optimizer state (their host was set up as at the start)."""
+        for d in self.net.readmit():
+            self.absent.discard(d)
+            self._load_global(d, round_index, fresh_optimizer=True)
 
     # ---- re-partition (Algorithm 1) ---------------------------------------------------------------------
     def set_cuts(self, new_cuts: Sequence[int], round_index: int = 0) -> None:
@@ -808,7 +823,8 @@ class SplitEngine:
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue bit-identically: every role's state, cuts, I, the
         aggregation phase, the strategy's generator and state, the asynchronous loop's state, and
-        the absent devices (their state is None: they stay absent)."""
+        the absent devices (their state is None; a run resumed from it takes them back as returning
+        devices: the initial weights, then the global client model where there is one)."""
         states = self._states(self.present())
         return {"cuts": list(self.cuts), "interval": self.interval, "rounds_since_aggregation": self.rounds_since_aggregation,
                 "devices": [states.get(d) for d in range(self.num_devices)], "edge": self.edge.state_dict(),
@@ -852,13 +868,15 @@ class SplitEngine:
         self.cuts = self._check_cuts(state["cuts"])
         self.interval = int(state["interval"])
         self.rounds_since_aggregation = int(state["rounds_since_aggregation"])
-        self.absent = set(absent)
+        self.absent = set()
         for d, s in enumerate(state["devices"]):
             if s is not None:
                 self.net.send(d, SetState(d, s))
         self.edge.load_state_dict(state["edge"])
         self.net.send(FED, SetState(None, state["fed"]))
         self._global_sizes = {int(j): self.block_bytes[int(j)] for j in state["fed"].get("global_blocks", {})}
+        for d in absent:        # every device is back: the absent ones as returning devices (_take_back)
+            self._load_global(d, 0, fresh_optimizer=True)
         self.rng.bit_generator.state = state["rng"]
         self.strategy.load_state_dict(_tensors_to(state["strategy"], self.device))
         self.strategy.check_state(self.context(0))

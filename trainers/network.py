@@ -40,6 +40,10 @@ class Network(Protocol):
     def absent_devices(self) -> set[int]:
         """The devices lost so far (their host died or stayed silent): none in one process."""
 
+    def readmit(self) -> list[int]:
+        """Devices whose lost host came back as a new process, set up again (as at the start); their
+        devices are present again. None in one process."""
+
     def hosts(self, devices: Sequence[int]) -> list[list[int]]:
         """``devices`` grouped by the host that holds them, each group in ``devices``' order."""
 
@@ -117,6 +121,9 @@ class LocalNetwork:
 
     def absent_devices(self) -> set[int]:
         return set()
+
+    def readmit(self) -> list[int]:
+        return []
 
     def hosts(self, devices: Sequence[int]) -> list[list[int]]:
         return [list(devices)] if devices else []

@@ -92,6 +92,21 @@ class Abort:
 
 
 @dataclass
+class Rejoin:
+    """A device rank started again (its earlier process died) → rank 0: its first frame, numbered
+    0. Rank 0 sets its devices up again at the next round's start where the algorithm allows
+    absence (docs/mqtt.md "Churn"); elsewhere the run stops, to be resumed."""
+
+
+@dataclass
+class Readmit:
+    """Rank 0 → the fed server: device rank ``rank`` came back as a new process: number the frames
+    to and from it anew."""
+
+    rank: int
+
+
+@dataclass
 class RoleError:
     """A role's own error on a rank (``nonfinite``, ``mismatch``, ``input``): rank 0 raises it as its own."""
 
@@ -99,4 +114,4 @@ class RoleError:
     message: str
 
 
-RANK_MESSAGES = (Envelope, Layout, DeviceSpec, Setup, Ready, LinkRates, Report, Stop, Abort, RoleError)
+RANK_MESSAGES = (Envelope, Layout, DeviceSpec, Setup, Ready, LinkRates, Report, Stop, Abort, RoleError, Rejoin, Readmit)

@@ -100,10 +100,9 @@ class MqttChannel(FrameChannel):
         self._inflight: dict[int, list[int]] = {}     # per receiver: message ids the broker has not acknowledged
         self._acked: set[int] = set()
         self._untracked: set[int] = set()            # our own ready flags' message ids: no frame waits on them
-        self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"{login.run}-{user(rank)}",
-                                  clean_session=False, protocol=mqtt.MQTTv311)
-        self.client.username_pw_set(user(rank), login.password)
-        self.client.tls_set(ca_certs=login.ca_file)
+        self._echo = threading.Event()               # our own ready flag came back: what was retained came before
+        self._drop_earlier_session(mqtt, wait_seconds)
+        self.client = self._new_client(mqtt, clean=False)
         self.client.will_set(f"ap/{login.run}/gone/{user(rank)}", b"", qos=1)
         self.client.max_inflight_messages_set(1000)
         self.client.on_connect = self._on_connect
@@ -130,6 +129,33 @@ class MqttChannel(FrameChannel):
         if absent:
             raise InputError(f"rank {rank} waited {2 * wait_seconds:g} s for rank{'s' if len(absent) > 1 else ''} "
                              f"{', '.join(map(str, absent))} at the broker", field=BROKER_ENV)
+        self._echo.wait(max(0.0, deadline + wait_seconds - time.monotonic()))
+        if self.rejoining:                           # frames still numbered for the earlier process are dropped
+            self._restarting = set(peers)
+
+    def _new_client(self, mqtt: Any, clean: bool) -> Any:
+        """A paho client of this rank's identity and login (TLS to the broker's CA)."""
+        client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"{self.login.run}-{user(self.rank)}",
+                             clean_session=clean, protocol=mqtt.MQTTv311)
+        client.username_pw_set(user(self.rank), self.login.password)
+        client.tls_set(ca_certs=self.login.ca_file)
+        return client
+
+    def _drop_earlier_session(self, mqtt: Any, wait_seconds: float) -> None:
+        """Connect once with a clean session and leave, so that the broker forgets what it held for
+        an earlier process of this rank (frames numbered for that process). A failure here is left
+        to the real connection, which names it."""
+        done = threading.Event()
+        client = self._new_client(mqtt, clean=True)
+        client.on_connect = lambda *args: done.set()
+        try:
+            client.connect(self.login.host, self.login.port)
+        except (OSError, ValueError):
+            return
+        client.loop_start()
+        done.wait(wait_seconds)
+        client.disconnect()
+        client.loop_stop()
 
     # ---- paho's callbacks (its network thread) --------------------------------------------------------
     def _on_connect(self, client: Any, userdata: Any, flags: Any, reason: Any, properties: Any = None) -> None:
@@ -159,7 +185,14 @@ class MqttChannel(FrameChannel):
             src = int(parts[-1].removeprefix("rank"))
         except ValueError:
             return
-        if src == self.rank or src not in self._inbox:
+        if src == self.rank:
+            if parts[2] == "ready" and message.payload:
+                if not message.retain:
+                    self._echo.set()
+                elif not self._echo.is_set():      # kept from an earlier process of this rank that never said goodbye
+                    self.rejoining = True
+            return
+        if src not in self._inbox:
             return
         if parts[2] == "ready" and message.payload:
             self._ready.add(src)

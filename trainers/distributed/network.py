@@ -13,7 +13,9 @@ the simulator, :mod:`trainers.hosts`). Besides delivering them this network
 * where the algorithm allows partial participation (``Strategy.allows_absence``: SCALA, CycleSL,
   GAS) takes a device rank that died or stayed silent past ``--rank-timeout`` out of the run: its
   devices become absent (:meth:`RankNetwork.absent_devices`), nothing more is sent to it or awaited
-  from it, and one line says so (docs/mqtt.md "Churn"). Any other lost rank stops the run.
+  from it, and one line says so (docs/mqtt.md "Churn"). Any other lost rank stops the run;
+* takes such a rank back when its new process asks (:class:`Rejoin`, over MQTT): at the next
+  round's start it is set up as at the start and its devices are present again (:meth:`readmit`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from trainers.distributed.control import DeviceSpec, LinkRates, Report, Setup
+from trainers.distributed.control import DeviceSpec, Envelope, Layout, LinkRates, Readmit, Rejoin, Report, Setup
 from trainers.distributed.layout import FED_RANK, SETUP_TIMEOUT_FACTOR, RankLayout
 from trainers.distributed.timing import StageLedger, book_transfer, link_rate
 from trainers.distributed.transport import FrameChannel, PeerError
@@ -57,6 +59,8 @@ class RankNetwork:
         self.tolerant = False                 # the algorithm allows absence (set up from the strategy)
         self.algorithm = ""
         self.lost: dict[int, str] = {}        # device rank → why it was taken out of the run
+        self.returning: set[int] = set()      # lost device ranks whose new process asked to come back
+        self._setups: dict[int, Setup] = {}
 
     # ---- setting the device ranks up -------------------------------------------------------------------
     def setup(self, engine: "SplitEngine", optimizer: OptimizerSpec, seed: int) -> "RankNetwork":
@@ -74,7 +78,8 @@ class RankNetwork:
             by_rank.setdefault(self.layout.rank_of(i), {})[i] = DeviceSpec(
                 engine.cuts[i], torch.as_tensor(np.asarray(part), dtype=torch.long), engine.batch_size, [seed, i], optimizer)
         for rank, devices in by_rank.items():
-            self.channel.send(Setup(source, initial, devices), rank)
+            self._setups[rank] = Setup(source, initial, devices)
+            self.channel.send(self._setups[rank], rank)
         self.channel.recv_many(list(by_rank), timeout=SETUP_TIMEOUT_FACTOR * self.channel.timeout)
         return self
 
@@ -99,11 +104,47 @@ class RankNetwork:
             return False
         if exc.rank not in self.lost:
             self.lost[exc.rank] = str(exc)
-            self.channel.forget(exc.rank, "taken out of the run")
+            self.channel.forget(exc.rank, "taken out of the run")   # (a new process of it is already kept apart)
             devices = ", ".join(map(str, self.layout.devices_of(exc.rank)))
             print(f"adaptplan train: {exc}; {self.algorithm} goes on without devices {devices} "
                   "(partial participation: they are absent from now on)", file=sys.stderr, flush=True)
         return True
+
+    def _recv(self, rank: int, deadline: float | None = None) -> Envelope:
+        """The next envelope from device rank ``rank``; a :class:`Rejoin` there means its earlier
+        process died: :class:`PeerError` (the rank is noted as returning)."""
+        envelope = self.channel.recv(rank, deadline=deadline)
+        if isinstance(envelope.msg, Rejoin):
+            self.returning.add(rank)
+            raise PeerError(rank, self.layout.describe(rank), "was started again as a new process (its models are gone)")
+        return envelope
+
+    def readmit(self) -> list[int]:
+        """Take back the device ranks out of the run whose new process asked to (:class:`Rejoin`):
+        the fed server numbers their frames anew, they are set up as at the start (sample positions,
+        the initial weights, their seeds) and report ready; their devices, present again."""
+        back: list[int] = []
+        for rank in sorted(self.lost):
+            if rank not in self.returning and self.channel.take_waiting(rank, Rejoin) is None:
+                continue
+            self.returning.discard(rank)
+            del self.lost[rank]
+            self.channel.admit(rank)
+            self._send(Readmit(rank), FED_RANK)
+            self.channel.send(Layout(self.layout.num_devices), rank)
+            self.channel.send(self._setups[rank], rank)
+            try:
+                self._recv(rank, deadline=time.monotonic() + SETUP_TIMEOUT_FACTOR * self.channel.timeout)
+            except PeerError as exc:
+                if exc.rank == rank and self._may_lose(exc):
+                    continue
+                raise
+            devices = self.layout.devices_of(rank)
+            print(f"adaptplan train: rank {rank} ({self.layout.describe(rank)}) came back as a new process; "
+                  f"{self.algorithm} takes devices {', '.join(map(str, devices))} back (from the global client model "
+                  "where there is one, else the initial weights)", file=sys.stderr, flush=True)
+            back += devices
+        return back
 
     def _live(self, ranks: Sequence[int]) -> list[int]:
         return [r for r in ranks if r not in self.lost]
@@ -135,7 +176,7 @@ class RankNetwork:
             if allow_absent and rank in self.lost:
                 continue
             try:
-                envelope = self.channel.recv(rank, deadline=deadline)
+                envelope = self._recv(rank, deadline) if rank != FED_RANK else self.channel.recv(rank, deadline=deadline)
             except PeerError as exc:
                 if allow_absent and exc.rank == rank and self._may_lose(exc):
                     continue
@@ -153,7 +194,7 @@ class RankNetwork:
             if rank in self.lost:
                 return None
             try:
-                reply: Blocks = self.channel.recv(rank).msg
+                reply: Blocks = self._recv(rank).msg
             except PeerError as exc:
                 if exc.rank == rank and self._may_lose(exc):
                     return None
@@ -188,7 +229,7 @@ class RankNetwork:
         deadline = time.monotonic() + self.channel.timeout
         for rank in self._live(self.layout.device_ranks):
             try:
-                reports.append(self.channel.recv(rank, deadline=deadline).msg)
+                reports.append(self._recv(rank, deadline).msg)
             except PeerError as exc:
                 if exc.rank != rank or not self._may_lose(exc):
                     raise

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from adaptplan.errors import InputError
-from trainers.distributed.control import LinkRates, Ready, Report, Setup, Stop
+from trainers.distributed.control import LinkRates, Readmit, Ready, Report, Setup, Stop
 from trainers.distributed.layout import EDGE_RANK, FED_RANK, RankLayout
 from trainers.distributed.timing import StageLedger, book_transfer, link_rate
 from trainers.distributed.transport import FrameChannel, PeerError, role_error
@@ -110,6 +110,9 @@ class RankLoop:
             self.setup(msg)
         elif isinstance(msg, LinkRates):
             self.rates = msg
+        elif isinstance(msg, Readmit):              # a device rank came back as a new process
+            self.channel.restart_numbering(msg.rank)
+            self.channel.admit(msg.rank)
         elif isinstance(msg, Take):
             taken = self.channel.recv(self._rank(msg.source))
             take(self.host, msg, book_transfer(self.ledger, taken, self.me), self.emit)

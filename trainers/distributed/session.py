@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 
 from adaptplan.errors import InputError
-from trainers.distributed.control import Abort, Layout, Stop
+from trainers.distributed.control import Abort, Layout, Rejoin, Stop
 from trainers.distributed.environment import RUNTIME_ENV, run_key, store_file, wire_trace
 from trainers.distributed.layout import EDGE_RANK, FED_RANK, SETUP_TIMEOUT_FACTOR, RankLayout
 from trainers.distributed.network import RankNetwork
@@ -131,8 +131,10 @@ class EdgeSession:
         leave(self.channel)
 
     def abort(self, reason: str) -> None:
-        """Best effort: tell every rank why the run stops; never raises."""
+        """Best effort: tell every rank why the run stops (a device rank's new process too); never raises."""
         for r in self.others:
+            if self.channel.restarted(r):
+                self.channel.admit(r)
             try:
                 self.channel.send(Abort(reason), r)
             except Exception:   # noqa: BLE001 - a dead peer cannot be told; the others still are
@@ -175,6 +177,8 @@ def serve_rank(options: WorkerOptions) -> int:
     describe = {EDGE_RANK: "edge server"}.get
     channel = open_channel(timeout, lambda r: describe(r) or f"rank {r}", group, key)
     who = f"rank {rank}"
+    if channel.rejoining:              # an earlier process of this rank died: ask rank 0 to take it back
+        channel.send(Rejoin(), EDGE_RANK)
     try:
         first = channel.recv(EDGE_RANK, timeout=timeout * SETUP_TIMEOUT_FACTOR).msg
         if not isinstance(first, Layout):

@@ -25,7 +25,7 @@ import torch.distributed as dist
 
 from adaptplan.errors import InputError
 from trainers.distributed import wire
-from trainers.distributed.control import Abort, Envelope, RoleError
+from trainers.distributed.control import Abort, Envelope, Rejoin, RoleError
 from trainers.messages import MessageMismatchError, NonFiniteError
 
 POLL_SECONDS = 0.002
@@ -64,6 +64,7 @@ class FrameRefused(PeerError):
 
 
 _CLOSED = object()
+RESTARTED = "it was started again as a new process: its models are gone"
 
 
 class FrameChannel:
@@ -85,6 +86,8 @@ class FrameChannel:
         self.closing = False
         self._inbox: dict[int, queue.Queue] = {r: queue.Queue() for r in peers}
         self._send_error: dict[int, str] = {}
+        self.rejoining = False                 # this process replaces an earlier one of its rank (MQTT)
+        self._restarting: set[int] = set()     # peers whose frames are an earlier process's until one numbered 0
 
     def _accept(self, src: int, payload: Any, arrived: float, duplicates: bool = False) -> bool:
         """Decode a frame from ``src`` into its inbox; False when it was refused (the peer is then
@@ -92,6 +95,13 @@ class FrameChannel:
         carrier) a frame numbered below the next expected one is a re-delivery and dropped."""
         try:
             frame = wire.decode(payload, self.key)
+            if (frame.seq == 0 and (frame.src, frame.dst) == (src, self.rank) and isinstance(frame.value, Envelope)
+                    and isinstance(frame.value.msg, Rejoin)):
+                self.restart_numbering(src)    # the peer's new process (authenticated): numbering starts over
+            if src in self._restarting and (frame.src, frame.dst) == (src, self.rank):
+                if frame.seq != 0:
+                    return True                # numbered for this rank's earlier process: not ours
+                self._restarting.discard(src)
             expected = self._expected[src]
             if duplicates and (frame.src, frame.dst) == (src, self.rank) and frame.seq < expected:
                 return True
@@ -161,6 +171,40 @@ class FrameChannel:
         """Count ``rank`` as no longer receiving (it was taken out of the run): nothing more is
         sent to it, and a flush with ``skip_lost`` does not wait for it."""
         self._send_error.setdefault(rank, why)
+
+    def restart_numbering(self, rank: int) -> None:
+        """``rank`` is a new process (it sent :class:`Rejoin`, or rank 0 said :class:`Readmit`):
+        frames both ways are numbered from 0 again and nothing of its earlier process is kept;
+        nothing is sent to it until :meth:`admit` (rank 0 decides whether it takes it back)."""
+        self._expected[rank] = 0
+        self._sent_seq[rank] = 0
+        self._send_error[rank] = RESTARTED
+        box = self._inbox[rank]
+        while not box.empty():                  # the same queue: a wait on it sees what comes next
+            box.get_nowait()
+
+    def admit(self, rank: int) -> None:
+        """Send to ``rank`` again (it was taken back into the run)."""
+        self._send_error.pop(rank, None)
+
+    def restarted(self, rank: int) -> bool:
+        """Whether ``rank`` is a new process not taken back (yet)."""
+        return self._send_error.get(rank) == RESTARTED
+
+    def take_waiting(self, src: int, kind: type) -> Envelope | None:
+        """Without waiting: the first message of type ``kind`` already in from ``src`` (anything
+        before it is dropped), or None."""
+        box = self._inbox[src]
+        while True:
+            try:
+                obj = box.get_nowait()
+            except queue.Empty:
+                return None
+            if isinstance(obj, PeerError):
+                box.put(obj)
+                return None
+            if isinstance(obj.msg, kind):
+                return obj
 
     # ---- receiving ------------------------------------------------------------------------------------
     def recv(self, src: int, timeout: float | None = None, deadline: float | None = None) -> Envelope:
