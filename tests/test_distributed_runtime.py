@@ -830,6 +830,10 @@ def test_an_abort_reaches_every_rank_but_the_dead_one() -> None:
     assert [(dst, msg.reason) for dst, msg, *_ in edge.channel.sent] == \
         [(r, "rank 0 (edge server) stopped: rank 2 (device 0) closed its connection") for r in (1, 3, 4)]
     assert edge.channel.flushed == [(5.0, "skip lost")] and edge.channel.closing
+    edge.channel = ScriptedChannel()
+    edge.channel.restarted_ranks = {3}                   # a new process of rank 3 asked to come back: told too
+    edge.abort("rank 0 (edge server) stopped: rank 3 (device 1) was started again as a new process")
+    assert edge.channel.admitted == [3] and [dst for dst, *_ in edge.channel.sent] == [1, 2, 3, 4]
 
 
 # ---- from test_distributed_units.py (merged by subject) ----------------------------------------

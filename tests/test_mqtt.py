@@ -9,6 +9,7 @@ paho-mqtt (the ``test`` extra); without the binary these tests are skipped, sayi
 from __future__ import annotations
 
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -278,20 +279,17 @@ def test_under_partial_participation_a_killed_device_rank_leaves_and_the_run_goe
     assert load_checkpoint(out)["engine"]["absent"] == []
 
 
-def test_a_killed_device_rank_started_again_is_taken_back(tmp_path: Path) -> None:
-    """Under partial participation a device process killed and started again (same command, same
-    credentials) asks to come back: rank 0 sets it up again at the next round and its devices take
-    part again; the run and the new process end normally."""
+def kill_and_start_again(tmp_path: Path, argv: list[str]) -> tuple[subprocess.CompletedProcess, int, str, Path]:
+    """Run ``argv`` over MQTT on 4 ranks, kill device rank 3 after the first checkpoint and start it
+    again at once with its own command and environment (as a supervisor would): (the new process's
+    result, the run's exit code, the run's stderr, the run folder)."""
     import os
     import signal
-    import subprocess
 
     from tests.test_distributed import _rank_pids, _wait_for
-    from trainers.checkpoint import load_checkpoint
 
     out = tmp_path / "run"
-    argv = ["--algorithm", "gas", "--active", "2", "--local-steps", "2", "--devices", "6", "--rounds", "120",
-            "--checkpoint-every", "2", "--rank-timeout", "3", "--ranks", "4", *SMALL, "--cuts", "2"]
+    argv = [*argv, "--devices", "6", "--checkpoint-every", "2", "--rank-timeout", "3", "--ranks", "4", *SMALL, "--cuts", "2"]
     root = Path(__file__).resolve().parents[1]
     proc = subprocess.Popen([sys.executable, "-m", "adaptplan.cli", "train", "--runtime", "mqtt", *argv, "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root)
@@ -307,14 +305,24 @@ def test_a_killed_device_rank_started_again_is_taken_back(tmp_path: Path) -> Non
     finally:
         if proc.poll() is None:
             proc.kill()
+    return again, proc.returncode, err, out
+
+
+def test_a_killed_device_rank_started_again_is_taken_back(tmp_path: Path) -> None:
+    """Under partial participation a device process killed and started again (same command, same
+    credentials) asks to come back: rank 0 sets it up again at the next round and its devices take
+    part again; the run and the new process end normally."""
+    from trainers.checkpoint import load_checkpoint
+
+    again, code, err, out = kill_and_start_again(tmp_path, ["--algorithm", "gas", "--active", "2", "--local-steps", "2",
+                                                            "--rounds", "120"])
     assert again.returncode == 0 and again.stderr == "", again.stderr
-    assert proc.returncode == 0 and "Traceback" not in err, err
+    assert code == 0 and "Traceback" not in err, err
     assert ("rank 3 (devices 1, 3, 5) came back as a new process; gas takes devices 1, 3, 5 back (from the global "
             "client model where there is one, else the initial weights)") in err, err
     records = History.load(out).records
     assert len(records) == 120 and "absent_devices" not in records[-1].metrics
-    back = next(i for i in range(len(records) - 1, -1, -1) if "absent_devices" in records[i].metrics) + 1 \
-        if any("absent_devices" in r.metrics for r in records) else 0
+    back = max((r.round for r in records if "absent_devices" in r.metrics), default=0)
     assert {1, 3, 5} & {d for r in records[back:] for d in r.participants}
     assert load_checkpoint(out)["engine"]["absent"] == []
 
