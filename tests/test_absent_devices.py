@@ -21,7 +21,7 @@ from trainers.api import AsyncStrategy, RoundContext, sample_devices
 from trainers.engine import SplitEngine, local_network
 from trainers.messages import DevicesLost
 from trainers.network import LocalNetwork
-from trainers.protocol import Forward, Send
+from trainers.protocol import Forward, Send, Upload
 from trainers.roles import Device
 from trainers.strategies import make_strategy
 
@@ -29,13 +29,17 @@ torch.set_num_threads(1)
 
 
 class LosingNetwork(LocalNetwork):
-    """The simulator's network in which devices ``victims`` are lost from round ``at`` on; from
+    """The simulator's network in which devices ``victims`` are lost from round ``at`` on (with
+    ``at_upload``, in round ``at`` only when asked for their model upload: after their forward); from
     round ``back`` their host is a new process (``fresh(d)``: device d as set up at the start)."""
 
     def __init__(self, local: LocalNetwork, victims: set[int], at: int, back: int = 10 ** 9,
-                 fresh: Callable[[int], Device] | None = None) -> None:
+                 fresh: Callable[[int], Device] | None = None, at_upload: bool = False) -> None:
         super().__init__(local.device_host, local.fed_host)
         self.victims, self.at, self.back, self.fresh, self.round = set(victims), at, back, fresh, 0
+        self.upload_round = at if at_upload else None
+        if at_upload:
+            self.at = 10 ** 9
 
     @property
     def dead(self) -> set[int]:
@@ -53,6 +57,9 @@ class LosingNetwork(LocalNetwork):
         self.round = round_index
 
     def send(self, to: Any, msg: Any) -> None:
+        if (self.upload_round is not None and isinstance(msg, Upload) and to in self.victims
+                and self.round >= self.upload_round):
+            self.at, self.upload_round = self.round, None            # dies now, before it uploads
         if isinstance(msg, Forward):
             items = [item for item in msg.items if item[0] not in self.dead]
             if items:
@@ -76,12 +83,12 @@ class LosingNetwork(LocalNetwork):
 
 
 def engine(algorithm: str, devices: int, options: dict[str, Any], victims: set[int] = frozenset(), at: int = 10 ** 9,
-           interval: int = 2, cut: int = 3, back: int = 10 ** 9) -> SplitEngine:
+           interval: int = 2, cut: int = 3, back: int = 10 ** 9, at_upload: bool = False) -> SplitEngine:
     def network(eng: SplitEngine, optimizer: Any, seed: int) -> LocalNetwork:
         def fresh(d: int) -> Device:
             return local_network(eng, optimizer, seed).device_host.devices[d]
 
-        return LosingNetwork(local_network(eng, optimizer, seed), set(victims), at, back, fresh)
+        return LosingNetwork(local_network(eng, optimizer, seed), set(victims), at, back, fresh, at_upload)
 
     return SplitEngine(small_model(), [cut] * devices, make_strategy(algorithm, options), make_data(devices),
                        {"lr": 0.05}, batch_size=8, seed=3, interval=interval, network=network)
@@ -179,11 +186,11 @@ def test_a_host_that_comes_back_brings_its_devices_back_from_the_global_model() 
     eng = engine("scala", 5, {"participation": 0.6}, victims={1, 3}, at=2, back=6)
     records = [eng.run_round(t) for t in range(1, 6)]
     assert eng.absent == {1, 3} and all(not {1, 3} & set(r.participants) for r in records[1:])
-    eng._take_back(6)                                                 # what run_round(6) does first
-    assert eng.absent == set()
-    for d in (1, 3):
+    sixth = eng.run_round(6)       # taken back first; round 5 drew the global iteration's participants without them
+    assert eng.absent == set() and not {1, 3} & set(sixth.participants) and sixth.aggregated
+    for d in (1, 3):               # so they hold what every present device got: the global client model
         assert torch.equal(client(eng, d), global_client(eng, d))
-    later = [eng.run_round(t) for t in range(6, 16)]
+    later = [eng.run_round(t) for t in range(7, 16)]
     assert "absent_devices" not in later[-1].metrics and {1, 3} & {d for r in later for d in r.participants}
 
 
@@ -230,3 +237,65 @@ def test_gas_frees_a_slot_no_present_device_can_take_and_stops_when_none_is_left
     gone.run_round(1)
     with pytest.raises(DevicesLost):
         gone.run_round(2)
+
+
+def test_a_round_whose_participants_are_all_absent_trains_nobody_and_the_run_goes_on() -> None:
+    eng = engine("scala", 6, {"participation": 0.3}, victims={0, 1, 2}, at=2, interval=4)
+    first = eng.run_round(1)                         # the global iteration's two participants, drawn at round 1
+    lost = set(first.participants)
+    eng.net.victims = set(lost)
+    before = {d: client(eng, d) for d in range(6)}
+    second = eng.run_round(2)
+    assert second.participants == [] and math.isnan(second.loss) and eng.absent == lost
+    assert all(torch.equal(client(eng, d), before[d]) for d in range(6))
+    fifth = [eng.run_round(t) for t in range(3, 6)][-1]        # the next global iteration draws from the present
+    assert fifth.participants and not lost & set(fifth.participants)
+
+
+class RecordingNetwork(LocalNetwork):
+    def __init__(self, local: LocalNetwork) -> None:
+        super().__init__(local.device_host, local.fed_host)
+        self.log: list[tuple[Any, Any]] = []
+
+    def send(self, to: Any, msg: Any) -> None:
+        self.log.append((to, msg))
+        super().send(to, msg)
+
+
+@pytest.mark.parametrize("algorithm,relayed", [("scala", True), ("gas", True), ("sfl-v1", False)])
+def test_where_absence_is_allowed_the_edge_server_waits_on_every_upload_itself(algorithm: str, relayed: bool) -> None:
+    """Who waits on a device's model upload decides who notices its loss: rank 0 (relayed through the
+    edge server), never the fed server, under the algorithms that go on without a lost device."""
+    from trainers.protocol import EDGE, FED, Take, Upload
+
+    def network(eng: SplitEngine, optimizer: Any, seed: int) -> LocalNetwork:
+        return RecordingNetwork(local_network(eng, optimizer, seed))
+
+    options = {"scala": {"participation": 0.5}, "gas": {"active": 2, "local_steps": 1}}.get(algorithm, {})
+    eng = SplitEngine(small_model(), [3] * 4, make_strategy(algorithm, options), make_data(4), {"lr": 0.05},
+                      batch_size=8, seed=3, interval=1, network=network)
+    for t in range(1, 3):
+        eng.run_round(t)
+    uploads = [msg for to, msg in eng.net.log if isinstance(msg, Upload)]
+    fed_takes = [msg for to, msg in eng.net.log if to == FED and isinstance(msg, Take) and msg.source != FED]
+    assert uploads and all((u.to == EDGE) is relayed for u in uploads)
+    assert bool(fed_takes) is not relayed
+
+
+def test_a_device_lost_before_its_model_upload_is_left_out_of_the_average() -> None:
+    eng = engine("scala", 4, {"participation": 1.0}, victims={2}, at=2, at_upload=True, interval=2)
+    eng.run_round(1)
+    second = eng.run_round(2)                 # device 2 trains in round 2, then is lost when asked for its model
+    assert eng.absent == {2} and second.metrics["absent_devices"] == 1.0
+    present = [client(eng, d) for d in (0, 1, 3)]
+    assert all(torch.equal(present[0], p) for p in present[1:])                 # the average of 0, 1, 3 only
+    assert torch.equal(present[0], global_client(eng, 0)) and not torch.equal(client(eng, 2), present[0])
+    assert all(2 not in eng.run_round(t).participants for t in range(3, 6))
+
+
+def test_gas_goes_on_when_a_device_is_lost_before_its_model_upload() -> None:
+    eng = engine("gas", 3, {"active": 1, "local_steps": 1}, victims={2}, at=1, at_upload=True)
+    records = [eng.run_round(t) for t in range(1, 13)]
+    lost_in = next(t for t, r in enumerate(records, 1) if r.metrics.get("absent_devices") == 1.0)
+    assert eng.absent == {2} and all(2 not in r.participants for r in records[lost_in:])
+    assert all(math.isfinite(r.loss) for r in records)

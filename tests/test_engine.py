@@ -970,3 +970,26 @@ def test_the_strategys_draws_are_not_any_devices_sampler_stream() -> None:
         device_draws = np.random.default_rng([3, i]).integers(0, 2**62, 4)
         assert not np.array_equal(strategy_draws, device_draws), i
     assert np.array_equal(strategy_draws, np.random.default_rng([3, STRATEGY_STREAM]).integers(0, 2**62, 4))
+
+
+@pytest.mark.parametrize("weights", ["equal", "data_size"])
+def test_an_aggregation_averages_the_client_blocks_with_the_weights_it_names(weights: str) -> None:
+    """Devices of 1, 2 and 5 hundred samples whose client block holds 0, 1 and 2 (no learning,
+    lr = 0): after the aggregation every device holds the plain mean 1 (``equal``) or the
+    |𝒟_i|-weighted one (0·1 + 1·2 + 2·5)/8 = 1.5 (``data_size``)."""
+    class Averaging(Strategy):
+        def aggregation(self, ctx):
+            return Aggregation((0,), weights)
+
+    d = load_dataset("synthetic")
+    sizes = [100, 200, 500]
+    parts = np.split(np.arange(800), np.cumsum(sizes)[:-1])
+    data = DeviceData(d.x_train, d.y_train, d.x_test, d.y_test, list(parts))
+    engine = SplitEngine(small_model(), [2, 2, 2], Averaging(), data, {"lr": 0.0}, batch_size=4)
+    for i, device in enumerate(engine.devices):
+        for p in device.blocks[0].parameters():
+            p.data.fill_(float(i))
+    engine.run_round(1)
+    expected = 1.0 if weights == "equal" else (0 * 100 + 1 * 200 + 2 * 500) / 800
+    for device in engine.devices:
+        assert all(torch.allclose(p, torch.full_like(p, expected)) for p in device.blocks[0].parameters())
