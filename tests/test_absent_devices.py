@@ -21,7 +21,7 @@ from trainers.api import AsyncStrategy, RoundContext, sample_devices
 from trainers.engine import SplitEngine, local_network
 from trainers.messages import DevicesLost
 from trainers.network import LocalNetwork
-from trainers.protocol import Forward, Send, Upload
+from trainers.protocol import Forward, GetState, Send, Upload
 from trainers.roles import Device
 from trainers.strategies import make_strategy
 
@@ -30,15 +30,16 @@ torch.set_num_threads(1)
 
 class LosingNetwork(LocalNetwork):
     """The simulator's network in which devices ``victims`` are lost from round ``at`` on (with
-    ``at_upload``, in round ``at`` only when asked for their model upload: after their forward); from
-    round ``back`` their host is a new process (``fresh(d)``: device d as set up at the start)."""
+    ``die_on`` a message type, in round ``at`` only when sent one: an Upload, after their forward; a
+    GetState, at a checkpoint); from round ``back`` their host is a new process (``fresh(d)``:
+    device d as set up at the start)."""
 
     def __init__(self, local: LocalNetwork, victims: set[int], at: int, back: int = 10 ** 9,
-                 fresh: Callable[[int], Device] | None = None, at_upload: bool = False) -> None:
+                 fresh: Callable[[int], Device] | None = None, die_on: type | None = None) -> None:
         super().__init__(local.device_host, local.fed_host)
         self.victims, self.at, self.back, self.fresh, self.round = set(victims), at, back, fresh, 0
-        self.upload_round = at if at_upload else None
-        if at_upload:
+        self.die_on, self.die_from = die_on, at
+        if die_on is not None:
             self.at = 10 ** 9
 
     @property
@@ -57,9 +58,8 @@ class LosingNetwork(LocalNetwork):
         self.round = round_index
 
     def send(self, to: Any, msg: Any) -> None:
-        if (self.upload_round is not None and isinstance(msg, Upload) and to in self.victims
-                and self.round >= self.upload_round):
-            self.at, self.upload_round = self.round, None            # dies now, before it uploads
+        if self.die_on is not None and isinstance(msg, self.die_on) and to in self.victims and self.round >= self.die_from:
+            self.at, self.die_on = self.round, None                  # dies now, before it answers
         if isinstance(msg, Forward):
             items = [item for item in msg.items if item[0] not in self.dead]
             if items:
@@ -83,12 +83,12 @@ class LosingNetwork(LocalNetwork):
 
 
 def engine(algorithm: str, devices: int, options: dict[str, Any], victims: set[int] = frozenset(), at: int = 10 ** 9,
-           interval: int = 2, cut: int = 3, back: int = 10 ** 9, at_upload: bool = False) -> SplitEngine:
+           interval: int = 2, cut: int = 3, back: int = 10 ** 9, die_on: type | None = None) -> SplitEngine:
     def network(eng: SplitEngine, optimizer: Any, seed: int) -> LocalNetwork:
         def fresh(d: int) -> Device:
             return local_network(eng, optimizer, seed).device_host.devices[d]
 
-        return LosingNetwork(local_network(eng, optimizer, seed), set(victims), at, back, fresh, at_upload)
+        return LosingNetwork(local_network(eng, optimizer, seed), set(victims), at, back, fresh, die_on)
 
     return SplitEngine(small_model(), [cut] * devices, make_strategy(algorithm, options), make_data(devices),
                        {"lr": 0.05}, batch_size=8, seed=3, interval=interval, network=network)
@@ -283,7 +283,7 @@ def test_where_absence_is_allowed_the_edge_server_waits_on_every_upload_itself(a
 
 
 def test_a_device_lost_before_its_model_upload_is_left_out_of_the_average() -> None:
-    eng = engine("scala", 4, {"participation": 1.0}, victims={2}, at=2, at_upload=True, interval=2)
+    eng = engine("scala", 4, {"participation": 1.0}, victims={2}, at=2, die_on=Upload, interval=2)
     eng.run_round(1)
     second = eng.run_round(2)                 # device 2 trains in round 2, then is lost when asked for its model
     assert eng.absent == {2} and second.metrics["absent_devices"] == 1.0
@@ -294,8 +294,17 @@ def test_a_device_lost_before_its_model_upload_is_left_out_of_the_average() -> N
 
 
 def test_gas_goes_on_when_a_device_is_lost_before_its_model_upload() -> None:
-    eng = engine("gas", 3, {"active": 1, "local_steps": 1}, victims={2}, at=1, at_upload=True)
+    eng = engine("gas", 3, {"active": 1, "local_steps": 1}, victims={2}, at=1, die_on=Upload)
     records = [eng.run_round(t) for t in range(1, 13)]
     lost_in = next(t for t, r in enumerate(records, 1) if r.metrics.get("absent_devices") == 1.0)
     assert eng.absent == {2} and all(2 not in r.participants for r in records[lost_in:])
     assert all(math.isfinite(r.loss) for r in records)
+
+
+def test_a_device_lost_while_a_checkpoint_is_taken_is_listed_absent_in_it() -> None:
+    eng = engine("scala", 4, {"participation": 1.0}, victims={1}, at=2, die_on=GetState)
+    eng.run_round(1)
+    eng.run_round(2)
+    state = eng.state_dict()                  # device 1 is lost when asked for its state
+    assert state["absent"] == [1] and state["devices"][1] is None and eng.absent == {1}
+    assert all(s is not None for d, s in enumerate(state["devices"]) if d != 1)

@@ -1102,3 +1102,92 @@ def test_under_partial_participation_the_launcher_ends_the_run_with_rank_0_and_t
     assert "rank 2 (devices 0, 2) was killed by SIGKILL" in capsys.readouterr().err
     ranks.plan = {0: (3, ""), 1: (0, ""), 2: (0, ""), 3: (0, "")}
     assert launch.launch_local([], 4, 3, None, partial=True) == 3             # rank 0's failure still is one
+
+
+def _tolerant(replies: dict, tolerant: bool = True, world: int = 4, devices: int = 3) -> RankNetwork:
+    net = _network(replies, world=world, devices=devices)
+    net.tolerant, net.algorithm = tolerant, "scala"
+    return net
+
+
+def _gone(rank: int, what: str = "sent nothing for 12 s (--rank-timeout): it hangs or is too slow"):
+    return lambda: PeerError(rank, f"role {rank}", what)
+
+
+def test_where_absence_is_allowed_a_lost_device_rank_is_passed_over_and_named_once(capsys) -> None:
+    act = Activation(0, 1, 1, torch.zeros(2, 3), torch.zeros(2, dtype=torch.long))
+    net = _tolerant({2: [_envelope(act)], 3: [_gone(3)]})
+    got = net.receive([0, 1], allow_absent=True)                   # device 0 on rank 2, device 1 on rank 3
+    assert got == [act] and net.lost == {3: f"rank 3 (role 3) sent nothing for 12 s (--rank-timeout): it hangs or is too slow"}
+    assert net.absent_devices() == {1} and net.channel.forgotten == [3]
+    assert capsys.readouterr().err == ("adaptplan train: rank 3 (role 3) sent nothing for 12 s (--rank-timeout): it hangs "
+                                       "or is too slow; scala goes on without devices 1 (partial participation: they "
+                                       "are absent from now on)\n")
+    net.channel.replies[3] = [_gone(3)]
+    calls = len(net.channel.recv_calls)
+    assert net.receive([1], allow_absent=True) == [] and len(net.channel.recv_calls) == calls   # not waited on again
+    net.send(1, CutGradient(1, 1, 1, None))
+    assert all(dst != 3 for dst, *_ in net.channel.sent) and capsys.readouterr().err == ""    # nothing sent to it
+
+
+def test_a_lost_rank_stops_the_run_without_absence_at_the_fed_server_or_where_not_allowed() -> None:
+    with pytest.raises(PeerError, match="rank 3"):                 # the algorithm needs every device
+        _tolerant({3: [_gone(3)]}, tolerant=False).receive([1], allow_absent=True)
+    with pytest.raises(PeerError, match="rank 3"):                 # a wait that does not allow absence
+        _tolerant({3: [_gone(3)]}).receive([1])
+    with pytest.raises(PeerError, match="rank 1"):                 # the fed server is never left behind
+        _tolerant({1: [_gone(1)]}).receive([FED], allow_absent=True)
+    with pytest.raises(PeerError, match="rank 2"):                 # an error naming another rank is not this one's loss
+        _tolerant({3: [_gone(2)]}).receive([1], allow_absent=True)
+    net = _tolerant({3: [_gone(3)]}, tolerant=False)
+    assert not net._may_lose(PeerError(3, "x", "y")) and net.lost == {}
+
+
+def test_a_device_rank_lost_at_the_rounds_end_or_on_a_send_is_taken_out_there() -> None:
+    class FailingSends(ScriptedChannel):
+        def send(self, obj, dst, rate=None, charged_bytes=None):
+            if dst == 3:
+                raise PeerError(3, "role 3", "stopped receiving (it died or was killed)")
+            super().send(obj, dst, rate, charged_bytes)
+
+    net = _tolerant({1: [_envelope(Report({}))], 2: [_envelope(Report({}))], 3: [_gone(3)]})
+    assert net.end_round(4) == {} and set(net.lost) == {3}
+    assert [(dst, type(msg).__name__) for dst, msg, *_ in net.channel.sent] == [(1, "RoundEnd"), (2, "RoundEnd"), (3, "RoundEnd")]
+    net.channel.sent.clear()
+    net.channel.replies = {1: [_envelope(Report({}))], 2: [_envelope(Report({}))]}
+    net.end_round(5)                                               # rank 3 is neither told nor awaited any more
+    assert [dst for dst, *_ in net.channel.sent] == [1, 2]
+    strict = _tolerant({1: [_envelope(Report({}))], 2: [_envelope(Report({}))], 3: [_gone(3)]}, tolerant=False)
+    with pytest.raises(PeerError):
+        strict.end_round(4)
+    sends = RankNetwork(FailingSends(), RankLayout(4, 3), False, {})
+    sends.tolerant = True
+    sends.send(1, CutGradient(1, 1, 1, None))
+    assert set(sends.lost) == {3}
+    sends.tolerant, sends.lost = False, {}
+    with pytest.raises(PeerError):
+        sends.send(1, CutGradient(1, 1, 1, None))
+
+
+def test_reading_a_lost_devices_blocks_gives_none_where_absence_is_allowed() -> None:
+    net = _tolerant({3: [_gone(3)]})
+    net.template = _chain()
+    assert net.device_blocks(1) is None and set(net.lost) == {3}
+    assert net.device_blocks(1) is None and len(net.channel.sent) == 1       # asked once, then known lost
+    with pytest.raises(PeerError):
+        _tolerant({3: [_gone(3)]}, tolerant=False).device_blocks(1)
+
+
+def test_a_returning_rank_that_fails_its_setup_is_out_again_and_other_errors_stop_the_run() -> None:
+    from trainers.distributed.control import Rejoin
+
+    net = _tolerant({3: [Rejoin(), _gone(3)]})
+    net._setups = {3: Setup({}, [], {})}
+    net._may_lose(PeerError(3, "role 3", "sent nothing"))
+    assert net.readmit() == [] and set(net.lost) == {3}
+    assert net.channel.recv_calls[-1] == (3, None)
+    net = _tolerant({3: [Rejoin(), _gone(1)]})
+    net._setups = {3: Setup({}, [], {})}
+    net._may_lose(PeerError(3, "role 3", "sent nothing"))
+    with pytest.raises(PeerError, match="rank 1"):
+        net.readmit()

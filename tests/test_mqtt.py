@@ -159,6 +159,36 @@ def test_a_dropped_connection_reconnects_and_loses_or_repeats_nothing(broker) ->
         c.close()
 
 
+def test_a_process_started_again_for_its_rank_knows_it_and_gets_nothing_of_the_dead_ones(broker) -> None:
+    """Rank 1's process dies without a goodbye while the fed server's first frame to it is on its way;
+    a new process for rank 1 sees its own ready flag still retained (``rejoining``), starts from a
+    clean session (the dead one's frames are gone), and after its Rejoin rank 0 numbers anew."""
+    from trainers.distributed.control import Layout, Rejoin
+
+    ch = channels(broker, [0, 1, 2], world=3)
+    assert not any(c.rejoining for c in ch.values())               # a first start is no restart
+    ch[0].send(Layout(3), 1)
+    assert ch[1].recv(0).msg == Layout(3)
+    sock = ch[1].client.socket()
+    ch[1].client.loop_stop()                                        # dies: no goodbye, its session stays
+    sock.close()
+    ch[2].send(Layout(99), 1)                                       # the fed server's first frame to it, numbered 0
+    ch[0].send(Layout(98), 1)                                       # rank 0's second, numbered 1
+    ch[0].flush(2.0)
+    ch[2].flush(2.0)
+    again = channels(broker, [1], world=3)[1]
+    assert again.rejoining
+    again.send(Rejoin(), 0)
+    assert isinstance(ch[0].recv(1, timeout=5).msg, Rejoin) and ch[0].restarted(1)
+    ch[0].admit(1)
+    ch[0].send(Layout(3), 1)                                        # numbered 0 for the new process
+    assert again.recv(0, timeout=5).msg == Layout(3)
+    time.sleep(0.3)
+    assert again.take_waiting(2, object) is None                    # the dead process's frame from rank 2 is gone
+    for c in (ch[0], ch[2], again):
+        c.close()
+
+
 def test_a_rank_that_does_not_come_back_is_named_after_the_time_out(broker) -> None:
     ch = channels(broker, [0, 1])
     sock = ch[1].client.socket()

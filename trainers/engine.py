@@ -754,8 +754,8 @@ class SplitEngine:
         while True:
             try:
                 return self.strategy.eval_models(self)
-            except DeviceAbsent:
-                self.present()
+            except DeviceAbsent:      # the network counts it lost now: present() leaves it out next time
+                continue
 
     def global_model(self) -> nn.Sequential:
         """The global model w^glob = [w_c^glob; w_s] (GAS, docs/algorithms.md GAS B.4.6): the fed server's global client
@@ -837,7 +837,7 @@ class SplitEngine:
         none and becomes absent."""
         for source in sources:
             self.net.send(source, GetState(None if source == FED else source))
-        replies = self.net.receive(sources, allow_absent=self.strategy.allows_absence and FED not in sources)
+        replies = self.net.receive(sources, allow_absent=self.strategy.allows_absence)   # (never the fed server's)
         self.absent |= self.net.absent_devices()
         return {FED if reply.device is None else reply.device: reply.state for reply in replies}
 
