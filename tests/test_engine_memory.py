@@ -169,3 +169,31 @@ def test_gas_counts_only_its_active_devices_steps() -> None:
     steps = sum(d.step for d in engine.devices)              # every forward the round's active devices ran
     assert stats.samples == steps * BATCH
     assert 0 < stats.samples < 100 * DEVICES * BATCH
+
+
+@pytest.mark.parametrize("algorithm", ["sfl-v1", "adaptsfl", "psl"])
+def test_a_chunked_barrier_lets_each_chunks_devices_go_on_before_the_next_chunk(algorithm, monkeypatch) -> None:
+    """The default serve hands each chunk's replies over as soon as the chunk is done: its devices
+    back-propagate before the next chunk is served (so one chunk's replies are held, not the round's),
+    bit for bit what holding them all gives (a serve that returns every reply at the end)."""
+    from trainers.api import parallel_step
+    from trainers.network import LocalNetwork
+    from trainers.strategies import STRATEGIES
+
+    log: list[str] = []
+    run, send = EdgeServer.run, LocalNetwork.send
+    monkeypatch.setattr(EdgeServer, "run", lambda self, arrivals, *a, **k: log.append("pass") or run(self, arrivals, *a, **k))
+    monkeypatch.setattr(LocalNetwork, "send", lambda self, to, msg: (
+        log.append("reply") if type(msg).__name__ == "CutGradient" else None) or send(self, to, msg))
+    early = trained(algorithm, rounds=3, server_pass_samples=2 * BATCH, client_recompute="on")
+    assert log[:9] == ["pass", "reply", "reply"] * 3                         # chunks of 2 devices, each answered at once
+
+    class AtTheEnd(STRATEGIES[algorithm]):                                    # the same algorithm, replies held to the end
+        def serve(self, edge, ctx, arrivals):
+            return parallel_step(edge, ctx, arrivals)
+
+    monkeypatch.setitem(STRATEGIES, algorithm, AtTheEnd)
+    log.clear()
+    held = trained(algorithm, rounds=3, server_pass_samples=2 * BATCH, client_recompute="on")
+    assert log[:DEVICES // 2 + 1] == ["pass"] * (DEVICES // 2) + ["reply"]
+    assert len(early) == len(held) and all(torch.equal(a, b) for a, b in zip(early, held))

@@ -132,6 +132,18 @@ class RoundContext:
     server_samples: dict[int, float] = field(default_factory=dict)
     server_flops: float = 0.0
     absent: frozenset[int] = frozenset()
+    on_reply: Callable[[list[CutGradient]], None] | None = field(default=None, repr=False)
+
+    def reply_now(self, replies: list[CutGradient]) -> list[CutGradient]:
+        """Hand final ``replies`` to the runtime while ``serve`` is still running; the ones it did not
+        take, to be returned from ``serve``. In a barrier round the runtime takes them: their
+        devices back-propagate at once and the replies are released, so a chunked pass holds one
+        chunk's replies rather than the round's (their simulated arrival is the barrier's all the
+        same)."""
+        if self.on_reply is None:
+            return list(replies)
+        self.on_reply(list(replies))
+        return []
 
     def present(self) -> list[int]:
         """The devices that can still take part (all but ``absent``), in index order."""
@@ -238,11 +250,15 @@ def logit_adjusted_ce(logits: torch.Tensor, labels: torch.Tensor, prior: torch.T
     return nn.functional.cross_entropy(logits + tau * torch.log(prior.to(logits.device, logits.dtype) + eps), labels)
 
 
-def parallel_step(edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Activation]) -> list[CutGradient]:
+def parallel_step(edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Activation],
+                  early: bool = False) -> list[CutGradient]:
     """All arrivals at the same server weights (eqs. 3–5): forward (devices meeting at an instance
     concatenated), back-propagate Σ_i F_i, step per-device instances with their own gradient
     g_{n,i} (eq. 5) and shared instances with the |𝒟_i|-weighted average of the g_{s,i} (eq. 4;
-    the plain 1/N average when the local datasets are equal); reply ∂F_i/∂a_i to every device."""
+    the plain 1/N average when the local datasets are equal); reply ∂F_i/∂a_i to every device.
+    With ``early`` each chunk's replies go to the runtime as soon as the chunk is done
+    (:meth:`RoundContext.reply_now`) instead of being returned (the default ``serve`` does so; a
+    strategy that post-processes the replies calls it without)."""
     if not arrivals:
         return []
     sizes = {a.device: float(ctx.data_sizes[a.device]) for a in arrivals}
@@ -250,7 +266,7 @@ def parallel_step(edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Acti
     # shared instances receive Σ_i (|D_i|/Σ|D|)·g_{s,i}; per-device instances g_{n,i}: scale each
     # device's loss by its weight on the shared part and undo it for its own instances
     weights = {d: sizes[d] / total for d in sizes}
-    grads: dict[int, torch.Tensor] = {}
+    held: list[CutGradient] = []
     for chunk in edge.chunks(arrivals):   # a bounded graph at a time; the shared gradients accumulate
         p = edge.run(chunk)
         losses = {d: mean_ce(p.logits[d], p.labels[d]) for d in p.devices}
@@ -258,13 +274,16 @@ def parallel_step(edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Acti
             ctx.record_loss(d, loss)
         # each device's ∂F_i/∂a_i (the chunk's input gradients are released with the chunk)
         total_loss = cast(torch.Tensor, sum(weights[d] * losses[d] for d in p.devices))
-        grads.update((d, g / weights[d]) for d, g in p.backward(total_loss).items())
+        grads = {d: g / weights[d] for d, g in p.backward(total_loss).items()}
         # a per-device instance's gradient is complete once its device's chunk is done: step it now (eq. 5)
         # and free the gradient, rather than holding every device's until the end
         own = [cast(int, o) for o in edge.owners(p.devices) if o is not None]   # per-device owners: device indices
         edge.step(own, {o: 1.0 / weights[o] for o in own})
+        # the chunk's replies are final (taken at the pre-update w_s): its devices may go on now
+        replies = [answer(a, grads[a.device]) for a in chunk]
+        held += ctx.reply_now(replies) if early else replies
     edge.step([o for o in edge.owners(weights) if o is None])   # w_s: the average over every chunk (eq. 4)
-    return [answer(a, grads[a.device]) for a in arrivals]
+    return held
 
 
 class Strategy:
@@ -310,7 +329,7 @@ class Strategy:
         return [list(participants)]
 
     def serve(self, edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Activation]) -> list[CutGradient]:
-        return parallel_step(edge, ctx, arrivals)
+        return parallel_step(edge, ctx, arrivals, early=True)
 
     def flush(self, edge: ServerPasses, ctx: RoundContext) -> list[CutGradient]:
         """Replies still owed after the group's arrivals were all served."""

@@ -361,10 +361,15 @@ class SplitEngine:
         events.sort(key=lambda e: (e[0], e[1]))
         pending = {d: msg for _, d, msg in events}
         replies: dict[int, tuple[float, CutGradient]] = {}
+        early: dict[int, tuple[int, bool]] = {}       # answered while the server worked: (bytes, with a gradient)
         server_free = start
         if s.server_mode == "barrier":
             at = max(e[0] for e in events)
-            out = s.serve(self.edge, ctx, [e[2] for e in events])
+            ctx.on_reply = lambda out: self._answer_early(out, pending, early)
+            try:
+                out = s.serve(self.edge, ctx, [e[2] for e in events])
+            finally:
+                ctx.on_reply = None
             busy = sum(float(times.server[d]) * times.scale(d, batch[d]) for d in group) + self._charged(ctx, times)
             server_free = at + busy
             ledger.add("edge", "server", busy)
@@ -387,17 +392,29 @@ class SplitEngine:
             raise MessageMismatchError(f"the activation of device {d} (round {msg.round}, step {msg.step}) was never "
                                        f"answered by the {s.name} strategy")
         end = start
-        self._backward_all({d: replies[d][1] for d in group})
+        self._backward_all({d: replies[d][1] for d in group if d in replies})
+        answered = {d: (at, reply.num_bytes, reply.tensor is not None) for d, (at, reply) in replies.items()}
+        answered.update((d, (server_free, size, grad)) for d, (size, grad) in early.items())   # at the barrier's time
         for d in group:
-            at, reply = replies[d]
+            at, size, grad = answered[d]
             k = times.scale(d, batch[d])
-            self.bytes_down += reply.num_bytes
-            down = float(times.download[d]) * k if reply.tensor is not None else 0.0
-            bp = float(times.client_bp[d]) * k if reply.tensor is not None else 0.0
+            self.bytes_down += size
+            down = float(times.download[d]) * k if grad else 0.0
+            bp = float(times.client_bp[d]) * k if grad else 0.0
             ledger.add(d, "downlink", down)
             ledger.add(d, "device BP", bp)
             end = max(end, at + down + bp)
         return end
+
+    def _answer_early(self, out: Sequence[CutGradient], pending: dict, early: dict[int, tuple[int, bool]]) -> None:
+        """Replies a barrier's serve handed over before returning (``RoundContext.reply_now``): checked
+        like the others, delivered at once (the device back-propagates and both messages can go),
+        remembered only by their size and whether they carry a gradient."""
+        taken: dict[int, tuple[float, CutGradient]] = {}
+        self._take_replies(out, pending, taken, 0.0)
+        for d, (_, reply) in taken.items():
+            early[d] = (reply.num_bytes, reply.tensor is not None)
+        self._backward_all({d: reply for d, (_, reply) in taken.items()})
 
     def _forward_all(self, round_index: int, group: Sequence[int], batch: dict[int, int]) -> dict[int, Activation]:
         """Every device of ``group`` runs its client forward (eq. 2) and sends its activation: one
