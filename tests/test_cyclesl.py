@@ -18,6 +18,7 @@ from torch import nn
 
 from test_engine import small_model
 from trainers.engine import STRATEGY_STREAM, DeviceData, SplitEngine
+from trainers.messages import CutGradient
 from trainers.optim import OptimizerSpec
 from trainers.partition import DeviceSampler
 from trainers.strategies import PSL, CycleSL
@@ -188,18 +189,18 @@ def test_server_lr_zero_gives_psl_cut_gradients() -> None:
     data = make_data(N, "dirichlet")
     cycle = make_cycle_engine(data, strategy=FrozenCycleSL(participation=1.0, server_epochs=2))
     psl = make_cycle_engine(data, strategy=FrozenPSL())
-    replies = {"cycle": [], "psl": []}
-    for name, engine in (("cycle", cycle), ("psl", psl)):
-        serve = engine.strategy.serve
-        engine.strategy.serve = lambda edge, ctx, arr, serve=serve, name=name: replies[name].append(serve(edge, ctx, arr)) \
-            or replies[name][-1]
+    replies: dict[str, list] = {"cycle": [], "psl": []}
+    for name, engine in (("cycle", cycle), ("psl", psl)):     # what each device receives
+        send = engine.net.send
+        engine.net.send = lambda to, msg, send=send, name=name: (
+            replies[name].append(msg) if isinstance(msg, CutGradient) else None) or send(to, msg)
     for t in (1, 2, 3):
         cycle.run_round(t)
         psl.run_round(t)
-    for rc, rp in zip(replies["cycle"], replies["psl"], strict=True):
-        for a, b in zip(rc, rp, strict=True):
-            assert a.device == b.device
-            assert torch.allclose(a.tensor, b.tensor, atol=1e-6, rtol=0)
+    assert len(replies["cycle"]) == 3 * N
+    for a, b in zip(replies["cycle"], replies["psl"], strict=True):
+        assert a.device == b.device
+        assert torch.allclose(a.tensor, b.tensor, atol=1e-6, rtol=0)
     for i in range(N):
         assert torch.allclose(flat(cycle.devices[i].blocks), flat(psl.devices[i].blocks), atol=1e-6, rtol=0)
     # with a server learning rate the answers differ
