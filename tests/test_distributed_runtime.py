@@ -1098,7 +1098,7 @@ def test_under_partial_participation_the_launcher_ends_the_run_with_rank_0_and_t
     assert launch.launch_local([], 4, 3, str(tmp_path), partial=True) == 0
     assert ranks.started[-1].terminated and capsys.readouterr().err == ""     # the hung one, left behind, ended
     ranks.plan = {0: (0, ""), 1: (0, ""), 2: (-signal.SIGKILL, ""), 3: (0, "")}
-    assert launch.launch_local([], 4, 3, str(tmp_path), partial=False) == 3   # elsewhere a device rank's end fails it
+    assert launch.launch_local([], 4, 3, str(tmp_path)) == 3                  # elsewhere (the default) a device rank's end fails it
     assert "rank 2 (devices 0, 2) was killed by SIGKILL" in capsys.readouterr().err
     ranks.plan = {0: (3, ""), 1: (0, ""), 2: (0, ""), 3: (0, "")}
     assert launch.launch_local([], 4, 3, None, partial=True) == 3             # rank 0's failure still is one
