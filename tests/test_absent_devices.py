@@ -206,7 +206,15 @@ def test_an_absent_list_that_does_not_fit_is_refused() -> None:
     with pytest.raises(ValueError, match="None for exactly the absent ones"):
         engine("scala", 4, {"participation": 0.5}).load_state_dict(dict(saved, absent=[]))
     old = {k: v for k, v in engine("scala", 4, {"participation": 0.5}).state_dict().items() if k != "absent"}
-    engine("scala", 4, {"participation": 0.5}).load_state_dict(old)        # a checkpoint from before: none absent
+    had = engine("scala", 4, {"participation": 0.5})
+    had.absent = {2}
+    had.load_state_dict(old)                                        # a checkpoint from before: none absent
+    assert had.absent == set()
+    with pytest.raises(ValueError, match="engine state must hold exactly"):
+        had.load_state_dict({k: v for k, v in old.items() if k != "cuts"})
+    first = engine("scala", 4, {"participation": 0.5}, victims={0}, at=1)
+    first.run_round(1)
+    engine("scala", 4, {"participation": 0.5}).load_state_dict(first.state_dict())   # device 0 absent: accepted
 
 
 def test_when_every_device_is_lost_the_run_stops_saying_so() -> None:
@@ -308,3 +316,13 @@ def test_a_device_lost_while_a_checkpoint_is_taken_is_listed_absent_in_it() -> N
     state = eng.state_dict()                  # device 1 is lost when asked for its state
     assert state["absent"] == [1] and state["devices"][1] is None and eng.absent == {1}
     assert all(s is not None for d, s in enumerate(state["devices"]) if d != 1)
+
+
+def test_a_device_loading_the_global_model_gets_every_block_of_its_cut() -> None:
+    eng = engine("gas", 4, {"active": 2, "local_steps": 1}, cut=3)
+    for t in range(1, 3):
+        eng.run_round(t)
+    idle = next(d for d in range(4) if d not in eng.async_state["active"])
+    assert not torch.equal(client(eng, idle), global_client(eng, idle))
+    eng._load_global(idle, 3, fresh_optimizer=True)
+    assert torch.equal(client(eng, idle), global_client(eng, idle))
