@@ -95,8 +95,7 @@ def launch_local(train_args: list[str], world_size: int, num_devices: int, out: 
         while any(p.poll() is None for p in procs):
             polled = [p.poll() for p in procs]
             if partial and polled[EDGE_RANK] == 0 and polled[FED_RANK] == 0:
-                _stop(procs)               # device ranks rank 0 took out of the run and no longer talks to
-                break
+                break                      # device ranks still running were taken out of the run: stopped below
             counted = polled[:FED_RANK + 1] if partial else polled
             if failed_at is None and any(c not in (None, 0) for c in counted):
                 failed_at = time.monotonic()
