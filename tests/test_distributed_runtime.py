@@ -1044,7 +1044,9 @@ def test_waiting_messages_are_taken_without_waiting_and_a_forgotten_peer_is_not_
     c.deliver(2, Ready([0]), 1)
     assert c.take_waiting(2, Ready).msg == Ready([0]) and c.take_waiting(2, Ready) is None
     c._lost(1, "closed its connection")
-    assert c.take_waiting(1, Ready) is None and pytest.raises(PeerError, c.recv, 1, 0.1)   # the loss stays
+    assert c.take_waiting(1, Ready) is None
+    with pytest.raises(PeerError, match="closed its connection"):    # the loss stays for whoever waits next
+        c.recv(1, 0.1)
     c.forget(2, "taken out of the run")
     c.flush(timeout=0.1, skip_lost=True)
     with pytest.raises(PeerError, match="stopped receiving \\(taken out of the run\\)"):
@@ -1191,3 +1193,24 @@ def test_a_returning_rank_that_fails_its_setup_is_out_again_and_other_errors_sto
     net._may_lose(PeerError(3, "role 3", "sent nothing"))
     with pytest.raises(PeerError, match="rank 1"):
         net.readmit()
+
+
+def test_a_process_that_replaces_its_rank_asks_rank_0_to_take_it_back_first(monkeypatch) -> None:
+    from trainers.distributed.control import Rejoin
+
+    code, channel = _serve(monkeypatch, 2, [Layout(4), Stop()])
+    assert code == 0 and not any(isinstance(msg, Rejoin) for _, msg, *_ in channel.sent)   # a first start asks nothing
+    code, channel = _serve(monkeypatch, 2, [lambda c: setattr(c, "rejoining", True), Layout(4), Stop()])
+    assert code == 0 and (channel.sent[0][0], type(channel.sent[0][1])) == (EDGE_RANK, Rejoin)
+
+
+def test_the_end_of_a_run_names_the_ranks_taken_out_and_stops_only_the_others() -> None:
+    edge = object.__new__(session.EdgeSession)
+    edge.channel, edge.layout = ScriptedChannel(), RankLayout(5, 3)
+    edge.network = RankNetwork(edge.channel, edge.layout, False, {})
+    edge.network.lost = {3: "rank 3 sent nothing"}
+    edge.finish()
+    assert [(dst, msg) for dst, msg, *_ in edge.channel.sent] == [(1, Stop([3])), (2, Stop([3])), (4, Stop([3]))]
+    edge.channel, edge.network = ScriptedChannel(), None
+    edge.finish()
+    assert [(dst, msg) for dst, msg, *_ in edge.channel.sent] == [(r, Stop([])) for r in (1, 2, 3, 4)]

@@ -416,6 +416,7 @@ def test_the_channel_settings_and_a_clean_goodbye(broker) -> None:
     assert not ch[1].client.is_connected()
     time.sleep(0.5)
     assert 1 not in ch[0]._gone
+    assert not channels(broker, [1])[1].rejoining       # after a goodbye a new process of rank 1 is no restart
     ch[0].close()
 
 
