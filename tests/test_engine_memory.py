@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from trainers.config import ALGORITHMS, RECOMPUTE_GROUP
+from trainers.config import ALGORITHMS, RECOMPUTE_SAMPLES
 from trainers.engine import DeviceData, SplitEngine
 from trainers.messages import Activation
 from trainers.models import cnn
@@ -139,12 +139,12 @@ def test_a_recomputing_device_holds_no_activations_while_it_waits() -> None:
     assert not batch_norm.can_recompute and device.can_recompute
 
 
-@pytest.mark.parametrize("group, mode, expected", [(RECOMPUTE_GROUP, "auto", False), (RECOMPUTE_GROUP + 1, "auto", True),
-                                                   (1, "on", True), (10_000, "off", False)])
-def test_auto_recomputes_only_for_large_groups(group, mode, expected) -> None:
+@pytest.mark.parametrize("samples, mode, expected", [(RECOMPUTE_SAMPLES, "auto", False), (RECOMPUTE_SAMPLES + 1, "auto", True),
+                                                     (1, "on", True), (10_000, "off", False)])
+def test_auto_recomputes_only_when_many_samples_wait(samples, mode, expected) -> None:
     engine = SplitEngine(cnn(1, 8, 3, width=4), [2] * DEVICES, make_strategy("psl"), data(), {"lr": 0.1}, BATCH,
                          client_recompute=mode)
-    assert engine.recompute(group) is expected
+    assert engine.recompute(samples) is expected
 
 
 def test_an_unknown_recompute_mode_names_the_field() -> None:
@@ -197,3 +197,112 @@ def test_a_chunked_barrier_lets_each_chunks_devices_go_on_before_the_next_chunk(
     held = trained(algorithm, rounds=3, server_pass_samples=2 * BATCH, client_recompute="on")
     assert log[:DEVICES // 2 + 1] == ["pass"] * (DEVICES // 2) + ["reply"]
     assert len(early) == len(held) and all(torch.equal(a, b) for a, b in zip(early, held))
+
+
+# ---- a barrier served as its devices forward (Strategy.chunk_server) --------------------------------
+STREAMED = ("sfl-v1", "adaptsfl", "psl", "sl")      # the default serve: chunks independent until the final step
+
+
+def whole_barrier(algorithm: str):
+    """The same algorithm with every activation of a barrier forwarded before the server serves any."""
+    from trainers.strategies import STRATEGIES
+
+    class Whole(STRATEGIES[algorithm]):
+        def chunk_server(self, edge, ctx, devices):
+            return None
+
+    return Whole
+
+
+def uneven_data() -> DeviceData:
+    """DEVICES devices; device 3 holds 3 samples (fewer than b: its mini-batch is min(b, |D_i|) = 3)."""
+    d = data()
+    parts = [p[:3] if i == 3 else p for i, p in enumerate(d.parts)]
+    return DeviceData(d.x_train, d.y_train, d.x_test, d.y_test, parts)
+
+
+def streamed_run(algorithm: str, whole: bool, monkeypatch, cuts=None, rounds: int = 3, model=None):
+    from adaptplan.system import SystemProcess, generate_system
+    from profilers import build_chain, profile_model
+    from trainers.clock import SimClock
+    from trainers.strategies import STRATEGIES
+
+    if whole:
+        monkeypatch.setitem(STRATEGIES, algorithm, whole_barrier(algorithm))
+    torch.manual_seed(0)
+    model = model or cnn(1, 8, 3, width=4)
+    chain = build_chain(model, torch.zeros(2, 1, 8, 8))
+    clock = SimClock(profile_model(chain, (1, 8, 8), model_name="cnn-synthetic"),
+                     SystemProcess(generate_system(DEVICES, 0), seed=0, redraw=False), BATCH)
+    engine = SplitEngine(chain.blocks, cuts or [2] * DEVICES, make_strategy(algorithm), uneven_data(),
+                         {"lr": 0.05, "momentum": 0.9}, BATCH, seed=3, clock=clock, interval=2, server_pass_samples=2 * BATCH,
+                         client_recompute="off")
+    stats = [engine.run_round(t) for t in range(1, rounds + 1)]
+    params = [p.detach().clone() for d in engine.devices for p in d.blocks.parameters()]
+    params += [p.detach().clone() for m in engine.edge.instances.values() for p in m.parameters()]
+    return stats, params
+
+
+@pytest.mark.parametrize("algorithm, cuts", [("sfl-v1", None), ("adaptsfl", [1, 2, 3] * (DEVICES // 3)), ("psl", None),
+                                             ("sl", None)])
+def test_a_barrier_served_as_its_devices_forward_trains_bit_for_bit_what_the_whole_barrier_does(
+        algorithm, cuts, monkeypatch) -> None:
+    """Same parameters, losses, bytes, samples and simulated seconds (per stage too) as forwarding
+    every device first; chunks of 2 devices, one device with fewer samples than b, a simulated clock."""
+    streamed_stats, streamed = streamed_run(algorithm, False, monkeypatch, cuts)
+    whole_stats, whole = streamed_run(algorithm, True, monkeypatch, cuts)
+    assert len(streamed) == len(whole) and all(torch.equal(a, b) for a, b in zip(streamed, whole))
+    for a, b in zip(streamed_stats, whole_stats):
+        assert (a.loss, a.bytes_up, a.bytes_down, a.samples, a.sim_seconds) == (b.loss, b.bytes_up, b.bytes_down, b.samples,
+                                                                               b.sim_seconds)
+        assert a.stage_seconds == b.stage_seconds and a.sim_seconds > 0
+    assert streamed_stats[0].samples == (DEVICES - 1) * BATCH + 3
+
+
+def test_each_chunks_devices_forward_only_once_the_chunk_before_is_answered(monkeypatch) -> None:
+    """Streamed: forward 2, pass, 2 replies, forward 2, ... so at most one chunk's devices wait at once;
+    the whole barrier (and a model with Dropout, whose masks would be drawn in another order) forwards
+    every device before the first pass."""
+    from trainers.network import LocalNetwork
+
+    log: list[str] = []
+    forward, run, send = Device.forward, EdgeServer.run, LocalNetwork.send
+    monkeypatch.setattr(Device, "forward", lambda self, *a, **k: log.append("fwd") or forward(self, *a, **k))
+    monkeypatch.setattr(EdgeServer, "run", lambda self, arrivals, *a, **k: log.append("pass") or run(self, arrivals, *a, **k))
+    monkeypatch.setattr(LocalNetwork, "send", lambda self, to, msg: (
+        log.append("reply") if type(msg).__name__ == "CutGradient" else None) or send(self, to, msg))
+    streamed_run("sfl-v1", False, monkeypatch, rounds=1)
+    # chunks of at most 2·b = 16 samples in arrival order: device 3's 3 samples go with one device of b = 8
+    assert log == ["fwd", "fwd", "pass", "reply", "reply"] * (DEVICES // 2) and max_waiting(log) == 2
+    log.clear()
+    streamed_run("sfl-v1", True, monkeypatch, rounds=1)
+    assert log[:DEVICES + 1] == ["fwd"] * DEVICES + ["pass"] and max_waiting(log) == DEVICES
+    log.clear()
+    torch.manual_seed(0)
+    dropout = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Dropout(0.1), nn.Linear(256, 3))
+    streamed_run("sfl-v1", False, monkeypatch, rounds=1, model=dropout)
+    assert log[:DEVICES + 1] == ["fwd"] * DEVICES + ["pass"]
+
+
+def max_waiting(log: list[str]) -> int:
+    """The most devices that had forwarded and not yet received their reply, over the log."""
+    waiting = most = 0
+    for event in log:
+        waiting += {"fwd": 1, "reply": -1}.get(event, 0)
+        most = max(most, waiting)
+    return most
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_only_the_default_serve_is_streamed(algorithm) -> None:
+    """chunk_server is a ParallelStep exactly where the strategy serves with the default serve; an
+    algorithm with its own serve (GAPSL, SCALA, CycleSL, GAS, and SFL-V2's arrival mode) gets the
+    whole barrier."""
+    from trainers.api import ParallelStep, Strategy
+
+    strategy = make_strategy(algorithm)
+    engine = SplitEngine(cnn(1, 8, 3, width=4), [2] * DEVICES, strategy, data(), {"lr": 0.1}, BATCH)
+    stream = engine._chunk_server(engine.context(1), list(range(DEVICES)))
+    default = type(strategy).serve is Strategy.serve and strategy.server_mode == "barrier"
+    assert isinstance(stream, ParallelStep) is default
+    assert default is (algorithm in STREAMED + ("sfl-v2",) and algorithm != "sfl-v2")

@@ -47,7 +47,7 @@ from trainers.roles import ServerPass
 __all__ = ["Activation", "CutGradient", "ModelUpload", "NonFiniteError", "ServerPasses", "ModelViews", "ServerPass",
            "OptimizerSpec", "InputError",
            "RoundContext", "Aggregation", "Handoff", "Strategy", "AsyncStrategy", "answer", "skip", "mean_ce",
-           "logit_adjusted_ce", "label_prior", "parallel_step", "every_interval", "sample_devices"]
+           "logit_adjusted_ce", "label_prior", "ParallelStep", "parallel_step", "every_interval", "sample_devices"]
 
 
 class ServerPasses(Protocol):
@@ -250,28 +250,36 @@ def logit_adjusted_ce(logits: torch.Tensor, labels: torch.Tensor, prior: torch.T
     return nn.functional.cross_entropy(logits + tau * torch.log(prior.to(logits.device, logits.dtype) + eps), labels)
 
 
-def parallel_step(edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Activation],
-                  early: bool = False) -> list[CutGradient]:
-    """All arrivals at the same server weights (eqs. 3–5): forward (devices meeting at an instance
-    concatenated), back-propagate Σ_i F_i, step per-device instances with their own gradient
-    g_{n,i} (eq. 5) and shared instances with the |𝒟_i|-weighted average of the g_{s,i} (eq. 4;
-    the plain 1/N average when the local datasets are equal); reply ∂F_i/∂a_i to every device.
-    With ``early`` each chunk's replies go to the runtime as soon as the chunk is done
-    (:meth:`RoundContext.reply_now`) instead of being returned (the default ``serve`` does so; a
-    strategy that post-processes the replies calls it without)."""
-    if not arrivals:
-        return []
-    sizes = {a.device: float(ctx.data_sizes[a.device]) for a in arrivals}
-    total = sum(sizes.values())
-    # shared instances receive Σ_i (|D_i|/Σ|D|)·g_{s,i}; per-device instances g_{n,i}: scale each
-    # device's loss by its weight on the shared part and undo it for its own instances
-    weights = {d: sizes[d] / total for d in sizes}
-    held: list[CutGradient] = []
-    for chunk in edge.chunks(arrivals):   # a bounded graph at a time; the shared gradients accumulate
+class ParallelStep:
+    """Eqs. (3)–(5) over the arrivals of one barrier, served one chunk at a time: every chunk at the
+    same (pre-update) server weights, its devices' losses back-propagated at once, per-device
+    instances stepped with their own gradient g_{n,i} (eq. 5) as soon as their chunk is done, and the
+    shared instances with the |𝒟_i|-weighted average of the g_{s,i} (eq. 4; the plain 1/N average
+    when the local datasets are equal) once every chunk is (:meth:`finish`).
+
+    ``devices`` are the barrier's devices (all of them, before any chunk is served: the weights
+    |𝒟_i|/Σ|𝒟| are over the whole barrier). :func:`parallel_step` serves a barrier whose arrivals
+    are all there; the runtime may instead feed chunks as their devices forward (the default
+    :meth:`Strategy.chunk_server`), which holds one chunk's activations instead of the round's and
+    gives the same parameters bit for bit."""
+
+    def __init__(self, edge: ServerPasses, ctx: RoundContext, devices: Sequence[int]) -> None:
+        self.edge, self.ctx = edge, ctx
+        sizes = {int(d): float(ctx.data_sizes[d]) for d in devices}
+        total = sum(sizes.values())
+        # shared instances receive Σ_i (|D_i|/Σ|D|)·g_{s,i}; per-device instances g_{n,i}: scale each
+        # device's loss by its weight on the shared part and undo it for its own instances
+        self.weights = {d: sizes[d] / total for d in sizes}
+
+    def serve_chunk(self, chunk: Sequence[Activation]) -> list[CutGradient]:
+        """Forward ``chunk`` (devices meeting at an instance concatenated), back-propagate Σ_i w_i F_i
+        into the server's gradients, step the chunk's per-device instances; the chunk's replies
+        ∂F_i/∂a_i (final: taken at the pre-update w_s)."""
+        edge, weights = self.edge, self.weights
         p = edge.run(chunk)
         losses = {d: mean_ce(p.logits[d], p.labels[d]) for d in p.devices}
         for d, loss in losses.items():
-            ctx.record_loss(d, loss)
+            self.ctx.record_loss(d, loss)
         # each device's ∂F_i/∂a_i (the chunk's input gradients are released with the chunk)
         total_loss = cast(torch.Tensor, sum(weights[d] * losses[d] for d in p.devices))
         grads = {d: g / weights[d] for d, g in p.backward(total_loss).items()}
@@ -279,10 +287,28 @@ def parallel_step(edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Acti
         # and free the gradient, rather than holding every device's until the end
         own = [cast(int, o) for o in edge.owners(p.devices) if o is not None]   # per-device owners: device indices
         edge.step(own, {o: 1.0 / weights[o] for o in own})
-        # the chunk's replies are final (taken at the pre-update w_s): its devices may go on now
-        replies = [answer(a, grads[a.device]) for a in chunk]
+        return [answer(a, grads[a.device]) for a in chunk]
+
+    def finish(self) -> None:
+        """Step the shared instances w_s: the average over every chunk (eq. 4)."""
+        self.edge.step([o for o in self.edge.owners(self.weights) if o is None])
+
+
+def parallel_step(edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Activation],
+                  early: bool = False) -> list[CutGradient]:
+    """All arrivals at the same server weights (eqs. 3–5, :class:`ParallelStep`), in the server's
+    chunks (``edge.chunks``); reply ∂F_i/∂a_i to every device. With ``early`` each chunk's replies
+    go to the runtime as soon as the chunk is done (:meth:`RoundContext.reply_now`) instead of being
+    returned (the default ``serve`` does so; a strategy that post-processes the replies calls it
+    without)."""
+    if not arrivals:
+        return []
+    step = ParallelStep(edge, ctx, [a.device for a in arrivals])
+    held: list[CutGradient] = []
+    for chunk in edge.chunks(arrivals):   # a bounded graph at a time; the shared gradients accumulate
+        replies = step.serve_chunk(chunk)
         held += ctx.reply_now(replies) if early else replies
-    edge.step([o for o in edge.owners(weights) if o is None])   # w_s: the average over every chunk (eq. 4)
+    step.finish()
     return held
 
 
@@ -330,6 +356,15 @@ class Strategy:
 
     def serve(self, edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Activation]) -> list[CutGradient]:
         return parallel_step(edge, ctx, arrivals, early=True)
+
+    def chunk_server(self, edge: ServerPasses, ctx: RoundContext, devices: Sequence[int]) -> ParallelStep | None:
+        """How a barrier of ``devices`` may be served as its devices forward, one server chunk at a
+        time (the runtime asks each chunk's devices to forward only when the chunk before it is
+        answered, so a round holds one chunk's client graphs and activations, not every
+        participant's): a :class:`ParallelStep` where :meth:`serve` is the default one, whose chunks
+        are independent until the final step; None (the whole barrier goes to :meth:`serve`) for a
+        strategy with its own ``serve`` that does not override this too."""
+        return ParallelStep(edge, ctx, devices) if type(self).serve is Strategy.serve else None
 
     def flush(self, edge: ServerPasses, ctx: RoundContext) -> list[CutGradient]:
         """Replies still owed after the group's arrivals were all served."""

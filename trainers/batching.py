@@ -38,7 +38,7 @@ from torch import nn
 
 from trainers.config import CLIENT_BATCHING  # noqa: F401  (the valid modes, kept torch-free in the config)
 from trainers.messages import Activation
-from trainers.roles import index_tensor
+from trainers.roles import index_tensor, random_layer
 
 if TYPE_CHECKING:  # pragma: no cover
     from trainers.roles import Device
@@ -59,8 +59,9 @@ def unbatchable_reason(blocks: Sequence[nn.Module]) -> str | None:
         for module in block.modules():
             if isinstance(module, nn.modules.batchnorm._BatchNorm):
                 return f"{type(module).__name__} (batch statistics and running buffers)"
-            if isinstance(module, nn.modules.dropout._DropoutNd):
-                return f"{type(module).__name__} (random masks)"
+        randomized = random_layer(block)
+        if randomized is not None:
+            return f"{type(randomized).__name__} (random masks)"
         if next(block.buffers(), None) is not None:
             return f"buffers in {type(block).__name__} (updated in place)"
     if not any(p.requires_grad for block in blocks for p in block.parameters()):

@@ -53,10 +53,12 @@ TRANSPORTS = ("gloo", "mqtt")
 """What carries a distributed run's frames: torch.distributed's gloo, or an MQTT broker."""
 DEVICES = ("auto", "cpu", "cuda")          # auto = cuda when torch sees a GPU, else cpu (trainers.devices)
 CLIENT_BATCHING = ("auto", "on", "off")    # auto = batched on CUDA, per device on a CPU (trainers.batching)
-CLIENT_RECOMPUTE = ("auto", "on", "off")   # auto = for groups of more than RECOMPUTE_GROUP devices (trainers.engine)
-RECOMPUTE_GROUP = 32
-"""``client_recompute = "auto"``: a group of more devices recomputes its client forwards at backward time
-(their graphs would otherwise all wait for the edge server at once)."""
+CLIENT_RECOMPUTE = ("auto", "on", "off")   # auto = when more than RECOMPUTE_SAMPLES samples wait at once (trainers.engine)
+RECOMPUTE_SAMPLES = 1024
+"""``client_recompute = "auto"``: a group of devices drawing more samples than this in all recomputes its
+client forwards at backward time (their graphs would otherwise all wait for the edge server at once). A
+barrier served as its devices forward (the default serve) waits one server chunk at a time, within
+``server_pass_samples``: it never recomputes by default."""
 SERVER_PASS_SAMPLES = 1024
 """Default most samples per edge-server pass (``server_pass_samples``): a barrier round over more is served
 in chunks. 1024 samples of the CIFAR CNN at cut 1 hold ≈ 0.25 GiB of server graph; the default population

@@ -34,7 +34,7 @@ from torch import nn
 from adaptplan.plan import check_cut_vector
 from trainers.batching import CLIENT_BATCHING, ClientBatcher, use_batching
 from trainers.clock import STAGES, StageTimes
-from trainers.config import CLIENT_RECOMPUTE, RECOMPUTE_GROUP, SERVER_PASS_SAMPLES, check_choice
+from trainers.config import CLIENT_RECOMPUTE, RECOMPUTE_SAMPLES, SERVER_PASS_SAMPLES, check_choice
 from trainers.hosts import DeviceHost, FedHost, device_finite_items
 from trainers.messages import (
     Activation,
@@ -52,10 +52,10 @@ from trainers.messages import (
 from trainers.network import LocalNetwork, Network
 from trainers.optim import OptimizerSpec, mean_param_state
 from trainers.protocol import EDGE, FED, Average, Forward, GetState, Send, SetState, Take, Upload
-from trainers.roles import Device, EdgeServer, FedServer, weighted_mean
+from trainers.roles import Device, EdgeServer, FedServer, random_layer, weighted_mean
 
 if TYPE_CHECKING:  # pragma: no cover
-    from trainers.api import Aggregation, AsyncStrategy, Handoff, RoundContext, Strategy
+    from trainers.api import Aggregation, AsyncStrategy, Handoff, ParallelStep, RoundContext, Strategy
     from trainers.clock import SimClock
 
 #: Stream word of the strategy's generator, seeded ``[seed, STRATEGY_STREAM]``. Device i's sampler is seeded
@@ -181,10 +181,10 @@ class SplitEngine:
         server_pass_samples: the most samples one edge-server pass holds
             (:data:`trainers.config.SERVER_PASS_SAMPLES`; ``None`` = no limit); a barrier round over
             more is served in chunks.
-        client_recompute: ``"auto"`` (for groups of more than :data:`trainers.config.RECOMPUTE_GROUP`
-            devices), ``"on"``
-            or ``"off"``: a device keeps only its input while it waits for its reply and recomputes
-            its forward at backward time (the same results; docs/architecture.md "Memory").
+        client_recompute: ``"auto"`` (when more than :data:`trainers.config.RECOMPUTE_SAMPLES` samples
+            wait at once), ``"on"`` or ``"off"``: a device keeps only its input while it waits for its
+            reply and recomputes its forward at backward time (the same results; docs/architecture.md
+            "Memory").
         network: ``network(engine, client optimizer, seed)`` builds the :class:`~trainers.network.Network`
             that hosts the devices and the fed server (default :func:`local_network`: this process).
     """
@@ -231,6 +231,7 @@ class SplitEngine:
         self.edge = EdgeServer(chain, self.cuts, strategy.server_owner, strategy.optimizer("server", self.server_optimizer),
                                concatenate=batch_devices, pass_samples=server_pass_samples)
         self.client_recompute = check_choice(client_recompute, CLIENT_RECOMPUTE, "client_recompute")
+        self._random_layers = random_layer(chain) is not None
         self.async_state: dict[str, Any] | None = None
         self.defer_checks = self.device.type != "cpu"   # NaN/inf checks read once per round (trainers.messages)
         self._eval_blocks: dict[Any, nn.Module] = {}
@@ -344,21 +345,17 @@ class SplitEngine:
     def _run_group(self, ctx: "RoundContext", group: list[int], batch: dict[int, int], times: StageTimes,
                    start: float, ledger: _Ledger) -> float:
         s = self.strategy
-        events = []
+        stream = self._chunk_server(ctx, group)
+        if stream is not None:
+            return self._run_streamed_group(ctx, group, batch, times, start, ledger, stream)
         activations = self._forward_all(ctx.round, group, batch)
         group = [d for d in group if d in activations]      # a lost device sent none (partial participation)
         if not group:
             return start
+        arrival = self._arrivals(group, batch, times, start, ledger)
         for d in group:
-            msg = activations[d]
-            self.bytes_up += msg.num_bytes
-            self.samples += int(msg.tensor.shape[0])
-            k = times.scale(d, batch[d])
-            fp, up = float(times.client_fp[d]) * k, float(times.upload[d]) * k
-            ledger.add(d, "device FP", fp)
-            ledger.add(d, "uplink", up)
-            events.append((start + fp + up, d, msg))
-        events.sort(key=lambda e: (e[0], e[1]))
+            self._count_activation(activations[d])
+        events = sorted((arrival[d], d, activations[d]) for d in group)
         pending = {d: msg for _, d, msg in events}
         replies: dict[int, tuple[float, CutGradient]] = {}
         early: dict[int, tuple[int, bool]] = {}       # answered while the server worked: (bytes, with a gradient)
@@ -370,9 +367,7 @@ class SplitEngine:
                 out = s.serve(self.edge, ctx, [e[2] for e in events])
             finally:
                 ctx.on_reply = None
-            busy = sum(float(times.server[d]) * times.scale(d, batch[d]) for d in group) + self._charged(ctx, times)
-            server_free = at + busy
-            ledger.add("edge", "server", busy)
+            server_free = at + self._server_busy(ctx, group, batch, times, ledger)
             self._take_replies(out, pending, replies, server_free)
         else:
             for at, d, msg in events:
@@ -382,19 +377,102 @@ class SplitEngine:
                 server_free = begin + share
                 ledger.add("edge", "server", share)
                 self._take_replies(out, pending, replies, server_free)
-        out = s.flush(self.edge, ctx)
+        server_free = self._flush(ctx, times, ledger, pending, replies, server_free)
+        self._backward_all({d: replies[d][1] for d in group if d in replies})
+        answered = {d: (at, reply.num_bytes, reply.tensor is not None) for d, (at, reply) in replies.items()}
+        answered.update((d, (server_free, size, grad)) for d, (size, grad) in early.items())   # at the barrier's time
+        return self._replies_done(group, answered, batch, times, start, ledger)
+
+    def _chunk_server(self, ctx: "RoundContext", group: list[int]) -> "ParallelStep | None":
+        """The strategy's way to serve this barrier chunk by chunk as its devices forward
+        (:meth:`trainers.api.Strategy.chunk_server`), where the runtime may: a barrier, no device
+        that may be lost midway (``allows_absence``), no random layer (Dropout would draw its masks
+        in another order) and no BatchNorm (``EdgeServer.concatenate`` off: one pass)."""
+        s = self.strategy
+        if s.server_mode != "barrier" or s.allows_absence or not self.edge.concatenate or self._random_layers:
+            return None
+        return s.chunk_server(self.edge, ctx, group)
+
+    def _run_streamed_group(self, ctx: "RoundContext", group: list[int], batch: dict[int, int], times: StageTimes,
+                            start: float, ledger: _Ledger, stream: "ParallelStep") -> float:
+        """A barrier served as its devices forward: the devices, in their simulated arrival order,
+        cut into the server's chunks (``EdgeServer.chunked``, each device's min(b_i, |𝒟_i|) samples);
+        a chunk's devices forward only once the chunk before is served and answered, so the round
+        holds one chunk's activations and client graphs. The same computations as serving the
+        whole barrier (the forwards are independent of the server's pass) and the same simulated
+        times: every reply arrives at the barrier's time."""
+        arrival = self._arrivals(group, batch, times, start, ledger)
+        order = sorted(group, key=lambda d: (arrival[d], d))
+        samples = {d: min(int(batch[d]), int(ctx.data_sizes[d])) for d in group}
+        early: dict[int, tuple[int, bool]] = {}
+        for devices in self.edge.chunked(order, lambda d: samples[d]):
+            activations = self._forward_all(ctx.round, devices, batch)
+            pending: dict[int, Activation] = {}
+            for d in devices:
+                msg = activations[d]
+                if int(msg.tensor.shape[0]) != samples[d]:
+                    raise MessageMismatchError(f"device {d} sent {int(msg.tensor.shape[0])} samples in round {ctx.round}, "
+                                               f"expected {samples[d]} (min(b_i, |D_i|))")
+                self._count_activation(msg)
+                pending[d] = msg
+            self._answer_early(stream.serve_chunk([pending[d] for d in devices]), pending, early)
+            if pending:
+                self._never_answered(pending)
+        stream.finish()
+        server_free = max(arrival.values()) + self._server_busy(ctx, group, batch, times, ledger)
+        replies: dict[int, tuple[float, CutGradient]] = {}
+        server_free = self._flush(ctx, times, ledger, {}, replies, server_free)
+        answered = {d: (server_free, size, grad) for d, (size, grad) in early.items()}
+        return self._replies_done(group, answered, batch, times, start, ledger)
+
+    def _arrivals(self, group: list[int], batch: dict[int, int], times: StageTimes, start: float,
+                  ledger: _Ledger) -> dict[int, float]:
+        """When each device's activation reaches the edge server: its forward and uplink (eqs. 14, 16),
+        charged to the ledger."""
+        arrival = {}
+        for d in group:
+            k = times.scale(d, batch[d])
+            fp, up = float(times.client_fp[d]) * k, float(times.upload[d]) * k
+            ledger.add(d, "device FP", fp)
+            ledger.add(d, "uplink", up)
+            arrival[d] = start + fp + up
+        return arrival
+
+    def _count_activation(self, msg: Activation) -> None:
+        self.bytes_up += msg.num_bytes
+        self.samples += int(msg.tensor.shape[0])
+
+    def _server_busy(self, ctx: "RoundContext", group: list[int], batch: dict[int, int], times: StageTimes,
+                     ledger: _Ledger) -> float:
+        """Seconds the edge server works on a barrier: every device's share (eqs. 18, 19) and the work
+        the strategy charged."""
+        busy = sum(float(times.server[d]) * times.scale(d, batch[d]) for d in group) + self._charged(ctx, times)
+        ledger.add("edge", "server", busy)
+        return busy
+
+    def _flush(self, ctx: "RoundContext", times: StageTimes, ledger: _Ledger, pending: dict, replies: dict,
+               server_free: float) -> float:
+        """The strategy's replies still owed once the group's arrivals are served; every activation
+        must be answered by then. Returns when the server is free."""
+        out = self.strategy.flush(self.edge, ctx)
         extra = self._charged(ctx, times)
         server_free += extra
         ledger.add("edge", "server", extra)
         self._take_replies(out, pending, replies, server_free)
         if pending:
-            d, msg = next(iter(pending.items()))
-            raise MessageMismatchError(f"the activation of device {d} (round {msg.round}, step {msg.step}) was never "
-                                       f"answered by the {s.name} strategy")
+            self._never_answered(pending)
+        return server_free
+
+    def _never_answered(self, pending: dict) -> None:
+        d, msg = next(iter(pending.items()))
+        raise MessageMismatchError(f"the activation of device {d} (round {msg.round}, step {msg.step}) was never "
+                                   f"answered by the {self.strategy.name} strategy")
+
+    def _replies_done(self, group: list[int], answered: dict[int, tuple[float, int, bool]], batch: dict[int, int],
+                      times: StageTimes, start: float, ledger: _Ledger) -> float:
+        """Each reply's downlink and the device's backward (eqs. 15, 17; none for a skipped step): when
+        the group's last device is done."""
         end = start
-        self._backward_all({d: replies[d][1] for d in group if d in replies})
-        answered = {d: (at, reply.num_bytes, reply.tensor is not None) for d, (at, reply) in replies.items()}
-        answered.update((d, (server_free, size, grad)) for d, (size, grad) in early.items())   # at the barrier's time
         for d in group:
             at, size, grad = answered[d]
             k = times.scale(d, batch[d])
@@ -421,7 +499,7 @@ class SplitEngine:
         :class:`~trainers.protocol.Forward` per host (in one process one after the other, or
         devices sharing a cut as one batched call, ``client_batching``; on several processes
         concurrently)."""
-        recompute = self.recompute(len(group))
+        recompute = self.recompute(sum(int(batch[d]) for d in group))
         for members in self.net.hosts(group):
             self.net.send(members[0], Forward(round_index, [(d, int(batch[d])) for d in members], recompute))
         out = {}
@@ -430,9 +508,12 @@ class SplitEngine:
         self._awaiting.update(out)
         return {d: out[d] for d in group if d in out}
 
-    def recompute(self, group_size: int) -> bool:
-        """Whether the devices of a group of ``group_size`` recompute their forward at backward time."""
-        return self.client_recompute == "on" or (self.client_recompute == "auto" and group_size > RECOMPUTE_GROUP)
+    def recompute(self, samples: int) -> bool:
+        """Whether the devices of a group that draws ``samples`` samples in all recompute their forward
+        at backward time: ``auto`` when more wait at once than :data:`trainers.config.RECOMPUTE_SAMPLES`
+        (a barrier served as its devices forward waits one server chunk at a time: within the pass
+        budget, never recomputed by default)."""
+        return self.client_recompute == "on" or (self.client_recompute == "auto" and samples > RECOMPUTE_SAMPLES)
 
     def _backward_all(self, replies: dict[int, CutGradient]) -> None:
         """Deliver each reply to its device, which back-propagates and steps (eq. 6)."""

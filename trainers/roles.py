@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable, Iterable, Sequence
+from typing import Any, Callable, Hashable, Iterable, Sequence, TypeVar
 
 import numpy as np
 import torch
@@ -38,11 +38,18 @@ from trainers.partition import DeviceSampler
 
 Owner = Hashable            # a device index (per-device copy) or None (shared by all devices)
 Key = tuple[Owner, int]     # (owner, 0-based block index) of an edge-server instance
+T = TypeVar("T")
 
 
 def has_batch_coupling(module: nn.Module) -> bool:
     """True if samples interact inside a batch (BatchNorm), so devices must not be concatenated."""
     return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in module.modules())
+
+
+def random_layer(module: nn.Module) -> nn.Module | None:
+    """The first submodule that draws random numbers while training (Dropout and its variants), if any:
+    running it in another order than before would give other masks."""
+    return next((m for m in module.modules() if isinstance(m, (nn.modules.dropout._DropoutNd, nn.RReLU))), None)
 
 
 def index_tensor(indices: np.ndarray, device: torch.device) -> torch.Tensor:
@@ -321,17 +328,22 @@ class EdgeServer:
         """``arrivals`` in order, cut into consecutive chunks of at most :attr:`pass_samples` samples
         (a larger single arrival is a chunk of its own); one chunk when there is no limit. A model
         with batch-coupled layers (BatchNorm) is never chunked: its statistics span the pass."""
+        return self.chunked(arrivals, lambda a: int(a.tensor.shape[0]))
+
+    def chunked(self, items: Sequence[T], samples: Callable[[T], int]) -> list[list[T]]:
+        """:meth:`chunks` of anything that will carry ``samples(item)`` samples (an arrival, or a
+        device that is yet to forward its mini-batch)."""
         if self.pass_samples is None or not self.concatenate:
-            return [list(arrivals)] if arrivals else []
-        out: list[list[Activation]] = []
-        samples = 0
-        for a in arrivals:
-            n = int(a.tensor.shape[0])
-            if not out or samples + n > self.pass_samples:
+            return [list(items)] if items else []
+        out: list[list[T]] = []
+        total = 0
+        for item in items:
+            n = samples(item)
+            if not out or total + n > self.pass_samples:
                 out.append([])
-                samples = 0
-            out[-1].append(a)
-            samples += n
+                total = 0
+            out[-1].append(item)
+            total += n
         return out
 
     def spans(self, samples: int) -> list[slice]:

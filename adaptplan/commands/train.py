@@ -188,12 +188,13 @@ def add_memory_options(p: argparse.ArgumentParser) -> None:
     train and bench engine."""
     from adaptplan.flags import int_flag
     from adaptplan.limits import MAX_STEPS
-    from trainers.config import CLIENT_RECOMPUTE, RECOMPUTE_GROUP, SERVER_PASS_SAMPLES
+    from trainers.config import CLIENT_RECOMPUTE, RECOMPUTE_SAMPLES, SERVER_PASS_SAMPLES
 
     p.add_argument("--client-recompute", choices=CLIENT_RECOMPUTE, default="auto",
                    help="a device waiting for its reply keeps only its sample indices and recomputes its forward at "
                         "backward time (one more client forward per step, no client activations held; the same "
-                        f"results): auto (default: when more than {RECOMPUTE_GROUP} devices wait at once), on or off")
+                        f"results): auto (default: when the waiting devices hold more than {RECOMPUTE_SAMPLES} samples; a barrier "
+                        "of the default serve waits one server pass at a time), on or off")
     p.add_argument("--server-pass-samples", type=int_flag(1, MAX_STEPS, "samples"), default=SERVER_PASS_SAMPLES,
                    metavar="SAMPLES",
                    help="the most samples the edge server runs through its blocks in one pass: a barrier round over "
