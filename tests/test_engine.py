@@ -136,7 +136,8 @@ def test_nan_stops_naming_round_and_device() -> None:
     engine = make_engine("adaptsfl", [2, 4, 4], devices=3)
     engine.run_round(1)
     with torch.no_grad():
-        next(engine.block(1, 0).parameters()).fill_(float("nan"))
+        p = next(engine.block(1, 0).parameters())   # device 1 alone (its tensors may be shared with the others')
+        p.data = torch.full_like(p, float("nan"))
     # caught where it first shows: device 1's own forward, before its activation is sent
     with pytest.raises(NonFiniteError, match=r"^NaN or inf in client activation at round 2, device 1$"):
         engine.run_round(2)
@@ -297,8 +298,10 @@ def test_a_model_made_non_finite_stops_the_round_that_made_it() -> None:
         engine.run_round(1)
     per_device = make_engine("sfl-v1", [3, 3], devices=2)          # one server copy per device: named by its device
     per_device.run_round(1)
+    p = next(per_device.edge.instances[(1, 10)].parameters())   # device 1's copy alone (shared since the average)
+    p.data = p.data.clone()
     with torch.no_grad():
-        next(per_device.edge.instances[(1, 10)].parameters())[0, 0] = float("nan")
+        p[0, 0] = float("nan")
     with pytest.raises(NonFiniteError, match=r"NaN or inf in server model block 11 at round 1, device 1$"):
         per_device.check_models_finite(1)
 

@@ -306,3 +306,112 @@ def test_only_the_default_serve_is_streamed(algorithm) -> None:
     default = type(strategy).serve is Strategy.serve and strategy.server_mode == "barrier"
     assert isinstance(stream, ParallelStep) is default
     assert default is (algorithm in STREAMED + ("sfl-v2",) and algorithm != "sfl-v2")
+
+
+# ---- devices whose models are equal share one copy until they diverge ----------------------------------
+def storages(modules) -> set[int]:
+    """The distinct storages behind the parameters of ``modules``."""
+    return {p.untyped_storage().data_ptr() for m in modules for p in m.parameters()}
+
+
+def test_a_broadcast_global_model_is_one_copy_until_a_device_trains(monkeypatch) -> None:
+    """SCALA (ρ = 1/4, the global client model sent to all every round): after a round every device's
+    client blocks are the download's tensors — one storage for all 12 devices, equal to the global
+    model —; during the next round each participant trains on its own copy while the devices that sit
+    out still share; its broadcast makes them one copy again."""
+    torch.manual_seed(0)
+    engine = SplitEngine(cnn(1, 8, 3, width=4), [2] * DEVICES, make_strategy("scala", {"participation": 0.25}), data(),
+                         {"lr": 0.05, "momentum": 0.9}, BATCH, seed=3)
+    engine.run_round(1)
+    everyone = storages(b for d in engine.devices for b in d.blocks)
+    assert everyone == storages(engine.devices[0].blocks) and len(everyone) == 2     # conv weight and bias
+    assert all(d.shared == {0, 1} for d in engine.devices)
+    for d in engine.devices:
+        for j, block in enumerate(d.blocks):
+            assert all(torch.equal(v, engine.fed.global_blocks[j][k]) for k, v in block.state_dict().items())
+    seen: dict[int, set[int]] = {}
+    run = EdgeServer.run
+    monkeypatch.setattr(EdgeServer, "run", lambda self, arrivals, *a, **k: seen.update(
+        {d.index: storages(d.blocks) for d in engine.devices}) or run(self, arrivals, *a, **k))
+    engine.run_round(2)
+    trained = set(engine.strategy.current)
+    assert len(trained) == 3
+    for d, held in seen.items():
+        assert (held == everyone) is (d not in trained)               # the idle share, each participant its own
+    assert len(set().union(*(seen[d] for d in trained))) == 2 * len(trained)
+    again = storages(b for d in engine.devices for b in d.blocks)
+    assert len(again) == 2 and again != everyone
+
+
+def test_a_device_that_trains_leaves_the_others_copy_untouched() -> None:
+    """AdaptSFL, I = 2: after the round-2 average the devices share; round 3 trains every device, each
+    on its own copy (12 storages per parameter again) and the average they shared is unchanged."""
+    torch.manual_seed(0)
+    engine = SplitEngine(cnn(1, 8, 3, width=4), [2] * DEVICES, make_strategy("adaptsfl"), data(),
+                         {"lr": 0.05, "momentum": 0.9}, BATCH, seed=3, interval=2)
+    for t in (1, 2):
+        engine.run_round(t)
+    average = {j: {k: v.clone() for k, v in s.items()} for j, s in engine.fed.global_blocks.items()}
+    assert len(storages(b for d in engine.devices for b in d.blocks)) == 2
+    engine.run_round(3)
+    assert len(storages(b for d in engine.devices for b in d.blocks)) == 2 * DEVICES
+    assert not any(d.shared for d in engine.devices)
+    assert all(torch.equal(v, average[j][k]) for j, s in engine.fed.global_blocks.items() for k, v in s.items())
+    for d in engine.devices:                          # each trained away from the average it had shared
+        assert not torch.equal(d.blocks[0].state_dict()["weight"], average[0]["weight"])
+
+
+def test_sfl_v1_server_copies_share_the_average_until_their_device_is_served() -> None:
+    torch.manual_seed(0)
+    engine = SplitEngine(cnn(1, 8, 3, width=4), [2] * DEVICES, make_strategy("sfl-v1"), data(),
+                         {"lr": 0.05, "momentum": 0.9}, BATCH, seed=3)
+    """SplitFed V1 (I = 1): after the average the 12 server copies of a block are one storage (the
+    download's); a copy about to run (``EdgeServer.instance``) becomes its own, the others still share."""
+    engine.run_round(1)
+    copies = [engine.edge.instances[(d, 3)] for d in range(DEVICES)]       # block 4: a convolution
+    assert len(storages(copies)) == 2 and len(engine.edge.shared) == DEVICES * (engine.num_blocks - 2)
+    average = {k: v.clone() for k, v in copies[1].state_dict().items()}
+    engine.edge.instance((0, 3))
+    assert len(storages(copies)) == 4 and storages(copies[1:]) == storages(copies[1:2])
+    assert (0, 3) not in engine.edge.shared and (1, 3) in engine.edge.shared
+    assert all(torch.equal(v, average[k]) for k, v in copies[0].state_dict().items())
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_shared_copies_train_bit_for_bit_what_private_copies_do(algorithm, monkeypatch) -> None:
+    """Every algorithm, four rounds with momentum: the same parameters (devices and server) whether a
+    download is shared or copied into every receiver (the behaviour before sharing)."""
+    import trainers.roles as roles
+
+    options = {"participation": 0.5} if algorithm in ("scala", "cyclesl") else ({"active": 4, "local_steps": 2}
+                                                                                if algorithm == "gas" else None)
+    shared = trained(algorithm, 4, options)
+
+    def copy_in(module, state):
+        module.load_state_dict(state)
+        return False
+
+    monkeypatch.setattr(roles, "share_state", copy_in)
+    copied = trained(algorithm, 4, options)
+    assert len(shared) == len(copied) and all(torch.equal(a, b) for a, b in zip(shared, copied))
+
+
+def test_share_state_falls_back_to_a_copy_when_the_state_does_not_fit() -> None:
+    """Shared where names, shapes, dtypes and devices match (the tensors themselves, Parameter objects
+    kept); copied in (load_state_dict's conversions and checks) otherwise."""
+    from trainers.roles import own_state, share_state
+
+    module = nn.Linear(3, 2)
+    weight = module.weight
+    state = {k: torch.randn_like(v) for k, v in module.state_dict().items()}
+    assert share_state(module, state) and module.weight is weight and weight.data_ptr() == state["weight"].data_ptr()
+    own_state(module)
+    assert weight.data_ptr() != state["weight"].data_ptr() and torch.equal(weight, state["weight"])
+    doubled = {k: v.double() for k, v in state.items()}
+    assert not share_state(module, doubled) and module.weight.dtype == torch.float32
+    assert torch.equal(module.weight, state["weight"]) and module.weight.data_ptr() != doubled["weight"].data_ptr()
+    with pytest.raises(RuntimeError, match="extra"):                 # an unexpected name: load_state_dict refuses it
+        share_state(module, {**state, "extra": state["bias"]})
+    reshaped = {"weight": state["weight"].t().contiguous(), "bias": state["bias"]}
+    with pytest.raises(RuntimeError, match="size mismatch"):
+        share_state(module, reshaped)

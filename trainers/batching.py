@@ -127,7 +127,7 @@ class ClientBatcher:
     def forward(self, devices: Sequence["Device"], round_index: int, batch: dict[int, int]) -> dict[int, Activation]:
         """Eq. (2) for every device of ``devices``; returns their activations in ``devices``' order."""
         for dev in devices:
-            dev.check_idle(round_index)
+            dev.begin_step(round_index)
         drawn = {dev.index: dev.sampler.next(batch[dev.index]) for dev in devices}
         groups: dict[tuple[int, int], list["Device"]] = {}
         for dev in devices:

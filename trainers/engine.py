@@ -810,7 +810,9 @@ class SplitEngine:
     # ---- views for evaluation and tests -----------------------------------------------------------------
     def block(self, device: int, block: int) -> nn.Module:
         """The live module of block ``block`` (0-based) of device ``device``'s model;
-        :class:`DeviceAbsent` for a device lost meanwhile."""
+        :class:`DeviceAbsent` for a device lost meanwhile. Its tensors may be shared with other
+        devices' (those that loaded the same download, docs/architecture.md "Memory"): read them,
+        and change a model only through the roles' messages."""
         if block < self.cuts[device]:
             blocks = self.net.device_blocks(device)
             if blocks is None:

@@ -52,6 +52,32 @@ def random_layer(module: nn.Module) -> nn.Module | None:
     return next((m for m in module.modules() if isinstance(m, (nn.modules.dropout._DropoutNd, nn.RReLU))), None)
 
 
+def share_state(module: nn.Module, state: dict[str, torch.Tensor]) -> bool:
+    """Load ``state`` into ``module`` without copying it: every parameter and buffer is pointed at the
+    state's tensor (``.data`` rebound, the Parameter objects kept, so optimizers still hold them).
+    Modules loaded from one download message thus share one copy of its tensors until one of them
+    trains (:func:`own_state`). Falls back to copying (``load_state_dict``) and returns False when the
+    state's names, shapes, dtypes or devices differ from the module's."""
+    own = dict(module.named_parameters())
+    own.update(module.named_buffers())
+    if set(own) != set(state) or any(not torch.is_tensor(state[k]) or state[k].shape != t.shape or state[k].dtype != t.dtype
+                                      or state[k].device != t.device for k, t in own.items()):
+        module.load_state_dict(state)
+        return False
+    with torch.no_grad():
+        for k, t in own.items():
+            t.data = state[k].detach()
+    return True
+
+
+def own_state(module: nn.Module) -> None:
+    """Give ``module`` private copies of its parameters and buffers (after :func:`share_state`), so
+    that training it changes no other module's tensors."""
+    with torch.no_grad():
+        for t in list(module.parameters()) + list(module.buffers()):
+            t.data = t.data.clone()
+
+
 def index_tensor(indices: np.ndarray, device: torch.device) -> torch.Tensor:
     """Sample indices as a tensor on ``device`` (on CUDA through pinned memory, without waiting for the GPU)."""
     idx = torch.from_numpy(np.ascontiguousarray(indices))
@@ -99,6 +125,9 @@ class Device:
         self.optimizer = RoleOptimizer(optimizer, self.blocks.parameters())
         self.step = 0
         self.pending: _Pending | None = None
+        self.shared: set[int] = set()
+        """Blocks whose tensors are a download's, shared with every device that loaded the same message
+        (no copy); a device takes its own copy when it next trains (:meth:`begin_step`)."""
 
     @property
     def cut(self) -> int:
@@ -122,7 +151,7 @@ class Device:
         gradients), so a device waiting for its reply holds no activations inside its blocks, only
         its message. Blocks with buffers (BatchNorm statistics, updated by every forward) never
         recompute."""
-        self.check_idle(round_index)
+        self.begin_step(round_index)
         idx = index_tensor(self.sampler.next(batch_size), self.x.device)
         y = self.y[idx]
         if recompute and self.can_recompute:
@@ -141,6 +170,15 @@ class Device:
         for block in self.blocks:
             h = block(h)
         return h
+
+    def begin_step(self, round_index: int) -> None:
+        """Before a step: the previous activation must be answered (:meth:`check_idle`), and blocks
+        still shared with other devices (:attr:`shared`) get their own copy, as this step will change
+        them (the forward's buffers, the optimizer's step)."""
+        self.check_idle(round_index)
+        for j in sorted(self.shared):
+            own_state(self.blocks[j])
+        self.shared.clear()
 
     def check_idle(self, round_index: int) -> None:
         """A device starts a step only when its previous activation has been answered."""
@@ -207,9 +245,13 @@ class Device:
             self.blocks = nn.ModuleList(old[j] if j < len(old) else copy.deepcopy(self.template[j]) for j in range(msg.cut))
             self.optimizer = RoleOptimizer(self.optimizer_spec, self.blocks.parameters())
             self.optimizer.load_param_states(kept, carried)
+            self.shared &= set(range(msg.cut))
         with torch.no_grad():
             for j, bs in msg.blocks.items():
-                self.blocks[j].load_state_dict(bs.state)
+                if share_state(self.blocks[j], bs.state):      # the message's tensors, shared until this device trains
+                    self.shared.add(j)
+                else:
+                    self.shared.discard(j)
                 if msg.fresh_optimizer:
                     self.optimizer.reset(self.blocks[j].parameters())
                 if bs.optimizer is not None:
@@ -229,6 +271,7 @@ class Device:
         self.sampler.load_state(state["sampler"])
         self.step = int(state["step"])
         self.pending = None
+        self.shared = set()
 
 
 class ServerPass:
@@ -289,6 +332,9 @@ class EdgeServer:
         self.pass_samples = pass_samples
         self.cuts = list(cuts)
         self.instances: dict[Key, nn.Module] = {k: copy.deepcopy(template[k[1]]) for k in self.layout(self.cuts)}
+        self.shared: set[Key] = set()
+        """Instances whose tensors are a download's, shared with the others that loaded it (SFL-V1's
+        server copies after an average); each takes its own copy when it next runs (:meth:`instance`)."""
         self._build_optimizers()
 
     # ---- layout -------------------------------------------------------------------------------------
@@ -384,7 +430,7 @@ class EdgeServer:
                         buckets.setdefault(self.key(d, j), []).append(([d], piece, [n]))
             streams = []
             for key, group in buckets.items():
-                module = self.instances[key]
+                module = self.instance(key)
                 if concatenate and len(group) > 1:
                     devices = [d for g in group for d in g[0]]
                     sizes = [n for g in group for n in g[2]]
@@ -401,8 +447,16 @@ class EdgeServer:
         server blocks device ``device`` would use (no message tags: server-internal data)."""
         h = features
         for j in range(self.cuts[device], self.num_blocks):
-            h = self.instances[self.key(device, j)](h)
+            h = self.instance(self.key(device, j))(h)
         return h
+
+    def instance(self, key: Key) -> nn.Module:
+        """The instance ``key``, about to run and train: its own copy of any tensors it shared."""
+        module = self.instances[key]
+        if key in self.shared:
+            own_state(module)
+            self.shared.discard(key)
+        return module
 
     def per_device_gradients(self, arrivals: Sequence[Activation],
                              loss_of: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor],
@@ -465,12 +519,16 @@ class EdgeServer:
             self.cuts = list(new_cuts)
             self.instances = {k: old_instances[k] if k in old_instances else copy.deepcopy(self.template[k[1]])
                               for k in self.layout(self.cuts)}
+            self.shared &= set(self.instances)
             self._build_optimizers(carried)
         with torch.no_grad():
             for msg in msgs:
                 for j, bs in msg.blocks.items():
                     key = self.key(msg.device, j)
-                    self.instances[key].load_state_dict(bs.state)
+                    if share_state(self.instances[key], bs.state):   # shared until the instance next runs
+                        self.shared.add(key)
+                    else:
+                        self.shared.discard(key)
                     if bs.optimizer is not None and key[0] in self.optimizers:
                         self.optimizers[key[0]].load_param_states(self.instances[key].parameters(), bs.optimizer)
 
@@ -483,6 +541,7 @@ class EdgeServer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.cuts = [int(c) for c in state["cuts"]]
         self.instances = {}
+        self.shared = set()
         for key, sd in zip(state["keys"], state["instances"]):
             module = copy.deepcopy(self.template[key[1]])
             module.load_state_dict(sd)
