@@ -659,9 +659,29 @@ def test_finite_check_without_the_multi_tensor_norm_still_finds_an_inf(monkeypat
 
     monkeypatch.setattr(torch, "_foreach_norm", missing)
     ok, bad = torch.ones(3), torch.tensor([1.0, float("inf"), 2.0])
-    check_all_finite([(ok, "a", 0)], 1)
+    with deferred_finite_checks():                            # the multi-tensor norm serves the deferred checks
+        check_all_finite([(ok, "a", 0)], 1)
     with pytest.raises(NonFiniteError, match=r"^NaN or inf in b at round 7, device 3$"):
-        check_all_finite([(ok, "a", 0), (bad, "b", 3)], 7)
+        with deferred_finite_checks():
+            check_all_finite([(ok, "a", 0), (bad, "b", 3)], 7)
+
+
+@pytest.mark.parametrize("deferred", [False, True])
+def test_finite_values_whose_sum_overflows_pass_and_a_shared_nan_names_its_first_holder(deferred) -> None:
+    """The immediate checks sum each tensor (a finite sum proves it finite): a sum that overflows
+    (4 × 3e38 > float32's 3.4e38) is tested exactly and passes; a tensor held by several items (a
+    shared download) is named by its first holder, as a check of each in turn would."""
+    huge = torch.full((4, 2), 3e38)
+    nan = torch.tensor([0.0, float("nan")])
+    with deferred_finite_checks(enabled=deferred):
+        check_finite(huge, "activation", 1, 0)
+        check_all_finite([(huge, "model a", 0), (huge.t(), "model b", 1)], 1)
+    with pytest.raises(NonFiniteError, match=r"^NaN or inf in model c at round 2, device 5$"):
+        with deferred_finite_checks(enabled=deferred):
+            check_all_finite([(huge, "model a", 0), (nan, "model c", 5), (nan, "model c", 6)], 2)
+    with pytest.raises(NonFiniteError, match=r"^NaN or inf in gradient at round 3, device 2$"):
+        with deferred_finite_checks(enabled=deferred):
+            check_finite(torch.tensor([1.0, -float("inf")]), "gradient", 3, 2)
 
 
 def test_an_error_inside_a_deferred_scope_passes_through_when_every_check_held() -> None:

@@ -67,22 +67,27 @@ def check_finite(t: torch.Tensor, what: str, round_index: int, device: int | str
     if pending is not None:
         pending.append((torch.isfinite(t).all(), lambda: _nonfinite(what, round_index, device)))
         return
-    if not bool(torch.isfinite(t).all()):
+    if not _finite_sum(t) and not bool(torch.isfinite(t).all()):
         raise _nonfinite(what, round_index, device)
+
+
+def _finite_sum(t: torch.Tensor) -> bool:
+    """True if the sum of ``t`` is finite, which proves every entry finite (a NaN or an infinity makes
+    any sum NaN or infinite); a sum that overflowed proves nothing, so False asks for the exact test.
+    On a CPU about 25× faster than ``isfinite(t).all()`` (one pass, no mask)."""
+    return bool(torch.isfinite(t.sum()))
 
 
 def check_all_finite(items: Sequence[tuple[torch.Tensor, str, int | str]], round_index: int) -> None:
     """:func:`check_finite` of every ``(tensor, what, device)`` with one reduction over all of them
     (the largest |x| of each tensor in one multi-tensor kernel); on a failure the first offending
-    item is named, as a check of each in turn would."""
-    tensors = [t.detach() for t, _, _ in items if t.numel()]
+    item is named, as a check of each in turn would. A tensor that several items hold (a download
+    shared by every device) is reduced once. Immediately: one sum per tensor (:func:`_finite_sum`), the
+    exact test only when a sum is not finite; deferred: the ∞-norms in one multi-tensor kernel."""
+    tensors = list({(t.data_ptr(), t.shape, t.stride(), t.dtype, t.device): t.detach()
+                    for t, _, _ in items if t.numel()}.values())
     if not tensors:
         return
-    try:
-        largest = list(torch._foreach_norm(tensors, float("inf")))
-    except (RuntimeError, TypeError, NotImplementedError):     # an older torch without the ∞-norm there
-        largest = [t.abs().amax() for t in tensors]
-    flag = torch.isfinite(torch.stack([m.float() for m in largest])).all()
 
     def first() -> NonFiniteError | None:
         for t, what, device in items:
@@ -91,10 +96,17 @@ def check_all_finite(items: Sequence[tuple[torch.Tensor, str, int | str]], round
         return None
 
     pending = _DEFERRED.get()
-    if pending is not None:
-        pending.append((flag, first))
-    elif not bool(flag):
-        raise first() or NonFiniteError(f"NaN or inf at round {round_index}")
+    if pending is None:
+        if not bool(torch.isfinite(torch.stack([t.sum().float() for t in tensors])).all()):
+            failure = first()
+            if failure is not None:
+                raise failure
+        return
+    try:
+        largest = list(torch._foreach_norm(tensors, float("inf")))
+    except (RuntimeError, TypeError, NotImplementedError):     # an older torch without the ∞-norm there
+        largest = [t.abs().amax() for t in tensors]
+    pending.append((torch.isfinite(torch.stack([m.float() for m in largest])).all(), first))
 
 
 def _first_failure(pending: list[tuple[torch.Tensor, Callable[[], NonFiniteError | None]]]) -> NonFiniteError | None:
