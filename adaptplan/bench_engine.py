@@ -100,8 +100,9 @@ class EngineBenchResult:
             return f"{value:14.2f}" if value is not None else f"{'-':>14}"
 
         lines = [f"{self.model} on {self.device}, {self.devices} devices, b = {self.batch_size}, cut {self.cut}, "
-                 f"client batching {self.client_batching}, {self.rounds} rounds, best of {self.repeats}, "
-                 f"{self.threads} threads",
+                 f"client batching {self.client_batching}, client recompute {self.client_recompute}, server passes of "
+                 f"{'any size' if self.server_pass_samples is None else f'≤ {self.server_pass_samples} samples'}, "
+                 f"{self.rounds} rounds, best of {self.repeats}, {self.threads} threads",
                  f"  {'':<26} {'samples/s':>10} {'× central b':>12} {'× central N·b':>14} {'peak memory':>13} "
                  f"{'s/round':>9}"]
         for a in self.algorithms:
@@ -187,13 +188,13 @@ def run_engine_bench(devices: int = 20, batch_size: int = 16, rounds: int = 10, 
                      algorithm: str | Sequence[str] = "adaptsfl", width: int = 32, threads: int | None = None,
                      warmup: int = 2, repeats: int = 3, seed: int = 0, model: str = "cnn",
                      device: torch.device | str = "cpu", client_batching: str = "auto",
-                     client_recompute: str = "auto", server_pass_samples: int | None = None) -> EngineBenchResult:
+                     client_recompute: str = "auto", server_pass_samples: int | str = "auto") -> EngineBenchResult:
     """Measure and return an :class:`EngineBenchResult` (see the module docstring);
-    ``server_pass_samples`` None = the engine's default."""
+    ``server_pass_samples``: ``"auto"`` (the engine's default for ``device``) or a number of samples."""
     from adaptplan.errors import InputError
     from profilers import build_chain
     from trainers.batching import use_batching
-    from trainers.config import SERVER_PASS_SAMPLES
+    from trainers.config import pass_samples
     from trainers.devices import describe, synchronize
     from trainers.engine import DeviceData, SplitEngine
     from trainers.models import build_model
@@ -202,7 +203,7 @@ def run_engine_bench(devices: int = 20, batch_size: int = 16, rounds: int = 10, 
 
     algorithms = (algorithm,) if isinstance(algorithm, str) else tuple(algorithm)
     device = torch.device(device)
-    pass_samples = SERVER_PASS_SAMPLES if server_pass_samples is None else server_pass_samples
+    per_pass = pass_samples(server_pass_samples, device.type)
     if threads:
         torch.set_num_threads(threads)
     g = torch.Generator().manual_seed(seed)
@@ -228,7 +229,7 @@ def run_engine_bench(devices: int = 20, batch_size: int = 16, rounds: int = 10, 
         chain = build_chain(fresh_model(), x[:2].cpu())
         engine = SplitEngine(chain.blocks, [cut] * devices, make_strategy(name), DeviceData(x, y, x[:1], y[:1], parts),
                              {"lr": 0.01}, batch_size, seed=seed, device=device, client_batching=client_batching,
-                             client_recompute=client_recompute, server_pass_samples=pass_samples)
+                             client_recompute=client_recompute, server_pass_samples=per_pass)
         for t in range(1, warmup + 1):
             engine.run_round(t)
         synchronize(device)
@@ -287,7 +288,7 @@ def run_engine_bench(devices: int = 20, batch_size: int = 16, rounds: int = 10, 
                              {a: best[a] for a in algorithms}, best["central_b"], best.get("central_Nb"), peak,
                              max(high_water, _peak_rss_bytes() or 0) or None, per_device, per_round,
                              "cuda" if device.type == "cuda" else "rss" if peak else "",
-                             client_recompute, pass_samples)
+                             client_recompute, per_pass)
 
 
 def run_engine_sweep(device_counts: Sequence[int], plot_path: str | None = None,

@@ -34,6 +34,22 @@ def int_flag(low: int, high: int, unit: str = "") -> Callable[[str], int]:
     return _flag_type(int, lambda v: int_in_range(v, "", low, high, unit), "an integer")  # type: ignore[return-value]
 
 
+def auto_or_int_flag(low: int, high: int, unit: str = "") -> Callable[[str], int | str]:
+    """An argparse ``type`` for ``auto`` or an integer in ``low``..``high``."""
+    whole = int_flag(low, high, unit)
+
+    def convert(text: str) -> int | str:
+        if text == "auto":
+            return text
+        try:
+            return whole(text)
+        except argparse.ArgumentTypeError as exc:
+            raise argparse.ArgumentTypeError(str(exc).replace("must be an integer", "must be auto or an integer", 1)) from None
+
+    convert.__name__ = "auto or an integer"
+    return convert
+
+
 def float_flag(low: float, high: float = MAX_MAGNITUDE, unit: str = "", *, low_open: bool = False,
                high_open: bool = False) -> Callable[[str], float]:
     """An argparse ``type`` for a finite number in ``low``..``high`` (open ends exclude the bound)."""

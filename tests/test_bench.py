@@ -284,7 +284,7 @@ def test_engine_bench_keeps_each_sides_best_repeat(monkeypatch) -> None:
     assert all(0 <= m < r.process_peak_rss_bytes for m in r.peak_memory_bytes.values())
     assert r.process_peak_rss_bytes >= bench_engine._status_kib("VmRSS") * 1024 * 0.5   # the process's, not a side's
     assert r.sfl_seconds_per_round == {"sfl-v2": 1.0}        # the best repeat's 1 s over 1 round
-    assert (r.client_recompute, r.server_pass_samples) == ("auto", 1024)      # the engine's defaults, said
+    assert (r.client_recompute, r.server_pass_samples) == ("auto", 128)       # the engine's defaults on a CPU, said
 
 
 def test_engine_bench_names_the_algorithms_that_ran_per_device() -> None:
@@ -351,8 +351,11 @@ def test_engine_result_json_and_report() -> None:
     assert data["sfl_samples_per_s"] == {"psl": 800.0, "sfl-v2": 1200.0} and data["process_peak_rss_bytes"] == 300 * 2**20
     assert (r.ratio_b(), r.ratio_nb()) == (0.8, 0.5)                           # the first algorithm by default
     lines = r.report().splitlines()
-    assert lines[0] == ("cnn on cpu, 20 devices, b = 16, cut 2, client batching off (auto), 10 rounds, best of 3, "
-                        "4 threads")
+    assert lines[0] == ("cnn on cpu, 20 devices, b = 16, cut 2, client batching off (auto), client recompute auto, "
+                        "server passes of any size, 10 rounds, best of 3, 4 threads")
+    assert _result(server_pass_samples=128, client_recompute="on").report().splitlines()[0] == (
+        "cnn on cpu, 20 devices, b = 16, cut 2, client batching off (auto), client recompute on, server passes of "
+        "≤ 128 samples, 10 rounds, best of 3, 4 threads")
     assert _cells(lines[2]) == ["psl", "(simulated)", "800.0", "0.80", "0.50", "-", "0.320"]
     assert _cells(lines[3]) == ["sfl-v2", "(simulated)", "1200.0", "1.20", "0.75", "-", "-"]
     assert _cells(lines[4]) == ["centralized,", "batch", "b", "1000.0", "-"]

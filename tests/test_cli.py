@@ -331,9 +331,9 @@ def test_bench_engine_python_defaults_are_the_commands() -> None:
     assert set(shared) >= {"devices", "batch_size", "rounds", "cut", "repeats", "threads", "model", "client_batching",
                            "client_recompute", "server_pass_samples"}
     assert args["devices"] == [parameters["devices"].default]              # one count: no sweep
-    assert args["server_pass_samples"] == 1024 and parameters["server_pass_samples"].default is None  # the engine's
+    assert args["server_pass_samples"] == "auto" == parameters["server_pass_samples"].default   # the engine's, per device
     for name in shared:
-        if name not in ("device", "devices", "server_pass_samples"):   # device: "auto", resolved before the call
+        if name not in ("device", "devices"):                          # device: "auto", resolved before the call
             assert parameters[name].default == args[name], name
     assert parameters["algorithm"].default == args["algorithm"]
 

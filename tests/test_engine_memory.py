@@ -415,3 +415,22 @@ def test_share_state_falls_back_to_a_copy_when_the_state_does_not_fit() -> None:
     reshaped = {"weight": state["weight"].t().contiguous(), "bias": state["bias"]}
     with pytest.raises(RuntimeError, match="size mismatch"):
         share_state(module, reshaped)
+
+
+def test_the_server_pass_budget_follows_the_device_unless_given() -> None:
+    """``auto``: 128 samples on a CPU (passes that fit the caches: 1.0× centralized batch-b throughput
+    instead of 0.7× with 1,024, docs/architecture.md "Memory"), 1,024 on a GPU; a number as given; None
+    one pass. TrainConfig takes auto or a positive integer and names the field otherwise."""
+    from adaptplan.errors import InputError
+    from trainers.config import CPU_PASS_SAMPLES, SERVER_PASS_SAMPLES, TrainConfig, pass_samples
+
+    assert (CPU_PASS_SAMPLES, SERVER_PASS_SAMPLES) == (128, 1024)
+    assert [pass_samples("auto", "cpu"), pass_samples("auto", "cuda"), pass_samples(64, "cuda"), pass_samples(None, "cpu")] \
+        == [128, 1024, 64, None]
+    engine = SplitEngine(cnn(1, 8, 3, width=4), [2] * DEVICES, make_strategy("psl"), data(), {"lr": 0.1}, BATCH)
+    assert engine.edge.pass_samples == 128
+    assert TrainConfig().server_pass_samples == "auto" and TrainConfig(server_pass_samples=7).server_pass_samples == 7
+    for bad in ("often", 0, 2.5):
+        with pytest.raises(InputError) as info:
+            TrainConfig(server_pass_samples=bad)
+        assert info.value.field == "server_pass_samples"

@@ -259,9 +259,10 @@ def test_interrupted_write_leaves_no_temporary_file(tmp_path):
     (["bench", "engine", "--devices", "10001"], "argument --devices: must be an integer in 1..10,000 devices, got 10001"),
     (["bench", "engine", "--batch-size", "0"], "argument --batch-size: must be an integer in 1..1,000,000 samples, got 0"),
     (["bench", "engine", "--server-pass-samples", "0"],
-     "argument --server-pass-samples: must be an integer in 1..1,000,000,000 samples, got 0"),
+     "argument --server-pass-samples: must be auto or an integer in 1..1,000,000,000 samples, got 0"),
     (["train", "--server-pass-samples", "-3"],
-     "argument --server-pass-samples: must be an integer in 1..1,000,000,000 samples, got -3"),
+     "argument --server-pass-samples: must be auto or an integer in 1..1,000,000,000 samples, got -3"),
+    (["train", "--server-pass-samples", "often"], "argument --server-pass-samples: must be auto or an integer, got 'often'"),
     (["bench", "training", "--replan-every", "0"], "argument --replan-every: must be an integer in 1..1,000,000,000 rounds, "
                                                    "got 0"),
     (["bench", "training", "--noise-cv", "1.5"], "argument --noise-cv: must be in [0, 1], got 1.5"),

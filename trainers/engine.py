@@ -34,7 +34,7 @@ from torch import nn
 from adaptplan.plan import check_cut_vector
 from trainers.batching import CLIENT_BATCHING, ClientBatcher, use_batching
 from trainers.clock import STAGES, StageTimes
-from trainers.config import CLIENT_RECOMPUTE, RECOMPUTE_SAMPLES, SERVER_PASS_SAMPLES, check_choice
+from trainers.config import CLIENT_RECOMPUTE, RECOMPUTE_SAMPLES, check_choice, pass_samples
 from trainers.hosts import DeviceHost, FedHost, device_finite_items
 from trainers.messages import (
     Activation,
@@ -178,9 +178,10 @@ class SplitEngine:
         client_batching: ``"auto"`` (batched on CUDA, per device on a CPU), ``"on"`` or ``"off"``:
             devices of a group that share a cut run their client blocks as one call
             (:mod:`trainers.batching`; docs/architecture.md "Devices and batching").
-        server_pass_samples: the most samples one edge-server pass holds
-            (:data:`trainers.config.SERVER_PASS_SAMPLES`; ``None`` = no limit); a barrier round over
-            more is served in chunks.
+        server_pass_samples: the most samples one edge-server pass holds; a barrier round over more
+            is served in chunks. ``"auto"``: :data:`trainers.config.CPU_PASS_SAMPLES` on a CPU,
+            :data:`trainers.config.SERVER_PASS_SAMPLES` on a GPU (:func:`trainers.config.pass_samples`);
+            ``None`` = no limit.
         client_recompute: ``"auto"`` (when more than :data:`trainers.config.RECOMPUTE_SAMPLES` samples
             wait at once), ``"on"`` or ``"off"``: a device keeps only its input while it waits for its
             reply and recomputes its forward at backward time (the same results; docs/architecture.md
@@ -194,7 +195,7 @@ class SplitEngine:
                  batch_devices: bool = True, clock: "SimClock | None" = None, total_rounds: int | None = None,
                  device: torch.device | str = "cpu", client_batching: str = "auto",
                  server_optimizer: OptimizerSpec | dict[str, Any] | None = None,
-                 server_pass_samples: int | None = SERVER_PASS_SAMPLES, client_recompute: str = "auto",
+                 server_pass_samples: int | str | None = "auto", client_recompute: str = "auto",
                  network: "Callable[[SplitEngine, OptimizerSpec, int], Network] | None" = None) -> None:
         self.device = torch.device(device)
         chain = _on_device(chain, self.device)
@@ -229,7 +230,7 @@ class SplitEngine:
                                                                           "client_batching"), self.device) else None
         self.net: Network = (network or local_network)(self, strategy.optimizer("client", self.optimizer), seed)
         self.edge = EdgeServer(chain, self.cuts, strategy.server_owner, strategy.optimizer("server", self.server_optimizer),
-                               concatenate=batch_devices, pass_samples=server_pass_samples)
+                               concatenate=batch_devices, pass_samples=pass_samples(server_pass_samples, self.device.type))
         self.client_recompute = check_choice(client_recompute, CLIENT_RECOMPUTE, "client_recompute")
         self._random_layers = random_layer(chain) is not None
         self.async_state: dict[str, Any] | None = None

@@ -58,7 +58,7 @@ def share_state(module: nn.Module, state: dict[str, torch.Tensor]) -> bool:
     Modules loaded from one download message thus share one copy of its tensors until one of them
     trains (:func:`own_state`). Falls back to copying (``load_state_dict``) and returns False when the
     state's names, shapes, dtypes or devices differ from the module's."""
-    own = dict(module.named_parameters())
+    own: dict[str, torch.Tensor] = dict(module.named_parameters())
     own.update(module.named_buffers())
     if set(own) != set(state) or any(not torch.is_tensor(state[k]) or state[k].shape != t.shape or state[k].dtype != t.dtype
                                       or state[k].device != t.device for k, t in own.items()):

@@ -186,21 +186,22 @@ def add_device_options(p: argparse.ArgumentParser, batching: bool = True) -> Non
 def add_memory_options(p: argparse.ArgumentParser) -> None:
     """``--client-recompute`` and ``--server-pass-samples`` (memory against time; the same results), shared by
     train and bench engine."""
-    from adaptplan.flags import int_flag
+    from adaptplan.flags import auto_or_int_flag
     from adaptplan.limits import MAX_STEPS
-    from trainers.config import CLIENT_RECOMPUTE, RECOMPUTE_SAMPLES, SERVER_PASS_SAMPLES
+    from trainers.config import CLIENT_RECOMPUTE, CPU_PASS_SAMPLES, RECOMPUTE_SAMPLES, SERVER_PASS_SAMPLES
 
     p.add_argument("--client-recompute", choices=CLIENT_RECOMPUTE, default="auto",
                    help="a device waiting for its reply keeps only its sample indices and recomputes its forward at "
                         "backward time (one more client forward per step, no client activations held; the same "
                         f"results): auto (default: when the waiting devices hold more than {RECOMPUTE_SAMPLES} samples; a barrier "
                         "of the default serve waits one server pass at a time), on or off")
-    p.add_argument("--server-pass-samples", type=int_flag(1, MAX_STEPS, "samples"), default=SERVER_PASS_SAMPLES,
+    p.add_argument("--server-pass-samples", type=auto_or_int_flag(1, MAX_STEPS, "samples"), default="auto",
                    metavar="SAMPLES",
                    help="the most samples the edge server runs through its blocks in one pass: a barrier round over "
-                        f"more is served in chunks, its gradients accumulated (default {SERVER_PASS_SAMPLES}; results "
-                        "equal up to float rounding; algorithms with their own server passes (scala, cyclesl, gapsl, "
-                        "gas) run one pass)")
+                        "more is served in chunks, its gradients accumulated (results equal up to float rounding): auto "
+                        f"(default: {CPU_PASS_SAMPLES} on a cpu, where passes that fit the caches are faster, "
+                        f"{SERVER_PASS_SAMPLES} on cuda) or a number; cyclesl steps on its own b_S = b batches and "
+                        "gapsl runs one device at a time")
 
 
 def flag_of(field: str) -> str:
