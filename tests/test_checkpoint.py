@@ -64,6 +64,8 @@ def bad_config_values(name: str, value: Any) -> list[Any]:
     """Values no run could have had for option ``name`` (currently ``value``)."""
     if isinstance(value, bool):
         return BAD_FLAG
+    if name == "server_pass_samples":                    # "auto" or a number of samples
+        return [-1, 0, 1.5, "3", "often", [], 10 ** 30, None]
     if isinstance(value, str) or name.endswith("_path") or name in ("data_root", "device_data", "policy"):
         return [v for v in BAD_TEXT if not (v is None and name in OPTIONAL)]
     if isinstance(value, int) or name in ("replan_every", "max_test_samples", "interval"):

@@ -316,7 +316,7 @@ def test_generation_counts_once_all_labels_are_seen(monkeypatch) -> None:
         original(edge, ctx, device)
         del edge.run_features
         by_label = {y: n for st, n in draws[start:] for y in s.stats if s.stats[y] is st}
-        flushes.append((labels, known, by_label, sizes[0]))
+        flushes.append((labels, known, by_label, sum(sizes)))        # in row slices within the pass budget
 
     s.flush_buffer = flush_spy
     engine.run_round(1)
@@ -326,7 +326,7 @@ def test_generation_counts_once_all_labels_are_seen(monkeypatch) -> None:
         counts = np.bincount(labels.numpy(), minlength=M)
         expected = {y: B - int(counts[y]) for y in range(M) if counts[y] < B} if len(known) == M else {}
         assert by_label == expected                                # n̂_y = max(0, B − n_y), all labels seen
-        assert rows == len(labels) + sum(expected.values())        # one server batch: real ∪ generated
+        assert rows == len(labels) + sum(expected.values())        # one server update: real ∪ generated
         if expected:
             assert all(max(int(counts[y]), B) == int(counts[y]) + expected.get(y, 0) for y in range(M))
 
