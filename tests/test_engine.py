@@ -20,6 +20,7 @@ from trainers.engine import STRATEGY_STREAM, DeviceData, SplitEngine, check_devi
 from trainers.messages import CutGradient, MessageMismatchError, ModelDownload, NonFiniteError, check_all_finite, check_finite, deferred_finite_checks
 from trainers.models import cnn
 from trainers.partition import DeviceSampler, partition_indices
+from trainers.roles import own_state
 from trainers.strategies import make_strategy
 
 # ---- from test_engine.py (merged by subject) ----------------------------------------
@@ -642,6 +643,8 @@ def test_finite_checks_of_one_device_and_of_the_edge_server_name_the_block() -> 
     engine = psl()
     check_device_finite(engine.devices[1], 4)                # finite: nothing raised
     engine._check_edge_finite(4)
+    own_state(engine.devices[1].blocks[0])                 # device 1's own copy (it starts on the template's tensors)
+    own_state(engine.edge.instances[(None, 6)])
     with torch.no_grad():
         engine.devices[1].blocks[0].bias[2] = float("inf")
         engine.edge.instances[(None, 6)].weight.view(-1)[0] = float("nan")
@@ -1011,7 +1014,7 @@ def test_an_aggregation_averages_the_client_blocks_with_the_weights_it_names(wei
     engine = SplitEngine(small_model(), [2, 2, 2], Averaging(), data, {"lr": 0.0}, batch_size=4)
     for i, device in enumerate(engine.devices):
         for p in device.blocks[0].parameters():
-            p.data.fill_(float(i))
+            p.data = torch.full_like(p, float(i))     # its own tensor: devices start on the template's
     engine.run_round(1)
     expected = 1.0 if weights == "equal" else (0 * 100 + 1 * 200 + 2 * 500) / 800
     for device in engine.devices:

@@ -379,8 +379,11 @@ def test_sfl_v1_server_copies_share_the_average_until_their_device_is_served() -
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_shared_copies_train_bit_for_bit_what_private_copies_do(algorithm, monkeypatch) -> None:
-    """Every algorithm, four rounds with momentum: the same parameters (devices and server) whether a
-    download is shared or copied into every receiver (the behaviour before sharing)."""
+    """Every algorithm, four rounds with momentum: the same parameters (devices and server) whether the
+    template and every download are shared, or copied into every device and instance (the behaviour
+    before sharing)."""
+    import copy
+
     import trainers.roles as roles
 
     options = {"participation": 0.5} if algorithm in ("scala", "cyclesl") else ({"active": 4, "local_steps": 2}
@@ -392,6 +395,7 @@ def test_shared_copies_train_bit_for_bit_what_private_copies_do(algorithm, monke
         return False
 
     monkeypatch.setattr(roles, "share_state", copy_in)
+    monkeypatch.setattr(roles, "shared_copy", copy.deepcopy)
     copied = trained(algorithm, 4, options)
     assert len(shared) == len(copied) and all(torch.equal(a, b) for a, b in zip(shared, copied))
 
@@ -434,3 +438,25 @@ def test_the_server_pass_budget_follows_the_device_unless_given() -> None:
         with pytest.raises(InputError) as info:
             TrainConfig(server_pass_samples=bad)
         assert info.value.field == "server_pass_samples"
+
+
+def test_devices_and_server_copies_start_as_one_copy_of_the_engines_own_template() -> None:
+    """Before any round every device's client blocks and every SFL-V1 server copy are the template's
+    tensors (one storage per parameter, whatever N); the template is the engine's own copy, so a
+    caller who changes its model afterwards changes no device."""
+    torch.manual_seed(0)
+    model = cnn(1, 8, 3, width=4)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    engine = SplitEngine(model, [2] * DEVICES, make_strategy("sfl-v1"), data(), {"lr": 0.05, "momentum": 0.9}, BATCH)
+    client = [b for d in engine.devices for b in d.blocks]
+    assert storages(client) == storages(engine.template[:2]) and len(storages(client)) == 2   # conv weight and bias
+    server = [engine.edge.instances[(d, 3)] for d in range(DEVICES)]
+    assert storages(server) == storages([engine.template[3]]) and len(storages(server)) == 2
+    assert all(d.shared == {0, 1} for d in engine.devices) and len(engine.edge.shared) == len(engine.edge.instances)
+    assert storages([model]).isdisjoint(storages(engine.template))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    assert all(torch.equal(v, before[f"0.{k}"]) for k, v in engine.devices[5].blocks[0].state_dict().items())
+    engine.run_round(1)                                 # every device trained its own copy; the template is untouched
+    assert all(torch.equal(v, before[f"0.{k}"]) for k, v in engine.template[0].state_dict().items())

@@ -10,12 +10,10 @@ import torch
 from torch import nn
 
 from trainers.hosts import DeviceHost, FedHost, take
-from trainers.messages import (Activation, BlockState, CutGradient, MessageMismatchError, ModelDownload, ModelUpload,
-                               NonFiniteError)
+from trainers.messages import Activation, BlockState, CutGradient, MessageMismatchError, ModelUpload, NonFiniteError
 from trainers.network import LocalNetwork
 from trainers.optim import OptimizerSpec
-from trainers.protocol import (EDGE, FED, Average, Blocks, Forward, GetBlocks, GetState, RoundEnd, Send, SetState,
-                               State, Take, Upload)
+from trainers.protocol import EDGE, FED, Average, Blocks, Forward, GetBlocks, GetState, RoundEnd, Send, SetState, State, Take, Upload
 from trainers.roles import Device, FedServer
 
 SGD = OptimizerSpec("sgd", 0.1, 0.9)
@@ -77,11 +75,14 @@ def test_blocks_state_and_the_rounds_check_on_a_device_host() -> None:
     state = out[-1][1]
     assert isinstance(state, State) and state.state["cut"] == 1
     other = DeviceHost(devices())
-    other.devices[2].blocks[0].weight.data.add_(1.0)
+    weight = other.devices[2].blocks[0].weight
+    weight.data = weight.data + 1.0                                       # its own tensor (devices start on the template's)
     other.handle(SetState(2, state.state), Outbox())
     assert torch.equal(other.devices[2].blocks[0].weight, host.devices[2].blocks[0].weight)
     host.handle(RoundEnd(3), out)                                         # finite: nothing raised, nothing sent
-    host.devices[1].blocks[0].bias.data[0] = float("nan")
+    bias = host.devices[1].blocks[0].bias
+    bias.data = bias.data.clone()                                         # device 1's own (it starts on the template's)
+    bias.data[0] = float("nan")
     with pytest.raises(NonFiniteError, match="round 3.*device 1"):
         host.handle(RoundEnd(3), out)
     with pytest.raises(MessageMismatchError, match=r"device 7, which is not hosted here \(devices \[0, 1, 2\]\)"):
@@ -127,8 +128,8 @@ def test_the_fed_server_folds_averages_and_sends_on_what_it_holds() -> None:
 
 def test_the_local_network_delivers_between_hosts_only_when_told_to_take() -> None:
     net = LocalNetwork(DeviceHost(devices()), FedHost())
-    with torch.no_grad():
-        net.devices[0].blocks[0].weight.add_(1.0)                          # device 0's model differs from device 2's
+    weight = net.devices[0].blocks[0].weight
+    weight.data = weight.data + 1.0                                        # device 0's model differs from device 2's
     net.send(0, Upload(0, 1, [0], 1.0))
     assert net.fed._running == {} and net.inbox == {}                      # the upload waits for the Take
     net.send(FED, Take(0))

@@ -15,7 +15,9 @@ A round (docs/architecture.md "The runtime"), and the decision points it asks th
    only to the cut (:meth:`ServerPass.cut_gradients`), take per-device server gradients
    (``per_device_gradients``), step owners (``step``). It answers any subset of the devices; ``flush(edge, ctx)`` is asked
    for the rest when the group's arrivals are all served. :func:`answer` / :func:`skip` build
-   the replies (a skip drops the device's step without an update).
+   the replies (a skip drops the device's step without an update). ``chunk_server(edge, ctx,
+   devices)`` may instead let the runtime serve a barrier one server chunk at a time as its
+   devices forward (:class:`ParallelStep`: the default ``serve``'s; None = served whole).
 5. ``after_group(ctx, group) -> [Handoff]`` — client models passed between devices (SL).
 6. ``aggregation(ctx) -> Aggregation | None`` — client-side model averaging: which blocks,
    weights (|𝒟_i| or equal), whose models, and who receives the average (participants or all).

@@ -198,7 +198,10 @@ class SplitEngine:
                  server_pass_samples: int | str | None = "auto", client_recompute: str = "auto",
                  network: "Callable[[SplitEngine, OptimizerSpec, int], Network] | None" = None) -> None:
         self.device = torch.device(device)
+        given = chain
         chain = _on_device(chain, self.device)
+        if chain is given:     # the roles start from the template's tensors without copying them: keep them private
+            chain = copy.deepcopy(chain)
         data = _data_on_device(data, self.device)
         self.template = chain
         self.num_blocks = len(chain)

@@ -23,6 +23,7 @@ from typing import Any, Callable, Hashable, Iterable, Sequence, TypeVar
 import numpy as np
 import torch
 from torch import nn
+from torch.nn.parameter import is_lazy
 
 from trainers.messages import (
     Activation,
@@ -57,17 +58,37 @@ def share_state(module: nn.Module, state: dict[str, torch.Tensor]) -> bool:
     state's tensor (``.data`` rebound, the Parameter objects kept, so optimizers still hold them).
     Modules loaded from one download message thus share one copy of its tensors until one of them
     trains (:func:`own_state`). Falls back to copying (``load_state_dict``) and returns False when the
-    state's names, shapes, dtypes or devices differ from the module's."""
+    state's names, shapes, dtypes or devices differ from the module's (into tensors of the module's own:
+    it may have shared them)."""
     own: dict[str, torch.Tensor] = dict(module.named_parameters())
     own.update(module.named_buffers())
     if set(own) != set(state) or any(not torch.is_tensor(state[k]) or state[k].shape != t.shape or state[k].dtype != t.dtype
                                       or state[k].device != t.device for k, t in own.items()):
+        own_state(module)
         module.load_state_dict(state)
         return False
     with torch.no_grad():
         for k, t in own.items():
             t.data = state[k].detach()
     return True
+
+
+def shared_copy(module: nn.Module) -> nn.Module:
+    """A copy of ``module`` (a template block) whose parameters and buffers are new tensors on
+    ``module``'s storage: nothing is copied, so every device starting from the template holds one
+    copy of it until it trains (:func:`own_state`)."""
+    tensors = [*module.parameters(), *module.buffers()]
+    if any(is_lazy(t) for t in tensors):      # a lazy module's parameters have no storage yet
+        return copy.deepcopy(module)
+    # placeholders, each a tensor of its own (its own autograd version counter: a detached view would share
+    # the template's, and one device's in-place step would then void another's saved activations)
+    memo: dict[int, Any] = {id(t): (nn.Parameter(t.new_empty(0), requires_grad=t.requires_grad)
+                                    if isinstance(t, nn.Parameter) else t.new_empty(0)) for t in tensors}
+    copied = copy.deepcopy(module, memo)
+    with torch.no_grad():
+        for t in tensors:
+            memo[id(t)].data = t.detach()
+    return copied
 
 
 def own_state(module: nn.Module) -> None:
@@ -121,13 +142,14 @@ class Device:
         self.x, self.y = x, y
         self.sampler = DeviceSampler(indices, batch_size, seed)
         self.optimizer_spec = optimizer
-        self.blocks = nn.ModuleList(copy.deepcopy(template[j]) for j in range(cut))
+        self.blocks = nn.ModuleList(shared_copy(template[j]) for j in range(cut))
         self.optimizer = RoleOptimizer(optimizer, self.blocks.parameters())
         self.step = 0
         self.pending: _Pending | None = None
-        self.shared: set[int] = set()
-        """Blocks whose tensors are a download's, shared with every device that loaded the same message
-        (no copy); a device takes its own copy when it next trains (:meth:`begin_step`)."""
+        self.shared: set[int] = set(range(cut))
+        """Blocks whose tensors are the template's or a download's, shared with every device that starts
+        from the template or loaded the same message (no copy); a device takes its own copy when it next
+        trains (:meth:`begin_step`)."""
 
     @property
     def cut(self) -> int:
@@ -242,10 +264,10 @@ class Device:
             old = list(self.blocks)
             kept = [p for b in old[:msg.cut] for p in b.parameters()]
             carried = self.optimizer.param_states(kept)
-            self.blocks = nn.ModuleList(old[j] if j < len(old) else copy.deepcopy(self.template[j]) for j in range(msg.cut))
+            self.blocks = nn.ModuleList(old[j] if j < len(old) else shared_copy(self.template[j]) for j in range(msg.cut))
             self.optimizer = RoleOptimizer(self.optimizer_spec, self.blocks.parameters())
             self.optimizer.load_param_states(kept, carried)
-            self.shared &= set(range(msg.cut))
+            self.shared = (self.shared & set(range(msg.cut))) | set(range(len(old), msg.cut))
         with torch.no_grad():
             for j, bs in msg.blocks.items():
                 if share_state(self.blocks[j], bs.state):      # the message's tensors, shared until this device trains
@@ -331,10 +353,11 @@ class EdgeServer:
         self.concatenate = concatenate and not has_batch_coupling(template)
         self.pass_samples = pass_samples
         self.cuts = list(cuts)
-        self.instances: dict[Key, nn.Module] = {k: copy.deepcopy(template[k[1]]) for k in self.layout(self.cuts)}
-        self.shared: set[Key] = set()
-        """Instances whose tensors are a download's, shared with the others that loaded it (SFL-V1's
-        server copies after an average); each takes its own copy when it next runs (:meth:`instance`)."""
+        self.instances: dict[Key, nn.Module] = {k: shared_copy(template[k[1]]) for k in self.layout(self.cuts)}
+        self.shared: set[Key] = set(self.instances)
+        """Instances whose tensors are the template's or a download's, shared with the others (SFL-V1's
+        server copies at the start and after an average); each takes its own copy when it next runs
+        (:meth:`instance`)."""
         self._build_optimizers()
 
     # ---- layout -------------------------------------------------------------------------------------
@@ -517,9 +540,9 @@ class EdgeServer:
             for opt in self.optimizers.values():
                 carried.update({p: s for p, s in zip(opt.params, opt.param_states(opt.params)) if s})
             self.cuts = list(new_cuts)
-            self.instances = {k: old_instances[k] if k in old_instances else copy.deepcopy(self.template[k[1]])
+            self.instances = {k: old_instances[k] if k in old_instances else shared_copy(self.template[k[1]])
                               for k in self.layout(self.cuts)}
-            self.shared &= set(self.instances)
+            self.shared = (self.shared & set(self.instances)) | (set(self.instances) - set(old_instances))
             self._build_optimizers(carried)
         with torch.no_grad():
             for msg in msgs:
