@@ -229,6 +229,7 @@ def streamed_run(algorithm: str, whole: bool, monkeypatch, cuts=None, rounds: in
 
     if whole:
         monkeypatch.setitem(STRATEGIES, algorithm, whole_barrier(algorithm))
+        monkeypatch.setattr(SplitEngine, "_streams_arrivals", property(lambda self: False))
     torch.manual_seed(0)
     model = model or cnn(1, 8, 3, width=4)
     chain = build_chain(model, torch.zeros(2, 1, 8, 8))
@@ -244,7 +245,7 @@ def streamed_run(algorithm: str, whole: bool, monkeypatch, cuts=None, rounds: in
 
 
 @pytest.mark.parametrize("algorithm, cuts", [("sfl-v1", None), ("adaptsfl", [1, 2, 3] * (DEVICES // 3)), ("psl", None),
-                                             ("sl", None)])
+                                             ("sl", None), ("sfl-v2", None)])
 def test_a_barrier_served_as_its_devices_forward_trains_bit_for_bit_what_the_whole_barrier_does(
         algorithm, cuts, monkeypatch) -> None:
     """Same parameters, losses, bytes, samples and simulated seconds (per stage too) as forwarding
@@ -274,6 +275,9 @@ def test_each_chunks_devices_forward_only_once_the_chunk_before_is_answered(monk
     streamed_run("sfl-v1", False, monkeypatch, rounds=1)
     # chunks of at most 2·b = 16 samples in arrival order: device 3's 3 samples go with one device of b = 8
     assert log == ["fwd", "fwd", "pass", "reply", "reply"] * (DEVICES // 2) and max_waiting(log) == 2
+    log.clear()
+    streamed_run("sfl-v2", False, monkeypatch, rounds=1)       # served on arrival: each chunk's two, then their replies
+    assert log == ["fwd", "fwd", "pass", "pass", "reply", "reply"] * (DEVICES // 2) and max_waiting(log) == 2
     log.clear()
     streamed_run("sfl-v1", True, monkeypatch, rounds=1)
     assert log[:DEVICES + 1] == ["fwd"] * DEVICES + ["pass"] and max_waiting(log) == DEVICES

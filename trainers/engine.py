@@ -352,6 +352,8 @@ class SplitEngine:
         stream = self._chunk_server(ctx, group)
         if stream is not None:
             return self._run_streamed_group(ctx, group, batch, times, start, ledger, stream)
+        if s.server_mode == "arrival" and self._streams_arrivals:
+            return self._run_streamed_arrivals(ctx, group, batch, times, start, ledger)
         activations = self._forward_all(ctx.round, group, batch)
         group = [d for d in group if d in activations]      # a lost device sent none (partial participation)
         if not group:
@@ -375,17 +377,64 @@ class SplitEngine:
             self._take_replies(out, pending, replies, server_free)
         else:
             for at, d, msg in events:
-                begin = max(at, server_free)
-                out = s.serve(self.edge, ctx, [msg])
-                share = float(times.server[d]) * times.scale(d, batch[d]) + self._charged(ctx, times)
-                server_free = begin + share
-                ledger.add("edge", "server", share)
-                self._take_replies(out, pending, replies, server_free)
+                server_free = self._serve_arrival(ctx, msg, at, batch, times, ledger, pending, replies, server_free)
         server_free = self._flush(ctx, times, ledger, pending, replies, server_free)
         self._backward_all({d: replies[d][1] for d in group if d in replies})
         answered = {d: (at, reply.num_bytes, reply.tensor is not None) for d, (at, reply) in replies.items()}
         answered.update((d, (server_free, size, grad)) for d, (size, grad) in early.items())   # at the barrier's time
         return self._replies_done(group, answered, batch, times, start, ledger)
+
+    def _serve_arrival(self, ctx: "RoundContext", msg: Activation, at: float, batch: dict[int, int], times: StageTimes,
+                       ledger: _Ledger, pending: dict, replies: dict, server_free: float) -> float:
+        """``server_mode = "arrival"``: the server takes ``msg`` (arrived at ``at``) when it is free and
+        works its share (eqs. 18, 19, and what the strategy charged); returns when it is free again."""
+        d = msg.device
+        begin = max(at, server_free)
+        out = self.strategy.serve(self.edge, ctx, [msg])
+        share = float(times.server[d]) * times.scale(d, batch[d]) + self._charged(ctx, times)
+        ledger.add("edge", "server", share)
+        self._take_replies(out, pending, replies, begin + share)
+        return begin + share
+
+    @property
+    def _streams_arrivals(self) -> bool:
+        """Whether a group served on arrival may forward its devices chunk by chunk (no device that may
+        be lost midway, no random layer whose masks would be drawn in another order)."""
+        return not self.strategy.allows_absence and not self._random_layers
+
+    def _run_streamed_arrivals(self, ctx: "RoundContext", group: list[int], batch: dict[int, int], times: StageTimes,
+                               start: float, ledger: _Ledger) -> float:
+        """A group served one arrival at a time (SplitFed V2), its devices forwarding in arrival order
+        one server chunk's worth at a time (``EdgeServer.chunked``), each chunk's replies delivered
+        once its arrivals are served: a device's forward reads only its own model and data, so this
+        is bit for bit forwarding every device first, with the same simulated times, and the round
+        holds one chunk's activations instead of every participant's."""
+        arrival = self._arrivals(group, batch, times, start, ledger)
+        order = sorted(group, key=lambda d: (arrival[d], d))
+        samples = {d: min(int(batch[d]), int(ctx.data_sizes[d])) for d in group}
+        pending: dict[int, Activation] = {}
+        replies: dict[int, tuple[float, CutGradient]] = {}
+        answered: dict[int, tuple[float, int, bool]] = {}
+        server_free = start
+        for devices in self.edge.chunked(order, lambda d: samples[d]):
+            activations = self._forward_all(ctx.round, devices, batch)
+            for d in devices:
+                self._count_activation(activations[d])
+                pending[d] = activations[d]
+            for d in devices:
+                server_free = self._serve_arrival(ctx, activations[d], arrival[d], batch, times, ledger, pending, replies,
+                                                  server_free)
+            self._deliver(replies, answered)
+        server_free = self._flush(ctx, times, ledger, pending, replies, server_free)
+        self._deliver(replies, answered)
+        return self._replies_done(group, answered, batch, times, start, ledger)
+
+    def _deliver(self, replies: dict[int, tuple[float, CutGradient]], answered: dict[int, tuple[float, int, bool]]) -> None:
+        """Send the replies taken so far to their devices (each back-propagates and steps) and keep
+        only when each arrived, its size and whether it carried a gradient."""
+        self._backward_all({d: reply for d, (_, reply) in replies.items()})
+        answered.update((d, (at, reply.num_bytes, reply.tensor is not None)) for d, (at, reply) in replies.items())
+        replies.clear()
 
     def _chunk_server(self, ctx: "RoundContext", group: list[int]) -> "ParallelStep | None":
         """The strategy's way to serve this barrier chunk by chunk as its devices forward
