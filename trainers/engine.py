@@ -376,7 +376,7 @@ class SplitEngine:
             server_free = at + self._server_busy(ctx, group, batch, times, ledger)
             self._take_replies(out, pending, replies, server_free)
         else:
-            for at, d, msg in events:
+            for at, _, msg in events:
                 server_free = self._serve_arrival(ctx, msg, at, batch, times, ledger, pending, replies, server_free)
         server_free = self._flush(ctx, times, ledger, pending, replies, server_free)
         self._backward_all({d: replies[d][1] for d in group if d in replies})
