@@ -464,3 +464,30 @@ def test_devices_and_server_copies_start_as_one_copy_of_the_engines_own_template
     assert all(torch.equal(v, before[f"0.{k}"]) for k, v in engine.devices[5].blocks[0].state_dict().items())
     engine.run_round(1)                                 # every device trained its own copy; the template is untouched
     assert all(torch.equal(v, before[f"0.{k}"]) for k, v in engine.template[0].state_dict().items())
+
+
+def test_a_checkpoint_stores_a_shared_download_once() -> None:
+    """SCALA's broadcast: 12 devices share the global client model, so the checkpoint holds it once
+    (smaller than with 12 private copies by about 11 copies of the client blocks), and resuming from
+    it gives every device the same values in copies of its own."""
+    from trainers.checkpoint import decode, encode
+    from trainers.roles import own_state
+
+    torch.manual_seed(0)
+    engine = SplitEngine(cnn(1, 8, 3, width=4), [7] * DEVICES, make_strategy("scala", {"participation": 0.25}), data(),
+                         {"lr": 0.05, "momentum": 0.9}, BATCH, seed=3)
+    engine.run_round(1)
+    shared = encode(engine.state_dict())
+    for d in engine.devices:
+        for block in d.blocks:
+            own_state(block)
+    private = encode(engine.state_dict())
+    client_bytes = sum(t.numel() * t.element_size() for b in engine.devices[0].blocks for t in b.state_dict().values())
+    assert len(private) - len(shared) >= (DEVICES - 1) * client_bytes
+    state = decode(shared, "checkpoint")
+    resumed = SplitEngine(cnn(1, 8, 3, width=4), [7] * DEVICES, make_strategy("scala", {"participation": 0.25}), data(),
+                          {"lr": 0.05, "momentum": 0.9}, BATCH, seed=3)
+    resumed.load_state_dict(state)
+    assert len(storages(b for d in resumed.devices for b in d.blocks)) == DEVICES * len(storages(resumed.devices[0].blocks))
+    assert all(torch.equal(a, b) for d, e in zip(engine.devices, resumed.devices)
+               for a, b in zip(d.blocks.parameters(), e.blocks.parameters()))
