@@ -416,7 +416,7 @@ def test_share_state_falls_back_to_a_copy_when_the_state_does_not_fit() -> None:
     own_state(module)
     assert weight.data_ptr() != state["weight"].data_ptr() and torch.equal(weight, state["weight"])
     doubled = {k: v.double() for k, v in state.items()}
-    assert not share_state(module, doubled) and module.weight.dtype == torch.float32
+    assert share_state(module, doubled) is False and module.weight.dtype == torch.float32
     assert torch.equal(module.weight, state["weight"]) and module.weight.data_ptr() != doubled["weight"].data_ptr()
     with pytest.raises(RuntimeError, match="extra"):                 # an unexpected name: load_state_dict refuses it
         share_state(module, {**state, "extra": state["bias"]})
@@ -491,3 +491,89 @@ def test_a_checkpoint_stores_a_shared_download_once() -> None:
     assert len(storages(b for d in resumed.devices for b in d.blocks)) == DEVICES * len(storages(resumed.devices[0].blocks))
     assert all(torch.equal(a, b) for d, e in zip(engine.devices, resumed.devices)
                for a, b in zip(d.blocks.parameters(), e.blocks.parameters()))
+
+
+@pytest.mark.parametrize("algorithm", ["adaptsfl", "sfl-v1", "psl"])
+def test_re_partitioning_shared_models_trains_bit_for_bit_what_private_copies_do(algorithm, monkeypatch) -> None:
+    """Cuts moved after an average (blocks handed between devices and the server, new server
+    instances, devices gaining template blocks) and trained on: the same parameters as copying."""
+    import copy
+
+    import trainers.roles as roles
+
+    def run() -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        engine = SplitEngine(cnn(1, 8, 3, width=4), [2] * DEVICES, make_strategy(algorithm), data(),
+                             {"lr": 0.05, "momentum": 0.9}, BATCH, seed=3)
+        engine.run_round(1)
+        engine.set_cuts([1, 5, 8, 2] * (DEVICES // 4), 1)
+        engine.run_round(2)
+        engine.set_cuts([5, 2, 1, 8] * (DEVICES // 4), 2)
+        engine.run_round(3)
+        return ([p.detach().clone() for d in engine.devices for p in d.blocks.parameters()]
+                + [p.detach().clone() for k in sorted(engine.edge.instances, key=str)
+                   for p in engine.edge.instances[k].parameters()])
+
+    shared = run()
+
+    def copy_in(module, state):
+        module.load_state_dict(state)
+        return False
+
+    monkeypatch.setattr(roles, "share_state", copy_in)
+    monkeypatch.setattr(roles, "shared_copy", copy.deepcopy)
+    copied = run()
+    assert len(shared) == len(copied) and all(torch.equal(a, b) for a, b in zip(shared, copied))
+
+
+def test_a_chunk_left_unanswered_is_named() -> None:
+    """A chunk server that answers only part of its chunk stops the round naming the device."""
+    from trainers.api import ParallelStep
+    from trainers.messages import MessageMismatchError
+    from trainers.strategies import STRATEGIES
+
+    class Forgetful(ParallelStep):
+        def serve_chunk(self, chunk):
+            return [r for r in super().serve_chunk(chunk) if r.device != 5]
+
+    class Psl(STRATEGIES["psl"]):
+        def chunk_server(self, edge, ctx, devices):
+            return Forgetful(edge, ctx, devices)
+
+    engine = SplitEngine(cnn(1, 8, 3, width=4), [2] * DEVICES, Psl(), data(), {"lr": 0.1}, BATCH, server_pass_samples=2 * BATCH)
+    with pytest.raises(MessageMismatchError, match=r"activation of device 5 \(round 1, step 1\) was never answered"):
+        engine.run_round(1)
+
+
+def test_what_is_marked_shared_is_exactly_what_shares() -> None:
+    """The bookkeeping behind ``own_state``: a block loaded by copy (a download of another dtype) is
+    its own and no longer marked; a server instance a re-partition creates from the template is marked
+    shared and takes its own copy when it runs (the template untouched); a loaded checkpoint shares
+    nothing."""
+    from trainers.messages import BlockState, ModelDownload
+    from trainers.optim import OptimizerSpec
+
+    d = data()
+    template = cnn(1, 8, 3, width=4)
+    device = Device(0, template, 4, d.x_train, d.y_train, d.parts[0], BATCH, [0, 0], OptimizerSpec(lr=0.1))
+    assert device.shared == {0, 1, 2, 3}
+    doubled = {k: v.double() for k, v in template[3].state_dict().items()}
+    device.download(ModelDownload(0, 1, "device", {3: BlockState(doubled)}))
+    assert device.shared == {0, 1, 2} and storages([device.blocks[3]]).isdisjoint(storages([template[3]]))
+    edge = EdgeServer(template, [4, 4], lambda dev, j, lc: dev, OptimizerSpec(lr=0.1))
+    assert edge.shared == set(edge.instances)
+    edge.download([ModelDownload(0, 1, "edge", {6: BlockState({k: v.double() for k, v in template[6].state_dict().items()})})])
+    assert (0, 6) not in edge.shared and (1, 6) in edge.shared
+    edge.download([], new_cuts=[3, 4])                     # device 0 hands block 4 (index 3) to the server
+    assert (0, 3) in edge.instances and (0, 3) in edge.shared
+    assert storages([edge.instances[(0, 3)]]) == storages([template[3]])
+    before = {k: v.clone() for k, v in template[3].state_dict().items()}
+    module = edge.instance((0, 3))
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(1.0)
+    assert all(torch.equal(v, before[k]) for k, v in template[3].state_dict().items()) and (0, 3) not in edge.shared
+    edge.load_state_dict(edge.state_dict())
+    assert edge.shared == set()
+    device.load_state_dict(device.state_dict())
+    assert device.shared == set()

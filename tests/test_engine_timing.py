@@ -84,6 +84,18 @@ def test_arrival_order_server_and_aggregation() -> None:
            "model upload": 8.0, "model download": 5.0})
 
 
+def test_an_arrival_waits_while_the_server_works_on_the_one_before() -> None:
+    # SFL-V2 with device 2's server share 3 s: device 1 1.5 → 1.75, back at 4.0; device 2 2.25 → 5.25, back
+    # at 5.25 + 1 + 0.5 = 6.75; device 0 arrives at 5 while the server is busy: 5.25 → 5.75, back at
+    # 5.75 + 0.5 + 1 = 7.25; aggregation + 8 + 5 = 20.25 (served alone at 5 it would end at 20.0)
+    slow = StageTimes(FP, UP, np.array([0.5, 0.25, 3.0]), DOWN, BP, MODEL_UP, MODEL_DOWN, E2F, F2E, B)
+    engine = SplitEngine(small_model(), [3, 3, 3], make_strategy("sfl-v2"), make_data(3), {"lr": 0.05}, batch_size=B,
+                         seed=0, clock=FixedClock(slow))
+    check(engine.run_round(1), 20.25,
+          {"device FP": 3.0, "uplink": 2.0, "server": 3.75, "downlink": 1.0, "device BP": 2.0,
+           "model upload": 8.0, "model download": 5.0})
+
+
 def test_batch_size_scales_the_per_sample_stages() -> None:
     # device 0 trains on b_0 = 32 = 2b samples: its FP, uplink, server share, downlink and BP double
     # PSL: arrival 2·(3 + 2) = 10, server 2·0.5 + 0.25 + 0.125 = 1.375 → 11.375,
