@@ -10,11 +10,10 @@ import numpy as np
 import pytest
 import torch
 
+from tests.test_engine import make_data, small_model
 from trainers.clock import StageTimes
 from trainers.engine import SplitEngine
 from trainers.strategies import make_strategy
-
-from tests.test_engine import make_data, small_model
 
 torch.set_num_threads(1)
 
