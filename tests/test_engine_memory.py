@@ -577,3 +577,19 @@ def test_what_is_marked_shared_is_exactly_what_shares() -> None:
     assert edge.shared == set()
     device.load_state_dict(device.state_dict())
     assert device.shared == set()
+
+
+def test_the_documented_budgets_are_the_engines() -> None:
+    """docs/architecture.md "Memory" and the help of --client-recompute state the thresholds the engine uses."""
+    from pathlib import Path
+
+    from adaptplan.cli import build_parser
+    from trainers.config import CPU_PASS_SAMPLES, RECOMPUTE_SAMPLES, SERVER_PASS_SAMPLES
+
+    docs = " ".join((Path(__file__).parents[1] / "docs" / "architecture.md").read_text(encoding="utf-8").split())
+    assert f"more than {RECOMPUTE_SAMPLES:,} samples wait at once" in docs
+    assert f"`auto` is {CPU_PASS_SAMPLES} samples on a CPU and {SERVER_PASS_SAMPLES:,} on a GPU" in docs
+    assert (RECOMPUTE_SAMPLES, CPU_PASS_SAMPLES, SERVER_PASS_SAMPLES) == (1024, 128, 1024)
+    helps = {a.dest: a.help for a in build_parser()._subparsers._group_actions[0].choices["train"]._actions}
+    assert f"more than {RECOMPUTE_SAMPLES} samples" in helps["client_recompute"]
+    assert f"{CPU_PASS_SAMPLES} on a cpu" in helps["server_pass_samples"]
