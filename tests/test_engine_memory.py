@@ -229,7 +229,7 @@ def streamed_run(algorithm: str, whole: bool, monkeypatch, cuts=None, rounds: in
 
     if whole:
         monkeypatch.setitem(STRATEGIES, algorithm, whole_barrier(algorithm))
-        monkeypatch.setattr(SplitEngine, "_streams_arrivals", property(lambda self: False))
+        monkeypatch.setattr(SplitEngine, "_may_stream", property(lambda self: False))
     torch.manual_seed(0)
     model = model or cnn(1, 8, 3, width=4)
     chain = build_chain(model, torch.zeros(2, 1, 8, 8))
@@ -593,3 +593,17 @@ def test_the_documented_budgets_are_the_engines() -> None:
     helps = {a.dest: a.help for a in build_parser()._subparsers._group_actions[0].choices["train"]._actions}
     assert f"more than {RECOMPUTE_SAMPLES} samples" in helps["client_recompute"]
     assert f"{CPU_PASS_SAMPLES} on a cpu" in helps["server_pass_samples"]
+
+
+@pytest.mark.parametrize("algorithm", ["psl", "sfl-v2"])
+def test_a_streamed_device_that_sends_other_than_its_mini_batch_is_named(algorithm, monkeypatch) -> None:
+    """The chunks are cut for min(b_i, |D_i|) samples per device: one that sends fewer stops the round."""
+    from trainers.messages import MessageMismatchError
+
+    forward = Device.forward
+    monkeypatch.setattr(Device, "forward", lambda self, t, b=None, recompute=False: forward(
+        self, t, b - 1 if self.index == 4 else b, recompute))
+    engine = SplitEngine(cnn(1, 8, 3, width=4), [2] * DEVICES, make_strategy(algorithm), data(), {"lr": 0.1}, BATCH,
+                         seed=3, server_pass_samples=2 * BATCH)
+    with pytest.raises(MessageMismatchError, match=rf"^device 4 sent {BATCH - 1} samples in round 1, expected {BATCH} "):
+        engine.run_round(1)

@@ -77,6 +77,8 @@ def pass_samples(value: int | str | None, device_type: str) -> int | None:
     if value == "auto":
         return CPU_PASS_SAMPLES if device_type == "cpu" else SERVER_PASS_SAMPLES
     return None if value is None else int(value)
+
+
 POLICIES = ("adaptsfl", "rma+ms", "ma+rms", "rma+rms", "dama+rms", "rma+ams", "sfl", "psl", "fixed-cut")
 REDRAWING_POLICIES = ("rma+ms", "ma+rms", "rma+rms", "dama+rms", "rma+ams")   # re-drawn at every aggregation
 

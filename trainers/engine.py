@@ -352,7 +352,7 @@ class SplitEngine:
         stream = self._chunk_server(ctx, group)
         if stream is not None:
             return self._run_streamed_group(ctx, group, batch, times, start, ledger, stream)
-        if s.server_mode == "arrival" and self._streams_arrivals:
+        if s.server_mode == "arrival" and self._may_stream:
             return self._run_streamed_arrivals(ctx, group, batch, times, start, ledger)
         activations = self._forward_all(ctx.round, group, batch)
         group = [d for d in group if d in activations]      # a lost device sent none (partial participation)
@@ -397,8 +397,8 @@ class SplitEngine:
         return begin + share
 
     @property
-    def _streams_arrivals(self) -> bool:
-        """Whether a group served on arrival may forward its devices chunk by chunk (no device that may
+    def _may_stream(self) -> bool:
+        """Whether a group's devices may forward chunk by chunk as the server goes (no device that may
         be lost midway, no random layer whose masks would be drawn in another order)."""
         return not self.strategy.allows_absence and not self._random_layers
 
@@ -409,20 +409,16 @@ class SplitEngine:
         once its arrivals are served: a device's forward reads only its own model and data, so this
         is bit for bit forwarding every device first, with the same simulated times, and the round
         holds one chunk's activations instead of every participant's."""
-        arrival = self._arrivals(group, batch, times, start, ledger)
-        order = sorted(group, key=lambda d: (arrival[d], d))
-        samples = {d: min(int(batch[d]), int(ctx.data_sizes[d])) for d in group}
+        arrival, chunks = self._chunks_by_arrival(ctx, group, batch, times, start, ledger)
         pending: dict[int, Activation] = {}
         replies: dict[int, tuple[float, CutGradient]] = {}
         answered: dict[int, tuple[float, int, bool]] = {}
         server_free = start
-        for devices in self.edge.chunked(order, lambda d: samples[d]):
-            activations = self._forward_all(ctx.round, devices, batch)
-            for d in devices:
-                self._count_activation(activations[d])
-                pending[d] = activations[d]
-            for d in devices:
-                server_free = self._serve_arrival(ctx, activations[d], arrival[d], batch, times, ledger, pending, replies,
+        for devices in chunks:
+            activations = self._forward_chunk(ctx, devices, batch)
+            pending.update((a.device, a) for a in activations)
+            for msg in activations:
+                server_free = self._serve_arrival(ctx, msg, arrival[msg.device], batch, times, ledger, pending, replies,
                                                   server_free)
             self._deliver(replies, answered)
         server_free = self._flush(ctx, times, ledger, pending, replies, server_free)
@@ -438,11 +434,10 @@ class SplitEngine:
 
     def _chunk_server(self, ctx: "RoundContext", group: list[int]) -> "ParallelStep | None":
         """The strategy's way to serve this barrier chunk by chunk as its devices forward
-        (:meth:`trainers.api.Strategy.chunk_server`), where the runtime may: a barrier, no device
-        that may be lost midway (``allows_absence``), no random layer (Dropout would draw its masks
-        in another order) and no BatchNorm (``EdgeServer.concatenate`` off: one pass)."""
+        (:meth:`trainers.api.Strategy.chunk_server`), where the runtime may: a barrier, :attr:`_may_stream`,
+        and no BatchNorm (``EdgeServer.concatenate`` off: one pass)."""
         s = self.strategy
-        if s.server_mode != "barrier" or s.allows_absence or not self.edge.concatenate or self._random_layers:
+        if s.server_mode != "barrier" or not self._may_stream or not self.edge.concatenate:
             return None
         return s.chunk_server(self.edge, ctx, group)
 
@@ -454,29 +449,40 @@ class SplitEngine:
         holds one chunk's activations and client graphs. The same computations as serving the
         whole barrier (the forwards are independent of the server's pass) and the same simulated
         times: every reply arrives at the barrier's time."""
-        arrival = self._arrivals(group, batch, times, start, ledger)
-        order = sorted(group, key=lambda d: (arrival[d], d))
-        samples = {d: min(int(batch[d]), int(ctx.data_sizes[d])) for d in group}
+        arrival, chunks = self._chunks_by_arrival(ctx, group, batch, times, start, ledger)
         early: dict[int, tuple[int, bool]] = {}
-        for devices in self.edge.chunked(order, lambda d: samples[d]):
-            activations = self._forward_all(ctx.round, devices, batch)
-            pending: dict[int, Activation] = {}
-            for d in devices:
-                msg = activations[d]
-                if int(msg.tensor.shape[0]) != samples[d]:
-                    raise MessageMismatchError(f"device {d} sent {int(msg.tensor.shape[0])} samples in round {ctx.round}, "
-                                               f"expected {samples[d]} (min(b_i, |D_i|))")
-                self._count_activation(msg)
-                pending[d] = msg
-            self._answer_early(stream.serve_chunk([pending[d] for d in devices]), pending, early)
+        for devices in chunks:
+            activations = self._forward_chunk(ctx, devices, batch)
+            pending = {a.device: a for a in activations}
+            self._answer_early(stream.serve_chunk(activations), pending, early)
             if pending:
                 self._never_answered(pending)
         stream.finish()
         server_free = max(arrival.values()) + self._server_busy(ctx, group, batch, times, ledger)
-        replies: dict[int, tuple[float, CutGradient]] = {}
-        server_free = self._flush(ctx, times, ledger, {}, replies, server_free)
+        server_free = self._flush(ctx, times, ledger, {}, {}, server_free)
         answered = {d: (server_free, size, grad) for d, (size, grad) in early.items()}
         return self._replies_done(group, answered, batch, times, start, ledger)
+
+    def _chunks_by_arrival(self, ctx: "RoundContext", group: list[int], batch: dict[int, int], times: StageTimes,
+                           start: float, ledger: _Ledger) -> tuple[dict[int, float], list[list[int]]]:
+        """Each device's arrival time (:meth:`_arrivals`) and the group in arrival order cut into the
+        server's chunks (``EdgeServer.chunked``), each device counted by the min(b_i, |𝒟_i|) samples
+        it will draw."""
+        arrival = self._arrivals(group, batch, times, start, ledger)
+        order = sorted(group, key=lambda d: (arrival[d], d))
+        return arrival, self.edge.chunked(order, lambda d: min(int(batch[d]), int(ctx.data_sizes[d])))
+
+    def _forward_chunk(self, ctx: "RoundContext", devices: list[int], batch: dict[int, int]) -> list[Activation]:
+        """The chunk's devices forward (:meth:`_forward_all`); their activations, counted, in the chunk's
+        order, each checked to carry the min(b_i, |𝒟_i|) samples the chunk was cut for."""
+        activations = self._forward_all(ctx.round, devices, batch)
+        for d in devices:
+            n, expected = int(activations[d].tensor.shape[0]), min(int(batch[d]), int(ctx.data_sizes[d]))
+            if n != expected:
+                raise MessageMismatchError(f"device {d} sent {n} samples in round {ctx.round}, expected {expected} "
+                                           f"(min(b_i, |D_i|))")
+            self._count_activation(activations[d])
+        return [activations[d] for d in devices]
 
     def _arrivals(self, group: list[int], batch: dict[int, int], times: StageTimes, start: float,
                   ledger: _Ledger) -> dict[int, float]:
