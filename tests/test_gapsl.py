@@ -34,12 +34,13 @@ def angle(u: torch.Tensor, v: torch.Tensor) -> float:
 
 def reference_gapsl(data: DeviceData, rounds: int, total: int, k_min: float, k_max: float, eta: float,
                     mode: str = "detached", lam: float = 0.0, client: HandSGD | None = None,
-                    server_opt: HandSGD | None = None):
+                    server_opt: HandSGD | None = None, excluded: str = "none"):
     """A.2 steps 1–16 with no update for the devices outside Ŝ, in plain torch. ``mode``: ``detached`` (server
     step Σ_{Ŝ} g_i); ``double_backprop`` (eq. 7: L_g = Σ_{Ŝ}[L_i + λ(1 − cos(g_i, g_lead))] back-propagated through
     the g_i to the server weights and the activations, g_lead a constant); ``gradient_step`` (g̃_i = g_i − λ·∂(1 −
     cos(g_i, g_lead))/∂g_i by autograd, server step Σ_{Ŝ} g̃_i, plain cut gradients). ``client``/``server_opt``: each
-    role's optimizer (plain SGD at LR by default; the paper's setting has its own rate per role and momentum)."""
+    role's optimizer (plain SGD at LR by default; the paper's setting has its own rate per role and momentum).
+    ``excluded="plain"``: the devices outside Ŝ step on their own cut gradient ∂L_i/∂a_i (A.3.2's alternative)."""
     client, server_opt = client or HandSGD(LR), server_opt or HandSGD(LR)
     model = small_model()
     clients = [copy.deepcopy(nn.Sequential(*model[:CUT])) for _ in range(S)]
@@ -92,7 +93,7 @@ def reference_gapsl(data: DeviceData, rounds: int, total: int, k_min: float, k_m
             p.grad = step[start:start + p.numel()].view_as(p).detach().clone()
             start += p.numel()
         server_opt.step(server)
-        for i in aligned:                                                     # steps 15–16, Ŝ only
+        for i in (aligned if excluded == "none" else range(S)):               # steps 15–16, Ŝ only (A.3.2)
             acts[i].backward(cut_grads[i])
             client.step(clients[i])
         log.append({"k": k, "n_sel": n_sel, "aligned": aligned})
@@ -310,3 +311,111 @@ def test_gapsl_with_the_papers_per_role_rates_and_momentum_matches_the_reference
                           flat(server), atol=1e-5, rtol=0)
     for i in range(S):
         assert torch.allclose(flat(engine.devices[i].blocks), flat(clients[i]), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("mode", ["detached", "gradient_step"])
+def test_plain_update_of_the_excluded_devices_matches_the_reference(mode: str) -> None:
+    """excluded_update = plain: every device steps, those outside Ŝ on their own ∂L_i/∂a_i (from the server pass
+    run again after the selection, at the pre-update w_s)."""
+    data, rounds = make_data(S, "dirichlet"), 3
+    engine = make_gapsl_engine(data, rounds, k_min=0.25, k_max=0.75, eta_th=0.5, gda=mode, gda_lambda=0.5,
+                               excluded_update="plain")
+    before = [flat(d.blocks) for d in engine.devices]
+    for t in range(1, rounds + 1):
+        engine.run_round(t)
+    clients, server, log = reference_gapsl(data, rounds, rounds, 0.25, 0.75, 0.5, mode=mode, lam=0.5, excluded="plain")
+    assert any(len(r["aligned"]) < S for r in log)
+    assert all(not torch.equal(b, flat(d.blocks)) for b, d in zip(before, engine.devices))
+    assert torch.allclose(flat(*[engine.edge.instances[(None, j)] for j in range(CUT, 11)]),
+                          flat(server), atol=1e-5, rtol=0)
+    for i in range(S):
+        assert torch.allclose(flat(engine.devices[i].blocks), flat(clients[i]), atol=1e-5, rtol=0)
+
+
+def bn_server_model() -> nn.Sequential:
+    """small_model with BatchNorm after the server's convolution (block 6 of 12; the server holds blocks ≥ 6)."""
+    m = small_model()
+    return nn.Sequential(*m[:7], nn.BatchNorm2d(8), *m[7:])
+
+
+@pytest.mark.parametrize("with_bn", [False, True])
+def test_server_passes_per_round(with_bn: bool) -> None:
+    """Without buffers the server runs each device once for its g_i and once more for the |Ŝ| replies (one pass
+    of all of them, within the pass budget); with BatchNorm it runs each device exactly once (its running
+    statistics see each device's batch once, A.3.4) and keeps the cut gradients of that pass."""
+    data = make_data(S, "dirichlet")
+    model = bn_server_model() if with_bn else small_model()
+    cut = 6
+    engine = SplitEngine(model, [cut] * S, GAPSL(k_min=0.25, k_max=0.75, eta_th=0.5), data, {"lr": LR},
+                         batch_size=B, seed=0, total_rounds=2)
+    assert engine.edge.replayable(0) is not with_bn
+    first = engine.edge.instances[(None, cut)]
+    batches: list[int] = []
+    first.register_forward_hook(lambda module, args, out: batches.append(int(args[0].shape[0])))
+    stats = engine.run_round(1)
+    aligned = int(stats.metrics["aligned"])
+    if with_bn:
+        assert batches == [B] * S
+        bn = engine.edge.instances[(None, 7)]
+        assert int(bn.num_batches_tracked) == S
+    else:
+        assert batches == [B] * S + [B * aligned]
+    answered = [d for d in engine.devices if d.step and not torch.equal(flat(d.blocks), flat(small_model()[:cut]))]
+    assert len(answered) == aligned
+
+
+def test_gradient_rows_are_the_per_device_gradients() -> None:
+    """EdgeServer.gradient_rows: row i is arrival i's g_i flattened in parameter order, with its L_i and (asked)
+    its ∂L_i/∂a_i, as per_device_gradients gives them one by one; it needs one shared w_s."""
+    engine = SplitEngine(small_model(), [6] * 3, GAPSL(), make_data(3), {"lr": LR}, batch_size=B, seed=0)
+    arrivals = [engine.devices[d].forward(1) for d in (2, 0, 1)]
+    ce = lambda d, logits, y: nn.functional.cross_entropy(logits, y)   # noqa: E731
+    per = engine.edge.per_device_gradients(arrivals, ce)
+    rows, losses, cut = engine.edge.gradient_rows(arrivals, ce, cut_gradients=True)
+    params = engine.edge.parameters(0)
+    assert rows.shape == (3, sum(p.numel() for p in params))
+    for i, a in enumerate(arrivals):
+        assert torch.equal(rows[i], torch.cat([g.reshape(-1) for g in per[a.device][0]]))
+        assert torch.equal(losses[i], per[a.device][2].detach())
+        assert torch.equal(cut[a.device], per[a.device][1])
+    assert all(p.grad is None for p in params)
+    assert engine.edge.gradient_rows(arrivals, ce)[2] == {}
+    from trainers.strategies import make_strategy
+    copies = SplitEngine(small_model(), [6] * 2, make_strategy("sfl-v1"), make_data(2), {"lr": LR}, batch_size=B)
+    with pytest.raises(ValueError, match="device 1 does not pass through device 0's server parameters"):
+        copies.edge.gradient_rows([copies.devices[d].forward(1) for d in (0, 1)], ce)
+
+
+def test_replayable_server_blocks() -> None:
+    """A second server pass is harmless without buffers and random layers."""
+    from trainers.strategies import make_strategy
+    for model, expected in ((small_model(), True), (bn_server_model(), False),
+                            (nn.Sequential(*small_model()[:8], nn.Dropout(0.5), *small_model()[8:]), False)):
+        engine = SplitEngine(model, [6, 6], make_strategy("psl"), make_data(2), {"lr": LR}, batch_size=B)
+        assert engine.edge.replayable(1) is expected
+    engine = SplitEngine(bn_server_model(), [8, 8], make_strategy("psl"), make_data(2), {"lr": LR}, batch_size=B)
+    assert engine.edge.replayable(0)          # the BatchNorm (block 7) is on the devices
+
+
+def test_a_diverged_gradient_matrix_is_named() -> None:
+    """The angles of eqs. 1–6 need finite g_i whose products g_i·g_j stay finite: a NaN names its device; a
+    finite g_i whose squared norm overflows float32 (its entries' sum may overflow too) names the largest."""
+    from types import SimpleNamespace
+
+    from trainers.messages import NonFiniteError
+
+    ctx = SimpleNamespace(round=3, total_rounds=5, metrics={})
+    flat_rows = torch.ones(3, 4)
+    flat_rows[1, 2] = float("nan")
+    with pytest.raises(NonFiniteError, match="NaN or inf in the server gradient g_i at round 3, device 7"):
+        GAPSL()._select(flat_rows, [5, 7, 9], ctx)
+    for big in (2e19, 3e38):                        # 2e19² overflows; 3e38 + 3e38 overflows the row's sum as well
+        flat_rows = torch.ones(3, 4)
+        flat_rows[2, :2] = big
+        assert bool(torch.isfinite(flat_rows).all())
+        with pytest.raises(NonFiniteError, match=r"too large for its angles .* at round 3, device 9"):
+            GAPSL()._select(flat_rows, [5, 7, 9], ctx)
+    flat_rows = torch.ones(3, 4)
+    flat_rows[2, 0] = 1e18                          # large, but its products are finite: selected as usual
+    aligned, _ = GAPSL()._select(flat_rows, [5, 7, 9], ctx)
+    assert aligned and ctx.metrics["aligned"] == len(aligned)

@@ -73,6 +73,15 @@ class ServerPasses(Protocol):
                              create_graph: bool = False) -> dict[int, Any]:
         """Each device's own server gradient g_i and cut gradient (GAPSL)."""
 
+    def gradient_rows(self, arrivals: Sequence[Activation],
+                      loss_of: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor],
+                      cut_gradients: bool = False) -> tuple[torch.Tensor, list[torch.Tensor], dict[int, torch.Tensor]]:
+        """The devices' server gradients as the rows of one matrix, their losses, and optionally
+        their cut gradients (GAPSL)."""
+
+    def replayable(self, device: int) -> bool:
+        """Whether running device ``device``'s activations through the server again is harmless."""
+
     def parameters(self, device: int) -> list[nn.Parameter]:
         """The server parameters device ``device``'s stream passes through."""
 

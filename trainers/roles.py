@@ -481,6 +481,15 @@ class EdgeServer:
             self.shared.discard(key)
         return module
 
+    def _device_losses(self, arrivals: Sequence[Activation],
+                       loss_of: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor]
+                       ) -> Iterable[tuple[Activation, torch.Tensor, torch.Tensor, list[nn.Parameter]]]:
+        """For each arrival in turn, a forward of that device alone: ``(arrival, its input leaf a_i,
+        L_i, w_{s,i})`` (the graph of L_i lives until the caller moves on)."""
+        for a in arrivals:
+            p = self.run([a], concatenate=False)
+            yield a, p.inputs[a.device], loss_of(a.device, p.logits[a.device], a.labels), self.parameters(a.device)
+
     def per_device_gradients(self, arrivals: Sequence[Activation],
                              loss_of: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor],
                              create_graph: bool = False
@@ -488,17 +497,53 @@ class EdgeServer:
         """Each device's server gradient g_i = ∂L_i/∂w_{s,i} and cut gradient ∂L_i/∂a_i from a
         separate forward per device (GAPSL, docs/algorithms.md GAPSL A.3.4). Returns
         ``{device: (g_i per parameter, ∂L_i/∂a_i, L_i, the input leaf a_i)}``; no parameter
-        ``.grad`` is touched. ``create_graph`` keeps the g_i differentiable (double backprop)."""
+        ``.grad`` is touched. ``create_graph`` keeps the g_i differentiable (double backprop).
+        Holds every device's g_i, cut gradient (and with ``create_graph`` its graph) at once: for
+        the server gradients alone, :meth:`gradient_rows` holds one S × P matrix."""
         out = {}
-        for a in arrivals:
-            p = self.run([a], concatenate=False)
-            x, logits = p.inputs[a.device], p.logits[a.device]
-            loss = loss_of(a.device, logits, a.labels)
-            params = self.parameters(a.device)
+        for a, x, loss, params in self._device_losses(arrivals, loss_of):
             grads = torch.autograd.grad(loss, params + [x], create_graph=create_graph, allow_unused=True)
             g = [gi if gi is not None else torch.zeros_like(pi) for gi, pi in zip(grads[:-1], params)]
             out[a.device] = (g, grads[-1] if grads[-1] is not None else torch.zeros_like(x), loss, x)
         return out
+
+    def replayable(self, device: int) -> bool:
+        """True if a second forward of device ``device``'s activations through its server blocks at
+        the same weights gives the same values and changes nothing: no buffers (BatchNorm statistics,
+        updated by every forward) and no random layers (Dropout masks)."""
+        blocks = [self.instances[self.key(device, j)] for j in range(self.cuts[device], self.num_blocks)]
+        return all(next(b.buffers(), None) is None and random_layer(b) is None for b in blocks)
+
+    def gradient_rows(self, arrivals: Sequence[Activation],
+                      loss_of: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor],
+                      cut_gradients: bool = False
+                      ) -> tuple[torch.Tensor, list[torch.Tensor], dict[int, torch.Tensor]]:
+        """The devices' server gradients g_i = ∂L_i/∂w_s as the rows of one S × P matrix (row i:
+        ``arrivals[i]``, the parameters flattened in :meth:`parameters` order), each L_i, and (with
+        ``cut_gradients``) each ∂L_i/∂a_i, from a separate forward per device (GAPSL A.3.4). Each g_i
+        is written into its row as it is computed, so the S devices' gradients take S·P numbers and,
+        without ``cut_gradients``, nothing else outlives its device's pass (a strategy that needs
+        some cut gradients may run :meth:`run` again for those devices where :meth:`replayable`).
+        Every arrival must pass through the same server parameters (one shared w_s at one cut); no
+        parameter ``.grad`` is touched."""
+        params = self.parameters(arrivals[0].device) if arrivals else []
+        like = params[0] if params else arrivals[0].tensor if arrivals else torch.empty(0)
+        rows = torch.zeros(len(arrivals), sum(p.numel() for p in params), dtype=like.dtype, device=like.device)
+        losses, cut = [], {}
+        for i, (a, x, loss, own) in enumerate(self._device_losses(arrivals, loss_of)):
+            if [id(p) for p in own] != [id(p) for p in params]:
+                raise ValueError(f"device {a.device} does not pass through device {arrivals[0].device}'s server "
+                                 "parameters: gradient rows need one shared w_s at one cut")
+            grads = torch.autograd.grad(loss, params + ([x] if cut_gradients else []), allow_unused=True)
+            start = 0
+            for p, g in zip(params, grads):
+                if g is not None:
+                    rows[i, start:start + p.numel()] = g.reshape(-1)
+                start += p.numel()
+            if cut_gradients:
+                cut[a.device] = grads[-1] if grads[-1] is not None else torch.zeros_like(x)
+            losses.append(loss.detach())
+        return rows, losses, cut
 
     def add_gradients(self, params: Sequence[nn.Parameter], grads: Sequence[torch.Tensor]) -> None:
         """Accumulate ``grads`` into ``params``' ``.grad`` (the server step's gradient)."""

@@ -201,7 +201,7 @@ def add_memory_options(p: argparse.ArgumentParser) -> None:
                         "more is served in chunks, its gradients accumulated (results equal up to float rounding): auto "
                         f"(default: {CPU_PASS_SAMPLES} on a cpu, where passes that fit the caches are faster, "
                         f"{SERVER_PASS_SAMPLES} on cuda) or a number; cyclesl steps on its own b_S = b batches and "
-                        "gapsl runs one device at a time")
+                        "gapsl's gradients g_i are taken one device at a time")
 
 
 def flag_of(field: str) -> str:

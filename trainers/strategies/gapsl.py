@@ -21,12 +21,20 @@ Devices outside Ŝ get no update (``excluded_update="none"``, the literal readin
 own cut gradient (``"plain"``). T is the run's number of rounds. All devices must share one cut
 (the g_i must live in one space). Evaluation: mean over devices of [w_{c,i}; w_s] (A.3.5).
 Per-round metrics: K^t, |Ŝ|, the mean pairwise angle (A.3.6).
+
+Memory (``detached`` and ``gradient_step``): the round holds one S × P matrix of the g_i, each written
+into its row as its device's pass ends (:meth:`EdgeServer.gradient_rows`); the angles come from its
+Gram products and norms, g_lead and the server step from weighted sums of its rows, so no part of
+it is copied; the replies' cut gradients come from one more server pass over the devices answered
+(|Ŝ| of them, within the pass budget) at the pre-update w_s instead of being kept for all S. The
+results equal the per-device formulas up to float rounding (tests/test_gapsl.py). ``double_backprop``
+keeps every device's g_i with its graph, as eq. (7) needs.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 import torch
 from torch import nn
@@ -38,10 +46,10 @@ EPS = 1e-12
 
 def angles(vectors: torch.Tensor, others: torch.Tensor) -> torch.Tensor:
     """arccos of the cosine between every row of ``vectors`` and every row of ``others`` (radians;
-    cosine clamped to [−1, 1], norms guarded by a small epsilon, A.3.3)."""
-    a = vectors / (vectors.norm(dim=1, keepdim=True) + EPS)
-    b = others / (others.norm(dim=1, keepdim=True) + EPS)
-    return torch.arccos((a @ b.T).clamp(-1.0, 1.0))
+    cosine clamped to [−1, 1], norms guarded by a small epsilon, A.3.3): the dot products over the
+    products of the norms, so no normalised copy of the S × P matrices is made."""
+    norms = torch.outer(vectors.norm(dim=1) + EPS, others.norm(dim=1) + EPS)
+    return torch.arccos(((vectors @ others.T) / norms).clamp(-1.0, 1.0))
 
 
 class GAPSL(Strategy):
@@ -80,62 +88,91 @@ class GAPSL(Strategy):
         return self.k_min + progress * stab * (self.k_max - self.k_min)
 
     def select(self, grads: torch.Tensor, progress: float) -> tuple[list[int], torch.Tensor, dict[str, float]]:
-        """LGI + GDA: (positions in Ŝ, θ_lead per device, metrics) for S flattened gradients."""
+        """LGI + GDA: (positions in Ŝ, g_lead, metrics) for S flattened gradients (the rows of ``grads``)."""
         S = grads.shape[0]
         pairwise = angles(grads, grads)
         score = (pairwise.sum(1) - pairwise.diagonal()) / (S - 1)               # eq. (1)
         k = self.leader_fraction(float(score.std(unbiased=False)), progress)   # eq. (2)
         n_sel = math.ceil(k * S - 1e-9)
         leaders = torch.argsort(score, stable=True)[:n_sel]                       # eq. (3)
-        lead = grads[leaders].mean(0, keepdim=True)                                # eq. (4)
-        theta = angles(grads, lead)[:, 0]                                          # eq. (5)
+        lead = (_indicator(S, leaders, grads) / n_sel) @ grads                    # eq. (4), no copy of the rows
+        theta = angles(grads, lead[None, :])[:, 0]                               # eq. (5)
         th = max(min(float(theta.mean()) - self.eta_th * float(theta.std(unbiased=False)), math.pi / 2), 0.0)  # (6)
         aligned = [i for i in range(S) if float(theta[i]) <= th] or [int(torch.argmin(theta))]
         off_diag = pairwise[~torch.eye(S, dtype=torch.bool, device=pairwise.device)]
         metrics = {"leader_fraction": k, "leaders": float(n_sel), "aligned": float(len(aligned)),
                    "mean_pairwise_angle": float(off_diag.mean())}
-        return aligned, lead[0], metrics
+        return aligned, lead, metrics
 
     def serve(self, edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Activation]) -> list[CutGradient]:
-        create_graph = self.gda == "double_backprop"
-        per = edge.per_device_gradients(arrivals, lambda d, logits, y: mean_ce(logits, y), create_graph=create_graph)
+        if self.gda == "double_backprop":
+            return self._serve_double_backprop(edge, ctx, arrivals)
+        devices = [a.device for a in arrivals]
+        # the replies' cut gradients: where a second server pass changes nothing (no BatchNorm statistics,
+        # no Dropout), from one more pass over the devices answered at the pre-update w_s rather than kept
+        # for all S from the per-device passes (S activations' worth)
+        replay = edge.replayable(devices[0])
+        flat, losses, kept = edge.gradient_rows(arrivals, lambda d, logits, y: mean_ce(logits, y), cut_gradients=not replay)
+        for d, loss in zip(devices, losses):
+            ctx.record_loss(d, loss)
+        aligned, lead = self._select(flat, devices, ctx)
+        answered = arrivals if self.excluded_update == "plain" else [arrivals[i] for i in aligned]
+        cut = self._cut_gradients(edge, answered) if replay else {a.device: kept[a.device] for a in answered}
+        params = edge.parameters(devices[0])
+        edge.add_gradients(params, _unflatten(self.server_gradient(flat, aligned, lead), params))
+        edge.step(edge.owners(devices))
+        self.charge(ctx, devices[0], flat.shape, [arrivals[i].batch_size for i in aligned])
+        return [answer(a, cut[a.device]) if a.device in cut else skip(a) for a in arrivals]
+
+    def _select(self, flat: torch.Tensor, devices: Sequence[int], ctx: RoundContext) -> tuple[list[int], torch.Tensor]:
+        """LGI + GDA on the round's S × P gradient matrix (after checking it is finite): positions in Ŝ
+        and g_lead; the round's metrics recorded."""
+        if not bool(torch.isfinite(flat.sum())):   # the angles of eqs. 1-6 are undefined: a diverged run, said as one
+            bad = [i for i in range(len(devices)) if not bool(torch.isfinite(flat[i]).all())]
+            if bad:
+                raise NonFiniteError(f"NaN or inf in the server gradient g_i at round {ctx.round}, device {devices[bad[0]]}")
+        norms = flat.norm(dim=1)
+        largest = int(torch.argmax(norms))
+        if not bool(torch.isfinite(norms[largest] * norms[largest])):   # the products g_i·g_j of the angles overflow
+            raise NonFiniteError(f"the server gradient g_i is too large for its angles (‖g_i‖ = {float(norms[largest]):.3g}, "
+                                 f"its square overflows {flat.dtype}) at round {ctx.round}, device {devices[largest]}")
+        progress = ctx.round / ctx.total_rounds if ctx.total_rounds else 1.0
+        aligned, lead, metrics = self.select(flat.detach(), min(progress, 1.0))
+        ctx.metrics.update(metrics)
+        return aligned, lead
+
+    @staticmethod
+    def _cut_gradients(edge: ServerPasses, arrivals: Sequence[Activation]) -> dict[int, torch.Tensor]:
+        """∂L_i/∂a_i of each arrival at the current w_s, from server passes within the pass budget
+        (each L_i depends on a_i alone, so one pass over several devices gives each its own)."""
+        cut: dict[int, torch.Tensor] = {}
+        for chunk in edge.chunks(arrivals):
+            p = edge.run(chunk)
+            cut.update(p.cut_gradients(cast(torch.Tensor, sum(mean_ce(p.logits[d], p.labels[d]) for d in p.devices))))
+        return cut
+
+    def _serve_double_backprop(self, edge: ServerPasses, ctx: RoundContext,
+                               arrivals: Sequence[Activation]) -> list[CutGradient]:
+        """Eq. (7) exactly: Σ_{Ŝ}[L_i + λ(1 − cos θ_lead,i)] back-propagated through the g_i (kept with
+        their graphs) to w_s and to the aligned devices' activations."""
+        per = edge.per_device_gradients(arrivals, lambda d, logits, y: mean_ce(logits, y), create_graph=True)
         devices = [a.device for a in arrivals]
         for d in devices:
             ctx.record_loss(d, per[d][2])
         flat = torch.stack([torch.cat([g.reshape(-1) for g in per[d][0]]) for d in devices])
-        finite = torch.isfinite(flat).all(dim=1)
-        if not bool(finite.all()):     # the angles of eqs. 1-6 are undefined: a diverged run, said as one
-            bad = devices[int((~finite).nonzero()[0, 0])]
-            raise NonFiniteError(f"NaN or inf in the server gradient g_i at round {ctx.round}, device {bad}")
-        progress = ctx.round / ctx.total_rounds if ctx.total_rounds else 1.0
-        aligned, lead, metrics = self.select(flat.detach(), min(progress, 1.0))
-        ctx.metrics.update(metrics)
+        aligned, lead = self._select(flat, devices, ctx)
         params = edge.parameters(devices[0])
         chosen = [devices[i] for i in aligned]
         cut = {d: per[d][1] for d in devices}
-        if self.gda == "double_backprop":
-            lead_dir = lead / (lead.norm() + EPS)
-            total = sum(per[d][2] + self.lam * (1 - (flat[i] @ lead_dir) / (flat[i].norm() + EPS))
-                        for i, d in enumerate(devices) if i in aligned)
-            inputs = [per[d][3] for d in chosen]
-            grads = torch.autograd.grad(total, params + inputs)
-            edge.add_gradients(params, grads[:len(params)])
-            cut.update(zip(chosen, grads[len(params):]))
-        else:
-            rows = flat[aligned].detach()
-            if self.gda == "gradient_step":
-                rows = self.aligned_rows(rows, lead)
-            server_grad = rows.sum(0)
-            edge.add_gradients(params, _unflatten(server_grad, params))
+        lead_dir = lead / (lead.norm() + EPS)
+        total = sum(per[devices[i]][2] + self.lam * (1 - (flat[i] @ lead_dir) / (flat[i].norm() + EPS)) for i in aligned)
+        grads = torch.autograd.grad(total, params + [per[d][3] for d in chosen])
+        edge.add_gradients(params, grads[:len(params)])
+        cut.update(zip(chosen, grads[len(params):]))
         edge.step(edge.owners(devices))
         self.charge(ctx, devices[0], flat.shape, [arrivals[i].batch_size for i in aligned])
-        replies = []
-        for a in arrivals:
-            if a.device in chosen or self.excluded_update == "plain":
-                replies.append(answer(a, cut[a.device]))
-            else:
-                replies.append(skip(a))
-        return replies
+        return [answer(a, cut[a.device]) if a.device in chosen or self.excluded_update == "plain" else skip(a)
+                for a in arrivals]
 
     def charge(self, ctx, device: int, shape: torch.Size, aligned_batches: list[int]) -> None:
         """Server work beyond PSL's one forward+backward per arrival (the S per-device passes of A.3.4 cost
@@ -148,12 +185,20 @@ class GAPSL(Strategy):
         extra = 2.0 * sum(aligned_batches) if self.gda == "double_backprop" else 0.0
         ctx.charge_server(device, samples=extra, flops=2.0 * (S * S + 2 * S) * P)
 
-    def aligned_rows(self, rows: torch.Tensor, lead: torch.Tensor) -> torch.Tensor:
-        """gradient_step mode: g̃ = g − λ·∂(1 − cos(g, g_lead))/∂g, where ∂(1−cos)/∂g = −(ĝ_lead − cos·ĝ)/‖g‖."""
-        norms = rows.norm(dim=1, keepdim=True) + EPS
-        g_hat, lead_hat = rows / norms, lead / (lead.norm() + EPS)
-        cos = (g_hat @ lead_hat)[:, None]
-        return rows + self.lam * (lead_hat[None, :] - cos * g_hat) / norms
+    def server_gradient(self, flat: torch.Tensor, aligned: Sequence[int], lead: torch.Tensor) -> torch.Tensor:
+        """The server step's gradient from the S × P matrix, as weights on its rows (no copy of them).
+        ``detached``: Σ_{Ŝ} g_i. ``gradient_step``: Σ_{Ŝ} g̃_i with g̃ = g − λ·∂(1 − cos(g, g_lead))/∂g, where
+        ∂(1−cos)/∂g = −(ĝ_lead − cos·ĝ)/‖g‖ and ĝ = g/‖g‖: Σ_{Ŝ} g_i·(1 − λ·cos_i/‖g_i‖²) + λ·ĝ_lead·Σ_{Ŝ} 1/‖g_i‖
+        (norms guarded by the epsilon of A.3.3)."""
+        index = torch.as_tensor(list(aligned), device=flat.device)
+        weights = _indicator(flat.shape[0], index, flat)
+        if self.gda != "gradient_step":
+            return weights @ flat
+        norms = (flat.norm(dim=1) + EPS)[index]
+        lead_hat = lead / (lead.norm() + EPS)
+        cos = (flat @ lead_hat)[index] / norms
+        weights[index] = 1.0 - self.lam * cos / norms**2
+        return weights @ flat + self.lam * (1.0 / norms).sum() * lead_hat
 
     def eval_models(self, view: ModelViews) -> list[nn.Module]:
         return [view.device_model(d) for d in range(view.num_devices)]
@@ -163,6 +208,14 @@ class GAPSL(Strategy):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.nu_min, self.nu_max = float(state["nu_min"]), float(state["nu_max"])
+
+
+def _indicator(size: int, index: torch.Tensor | Sequence[int], like: torch.Tensor) -> torch.Tensor:
+    """A vector of ``size`` zeros with ones at ``index`` (``like``'s dtype and device): weights on the
+    rows of an S × P matrix, whose product with it sums the chosen rows without copying them."""
+    out = torch.zeros(size, dtype=like.dtype, device=like.device)
+    out[torch.as_tensor(index, device=like.device)] = 1.0
+    return out
 
 
 def _unflatten(vector: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.Tensor]:
