@@ -6,7 +6,7 @@ machine runs the CPU half and says what it skipped.
    all parameters against the CPU per-device run (TF32 off, so only summation order differs).
 2. A run checkpointed on CUDA resumes on the CPU (and the other way round) through the CLI.
 
-Usage: python benchmarks/device_check.py [--rounds 3]
+Usage: python benchmarks/device_check.py [--rounds 3] [--algorithm gapsl,psl]
 """
 
 from __future__ import annotations
@@ -44,14 +44,20 @@ def engines(algorithm: str, device: str, batching: str, rounds: int) -> tuple[li
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--algorithm", default="all", help="comma-separated algorithms to check (default all)")
     args = parser.parse_args()
     from trainers.config import ALGORITHMS
+
+    chosen = ALGORITHMS if args.algorithm == "all" else tuple(args.algorithm.split(","))
+    unknown = sorted(set(chosen) - set(ALGORITHMS))
+    if unknown:
+        parser.error(f"--algorithm: unknown {', '.join(unknown)} (choose from {', '.join(ALGORITHMS)})")
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     cuda = torch.cuda.is_available()
     sides = [("cpu", "on")] + ([("cuda", "off"), ("cuda", "on")] if cuda else [])
-    for algorithm in ALGORITHMS:
+    for algorithm in chosen:
         ref_losses, ref_params = engines(algorithm, "cpu", "off", args.rounds)
         cells = []
         for device, batching in sides:
