@@ -96,7 +96,7 @@ def reference_gapsl(data: DeviceData, rounds: int, total: int, k_min: float, k_m
         for i in (aligned if excluded == "none" else range(S)):               # steps 15–16, Ŝ only (A.3.2)
             acts[i].backward(cut_grads[i])
             client.step(clients[i])
-        log.append({"k": k, "n_sel": n_sel, "aligned": aligned})
+        log.append({"k": k, "n_sel": n_sel, "aligned": aligned, "loss": float(torch.stack(losses).detach().mean())})
     return clients, server, log
 
 
@@ -117,6 +117,7 @@ def test_gapsl_matches_reference_from_the_spec() -> None:
         assert st.metrics["leader_fraction"] == pytest.approx(r["k"], abs=1e-5)
         assert st.metrics["leaders"] == r["n_sel"]
         assert st.metrics["aligned"] == len(r["aligned"])
+        assert st.loss == pytest.approx(r["loss"], abs=1e-6)        # the round's loss: the mean of every device's L_i
     assert torch.allclose(flat(*[engine.edge.instances[(None, j)] for j in range(CUT, 11)]),
                           flat(server), atol=1e-5, rtol=0)
     for i in range(S):
@@ -284,10 +285,10 @@ def test_tied_scores_lead_in_device_order() -> None:
 def test_gda_modes_match_reference_from_the_spec(mode: str) -> None:
     data, rounds = make_data(S, "dirichlet"), 3
     engine = make_gapsl_engine(data, rounds, k_min=0.25, k_max=0.75, eta_th=0.5, gda=mode, gda_lambda=0.5)
-    for t in range(1, rounds + 1):
-        engine.run_round(t)
+    stats = [engine.run_round(t) for t in range(1, rounds + 1)]
     clients, server, log = reference_gapsl(data, rounds, rounds, 0.25, 0.75, 0.5, mode=mode, lam=0.5)
     detached, _, _ = reference_gapsl(data, rounds, rounds, 0.25, 0.75, 0.5)
+    assert [st.loss for st in stats] == pytest.approx([r["loss"] for r in log], abs=1e-6)
     assert not torch.allclose(flat(*clients), flat(*detached), atol=1e-5, rtol=0)    # λ = 0.5 matters here
     assert torch.allclose(flat(*[engine.edge.instances[(None, j)] for j in range(CUT, 11)]),
                           flat(server), atol=1e-5, rtol=0)
@@ -380,6 +381,8 @@ def test_gradient_rows_are_the_per_device_gradients() -> None:
         assert torch.equal(cut[a.device], per[a.device][1])
     assert all(p.grad is None for p in params)
     assert engine.edge.gradient_rows(arrivals, ce)[2] == {}
+    empty = engine.edge.gradient_rows([], ce)
+    assert empty[0].shape == (0, 0) and empty[1:] == ([], {})
     from trainers.strategies import make_strategy
     copies = SplitEngine(small_model(), [6] * 2, make_strategy("sfl-v1"), make_data(2), {"lr": LR}, batch_size=B)
     with pytest.raises(ValueError, match="device 1 does not pass through device 0's server parameters"):
@@ -390,7 +393,8 @@ def test_replayable_server_blocks() -> None:
     """A second server pass is harmless without buffers and random layers."""
     from trainers.strategies import make_strategy
     for model, expected in ((small_model(), True), (bn_server_model(), False),
-                            (nn.Sequential(*small_model()[:8], nn.Dropout(0.5), *small_model()[8:]), False)):
+                            (nn.Sequential(*small_model()[:8], nn.Dropout(0.5), *small_model()[8:]), False),
+                            (nn.Sequential(*small_model(), nn.Dropout(0.5)), False)):     # in the last block
         engine = SplitEngine(model, [6, 6], make_strategy("psl"), make_data(2), {"lr": LR}, batch_size=B)
         assert engine.edge.replayable(1) is expected
     engine = SplitEngine(bn_server_model(), [8, 8], make_strategy("psl"), make_data(2), {"lr": LR}, batch_size=B)
@@ -405,10 +409,11 @@ def test_a_diverged_gradient_matrix_is_named() -> None:
     from trainers.messages import NonFiniteError
 
     ctx = SimpleNamespace(round=3, total_rounds=5, metrics={})
-    flat_rows = torch.ones(3, 4)
-    flat_rows[1, 2] = float("nan")
-    with pytest.raises(NonFiniteError, match="NaN or inf in the server gradient g_i at round 3, device 7"):
-        GAPSL()._select(flat_rows, [5, 7, 9], ctx)
+    for row, device in ((1, 7), (2, 9)):
+        flat_rows = torch.ones(3, 4)
+        flat_rows[row, 2] = float("nan")
+        with pytest.raises(NonFiniteError, match=f"NaN or inf in the server gradient g_i at round 3, device {device}"):
+            GAPSL()._select(flat_rows, [5, 7, 9], ctx)
     for big in (2e19, 3e38):                        # 2e19² overflows; 3e38 + 3e38 overflows the row's sum as well
         flat_rows = torch.ones(3, 4)
         flat_rows[2, :2] = big
@@ -419,3 +424,47 @@ def test_a_diverged_gradient_matrix_is_named() -> None:
     flat_rows[2, 0] = 1e18                          # large, but its products are finite: selected as usual
     aligned, _ = GAPSL()._select(flat_rows, [5, 7, 9], ctx)
     assert aligned and ctx.metrics["aligned"] == len(aligned)
+
+
+@pytest.mark.parametrize("S", [5, 128, 129, 300])
+def test_gram_is_the_full_product(S: int) -> None:
+    """gram() fills the upper triangle band by band (128 rows) and mirrors it: rows @ rows.T, exactly symmetric,
+    also across bands and with a last band shorter than the others."""
+    from trainers.strategies.gapsl import gram
+
+    rows = torch.randn(S, 37, generator=torch.Generator().manual_seed(S), dtype=torch.float64)
+    g = gram(rows)
+    assert torch.allclose(g, rows @ rows.T, rtol=1e-12, atol=1e-12)
+    assert torch.equal(g, g.T)
+    assert torch.allclose(gram(rows, block=7), rows @ rows.T, rtol=1e-12, atol=1e-12)
+
+
+class Unused(nn.Module):
+    """A block with a parameter its forward never touches (∂L/∂w = None from autograd)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+def test_gradient_rows_of_unused_parameters_and_of_no_server_block() -> None:
+    """A server parameter the loss does not reach has a zero slot in every row; with the cut at L the server
+    holds no block: P = 0, and ∂L_i/∂a_i = (softmax(a_i) − Y)/b, the cross-entropy's gradient at the logits."""
+    ce = lambda d, logits, y: nn.functional.cross_entropy(logits, y)   # noqa: E731
+    model = nn.Sequential(*small_model()[:10], Unused(), small_model()[10])
+    engine = SplitEngine(model, [10] * 2, GAPSL(), make_data(2), {"lr": LR}, batch_size=B, seed=0)
+    arrivals = [engine.devices[d].forward(1) for d in range(2)]
+    rows, _, _ = engine.edge.gradient_rows(arrivals, ce)
+    assert rows.shape == (2, 3 + 10 * 128 + 10) and torch.equal(rows[:, :3], torch.zeros(2, 3))
+    assert bool((rows[:, 3:] != 0).any())
+    engine = SplitEngine(small_model(), [11] * 2, GAPSL(), make_data(2), {"lr": LR}, batch_size=B, seed=0)
+    arrivals = [engine.devices[d].forward(1) for d in range(2)]
+    rows, losses, cut = engine.edge.gradient_rows(arrivals, ce, cut_gradients=True)
+    assert rows.shape == (2, 0)
+    for a, loss in zip(arrivals, losses):
+        Y = nn.functional.one_hot(a.labels, 10).to(a.tensor.dtype)
+        assert torch.allclose(cut[a.device], (torch.softmax(a.tensor, dim=1) - Y) / B, atol=1e-7)
+        assert torch.allclose(loss, nn.functional.cross_entropy(a.tensor, a.labels), atol=1e-6)

@@ -526,8 +526,10 @@ class EdgeServer:
         some cut gradients may run :meth:`run` again for those devices where :meth:`replayable`).
         Every arrival must pass through the same server parameters (one shared w_s at one cut); no
         parameter ``.grad`` is touched."""
-        params = self.parameters(arrivals[0].device) if arrivals else []
-        like = params[0] if params else arrivals[0].tensor if arrivals else torch.empty(0)
+        if not arrivals:
+            return torch.zeros(0, 0), [], {}
+        params = self.parameters(arrivals[0].device)
+        like = params[0] if params else arrivals[0].tensor     # no server block (cut L): P = 0
         rows = torch.zeros(len(arrivals), sum(p.numel() for p in params), dtype=like.dtype, device=like.device)
         losses, cut = [], {}
         for i, (a, x, loss, own) in enumerate(self._device_losses(arrivals, loss_of)):
