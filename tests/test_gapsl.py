@@ -79,7 +79,7 @@ def reference_gapsl(data: DeviceData, rounds: int, total: int, k_min: float, k_m
             total_loss = sum(losses[i] + lam * (1 - c) for i, c in zip(aligned, cos))
             g = torch.autograd.grad(total_loss, list(server.parameters()) + [leaves[i] for i in aligned])
             step = torch.cat([x.reshape(-1) for x in g[:len(g) - len(aligned)]])
-            cut_grads = {i: x for i, x in zip(aligned, g[len(g) - len(aligned):])}
+            cut_grads = {**dict(enumerate(cut_grads)), **dict(zip(aligned, g[len(g) - len(aligned):]))}   # Ŝ: eq. 7's
         elif mode == "gradient_step":                                         # g̃_i, derivative by autograd
             step = 0
             for i in aligned:
@@ -314,10 +314,10 @@ def test_gapsl_with_the_papers_per_role_rates_and_momentum_matches_the_reference
         assert torch.allclose(flat(engine.devices[i].blocks), flat(clients[i]), atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("mode", ["detached", "gradient_step"])
+@pytest.mark.parametrize("mode", ["detached", "gradient_step", "double_backprop"])
 def test_plain_update_of_the_excluded_devices_matches_the_reference(mode: str) -> None:
     """excluded_update = plain: every device steps, those outside Ŝ on their own ∂L_i/∂a_i (from the server pass
-    run again after the selection, at the pre-update w_s)."""
+    run again after the selection, at the pre-update w_s; in double_backprop mode from its per-device passes)."""
     data, rounds = make_data(S, "dirichlet"), 3
     engine = make_gapsl_engine(data, rounds, k_min=0.25, k_max=0.75, eta_th=0.5, gda=mode, gda_lambda=0.5,
                                excluded_update="plain")

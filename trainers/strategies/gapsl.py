@@ -137,8 +137,14 @@ class GAPSL(Strategy):
         cut = self._cut_gradients(edge, answered) if replay else {a.device: kept[a.device] for a in answered}
         params = edge.parameters(devices[0])
         edge.add_gradients(params, _unflatten(self.server_gradient(flat, aligned, lead), params))
-        edge.step(edge.owners(devices))
-        self.charge(ctx, devices[0], flat.shape, [arrivals[i].batch_size for i in aligned])
+        return self._step_and_reply(edge, ctx, arrivals, aligned, flat.shape, cut)
+
+    def _step_and_reply(self, edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Activation],
+                        aligned: Sequence[int], shape: torch.Size, cut: dict[int, torch.Tensor]) -> list[CutGradient]:
+        """Step w_s (its gradient added), charge the round's extra server work (:meth:`charge`) and reply:
+        each device in ``cut`` its cut gradient, the others a skip (no update, A.3.2)."""
+        edge.step(edge.owners([a.device for a in arrivals]))
+        self.charge(ctx, arrivals[0].device, shape, [arrivals[i].batch_size for i in aligned])
         return [answer(a, cut[a.device]) if a.device in cut else skip(a) for a in arrivals]
 
     def _select(self, flat: torch.Tensor, devices: Sequence[int], ctx: RoundContext) -> tuple[list[int], torch.Tensor]:
@@ -182,16 +188,13 @@ class GAPSL(Strategy):
         aligned, lead = self._select(flat, devices, ctx)
         params = edge.parameters(devices[0])
         chosen = [devices[i] for i in aligned]
-        cut = {d: per[d][1] for d in devices}
+        cut = {d: per[d][1] for d in devices} if self.excluded_update == "plain" else {}
         lead_dir = lead / (lead.norm() + EPS)
         total = sum(per[devices[i]][2] + self.lam * (1 - (flat[i] @ lead_dir) / (flat[i].norm() + EPS)) for i in aligned)
         grads = torch.autograd.grad(total, params + [per[d][3] for d in chosen])
         edge.add_gradients(params, grads[:len(params)])
         cut.update(zip(chosen, grads[len(params):]))
-        edge.step(edge.owners(devices))
-        self.charge(ctx, devices[0], flat.shape, [arrivals[i].batch_size for i in aligned])
-        return [answer(a, cut[a.device]) if a.device in chosen or self.excluded_update == "plain" else skip(a)
-                for a in arrivals]
+        return self._step_and_reply(edge, ctx, arrivals, aligned, flat.shape, cut)
 
     def charge(self, ctx, device: int, shape: torch.Size, aligned_batches: list[int]) -> None:
         """Server work beyond PSL's one forward+backward per arrival (the S per-device passes of A.3.4 cost
