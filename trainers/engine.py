@@ -470,14 +470,19 @@ class SplitEngine:
         it will draw."""
         arrival = self._arrivals(group, batch, times, start, ledger)
         order = sorted(group, key=lambda d: (arrival[d], d))
-        return arrival, self.edge.chunked(order, lambda d: min(int(batch[d]), int(ctx.data_sizes[d])))
+        return arrival, self.edge.chunked(order, lambda d: self._drawn(ctx, batch, d))
+
+    @staticmethod
+    def _drawn(ctx: "RoundContext", batch: dict[int, int], device: int) -> int:
+        """The samples ``device`` draws for a step of ``batch[device]``: min(b_i, |𝒟_i|) (its sampler's rule)."""
+        return min(int(batch[device]), int(ctx.data_sizes[device]))
 
     def _forward_chunk(self, ctx: "RoundContext", devices: list[int], batch: dict[int, int]) -> list[Activation]:
         """The chunk's devices forward (:meth:`_forward_all`); their activations, counted, in the chunk's
         order, each checked to carry the min(b_i, |𝒟_i|) samples the chunk was cut for."""
         activations = self._forward_all(ctx.round, devices, batch)
         for d in devices:
-            n, expected = int(activations[d].tensor.shape[0]), min(int(batch[d]), int(ctx.data_sizes[d]))
+            n, expected = int(activations[d].tensor.shape[0]), self._drawn(ctx, batch, d)
             if n != expected:
                 raise MessageMismatchError(f"device {d} sent {n} samples in round {ctx.round}, expected {expected} "
                                            f"(min(b_i, |D_i|))")
