@@ -119,19 +119,28 @@ def edits(state: dict[str, Any]) -> Iterator[Edit]:
         yield f"run_id = {value!r}", setter(["run_id"], value)
     engine = state["engine"]
     for key in list(engine):
-        if key != "absent":                                               # a checkpoint from before has none: none absent
+        if key not in ("absent", "period", "stale"):          # a checkpoint from before has none: none absent, all fresh
             yield f"del engine.{key}", setter(["engine", key], None, delete=True)
         for value in BAD_SCALARS[:9]:
-            if not (key == "async" and value is None) and not (key == "absent" and value == engine["absent"]):
+            if not (key in ("async", "period") and value is None) and not (key in ("absent", "stale", "strategy")
+                                                                          and value == engine[key]):
                 yield f"engine.{key} = {value!r}"[:80], setter(["engine", key], value)
     yield "engine.fed without its global model", setter(["engine", "fed"], {})
-    yield "engine.strategy without its participants", setter(["engine", "strategy"], {})
+    yield "engine.strategy with a foreign key", setter(["engine", "strategy"], {"holder": 0})
     yield "engine.cuts beyond the model", setter(["engine", "cuts"], [99, 1, 1])
     yield "engine.cuts too few", setter(["engine", "cuts"], [1])
     yield "engine.interval 0", setter(["engine", "interval"], 0)
     yield "engine.devices short", setter(["engine", "devices"], engine["devices"][:1])
     yield "engine.rng of another generator", setter(["engine", "rng"], {"bit_generator": "MT19937", "state": {}})
-    yield "engine.strategy.current beyond the devices", setter(["engine", "strategy", "current"], [0, 7])
+    yield "engine.period beyond the devices", setter(["engine", "period"], [0, 7])
+    yield "engine.period with a device twice", setter(["engine", "period"], [1, 1])
+    yield "engine.stale beyond the devices", setter(["engine", "stale"], [9])
+    yield "engine.stale of a flag", setter(["engine", "stale"], [True])
+
+    def old_scala(state: dict[str, Any]) -> None:         # before the engine kept the period, SCALA did
+        del state["engine"]["period"]
+        state["engine"]["strategy"] = {"current": [0, 7]}
+    yield "an old checkpoint's participants beyond the devices", old_scala
     yield "engine.absent names a device whose state is kept", setter(["engine", "absent"], [0])
     yield "engine.absent beyond the devices", setter(["engine", "absent"], [7])
     yield "history.records[0].round", setter(["history", "records", 0, "round"], 5)

@@ -73,6 +73,20 @@ def test_every_algorithm_runs_distributed_with_the_simulations_losses(tmp_path: 
     assert len(got) == 3 and max(abs(a - b) for a, b in zip(got, expected)) <= 1e-4
 
 
+@pytest.mark.parametrize("algorithm", ["sfl-v1", "adaptsfl"])
+def test_partial_participation_runs_distributed_with_the_simulations_losses(tmp_path: Path, algorithm: str) -> None:
+    """FedAvg under sampling over real processes: a device drawn after missing an average downloads the
+    global model from the fed server rank first (its server copy too, SFL-V1), as in the simulator."""
+    argv = ["--algorithm", algorithm, "--devices", "4", "--rounds", "5", "--participation", "0.5", "--cuts", "2",
+            "--interval", "1", *SMALL]
+    run = adaptplan("train", "--distributed", "--ranks", "4", *argv, "--out", str(tmp_path / "dist"))
+    assert run.returncode == 0, run.stderr
+    got, expected = losses(tmp_path / "dist"), simulate(tmp_path, "sim", argv)
+    assert len(got) == 5 and max(abs(a - b) for a, b in zip(got, expected)) <= 1e-4
+    drawn = [r.participants for r in History.load(tmp_path / "dist").records]
+    assert all(len(p) == 2 for p in drawn) and len({d for p in drawn for d in p}) > 2
+
+
 def test_repartition_under_a_random_policy_moves_blocks_between_ranks(tmp_path: Path) -> None:
     """rma+rms re-draws cuts at every aggregation: blocks move device ↔ edge rank with their optimizer state."""
     argv = ["--policy", "rma+rms", "--devices", "10", "--rounds", "8", *SMALL]

@@ -361,7 +361,7 @@ def test_a_restored_engine_continues_the_message_tags() -> None:
 
 @pytest.mark.parametrize("base", ["psl", "sfl"])
 def test_cyclesl_evaluates_the_models_of_its_base(base: str) -> None:
-    """CyclePSL: every device's own model (client models are never averaged); CycleSFL: the averaged model."""
+    """CyclePSL: every device's own model (client models are never averaged); CycleSFL: the global model."""
     from trainers.strategies import CycleSL
 
     engine = SplitEngine(small_model(), [3] * 3, CycleSL(participation=1.0, cycle_base=base), make_data(3), {"lr": 0.1}, 16)
@@ -373,24 +373,30 @@ def test_cyclesl_evaluates_the_models_of_its_base(base: str) -> None:
             expected = [engine.device_model(d)(x) for d in range(3)]
             assert not torch.equal(expected[0], expected[1])
         else:
-            expected = [engine.averaged_model()(x)]
+            expected = [engine.global_model()(x)]
+            assert torch.equal(expected[0], engine.averaged_model()(x))     # I = 1: every device holds the average
     assert len(outputs) == len(expected) and all(torch.equal(a, b) for a, b in zip(outputs, expected))
 
 
-def test_scala_evaluates_the_average_of_the_iterations_participants() -> None:
+def test_scala_evaluates_the_global_model_of_the_last_iteration() -> None:
     """SCALA's participant set stays for the I rounds of a global iteration; mid-iteration the reported model is
-    the average over those participants (the others still hold the previous global client model)."""
+    the global model of the last aggregation (w⁰ before the first), at its end the participants' FedAvg."""
     from trainers.strategies import SCALA
 
     engine = SplitEngine(small_model(), [3] * 4, SCALA(participation=0.5), make_data(4), {"lr": 0.1}, 16, interval=2)
-    engine.run_round(1)
-    current = engine.strategy.current
-    assert len(current) == 2
+    first = engine.run_round(1).participants
+    current = engine.period
+    assert len(current) == 2 and first == current
     x = engine.data.x_test[:20]
     with torch.no_grad():
         (model,) = engine.strategy.eval_models(engine)
+        initial = nn.Sequential(*list(small_model())[:3], *engine.device_model(0)[3:])
+        assert torch.equal(model(x), initial(x))
+    assert engine.run_round(2).participants == current
+    with torch.no_grad():
+        (model,) = engine.strategy.eval_models(engine)
         assert torch.equal(model(x), engine.averaged_model(current)(x))
-        assert not torch.equal(model(x), engine.averaged_model()(x))
+        assert not torch.equal(model(x), initial(x))
 
 
 def test_edge_server_api_edges() -> None:
@@ -425,7 +431,7 @@ def everything(engine: SplitEngine) -> torch.Tensor:
 @pytest.mark.parametrize("algorithm,options,cuts,interval", [
     ("sl", {}, [3, 3, 3], 1),                                         # holder (an int)
     ("gapsl", {}, [3, 3, 3], 1),                                      # running ν_min, ν_max (floats)
-    ("scala", {"participation": 0.5}, [3, 3, 3, 3], 2),               # the iteration's participants (a list)
+    ("scala", {"participation": 0.5}, [3, 3, 3, 3], 2),               # the engine's period and stale devices
     ("gas", {"active": 2, "local_steps": 2}, [3, 3, 3], 1),           # version, buffers, counters
 ])
 def test_a_restored_engine_continues_exactly_like_the_uninterrupted_one(algorithm, options, cuts, interval) -> None:
@@ -441,8 +447,9 @@ def test_a_restored_engine_continues_exactly_like_the_uninterrupted_one(algorith
     plain = {k: v for k, v in strategy_state.items() if isinstance(v, (int, float, str))
              or (isinstance(v, (list, dict)) and all(isinstance(x, (int, float)) for x in
                                                      (v.values() if isinstance(v, dict) else v)))}
-    assert plain                                 # each of these strategies keeps some plain state
+    assert plain or algorithm == "scala"         # each of these strategies keeps some plain state (SCALA's is the engine's)
     assert {k: b.strategy.state_dict()[k] for k in plain} == plain
+    assert (b.period, b.stale) == (a.period, a.stale) and (a.period is not None or algorithm == "gas")
     for t in (4, 5):
         sa, sb = a.run_round(t), b.run_round(t)
         assert sa.participants == sb.participants

@@ -338,7 +338,7 @@ def test_a_broadcast_global_model_is_one_copy_until_a_device_trains(monkeypatch)
     monkeypatch.setattr(EdgeServer, "run", lambda self, arrivals, *a, **k: seen.update(
         {d.index: storages(d.blocks) for d in engine.devices}) or run(self, arrivals, *a, **k))
     engine.run_round(2)
-    trained = set(engine.strategy.current)
+    trained = set(engine.period)
     assert len(trained) == 3
     for d, held in seen.items():
         assert (held == everyone) is (d not in trained)               # the idle share, each participant its own

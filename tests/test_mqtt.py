@@ -234,6 +234,16 @@ def test_every_algorithm_over_mqtt_has_the_simulations_losses(tmp_path: Path, al
     assert History.load(tmp_path / "mqtt").meta["config"]["transport"] == "mqtt"
 
 
+def test_partial_participation_over_mqtt_has_the_simulations_losses(tmp_path: Path) -> None:
+    """SFL-V1 at participation 0.5: late participants download the global model through the broker first."""
+    argv = ["--algorithm", "sfl-v1", "--devices", "4", "--rounds", "5", "--participation", "0.5", "--cuts", "2", *SMALL]
+    assert main(["train", "--runtime", "mqtt", "--ranks", "4", *argv, "--out", str(tmp_path / "mqtt")]) == 0
+    assert main(["train", *argv, "--out", str(tmp_path / "sim")]) == 0
+    got = [r.train_loss for r in History.load(tmp_path / "mqtt").records]
+    expected = [r.train_loss for r in History.load(tmp_path / "sim").records]
+    assert len(got) == 5 and max(abs(a - b) for a, b in zip(got, expected)) <= 1e-4
+
+
 def test_a_killed_device_rank_is_named_after_the_time_out_and_the_run_resumes(tmp_path: Path) -> None:
     """Churn past the time-out: a device rank's process is killed mid-run (it cannot come back with
     its models). Rank 0 names it after --rank-timeout, every rank stops, the history and checkpoint

@@ -148,15 +148,21 @@ def test_arrival_mode_and_flush_charges_by_hand() -> None:
     assert all(d.pending is None for d in engine.devices)          # the flush's replies were delivered
 
 
-def test_the_global_model_is_the_whole_chain_and_needs_one_cut() -> None:
-    from trainers.messages import MessageMismatchError
-    from trainers.strategies import PSL
+def test_the_global_model_is_the_whole_chain_for_any_cuts() -> None:
+    """Before any average: w⁰ with the untrained server. Under AdaptSFL with cuts [2, CUT, CUT] after one
+    aggregation: blocks 1..L_c from the fed server's global model (client blocks and the averaged non-common
+    copies), the common part the edge server's one shared instance."""
+    from trainers.strategies import PSL, AdaptSFL
 
     engine = SplitEngine(small_model(), [CUT] * 3, PSL(), make_data(3), {"lr": 0.05}, batch_size=B, seed=0)
     model = engine.global_model()
     assert len(model) == len(small_model())
     x = make_data(3).x_test[:5]
     assert torch.equal(model(x), small_model()(x))                # w_c^0 before any average, the server untrained
-    hetero = SplitEngine(small_model(), [2, CUT, CUT], PSL(), make_data(3), {"lr": 0.05}, batch_size=B, seed=0)
-    with pytest.raises(MessageMismatchError, match="one cut for all devices"):
-        hetero.global_model()
+    hetero = SplitEngine(small_model(), [2, CUT, CUT], AdaptSFL(), make_data(3), {"lr": 0.05}, batch_size=B, seed=0)
+    hetero.run_round(1)
+    model = hetero.global_model()
+    for j in range(CUT):
+        assert all(torch.equal(v, hetero.fed.global_blocks[j][k]) for k, v in model[j].state_dict().items()), j
+    for j in range(CUT, len(model)):
+        assert model[j] is hetero.edge.instances[(None, j)], j

@@ -110,7 +110,8 @@ class ModelViews(Protocol):
         """Device i's full model [w_{c,i}; w_{s,i}]."""
 
     def global_model(self) -> nn.Sequential:
-        """The fed server's global client model with the edge server's blocks (GAS)."""
+        """The global model of the last aggregation: the fed server's averaged blocks (the initial ones
+        before the first average) with the edge server's shared blocks."""
 
 
 @dataclass
@@ -121,7 +122,9 @@ class RoundContext:
     ``interval`` I in rounds and ``rounds_since_aggregation``; ``total_rounds`` R of the run (or
     None); ``rng`` the run's seeded generator for strategy decisions (checkpointed);
     ``num_classes`` M; ``label_counts[i]`` device i's label histogram (shared once by the device,
-    as SCALA/GAS assume); ``metrics`` a dict the strategy may fill for the round's record;
+    as SCALA/GAS assume); ``participants`` the round's participants once drawn (a strategy that averages
+    client models keeps one draw for its whole aggregation period); ``metrics`` a dict the strategy may fill
+    for the round's record;
     ``absent`` the devices lost for the rest of the run (a real runtime, where the strategy
     ``allows_absence``: docs/mqtt.md "Churn"), never chosen again.
     """
@@ -143,6 +146,7 @@ class RoundContext:
     server_samples: dict[int, float] = field(default_factory=dict)
     server_flops: float = 0.0
     absent: frozenset[int] = frozenset()
+    participants: list[int] = field(default_factory=list)
     on_reply: Callable[[list[CutGradient]], None] | None = field(default=None, repr=False)
 
     def reply_now(self, replies: list[CutGradient]) -> list[CutGradient]:
@@ -326,17 +330,18 @@ def parallel_step(edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Acti
 class Strategy:
     """Default behaviour: all devices every round in parallel (``barrier``), per-device client
     models, one shared server model updated by :func:`parallel_step`, no aggregation, evaluation of
-    the averaged model."""
+    the global model."""
 
     name = "base"
     server_mode = "barrier"
     asynchronous = False
     participation = 1.0
     min_participants = 1        # a sampled round takes at least this many devices
-    averages_clients = True     # client models are averaged every I rounds (False: never; SL hands one on)
+    averages_clients = False    # True: client models are averaged every I rounds (False: never; SL hands one on)
     reset_client_optimizer = False   # a device that loads a global client model restarts its optimizer state
     uses_total_rounds = False   # the schedule reads t/R (ctx.total_rounds): a resumed run must keep --rounds
     allows_absence = False      # partial participation: a device lost in a real runtime leaves, the run goes on
+    legacy_period_key: str | None = None   # a key of old checkpoints' strategy state that held the period's participants
 
     def __init__(self, participation: float = 1.0) -> None:
         if not (isinstance(participation, (int, float)) and 0 < participation <= 1):
@@ -356,7 +361,10 @@ class Strategy:
 
     # ---- per round ------------------------------------------------------------------------------
     def participants(self, ctx: RoundContext) -> list[int]:
-        """All devices, or ⌈ρN⌉ drawn uniformly without replacement (``participation`` ρ < 1)."""
+        """All devices, or ⌈ρN⌉ drawn uniformly without replacement (``participation`` ρ < 1). Asked every
+        round, or, where client models are averaged (``averages_clients``), once per aggregation period: the
+        runtime keeps the draw until the aggregation (FedAvg's round; SCALA's global iteration), and a device
+        drawn after missing an average first downloads the global model."""
         return sample_devices(ctx, self.participation, self.min_participants)
 
     def batch_size(self, ctx: RoundContext, device: int) -> int:
@@ -388,7 +396,9 @@ class Strategy:
         return None
 
     def eval_models(self, view: ModelViews) -> list[nn.Module]:
-        return [view.averaged_model()]
+        """The global model of the last aggregation (|𝒟_i|-weighted FedAvg; w⁰ before the first), never a
+        mean over devices that may hold stale or untrained models."""
+        return [view.global_model()]
 
     # ---- checkpoint -----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -409,6 +419,7 @@ class AsyncStrategy(Strategy):
 
     asynchronous = True
     server_mode = "arrival"
+    averages_clients = True     # the fed server averages the uploaded client models into the global one
     active: int = 10
     local_steps: int = 20
 

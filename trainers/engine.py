@@ -107,6 +107,12 @@ def local_network(engine: "SplitEngine", optimizer: OptimizerSpec, seed: int) ->
     return LocalNetwork(DeviceHost(devices, engine.batcher), FedHost())
 
 
+def _device_list(value: Any, num_devices: int) -> bool:
+    """Whether ``value`` is a list of distinct device indices 0..num_devices−1 (a checkpoint's device lists)."""
+    return (isinstance(value, list) and all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < num_devices
+                                            for d in value) and len(set(value)) == len(value))
+
+
 def check_device_finite(device: Device, round_index: int) -> None:
     """Raise NonFiniteError naming the round, the device and the block if its client model has NaN/inf."""
     check_all_finite(device_finite_items(device), round_index)
@@ -223,6 +229,12 @@ class SplitEngine:
         self.rng = np.random.default_rng([seed, STRATEGY_STREAM])
         self.rounds_since_aggregation = 0
         self.absent: set[int] = set()
+        self.period: list[int] | None = None
+        """The participants of the running aggregation period (strategies that average client models keep
+        them from one aggregation to the next); checkpointed."""
+        self.stale: set[int] = set()
+        """Devices that did not receive the last average (partial participation): drawn again, they download
+        the global model before they train; checkpointed."""
         """Devices lost for the rest of the run (a real runtime, where the strategy ``allows_absence``);
         checkpointed; never asked for anything again."""
         labels = data.y_train.cpu()
@@ -278,7 +290,8 @@ class SplitEngine:
 
         return RoundContext(round_index, self.num_devices, self.num_blocks, list(self.cuts), self.data_sizes(), self.batch_size,
                             self.interval, self.rounds_since_aggregation + 1, self.total_rounds, self.rng,
-                            self.num_classes, self.label_counts, absent=frozenset(self.absent))
+                            self.num_classes, self.label_counts, absent=frozenset(self.absent),
+                            participants=list(self.period or []))
 
     def present(self, devices: Sequence[int] | None = None) -> list[int]:
         """``devices`` (default all) without the absent ones, after taking in the network's losses;
@@ -321,10 +334,10 @@ class SplitEngine:
         s = self.strategy
         ctx = self.context(round_index)
         times = self.stage_times(round_index)
-        participants = self.present(s.participants(ctx))
+        participants = ctx.participants = self.present(self._participants(ctx))
         batch = {d: int(s.batch_size(ctx, d)) for d in participants}
         ledger = _Ledger()
-        now = 0.0
+        now = self._start_from_global(ctx.round, participants, times, ledger)
         for group in s.schedule(ctx, participants):
             now = self._run_group(ctx, list(group), batch, times, now, ledger)
             for handoff in s.after_group(ctx, group):
@@ -336,6 +349,27 @@ class SplitEngine:
             self.rounds_since_aggregation = 0
         self.check_models_finite(round_index)
         return self._stats(ctx, aggregation is not None, self.present(participants), now, ledger)
+
+    def _participants(self, ctx: "RoundContext") -> list[int]:
+        """The round's participants (the strategy's draw). A strategy that averages client models draws
+        them once per aggregation period, FedAvg's round of I local rounds (SCALA's global iteration), and
+        keeps them until its aggregation; the others draw every round."""
+        if self.strategy.averages_clients and self.period is not None and self.rounds_since_aggregation > 0:
+            return list(self.period)
+        self.period = [int(d) for d in self.strategy.participants(ctx)]
+        return list(self.period)
+
+    def _start_from_global(self, round_index: int, participants: Sequence[int], times: StageTimes,
+                           ledger: _Ledger) -> float:
+        """FedAvg under sampling: a participant that missed the last aggregation (``stale``) downloads the
+        global model first: its client blocks, and its server copies where the edge server keeps one per
+        device (SplitFed V1's, AdaptSFL's non-common part), all averaged blocks. The round's devices start
+        when the last of those downloads is done (T_i^{mD}, eq. 24; the edge's over r_{f→e}, eq. 25)."""
+        late = [d for d in participants if d in self.stale]
+        self.stale -= set(late)
+        if not late:
+            return 0.0
+        return self._download_global(late, round_index, sorted(self._global_sizes), "global", times, 0.0, ledger)
 
     def _stats(self, ctx: "RoundContext", aggregated: bool, participants: list[int], seconds: float,
                ledger: _Ledger) -> RoundStats:
@@ -652,33 +686,45 @@ class SplitEngine:
         up_done = max(up_done, start + edge_up)
         averaged = self._average(ctx.round, uploaded)
         recipients = devices if agg.recipients == "participants" else self.present()
-        end, edge_down_bits, edge_msgs = up_done, 0.0, []
-        for d in recipients:
-            mine = [j for j in blocks if j < self.cuts[d] and j in averaged]
+        # the devices that did not receive this average hold an older model: a later draw brings them up to date
+        self.stale = (self.stale | set(self.present())) - set(recipients)
+        return self._download_global(recipients, ctx.round, [j for j in blocks if j in averaged], "avg", times,
+                                     up_done, ledger, edge_devices=devices)
+
+    def _download_global(self, devices: Sequence[int], round_index: int, blocks: Sequence[int], ref: str,
+                         times: StageTimes, start: float, ledger: _Ledger,
+                         edge_devices: Sequence[int] | None = None) -> float:
+        """The fed server sends ``blocks`` (``ref``: the average just finished, or the global model) to
+        ``devices``: each device its client blocks among them (T_i^{mD}, eq. 24), and the edge server the
+        per-device server copies of ``edge_devices`` (default ``devices``) among them, once for all
+        (eq. 25). Returns when the last download is done."""
+        end, edge_down_bits, edge_msgs = start, 0.0, []
+        for d in devices:
+            mine = [j for j in blocks if j < self.cuts[d]]
             if mine:
-                self.net.send(FED, Send(d, d, ctx.round, "device", {j: ("avg", j) for j in mine},
+                self.net.send(FED, Send(d, d, round_index, "device", {j: (ref, j) for j in mine},
                                         fresh_optimizer=self.strategy.reset_client_optimizer))
                 self.net.send(d, Take(FED))
-                self.bytes_down += sum(averaged[j] for j in mine)
+                self.bytes_down += self._bytes(mine)
                 ledger.add(d, "model download", float(times.model_down[d]))
-                end = max(end, up_done + float(times.model_down[d]))
-        theirs = {d: [j for j in blocks if j >= self.cuts[d] and j in averaged and self.edge.key(d, j)[0] is not None]
-                  for d in devices}
+                end = max(end, start + float(times.model_down[d]))
+        theirs = {d: [j for j in blocks if j >= self.cuts[d] and self.edge.key(d, j)[0] is not None]
+                  for d in (devices if edge_devices is None else edge_devices)}
         needed = sorted({j for js in theirs.values() for j in js})
         if needed:   # the edge server's blocks come once; it loads one copy per device instance (eq. 25)
-            charged = sum(averaged[j] for js in theirs.values() for j in js)
-            self.net.send(FED, Send(EDGE, -1, ctx.round, "edge", {j: ("avg", j) for j in needed}, charged_bytes=charged))
+            charged = sum(self.block_bytes[j] for js in theirs.values() for j in js)
+            self.net.send(FED, Send(EDGE, -1, round_index, "edge", {j: (ref, j) for j in needed}, charged_bytes=charged))
             (got,) = self.net.receive([FED])
             for d, js in theirs.items():
                 if js:
-                    msg = ModelDownload(d, ctx.round, "edge", {j: got.blocks[j] for j in js})
+                    msg = ModelDownload(d, round_index, "edge", {j: got.blocks[j] for j in js})
                     edge_down_bits += 8.0 * msg.num_bytes
                     self.bytes_server += msg.num_bytes
                     edge_msgs.append(msg)
             self.edge.download(edge_msgs)
         edge_down = times.edge_down_seconds(edge_down_bits) if edge_down_bits else 0.0
         ledger.add("edge", "model download", edge_down)
-        return max(end, up_done + edge_down)
+        return max(end, start + edge_down)
 
     def _relay_uploads(self, devices: list[int], round_index: int, blocks: list[int],
                        weight: dict[int, float]) -> dict[int, ModelUpload]:
@@ -824,6 +870,7 @@ class SplitEngine:
         one, with fresh optimizer state (their host was set up as at the start)."""
         for d in self.net.readmit():
             self.absent.discard(d)
+            self.stale.discard(d)
             self._load_global(d, round_index, fresh_optimizer=True)
 
     # ---- re-partition (Algorithm 1) ---------------------------------------------------------------------
@@ -831,13 +878,19 @@ class SplitEngine:
         """Move layers between devices and the edge server without losing state (docs/model.md §5.4), through
         model messages: every device and the edge server upload every block with its optimizer state;
         each instance of the new layout takes the (count-weighted) average of the old instances its
-        devices used — an exact copy when those are identical, as at an aggregation boundary."""
+        devices used — an exact copy when those are identical, as at an aggregation boundary. Devices that
+        missed the last average (partial participation) first load the global model, as they would before
+        their next round (not charged: the re-partition's own transfers are not either)."""
         new = self._check_cuts(new_cuts)
         old = list(self.cuts)
         if new == old:
             return
         if self._awaiting:
             raise MessageMismatchError(f"cannot re-partition with unanswered activations from devices {sorted(self._awaiting)}")
+        if self.stale:
+            late, self.stale = sorted(self.stale), set()
+            self._download_global(late, round_index, sorted(self._global_sizes), "global",
+                                  StageTimes.zeros(self.num_devices, self.batch_size), 0.0, _Ledger())
         every = range(self.num_blocks)
         for d in range(self.num_devices):
             self.net.send(d, Upload(d, round_index, list(every), 1.0, with_optimizer=True, to=EDGE))
@@ -922,23 +975,25 @@ class SplitEngine:
                 continue
 
     def global_model(self) -> nn.Sequential:
-        """The global model w^glob = [w_c^glob; w_s] (GAS, docs/algorithms.md GAS B.4.6): the fed server's global client
-        blocks 1..ℓ (the initial w_c^0 before the first average) with the edge server's current blocks ℓ+1..L of
-        device 0 (shared instances for GAS). All devices must share one cut ℓ. The client blocks are the engine's
-        evaluation modules, reloaded at every call (``copy.deepcopy`` the result to keep it)."""
-        cut = self.cuts[0]
-        if any(c != cut for c in self.cuts):
-            raise MessageMismatchError(f"the global model needs one cut for all devices, got {sorted(set(self.cuts))}")
-        global_states = self._global_states(range(cut))
+        """The global model of the last aggregation: every block the fed server has averaged, from its global
+        model (|𝒟_i|-weighted, eq. 7; GAS-12); a block that devices or per-device server copies hold but that
+        no average has reached yet, its initial weights w⁰ (every device started from them); every other
+        block, the edge server's one shared instance (the server model, trained every round). The averaged
+        blocks are the engine's evaluation modules, reloaded at every call (``copy.deepcopy`` the result to
+        keep it)."""
+        global_states = self._global_states(range(self.num_blocks))
         blocks: list[nn.Module] = []
-        for j in range(cut):
+        for j in range(self.num_blocks):
+            owners = {self.edge.key(d, j)[0] for d in range(self.num_devices) if j >= self.cuts[d]}
+            if j not in global_states and j >= max(self.cuts) and owners == {None}:
+                blocks.append(self.edge.instances[(None, j)])        # the shared server block
+                continue
             target = self._eval_blocks.get(("global", j))
             if target is None:
                 target = self._eval_blocks[("global", j)] = copy.deepcopy(self.template[j])
-            state = global_states[j].state if j in global_states else self.template[j].state_dict()
-            target.load_state_dict(state)
+            target.load_state_dict(global_states[j].state if j in global_states else self.template[j].state_dict())
             blocks.append(target)
-        return nn.Sequential(*blocks, *[self.block(0, j) for j in range(cut, self.num_blocks)])
+        return nn.Sequential(*blocks)
 
     def _global_states(self, blocks: Sequence[int]) -> dict[int, BlockState]:
         """The fed server's global blocks among ``blocks`` (those averaged so far)."""
@@ -994,7 +1049,8 @@ class SplitEngine:
                 "devices": [states.get(d) for d in range(self.num_devices)], "edge": self.edge.state_dict(),
                 "fed": self._states([FED])[FED], "rng": self.rng.bit_generator.state,
                 "strategy": self.strategy.state_dict(), "async": copy.deepcopy(self.async_state),
-                "absent": sorted(self.absent)}
+                "absent": sorted(self.absent), "period": None if self.period is None else list(self.period),
+                "stale": sorted(self.stale)}
 
     def _states(self, sources: list[Any]) -> dict[Any, dict[str, Any]]:
         """The checkpoint states of these devices (or FED), by source; a device lost meanwhile has
@@ -1009,11 +1065,21 @@ class SplitEngine:
         """Continue from :meth:`state_dict`'s output; ValueError naming the part that does not fit this engine
         (the run turns it into one message about the checkpoint)."""
         expected = {"cuts", "interval", "rounds_since_aggregation", "devices", "edge", "fed", "rng", "strategy", "async"}
-        if not isinstance(state, dict) or not expected <= set(state) <= expected | {"absent"}:
-            raise ValueError(f"engine state must hold exactly {sorted(expected)} (and the absent devices)")
+        if not isinstance(state, dict) or not expected <= set(state) <= expected | {"absent", "period", "stale"}:
+            raise ValueError(f"engine state must hold exactly {sorted(expected)} (and the absent, period and stale "
+                             "devices)")
+        legacy = self.strategy.legacy_period_key
+        if legacy is not None and isinstance(state.get("strategy"), dict) and legacy in state["strategy"]:
+            state = {**state, "strategy": {k: v for k, v in state["strategy"].items() if k != legacy},
+                     "period": state.get("period", state["strategy"][legacy] or None)}
+        period, stale = state.get("period"), state.get("stale", [])     # absent from checkpoints before them
+        if period is not None and not (period and _device_list(period, self.num_devices)):
+            raise ValueError(f"engine period must list one or more distinct devices of 0..{self.num_devices - 1} or be null, "
+                             f"got {str(period)[:80]}")
+        if not _device_list(stale, self.num_devices):
+            raise ValueError(f"engine stale must list distinct devices of 0..{self.num_devices - 1}, got {str(stale)[:80]}")
         absent = state.get("absent", [])
-        if (not isinstance(absent, list) or not all(isinstance(d, int) and 0 <= d < self.num_devices for d in absent)
-                or len(set(absent)) != len(absent) or (absent and not self.strategy.allows_absence)):
+        if not _device_list(absent, self.num_devices) or (absent and not self.strategy.allows_absence):
             raise ValueError(f"engine absent must list distinct devices of 0..{self.num_devices - 1} of an algorithm "
                              f"that allows absence, got {str(absent)[:80]}")
         for name in ("interval", "rounds_since_aggregation"):
@@ -1045,3 +1111,5 @@ class SplitEngine:
         self.strategy.load_state_dict(_tensors_to(state["strategy"], self.device))
         self.strategy.check_state(self.context(0))
         self.async_state = copy.deepcopy(state.get("async"))
+        self.period = None if period is None else list(period)
+        self.stale = set(stale) - set(absent)          # the absent ones came back with the global model above

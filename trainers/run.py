@@ -460,7 +460,7 @@ class Trainer:
 
     def reestimate_constants(self, t: int) -> ConvergenceConstants:
         """Algorithm 1 (docs/model.md §5.4): β, σ_j², G_j² and ϑ estimated again from the run's own model (the
-        parameter-wise mean w̄ at this aggregation round) on 8 mini-batches of its training data, with
+        global model of this aggregation round) on 8 mini-batches of its training data, with
         γ = --lr and the target ε in force (the constants file's, else the placeholder's)."""
         from profilers.chain import Chain
         from profilers.gradstats import estimate_constants, iterate_batches
@@ -469,7 +469,7 @@ class Trainer:
                    else ConvergenceConstants.placeholder(self.profile.num_cuts).epsilon)
         b = self.config.batch_size
         batches = iterate_batches(self.dataset.x_train, self.dataset.y_train, b, 8, seed=t)
-        chain = Chain(self.engine.averaged_model(), list(self.block_names))
+        chain = Chain(self.engine.global_model(), list(self.block_names))
         assert self.config.lr is not None, "TrainConfig resolves the learning rate"
         return estimate_constants(chain, batches, gamma=self.config.lr, epsilon=epsilon, num_batches=8, seed=t,
                                   device=self.device)

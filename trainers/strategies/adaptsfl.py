@@ -20,6 +20,7 @@ from trainers.api import Aggregation, RoundContext, Strategy, every_interval
 
 class AdaptSFL(Strategy):
     name = "adaptsfl"
+    averages_clients = True
 
     def server_owner(self, device: int, block: int, deepest_cut: int) -> Hashable:
         return device if block < deepest_cut else None      # w_{n,i} per device, w_s shared

@@ -18,7 +18,7 @@ edge server, once all have arrived (a barrier, A.8):
 loaded into **all** N devices, CSL-7) or ``sglr`` (CycleSGLR: a random half of the participants
 receives one averaged gradient row, CSL-8; client models never averaged). The paper uses Adam on both sides (``--optimizer adam``).
 All devices share one cut (the pooled features must have one shape). Evaluation: PSL base — mean
-over devices of [w_{c,i}; θ_S]; SFL base — the averaged model.
+over devices of [w_{c,i}; θ_S]; SFL base — the global model of the last aggregation.
 """
 
 from __future__ import annotations
@@ -122,6 +122,6 @@ class CycleSL(Strategy):
 
     def eval_models(self, view: ModelViews) -> list[nn.Module]:
         if self.base == "sfl":
-            return [view.averaged_model()]
+            return [view.global_model()]
         return [view.device_model(d) for d in view.present()]     # CyclePSL, CycleSGLR (absent devices left out)
 

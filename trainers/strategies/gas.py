@@ -37,7 +37,6 @@ from trainers.api import (
     CutGradient,
     InputError,
     ModelUpload,
-    ModelViews,
     RoundContext,
     ServerPasses,
     answer,
@@ -146,10 +145,6 @@ class GAS(AsyncStrategy):
         if len(set(ctx.cuts)) > 1:
             raise InputError(f"GAS buffers and generates activations of one shape: it needs one cut for all devices, "
                              f"got {sorted(set(ctx.cuts))}", field="cuts")
-
-    def eval_models(self, view: ModelViews) -> list[nn.Module]:
-        """The global client model w_c^glob with the current w_s (B.4.6), not the devices' live models."""
-        return [view.global_model()]
 
     def capacity(self, ctx) -> int:
         """Q_s = Q_c = C (capped at the number of devices) unless ``--buffer`` sets Q_s."""

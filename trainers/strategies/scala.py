@@ -2,7 +2,8 @@
 Liu, arXiv:2405.04875), written against docs/algorithms.md SCALA (Part B).
 
 A global iteration is I rounds (``--interval``) with one participant set 𝒞^t of ⌈ρK⌉ devices
-(``--participation`` ρ), drawn uniformly without replacement at its start [B.2 step 0]. Device k's
+(``--participation`` ρ), drawn uniformly without replacement at its start [B.2 step 0] (the runtime keeps
+one draw per aggregation period for every strategy that averages client models). Device k's
 batch is B_k = max(⌊|𝒟_k|·B/Σ_{𝒞^t}|𝒟_j|⌋, 1) with B = b·|𝒞^t| (eq. 3). In every round:
 
 * cut gradients from the **pre-update** server (eq. 6, eq. 13): G_k = ∂ℓ_k/∂A_k with
@@ -14,25 +15,23 @@ batch is B_k = max(⌊|𝒟_k|·B/Σ_{𝒞^t}|𝒟_j|⌋, 1) with B = b·|𝒞^t
 Both come from one forward of the concatenated activations (the weights are the same). At the end
 of the global iteration the participants' client models are FedAvg'd by |𝒟_k| (eq. 8) and every
 device downloads the average (the global client model the next participants start from). Test
-accuracy uses raw logits (no adjustment). The server model is shared; per-role optimizers come
+accuracy uses raw logits (no adjustment), on the global model of the last aggregation. The server model is shared; per-role optimizers come
 from the run (the authors' code: SGD 0.01, momentum 0.9, weight decay 5e-4, clip 10).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence, cast
+from typing import Sequence, cast
 
 import numpy as np
 import torch
-from torch import nn
 
 from trainers.api import (
     Activation,
     Aggregation,
     CutGradient,
     InputError,
-    ModelViews,
     RoundContext,
     ServerPasses,
     Strategy,
@@ -40,32 +39,28 @@ from trainers.api import (
     every_interval,
     label_prior,
     logit_adjusted_ce,
-    sample_devices,
 )
 
 
 class SCALA(Strategy):
     name = "scala"
+    averages_clients = True
     min_participants = 2             # concatenating one device's activations is SplitFed (docs/algorithms.md)
     reset_client_optimizer = True    # a global iteration's participants start from the global model, fresh state
     allows_absence = True            # partial participation by design: a lost device leaves, the others go on
+
+    legacy_period_key = "current"    # checkpoints before the runtime kept the period held its participants here
 
     def __init__(self, participation: float = 0.1, la_tau: float = 1.0, server_prior: str = "batch") -> None:
         super().__init__(participation)
         if not (la_tau >= 0 and math.isfinite(la_tau)):
             raise InputError(f"must be a finite number ≥ 0, got {la_tau!r}", field="--la-tau")
         self.tau, self.server_prior = float(la_tau), server_prior
-        self.current: list[int] = []
-
-    def participants(self, ctx: RoundContext) -> list[int]:
-        if not self.current or ctx.rounds_since_aggregation == 1:       # a new global iteration
-            self.current = sample_devices(ctx, self.participation, self.min_participants)
-        return list(self.current)
 
     def batch_size(self, ctx: RoundContext, device: int) -> int:
         """Eq. (3): B_k = |𝒟_k|·B / Σ_{𝒞^t}|𝒟_j| with B = b·|𝒞^t| (at least 1)."""
-        total = sum(ctx.data_sizes[d] for d in self.current)
-        return max(int(ctx.data_sizes[device] * ctx.batch_size * len(self.current) / total), 1)
+        total = sum(ctx.data_sizes[d] for d in ctx.participants)
+        return max(int(ctx.data_sizes[device] * ctx.batch_size * len(ctx.participants) / total), 1)
 
     def serve(self, edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Activation]) -> list[CutGradient]:
         """One forward of the concatenated activations gives both losses. Over more than the edge
@@ -94,16 +89,3 @@ class SCALA(Strategy):
 
     def aggregation(self, ctx: RoundContext) -> Aggregation | None:
         return every_interval(ctx, range(ctx.deepest_cut), recipients="all")         # eq. (8)
-
-    def eval_models(self, view: ModelViews) -> list[nn.Module]:
-        return [view.averaged_model(self.current or None)]
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"current": list(self.current)}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.current = [int(d) for d in state.get("current", [])]
-
-    def check_state(self, ctx: RoundContext) -> None:
-        if any(not 0 <= d < ctx.num_devices for d in self.current):
-            raise ValueError(f"SCALA's participants {self.current} are not devices of this run")

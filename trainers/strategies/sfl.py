@@ -20,6 +20,7 @@ from trainers.api import Aggregation, RoundContext, Strategy, every_interval
 
 class SFLV1(Strategy):
     name = "sfl-v1"
+    averages_clients = True
 
     def server_owner(self, device: int, block: int, deepest_cut: int) -> Hashable:
         return device
@@ -30,6 +31,7 @@ class SFLV1(Strategy):
 
 class SFLV2(Strategy):
     name = "sfl-v2"
+    averages_clients = True
     server_mode = "arrival"
 
     def aggregation(self, ctx: RoundContext) -> Aggregation | None:
