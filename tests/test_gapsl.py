@@ -34,13 +34,16 @@ def angle(u: torch.Tensor, v: torch.Tensor) -> float:
 
 def reference_gapsl(data: DeviceData, rounds: int, total: int, k_min: float, k_max: float, eta: float,
                     mode: str = "detached", lam: float = 0.0, client: HandSGD | None = None,
-                    server_opt: HandSGD | None = None, excluded: str = "none"):
-    """A.2 steps 1–16 with no update for the devices outside Ŝ, in plain torch. ``mode``: ``detached`` (server
-    step Σ_{Ŝ} g_i); ``double_backprop`` (eq. 7: L_g = Σ_{Ŝ}[L_i + λ(1 − cos(g_i, g_lead))] back-propagated through
-    the g_i to the server weights and the activations, g_lead a constant); ``gradient_step`` (g̃_i = g_i − λ·∂(1 −
-    cos(g_i, g_lead))/∂g_i by autograd, server step Σ_{Ŝ} g̃_i, plain cut gradients). ``client``/``server_opt``: each
-    role's optimizer (plain SGD at LR by default; the paper's setting has its own rate per role and momentum).
-    ``excluded="plain"``: the devices outside Ŝ step on their own cut gradient ∂L_i/∂a_i (A.3.2's alternative)."""
+                    server_opt: HandSGD | None = None, excluded: str = "plain", server_step: str = "mean"):
+    """A.2 steps 1–16 in plain torch. ``mode``: ``detached`` (server step Σ_{Ŝ} w_i·g_i); ``double_backprop``
+    (eq. 7: L_g = Σ_{Ŝ} w_i·[L_i + λ(1 − cos(g_i, g_lead))] back-propagated through the g_i to the server weights
+    and the activations, g_lead a constant; each device gets ∂[L_i + λ(1 − cos)]/∂a_i); ``gradient_step`` (g̃_i =
+    g_i − λ·∂(1 − cos(g_i, g_lead))/∂g_i by autograd, server step Σ_{Ŝ} w_i·g̃_i, plain cut gradients).
+    ``server_step``: w_i = |𝒟_i|/Σ_{Ŝ}|𝒟_j| (``mean``, PSL's rule) or 1 (``sum``, eq. 8 literally).
+    ``client``/``server_opt``: each role's optimizer (plain SGD at LR by default; the paper's setting has its own
+    rate per role and momentum). ``excluded``: the devices outside Ŝ step on their own cut gradient ∂L_i/∂a_i
+    (``plain``, §III-A) or not at all (``none``, A.3.2's literal reading)."""
+    sizes = [float(len(p)) for p in data.parts]
     client, server_opt = client or HandSGD(LR), server_opt or HandSGD(LR)
     model = small_model()
     clients = [copy.deepcopy(nn.Sequential(*model[:CUT])) for _ in range(S)]
@@ -74,20 +77,22 @@ def reference_gapsl(data: DeviceData, rounds: int, total: int, k_min: float, k_m
         theta_lead = np.array([angle(grads[i], lead) for i in range(S)])     # eq. 5
         th = max(min(theta_lead.mean() - eta * theta_lead.std(), math.pi / 2), 0.0)   # eq. 6
         aligned = [i for i in range(S) if theta_lead[i] <= th] or [int(np.argmin(theta_lead))]
+        w = {i: (sizes[i] / sum(sizes[j] for j in aligned) if server_step == "mean" else 1.0) for i in aligned}
         if mode == "double_backprop":                                         # eq. 7 exactly
             cos = [graphs[i] @ lead / (graphs[i].norm() * lead.norm()) for i in aligned]
-            total_loss = sum(losses[i] + lam * (1 - c) for i, c in zip(aligned, cos))
+            total_loss = sum(w[i] * (losses[i] + lam * (1 - c)) for i, c in zip(aligned, cos))
             g = torch.autograd.grad(total_loss, list(server.parameters()) + [leaves[i] for i in aligned])
             step = torch.cat([x.reshape(-1) for x in g[:len(g) - len(aligned)]])
-            cut_grads = {**dict(enumerate(cut_grads)), **dict(zip(aligned, g[len(g) - len(aligned):]))}   # Ŝ: eq. 7's
+            own = {i: gi / w[i] for i, gi in zip(aligned, g[len(g) - len(aligned):])}
+            cut_grads = {**dict(enumerate(cut_grads)), **own}                 # Ŝ: eq. 7's
         elif mode == "gradient_step":                                         # g̃_i, derivative by autograd
             step = 0
             for i in aligned:
                 gi = grads[i].clone().requires_grad_(True)
                 (d,) = torch.autograd.grad(1 - gi @ lead / (gi.norm() * lead.norm()), [gi])
-                step = step + grads[i] - lam * d
-        else:                                                                 # step 14: Σ_{Ŝ} g_i
-            step = sum(grads[i] for i in aligned)
+                step = step + w[i] * (grads[i] - lam * d)
+        else:                                                                 # step 14: Σ_{Ŝ} w_i·g_i
+            step = sum(w[i] * grads[i] for i in aligned)
         start = 0
         for p in server.parameters():
             p.grad = step[start:start + p.numel()].view_as(p).detach().clone()
@@ -124,12 +129,27 @@ def test_gapsl_matches_reference_from_the_spec() -> None:
         assert torch.allclose(flat(engine.devices[i].blocks), flat(clients[i]), atol=1e-5, rtol=0)
 
 
-def test_devices_outside_the_aligned_set_get_no_update() -> None:
+def test_eq_8_summed_literally_matches_the_reference() -> None:
+    """server_step = sum: Σ_{Ŝ} g_i, eq. (8) as written (a step |Ŝ| times PSL's at the same rate)."""
+    data, rounds = make_data(S, "dirichlet"), 4
+    engine = make_gapsl_engine(data, rounds, k_min=0.25, k_max=0.75, eta_th=0.5, server_step="sum")
+    for t in range(1, rounds + 1):
+        engine.run_round(t)
+    clients, server, log = reference_gapsl(data, rounds, rounds, 0.25, 0.75, 0.5, server_step="sum")
+    mean_clients, mean_server, _ = reference_gapsl(data, rounds, rounds, 0.25, 0.75, 0.5)
+    assert not torch.allclose(flat(server), flat(mean_server), atol=1e-5, rtol=0)    # the scaling matters here
+    assert torch.allclose(flat(*[engine.edge.instances[(None, j)] for j in range(CUT, 11)]),
+                          flat(server), atol=1e-5, rtol=0)
+    for i in range(S):
+        assert torch.allclose(flat(engine.devices[i].blocks), flat(clients[i]), atol=1e-5, rtol=0)
+
+
+def test_devices_outside_the_aligned_set_get_no_update_when_asked() -> None:
     data = make_data(S, "dirichlet")
-    engine = make_gapsl_engine(data, 1, k_min=0.25, k_max=0.75, eta_th=0.5)
+    engine = make_gapsl_engine(data, 1, k_min=0.25, k_max=0.75, eta_th=0.5, excluded_update="none")
     before = [flat(d.blocks) for d in engine.devices]
     engine.run_round(1)
-    _, _, log = reference_gapsl(data, 1, 1, 0.25, 0.75, 0.5)
+    _, _, log = reference_gapsl(data, 1, 1, 0.25, 0.75, 0.5, excluded="none")
     aligned = set(log[0]["aligned"])
     assert 0 < len(aligned) < S
     for i in range(S):
@@ -298,7 +318,7 @@ def test_gda_modes_match_reference_from_the_spec(mode: str) -> None:
 
 def test_gapsl_with_the_papers_per_role_rates_and_momentum_matches_the_reference() -> None:
     """The paper's setting: SGD with momentum 0.9, the client at half the server's rate (0.005 / 0.01), the server
-    stepping on the sum over Ŝ (eq. 8) — each role with its own optimizer (--client-lr / --server-lr)."""
+    stepping on the |𝒟_i|-weighted terms of eq. (8) — each role with its own optimizer (--client-lr / --server-lr)."""
     data, rounds, total = make_data(S, "dirichlet"), 4, 4
     engine = SplitEngine(small_model(), [CUT] * S, GAPSL(k_min=0.25, k_max=0.75, eta_th=0.5), data,
                          OptimizerSpec("sgd", LR / 2, 0.9), batch_size=B, seed=0, total_rounds=total,
@@ -342,13 +362,13 @@ def bn_server_model() -> nn.Sequential:
 @pytest.mark.parametrize("with_bn", [False, True])
 def test_server_passes_per_round(with_bn: bool) -> None:
     """Without buffers the server runs each device once for its g_i and once more for the |Ŝ| replies (one pass
-    of all of them, within the pass budget); with BatchNorm it runs each device exactly once (its running
+    of all of them, within the pass budget; excluded_update = none); with BatchNorm it runs each device exactly once (its running
     statistics see each device's batch once, A.3.4) and keeps the cut gradients of that pass."""
     data = make_data(S, "dirichlet")
     model = bn_server_model() if with_bn else small_model()
     cut = 6
-    engine = SplitEngine(model, [cut] * S, GAPSL(k_min=0.25, k_max=0.75, eta_th=0.5), data, {"lr": LR},
-                         batch_size=B, seed=0, total_rounds=2)
+    engine = SplitEngine(model, [cut] * S, GAPSL(k_min=0.25, k_max=0.75, eta_th=0.5, excluded_update="none"), data,
+                         {"lr": LR}, batch_size=B, seed=0, total_rounds=2)
     assert engine.edge.replayable(0) is not with_bn
     first = engine.edge.instances[(None, cut)]
     batches: list[int] = []
@@ -408,7 +428,7 @@ def test_a_diverged_gradient_matrix_is_named() -> None:
 
     from trainers.messages import NonFiniteError
 
-    ctx = SimpleNamespace(round=3, total_rounds=5, metrics={})
+    ctx = SimpleNamespace(round=3, total_rounds=5, metrics={}, rng=np.random.default_rng(0))
     for row, device in ((1, 7), (2, 9)):
         flat_rows = torch.ones(3, 4)
         flat_rows[row, 2] = float("nan")
@@ -468,3 +488,60 @@ def test_gradient_rows_of_unused_parameters_and_of_no_server_block() -> None:
         Y = nn.functional.one_hot(a.labels, 10).to(a.tensor.dtype)
         assert torch.allclose(cut[a.device], (torch.softmax(a.tensor, dim=1) - Y) / B, atol=1e-7)
         assert torch.allclose(loss, nn.functional.cross_entropy(a.tensor, a.labels), atol=1e-6)
+
+
+# ---- the pairing with PSL and the paper's LGI ablations (issue 34) ------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["detached", "gradient_step", "double_backprop"])
+def test_gapsl_with_lambda_zero_and_every_device_aligned_is_psl(mode: str, monkeypatch) -> None:
+    """GAPSL = PSL + the selection of Ŝ: with λ = 0 and Ŝ = every device (selection patched to take all) its
+    server step (|𝒟_i|-weighted over Ŝ, PSL's eq. 4) and its replies (each device its own ∂L_i/∂a_i) are PSL's,
+    in the paper's setting (SGD momentum 0.9, client 0.005, server 0.01) and with unequal |𝒟_i|."""
+    from trainers.strategies import PSL
+
+    def everyone(self, grads, progress, rng=None):
+        return list(range(grads.shape[0])), grads.mean(0), {}
+
+    monkeypatch.setattr(GAPSL, "select", everyone)
+    data = make_data(S, "dirichlet")
+    assert len({len(p) for p in data.parts}) > 1
+
+    def engine(strategy) -> SplitEngine:
+        return SplitEngine(small_model(), [CUT] * S, strategy, data, OptimizerSpec("sgd", 0.005, 0.9), batch_size=B,
+                           seed=0, total_rounds=3, server_optimizer=OptimizerSpec("sgd", 0.01, 0.9))
+
+    gapsl, psl = engine(GAPSL(gda=mode, gda_lambda=0.0)), engine(PSL())
+    for t in (1, 2, 3):
+        a, b = gapsl.run_round(t), psl.run_round(t)
+        assert a.loss == pytest.approx(b.loss, abs=1e-6)
+    assert torch.allclose(flat(*[gapsl.edge.instances[(None, j)] for j in range(CUT, 11)]),
+                          flat(*[psl.edge.instances[(None, j)] for j in range(CUT, 11)]), atol=1e-6, rtol=0)
+    for i in range(S):
+        assert torch.allclose(flat(gapsl.devices[i].blocks), flat(psl.devices[i].blocks), atol=1e-6, rtol=0), i
+
+
+def test_non_lgi_leads_with_every_devices_gradient_and_rand_lgi_with_a_random_subset() -> None:
+    """Fig. 20's ablations: Non-LGI's g_lead is the mean of all S rows; Rand-LGI's is the mean of ⌈K^t·S⌉ rows
+    drawn uniformly without replacement from the run's stream (not the most consistent ones)."""
+    g = torch.tensor([[1.0, 0.0], [0.9, 0.1], [0.8, 0.2], [0.0, 1.0], [-1.0, 0.0]])
+    _, lead, metrics = GAPSL(leader="all", k_min=0.2, k_max=0.2).select(g, 0.5)
+    assert torch.allclose(lead, g.mean(0)) and metrics["leaders"] == 5
+    _, lgi_lead, _ = GAPSL(k_min=0.4, k_max=0.4).select(g, 0.5)
+    draws = set()
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        expected = np.sort(np.random.default_rng(seed).choice(5, size=2, replace=False))
+        _, lead, metrics = GAPSL(leader="random", k_min=0.4, k_max=0.4).select(g, 0.5, rng)
+        assert metrics["leaders"] == 2
+        assert torch.allclose(lead, g[torch.as_tensor(expected)].mean(0))
+        draws.add(tuple(expected))
+    assert len(draws) > 3 and not all(torch.allclose(lgi_lead, g[list(d)].mean(0)) for d in draws)
+
+
+def test_the_ablations_train_from_the_cli(tmp_path) -> None:
+    from adaptplan.cli import main
+
+    for leader in ("all", "random"):
+        assert main(["train", "--algorithm", "gapsl", "--leader", leader, "--dataset", "synthetic", "--model", "mlp",
+                     "--devices", "3", "--cuts", "1", "--rounds", "2", "--no-progress", "--out",
+                     str(tmp_path / leader)]) == 0

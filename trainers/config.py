@@ -123,8 +123,15 @@ ALGORITHM_OPTIONS: tuple[AlgorithmOption, ...] = (
     AlgorithmOption("k_max", ("gapsl",), float, 0.8, "GAPSL's largest leader fraction K_max (eq. 2), in [K_min, 1]"),
     AlgorithmOption("eta_th", ("gapsl",), float, 0.5, "GAPSL's threshold sensitivity η_th of eq. 6 (≥ 0)"),
     AlgorithmOption("gda_lambda", ("gapsl",), float, 5e-4, "GAPSL's GDA coefficient λ of eq. 7 (≥ 0)"),
-    AlgorithmOption("excluded_update", ("gapsl",), str, "none", "what devices outside GAPSL's aligned set get: none "
-                    "(no update, the literal reading) or plain (their own cut gradient)", ("none", "plain")),
+    AlgorithmOption("excluded_update", ("gapsl",), str, "plain", "what devices outside GAPSL's aligned set get: plain "
+                    "(their own cut gradient, §III-A: the server sends all generated gradients) or none (no update, "
+                    "eq. 8 read literally)", ("plain", "none")),
+    AlgorithmOption("server_step", ("gapsl",), str, "mean", "how GAPSL's server step weighs the aligned devices' terms "
+                    "of eq. 8: mean (|D_i|-weighted over the aligned set, PSL's rule, so that one server rate means one "
+                    "step size) or sum (eq. 8 literally)", ("mean", "sum")),
+    AlgorithmOption("leader", ("gapsl",), str, "lgi", "GAPSL's leader gradient: lgi (eqs. 1-3), all (Non-LGI, the "
+                    "paper's Fig. 20 ablation: the mean of every device's) or random (Rand-LGI: a random subset of "
+                    "the same size)", ("lgi", "all", "random")),
     AlgorithmOption("la_tau", ("scala", "gas"), float, 1.0, "logit-adjustment temperature τ (eqs. 12-13, GAS-9), ≥ 0"),
     AlgorithmOption("server_prior", ("scala",), str, "batch", "SCALA's server prior P_s: batch = labels of the "
                     "concatenated batch, round = the participants' label counts", ("batch", "round")),

@@ -14,12 +14,21 @@ with a server step chosen by two server-only procedures (no extra communication)
   empty); loss L_g = Σ_{Ŝ} [L_i + λ(1 − cos θ_lead,i)] (eqs. 7–8).
 
 GDA modes (A.3.1): ``detached`` (default; the paper's implementation, in which the λ term is a
-constant, so the server step is Σ_{Ŝ} g_i and the cut gradients ∂L_i/∂a_i for i ∈ Ŝ);
-``double_backprop`` (exact eq. 7: g_i built with a graph, Σ_{Ŝ}(L_i + reg_i) back-propagated to
-w_s and to the activations); ``gradient_step`` (g̃_i = g_i − λ·∂(1 − cos)/∂g_i, server step Σ_{Ŝ} g̃_i).
-Devices outside Ŝ get no update (``excluded_update="none"``, the literal reading, A.3.2) or their
-own cut gradient (``"plain"``). T is the run's number of rounds. All devices must share one cut
-(the g_i must live in one space). Evaluation: mean over devices of [w_{c,i}; w_s] (A.3.5).
+constant, so the server step is over the g_i of Ŝ); ``double_backprop`` (exact eq. 7: g_i built with a
+graph, L_g back-propagated to w_s and to the activations); ``gradient_step`` (g̃_i = g_i − λ·∂(1 − cos)/∂g_i).
+
+**How the server step is scaled** (``server_step``; docs/algorithms.md "GAPSL's pairing with PSL"): ``mean``
+(default) weighs eq. (8)'s terms by |𝒟_i|/Σ_{Ŝ}|𝒟_j|, PSL's own rule (eq. 4), so that the paper's one server
+rate means the same step for GAPSL and its PSL baseline and GAPSL with λ = 0 and Ŝ = every device *is* PSL;
+``sum`` is eq. (8) written literally (a step |Ŝ| times PSL's at the same rate). **Devices outside Ŝ**
+(``excluded_update``): ``plain`` (default) — each gets its own cut gradient ∂L_i/∂a_i, as §III-A says ("the
+server sends all generated gradients to the client device for updating their respective client-side
+models"); ``none`` — no update that round (the spec's literal reading of eq. 8, A.3.2).
+
+**The paper's LGI ablations** (Fig. 20, ``leader``): ``lgi`` (eqs. 1–3), ``all`` (Non-LGI: the leader
+gradient is the mean of every device's, no filtering), ``random`` (Rand-LGI: a uniformly random subset of
+the same ⌈K^t·S⌉ devices, from the run's strategy stream). T is the run's number of rounds. All devices must
+share one cut (the g_i must live in one space). Evaluation: mean over devices of [w_{c,i}; w_s] (A.3.5).
 Per-round metrics: K^t, |Ŝ|, the mean pairwise angle (A.3.6).
 
 Memory (``detached`` and ``gradient_step``): the round holds one S × P matrix of the g_i, each written
@@ -36,6 +45,7 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence, cast
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -75,7 +85,8 @@ class GAPSL(Strategy):
     uses_total_rounds = True     # K^t of eq. (2) grows with t/T
 
     def __init__(self, participation: float = 1.0, gda: str = "detached", k_min: float = 0.2, k_max: float = 0.8,
-                 eta_th: float = 0.5, gda_lambda: float = 5e-4, excluded_update: str = "none") -> None:
+                 eta_th: float = 0.5, gda_lambda: float = 5e-4, excluded_update: str = "plain",
+                 server_step: str = "mean", leader: str = "lgi") -> None:
         super().__init__(participation)
         if not 0 < k_min <= 1:
             raise InputError(f"must be in (0, 1], got {k_min!r}", field="--k-min")
@@ -86,7 +97,7 @@ class GAPSL(Strategy):
         if not (gda_lambda >= 0 and math.isfinite(gda_lambda)):
             raise InputError(f"must be a finite number ≥ 0, got {gda_lambda!r}", field="--gda-lambda")
         self.gda, self.k_min, self.k_max, self.eta_th, self.lam = gda, k_min, k_max, eta_th, gda_lambda
-        self.excluded_update = excluded_update
+        self.excluded_update, self.server_step, self.leader = excluded_update, server_step, leader
         self.nu_min, self.nu_max = math.inf, -math.inf
 
     def validate(self, ctx) -> None:
@@ -104,14 +115,22 @@ class GAPSL(Strategy):
         stab = 1.0 if span < 1e-12 else (self.nu_max - nu) / span
         return self.k_min + progress * stab * (self.k_max - self.k_min)
 
-    def select(self, grads: torch.Tensor, progress: float) -> tuple[list[int], torch.Tensor, dict[str, float]]:
-        """LGI + GDA: (positions in Ŝ, g_lead, metrics) for S flattened gradients (the rows of ``grads``)."""
+    def select(self, grads: torch.Tensor, progress: float,
+               rng: np.random.Generator | None = None) -> tuple[list[int], torch.Tensor, dict[str, float]]:
+        """LGI + GDA: (positions in Ŝ, g_lead, metrics) for S flattened gradients (the rows of ``grads``);
+        ``rng`` draws Rand-LGI's leaders."""
         S = grads.shape[0]
         pairwise = angles(grads)
         score = (pairwise.sum(1) - pairwise.diagonal()) / (S - 1)               # eq. (1)
         k = self.leader_fraction(float(score.std(unbiased=False)), progress)   # eq. (2)
         n_sel = math.ceil(k * S - 1e-9)
-        leaders = torch.argsort(score, stable=True)[:n_sel]                       # eq. (3)
+        if self.leader == "all":                                                  # Non-LGI (Fig. 20)
+            n_sel, leaders = S, torch.arange(S, device=grads.device)
+        elif self.leader == "random":                                             # Rand-LGI (Fig. 20)
+            assert rng is not None, "Rand-LGI draws from the run's strategy stream"
+            leaders = torch.as_tensor(np.sort(rng.choice(S, size=n_sel, replace=False)), device=grads.device)
+        else:
+            leaders = torch.argsort(score, stable=True)[:n_sel]                   # eq. (3)
         lead = (_indicator(S, leaders, grads) / n_sel) @ grads                    # eq. (4), no copy of the rows
         theta = angles(grads, lead[None, :])[:, 0]                               # eq. (5)
         th = max(min(float(theta.mean()) - self.eta_th * float(theta.std(unbiased=False)), math.pi / 2), 0.0)  # (6)
@@ -136,7 +155,8 @@ class GAPSL(Strategy):
         answered = arrivals if self.excluded_update == "plain" else [arrivals[i] for i in aligned]
         cut = self._cut_gradients(edge, answered) if replay else {a.device: kept[a.device] for a in answered}
         params = edge.parameters(devices[0])
-        edge.add_gradients(params, _unflatten(self.server_gradient(flat, aligned, lead), params))
+        weights = self.term_weights(ctx, [devices[i] for i in aligned])
+        edge.add_gradients(params, _unflatten(self.server_gradient(flat, aligned, lead, weights), params))
         return self._step_and_reply(edge, ctx, arrivals, aligned, flat.shape, cut)
 
     def _step_and_reply(self, edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Activation],
@@ -162,7 +182,7 @@ class GAPSL(Strategy):
             raise NonFiniteError(f"the server gradient g_i is too large for its angles (its squared norm overflows "
                                  f"{flat.dtype}) at round {ctx.round}, device {devices[largest]}")
         progress = ctx.round / ctx.total_rounds if ctx.total_rounds else 1.0
-        aligned, lead, metrics = self.select(flat.detach(), min(progress, 1.0))
+        aligned, lead, metrics = self.select(flat.detach(), min(progress, 1.0), ctx.rng)
         ctx.metrics.update(metrics)
         return aligned, lead
 
@@ -190,10 +210,12 @@ class GAPSL(Strategy):
         chosen = [devices[i] for i in aligned]
         cut = {d: per[d][1] for d in devices} if self.excluded_update == "plain" else {}
         lead_dir = lead / (lead.norm() + EPS)
-        total = sum(per[devices[i]][2] + self.lam * (1 - (flat[i] @ lead_dir) / (flat[i].norm() + EPS)) for i in aligned)
+        weights = self.term_weights(ctx, chosen)
+        total = sum(w * (per[devices[i]][2] + self.lam * (1 - (flat[i] @ lead_dir) / (flat[i].norm() + EPS)))
+                    for w, i in zip(weights, aligned))
         grads = torch.autograd.grad(total, params + [per[d][3] for d in chosen])
         edge.add_gradients(params, grads[:len(params)])
-        cut.update(zip(chosen, grads[len(params):]))
+        cut.update((d, g / w) for d, g, w in zip(chosen, grads[len(params):], weights))   # each device's own ∂/∂a_i
         return self._step_and_reply(edge, ctx, arrivals, aligned, flat.shape, cut)
 
     def charge(self, ctx, device: int, shape: torch.Size, aligned_batches: list[int]) -> None:
@@ -207,20 +229,33 @@ class GAPSL(Strategy):
         extra = 2.0 * sum(aligned_batches) if self.gda == "double_backprop" else 0.0
         ctx.charge_server(device, samples=extra, flops=2.0 * (S * S + 2 * S) * P)
 
-    def server_gradient(self, flat: torch.Tensor, aligned: Sequence[int], lead: torch.Tensor) -> torch.Tensor:
-        """The server step's gradient from the S × P matrix, as weights on its rows (no copy of them).
-        ``detached``: Σ_{Ŝ} g_i. ``gradient_step``: Σ_{Ŝ} g̃_i with g̃ = g − λ·∂(1 − cos(g, g_lead))/∂g, where
-        ∂(1−cos)/∂g = −(ĝ_lead − cos·ĝ)/‖g‖ and ĝ = g/‖g‖: Σ_{Ŝ} g_i·(1 − λ·cos_i/‖g_i‖²) + λ·ĝ_lead·Σ_{Ŝ} 1/‖g_i‖
-        (norms guarded by the epsilon of A.3.3)."""
+    def term_weights(self, ctx: RoundContext, chosen: Sequence[int]) -> list[float]:
+        """The weight of each aligned device's term of eq. (8) (``server_step``): ``mean`` |𝒟_i|/Σ_{Ŝ}|𝒟_j|
+        (PSL's eq. 4 over Ŝ), ``sum`` 1 (eq. 8 literally)."""
+        if self.server_step == "sum":
+            return [1.0] * len(chosen)
+        total = sum(float(ctx.data_sizes[d]) for d in chosen)
+        return [float(ctx.data_sizes[d]) / total for d in chosen]
+
+    def server_gradient(self, flat: torch.Tensor, aligned: Sequence[int], lead: torch.Tensor,
+                        weights: Sequence[float] | None = None) -> torch.Tensor:
+        """The server step's gradient from the S × P matrix, as weights on its rows (no copy of them), each
+        aligned row weighted by ``weights`` (:meth:`term_weights`; default 1). ``detached``: Σ_{Ŝ} w_i·g_i.
+        ``gradient_step``: Σ_{Ŝ} w_i·g̃_i with g̃ = g − λ·∂(1 − cos(g, g_lead))/∂g, where
+        ∂(1−cos)/∂g = −(ĝ_lead − cos·ĝ)/‖g‖ and ĝ = g/‖g‖:
+        Σ_{Ŝ} w_i·g_i·(1 − λ·cos_i/‖g_i‖²) + λ·ĝ_lead·Σ_{Ŝ} w_i/‖g_i‖ (norms guarded by the epsilon of A.3.3)."""
         index = torch.as_tensor(list(aligned), device=flat.device)
-        weights = _indicator(flat.shape[0], index, flat)
+        w = torch.ones(len(aligned), dtype=flat.dtype, device=flat.device) if weights is None \
+            else torch.as_tensor(list(weights), dtype=flat.dtype, device=flat.device)
+        rows = torch.zeros(flat.shape[0], dtype=flat.dtype, device=flat.device)
         if self.gda != "gradient_step":
-            return weights @ flat
+            rows[index] = w
+            return rows @ flat
         norms = (flat.norm(dim=1) + EPS)[index]
         lead_hat = lead / (lead.norm() + EPS)
         cos = (flat @ lead_hat)[index] / norms
-        weights[index] = 1.0 - self.lam * cos / norms**2
-        return weights @ flat + self.lam * (1.0 / norms).sum() * lead_hat
+        rows[index] = w * (1.0 - self.lam * cos / norms**2)
+        return rows @ flat + self.lam * (w / norms).sum() * lead_hat
 
     def eval_models(self, view: ModelViews) -> list[nn.Module]:
         return [view.device_model(d) for d in range(view.num_devices)]
