@@ -64,11 +64,11 @@ def test_csv_has_one_row_per_record_with_lists_and_objects_spelled_out(tmp_path)
     assert rows[0] == ["round", "train_loss", "accuracy", "test_loss", "sim_seconds", "round_sim_seconds",
                        "wall_seconds", "bytes_up", "bytes_down", "bytes_server", "aggregated", "replanned", "cuts",
                        "interval", "participants", "stage_seconds", "metrics", "measured_stage_seconds",
-                       "measured_round_seconds"]
+                       "measured_round_seconds", "local_accuracy"]
     assert rows[1] == ["1", "2.0", "", "", "1.5", "1.5", "0.25", "100", "50", "7", "False", "False", "1 3", "2", "0 2",
-                       '{"device FP": 1.0, "uplink": 0.5}', '{"selected": 0.5}', "{}", ""]
+                       '{"device FP": 1.0, "uplink": 0.5}', '{"selected": 0.5}', "{}", "", ""]
     assert rows[2] == ["2", "1.0", "0.25", "0.5", "3.0", "1.5", "0.5", "200", "100", "7", "True", "False", "1 3", "2", "",
-                       "{}", "{}", "{}", ""]
+                       "{}", "{}", "{}", "", ""]
     assert len(rows) == 3
     assert History.load(tmp_path).records == h.records
 
@@ -91,15 +91,19 @@ def test_plot_draws_accuracy_against_simulated_seconds(tmp_path, monkeypatch) ->
     close = plt.close
     monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig) or close(fig))
     a = History([record(1, None, 1.5), record(2, 0.25, 3.0), record(3, None, 4.0), record(4, 0.5, 6.5)])
-    b = History([record(1, 0.125, 2.0)])
+    b = History([record(1, 0.125, 2.0, local_accuracy=0.75)])
     path = plot_histories([("first", a), ("second", b)], tmp_path / "curves", title="cost $5")
     assert path == tmp_path / "curves.png" and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     (ax,) = figures[0].axes
     lines = [(line.get_label(), list(line.get_xdata()), list(line.get_ydata())) for line in ax.get_lines()]
-    assert lines == [("first", [3.0, 6.5], [0.25, 0.5]), ("second", [2.0], [0.125])]   # evaluated rounds only
-    assert ax.get_xlabel() == "simulated time (s)" and ax.get_ylabel() == "test accuracy"
+    assert lines == [("first", [3.0, 6.5], [0.25, 0.5]), ("second (global test set)", [2.0], [0.125]),
+                     ("second (local held-out samples)", [2.0], [0.75])]                # evaluated rounds only
+    second, local = ax.get_lines()[1:]
+    assert local.get_linestyle() == "--" and local.get_color() == second.get_color()
+    assert ax.get_xlabel() == "simulated time (s)" and ax.get_ylabel() == "accuracy"
     assert ax.get_title() == r"cost \$5"                                                # literal, not mathtext
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["first", "second"]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["first", "second (global test set)",
+                                                                   "second (local held-out samples)"]
 
 
 def test_record_lists_hold_at_most_one_entry_per_device() -> None:

@@ -210,8 +210,9 @@ def test_a_strategy_built_without_options_is_the_one_the_command_line_builds_by_
 def test_strategy_defaults_are_the_specs() -> None:
     from trainers.strategies import GAPSL
 
-    g = GAPSL()      # docs/algorithms.md GAPSL: K = [0.2, 0.8], η_th = 0.5, λ = 5e-4, the detached GDA, no update outside Ŝ
-    assert (g.k_min, g.k_max, g.eta_th, g.lam, g.gda, g.excluded_update) == (0.2, 0.8, 0.5, 5e-4, "detached", "none")
+    g = GAPSL()      # docs/algorithms.md GAPSL: K = [0.2, 0.8], η_th = 0.5, λ = 5e-4, the detached GDA, every device steps
+    assert (g.k_min, g.k_max, g.eta_th, g.lam, g.gda, g.excluded_update) == (0.2, 0.8, 0.5, 5e-4, "detached", "plain")
+    assert (g.server_step, g.leader) == ("mean", "lgi")                 # PSL's step over Ŝ, eqs. 1-3's leaders
     assert (g.nu_min, g.nu_max) == (math.inf, -math.inf)               # no ν seen yet
     s = SCALA()      # τ = 1, the concatenated batch's labels as the server prior, the paper's ρ = 10%, ≥ 2 devices
     assert (s.tau, s.server_prior, s.participation, s.min_participants) == (1.0, "batch", 0.1, 2)

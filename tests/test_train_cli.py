@@ -404,7 +404,8 @@ def test_every_train_flag_reaches_its_config_field(tmp_path) -> None:
             "--system", "s.json", "--system-seed", "9", "--static-resources", "--constants", "c.json",
             "--data-root", "data", "--download", "--threads", "2", "--no-progress", "--device", "cpu",
             "--client-batching", "on", "--distributed", "--ranks", "4", "--emulate-links", "--rank-timeout", "7",
-            "--client-recompute", "off", "--server-pass-samples", "256", "--device-data", "devdata"]
+            "--client-recompute", "off", "--server-pass-samples", "256", "--device-data", "devdata",
+            "--local-test-fraction", "0.2"]
     args = build_parser().parse_args(argv)
     assert _fields_from_args(args) == dict(
         algorithm="gapsl", dataset="synthetic", model="mlp", devices=6, partition="dirichlet", dirichlet_alpha=0.3,
@@ -417,7 +418,7 @@ def test_every_train_flag_reaches_its_config_field(tmp_path) -> None:
         download=True, threads=2, progress=False, optimizer="adam", clip_norm=10.0, device="cpu",
         client_batching="on", distributed=True, ranks=4, emulate_links=True, rank_timeout=7.0,
         client_recompute="off", server_pass_samples=256, extra={"k_min": 0.3, "gda": "double_backprop"},
-        device_data="devdata", transport="gloo")
+        device_data="devdata", transport="gloo", local_test_fraction=0.2)
     mqtt = _fields_from_args(build_parser().parse_args(["train", "--runtime", "mqtt"]))
     assert (mqtt["distributed"], mqtt["transport"]) == (True, "mqtt")
     torch_runtime = _fields_from_args(build_parser().parse_args(["train", "--runtime", "torch"]))
@@ -526,10 +527,44 @@ def test_reported_accuracy_and_loss_are_the_means_over_the_evaluated_models() ->
     trainer = Trainer(TrainConfig(**FAST, algorithm="psl", cuts=(2,), rounds=1))
     trainer.run()
     per_device = [trainer.engine.evaluate(trainer.engine.device_model(d)) for d in range(4)]
-    accuracy, loss = trainer.evaluate()
+    accuracy, loss, _ = trainer.evaluate()
     assert accuracy == pytest.approx(sum(a for a, _ in per_device) / 4, rel=1e-12)
     assert loss == pytest.approx(sum(l for _, l in per_device) / 4, rel=1e-12)
     assert len({a for a, _ in per_device}) > 1 or len({l for _, l in per_device}) > 1     # the devices differ
+
+
+@pytest.mark.parametrize("algorithm", ["psl", "sfl-v1", "sl"])
+def test_the_local_protocol_pools_each_devices_model_on_its_own_held_out_samples(algorithm: str) -> None:
+    """CycleSL §4.1's sample-wise split: ⌊10 %⌋ of each device's samples never trained on; the local accuracy is
+    Σ_i correct_i / Σ_i n_i with device i's model (PSL: its own [w_c,i; w_s]; SplitFed: the global model; SL: the
+    one client model) on its held-out samples."""
+    trainer = Trainer(TrainConfig(**FAST, algorithm=algorithm, cuts=(2,), rounds=2))
+    trainer.run()
+    data, engine = trainer.engine.data, trainer.engine
+    sizes = [len(p) + len(q) for p, q in zip(data.parts, data.local_test)]
+    assert [len(q) for q in data.local_test] == [int(0.1 * n) for n in sizes] and min(sizes) > 10
+    for train, held in zip(data.parts, data.local_test):
+        assert not set(train.tolist()) & set(held.tolist())
+    correct = total = 0
+    for d, held in enumerate(data.local_test):
+        model = {"psl": lambda: engine.device_model(d), "sl": lambda: engine.device_model(engine.strategy.holder),
+                 "sfl-v1": lambda: engine.global_model()}[algorithm]()
+        with torch.no_grad():
+            model.eval()
+            predictions = model(data.x_train[torch.from_numpy(held)]).argmax(1)
+            model.train()
+        correct += int((predictions == data.y_train[torch.from_numpy(held)]).sum())
+        total += len(held)
+    assert trainer.evaluate()[2] == pytest.approx(correct / total, abs=1e-12)
+    assert trainer.history.evaluated[-1].local_accuracy is not None
+
+
+def test_no_local_split_trains_on_every_sample_and_reports_no_local_accuracy() -> None:
+    trainer = Trainer(TrainConfig(**FAST, algorithm="psl", cuts=(2,), rounds=2, local_test_fraction=0.0))
+    history = trainer.run()
+    assert sum(len(p) for p in trainer.engine.data.parts) == sum(len(p) for p in trainer.engine.data.local_test) + \
+        sum(len(p) for p in trainer.engine.data.parts) and all(len(p) == 0 for p in trainer.engine.data.local_test)
+    assert trainer.evaluate()[2] is None and history.final_local_accuracy is None
 
 
 @pytest.mark.parametrize("algorithm", ["sl", "psl", "sfl-v1", "sfl-v2", "adaptsfl", "gapsl", "scala", "cyclesl", "gas"])

@@ -21,7 +21,8 @@ A round (docs/architecture.md "The runtime"), and the decision points it asks th
 5. ``after_group(ctx, group) -> [Handoff]`` — client models passed between devices (SL).
 6. ``aggregation(ctx) -> Aggregation | None`` — client-side model averaging: which blocks,
    weights (|𝒟_i| or equal), whose models, and who receives the average (participants or all).
-7. ``eval_models(view)`` — the models whose mean test accuracy is reported, from the
+7. ``eval_models(view)`` — the models whose mean test accuracy is reported (global protocol), and
+   ``local_models(view)`` — each device's model for its own held-out samples (local protocol), from the
    :class:`ModelViews` (not the runtime itself).
 
 Layout: ``server_owner(device, block, deepest_cut)`` — which edge-server instance holds a block
@@ -399,6 +400,15 @@ class Strategy:
         """The global model of the last aggregation (|𝒟_i|-weighted FedAvg; w⁰ before the first), never a
         mean over devices that may hold stale or untrained models."""
         return [view.global_model()]
+
+    def local_models(self, view: ModelViews) -> dict[int, nn.Module]:
+        """The local protocol's model of each present device (evaluated on its own held-out samples): the
+        global model where client models are averaged (every device downloads it), else the device's own
+        [w_{c,i}; w_s]."""
+        if self.averages_clients:
+            model = view.global_model()
+            return {d: model for d in view.present()}
+        return {d: view.device_model(d) for d in view.present()}
 
     # ---- checkpoint -----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from adaptplan.limits import MAX_STEPS
 
 REQUIRED = ("round", "engine", "torch_rng", "numpy_rng", "clock_seconds", "last_replan", "wall_seconds", "history",
             "config", "partitions", "inputs")
-OPTIONAL = ("run_id", "cuda_rng")
+OPTIONAL = ("run_id", "cuda_rng", "local_test")    # local_test: absent before the local protocol
 INPUT_FILES = ("system", "plan", "constants")      # the `<name>_path` options whose digests a checkpoint keeps
 _HEX = re.compile(r"[0-9a-f]+")
 MAX_SECONDS = 1e12                                  # simulated or wall seconds of a run, far above any real one
@@ -66,7 +66,10 @@ def check_state(state: dict[str, Any], where: str) -> None:
     if rounds != list(range(1, round_index + 1)):
         raise refuse("history.records", f"must hold exactly rounds 1..{round_index} (the checkpoint's round)")
     _check_inputs(state["inputs"], config, refuse)
-    _check_partitions(state["partitions"], config, refuse)
+    fraction = config.get("local_test_fraction", 0.0)    # absent from configurations saved before it: no split
+    if "local_test" not in state and fraction != 0.0:
+        raise refuse("local_test", f"missing, although the run holds out {show(fraction)} of each device's samples")
+    _check_partitions({k: state[k] for k in ("partitions", "local_test") if k in state}, config, refuse)
     _check_rngs(state, refuse)
     run_id = state.get("run_id")
     if run_id is not None and not (isinstance(run_id, str) and len(run_id) == 32 and _HEX.fullmatch(run_id)):
@@ -87,21 +90,26 @@ def _check_inputs(inputs: Any, config: dict[str, Any], refuse) -> None:
             raise refuse(f"inputs.{name}", f"must be a SHA-256 (64 hexadecimal digits), got {show(digest)}")
 
 
-def _check_partitions(partitions: Any, config: dict[str, Any], refuse) -> None:
+def _check_partitions(parts: dict[str, Any], config: dict[str, Any], refuse) -> None:
+    """``partitions``: one non-empty index tensor per device; ``local_test`` (when the checkpoint has it): one
+    held-out index tensor per device, possibly empty; no sample in two places."""
     devices = config.get("devices")
-    if not isinstance(partitions, list) or not _is_int(devices) or len(partitions) != devices:
-        raise refuse("partitions", f"must be a list of one sample-index tensor per device ({show(devices)} devices)")
     seen = 0
-    for i, part in enumerate(partitions):
-        if not (torch.is_tensor(part) and part.dim() == 1 and part.numel() > 0 and not part.is_floating_point()
-                and part.dtype != torch.bool and not part.is_complex()):
-            raise refuse(f"partitions[{i}]", "must be a non-empty 1-D tensor of sample indices")
-        if int(part.min()) < 0:
-            raise refuse(f"partitions[{i}]", f"holds a negative sample index {int(part.min())}")
-        seen += part.numel()
-    indices = torch.cat([p.long() for p in partitions])
+    for name, tensors in parts.items():
+        if not isinstance(tensors, list) or not _is_int(devices) or len(tensors) != devices:
+            raise refuse(name, f"must be a list of one sample-index tensor per device ({show(devices)} devices)")
+        for i, part in enumerate(tensors):
+            if not (torch.is_tensor(part) and part.dim() == 1 and (part.numel() > 0 or name == "local_test")
+                    and not part.is_floating_point() and part.dtype != torch.bool and not part.is_complex()):
+                raise refuse(f"{name}[{i}]", "must be a " + ("" if name == "local_test" else "non-empty ")
+                             + "1-D tensor of sample indices")
+            if part.numel() and int(part.min()) < 0:
+                raise refuse(f"{name}[{i}]", f"holds a negative sample index {int(part.min())}")
+            seen += part.numel()
+    indices = torch.cat([p.long() for tensors in parts.values() for p in tensors])
     if int(indices.unique().numel()) != seen:
-        raise refuse("partitions", "share a sample between devices (each sample belongs to one device)")
+        raise refuse("partitions", "share a sample between devices or with the held-out samples (each sample "
+                                   "belongs to one device, for training or for its local test)")
 
 
 def _check_rngs(state: dict[str, Any], refuse) -> None:

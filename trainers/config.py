@@ -79,6 +79,12 @@ def pass_samples(value: int | str | None, device_type: str) -> int | None:
     return None if value is None else int(value)
 
 
+LOCAL_TEST_FRACTION = 0.1
+"""Default share of each device's samples held out for its local test split (CycleSL §4.1: 90 %–10 %)."""
+MAX_LOCAL_TEST_FRACTION = 0.5
+SAVED_BEFORE = {"local_test_fraction": 0.0}
+"""Options a configuration saved before they existed ran with: no local test split."""
+
 POLICIES = ("adaptsfl", "rma+ms", "ma+rms", "rma+rms", "dama+rms", "rma+ams", "sfl", "psl", "fixed-cut")
 REDRAWING_POLICIES = ("rma+ms", "ma+rms", "rma+rms", "dama+rms", "rma+ams")   # re-drawn at every aggregation
 
@@ -203,11 +209,12 @@ ALGORITHM_DEFAULTS: dict[str, TrainingDefaults] = {
 }
 
 
-def with_per_role_options(saved: Mapping[str, Any]) -> dict[str, Any]:
-    """A configuration saved before the per-role options existed, with them as that run trained: both roles at
-    its ``lr`` and its ``optimizer`` (options the configuration holds are kept)."""
+def as_saved_run_trained(saved: Mapping[str, Any]) -> dict[str, Any]:
+    """A configuration saved before some options existed, with them as that run trained: both roles at its
+    ``lr`` and its ``optimizer`` (before the per-role options), no local test split (:data:`SAVED_BEFORE`);
+    options the configuration holds are kept."""
     return {**{k: saved.get("lr") for k in ("client_lr", "server_lr")},
-            **{k: saved.get("optimizer") for k in ("client_optimizer", "server_optimizer")}, **saved}
+            **{k: saved.get("optimizer") for k in ("client_optimizer", "server_optimizer")}, **SAVED_BEFORE, **saved}
 
 
 def algorithm_options(algorithm: str, extra: Mapping[str, Any]) -> dict[str, Any]:
@@ -253,6 +260,9 @@ class TrainConfig:
     ``cuts``: one 1-based cut index ℓ_i per device (device i runs chain blocks 1..ℓ_i); a single
     value is broadcast to all devices. ``None`` → the plan (``plan_path``), else the built-in
     planner, else the documented default (every device at cut ⌈L/2⌉, I = 1).
+
+    ``local_test_fraction``: the share of each device's samples held out for the local evaluation protocol
+    (CycleSL §4.1's sample-wise split; :func:`trainers.partition.local_test_split`), never trained on; 0 = none.
 
     ``device``: where the models and data live (:data:`DEVICES`; ``auto`` = CUDA when available);
     ``client_batching``: devices sharing a cut run their client blocks as one call
@@ -317,6 +327,7 @@ class TrainConfig:
     server_lr: float | None = None
     client_optimizer: str | None = None
     server_optimizer: str | None = None
+    local_test_fraction: float = LOCAL_TEST_FRACTION
 
     def __post_init__(self) -> None:
         self.resolve_defaults()
@@ -378,6 +389,7 @@ class TrainConfig:
         number_in_range(self.weight_decay, "weight_decay", 0.0, MAX_WEIGHT_DECAY)
         number_in_range(self.noise_cv, "noise_cv", 0.0, MAX_NOISE_CV)
         number_in_range(self.dirichlet_alpha, "dirichlet_alpha", 0.0, MAX_ALPHA, low_open=True)
+        number_in_range(self.local_test_fraction, "local_test_fraction", 0.0, MAX_LOCAL_TEST_FRACTION)
         if self.ranks is not None:
             positive_int(self.ranks, "ranks", MAX_DEVICES + 2, "ranks")
             if self.ranks < 3:

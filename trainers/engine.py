@@ -65,7 +65,8 @@ STRATEGY_STREAM = 2 ** 32 - 1
 
 @dataclass
 class DeviceData:
-    """Training data and its partition: ``parts[i]`` are device i's sample indices into x_train."""
+    """Training data and its partition: ``parts[i]`` are device i's sample indices into x_train that it trains
+    on, ``local_test[i]`` those it holds out for the local evaluation protocol (none by default)."""
 
     x_train: torch.Tensor
     y_train: torch.Tensor
@@ -73,6 +74,7 @@ class DeviceData:
     y_test: torch.Tensor
     parts: list[np.ndarray]
     num_classes: int | None = None
+    local_test: list[np.ndarray] = field(default_factory=list)
 
 
 @dataclass
@@ -1018,10 +1020,37 @@ class SplitEngine:
     def _check_edge_finite(self, round_index: int) -> None:
         check_all_finite(self._edge_finite_items(), round_index)
 
+    def evaluate_local(self, batch_size: int = 1000) -> float | None:
+        """The local protocol (CycleSL §4.1): each present device's model (the strategy's ``local_models``) on
+        the samples it holds out (``data.local_test``), correct predictions pooled over all of them; None when no
+        device holds any out. Devices sharing one model object are evaluated in one pass."""
+        held = {d: self.data.local_test[d] for d in self.present()
+                if d < len(self.data.local_test) and len(self.data.local_test[d])}
+        if not held:
+            return None
+        while True:
+            try:
+                models = self.strategy.local_models(self)
+                break
+            except DeviceAbsent:      # lost while read: the network counts it lost now
+                continue
+        groups: dict[int, tuple[nn.Module, list[np.ndarray]]] = {}
+        for d, rows in held.items():
+            if d in models:
+                groups.setdefault(id(models[d]), (models[d], []))[1].append(rows)
+        correct = total = 0
+        for model, held_rows in groups.values():
+            index = torch.from_numpy(np.concatenate(held_rows)).to(self.data.x_train.device)
+            accuracy, _ = self.evaluate(model, batch_size, data=(self.data.x_train[index], self.data.y_train[index]))
+            correct += round(accuracy * index.numel())
+            total += index.numel()
+        return correct / total if total else None
+
     @torch.no_grad()
-    def evaluate(self, model: nn.Module, batch_size: int = 1000, max_samples: int | None = None) -> tuple[float, float]:
-        """(accuracy in [0, 1], mean cross-entropy) of ``model`` on the test set (eval mode)."""
-        x, y = self.data.x_test, self.data.y_test
+    def evaluate(self, model: nn.Module, batch_size: int = 1000, max_samples: int | None = None,
+                 data: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[float, float]:
+        """(accuracy in [0, 1], mean cross-entropy) of ``model`` on the test set, or on ``data`` (eval mode)."""
+        x, y = (self.data.x_test, self.data.y_test) if data is None else data
         if max_samples is not None:
             x, y = x[:max_samples], y[:max_samples]
         correct = torch.zeros((), dtype=torch.int64, device=x.device)        # summed where the data are,

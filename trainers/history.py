@@ -35,7 +35,9 @@ MAX_BYTES = 2**63 - 1   # bytes of one round's traffic in a history file
 
 @dataclass
 class RoundRecord:
-    """One round t. ``accuracy``/``test_loss`` are None on rounds without evaluation. Seconds are
+    """One round t. ``accuracy``/``test_loss`` are None on rounds without evaluation (global protocol: the test
+    set); ``local_accuracy`` the local protocol's (each device's model on its own held-out samples, pooled; None
+    without a local split). Seconds are
     cumulative at the end of round t; bytes are this round's (device→server ``bytes_up``,
     server→device ``bytes_down``, edge↔fed ``bytes_server``). ``cuts``/``interval`` = the plan in force.
     ``participants`` the devices that trained; ``stage_seconds`` the round's seconds per stage (the
@@ -62,10 +64,12 @@ class RoundRecord:
     metrics: dict[str, float] = field(default_factory=dict)
     measured_stage_seconds: dict[str, float] = field(default_factory=dict)
     measured_round_seconds: float | None = None
+    local_accuracy: float | None = None
 
 
 OPTIONAL_RECORD_FIELDS = ("participants", "stage_seconds", "metrics",     # absent in histories written before Engine v2
-                          "measured_stage_seconds", "measured_round_seconds")   # set by the torch.distributed runtime
+                          "measured_stage_seconds", "measured_round_seconds",   # set by the torch.distributed runtime
+                          "local_accuracy")                                     # absent before the local protocol
 
 @dataclass
 class History:
@@ -84,11 +88,21 @@ class History:
 
     @property
     def final_accuracy(self) -> float | None:
+        """The last global test accuracy (the final evaluation of a run that did not end on one)."""
         final = self.meta.get("final_evaluation")
         if final is not None:
             return final["accuracy"]
         ev = self.evaluated
         return ev[-1].accuracy if ev else None
+
+    @property
+    def final_local_accuracy(self) -> float | None:
+        """The last local-protocol accuracy (None without a local split)."""
+        final = self.meta.get("final_evaluation")
+        if final is not None:
+            return final.get("local_accuracy")
+        ev = self.evaluated
+        return ev[-1].local_accuracy if ev else None
 
     def converged_round(self, min_gain: float = 0.02, patience: int = 5, floor: float | None = None) -> int | None:
         """The paper's criterion (docs/model.md §6.1): the first evaluated round after which the test-accuracy
@@ -258,6 +272,7 @@ def _numbers_by_name(check: Callable[[Any, str], Any]) -> Callable[[Any, str], d
 _OPTIONAL_RECORD_CHECKS: dict[str, Callable[[Any, str], Any]] = {
     "participants": _participants, "stage_seconds": _numbers_by_name(_seconds), "metrics": _numbers_by_name(_number),
     "measured_stage_seconds": _numbers_by_name(_seconds), "measured_round_seconds": _optional(_seconds),
+    "local_accuracy": _optional(_fraction),
 }
 assert set(_OPTIONAL_RECORD_CHECKS) == set(OPTIONAL_RECORD_FIELDS)
 
@@ -279,5 +294,6 @@ def _meta_from_json(value: Any) -> dict[str, Any]:
     if meta.get("final_evaluation") is not None:
         final = mapping_value(meta["final_evaluation"], "history.meta.final_evaluation")
         _optional(_fraction)(final.get("accuracy"), "history.meta.final_evaluation.accuracy")
+        _optional(_fraction)(final.get("local_accuracy"), "history.meta.final_evaluation.local_accuracy")
     _optional(_fraction)(meta.get("target_accuracy"), "history.meta.target_accuracy")
     return meta

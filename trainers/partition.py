@@ -11,6 +11,7 @@ the same partition.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,3 +104,29 @@ class PartitionSummary:
     @classmethod
     def of(cls, parts: list[np.ndarray], labels: np.ndarray) -> "PartitionSummary":
         return cls(tuple(int(p.size) for p in parts), tuple(int(np.unique(labels[p]).size) for p in parts))
+
+
+LOCAL_TEST_STREAM = 2 ** 32 - 2
+"""Stream word of the local test split's generator, seeded ``[seed, LOCAL_TEST_STREAM]`` (the strategy's stream
+is 2³²−1; device samplers use words below MAX_DEVICES)."""
+
+
+def local_test_split(parts: list[np.ndarray], fraction: float, seed: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Hold out ⌊fraction·|𝒟_i|⌋ of each device's samples, drawn uniformly without replacement: the sample-wise
+    split of CycleSL §4.1 (each device keeps a share of its own data for testing, evaluated with the model it
+    would use; 10 % there). Returns (training parts, held-out parts), each sorted; ``fraction`` 0 holds out none.
+    The draws come from one generator seeded ``[seed, LOCAL_TEST_STREAM]``, device after device."""
+    rng = np.random.default_rng([seed, LOCAL_TEST_STREAM])
+    train, test = [], []
+    for part in parts:
+        part = np.asarray(part, dtype=np.int64)
+        held = int(math.floor(fraction * part.size + 1e-9))
+        order = rng.permutation(part.size)
+        test.append(np.sort(part[order[:held]]))
+        train.append(np.sort(part[order[held:]]))
+    return train, test
+
+
+def samples_before_split(batch_size: int, fraction: float) -> int:
+    """The fewest samples a device needs so that ``batch_size`` remain for training after the held-out share."""
+    return max(1, math.ceil(batch_size / (1.0 - fraction) - 1e-9)) if fraction > 0 else batch_size

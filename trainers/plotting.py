@@ -43,8 +43,10 @@ def image_path(out: str | os.PathLike) -> tuple[Path, str]:
 
 def plot_histories(histories: Sequence[tuple[str, History]], out: str | os.PathLike,
                    title: str = "Test accuracy vs simulated time") -> Path:
-    """Draw one line per (label, history) of accuracy vs simulated seconds; write the image to ``out``
-    (see :func:`image_path`) and return the path written. ``title`` is drawn literally."""
+    """Draw one line per (label, history) of accuracy vs simulated seconds: global test accuracy solid and,
+    where the run recorded it, the local protocol's accuracy (each device's model on its own held-out samples)
+    dashed in the same colour; write the image to ``out`` (see :func:`image_path`) and return the path written.
+    ``title`` is drawn literally."""
     path, fmt = image_path(out)
     import matplotlib
 
@@ -55,10 +57,15 @@ def plot_histories(histories: Sequence[tuple[str, History]], out: str | os.PathL
     try:
         for label, history in histories:
             ev = history.evaluated
-            ax.plot([r.sim_seconds for r in ev], [r.accuracy if r.accuracy is not None else float("nan") for r in ev],
-                    marker=".", label=label)
+            local = [(r.sim_seconds, r.local_accuracy) for r in ev if r.local_accuracy is not None]
+            line, = ax.plot([r.sim_seconds for r in ev], [r.accuracy if r.accuracy is not None else float("nan")
+                                                          for r in ev], marker=".",
+                            label=f"{label} (global test set)" if local else label)
+            if local:
+                ax.plot(*zip(*local), marker="x", linestyle="--", color=line.get_color(),
+                        label=f"{label} (local held-out samples)")
         ax.set_xlabel("simulated time (s)")
-        ax.set_ylabel("test accuracy")
+        ax.set_ylabel("accuracy")
         ax.set_title(title.replace("$", r"\$"))   # taken literally, never parsed as mathtext
         ax.grid(alpha=0.3)
         if histories:

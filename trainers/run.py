@@ -41,7 +41,7 @@ from profilers.models import check_model_output
 from profilers.profile import StemWarning, stem_note
 from trainers.checkpoint import file_digest, load_checkpoint, save_checkpoint
 from trainers.clock import SimClock
-from trainers.config import TrainConfig, with_per_role_options
+from trainers.config import TrainConfig, as_saved_run_trained
 from trainers.datasets import Dataset, load_dataset
 from trainers.device_data import read_manifest
 from trainers.devices import resolve_device
@@ -49,7 +49,7 @@ from trainers.engine import DeviceData, SplitEngine
 from trainers.history import History, RoundRecord
 from trainers.messages import NonFiniteError
 from trainers.models import build_model
-from trainers.partition import partition_indices
+from trainers.partition import local_test_split, partition_indices, samples_before_split
 from trainers.planning import Planner, ReplanRequest, default_planner  # noqa: F401  (re-exported)
 from trainers.run_folder import Interrupted, RunFolder, StopRequest
 from trainers.strategies import make_strategy
@@ -151,7 +151,10 @@ class Trainer:
         self.clock = SimClock(self.profile, self.process, config.batch_size)
         parts = manifest.parts() if manifest is not None else partition_indices(
             self.dataset.y_train.numpy(), config.devices, config.partition, config.seed, config.dirichlet_alpha,
-            min_size=config.batch_size)
+            min_size=samples_before_split(config.batch_size, config.local_test_fraction))
+        parts, local_test = local_test_split(parts, config.local_test_fraction, config.seed)
+        # rank 0 of a distributed run over per-device files holds no device's samples: no local evaluation there
+        self.local_evaluation = config.local_test_fraction > 0 and not (manifest is not None and config.distributed)
         smallest = min(len(p) for p in parts)
         if config.batch_size > smallest:
             raise InputError(f"{config.batch_size} exceeds the smallest device's {smallest} training samples "
@@ -159,7 +162,7 @@ class Trainer:
         cuts, interval, event = self._initial_plan()
         self.engine = engine_factory(self.blocks, cuts, self.strategy,
                                   DeviceData(self.dataset.x_train, self.dataset.y_train, x_test, y_test, parts,
-                                             self.dataset.num_classes),
+                                             self.dataset.num_classes, local_test),
                                   config.optimizer_spec("client"), config.batch_size, seed=config.seed,
                                   interval=interval, batch_devices=config.batch_devices, clock=self.clock,
                                   total_rounds=config.rounds, device=self.device, client_batching=config.client_batching,
@@ -263,6 +266,7 @@ class Trainer:
                 "last_replan": self.last_replan, "wall_seconds": wall, "history": self.history.to_json(),
                 "run_id": self.history.meta.get("run_id"),
                 "config": self.config.to_json(), "partitions": [p.copy() for p in self.engine.data.parts],
+                "local_test": [p.copy() for p in self.engine.data.local_test],
                 "inputs": self.input_digests}
 
     def resume(self) -> None:
@@ -271,7 +275,7 @@ class Trainer:
             raise InputError("--resume needs --out (the run folder holding checkpoint.pt)", field="resume")
         state = load_checkpoint(self.config.out)
         where = f"checkpoint in {self.config.out!r}"
-        saved, now = with_per_role_options(state["config"]), self.config.to_json()   # fields checked on load
+        saved, now = as_saved_run_trained(state["config"]), self.config.to_json()   # fields checked on load
         if self.strategy.uses_total_rounds and saved.get("rounds") != now["rounds"]:
             raise InputError(f"{self.config.algorithm}'s schedule depends on the run's total rounds T (GAPSL's eq. 2: "
                              f"K^t grows with t/T), so a resumed run keeps --rounds {saved.get('rounds')} (asked: "
@@ -289,13 +293,15 @@ class Trainer:
         self._check_run_identity(state, where)
         round_index = state["round"]
         n_train = int(self.engine.data.x_train.shape[0])
-        for i, part in enumerate(state["partitions"]):
-            if int(part.max()) >= n_train:
-                raise InputError(f"the {where} gives device {i} sample index {int(part.max())}, beyond the "
-                                 f"{n_train} training samples of {self.config.dataset}; start the run again with "
-                                 "--overwrite", field="--resume")
+        local_test = state.get("local_test", [np.zeros(0, dtype=np.int64)] * len(state["partitions"]))
+        for i, part in enumerate([*state["partitions"], *local_test]):
+            if len(part) and int(part.max()) >= n_train:
+                raise InputError(f"the {where} gives device {i % len(state['partitions'])} sample index "
+                                 f"{int(part.max())}, beyond the {n_train} training samples of {self.config.dataset}; "
+                                 "start the run again with --overwrite", field="--resume")
         try:
             self.engine.data.parts = [np.asarray(p) for p in state["partitions"]]
+            self.engine.data.local_test = [np.asarray(p) for p in local_test]
             self.engine.load_state_dict(state["engine"])
             torch.set_rng_state(state["torch_rng"])
             if self.device.type == "cuda" and "cuda_rng" in state:
@@ -361,9 +367,9 @@ class Trainer:
                     try:
                         stats = engine.run_round(t)
                         replanned = self._maybe_replan(t, stats.aggregated)
-                        acc = test_loss = None
+                        acc = test_loss = local = None
                         if t % c.eval_every == 0:
-                            acc, test_loss = self.evaluate()
+                            acc, test_loss, local = self.evaluate()
                     except NonFiniteError as exc:
                         self._save_history(out)
                         kept = f"; the history up to round {t - 1} is in {out!r}" if out else ""
@@ -376,7 +382,8 @@ class Trainer:
                                                     wall, stats.bytes_up, stats.bytes_down, stats.bytes_server,
                                                     stats.aggregated, replanned, cuts_in_force, interval_in_force,
                                                     stats.participants, stats.stage_seconds, stats.metrics,
-                                                    stats.measured_stage_seconds, stats.measured_round_seconds))
+                                                    stats.measured_stage_seconds, stats.measured_round_seconds,
+                                                    local))
                     if out and c.checkpoint_every and t % c.checkpoint_every == 0:
                         save_checkpoint(self.state_dict(t, wall), out)
                     if bar is not None:
@@ -400,9 +407,9 @@ class Trainer:
         if last is not None and last.accuracy is None:
             # final evaluation of a run that does not end on an eval round: kept out of the records so
             # that a run interrupted there and resumed has exactly the records of an uninterrupted one
-            acc, test_loss = self.evaluate()
+            acc, test_loss, local = self.evaluate()
             self.history.meta["final_evaluation"] = {"round": last.round, "accuracy": acc, "test_loss": test_loss,
-                                                     "sim_seconds": last.sim_seconds}
+                                                     "local_accuracy": local, "sim_seconds": last.sim_seconds}
         else:
             self.history.meta.pop("final_evaluation", None)
         self._save_history(out)
@@ -425,11 +432,13 @@ class Trainer:
         except OSError as exc:
             raise InputError(f"cannot write the history into {out!r}: {exc.strerror or exc}", field="--out") from None
 
-    def evaluate(self) -> tuple[float, float]:
-        """Test accuracy and loss; the mean over the strategy's ``eval_models`` (one averaged model,
-        or every device's model for PSL)."""
+    def evaluate(self) -> tuple[float, float, float | None]:
+        """Both evaluation protocols: global test accuracy and loss, the mean over the strategy's
+        ``eval_models`` (the global model, or every device's model for PSL) on the test set; and the local
+        accuracy, each device's model on its own held-out samples, pooled (None without a local split)."""
         results = [self.engine.evaluate(m, self.config.eval_batch_size) for m in self.engine.eval_models()]
-        return float(np.mean([r[0] for r in results])), float(np.mean([r[1] for r in results]))
+        local = self.engine.evaluate_local(self.config.eval_batch_size) if self.local_evaluation else None
+        return float(np.mean([r[0] for r in results])), float(np.mean([r[1] for r in results])), local
 
     def _maybe_replan(self, t: int, aggregated: bool) -> bool:
         """Algorithm 1: at an aggregation round, if Q rounds passed since the last

@@ -110,6 +110,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--eval-every", type=int, default=10, help="evaluate on the test set every K rounds (default 10; "
                    "an evaluation costs about as much as 3 training rounds of the default run)")
     p.add_argument("--max-test-samples", type=int, help="evaluate on the first K test images only (default: all)")
+    p.add_argument("--local-test-fraction", type=float, default=0.1,
+                   help="share of each device's samples held out (never trained on) for the local evaluation "
+                        "protocol: every evaluation also reports the accuracy of each device's model on its own "
+                        "held-out samples, pooled over the devices (CycleSL's sample-wise 90/10 split); 0 = none, at "
+                        "most 0.5 (default 0.1)")
     p.add_argument("--out", help="run folder for history.json/.csv, accuracy.png and checkpoint.pt")
     p.add_argument("--checkpoint-every", type=int, help="write a checkpoint every K rounds (needs --out)")
     p.add_argument("--resume", action="store_true",
@@ -234,7 +239,8 @@ def _fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
         weight_decay=args.weight_decay, interval=args.interval,
         cuts=list(args.cuts) if args.cuts is not None else None, plan_path=args.plan, replan_every=args.replan_every,
         policy=args.policy, reestimate=args.reestimate,
-        seed=args.seed, eval_every=args.eval_every, max_test_samples=args.max_test_samples, out=args.out, checkpoint_every=args.checkpoint_every,
+        seed=args.seed, eval_every=args.eval_every, max_test_samples=args.max_test_samples,
+        local_test_fraction=args.local_test_fraction, out=args.out, checkpoint_every=args.checkpoint_every,
         resume=args.resume, overwrite=args.overwrite, allow_fallback=args.allow_fallback,
         target_accuracy=args.target_accuracy, system_path=args.system, system_seed=args.system_seed,
         redraw_resources=not args.static_resources, constants_path=args.constants, data_root=args.data_root,
@@ -271,12 +277,12 @@ def _resumed_config(args: argparse.Namespace) -> "TrainConfig":
     command line applied where a resumed run may change them (``trainers.run.RESUMABLE``); a flag
     that would change anything else is an error naming it."""
     from trainers.checkpoint import load_checkpoint
-    from trainers.config import TrainConfig, with_per_role_options
+    from trainers.config import TrainConfig, as_saved_run_trained
     from trainers.run import RESUMABLE
 
     if not args.out:
         raise InputError("needs --out (the run folder holding checkpoint.pt)", field="--resume")
-    saved = with_per_role_options(load_checkpoint(args.out)["config"])   # an object: checked on load
+    saved = as_saved_run_trained(load_checkpoint(args.out)["config"])   # an object: checked on load
     defaults = TrainConfig.__dataclass_fields__
     saved = {**{k: defaults[k].default for k in RESUMABLE if k in defaults and k not in saved}, **saved}
     missing = sorted(set(defaults) - set(saved))

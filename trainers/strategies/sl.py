@@ -43,6 +43,10 @@ class SL(Strategy):
     def eval_models(self, view: ModelViews) -> list[nn.Module]:
         return [view.device_model(self.holder)]
 
+    def local_models(self, view: ModelViews) -> dict[int, nn.Module]:
+        model = view.device_model(self.holder)          # the one client model, whoever holds it
+        return {d: model for d in view.present()}
+
     def state_dict(self) -> dict[str, Any]:
         return {"holder": self.holder}
 
