@@ -562,8 +562,11 @@ def test_the_local_protocol_pools_each_devices_model_on_its_own_held_out_samples
 def test_no_local_split_trains_on_every_sample_and_reports_no_local_accuracy() -> None:
     trainer = Trainer(TrainConfig(**FAST, algorithm="psl", cuts=(2,), rounds=2, local_test_fraction=0.0))
     history = trainer.run()
-    assert sum(len(p) for p in trainer.engine.data.parts) == sum(len(p) for p in trainer.engine.data.local_test) + \
-        sum(len(p) for p in trainer.engine.data.parts) and all(len(p) == 0 for p in trainer.engine.data.local_test)
+    n_train = int(trainer.engine.data.x_train.shape[0])
+    assert sum(len(p) for p in trainer.engine.data.parts) == n_train                  # iid: every sample trains
+    assert all(len(p) == 0 for p in trainer.engine.data.local_test)
+    split = Trainer(TrainConfig(**FAST, algorithm="psl", cuts=(2,), rounds=1))
+    assert sum(len(p) for p in split.engine.data.parts) < n_train
     assert trainer.evaluate()[2] is None and history.final_local_accuracy is None
 
 
