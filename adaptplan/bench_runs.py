@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from adaptplan.errors import InputError
@@ -30,14 +30,23 @@ class RunResult:
     converged_accuracy: float | None
     curve: list[tuple[float, float]]          # (simulated seconds, test accuracy) at each evaluation
     diverged_round: int | None = None          # the round whose NaN/inf stopped the run, if any
+    final_local_accuracy: float | None = None  # the local protocol's (each device's model on its held-out samples)
+    local_curve: list[tuple[float, float]] = field(default_factory=list)   # (simulated s, local accuracy)
 
-    def time_to(self, target: float) -> float | None:
+    def final(self, protocol: str = "global") -> float | None:
+        """The final accuracy by ``protocol``: ``global`` (the test set) or ``local`` (held-out samples)."""
+        return self.final_accuracy if protocol == "global" else self.final_local_accuracy
+
+    def points(self, protocol: str = "global") -> list[tuple[float, float]]:
+        return self.curve if protocol == "global" else self.local_curve
+
+    def time_to(self, target: float, protocol: str = "global") -> float | None:
         """Simulated seconds of the first evaluation at or above ``target`` accuracy (None if never)."""
-        return next((t for t, acc in self.curve if acc >= target), None)
+        return next((t for t, acc in self.points(protocol) if acc >= target), None)
 
-    def accuracy_at(self, seconds: float) -> float | None:
-        """Test accuracy of the last evaluation at or before ``seconds`` simulated seconds."""
-        reached = [acc for t, acc in self.curve if t <= seconds + 1e-12]
+    def accuracy_at(self, seconds: float, protocol: str = "global") -> float | None:
+        """Accuracy of the last evaluation at or before ``seconds`` simulated seconds."""
+        reached = [acc for t, acc in self.points(protocol) if t <= seconds + 1e-12]
         return reached[-1] if reached else None
 
 
@@ -59,6 +68,7 @@ def run_one(job: dict[str, Any]) -> RunResult:
         history, diverged = trainer.history, len(trainer.history.records) + 1
     target = job["target"]
     curve = [(r.sim_seconds, r.accuracy) for r in history.evaluated if r.accuracy is not None]   # all evaluated
+    local_curve = [(r.sim_seconds, r.local_accuracy) for r in history.evaluated if r.local_accuracy is not None]
     reached = next((r for r in history.evaluated if r.accuracy is not None and r.accuracy >= target), None)
     conv = history.converged_round()
     conv_record = next((r for r in history.records if r.round == conv), None)
@@ -67,7 +77,8 @@ def run_one(job: dict[str, Any]) -> RunResult:
     return RunResult(job["group"], job["label"], len(history.records), history.final_accuracy, last_sim, last_wall,
                      reached.sim_seconds if reached else None, reached.round if reached else None,
                      conv, conv_record.sim_seconds if conv_record else None,
-                     conv_record.accuracy if conv_record else None, curve, diverged)
+                     conv_record.accuracy if conv_record else None, curve, diverged,
+                     history.final_local_accuracy, local_curve)
 
 
 def run_jobs(jobs: Sequence[dict[str, Any]], workers: int | None = None, desc: str = "runs",

@@ -3,8 +3,9 @@ command — planning policies in the training loop, compared by time to accuracy
 
 Each policy (:mod:`trainers.policies`) trains the same model on the same data, seed and per-round
 system trace (the generated system re-drawn every round from the same seed), with the same
-training algorithm (AdaptSFL's engine) and learning rate; the policy decides cuts and interval at
-the start and at aggregations. Runs go to worker processes (:mod:`adaptplan.bench_runs`). Reported
+training algorithm (AdaptSFL's engine) and one training setting (:data:`ADAPTSFL_SETTING`, printed above
+the table); the policy decides cuts and interval at the start and at aggregations. Runs go to worker
+processes (:mod:`adaptplan.bench_runs`). Reported
 per partition and policy: rounds and simulated seconds to ``target`` accuracy, converged accuracy
 and time by the paper's criterion (gain < 0.02 over 5 evaluations, not while near chance), and the
 time to target as a multiple of AdaptSFL's.
@@ -17,8 +18,8 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from adaptplan.bench_algorithms import optimizer_options
 from adaptplan.bench_runs import RunResult, pct, run_jobs, seconds
+from adaptplan.comparison import Setting
 
 DEFAULT_POLICIES = ("adaptsfl", "rma+ms", "ma+rms", "rma+rms", "dama+rms", "rma+ams", "sfl", "psl")
 PARTITIONS = ("iid", "shards")
@@ -26,10 +27,20 @@ SWEEPS = {"device-flops": "flops_scale", "bandwidth": "bandwidth_scale", "noise-
 """--sweep NAME → the TrainConfig field it sets (device FLOP/s and link-rate ranges scaled; measurement noise CV)."""
 
 
+ADAPTSFL_SETTING = Setting(
+    "sgd", 0.05, 0.05, 0.9, 0.0, 0.0, 16, 1.0, None, 600,
+    sources={"optimizer": "AdaptSFL's paper: SGD (§III-B)", "client_lr": "AdaptSFL's rate is lost from the text: "
+             "0.05, the project's tested value (trainers.config.ALGORITHM_DEFAULTS)", "server_lr": "as client_lr",
+             "momentum": "the project's tested value (the paper states none)", "weight_decay": "none stated",
+             "clip_norm": "none stated", "batch_size": "AdaptSFL §VII-A: 16",
+             "participation": "AdaptSFL §VII-A: every device, every round", "local_steps": "each policy's own",
+             "rounds": "the command's --rounds"})
+"""``bench training``'s setting: every policy trains AdaptSFL's algorithm with it."""
+
+
 def run_training_bench(policies: Sequence[str] = DEFAULT_POLICIES, partitions: Sequence[str] = PARTITIONS,
-                       rounds: int = 600, devices: int = 20, dataset: str = "cifar10-subset", model: str = "cnn",
-                       lr: float | None = None, momentum: float | None = None, batch_size: int = 16,
-                       eval_every: int = 10,
+                       setting: Setting = ADAPTSFL_SETTING, devices: int = 20, dataset: str = "cifar10-subset",
+                       model: str = "cnn", eval_every: int = 10,
                        seed: int = 0, target: float = 0.4, replan_every: int = 50, workers: int | None = None,
                        test_samples: int | None = 500,
                        progress: bool = True,
@@ -46,11 +57,10 @@ def run_training_bench(policies: Sequence[str] = DEFAULT_POLICIES, partitions: S
     for group, partition, override in settings:
         for policy in policies:
             config: dict[str, Any] = dict(algorithm="adaptsfl", policy=policy, dataset=dataset, model=model,
-                                          devices=devices, partition=partition, rounds=rounds,
-                                          **optimizer_options(lr, momentum),
-                                          batch_size=batch_size, eval_every=eval_every, seed=seed, threads=1,
-                                          progress=False, max_test_samples=test_samples, noise_cv=noise_cv,
-                                          device=device, client_batching=client_batching)
+                                          devices=devices, partition=partition, eval_every=eval_every, seed=seed,
+                                          threads=1, progress=False, max_test_samples=test_samples, noise_cv=noise_cv,
+                                          device=device, client_batching=client_batching,
+                                          **setting.fields("adaptsfl", devices, planned=True))
             config.update(override)
             if policy == "adaptsfl":
                 config["replan_every"] = replan_every
@@ -69,12 +79,14 @@ def figures(r: RunResult, more_targets: Sequence[float] = ()) -> dict[str, Any]:
     return out
 
 
-def table(results: Sequence[RunResult], target: float, more_targets: Sequence[float] = ()) -> str:
+def table(results: Sequence[RunResult], target: float, more_targets: Sequence[float] = (),
+          setting: Setting = ADAPTSFL_SETTING) -> str:
     lines = []
     for partition in dict.fromkeys(r.group for r in results):
         rows = [r for r in results if r.group == partition]
         base = next((r.time_to_target_s for r in rows if r.label == "adaptsfl"), None)
         lines.append(f"{partition}: target {target:.0%}, {rows[0].rounds} rounds")
+        lines.append(f"  setting — {setting.describe()}")
         extra = "".join(f" {'s→' + format(t, '.0%'):>8}" for t in more_targets)
         lines.append(f"  {'policy':<9} {'rounds→target':>13} {'s→target':>9} {'× AdaptSFL':>10}{extra} {'final':>7} "
                      f"{'conv. round':>11} {'conv. s':>8} {'conv. acc':>9}")
@@ -89,7 +101,7 @@ def table(results: Sequence[RunResult], target: float, more_targets: Sequence[fl
 
 
 def save_json(results: Sequence[RunResult], target: float, path: str | os.PathLike,
-              more_targets: Sequence[float] = ()) -> None:
+              more_targets: Sequence[float] = (), setting: Setting = ADAPTSFL_SETTING) -> None:
     """``{"target_accuracy", "policies": {NAME: figures}}`` for the first partition, every
     partition's under ``"partitions": {PARTITION: {NAME: figures}}``, and every run's accuracy curve
     (``[simulated s, accuracy]`` per evaluation) under ``"curves": {PARTITION: {NAME: [...]}}``."""
@@ -99,7 +111,8 @@ def save_json(results: Sequence[RunResult], target: float, path: str | os.PathLi
         by_partition.setdefault(r.group, {})[r.label] = figures(r, more_targets)
         curves.setdefault(r.group, {})[r.label] = [list(point) for point in r.curve]
     first = next(iter(by_partition.values()), {})
-    data = {"target_accuracy": target, "policies": first, "partitions": by_partition, "curves": curves}
+    data = {"target_accuracy": target, "setting": setting.to_json(), "policies": first, "partitions": by_partition,
+            "curves": curves}
     Path(path).write_text(json.dumps(data, indent=2), encoding="utf-8")
 
 

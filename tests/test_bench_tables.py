@@ -3,12 +3,14 @@ tables' figures, the JSON, the plots' points, and the jobs each benchmark hands 
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import pytest
 
 from adaptplan import bench_algorithms, bench_runs, bench_training
 from adaptplan.bench_runs import RunResult
+from adaptplan.comparison import Setting
 
 
 def result(group, label, **kw) -> RunResult:
@@ -21,7 +23,7 @@ def result(group, label, **kw) -> RunResult:
 
 ALGORITHM_RUNS = [
     result("iid", "psl", final_accuracy=0.4, sim_seconds=3.0, wall_seconds=1.5, time_to_target_s=2.0,
-           curve=[(1.0, 0.2), (2.0, 0.3), (3.0, 0.4)]),
+           curve=[(1.0, 0.2), (2.0, 0.3), (3.0, 0.4)], final_local_accuracy=0.7),
     result("iid", "gas", final_accuracy=0.5, sim_seconds=1.5, wall_seconds=6.0, curve=[(1.5, 0.5)], diverged_round=31),
     result("shards-2", "psl", rounds=10, final_accuracy=None, sim_seconds=40.0, wall_seconds=0.0, curve=[]),
 ]
@@ -36,18 +38,22 @@ def test_accuracy_at_a_budget() -> None:
 
 def test_algorithms_table_and_json(tmp_path) -> None:
     # iid: budget 1.5 s → psl's last evaluation by then is 0.2 (at 1 s), gas's 0.5; wall per round 1.5/30, 6/30
-    assert bench_algorithms.table(ALGORITHM_RUNS, 0.3).splitlines() == [
-        "iid: accuracy after 30 rounds, at the equal budget of 1.5 simulated s, simulated s to 30%",
-        "  algorithm  acc@rounds acc@budget s to target     sim s wall s/round",
-        "  psl             40.0%      20.0%           2         3        0.050",
-        "  gas             50.0%      50.0%           -       1.5        0.200  diverged (NaN/inf) at round 31",
-        "shards-2: accuracy after 10 rounds, at the equal budget of 40 simulated s, simulated s to 30%",
-        "  algorithm  acc@rounds acc@budget s to target     sim s wall s/round",
-        "  psl                 -          -           -        40        0.000",
+    setting = Setting("adam", 1e-3, 1e-3, 0.0, 5e-4, 10.0, 8, 0.5, 2, 30)
+    line = ("  setting — every method: ADAM, lr 0.001, weight decay 0.0005, clipping 10, batch 8, participation 0.5, "
+            "local rounds between averages 2, 30 rounds")
+    assert bench_algorithms.table(ALGORITHM_RUNS, 0.3, setting).splitlines() == [
+        "iid: accuracy after 30 rounds, at the equal budget of 1.5 simulated s, simulated s to 30%", line,
+        "  algorithm  acc@rounds acc@budget local acc s to target     sim s wall s/round",
+        "  psl             40.0%      20.0%     70.0%           2         3        0.050",
+        "  gas             50.0%      50.0%         -           -       1.5        0.200  diverged (NaN/inf) at round 31",
+        "shards-2: accuracy after 10 rounds, at the equal budget of 40 simulated s, simulated s to 30%", line,
+        "  algorithm  acc@rounds acc@budget local acc s to target     sim s wall s/round",
+        "  psl                 -          -         -           -        40        0.000",
     ]
-    bench_algorithms.save_json(ALGORITHM_RUNS, 0.3, tmp_path / "r.json")
+    bench_algorithms.save_json(ALGORITHM_RUNS, 0.3, tmp_path / "r.json", setting)
     data = json.loads((tmp_path / "r.json").read_text())
     assert data["target_accuracy"] == 0.3 and data["budgets_s"] == {"iid": 1.5, "shards-2": 40.0}
+    assert data["setting"] == {**setting.to_json(), "optimizer": "adam", "participation": 0.5, "sources": {}}
     assert [(r["partition"], r["algorithm"], r["accuracy_at_budget"], r["diverged_round"]) for r in data["runs"]] == [
         ("iid", "psl", 0.2, None), ("iid", "gas", 0.5, 31), ("shards-2", "psl", None, None)]
     assert data["runs"][0]["curve"] == [[1.0, 0.2], [2.0, 0.3], [3.0, 0.4]]
@@ -64,13 +70,15 @@ POLICY_RUNS = [
 
 def test_training_table_and_json(tmp_path) -> None:
     # × AdaptSFL: time to target over AdaptSFL's of the same partition (none in "shards": "-")
+    setting_line = ("  setting — every method: SGD, lr 0.05, momentum 0.9, weight decay 0, clipping off, batch 16, "
+                    "participation 1, local rounds between averages each algorithm's own, 600 rounds")
     assert bench_training.table(POLICY_RUNS, 0.4).splitlines() == [
-        "iid: target 40%, 30 rounds",
+        "iid: target 40%, 30 rounds", setting_line,
         "  policy    rounds→target  s→target × AdaptSFL   final conv. round  conv. s conv. acc",
         "  adaptsfl              5        10       1.00   60.0%           8       16     55.0%",
         "  sfl                  12        25       2.50   50.0%           -        -         -",
         "  psl                   -         -          -   12.5%           -        -         -",
-        "shards: target 40%, 30 rounds",
+        "shards: target 40%, 30 rounds", setting_line,
         "  policy    rounds→target  s→target × AdaptSFL   final conv. round  conv. s conv. acc",
         "  sfl                   3       7.5          -   30.0%           -        -         -",
     ]
@@ -139,32 +147,37 @@ def test_jobs_of_the_benchmarks(monkeypatch) -> None:
         return []
 
     monkeypatch.setattr(bench_algorithms, "run_jobs", fake_run_jobs)
-    bench_algorithms.run_algorithm_bench(["psl", "gas"], ["iid", "dirichlet-0.1"], rounds=7, devices=5,
-                                         dataset="synthetic", lr=0.01, momentum=0.5, batch_size=8, eval_every=2,
+    setting = Setting("sgd", 0.01, 0.02, 0.5, 0.0, 0.0, 8, 0.4, 3, 7)
+    bench_algorithms.run_algorithm_bench(["psl", "gas"], ["iid", "dirichlet-0.1"], setting, devices=5,
+                                         dataset="synthetic", eval_every=2,
                                          seed=3, target=0.25, workers=2, cuts=[2] * 5, test_samples=50, progress=False)
-    common = dict(dataset="synthetic", model="cnn", devices=5, rounds=7, lr=0.01, momentum=0.5, batch_size=8,
+    common = dict(dataset="synthetic", model="cnn", devices=5, rounds=7, optimizer="sgd", lr=0.02, client_lr=0.01,
+                  server_lr=0.02, momentum=0.5, weight_decay=0.0, clip_norm=0.0, batch_size=8,
                   eval_every=2, seed=3, threads=1, progress=False, max_test_samples=50, cuts=(2, 2, 2, 2, 2),
                   device="auto", client_batching="auto")
     assert seen["jobs"] == [
         {"group": "iid", "label": "psl", "target": 0.25,
-         "config": dict(common, algorithm="psl", extra={}, partition="iid")},
+         "config": dict(common, algorithm="psl", extra={"participation": 0.4}, interval=3, partition="iid")},
         {"group": "iid", "label": "gas", "target": 0.25,
-         "config": dict(common, algorithm="gas", extra={"active": 10, "local_steps": 2}, partition="iid")},
+         "config": dict(common, algorithm="gas", extra={"active": 2, "local_steps": 3}, partition="iid")},
         {"group": "dirichlet-0.1", "label": "psl", "target": 0.25,
-         "config": dict(common, algorithm="psl", extra={}, partition="dirichlet", dirichlet_alpha=0.1)},
+         "config": dict(common, algorithm="psl", extra={"participation": 0.4}, interval=3, partition="dirichlet",
+                        dirichlet_alpha=0.1)},
         {"group": "dirichlet-0.1", "label": "gas", "target": 0.25,
-         "config": dict(common, algorithm="gas", extra={"active": 10, "local_steps": 2}, partition="dirichlet",
+         "config": dict(common, algorithm="gas", extra={"active": 2, "local_steps": 3}, partition="dirichlet",
                         dirichlet_alpha=0.1)},
     ]
     assert (seen["workers"], seen["progress"]) == (2, False)
 
     monkeypatch.setattr(bench_training, "run_jobs", fake_run_jobs)
-    bench_training.run_training_bench(["adaptsfl", "sfl"], ["iid", "shards"], rounds=9, devices=4, dataset="synthetic",
+    nine = bench_training.ADAPTSFL_SETTING.with_overrides(rounds=9)
+    bench_training.run_training_bench(["adaptsfl", "sfl"], ["iid", "shards"], nine, devices=4, dataset="synthetic",
                                       eval_every=3, seed=1, target=0.3, replan_every=6, workers=1, test_samples=40,
                                       progress=False, noise_cv=0.1, sweep=("device-flops", [0.5, 2.0]))
     base = dict(algorithm="adaptsfl", dataset="synthetic", model="cnn", devices=4, partition="iid", rounds=9,
-                batch_size=16, eval_every=3, seed=1, threads=1, progress=False, max_test_samples=40,
-                noise_cv=0.1, device="auto", client_batching="auto")
+                optimizer="sgd", lr=0.05, client_lr=0.05, server_lr=0.05, momentum=0.9, weight_decay=0.0, clip_norm=0.0,
+                extra={"participation": 1.0}, batch_size=16, eval_every=3, seed=1, threads=1, progress=False,
+                max_test_samples=40, noise_cv=0.1, device="auto", client_batching="auto")
     # a sweep runs on the first partition only, one group per value
     assert seen["jobs"] == [
         {"group": "device-flops=0.5", "label": "adaptsfl", "target": 0.3,
@@ -174,7 +187,7 @@ def test_jobs_of_the_benchmarks(monkeypatch) -> None:
          "config": dict(base, policy="adaptsfl", flops_scale=2.0, replan_every=6)},
         {"group": "device-flops=2", "label": "sfl", "target": 0.3, "config": dict(base, policy="sfl", flops_scale=2.0)},
     ]
-    bench_training.run_training_bench(["psl"], ["iid", "shards"], rounds=9, devices=4, workers=1, progress=False)
+    bench_training.run_training_bench(["psl"], ["iid", "shards"], nine, devices=4, workers=1, progress=False)
     assert [(j["group"], j["config"]["partition"], j["config"].get("replan_every")) for j in seen["jobs"]] == [
         ("iid", "iid", None), ("shards", "shards", None)]
 
@@ -222,9 +235,13 @@ def test_python_defaults_are_the_commands(bench, function) -> None:
     names = {"target": "target_accuracy"}
     parameters = inspect.signature(function).parameters
     shared = [p for p in parameters if names.get(p, p) in args and p not in ("workers", "algorithms", "policies", "partitions")]
-    assert len(shared) >= 12
+    assert len(shared) >= 10
     for name in shared:
         assert parameters[name].default == args[names.get(name, name)], name
+    from adaptplan.commands.bench import setting_from
+
+    setting = parameters["setting"].default                 # the setting flags' absence leaves the default's values
+    assert setting_from(argparse.Namespace(**args), setting) == setting
     if bench == "algorithms":
         assert list(parameters["algorithms"].default) == args["algorithms"].split(",")
         assert list(parameters["partitions"].default) == args["partitions"].split(",")
@@ -331,7 +348,7 @@ def test_bench_commands_write_their_files_into_new_or_used_folders(tmp_path, mon
     for _ in range(2):                                         # made with its parents, then reused
         assert main(["bench", "algorithms", "--algorithms", "psl,gas", "--partitions", "iid,shards-2", "--out",
                      str(out), "--target-accuracy", "0.3"]) == 0
-    assert (out / "table.txt").read_text() == bench_algorithms.table(ALGORITHM_RUNS, 0.3) + "\n"
+    assert (out / "table.txt").read_text() == bench_algorithms.table(ALGORITHM_RUNS, 0.3, bench_algorithms.GAPSL_SETTING) + "\n"
     assert json.loads((out / "results.json").read_text())["budgets_s"] == {"iid": 1.5, "shards-2": 40.0}
     assert (out / "accuracy.png").read_bytes()[:4] == b"\x89PNG"
 

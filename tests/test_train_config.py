@@ -110,10 +110,13 @@ def test_each_algorithm_trains_with_its_papers_settings_unless_told() -> None:
     assert (cyclesl.optimizer, cyclesl.client_lr, cyclesl.server_lr) == ("adam", 1e-3, 1e-3)
     adaptsfl = TrainConfig(**base, algorithm="adaptsfl")
     assert (adaptsfl.lr, adaptsfl.momentum, adaptsfl.interval) == (0.05, 0.9, None)   # I: the plan's
-    for splitfed in ("adaptsfl", "sfl-v1", "sfl-v2"):
+    assert (adaptsfl.optimizer, adaptsfl.client_lr, adaptsfl.server_lr, adaptsfl.weight_decay, adaptsfl.clip_norm) == \
+        ("sgd", 0.05, 0.05, 0.0, 0.0)
+    for splitfed in ("sfl-v1", "sfl-v2"):                             # SCALA's SplitFedV1/V2 baselines (§5.1, its code)
         c = TrainConfig(**base, algorithm=splitfed)
-        assert (c.optimizer, c.client_lr, c.server_lr, c.momentum, c.weight_decay, c.clip_norm) == \
-            ("sgd", 0.05, 0.05, 0.9, 0.0, 0.0)
+        assert (c.optimizer, c.client_lr, c.server_lr, c.momentum, c.weight_decay, c.clip_norm, c.interval) == \
+            ("sgd", 0.01, 0.01, 0.9, 5e-4, 10.0, None)
+        assert "SCALA" in ALGORITHM_DEFAULTS[splitfed].source
     for psl_family in ("sl", "psl"):                                  # GAPSL's baselines: its own rates
         c = TrainConfig(**base, algorithm=psl_family)
         assert (c.client_lr, c.server_lr, c.momentum) == (0.005, 0.01, 0.9)

@@ -182,12 +182,11 @@ class TrainingDefaults:
 
 _PSL_FAMILY: dict[str, Any] = dict(optimizer="sgd", lr=0.01, client_lr=0.005, server_lr=0.01, momentum=0.9, weight_decay=0.0,
                    clip_norm=None, interval=None)
-_SPLITFED: dict[str, Any] = dict(optimizer="sgd", lr=0.05, client_lr=0.05, server_lr=0.05, momentum=0.9, weight_decay=0.0,
-                 clip_norm=None, interval=None,
-                 source="AdaptSFL's setting (b = 16; its γ is lost from the text): SGD 0.05, momentum 0.9, the project's "
-                        "tested default; SplitFed's paper is not among the sources")
 _SCALA_CODE: dict[str, Any] = dict(optimizer="sgd", lr=0.01, client_lr=0.01, server_lr=0.01, momentum=0.9, weight_decay=5e-4,
                    clip_norm=10.0)
+_SPLITFED: dict[str, Any] = dict(**_SCALA_CODE, interval=None,
+                 source="SCALA's paper, its SplitFedV1/SplitFedV2 baselines (§5.1: SGD, learning rate 0.01); its code: "
+                        "momentum 0.9, weight decay 5e-4, clipping at 10; aggregation every round (SplitFed's I = 1)")
 ALGORITHM_DEFAULTS: dict[str, TrainingDefaults] = {
     "sl": TrainingDefaults(**_PSL_FAMILY, source="GAPSL's paper, its vanilla-SL baseline (VGG-16/CIFAR-10): SGD, "
                            "momentum 0.9, client 0.005, server 0.01"),
@@ -195,7 +194,10 @@ ALGORITHM_DEFAULTS: dict[str, TrainingDefaults] = {
                             "server 0.01"),
     "sfl-v1": TrainingDefaults(**_SPLITFED),
     "sfl-v2": TrainingDefaults(**_SPLITFED),
-    "adaptsfl": TrainingDefaults(**_SPLITFED),
+    "adaptsfl": TrainingDefaults(optimizer="sgd", lr=0.05, client_lr=0.05, server_lr=0.05, momentum=0.9, weight_decay=0.0,
+                                 clip_norm=None, interval=None,
+                                 source="AdaptSFL's paper: b = 16 (§VII-A); its learning rate is lost from the text, so "
+                                        "SGD 0.05 with momentum 0.9 is the project's tested value, from none of the papers"),
     "gapsl": TrainingDefaults(**_PSL_FAMILY, source="GAPSL's paper (VGG-16/CIFAR-10): SGD, momentum 0.9, client 0.005, "
                               "server 0.01; the server steps on the sum over the aligned devices (eq. 8)"),
     "scala": TrainingDefaults(**_SCALA_CODE, interval=20, source="SCALA's paper: SGD 0.01, I = 20 local iterations, "

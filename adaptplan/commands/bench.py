@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from adaptplan.commands.train import add_device_options, add_memory_options
 from adaptplan.errors import InputError
 from adaptplan.flags import float_flag, int_flag
 from adaptplan.limits import MAX_BATCH_SIZE, MAX_CUT_POINTS, MAX_DEVICES, MAX_NOISE_CV, MAX_SEED, MAX_STEPS, MAX_THREADS
-from trainers.config import ALGORITHMS, MAX_LR
+from trainers.config import ALGORITHMS, MAX_LR, MAX_WEIGHT_DECAY
+from trainers.optimizer_spec import OPTIMIZERS
+
+if TYPE_CHECKING:  # pragma: no cover
+    from adaptplan.comparison import Setting
 
 MAX_BENCH_DEVICES = MAX_DEVICES    # simulated devices of `bench engine` (CycleSL's FEMNIST has 3,550 clients)
 MAX_BENCH_ROUNDS = 10_000   # measured rounds / repeats of `bench engine`
@@ -123,11 +128,7 @@ def _training_options(parser: argparse.ArgumentParser, rounds: int, target: floa
     parser.add_argument("--model", default="cnn", help="model (default cnn)")
     parser.add_argument("--seed", type=int_flag(0, MAX_SEED), default=0,
                         help="seed of data, model, samplers and system trace (default 0)")
-    parser.add_argument("--lr", type=float_flag(0.0, MAX_LR, low_open=True),
-                        help="learning rate γ of every run, also the planner's (default: each algorithm's own, "
-                             "docs/algorithms.md \"Defaults\"; AdaptSFL's 0.05)")
-    parser.add_argument("--momentum", type=float_flag(0.0, 1.0, high_open=True),
-                        help="SGD momentum of every run (default: each algorithm's own, 0.9 for the SGD ones)")
+    setting_options(parser)
     parser.add_argument("--eval-every", type=int_flag(1, MAX_STEPS, "rounds"), default=10, help="evaluate every K rounds (default 10)")
     parser.add_argument("--test-samples", type=int_flag(1, MAX_STEPS, "samples"), default=500,
                         help="test images per evaluation (default 500)")
@@ -136,6 +137,32 @@ def _training_options(parser: argparse.ArgumentParser, rounds: int, target: floa
     parser.add_argument("--workers", type=int_flag(1, MAX_THREADS, "processes"),
                         help="worker processes, one torch thread each (default: all cores)")
     add_device_options(parser)
+
+
+def setting_options(parser: argparse.ArgumentParser) -> None:
+    """The flags that change the comparison's one training setting for every method at once (default: the
+    comparison's own, printed above its table; adaptplan.comparison)."""
+    group = parser.add_argument_group("the one training setting of every method (default: the comparison's, "
+                                      "printed above its table)")
+    group.add_argument("--optimizer", choices=OPTIMIZERS, help="both roles' optimizer")
+    group.add_argument("--lr", type=float_flag(0.0, MAX_LR, low_open=True),
+                       help="learning rate of both roles (also the planner's γ)")
+    group.add_argument("--client-lr", type=float_flag(0.0, MAX_LR, low_open=True), help="the devices' learning rate")
+    group.add_argument("--server-lr", type=float_flag(0.0, MAX_LR, low_open=True), help="the edge server's learning rate")
+    group.add_argument("--momentum", type=float_flag(0.0, 1.0, high_open=True), help="SGD momentum")
+    group.add_argument("--weight-decay", type=float_flag(0.0, MAX_WEIGHT_DECAY), help="L2 weight decay")
+    group.add_argument("--clip-norm", type=float_flag(0.0, MAX_LR), help="gradient-norm clipping (0 = off)")
+    group.add_argument("--participation", type=float_flag(0.0, 1.0, low_open=True),
+                       help="fraction ρ of the devices per round (GAS: C = ⌈ρN⌉ active)")
+    group.add_argument("--local-steps", type=int_flag(1, MAX_STEPS, "rounds"),
+                       help="local rounds between two averages: the interval I of every averaging algorithm, GAS's E")
+
+
+def setting_from(args: argparse.Namespace, base: "Setting") -> "Setting":
+    """``base`` with the setting flags given on the command line (and ``--rounds``, ``--batch-size``) applied."""
+    names = ("optimizer", "lr", "client_lr", "server_lr", "momentum", "weight_decay", "clip_norm", "participation",
+             "local_steps", "rounds", "batch_size")
+    return base.with_overrides(**{n: getattr(args, n, None) for n in names})
 
 
 def _check_training_options(args: argparse.Namespace, *more: str) -> None:
@@ -248,17 +275,19 @@ def run_algorithms(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-    results = bench.run_algorithm_bench(algorithms, partitions, rounds=args.rounds, devices=args.devices,
-                                        dataset=args.dataset, model=args.model, lr=args.lr, momentum=args.momentum,
-                                        batch_size=args.batch_size, eval_every=args.eval_every, seed=args.seed,
-                                        target=args.target_accuracy, workers=args.workers, cuts=cuts,
+    setting = setting_from(args, bench.GAPSL_SETTING)
+    for algorithm in algorithms:
+        setting.fields(algorithm, args.devices)          # one message naming the flag before any run starts
+    results = bench.run_algorithm_bench(algorithms, partitions, setting, devices=args.devices,
+                                        dataset=args.dataset, model=args.model, eval_every=args.eval_every,
+                                        seed=args.seed, target=args.target_accuracy, workers=args.workers, cuts=cuts,
                                         test_samples=args.test_samples, device=args.device,
                                         client_batching=args.client_batching)
-    text = bench.table(results, args.target_accuracy)
+    text = bench.table(results, args.target_accuracy, setting)
     print(text)
     if out is not None:
         (out / "table.txt").write_text(text + "\n", encoding="utf-8")
-        bench.save_json(results, args.target_accuracy, out / "results.json")
+        bench.save_json(results, args.target_accuracy, out / "results.json", setting)
         from adaptplan.bench_runs import plot
 
         plot(results, out / "accuracy.png")
@@ -286,20 +315,23 @@ def run_training(args: argparse.Namespace) -> int:
         raise InputError(f"must be a finite number ≥ 0, got {args.noise_cv}", field="--noise-cv")
     sweep = _sweep(args.sweep, bench.SWEEPS) if args.sweep else None
     more = _fractions(args.more_targets, "--more-targets")
-    results = bench.run_training_bench(policies, partitions, rounds=args.rounds, devices=args.devices,
-                                       dataset=args.dataset, model=args.model, lr=args.lr, momentum=args.momentum,
+    setting = setting_from(args, bench.ADAPTSFL_SETTING)
+    if setting.local_steps is not None:
+        raise InputError("the planning policies decide the interval; drop --local-steps", field="--local-steps")
+    results = bench.run_training_bench(policies, partitions, setting, devices=args.devices,
+                                       dataset=args.dataset, model=args.model,
                                        eval_every=args.eval_every, seed=args.seed, target=args.target_accuracy,
                                        replan_every=args.replan_every, workers=args.workers,
                                        test_samples=args.test_samples, noise_cv=args.noise_cv, sweep=sweep,
                                        device=args.device, client_batching=args.client_batching)
-    text = bench.table(results, args.target_accuracy, more)
+    text = bench.table(results, args.target_accuracy, more, setting)
     if sweep is not None:
         text += "\n" + bench.sweep_table(results, sweep[0])
         if out is not None:
             bench.sweep_plot(results, sweep[0], out / f"sweep-{sweep[0]}.png")
     print(text)
     if args.json:
-        bench.save_json(results, args.target_accuracy, args.json, more)
+        bench.save_json(results, args.target_accuracy, args.json, more, setting)
     if out is not None:
         (out / "table.txt").write_text(text + "\n", encoding="utf-8")
         plot(results, out / "accuracy.png")
