@@ -75,3 +75,22 @@ def test_a_partition_needs_a_sample_per_device_and_summarises_by_hand() -> None:
     labels = np.array([0, 0, 1, 2, 2, 2])
     summary = PartitionSummary.of([np.array([0, 1]), np.array([2, 3, 4, 5])], labels)
     assert summary == PartitionSummary((2, 4), (1, 2))
+
+
+def test_dirichlet_equal_gives_every_device_the_same_count_and_a_skewed_mix() -> None:
+    """Hsu et al. 2019: ⌊n/N⌋ samples per device (the first n mod N one more), disjoint, every sample used, the
+    label mix concentrated at α = 0.1 (a device's largest label holds most of its samples) and spread at α = 100."""
+    import numpy as np
+
+    from trainers.partition import partition_indices
+
+    labels = np.repeat(np.arange(10), 103)                      # 1,030 samples, 10 classes
+    parts = partition_indices(labels, 100, "dirichlet-equal", seed=3, alpha=0.1)
+    assert sorted(len(p) for p in parts) == [10] * 70 + [11] * 30 and [len(p) for p in parts[:30]] == [11] * 30
+    joined = np.concatenate(parts)
+    assert np.unique(joined).size == joined.size == labels.size
+    top = [np.bincount(labels[p], minlength=10).max() / len(p) for p in parts]
+    assert np.mean(top) > 0.6
+    spread = partition_indices(labels, 20, "dirichlet-equal", seed=3, alpha=100.0)
+    assert np.mean([np.bincount(labels[p], minlength=10).max() / len(p) for p in spread]) < 0.3
+    assert [p.tolist() for p in parts] == [p.tolist() for p in partition_indices(labels, 100, "dirichlet-equal", 3, 0.1)]

@@ -48,7 +48,7 @@ OWN_MODEL_HELP = ("package.module:factory, your own function returning an nn.Mod
                   "when it takes it), imported with the working directory on the import path (appended, after "
                   "PYTHONPATH and the installed packages): run from the folder that holds the module, or put "
                   "that folder on PYTHONPATH")
-PARTITIONS = ("iid", "shards", "dirichlet")
+PARTITIONS = ("iid", "shards", "dirichlet", "dirichlet-equal")
 TRANSPORTS = ("gloo", "mqtt")
 """What carries a distributed run's frames: torch.distributed's gloo, or an MQTT broker."""
 DEVICES = ("auto", "cpu", "cuda")          # auto = cuda when torch sees a GPU, else cpu (trainers.devices)

@@ -4,6 +4,10 @@
 * ``shards``: sort by label (stable), cut into 2N shards, give each device 2 random shards
   (docs/model.md §6.1: 40 shards, 2 per device for N = 20).
 * ``dirichlet``: for every class, split its samples over devices with proportions ~ Dir(α).
+* ``dirichlet-equal``: every device the same number of samples, its label mix q_i ~ Dir(α) over the
+  classes (Hsu et al. 2019, the partition CycleSL's CIFAR-100 runs cite; SCALA's distribution-based skew
+  draws each client's mix the same way). Unlike ``dirichlet`` it never leaves a device without a
+  mini-batch, so many devices fit a small data set (100 devices at α = 0.1 on 5,085 images).
 
 All randomness comes from a ``numpy.random.Generator`` seeded by the caller, so a fixed seed gives
 the same partition.
@@ -37,9 +41,32 @@ def partition_indices(labels: np.ndarray, num_devices: int, method: str, seed: i
         shards = np.array_split(order, 2 * num_devices)
         shard_ids = rng.permutation(2 * num_devices)
         parts = [np.concatenate([shards[shard_ids[2 * i]], shards[shard_ids[2 * i + 1]]]) for i in range(num_devices)]
+    elif method == "dirichlet-equal":
+        parts = _dirichlet_equal(labels, num_devices, alpha, rng)
     else:
         parts = _dirichlet(labels, num_devices, alpha, rng, min_size=min_size)
     return [np.sort(p).astype(np.int64) for p in parts]
+
+
+def _dirichlet_equal(labels: np.ndarray, num_devices: int, alpha: float, rng: np.random.Generator) -> list[np.ndarray]:
+    """⌊n/N⌋ samples per device (the first n mod N devices one more), device i's label mix q_i ~ Dir(α·1_M): its
+    samples are drawn one at a time, each label with probability ∝ q_i over the labels not yet used up, without
+    replacement within the label (Hsu et al. 2019, "each client the same number of samples")."""
+    classes = np.unique(labels)
+    pools = [list(rng.permutation(np.flatnonzero(labels == c))) for c in classes]
+    sizes = np.full(num_devices, labels.size // num_devices)
+    sizes[: labels.size % num_devices] += 1
+    parts = []
+    for size in sizes:
+        mix = rng.dirichlet(np.full(classes.size, alpha))
+        taken = []
+        for _ in range(int(size)):
+            left = np.array([len(pool) > 0 for pool in pools])
+            weights = mix * left
+            weights = weights / weights.sum() if weights.sum() > 0 else left / left.sum()
+            taken.append(pools[int(rng.choice(classes.size, p=weights))].pop())
+        parts.append(np.asarray(taken, dtype=np.int64))
+    return parts
 
 
 def _dirichlet(labels: np.ndarray, num_devices: int, alpha: float, rng: np.random.Generator,

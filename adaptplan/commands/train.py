@@ -67,7 +67,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         f"(resnet18, mobilenet_v2, ...; random weights) or {OWN_MODEL_HELP}")
     p.add_argument("--devices", type=int, default=20, help="number of devices N (default 20)")
     p.add_argument("--partition", default="iid", help=f"one of {', '.join(PARTITIONS)} (default iid)")
-    p.add_argument("--alpha", type=float, default=0.5, help="Dirichlet concentration α for --partition dirichlet (default 0.5)")
+    p.add_argument("--alpha", type=float, default=0.5, help="Dirichlet concentration α for --partition dirichlet and dirichlet-equal (default 0.5)")
     p.add_argument("--rounds", type=int, default=200, help="training rounds R (default 200)")
     p.add_argument("--plan", help="plan JSON file (adaptplan plan --json) giving cuts and interval")
     p.add_argument("--policy", help=f"planning policy deciding cuts and interval in the loop: {', '.join(POLICIES)} "
