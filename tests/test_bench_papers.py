@@ -89,62 +89,111 @@ def test_time_ratio_counts_runs_that_never_reach_the_target() -> None:
     assert only_a.mean is None and only_a.verdict == "holds"
 
 
-def test_the_catalogue_passes_no_training_settings_and_gas_gets_equal_device_steps() -> None:
-    for job in bp.jobs(bp.PAPERS, [0, 1, 2]):
-        config = job["config"]
-        assert not set(config) & {"lr", "momentum", "weight_decay", "optimizer", "clip_norm", "interval"}, config
-        assert config["eval_every"] >= 1 and config["rounds"] // config["eval_every"] >= 10
-    active, local = bp.gas_steps(10)
-    gas = next(j for j in bp.jobs(["gas"], [0]) if j["label"] == "gas")["config"]
-    assert gas["rounds"] == math.ceil(150 * 10 / (active * local))
-    scala = [j["config"] for j in bp.jobs(["scala"], [0])]
-    assert all(c["devices"] == 20 and c["extra"] == {"participation": 0.2} for c in scala)
+def test_every_method_of_a_recipe_trains_with_its_one_setting_and_gas_gets_equal_device_steps() -> None:
+    """The jobs of one comparison share every training setting (optimizer, rates, momentum, decay, clipping,
+    batch, participation, local rounds); GAS runs ⌈R / E⌉ global iterations of C·E device steps, the device
+    steps of the synchronous methods' R rounds of C devices."""
+    book = bp.catalogue(bp.PAPERS)
+    shared = ("optimizer", "lr", "client_lr", "server_lr", "momentum", "weight_decay", "clip_norm", "batch_size",
+              "dataset", "model", "devices", "local_test_fraction", "max_test_samples")
+    for key, recipe in book.items():
+        configs = [j["config"] for j in bp.jobs({key: recipe}, [0, 1, 2])]
+        for name in shared:
+            assert len({json.dumps(c[name]) for c in configs}) == 1, (key, name)
+        for c in configs:
+            participation = c["extra"].get("participation", c["extra"].get("active", 0) / c["devices"])
+            assert participation == recipe.setting.participation or c["algorithm"] == "sl", (key, c)
+            assert c["eval_every"] >= 1 and c["rounds"] // c["eval_every"] >= 10
+    gas = {j["label"]: j["config"] for j in bp.jobs({"gas": book["gas"]}, [0])}
+    assert gas["gas"]["extra"] == {"active": 10, "local_steps": 20} and gas["sfl-v1"]["interval"] == 20
+    assert gas["gas"]["rounds"] * 10 * 20 == gas["sfl-v1"]["rounds"] * 10          # the same device steps
+    cyclesl = {j["label"]: j["config"] for j in bp.jobs({"cyclesl": book["cyclesl"]}, [0])}
+    assert {c["extra"]["participation"] for c in cyclesl.values()} == {0.05} and cyclesl["psl"]["devices"] == 100
+    assert {c["optimizer"] for c in cyclesl.values()} == {"adam"}
+    assert book["cyclesl"].claims[0].protocol == "local" and book["gapsl"].claims[0].protocol == "global"
+
+
+def test_every_recipe_value_says_where_it_comes_from() -> None:
+    from adaptplan import recipes
+
+    for name in recipes.NAMES:
+        recipe = recipes.load(name)
+        assert set(recipe.sources) >= set(recipe.run) and all(recipe.sources.values()), name
+        assert set(recipe.setting.sources) >= {"optimizer", "client_lr", "server_lr", "batch_size", "rounds"}, name
+        assert all(v.startswith(("§", "Table", "Implementation", "GAS", "rule:", "Adam", "none", "SFL", "Fig"))
+                   for v in {**recipe.sources, **recipe.setting.sources}.values()), name
+        assert set(recipe.paper_sources) == set(recipe.paper_scale), name
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda t: t.replace('client_lr = { value = 0.005, source = "§IV-A4: 0.005 for client-side training" }',
+                         "client_lr = { value = 0.005 }"), "setting.client_lr: must be"),
+    (lambda t: t.replace('rounds = { value = 300, rule = "until PSL plateaus (header)" }', ""), "setting.rounds: missing"),
+    (lambda t: t.replace('a = "gapsl"\nb = "psl"', 'a = "gapsl"\nb = "nobody"'), "a and b must name methods"),
+    (lambda t: t + '\nlearning_rate = 3\n', "learning_rate: unknown key"),
+    (lambda t: t.replace('metric = "accuracy"', 'metric = "speed"', 1), "metric must be one of"),
+    (lambda t: t.replace("[setting]", "[setting\n"), "not TOML"),
+])
+def test_a_broken_recipe_is_one_error_naming_the_key(edit, message) -> None:
+    from importlib import resources
+
+    from adaptplan import recipes
+    from adaptplan.errors import InputError
+
+    text = resources.files("adaptplan.recipes").joinpath("gapsl.toml").read_text(encoding="utf-8")
+    recipes.parse(text, "gapsl.toml")                         # the shipped file itself is fine
+    with pytest.raises(InputError, match=message):
+        recipes.parse(edit(text), "gapsl.toml")
+
+
+def test_the_paper_scale_changes_only_what_it_names() -> None:
+    recipe = bp.catalogue(["gapsl"])["gapsl"]
+    paper = bp.catalogue(["gapsl"], data_root="/data")["gapsl"]
+    a, b = recipe.jobs([0])[0]["config"], paper.jobs([0])[0]["config"]
+    changed = {k for k in set(a) | set(b) if a.get(k) != b.get(k)}
+    assert changed == {"dataset", "model", "cuts", "batch_size", "rounds", "eval_every", "data_root"}
+    assert (b["dataset"], b["model"], b["cuts"], b["batch_size"], b["data_root"]) == ("cifar10", "vgg16-cifar", (4,), 128,
+                                                                                     "/data")
+    assert paper.setting.sources["batch_size"].startswith("§IV-A4")
 
 
 def test_quick_run_writes_the_printed_table_json_and_plot(tmp_path, capsys) -> None:
     out = tmp_path / "papers"
-    assert main(["bench", "papers", "--quick", "--workers", "1", "--out", str(out)]) == 0
+    assert main(["bench", "papers", "--quick", "--paper", "gapsl,cyclesl", "--workers", "1", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     table = (out / "table.txt").read_text(encoding="utf-8")
     assert printed == table + f"wrote {out / 'table.txt'}, {out / 'results.json'}, {out / 'accuracy.png'}\n"
     assert (out / "accuracy.png").read_bytes()[:8] == PNG
     data = json.loads((out / "results.json").read_text(encoding="utf-8"))
-    assert [(c["paper"], c["a"], c["b"]) for c in data["claims"]] == [
-        ("gapsl", "gapsl", "psl"), ("scala", "scala", "sfl-v1"), ("scala", "scala", "sfl-v2"),
-        ("cyclesl", "cyclepsl", "psl"), ("cyclesl", "cyclesfl", "sfl-v1"), ("gas", "gas", "sfl-v1"),
-        ("adaptsfl", "adaptsfl", "rma+rms"), ("adaptsfl", "adaptsfl", "sfl")]
+    assert [(c["paper"], c["a"], c["b"], c["protocol"]) for c in data["claims"]] == [
+        ("gapsl", "gapsl", "psl", "global"), ("gapsl", "gapsl", "sl", "global"), ("gapsl", "gapsl", "sfl", "global"),
+        ("gapsl", "gapsl", "non-lgi", "global"), ("gapsl", "gapsl", "rand-lgi", "global"),
+        ("cyclesl", "cyclepsl", "psl", "local"), ("cyclesl", "cyclesfl", "sfl-v1", "local")]
     runs = {(r["paper"], r["label"]): r for r in data["runs"]}
-    assert len(runs) == len(data["runs"]) == 14 and data["seeds"] == [0]
-    for claim in data["claims"]:                          # each claim's figure is its runs' figure
+    assert len(runs) == len(data["runs"]) == 10 and data["seeds"] == [0]
+    for claim in data["claims"]:                          # each claim's figure is its runs' figure, by its protocol
         a, b = runs[claim["paper"], claim["a"]], runs[claim["paper"], claim["b"]]
+        key = "final_accuracy" if claim["protocol"] == "global" else "final_local_accuracy"
         assert claim["verdict"] in bp.VERDICTS and claim["verdict"] in table
-        if claim["metric"] == "accuracy":
-            assert claim["measured"] == pytest.approx(100 * (a["final_accuracy"] - b["final_accuracy"]))
-            assert f"{claim['measured']:+.1f} pts" in table
-        assert f"{100 * a['final_accuracy']:.1f}%" in table
-    # a run two papers share is trained once: the same curve in both
-    assert runs["gapsl", "psl"]["curve"] == runs["cyclesl", "psl"]["curve"]
+        assert claim["measured"] == pytest.approx(100 * (a[key] - b[key]))
+        assert f"{claim['measured']:+.1f} pts" in table
+        assert f"{100 * a['final_accuracy']:.1f}% / {100 * a['final_local_accuracy']:.1f}%" in table
+    assert table.count("setting — every method:") == 2                  # once above each paper's claims
+    assert "setting — every method: ADAM, lr 0.0003" in table
     assert runs["gapsl", "psl"]["config"]["dataset"] == "synthetic"
+    assert data["papers"]["cyclesl"]["setting"]["sources"]["optimizer"].startswith("§4.1")
     for claim in data["claims"]:
         if claim["verdict"] != "holds":
             assert f": {claim['claim']} — measured" in table     # said plainly below the table
 
 
-def test_only_the_named_papers_run(tmp_path, capsys) -> None:
-    out = tmp_path / "one"
-    assert main(["bench", "papers", "--quick", "--papers", "gas", "--workers", "1", "--out", str(out)]) == 0
-    data = json.loads((out / "results.json").read_text(encoding="utf-8"))
-    assert {r["paper"] for r in data["runs"]} == {"gas"} and [c["paper"] for c in data["claims"]] == ["gas"]
-    assert "gapsl" not in capsys.readouterr().out
-
-
 @pytest.mark.parametrize("argv, flag", [
-    (["--papers", "nope"], "--papers"),
-    (["--papers", " , "], "--papers"),
+    (["--paper", "nope"], "--paper"),
+    (["--paper", " , "], "--paper"),
     (["--seeds", "0"], "--seeds"),
     (["--seeds", "1"], "--seeds"),                       # one seed has no spread: only with --quick
-    (["--rounds", "0"], "--rounds"),
     (["--target-accuracy", "1.5"], "--target-accuracy"),
+    (["--data-root", "/no/such/folder"], "--data-root"),
 ])
 def test_bad_flags_exit_2_with_one_line_naming_the_flag(argv, flag, tmp_path, capsys) -> None:
     out = tmp_path / "never"

@@ -96,24 +96,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     training.add_argument("--out", metavar="DIR", help="write table.txt and accuracy.png (one panel per partition) into DIR")
     training.set_defaults(func=run_training)
     papers = which.add_parser("papers", help="the comparison each source paper headlines (GAPSL, SCALA, CycleSL, GAS, "
-                              "AdaptSFL) at the built-in scale over seeds: claim, measured difference, spread, verdict")
-    papers.add_argument("--papers", default="gapsl,scala,cyclesl,gas,adaptsfl",
-                        help="comma-separated subset of gapsl, scala, cyclesl, gas, adaptsfl (default: all five)")
+                              "AdaptSFL), run from its recipe file over seeds: claim, measured difference, spread, "
+                              "verdict")
+    papers.add_argument("--paper", "--papers", dest="papers", default="gapsl,scala,cyclesl,gas,adaptsfl",
+                        help="comma-separated subset of gapsl, scala, cyclesl, gas, adaptsfl (default: all five); each "
+                             "runs its recipe, adaptplan/recipes/NAME.toml")
     papers.add_argument("--seeds", type=int_flag(1, MAX_SEED + 1, "seeds"),
-                        help="seeds 0..n-1 per run (default 3, the issue asks ≥ 3; --quick: 1). The spread needs ≥ 2: "
-                             "1 seed only with --quick")
-    papers.add_argument("--rounds", type=int_flag(1, MAX_STEPS, "rounds"),
-                        help="synchronous rounds per run (default 150; --quick: 4); GAS runs the global iterations "
-                             "that hold the same device steps")
-    papers.add_argument("--devices", type=int_flag(2, MAX_DEVICES // 2, "devices"),
-                        help="devices N (default 10; --quick: 4); SCALA's comparison uses 2N")
-    papers.add_argument("--target-accuracy", type=float_flag(0.0, 1.0, low_open=True), default=0.3,
-                        help="target test accuracy of the time-to-target claims (GAS, AdaptSFL), a fraction "
-                             "(default 0.3)")
+                        help="seeds 0..n-1 per run (default 3; --quick: 1). The spread needs ≥ 2: 1 seed only with "
+                             "--quick")
+    papers.add_argument("--target-accuracy", type=float_flag(0.0, 1.0, low_open=True),
+                        help="replace the recipes' target accuracy of the time-to-target claims (a fraction)")
+    papers.add_argument("--data-root", metavar="DIR",
+                        help="run each recipe at its paper's scale ([paper_scale]: the paper's own data set, read from "
+                             "DIR, and model), nothing else changed; with --device cuda on a GPU")
     papers.add_argument("--workers", type=int_flag(1, MAX_THREADS, "processes"),
                         help="worker processes, one torch thread each (default: all cores)")
-    papers.add_argument("--quick", action="store_true", help="tiny, for tests: the synthetic data set, 4 rounds, "
-                        "4 devices, 1 seed (verdicts meaningless)")
+    papers.add_argument("--quick", action="store_true", help="the test tier: the synthetic data set, 4 devices, "
+                        "4 rounds, 1 seed, everything else as the recipe says (verdicts meaningless)")
     add_device_options(papers)
     papers.add_argument("--out", metavar="DIR", default="bench-papers",
                         help="write table.txt, results.json and accuracy.png into DIR (default bench-papers)")
@@ -343,29 +342,27 @@ def run_papers(args: argparse.Namespace) -> int:
     from adaptplan import bench_papers as bench
 
     selected = bench.parse_papers(args.papers)
-    quick = bench.QUICK if args.quick else {}
-    seeds = args.seeds if args.seeds is not None else quick.get("seeds", bench.DEFAULT_SEEDS)
+    seeds = args.seeds if args.seeds is not None else (1 if args.quick else bench.DEFAULT_SEEDS)
     if seeds < 1:
         raise InputError(f"must be ≥ 1, got {seeds}", field="--seeds")
     if seeds == 1 and not args.quick:
-        raise InputError("one seed has no spread: give ≥ 2 (the issue asks ≥ 3), or 1 with --quick", field="--seeds")
-    rounds = args.rounds or quick.get("rounds", bench.DEFAULT_ROUNDS)
-    devices = args.devices or quick.get("devices", bench.DEFAULT_DEVICES)
-    dataset = quick.get("dataset", "cifar10-subset")
+        raise InputError("one seed has no spread: give ≥ 2 (3 by default), or 1 with --quick", field="--seeds")
+    if args.data_root is not None and not Path(args.data_root).is_dir():
+        raise InputError(f"{args.data_root!r} is not a directory", field="--data-root")
+    if args.target_accuracy is not None and not 0 < args.target_accuracy <= 1:
+        raise InputError(f"must be a fraction in (0, 1], got {args.target_accuracy}", field="--target-accuracy")
+    book = bench.catalogue(selected, quick=args.quick, data_root=args.data_root)
     _check_device(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    target = args.target_accuracy
-    todo, results = bench.run_paper_bench(selected, range(seeds), rounds=rounds, devices=devices, target=target,
-                                          dataset=dataset, workers=args.workers, device=args.device,
-                                          client_batching=args.client_batching)
-    catalogue = bench.papers(rounds, devices, target, dataset)
-    found = bench.comparisons(todo, results, selected, catalogue, target)
-    text = bench.table(found, catalogue, todo, results, target)
+    todo, results = bench.run_paper_bench(book, range(seeds), workers=args.workers, device=args.device,
+                                          client_batching=args.client_batching, target=args.target_accuracy)
+    found = bench.comparisons(todo, results, book, args.target_accuracy)
+    text = bench.table(found, book, todo, results, args.target_accuracy)
     print(text)
     (out / "table.txt").write_text(text + "\n", encoding="utf-8")
-    bench.save_json(found, catalogue, todo, results, target, out / "results.json")
-    bench.plot(todo, results, catalogue, target, out / "accuracy.png")
+    bench.save_json(found, book, todo, results, out / "results.json")
+    bench.plot(todo, results, book, out / "accuracy.png")
     print(f"wrote {out / 'table.txt'}, {out / 'results.json'}, {out / 'accuracy.png'}")
     return 0
 

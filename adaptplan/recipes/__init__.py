@@ -1,0 +1,273 @@
+"""Each source paper's comparison as a readable recipe file (``adaptplan/recipes/<paper>.toml``).
+
+A recipe names the methods of one comparison, the **one** training setting they all share (data,
+partition, model, cut, optimizer, rates, batch, participation, local rounds, rounds), the evaluation
+protocol that judges its claims (``global``: the test set; ``local``: each device's model on its own
+held-out samples, CycleSL §4.1) and the claims (A beats B by the paper's figure). Every value carries where
+it comes from: ``source`` (the paper's section or table) or ``rule`` (a scaling rule the file states), so a
+reviewer can check each one. ``[paper_scale]`` holds the values that ``bench papers --data-root`` uses
+instead (the paper's own data set and model). Torch-free: read with :mod:`tomllib`.
+
+:func:`load` reads one recipe and checks it (an :class:`~adaptplan.errors.InputError` names the file and the
+key); :meth:`Recipe.jobs` turns it into ``adaptplan train`` configurations, one per (partition, method, seed).
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, Mapping, Sequence
+
+from adaptplan.comparison import Setting
+from adaptplan.errors import InputError
+
+NAMES = ("gapsl", "scala", "cyclesl", "gas", "adaptsfl")
+"""The recipes shipped with the package, one per source paper, in the order ``bench papers`` runs them."""
+SETTING_KEYS = ("optimizer", "client_lr", "server_lr", "momentum", "weight_decay", "clip_norm", "batch_size",
+                "participation", "local_steps", "rounds")
+"""The keys of ``[setting]`` that form the methods' one training setting (:class:`~adaptplan.comparison.Setting`)."""
+RUN_KEYS = ("dataset", "model", "cut", "devices", "partition", "dirichlet_alpha", "local_test_fraction",
+            "evaluations", "test_samples", "target_accuracy")
+"""The other keys of ``[setting]``: what every run of the comparison shares besides its training setting."""
+METRICS = ("accuracy", "time")
+PROTOCOLS = ("global", "local")
+METHOD_KEYS = ("label", "algorithm", "options", "policy", "replan_every", "rounds", "note")
+CLAIM_KEYS = ("text", "a", "b", "metric", "paper", "protocol", "partition")
+
+
+@dataclass(frozen=True)
+class Method:
+    """One method of a comparison: its label, algorithm and algorithm options; a planning ``policy`` (it decides
+    cuts and interval); ``rounds`` = "device-steps" for an asynchronous method that runs the global iterations
+    holding the synchronous methods' device steps (GAS)."""
+
+    label: str
+    algorithm: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+    policy: str | None = None
+    replan_every: int | None = None
+    rounds: str | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claim of the paper: ``a`` beats ``b``. ``metric``: ``accuracy`` (final accuracy, A − B in points) or
+    ``time`` (simulated seconds to the target accuracy, B / A); judged by ``protocol`` on ``partition``."""
+
+    text: str
+    a: str
+    b: str
+    metric: str
+    paper: str
+    protocol: str
+    partition: str
+
+
+@dataclass(frozen=True)
+class Partition:
+    """A data partition the comparison runs on (its label, TrainConfig fields, and where it comes from)."""
+
+    label: str
+    fields: Mapping[str, Any]
+    source: str
+
+
+@dataclass(frozen=True)
+class Recipe:
+    key: str
+    title: str
+    paper: str                       # the paper's setting and figures, in one line
+    protocol: str                    # the default evaluation protocol of its claims
+    setting: Setting                 # the one training setting of every method
+    run: Mapping[str, Any]           # the rest every run shares (RUN_KEYS)
+    sources: Mapping[str, str]       # key → where its value comes from
+    partitions: tuple[Partition, ...]
+    methods: tuple[Method, ...]
+    claims: tuple[Claim, ...]
+    paper_scale: Mapping[str, Any]   # key → the paper's value, used with --data-root
+    paper_sources: Mapping[str, str] = field(default_factory=dict)
+
+    def method(self, label: str) -> Method:
+        return next(m for m in self.methods if m.label == label)
+
+    def at_paper_scale(self, data_root: str) -> "Recipe":
+        """This recipe with ``[paper_scale]``'s values (the paper's data set, model, batch, rounds...), its data
+        read from ``data_root``, everything else unchanged; its sources say where the new values come from."""
+        scale = self.paper_scale
+        setting = Setting(**{**self.setting.to_json(), **{k: v for k, v in scale.items() if k in SETTING_KEYS},
+                             "sources": {**self.setting.sources, **{k: self.paper_sources[k] for k in scale
+                                                                    if k in SETTING_KEYS}}})
+        run = {**self.run, **{k: v for k, v in scale.items() if k in RUN_KEYS}, "data_root": data_root}
+        sources = {**self.sources, **{k: self.paper_sources[k] for k in scale}}
+        return Recipe(self.key, self.title, self.paper, self.protocol, setting, run, sources, self.partitions,
+                      self.methods, self.claims, {})
+
+    def method_rounds(self, method: Method) -> int:
+        """Rounds of ``method``: the setting's, or for ``rounds = "device-steps"`` (GAS) the global iterations of
+        C·E device steps (C = ⌈ρN⌉ active, E = the local rounds) that hold the device steps of the synchronous
+        methods' R rounds of ⌈ρN⌉ devices: ⌈R / E⌉."""
+        if method.rounds != "device-steps":
+            return self.setting.rounds
+        return max(1, math.ceil(self.setting.rounds / (self.setting.local_steps or 1)))
+
+    def eval_every(self) -> int:
+        return max(1, self.setting.rounds // int(self.run.get("evaluations", 15)))
+
+    def jobs(self, seeds: Sequence[int], device: str = "auto", client_batching: str = "auto") -> list[dict[str, Any]]:
+        """One job per (partition, method, seed): ``{"group", "label", "seed", "target", "config"}`` with
+        ``group`` = "KEY/PARTITION" and ``config`` the TrainConfig fields."""
+        out = []
+        devices = int(self.run["devices"])
+        for partition in self.partitions:
+            for method in self.methods:
+                fields = self.setting.fields(method.algorithm, devices, planned=method.policy is not None)
+                rounds = self.method_rounds(method)
+                for seed in seeds:
+                    config: dict[str, Any] = {
+                        "algorithm": method.algorithm, "dataset": self.run["dataset"], "model": self.run["model"],
+                        "devices": devices, "seed": seed, "threads": 1, "progress": False,
+                        "max_test_samples": self.run.get("test_samples"), "device": device,
+                        "client_batching": client_batching,
+                        "local_test_fraction": self.run.get("local_test_fraction", 0.1),
+                        **{k: v for k, v in fields.items() if k != "extra"},
+                        "extra": {**fields["extra"], **method.options}, **partition.fields, "rounds": rounds,
+                        "eval_every": max(1, rounds // int(self.run.get("evaluations", 15)))}
+                    if self.run.get("data_root"):
+                        config["data_root"] = self.run["data_root"]
+                    if method.policy is not None:
+                        config["policy"] = method.policy
+                        if method.replan_every is not None:
+                            config["replan_every"] = method.replan_every
+                    elif self.run.get("cut") is not None:
+                        config["cuts"] = (int(self.run["cut"]),)
+                    out.append({"group": f"{self.key}/{partition.label}", "label": method.label, "seed": seed,
+                                "target": self.run.get("target_accuracy", 0.3), "config": config})
+        return out
+
+
+def load(name: str) -> Recipe:
+    """The packaged recipe ``name`` (:data:`NAMES`)."""
+    if name not in NAMES:
+        raise InputError(f"unknown paper {name!r}; valid: {', '.join(NAMES)}", field="--paper")
+    text = resources.files(__package__).joinpath(f"{name}.toml").read_text(encoding="utf-8")
+    return parse(text, f"adaptplan/recipes/{name}.toml")
+
+
+def parse(text: str, where: str) -> Recipe:
+    """A recipe from TOML ``text``; one InputError naming ``where`` and the key for anything missing or wrong."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{where}: not TOML ({exc})", field="recipe") from None
+
+    def fail(key: str, why: str) -> InputError:
+        return InputError(f"{where}: {key}: {why}", field="recipe")
+
+    def table(value: Any, key: str) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise fail(key, f"must be a table, got {type(value).__name__}")
+        return value
+
+    def sourced(block: dict[str, Any], prefix: str) -> tuple[dict[str, Any], dict[str, str]]:
+        values, sources = {}, {}
+        for key, entry in block.items():
+            entry = table(entry, f"{prefix}.{key}")
+            if set(entry) - {"value", "source", "rule"} or "value" not in entry or \
+                    len({"source", "rule"} & set(entry)) != 1:
+                raise fail(f"{prefix}.{key}", "must be { value = ..., source = \"the paper's section or table\" } "
+                                              "or { value = ..., rule = \"the scaling rule\" }")
+            text_of = entry.get("source") or entry.get("rule")
+            if not isinstance(text_of, str) or not text_of.strip():
+                raise fail(f"{prefix}.{key}", "its source or rule must be a sentence")
+            values[key] = entry["value"]
+            sources[key] = ("" if "source" in entry else "rule: ") + text_of
+        return values, sources
+
+    for key in ("key", "title", "paper"):
+        if not isinstance(data.get(key), str):
+            raise fail(key, "missing (a text)")
+    known = {"key", "title", "paper", "protocol", "setting", "paper_scale", "partition", "method", "claim"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise fail(unknown[0], f"unknown key; valid: {', '.join(sorted(known))}")
+    protocol = data.get("protocol", "global")
+    if protocol not in PROTOCOLS:
+        raise fail("protocol", f"must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+    values, sources = sourced(table(data.get("setting"), "setting"), "setting")
+    unknown = sorted(set(values) - set(SETTING_KEYS) - set(RUN_KEYS))
+    if unknown:
+        raise fail(f"setting.{unknown[0]}", f"unknown key; valid: {', '.join(SETTING_KEYS + RUN_KEYS)}")
+    missing = [k for k in SETTING_KEYS + ("dataset", "model", "devices") if k not in values and k != "local_steps"]
+    if missing:
+        raise fail(f"setting.{missing[0]}", "missing")
+    try:                           # local_steps may be left out: each method's own (a planning policy's)
+        given: dict[str, Any] = {k: values.get(k) for k in SETTING_KEYS}
+        setting = Setting(**given, sources={k: sources[k] for k in SETTING_KEYS if k in sources})
+    except (InputError, TypeError) as exc:
+        raise fail("setting", str(exc)) from None
+    run = {k: values[k] for k in RUN_KEYS if k in values}
+    scale, scale_sources = sourced(table(data.get("paper_scale", {}), "paper_scale"), "paper_scale")
+    unknown = sorted(set(scale) - set(SETTING_KEYS) - set(RUN_KEYS))
+    if unknown:
+        raise fail(f"paper_scale.{unknown[0]}", "unknown key")
+    partitions = _partitions(data.get("partition"), run, sources, fail)
+    methods = tuple(_method(table(m, f"method[{i}]"), f"method[{i}]", fail) for i, m in enumerate(data.get("method", [])))
+    labels = [m.label for m in methods]
+    if len(methods) < 2 or len(set(labels)) != len(labels):
+        raise fail("method", "needs two or more methods with distinct labels")
+    claims = []
+    for i, entry in enumerate(data.get("claim", [])):
+        entry = table(entry, f"claim[{i}]")
+        bad = sorted(set(entry) - set(CLAIM_KEYS))
+        if bad:
+            raise fail(f"claim[{i}].{bad[0]}", f"unknown key; valid: {', '.join(CLAIM_KEYS)}")
+        claim = Claim(str(entry.get("text", "")), str(entry.get("a", "")), str(entry.get("b", "")),
+                      str(entry.get("metric", "")), str(entry.get("paper", "")), str(entry.get("protocol", protocol)),
+                      str(entry.get("partition", partitions[0].label)))
+        if claim.a not in labels or claim.b not in labels:
+            raise fail(f"claim[{i}]", f"a and b must name methods ({', '.join(labels)})")
+        if claim.metric not in METRICS or claim.protocol not in PROTOCOLS:
+            raise fail(f"claim[{i}]", f"metric must be one of {', '.join(METRICS)}, protocol one of {', '.join(PROTOCOLS)}")
+        if claim.partition not in [p.label for p in partitions]:
+            raise fail(f"claim[{i}].partition", f"must name a partition ({', '.join(p.label for p in partitions)})")
+        claims.append(claim)
+    if not claims:
+        raise fail("claim", "a recipe states at least one claim")
+    return Recipe(data["key"], data["title"], data["paper"], protocol, setting, run, sources, partitions, methods,
+                  tuple(claims), scale, scale_sources)
+
+
+def _partitions(entries: Any, run: dict[str, Any], sources: dict[str, str], fail) -> tuple[Partition, ...]:
+    """``[[partition]]`` entries (label, partition, dirichlet_alpha, source|rule), or the one of ``[setting]``."""
+    if entries is None:
+        fields = {"partition": run.pop("partition", "iid")}
+        if "dirichlet_alpha" in run:
+            fields["dirichlet_alpha"] = run.pop("dirichlet_alpha")
+        label = fields["partition"] + (f" α={fields['dirichlet_alpha']:g}" if "dirichlet_alpha" in fields else "")
+        return (Partition(label, fields, sources.get("partition", "")),)
+    out = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not {"label", "partition"} <= set(entry) or \
+                set(entry) - {"label", "partition", "dirichlet_alpha", "source", "rule"}:
+            raise fail(f"partition[{i}]", "must hold label, partition, optionally dirichlet_alpha, and a source or rule")
+        fields = {k: entry[k] for k in ("partition", "dirichlet_alpha") if k in entry}
+        out.append(Partition(str(entry["label"]), fields, str(entry.get("source") or "rule: " + str(entry.get("rule")))))
+    return tuple(out)
+
+
+def _method(entry: dict[str, Any], where: str, fail) -> Method:
+    bad = sorted(set(entry) - set(METHOD_KEYS))
+    if bad:
+        raise fail(f"{where}.{bad[0]}", f"unknown key; valid: {', '.join(METHOD_KEYS)}")
+    if not isinstance(entry.get("label"), str) or not isinstance(entry.get("algorithm"), str):
+        raise fail(where, "needs a label and an algorithm")
+    options = entry.get("options", {})
+    if not isinstance(options, dict):
+        raise fail(f"{where}.options", "must be a table of the algorithm's options")
+    if entry.get("rounds") not in (None, "device-steps"):
+        raise fail(f"{where}.rounds", "the only per-method rounds rule is \"device-steps\"")
+    return Method(entry["label"], entry["algorithm"], dict(options), entry.get("policy"), entry.get("replan_every"),
+                  entry.get("rounds"), str(entry.get("note", "")))
