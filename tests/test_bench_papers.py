@@ -201,3 +201,63 @@ def test_bad_flags_exit_2_with_one_line_naming_the_flag(argv, flag, tmp_path, ca
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and flag in err[0], err
     assert not out.exists()                              # refused before anything ran or was written
+
+
+def test_a_setting_maps_onto_every_algorithm_and_refuses_what_cannot_apply() -> None:
+    from adaptplan.comparison import Setting
+    from adaptplan.errors import InputError
+
+    base = Setting("sgd", 0.01, 0.02, 0.9, 0.0, 0.0, 16, 0.25, 3, 10)
+    assert base.fields("gas", 10)["extra"] == {"active": 3, "local_steps": 3}        # C = ⌈0.25 · 10⌉
+    assert Setting("sgd", 0.01, 0.01, 0.9, 0.0, 0.0, 16, 0.01, 2, 10).fields("gas", 10)["extra"]["active"] == 1
+    assert base.fields("psl", 10)["interval"] == 3 and "interval" not in base.fields("adaptsfl", 10, planned=True)
+    own = Setting("sgd", 0.01, 0.01, 0.9, 0.0, 0.0, 16, 1.0, None, 10)
+    assert "interval" not in own.fields("sfl-v1", 10) and own.fields("sl", 10)["extra"] == {}
+    assert "local_steps" not in own.fields("gas", 10)["extra"]
+    with pytest.raises(InputError, match="sl trains every device"):
+        base.fields("sl", 10)
+    for bad in (dict(participation=0.0), dict(participation=1.5), dict(local_steps=0)):
+        with pytest.raises(InputError, match="must be"):
+            Setting(**{**own.to_json(), "sources": {}, **bad})
+    assert Setting(**{**own.to_json(), "sources": {}, "participation": 1.0, "local_steps": 1}).local_steps == 1
+    both = own.with_overrides(lr=0.5)
+    assert (both.client_lr, both.server_lr) == (0.5, 0.5)
+    one = own.with_overrides(lr=0.5, client_lr=0.1)
+    assert (one.client_lr, one.server_lr) == (0.1, 0.5) and one.sources["client_lr"] == "given on the command line"
+
+
+def test_recipe_rounds_evaluations_and_policies_reach_the_jobs() -> None:
+    from dataclasses import replace
+
+    from adaptplan import recipes
+
+    gas = recipes.load("gas")
+    odd = replace(gas, setting=replace(gas.setting, rounds=610), run={**gas.run, "evaluations": 7})
+    jobs = {j["label"]: j["config"] for j in odd.jobs([0])}
+    assert jobs["gas"]["rounds"] == 31 and jobs["sfl-v1"]["rounds"] == 610          # ⌈610 / 20⌉ iterations
+    assert (jobs["gas"]["eval_every"], jobs["sfl-v1"]["eval_every"]) == (4, 87)      # rounds // evaluations
+    short = replace(gas, setting=replace(gas.setting, rounds=5), run={**gas.run, "evaluations": 15})
+    assert {j["config"]["eval_every"] for j in short.jobs([0])} == {1}
+    adapt = {j["label"]: j["config"] for j in recipes.load("adaptsfl").jobs([0]) if j["group"] == "adaptsfl/iid"}
+    assert (adapt["adaptsfl"]["policy"], adapt["adaptsfl"]["replan_every"]) == ("adaptsfl", 50)
+    assert adapt["rma+rms"]["policy"] == "rma+rms" and "replan_every" not in adapt["rma+rms"]
+    assert all("cuts" not in c and "interval" not in c for c in adapt.values())
+    assert {j["target"] for j in recipes.load("gas").jobs([0])} == {0.3}
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda t: t.replace('[setting]\n', '[setting]\nbogus = 3\n'), "setting.bogus: must be"),
+    (lambda t: t.replace('"§IV-A4: S = 10 client devices"', '"  "'), "its source or rule must be a sentence"),
+    (lambda t: t.replace('evaluations = { value = 15, rule = "15 evaluations per run" }\n', ""), "evaluations: missing"),
+])
+def test_more_broken_recipes(edit, message) -> None:
+    from importlib import resources
+
+    from adaptplan import recipes
+    from adaptplan.errors import InputError
+
+    text = resources.files("adaptplan.recipes").joinpath("gapsl.toml").read_text(encoding="utf-8")
+    with pytest.raises(InputError, match=message):
+        recipes.parse(edit(text), "gapsl.toml")
+    with pytest.raises(InputError, match="unknown paper 'nope'"):
+        recipes.load("nope")

@@ -28,7 +28,7 @@ NAMES = ("gapsl", "scala", "cyclesl", "gas", "adaptsfl")
 SETTING_KEYS = ("optimizer", "client_lr", "server_lr", "momentum", "weight_decay", "clip_norm", "batch_size",
                 "participation", "local_steps", "rounds")
 """The keys of ``[setting]`` that form the methods' one training setting (:class:`~adaptplan.comparison.Setting`)."""
-RUN_KEYS = ("dataset", "model", "cut", "devices", "partition", "dirichlet_alpha", "local_test_fraction",
+RUN_KEYS = ("dataset", "model", "model_width", "cut", "devices", "partition", "dirichlet_alpha", "local_test_fraction",
             "evaluations", "test_samples", "target_accuracy")
 """The other keys of ``[setting]``: what every run of the comparison shares besides its training setting."""
 METRICS = ("accuracy", "time")
@@ -90,9 +90,6 @@ class Recipe:
     paper_scale: Mapping[str, Any]   # key → the paper's value, used with --data-root
     paper_sources: Mapping[str, str] = field(default_factory=dict)
 
-    def method(self, label: str) -> Method:
-        return next(m for m in self.methods if m.label == label)
-
     def at_paper_scale(self, data_root: str) -> "Recipe":
         """This recipe with ``[paper_scale]``'s values (the paper's data set, model, batch, rounds...), its data
         read from ``data_root``, everything else unchanged; its sources say where the new values come from."""
@@ -100,7 +97,8 @@ class Recipe:
         setting = Setting(**{**self.setting.to_json(), **{k: v for k, v in scale.items() if k in SETTING_KEYS},
                              "sources": {**self.setting.sources, **{k: self.paper_sources[k] for k in scale
                                                                     if k in SETTING_KEYS}}})
-        run = {**self.run, **{k: v for k, v in scale.items() if k in RUN_KEYS}, "data_root": data_root}
+        run = {**{k: v for k, v in self.run.items() if k != "model_width" or "model" not in scale},   # another model
+               **{k: v for k, v in scale.items() if k in RUN_KEYS}, "data_root": data_root}
         sources = {**self.sources, **{k: self.paper_sources[k] for k in scale}}
         return Recipe(self.key, self.title, self.paper, self.protocol, setting, run, sources, self.partitions,
                       self.methods, self.claims, {})
@@ -112,9 +110,6 @@ class Recipe:
         if method.rounds != "device-steps":
             return self.setting.rounds
         return max(1, math.ceil(self.setting.rounds / (self.setting.local_steps or 1)))
-
-    def eval_every(self) -> int:
-        return max(1, self.setting.rounds // int(self.run.get("evaluations", 15)))
 
     def jobs(self, seeds: Sequence[int], device: str = "auto", client_batching: str = "auto") -> list[dict[str, Any]]:
         """One job per (partition, method, seed): ``{"group", "label", "seed", "target", "config"}`` with
@@ -129,14 +124,14 @@ class Recipe:
                     config: dict[str, Any] = {
                         "algorithm": method.algorithm, "dataset": self.run["dataset"], "model": self.run["model"],
                         "devices": devices, "seed": seed, "threads": 1, "progress": False,
-                        "max_test_samples": self.run.get("test_samples"), "device": device,
-                        "client_batching": client_batching,
-                        "local_test_fraction": self.run.get("local_test_fraction", 0.1),
+                        "max_test_samples": self.run["test_samples"], "device": device,
+                        "client_batching": client_batching, "local_test_fraction": self.run["local_test_fraction"],
                         **{k: v for k, v in fields.items() if k != "extra"},
                         "extra": {**fields["extra"], **method.options}, **partition.fields, "rounds": rounds,
-                        "eval_every": max(1, rounds // int(self.run.get("evaluations", 15)))}
-                    if self.run.get("data_root"):
-                        config["data_root"] = self.run["data_root"]
+                        "eval_every": max(1, rounds // int(self.run["evaluations"]))}
+                    for key in ("data_root", "model_width"):
+                        if self.run.get(key) is not None:
+                            config[key] = self.run[key]
                     if method.policy is not None:
                         config["policy"] = method.policy
                         if method.replan_every is not None:
@@ -200,7 +195,8 @@ def parse(text: str, where: str) -> Recipe:
     unknown = sorted(set(values) - set(SETTING_KEYS) - set(RUN_KEYS))
     if unknown:
         raise fail(f"setting.{unknown[0]}", f"unknown key; valid: {', '.join(SETTING_KEYS + RUN_KEYS)}")
-    missing = [k for k in SETTING_KEYS + ("dataset", "model", "devices") if k not in values and k != "local_steps"]
+    required = SETTING_KEYS + ("dataset", "model", "devices", "local_test_fraction", "evaluations", "test_samples")
+    missing = [k for k in required if k not in values and k != "local_steps"]
     if missing:
         raise fail(f"setting.{missing[0]}", "missing")
     try:                           # local_steps may be left out: each method's own (a planning policy's)
