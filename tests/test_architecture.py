@@ -74,8 +74,10 @@ def test_roles_do_not_import_the_runtime_or_strategies():
 
 # ---- one direction of dependency (docs/architecture.md "Package map") ------------------------------------
 PACKAGES = ("adaptplan", "profilers", "solvers", "trainers")
-ROOF = ("adaptplan.cli", "adaptplan.commands", "adaptplan.bench_", "adaptplan.distributed", "adaptplan.flags")
-"""The command line and the benchmarks: they may import anything, and nothing below imports them."""
+ROOF = ("adaptplan.cli", "adaptplan.commands", "adaptplan.bench_", "adaptplan.distributed", "adaptplan.flags",
+        "adaptplan.comparison", "adaptplan.recipes")
+"""The command line and the benchmarks (with the comparisons' settings and recipes): they may import anything,
+and nothing below imports them."""
 
 
 def layer(module: str) -> int:
