@@ -119,7 +119,8 @@ def jobs(book: Mapping[str, Recipe], seeds: Sequence[int], device: str = "auto",
 
 
 def run_paper_bench(book: Mapping[str, Recipe], seeds: Sequence[int] = range(DEFAULT_SEEDS), workers: int | None = None,
-                    progress: bool = True, device: str = "auto", client_batching: str = "auto",
+                    progress: bool = True,
+                    device: str = "auto", client_batching: str = "auto",
                     target: float | None = None) -> tuple[list[dict[str, Any]], list[RunResult]]:
     """Run every job and return the jobs with their results, in the jobs' order. A configuration two
     comparisons share is trained once; the slowest runs start first."""

@@ -332,7 +332,11 @@ def test_a_local_run_listens_on_loopback_only_and_no_frame_carries_input_samples
              if dtype == "int64" and len(shape) == 1]                  # the positions of each device's samples instead
     from trainers.datasets import load_dataset
 
-    assert len(setup) == 3 and sum(s[0] for s in setup) == load_dataset("cifar10-subset").x_train.shape[0]
+    from trainers.partition import local_test_split, partition_indices
+
+    labels = load_dataset("cifar10-subset").y_train.numpy()                 # the run's partition and held-out split
+    trained, _ = local_test_split(partition_indices(labels, 3, "iid", 0), 0.1, 0)
+    assert sorted(s[0] for s in setup) == sorted(len(p) for p in trained)   # only the samples each device trains on
 
 
 def _machines(ranks: dict[int, tuple[dict[str, str], list[str]]], timeout: float) -> tuple[list[int], list[str]]:

@@ -231,14 +231,14 @@ class SplitEngine:
         self.rng = np.random.default_rng([seed, STRATEGY_STREAM])
         self.rounds_since_aggregation = 0
         self.absent: set[int] = set()
+        """Devices lost for the rest of the run (a real runtime, where the strategy ``allows_absence``);
+        checkpointed; never asked for anything again."""
         self.period: list[int] | None = None
         """The participants of the running aggregation period (strategies that average client models keep
         them from one aggregation to the next); checkpointed."""
         self.stale: set[int] = set()
         """Devices that did not receive the last average (partial participation): drawn again, they download
         the global model before they train; checkpointed."""
-        """Devices lost for the rest of the run (a real runtime, where the strategy ``allows_absence``);
-        checkpointed; never asked for anything again."""
         labels = data.y_train.cpu()
         self.label_counts = [np.bincount(labels[torch.from_numpy(np.asarray(p))].numpy(), minlength=self.num_classes)
                              for p in data.parts]
@@ -968,11 +968,15 @@ class SplitEngine:
         return nn.Sequential(*blocks)
 
     def eval_models(self) -> list[nn.Module]:
-        """The strategy's ``eval_models``; where a device is lost while they are read, it becomes
-        absent and they are read again without it."""
+        """The strategy's ``eval_models`` (:meth:`_read_models`)."""
+        return self._read_models(self.strategy.eval_models)
+
+    def _read_models(self, read: Callable[[Any], Any]) -> Any:
+        """``read(self)``; where a device is lost while the models are read, it becomes absent and they are
+        read again without it."""
         while True:
             try:
-                return self.strategy.eval_models(self)
+                return read(self)
             except DeviceAbsent:      # the network counts it lost now: present() leaves it out next time
                 continue
 
@@ -1028,12 +1032,7 @@ class SplitEngine:
                 if d < len(self.data.local_test) and len(self.data.local_test[d])}
         if not held:
             return None
-        while True:
-            try:
-                models = self.strategy.local_models(self)
-                break
-            except DeviceAbsent:      # lost while read: the network counts it lost now
-                continue
+        models = self._read_models(self.strategy.local_models)
         groups: dict[int, tuple[nn.Module, list[np.ndarray]]] = {}
         for d, rows in held.items():
             if d in models:
