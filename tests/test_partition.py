@@ -94,3 +94,26 @@ def test_dirichlet_equal_gives_every_device_the_same_count_and_a_skewed_mix() ->
     spread = partition_indices(labels, 20, "dirichlet-equal", seed=3, alpha=100.0)
     assert np.mean([np.bincount(labels[p], minlength=10).max() / len(p) for p in spread]) < 0.3
     assert [p.tolist() for p in parts] == [p.tolist() for p in partition_indices(labels, 100, "dirichlet-equal", 3, 0.1)]
+
+
+def test_the_local_test_split_holds_out_floor_of_the_fraction_of_each_device_reproducibly() -> None:
+    """CycleSL §4.1's sample-wise split: ⌊f·|D_i|⌋ of each device's samples held out (19 of 199 at f = 0.1, none of
+    9), the rest kept for training, together exactly the device's samples; drawn from the generator seeded
+    [seed, 2³²−2] (not the partition's nor the strategy's stream), so the same seed gives the same split."""
+    import numpy as np
+
+    from trainers.partition import LOCAL_TEST_STREAM, local_test_split, samples_before_split
+
+    parts = [np.arange(0, 199), np.arange(199, 208), np.arange(208, 308)]
+    train, test = local_test_split(parts, 0.1, seed=4)
+    assert [len(t) for t in test] == [19, 0, 10] and [len(t) for t in train] == [180, 9, 90]
+    for part, tr, te in zip(parts, train, test):
+        assert sorted(np.concatenate([tr, te]).tolist()) == part.tolist() and not set(tr) & set(te)
+        assert tr.tolist() == sorted(tr.tolist()) and te.tolist() == sorted(te.tolist())
+    assert LOCAL_TEST_STREAM == 2 ** 32 - 2
+    rng = np.random.default_rng([4, LOCAL_TEST_STREAM])
+    assert test[0].tolist() == sorted(parts[0][rng.permutation(199)[:19]].tolist())
+    again, other = local_test_split(parts, 0.1, seed=4)[1], local_test_split(parts, 0.1, seed=5)[1]
+    assert [t.tolist() for t in again] == [t.tolist() for t in test] and other[0].tolist() != test[0].tolist()
+    assert [len(t) for t in local_test_split(parts, 0.0, seed=4)[1]] == [0, 0, 0]
+    assert (samples_before_split(16, 0.1), samples_before_split(16, 0.0), samples_before_split(18, 0.1)) == (18, 16, 20)
