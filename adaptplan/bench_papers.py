@@ -305,7 +305,7 @@ def comparisons(todo: Sequence[Mapping[str, Any]], results: Sequence[RunResult],
     seeds = list(dict.fromkeys(j["seed"] for j in todo))
     out = []
     for recipe in book.values():
-        goal = recipe.run.get("target_accuracy", 0.3) if target is None else target
+        goal = recipe.target_accuracy if target is None else target
         for claim in claims(recipe):
             out.append(compare(claim, [cell[claim.group, claim.a, s] for s in seeds],
                                [cell[claim.group, claim.b, s] for s in seeds], seeds, goal))
@@ -338,7 +338,7 @@ def table(found: Sequence[Comparison], book: Mapping[str, Recipe], todo: Sequenc
              f"the seeds where both reached it); (global) = the test set, (local) = each device's model on its own "
              f"held-out samples"]
     for key, recipe in book.items():
-        goal = recipe.run.get("target_accuracy", 0.3) if target is None else target
+        goal = recipe.target_accuracy if target is None else target
         lines += ["", f"{recipe.title} — paper: {recipe.paper}",
                   f"  data: {recipe.run['dataset']}, {recipe.run['devices']} devices, model {recipe.run['model']}"
                   + (f", cut {recipe.run['cut']}" if recipe.run.get("cut") is not None else ", cuts by each policy")

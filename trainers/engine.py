@@ -889,10 +889,8 @@ class SplitEngine:
             return
         if self._awaiting:
             raise MessageMismatchError(f"cannot re-partition with unanswered activations from devices {sorted(self._awaiting)}")
-        if self.stale:
-            late, self.stale = sorted(self.stale), set()
-            self._download_global(late, round_index, sorted(self._global_sizes), "global",
-                                  StageTimes.zeros(self.num_devices, self.batch_size), 0.0, _Ledger())
+        self._start_from_global(round_index, sorted(self.stale), StageTimes.zeros(self.num_devices, self.batch_size),
+                                _Ledger())
         every = range(self.num_blocks)
         for d in range(self.num_devices):
             self.net.send(d, Upload(d, round_index, list(every), 1.0, with_optimizer=True, to=EDGE))

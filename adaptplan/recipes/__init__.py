@@ -103,6 +103,11 @@ class Recipe:
         return Recipe(self.key, self.title, self.paper, self.protocol, setting, run, sources, self.partitions,
                       self.methods, self.claims, {})
 
+    @property
+    def target_accuracy(self) -> float:
+        """The accuracy its time-to-target claims are measured to (a fraction; 0.3 where the recipe names none)."""
+        return float(self.run.get("target_accuracy", 0.3))
+
     def method_rounds(self, method: Method) -> int:
         """Rounds of ``method``: the setting's, or for ``rounds = "device-steps"`` (GAS) the global iterations of
         C·E device steps (C = ⌈ρN⌉ active, E = the local rounds) that hold the device steps of the synchronous
@@ -139,7 +144,7 @@ class Recipe:
                     elif self.run.get("cut") is not None:
                         config["cuts"] = (int(self.run["cut"]),)
                     out.append({"group": f"{self.key}/{partition.label}", "label": method.label, "seed": seed,
-                                "target": self.run.get("target_accuracy", 0.3), "config": config})
+                                "target": self.target_accuracy, "config": config})
         return out
 
 
