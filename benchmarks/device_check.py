@@ -2,8 +2,10 @@
 machine runs the CPU half and says what it skipped.
 
 1. Every algorithm runs 3 rounds of a small CNN on the synthetic data on the CPU and on CUDA, with
-   client batching off and on; the script prints the largest difference of the round losses and of
-   all parameters against the CPU per-device run (TF32 off, so only summation order differs).
+   client batching off and on, with every device taking part and (``--participation``, default 0.5, for
+   the algorithms that draw participants) with half of them, so that late devices download the global
+   model; the script prints the largest difference of the round losses and of all parameters against
+   the CPU per-device run (TF32 off, so only summation order differs).
 2. A run checkpointed on CUDA resumes on the CPU (and the other way round) through the CLI.
 
 Usage: python benchmarks/device_check.py [--rounds 3] [--algorithm gapsl,psl]
@@ -20,7 +22,8 @@ from pathlib import Path
 import torch
 
 
-def engines(algorithm: str, device: str, batching: str, rounds: int) -> tuple[list[float], list[torch.Tensor]]:
+def engines(algorithm: str, device: str, batching: str, rounds: int,
+            participation: float = 1.0) -> tuple[list[float], list[torch.Tensor]]:
     from trainers.datasets import load_dataset
     from trainers.engine import DeviceData, SplitEngine
     from trainers.models import cnn
@@ -31,11 +34,13 @@ def engines(algorithm: str, device: str, batching: str, rounds: int) -> tuple[li
     d = load_dataset("synthetic")
     data = DeviceData(d.x_train, d.y_train, d.x_test, d.y_test, partition_indices(d.y_train.numpy(), 4, "iid", 0))
     options = {"gas": {"active": 2, "local_steps": 2}}.get(algorithm, {})
+    if participation < 1:
+        options = {**options, "participation": participation}
     e = SplitEngine(cnn(1, 8, 10, width=4), [3] * 4, make_strategy(algorithm, options), data,
                     {"lr": 0.05, "momentum": 0.9, "weight_decay": 5e-4}, batch_size=16, interval=2, total_rounds=rounds,
                     device=device, client_batching=batching)
     losses = [e.run_round(t).loss for t in range(1, rounds + 1)]
-    e.evaluate(e.averaged_model())
+    e.evaluate(e.global_model())
     params = [p.detach().cpu() for dev in e.devices for p in dev.blocks.parameters()]
     params += [p.detach().cpu() for m in e.edge.instances.values() for p in m.parameters()]
     return losses, params
@@ -45,6 +50,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--algorithm", default="all", help="comma-separated algorithms to check (default all)")
+    parser.add_argument("--participation", type=float, default=0.5,
+                        help="the fraction of devices drawn per round in the second check of the algorithms that "
+                             "draw participants (default 0.5; 1 skips it)")
     args = parser.parse_args()
     from trainers.config import ALGORITHMS
 
@@ -57,15 +65,21 @@ def main() -> None:
     torch.backends.cudnn.allow_tf32 = False
     cuda = torch.cuda.is_available()
     sides = [("cpu", "on")] + ([("cuda", "off"), ("cuda", "on")] if cuda else [])
+    if not 0 < args.participation <= 1:
+        parser.error(f"--participation: a fraction in (0, 1], got {args.participation}")
+    from trainers.config import ALGORITHM_OPTIONS
+
+    drawing = {a for o in ALGORITHM_OPTIONS if o.name == "participation" for a in o.algorithms}
     for algorithm in chosen:
-        ref_losses, ref_params = engines(algorithm, "cpu", "off", args.rounds)
-        cells = []
-        for device, batching in sides:
-            losses, params = engines(algorithm, device, batching, args.rounds)
-            loss_err = max(abs(a - b) for a, b in zip(ref_losses, losses))
-            param_err = max(float((a - b).abs().max()) for a, b in zip(ref_params, params))
-            cells.append(f"{device}/{batching}: loss {loss_err:.1e} params {param_err:.1e}")
-        print(f"{algorithm:<9} vs cpu/off   " + "   ".join(cells), flush=True)
+        for rho in (1.0, args.participation) if algorithm in drawing and args.participation < 1 else (1.0,):
+            ref_losses, ref_params = engines(algorithm, "cpu", "off", args.rounds, rho)
+            cells = []
+            for device, batching in sides:
+                losses, params = engines(algorithm, device, batching, args.rounds, rho)
+                loss_err = max(abs(a - b) for a, b in zip(ref_losses, losses))
+                param_err = max(float((a - b).abs().max()) for a, b in zip(ref_params, params))
+                cells.append(f"{device}/{batching}: loss {loss_err:.1e} params {param_err:.1e}")
+            print(f"{algorithm:<9} ρ={rho:<4g} vs cpu/off   " + "   ".join(cells), flush=True)
     if not cuda:
         print("no CUDA here: the CUDA runs and the CUDA↔CPU resume were skipped")
         return

@@ -21,10 +21,12 @@ def run(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU-only half")
 def test_the_cpu_half_checks_the_algorithms_asked_for() -> None:
-    done = run("--algorithm", "gapsl,psl", "--rounds", "2")
+    done = run("--algorithm", "gapsl,psl,sl", "--rounds", "2")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.strip().splitlines()
-    assert [line.split()[0] for line in lines[:-1]] == ["gapsl", "psl"]
+    # every device, then half of them (SL draws no participants: one line)
+    assert [line.split()[:2] for line in lines[:-1]] == [["gapsl", "ρ=1"], ["gapsl", "ρ=0.5"], ["psl", "ρ=1"],
+                                                         ["psl", "ρ=0.5"], ["sl", "ρ=1"]]
     for line in lines[:-1]:
         loss, params = map(float, re.search(r"cpu/on: loss (\S+) params (\S+)", line).groups())
         assert loss <= 1e-6 and params <= 1e-6
@@ -35,3 +37,9 @@ def test_an_unknown_algorithm_is_refused() -> None:
     done = run("--algorithm", "psl,fedavg")
     assert done.returncode == 2
     assert "--algorithm: unknown fedavg (choose from sl, psl," in done.stderr
+
+
+def test_a_participation_outside_the_unit_interval_is_refused() -> None:
+    done = run("--algorithm", "psl", "--participation", "1.5")
+    assert done.returncode == 2
+    assert "--participation: a fraction in (0, 1], got 1.5" in done.stderr
