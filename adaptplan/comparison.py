@@ -25,10 +25,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping
 
 from adaptplan.errors import InputError
-from trainers.config import OPTION_BY_NAME
-
-PARTICIPATING = OPTION_BY_NAME["participation"].algorithms
-"""The algorithms with a ``--participation`` option."""
+from trainers.algorithms import algorithm as registered
 
 
 @dataclass(frozen=True)
@@ -59,17 +56,17 @@ class Setting:
         out: dict[str, Any] = dict(optimizer=self.optimizer, lr=self.server_lr, client_lr=self.client_lr,
                                    server_lr=self.server_lr, momentum=self.momentum, weight_decay=self.weight_decay,
                                    clip_norm=self.clip_norm, batch_size=self.batch_size, rounds=self.rounds, extra={})
-        if algorithm == "gas":
-            out["extra"]["active"] = max(1, math.ceil(self.participation * devices - 1e-9))
-            if self.local_steps is not None:
-                out["extra"]["local_steps"] = self.local_steps
-            return out
-        if algorithm in PARTICIPATING:
+        entry = registered(algorithm)
+        if entry.active_option is not None:              # it counts its active devices (GAS's C = ⌈ρN⌉)
+            out["extra"][entry.active_option] = max(1, math.ceil(self.participation * devices - 1e-9))
+        elif "participation" in entry.option_names:
             out["extra"]["participation"] = self.participation
         elif self.participation != 1.0:
             raise InputError(f"{algorithm} trains every device (no --participation); this comparison's ρ = "
                              f"{self.participation:g} cannot apply to it", field="participation")
-        if self.local_steps is not None and not planned:
+        if self.local_steps is not None and entry.local_rounds_option is not None:   # its own local rounds (GAS's E)
+            out["extra"][entry.local_rounds_option] = self.local_steps
+        elif self.local_steps is not None and not planned:
             out["interval"] = self.local_steps
         return out
 

@@ -161,3 +161,11 @@ def test_an_injected_cycle_or_upward_import_is_caught(tmp_path):
     (pkg / "a.py").write_text("import trainers.b\n")
     (pkg / "b.py").write_text("def f():\n    from trainers.a import g\n")
     assert violations(import_graph(tmp_path, ("trainers",))) == ["import cycle: trainers.a -> trainers.b"]
+
+
+def test_the_algorithm_registry_is_torch_free_and_reaches_strategies_only_by_name():
+    """trainers/algorithms.py (what the CLI, the configuration and the benches read) imports neither torch nor a
+    strategy: each entry names its strategy as ``module:Class``, imported when a run makes one."""
+    used = imported_modules(ROOT / "trainers" / "algorithms.py")
+    assert not roots(used) & {"torch", "torchvision", "numpy", "fvcore", "profilers", "solvers"}
+    assert {n for n in used if n.startswith("trainers")} == set()

@@ -43,6 +43,7 @@ import torch
 from torch import nn
 
 from adaptplan.errors import InputError
+from trainers.algorithms import REGISTRY
 from trainers.messages import Activation, CutGradient, ModelUpload, NonFiniteError
 from trainers.optim import OptimizerSpec
 from trainers.roles import ServerPass
@@ -341,8 +342,15 @@ class Strategy:
     averages_clients = False    # True: client models are averaged every I rounds (False: never; SL hands one on)
     reset_client_optimizer = False   # a device that loads a global client model restarts its optimizer state
     uses_total_rounds = False   # the schedule reads t/R (ctx.total_rounds): a resumed run must keep --rounds
-    allows_absence = False      # partial participation: a device lost in a real runtime leaves, the run goes on
+    allows_absence = False      # the registry's trait (set from trainers.algorithms for a registered ``name``)
     legacy_period_key: str | None = None   # a key of old checkpoints' strategy state that held the period's participants
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A registered algorithm's traits come from its registry entry (:mod:`trainers.algorithms`), not the class."""
+        super().__init_subclass__(**kwargs)
+        entry = REGISTRY.get(cls.__dict__.get("name", ""))
+        if entry is not None:
+            cls.allows_absence = entry.allows_absence
 
     def __init__(self, participation: float = 1.0) -> None:
         if not (isinstance(participation, (int, float)) and 0 < participation <= 1):

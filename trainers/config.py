@@ -20,6 +20,16 @@ from typing import Any, Mapping
 from adaptplan.errors import InputError
 from adaptplan.fileio import finite_number, int_in_range, number_in_range, positive_int, positive_number
 from adaptplan.limits import MAX_BATCH_SIZE, MAX_CUT_POINTS, MAX_DEVICES, MAX_NOISE_CV, MAX_ROUNDS, MAX_SEED, MAX_STEPS, MAX_THREADS
+from trainers.algorithms import (  # noqa: F401  (the registry's tables, re-exported for the configuration's readers)
+    ALGORITHM_DEFAULTS,
+    ALGORITHM_OPTIONS,
+    ALGORITHMS,
+    OPTION_BY_NAME,
+    AlgorithmOption,
+    TrainingDefaults,
+    algorithm_options,
+    check_choice,
+)
 from trainers.datasets import dataset_names
 from trainers.optimizer_spec import OPTIMIZERS, OptimizerSpec
 
@@ -37,7 +47,6 @@ _INT_LIMITS = {"devices": (MAX_DEVICES, "devices"), "rounds": (MAX_STEPS, "round
                "threads": (MAX_THREADS, "threads")}
 _OPTIONAL_INTS = ("interval", "replan_every", "checkpoint_every", "max_test_samples", "threads")
 
-ALGORITHMS = ("sl", "psl", "sfl-v1", "sfl-v2", "adaptsfl", "gapsl", "scala", "cyclesl", "gas")
 DATASETS = tuple(dataset_names())
 # built-ins; any torchvision name or package.module:factory is valid too
 MODELS = ("cnn", "mlp", "vgg16-cifar", "resnet18-cifar", "resnet34-cifar", "resnet50-cifar")
@@ -89,160 +98,12 @@ POLICIES = ("adaptsfl", "rma+ms", "ma+rms", "rma+rms", "dama+rms", "rma+ams", "s
 REDRAWING_POLICIES = ("rma+ms", "ma+rms", "rma+rms", "dama+rms", "rma+ams")   # re-drawn at every aggregation
 
 
-@dataclass(frozen=True)
-class AlgorithmOption:
-    """An algorithm's hyperparameter: stored in ``TrainConfig.extra[name]``, set by the flag
-    ``--name-with-dashes``, checked by the strategy that takes it (an InputError names the flag).
-    ``choices`` for categorical options; defaults are the specs' (trainers/strategies docstrings)."""
-
-    name: str
-    algorithms: tuple[str, ...]
-    type: type
-    default: Any
-    help: str
-    choices: tuple[str, ...] = ()
-    per_algorithm: tuple[tuple[str, Any], ...] = ()      # (algorithm, its paper's default) where it differs
-
-    @property
-    def flag(self) -> str:
-        return "--" + self.name.replace("_", "-")
-
-    def default_for(self, algorithm: str) -> Any:
-        """The default of ``algorithm`` (its paper's value where ``per_algorithm`` names one)."""
-        return dict(self.per_algorithm).get(algorithm, self.default)
-
-    def describe_default(self) -> str:
-        """The defaults as the help prints them, e.g. ``1.0; scala 0.1, cyclesl 0.05``."""
-        return "; ".join([str(self.default)] + [f"{a} {v}" for a, v in self.per_algorithm])
-
-
-ALGORITHM_OPTIONS: tuple[AlgorithmOption, ...] = (
-    AlgorithmOption("participation", ("psl", "sfl-v1", "sfl-v2", "adaptsfl", "gapsl", "scala", "cyclesl"), float, 1.0,
-                    "fraction ρ of the devices that take part, drawn uniformly without replacement (per round; SCALA: "
-                    "per global iteration of I rounds); 1 = all; SCALA and CycleSL take at least 2 devices "
-                    "(concatenating or pooling one device's activations is plain SFL/PSL)",
-                    per_algorithm=(("scala", 0.1), ("cyclesl", 0.05))),
-    AlgorithmOption("gda", ("gapsl",), str, "detached", "GAPSL's GDA mode (spec A.3.1): detached = the paper's filter, "
-                    "double_backprop = exact eq. 7, gradient_step = first-order surrogate",
-                    ("detached", "double_backprop", "gradient_step")),
-    AlgorithmOption("k_min", ("gapsl",), float, 0.2, "GAPSL's smallest leader fraction K_min (eq. 2), in (0, 1]"),
-    AlgorithmOption("k_max", ("gapsl",), float, 0.8, "GAPSL's largest leader fraction K_max (eq. 2), in [K_min, 1]"),
-    AlgorithmOption("eta_th", ("gapsl",), float, 0.5, "GAPSL's threshold sensitivity η_th of eq. 6 (≥ 0)"),
-    AlgorithmOption("gda_lambda", ("gapsl",), float, 5e-4, "GAPSL's GDA coefficient λ of eq. 7 (≥ 0)"),
-    AlgorithmOption("excluded_update", ("gapsl",), str, "plain", "what devices outside GAPSL's aligned set get: plain "
-                    "(their own cut gradient, §III-A: the server sends all generated gradients) or none (no update, "
-                    "eq. 8 read literally)", ("plain", "none")),
-    AlgorithmOption("server_step", ("gapsl",), str, "mean", "how GAPSL's server step weighs the aligned devices' terms "
-                    "of eq. 8: mean (|D_i|-weighted over the aligned set, PSL's rule, so that one server rate means one "
-                    "step size) or sum (eq. 8 literally)", ("mean", "sum")),
-    AlgorithmOption("leader", ("gapsl",), str, "lgi", "GAPSL's leader gradient: lgi (eqs. 1-3), all (Non-LGI, the "
-                    "paper's Fig. 20 ablation: the mean of every device's) or random (Rand-LGI: a random subset of "
-                    "the same size)", ("lgi", "all", "random")),
-    AlgorithmOption("la_tau", ("scala", "gas"), float, 1.0, "logit-adjustment temperature τ (eqs. 12-13, GAS-9), ≥ 0"),
-    AlgorithmOption("server_prior", ("scala",), str, "batch", "SCALA's server prior P_s: batch = labels of the "
-                    "concatenated batch, round = the participants' label counts", ("batch", "round")),
-    AlgorithmOption("cycle_base", ("cyclesl",), str, "psl", "the algorithm CycleSL wraps: psl (CyclePSL), sfl "
-                    "(CycleSFL: |D_i|-weighted FedAvg broadcast to all devices, CSL-7) or sglr (CycleSGLR: a random "
-                    "half of the participants gets one averaged gradient row, CSL-8)", ("psl", "sfl", "sglr")),
-    AlgorithmOption("server_epochs", ("cyclesl",), int, 1, "CycleSL's server epochs E over the pooled features (CSL-4), ≥ 1"),
-    AlgorithmOption("server_phase", ("cyclesl",), str, "epochs", "CycleSL's server phase: epochs = E reshuffled passes "
-                    "(the authors' code), steps = E single resampled mini-batches (Algorithm 1 literally)",
-                    ("epochs", "steps")),
-    AlgorithmOption("sample_weight", ("cyclesl",), str, "data_size", "CycleSL's server-loss sample weights (CSL-3)",
-                    ("data_size", "uniform")),
-    AlgorithmOption("active", ("gas",), int, 0, "GAS's active devices C (capped at --devices); 0 = half the devices, "
-                    "⌈N/2⌉ (the paper's 10 of 20)"),
-    AlgorithmOption("local_steps", ("gas",), int, 20, "GAS's local iterations E per participation, ≥ 1 (the paper's 20)"),
-    AlgorithmOption("buffer", ("gas",), int, 0, "GAS's activation buffer Q_s in mini-batches (0 = C, the paper's choice)"),
-    AlgorithmOption("generation", ("gas",), str, "on", "GAS's generated activations (off = asynchronous SFL without "
-                    "them, the ablation)", ("on", "off")),
-    AlgorithmOption("covariance", ("gas",), str, "diag", "GAS's per-label Gaussian: diag or full covariance (GAS-5)",
-                    ("diag", "full")),
-)
-OPTION_BY_NAME = {o.name: o for o in ALGORITHM_OPTIONS}
-
-
-@dataclass(frozen=True)
-class TrainingDefaults:
-    """An algorithm's training settings when the run does not give them (docs/algorithms.md "Defaults"): the
-    optimizer of both roles, the learning rates γ (``lr``, also the planner's γ) and per role, SGD momentum,
-    weight decay (L2), gradient-norm clipping (None = off), the aggregation interval I in rounds (None = the
-    plan's for AdaptSFL, 1 for the others) and ``source``, where the values come from."""
-
-    optimizer: str
-    lr: float
-    client_lr: float
-    server_lr: float
-    momentum: float
-    weight_decay: float
-    clip_norm: float | None
-    interval: int | None
-    source: str
-
-
-_PSL_FAMILY: dict[str, Any] = dict(optimizer="sgd", lr=0.01, client_lr=0.005, server_lr=0.01, momentum=0.9, weight_decay=0.0,
-                   clip_norm=None, interval=None)
-_SCALA_CODE: dict[str, Any] = dict(optimizer="sgd", lr=0.01, client_lr=0.01, server_lr=0.01, momentum=0.9, weight_decay=5e-4,
-                   clip_norm=10.0)
-_SPLITFED: dict[str, Any] = dict(**_SCALA_CODE, interval=None,
-                 source="SCALA's paper, its SplitFedV1/SplitFedV2 baselines (§5.1: SGD, learning rate 0.01); its code: "
-                        "momentum 0.9, weight decay 5e-4, clipping at 10; aggregation every round (SplitFed's I = 1)")
-ALGORITHM_DEFAULTS: dict[str, TrainingDefaults] = {
-    "sl": TrainingDefaults(**_PSL_FAMILY, source="GAPSL's paper, its vanilla-SL baseline (VGG-16/CIFAR-10): SGD, "
-                           "momentum 0.9, client 0.005, server 0.01"),
-    "psl": TrainingDefaults(**_PSL_FAMILY, source="GAPSL's paper, its PSL baseline: SGD, momentum 0.9, client 0.005, "
-                            "server 0.01"),
-    "sfl-v1": TrainingDefaults(**_SPLITFED),
-    "sfl-v2": TrainingDefaults(**_SPLITFED),
-    "adaptsfl": TrainingDefaults(optimizer="sgd", lr=0.05, client_lr=0.05, server_lr=0.05, momentum=0.9, weight_decay=0.0,
-                                 clip_norm=None, interval=None,
-                                 source="AdaptSFL's paper: b = 16 (§VII-A); its learning rate is lost from the text, so "
-                                        "SGD 0.05 with momentum 0.9 is the project's tested value, from none of the papers"),
-    "gapsl": TrainingDefaults(**_PSL_FAMILY, source="GAPSL's paper (VGG-16/CIFAR-10): SGD, momentum 0.9, client 0.005, "
-                              "server 0.01; the server steps on the sum over the aligned devices (eq. 8)"),
-    "scala": TrainingDefaults(**_SCALA_CODE, interval=20, source="SCALA's paper: SGD 0.01, I = 20 local iterations, "
-                              "ρ = 0.1; its code: momentum 0.9, weight decay 5e-4, clipping at 10 on both sides"),
-    "cyclesl": TrainingDefaults(optimizer="adam", lr=1e-3, client_lr=1e-3, server_lr=1e-3, momentum=0.0,
-                                weight_decay=0.0, clip_norm=None, interval=None,
-                                source="CycleSL's paper: Adam on both sides with one learning rate, 5% attendance; "
-                                       "1e-3 from its grid {1e-5..1e-1} (spec A.9's CPU-scale value)"),
-    "gas": TrainingDefaults(**_SCALA_CODE, interval=None, source="GAS's paper: lr 0.01, E = 20 local iterations, C = 10 "
-                            "of 20 clients active; its code: SGD momentum 0.9, weight decay 5e-4, clipping at 10"),
-}
-
-
 def as_saved_run_trained(saved: Mapping[str, Any]) -> dict[str, Any]:
     """A configuration saved before some options existed, with them as that run trained: both roles at its
     ``lr`` and its ``optimizer`` (before the per-role options), no local test split (:data:`SAVED_BEFORE`);
     options the configuration holds are kept."""
     return {**{k: saved.get("lr") for k in ("client_lr", "server_lr")},
             **{k: saved.get("optimizer") for k in ("client_optimizer", "server_optimizer")}, **SAVED_BEFORE, **saved}
-
-
-def algorithm_options(algorithm: str, extra: Mapping[str, Any]) -> dict[str, Any]:
-    """The options of ``algorithm``: defaults overridden by ``extra``. An option of another
-    algorithm, or an unknown name, is an InputError naming its flag."""
-    for name in extra:
-        option = OPTION_BY_NAME.get(name)
-        if option is None:
-            raise InputError(f"unknown option {name!r}; valid: {', '.join(OPTION_BY_NAME)}", field="extra")
-        if algorithm not in option.algorithms:
-            raise InputError(f"applies to {', '.join(option.algorithms)}, not --algorithm {algorithm}", field=option.flag)
-    out = {}
-    for option in ALGORITHM_OPTIONS:
-        if algorithm in option.algorithms:
-            value = extra.get(option.name, option.default_for(algorithm))
-            if option.choices:
-                check_choice(value, option.choices, option.flag)
-            out[option.name] = value
-    return out
-
-
-def check_choice(value: str, valid: tuple[str, ...], field_name: str) -> str:
-    """Return ``value`` if it is one of ``valid``; else raise InputError naming the field and listing the valid names."""
-    if value not in valid:
-        raise InputError(f"unknown value {value!r}; valid: {', '.join(valid)}", field=field_name)
-    return value
 
 
 @dataclass

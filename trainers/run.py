@@ -39,6 +39,7 @@ from adaptplan.system import SystemProcess, SystemRanges, SystemSpec, generate_s
 from profilers import build_chain, profile_model
 from profilers.models import check_model_output
 from profilers.profile import StemWarning, stem_note
+from trainers.algorithms import algorithm
 from trainers.checkpoint import file_digest, load_checkpoint, save_checkpoint
 from trainers.clock import SimClock
 from trainers.config import TrainConfig, as_saved_run_trained
@@ -91,6 +92,7 @@ class Trainer:
         assert config.lr is not None, "TrainConfig resolves the learning rate"
         self.config = config
         self.device = resolve_device(config.device, field="device")       # no GPU for --device cuda: before any work
+        self.algorithm = algorithm(config.algorithm)                       # the registry's entry: its traits
         self.strategy = make_strategy(config.algorithm, config.extra)     # its options are checked before any work
         if config.threads:
             torch.set_num_threads(config.threads)
@@ -242,19 +244,20 @@ class Trainer:
         if not self.strategy.averages_clients:
             return "client models never averaged"
         text = f"interval I = {event['interval']}"
-        if event["source"] == "cuts" and self.config.interval is None and self.config.algorithm == "adaptsfl":
+        if event["source"] == "cuts" and self.config.interval is None and self.algorithm.planned_interval:
             text += " (--cuts without --interval: give --interval I, or leave out --cuts for the planner's I)"
         return text
 
     def _planned_interval(self, interval: int) -> int:
-        """The planner's I is AdaptSFL's decision; SplitFed (and the others) aggregate every round (I = 1)
-        unless ``--interval`` says otherwise — only the cuts are taken from the plan. A ``--policy``
-        decides the interval for every algorithm."""
-        return interval if self.config.algorithm == "adaptsfl" or self.config.policy is not None else 1
+        """The planner's I is the decision of an algorithm that takes it (AdaptSFL, the registry's
+        ``planned_interval``); SplitFed and the others aggregate every round (I = 1) unless ``--interval`` says
+        otherwise — only the cuts are taken from the plan. A ``--policy`` decides the interval for every algorithm."""
+        return interval if self.algorithm.planned_interval or self.config.policy is not None else 1
 
     def _one_client_model(self, cuts: list[int]) -> list[int]:
-        """Vanilla SL hands one client model from device to device: all devices at the deepest planned cut."""
-        return [max(cuts)] * len(cuts) if self.config.algorithm == "sl" else list(cuts)
+        """An algorithm of one client model (vanilla SL) hands it from device to device: all devices at the
+        deepest planned cut."""
+        return [max(cuts)] * len(cuts) if self.algorithm.one_client_model else list(cuts)
 
     # ---- checkpoint ---------------------------------------------------------------------------------------
     def state_dict(self, round_index: int, wall: float) -> dict[str, Any]:

@@ -46,7 +46,6 @@ from trainers.api import (
 class CycleSL(Strategy):
     name = "cyclesl"
     min_participants = 2    # spec A.4.4: with one client the pool is its own batch and CycleSL degenerates
-    allows_absence = True            # partial participation by design: a lost device leaves, the others go on
 
     def __init__(self, participation: float = 0.05, cycle_base: str = "psl", server_epochs: int = 1,
                  server_phase: str = "epochs", sample_weight: str = "data_size") -> None:

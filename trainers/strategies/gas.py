@@ -118,7 +118,6 @@ class GAS(AsyncStrategy):
     name = "gas"
 
     reset_client_optimizer = True    # a joining device starts from w_c^glob with fresh optimizer state
-    allows_absence = True            # partial participation by design: a lost device leaves, the others go on
 
     def __init__(self, active: int = 0, local_steps: int = 20, buffer: int = 0, generation: str = "on",
                  covariance: str = "diag", la_tau: float = 1.0) -> None:

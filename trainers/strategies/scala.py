@@ -47,7 +47,6 @@ class SCALA(Strategy):
     averages_clients = True
     min_participants = 2             # concatenating one device's activations is SplitFed (docs/algorithms.md)
     reset_client_optimizer = True    # a global iteration's participants start from the global model, fresh state
-    allows_absence = True            # partial participation by design: a lost device leaves, the others go on
 
     legacy_period_key = "current"    # checkpoints before the runtime kept the period held its participants here
 

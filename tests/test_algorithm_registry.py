@@ -1,0 +1,93 @@
+"""The algorithm registry (trainers/algorithms.py): every table the CLI, the configuration and the runs read is
+derived from it, so that an algorithm is one strategy file and one entry."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from adaptplan.comparison import Setting
+from adaptplan.errors import InputError
+from trainers import algorithms
+from trainers.algorithms import REGISTRY, Algorithm, Option, TrainingDefaults
+
+DEFAULTS = TrainingDefaults("sgd", 0.1, 0.1, 0.1, 0.0, 0.0, None, None, "a test")
+
+
+def test_the_strategy_table_and_each_strategys_name_follow_the_registry() -> None:
+    from trainers.strategies import STRATEGIES, make_strategy
+
+    assert tuple(STRATEGIES) == algorithms.ALGORITHMS == tuple(REGISTRY)
+    for name, entry in REGISTRY.items():
+        cls = entry.strategy_class()
+        assert STRATEGIES[name] is cls and cls.name == name
+        assert cls.allows_absence is entry.allows_absence          # the trait comes from the entry
+        assert type(make_strategy(name)) is cls
+
+
+def test_traits_of_the_papers() -> None:
+    assert [n for n, a in REGISTRY.items() if a.one_client_model] == ["sl"]
+    assert [n for n, a in REGISTRY.items() if a.planned_interval] == ["adaptsfl"]
+    assert sorted(n for n, a in REGISTRY.items() if a.allows_absence) == ["cyclesl", "gas", "scala"]
+    assert [n for n, a in REGISTRY.items() if a.protocol == "local"] == ["cyclesl"]
+
+
+def test_the_flag_table_has_one_row_per_option_name_with_each_algorithms_default() -> None:
+    rows = {o.name: o for o in algorithms.ALGORITHM_OPTIONS}
+    assert len(rows) == len(algorithms.ALGORITHM_OPTIONS)
+    p = rows["participation"]
+    assert p.algorithms == ("psl", "sfl-v1", "sfl-v2", "adaptsfl", "gapsl", "scala", "cyclesl")
+    assert p.default == 1.0 and dict(p.per_algorithm) == {"scala": 0.1, "cyclesl": 0.05}
+    assert p.default_for("cyclesl") == 0.05 and p.default_for("psl") == 1.0
+    assert p.describe_default() == "1.0; scala 0.1; cyclesl 0.05"
+    assert rows["la_tau"].algorithms == ("scala", "gas") and rows["la_tau"].per_algorithm == ()
+    for entry in REGISTRY.values():               # every option of every entry is in the table, under its flag
+        for option in entry.options:
+            assert entry.name in rows[option.name].algorithms
+            assert rows[option.name].flag == "--" + option.name.replace("_", "-")
+
+
+def test_algorithm_options_fill_defaults_and_name_the_flag_of_a_foreign_or_unknown_option() -> None:
+    assert algorithms.algorithm_options("scala", {}) == {"participation": 0.1, "la_tau": 1.0, "server_prior": "batch"}
+    assert algorithms.algorithm_options("sl", {}) == {}
+    assert algorithms.algorithm_options("gas", {"active": 3})["active"] == 3
+    with pytest.raises(InputError) as err:
+        algorithms.algorithm_options("psl", {"la_tau": 2.0})
+    assert err.value.field == "--la-tau" and "applies to scala, gas, not --algorithm psl" in err.value.message
+    with pytest.raises(InputError) as err:
+        algorithms.algorithm_options("psl", {"nope": 1})
+    assert err.value.field == "extra"
+    with pytest.raises(InputError) as err:
+        algorithms.algorithm_options("scala", {"server_prior": "epoch"})
+    assert err.value.field == "--server-prior" and "valid: batch, round" in err.value.message
+    with pytest.raises(InputError) as err:
+        algorithms.algorithm("fedavg")
+    assert err.value.field == "algorithm" and "valid: sl, psl," in err.value.message
+
+
+def test_a_new_entry_reaches_the_flag_table_and_the_comparison_setting(monkeypatch) -> None:
+    """What one registry entry gives an algorithm: its flags (a shared option keeps one row), its defaults, and
+    the comparison's mapping of ρ and the local rounds onto its own options."""
+    extra = Option("cohort", int, 2, "a test option", unit="devices")
+    entry = Algorithm("toy", "trainers.strategies.psl:PSL", "a test entry", DEFAULTS,
+                      (algorithms.PARTICIPATION.with_default(0.5), extra), active_option="cohort",
+                      local_rounds_option=None)
+    registry = {**REGISTRY, "toy": entry}
+    monkeypatch.setattr(algorithms, "REGISTRY", registry)
+    monkeypatch.setattr(algorithms, "ALGORITHMS", tuple(registry))
+    table = {o.name: o for o in algorithms._flag_table()}
+    assert table["participation"].algorithms[-1] == "toy" and table["participation"].default_for("toy") == 0.5
+    assert table["cohort"].algorithms == ("toy",) and table["cohort"].unit == "devices"
+    setting = Setting("sgd", 0.1, 0.1, 0.0, 0.0, 0.0, 16, 0.3, 4, 10)
+    fields = setting.fields("toy", 10)
+    assert fields["extra"] == {"cohort": 3} and fields["interval"] == 4      # ⌈0.3·10⌉ devices; I = 4
+
+
+def test_the_registry_loads_without_torch() -> None:
+    code = ("import sys; import trainers.algorithms as a; import trainers.config; "
+            "assert 'torch' not in sys.modules, 'torch imported'; print(len(a.REGISTRY))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(len(REGISTRY))
