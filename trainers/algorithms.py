@@ -264,11 +264,11 @@ def algorithm_options(name: str, extra: Mapping[str, Any]) -> dict[str, Any]:
     """The options of algorithm ``name``: its defaults overridden by ``extra``. An option of another
     algorithm, or an unknown name, is an InputError naming its flag."""
     for key in extra:
-        option = OPTION_BY_NAME.get(key)
-        if option is None:
+        row = OPTION_BY_NAME.get(key)
+        if row is None:
             raise InputError(f"unknown option {key!r}; valid: {', '.join(OPTION_BY_NAME)}", field="extra")
-        if name not in option.algorithms:
-            raise InputError(f"applies to {', '.join(option.algorithms)}, not --algorithm {name}", field=option.flag)
+        if name not in row.algorithms:
+            raise InputError(f"applies to {', '.join(row.algorithms)}, not --algorithm {name}", field=row.flag)
     out = {}
     for option in algorithm(name).options:
         value = extra.get(option.name, option.default)
