@@ -31,17 +31,17 @@ def test_traits_of_the_papers() -> None:
     assert [n for n, a in REGISTRY.items() if a.one_client_model] == ["sl"]
     assert [n for n, a in REGISTRY.items() if a.planned_interval] == ["adaptsfl"]
     assert sorted(n for n, a in REGISTRY.items() if a.allows_absence) == ["cyclesl", "gas", "scala"]
-    assert [n for n, a in REGISTRY.items() if a.protocol == "local"] == ["cyclesl"]
+    assert [n for n, a in REGISTRY.items() if a.protocol == "local"] == ["cyclesl", "sglr"]   # CycleSL §4.1
 
 
 def test_the_flag_table_has_one_row_per_option_name_with_each_algorithms_default() -> None:
     rows = {o.name: o for o in algorithms.ALGORITHM_OPTIONS}
     assert len(rows) == len(algorithms.ALGORITHM_OPTIONS)
     p = rows["participation"]
-    assert p.algorithms == ("psl", "sfl-v1", "sfl-v2", "adaptsfl", "gapsl", "scala", "cyclesl")
-    assert p.default == 1.0 and dict(p.per_algorithm) == {"scala": 0.1, "cyclesl": 0.05}
+    assert p.algorithms == ("psl", "sfl-v1", "sfl-v2", "adaptsfl", "gapsl", "scala", "cyclesl", "sglr")
+    assert p.default == 1.0 and dict(p.per_algorithm) == {"scala": 0.1, "cyclesl": 0.05, "sglr": 0.05}
     assert p.default_for("cyclesl") == 0.05 and p.default_for("psl") == 1.0
-    assert p.describe_default() == "1.0; scala 0.1; cyclesl 0.05"
+    assert p.describe_default() == "1.0; scala 0.1; cyclesl 0.05; sglr 0.05"
     assert rows["la_tau"].algorithms == ("scala", "gas") and rows["la_tau"].per_algorithm == ()
     for entry in REGISTRY.values():               # every option of every entry is in the table, under its flag
         for option in entry.options:

@@ -122,11 +122,13 @@ def test_each_algorithm_trains_with_its_papers_settings_unless_told() -> None:
         assert (c.client_lr, c.server_lr, c.momentum) == (0.005, 0.01, 0.9)
     gas = TrainConfig(**base, algorithm="gas")
     assert (gas.client_lr, gas.server_lr, gas.momentum, gas.weight_decay, gas.clip_norm) == (0.01, 0.01, 0.9, 5e-4, 10.0)
+    sglr = TrainConfig(**base, algorithm="sglr")              # CycleSL's SGLR baseline: its one Adam rate
+    assert (sglr.client_optimizer, sglr.server_optimizer, sglr.client_lr, sglr.server_lr) == ("adam", "adam", 1e-3, 1e-3)
     assert set(ALGORITHM_DEFAULTS) == set(ALGORITHMS_ALL)
     assert all(d.source for d in ALGORITHM_DEFAULTS.values())
 
 
-ALGORITHMS_ALL = ("sl", "psl", "sfl-v1", "sfl-v2", "adaptsfl", "gapsl", "scala", "cyclesl", "gas")
+ALGORITHMS_ALL = ("sl", "psl", "sfl-v1", "sfl-v2", "adaptsfl", "gapsl", "scala", "cyclesl", "gas", "sglr")
 
 
 def test_lr_sets_both_roles_and_each_role_its_own() -> None:

@@ -161,6 +161,12 @@ CYCLESL_OPTIONS = (
            "steps = E single resampled mini-batches (Algorithm 1 literally)", ("epochs", "steps")),
     Option("sample_weight", str, "data_size", "CycleSL's server-loss sample weights (CSL-3)", ("data_size", "uniform")),
 )
+SGLR_OPTIONS = (
+    PARTICIPATION.with_default(0.05),
+    Option("averaged_fraction", float, 0.5, "the share φ of SGLR's participants that receive the one averaged "
+           "cut-gradient row (CSL-8): 0.5 as in CycleSL's SGLR baseline, 1 = every participant (SGLR's broadcast)",
+           unit="fraction of the participants"),
+)
 GAS_OPTIONS = (
     LA_TAU,
     Option("active", int, 0, "GAS's active devices C (capped at --devices); 0 = half the devices, ⌈N/2⌉ (the "
@@ -226,6 +232,13 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
                                                        "clients active; its code: SGD momentum 0.9, weight decay 5e-4, "
                                                        "clipping at 10"),
               GAS_OPTIONS, allows_absence=True, active_option="active", local_rounds_option="local_steps"),
+    Algorithm("sglr", "trainers.strategies.sglr:SGLR", "SGLR: PSL whose server returns one averaged cut-layer "
+              "gradient to a share of the participants", TrainingDefaults(
+                  optimizer="adam", lr=1e-3, client_lr=1e-3, server_lr=1e-3, momentum=0.0, weight_decay=0.0,
+                  clip_norm=None, interval=None,
+                  source="CycleSL's paper, its SGLR baseline: Adam with one rate for clients and server (its set-up and "
+                         "Table 10), 5% attendance; SGLR's own rate per side is --client-lr/--server-lr"),
+              SGLR_OPTIONS, protocol="local"),
 )}
 
 ALGORITHMS: tuple[str, ...] = tuple(REGISTRY)

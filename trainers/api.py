@@ -249,6 +249,22 @@ def skip(arrival: Activation) -> CutGradient:
     return CutGradient(arrival.device, arrival.round, arrival.step, None)
 
 
+def common_gradient_rows(ctx: RoundContext, arrivals: Sequence[Activation], grads: dict[int, torch.Tensor],
+                         fraction: float = 0.5) -> dict[int, torch.Tensor]:
+    """SGLR's server-side local gradient averaging (CSL-8): a random ⌊φ·n_t⌋ of the ``arrivals`` (the first in a
+    uniformly random order from ``ctx.rng``; φ = ``fraction``, CycleSL's code: half) each receive, in every row,
+    the one averaged row ḡ = Σ_{i∈A_t} |𝒟_i| Σ_j G_i[j] / Σ_{i∈A_t} |𝒟_i|·b_i of their cut gradients G_i (whose
+    rows already hold the 1/b_i of a mean loss); the others keep their own G_i."""
+    order = ctx.rng.permutation(len(arrivals))
+    active = [arrivals[int(k)] for k in order[:int(fraction * len(arrivals))]]
+    if not active:
+        return grads
+    sizes = {a.device: float(ctx.data_sizes[a.device]) for a in active}
+    total = sum(sizes[a.device] * a.batch_size for a in active)
+    row = cast(torch.Tensor, sum(sizes[a.device] * grads[a.device].sum(0) for a in active)) / total
+    return {**grads, **{a.device: row.expand_as(grads[a.device]).clone() for a in active}}
+
+
 def mean_ce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """F_i: mean cross-entropy over the mini-batch (docs/model.md §1)."""
     return nn.functional.cross_entropy(logits, labels)

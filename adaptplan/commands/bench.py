@@ -22,7 +22,7 @@ MAX_BENCH_ROUNDS = 10_000   # measured rounds / repeats of `bench engine`
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("bench", help="benchmarks: solvers (latency vs baselines and exact, solve time), engine "
-                            "(samples/s), algorithms (the nine side by side), training (planning policies in the loop) "
+                            "(samples/s), algorithms (every registered algorithm side by side), training (planning policies in the loop) "
                             "and papers (each paper's claim at this scale)")
     which = parser.add_subparsers(dest="bench", metavar="BENCH")
     which.required = True
@@ -65,7 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     engine.set_defaults(func=run_engine)
     algos = which.add_parser("algorithms", help="every split algorithm on one data set and plan, IID and non-IID: "
                              "accuracy at equal rounds and equal simulated time, time to a target")
-    algos.add_argument("--algorithms", default=",".join(ALGORITHMS), help="comma-separated (default: all nine)")
+    algos.add_argument("--algorithms", default=",".join(ALGORITHMS), help="comma-separated (default: every registered algorithm)")
     algos.add_argument("--partitions", default="iid,dirichlet-0.1,shards-2",
                        help="comma-separated: iid, dirichlet-0.1 (Dirichlet α = 0.1), shards-2 (2 label shards per device)")
     _training_options(algos, rounds=100, target=0.3)

@@ -54,8 +54,7 @@ def _cuts(text: str) -> tuple[int, ...]:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("train", help="run split training (SL, PSL, SplitFed V1/V2, AdaptSFL, GAPSL, SCALA, CycleSL, GAS) "
-                                     "on a simulated clock",
+    p = sub.add_parser("train", help=f"run split training ({', '.join(ALGORITHMS)}) on a simulated clock",
                        description="Run split training. One round = every device processes one mini-batch. "
                                    "Simulated seconds come from the latency model (eqs. 16-26); wall seconds are "
                                    "reported separately.")

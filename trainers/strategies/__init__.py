@@ -23,7 +23,7 @@ STRATEGIES: dict[str, type[Strategy]] = {name: entry.strategy_class() for name, 
 def make_strategy(name: str, options: Mapping[str, Any] | None = None) -> Strategy:
     """A fresh strategy for algorithm ``name`` with its options (the registry's; defaults where not given).
     InputError naming the flag for a bad or foreign option."""
-    return algorithm(name).strategy_class()(**algorithm_options(name, options or {}))
+    return STRATEGIES[algorithm(name).name](**algorithm_options(name, options or {}))
 
 
 __all__ = ["Strategy", "SL", "PSL", "SFLV1", "SFLV2", "AdaptSFL", "GAPSL", "SCALA", "CycleSL", "GAS", "STRATEGIES",

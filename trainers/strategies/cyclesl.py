@@ -38,6 +38,7 @@ from trainers.api import (
     ServerPasses,
     Strategy,
     answer,
+    common_gradient_rows,
     every_interval,
     mean_ce,
 )
@@ -98,21 +99,8 @@ class CycleSL(Strategy):
             ctx.record_loss(d, loss)
         grads = p.cut_gradients(cast(torch.Tensor, sum(losses.values())))                     # CSL-5
         if self.base == "sglr":
-            grads = self.shared_rows(ctx, arrivals, grads)                                     # CSL-8
+            grads = common_gradient_rows(ctx, arrivals, grads)                                 # CSL-8
         return [answer(a, grads[a.device]) for a in arrivals]
-
-    def shared_rows(self, ctx, arrivals, grads: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
-        """CSL-8 (SGLR's server-side local gradient averaging): a random ⌊n_t/2⌋ of the participants (the first
-        half of S_t in a uniformly random order, from the run's generator) each receive, in every row, the one
-        averaged row ḡ = Σ_{i∈A_t} |𝒟_i| Σ_j G_i[j] / Σ_{i∈A_t} |𝒟_i|·b_i; the others keep their own G_i."""
-        order = ctx.rng.permutation(len(arrivals))
-        active = [arrivals[int(k)] for k in order[:len(arrivals) // 2]]
-        if not active:
-            return grads
-        sizes = {a.device: float(ctx.data_sizes[a.device]) for a in active}
-        total = sum(sizes[a.device] * a.batch_size for a in active)
-        row = sum(sizes[a.device] * grads[a.device].sum(0) for a in active) / total
-        return {**grads, **{a.device: row.expand_as(grads[a.device]).clone() for a in active}}
 
     def aggregation(self, ctx: RoundContext) -> Aggregation | None:
         if self.base == "sfl":
