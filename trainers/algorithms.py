@@ -184,6 +184,8 @@ _PSL_FAMILY: dict[str, Any] = dict(optimizer="sgd", lr=0.01, client_lr=0.005, se
                                    weight_decay=0.0, clip_norm=None, interval=None)
 _SCALA_CODE: dict[str, Any] = dict(optimizer="sgd", lr=0.01, client_lr=0.01, server_lr=0.01, momentum=0.9,
                                    weight_decay=5e-4, clip_norm=10.0)
+_CYCLESL_ADAM: dict[str, Any] = dict(optimizer="adam", lr=1e-3, client_lr=1e-3, server_lr=1e-3, momentum=0.0,
+                                     weight_decay=0.0, clip_norm=None, interval=None)
 _SPLITFED = TrainingDefaults(**_SCALA_CODE, interval=None, source="SCALA's paper, its SplitFedV1/SplitFedV2 baselines "
                              "(§5.1: SGD, learning rate 0.01); its code: momentum 0.9, weight decay 5e-4, clipping at "
                              "10; aggregation every round (SplitFed's I = 1)")
@@ -221,9 +223,7 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
               SCALA_OPTIONS, allows_absence=True),
     Algorithm("cyclesl", "trainers.strategies.cyclesl:CycleSL", "CycleSL: the server trains on the pooled features, "
               "then returns the clients' gradients", TrainingDefaults(
-                  optimizer="adam", lr=1e-3, client_lr=1e-3, server_lr=1e-3, momentum=0.0, weight_decay=0.0,
-                  clip_norm=None, interval=None,
-                  source="CycleSL's paper: Adam on both sides with one learning rate, 5% attendance; 1e-3 from its grid "
+                  **_CYCLESL_ADAM, source="CycleSL's paper: Adam on both sides with one learning rate, 5% attendance; 1e-3 from its grid "
                          "{1e-5..1e-1} (spec A.9's CPU-scale value)"),
               CYCLESL_OPTIONS, allows_absence=True, protocol="local"),
     Algorithm("gas", "trainers.strategies.gas:GAS", "GAS: asynchronous SFL with generated activations for the "
@@ -234,9 +234,7 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
               GAS_OPTIONS, allows_absence=True, active_option="active", local_rounds_option="local_steps"),
     Algorithm("sglr", "trainers.strategies.sglr:SGLR", "SGLR: PSL whose server returns one averaged cut-layer "
               "gradient to a share of the participants", TrainingDefaults(
-                  optimizer="adam", lr=1e-3, client_lr=1e-3, server_lr=1e-3, momentum=0.0, weight_decay=0.0,
-                  clip_norm=None, interval=None,
-                  source="CycleSL's paper, its SGLR baseline: Adam with one rate for clients and server (its set-up and "
+                  **_CYCLESL_ADAM, source="CycleSL's paper, its SGLR baseline: Adam with one rate for clients and server (its set-up and "
                          "Table 10), 5% attendance; SGLR's own rate per side is --client-lr/--server-lr"),
               SGLR_OPTIONS, protocol="local"),
 )}
