@@ -5,8 +5,9 @@ fields' agreement with each other — the configuration equals the one its histo
 holds exactly rounds 1..round, the input-file digests cover exactly the files the configuration names,
 one partition per device — so an edited or mismatched checkpoint is refused with one message naming the
 file, the field and the cause (:class:`~adaptplan.errors.InputError`, exit code 2), never carried into the
-run or met later as an internal error. The engine's own state is checked when it is loaded
-(:meth:`trainers.engine.SplitEngine.load_state_dict`, errors turned into the same kind of message).
+run or met later as an internal error. The engine's own state is checked against the engine it is loaded into
+(:func:`check_engine_state`, called by :meth:`trainers.engine.SplitEngine.load_state_dict`; its ValueError is
+turned into the same kind of message).
 """
 
 from __future__ import annotations
@@ -132,3 +133,51 @@ def _is_int(value: Any) -> bool:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+ENGINE_KEYS = {"cuts", "interval", "rounds_since_aggregation", "devices", "edge", "fed", "rng", "strategy", "async"}
+ENGINE_OPTIONAL = {"absent", "period", "stale"}       # absent from checkpoints written before them
+
+
+def _device_list(value: Any, num_devices: int) -> bool:
+    """Whether ``value`` is a list of distinct device indices 0..num_devices−1 (a checkpoint's device lists)."""
+    return (isinstance(value, list) and all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < num_devices
+                                            for d in value) and len(set(value)) == len(value))
+
+
+def check_engine_state(state: Any, num_devices: int, strategy: Any) -> dict[str, Any]:
+    """The engine part of a checkpoint, checked against an engine of ``num_devices`` devices running ``strategy``
+    (its ``legacy_period_key``, ``allows_absence``, ``asynchronous`` and ``state_dict`` keys), with the lists older
+    checkpoints lack filled in (``period`` None, ``stale`` and ``absent`` empty) and an old strategy state's period
+    moved to ``period``. ValueError naming the part that does not fit."""
+    if not isinstance(state, dict) or not ENGINE_KEYS <= set(state) <= ENGINE_KEYS | ENGINE_OPTIONAL:
+        raise ValueError(f"engine state must hold exactly {sorted(ENGINE_KEYS)} (and the absent, period and stale "
+                         "devices)")
+    legacy = strategy.legacy_period_key
+    if legacy is not None and isinstance(state.get("strategy"), dict) and legacy in state["strategy"]:
+        state = {**state, "strategy": {k: v for k, v in state["strategy"].items() if k != legacy},
+                 "period": state.get("period", state["strategy"][legacy] or None)}
+    period, stale = state.get("period"), state.get("stale", [])
+    if period is not None and not (period and _device_list(period, num_devices)):
+        raise ValueError(f"engine period must list one or more distinct devices of 0..{num_devices - 1} or be null, "
+                         f"got {str(period)[:80]}")
+    if not _device_list(stale, num_devices):
+        raise ValueError(f"engine stale must list distinct devices of 0..{num_devices - 1}, got {str(stale)[:80]}")
+    absent = state.get("absent", [])
+    if not _device_list(absent, num_devices) or (absent and not strategy.allows_absence):
+        raise ValueError(f"engine absent must list distinct devices of 0..{num_devices - 1} of an algorithm "
+                         f"that allows absence, got {str(absent)[:80]}")
+    for name in ("interval", "rounds_since_aggregation"):
+        value = state[name]
+        if not isinstance(value, int) or isinstance(value, bool) or value < (1 if name == "interval" else 0):
+            raise ValueError(f"engine {name} must be an integer ≥ {1 if name == 'interval' else 0}, got {value!r}")
+    if (not isinstance(state["devices"], list) or len(state["devices"]) != num_devices
+            or any((s is None) != (d in absent) for d, s in enumerate(state["devices"]))):
+        raise ValueError(f"engine devices must hold the state of each of the {num_devices} devices "
+                         "(None for exactly the absent ones)")
+    for name, mine in (("fed", {"global_blocks"}), ("strategy", set(strategy.state_dict()))):
+        if not isinstance(state[name], dict) or set(state[name]) != mine:
+            raise ValueError(f"engine {name} state must hold exactly {sorted(mine)}")
+    if state["async"] is not None and (not strategy.asynchronous or not isinstance(state["async"], dict)):
+        raise ValueError("engine async state belongs to an asynchronous algorithm's loop only")
+    return {**state, "period": period, "stale": stale, "absent": absent}

@@ -33,6 +33,7 @@ from torch import nn
 
 from adaptplan.plan import check_cut_vector
 from trainers.batching import CLIENT_BATCHING, ClientBatcher, use_batching
+from trainers.checkpoint_schema import check_engine_state
 from trainers.clock import STAGES, StageTimes
 from trainers.config import CLIENT_RECOMPUTE, RECOMPUTE_SAMPLES, check_choice, pass_samples
 from trainers.hosts import DeviceHost, FedHost, device_finite_items
@@ -107,12 +108,6 @@ def local_network(engine: "SplitEngine", optimizer: OptimizerSpec, seed: int) ->
     devices = {i: Device(i, engine.template, engine.cuts[i], data.x_train, data.y_train, p, engine.batch_size, [seed, i],
                          optimizer) for i, p in enumerate(data.parts)}
     return LocalNetwork(DeviceHost(devices, engine.batcher), FedHost())
-
-
-def _device_list(value: Any, num_devices: int) -> bool:
-    """Whether ``value`` is a list of distinct device indices 0..num_devices−1 (a checkpoint's device lists)."""
-    return (isinstance(value, list) and all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < num_devices
-                                            for d in value) and len(set(value)) == len(value))
 
 
 def check_device_finite(device: Device, round_index: int) -> None:
@@ -1088,39 +1083,11 @@ class SplitEngine:
         return {FED if reply.device is None else reply.device: reply.state for reply in replies}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from :meth:`state_dict`'s output; ValueError naming the part that does not fit this engine
-        (the run turns it into one message about the checkpoint)."""
-        expected = {"cuts", "interval", "rounds_since_aggregation", "devices", "edge", "fed", "rng", "strategy", "async"}
-        if not isinstance(state, dict) or not expected <= set(state) <= expected | {"absent", "period", "stale"}:
-            raise ValueError(f"engine state must hold exactly {sorted(expected)} (and the absent, period and stale "
-                             "devices)")
-        legacy = self.strategy.legacy_period_key
-        if legacy is not None and isinstance(state.get("strategy"), dict) and legacy in state["strategy"]:
-            state = {**state, "strategy": {k: v for k, v in state["strategy"].items() if k != legacy},
-                     "period": state.get("period", state["strategy"][legacy] or None)}
-        period, stale = state.get("period"), state.get("stale", [])     # absent from checkpoints before them
-        if period is not None and not (period and _device_list(period, self.num_devices)):
-            raise ValueError(f"engine period must list one or more distinct devices of 0..{self.num_devices - 1} or be null, "
-                             f"got {str(period)[:80]}")
-        if not _device_list(stale, self.num_devices):
-            raise ValueError(f"engine stale must list distinct devices of 0..{self.num_devices - 1}, got {str(stale)[:80]}")
-        absent = state.get("absent", [])
-        if not _device_list(absent, self.num_devices) or (absent and not self.strategy.allows_absence):
-            raise ValueError(f"engine absent must list distinct devices of 0..{self.num_devices - 1} of an algorithm "
-                             f"that allows absence, got {str(absent)[:80]}")
-        for name in ("interval", "rounds_since_aggregation"):
-            value = state[name]
-            if not isinstance(value, int) or isinstance(value, bool) or value < (1 if name == "interval" else 0):
-                raise ValueError(f"engine {name} must be an integer ≥ {1 if name == 'interval' else 0}, got {value!r}")
-        if (not isinstance(state["devices"], list) or len(state["devices"]) != self.num_devices
-                or any((s is None) != (d in absent) for d, s in enumerate(state["devices"]))):
-            raise ValueError(f"engine devices must hold the state of each of the {self.num_devices} devices "
-                             "(None for exactly the absent ones)")
-        for name, mine in (("fed", {"global_blocks"}), ("strategy", set(self.strategy.state_dict()))):
-            if not isinstance(state[name], dict) or set(state[name]) != mine:
-                raise ValueError(f"engine {name} state must hold exactly {sorted(mine)}")
-        if state["async"] is not None and (not self.strategy.asynchronous or not isinstance(state["async"], dict)):
-            raise ValueError("engine async state belongs to an asynchronous algorithm's loop only")
+        """Continue from :meth:`state_dict`'s output, checked by :func:`trainers.checkpoint_schema.check_engine_state`
+        (a ValueError naming the part that does not fit this engine; the run turns it into one message about the
+        checkpoint)."""
+        state = check_engine_state(state, self.num_devices, self.strategy)
+        period, stale, absent = state["period"], state["stale"], state["absent"]
         self.cuts = self._check_cuts(state["cuts"])
         self.interval = int(state["interval"])
         self.rounds_since_aggregation = int(state["rounds_since_aggregation"])
