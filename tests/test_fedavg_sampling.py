@@ -177,3 +177,23 @@ def test_an_old_scala_checkpoint_keeps_its_global_iterations_participants() -> N
     again.load_state_dict(old)
     assert again.period == straight.period
     assert again.run_round(2).participants == straight.run_round(2).participants == state["period"]
+
+
+def test_a_repartition_brings_the_stale_devices_up_to_date_before_moving_layers() -> None:
+    """AdaptSFL re-plans at aggregation rounds; devices that sat out still hold an old model. The re-partition
+    first loads the global client blocks into them (as their next round would), so that every device's model
+    after the move is the global model cut anew, and the stale set is empty."""
+    data = make_data(N)
+    engine = SplitEngine(small_model(), [4] * N, make_strategy("adaptsfl", {"participation": RHO}), data, {"lr": LR},
+                         batch_size=B, seed=0, interval=1)
+    engine.run_round(1)
+    stale = set(engine.stale)
+    assert stale and len(stale) == N - math.ceil(RHO * N)
+    global_blocks = flat(*list(engine.global_model())[:4])
+    for i in stale:                       # they still hold w⁰, not the average
+        assert not flat(*[engine.block(i, j) for j in range(4)]).equal(global_blocks), i
+    engine.set_cuts([2, 4, 6, 4], round_index=1)
+    assert engine.stale == set()
+    for i in range(N):                    # every device's first four blocks are the global model's, wherever they sit
+        assert torch.allclose(flat(*[engine.block(i, j) for j in range(4)]), global_blocks, atol=1e-7, rtol=0), i
+    assert engine.cuts == [2, 4, 6, 4]
