@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from adaptplan.errors import InputError
 
@@ -82,9 +83,11 @@ def run_one(job: dict[str, Any]) -> RunResult:
 
 
 def run_jobs(jobs: Sequence[dict[str, Any]], workers: int | None = None, desc: str = "runs",
-             progress: bool = True
-             ) -> list[RunResult]:
-    """Run every job (``{"group", "label", "target", "config"}``), in ``workers`` processes (default: all cores)."""
+             progress: bool = True, work: Callable[[dict[str, Any]], Any] | None = None) -> list[RunResult]:
+    """Run every job (``{"group", "label", "target", "config"}``) through ``work`` (default :func:`run_one`), in
+    ``workers`` processes (default: all cores). Stopped (Ctrl-C, SIGTERM) or failed, it ends its worker
+    processes before it returns: none is left training for a benchmark that is gone."""
+    work = work or run_one
     workers = workers or max(1, os.cpu_count() or 1)
     results: list[RunResult] = []
     bar = None
@@ -93,23 +96,50 @@ def run_jobs(jobs: Sequence[dict[str, Any]], workers: int | None = None, desc: s
         bar = tqdm(total=len(jobs), unit="run", desc=desc, dynamic_ncols=True)
     try:
         if workers == 1:
-            outputs = map(run_one, jobs)
-            for result in outputs:
+            for result in map(work, jobs):
                 results.append(result)
                 if bar is not None:
                     bar.update(1)
         else:
             import multiprocessing
 
-            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-                for result in pool.map(run_one, jobs):
-                    results.append(result)
-                    if bar is not None:
-                        bar.update(1)
+            with _terminating_on_sigterm(), \
+                    ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+                try:
+                    for result in pool.map(work, jobs):
+                        results.append(result)
+                        if bar is not None:
+                            bar.update(1)
+                except BaseException:
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    for child in multiprocessing.active_children():     # the pool's workers, mid-run
+                        child.terminate()
+                    raise
     finally:
         if bar is not None:
             bar.close()
     return results
+
+
+@contextmanager
+def _terminating_on_sigterm() -> Iterator[None]:
+    """SIGTERM raises SystemExit in the main thread (so that :func:`run_jobs` ends its workers) while the jobs run;
+    the previous handler is restored after. Outside the main thread nothing changes."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def plot(results: Sequence[RunResult], path: str | os.PathLike) -> None:

@@ -407,3 +407,48 @@ def test_bench_engine_sweeps_device_counts_into_a_table_and_plot(tmp_path, capsy
     assert "[bench] 2 devices ..." in err and f"[bench] wrote {plot}.png" in err
     assert (tmp_path / "sweep.png").stat().st_size > 10_000
 
+
+
+def test_a_stopped_bench_ends_its_worker_processes(tmp_path) -> None:
+    """SIGTERM to a benchmark whose runs are in worker processes: it exits and its workers do not go on training
+    (they did before: a killed `bench papers` left its workers running for minutes)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    script = tmp_path / "slow_bench.py"
+    script.write_text(
+        "import os, sys, time\n"
+        "from adaptplan.bench_runs import run_jobs\n"
+        "def slow(job):\n"
+        "    open(os.path.join(sys.argv[1], str(os.getpid())), 'w').close()\n"
+        "    time.sleep(120)\n"
+        "if __name__ == '__main__':\n"
+        "    run_jobs([{'n': i} for i in range(4)], workers=2, progress=False, work=slow)\n")
+    marks = tmp_path / "pids"
+    marks.mkdir()
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen([sys.executable, str(script), str(marks)], cwd=root,
+                            env={**os.environ, "PYTHONPATH": str(root)})
+    deadline = time.monotonic() + 60
+    while len(list(marks.iterdir())) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    workers = [int(p.name) for p in marks.iterdir()]
+    assert len(workers) == 2, "the workers did not start"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+
+    def alive(pid: int) -> bool:
+        try:
+            state = Path(f"/proc/{pid}/status").read_text()
+        except FileNotFoundError:
+            return False
+        return "\nState:\tZ" not in state
+
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(pid) for pid in workers)
