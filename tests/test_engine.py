@@ -103,6 +103,7 @@ def test_bytes_are_the_messages_sizes() -> None:
 
 class StaleStrategy(Strategy):
     """A faulty server: in round 2 it answers with round 1's gradients (stale replay)."""
+    server_step = "own"
 
     def __init__(self) -> None:
         self.previous = None
@@ -115,6 +116,7 @@ class StaleStrategy(Strategy):
 
 class SilentStrategy(Strategy):
     """A faulty server that never answers device 1."""
+    server_step = "own"
 
     def serve(self, edge, ctx, arrivals):
         return [g for g in parallel_step(edge, ctx, arrivals) if g.device != 1]
@@ -146,6 +148,7 @@ def test_nan_stops_naming_round_and_device() -> None:
 
 class NaNGradientStrategy(Strategy):
     """A faulty server that answers device 0 with a NaN cut gradient."""
+    server_step = "own"
 
     def serve(self, edge, ctx, arrivals):
         replies = parallel_step(edge, ctx, arrivals)
@@ -285,6 +288,7 @@ def test_label_prior_and_an_empty_server_step() -> None:
 
 class BlowUpStrategy(Strategy):
     """A server step that leaves an inf in the shared server model (as a too large step would)."""
+    server_step = "own"
 
     def serve(self, edge, ctx, arrivals):
         replies = parallel_step(edge, ctx, arrivals)
@@ -600,6 +604,7 @@ def test_one_server_pass_takes_one_activation_per_device() -> None:
 
 class AnswersOthers(Strategy):
     """A faulty server: answers every arrival twice, or answers a device that is not in the group."""
+    server_step = "own"
 
     def __init__(self, fault: str) -> None:
         super().__init__()
@@ -625,6 +630,7 @@ def test_a_reply_nobody_waits_for_is_refused(fault, state) -> None:
 
 class Deferring(AsyncStrategy):
     """An asynchronous strategy that does not answer an arrival at once."""
+    server_step = "own"
 
     active, local_steps = 2, 1
 
@@ -742,6 +748,7 @@ def test_a_strategy_state_of_any_shape_is_restored_as_saved() -> None:
 # ---- what a skip costs, custom aggregations, re-partition merges ------------------------------------------
 class SkipDevice1(Strategy):
     """PSL's server step, but device 1 is told to drop its step (as GAPSL's filter does)."""
+    server_step = "own"
 
     def serve(self, edge, ctx, arrivals):
         return [skip(a) if r.device == 1 else r for a, r in zip(arrivals, parallel_step(edge, ctx, arrivals))]

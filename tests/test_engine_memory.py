@@ -189,6 +189,7 @@ def test_a_chunked_barrier_lets_each_chunks_devices_go_on_before_the_next_chunk(
     assert log[:9] == ["pass", "reply", "reply"] * 3                         # chunks of 2 devices, each answered at once
 
     class AtTheEnd(STRATEGIES[algorithm]):                                    # the same algorithm, replies held to the end
+        server_step = "own"
         def serve(self, edge, ctx, arrivals):
             return parallel_step(edge, ctx, arrivals)
 
@@ -199,7 +200,7 @@ def test_a_chunked_barrier_lets_each_chunks_devices_go_on_before_the_next_chunk(
     assert len(early) == len(held) and all(torch.equal(a, b) for a, b in zip(early, held))
 
 
-# ---- a barrier served as its devices forward (Strategy.chunk_server) --------------------------------
+# ---- a barrier served as its devices forward (server_step = "parallel") ----------------------------
 STREAMED = ("sfl-v1", "adaptsfl", "psl", "sl")      # the default serve: chunks independent until the final step
 
 
@@ -208,8 +209,7 @@ def whole_barrier(algorithm: str):
     from trainers.strategies import STRATEGIES
 
     class Whole(STRATEGIES[algorithm]):
-        def chunk_server(self, edge, ctx, devices):
-            return None
+        server_step = "own"           # the default serve, given the whole barrier
 
     return Whole
 
@@ -299,15 +299,16 @@ def max_waiting(log: list[str]) -> int:
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_only_the_default_serve_is_streamed(algorithm) -> None:
-    """chunk_server is a ParallelStep exactly where the strategy serves with the default serve; an
-    algorithm with its own serve (GAPSL, SCALA, CycleSL, GAS, and SFL-V2's arrival mode) gets the
-    whole barrier."""
+    """The runtime serves chunk by chunk (a ParallelStep) exactly where the strategy's server step is the default
+    parallel one; an algorithm with its own serve (GAPSL, SCALA, CycleSL, GAS, SGLR, and SFL-V2's arrival mode)
+    gets the whole barrier."""
     from trainers.api import ParallelStep, Strategy
 
     strategy = make_strategy(algorithm)
     engine = SplitEngine(cnn(1, 8, 3, width=4), [2] * DEVICES, strategy, data(), {"lr": 0.1}, BATCH)
     stream = engine._chunk_server(engine.context(1), list(range(DEVICES)))
-    default = type(strategy).serve is Strategy.serve and strategy.server_mode == "barrier"
+    default = type(strategy).serve is Strategy.serve and strategy.server_mode == "barrier"   # read off the code
+    assert (strategy.server_step == "parallel" and strategy.server_mode == "barrier") is default
     assert isinstance(stream, ParallelStep) is default
     assert default is (algorithm in STREAMED + ("sfl-v2",) and algorithm != "sfl-v2")
 
@@ -526,7 +527,7 @@ def test_re_partitioning_shared_models_trains_bit_for_bit_what_private_copies_do
     assert len(shared) == len(copied) and all(torch.equal(a, b) for a, b in zip(shared, copied))
 
 
-def test_a_chunk_left_unanswered_is_named() -> None:
+def test_a_chunk_left_unanswered_is_named(monkeypatch) -> None:
     """A chunk server that answers only part of its chunk stops the round naming the device."""
     from trainers.api import ParallelStep
     from trainers.messages import MessageMismatchError
@@ -536,10 +537,9 @@ def test_a_chunk_left_unanswered_is_named() -> None:
         def serve_chunk(self, chunk):
             return [r for r in super().serve_chunk(chunk) if r.device != 5]
 
-    class Psl(STRATEGIES["psl"]):
-        def chunk_server(self, edge, ctx, devices):
-            return Forgetful(edge, ctx, devices)
-
+    import trainers.api
+    monkeypatch.setattr(trainers.api, "ParallelStep", Forgetful)      # the runtime's chunk server
+    Psl = STRATEGIES["psl"]
     engine = SplitEngine(cnn(1, 8, 3, width=4), [2] * DEVICES, Psl(), data(), {"lr": 0.1}, BATCH, server_pass_samples=2 * BATCH)
     with pytest.raises(MessageMismatchError, match=r"activation of device 5 \(round 1, step 1\) was never answered"):
         engine.run_round(1)

@@ -117,6 +117,7 @@ def test_arrival_mode_and_flush_charges_by_hand() -> None:
     from trainers.clock import StageTimes
 
     class Deferred(Strategy):
+        server_step = "own"
         server_mode = "arrival"
 
         def __init__(self) -> None:

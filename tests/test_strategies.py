@@ -340,3 +340,24 @@ def test_strategies_see_server_passes_and_model_views_not_the_runtime_classes() 
             assert list(inspect.signature(getattr(cls, name)).parameters)[:len(wanted)] == wanted, (cls, name)
     assert "EdgeServer" not in api.__all__ and not hasattr(api, "EdgeServer") and not hasattr(api, "SplitEngine")
     assert {"ServerPasses", "ModelViews"} <= set(api.__all__)
+
+
+def test_a_strategy_with_its_own_serve_must_say_so() -> None:
+    """``server_step`` is what the runtime reads to decide how to serve a barrier: a class that defines ``serve``
+    while leaving the default "parallel" would have its barriers served by the default step instead of its own."""
+    import pytest
+
+    from trainers.api import Strategy, parallel_step
+
+    with pytest.raises(TypeError, match='Quiet defines its own serve: declare server_step = "own"'):
+        class Quiet(Strategy):
+            def serve(self, edge, ctx, arrivals):
+                return parallel_step(edge, ctx, arrivals)
+
+    class Declared(Strategy):
+        server_step = "own"
+
+        def serve(self, edge, ctx, arrivals):
+            return parallel_step(edge, ctx, arrivals)
+
+    assert Declared.server_step == "own"

@@ -15,9 +15,10 @@ A round (docs/architecture.md "The runtime"), and the decision points it asks th
    only to the cut (:meth:`ServerPass.cut_gradients`), take per-device server gradients
    (``per_device_gradients``), step owners (``step``). It answers any subset of the devices; ``flush(edge, ctx)`` is asked
    for the rest when the group's arrivals are all served. :func:`answer` / :func:`skip` build
-   the replies (a skip drops the device's step without an update). ``chunk_server(edge, ctx,
-   devices)`` may instead let the runtime serve a barrier one server chunk at a time as its
-   devices forward (:class:`ParallelStep`: the default ``serve``'s; None = served whole).
+   the replies (a skip drops the device's step without an update). ``server_step`` states what the
+   server computes, as data: ``"parallel"`` (the default ``serve``, eqs. 3–5, which the runtime may run one
+   server chunk at a time as the devices forward, :class:`ParallelStep`) or ``"own"`` (a strategy with its own
+   ``serve``, given the whole barrier).
 5. ``after_group(ctx, group) -> [Handoff]`` — client models passed between devices (SL).
 6. ``aggregation(ctx) -> Aggregation | None`` — client-side model averaging: which blocks,
    weights (|𝒟_i| or equal), whose models, and who receives the average (participants or all).
@@ -292,8 +293,8 @@ class ParallelStep:
 
     ``devices`` are the barrier's devices (all of them, before any chunk is served: the weights
     |𝒟_i|/Σ|𝒟| are over the whole barrier). :func:`parallel_step` serves a barrier whose arrivals
-    are all there; the runtime may instead feed chunks as their devices forward (the default
-    :meth:`Strategy.chunk_server`), which holds one chunk's activations instead of the round's and
+    are all there; the runtime may instead feed chunks as their devices forward (its choice for a strategy
+    whose ``server_step`` is ``"parallel"``), which holds one chunk's activations instead of the round's and
     gives the same parameters bit for bit."""
 
     def __init__(self, edge: ServerPasses, ctx: RoundContext, devices: Sequence[int]) -> None:
@@ -352,6 +353,7 @@ class Strategy:
 
     name = "base"
     server_mode = "barrier"
+    server_step = "parallel"    # what the server computes: "parallel" = eqs. (3)–(5), the default serve; "own" = serve
     asynchronous = False
     participation = 1.0
     min_participants = 1        # a sampled round takes at least this many devices
@@ -364,6 +366,9 @@ class Strategy:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """A registered algorithm's traits come from its registry entry (:mod:`trainers.algorithms`), not the class."""
         super().__init_subclass__(**kwargs)
+        if "serve" in cls.__dict__ and cls.server_step == "parallel":
+            raise TypeError(f"{cls.__name__} defines its own serve: declare server_step = \"own\" (the runtime may "
+                            "otherwise serve its barriers with the default parallel step)")
         entry = REGISTRY.get(cls.__dict__.get("name", ""))
         if entry is not None:
             cls.allows_absence = entry.allows_absence
@@ -400,15 +405,6 @@ class Strategy:
 
     def serve(self, edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Activation]) -> list[CutGradient]:
         return parallel_step(edge, ctx, arrivals, early=True)
-
-    def chunk_server(self, edge: ServerPasses, ctx: RoundContext, devices: Sequence[int]) -> ParallelStep | None:
-        """How a barrier of ``devices`` may be served as its devices forward, one server chunk at a
-        time (the runtime asks each chunk's devices to forward only when the chunk before it is
-        answered, so a round holds one chunk's client graphs and activations, not every
-        participant's): a :class:`ParallelStep` where :meth:`serve` is the default one, whose chunks
-        are independent until the final step; None (the whole barrier goes to :meth:`serve`) for a
-        strategy with its own ``serve`` that does not override this too."""
-        return ParallelStep(edge, ctx, devices) if type(self).serve is Strategy.serve else None
 
     def flush(self, edge: ServerPasses, ctx: RoundContext) -> list[CutGradient]:
         """Replies still owed after the group's arrivals were all served."""

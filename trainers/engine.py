@@ -464,13 +464,17 @@ class SplitEngine:
         replies.clear()
 
     def _chunk_server(self, ctx: "RoundContext", group: list[int]) -> "ParallelStep | None":
-        """The strategy's way to serve this barrier chunk by chunk as its devices forward
-        (:meth:`trainers.api.Strategy.chunk_server`), where the runtime may: a barrier, :attr:`_may_stream`,
-        and no BatchNorm (``EdgeServer.concatenate`` off: one pass)."""
+        """How the runtime serves this barrier chunk by chunk as its devices forward: a
+        :class:`~trainers.api.ParallelStep` where the strategy's server step is the default parallel one
+        (``server_step = "parallel"``, whose chunks are independent until the final step) and the runtime may (a
+        barrier, :attr:`_may_stream`, no BatchNorm: ``EdgeServer.concatenate``); else None (the whole barrier goes
+        to the strategy's ``serve``)."""
+        from trainers.api import ParallelStep
+
         s = self.strategy
-        if s.server_mode != "barrier" or not self._may_stream or not self.edge.concatenate:
+        if s.server_step != "parallel" or s.server_mode != "barrier" or not self._may_stream or not self.edge.concatenate:
             return None
-        return s.chunk_server(self.edge, ctx, group)
+        return ParallelStep(self.edge, ctx, group)
 
     def _run_streamed_group(self, ctx: "RoundContext", group: list[int], batch: dict[int, int], times: StageTimes,
                             start: float, ledger: _Ledger, stream: "ParallelStep") -> float:

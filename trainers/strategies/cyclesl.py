@@ -46,6 +46,7 @@ from trainers.api import (
 
 class CycleSL(Strategy):
     name = "cyclesl"
+    server_step = "own"              # its own serve (the module docstring's server step)
     min_participants = 2    # spec A.4.4: with one client the pool is its own batch and CycleSL degenerates
 
     def __init__(self, participation: float = 0.05, cycle_base: str = "psl", server_epochs: int = 1,

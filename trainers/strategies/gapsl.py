@@ -81,6 +81,7 @@ def gram(rows: torch.Tensor, block: int = GRAM_BLOCK) -> torch.Tensor:
 
 class GAPSL(Strategy):
     name = "gapsl"
+    server_step = "own"              # its own serve (the module docstring's server step)
     averages_clients = False
     uses_total_rounds = True     # K^t of eq. (2) grows with t/T
 

@@ -116,6 +116,7 @@ def flush_flops(real: int, dim: int, generated: list[int], full: bool) -> float:
 
 class GAS(AsyncStrategy):
     name = "gas"
+    server_step = "own"              # its own serve (the module docstring's server step)
 
     reset_client_optimizer = True    # a joining device starts from w_c^glob with fresh optimizer state
 

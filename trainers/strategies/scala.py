@@ -44,6 +44,7 @@ from trainers.api import (
 
 class SCALA(Strategy):
     name = "scala"
+    server_step = "own"              # its own serve (the module docstring's server step)
     averages_clients = True
     min_participants = 2             # concatenating one device's activations is SplitFed (docs/algorithms.md)
     reset_client_optimizer = True    # a global iteration's participants start from the global model, fresh state

@@ -37,6 +37,7 @@ from trainers.api import (
 
 class SGLR(Strategy):
     name = "sglr"
+    server_step = "own"              # its own serve (the module docstring's server step)
     min_participants = 2             # averaging one device's cut gradient is PSL
 
     def __init__(self, participation: float = 0.05, averaged_fraction: float = 0.5) -> None:
