@@ -41,7 +41,6 @@ from trainers.messages import (
     Activation,
     BlockState,
     CutGradient,
-    DeviceAbsent,
     DevicesLost,
     MessageMismatchError,
     ModelDownload,
@@ -50,6 +49,7 @@ from trainers.messages import (
     deferred_finite_checks,
     tensor_bytes,
 )
+from trainers.model_views import EngineModels
 from trainers.network import LocalNetwork, Network
 from trainers.optim import OptimizerSpec, mean_param_state
 from trainers.protocol import EDGE, FED, Average, Forward, GetState, Send, SetState, Take, Upload
@@ -247,8 +247,9 @@ class SplitEngine:
         self._random_layers = random_layer(chain) is not None
         self.async_state: dict[str, Any] | None = None
         self.defer_checks = self.device.type != "cpu"   # NaN/inf checks read once per round (trainers.messages)
-        self._eval_blocks: dict[Any, nn.Module] = {}
-        self._global_sizes: dict[int, int] = {}        # the fed server's global blocks (bytes each)
+        self.models = EngineModels(self)
+        """The models' views and their evaluation (:class:`trainers.model_views.EngineModels`)."""
+        self.global_sizes: dict[int, int] = {}        # the fed server's global blocks (bytes each)
         self._awaiting: set[int] = set()               # devices whose activation is not answered yet
         self._next_key = 0
         self._measured: dict[str, float] | None = None
@@ -366,7 +367,7 @@ class SplitEngine:
         self.stale -= set(late)
         if not late:
             return 0.0
-        return self._download_global(late, round_index, sorted(self._global_sizes), "global", times, 0.0, ledger)
+        return self._download_global(late, round_index, sorted(self.global_sizes), "global", times, 0.0, ledger)
 
     def _stats(self, ctx: "RoundContext", aggregated: bool, participants: list[int], seconds: float,
                ledger: _Ledger) -> RoundStats:
@@ -741,7 +742,7 @@ class SplitEngine:
         {block: its size in bytes}."""
         self.net.send(FED, Average(round_index))
         sizes = {j: self.block_bytes[j] for j in sorted(blocks)}
-        self._global_sizes.update(sizes)
+        self.global_sizes.update(sizes)
         return sizes
 
     def _bytes(self, blocks: Sequence[int]) -> int:
@@ -857,13 +858,13 @@ class SplitEngine:
     def _load_global(self, device: int, round_index: int, fresh_optimizer: bool) -> int:
         """Device ``device`` loads the fed server's global client blocks (those averaged so far; with
         ``fresh_optimizer`` its optimizer state restarts); the bytes downloaded."""
-        mine = [j for j in range(self.cuts[device]) if j in self._global_sizes]
+        mine = [j for j in range(self.cuts[device]) if j in self.global_sizes]
         if not mine:
             return 0
         self.net.send(FED, Send(device, device, round_index, "device", {j: ("global", j) for j in mine},
                                 fresh_optimizer=fresh_optimizer))
         self.net.send(device, Take(FED))
-        return sum(self._global_sizes[j] for j in mine)
+        return sum(self.global_sizes[j] for j in mine)
 
     def _take_back(self, round_index: int) -> None:
         """Devices whose host came back as a new process (a real runtime, partial participation)
@@ -923,89 +924,28 @@ class SplitEngine:
         self.edge.download(edge_msgs, new_cuts=new)
         self.cuts = new
 
-    # ---- views for evaluation and tests -----------------------------------------------------------------
+    # ---- the models, as strategies, the trainer and tests read them (trainers.model_views) -------------------
     def block(self, device: int, block: int) -> nn.Module:
-        """The live module of block ``block`` (0-based) of device ``device``'s model;
-        :class:`DeviceAbsent` for a device lost meanwhile. Its tensors may be shared with other
-        devices' (those that loaded the same download, docs/architecture.md "Memory"): read them,
-        and change a model only through the roles' messages."""
-        if block < self.cuts[device]:
-            blocks = self.net.device_blocks(device)
-            if blocks is None:
-                raise DeviceAbsent(device)
-            return blocks[block]
-        return self.edge.instances[self.edge.key(device, block)]
+        return self.models.block(device, block)
 
     def device_model(self, device: int) -> nn.Sequential:
-        """Device i's full model w_i = [w_{c,i}; w_{s,i}] as live modules (no copy)."""
-        return nn.Sequential(*[self.block(device, j) for j in range(self.num_blocks)])
+        return self.models.device_model(device)
 
     def averaged_model(self, devices: Sequence[int] | None = None) -> nn.Sequential:
-        """The virtual global model w̄ = (1/N)Σ_i w_i (docs/model.md §2.1): block-wise parameter mean over the
-        devices' models (live modules reused where all devices share one instance). The averaged
-        blocks are the engine's evaluation modules, made once and loaded with the averages at every
-        call: the next call overwrites them (``copy.deepcopy`` the result to keep it). Absent devices
-        are left out (all present ones when none of ``devices`` is)."""
-        devices = (devices is not None and self.present(devices)) or self.present()
-        blocks = []
-        for j in range(self.num_blocks):
-            modules: dict[int, tuple[nn.Module, int]] = {}
-            for d in devices:
-                m = self.block(d, j)
-                modules[id(m)] = (m, modules.get(id(m), (m, 0))[1] + 1)
-            if len(modules) == 1:
-                blocks.append(next(iter(modules.values()))[0])
-                continue
-            ms = list(modules.values())
-            target = self._eval_blocks.get(j)
-            if target is None:
-                target = self._eval_blocks[j] = copy.deepcopy(ms[0][0])
-            target.load_state_dict(weighted_mean([m.state_dict() for m, _ in ms], [float(c) for _, c in ms]))
-            blocks.append(target)
-        return nn.Sequential(*blocks)
-
-    def eval_models(self) -> list[nn.Module]:
-        """The strategy's ``eval_models`` (:meth:`_read_models`)."""
-        return self._read_models(self.strategy.eval_models)
-
-    def _read_models(self, read: Callable[[Any], Any]) -> Any:
-        """``read(self)``; where a device is lost while the models are read, it becomes absent and they are
-        read again without it."""
-        while True:
-            try:
-                return read(self)
-            except DeviceAbsent:      # the network counts it lost now: present() leaves it out next time
-                continue
+        return self.models.averaged_model(devices)
 
     def global_model(self) -> nn.Sequential:
-        """The global model of the last aggregation: every block the fed server has averaged, from its global
-        model (|𝒟_i|-weighted, eq. 7; GAS-12); a block that devices or per-device server copies hold but that
-        no average has reached yet, its initial weights w⁰ (every device started from them); every other
-        block, the edge server's one shared instance (the server model, trained every round). The averaged
-        blocks are the engine's evaluation modules, reloaded at every call (``copy.deepcopy`` the result to
-        keep it)."""
-        global_states = self._global_states(range(self.num_blocks))
-        blocks: list[nn.Module] = []
-        for j in range(self.num_blocks):
-            owners = {self.edge.key(d, j)[0] for d in range(self.num_devices) if j >= self.cuts[d]}
-            if j not in global_states and j >= max(self.cuts) and owners == {None}:
-                blocks.append(self.edge.instances[(None, j)])        # the shared server block
-                continue
-            target = self._eval_blocks.get(("global", j))
-            if target is None:
-                target = self._eval_blocks[("global", j)] = copy.deepcopy(self.template[j])
-            target.load_state_dict(global_states[j].state if j in global_states else self.template[j].state_dict())
-            blocks.append(target)
-        return nn.Sequential(*blocks)
+        return self.models.global_model()
 
-    def _global_states(self, blocks: Sequence[int]) -> dict[int, BlockState]:
-        """The fed server's global blocks among ``blocks`` (those averaged so far)."""
-        wanted = [j for j in blocks if j in self._global_sizes]
-        if not wanted:
-            return {}
-        self.net.send(FED, Send(EDGE, -1, 0, "edge", {j: ("global", j) for j in wanted}))
-        (got,) = self.net.receive([FED])
-        return dict(got.blocks)
+    def eval_models(self) -> list[nn.Module]:
+        return self.models.eval_models()
+
+    def evaluate(self, model: nn.Module, batch_size: int = 1000, max_samples: int | None = None,
+                 data: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[float, float]:
+        return self.models.evaluate(model, batch_size, max_samples, data)
+
+    def evaluate_local(self, batch_size: int = 1000) -> float | None:
+        return self.models.evaluate_local(batch_size)
 
     def check_models_finite(self, round_index: int) -> None:
         """Raise NonFiniteError naming the round and device (or the server instance) on NaN/inf
@@ -1020,48 +960,6 @@ class SplitEngine:
 
     def _check_edge_finite(self, round_index: int) -> None:
         check_all_finite(self._edge_finite_items(), round_index)
-
-    def evaluate_local(self, batch_size: int = 1000) -> float | None:
-        """The local protocol (CycleSL §4.1): each present device's model (the strategy's ``local_models``) on
-        the samples it holds out (``data.local_test``), correct predictions pooled over all of them; None when no
-        device holds any out. Devices sharing one model object are evaluated in one pass."""
-        held = {d: self.data.local_test[d] for d in self.present()
-                if d < len(self.data.local_test) and len(self.data.local_test[d])}
-        if not held:
-            return None
-        models = self._read_models(self.strategy.local_models)
-        groups: dict[int, tuple[nn.Module, list[np.ndarray]]] = {}
-        for d, rows in held.items():
-            if d in models:
-                groups.setdefault(id(models[d]), (models[d], []))[1].append(rows)
-        correct = total = 0
-        for model, held_rows in groups.values():
-            index = torch.from_numpy(np.concatenate(held_rows)).to(self.data.x_train.device)
-            accuracy, _ = self.evaluate(model, batch_size, data=(self.data.x_train[index], self.data.y_train[index]))
-            correct += round(accuracy * index.numel())
-            total += index.numel()
-        return correct / total if total else None
-
-    @torch.no_grad()
-    def evaluate(self, model: nn.Module, batch_size: int = 1000, max_samples: int | None = None,
-                 data: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[float, float]:
-        """(accuracy in [0, 1], mean cross-entropy) of ``model`` on the test set, or on ``data`` (eval mode)."""
-        x, y = (self.data.x_test, self.data.y_test) if data is None else data
-        if max_samples is not None:
-            x, y = x[:max_samples], y[:max_samples]
-        correct = torch.zeros((), dtype=torch.int64, device=x.device)        # summed where the data are,
-        loss_sum = torch.zeros((), dtype=torch.float64, device=x.device)     # read once at the end
-        was_training = model.training
-        model.eval()  # BatchNorm uses its running statistics and Dropout is off; no RNG is consumed
-        try:
-            for start in range(0, x.shape[0], batch_size):
-                logits = model(x[start:start + batch_size])
-                target = y[start:start + batch_size]
-                loss_sum += nn.functional.cross_entropy(logits, target, reduction="sum").double()
-                correct += (logits.argmax(1) == target).sum()
-        finally:
-            model.train(was_training)
-        return int(correct) / x.shape[0], float(loss_sum) / x.shape[0]
 
     # ---- checkpoint ---------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -1101,7 +999,7 @@ class SplitEngine:
                 self.net.send(d, SetState(d, s))
         self.edge.load_state_dict(state["edge"])
         self.net.send(FED, SetState(None, state["fed"]))
-        self._global_sizes = {int(j): self.block_bytes[int(j)] for j in state["fed"].get("global_blocks", {})}
+        self.global_sizes = {int(j): self.block_bytes[int(j)] for j in state["fed"].get("global_blocks", {})}
         for d in absent:        # every device is back: the absent ones as returning devices (_take_back)
             self._load_global(d, 0, fresh_optimizer=True)
         self.rng.bit_generator.state = state["rng"]
