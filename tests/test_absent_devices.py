@@ -230,16 +230,16 @@ def test_gas_gives_a_lost_devices_slot_to_a_present_one() -> None:
     eng.run_round(1)
     records = [eng.run_round(t) for t in range(2, 8)]
     assert all(not {0, 1, 2} & set(r.participants) and math.isfinite(r.loss) for r in records)
-    assert set(eng.async_state["active"]) <= {3, 4, 5} and len(eng.async_state["active"]) == 3
+    assert set(eng.async_state.active) <= {3, 4, 5} and len(eng.async_state.active) == 3
     assert len(eng.eval_models()) == 1
 
 
 def test_gas_frees_a_slot_no_present_device_can_take_and_stops_when_none_is_left() -> None:
     eng = engine("gas", 3, {"active": 3, "local_steps": 1}, victims={0}, at=2, cut=3)
     eng.run_round(1)
-    assert sorted(eng.async_state["active"]) == [0, 1, 2]
+    assert sorted(eng.async_state.active) == [0, 1, 2]
     records = [eng.run_round(t) for t in range(2, 5)]
-    assert sorted(eng.async_state["active"]) == [1, 2]          # no idle device present: the slot is freed
+    assert sorted(eng.async_state.active) == [1, 2]          # no idle device present: the slot is freed
     assert all(0 not in r.participants for r in records)
     gone = engine("gas", 2, {"active": 2, "local_steps": 1}, victims={0, 1}, at=2, cut=3)
     gone.run_round(1)
@@ -322,7 +322,7 @@ def test_a_device_loading_the_global_model_gets_every_block_of_its_cut() -> None
     eng = engine("gas", 4, {"active": 2, "local_steps": 1}, cut=4)      # its last client block is a convolution
     for t in range(1, 3):
         eng.run_round(t)
-    idle = next(d for d in range(4) if d not in eng.async_state["active"])
+    idle = next(d for d in range(4) if d not in eng.async_state.active)
     assert not torch.equal(client(eng, idle), global_client(eng, idle))
-    eng._load_global(idle, 3, fresh_optimizer=True)
+    eng.load_global(idle, 3, fresh_optimizer=True)
     assert torch.equal(client(eng, idle), global_client(eng, idle))

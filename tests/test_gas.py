@@ -269,7 +269,7 @@ def spy(engine: SplitEngine):
         st = engine.async_state
         server_before = flat(*edge.instances.values())
         out = serve(edge, ctx, arrivals)
-        events.append({"device": arrivals[0].device, "clock": dict(st["clock"]), "active": list(st["active"]),
+        events.append({"device": arrivals[0].device, "clock": dict(st.clock), "active": list(st.active),
                        "buffer": len(s.buffer), "updates": s.server_updates,
                        "server_moved": not torch.equal(server_before, flat(*edge.instances.values())),
                        "models": len(s.models)})
@@ -391,13 +391,13 @@ def test_replacement_is_never_active() -> None:
     for finished, new, active in replaced:
         assert finished in active
         assert new != finished and new not in active
-    assert len(set(engine.async_state["active"])) == 3
+    assert len(set(engine.async_state.active)) == 3
 
 
 def test_replacement_downloads_the_global_client_model() -> None:
     engine, events = spy_engine(N=6, C=2, E=2)
     engine.run_round(1)
-    newest = engine.async_state["active"][0]                     # took the slot at the aggregation
+    newest = engine.async_state.active[0]                     # took the slot at the aggregation
     glob = torch.cat([v.reshape(-1) for j in sorted(engine.fed.global_blocks)
                       for v in engine.fed.global_blocks[j].values()])
     assert torch.equal(flat(engine.devices[newest].blocks), glob)
@@ -507,3 +507,22 @@ def test_the_evaluated_global_model_takes_every_global_client_block() -> None:
         for name, value in model[j].state_dict().items():
             assert torch.equal(value, engine.fed.global_blocks[j][name]), (j, name)
     assert all(model[j] is engine.edge.instances[(None, j)] for j in range(cut, 11))
+
+
+def test_the_async_loop_state_is_checkpointed_as_its_documented_dict_and_checked_when_loaded() -> None:
+    """docs/formats.md's ``async`` part: now, active, steps, clock, server_free; loaded back into the typed
+    state, and refused (ValueError naming the part) where it does not fit the engine."""
+    from trainers.async_loop import AsyncLoopState
+
+    N = 6
+    engine = make_gas_engine(make_data(N, "dirichlet"), active=3, local_steps=2)
+    engine.run_round(1)
+    saved = engine.state_dict()["async"]
+    assert set(saved) == {"now", "active", "steps", "clock", "server_free"}
+    assert saved["active"] == engine.async_state.active and set(saved["steps"]) == set(saved["active"])
+    assert AsyncLoopState.from_dict(saved, N) == engine.async_state
+    for broken, message in (({**saved, "now": None} | {"extra": 1}, "must hold exactly"),
+                            ({**saved, "active": [0, N]}, f"distinct devices of 0..{N - 1}"),
+                            ({**saved, "active": saved["active"][:1]}, "one value per active device")):
+        with pytest.raises(ValueError, match=message):
+            AsyncLoopState.from_dict(broken, N)

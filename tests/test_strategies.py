@@ -260,7 +260,7 @@ def test_gas_activates_half_the_devices_by_default_and_scala_at_least_two() -> N
     gas = SplitEngine(small_model(), [9] * 5, make_strategy("gas", {"local_steps": 1}), make_data(5), {"lr": 0.05},
                       batch_size=4, seed=0)
     gas.run_round(1)
-    assert len(gas.async_state["active"]) == 3
+    assert len(gas.async_state.active) == 3
     scala = SplitEngine(small_model(), [9] * 10, make_strategy("scala"), make_data(10), {"lr": 0.05}, batch_size=4,
                         seed=0, interval=2)
     assert len(scala.run_round(1).participants) == 2

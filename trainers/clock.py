@@ -98,3 +98,17 @@ class SimClock:
         return StageTimes(b.client_fp, b.upload, lm.server_per_device[j], b.download, b.client_bp, b.model_up,
                           b.model_down, float(system.edge_to_fed_bps), float(system.fed_to_edge_bps), self.batch_size,
                           float(system.server_flops))
+
+
+class StageLedger:
+    """Seconds each role (a device index or ``"edge"``) spent in each stage of :data:`STAGES` during one round;
+    :meth:`summary` is the round's per-stage maximum over the roles (``RoundStats.stage_seconds``)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, dict[int | str, float]] = {s: {} for s in STAGES}
+
+    def add(self, who: int | str, stage: str, seconds: float) -> None:
+        self.seconds[stage][who] = self.seconds[stage].get(who, 0.0) + float(seconds)
+
+    def summary(self) -> dict[str, float]:
+        return {s: max(v.values()) for s, v in self.seconds.items() if v}

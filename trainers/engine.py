@@ -32,9 +32,10 @@ import torch
 from torch import nn
 
 from adaptplan.plan import check_cut_vector
+from trainers.async_loop import AsyncLoopState, run_async_round
 from trainers.batching import CLIENT_BATCHING, ClientBatcher, use_batching
 from trainers.checkpoint_schema import check_engine_state
-from trainers.clock import STAGES, StageTimes
+from trainers.clock import StageLedger, StageTimes
 from trainers.config import CLIENT_RECOMPUTE, RECOMPUTE_SAMPLES, check_choice, pass_samples
 from trainers.hosts import DeviceHost, FedHost, device_finite_items
 from trainers.messages import (
@@ -56,7 +57,7 @@ from trainers.protocol import EDGE, FED, Average, Forward, GetState, Send, SetSt
 from trainers.roles import Device, EdgeServer, FedServer, random_layer, weighted_mean
 
 if TYPE_CHECKING:  # pragma: no cover
-    from trainers.api import Aggregation, AsyncStrategy, Handoff, ParallelStep, RoundContext, Strategy
+    from trainers.api import Aggregation, Handoff, ParallelStep, RoundContext, Strategy
     from trainers.clock import SimClock
 
 #: Stream word of the strategy's generator, seeded ``[seed, STRATEGY_STREAM]``. Device i's sampler is seeded
@@ -146,19 +147,6 @@ def _tensors_to(value: Any, device: torch.device) -> Any:
     return value
 
 
-class _Ledger:
-    """Per-device seconds per stage within a round."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, dict[int | str, float]] = {s: {} for s in STAGES}
-
-    def add(self, who: int | str, stage: str, seconds: float) -> None:
-        self.seconds[stage][who] = self.seconds[stage].get(who, 0.0) + float(seconds)
-
-    def summary(self) -> dict[str, float]:
-        return {s: max(v.values()) for s, v in self.seconds.items() if v}
-
-
 class SplitEngine:
     """Simulated split training of ``chain`` over N devices under ``strategy``.
 
@@ -245,7 +233,7 @@ class SplitEngine:
                                concatenate=batch_devices, pass_samples=pass_samples(server_pass_samples, self.device.type))
         self.client_recompute = check_choice(client_recompute, CLIENT_RECOMPUTE, "client_recompute")
         self._random_layers = random_layer(chain) is not None
-        self.async_state: dict[str, Any] | None = None
+        self.async_state: AsyncLoopState | None = None
         self.defer_checks = self.device.type != "cpu"   # NaN/inf checks read once per round (trainers.messages)
         self.models = EngineModels(self)
         """The models' views and their evaluation (:class:`trainers.model_views.EngineModels`)."""
@@ -328,13 +316,13 @@ class SplitEngine:
     def _run_round(self, round_index: int) -> RoundStats:
         self._reset_counters()
         if self.strategy.asynchronous:
-            return self._run_async_round(round_index)
+            return run_async_round(self, round_index)
         s = self.strategy
         ctx = self.context(round_index)
         times = self.stage_times(round_index)
         participants = ctx.participants = self.present(self._participants(ctx))
         batch = {d: int(s.batch_size(ctx, d)) for d in participants}
-        ledger = _Ledger()
+        ledger = StageLedger()
         now = self._start_from_global(ctx.round, participants, times, ledger)
         for group in s.schedule(ctx, participants):
             now = self._run_group(ctx, list(group), batch, times, now, ledger)
@@ -346,7 +334,7 @@ class SplitEngine:
             now = self._aggregate(aggregation, ctx, participants, times, now, ledger)
             self.rounds_since_aggregation = 0
         self.check_models_finite(round_index)
-        return self._stats(ctx, aggregation is not None, self.present(participants), now, ledger)
+        return self.round_stats(ctx, aggregation is not None, self.present(participants), now, ledger)
 
     def _participants(self, ctx: "RoundContext") -> list[int]:
         """The round's participants (the strategy's draw). A strategy that averages client models draws
@@ -358,7 +346,7 @@ class SplitEngine:
         return list(self.period)
 
     def _start_from_global(self, round_index: int, participants: Sequence[int], times: StageTimes,
-                           ledger: _Ledger) -> float:
+                           ledger: StageLedger) -> float:
         """FedAvg under sampling: a participant that missed the last aggregation (``stale``) downloads the
         global model first: its client blocks, and its server copies where the edge server keeps one per
         device (SplitFed V1's, AdaptSFL's non-common part), all averaged blocks. The round's devices start
@@ -369,8 +357,8 @@ class SplitEngine:
             return 0.0
         return self._download_global(late, round_index, sorted(self.global_sizes), "global", times, 0.0, ledger)
 
-    def _stats(self, ctx: "RoundContext", aggregated: bool, participants: list[int], seconds: float,
-               ledger: _Ledger) -> RoundStats:
+    def round_stats(self, ctx: "RoundContext", aggregated: bool, participants: list[int], seconds: float,
+               ledger: StageLedger) -> RoundStats:
         self.absent |= self.net.absent_devices()
         if self.absent:
             ctx.metrics["absent_devices"] = float(len(self.absent))
@@ -379,7 +367,7 @@ class SplitEngine:
                           float(seconds), ledger.summary(), dict(ctx.metrics), samples=self.samples)
 
     def _run_group(self, ctx: "RoundContext", group: list[int], batch: dict[int, int], times: StageTimes,
-                   start: float, ledger: _Ledger) -> float:
+                   start: float, ledger: StageLedger) -> float:
         s = self.strategy
         stream = self._chunk_server(ctx, group)
         if stream is not None:
@@ -406,7 +394,7 @@ class SplitEngine:
             finally:
                 ctx.on_reply = None
             server_free = at + self._server_busy(ctx, group, batch, times, ledger)
-            self._take_replies(out, pending, replies, server_free)
+            self.take_replies(out, pending, replies, server_free)
         else:
             for at, _, msg in events:
                 server_free = self._serve_arrival(ctx, msg, at, batch, times, ledger, pending, replies, server_free)
@@ -417,15 +405,15 @@ class SplitEngine:
         return self._replies_done(group, answered, batch, times, start, ledger)
 
     def _serve_arrival(self, ctx: "RoundContext", msg: Activation, at: float, batch: dict[int, int], times: StageTimes,
-                       ledger: _Ledger, pending: dict, replies: dict, server_free: float) -> float:
+                       ledger: StageLedger, pending: dict, replies: dict, server_free: float) -> float:
         """``server_mode = "arrival"``: the server takes ``msg`` (arrived at ``at``) when it is free and
         works its share (eqs. 18, 19, and what the strategy charged); returns when it is free again."""
         d = msg.device
         begin = max(at, server_free)
         out = self.strategy.serve(self.edge, ctx, [msg])
-        share = float(times.server[d]) * times.scale(d, batch[d]) + self._charged(ctx, times)
+        share = float(times.server[d]) * times.scale(d, batch[d]) + self.charged_server_seconds(ctx, times)
         ledger.add("edge", "server", share)
-        self._take_replies(out, pending, replies, begin + share)
+        self.take_replies(out, pending, replies, begin + share)
         return begin + share
 
     @property
@@ -435,7 +423,7 @@ class SplitEngine:
         return not self.strategy.allows_absence and not self._random_layers
 
     def _run_streamed_arrivals(self, ctx: "RoundContext", group: list[int], batch: dict[int, int], times: StageTimes,
-                               start: float, ledger: _Ledger) -> float:
+                               start: float, ledger: StageLedger) -> float:
         """A group served one arrival at a time (SplitFed V2), its devices forwarding in arrival order
         one server chunk's worth at a time (``EdgeServer.chunked``), each chunk's replies delivered
         once its arrivals are served: a device's forward reads only its own model and data, so this
@@ -478,7 +466,7 @@ class SplitEngine:
         return ParallelStep(self.edge, ctx, group)
 
     def _run_streamed_group(self, ctx: "RoundContext", group: list[int], batch: dict[int, int], times: StageTimes,
-                            start: float, ledger: _Ledger, stream: "ParallelStep") -> float:
+                            start: float, ledger: StageLedger, stream: "ParallelStep") -> float:
         """A barrier served as its devices forward: the devices, in their simulated arrival order,
         cut into the server's chunks (``EdgeServer.chunked``, each device's min(b_i, |𝒟_i|) samples);
         a chunk's devices forward only once the chunk before is served and answered, so the round
@@ -500,7 +488,7 @@ class SplitEngine:
         return self._replies_done(group, answered, batch, times, start, ledger)
 
     def _chunks_by_arrival(self, ctx: "RoundContext", group: list[int], batch: dict[int, int], times: StageTimes,
-                           start: float, ledger: _Ledger) -> tuple[dict[int, float], list[list[int]]]:
+                           start: float, ledger: StageLedger) -> tuple[dict[int, float], list[list[int]]]:
         """Each device's arrival time (:meth:`_arrivals`) and the group in arrival order cut into the
         server's chunks (``EdgeServer.chunked``), each device counted by the min(b_i, |𝒟_i|) samples
         it will draw."""
@@ -526,7 +514,7 @@ class SplitEngine:
         return [activations[d] for d in devices]
 
     def _arrivals(self, group: list[int], batch: dict[int, int], times: StageTimes, start: float,
-                  ledger: _Ledger) -> dict[int, float]:
+                  ledger: StageLedger) -> dict[int, float]:
         """When each device's activation reaches the edge server: its forward and uplink (eqs. 14, 16),
         charged to the ledger."""
         arrival = {}
@@ -543,22 +531,22 @@ class SplitEngine:
         self.samples += int(msg.tensor.shape[0])
 
     def _server_busy(self, ctx: "RoundContext", group: list[int], batch: dict[int, int], times: StageTimes,
-                     ledger: _Ledger) -> float:
+                     ledger: StageLedger) -> float:
         """Seconds the edge server works on a barrier: every device's share (eqs. 18, 19) and the work
         the strategy charged."""
-        busy = sum(float(times.server[d]) * times.scale(d, batch[d]) for d in group) + self._charged(ctx, times)
+        busy = sum(float(times.server[d]) * times.scale(d, batch[d]) for d in group) + self.charged_server_seconds(ctx, times)
         ledger.add("edge", "server", busy)
         return busy
 
-    def _flush(self, ctx: "RoundContext", times: StageTimes, ledger: _Ledger, pending: dict, replies: dict,
+    def _flush(self, ctx: "RoundContext", times: StageTimes, ledger: StageLedger, pending: dict, replies: dict,
                server_free: float) -> float:
         """The strategy's replies still owed once the group's arrivals are served; every activation
         must be answered by then. Returns when the server is free."""
         out = self.strategy.flush(self.edge, ctx)
-        extra = self._charged(ctx, times)
+        extra = self.charged_server_seconds(ctx, times)
         server_free += extra
         ledger.add("edge", "server", extra)
-        self._take_replies(out, pending, replies, server_free)
+        self.take_replies(out, pending, replies, server_free)
         if pending:
             self._never_answered(pending)
         return server_free
@@ -569,7 +557,7 @@ class SplitEngine:
                                    f"answered by the {self.strategy.name} strategy")
 
     def _replies_done(self, group: list[int], answered: dict[int, tuple[float, int, bool]], batch: dict[int, int],
-                      times: StageTimes, start: float, ledger: _Ledger) -> float:
+                      times: StageTimes, start: float, ledger: StageLedger) -> float:
         """Each reply's downlink and the device's backward (eqs. 15, 17; none for a skipped step): when
         the group's last device is done."""
         end = start
@@ -589,7 +577,7 @@ class SplitEngine:
         like the others, delivered at once (the device back-propagates and both messages can go),
         remembered only by their size and whether they carry a gradient."""
         taken: dict[int, tuple[float, CutGradient]] = {}
-        self._take_replies(out, pending, taken, 0.0)
+        self.take_replies(out, pending, taken, 0.0)
         for d, (_, reply) in taken.items():
             early[d] = (reply.num_bytes, reply.tensor is not None)
         self._backward_all({d: reply for d, (_, reply) in taken.items()})
@@ -622,13 +610,13 @@ class SplitEngine:
             self.net.send(d, reply)
 
     @staticmethod
-    def _charged(ctx: "RoundContext", times: StageTimes) -> float:
+    def charged_server_seconds(ctx: "RoundContext", times: StageTimes) -> float:
         """Seconds of the server work the strategy charged since the last call (RoundContext.charge_server)."""
         samples, flops = ctx.take_server_charges()
         return times.extra_server_seconds(samples, flops) if samples or flops else 0.0
 
     @staticmethod
-    def _take_replies(out: Sequence[CutGradient], pending: dict, replies: dict, at: float) -> None:
+    def take_replies(out: Sequence[CutGradient], pending: dict, replies: dict, at: float) -> None:
         for reply in out:
             if reply.device not in pending:
                 state = "was already answered" if reply.device in replies else "sent no activation in this group"
@@ -637,7 +625,7 @@ class SplitEngine:
             del pending[reply.device]
             replies[reply.device] = (at, reply)
 
-    def _handoff(self, h: "Handoff", round_index: int, times: StageTimes, start: float, ledger: _Ledger) -> float:
+    def _handoff(self, h: "Handoff", round_index: int, times: StageTimes, start: float, ledger: StageLedger) -> float:
         """Device ``h.source`` → fed server → device ``h.target``: client blocks with their optimizer state."""
         moved = list(range(self.cuts[h.source]))
         self.net.send(h.source, Upload(h.source, round_index, moved, 1.0, with_optimizer=True))
@@ -653,7 +641,7 @@ class SplitEngine:
 
     # ---- aggregation ----------------------------------------------------------------------------------
     def _aggregate(self, agg: "Aggregation", ctx: "RoundContext", participants: list[int], times: StageTimes,
-                   start: float, ledger: _Ledger) -> float:
+                   start: float, ledger: StageLedger) -> float:
         """Client-side model averaging through model messages: devices and the edge server upload
         device-specific blocks, the fed server averages (|𝒟_i| or equal weights), the averages are
         downloaded. Times: device uploads T_i^{mU} (22), the edge server's by the size it sends
@@ -686,7 +674,7 @@ class SplitEngine:
         edge_up = times.edge_up_seconds(edge_up_bits) if edge_up_bits else 0.0
         ledger.add("edge", "model upload", edge_up)
         up_done = max(up_done, start + edge_up)
-        averaged = self._average(ctx.round, uploaded)
+        averaged = self.average_at_fed(ctx.round, uploaded)
         recipients = devices if agg.recipients == "participants" else self.present()
         # the devices that did not receive this average hold an older model: a later draw brings them up to date
         self.stale = (self.stale | set(self.present())) - set(recipients)
@@ -694,7 +682,7 @@ class SplitEngine:
                                      up_done, ledger, edge_devices=devices)
 
     def _download_global(self, devices: Sequence[int], round_index: int, blocks: Sequence[int], ref: str,
-                         times: StageTimes, start: float, ledger: _Ledger,
+                         times: StageTimes, start: float, ledger: StageLedger,
                          edge_devices: Sequence[int] | None = None) -> float:
         """The fed server sends ``blocks`` (``ref``: the average just finished, or the global model) to
         ``devices``: each device its client blocks among them (T_i^{mD}, eq. 24), and the edge server the
@@ -737,7 +725,7 @@ class SplitEngine:
             self.net.send(d, Upload(d, round_index, blocks, weight[d], to=EDGE))
         return {u.device: u for u in self.net.receive(devices, allow_absent=True)}
 
-    def _average(self, round_index: int, blocks: set[int]) -> dict[int, int]:
+    def average_at_fed(self, round_index: int, blocks: set[int]) -> dict[int, int]:
         """The fed server finishes its running average of ``blocks`` (it becomes the global model);
         {block: its size in bytes}."""
         self.net.send(FED, Average(round_index))
@@ -753,109 +741,7 @@ class SplitEngine:
         return self._next_key
 
     # ---- the asynchronous loop (GAS) ------------------------------------------------------------------
-    def _run_async_round(self, round_index: int) -> RoundStats:
-        """One global iteration of an asynchronous strategy: pop the device whose activation arrives first,
-        run its step (forward, arrival served at once, reply, backward), after ``local_steps`` steps
-        its model upload (``on_model``) and its replacement — until ``on_model`` aggregates."""
-        from trainers.api import AsyncStrategy
-
-        s = self.strategy
-        assert isinstance(s, AsyncStrategy), "run_round sends only asynchronous strategies here"
-        ctx = self.context(round_index)
-        times = self.stage_times(round_index)
-        st = self.async_state
-        if st is None:
-            first = s.first_devices(ctx)
-            st = self.async_state = {"now": 0.0, "active": list(first), "steps": {d: 0 for d in first},
-                                     "clock": {d: 0.0 for d in first}, "server_free": 0.0}
-        ledger = _Ledger()
-        round_start = st["now"]
-        while True:
-            # the earliest arrival at the edge server (ready time + T^F + T^A), ties to the first slot (B.2)
-            arrivals = {j: st["clock"][j] + (float(times.client_fp[j]) + float(times.upload[j]))
-                        * times.scale(j, int(s.batch_size(ctx, j))) for j in st["active"]}
-            d = min(st["active"], key=lambda j: (arrivals[j], st["active"].index(j)))
-            b = int(s.batch_size(ctx, d))
-            k = times.scale(d, b)
-            self.net.send(d, Forward(round_index, [(d, b)]))
-            got = self.net.receive([d], allow_absent=True)
-            if not got:                               # lost (a real runtime): its slot goes to another device
-                self._refill(ctx, st, d, times, round_index, ledger)
-                continue
-            (msg,) = got
-            self.bytes_up += msg.num_bytes
-            self.samples += int(msg.tensor.shape[0])
-            arrive = arrivals[d]
-            begin = max(arrive, st["server_free"])
-            out = s.serve(self.edge, ctx, [msg])
-            answered = begin + float(times.server[d]) * k        # the reply is computed first (GAS-10) ...
-            busy = answered - begin + self._charged(ctx, times)   # ... then the server works on (a flush, GAS-5b–8)
-            st["server_free"] = begin + busy
-            replies: dict[int, tuple[float, CutGradient]] = {}
-            self._take_replies(out, {d: msg}, replies, answered)
-            if d not in replies:
-                raise MessageMismatchError(f"the asynchronous strategy {s.name} did not answer device {d} at once")
-            reply = replies[d][1]
-            self.bytes_down += reply.num_bytes
-            self.net.send(d, reply)
-            st["clock"][d] = answered + (float(times.download[d]) + float(times.client_bp[d])) * k
-            for stage, sec in (("device FP", times.client_fp[d] * k), ("uplink", times.upload[d] * k),
-                               ("downlink", times.download[d] * k), ("device BP", times.client_bp[d] * k)):
-                ledger.add(d, stage, float(sec))
-            ledger.add("edge", "server", busy)
-            st["steps"][d] += 1
-            if st["steps"][d] < s.local_steps:
-                continue
-            # the strategy buffers whole models (GAS-11): the upload comes to the edge server, which
-            # sends the flushed ones on to the fed server
-            self.net.send(d, Upload(d, round_index, list(range(self.num_blocks)), float(ctx.data_sizes[d]), to=EDGE))
-            got = self.net.receive([d], allow_absent=True)
-            if not got:
-                self._refill(ctx, st, d, times, round_index, ledger)
-                continue
-            (upload,) = got
-            self.bytes_up += upload.num_bytes
-            st["clock"][d] += float(times.model_up[d])
-            ledger.add(d, "model upload", float(times.model_up[d]))
-            finished_at = st["clock"][d]
-            flushed = s.on_model(ctx, upload)
-            global_blocks = None
-            if flushed:
-                for u in flushed:
-                    self.net.send(FED, u)
-                global_blocks = self._average(round_index, {j for u in flushed for j in u.blocks})
-            self._refill(ctx, st, d, times, round_index, ledger)
-            if global_blocks:
-                st["now"] = max(st["now"], finished_at)
-                break
-        self.check_models_finite(round_index)
-        stepped = sorted(int(d) for d in ledger.seconds["device FP"])    # device indices
-        return self._stats(ctx, True, stepped, st["now"] - round_start, ledger)
-
-    def _refill(self, ctx: "RoundContext", st: dict[str, Any], d: int, times: StageTimes, round_index: int,
-                ledger: _Ledger) -> None:
-        """Device ``d`` leaves its active slot (its local steps done, or lost): the strategy's
-        replacement takes it, downloading the global client model when there is one; a lost device
-        with no device present to replace it frees its slot (:class:`DevicesLost` when none is left)."""
-        s = cast("AsyncStrategy", self.strategy)
-        self.present()
-        ctx.absent = frozenset(self.absent)
-        slot = st["active"].index(d)
-        new = s.replace(ctx, d, st["active"])
-        del st["steps"][d]
-        join = st["clock"].pop(d)
-        if new in self.absent:
-            del st["active"][slot]
-            if not st["active"]:
-                raise DevicesLost(f"no device is left to train (lost: {sorted(self.absent)})")
-            return
-        st["active"][slot] = new
-        st["steps"][new] = 0
-        self.bytes_down += self._load_global(new, round_index, s.reset_client_optimizer)
-        st["clock"][new] = join + float(times.model_down[new])
-        ledger.add(new, "model download", float(times.model_down[new]))
-
-    def _load_global(self, device: int, round_index: int, fresh_optimizer: bool) -> int:
+    def load_global(self, device: int, round_index: int, fresh_optimizer: bool) -> int:
         """Device ``device`` loads the fed server's global client blocks (those averaged so far; with
         ``fresh_optimizer`` its optimizer state restarts); the bytes downloaded."""
         mine = [j for j in range(self.cuts[device]) if j in self.global_sizes]
@@ -873,7 +759,7 @@ class SplitEngine:
         for d in self.net.readmit():
             self.absent.discard(d)
             self.stale.discard(d)
-            self._load_global(d, round_index, fresh_optimizer=True)
+            self.load_global(d, round_index, fresh_optimizer=True)
 
     # ---- re-partition (Algorithm 1) ---------------------------------------------------------------------
     def set_cuts(self, new_cuts: Sequence[int], round_index: int = 0) -> None:
@@ -890,7 +776,7 @@ class SplitEngine:
         if self._awaiting:
             raise MessageMismatchError(f"cannot re-partition with unanswered activations from devices {sorted(self._awaiting)}")
         self._start_from_global(round_index, sorted(self.stale), StageTimes.zeros(self.num_devices, self.batch_size),
-                                _Ledger())
+                                StageLedger())
         every = range(self.num_blocks)
         for d in range(self.num_devices):
             self.net.send(d, Upload(d, round_index, list(every), 1.0, with_optimizer=True, to=EDGE))
@@ -971,7 +857,7 @@ class SplitEngine:
         return {"cuts": list(self.cuts), "interval": self.interval, "rounds_since_aggregation": self.rounds_since_aggregation,
                 "devices": [states.get(d) for d in range(self.num_devices)], "edge": self.edge.state_dict(),
                 "fed": self._states([FED])[FED], "rng": self.rng.bit_generator.state,
-                "strategy": self.strategy.state_dict(), "async": copy.deepcopy(self.async_state),
+                "strategy": self.strategy.state_dict(), "async": None if self.async_state is None else self.async_state.to_dict(),
                 "absent": sorted(self.absent), "period": None if self.period is None else list(self.period),
                 "stale": sorted(self.stale)}
 
@@ -1001,10 +887,10 @@ class SplitEngine:
         self.net.send(FED, SetState(None, state["fed"]))
         self.global_sizes = {int(j): self.block_bytes[int(j)] for j in state["fed"].get("global_blocks", {})}
         for d in absent:        # every device is back: the absent ones as returning devices (_take_back)
-            self._load_global(d, 0, fresh_optimizer=True)
+            self.load_global(d, 0, fresh_optimizer=True)
         self.rng.bit_generator.state = state["rng"]
         self.strategy.load_state_dict(_tensors_to(state["strategy"], self.device))
         self.strategy.check_state(self.context(0))
-        self.async_state = copy.deepcopy(state.get("async"))
+        self.async_state = None if state["async"] is None else AsyncLoopState.from_dict(state["async"], self.num_devices)
         self.period = None if period is None else list(period)
         self.stale = set(stale) - set(absent)          # the absent ones came back with the global model above

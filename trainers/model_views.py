@@ -10,7 +10,7 @@ once and reloaded at every call, so the next call overwrites them (``copy.deepco
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -20,15 +20,15 @@ from trainers.messages import BlockState, DeviceAbsent
 from trainers.protocol import EDGE, FED, Send
 from trainers.roles import weighted_mean
 
-if TYPE_CHECKING:  # pragma: no cover
-    from trainers.engine import SplitEngine
+Engine = Any
+"""A :class:`trainers.engine.SplitEngine` (not imported: the engine imports this module)."""
 
 
 class EngineModels:
     """The models of ``engine``'s roles, read through its network and edge server (never copied but for the
     averages), and their evaluation on the test set (global protocol) or the devices' held-out samples (local)."""
 
-    def __init__(self, engine: "SplitEngine") -> None:
+    def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._eval_blocks: dict[Any, nn.Module] = {}
 
