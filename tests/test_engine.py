@@ -1033,3 +1033,19 @@ def test_an_aggregation_averages_the_client_blocks_with_the_weights_it_names(wei
     expected = 1.0 if weights == "equal" else (0 * 100 + 1 * 200 + 2 * 500) / 800
     for device in engine.devices:
         assert all(torch.allclose(p, torch.full_like(p, expected)) for p in device.blocks[0].parameters())
+
+
+def test_the_averaged_model_is_the_block_wise_mean_of_the_devices_models() -> None:
+    """w̄ = (1/N)Σ_i w_i (docs/model.md §2.1), block by block: PSL's client models differ after a round, so their
+    blocks are averaged; the shared server blocks are the one live instance."""
+    engine = make_engine("psl", [4] * 3, devices=3)
+    engine.run_round(1)
+    mean = engine.averaged_model()
+    weighted = [j for j in range(4) if list(engine.block(0, j).parameters())]
+    assert weighted
+    for j in weighted:
+        expected = sum(flat(engine.block(d, j)) for d in range(3)) / 3
+        assert torch.allclose(flat(mean[j]), expected, atol=1e-7, rtol=0), j
+        assert mean[j] is not engine.block(0, j)
+    assert all(mean[j] is engine.block(0, j) for j in range(4, 11))
+    assert torch.allclose(flat(*list(engine.averaged_model([1]))[:4]), flat(*[engine.block(1, j) for j in range(4)]))
