@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
+from trainers.aggregation import average_at_fed, load_global
 from trainers.clock import StageLedger, StageTimes
 from trainers.messages import CutGradient, DevicesLost, MessageMismatchError
 from trainers.protocol import EDGE, FED, Forward, Upload
@@ -151,7 +152,7 @@ def _upload(engine: Engine, ctx: "RoundContext", st: AsyncLoopState, d: int, tim
         return True, False
     for u in flushed:
         engine.net.send(FED, u)
-    return True, bool(engine.average_at_fed(ctx.round, {j for u in flushed for j in u.blocks}))
+    return True, bool(average_at_fed(engine, ctx.round, {j for u in flushed for j in u.blocks}))
 
 
 def _refill(engine: Engine, ctx: "RoundContext", st: AsyncLoopState, d: int, times: StageTimes,
@@ -173,6 +174,6 @@ def _refill(engine: Engine, ctx: "RoundContext", st: AsyncLoopState, d: int, tim
         return
     st.active[slot] = new
     st.steps[new] = 0
-    engine.bytes_down += engine.load_global(new, ctx.round, s.reset_client_optimizer)
+    engine.bytes_down += load_global(engine, new, ctx.round, s.reset_client_optimizer)
     st.clock[new] = join + float(times.model_down[new])
     ledger.add(new, "model download", float(times.model_down[new]))

@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from adaptplan.plan import check_cut_vector
+from trainers.aggregation import aggregate, download_global, load_global
 from trainers.async_loop import AsyncLoopState, run_async_round
 from trainers.batching import CLIENT_BATCHING, ClientBatcher, use_batching
 from trainers.checkpoint_schema import check_engine_state
@@ -45,7 +46,6 @@ from trainers.messages import (
     DevicesLost,
     MessageMismatchError,
     ModelDownload,
-    ModelUpload,
     check_all_finite,
     deferred_finite_checks,
     tensor_bytes,
@@ -53,11 +53,11 @@ from trainers.messages import (
 from trainers.model_views import EngineModels
 from trainers.network import LocalNetwork, Network
 from trainers.optim import OptimizerSpec, mean_param_state
-from trainers.protocol import EDGE, FED, Average, Forward, GetState, Send, SetState, Take, Upload
+from trainers.protocol import EDGE, FED, Forward, GetState, Send, SetState, Take, Upload
 from trainers.roles import Device, EdgeServer, FedServer, random_layer, weighted_mean
 
 if TYPE_CHECKING:  # pragma: no cover
-    from trainers.api import Aggregation, Handoff, ParallelStep, RoundContext, Strategy
+    from trainers.api import Handoff, ParallelStep, RoundContext, Strategy
     from trainers.clock import SimClock
 
 #: Stream word of the strategy's generator, seeded ``[seed, STRATEGY_STREAM]``. Device i's sampler is seeded
@@ -331,7 +331,7 @@ class SplitEngine:
         aggregation = s.aggregation(ctx)
         self.rounds_since_aggregation += 1
         if aggregation is not None:
-            now = self._aggregate(aggregation, ctx, participants, times, now, ledger)
+            now = aggregate(self, aggregation, ctx, participants, times, now, ledger)
             self.rounds_since_aggregation = 0
         self.check_models_finite(round_index)
         return self.round_stats(ctx, aggregation is not None, self.present(participants), now, ledger)
@@ -355,7 +355,7 @@ class SplitEngine:
         self.stale -= set(late)
         if not late:
             return 0.0
-        return self._download_global(late, round_index, sorted(self.global_sizes), "global", times, 0.0, ledger)
+        return download_global(self, late, round_index, sorted(self.global_sizes), "global", times, 0.0, ledger)
 
     def round_stats(self, ctx: "RoundContext", aggregated: bool, participants: list[int], seconds: float,
                ledger: StageLedger) -> RoundStats:
@@ -633,124 +633,23 @@ class SplitEngine:
         self.net.send(FED, Take(h.source, keep=key))
         self.net.send(FED, Send(h.target, h.target, round_index, "device", {j: ("kept", key, j) for j in moved}))
         self.net.send(h.target, Take(FED))
-        self.bytes_up += self._bytes(moved)
-        self.bytes_down += self._bytes(moved)           # the same blocks, on to the next device
+        self.bytes_up += self.blocks_bytes(moved)
+        self.bytes_down += self.blocks_bytes(moved)           # the same blocks, on to the next device
         ledger.add(h.source, "model upload", float(times.model_up[h.source]))
         ledger.add(h.target, "model download", float(times.model_down[h.target]))
         return start + float(times.model_up[h.source]) + float(times.model_down[h.target])
 
     # ---- aggregation ----------------------------------------------------------------------------------
-    def _aggregate(self, agg: "Aggregation", ctx: "RoundContext", participants: list[int], times: StageTimes,
-                   start: float, ledger: StageLedger) -> float:
-        """Client-side model averaging through model messages: devices and the edge server upload
-        device-specific blocks, the fed server averages (|𝒟_i| or equal weights), the averages are
-        downloaded. Times: device uploads T_i^{mU} (22), the edge server's by the size it sends
-        over r_{e→f} (23); downloads T_i^{mD} (24) and over r_{f→e} (25). Absent devices take no part."""
-        devices = self.present(list(agg.devices) if agg.devices is not None else participants)
-        blocks = list(agg.blocks)
-        weight = {d: float(ctx.data_sizes[d]) if agg.weights == "data_size" else 1.0 for d in devices}
-        relayed = self._relay_uploads(devices, ctx.round, blocks, weight) if self.strategy.allows_absence else None
-        if relayed is not None:
-            devices = [d for d in devices if d in relayed]
-        edge_up_bits, up_done = 0.0, start
-        uploaded: set[int] = set()
-        for d in devices:   # each upload is folded into the fed server's running average as it is taken
-            w = weight[d]
-            if relayed is None:
-                self.net.send(d, Upload(d, ctx.round, blocks, w))
-                self.net.send(FED, Take(d))
-            else:
-                self.net.send(FED, relayed[d])
-            e = self.edge.upload(d, ctx.round, blocks, w)
-            self.net.send(FED, e)
-            mine = [j for j in blocks if j < self.cuts[d]]
-            uploaded.update(mine, e.blocks)
-            self.bytes_up += self._bytes(mine)
-            self.bytes_server += e.num_bytes
-            edge_up_bits += 8.0 * e.num_bytes
-            if mine:
-                ledger.add(d, "model upload", float(times.model_up[d]))
-                up_done = max(up_done, start + float(times.model_up[d]))
-        edge_up = times.edge_up_seconds(edge_up_bits) if edge_up_bits else 0.0
-        ledger.add("edge", "model upload", edge_up)
-        up_done = max(up_done, start + edge_up)
-        averaged = self.average_at_fed(ctx.round, uploaded)
-        recipients = devices if agg.recipients == "participants" else self.present()
-        # the devices that did not receive this average hold an older model: a later draw brings them up to date
-        self.stale = (self.stale | set(self.present())) - set(recipients)
-        return self._download_global(recipients, ctx.round, [j for j in blocks if j in averaged], "avg", times,
-                                     up_done, ledger, edge_devices=devices)
-
-    def _download_global(self, devices: Sequence[int], round_index: int, blocks: Sequence[int], ref: str,
-                         times: StageTimes, start: float, ledger: StageLedger,
-                         edge_devices: Sequence[int] | None = None) -> float:
-        """The fed server sends ``blocks`` (``ref``: the average just finished, or the global model) to
-        ``devices``: each device its client blocks among them (T_i^{mD}, eq. 24), and the edge server the
-        per-device server copies of ``edge_devices`` (default ``devices``) among them, once for all
-        (eq. 25). Returns when the last download is done."""
-        end, edge_down_bits, edge_msgs = start, 0.0, []
-        for d in devices:
-            mine = [j for j in blocks if j < self.cuts[d]]
-            if mine:
-                self.net.send(FED, Send(d, d, round_index, "device", {j: (ref, j) for j in mine},
-                                        fresh_optimizer=self.strategy.reset_client_optimizer))
-                self.net.send(d, Take(FED))
-                self.bytes_down += self._bytes(mine)
-                ledger.add(d, "model download", float(times.model_down[d]))
-                end = max(end, start + float(times.model_down[d]))
-        theirs = {d: [j for j in blocks if j >= self.cuts[d] and self.edge.key(d, j)[0] is not None]
-                  for d in (devices if edge_devices is None else edge_devices)}
-        needed = sorted({j for js in theirs.values() for j in js})
-        if needed:   # the edge server's blocks come once; it loads one copy per device instance (eq. 25)
-            charged = sum(self.block_bytes[j] for js in theirs.values() for j in js)
-            self.net.send(FED, Send(EDGE, -1, round_index, "edge", {j: (ref, j) for j in needed}, charged_bytes=charged))
-            (got,) = self.net.receive([FED])
-            for d, js in theirs.items():
-                if js:
-                    msg = ModelDownload(d, round_index, "edge", {j: got.blocks[j] for j in js})
-                    edge_down_bits += 8.0 * msg.num_bytes
-                    self.bytes_server += msg.num_bytes
-                    edge_msgs.append(msg)
-            self.edge.download(edge_msgs)
-        edge_down = times.edge_down_seconds(edge_down_bits) if edge_down_bits else 0.0
-        ledger.add("edge", "model download", edge_down)
-        return max(end, start + edge_down)
-
-    def _relay_uploads(self, devices: list[int], round_index: int, blocks: list[int],
-                       weight: dict[int, float]) -> dict[int, ModelUpload]:
-        """The uploads of ``devices`` through the edge server, all asked at once: where the algorithm
-        allows absence (SCALA, CycleSL) the edge server waits on them itself, so that a device lost
-        before its upload is left out of the average instead of awaited by the fed server."""
-        for d in devices:
-            self.net.send(d, Upload(d, round_index, blocks, weight[d], to=EDGE))
-        return {u.device: u for u in self.net.receive(devices, allow_absent=True)}
-
-    def average_at_fed(self, round_index: int, blocks: set[int]) -> dict[int, int]:
-        """The fed server finishes its running average of ``blocks`` (it becomes the global model);
-        {block: its size in bytes}."""
-        self.net.send(FED, Average(round_index))
-        sizes = {j: self.block_bytes[j] for j in sorted(blocks)}
-        self.global_sizes.update(sizes)
-        return sizes
-
-    def _bytes(self, blocks: Sequence[int]) -> int:
+    def blocks_bytes(self, blocks: Sequence[int]) -> int:
+        """Bytes of one copy of ``blocks``."""
         return sum(self.block_bytes[j] for j in blocks)
 
     def _key(self) -> int:
         self._next_key += 1
         return self._next_key
 
-    # ---- the asynchronous loop (GAS) ------------------------------------------------------------------
     def load_global(self, device: int, round_index: int, fresh_optimizer: bool) -> int:
-        """Device ``device`` loads the fed server's global client blocks (those averaged so far; with
-        ``fresh_optimizer`` its optimizer state restarts); the bytes downloaded."""
-        mine = [j for j in range(self.cuts[device]) if j in self.global_sizes]
-        if not mine:
-            return 0
-        self.net.send(FED, Send(device, device, round_index, "device", {j: ("global", j) for j in mine},
-                                fresh_optimizer=fresh_optimizer))
-        self.net.send(device, Take(FED))
-        return sum(self.global_sizes[j] for j in mine)
+        return load_global(self, device, round_index, fresh_optimizer)
 
     def _take_back(self, round_index: int) -> None:
         """Devices whose host came back as a new process (a real runtime, partial participation)
