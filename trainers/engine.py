@@ -41,20 +41,19 @@ from trainers.config import CLIENT_RECOMPUTE, RECOMPUTE_SAMPLES, check_choice, p
 from trainers.hosts import DeviceHost, FedHost, device_finite_items
 from trainers.messages import (
     Activation,
-    BlockState,
     CutGradient,
     DevicesLost,
     MessageMismatchError,
-    ModelDownload,
     check_all_finite,
     deferred_finite_checks,
     tensor_bytes,
 )
 from trainers.model_views import EngineModels
 from trainers.network import LocalNetwork, Network
-from trainers.optim import OptimizerSpec, mean_param_state
-from trainers.protocol import EDGE, FED, Forward, GetState, Send, SetState, Take, Upload
-from trainers.roles import Device, EdgeServer, FedServer, random_layer, weighted_mean
+from trainers.optim import OptimizerSpec
+from trainers.protocol import FED, Forward, GetState, Send, SetState, Take, Upload
+from trainers.repartition import repartition
+from trainers.roles import Device, EdgeServer, FedServer, random_layer
 
 if TYPE_CHECKING:  # pragma: no cover
     from trainers.api import Handoff, ParallelStep, RoundContext, Strategy
@@ -660,54 +659,18 @@ class SplitEngine:
             self.stale.discard(d)
             self.load_global(d, round_index, fresh_optimizer=True)
 
-    # ---- re-partition (Algorithm 1) ---------------------------------------------------------------------
+    # ---- re-partition (Algorithm 1; trainers.repartition) ---------------------------------------------------
     def set_cuts(self, new_cuts: Sequence[int], round_index: int = 0) -> None:
-        """Move layers between devices and the edge server without losing state (docs/model.md §5.4), through
-        model messages: every device and the edge server upload every block with its optimizer state;
-        each instance of the new layout takes the (count-weighted) average of the old instances its
-        devices used — an exact copy when those are identical, as at an aggregation boundary. Devices that
-        missed the last average (partial participation) first load the global model, as they would before
-        their next round (not charged: the re-partition's own transfers are not either)."""
+        """Move layers between devices and the edge server without losing state (:func:`trainers.repartition.
+        repartition`)."""
         new = self._check_cuts(new_cuts)
-        old = list(self.cuts)
-        if new == old:
+        if new == list(self.cuts):
             return
         if self._awaiting:
             raise MessageMismatchError(f"cannot re-partition with unanswered activations from devices {sorted(self._awaiting)}")
         self._start_from_global(round_index, sorted(self.stale), StageTimes.zeros(self.num_devices, self.batch_size),
                                 StageLedger())
-        every = range(self.num_blocks)
-        for d in range(self.num_devices):
-            self.net.send(d, Upload(d, round_index, list(every), 1.0, with_optimizer=True, to=EDGE))
-        dev_up = {u.device: u for u in self.net.receive(list(range(self.num_devices)))}
-        edge_up = {d: self.edge.upload(d, round_index, every, 1.0, with_optimizer=True, shared=True)
-                   for d in range(self.num_devices)}
-
-        def state(d: int, j: int) -> BlockState:
-            return dev_up[d].blocks[j] if j < old[d] else edge_up[d].blocks[j]
-
-        def source(d: int, j: int) -> tuple:
-            return ("device", d) if j < old[d] else ("edge", self.edge.key(d, j, old))
-
-        edge_msgs = []
-        for key in self.edge.layout(new):
-            j = key[1]
-            members = [d for d in range(self.num_devices) if new[d] <= j and self.edge.key(d, j, new) == key]
-            sources: dict[tuple, list[int]] = {}
-            for d in members:
-                sources.setdefault(source(d, j), []).append(d)
-            if list(sources) == [("edge", key)]:
-                continue                                  # untouched instance: keeps its object and state
-            states = [state(ds[0], j) for ds in sources.values()]
-            merged = BlockState(weighted_mean([s.state for s in states], [float(len(ds)) for ds in sources.values()]),
-                                [mean_param_state(list(ps)) for ps in zip(*[s.optimizer or [] for s in states])])
-            edge_msgs.append(ModelDownload(members[0], round_index, "edge", {j: merged}))
-        for d in range(self.num_devices):
-            if new[d] != old[d]:
-                moving = {j: state(d, j) for j in range(old[d], new[d])}
-                self.net.send(d, ModelDownload(d, round_index, "device", moving, cut=new[d]))
-        self.edge.download(edge_msgs, new_cuts=new)
-        self.cuts = new
+        repartition(self, new, round_index)
 
     # ---- the models, as strategies, the trainer and tests read them (trainers.model_views) -------------------
     def block(self, device: int, block: int) -> nn.Module:
