@@ -357,7 +357,8 @@ class SplitEngine:
         return download_global(self, late, round_index, sorted(self.global_sizes), "global", times, 0.0, ledger)
 
     def round_stats(self, ctx: "RoundContext", aggregated: bool, participants: list[int], seconds: float,
-               ledger: StageLedger) -> RoundStats:
+                    ledger: StageLedger) -> RoundStats:
+        """The round's figures (loss, bytes, participants, simulated seconds, stage summary, metrics)."""
         self.absent |= self.net.absent_devices()
         if self.absent:
             ctx.metrics["absent_devices"] = float(len(self.absent))
