@@ -231,18 +231,19 @@ def test_bad_cyclesl_flags_exit_2(argv, flag, capsys) -> None:
     assert_train_flag_error(argv, flag, capsys)
 
 
-def test_cyclesglr_active_half_receives_one_common_row() -> None:
+def test_cyclesglr_active_half_receives_one_common_row(monkeypatch) -> None:
     """CSL-8 topology: ⌊n_t/2⌋ participants get identical rows (all equal to each other), the rest their own
     gradients; client models are never averaged and the accuracy is the mean over devices' models."""
     data = make_data(N, "dirichlet")
     engine = make_cycle_engine(data, participation=1.0, cycle_base="sglr")
     received = {}
-    backward = engine._backward_all
+    import trainers.sync_round as sync_round
+    backward = sync_round.backward_all
 
-    def spy(replies):
+    def spy(eng, replies):
         received.update({d: r.tensor.clone() for d, r in replies.items()})
-        backward(replies)
-    engine._backward_all = spy
+        backward(eng, replies)
+    monkeypatch.setattr(sync_round, "backward_all", spy)
     stats = engine.run_round(1)
     assert not stats.aggregated
     shared = [d for d, g in received.items() if torch.equal(g, g[:1].expand_as(g))]

@@ -586,7 +586,8 @@ def test_model_messages_go_to_their_own_device_and_no_repartition_mid_step() -> 
     block = engine.devices[0].upload(1, [0], 1.0).blocks
     with pytest.raises(MessageMismatchError, match="model for device 0 delivered to device 1"):
         engine.devices[1].download(ModelDownload(0, 1, "device", block))
-    engine._forward_all(1, [0], {0: 4})               # the edge server holds device 0's activation, unanswered
+    from trainers.sync_round import forward_all
+    forward_all(engine, 1, [0], {0: 4})               # the edge server holds device 0's activation, unanswered
     with pytest.raises(MessageMismatchError, match="device 0 cannot re-partition with an unanswered activation"):
         engine.devices[0].download(ModelDownload(0, 1, "device", {}, cut=4))
     assert engine.devices[0].cut == 3

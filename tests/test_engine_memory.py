@@ -306,7 +306,8 @@ def test_only_the_default_serve_is_streamed(algorithm) -> None:
 
     strategy = make_strategy(algorithm)
     engine = SplitEngine(cnn(1, 8, 3, width=4), [2] * DEVICES, strategy, data(), {"lr": 0.1}, BATCH)
-    stream = engine._chunk_server(engine.context(1), list(range(DEVICES)))
+    from trainers.sync_round import chunk_server
+    stream = chunk_server(engine, engine.context(1), list(range(DEVICES)))
     default = type(strategy).serve is Strategy.serve and strategy.server_mode == "barrier"   # read off the code
     assert (strategy.server_step == "parallel" and strategy.server_mode == "barrier") is default
     assert isinstance(stream, ParallelStep) is default

@@ -17,6 +17,7 @@ from trainers.aggregation import average_at_fed, load_global
 from trainers.clock import StageLedger, StageTimes
 from trainers.messages import CutGradient, DevicesLost, MessageMismatchError
 from trainers.protocol import EDGE, FED, Forward, Upload
+from trainers.sync_round import charged_server_seconds, take_replies
 
 if TYPE_CHECKING:  # pragma: no cover
     from trainers.api import AsyncStrategy, RoundContext
@@ -116,10 +117,10 @@ def _local_step(engine: Engine, ctx: "RoundContext", st: AsyncLoopState, d: int,
     begin = max(arrive, st.server_free)
     out = s.serve(engine.edge, ctx, [msg])
     answered = begin + float(times.server[d]) * k                 # the reply is computed first (GAS-10) ...
-    busy = answered - begin + engine.charged_server_seconds(ctx, times)   # ... then the server works on (GAS-5b–8)
+    busy = answered - begin + charged_server_seconds(ctx, times)   # ... then the server works on (GAS-5b–8)
     st.server_free = begin + busy
     replies: dict[int, tuple[float, CutGradient]] = {}
-    engine.take_replies(out, {d: msg}, replies, answered)
+    take_replies(out, {d: msg}, replies, answered)
     if d not in replies:
         raise MessageMismatchError(f"the asynchronous strategy {s.name} did not answer device {d} at once")
     reply = replies[d][1]

@@ -40,8 +40,6 @@ from trainers.clock import StageLedger, StageTimes
 from trainers.config import CLIENT_RECOMPUTE, RECOMPUTE_SAMPLES, check_choice, pass_samples
 from trainers.hosts import DeviceHost, FedHost, device_finite_items
 from trainers.messages import (
-    Activation,
-    CutGradient,
     DevicesLost,
     MessageMismatchError,
     check_all_finite,
@@ -51,12 +49,13 @@ from trainers.messages import (
 from trainers.model_views import EngineModels
 from trainers.network import LocalNetwork, Network
 from trainers.optim import OptimizerSpec
-from trainers.protocol import FED, Forward, GetState, Send, SetState, Take, Upload
+from trainers.protocol import FED, GetState, SetState
 from trainers.repartition import repartition
 from trainers.roles import Device, EdgeServer, FedServer, random_layer
+from trainers.sync_round import handoff, run_group
 
 if TYPE_CHECKING:  # pragma: no cover
-    from trainers.api import Handoff, ParallelStep, RoundContext, Strategy
+    from trainers.api import RoundContext, Strategy
     from trainers.clock import SimClock
 
 #: Stream word of the strategy's generator, seeded ``[seed, STRATEGY_STREAM]``. Device i's sampler is seeded
@@ -324,9 +323,9 @@ class SplitEngine:
         ledger = StageLedger()
         now = self._start_from_global(ctx.round, participants, times, ledger)
         for group in s.schedule(ctx, participants):
-            now = self._run_group(ctx, list(group), batch, times, now, ledger)
-            for handoff in s.after_group(ctx, group):
-                now = self._handoff(handoff, round_index, times, now, ledger)
+            now = run_group(self, ctx, list(group), batch, times, now, ledger)
+            for passed in s.after_group(ctx, group):
+                now = handoff(self, passed, round_index, times, now, ledger)
         aggregation = s.aggregation(ctx)
         self.rounds_since_aggregation += 1
         if aggregation is not None:
@@ -366,235 +365,11 @@ class SplitEngine:
         return RoundStats(loss, self.bytes_up, self.bytes_down, self.bytes_server, aggregated, participants,
                           float(seconds), ledger.summary(), dict(ctx.metrics), samples=self.samples)
 
-    def _run_group(self, ctx: "RoundContext", group: list[int], batch: dict[int, int], times: StageTimes,
-                   start: float, ledger: StageLedger) -> float:
-        s = self.strategy
-        stream = self._chunk_server(ctx, group)
-        if stream is not None:
-            return self._run_streamed_group(ctx, group, batch, times, start, ledger, stream)
-        if s.server_mode == "arrival" and self._may_stream:
-            return self._run_streamed_arrivals(ctx, group, batch, times, start, ledger)
-        activations = self._forward_all(ctx.round, group, batch)
-        group = [d for d in group if d in activations]      # a lost device sent none (partial participation)
-        if not group:
-            return start
-        arrival = self._arrivals(group, batch, times, start, ledger)
-        for d in group:
-            self._count_activation(activations[d])
-        events = sorted((arrival[d], d, activations[d]) for d in group)
-        pending = {d: msg for _, d, msg in events}
-        replies: dict[int, tuple[float, CutGradient]] = {}
-        early: dict[int, tuple[int, bool]] = {}       # answered while the server worked: (bytes, with a gradient)
-        server_free = start
-        if s.server_mode == "barrier":
-            at = max(e[0] for e in events)
-            ctx.on_reply = lambda out: self._answer_early(out, pending, early)
-            try:
-                out = s.serve(self.edge, ctx, [e[2] for e in events])
-            finally:
-                ctx.on_reply = None
-            server_free = at + self._server_busy(ctx, group, batch, times, ledger)
-            self.take_replies(out, pending, replies, server_free)
-        else:
-            for at, _, msg in events:
-                server_free = self._serve_arrival(ctx, msg, at, batch, times, ledger, pending, replies, server_free)
-        server_free = self._flush(ctx, times, ledger, pending, replies, server_free)
-        self._backward_all({d: replies[d][1] for d in group if d in replies})
-        answered = {d: (at, reply.num_bytes, reply.tensor is not None) for d, (at, reply) in replies.items()}
-        answered.update((d, (server_free, size, grad)) for d, (size, grad) in early.items())   # at the barrier's time
-        return self._replies_done(group, answered, batch, times, start, ledger)
-
-    def _serve_arrival(self, ctx: "RoundContext", msg: Activation, at: float, batch: dict[int, int], times: StageTimes,
-                       ledger: StageLedger, pending: dict, replies: dict, server_free: float) -> float:
-        """``server_mode = "arrival"``: the server takes ``msg`` (arrived at ``at``) when it is free and
-        works its share (eqs. 18, 19, and what the strategy charged); returns when it is free again."""
-        d = msg.device
-        begin = max(at, server_free)
-        out = self.strategy.serve(self.edge, ctx, [msg])
-        share = float(times.server[d]) * times.scale(d, batch[d]) + self.charged_server_seconds(ctx, times)
-        ledger.add("edge", "server", share)
-        self.take_replies(out, pending, replies, begin + share)
-        return begin + share
-
     @property
     def _may_stream(self) -> bool:
         """Whether a group's devices may forward chunk by chunk as the server goes (no device that may
         be lost midway, no random layer whose masks would be drawn in another order)."""
         return not self.strategy.allows_absence and not self._random_layers
-
-    def _run_streamed_arrivals(self, ctx: "RoundContext", group: list[int], batch: dict[int, int], times: StageTimes,
-                               start: float, ledger: StageLedger) -> float:
-        """A group served one arrival at a time (SplitFed V2), its devices forwarding in arrival order
-        one server chunk's worth at a time (``EdgeServer.chunked``), each chunk's replies delivered
-        once its arrivals are served: a device's forward reads only its own model and data, so this
-        is bit for bit forwarding every device first, with the same simulated times, and the round
-        holds one chunk's activations instead of every participant's."""
-        arrival, chunks = self._chunks_by_arrival(ctx, group, batch, times, start, ledger)
-        pending: dict[int, Activation] = {}
-        replies: dict[int, tuple[float, CutGradient]] = {}
-        answered: dict[int, tuple[float, int, bool]] = {}
-        server_free = start
-        for devices in chunks:
-            activations = self._forward_chunk(ctx, devices, batch)
-            pending.update((a.device, a) for a in activations)
-            for msg in activations:
-                server_free = self._serve_arrival(ctx, msg, arrival[msg.device], batch, times, ledger, pending, replies,
-                                                  server_free)
-            self._deliver(replies, answered)
-        server_free = self._flush(ctx, times, ledger, pending, replies, server_free)
-        self._deliver(replies, answered)
-        return self._replies_done(group, answered, batch, times, start, ledger)
-
-    def _deliver(self, replies: dict[int, tuple[float, CutGradient]], answered: dict[int, tuple[float, int, bool]]) -> None:
-        """Send the replies taken so far to their devices (each back-propagates and steps) and keep
-        only when each arrived, its size and whether it carried a gradient."""
-        self._backward_all({d: reply for d, (_, reply) in replies.items()})
-        answered.update((d, (at, reply.num_bytes, reply.tensor is not None)) for d, (at, reply) in replies.items())
-        replies.clear()
-
-    def _chunk_server(self, ctx: "RoundContext", group: list[int]) -> "ParallelStep | None":
-        """How the runtime serves this barrier chunk by chunk as its devices forward: a
-        :class:`~trainers.api.ParallelStep` where the strategy's server step is the default parallel one
-        (``server_step = "parallel"``, whose chunks are independent until the final step) and the runtime may (a
-        barrier, :attr:`_may_stream`, no BatchNorm: ``EdgeServer.concatenate``); else None (the whole barrier goes
-        to the strategy's ``serve``)."""
-        from trainers.api import ParallelStep
-
-        s = self.strategy
-        if s.server_step != "parallel" or s.server_mode != "barrier" or not self._may_stream or not self.edge.concatenate:
-            return None
-        return ParallelStep(self.edge, ctx, group)
-
-    def _run_streamed_group(self, ctx: "RoundContext", group: list[int], batch: dict[int, int], times: StageTimes,
-                            start: float, ledger: StageLedger, stream: "ParallelStep") -> float:
-        """A barrier served as its devices forward: the devices, in their simulated arrival order,
-        cut into the server's chunks (``EdgeServer.chunked``, each device's min(b_i, |𝒟_i|) samples);
-        a chunk's devices forward only once the chunk before is served and answered, so the round
-        holds one chunk's activations and client graphs. The same computations as serving the
-        whole barrier (the forwards are independent of the server's pass) and the same simulated
-        times: every reply arrives at the barrier's time."""
-        arrival, chunks = self._chunks_by_arrival(ctx, group, batch, times, start, ledger)
-        early: dict[int, tuple[int, bool]] = {}
-        for devices in chunks:
-            activations = self._forward_chunk(ctx, devices, batch)
-            pending = {a.device: a for a in activations}
-            self._answer_early(stream.serve_chunk(activations), pending, early)
-            if pending:
-                self._never_answered(pending)
-        stream.finish()
-        server_free = max(arrival.values()) + self._server_busy(ctx, group, batch, times, ledger)
-        server_free = self._flush(ctx, times, ledger, {}, {}, server_free)
-        answered = {d: (server_free, size, grad) for d, (size, grad) in early.items()}
-        return self._replies_done(group, answered, batch, times, start, ledger)
-
-    def _chunks_by_arrival(self, ctx: "RoundContext", group: list[int], batch: dict[int, int], times: StageTimes,
-                           start: float, ledger: StageLedger) -> tuple[dict[int, float], list[list[int]]]:
-        """Each device's arrival time (:meth:`_arrivals`) and the group in arrival order cut into the
-        server's chunks (``EdgeServer.chunked``), each device counted by the min(b_i, |𝒟_i|) samples
-        it will draw."""
-        arrival = self._arrivals(group, batch, times, start, ledger)
-        order = sorted(group, key=lambda d: (arrival[d], d))
-        return arrival, self.edge.chunked(order, lambda d: self._drawn(ctx, batch, d))
-
-    @staticmethod
-    def _drawn(ctx: "RoundContext", batch: dict[int, int], device: int) -> int:
-        """The samples ``device`` draws for a step of ``batch[device]``: min(b_i, |𝒟_i|) (its sampler's rule)."""
-        return min(int(batch[device]), int(ctx.data_sizes[device]))
-
-    def _forward_chunk(self, ctx: "RoundContext", devices: list[int], batch: dict[int, int]) -> list[Activation]:
-        """The chunk's devices forward (:meth:`_forward_all`); their activations, counted, in the chunk's
-        order, each checked to carry the min(b_i, |𝒟_i|) samples the chunk was cut for."""
-        activations = self._forward_all(ctx.round, devices, batch)
-        for d in devices:
-            n, expected = int(activations[d].tensor.shape[0]), self._drawn(ctx, batch, d)
-            if n != expected:
-                raise MessageMismatchError(f"device {d} sent {n} samples in round {ctx.round}, expected {expected} "
-                                           f"(min(b_i, |D_i|))")
-            self._count_activation(activations[d])
-        return [activations[d] for d in devices]
-
-    def _arrivals(self, group: list[int], batch: dict[int, int], times: StageTimes, start: float,
-                  ledger: StageLedger) -> dict[int, float]:
-        """When each device's activation reaches the edge server: its forward and uplink (eqs. 14, 16),
-        charged to the ledger."""
-        arrival = {}
-        for d in group:
-            k = times.scale(d, batch[d])
-            fp, up = float(times.client_fp[d]) * k, float(times.upload[d]) * k
-            ledger.add(d, "device FP", fp)
-            ledger.add(d, "uplink", up)
-            arrival[d] = start + fp + up
-        return arrival
-
-    def _count_activation(self, msg: Activation) -> None:
-        self.bytes_up += msg.num_bytes
-        self.samples += int(msg.tensor.shape[0])
-
-    def _server_busy(self, ctx: "RoundContext", group: list[int], batch: dict[int, int], times: StageTimes,
-                     ledger: StageLedger) -> float:
-        """Seconds the edge server works on a barrier: every device's share (eqs. 18, 19) and the work
-        the strategy charged."""
-        busy = sum(float(times.server[d]) * times.scale(d, batch[d]) for d in group) + self.charged_server_seconds(ctx, times)
-        ledger.add("edge", "server", busy)
-        return busy
-
-    def _flush(self, ctx: "RoundContext", times: StageTimes, ledger: StageLedger, pending: dict, replies: dict,
-               server_free: float) -> float:
-        """The strategy's replies still owed once the group's arrivals are served; every activation
-        must be answered by then. Returns when the server is free."""
-        out = self.strategy.flush(self.edge, ctx)
-        extra = self.charged_server_seconds(ctx, times)
-        server_free += extra
-        ledger.add("edge", "server", extra)
-        self.take_replies(out, pending, replies, server_free)
-        if pending:
-            self._never_answered(pending)
-        return server_free
-
-    def _never_answered(self, pending: dict) -> None:
-        d, msg = next(iter(pending.items()))
-        raise MessageMismatchError(f"the activation of device {d} (round {msg.round}, step {msg.step}) was never "
-                                   f"answered by the {self.strategy.name} strategy")
-
-    def _replies_done(self, group: list[int], answered: dict[int, tuple[float, int, bool]], batch: dict[int, int],
-                      times: StageTimes, start: float, ledger: StageLedger) -> float:
-        """Each reply's downlink and the device's backward (eqs. 15, 17; none for a skipped step): when
-        the group's last device is done."""
-        end = start
-        for d in group:
-            at, size, grad = answered[d]
-            k = times.scale(d, batch[d])
-            self.bytes_down += size
-            down = float(times.download[d]) * k if grad else 0.0
-            bp = float(times.client_bp[d]) * k if grad else 0.0
-            ledger.add(d, "downlink", down)
-            ledger.add(d, "device BP", bp)
-            end = max(end, at + down + bp)
-        return end
-
-    def _answer_early(self, out: Sequence[CutGradient], pending: dict, early: dict[int, tuple[int, bool]]) -> None:
-        """Replies a barrier's serve handed over before returning (``RoundContext.reply_now``): checked
-        like the others, delivered at once (the device back-propagates and both messages can go),
-        remembered only by their size and whether they carry a gradient."""
-        taken: dict[int, tuple[float, CutGradient]] = {}
-        self.take_replies(out, pending, taken, 0.0)
-        for d, (_, reply) in taken.items():
-            early[d] = (reply.num_bytes, reply.tensor is not None)
-        self._backward_all({d: reply for d, (_, reply) in taken.items()})
-
-    def _forward_all(self, round_index: int, group: Sequence[int], batch: dict[int, int]) -> dict[int, Activation]:
-        """Every device of ``group`` runs its client forward (eq. 2) and sends its activation: one
-        :class:`~trainers.protocol.Forward` per host (in one process one after the other, or
-        devices sharing a cut as one batched call, ``client_batching``; on several processes
-        concurrently)."""
-        recompute = self.recompute(sum(int(batch[d]) for d in group))
-        for members in self.net.hosts(group):
-            self.net.send(members[0], Forward(round_index, [(d, int(batch[d])) for d in members], recompute))
-        out = {}
-        for msg in self.net.receive(list(group), allow_absent=self.strategy.allows_absence):
-            out[msg.device] = msg
-        self._awaiting.update(out)
-        return {d: out[d] for d in group if d in out}
 
     def recompute(self, samples: int) -> bool:
         """Whether the devices of a group that draws ``samples`` samples in all recompute their forward
@@ -603,43 +378,6 @@ class SplitEngine:
         budget, never recomputed by default)."""
         return self.client_recompute == "on" or (self.client_recompute == "auto" and samples > RECOMPUTE_SAMPLES)
 
-    def _backward_all(self, replies: dict[int, CutGradient]) -> None:
-        """Deliver each reply to its device, which back-propagates and steps (eq. 6)."""
-        for d, reply in replies.items():
-            self._awaiting.discard(d)
-            self.net.send(d, reply)
-
-    @staticmethod
-    def charged_server_seconds(ctx: "RoundContext", times: StageTimes) -> float:
-        """Seconds of the server work the strategy charged since the last call (RoundContext.charge_server)."""
-        samples, flops = ctx.take_server_charges()
-        return times.extra_server_seconds(samples, flops) if samples or flops else 0.0
-
-    @staticmethod
-    def take_replies(out: Sequence[CutGradient], pending: dict, replies: dict, at: float) -> None:
-        for reply in out:
-            if reply.device not in pending:
-                state = "was already answered" if reply.device in replies else "sent no activation in this group"
-                raise MessageMismatchError(f"a gradient for device {reply.device} (round {reply.round}, step {reply.step}), "
-                                           f"which {state}")
-            del pending[reply.device]
-            replies[reply.device] = (at, reply)
-
-    def _handoff(self, h: "Handoff", round_index: int, times: StageTimes, start: float, ledger: StageLedger) -> float:
-        """Device ``h.source`` → fed server → device ``h.target``: client blocks with their optimizer state."""
-        moved = list(range(self.cuts[h.source]))
-        self.net.send(h.source, Upload(h.source, round_index, moved, 1.0, with_optimizer=True))
-        key = self._key()
-        self.net.send(FED, Take(h.source, keep=key))
-        self.net.send(FED, Send(h.target, h.target, round_index, "device", {j: ("kept", key, j) for j in moved}))
-        self.net.send(h.target, Take(FED))
-        self.bytes_up += self.blocks_bytes(moved)
-        self.bytes_down += self.blocks_bytes(moved)           # the same blocks, on to the next device
-        ledger.add(h.source, "model upload", float(times.model_up[h.source]))
-        ledger.add(h.target, "model download", float(times.model_down[h.target]))
-        return start + float(times.model_up[h.source]) + float(times.model_down[h.target])
-
-    # ---- aggregation ----------------------------------------------------------------------------------
     def blocks_bytes(self, blocks: Sequence[int]) -> int:
         """Bytes of one copy of ``blocks``."""
         return sum(self.block_bytes[j] for j in blocks)
