@@ -1,4 +1,4 @@
-"""The asynchronous loop of an :class:`~trainers.api.AsyncStrategy` (GAS, cyclesl_gas Part B.2): one part of the
+"""The asynchronous loop of an :class:`~trainers.api.AsyncStrategy` (GAS, docs/algorithms.md "GAS", B.2): one part of the
 simulation runtime, apart from the synchronous round.
 
 A global iteration pops the active device whose activation reaches the edge server first (its ready time + T^F +
