@@ -83,7 +83,8 @@ def run_one(job: dict[str, Any]) -> RunResult:
 
 
 def run_jobs(jobs: Sequence[dict[str, Any]], workers: int | None = None, desc: str = "runs",
-             progress: bool = True, work: Callable[[dict[str, Any]], Any] | None = None) -> list[RunResult]:
+             progress: bool = True,
+             work: Callable[[dict[str, Any]], Any] | None = None) -> list[RunResult]:
     """Run every job (``{"group", "label", "target", "config"}``) through ``work`` (default :func:`run_one`), in
     ``workers`` processes (default: all cores). Stopped (Ctrl-C, SIGTERM) or failed, it ends its worker
     processes before it returns: none is left training for a benchmark that is gone."""
