@@ -526,3 +526,17 @@ def test_the_async_loop_state_is_checkpointed_as_its_documented_dict_and_checked
                             ({**saved, "active": saved["active"][:1]}, "one value per active device")):
         with pytest.raises(ValueError, match=message):
             AsyncLoopState.from_dict(broken, N)
+
+
+def test_an_asynchronous_rounds_seconds_are_the_loops_time_since_the_last_aggregation() -> None:
+    """A global iteration's simulated seconds run from the previous aggregation to this one (the loop's ``now``),
+    so that the run's clock, the sum of its rounds, is the loop's time."""
+    N = 6
+    engine = make_gas_engine(make_data(N, "dirichlet"), clock=FakeClock(N, seed=3), active=3, local_steps=2)
+    before, total = 0.0, 0.0
+    for t in (1, 2, 3):
+        stats = engine.run_round(t)
+        assert stats.sim_seconds > 0
+        assert stats.sim_seconds == pytest.approx(engine.async_state.now - before, rel=1e-12)
+        before, total = engine.async_state.now, total + stats.sim_seconds
+    assert total == pytest.approx(engine.async_state.now, rel=1e-12)
