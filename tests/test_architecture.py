@@ -169,3 +169,22 @@ def test_the_algorithm_registry_is_torch_free_and_reaches_strategies_only_by_nam
     used = imported_modules(ROOT / "trainers" / "algorithms.py")
     assert not roots(used) & {"torch", "torchvision", "numpy", "fvcore", "profilers", "solvers"}
     assert {n for n in used if n.startswith("trainers")} == set()
+
+
+LONG_FUNCTIONS = {("trainers/run.py", "Trainer.__init__"), ("trainers/config.py", "TrainConfig.validate"),
+                  ("trainers/distributed/launch.py", "launch_local"), ("trainers/run.py", "Trainer._train")}
+"""The functions of trainers/ still over 60 lines (issue 35: to be split); the list may only shrink."""
+
+
+def test_no_function_in_trainers_grows_over_sixty_lines():
+    """A ratchet: no function of trainers/ is over 60 lines but the listed ones, and each listed one still is
+    (a split one leaves the list)."""
+    found = set()
+    for path in sources("trainers"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for owner in [tree, *[n for n in tree.body if isinstance(n, ast.ClassDef)]]:
+            for node in owner.body:
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 60:
+                    name = node.name if owner is tree else f"{owner.name}.{node.name}"
+                    found.add((path.relative_to(ROOT).as_posix(), name))
+    assert found == LONG_FUNCTIONS

@@ -122,6 +122,19 @@ def _on_device(chain: nn.Sequential, device: torch.device) -> nn.Sequential:
     return copy.deepcopy(chain).to(device)
 
 
+def _private_template(chain: nn.Sequential, device: torch.device) -> nn.Sequential:
+    """``chain`` on ``device``, never the caller's own object: the roles start from the template's tensors
+    without copying them, so the template is kept private."""
+    on_device = _on_device(chain, device)
+    return copy.deepcopy(on_device) if on_device is chain else on_device
+
+
+def _label_counts(data: DeviceData, num_classes: int) -> list[np.ndarray]:
+    """Each device's training samples per class."""
+    labels = data.y_train.cpu()
+    return [np.bincount(labels[torch.from_numpy(np.asarray(p))].numpy(), minlength=num_classes) for p in data.parts]
+
+
 def _data_on_device(data: DeviceData, device: torch.device) -> DeviceData:
     """``data`` with its tensors on ``device`` (copied once if they are elsewhere)."""
     moved = {name: getattr(data, name).to(device) for name in ("x_train", "y_train", "x_test", "y_test")}
@@ -187,10 +200,7 @@ class SplitEngine:
                  server_pass_samples: int | str | None = "auto", client_recompute: str = "auto",
                  network: "Callable[[SplitEngine, OptimizerSpec, int], Network] | None" = None) -> None:
         self.device = torch.device(device)
-        given = chain
-        chain = _on_device(chain, self.device)
-        if chain is given:     # the roles start from the template's tensors without copying them: keep them private
-            chain = copy.deepcopy(chain)
+        chain = _private_template(chain, self.device)
         data = _data_on_device(data, self.device)
         self.template = chain
         self.num_blocks = len(chain)
@@ -220,9 +230,7 @@ class SplitEngine:
         self.stale: set[int] = set()
         """Devices that did not receive the last average (partial participation): drawn again, they download
         the global model before they train; checkpointed."""
-        labels = data.y_train.cpu()
-        self.label_counts = [np.bincount(labels[torch.from_numpy(np.asarray(p))].numpy(), minlength=self.num_classes)
-                             for p in data.parts]
+        self.label_counts = _label_counts(data, self.num_classes)
         strategy.validate(self.context(0))
         self.batcher = ClientBatcher(chain) if use_batching(check_choice(client_batching, CLIENT_BATCHING,
                                                                           "client_batching"), self.device) else None
