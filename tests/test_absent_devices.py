@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.test_engine import flat, make_data, small_model
+from tests.engine_builders import flat, make_data, small_model
 from trainers.api import AsyncStrategy, RoundContext, sample_devices
 from trainers.engine import SplitEngine, local_network
 from trainers.messages import DevicesLost

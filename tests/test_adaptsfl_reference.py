@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from reference_optim import HandSGD
-from test_engine import flat, make_data, small_model
+from tests.engine_builders import flat, make_data, small_model
 from trainers.engine import SplitEngine
 from trainers.optim import OptimizerSpec
 from trainers.partition import DeviceSampler

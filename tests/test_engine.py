@@ -18,40 +18,15 @@ from trainers.clock import StageTimes
 from trainers.datasets import load_dataset
 from trainers.engine import STRATEGY_STREAM, DeviceData, SplitEngine, check_device_finite
 from trainers.messages import CutGradient, MessageMismatchError, ModelDownload, NonFiniteError, check_all_finite, check_finite, deferred_finite_checks
-from trainers.models import cnn
-from trainers.partition import DeviceSampler, partition_indices
+from trainers.partition import DeviceSampler
 from trainers.roles import own_state
 from trainers.strategies import make_strategy
+
+from tests.engine_builders import flat, make_data, make_engine, params, small_model  # noqa: F401
 
 # ---- from test_engine.py (merged by subject) ----------------------------------------
 torch.set_num_threads(1)
 
-
-def small_model(seed: int = 0) -> nn.Sequential:
-    torch.manual_seed(seed)
-    return cnn(1, 8, 10, width=4)        # passed as is: its 11 children are the blocks; input (1, 8, 8)
-
-
-def make_data(devices: int, partition: str = "iid") -> DeviceData:
-    d = load_dataset("synthetic")
-    parts = partition_indices(d.y_train.numpy(), devices, partition, seed=0)
-    return DeviceData(d.x_train, d.y_train, d.x_test, d.y_test, parts)
-
-
-def make_engine(algorithm: str, cuts, devices: int, interval: int = 1, lr: float = 0.1, momentum: float = 0.0,
-                batch_devices: bool = True, model: nn.Sequential | None = None) -> SplitEngine:
-    return SplitEngine(model or small_model(), cuts, make_strategy(algorithm), make_data(devices),
-                       {"lr": lr, "momentum": momentum}, batch_size=16, seed=0, interval=interval,
-                       batch_devices=batch_devices)
-
-
-def flat(*modules: nn.Module) -> torch.Tensor:
-    """All parameters of ``modules`` as one detached vector."""
-    return torch.cat([p.detach().reshape(-1) for m in modules for p in m.parameters()])
-
-
-def params(model: nn.Module) -> list[torch.Tensor]:
-    return [p.detach().clone() for p in model.parameters()]
 
 
 @pytest.mark.parametrize("cut", [1, 4, 9, 11])

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.test_engine import make_data, small_model
+from tests.engine_builders import make_data, small_model
 from trainers.clock import StageTimes
 from trainers.engine import SplitEngine
 from trainers.strategies import make_strategy

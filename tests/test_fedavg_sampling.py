@@ -20,7 +20,7 @@ import pytest
 import torch
 from torch import nn
 
-from test_engine import flat, make_data, small_model
+from tests.engine_builders import flat, make_data, small_model
 from trainers.engine import STRATEGY_STREAM, SplitEngine
 from trainers.partition import DeviceSampler
 from trainers.strategies import make_strategy

@@ -10,11 +10,11 @@ import math
 import numpy as np
 import pytest
 from cli_checks import assert_train_flag_error
-from test_engine import flat, make_data
+from tests.engine_builders import flat, make_data
 import torch
 from torch import nn
 
-from test_engine import small_model
+from tests.engine_builders import small_model
 from reference_optim import HandSGD
 from trainers.optim import OptimizerSpec
 from trainers.engine import DeviceData, SplitEngine

@@ -11,7 +11,7 @@ import torch
 
 from adaptplan.system import SystemProcess, generate_system
 from profilers import build_chain, profile_model
-from test_engine import make_data, small_model
+from tests.engine_builders import make_data, small_model
 from trainers.clock import SimClock
 from trainers.engine import SplitEngine
 from trainers.strategies import GAPSL, GAS, CycleSL

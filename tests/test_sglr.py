@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from adaptplan.errors import InputError
-from test_engine import flat, make_data, small_model
+from tests.engine_builders import flat, make_data, small_model
 from trainers.engine import STRATEGY_STREAM, SplitEngine
 from trainers.partition import DeviceSampler
 from trainers.strategies import make_strategy

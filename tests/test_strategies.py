@@ -13,7 +13,7 @@ import torch
 from cli_checks import assert_train_flag_error
 
 from adaptplan.errors import InputError
-from tests.test_engine import flat, make_data, make_engine, params, small_model
+from tests.engine_builders import flat, make_data, make_engine, params, small_model
 from trainers.api import Strategy
 from trainers.engine import SplitEngine
 from trainers.strategies import GAS, SCALA, CycleSL, make_strategy
