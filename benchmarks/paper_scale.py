@@ -69,7 +69,6 @@ def main() -> None:
     unknown = sorted(set(names) - set(recipes.NAMES))
     if unknown:
         parser.error(f"--paper: unknown {', '.join(unknown)} (choose from {', '.join(recipes.NAMES)})")
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     cache: dict[str, object] = {}
     print(f"{'recipe':<9} {'method':<12} {'model':<15} {'N':>4} {'b':>4} {'s/round':>9} {'rounds':>7} "
           f"{'h per seed':>10}", flush=True)
@@ -85,7 +84,9 @@ def main() -> None:
             config.update(rounds=args.rounds, eval_every=args.rounds, max_test_samples=1000, progress=False)
             if args.data_root is None:
                 config.pop("data_root", None)
-                dataset = cache.setdefault(config["dataset"], stand_in(config["dataset"]))
+                if config["dataset"] not in cache:           # tiled once per data set, not once per method
+                    cache[config["dataset"]] = stand_in(config["dataset"])
+                dataset = cache[config["dataset"]]
                 config["dataset"] = "cifar10-subset"            # the name only: the samples are the stand-in's
             else:
                 dataset = None

@@ -75,8 +75,8 @@ def run_async_round(engine: Engine, round_index: int) -> Any:
     ledger = StageLedger()
     round_start = st.now
     while True:
-        d = _next_arrival(st, s, ctx, times)
-        if not _local_step(engine, ctx, st, d, times, ledger):
+        d, arrive = _next_arrival(st, s, ctx, times)
+        if not _local_step(engine, ctx, st, d, arrive, times, ledger):
             _refill(engine, ctx, st, d, times, ledger)            # lost (a real runtime): its slot goes on
             continue
         if st.steps[d] < s.local_steps:
@@ -92,21 +92,22 @@ def run_async_round(engine: Engine, round_index: int) -> Any:
     return engine.round_stats(ctx, True, stepped, st.now - round_start, ledger)
 
 
-def _next_arrival(st: AsyncLoopState, s: "AsyncStrategy", ctx: "RoundContext", times: StageTimes) -> int:
-    """The active device whose activation reaches the edge server first (ready time + T^F + T^A; ties to the
-    first slot, B.2)."""
+def _next_arrival(st: AsyncLoopState, s: "AsyncStrategy", ctx: "RoundContext", times: StageTimes) -> tuple[int, float]:
+    """The active device whose activation reaches the edge server first, and when (ready time + T^F + T^A; ties
+    to the first slot, B.2)."""
     arrivals = {j: st.clock[j] + (float(times.client_fp[j]) + float(times.upload[j]))
                 * times.scale(j, int(s.batch_size(ctx, j))) for j in st.active}
-    return min(st.active, key=lambda j: (arrivals[j], st.active.index(j)))
+    d = min(st.active, key=lambda j: (arrivals[j], st.active.index(j)))
+    return d, arrivals[d]
 
 
-def _local_step(engine: Engine, ctx: "RoundContext", st: AsyncLoopState, d: int, times: StageTimes,
-                ledger: StageLedger) -> bool:
-    """Device ``d``'s step: forward, its arrival served at once, the reply, its backward; False if it was lost."""
+def _local_step(engine: Engine, ctx: "RoundContext", st: AsyncLoopState, d: int, arrive: float,
+                times: StageTimes, ledger: StageLedger) -> bool:
+    """Device ``d``'s step, its activation arriving at ``arrive``: forward, the arrival served at once, the reply,
+    its backward; False if it was lost."""
     s = cast("AsyncStrategy", engine.strategy)
     b = int(s.batch_size(ctx, d))
     k = times.scale(d, b)
-    arrive = st.clock[d] + (float(times.client_fp[d]) + float(times.upload[d])) * k
     engine.net.send(d, Forward(ctx.round, [(d, b)]))
     got = engine.net.receive([d], allow_absent=True)
     if not got:

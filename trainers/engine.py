@@ -485,6 +485,7 @@ class SplitEngine:
         checkpoint)."""
         state = check_engine_state(state, self.num_devices, self.strategy)
         period, stale, absent = state["period"], state["stale"], state["absent"]
+        async_state = None if state["async"] is None else AsyncLoopState.from_dict(state["async"], self.num_devices)
         self.cuts = self._check_cuts(state["cuts"])
         self.interval = int(state["interval"])
         self.rounds_since_aggregation = int(state["rounds_since_aggregation"])
@@ -500,6 +501,6 @@ class SplitEngine:
         self.rng.bit_generator.state = state["rng"]
         self.strategy.load_state_dict(_tensors_to(state["strategy"], self.device))
         self.strategy.check_state(self.context(0))
-        self.async_state = None if state["async"] is None else AsyncLoopState.from_dict(state["async"], self.num_devices)
+        self.async_state = async_state                  # checked above, before anything was restored
         self.period = None if period is None else list(period)
         self.stale = set(stale) - set(absent)          # the absent ones came back with the global model above
