@@ -9,8 +9,19 @@ or follows a scaling rule the file states. Nothing is tuned to make a claim hold
 ``adaptplan train`` run (worker processes, :mod:`adaptplan.bench_runs`); seed s (0..n-1) draws the
 partition, the held-out split, the model's initial weights and the samplers; the system trace is the same for
 every seed. ``--data-root DIR`` runs each recipe's ``[paper_scale]`` (the paper's own data set and model)
-instead, nothing else changed; ``--quick`` is the test tier (the synthetic data set, 4 devices, 4 rounds, 1 seed:
-verdicts meaningless).
+instead, nothing else changed.
+
+**Tiers** (``--tier``): ``full`` (the default) is each recipe as written: every run trains until the comparison's
+baselines plateau (the plateau check below), about 3 CPU-hours for all five recipes at 3 seeds. ``hour`` is the
+first half of every full-tier run: half the rounds, evaluated at the same rounds (half the evaluations), nothing
+else changed, so each hour-tier run is the exact prefix of its full-tier run and its verdicts are those of the full
+tier's curves at half time; all five recipes at 3 seeds fit 60 minutes of 2 cores. ``test`` (``--quick``) is the
+test tier: the synthetic data set, 4 devices, 4 rounds, 1 seed; its verdicts mean nothing.
+
+**Plateau check.** For the baseline B of each claim: the mean over seeds of its accuracy (by the claim's protocol)
+over the last third of the evaluations, minus the same over the middle third, in points. Below
+:data:`PLATEAU_RISE` points B has plateaued; otherwise the table says it is still rising, so that a margin measured
+before B converged is not read as a converged one.
 
 **Figures per claim.** Per seed s the difference d_s (points, by the claim's protocol) or the ratio r_s = t_B /
 t_A of simulated seconds to the target; a run that never reaches the target has no time: r_s = ∞ when only B
@@ -51,6 +62,8 @@ PAPERS = recipes.NAMES
 DEFAULT_SEEDS = 3
 PSL_FAMILY_COST = 2.5       # relative cost of a device step of GAPSL, PSL, CyclePSL (per-device models to evaluate)
 VERDICTS = ("holds", "within noise", "does not hold at this scale")
+TIERS = ("full", "hour", "test")
+PLATEAU_RISE = 2.0          # points: a baseline rising less over the last third of its evaluations has plateaued
 
 
 @dataclass(frozen=True)
@@ -69,17 +82,30 @@ class Claim:
     source: str = ""    # the paper's figure
 
 
-def catalogue(selected: Sequence[str], quick: bool = False, data_root: str | None = None) -> dict[str, Recipe]:
-    """The recipes of the ``selected`` papers: as written, at the paper's scale (``data_root``), or the test tier."""
+def catalogue(selected: Sequence[str], tier: str = "full", data_root: str | None = None) -> dict[str, Recipe]:
+    """The recipes of the ``selected`` papers at ``tier`` (:data:`TIERS`, module docstring), at the paper's scale
+    when ``data_root`` is given."""
+    if tier not in TIERS:
+        raise InputError(f"unknown tier {tier!r}; valid: {', '.join(TIERS)}", field="--tier")
     out = {}
     for name in selected:
         recipe = recipes.load(name)
         if data_root is not None:
             recipe = recipe.at_paper_scale(data_root)
-        if quick:
+        if tier == "hour":
+            recipe = hour_tier(recipe)
+        elif tier == "test":
             recipe = quick_tier(recipe)
         out[name] = recipe
     return out
+
+
+def hour_tier(recipe: Recipe) -> Recipe:
+    """The first half of every run of ``recipe``: half the rounds, evaluated at the same rounds (half the
+    evaluations); every other value kept. Each run is then the exact prefix of its full-tier run."""
+    setting = replace(recipe.setting, rounds=recipe.setting.rounds // 2)
+    run = {**recipe.run, "evaluations": max(1, int(recipe.run["evaluations"]) // 2)}
+    return replace(recipe, setting=setting, run=run)
 
 
 def quick_tier(recipe: Recipe) -> Recipe:
@@ -198,6 +224,11 @@ class Comparison:
     budgets: list[float] = field(default_factory=list)           # time claims: the shorter run's simulated s, per seed
     a_at_budget: list[float | None] = field(default_factory=list)  # test accuracy at that budget
     b_at_budget: list[float | None] = field(default_factory=list)
+    b_rise: float | None = None         # the plateau check of B (points; module docstring)
+
+    @property
+    def b_plateaued(self) -> bool | None:
+        return None if self.b_rise is None else self.b_rise < PLATEAU_RISE
 
     @property
     def equal_time(self) -> str:
@@ -247,7 +278,8 @@ class Comparison:
             per_seed.append(row)
         return {**asdict(self.claim), "measured": finite(self.mean), "low": finite(self.low), "high": finite(self.high),
                 "std": self.std, "a_not_reached": self.a_missed, "b_not_reached": self.b_missed,
-                "per_seed": per_seed, "verdict": self.verdict,
+                "per_seed": per_seed, "verdict": self.verdict, "b_rise_pts": self.b_rise,
+                "b_plateaued": self.b_plateaued,
                 "units": "percentage points, A - B" if self.claim.metric == "accuracy"
                 else "simulated seconds to target, B / A (> 1: A faster); measured: geometric mean over the seeds where "
                      "both reached the target"}
@@ -295,7 +327,31 @@ def compare(claim: Claim, a_runs: Sequence[RunResult], b_runs: Sequence[RunResul
         comparison.a_at_budget = [a.accuracy_at(t, claim.protocol) for a, t in zip(a_runs, comparison.budgets)]
         comparison.b_at_budget = [b.accuracy_at(t, claim.protocol) for b, t in zip(b_runs, comparison.budgets)]
     comparison.verdict = verdict(values, claim.metric, mean)
+    comparison.b_rise = rise(b_runs, claim.protocol)
     return comparison
+
+
+def rise(runs: Sequence[RunResult], protocol: str = "global") -> float | None:
+    """The plateau check: points by which the runs' mean accuracy (by ``protocol``, over seeds) averaged over the
+    last third of the evaluations exceeds its average over the middle third; None with fewer than 3 evaluations."""
+    accuracies = [point[1] for point in mean_curve(runs, protocol)]
+    third = len(accuracies) // 3
+    if third == 0:
+        return None
+    return 100.0 * (statistics.fmean(accuracies[-third:]) - statistics.fmean(accuracies[-2 * third:-third]))
+
+
+def plateau_line(found: Sequence[Comparison], paper: str) -> str:
+    """The plateau check of the baselines of ``paper``'s claims, one clause per (partition, baseline, protocol)."""
+    seen: dict[tuple[str, str, str], float | None] = {}
+    for c in found:
+        if c.claim.paper == paper:
+            seen.setdefault((c.claim.group.split("/", 1)[1], c.claim.b, c.claim.protocol), c.b_rise)
+    clauses = [f"{b} ({group}, {protocol}) {'-' if r is None else f'{r:+.1f} pts'}: "
+               f"{'too few evaluations' if r is None else 'plateaued' if r < PLATEAU_RISE else 'STILL RISING'}"
+               for (group, b, protocol), r in seen.items()]
+    return (f"  plateau check (each baseline's mean accuracy over the last third of its evaluations minus the middle "
+            f"third's; < {PLATEAU_RISE:g} pts: plateaued): " + "; ".join(clauses))
 
 
 def comparisons(todo: Sequence[Mapping[str, Any]], results: Sequence[RunResult], book: Mapping[str, Recipe],
@@ -349,6 +405,7 @@ def table(found: Sequence[Comparison], book: Mapping[str, Recipe], todo: Sequenc
             if c.claim.paper == key:
                 lines.append("  " + _row([c.claim.claim, c.claim.source, metric_name(c, goal), c.measured, c.spread,
                                           c.verdict]))
+        lines.append(plateau_line(found, key))
     failing = [c for c in found if c.verdict != "holds"]
     lines.append("")
     if not failing:

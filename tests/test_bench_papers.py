@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 
@@ -128,7 +129,7 @@ def test_every_recipe_value_says_where_it_comes_from() -> None:
 @pytest.mark.parametrize("edit, message", [
     (lambda t: t.replace('client_lr = { value = 0.005, source = "§IV-A4: 0.005 for client-side training" }',
                          "client_lr = { value = 0.005 }"), "setting.client_lr: must be"),
-    (lambda t: t.replace('rounds = { value = 300, rule = "until PSL plateaus (header)" }', ""), "setting.rounds: missing"),
+    (lambda t: re.sub(r"\nrounds = \{ value = 600, [^\n]*", "", t, count=1), "setting.rounds: missing"),
     (lambda t: t.replace('a = "gapsl"\nb = "psl"', 'a = "gapsl"\nb = "nobody"'), "a and b must name methods"),
     (lambda t: t + '\nlearning_rate = 3\n', "learning_rate: unknown key"),
     (lambda t: t.replace('metric = "accuracy"', 'metric = "speed"', 1), "metric must be one of"),
@@ -187,6 +188,43 @@ def test_quick_run_writes_the_printed_table_json_and_plot(tmp_path, capsys) -> N
             assert f": {claim['claim']} — measured" in table     # said plainly below the table
 
 
+def test_the_plateau_check_is_the_rise_of_the_mean_curve_from_the_middle_to_the_last_third() -> None:
+    seeds = [run(0.0, [(t, a) for t, a in enumerate(accs)]) for accs in (
+        [0.10, 0.20, 0.30, 0.40, 0.44, 0.46], [0.10, 0.22, 0.30, 0.38, 0.40, 0.44])]
+    # mean curve 0.10 0.21 0.30 0.39 0.42 0.45; thirds of 6 evaluations: (0.30 + 0.39) / 2 → (0.42 + 0.45) / 2
+    assert bp.rise(seeds) == pytest.approx(100 * ((0.42 + 0.45) / 2 - (0.30 + 0.39) / 2))     # +9 pts: rising
+    flat = [run(0.0, [(t, a) for t, a in enumerate([0.1, 0.3, 0.50, 0.51, 0.52, 0.50, 0.51])])]
+    assert bp.rise(flat) == pytest.approx(100 * ((0.50 + 0.51) / 2 - (0.51 + 0.52) / 2))       # 7 evaluations: 2 each
+    assert bp.rise([run(0.5, [(1.0, 0.5), (2.0, 0.6)])]) is None                              # too few evaluations
+    c = bp.compare(ACC, flat, seeds[:1], [0], 0.3)
+    assert c.b_rise == pytest.approx(bp.rise(seeds[:1])) and c.b_plateaued is False
+    assert bp.compare(ACC, seeds[:1], flat, [0], 0.3).b_plateaued is True
+    grouped = bp.Claim("x", "A beats B", "a", "b", "accuracy", group="x/dirichlet")
+    line = bp.plateau_line([bp.compare(grouped, flat * 2, seeds, [0, 1], 0.3),
+                            bp.compare(grouped, seeds, flat * 2, [0, 1], 0.3)], "x")
+    assert line.endswith("): b (dirichlet, global) +9.0 pts: STILL RISING")     # the first claim on B speaks for it
+
+
+def test_the_hour_tier_is_the_first_half_of_every_full_run() -> None:
+    """Half the rounds at the same evaluation rounds, nothing else changed, for every job of every recipe; and a
+    run of half the rounds is the exact prefix of the whole run (the same losses and accuracies), for every method
+    (at the test tier's size)."""
+    full, hour = bp.catalogue(bp.PAPERS), bp.catalogue(bp.PAPERS, tier="hour")
+    for name in bp.PAPERS:
+        for a, b in zip(full[name].jobs([0, 1]), hour[name].jobs([0, 1])):
+            changed = {k for k in a["config"] if a["config"][k] != b["config"][k]}
+            assert changed == {"rounds"} and b["config"]["rounds"] * 2 == a["config"]["rounds"], (name, a["label"])
+            assert a["config"]["rounds"] % (2 * a["config"]["eval_every"]) == 0     # the half ends on an evaluation
+    from adaptplan.bench_runs import run_one
+    for recipe in bp.catalogue(bp.PAPERS, tier="test").values():
+        for job in recipe.jobs([0])[::len(recipe.partitions)]:
+            whole = {**job, "config": {**job["config"], "eval_every": 1}}
+            half = {**whole, "config": {**whole["config"], "rounds": whole["config"]["rounds"] // 2}}
+            a, b = run_one(whole), run_one(half)
+            assert b.curve == a.curve[:len(b.curve)] and len(a.curve) == 2 * len(b.curve), job["label"]
+            assert b.local_curve == a.local_curve[:len(b.local_curve)], job["label"]
+
+
 @pytest.mark.parametrize("argv, flag", [
     (["--paper", "nope"], "--paper"),
     (["--paper", " , "], "--paper"),
@@ -194,6 +232,8 @@ def test_quick_run_writes_the_printed_table_json_and_plot(tmp_path, capsys) -> N
     (["--seeds", "1"], "--seeds"),                       # one seed has no spread: only with --quick
     (["--target-accuracy", "1.5"], "--target-accuracy"),
     (["--data-root", "/no/such/folder"], "--data-root"),
+    (["--tier", "day"], "--tier"),
+    (["--tier", "hour", "--seeds", "1"], "--seeds"),
 ])
 def test_bad_flags_exit_2_with_one_line_naming_the_flag(argv, flag, tmp_path, capsys) -> None:
     out = tmp_path / "never"
@@ -248,7 +288,7 @@ def test_recipe_rounds_evaluations_and_policies_reach_the_jobs() -> None:
 @pytest.mark.parametrize("edit, message", [
     (lambda t: t.replace('[setting]\n', '[setting]\nbogus = 3\n'), "setting.bogus: must be"),
     (lambda t: t.replace('"§IV-A4: S = 10 client devices"', '"  "'), "its source or rule must be a sentence"),
-    (lambda t: t.replace('evaluations = { value = 15, rule = "15 evaluations per run" }\n', ""), "evaluations: missing"),
+    (lambda t: re.sub(r"\nevaluations = [^\n]*", "", t, count=1), "evaluations: missing"),
 ])
 def test_more_broken_recipes(edit, message) -> None:
     from importlib import resources

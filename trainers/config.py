@@ -153,7 +153,7 @@ class TrainConfig:
     replan_every: int | None = None
     seed: int = 0
     eval_every: int = 10
-    eval_batch_size: int = 1000
+    eval_batch_size: int = 256      # samples per evaluation pass (trainers.model_views.EVAL_BATCH_SIZE)
     max_test_samples: int | None = None
     out: str | None = None
     checkpoint_every: int | None = None

@@ -46,7 +46,7 @@ from trainers.messages import (
     deferred_finite_checks,
     tensor_bytes,
 )
-from trainers.model_views import EngineModels
+from trainers.model_views import EVAL_BATCH_SIZE, EngineModels
 from trainers.network import LocalNetwork, Network
 from trainers.optim import OptimizerSpec
 from trainers.protocol import FED, GetState, SetState
@@ -435,11 +435,11 @@ class SplitEngine:
     def eval_models(self) -> list[nn.Module]:
         return self.models.eval_models()
 
-    def evaluate(self, model: nn.Module, batch_size: int = 1000, max_samples: int | None = None,
+    def evaluate(self, model: nn.Module, batch_size: int = EVAL_BATCH_SIZE, max_samples: int | None = None,
                  data: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[float, float]:
         return self.models.evaluate(model, batch_size, max_samples, data)
 
-    def evaluate_local(self, batch_size: int = 1000) -> float | None:
+    def evaluate_local(self, batch_size: int = EVAL_BATCH_SIZE) -> float | None:
         return self.models.evaluate_local(batch_size)
 
     def check_models_finite(self, round_index: int) -> None:

@@ -20,6 +20,10 @@ from trainers.messages import BlockState, DeviceAbsent
 from trainers.protocol import EDGE, FED, Send
 from trainers.roles import weighted_mean
 
+EVAL_BATCH_SIZE = 256
+"""Samples per evaluation pass: on the CPU a pass of 1,000 ran 1.7–2× slower than 256 (its activations leave the
+cache); the accuracy counts do not depend on it."""
+
 Engine = Any
 """A :class:`trainers.engine.SplitEngine` (not imported: the engine imports this module)."""
 
@@ -121,7 +125,7 @@ class EngineModels:
         """The strategy's ``eval_models`` (the global protocol's models)."""
         return self.read(self.engine.strategy.eval_models)
 
-    def evaluate_local(self, batch_size: int = 1000) -> float | None:
+    def evaluate_local(self, batch_size: int = EVAL_BATCH_SIZE) -> float | None:
         """The local protocol (CycleSL §4.1): each present device's model (the strategy's ``local_models``) on
         the samples it holds out (``data.local_test``), correct predictions pooled over all of them; None when no
         device holds any out. Devices sharing one model object are evaluated in one pass."""
@@ -143,7 +147,7 @@ class EngineModels:
         return correct / total if total else None
 
     @torch.no_grad()
-    def evaluate(self, model: nn.Module, batch_size: int = 1000, max_samples: int | None = None,
+    def evaluate(self, model: nn.Module, batch_size: int = EVAL_BATCH_SIZE, max_samples: int | None = None,
                  data: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[float, float]:
         """(accuracy in [0, 1], mean cross-entropy) of ``model`` on the test set, or on ``data`` (eval mode)."""
         x, y = (self.engine.data.x_test, self.engine.data.y_test) if data is None else data

@@ -102,8 +102,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="comma-separated subset of gapsl, scala, cyclesl, gas, adaptsfl (default: all five); each "
                              "runs its recipe, adaptplan/recipes/NAME.toml")
     papers.add_argument("--seeds", type=int_flag(1, MAX_SEED + 1, "seeds"),
-                        help="seeds 0..n-1 per run (default 3; --quick: 1). The spread needs ≥ 2: 1 seed only with "
-                             "--quick")
+                        help="seeds 0..n-1 per run (default 3; --tier test: 1). The spread needs ≥ 2: 1 seed only "
+                             "with --tier test")
     papers.add_argument("--target-accuracy", type=float_flag(0.0, 1.0, low_open=True),
                         help="replace the recipes' target accuracy of the time-to-target claims (a fraction)")
     papers.add_argument("--data-root", metavar="DIR",
@@ -111,8 +111,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                              "DIR, and model), nothing else changed; with --device cuda on a GPU")
     papers.add_argument("--workers", type=int_flag(1, MAX_THREADS, "processes"),
                         help="worker processes, one torch thread each (default: all cores)")
-    papers.add_argument("--quick", action="store_true", help="the test tier: the synthetic data set, 4 devices, "
-                        "4 rounds, 1 seed, everything else as the recipe says (verdicts meaningless)")
+    papers.add_argument("--tier", choices=("full", "hour", "test"), default="full",
+                        help="full (default): every recipe as written, until its baselines plateau (about 3 CPU-hours "
+                             "for all five at 3 seeds); hour: the first half of every full run (half the rounds, the "
+                             "same evaluation rounds; all five at 3 seeds fit 60 minutes of 2 cores); test: the "
+                             "synthetic data set, 4 devices, 4 rounds, 1 seed (verdicts meaningless)")
+    papers.add_argument("--quick", action="store_true", help="the same as --tier test")
     add_device_options(papers)
     papers.add_argument("--out", metavar="DIR", default="bench-papers",
                         help="write table.txt, results.json and accuracy.png into DIR (default bench-papers)")
@@ -342,16 +346,17 @@ def run_papers(args: argparse.Namespace) -> int:
     from adaptplan import bench_papers as bench
 
     selected = bench.parse_papers(args.papers)
-    seeds = args.seeds if args.seeds is not None else (1 if args.quick else bench.DEFAULT_SEEDS)
+    tier = "test" if args.quick else args.tier
+    seeds = args.seeds if args.seeds is not None else (1 if tier == "test" else bench.DEFAULT_SEEDS)
     if seeds < 1:
         raise InputError(f"must be ≥ 1, got {seeds}", field="--seeds")
-    if seeds == 1 and not args.quick:
-        raise InputError("one seed has no spread: give ≥ 2 (3 by default), or 1 with --quick", field="--seeds")
+    if seeds == 1 and tier != "test":
+        raise InputError("one seed has no spread: give ≥ 2 (3 by default), or 1 with --tier test", field="--seeds")
     if args.data_root is not None and not Path(args.data_root).is_dir():
         raise InputError(f"{args.data_root!r} is not a directory", field="--data-root")
     if args.target_accuracy is not None and not 0 < args.target_accuracy <= 1:
         raise InputError(f"must be a fraction in (0, 1], got {args.target_accuracy}", field="--target-accuracy")
-    book = bench.catalogue(selected, quick=args.quick, data_root=args.data_root)
+    book = bench.catalogue(selected, tier=tier, data_root=args.data_root)
     _check_device(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
