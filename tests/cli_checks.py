@@ -3,7 +3,9 @@ flags' error path (exit code 2 and one line naming the flag)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import io
 import tomllib
 from pathlib import Path
 from typing import Callable
@@ -28,3 +30,13 @@ def assert_train_flag_error(argv: list[str], flag: str, capsys) -> None:
     assert main(["train", *argv, *TRAIN_COMMON]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and flag in err[0], err
+
+
+def run_cli(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exc:    # argparse
+            code = exc.code if isinstance(exc.code, int) else 1
+    return code, out.getvalue(), err.getvalue()

@@ -2,6 +2,8 @@
 
 import os
 
+import pytest
+
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 
@@ -11,3 +13,11 @@ def pytest_configure(config):
     except ImportError:  # the planner's tests do not need torch
         return
     torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def example():
+    """docs/model.md §7's worked example as a PlanningProblem (tests/worked_example.py)."""
+    from tests.worked_example import worked_example_problem
+
+    return worked_example_problem()

@@ -42,3 +42,16 @@ def exhaustive_at_interval(problem: PlanningProblem, interval: int) -> float:
     margin = problem.convergence.c - problem.convergence.d_per_cut[vectors.max(axis=1) - 1] * interval**2
     values = np.where(margin > 0, problem.scale * (interval * a + b) / (interval * np.where(margin > 0, margin, 1)), np.inf)
     return float(values.min())
+
+def stressed(problem, seed):
+    """Rescale the matrices in place so that the model-exchange terms (t3, t4 caps) and server costs matter."""
+    rng = np.random.default_rng(seed)
+    lat, N = problem.latency, problem.num_devices
+    lat.model_up = lat.model_up * rng.uniform(0.01, 300, (N, 1))
+    lat.model_down = lat.model_down * rng.uniform(0.01, 300, (N, 1))
+    lat.fp_up = lat.fp_up * rng.uniform(0.1, 10, (N, 1))
+    lat.down_bp = lat.down_bp * rng.uniform(0.1, 10, (N, 1))
+    scale = rng.uniform(0.01, 100)
+    lat.server_fp_per_device = lat.server_fp_per_device * scale
+    lat.server_bp_per_device = lat.server_bp_per_device * scale
+    return problem

@@ -188,3 +188,11 @@ def test_no_function_in_trainers_grows_over_sixty_lines():
                     name = node.name if owner is tree else f"{owner.name}.{node.name}"
                     found.add((path.relative_to(ROOT).as_posix(), name))
     assert found == LONG_FUNCTIONS
+
+
+def test_no_test_module_imports_another() -> None:
+    """Shared builders live in helper modules (tests/*.py without the test_ prefix) or conftest fixtures: a test
+    module imported by another would run its tests' module-level set-up there and tie the two together."""
+    offenders = {path.name: sorted(n for n in imported_modules(path) if n.startswith("tests.test_"))
+                 for path in sorted((ROOT / "tests").glob("test_*.py"))}
+    assert not {k: v for k, v in offenders.items() if v}

@@ -16,8 +16,7 @@ from solvers.certificate import certify, interval_bounds
 from solvers.exact import solve_exact, solve_exhaustive
 from solvers.lagrange import lagrangian_bound
 from solvers.threshold import solve_ms_exact
-from tests.solver_instances import exhaustive_at_interval, small_problem
-from tests.test_threshold import _stress
+from tests.solver_instances import exhaustive_at_interval, small_problem, stressed
 
 
 def brute_optimum(problem) -> float:
@@ -61,7 +60,7 @@ def test_exact_methods_have_gap_zero(seed):
 def test_budgeted_threshold_bound_is_valid(seed):
     """However early the sweep budget stops the search, its lower bound stays ≤ the optimum at I; with no
     budget it equals the optimum."""
-    problem = _stress(small_problem(seed + 300, num_devices=4, num_cuts=6), seed)
+    problem = stressed(small_problem(seed + 300, num_devices=4, num_cuts=6), seed)
     for interval in (1, 3, 6):
         optimum = exhaustive_at_interval(problem, interval)
         if not np.isfinite(optimum):
@@ -75,7 +74,7 @@ def test_budgeted_threshold_bound_is_valid(seed):
 
 @pytest.mark.parametrize("seed", range(10))
 def test_lagrangian_bound_is_below_the_numerator_minimum(seed):
-    problem = _stress(small_problem(seed + 700), seed)
+    problem = stressed(small_problem(seed + 700), seed)
     lat, I = problem.latency, 3.0
     for L in problem.candidates.tolist():
         cols = np.arange(1, L + 1)

@@ -4,7 +4,6 @@ plan table reports the §7 worked example's figures, per-stage totals, shares an
 
 import json
 
-import numpy as np
 import pytest
 
 from adaptplan.cli import main
@@ -14,7 +13,7 @@ from adaptplan.planner import Planner, build_plan
 from adaptplan.report import format_plan, stage_totals
 from adaptplan.system import SystemProcess, SystemRanges, SystemSpec, generate_system
 from tests import reference_model as ref
-from tests.test_spec_worked_example import CUTS, example  # noqa: F401  (fixture)
+from tests.worked_example import CUTS
 from tests.world import three_cut_profile, two_device_system
 
 
@@ -76,13 +75,13 @@ def test_plan_json_and_output_file_are_the_planners_plan(files, tmp_path, capsys
     assert saved.objective_s == pytest.approx(value, rel=1e-9) and (saved.interval, saved.cuts) == (interval, cuts)
 
 
-def test_plan_table_reports_the_worked_example(example):  # noqa: F811
+def test_plan_table_reports_the_worked_example(example):
     profile, system = example.latency.profile, example.latency.system
     plan = build_plan(example, CUTS, 8, {"method": "given"})
     text = format_plan(plan, profile, system, title="worked example", max_devices=None)
     lines = text.splitlines()
     assert lines[0] == "worked example"
-    assert f"model vgg16, 20 devices, batch 16, L = 16 cut points" in lines
+    assert "model vgg16, 20 devices, batch 16, L = 16 cut points" in lines
     assert "interval I = 8 rounds; deepest cut L_c = 5 (conv5)" in lines
     assert "cuts used: 4 (conv4) x10, 5 (conv5) x10" in lines
     assert "rounds R = 8,583 (Corollary 1), aggregations = 1,072" in lines

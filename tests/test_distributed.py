@@ -22,6 +22,7 @@ from adaptplan.cli import main
 from trainers.checkpoint import load_checkpoint
 from trainers.config import ALGORITHMS
 from trainers.history import History
+from tests.process_runs import adaptplan, after_loss, losses, rank_pids, simulate, wait_for
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ranks bind to the loopback device 'lo'")
 
@@ -29,21 +30,6 @@ SMALL = ["--dataset", "synthetic", "--model", "mlp", "--seed", "5", "--eval-ever
 # per algorithm: options that make a 3-device run meaningful (the planner needs more devices for a plan)
 ALGORITHM_ARGS = {"adaptsfl": ["--cuts", "1,2,2", "--interval", "2"], "gas": ["--cuts", "2", "--active", "2",
                                                                               "--local-steps", "2"]}
-
-
-def adaptplan(*argv: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    """``adaptplan ARGV`` in a fresh interpreter (as a user runs it)."""
-    return subprocess.run([sys.executable, "-m", "adaptplan.cli", *argv], capture_output=True, text=True,
-                          timeout=timeout, cwd=Path(__file__).resolve().parents[1])
-
-
-def losses(folder: Path) -> list[float]:
-    return [r.train_loss for r in History.load(folder).records]
-
-
-def simulate(tmp_path: Path, name: str, argv: list[str]) -> list[float]:
-    assert main(["train", *argv, "--out", str(tmp_path / name)]) == 0
-    return losses(tmp_path / name)
 
 
 def test_done_when_sfl_v1_on_cifar10_subset_equals_the_simulation(tmp_path: Path, capsys) -> None:
@@ -99,36 +85,10 @@ def test_repartition_under_a_random_policy_moves_blocks_between_ranks(tmp_path: 
     assert max(abs(a - b) for a, b in zip(losses(tmp_path / "dist"), expected)) <= 1e-4
 
 
-def _rank_pids(launcher: int) -> dict[int, int]:
-    """{rank: pid} of the launcher's children, read from /proc (their RANK variable)."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            env = (entry / "environ").read_bytes().split(b"\0")
-        except (OSError, IndexError, ValueError):
-            continue
-        if ppid == launcher:
-            for item in env:
-                if item.startswith(b"RANK="):
-                    found[int(item[5:])] = int(entry.name)
-    return found
-
-
 def _start(tmp_path: Path, argv: list[str]) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "adaptplan.cli", "train", "--distributed", *argv],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=Path(__file__).resolve().parents[1])
-
-
-def _wait_for(path: Path, proc: subprocess.Popen, seconds: float = 180) -> None:
-    deadline = time.monotonic() + seconds
-    while not path.exists():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.2)
 
 
 def test_a_killed_device_rank_stops_every_rank_cleanly_and_resume_continues(tmp_path: Path) -> None:
@@ -137,8 +97,8 @@ def test_a_killed_device_rank_stops_every_rank_cleanly_and_resume_continues(tmp_
             "--rank-timeout", "10", "--ranks", "4", *SMALL, "--cuts", "1,2,2,1,2,2", "--interval", "2"]
     proc = _start(tmp_path, [*argv, "--out", str(out)])
     try:
-        _wait_for(out / "checkpoint.pt", proc)
-        pids = _rank_pids(proc.pid)
+        wait_for(out / "checkpoint.pt", proc)
+        pids = rank_pids(proc.pid)
         assert sorted(pids) == [0, 1, 2, 3], pids
         os.kill(pids[3], signal.SIGKILL)
         _, err = proc.communicate(timeout=60)      # a run left hanging fails here (TimeoutExpired)
@@ -170,29 +130,17 @@ def test_a_hanging_device_rank_is_named_after_the_time_out(tmp_path: Path) -> No
             "--ranks", "3", *SMALL, "--cuts", "2"]
     proc = _start(tmp_path, [*argv, "--out", str(out)])
     try:
-        _wait_for(out / "checkpoint.pt", proc)
-        pids = _rank_pids(proc.pid)
+        wait_for(out / "checkpoint.pt", proc)
+        pids = rank_pids(proc.pid)
         os.kill(pids[2], signal.SIGSTOP)
         _, err = proc.communicate(timeout=60)      # without the --rank-timeout the run would hang: TimeoutExpired
     finally:
-        for pid in _rank_pids(proc.pid).values() if proc.poll() is None else []:
+        for pid in rank_pids(proc.pid).values() if proc.poll() is None else []:
             os.kill(pid, signal.SIGKILL)
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 3 and "Traceback" not in err
     assert "rank 2 (devices 0, 1, 2) sent nothing for 10 s" in err, err
-
-
-def after_loss(out: Path, lost: set[int], rounds: int) -> int:
-    """Check a run that went on after losing ``lost``: ``rounds`` rounds, and after the first one that
-    counted them absent (in which they may have stepped before they were lost) none of them took
-    part; that first round."""
-    records = History.load(out).records
-    assert [r.round for r in records] == list(range(1, rounds + 1))
-    first = next(r.round for r in records if r.metrics.get("absent_devices") == len(lost))
-    assert first < rounds and all(r.metrics["absent_devices"] == len(lost) for r in records[first - 1:])
-    assert all(not lost & set(r.participants) and r.participants for r in records[first:])
-    return first
 
 
 def test_a_hanging_device_rank_under_partial_participation_is_left_behind(tmp_path: Path) -> None:
@@ -203,12 +151,12 @@ def test_a_hanging_device_rank_under_partial_participation_is_left_behind(tmp_pa
             "--checkpoint-every", "2", "--rank-timeout", "3", "--ranks", "4", *SMALL, "--cuts", "2"]
     proc = _start(tmp_path, [*argv, "--out", str(out)])
     try:
-        _wait_for(out / "checkpoint.pt", proc)
-        pids = _rank_pids(proc.pid)
+        wait_for(out / "checkpoint.pt", proc)
+        pids = rank_pids(proc.pid)
         os.kill(pids[2], signal.SIGSTOP)
         _, err = proc.communicate(timeout=120)
     finally:
-        for pid in _rank_pids(proc.pid).values() if proc.poll() is None else []:
+        for pid in rank_pids(proc.pid).values() if proc.poll() is None else []:
             os.kill(pid, signal.SIGKILL)
         if proc.poll() is None:
             proc.kill()
@@ -315,7 +263,7 @@ def test_a_local_run_listens_on_loopback_only_and_no_frame_carries_input_samples
     seen: set[tuple[int, str]] = set()
     ranks: dict[int, int] = {}
     while proc.poll() is None:
-        ranks.update(_rank_pids(proc.pid))
+        ranks.update(rank_pids(proc.pid))
         seen |= _listening(list(ranks.values()))
         time.sleep(0.05)
     _, err = proc.communicate()

@@ -731,7 +731,7 @@ class SkipDevice1(Strategy):
 
 
 def test_a_skipped_device_is_charged_no_downlink_or_backward() -> None:
-    from tests.test_engine_timing import FixedClock
+    from tests.engine_builders import FixedClock
 
     engine = SplitEngine(small_model(), [3, 3, 3], SkipDevice1(), make_data(3), {"lr": 0.05}, batch_size=B,
                          clock=FixedClock())
@@ -918,7 +918,7 @@ def test_added_server_gradients_accumulate() -> None:
 def test_an_aggregation_that_moves_no_edge_server_block_costs_the_edge_links_nothing() -> None:
     # SFL-V2 (one shared server model): only client blocks are averaged, so neither edge link carries anything;
     # with instantaneous device model messages the aggregation adds no time at all, whatever the edge rates
-    from tests.test_engine_timing import BP, DOWN, FP, SERVER, UP, FixedClock
+    from tests.engine_builders import BP, DOWN, FP, SERVER, UP, FixedClock
 
     zero = np.zeros(3)
     times = StageTimes(FP, UP, SERVER, DOWN, BP, zero, zero, 8.0, 8.0, B)        # 8 bit/s edge links

@@ -10,38 +10,15 @@ import numpy as np
 import pytest
 import torch
 
-from tests.engine_builders import make_data, small_model
+from tests.engine_builders import (
+    BP, DOWN, E2F, EDGE_BITS, F2E, FP, MODEL_DOWN, MODEL_UP, UP, B, FixedClock, make_data, small_model,
+)
 from trainers.clock import StageTimes
 from trainers.engine import SplitEngine
 from trainers.strategies import make_strategy
 
 torch.set_num_threads(1)
 
-B = 16
-#                     device 0   device 1   device 2
-FP = np.array([3.0, 1.0, 2.0])       # T^F, per b samples
-UP = np.array([2.0, 0.5, 0.25])      # T^A   → arrivals at the edge server (k = 1): 5, 1.5, 2.25
-SERVER = np.array([0.5, 0.25, 0.125])
-DOWN = np.array([0.5, 0.25, 1.0])
-BP = np.array([1.0, 2.0, 0.5])
-MODEL_UP = np.array([4.0, 8.0, 2.0])
-MODEL_DOWN = np.array([1.0, 3.0, 5.0])
-# the edge server's non-common part in the AdaptSFL case below: block 3 of the small CNN, Conv2d(4, 8, 3×3):
-# 8·4·9 weights + 8 biases = 296 float32 = 9,472 bits; its links take 20 s up and 16 s down for them
-EDGE_BITS = 8 * 4 * (8 * 4 * 3 * 3 + 8)
-E2F, F2E = EDGE_BITS / 20.0, EDGE_BITS / 16.0
-
-
-class FixedClock:
-    """The same stage seconds every round, whatever the cuts."""
-
-    def __init__(self, times: StageTimes | None = None) -> None:
-        self.times = times or StageTimes(FP, UP, SERVER, DOWN, BP, MODEL_UP, MODEL_DOWN, E2F, F2E, B)
-        self.rounds: list[int] = []
-
-    def stage_times(self, round_index, cuts):
-        self.rounds.append(round_index)
-        return self.times
 
 
 def run_one_round(algorithm: str, cuts, batches: dict[int, int] | None = None):

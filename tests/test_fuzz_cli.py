@@ -11,8 +11,6 @@ Run ``python -m tests.test_fuzz_cli [SEED] [PER_KIND]`` for the counts of a larg
 
 from __future__ import annotations
 
-import contextlib
-import io
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -20,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from adaptplan.cli import main
+from tests.cli_checks import run_cli
 from tests.fuzz_corpus import Case, base_documents, generate
 
 SEED = 17
@@ -46,16 +44,6 @@ class Outcome:
     @property
     def names_the_file(self) -> bool:
         return self.clean_error and "fuzzed" in self.stderr
-
-
-def run_cli(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(argv)
-        except SystemExit as exc:    # argparse
-            code = exc.code if isinstance(exc.code, int) else 1
-    return code, out.getvalue(), err.getvalue()
 
 
 def write_valid(folder: Path) -> dict[str, Path]:

@@ -14,8 +14,8 @@ import pytest
 from adaptplan import cli
 from adaptplan.errors import InputError
 from adaptplan.fileio import atomic_write, save_json
+from tests.cli_checks import run_cli
 from tests.fuzz_corpus import base_documents
-from tests.test_fuzz_cli import run_cli
 
 
 @pytest.fixture

@@ -252,7 +252,7 @@ def test_a_killed_device_rank_is_named_after_the_time_out_and_the_run_resumes(tm
     import signal
     import subprocess
 
-    from tests.test_distributed import _rank_pids, _wait_for, adaptplan, losses, simulate
+    from tests.process_runs import adaptplan, losses, rank_pids, simulate, wait_for
     from trainers.checkpoint import load_checkpoint
 
     out = tmp_path / "run"
@@ -262,8 +262,8 @@ def test_a_killed_device_rank_is_named_after_the_time_out_and_the_run_resumes(tm
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=Path(__file__).resolve().parents[1])
     try:
-        _wait_for(out / "checkpoint.pt", proc)
-        pids = _rank_pids(proc.pid)
+        wait_for(out / "checkpoint.pt", proc)
+        pids = rank_pids(proc.pid)
         assert sorted(pids) == [0, 1, 2, 3], pids
         os.kill(pids[3], signal.SIGKILL)
         _, err = proc.communicate(timeout=60)
@@ -291,7 +291,7 @@ def test_under_partial_participation_a_killed_device_rank_leaves_and_the_run_goe
     import signal
     import subprocess
 
-    from tests.test_distributed import _rank_pids, _wait_for, adaptplan, after_loss
+    from tests.process_runs import adaptplan, after_loss, rank_pids, wait_for
     from trainers.checkpoint import load_checkpoint
 
     out = tmp_path / "run"
@@ -301,8 +301,8 @@ def test_under_partial_participation_a_killed_device_rank_leaves_and_the_run_goe
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=Path(__file__).resolve().parents[1])
     try:
-        _wait_for(out / "checkpoint.pt", proc)
-        os.kill(_rank_pids(proc.pid)[3], signal.SIGKILL)
+        wait_for(out / "checkpoint.pt", proc)
+        os.kill(rank_pids(proc.pid)[3], signal.SIGKILL)
         _, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
@@ -326,7 +326,7 @@ def kill_and_start_again(tmp_path: Path, argv: list[str]) -> tuple[subprocess.Co
     import os
     import signal
 
-    from tests.test_distributed import _rank_pids, _wait_for
+    from tests.process_runs import rank_pids, wait_for
 
     out = tmp_path / "run"
     argv = [*argv, "--devices", "6", "--checkpoint-every", "2", "--rank-timeout", "3", "--ranks", "4", *SMALL, "--cuts", "2"]
@@ -334,8 +334,8 @@ def kill_and_start_again(tmp_path: Path, argv: list[str]) -> tuple[subprocess.Co
     proc = subprocess.Popen([sys.executable, "-m", "adaptplan.cli", "train", "--runtime", "mqtt", *argv, "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root)
     try:
-        _wait_for(out / "checkpoint.pt", proc)
-        pid = _rank_pids(proc.pid)[3]
+        wait_for(out / "checkpoint.pt", proc)
+        pid = rank_pids(proc.pid)[3]
         env = dict(item.split("=", 1) for item in Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
                    if "=" in item)
         command = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]

@@ -1,20 +1,10 @@
 """The README gives exactly two set-up commands, and .ci/run runs exactly those."""
 
-import re
 from pathlib import Path
 
+from tests.readme_blocks import bash_blocks, readme_section
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def readme_section(heading: str) -> str:
-    """The text of the README's ``## HEADING...`` section, up to the next ``## `` heading."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    return text.split(f"\n## {heading}", 1)[1].split("\n## ", 1)[0]
-
-
-def bash_blocks(section: str) -> list[str]:
-    """The ```bash code blocks of ``section``, stripped."""
-    return [block.strip() for block in re.findall(r"```bash\n(.*?)```", section, flags=re.S)]
 
 
 def readme_setup_commands() -> list[str]:

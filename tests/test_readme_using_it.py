@@ -32,7 +32,7 @@ from adaptplan.constants import ConvergenceConstants
 from adaptplan.model_profile import ModelProfile
 from adaptplan.system import SystemSpec
 from cli_checks import adaptplan_entry_point
-from tests.test_readme import bash_blocks, readme_section
+from tests.readme_blocks import bash_blocks, readme_section
 
 PNG = b"\x89PNG\r\n\x1a\n"
 SHELL_SYNTAX = re.compile(r"[|&;<>$`(){}]")   # pipes, redirections, variables, sub-shells: not used in the block

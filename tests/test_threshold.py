@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import solvers.threshold as threshold
 from adaptplan.bench_solvers import _problem
 from solvers.bcd import choose_ms_method, solve_bcd
 from solvers.dinkelbach import solve_dinkelbach
 from solvers.interval import max_feasible_interval
-import solvers.threshold as threshold
 from solvers.threshold import _RangeMin, applicable, solve_ms_exact
-from tests.solver_instances import exhaustive_at_interval, small_problem
+from tests.solver_instances import exhaustive_at_interval, small_problem, stressed
 
 
 def _intervals(problem):
@@ -32,24 +32,12 @@ def test_matches_brute_force_small(seed):
         assert result.method == "threshold" and result.milp_solves == 0
 
 
-def _stress(problem, seed):
-    """Rescale the matrices in place so that the model-exchange terms (t3, t4 caps) and server costs matter."""
-    rng = np.random.default_rng(seed)
-    lat, N = problem.latency, problem.num_devices
-    lat.model_up = lat.model_up * rng.uniform(0.01, 300, (N, 1))
-    lat.model_down = lat.model_down * rng.uniform(0.01, 300, (N, 1))
-    lat.fp_up = lat.fp_up * rng.uniform(0.1, 10, (N, 1))
-    lat.down_bp = lat.down_bp * rng.uniform(0.1, 10, (N, 1))
-    scale = rng.uniform(0.01, 100)
-    lat.server_fp_per_device = lat.server_fp_per_device * scale
-    lat.server_bp_per_device = lat.server_bp_per_device * scale
-    return problem
 
 
 @pytest.mark.parametrize("seed", range(40))
 def test_matches_brute_force_stressed(seed):
     """Rescaled matrices so that the model-exchange terms (t3, t4 caps) and server costs matter."""
-    problem = _stress(small_problem(seed + 500), seed)
+    problem = stressed(small_problem(seed + 500), seed)
     for interval in _intervals(problem):
         reference = exhaustive_at_interval(problem, interval)
         if np.isfinite(reference):
@@ -85,15 +73,15 @@ def test_range_min():
         assert np.array_equal(_RangeMin(values).query(lo, hi), np.array(expected))
 
 
-@pytest.mark.parametrize("num_devices,num_cut_points,seed,stressed",
+@pytest.mark.parametrize("num_devices,num_cut_points,seed,stress",
                          [(50, 21, 0, False), (120, 21, 1, False), (200, 21, 2, False), (60, 13, 3, True),
                           (100, 21, 4, True), (150, 9, 5, True), (200, 13, 6, True)])
-def test_strong_bounds_keep_the_optimum_medium(num_devices, num_cut_points, seed, stressed, monkeypatch):
+def test_strong_bounds_keep_the_optimum_medium(num_devices, num_cut_points, seed, stress, monkeypatch):
     """The Σs/σ-coupled bounds (and the t4-cap bounds) only prune: same optimum as with the basic
     bounds of the t1/t3 sweeps alone, to 1e-12 relative, with and without a warm start."""
     problem = _problem(num_devices, num_cut_points, seed)
-    if stressed:
-        problem = _stress(problem, seed)
+    if stress:
+        problem = stressed(problem, seed)
     assert applicable(problem)
     for interval in _intervals(problem):
         warm = problem.initial_cuts()
@@ -107,7 +95,7 @@ def test_strong_bounds_keep_the_optimum_medium(num_devices, num_cut_points, seed
 
 @pytest.mark.parametrize("num_devices,seed", [(50, 7), (70, 8)])
 def test_matches_milp_medium_stressed(num_devices, seed):
-    problem = _stress(_problem(num_devices, 9, seed), seed)
+    problem = stressed(_problem(num_devices, 9, seed), seed)
     for interval in (2, 6):
         milp = solve_dinkelbach(problem, interval)
         assert milp.status == "converged"

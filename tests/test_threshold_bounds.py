@@ -23,11 +23,10 @@ from itertools import product
 import numpy as np
 import pytest
 
-from adaptplan.bench_solvers import _problem
 import solvers.threshold as threshold
+from adaptplan.bench_solvers import _problem
 from solvers.threshold import _cheap_bounds, _Subproblem, applicable, solve_ms_exact
-from tests.solver_instances import exhaustive_at_interval, small_problem
-from tests.test_threshold import _stress
+from tests.solver_instances import exhaustive_at_interval, small_problem, stressed
 
 
 def _terms(problem, cols):
@@ -79,7 +78,7 @@ def _basic_bounds(problem, interval, cols, t1_values):
 def _instances():
     for seed in range(12):
         problem = small_problem(seed + 40, num_devices=4, num_cuts=4)
-        yield (_stress(problem, seed) if seed % 2 else problem), seed
+        yield (stressed(problem, seed) if seed % 2 else problem), seed
 
 
 @pytest.mark.parametrize("problem, seed", list(_instances()), ids=lambda p: str(p) if isinstance(p, int) else "")
@@ -116,7 +115,7 @@ def test_the_coupled_bounds_are_stronger_than_the_basic_bound_and_save_sweeps(mo
     totals = {}
     for strong in (True, False):
         monkeypatch.setattr(threshold, "_STRONG_BOUNDS", strong)
-        runs = [solve_ms_exact(_stress(_problem(n, cuts, seed), seed), interval, max_sweeps=None)
+        runs = [solve_ms_exact(stressed(_problem(n, cuts, seed), seed), interval, max_sweeps=None)
                 for n, cuts, seed in ((100, 21, 4), (80, 9, 2)) for interval in (1, 2, 4)]
         totals[strong] = (sum(r.iterations for r in runs), [r.objective for r in runs])
     assert totals[True][1] == pytest.approx(totals[False][1], rel=1e-12)
@@ -181,7 +180,7 @@ def test_reported_sweeps_nodes_and_history_count_what_was_done(monkeypatch) -> N
     monkeypatch.setattr(threshold._Sweep, "__init__", counting_sweep)
     monkeypatch.setattr(_Subproblem, "node", counting_node)
     searched = 0
-    for problem in (_stress(small_problem(7), 7), _stress(_problem(40, 9, 2), 2)):
+    for problem in (stressed(small_problem(7), 7), stressed(_problem(40, 9, 2), 2)):
         for interval in (1, 3):
             made.clear(), visited.clear()
             result = solve_ms_exact(problem, interval, max_sweeps=None)
@@ -196,7 +195,7 @@ def test_reported_sweeps_nodes_and_history_count_what_was_done(monkeypatch) -> N
 @pytest.mark.parametrize("budget", [5, 20, 60, 150])
 def test_a_sweep_budget_is_honoured_and_its_lower_bound_certified(budget) -> None:
 
-    problem = _stress(_problem(200, 13, 6), 6)
+    problem = stressed(_problem(200, 13, 6), 6)
     exact = solve_ms_exact(problem, 4, max_sweeps=None)
     assert exact.status == "converged" and exact.iterations > 150    # the budgets below cut this search short
     result = solve_ms_exact(problem, 4, max_sweeps=budget)
@@ -247,7 +246,7 @@ def test_every_sweep_budget_certifies_only_what_it_proved(num_devices, num_cut_p
     """At every budget, including those that run out inside a node's t4 (cap) loop: the lower bound never
     passes the exact optimum, and "converged" (exact) is claimed only with the exact optimum in hand."""
 
-    problem = _stress(_problem(num_devices, num_cut_points, seed), seed)
+    problem = stressed(_problem(num_devices, num_cut_points, seed), seed)
     for interval in (1, 2):
         exact = solve_ms_exact(problem, interval, max_sweeps=None)
         statuses = set()

@@ -1,0 +1,61 @@
+"""Runs of ``adaptplan`` in other processes, shared by the torch.distributed and MQTT runtime tests: the command
+in a fresh interpreter, a run folder's losses, the simulator's losses for the same options, the ranks of a
+launcher, waiting for a file, and the check of a run that went on after losing devices."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from adaptplan.cli import main
+from trainers.history import History
+
+
+def adaptplan(*argv: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    """``adaptplan ARGV`` in a fresh interpreter (as a user runs it)."""
+    return subprocess.run([sys.executable, "-m", "adaptplan.cli", *argv], capture_output=True, text=True,
+                          timeout=timeout, cwd=Path(__file__).resolve().parents[1])
+
+def losses(folder: Path) -> list[float]:
+    return [r.train_loss for r in History.load(folder).records]
+
+def simulate(tmp_path: Path, name: str, argv: list[str]) -> list[float]:
+    assert main(["train", *argv, "--out", str(tmp_path / name)]) == 0
+    return losses(tmp_path / name)
+
+def rank_pids(launcher: int) -> dict[int, int]:
+    """{rank: pid} of the launcher's children, read from /proc (their RANK variable)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            env = (entry / "environ").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == launcher:
+            for item in env:
+                if item.startswith(b"RANK="):
+                    found[int(item[5:])] = int(entry.name)
+    return found
+
+def wait_for(path: Path, proc: subprocess.Popen, seconds: float = 180) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.2)
+
+def after_loss(out: Path, lost: set[int], rounds: int) -> int:
+    """Check a run that went on after losing ``lost``: ``rounds`` rounds, and after the first one that
+    counted them absent (in which they may have stepped before they were lost) none of them took
+    part; that first round."""
+    records = History.load(out).records
+    assert [r.round for r in records] == list(range(1, rounds + 1))
+    first = next(r.round for r in records if r.metrics.get("absent_devices") == len(lost))
+    assert first < rounds and all(r.metrics["absent_devices"] == len(lost) for r in records[first - 1:])
+    assert all(not lost & set(r.participants) and r.participants for r in records[first:])
+    return first
