@@ -62,6 +62,19 @@ def aggregate(engine: Engine, agg: "Aggregation", ctx: "RoundContext", participa
               up_done, ledger, edge_devices=devices)
 
 
+def start_from_global(engine: Engine, participants: Sequence[int], round_index: int, times: StageTimes,
+                      ledger: StageLedger) -> float:
+    """FedAvg under sampling: a participant that missed the last aggregation (``engine.stale``) downloads the
+    global model first: its client blocks, and its server copies where the edge server keeps one per device
+    (SplitFed V1's, AdaptSFL's non-common part), all averaged blocks. The round's devices start when the last of
+    those downloads is done (T_i^{mD}, eq. 24; the edge's over r_{f→e}, eq. 25); 0 s when none was stale."""
+    late = [d for d in participants if d in engine.stale]
+    engine.stale -= set(late)
+    if not late:
+        return 0.0
+    return download_global(engine, late, round_index, sorted(engine.global_sizes), "global", times, 0.0, ledger)
+
+
 def download_global(engine: Engine, devices: Sequence[int], round_index: int, blocks: Sequence[int], ref: str,
                     times: StageTimes, start: float, ledger: StageLedger,
                     edge_devices: Sequence[int] | None = None) -> float:

@@ -32,12 +32,12 @@ import torch
 from torch import nn
 
 from adaptplan.plan import check_cut_vector
-from trainers.aggregation import aggregate, download_global, load_global
+from trainers.aggregation import aggregate, load_global, start_from_global
 from trainers.async_loop import AsyncLoopState, run_async_round
 from trainers.batching import CLIENT_BATCHING, ClientBatcher, use_batching
-from trainers.checkpoint_schema import check_engine_state
 from trainers.clock import StageLedger, StageTimes
 from trainers.config import CLIENT_RECOMPUTE, RECOMPUTE_SAMPLES, check_choice, pass_samples
+from trainers.engine_state import engine_state, restore_engine
 from trainers.hosts import DeviceHost, FedHost, device_finite_items
 from trainers.messages import (
     DevicesLost,
@@ -49,7 +49,6 @@ from trainers.messages import (
 from trainers.model_views import EVAL_BATCH_SIZE, EngineModels
 from trainers.network import LocalNetwork, Network
 from trainers.optim import OptimizerSpec
-from trainers.protocol import FED, GetState, SetState
 from trainers.repartition import repartition
 from trainers.roles import Device, EdgeServer, FedServer, random_layer
 from trainers.sync_round import handoff, run_group
@@ -141,21 +140,6 @@ def _data_on_device(data: DeviceData, device: torch.device) -> DeviceData:
     if all(moved[name] is getattr(data, name) for name in moved):
         return data
     return dataclasses.replace(data, **moved)
-
-
-def _tensors_to(value: Any, device: torch.device) -> Any:
-    """``value`` (nested dicts, lists, tuples) with every tensor moved to ``device``."""
-    if torch.is_tensor(value):
-        return value.to(device)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.replace(value, **{f.name: _tensors_to(getattr(value, f.name), device)
-                                             for f in dataclasses.fields(value) if f.init})
-    if isinstance(value, dict):
-        return {k: _tensors_to(v, device) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        moved = [_tensors_to(v, device) for v in value]
-        return moved if isinstance(value, list) else tuple(moved)
-    return value
 
 
 class SplitEngine:
@@ -329,7 +313,7 @@ class SplitEngine:
         participants = ctx.participants = self.present(self._participants(ctx))
         batch = {d: int(s.batch_size(ctx, d)) for d in participants}
         ledger = StageLedger()
-        now = self._start_from_global(ctx.round, participants, times, ledger)
+        now = start_from_global(self, participants, ctx.round, times, ledger)
         for group in s.schedule(ctx, participants):
             now = run_group(self, ctx, list(group), batch, times, now, ledger)
             for passed in s.after_group(ctx, group):
@@ -350,18 +334,6 @@ class SplitEngine:
             return list(self.period)
         self.period = [int(d) for d in self.strategy.participants(ctx)]
         return list(self.period)
-
-    def _start_from_global(self, round_index: int, participants: Sequence[int], times: StageTimes,
-                           ledger: StageLedger) -> float:
-        """FedAvg under sampling: a participant that missed the last aggregation (``stale``) downloads the
-        global model first: its client blocks, and its server copies where the edge server keeps one per
-        device (SplitFed V1's, AdaptSFL's non-common part), all averaged blocks. The round's devices start
-        when the last of those downloads is done (T_i^{mD}, eq. 24; the edge's over r_{f→e}, eq. 25)."""
-        late = [d for d in participants if d in self.stale]
-        self.stale -= set(late)
-        if not late:
-            return 0.0
-        return download_global(self, late, round_index, sorted(self.global_sizes), "global", times, 0.0, ledger)
 
     def round_stats(self, ctx: "RoundContext", aggregated: bool, participants: list[int], seconds: float,
                     ledger: StageLedger) -> RoundStats:
@@ -415,8 +387,8 @@ class SplitEngine:
             return
         if self._awaiting:
             raise MessageMismatchError(f"cannot re-partition with unanswered activations from devices {sorted(self._awaiting)}")
-        self._start_from_global(round_index, sorted(self.stale), StageTimes.zeros(self.num_devices, self.batch_size),
-                                StageLedger())
+        start_from_global(self, sorted(self.stale), round_index, StageTimes.zeros(self.num_devices, self.batch_size),
+                          StageLedger())
         repartition(self, new, round_index)
 
     # ---- the models, as strategies, the trainer and tests read them (trainers.model_views) -------------------
@@ -456,51 +428,9 @@ class SplitEngine:
     def _check_edge_finite(self, round_index: int) -> None:
         check_all_finite(self._edge_finite_items(), round_index)
 
-    # ---- checkpoint ---------------------------------------------------------------------------------------
+    # ---- checkpoint (trainers.engine_state) -----------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to continue bit-identically: every role's state, cuts, I, the
-        aggregation phase, the strategy's generator and state, the asynchronous loop's state, and
-        the absent devices (their state is None; a run resumed from it takes them back as returning
-        devices: the initial weights, then the global client model where there is one)."""
-        states = self._states(self.present())
-        return {"cuts": list(self.cuts), "interval": self.interval, "rounds_since_aggregation": self.rounds_since_aggregation,
-                "devices": [states.get(d) for d in range(self.num_devices)], "edge": self.edge.state_dict(),
-                "fed": self._states([FED])[FED], "rng": self.rng.bit_generator.state,
-                "strategy": self.strategy.state_dict(), "async": None if self.async_state is None else self.async_state.to_dict(),
-                "absent": sorted(self.absent), "period": None if self.period is None else list(self.period),
-                "stale": sorted(self.stale)}
-
-    def _states(self, sources: list[Any]) -> dict[Any, dict[str, Any]]:
-        """The checkpoint states of these devices (or FED), by source; a device lost meanwhile has
-        none and becomes absent."""
-        for source in sources:
-            self.net.send(source, GetState(None if source == FED else source))
-        replies = self.net.receive(sources, allow_absent=self.strategy.allows_absence)   # (never the fed server's)
-        self.absent |= self.net.absent_devices()
-        return {FED if reply.device is None else reply.device: reply.state for reply in replies}
+        return engine_state(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from :meth:`state_dict`'s output, checked by :func:`trainers.checkpoint_schema.check_engine_state`
-        (a ValueError naming the part that does not fit this engine; the run turns it into one message about the
-        checkpoint)."""
-        state = check_engine_state(state, self.num_devices, self.strategy)
-        period, stale, absent = state["period"], state["stale"], state["absent"]
-        async_state = None if state["async"] is None else AsyncLoopState.from_dict(state["async"], self.num_devices)
-        self.cuts = self._check_cuts(state["cuts"])
-        self.interval = int(state["interval"])
-        self.rounds_since_aggregation = int(state["rounds_since_aggregation"])
-        self.absent = set()
-        for d, s in enumerate(state["devices"]):
-            if s is not None:
-                self.net.send(d, SetState(d, s))
-        self.edge.load_state_dict(state["edge"])
-        self.net.send(FED, SetState(None, state["fed"]))
-        self.global_sizes = {int(j): self.block_bytes[int(j)] for j in state["fed"].get("global_blocks", {})}
-        for d in absent:        # every device is back: the absent ones as returning devices (_take_back)
-            self.load_global(d, 0, fresh_optimizer=True)
-        self.rng.bit_generator.state = state["rng"]
-        self.strategy.load_state_dict(_tensors_to(state["strategy"], self.device))
-        self.strategy.check_state(self.context(0))
-        self.async_state = async_state                  # checked above, before anything was restored
-        self.period = None if period is None else list(period)
-        self.stale = set(stale) - set(absent)          # the absent ones came back with the global model above
+        restore_engine(self, state)
