@@ -222,6 +222,13 @@ class TrainConfig:
     def validate(self) -> None:
         """Raise InputError naming the first bad field."""
         self._check_types()
+        self._check_choices()
+        self._check_numbers()
+        self._check_runtime()
+        self._check_plan()
+
+    def _check_choices(self) -> None:
+        """The named choices (algorithm and its options, data set, model, partition, optimizers, execution)."""
         check_choice(self.algorithm, ALGORITHMS, "algorithm")
         for name, value in algorithm_options(self.algorithm, self.extra).items():
             option = OPTION_BY_NAME[name]   # numbers finite and bounded here; their own ranges in the strategy
@@ -237,6 +244,9 @@ class TrainConfig:
         check_choice(self.device, DEVICES, "device")
         check_choice(self.client_batching, CLIENT_BATCHING, "client_batching")
         check_choice(self.client_recompute, CLIENT_RECOMPUTE, "client_recompute")
+
+    def _check_numbers(self) -> None:
+        """Every number within its range (docs/formats.md: the limits of adaptplan.limits)."""
         if self.clip_norm is not None and self.clip_norm != 0:
             positive_number(self.clip_norm, "clip_norm")
         for name, (maximum, unit) in _INT_LIMITS.items():
@@ -253,6 +263,13 @@ class TrainConfig:
         number_in_range(self.noise_cv, "noise_cv", 0.0, MAX_NOISE_CV)
         number_in_range(self.dirichlet_alpha, "dirichlet_alpha", 0.0, MAX_ALPHA, low_open=True)
         number_in_range(self.local_test_fraction, "local_test_fraction", 0.0, MAX_LOCAL_TEST_FRACTION)
+        if self.target_accuracy is not None:
+            number_in_range(self.target_accuracy, "target_accuracy", 0.0, 1.0, low_open=True)
+        for name in ("flops_scale", "bandwidth_scale"):
+            number_in_range(getattr(self, name), name, 0.0, MAX_SCALE, low_open=True)
+
+    def _check_runtime(self) -> None:
+        """The distributed runtime's options, and that they come with --distributed."""
         if self.ranks is not None:
             positive_int(self.ranks, "ranks", MAX_DEVICES + 2, "ranks")
             if self.ranks < 3:
@@ -266,10 +283,9 @@ class TrainConfig:
         if (self.ranks is not None or self.emulate_links) and not self.distributed:
             raise InputError("applies to --distributed runs; add --distributed",
                              field="ranks" if self.ranks is not None else "emulate_links")
-        if self.target_accuracy is not None:
-            number_in_range(self.target_accuracy, "target_accuracy", 0.0, 1.0, low_open=True)
-        for name in ("flops_scale", "bandwidth_scale"):
-            number_in_range(getattr(self, name), name, 0.0, MAX_SCALE, low_open=True)
+
+    def _check_plan(self) -> None:
+        """Cuts, plan file, policy, interval and re-planning agree with each other."""
         if self.cuts is not None:
             cuts = tuple(positive_int(c, f"cuts[{i}]", MAX_CUT_POINTS) for i, c in enumerate(self.cuts))
             if len(cuts) == 1:

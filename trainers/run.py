@@ -91,76 +91,23 @@ class Trainer:
         config.validate()
         assert config.lr is not None, "TrainConfig resolves the learning rate"
         self.config = config
+        self.lr: float = config.lr
         self.device = resolve_device(config.device, field="device")       # no GPU for --device cuda: before any work
         self.algorithm = algorithm(config.algorithm)                       # the registry's entry: its traits
         self.strategy = make_strategy(config.algorithm, config.extra)     # its options are checked before any work
         if config.threads:
             torch.set_num_threads(config.threads)
         torch.manual_seed(config.seed)
-        manifest = read_manifest(config.device_data) if config.device_data is not None else None
-        if manifest is not None and len(manifest.devices) != config.devices:
-            raise InputError(f"{config.device_data} holds the data of {len(manifest.devices)} devices, --devices is "
-                             f"{config.devices}", field="devices")
-        if data is None:   # a distributed run's edge server never holds the devices' samples
-            data = manifest.dataset(with_samples=not config.distributed) if manifest is not None else \
-                load_dataset(config.dataset, config.data_root, config.download)
-        self.dataset = data
+        manifest = self._manifest()
+        self.dataset = data if data is not None else self._load_data(manifest)
         x_test, y_test = self.dataset.x_test, self.dataset.y_test
         if config.max_test_samples:
             x_test, y_test = x_test[:config.max_test_samples], y_test[:config.max_test_samples]
-        input_shape = tuple(int(s) for s in self.dataset.x_train.shape[1:])
-        model = build_model(config.model, input_shape, self.dataset.num_classes, config.model_width)
-        check_model_output(model, config.model, input_shape, self.dataset.num_classes, field="model")
-        chain = build_chain(model, self.dataset.x_train[:2])
-        self.blocks, self.block_names = chain.blocks, list(chain.names)
-        with warnings.catch_warnings():   # said once, by name, in self.notes
-            warnings.simplefilter("ignore", StemWarning)
-            self.profile = profile_model(chain, input_shape, model_name=f"{config.model}-{config.dataset}")
-        self.notes = [note for note in [stem_note(config.model, input_shape, chain.output_shapes)] if note]
-        if constants is None and config.constants_path:
-            constants = ConvergenceConstants.load(config.constants_path)
-        self.constants = constants
-        if constants is not None and len(constants.sigma2) != self.profile.num_cuts:
-            raise InputError(f"the constants have {len(constants.sigma2)} cut points but {config.model} has "
-                             f"{self.profile.num_cuts}; estimate them for this model (adaptplan profile --grad-stats)",
-                             field="constants_path")
-        if constants is not None and not math.isclose(constants.gamma, config.lr, rel_tol=1e-9):
-            raise InputError(f"the constants' gamma = {constants.gamma:g} is not the learning rate --lr {config.lr:g}; "
-                             f"the plan (Corollary 1) must use the learning rate that trains", field="constants_path")
-        if config.policy is not None:
-            from trainers.policies import REDRAWING, policy_planner
-
-            fixed = config.cuts[0] if config.cuts else None
-            self.planner = planner or policy_planner(config.policy, constants, config.lr, config.seed, fixed)
-            self.replan_every = 1 if config.policy in REDRAWING else (config.replan_every if config.policy == "adaptsfl"
-                                                                        else None)
-        else:
-            self.planner = planner or default_planner(constants, gamma=config.lr)
-            self.replan_every = config.replan_every
-        self.ranges = scaled_ranges(SystemRanges(), config.flops_scale, config.bandwidth_scale)
-        base = system
-        if base is None:
-            base = SystemSpec.load(config.system_path) if config.system_path else \
-                generate_system(config.devices, config.system_seed, self.ranges)
-        if base.num_devices != config.devices:
-            raise InputError(f"system has {base.num_devices} devices but devices = {config.devices}", field="devices")
-        # Re-drawing samples the generator's ranges, so it applies to generated systems only; a system the
-        # user gave (file or argument) keeps its resources every round.
-        generated = system is None and not config.system_path
-        self.process = SystemProcess(base, seed=config.system_seed, redraw=config.redraw_resources and generated,
-                                     ranges=self.ranges,
-                                     noise_cv=config.noise_cv)
-        self.clock = SimClock(self.profile, self.process, config.batch_size)
-        parts = manifest.parts() if manifest is not None else partition_indices(
-            self.dataset.y_train.numpy(), config.devices, config.partition, config.seed, config.dirichlet_alpha,
-            min_size=samples_before_split(config.batch_size, config.local_test_fraction))
-        parts, local_test = local_test_split(parts, config.local_test_fraction, config.seed)
-        # rank 0 of a distributed run over per-device files holds no device's samples: no local evaluation there
-        self.local_evaluation = config.local_test_fraction > 0 and not (manifest is not None and config.distributed)
-        smallest = min(len(p) for p in parts)
-        if config.batch_size > smallest:
-            raise InputError(f"{config.batch_size} exceeds the smallest device's {smallest} training samples "
-                             f"({config.partition} partition over {config.devices} devices)", field="batch_size")
+        self._build_model()
+        self.constants = self._checked_constants(constants)
+        self.planner, self.replan_every = self._planner(planner)
+        self.process, self.clock = self._system_clock(system)
+        parts, local_test = self._partition(manifest)
         cuts, interval, event = self._initial_plan()
         self.engine = engine_factory(self.blocks, cuts, self.strategy,
                                   DeviceData(self.dataset.x_train, self.dataset.y_train, x_test, y_test, parts,
@@ -180,6 +127,94 @@ class Trainer:
         self.wall_offset = 0.0
         self.input_digests = {name: file_digest(getattr(config, f"{name}_path"))
                               for name in ("system", "plan", "constants") if getattr(config, f"{name}_path")}
+
+    def _manifest(self) -> Any:
+        """The per-device data files' manifest (``--device-data``), checked against ``--devices``; None without."""
+        c = self.config
+        manifest = read_manifest(c.device_data) if c.device_data is not None else None
+        if manifest is not None and len(manifest.devices) != c.devices:
+            raise InputError(f"{c.device_data} holds the data of {len(manifest.devices)} devices, --devices is "
+                             f"{c.devices}", field="devices")
+        return manifest
+
+    def _load_data(self, manifest: Any) -> Dataset:
+        """The data set: from the manifest's files (a distributed run's edge server never holds the devices'
+        samples) or by name."""
+        c = self.config
+        if manifest is not None:
+            return manifest.dataset(with_samples=not c.distributed)
+        return load_dataset(c.dataset, c.data_root, c.download)
+
+    def _build_model(self) -> None:
+        """The model as blocks (``self.blocks``, ``self.block_names``), its profile, and the stem note."""
+        c = self.config
+        input_shape = tuple(int(s) for s in self.dataset.x_train.shape[1:])
+        model = build_model(c.model, input_shape, self.dataset.num_classes, c.model_width)
+        check_model_output(model, c.model, input_shape, self.dataset.num_classes, field="model")
+        chain = build_chain(model, self.dataset.x_train[:2])
+        self.blocks, self.block_names = chain.blocks, list(chain.names)
+        with warnings.catch_warnings():   # said once, by name, in self.notes
+            warnings.simplefilter("ignore", StemWarning)
+            self.profile = profile_model(chain, input_shape, model_name=f"{c.model}-{c.dataset}")
+        self.notes = [note for note in [stem_note(c.model, input_shape, chain.output_shapes)] if note]
+
+    def _checked_constants(self, constants: ConvergenceConstants | None) -> ConvergenceConstants | None:
+        """The convergence constants given or read from ``--constants``, checked against the model's cut points
+        and the learning rate (Corollary 1 plans with the rate that trains)."""
+        c = self.config
+        if constants is None and c.constants_path:
+            constants = ConvergenceConstants.load(c.constants_path)
+        if constants is not None and len(constants.sigma2) != self.profile.num_cuts:
+            raise InputError(f"the constants have {len(constants.sigma2)} cut points but {c.model} has "
+                             f"{self.profile.num_cuts}; estimate them for this model (adaptplan profile --grad-stats)",
+                             field="constants_path")
+        if constants is not None and not math.isclose(constants.gamma, self.lr, rel_tol=1e-9):
+            raise InputError(f"the constants' gamma = {constants.gamma:g} is not the learning rate --lr {c.lr:g}; "
+                             f"the plan (Corollary 1) must use the learning rate that trains", field="constants_path")
+        return constants
+
+    def _planner(self, planner: Planner | None) -> tuple[Planner, int | None]:
+        """(the planner, re-plan every Q rounds): a planning policy's, or the AdaptSFL planner."""
+        c = self.config
+        if c.policy is None:
+            return planner or default_planner(self.constants, gamma=self.lr), c.replan_every
+        from trainers.policies import REDRAWING, policy_planner
+
+        fixed = c.cuts[0] if c.cuts else None
+        chosen = planner or policy_planner(c.policy, self.constants, self.lr, c.seed, fixed)
+        return chosen, 1 if c.policy in REDRAWING else (c.replan_every if c.policy == "adaptsfl" else None)
+
+    def _system_clock(self, system: SystemSpec | None) -> tuple[SystemProcess, SimClock]:
+        """The system process (given, read from ``--system`` or generated; re-drawn each round only where
+        generated: a system the user gave keeps its resources) and the simulated clock over it."""
+        c = self.config
+        self.ranges = scaled_ranges(SystemRanges(), c.flops_scale, c.bandwidth_scale)
+        base = system
+        if base is None:
+            base = SystemSpec.load(c.system_path) if c.system_path else \
+                generate_system(c.devices, c.system_seed, self.ranges)
+        if base.num_devices != c.devices:
+            raise InputError(f"system has {base.num_devices} devices but devices = {c.devices}", field="devices")
+        generated = system is None and not c.system_path
+        process = SystemProcess(base, seed=c.system_seed, redraw=c.redraw_resources and generated,
+                                ranges=self.ranges, noise_cv=c.noise_cv)
+        return process, SimClock(self.profile, process, c.batch_size)
+
+    def _partition(self, manifest: Any) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """(each device's training indices, its held-out indices): the manifest's or the partition's, then the
+        local test split; the batch must fit the smallest device."""
+        c = self.config
+        parts = manifest.parts() if manifest is not None else partition_indices(
+            self.dataset.y_train.numpy(), c.devices, c.partition, c.seed, c.dirichlet_alpha,
+            min_size=samples_before_split(c.batch_size, c.local_test_fraction))
+        parts, local_test = local_test_split(parts, c.local_test_fraction, c.seed)
+        # rank 0 of a distributed run over per-device files holds no device's samples: no local evaluation there
+        self.local_evaluation = c.local_test_fraction > 0 and not (manifest is not None and c.distributed)
+        smallest = min(len(p) for p in parts)
+        if c.batch_size > smallest:
+            raise InputError(f"{c.batch_size} exceeds the smallest device's {smallest} training samples "
+                             f"({c.partition} partition over {c.devices} devices)", field="batch_size")
+        return parts, local_test
 
     def _initial_plan(self) -> tuple[list[int], int, dict[str, Any]]:
         """(cuts, interval, event fields) of the plan in force from round 1 (module docstring)."""
@@ -406,17 +441,21 @@ class Trainer:
         finally:
             if bar is not None:
                 bar.close()
+        self._final_evaluation()
+        self._save_history(out)
+        return self.history
+
+    def _final_evaluation(self) -> None:
+        """Evaluate a run that does not end on an evaluation round, into ``history.meta["final_evaluation"]``:
+        kept out of the records so that a run interrupted there and resumed has exactly the records of an
+        uninterrupted one."""
         last = self.history.records[-1] if self.history.records else None
         if last is not None and last.accuracy is None:
-            # final evaluation of a run that does not end on an eval round: kept out of the records so
-            # that a run interrupted there and resumed has exactly the records of an uninterrupted one
             acc, test_loss, local = self.evaluate()
             self.history.meta["final_evaluation"] = {"round": last.round, "accuracy": acc, "test_loss": test_loss,
                                                      "local_accuracy": local, "sim_seconds": last.sim_seconds}
         else:
             self.history.meta.pop("final_evaluation", None)
-        self._save_history(out)
-        return self.history
 
     def _keep_history(self, out: str | None) -> None:
         """Write the history on the way out of a failed round; a failure to write is not allowed

@@ -91,18 +91,7 @@ def launch_local(train_args: list[str], world_size: int, num_devices: int, out: 
             else:
                 with open(logs / f"rank{rank}.log", "wb") as log:
                     procs.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log))
-        failed_at: float | None = None
-        while any(p.poll() is None for p in procs):
-            polled = [p.poll() for p in procs]
-            if partial and polled[EDGE_RANK] == 0 and polled[FED_RANK] == 0:
-                break                      # device ranks still running were taken out of the run: stopped below
-            counted = polled[:FED_RANK + 1] if partial else polled
-            if failed_at is None and any(c not in (None, 0) for c in counted):
-                failed_at = time.monotonic()
-            if failed_at is not None and time.monotonic() - failed_at > GRACE_SECONDS:
-                terminated = _stop(procs)
-                break
-            time.sleep(POLL_SECONDS)
+        terminated = _watch(procs, partial)
     except KeyboardInterrupt:          # rank 0 stops at the end of the round with a checkpoint; then the others
         for p in procs:
             try:
@@ -113,7 +102,31 @@ def launch_local(train_args: list[str], world_size: int, num_devices: int, out: 
         terminated |= _stop(procs)
         if broker is not None:
             broker.stop()
-    codes = [p.wait() for p in procs]
+    return _exit_code([p.wait() for p in procs], layout, logs, terminated, out, runtime, partial)
+
+
+def _watch(procs: list[subprocess.Popen], partial: bool) -> set[int]:
+    """Wait for the ranks; a rank that failed stops the others after GRACE_SECONDS (the ranks it stopped are
+    returned). With ``partial``, the run is over once the edge and fed server ranks finished (device ranks
+    still running were taken out of it and are stopped by the caller)."""
+    failed_at: float | None = None
+    while any(p.poll() is None for p in procs):
+        polled = [p.poll() for p in procs]
+        if partial and polled[EDGE_RANK] == 0 and polled[FED_RANK] == 0:
+            break
+        counted = polled[:FED_RANK + 1] if partial else polled
+        if failed_at is None and any(c not in (None, 0) for c in counted):
+            failed_at = time.monotonic()
+        if failed_at is not None and time.monotonic() - failed_at > GRACE_SECONDS:
+            return _stop(procs)
+        time.sleep(POLL_SECONDS)
+    return set()
+
+
+def _exit_code(codes: list[int], layout: RankLayout, logs: Path, terminated: set[int], out: str | None,
+               runtime: str, partial: bool) -> int:
+    """The run's exit code from the ranks' codes, after one line per failed rank (and where to resume) on
+    stderr; the rank logs are removed."""
     try:
         if all(c == 0 for c in codes) or (partial and codes[EDGE_RANK] == 0 and codes[FED_RANK] == 0):
             return 0
