@@ -11,6 +11,7 @@ on the round's :class:`~trainers.clock.StageLedger` and the engine's byte counte
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
 from trainers.clock import StageLedger, StageTimes
@@ -25,87 +26,215 @@ Engine = Any
 
 
 def run_group(engine: Engine, ctx: "RoundContext", group: list[int], batch: dict[int, int], times: StageTimes,
-               start: float, ledger: StageLedger) -> float:
-    s = engine.strategy
-    stream = chunk_server(engine, ctx, group)
-    if stream is not None:
-        return _run_streamed_group(engine, ctx, group, batch, times, start, ledger, stream)
-    if s.server_mode == "arrival" and engine._may_stream:
-        return _run_streamed_arrivals(engine, ctx, group, batch, times, start, ledger)
-    activations = forward_all(engine, ctx.round, group, batch)
-    group = [d for d in group if d in activations]      # a lost device sent none (partial participation)
-    if not group:
-        return start
-    arrival = _arrivals(engine, group, batch, times, start, ledger)
-    for d in group:
-        _count_activation(engine, activations[d])
-    events = sorted((arrival[d], d, activations[d]) for d in group)
-    pending = {d: msg for _, d, msg in events}
-    replies: dict[int, tuple[float, CutGradient]] = {}
-    early: dict[int, tuple[int, bool]] = {}       # answered while the server worked: (bytes, with a gradient)
-    server_free = start
-    if s.server_mode == "barrier":
-        at = max(e[0] for e in events)
-        ctx.on_reply = lambda out: _answer_early(engine, out, pending, early)
-        try:
-            out = s.serve(engine.edge, ctx, [e[2] for e in events])
-        finally:
-            ctx.on_reply = None
-        server_free = at + _server_busy(engine, ctx, group, batch, times, ledger)
-        take_replies(out, pending, replies, server_free)
-    else:
-        for at, _, msg in events:
-            server_free = _serve_arrival(engine, ctx, msg, at, batch, times, ledger, pending, replies, server_free)
-    server_free = _flush(engine, ctx, times, ledger, pending, replies, server_free)
-    backward_all(engine, {d: replies[d][1] for d in group if d in replies})
-    answered = {d: (at, reply.num_bytes, reply.tensor is not None) for d, (at, reply) in replies.items()}
-    answered.update((d, (server_free, size, grad)) for d, (size, grad) in early.items())   # at the barrier's time
-    return _replies_done(engine, group, answered, batch, times, start, ledger)
+              start: float, ledger: StageLedger) -> float:
+    """Run one group of the round from ``start`` (simulated s); when its last device is done."""
+    return GroupRun(engine, ctx, list(group), batch, times, start, ledger).run()
 
 
-def _serve_arrival(engine: Engine, ctx: "RoundContext", msg: Activation, at: float, batch: dict[int, int], times: StageTimes,
-                   ledger: StageLedger, pending: dict, replies: dict, server_free: float) -> float:
-    """``server_mode = "arrival"``: the server takes ``msg`` (arrived at ``at``) when it is free and
-    works its share (eqs. 18, 19, and what the strategy charged); returns when it is free again."""
-    d = msg.device
-    begin = max(at, server_free)
-    out = engine.strategy.serve(engine.edge, ctx, [msg])
-    share = float(times.server[d]) * times.scale(d, batch[d]) + charged_server_seconds(ctx, times)
-    ledger.add("edge", "server", share)
-    take_replies(out, pending, replies, begin + share)
-    return begin + share
+@dataclass
+class GroupRun:
+    """One synchronous group as the runtime serves it: what it was given, and its state as messages go — the
+    activations not answered yet (``pending``), the replies taken but not yet delivered (``replies``: when each
+    was ready), those delivered (``answered``: when, bytes, whether with a gradient), and when the edge server is
+    free (``server_free``, simulated s). Every path of the group (a barrier or arrivals, served whole or chunk by
+    chunk) works on this one state."""
 
+    engine: Engine
+    ctx: "RoundContext"
+    group: list[int]
+    batch: dict[int, int]
+    times: StageTimes
+    start: float
+    ledger: StageLedger
+    pending: dict[int, Activation] = field(default_factory=dict)
+    replies: dict[int, tuple[float, CutGradient]] = field(default_factory=dict)
+    answered: dict[int, tuple[float, int, bool]] = field(default_factory=dict)
+    early: dict[int, tuple[int, bool]] = field(default_factory=dict)   # delivered during a barrier: (bytes, gradient)
+    server_free: float = 0.0
 
-def _run_streamed_arrivals(engine: Engine, ctx: "RoundContext", group: list[int], batch: dict[int, int], times: StageTimes,
-                           start: float, ledger: StageLedger) -> float:
-    """A group served one arrival at a time (SplitFed V2), its devices forwarding in arrival order
-    one server chunk's worth at a time (``EdgeServer.chunked``), each chunk's replies delivered
-    once its arrivals are served: a device's forward reads only its own model and data, so this
-    is bit for bit forwarding every device first, with the same simulated times, and the round
-    holds one chunk's activations instead of every participant's."""
-    arrival, chunks = _chunks_by_arrival(engine, ctx, group, batch, times, start, ledger)
-    pending: dict[int, Activation] = {}
-    replies: dict[int, tuple[float, CutGradient]] = {}
-    answered: dict[int, tuple[float, int, bool]] = {}
-    server_free = start
-    for devices in chunks:
-        activations = _forward_chunk(engine, ctx, devices, batch)
-        pending.update((a.device, a) for a in activations)
-        for msg in activations:
-            server_free = _serve_arrival(engine, ctx, msg, arrival[msg.device], batch, times, ledger, pending, replies,
-                                              server_free)
-        _deliver(engine, replies, answered)
-    server_free = _flush(engine, ctx, times, ledger, pending, replies, server_free)
-    _deliver(engine, replies, answered)
-    return _replies_done(engine, group, answered, batch, times, start, ledger)
+    def __post_init__(self) -> None:
+        self.server_free = self.start
 
+    def run(self) -> float:
+        s, engine = self.engine.strategy, self.engine
+        stream = chunk_server(engine, self.ctx, self.group)
+        if stream is not None:
+            return self._streamed_barrier(stream)
+        if s.server_mode == "arrival" and engine._may_stream:
+            return self._streamed_arrivals()
+        return self._whole()
 
-def _deliver(engine: Engine, replies: dict[int, tuple[float, CutGradient]], answered: dict[int, tuple[float, int, bool]]) -> None:
-    """Send the replies taken so far to their devices (each back-propagates and steps) and keep
-    only when each arrived, its size and whether it carried a gradient."""
-    backward_all(engine, {d: reply for d, (_, reply) in replies.items()})
-    answered.update((d, (at, reply.num_bytes, reply.tensor is not None)) for d, (at, reply) in replies.items())
-    replies.clear()
+    def _whole(self) -> float:
+        """Every device forwards, then the server serves the group (a barrier at once, or in arrival order)."""
+        engine, ctx, s = self.engine, self.ctx, self.engine.strategy
+        activations = forward_all(engine, ctx.round, self.group, self.batch)
+        self.group = [d for d in self.group if d in activations]      # a lost device sent none (partial participation)
+        if not self.group:
+            return self.start
+        arrival = self._arrivals(self.group)
+        for d in self.group:
+            self._count(activations[d])
+        events = sorted((arrival[d], d, activations[d]) for d in self.group)
+        self.pending = {d: msg for _, d, msg in events}
+        if s.server_mode == "barrier":
+            ctx.on_reply = self._answer_early
+            try:
+                out = s.serve(engine.edge, ctx, [e[2] for e in events])
+            finally:
+                ctx.on_reply = None
+            self.server_free = max(e[0] for e in events) + self._server_busy()
+            take_replies(out, self.pending, self.replies, self.server_free)
+        else:
+            for at, _, msg in events:
+                self._serve_arrival(msg, at)
+        self._flush()
+        backward_all(engine, {d: self.replies[d][1] for d in self.group if d in self.replies})
+        self.answered = {d: (at, reply.num_bytes, reply.tensor is not None) for d, (at, reply) in self.replies.items()}
+        self._answered_at_barrier()
+        return self._replies_done()
+
+    def _streamed_arrivals(self) -> float:
+        """A group served one arrival at a time (SplitFed V2), its devices forwarding in arrival order one server
+        chunk's worth at a time (``EdgeServer.chunked``), each chunk's replies delivered once its arrivals are
+        served: a device's forward reads only its own model and data, so this is bit for bit forwarding every
+        device first, with the same simulated times, and the round holds one chunk's activations instead of every
+        participant's."""
+        arrival, chunks = self._chunks_by_arrival()
+        for devices in chunks:
+            activations = self._forward_chunk(devices)
+            self.pending.update((a.device, a) for a in activations)
+            for msg in activations:
+                self._serve_arrival(msg, arrival[msg.device])
+            self._deliver()
+        self._flush()
+        self._deliver()
+        return self._replies_done()
+
+    def _streamed_barrier(self, stream: "ParallelStep") -> float:
+        """A barrier served as its devices forward: the devices, in their simulated arrival order, cut into the
+        server's chunks (``EdgeServer.chunked``, each device's min(b_i, |𝒟_i|) samples); a chunk's devices forward
+        only once the chunk before is served and answered, so the round holds one chunk's activations and client
+        graphs. The same computations as serving the whole barrier (the forwards are independent of the server's
+        pass) and the same simulated times: every reply arrives at the barrier's time."""
+        arrival, chunks = self._chunks_by_arrival()
+        for devices in chunks:
+            activations = self._forward_chunk(devices)
+            self.pending = {a.device: a for a in activations}
+            self._answer_early(stream.serve_chunk(activations))
+            if self.pending:
+                _never_answered(self.engine, self.pending)
+        stream.finish()
+        self.server_free = max(arrival.values()) + self._server_busy()
+        self._flush()
+        self._answered_at_barrier()
+        return self._replies_done()
+
+    def _serve_arrival(self, msg: Activation, at: float) -> None:
+        """``server_mode = "arrival"``: the server takes ``msg`` (arrived at ``at``) when it is free and works its
+        share (eqs. 18, 19, and what the strategy charged); it is free again after that."""
+        d = msg.device
+        begin = max(at, self.server_free)
+        out = self.engine.strategy.serve(self.engine.edge, self.ctx, [msg])
+        share = float(self.times.server[d]) * self.times.scale(d, self.batch[d]) + charged_server_seconds(self.ctx,
+                                                                                                        self.times)
+        self.ledger.add("edge", "server", share)
+        take_replies(out, self.pending, self.replies, begin + share)
+        self.server_free = begin + share
+
+    def _deliver(self) -> None:
+        """Send the replies taken so far to their devices (each back-propagates and steps) and keep only when each
+        arrived, its size and whether it carried a gradient."""
+        backward_all(self.engine, {d: reply for d, (_, reply) in self.replies.items()})
+        self.answered.update((d, (at, reply.num_bytes, reply.tensor is not None))
+                             for d, (at, reply) in self.replies.items())
+        self.replies.clear()
+
+    def _answer_early(self, out: Sequence[CutGradient]) -> None:
+        """Replies a barrier's serve handed over before returning (``RoundContext.reply_now``): checked like the
+        others, delivered at once (the device back-propagates and both messages can go), remembered only by their
+        size and whether they carry a gradient (they count as arriving at the barrier's time)."""
+        taken: dict[int, tuple[float, CutGradient]] = {}
+        take_replies(out, self.pending, taken, 0.0)
+        for d, (_, reply) in taken.items():
+            self.early[d] = (reply.num_bytes, reply.tensor is not None)
+        backward_all(self.engine, {d: reply for d, (_, reply) in taken.items()})
+
+    def _answered_at_barrier(self) -> None:
+        self.answered.update((d, (self.server_free, size, grad)) for d, (size, grad) in self.early.items())
+
+    def _chunks_by_arrival(self) -> tuple[dict[int, float], list[list[int]]]:
+        """Each device's arrival time and the group in arrival order cut into the server's chunks
+        (``EdgeServer.chunked``), each device counted by the min(b_i, |𝒟_i|) samples it will draw."""
+        arrival = self._arrivals(self.group)
+        order = sorted(self.group, key=lambda d: (arrival[d], d))
+        return arrival, self.engine.edge.chunked(order, self._drawn)
+
+    def _drawn(self, device: int) -> int:
+        """The samples ``device`` draws for a step of ``batch[device]``: min(b_i, |𝒟_i|) (its sampler's rule)."""
+        return min(int(self.batch[device]), int(self.ctx.data_sizes[device]))
+
+    def _forward_chunk(self, devices: list[int]) -> list[Activation]:
+        """The chunk's devices forward (:func:`forward_all`); their activations, counted, in the chunk's order, each
+        checked to carry the min(b_i, |𝒟_i|) samples the chunk was cut for."""
+        activations = forward_all(self.engine, self.ctx.round, devices, self.batch)
+        for d in devices:
+            n, expected = int(activations[d].tensor.shape[0]), self._drawn(d)
+            if n != expected:
+                raise MessageMismatchError(f"device {d} sent {n} samples in round {self.ctx.round}, expected "
+                                           f"{expected} (min(b_i, |D_i|))")
+            self._count(activations[d])
+        return [activations[d] for d in devices]
+
+    def _arrivals(self, devices: list[int]) -> dict[int, float]:
+        """When each device's activation reaches the edge server: its forward and uplink (eqs. 14, 16), charged to
+        the ledger."""
+        arrival = {}
+        for d in devices:
+            k = self.times.scale(d, self.batch[d])
+            fp, up = float(self.times.client_fp[d]) * k, float(self.times.upload[d]) * k
+            self.ledger.add(d, "device FP", fp)
+            self.ledger.add(d, "uplink", up)
+            arrival[d] = self.start + fp + up
+        return arrival
+
+    def _count(self, msg: Activation) -> None:
+        self.engine.bytes_up += msg.num_bytes
+        self.engine.samples += int(msg.tensor.shape[0])
+
+    def _server_busy(self) -> float:
+        """Seconds the edge server works on a barrier: every device's share (eqs. 18, 19) and the work the strategy
+        charged."""
+        times = self.times
+        busy = sum(float(times.server[d]) * times.scale(d, self.batch[d]) for d in self.group) + \
+            charged_server_seconds(self.ctx, times)
+        self.ledger.add("edge", "server", busy)
+        return busy
+
+    def _flush(self) -> None:
+        """The strategy's replies still owed once the group's arrivals are served; every activation must be
+        answered by then. The server is free after the work the strategy charged for them."""
+        out = self.engine.strategy.flush(self.engine.edge, self.ctx)
+        extra = charged_server_seconds(self.ctx, self.times)
+        self.server_free += extra
+        self.ledger.add("edge", "server", extra)
+        take_replies(out, self.pending, self.replies, self.server_free)
+        if self.pending:
+            _never_answered(self.engine, self.pending)
+
+    def _replies_done(self) -> float:
+        """Each reply's downlink and the device's backward (eqs. 15, 17; none for a skipped step): when the group's
+        last device is done."""
+        end = self.start
+        for d in self.group:
+            at, size, grad = self.answered[d]
+            k = self.times.scale(d, self.batch[d])
+            self.engine.bytes_down += size
+            down = float(self.times.download[d]) * k if grad else 0.0
+            bp = float(self.times.client_bp[d]) * k if grad else 0.0
+            self.ledger.add(d, "downlink", down)
+            self.ledger.add(d, "device BP", bp)
+            end = max(end, at + down + bp)
+        return end
 
 
 def chunk_server(engine: Engine, ctx: "RoundContext", group: list[int]) -> "ParallelStep | None":
@@ -122,131 +251,10 @@ def chunk_server(engine: Engine, ctx: "RoundContext", group: list[int]) -> "Para
     return ParallelStep(engine.edge, ctx, group)
 
 
-def _run_streamed_group(engine: Engine, ctx: "RoundContext", group: list[int], batch: dict[int, int], times: StageTimes,
-                        start: float, ledger: StageLedger, stream: "ParallelStep") -> float:
-    """A barrier served as its devices forward: the devices, in their simulated arrival order,
-    cut into the server's chunks (``EdgeServer.chunked``, each device's min(b_i, |𝒟_i|) samples);
-    a chunk's devices forward only once the chunk before is served and answered, so the round
-    holds one chunk's activations and client graphs. The same computations as serving the
-    whole barrier (the forwards are independent of the server's pass) and the same simulated
-    times: every reply arrives at the barrier's time."""
-    arrival, chunks = _chunks_by_arrival(engine, ctx, group, batch, times, start, ledger)
-    early: dict[int, tuple[int, bool]] = {}
-    for devices in chunks:
-        activations = _forward_chunk(engine, ctx, devices, batch)
-        pending = {a.device: a for a in activations}
-        _answer_early(engine, stream.serve_chunk(activations), pending, early)
-        if pending:
-            _never_answered(engine, pending)
-    stream.finish()
-    server_free = max(arrival.values()) + _server_busy(engine, ctx, group, batch, times, ledger)
-    server_free = _flush(engine, ctx, times, ledger, {}, {}, server_free)
-    answered = {d: (server_free, size, grad) for d, (size, grad) in early.items()}
-    return _replies_done(engine, group, answered, batch, times, start, ledger)
-
-
-def _chunks_by_arrival(engine: Engine, ctx: "RoundContext", group: list[int], batch: dict[int, int], times: StageTimes,
-                       start: float, ledger: StageLedger) -> tuple[dict[int, float], list[list[int]]]:
-    """Each device's arrival time (:meth:`_arrivals`) and the group in arrival order cut into the
-    server's chunks (``EdgeServer.chunked``), each device counted by the min(b_i, |𝒟_i|) samples
-    it will draw."""
-    arrival = _arrivals(engine, group, batch, times, start, ledger)
-    order = sorted(group, key=lambda d: (arrival[d], d))
-    return arrival, engine.edge.chunked(order, lambda d: _drawn(ctx, batch, d))
-
-
-def _drawn(ctx: "RoundContext", batch: dict[int, int], device: int) -> int:
-    """The samples ``device`` draws for a step of ``batch[device]``: min(b_i, |𝒟_i|) (its sampler's rule)."""
-    return min(int(batch[device]), int(ctx.data_sizes[device]))
-
-
-def _forward_chunk(engine: Engine, ctx: "RoundContext", devices: list[int], batch: dict[int, int]) -> list[Activation]:
-    """The chunk's devices forward (:meth:`_forward_all`); their activations, counted, in the chunk's
-    order, each checked to carry the min(b_i, |𝒟_i|) samples the chunk was cut for."""
-    activations = forward_all(engine, ctx.round, devices, batch)
-    for d in devices:
-        n, expected = int(activations[d].tensor.shape[0]), _drawn(ctx, batch, d)
-        if n != expected:
-            raise MessageMismatchError(f"device {d} sent {n} samples in round {ctx.round}, expected {expected} "
-                                       f"(min(b_i, |D_i|))")
-        _count_activation(engine, activations[d])
-    return [activations[d] for d in devices]
-
-
-def _arrivals(engine: Engine, group: list[int], batch: dict[int, int], times: StageTimes, start: float,
-              ledger: StageLedger) -> dict[int, float]:
-    """When each device's activation reaches the edge server: its forward and uplink (eqs. 14, 16),
-    charged to the ledger."""
-    arrival = {}
-    for d in group:
-        k = times.scale(d, batch[d])
-        fp, up = float(times.client_fp[d]) * k, float(times.upload[d]) * k
-        ledger.add(d, "device FP", fp)
-        ledger.add(d, "uplink", up)
-        arrival[d] = start + fp + up
-    return arrival
-
-
-def _count_activation(engine: Engine, msg: Activation) -> None:
-    engine.bytes_up += msg.num_bytes
-    engine.samples += int(msg.tensor.shape[0])
-
-
-def _server_busy(engine: Engine, ctx: "RoundContext", group: list[int], batch: dict[int, int], times: StageTimes,
-                 ledger: StageLedger) -> float:
-    """Seconds the edge server works on a barrier: every device's share (eqs. 18, 19) and the work
-    the strategy charged."""
-    busy = sum(float(times.server[d]) * times.scale(d, batch[d]) for d in group) + charged_server_seconds(ctx, times)
-    ledger.add("edge", "server", busy)
-    return busy
-
-
-def _flush(engine: Engine, ctx: "RoundContext", times: StageTimes, ledger: StageLedger, pending: dict, replies: dict,
-           server_free: float) -> float:
-    """The strategy's replies still owed once the group's arrivals are served; every activation
-    must be answered by then. Returns when the server is free."""
-    out = engine.strategy.flush(engine.edge, ctx)
-    extra = charged_server_seconds(ctx, times)
-    server_free += extra
-    ledger.add("edge", "server", extra)
-    take_replies(out, pending, replies, server_free)
-    if pending:
-        _never_answered(engine, pending)
-    return server_free
-
-
 def _never_answered(engine: Engine, pending: dict) -> None:
     d, msg = next(iter(pending.items()))
     raise MessageMismatchError(f"the activation of device {d} (round {msg.round}, step {msg.step}) was never "
                                f"answered by the {engine.strategy.name} strategy")
-
-
-def _replies_done(engine: Engine, group: list[int], answered: dict[int, tuple[float, int, bool]], batch: dict[int, int],
-                  times: StageTimes, start: float, ledger: StageLedger) -> float:
-    """Each reply's downlink and the device's backward (eqs. 15, 17; none for a skipped step): when
-    the group's last device is done."""
-    end = start
-    for d in group:
-        at, size, grad = answered[d]
-        k = times.scale(d, batch[d])
-        engine.bytes_down += size
-        down = float(times.download[d]) * k if grad else 0.0
-        bp = float(times.client_bp[d]) * k if grad else 0.0
-        ledger.add(d, "downlink", down)
-        ledger.add(d, "device BP", bp)
-        end = max(end, at + down + bp)
-    return end
-
-
-def _answer_early(engine: Engine, out: Sequence[CutGradient], pending: dict, early: dict[int, tuple[int, bool]]) -> None:
-    """Replies a barrier's serve handed over before returning (``RoundContext.reply_now``): checked
-    like the others, delivered at once (the device back-propagates and both messages can go),
-    remembered only by their size and whether they carry a gradient."""
-    taken: dict[int, tuple[float, CutGradient]] = {}
-    take_replies(out, pending, taken, 0.0)
-    for d, (_, reply) in taken.items():
-        early[d] = (reply.num_bytes, reply.tensor is not None)
-    backward_all(engine, {d: reply for d, (_, reply) in taken.items()})
 
 
 def forward_all(engine: Engine, round_index: int, group: Sequence[int], batch: dict[int, int]) -> dict[int, Activation]:
