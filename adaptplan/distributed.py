@@ -57,7 +57,7 @@ def _worker_options(args: list[str]) -> "WorkerOptions | None":
     """What a rank that only serves takes from its own command line (--rank-timeout, --threads,
     --data-root, --download, --device-data, and --model when named): everything else is rank 0's to check."""
     from adaptplan import cli
-    from adaptplan.commands.train import explicit_fields
+    from adaptplan.cli.commands.train import explicit_fields
     from trainers.distributed.serve import WorkerOptions
 
     parser = cli.build_parser()

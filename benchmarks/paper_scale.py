@@ -1,7 +1,7 @@
 """What a recipe costs at its paper's scale (``adaptplan bench papers --data-root DIR --device cuda``), measured
 before anyone commits a GPU for days to it.
 
-Every method of every recipe (``adaptplan/recipes/*.toml``), at the recipe's ``[paper_scale]`` (the paper's model,
+Every method of every recipe (``adaptplan/benches/recipes/*.toml``), at the recipe's ``[paper_scale]`` (the paper's model,
 cut, batch, rounds; devices, participation and rates as the recipe says), runs ``--rounds`` engine rounds (no evaluation) of its first
 partition with seed 0 on ``--device``, exactly as ``bench papers`` would build the run; the script prints wall
 seconds per round (after the first, which warms up), the rounds the paper-scale run has, and the projected hours of
@@ -61,7 +61,7 @@ def main() -> None:
         parser.error("--rounds: at least 2 (the first warms up)")
     import torch
 
-    from adaptplan import recipes
+    from adaptplan.benches import recipes
     from trainers.config import TrainConfig
     from trainers.run import Trainer
 

@@ -1,7 +1,7 @@
 """Time ``solve_bcd`` (ms_method="auto") on 1,000 devices (target < 2 s on 2 CPU cores).
 
 Usage: python benchmarks/plan_1000.py [--repeats 3]
-Instances: the synthetic 20-candidate-cut scenario of ``adaptplan.bench_solvers._problem(1000, 21, 0)``
+Instances: the synthetic 20-candidate-cut scenario of ``adaptplan.benches.solvers._problem(1000, 21, 0)``
 and the default VGG-16 profile (candidates 1..15) with generate_system(1000, 0) and the placeholder
 constants. Prints the median wall-clock time and the plan (I, objective, cut histogram) of each.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from adaptplan.bench_solvers import _problem  # noqa: E402
+from adaptplan.benches.solvers import _problem  # noqa: E402
 from adaptplan.constants import ConvergenceConstants  # noqa: E402
 from adaptplan.scenarios import default_profile  # noqa: E402
 from adaptplan.system import generate_system  # noqa: E402

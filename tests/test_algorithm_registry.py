@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from adaptplan.comparison import Setting
+from adaptplan.benches.comparison import Setting
 from adaptplan.errors import InputError
 from trainers import algorithms
 from trainers.algorithms import REGISTRY, Algorithm, Option, TrainingDefaults

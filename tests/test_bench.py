@@ -9,8 +9,9 @@ import types
 import numpy as np
 import pytest
 
-from adaptplan import bench_engine, bench_solvers
-from adaptplan.bench_engine import EngineBenchResult
+from adaptplan.benches import engine as bench_engine
+from adaptplan.benches import solvers as bench_solvers
+from adaptplan.benches.engine import EngineBenchResult
 from solvers.baselines import BASELINES
 from solvers.bcd import solve_bcd
 from solvers.exact import solve_exact
@@ -438,7 +439,7 @@ def test_engine_header_names_what_is_timed() -> None:
 
 def test_a_run_reaching_the_target_exactly_has_reached_it(monkeypatch) -> None:
     import trainers.run
-    from adaptplan import bench_runs
+    from adaptplan.benches import runs as bench_runs
     from trainers.history import History, RoundRecord
 
     def record(t, accuracy, sim):
@@ -460,7 +461,7 @@ def test_a_run_reaching_the_target_exactly_has_reached_it(monkeypatch) -> None:
 
 
 def test_accuracy_at_a_budget_tolerates_rounding_of_summed_seconds() -> None:
-    from adaptplan.bench_runs import RunResult
+    from adaptplan.benches.runs import RunResult
 
     # simulated seconds are sums of per-round seconds: an evaluation up to 1e-12 s past the budget is at the budget
     r = RunResult("g", "l", 3, 0.5, 3.0, 1.0, None, None, None, None, None, [(1.0, 0.25), (2.0 + 1e-12, 0.5)])

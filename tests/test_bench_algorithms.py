@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from adaptplan.bench_algorithms import budget_seconds
-from adaptplan.bench_runs import RunResult
+from adaptplan.benches.algorithms import budget_seconds
+from adaptplan.benches.runs import RunResult
 from adaptplan.cli import main
 
 
@@ -52,7 +52,7 @@ def test_bench_json_matches_a_plain_training_run(tmp_path, capsys) -> None:
 def test_every_algorithm_of_a_comparison_gets_the_same_setting() -> None:
     """The jobs of one comparison differ only in what makes each algorithm itself: the optimizer, rates,
     momentum, decay, clipping, batch, participation (GAS: C = ⌈ρN⌉) and local rounds are the setting's."""
-    from adaptplan.comparison import GAPSL_SETTING
+    from adaptplan.benches.comparison import GAPSL_SETTING
     from trainers.config import ALGORITHMS, TrainConfig
 
     setting = GAPSL_SETTING.with_overrides(participation=0.5, local_steps=2, rounds=3)

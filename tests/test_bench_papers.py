@@ -9,8 +9,8 @@ import re
 
 import pytest
 
-from adaptplan import bench_papers as bp
-from adaptplan.bench_runs import RunResult
+from adaptplan.benches import papers as bp
+from adaptplan.benches.runs import RunResult
 from adaptplan.cli import main
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -115,7 +115,7 @@ def test_every_method_of_a_recipe_trains_with_its_one_setting_and_gas_gets_equal
 
 
 def test_every_recipe_value_says_where_it_comes_from() -> None:
-    from adaptplan import recipes
+    from adaptplan.benches import recipes
 
     for name in recipes.NAMES:
         recipe = recipes.load(name)
@@ -138,10 +138,10 @@ def test_every_recipe_value_says_where_it_comes_from() -> None:
 def test_a_broken_recipe_is_one_error_naming_the_key(edit, message) -> None:
     from importlib import resources
 
-    from adaptplan import recipes
+    from adaptplan.benches import recipes
     from adaptplan.errors import InputError
 
-    text = resources.files("adaptplan.recipes").joinpath("gapsl.toml").read_text(encoding="utf-8")
+    text = resources.files("adaptplan.benches.recipes").joinpath("gapsl.toml").read_text(encoding="utf-8")
     recipes.parse(text, "gapsl.toml")                         # the shipped file itself is fine
     with pytest.raises(InputError, match=message):
         recipes.parse(edit(text), "gapsl.toml")
@@ -215,7 +215,7 @@ def test_the_hour_tier_is_the_first_half_of_every_full_run() -> None:
             changed = {k for k in a["config"] if a["config"][k] != b["config"][k]}
             assert changed == {"rounds"} and b["config"]["rounds"] * 2 == a["config"]["rounds"], (name, a["label"])
             assert a["config"]["rounds"] % (2 * a["config"]["eval_every"]) == 0     # the half ends on an evaluation
-    from adaptplan.bench_runs import run_one
+    from adaptplan.benches.runs import run_one
     for recipe in bp.catalogue(bp.PAPERS, tier="test").values():
         for job in recipe.jobs([0])[::len(recipe.partitions)]:
             whole = {**job, "config": {**job["config"], "eval_every": 1}}
@@ -244,7 +244,7 @@ def test_bad_flags_exit_2_with_one_line_naming_the_flag(argv, flag, tmp_path, ca
 
 
 def test_a_setting_maps_onto_every_algorithm_and_refuses_what_cannot_apply() -> None:
-    from adaptplan.comparison import Setting
+    from adaptplan.benches.comparison import Setting
     from adaptplan.errors import InputError
 
     base = Setting("sgd", 0.01, 0.02, 0.9, 0.0, 0.0, 16, 0.25, 3, 10)
@@ -269,7 +269,7 @@ def test_a_setting_maps_onto_every_algorithm_and_refuses_what_cannot_apply() -> 
 def test_recipe_rounds_evaluations_and_policies_reach_the_jobs() -> None:
     from dataclasses import replace
 
-    from adaptplan import recipes
+    from adaptplan.benches import recipes
 
     gas = recipes.load("gas")
     odd = replace(gas, setting=replace(gas.setting, rounds=610), run={**gas.run, "evaluations": 7})
@@ -293,10 +293,10 @@ def test_recipe_rounds_evaluations_and_policies_reach_the_jobs() -> None:
 def test_more_broken_recipes(edit, message) -> None:
     from importlib import resources
 
-    from adaptplan import recipes
+    from adaptplan.benches import recipes
     from adaptplan.errors import InputError
 
-    text = resources.files("adaptplan.recipes").joinpath("gapsl.toml").read_text(encoding="utf-8")
+    text = resources.files("adaptplan.benches.recipes").joinpath("gapsl.toml").read_text(encoding="utf-8")
     with pytest.raises(InputError, match=message):
         recipes.parse(edit(text), "gapsl.toml")
     with pytest.raises(InputError, match="unknown paper 'nope'"):

@@ -8,9 +8,11 @@ import json
 
 import pytest
 
-from adaptplan import bench_algorithms, bench_runs, bench_training
-from adaptplan.bench_runs import RunResult
-from adaptplan.comparison import Setting
+from adaptplan.benches import algorithms as bench_algorithms
+from adaptplan.benches import runs as bench_runs
+from adaptplan.benches import training as bench_training
+from adaptplan.benches.runs import RunResult
+from adaptplan.benches.comparison import Setting
 
 
 def result(group, label, **kw) -> RunResult:
@@ -238,7 +240,7 @@ def test_python_defaults_are_the_commands(bench, function) -> None:
     assert len(shared) >= 10
     for name in shared:
         assert parameters[name].default == args[names.get(name, name)], name
-    from adaptplan.commands.bench import setting_from
+    from adaptplan.cli.commands.bench import setting_from
 
     setting = parameters["setting"].default                 # the setting flags' absence leaves the default's values
     assert setting_from(argparse.Namespace(**args), setting) == setting
@@ -274,7 +276,8 @@ def test_bench_solvers_and_engine_hand_their_options_on(tmp_path, monkeypatch, c
     reach the benchmark, and --json prints the result's JSON."""
     import inspect
 
-    from adaptplan import bench_engine, bench_solvers
+    from adaptplan.benches import engine as bench_engine
+    from adaptplan.benches import solvers as bench_solvers
     from adaptplan.cli import main
     from adaptplan.constants import ConvergenceConstants
     from adaptplan.scenarios import default_profile
@@ -380,7 +383,7 @@ def test_the_accuracy_plot_marks_every_evaluation_and_says_when_there_is_none(tm
     invisible. Every evaluation is a marker, and a panel with no evaluation at all says so."""
     import matplotlib.pyplot as plt
 
-    from adaptplan.bench_runs import RunResult, plot
+    from adaptplan.benches.runs import RunResult, plot
 
     def result(group, curve):
         return RunResult(group, "psl", 10, 0.5, 1.0, 1.0, None, None, None, None, None, curve)
@@ -422,7 +425,7 @@ def test_a_stopped_bench_ends_its_worker_processes(tmp_path) -> None:
     script = tmp_path / "slow_bench.py"
     script.write_text(
         "import os, sys, time\n"
-        "from adaptplan.bench_runs import run_jobs\n"
+        "from adaptplan.benches.runs import run_jobs\n"
         "def slow(job):\n"
         "    open(os.path.join(sys.argv[1], str(os.getpid())), 'w').close()\n"
         "    time.sleep(120)\n"

@@ -116,7 +116,7 @@ def test_check_plannable_runs_both_checks(monkeypatch) -> None:
 
 # ---- numeric flags ----------------------------------------------------------------------------------------------
 def test_int_and_float_flags_check_ranges_and_name_the_rule() -> None:
-    from adaptplan.flags import float_flag, int_flag, positive_float_flag
+    from adaptplan.cli.flags import float_flag, int_flag, positive_float_flag
 
     seeds = int_flag(0, 10, "rounds")
     assert seeds("0") == 0 and seeds("10") == 10
@@ -144,7 +144,7 @@ def test_int_and_float_flags_check_ranges_and_name_the_rule() -> None:
 
 # ---- profile: --input and the table -----------------------------------------------------------------------------
 def test_parse_shape_edges() -> None:
-    from adaptplan.commands.profile import parse_shape
+    from adaptplan.cli.commands.profile import parse_shape
 
     assert parse_shape("3x32x32") == (3, 32, 32) and parse_shape("1X28×28") == (1, 28, 28)
     assert parse_shape("1x4096x4096") == (1, 4096, 4096)                        # 2²⁴ values: the limit
@@ -164,7 +164,7 @@ def _cut(index, name, fp, bp, act, params, fp_s=None, bp_s=None):
 
 
 def test_profile_table_units_and_columns() -> None:
-    from adaptplan.commands.profile import format_table
+    from adaptplan.cli.commands.profile import format_table
 
     counting = {"forward": "fx", "backward": "2x forward", "zero_flop_ops": [],
                 "check": {"relative_difference": -0.0123, "counter": "fvcore"}}
@@ -299,7 +299,7 @@ def test_profile_count_flags_at_their_limits(flag, limit, unit, capsys) -> None:
 
 
 def test_bench_engine_needs_an_algorithm_and_knows_all(monkeypatch, capsys) -> None:
-    from adaptplan import bench_engine
+    from adaptplan.benches import engine as bench_engine
     from adaptplan.cli import main
     from trainers.config import ALGORITHMS
 
@@ -322,7 +322,7 @@ def test_bench_engine_needs_an_algorithm_and_knows_all(monkeypatch, capsys) -> N
 def test_bench_engine_python_defaults_are_the_commands() -> None:
     import inspect
 
-    from adaptplan import bench_engine
+    from adaptplan.benches import engine as bench_engine
     from adaptplan.cli import build_parser
 
     args = vars(build_parser().parse_args(["bench", "engine"]))

@@ -41,7 +41,7 @@ def test_a_run_folder_whose_lock_cannot_be_written_is_named(tmp_path, monkeypatc
                                           (OSError(errno.EACCES, "Permission denied"), False)])
 def test_a_full_disk_under_a_redirected_standard_output_names_the_file(tmp_path, monkeypatch, capsys, error,
                                                                        named) -> None:
-    from adaptplan.commands import plan
+    from adaptplan.cli.commands import plan
 
     def fail(args):
         raise error
@@ -59,7 +59,7 @@ def test_a_full_disk_under_a_redirected_standard_output_names_the_file(tmp_path,
 
 
 def test_a_full_disk_with_output_to_a_terminal_or_pipe_is_not_blamed_on_it(monkeypatch, capsys) -> None:
-    from adaptplan.commands import plan
+    from adaptplan.cli.commands import plan
 
     def fail(args):
         raise NO_SPACE

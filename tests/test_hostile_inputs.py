@@ -364,7 +364,7 @@ def test_debug_shows_the_user_models_traceback(user_models, monkeypatch):
 
 # ---- unexpected exceptions --------------------------------------------------------------------------------
 def test_internal_error_is_one_line_with_exit_1(monkeypatch):
-    import adaptplan.commands.system as system_command
+    import adaptplan.cli.commands.system as system_command
 
     def bug(args):
         raise ZeroDivisionError("division by zero\nsecond line")

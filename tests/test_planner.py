@@ -16,7 +16,7 @@ import pytest
 
 import adaptplan.planner as planner_module
 from adaptplan.cli import main
-from adaptplan.commands import system as system_command
+from adaptplan.cli.commands import system as system_command
 from adaptplan.constants import ConvergenceConstants
 from adaptplan.errors import InfeasibleError, InputError
 from adaptplan.fileio import non_empty_list, show

@@ -29,7 +29,7 @@ def test_the_readmes_resume_list_is_the_options_a_resumed_run_may_change() -> No
     """Issue 25, first-hour item 6: the README's list of flags allowed with --resume is trainers.run.RESUMABLE."""
     import re
 
-    from adaptplan.commands.train import flag_of
+    from adaptplan.cli.commands.train import flag_of
     from trainers.run import RESUMABLE
 
     text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Callable
 
 from adaptplan.cli import build_parser
-from adaptplan.commands.plan import parse_cuts
+from adaptplan.cli.commands.plan import parse_cuts
 from adaptplan.constants import ConvergenceConstants
 from adaptplan.model_profile import ModelProfile
 from adaptplan.system import SystemSpec

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import solvers.threshold as threshold
-from adaptplan.bench_solvers import _problem
+from adaptplan.benches.solvers import _problem
 from solvers.bcd import choose_ms_method, solve_bcd
 from solvers.dinkelbach import solve_dinkelbach
 from solvers.interval import max_feasible_interval

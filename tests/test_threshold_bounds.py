@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 import solvers.threshold as threshold
-from adaptplan.bench_solvers import _problem
+from adaptplan.benches.solvers import _problem
 from solvers.threshold import _cheap_bounds, _Subproblem, applicable, solve_ms_exact
 from tests.solver_instances import exhaustive_at_interval, small_problem, stressed
 

@@ -392,7 +392,7 @@ def test_resume_with_more_rounds_replans_like_an_uninterrupted_run(tmp_path: Pat
 
 def test_every_train_flag_reaches_its_config_field(tmp_path) -> None:
     from adaptplan.cli import build_parser
-    from adaptplan.commands.train import _fields_from_args, explicit_fields, flag_of
+    from adaptplan.cli.commands.train import _fields_from_args, explicit_fields, flag_of
 
     argv = ["train", "--algorithm", "gapsl", "--dataset", "synthetic", "--model", "mlp", "--devices", "6",
             "--partition", "dirichlet", "--alpha", "0.3", "--rounds", "7", "--plan", "p.json", "--reestimate",
@@ -503,7 +503,7 @@ def test_command_line_defaults_are_the_config_defaults() -> None:
     import dataclasses
 
     from adaptplan.cli import build_parser
-    from adaptplan.commands.train import _fields_from_args
+    from adaptplan.cli.commands.train import _fields_from_args
 
     fields = _fields_from_args(build_parser().parse_args(["train"]))
     defaults = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()

@@ -26,7 +26,7 @@ tests/test_instances.py tests/test_backends.py -k 'not 200_instances'" ;;
     tests="tests/test_profiler_contracts.py tests/test_profiler_fresh.py tests/test_profile.py tests/test_cutpoints.py \
 tests/test_gradstats.py tests/test_flops.py tests/test_scenarios.py" ;;
   planner)
-    targets="adaptplan/cli.py adaptplan/commands/plan.py adaptplan/commands/system.py adaptplan/constants.py \
+    targets="adaptplan/cli/__init__.py adaptplan/cli/commands/plan.py adaptplan/cli/commands/system.py adaptplan/constants.py \
 adaptplan/convergence.py adaptplan/errors.py adaptplan/fileio.py adaptplan/latency.py adaptplan/lazy.py \
 adaptplan/model_profile.py adaptplan/plan.py adaptplan/planner.py adaptplan/report.py adaptplan/scenarios.py \
 adaptplan/system.py"
@@ -36,9 +36,9 @@ tests/test_planner_fresh.py tests/test_cli_content.py tests/test_world_model.py 
 tests/test_milfp.py tests/test_cli_plan.py tests/test_cli_misc.py tests/test_hostile_inputs.py \
 tests/test_scenarios.py tests/test_memory_budget.py" ;;
   cli-training)
-    targets="adaptplan/bench_algorithms.py adaptplan/bench_engine.py adaptplan/bench_runs.py adaptplan/bench_solvers.py \
-adaptplan/bench_training.py adaptplan/commands/train.py adaptplan/commands/plot.py adaptplan/commands/profile.py \
-adaptplan/commands/bench.py adaptplan/flags.py adaptplan/limits.py adaptplan/plannable.py"
+    targets="adaptplan/benches/algorithms.py adaptplan/benches/engine.py adaptplan/benches/runs.py adaptplan/benches/solvers.py \
+adaptplan/benches/training.py adaptplan/cli/commands/train.py adaptplan/cli/commands/plot.py adaptplan/cli/commands/profile.py \
+adaptplan/cli/commands/bench.py adaptplan/cli/flags.py adaptplan/limits.py adaptplan/plannable.py"
     tests="tests/test_cli_contracts.py tests/test_bench_contracts.py tests/test_bench_tables.py \
 tests/test_bench_algorithms.py tests/test_bench_training.py tests/test_hostile_inputs.py tests/test_train_cli.py \
 tests/test_profile_cli.py -k 'not done_when_20_device and not mnist_above_chance'" ;;

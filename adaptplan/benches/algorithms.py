@@ -2,8 +2,8 @@
 system and plan, under IID and non-IID partitions.
 
 Every (partition, algorithm) pair is one ``adaptplan train`` run, run in worker processes
-(:mod:`adaptplan.bench_runs`), and **every algorithm trains with one setting**
-(:class:`adaptplan.comparison.Setting`: optimizer, rates, momentum, weight decay, clipping, batch,
+(:mod:`adaptplan.benches.runs`), and **every algorithm trains with one setting**
+(:class:`adaptplan.benches.comparison.Setting`: optimizer, rates, momentum, weight decay, clipping, batch,
 participation, local rounds between averages, rounds), by default GAPSL's paper's (§IV-A4, the one paper
 that trains SL, SFL and PSL beside its method with one stated setting), printed above the table; flags
 replace single values for every algorithm at once. The table reports, per partition and algorithm: test
@@ -24,8 +24,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
 
-from adaptplan.bench_runs import RunResult, pct, run_jobs, seconds
-from adaptplan.comparison import GAPSL_SETTING, Setting
+from adaptplan.benches.comparison import GAPSL_SETTING, Setting
+from adaptplan.benches.runs import RunResult, pct, run_jobs, seconds
 from trainers.config import ALGORITHMS
 
 PARTITIONS: dict[str, dict[str, Any]] = {"iid": {"partition": "iid"}, "dirichlet-0.1": {"partition": "dirichlet", "dirichlet_alpha": 0.1},

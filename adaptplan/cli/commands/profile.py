@@ -11,9 +11,9 @@ import sys
 import warnings
 from typing import Any
 
+from adaptplan.cli.flags import int_flag, positive_float_flag
 from adaptplan.errors import InputError
 from adaptplan.fileio import show
-from adaptplan.flags import int_flag, positive_float_flag
 from adaptplan.limits import MAX_BITS_PER_VALUE, MAX_INPUT_VALUES, MAX_NUM_CLASSES
 from trainers.config import DEVICES, MODELS, OWN_MODEL_HELP
 

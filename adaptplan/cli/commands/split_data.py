@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from adaptplan.cli.flags import int_flag, positive_float_flag
 from adaptplan.errors import InputError
-from adaptplan.flags import int_flag, positive_float_flag
 from adaptplan.limits import MAX_BATCH_SIZE, MAX_DEVICES, MAX_SEED
 
 

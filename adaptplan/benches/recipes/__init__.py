@@ -1,4 +1,4 @@
-"""Each source paper's comparison as a readable recipe file (``adaptplan/recipes/<paper>.toml``).
+"""Each source paper's comparison as a readable recipe file (``adaptplan/benches/recipes/<paper>.toml``).
 
 A recipe names the methods of one comparison, the **one** training setting they all share (data,
 partition, model, cut, optimizer, rates, batch, participation, local rounds, rounds), the evaluation
@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Mapping, Sequence
 
-from adaptplan.comparison import Setting
+from adaptplan.benches.comparison import Setting
 from adaptplan.errors import InputError
 
 NAMES = ("gapsl", "scala", "cyclesl", "gas", "adaptsfl")
 """The recipes shipped with the package, one per source paper, in the order ``bench papers`` runs them."""
 SETTING_KEYS = ("optimizer", "client_lr", "server_lr", "momentum", "weight_decay", "clip_norm", "batch_size",
                 "participation", "local_steps", "rounds")
-"""The keys of ``[setting]`` that form the methods' one training setting (:class:`~adaptplan.comparison.Setting`)."""
+"""The keys of ``[setting]`` that form the methods' one training setting (:class:`~adaptplan.benches.comparison.Setting`)."""
 RUN_KEYS = ("dataset", "model", "model_width", "cut", "devices", "partition", "dirichlet_alpha", "local_test_fraction",
             "evaluations", "test_samples", "target_accuracy")
 """The other keys of ``[setting]``: what every run of the comparison shares besides its training setting."""
@@ -153,7 +153,7 @@ def load(name: str) -> Recipe:
     if name not in NAMES:
         raise InputError(f"unknown paper {name!r}; valid: {', '.join(NAMES)}", field="--paper")
     text = resources.files(__package__).joinpath(f"{name}.toml").read_text(encoding="utf-8")
-    return parse(text, f"adaptplan/recipes/{name}.toml")
+    return parse(text, f"adaptplan/benches/recipes/{name}.toml")
 
 
 def parse(text: str, where: str) -> Recipe:

@@ -190,7 +190,7 @@ def add_device_options(p: argparse.ArgumentParser, batching: bool = True) -> Non
 def add_memory_options(p: argparse.ArgumentParser) -> None:
     """``--client-recompute`` and ``--server-pass-samples`` (memory against time; the same results), shared by
     train and bench engine."""
-    from adaptplan.flags import auto_or_int_flag
+    from adaptplan.cli.flags import auto_or_int_flag
     from adaptplan.limits import MAX_STEPS
     from trainers.config import CLIENT_RECOMPUTE, CPU_PASS_SAMPLES, RECOMPUTE_SAMPLES, SERVER_PASS_SAMPLES
 

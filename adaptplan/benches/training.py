@@ -5,7 +5,7 @@ Each policy (:mod:`trainers.policies`) trains the same model on the same data, s
 system trace (the generated system re-drawn every round from the same seed), with the same
 training algorithm (AdaptSFL's engine) and one training setting (:data:`ADAPTSFL_SETTING`, printed above
 the table); the policy decides cuts and interval at the start and at aggregations. Runs go to worker
-processes (:mod:`adaptplan.bench_runs`). Reported
+processes (:mod:`adaptplan.benches.runs`). Reported
 per partition and policy: rounds and simulated seconds to ``target`` accuracy, converged accuracy
 and time by the paper's criterion (gain < 0.02 over 5 evaluations, not while near chance), and the
 time to target as a multiple of AdaptSFL's.
@@ -18,8 +18,8 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from adaptplan.bench_runs import RunResult, pct, run_jobs, seconds
-from adaptplan.comparison import Setting
+from adaptplan.benches.comparison import Setting
+from adaptplan.benches.runs import RunResult, pct, run_jobs, seconds
 
 DEFAULT_POLICIES = ("adaptsfl", "rma+ms", "ma+rms", "rma+rms", "dama+rms", "rma+ams", "sfl", "psl")
 PARTITIONS = ("iid", "shards")

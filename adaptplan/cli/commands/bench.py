@@ -6,15 +6,15 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from adaptplan.commands.train import add_device_options, add_memory_options
+from adaptplan.cli.commands.train import add_device_options, add_memory_options
+from adaptplan.cli.flags import float_flag, int_flag
 from adaptplan.errors import InputError
-from adaptplan.flags import float_flag, int_flag
 from adaptplan.limits import MAX_BATCH_SIZE, MAX_CUT_POINTS, MAX_DEVICES, MAX_NOISE_CV, MAX_SEED, MAX_STEPS, MAX_THREADS
 from trainers.config import ALGORITHMS, MAX_LR, MAX_WEIGHT_DECAY
 from trainers.optimizer_spec import OPTIMIZERS
 
 if TYPE_CHECKING:  # pragma: no cover
-    from adaptplan.comparison import Setting
+    from adaptplan.benches.comparison import Setting
 
 MAX_BENCH_DEVICES = MAX_DEVICES    # simulated devices of `bench engine` (CycleSL's FEMNIST has 3,550 clients)
 MAX_BENCH_ROUNDS = 10_000   # measured rounds / repeats of `bench engine`
@@ -100,7 +100,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                               "verdict")
     papers.add_argument("--paper", "--papers", dest="papers", default="gapsl,scala,cyclesl,gas,adaptsfl",
                         help="comma-separated subset of gapsl, scala, cyclesl, gas, adaptsfl (default: all five); each "
-                             "runs its recipe, adaptplan/recipes/NAME.toml")
+                             "runs its recipe, adaptplan/benches/recipes/NAME.toml")
     papers.add_argument("--seeds", type=int_flag(1, MAX_SEED + 1, "seeds"),
                         help="seeds 0..n-1 per run (default 3; --tier test: 1). The spread needs ≥ 2: 1 seed only "
                              "with --tier test")
@@ -144,7 +144,7 @@ def _training_options(parser: argparse.ArgumentParser, rounds: int, target: floa
 
 def setting_options(parser: argparse.ArgumentParser) -> None:
     """The flags that change the comparison's one training setting for every method at once (default: the
-    comparison's own, printed above its table; adaptplan.comparison)."""
+    comparison's own, printed above its table; adaptplan.benches.comparison)."""
     group = parser.add_argument_group("the one training setting of every method (default: the comparison's, "
                                       "printed above its table)")
     group.add_argument("--optimizer", choices=OPTIMIZERS, help="both roles' optimizer")
@@ -187,8 +187,8 @@ def _check_device(args: argparse.Namespace) -> None:
 
 
 def run_solvers(args: argparse.Namespace) -> int:
-    from adaptplan.bench_solvers import run_solver_bench
-    from adaptplan.commands.plan import load_instance
+    from adaptplan.benches.solvers import run_solver_bench
+    from adaptplan.cli.commands.plan import load_instance
     from solvers.problem import PlanningProblem
 
     if args.plot:
@@ -208,7 +208,7 @@ def run_engine(args: argparse.Namespace) -> int:
     import json
     import sys
 
-    from adaptplan.bench_engine import header, run_engine_bench
+    from adaptplan.benches.engine import header, run_engine_bench
     from trainers.config import check_choice
     from trainers.devices import resolve_device
     from trainers.models import check_model
@@ -236,7 +236,7 @@ def run_engine(args: argparse.Namespace) -> int:
         result = run_engine_bench(devices=args.devices[0], **options)
         print(json.dumps(result.to_json(), indent=2) if args.json else result.report())
         return 0
-    from adaptplan.bench_engine import run_engine_sweep, sweep_table
+    from adaptplan.benches.engine import run_engine_sweep, sweep_table
 
     results = run_engine_sweep(args.devices, plot_path=plot_path,
                                progress=lambda text: print(f"[bench] {text}", file=sys.stderr, flush=True), **options)
@@ -259,7 +259,7 @@ def device_counts(text: str) -> list[int]:
 
 
 def run_algorithms(args: argparse.Namespace) -> int:
-    from adaptplan import bench_algorithms as bench
+    from adaptplan.benches import algorithms as bench
     from trainers.config import check_choice
 
     algorithms = [check_choice(a.strip(), ALGORITHMS, "--algorithms") for a in args.algorithms.split(",") if a.strip()]
@@ -291,7 +291,7 @@ def run_algorithms(args: argparse.Namespace) -> int:
     if out is not None:
         (out / "table.txt").write_text(text + "\n", encoding="utf-8")
         bench.save_json(results, args.target_accuracy, out / "results.json", setting)
-        from adaptplan.bench_runs import plot
+        from adaptplan.benches.runs import plot
 
         plot(results, out / "accuracy.png")
         print(f"wrote {out / 'table.txt'}, {out / 'results.json'}, {out / 'accuracy.png'}")
@@ -299,8 +299,8 @@ def run_algorithms(args: argparse.Namespace) -> int:
 
 
 def run_training(args: argparse.Namespace) -> int:
-    from adaptplan import bench_training as bench
-    from adaptplan.bench_runs import plot
+    from adaptplan.benches import training as bench
+    from adaptplan.benches.runs import plot
     from trainers.config import POLICIES, check_choice
 
     policies = [check_choice(p.strip(), POLICIES, "--policies") for p in args.policies.split(",") if p.strip()]
@@ -343,7 +343,7 @@ def run_training(args: argparse.Namespace) -> int:
 
 
 def run_papers(args: argparse.Namespace) -> int:
-    from adaptplan import bench_papers as bench
+    from adaptplan.benches import papers as bench
 
     selected = bench.parse_papers(args.papers)
     tier = "test" if args.quick else args.tier

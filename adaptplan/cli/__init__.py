@@ -1,4 +1,4 @@
-"""The ``adaptplan`` command line: one sub-command per module of :mod:`adaptplan.commands`.
+"""The ``adaptplan`` command line: one sub-command per module of :mod:`adaptplan.cli.commands`.
 
 Each command module exposes ``register(subparsers)`` (adds its parser and sets ``func``). User
 mistakes raise :class:`adaptplan.errors.InputError` (or argparse errors), and a path that cannot be
@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for name in COMMAND_MODULES:
-        importlib.import_module(f"adaptplan.commands.{name}").register(sub)
+        importlib.import_module(f"adaptplan.cli.commands.{name}").register(sub)
     for command in sub.choices.values():   # `adaptplan plan --debug ...` works too
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return parser
@@ -137,6 +137,3 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     return int(result or 0)
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -1,12 +1,12 @@
 """`adaptplan bench papers`: the comparison each source paper headlines, run from its recipe file
-(:mod:`adaptplan.recipes`: ``adaptplan/recipes/<paper>.toml``) over several seeds, with a verdict per claim.
+(:mod:`adaptplan.benches.recipes`: ``adaptplan/benches/recipes/<paper>.toml``) over several seeds, with a verdict per claim.
 
 A recipe fixes, for every method of one comparison, the one training setting (optimizer, rates, momentum,
 weight decay, clipping, batch, participation, local rounds between averages, rounds), the data, partition,
 model and cut, and the evaluation protocol that judges each claim (``global``: the test set; ``local``: each
 device's model on its own held-out samples, CycleSL §4.1); each value is the paper's (its section or table)
 or follows a scaling rule the file states. Nothing is tuned to make a claim hold. Every run is one
-``adaptplan train`` run (worker processes, :mod:`adaptplan.bench_runs`); seed s (0..n-1) draws the
+``adaptplan train`` run (worker processes, :mod:`adaptplan.benches.runs`); seed s (0..n-1) draws the
 partition, the held-out split, the model's initial weights and the samplers; the system trace is the same for
 every seed. ``--data-root DIR`` runs each recipe's ``[paper_scale]`` (the paper's own data set and model)
 instead, nothing else changed.
@@ -53,10 +53,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from adaptplan import recipes
-from adaptplan.bench_runs import RunResult, pct, run_jobs, seconds
+from adaptplan.benches import recipes
+from adaptplan.benches.recipes import Recipe
+from adaptplan.benches.runs import RunResult, pct, run_jobs, seconds
 from adaptplan.errors import InputError
-from adaptplan.recipes import Recipe
 
 PAPERS = recipes.NAMES
 DEFAULT_SEEDS = 3
@@ -388,7 +388,7 @@ def table(found: Sequence[Comparison], book: Mapping[str, Recipe], todo: Sequenc
     """Per paper: its title, the paper's figures, the one training setting of its methods, then its claims (paper's
     figure, measured mean, spread, verdict); then what does not hold, and the per-run table."""
     seeds = list(dict.fromkeys(j["seed"] for j in todo))
-    lines = [f"Paper claims from their recipes (adaptplan/recipes/*.toml), {len(seeds)} seed(s) "
+    lines = [f"Paper claims from their recipes (adaptplan/benches/recipes/*.toml), {len(seeds)} seed(s) "
              f"({', '.join(map(str, seeds))}). A = the claimed winner, B = its baseline; final acc.: A − B in "
              f"percentage points; s to target: simulated seconds, B's over A's (> 1: A faster; mean: geometric, over "
              f"the seeds where both reached it); (global) = the test set, (local) = each device's model on its own "

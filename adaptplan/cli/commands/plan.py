@@ -8,9 +8,9 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from adaptplan.cli.flags import float_flag, int_flag
 from adaptplan.errors import InputError
 from adaptplan.fileio import show
-from adaptplan.flags import float_flag, int_flag
 from adaptplan.limits import MAX_DEVICES, MAX_SEED
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from adaptplan.flags import float_flag, int_flag, positive_float_flag
+from adaptplan.cli.flags import float_flag, int_flag, positive_float_flag
 from adaptplan.limits import MAX_BATCH_SIZE, MAX_DEVICES, MAX_NOISE_CV, MAX_ROUNDS, MAX_SEED
 
 
