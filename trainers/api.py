@@ -11,7 +11,7 @@ A round (docs/architecture.md "The runtime"), and the decision points it asks th
    in arrival order, the server busy while it works).
 4. ``serve(edge, ctx, arrivals) -> [CutGradient]`` — what the edge server does with them, through
    its :class:`ServerPasses` only: run them through its blocks (``run``, concatenating devices
-   that meet; ``chunks``/``spans`` for bounded passes), form any loss, back-propagate fully or
+   that meet; ``chunks`` for bounded passes; ``backward_mean_loss`` for a server-internal batch), form any loss, back-propagate fully or
    only to the cut (:meth:`ServerPass.cut_gradients`), take per-device server gradients
    (``per_device_gradients``), step owners (``step``). It answers any subset of the devices; ``flush(edge, ctx)`` is asked
    for the rest when the group's arrivals are all served. :func:`answer` / :func:`skip` build
@@ -65,11 +65,12 @@ class ServerPasses(Protocol):
     def chunks(self, arrivals: Sequence[Activation]) -> list[list[Activation]]:
         """``arrivals`` in consecutive chunks within the pass budget (memory)."""
 
-    def spans(self, samples: int) -> list[slice]:
-        """Rows of a server-internal batch in slices within the pass budget."""
-
     def run_features(self, features: torch.Tensor, device: int) -> torch.Tensor:
         """Cut-layer features through the server blocks device ``device`` uses."""
+
+    def backward_mean_loss(self, features: torch.Tensor, targets: torch.Tensor, device: int) -> None:
+        """Back-propagate the mean cross-entropy of ``features`` through device ``device``'s server blocks (the
+        runtime keeps each graph within its pass budget)."""
 
     def per_device_gradients(self, arrivals: Sequence[Activation],
                              loss_of: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor],

@@ -473,6 +473,17 @@ class EdgeServer:
             h = self.instance(self.key(device, j))(h)
         return h
 
+    def backward_mean_loss(self, features: torch.Tensor, targets: torch.Tensor, device: int) -> None:
+        """Back-propagate the mean cross-entropy of ``features`` (server-internal cut-layer rows) through the server
+        blocks device ``device`` uses, against ``targets``: one graph per :meth:`spans` slice, each slice's mean
+        loss weighted by its share of the rows, so that the accumulated gradients are those of the whole mean and
+        the graph held at once stays within the pass budget."""
+        rows = features.shape[0]
+        for part in self.spans(rows):
+            share = (part.stop - part.start) / rows
+            loss = nn.functional.cross_entropy(self.run_features(features[part], device), targets[part])
+            (loss * share if share != 1.0 else loss).backward()
+
     def instance(self, key: Key) -> nn.Module:
         """The instance ``key``, about to run and train: its own copy of any tensors it shared."""
         module = self.instances[key]

@@ -29,7 +29,6 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
-from torch import nn
 
 from trainers.api import (
     Activation,
@@ -195,10 +194,7 @@ class GAS(AsyncStrategy):
                     targets.append(torch.full((n,), y, dtype=labels.dtype, device=labels.device))
                     generated += n
         x, target = torch.cat(features).reshape(-1, *shape), torch.cat(targets)
-        for part in edge.spans(x.shape[0]):      # GAS-8's mean loss, a bounded graph at a time (the shares sum to it)
-            share = (part.stop - part.start) / x.shape[0]
-            loss = nn.functional.cross_entropy(edge.run_features(x[part], device), target[part])
-            (loss * share if share != 1.0 else loss).backward()                                # GAS-8
+        edge.backward_mean_loss(x, target, device)                                              # GAS-8
         edge.step(edge.owners([device]))
         drawn = [int(t.numel()) for t in targets[1:]]
         ctx.charge_server(device, samples=x.shape[0], flops=flush_flops(rows.shape[0], rows.shape[1], drawn, self.full))
