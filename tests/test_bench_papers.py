@@ -180,6 +180,10 @@ def test_quick_run_writes_the_printed_table_json_and_plot(tmp_path, capsys) -> N
         assert f"{claim['measured']:+.1f} pts" in table
         assert f"{100 * a['final_accuracy']:.1f}% / {100 * a['final_local_accuracy']:.1f}%" in table
     assert table.count("setting — every method:") == 2                  # once above each paper's claims
+    assert table.count("  plateau check (") == 2                          # and each paper's baselines checked
+    assert "sl (dirichlet α=0.1, global)" in table and "sfl-v1 (dirichlet-equal α=0.1, local)" in table
+    assert all("b_rise_pts" in c and "b_plateaued" in c for c in data["claims"])
+    assert "model cnn, cut 1;" in table and "For context" not in table  # no time claim: no equal-time line
     assert "setting — every method: ADAM, lr 0.0003" in table
     assert runs["gapsl", "psl"]["config"]["dataset"] == "synthetic"
     assert data["papers"]["cyclesl"]["setting"]["sources"]["optimizer"].startswith("§4.1")
