@@ -5,6 +5,7 @@ per-device passes, the fall-backs, deferred NaN/inf checks, the reused evaluatio
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -158,7 +159,7 @@ def test_deferred_checks_name_the_first_failure_at_the_end() -> None:
 @pytest.mark.parametrize("batching", ["off", "on"])
 def test_nan_with_checks_read_once_per_round_names_round_and_device(batching: str) -> None:
     e = engine("adaptsfl", [2, 4, 4], batching)
-    e.defer_checks = True                        # what a CUDA engine does
+    e.execution = dataclasses.replace(e.execution, defer_checks=True)   # what a CUDA engine does
     e.run_round(1)
     with torch.no_grad():
         p = next(e.block(1, 0).parameters())   # device 1 alone (its tensors may be shared with the others')

@@ -34,10 +34,10 @@ from torch import nn
 from adaptplan.plan import check_cut_vector
 from trainers.aggregation import aggregate, load_global, start_from_global
 from trainers.async_loop import AsyncLoopState, run_async_round
-from trainers.batching import CLIENT_BATCHING, ClientBatcher, use_batching
+from trainers.batching import ClientBatcher
 from trainers.clock import StageLedger, StageTimes
-from trainers.config import CLIENT_RECOMPUTE, RECOMPUTE_SAMPLES, check_choice, pass_samples
 from trainers.engine_state import engine_state, restore_engine
+from trainers.execution import Execution
 from trainers.hosts import DeviceHost, FedHost, device_finite_items
 from trainers.messages import (
     DevicesLost,
@@ -156,22 +156,11 @@ class SplitEngine:
         seed: seeds the samplers (device i uses ``[seed, i]``) and the strategy's generator
             (``[seed, STRATEGY_STREAM]``).
         interval: I, rounds between client-side model averagings (eq. 7).
-        batch_devices: concatenate devices' activations at shared server instances.
         clock: the simulated clock (stage times per round); None = every stage takes 0 s.
         total_rounds: R, for strategies whose schedule depends on t/R (GAPSL's eq. 2).
-        device: where every role's models and the data live (``"cpu"``, ``"cuda"``, a torch.device);
-            the chain and the data are copied there once when they are elsewhere.
-        client_batching: ``"auto"`` (batched on CUDA, per device on a CPU), ``"on"`` or ``"off"``:
-            devices of a group that share a cut run their client blocks as one call
-            (:mod:`trainers.batching`; docs/architecture.md "Devices and batching").
-        server_pass_samples: the most samples one edge-server pass holds; a barrier round over more
-            is served in chunks. ``"auto"``: :data:`trainers.config.CPU_PASS_SAMPLES` on a CPU,
-            :data:`trainers.config.SERVER_PASS_SAMPLES` on a GPU (:func:`trainers.config.pass_samples`);
-            ``None`` = no limit.
-        client_recompute: ``"auto"`` (when more than :data:`trainers.config.RECOMPUTE_SAMPLES` samples
-            wait at once), ``"on"`` or ``"off"``: a device keeps only its input while it waits for its
-            reply and recomputes its forward at backward time (the same results; docs/architecture.md
-            "Memory").
+        device, client_batching, server_pass_samples, client_recompute, batch_devices: how the run is executed
+            (:class:`trainers.execution.Execution`, resolved from these unless ``execution`` is given): never a
+            number of the run, only where and in which pieces it is computed.
         network: ``network(engine, client optimizer, seed)`` builds the :class:`~trainers.network.Network`
             that hosts the devices and the fed server (default :func:`local_network`: this process).
     """
@@ -182,8 +171,11 @@ class SplitEngine:
                  device: torch.device | str = "cpu", client_batching: str = "auto",
                  server_optimizer: OptimizerSpec | dict[str, Any] | None = None,
                  server_pass_samples: int | str | None = "auto", client_recompute: str = "auto",
-                 network: "Callable[[SplitEngine, OptimizerSpec, int], Network] | None" = None) -> None:
-        self.device = torch.device(device)
+                 network: "Callable[[SplitEngine, OptimizerSpec, int], Network] | None" = None,
+                 execution: Execution | None = None) -> None:
+        self.execution = execution or Execution.resolve(device, client_batching, server_pass_samples, client_recompute,
+                                                        batch_devices)
+        self.device = self.execution.device
         chain = _private_template(chain, self.device)
         data = _data_on_device(data, self.device)
         self.template = chain
@@ -216,15 +208,12 @@ class SplitEngine:
         the global model before they train; checkpointed."""
         self.label_counts = _label_counts(data, self.num_classes)
         strategy.validate(self.context(0))
-        self.batcher = ClientBatcher(chain) if use_batching(check_choice(client_batching, CLIENT_BATCHING,
-                                                                          "client_batching"), self.device) else None
+        self.batcher = ClientBatcher(chain) if self.execution.client_batching else None
         self.net: Network = (network or local_network)(self, strategy.optimizer("client", self.optimizer), seed)
         self.edge = EdgeServer(chain, self.cuts, strategy.server_owner, strategy.optimizer("server", self.server_optimizer),
-                               concatenate=batch_devices, pass_samples=pass_samples(server_pass_samples, self.device.type))
-        self.client_recompute = check_choice(client_recompute, CLIENT_RECOMPUTE, "client_recompute")
+                               concatenate=self.execution.concatenate, pass_samples=self.execution.server_pass_samples)
         self._random_layers = random_layer(chain) is not None
         self.async_state: AsyncLoopState | None = None
-        self.defer_checks = self.device.type != "cpu"   # NaN/inf checks read once per round (trainers.messages)
         self.models = EngineModels(self)
         """The models' views and their evaluation (:class:`trainers.model_views.EngineModels`)."""
         self.global_sizes: dict[int, int] = {}        # the fed server's global blocks (bytes each)
@@ -290,13 +279,13 @@ class SplitEngine:
     def run_round(self, round_index: int) -> RoundStats:
         """Round t: participants step once each (in the strategy's groups), then the strategy's
         hand-offs and aggregation; simulated seconds from the event times. Off the CPU
-        (``defer_checks``) the round's NaN/inf checks are read once, at its end. Where the network
+        (``execution.defer_checks``) the round's NaN/inf checks are read once, at its end. Where the network
         measures (other processes), the record carries the measured seconds per stage and the
         round's wall seconds next to the simulated ones."""
         self._take_back(round_index)
         self.net.begin_round(round_index, self.clock)
         started = time.time()
-        with deferred_finite_checks(self.defer_checks):
+        with deferred_finite_checks(self.execution.defer_checks):
             stats = self._run_round(round_index)
         if self._measured is not None:
             stats.measured_stage_seconds = self._measured
@@ -352,11 +341,7 @@ class SplitEngine:
         return not self.strategy.allows_absence and not self._random_layers
 
     def recompute(self, samples: int) -> bool:
-        """Whether the devices of a group that draws ``samples`` samples in all recompute their forward
-        at backward time: ``auto`` when more wait at once than :data:`trainers.config.RECOMPUTE_SAMPLES`
-        (a barrier served as its devices forward waits one server chunk at a time: within the pass
-        budget, never recomputed by default)."""
-        return self.client_recompute == "on" or (self.client_recompute == "auto" and samples > RECOMPUTE_SAMPLES)
+        return self.execution.recompute(samples)
 
     def blocks_bytes(self, blocks: Sequence[int]) -> int:
         """Bytes of one copy of ``blocks``."""

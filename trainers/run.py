@@ -47,6 +47,7 @@ from trainers.datasets import Dataset, load_dataset
 from trainers.device_data import read_manifest
 from trainers.devices import resolve_device
 from trainers.engine import DeviceData, SplitEngine
+from trainers.execution import Execution
 from trainers.history import History, RoundRecord
 from trainers.messages import NonFiniteError
 from trainers.models import build_model
@@ -113,10 +114,10 @@ class Trainer:
                                   DeviceData(self.dataset.x_train, self.dataset.y_train, x_test, y_test, parts,
                                              self.dataset.num_classes, local_test),
                                   config.optimizer_spec("client"), config.batch_size, seed=config.seed,
-                                  interval=interval, batch_devices=config.batch_devices, clock=self.clock,
-                                  total_rounds=config.rounds, device=self.device, client_batching=config.client_batching,
-                                  server_optimizer=config.optimizer_spec("server"),
-                                  server_pass_samples=config.server_pass_samples, client_recompute=config.client_recompute)
+                                  interval=interval, clock=self.clock,
+                                  total_rounds=config.rounds, server_optimizer=config.optimizer_spec("server"),
+                                  execution=Execution.resolve(self.device, config.client_batching, config.server_pass_samples,
+                                                              config.client_recompute, config.batch_devices))
         self.history = History(meta={"config": config.to_json(), "plan_source": event["source"], "run_id": uuid.uuid4().hex,
                                      "num_blocks": len(self.blocks), "block_names": self.block_names,
                                      "target_accuracy": config.target_accuracy,

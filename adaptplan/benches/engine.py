@@ -193,17 +193,16 @@ def run_engine_bench(devices: int = 20, batch_size: int = 16, rounds: int = 10, 
     ``server_pass_samples``: ``"auto"`` (the engine's default for ``device``) or a number of samples."""
     from adaptplan.errors import InputError
     from profilers import build_chain
-    from trainers.batching import use_batching
-    from trainers.config import pass_samples
     from trainers.devices import describe, synchronize
     from trainers.engine import DeviceData, SplitEngine
+    from trainers.execution import Execution
     from trainers.models import build_model
     from trainers.partition import partition_indices
     from trainers.strategies import make_strategy
 
     algorithms = (algorithm,) if isinstance(algorithm, str) else tuple(algorithm)
-    device = torch.device(device)
-    per_pass = pass_samples(server_pass_samples, device.type)
+    execution = Execution.resolve(device, client_batching, server_pass_samples, client_recompute)
+    device, per_pass = execution.device, execution.server_pass_samples
     if threads:
         torch.set_num_threads(threads)
     g = torch.Generator().manual_seed(seed)
@@ -228,8 +227,7 @@ def run_engine_bench(devices: int = 20, batch_size: int = 16, rounds: int = 10, 
     def sfl(name: str) -> float:
         chain = build_chain(fresh_model(), x[:2].cpu())
         engine = SplitEngine(chain.blocks, [cut] * devices, make_strategy(name), DeviceData(x, y, x[:1], y[:1], parts),
-                             {"lr": 0.01}, batch_size, seed=seed, device=device, client_batching=client_batching,
-                             client_recompute=client_recompute, server_pass_samples=per_pass)
+                             {"lr": 0.01}, batch_size, seed=seed, execution=execution)
         for t in range(1, warmup + 1):
             engine.run_round(t)
         synchronize(device)
@@ -281,7 +279,7 @@ def run_engine_bench(devices: int = 20, batch_size: int = 16, rounds: int = 10, 
             if memory.peak is not None:
                 peak[side] = max(peak.get(side, 0), memory.peak)
                 high_water = max(high_water, memory.high_water)
-    batching = use_batching(client_batching, device)
+    batching = execution.client_batching
     return EngineBenchResult(algorithms, model, describe(device),
                              f"{'on' if batching else 'off'}" + (" (auto)" if client_batching == "auto" else ""),
                              devices, batch_size, cut, rounds, repeats, torch.get_num_threads(),
