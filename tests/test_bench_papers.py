@@ -75,6 +75,7 @@ def test_time_ratio_counts_runs_that_never_reach_the_target() -> None:
     c = bp.compare(TIME, [fast, never, fast], [slow, slow, slow], [0, 1, 2], 0.3)
     assert c.signs == [1, -1, 1] and c.a_missed == 1 and c.verdict == "within noise"
     assert "A not reached in 1/3 seeds" in c.spread
+    assert (c.low, c.high) == pytest.approx((3.0, 3.0))      # the missed seed's 0 is no ratio of the spread
     # A slower on average (3× slower twice, 3× faster once): does not hold; nor when nobody reaches the target
     c = bp.compare(TIME, [slow, slow, fast], [fast, fast, slow], [0, 1, 2], 0.3)
     assert c.mean == pytest.approx(3 ** (-1 / 3)) and c.signs == [-1, -1, 1]
