@@ -11,8 +11,9 @@ partition, the held-out split, the model's initial weights and the samplers; the
 every seed. ``--data-root DIR`` runs each recipe's ``[paper_scale]`` (the paper's own data set and model)
 instead, nothing else changed.
 
-**Tiers** (``--tier``): ``full`` (the default) is each recipe as written: every run trains until the comparison's
-baselines plateau (the plateau check below), about 3 CPU-hours for all five recipes at 3 seeds. ``hour`` is the
+**Tiers** (``--tier``): ``full`` (the default) is each recipe as written, its rounds raised where the plateau
+check below found a baseline still rising (the table says which still are): about 3.7 CPU-hours for all five
+recipes at 3 seeds (1 h 51 min of 2 cores, measured). ``hour`` is the
 first half of every full-tier run: half the rounds, evaluated at the same rounds (half the evaluations), nothing
 else changed, so each hour-tier run is the exact prefix of its full-tier run and its verdicts are those of the full
 tier's curves at half time; all five recipes at 3 seeds fit 60 minutes of 2 cores. ``test`` (``--quick``) is the

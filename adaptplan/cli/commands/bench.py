@@ -112,7 +112,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     papers.add_argument("--workers", type=int_flag(1, MAX_THREADS, "processes"),
                         help="worker processes, one torch thread each (default: all cores)")
     papers.add_argument("--tier", choices=("full", "hour", "test"), default="full",
-                        help="full (default): every recipe as written, until its baselines plateau (about 3 CPU-hours "
+                        help="full (default): every recipe as written, its rounds raised until the plateau check (about 3.7 CPU-hours "
                              "for all five at 3 seeds); hour: the first half of every full run (half the rounds, the "
                              "same evaluation rounds; all five at 3 seeds fit 60 minutes of 2 cores); test: the "
                              "synthetic data set, 4 devices, 4 rounds, 1 seed (verdicts meaningless)")
