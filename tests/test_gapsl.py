@@ -545,3 +545,18 @@ def test_the_ablations_train_from_the_cli(tmp_path) -> None:
         assert main(["train", "--algorithm", "gapsl", "--leader", leader, "--dataset", "synthetic", "--model", "mlp",
                      "--devices", "3", "--cuts", "1", "--rounds", "2", "--no-progress", "--out",
                      str(tmp_path / leader)]) == 0
+
+
+@pytest.mark.parametrize("horizon, total, expected", [(0, 5, 3 / 5), (10, 5, 3 / 10), (10, None, 3 / 10), (0, None, 1.0),
+                                                       (2, 5, 1.0)])
+def test_the_schedule_of_eq_2_runs_over_the_horizon_or_the_runs_rounds(horizon, total, expected) -> None:
+    """K^t of eq. (2) grows with t/T: T is --horizon where given (a run that is the first half of a longer one keeps
+    the longer one's schedule), else the run's rounds; t/T is capped at 1."""
+    from types import SimpleNamespace
+
+    seen = []
+    strategy = GAPSL(horizon=horizon)
+    strategy.select = lambda grads, progress, rng=None: seen.append(progress) or ([0], grads[0], {})
+    ctx = SimpleNamespace(round=3, total_rounds=total, metrics={}, rng=np.random.default_rng(0))
+    strategy._select(torch.ones(3, 4), [5, 7, 9], ctx)
+    assert seen == [pytest.approx(expected)]

@@ -145,6 +145,8 @@ GAPSL_OPTIONS = (
     Option("leader", str, "lgi", "GAPSL's leader gradient: lgi (eqs. 1-3), all (Non-LGI, the paper's Fig. 20 "
            "ablation: the mean of every device's) or random (Rand-LGI: a random subset of the same size)",
            ("lgi", "all", "random")),
+    Option("horizon", int, 0, "GAPSL's T of eq. 2 (K^t grows with t/T), in rounds; 0 = the run's --rounds (a run "
+           "that is the first part of a longer one gives the longer one's)", unit="rounds"),
 )
 SCALA_OPTIONS = (
     PARTICIPATION.with_default(0.1), LA_TAU,

@@ -103,10 +103,15 @@ def catalogue(selected: Sequence[str], tier: str = "full", data_root: str | None
 
 def hour_tier(recipe: Recipe) -> Recipe:
     """The first half of every run of ``recipe``: half the rounds, evaluated at the same rounds (half the
-    evaluations); every other value kept. Each run is then the exact prefix of its full-tier run."""
+    evaluations), and a schedule over the run's length (GAPSL's T of eq. 2, the option ``horizon``) kept at the
+    full run's; every other value kept. Each run is then the exact prefix of its full-tier run."""
+    from trainers.algorithms import REGISTRY
+
+    methods = tuple(replace(m, options={**m.options, "horizon": recipe.method_rounds(m)})
+                    if any(o.name == "horizon" for o in REGISTRY[m.algorithm].options) else m for m in recipe.methods)
     setting = replace(recipe.setting, rounds=recipe.setting.rounds // 2)
     run = {**recipe.run, "evaluations": max(1, int(recipe.run["evaluations"]) // 2)}
-    return replace(recipe, setting=setting, run=run)
+    return replace(recipe, setting=setting, run=run, methods=methods)
 
 
 def quick_tier(recipe: Recipe) -> Recipe:

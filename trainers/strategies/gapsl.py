@@ -87,7 +87,7 @@ class GAPSL(Strategy):
 
     def __init__(self, participation: float = 1.0, gda: str = "detached", k_min: float = 0.2, k_max: float = 0.8,
                  eta_th: float = 0.5, gda_lambda: float = 5e-4, excluded_update: str = "plain",
-                 server_step: str = "mean", leader: str = "lgi") -> None:
+                 server_step: str = "mean", leader: str = "lgi", horizon: int = 0) -> None:
         super().__init__(participation)
         if not 0 < k_min <= 1:
             raise InputError(f"must be in (0, 1], got {k_min!r}", field="--k-min")
@@ -99,6 +99,7 @@ class GAPSL(Strategy):
             raise InputError(f"must be a finite number ≥ 0, got {gda_lambda!r}", field="--gda-lambda")
         self.gda, self.k_min, self.k_max, self.eta_th, self.lam = gda, k_min, k_max, eta_th, gda_lambda
         self.excluded_update, self.server_step, self.leader = excluded_update, server_step, leader
+        self.horizon = int(horizon)      # T of eq. (2); 0: the run's rounds
         self.nu_min, self.nu_max = math.inf, -math.inf
 
     def validate(self, ctx) -> None:
@@ -182,7 +183,8 @@ class GAPSL(Strategy):
         if not bool(torch.isfinite(norms[largest] * norms[largest])):
             raise NonFiniteError(f"the server gradient g_i is too large for its angles (its squared norm overflows "
                                  f"{flat.dtype}) at round {ctx.round}, device {devices[largest]}")
-        progress = ctx.round / ctx.total_rounds if ctx.total_rounds else 1.0
+        horizon = self.horizon or ctx.total_rounds
+        progress = ctx.round / horizon if horizon else 1.0
         aligned, lead, metrics = self.select(flat.detach(), min(progress, 1.0), ctx.rng)
         ctx.metrics.update(metrics)
         return aligned, lead
