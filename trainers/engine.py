@@ -36,6 +36,7 @@ from trainers.aggregation import aggregate, load_global, start_from_global
 from trainers.async_loop import AsyncLoopState, run_async_round
 from trainers.batching import ClientBatcher
 from trainers.clock import StageLedger, StageTimes
+from trainers.config import EVAL_BATCH_SIZE
 from trainers.engine_state import engine_state, restore_engine
 from trainers.execution import Execution
 from trainers.hosts import DeviceHost, FedHost, device_finite_items
@@ -46,7 +47,7 @@ from trainers.messages import (
     deferred_finite_checks,
     tensor_bytes,
 )
-from trainers.model_views import EVAL_BATCH_SIZE, EngineModels
+from trainers.model_views import EngineModels
 from trainers.network import LocalNetwork, Network
 from trainers.optim import OptimizerSpec
 from trainers.repartition import repartition

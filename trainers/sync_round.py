@@ -50,10 +50,10 @@ class GroupRun:
     replies: dict[int, tuple[float, CutGradient]] = field(default_factory=dict)
     answered: dict[int, tuple[float, int, bool]] = field(default_factory=dict)
     early: dict[int, tuple[int, bool]] = field(default_factory=dict)   # delivered during a barrier: (bytes, gradient)
-    server_free: float = 0.0
+    server_free: float = field(init=False)
 
     def __post_init__(self) -> None:
-        self.server_free = self.start
+        self.server_free = self.start       # the server is free when the group starts
 
     def run(self) -> float:
         s, engine = self.engine.strategy, self.engine

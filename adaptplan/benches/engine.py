@@ -279,9 +279,8 @@ def run_engine_bench(devices: int = 20, batch_size: int = 16, rounds: int = 10, 
             if memory.peak is not None:
                 peak[side] = max(peak.get(side, 0), memory.peak)
                 high_water = max(high_water, memory.high_water)
-    batching = execution.client_batching
     return EngineBenchResult(algorithms, model, describe(device),
-                             f"{'on' if batching else 'off'}" + (" (auto)" if client_batching == "auto" else ""),
+                             ("on" if execution.client_batching else "off") + (" (auto)" if client_batching == "auto" else ""),
                              devices, batch_size, cut, rounds, repeats, torch.get_num_threads(),
                              {a: best[a] for a in algorithms}, best["central_b"], best.get("central_Nb"), peak,
                              max(high_water, _peak_rss_bytes() or 0) or None, per_device, per_round,

@@ -13,10 +13,11 @@ instead, nothing else changed.
 
 **Tiers** (``--tier``): ``full`` (the default) is each recipe as written, its rounds raised where the plateau
 check below found a baseline still rising (the table says which still are): about 3.7 CPU-hours for all five
-recipes at 3 seeds (1 h 51 min of 2 cores, measured). ``hour`` is the
-first half of every full-tier run: half the rounds, evaluated at the same rounds (half the evaluations), nothing
-else changed, so each hour-tier run is the exact prefix of its full-tier run and its verdicts are those of the full
-tier's curves at half time; all five recipes at 3 seeds fit 60 minutes of 2 cores. ``test`` (``--quick``) is the
+recipes at 3 seeds (1 h 51 min of 2 cores, measured). ``hour`` is the first half of every full-tier run: half
+the rounds, evaluated at the same rounds (half the evaluations), a schedule over the run's length kept at the full
+run's (:func:`hour_tier`), nothing else changed, so each hour-tier run is the exact prefix of its full-tier run and
+its verdicts are those of the full tier's curves at half time; all five recipes at 3 seeds fit 60 minutes of 2
+cores. ``test`` (``--quick``) is the
 test tier: the synthetic data set, 4 devices, 4 rounds, 1 seed; its verdicts mean nothing.
 
 **Plateau check.** For the baseline B of each claim: the mean over seeds of its accuracy (by the claim's protocol)
