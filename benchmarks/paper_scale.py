@@ -90,7 +90,7 @@ def main() -> None:
                 config["dataset"] = "cifar10-subset"            # the name only: the samples are the stand-in's
             else:
                 dataset = None
-            trainer = Trainer(TrainConfig(**config), data=dataset)
+            trainer = Trainer(TrainConfig.flat(**config), data=dataset)
             stamps = []
             for t in range(1, args.rounds + 1):          # the engine's rounds alone: no evaluation, no re-plan
                 trainer.engine.run_round(t)

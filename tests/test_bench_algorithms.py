@@ -56,15 +56,15 @@ def test_every_algorithm_of_a_comparison_gets_the_same_setting() -> None:
     from trainers.config import ALGORITHMS, TrainConfig
 
     setting = GAPSL_SETTING.with_overrides(participation=0.5, local_steps=2, rounds=3)
-    configs = {a: TrainConfig(algorithm=a, devices=10, dataset="synthetic", cuts=(2,), **setting.fields(a, 10))
+    configs = {a: TrainConfig.flat(algorithm=a, devices=10, dataset="synthetic", cuts=(2,), **setting.fields(a, 10))
                for a in ALGORITHMS if a != "sl"}
     for a, c in configs.items():
-        assert (c.optimizer, c.client_lr, c.server_lr, c.momentum, c.weight_decay, c.clip_norm, c.batch_size,
-                c.rounds) == ("sgd", 0.005, 0.01, 0.9, 0.0, 0.0, 16, 3), a
+        assert (c.optim.optimizer, c.optim.client_lr, c.optim.server_lr, c.optim.momentum, c.optim.weight_decay, c.optim.clip_norm, c.data.batch_size,
+                c.run.rounds) == ("sgd", 0.005, 0.01, 0.9, 0.0, 0.0, 16, 3), a
         if a == "gas":
             assert c.extra == {"active": 5, "local_steps": 2}
         else:
-            assert c.extra == {"participation": 0.5} and c.interval == 2, a
+            assert c.extra == {"participation": 0.5} and c.plan.interval == 2, a
     assert setting.sources["participation"] == "given on the command line"
 
 

@@ -54,7 +54,7 @@ def test_resource_scales_multiply_the_generated_ranges() -> None:
 
     times = {}
     for k in (0.5, 2.0):
-        trainer = Trainer(TrainConfig(dataset="synthetic", devices=4, rounds=1, cuts=(2,), lr=0.01, progress=False,
+        trainer = Trainer(TrainConfig.flat(dataset="synthetic", devices=4, rounds=1, cuts=(2,), lr=0.01, progress=False,
                                       flops_scale=k, bandwidth_scale=k))
         times[k] = trainer.clock.stage_times(1, [2] * 4)
     # the same seeded draws, ranges scaled by k: compute and transfer times scale by 1/k

@@ -75,8 +75,8 @@ def test_rank_0s_view_has_the_partition_and_label_counts_but_no_sample(folder, t
 def test_training_on_the_folder_equals_training_on_the_data_set_it_was_split_from(tmp_path) -> None:
     assert main(["split-data", "--dataset", "synthetic", "--devices", "3", "--partition", "shards", "--seed", "5",
                  "--out", str(tmp_path / "f")]) == 0
-    plain = Trainer(TrainConfig(**SMALL, partition="shards")).run()
-    on_folder = Trainer(TrainConfig(**SMALL, device_data=str(tmp_path / "f"))).run()
+    plain = Trainer(TrainConfig.flat(**SMALL, partition="shards")).run()
+    on_folder = Trainer(TrainConfig.flat(**SMALL, device_data=str(tmp_path / "f"))).run()
     assert [r.train_loss for r in on_folder.records] == [r.train_loss for r in plain.records]
     assert on_folder.records[-1].accuracy == plain.records[-1].accuracy is not None
 
@@ -169,7 +169,7 @@ def test_cli_errors_name_the_flag_and_exit_2(folder, tmp_path, capsys) -> None:
                  "--device-data", str(tmp_path / "nothing")]) == 2
     assert "is not a directory" in capsys.readouterr().err
     with pytest.raises(InputError, match="with --device-data they stay on the devices") as info:
-        TrainConfig(**dict(SMALL, cuts=None), device_data=str(out), distributed=True, reestimate=True, replan_every=2)
+        TrainConfig.flat(**dict(SMALL, cuts=None), device_data=str(out), distributed=True, reestimate=True, replan_every=2)
     assert info.value.field == "reestimate"
 
 

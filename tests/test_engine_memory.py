@@ -439,10 +439,10 @@ def test_the_server_pass_budget_follows_the_device_unless_given() -> None:
         == [128, 1024, 64, None]
     engine = SplitEngine(cnn(1, 8, 3, width=4), [2] * DEVICES, make_strategy("psl"), data(), {"lr": 0.1}, BATCH)
     assert engine.edge.pass_samples == 128
-    assert TrainConfig().server_pass_samples == "auto" and TrainConfig(server_pass_samples=7).server_pass_samples == 7
+    assert TrainConfig().execution.server_pass_samples == "auto" and TrainConfig.flat(server_pass_samples=7).execution.server_pass_samples == 7
     for bad in ("often", 0, 2.5):
         with pytest.raises(InputError) as info:
-            TrainConfig(server_pass_samples=bad)
+            TrainConfig.flat(server_pass_samples=bad)
         assert info.value.field == "server_pass_samples"
 
 

@@ -292,7 +292,7 @@ def test_training_options(field, value, message):
     from trainers.config import TrainConfig
 
     with pytest.raises(InputError) as info:
-        TrainConfig(dataset="synthetic", **{field: value})
+        TrainConfig.flat(dataset="synthetic", **{field: value})
     assert str(info.value) == message
 
 

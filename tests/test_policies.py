@@ -17,7 +17,7 @@ RUN = dict(dataset="synthetic", devices=20, batch_size=8, lr=0.05, rounds=10, ev
 
 
 def decisions(policy: str, seed: int = 0) -> list[tuple[int, int, tuple[int, ...]]]:
-    history = Trainer(TrainConfig(**RUN, policy=policy, seed=seed)).run()
+    history = Trainer(TrainConfig.flat(**RUN, policy=policy, seed=seed)).run()
     return [(e["round"], e["interval"], tuple(e["cuts"])) for e in history.events], history
 
 
@@ -47,7 +47,7 @@ def test_deterministic_policies_decide_once() -> None:
             assert events[0][1] == 1 and all(r.aggregated for r in history.records)
         if policy == "psl":
             assert events[0][1] == NEVER and not any(r.aggregated for r in history.records)
-    history = Trainer(TrainConfig(**RUN, policy="fixed-cut", cuts=(2,))).run()
+    history = Trainer(TrainConfig.flat(**RUN, policy="fixed-cut", cuts=(2,))).run()
     assert set(history.events[0]["cuts"]) == {2} and history.events[0]["source"] == "policy"
 
 
@@ -61,7 +61,7 @@ def test_deterministic_policies_decide_once() -> None:
 ])
 def test_incompatible_policy_options_are_named(options, field) -> None:
     with pytest.raises(InputError) as info:
-        TrainConfig(**RUN, **options)
+        TrainConfig.flat(**RUN, **options)
     assert info.value.field == field
 
 
@@ -81,7 +81,7 @@ def test_reestimation_feeds_the_runs_own_constants_to_the_planner() -> None:
         return [2] * 20, 2
 
     holder = []
-    config = TrainConfig(**{**RUN, "rounds": 4}, replan_every=2, reestimate=True)
+    config = TrainConfig.flat(**{**RUN, "rounds": 4}, replan_every=2, reestimate=True)
     holder.append(Trainer(config, planner=planner))
     history = holder[0].run()
     assert len(seen) == 2
@@ -91,13 +91,13 @@ def test_reestimation_feeds_the_runs_own_constants_to_the_planner() -> None:
         assert given.beta != placeholder.beta and given.gamma == 0.05
     assert [e["constants"]["beta"] for e in history.events[1:]] == [c.beta for c, _ in seen]
     with pytest.raises(InputError) as info:
-        TrainConfig(**RUN, reestimate=True)
+        TrainConfig.flat(**RUN, reestimate=True)
     assert info.value.field == "reestimate"
 
 
 def test_fixed_cut_puts_every_device_at_the_cut_given() -> None:
     for devices in (1, 3):
-        trainer = Trainer(TrainConfig(**{**RUN, "devices": devices, "rounds": 1, "lr": 0.001}, policy="fixed-cut",
+        trainer = Trainer(TrainConfig.flat(**{**RUN, "devices": devices, "rounds": 1, "lr": 0.001}, policy="fixed-cut",
                                       cuts=(3,)))     # a small γ: the target ε is reachable with one device
         assert trainer.engine.cuts == trainer.history.events[0]["cuts"] == [3] * devices
 

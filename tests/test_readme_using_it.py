@@ -151,7 +151,7 @@ def check_train(args: argparse.Namespace, out: str, context: dict) -> None:
 
     assert config["lr"] == (args.lr if args.lr is not None else ALGORITHM_DEFAULTS[args.algorithm].lr)
     if args.partition == "dirichlet":
-        assert config["dirichlet_alpha"] == args.alpha
+        assert config["dirichlet_alpha"] == args.dirichlet_alpha
     assert all(len(r["cuts"]) == args.devices for r in records)
     if args.checkpoint_every:   # the last checkpoint: the last multiple of --checkpoint-every, with this run's options
         from trainers.checkpoint import load_checkpoint

@@ -30,46 +30,46 @@ def error(call) -> InputError:
 # ---- config -------------------------------------------------------------------------------------------------------
 def test_ranks_are_at_most_every_device_plus_the_two_servers() -> None:
     # 10,000 devices (README input limits) on their own ranks, plus the edge server and the fed server
-    assert TrainConfig(**TINY, distributed=True, ranks=10_002).ranks == 10_002
-    e = error(lambda: TrainConfig(**TINY, distributed=True, ranks=10_003))
+    assert TrainConfig.flat(**TINY, distributed=True, ranks=10_002).runtime.ranks == 10_002
+    e = error(lambda: TrainConfig.flat(**TINY, distributed=True, ranks=10_003))
     assert (e.field, e.message) == ("ranks", "must be at most 10,002 ranks, got 10003")
-    assert TrainConfig(**TINY, distributed=True, ranks=3).ranks == 3
-    e = error(lambda: TrainConfig(**TINY, distributed=True, ranks=2))
+    assert TrainConfig.flat(**TINY, distributed=True, ranks=3).runtime.ranks == 3
+    e = error(lambda: TrainConfig.flat(**TINY, distributed=True, ranks=2))
     assert e.field == "ranks" and e.message.startswith("a distributed run needs at least 3 ranks")
 
 
 def test_fixed_cut_policy_needs_one_cut_for_every_device() -> None:
-    assert TrainConfig(**TINY, policy="fixed-cut", cuts=(2,)).cuts == (2, 2)
-    assert TrainConfig(**TINY, policy="fixed-cut", cuts=(3, 3)).cuts == (3, 3)
+    assert TrainConfig.flat(**TINY, policy="fixed-cut", cuts=(2,)).plan.cuts == (2, 2)
+    assert TrainConfig.flat(**TINY, policy="fixed-cut", cuts=(3, 3)).plan.cuts == (3, 3)
     for cuts in (None, (1, 2)):
-        e = error(lambda: TrainConfig(**TINY, policy="fixed-cut", cuts=cuts))
+        e = error(lambda: TrainConfig.flat(**TINY, policy="fixed-cut", cuts=cuts))
         assert (e.field, e.message) == ("cuts", "--policy fixed-cut needs one cut for every device: --cuts J")
 
 
 # ---- constants given to a run ----------------------------------------------------------------------------------
 def test_constants_must_fit_the_model_and_the_learning_rate() -> None:
-    L = Trainer(TrainConfig(**TINY, rounds=1, cuts=(1,))).profile.num_cuts
+    L = Trainer(TrainConfig.flat(**TINY, rounds=1, cuts=(1,))).profile.num_cuts
     good = ConvergenceConstants.training_placeholder(L, 0.05, 2)
-    trainer = Trainer(TrainConfig(**TINY, rounds=1, cuts=(1,)), constants=good)
+    trainer = Trainer(TrainConfig.flat(**TINY, rounds=1, cuts=(1,)), constants=good)
     assert trainer.constants is good
     # γ within a relative 1e-9 of --lr is the same learning rate
     close = dataclasses.replace(good, gamma=0.05 * (1 + 1e-12))
-    assert Trainer(TrainConfig(**TINY, rounds=1, cuts=(1,)), constants=close).constants is close
-    e = error(lambda: Trainer(TrainConfig(**TINY, rounds=1, cuts=(1,)), constants=dataclasses.replace(good, gamma=0.01)))
+    assert Trainer(TrainConfig.flat(**TINY, rounds=1, cuts=(1,)), constants=close).constants is close
+    e = error(lambda: Trainer(TrainConfig.flat(**TINY, rounds=1, cuts=(1,)), constants=dataclasses.replace(good, gamma=0.01)))
     assert (e.field, e.message) == ("constants_path", "the constants' gamma = 0.01 is not the learning rate --lr 0.05; "
                                                       "the plan (Corollary 1) must use the learning rate that trains")
     short = ConvergenceConstants.training_placeholder(L - 1, 0.05, 2)
-    e = error(lambda: Trainer(TrainConfig(**TINY, rounds=1, cuts=(1,)), constants=short))
+    e = error(lambda: Trainer(TrainConfig.flat(**TINY, rounds=1, cuts=(1,)), constants=short))
     assert e.field == "constants_path"
     assert e.message.startswith(f"the constants have {L - 1} cut points but cnn has {L}; estimate them for this model")
 
 
 # ---- plans ------------------------------------------------------------------------------------------------------
 def test_describe_plan_names_the_source_the_spread_and_the_prediction() -> None:
-    trainer = Trainer(TrainConfig(**{**TINY, "devices": 3}, rounds=1, cuts=(2, 1, 2), interval=3))
+    trainer = Trainer(TrainConfig.flat(**{**TINY, "devices": 3}, rounds=1, cuts=(2, 1, 2), interval=3))
     L = trainer.profile.num_cuts
     assert trainer.describe_plan() == f"plan from --cuts: 1× cut 1, 2× cut 2 of {L} cut points, interval I = 3"
-    planned = Trainer(TrainConfig(**{**TINY, "lr": 0.01}, rounds=1))
+    planned = Trainer(TrainConfig.flat(**{**TINY, "lr": 0.01}, rounds=1))
     event = planned.history.events[0]
     assert event["source"] == "planner"
     text = planned.describe_plan()
@@ -82,15 +82,15 @@ def test_a_planner_answer_is_taken_per_algorithm() -> None:
     def planner(request):
         return [1, 3], 4
 
-    adapt = Trainer(TrainConfig(**TINY, rounds=1, algorithm="adaptsfl"), planner=planner)
+    adapt = Trainer(TrainConfig.flat(**TINY, rounds=1, algorithm="adaptsfl"), planner=planner)
     assert (adapt.engine.cuts, adapt.engine.interval) == ([1, 3], 4)
     # SplitFed takes the planner's cuts but aggregates every round; --interval overrides both
-    sfl = Trainer(TrainConfig(**TINY, rounds=1, algorithm="sfl-v2"), planner=planner)
+    sfl = Trainer(TrainConfig.flat(**TINY, rounds=1, algorithm="sfl-v2"), planner=planner)
     assert (sfl.engine.cuts, sfl.engine.interval) == ([1, 3], 1)
-    assert Trainer(TrainConfig(**TINY, rounds=1, algorithm="sfl-v2", interval=5), planner=planner).engine.interval == 5
+    assert Trainer(TrainConfig.flat(**TINY, rounds=1, algorithm="sfl-v2", interval=5), planner=planner).engine.interval == 5
     # vanilla SL: one client model, every device at the deepest planned cut
-    assert Trainer(TrainConfig(**TINY, rounds=1, algorithm="sl"), planner=planner).engine.cuts == [3, 3]
-    assert Trainer(TrainConfig(**TINY, rounds=1, algorithm="adaptsfl"), planner=planner).history.events[0] == {
+    assert Trainer(TrainConfig.flat(**TINY, rounds=1, algorithm="sl"), planner=planner).engine.cuts == [3, 3]
+    assert Trainer(TrainConfig.flat(**TINY, rounds=1, algorithm="adaptsfl"), planner=planner).history.events[0] == {
         "round": 0, "event": "plan", "source": "planner", "cuts": [1, 3], "interval": 4}
 
 
@@ -103,7 +103,7 @@ def test_an_infeasible_replan_keeps_the_plan_in_force() -> None:
             return [2, 2], 2
         raise InfeasibleError("no luck this time", field="constants")
 
-    trainer = Trainer(TrainConfig(**TINY, rounds=4, replan_every=2), planner=planner)
+    trainer = Trainer(TrainConfig.flat(**TINY, rounds=4, replan_every=2), planner=planner)
     history = trainer.run()
     assert calls == [0, 2, 4]
     assert history.events[1:] == [
@@ -117,20 +117,20 @@ def test_no_plan_without_fallback_says_what_the_fallback_would_be() -> None:
         raise InfeasibleError("target out of reach", field="constants.epsilon")
 
     with pytest.raises(InfeasibleError) as info:
-        Trainer(TrainConfig(**TINY, rounds=1), planner=planner)
-    L = Trainer(TrainConfig(**TINY, rounds=1, cuts=(1,))).profile.num_cuts
+        Trainer(TrainConfig.flat(**TINY, rounds=1), planner=planner)
+    L = Trainer(TrainConfig.flat(**TINY, rounds=1, cuts=(1,))).profile.num_cuts
     assert info.value.field == "constants.epsilon"
     assert info.value.message == (
         "the planner found no plan: target out of reach. Give the plan yourself (--cuts, --plan), change the target "
         f"(--constants), or pass --allow-fallback to train every device at cut {math.ceil(L / 2)} of {L} with I = 1")
-    fallback = Trainer(TrainConfig(**TINY, rounds=1, allow_fallback=True, interval=3), planner=planner)
+    fallback = Trainer(TrainConfig.flat(**TINY, rounds=1, allow_fallback=True, interval=3), planner=planner)
     assert fallback.engine.cuts == [math.ceil(L / 2)] * 2 and fallback.engine.interval == 3     # --interval still holds
     assert fallback.history.events[0]["reason"] == "constants.epsilon: target out of reach"
 
 
 # ---- evaluation ---------------------------------------------------------------------------------------------------
 def test_a_run_not_ending_on_an_eval_round_gets_a_final_evaluation() -> None:
-    trainer = Trainer(TrainConfig(**TINY, rounds=3, cuts=(2,)))
+    trainer = Trainer(TrainConfig.flat(**TINY, rounds=3, cuts=(2,)))
     history = trainer.run()
     assert [r.round for r in history.evaluated] == [2]
     final = history.meta["final_evaluation"]
@@ -140,7 +140,7 @@ def test_a_run_not_ending_on_an_eval_round_gets_a_final_evaluation() -> None:
     assert history.final_local_accuracy == local and 0.0 <= local <= 1.0
     assert history.final_accuracy == acc and 0.0 <= acc <= 1.0
     # a run ending on an evaluation round has none (and drops a stale one)
-    ends = Trainer(TrainConfig(**TINY, rounds=4, cuts=(2,)))
+    ends = Trainer(TrainConfig.flat(**TINY, rounds=4, cuts=(2,)))
     ends.history.meta["final_evaluation"] = {"round": 0, "accuracy": 0.5, "test_loss": 1.0, "sim_seconds": 0.0}
     history = ends.run()
     assert "final_evaluation" not in history.meta and [r.round for r in history.evaluated] == [2, 4]
@@ -148,10 +148,10 @@ def test_a_run_not_ending_on_an_eval_round_gets_a_final_evaluation() -> None:
 
 
 def test_max_test_samples_evaluates_on_the_first_k_test_samples() -> None:
-    trainer = Trainer(TrainConfig(**TINY, rounds=1, cuts=(2,)))
+    trainer = Trainer(TrainConfig.flat(**TINY, rounds=1, cuts=(2,)))
     assert torch.equal(trainer.engine.data.x_test, trainer.dataset.x_test[:40])
     assert torch.equal(trainer.engine.data.y_test, trainer.dataset.y_test[:40])
-    every = Trainer(TrainConfig(**{**TINY, "max_test_samples": None}, rounds=1, cuts=(2,)))
+    every = Trainer(TrainConfig.flat(**{**TINY, "max_test_samples": None}, rounds=1, cuts=(2,)))
     assert every.engine.data.x_test.shape[0] == 400                  # the synthetic test split
 
 
@@ -254,11 +254,11 @@ def test_reestimated_constants_reach_the_planner_with_the_runs_lr_and_target(giv
         seen.append(request.constants)
         return [2, 2], 2
 
-    L = Trainer(TrainConfig(**TINY, rounds=1, cuts=(1,))).profile.num_cuts
+    L = Trainer(TrainConfig.flat(**TINY, rounds=1, cuts=(1,))).profile.num_cuts
     constants = None
     if given_epsilon is not None:
         constants = dataclasses.replace(ConvergenceConstants.training_placeholder(L, 0.05, 2), epsilon=given_epsilon)
-    trainer = Trainer(TrainConfig(**TINY, rounds=2, replan_every=2, reestimate=True), planner=planner,
+    trainer = Trainer(TrainConfig.flat(**TINY, rounds=2, replan_every=2, reestimate=True), planner=planner,
                       constants=constants)
     history = trainer.run()
     assert seen[0] is None                                    # the first plan, before training: nothing measured yet
@@ -299,7 +299,7 @@ def test_constants_need_one_sigma2_and_g2_per_cut_and_only_known_keys() -> None:
     ("adaptsfl", {}, "interval I = 1 (--cuts without --interval: give --interval I"),
 ])
 def test_the_plan_line_says_what_the_interval_means_for_the_algorithm(algorithm, options, says) -> None:
-    trainer = Trainer(TrainConfig(**{**TINY, "devices": 2}, algorithm=algorithm, rounds=1, cuts=(1,), extra=options))
+    trainer = Trainer(TrainConfig.flat(**{**TINY, "devices": 2}, algorithm=algorithm, rounds=1, cuts=(1,), extra=options))
     line = trainer.describe_plan()
     assert line.endswith(says) or f"{says}" in line
     assert ("interval I" in line) == says.startswith("interval I")

@@ -288,7 +288,7 @@ def test_a_plan_for_a_model_with_as_many_cuts_but_another_structure_is_refused(t
     from trainers.run import Trainer
 
     # the identity of the very model trained ...
-    identity = Trainer(TrainConfig(dataset="synthetic", devices=3, batch_size=8, rounds=1, cuts=(2, 2, 2),
+    identity = Trainer(TrainConfig.flat(dataset="synthetic", devices=3, batch_size=8, rounds=1, cuts=(2, 2, 2),
                                    progress=False)).profile.identity()
     for sha, accepted in ((identity["structure_sha256"], True), ("0" * 64, False)):   # ... and of a look-alike
         plan["model"] = {**identity, "structure_sha256": sha}
@@ -306,7 +306,7 @@ def test_any_failure_in_a_round_keeps_the_history_and_is_raised_as_it_was(tmp_pa
     from trainers.run import Trainer
 
     out = tmp_path / "run"
-    trainer = Trainer(TrainConfig(dataset="synthetic", devices=3, batch_size=8, cuts=(3,), rounds=6, progress=False,
+    trainer = Trainer(TrainConfig.flat(dataset="synthetic", devices=3, batch_size=8, cuts=(3,), rounds=6, progress=False,
                                   out=str(out), threads=1))
     real = SplitEngine.run_round
 
@@ -328,7 +328,7 @@ def test_a_failure_while_checkpointing_or_evaluating_keeps_the_history_too(tmp_p
     from trainers.run import Trainer
 
     def trainer(name: str) -> Trainer:
-        return Trainer(TrainConfig(dataset="synthetic", devices=3, batch_size=8, cuts=(3,), rounds=6, progress=False,
+        return Trainer(TrainConfig.flat(dataset="synthetic", devices=3, batch_size=8, cuts=(3,), rounds=6, progress=False,
                                    out=str(tmp_path / name), threads=1, checkpoint_every=2, eval_every=3))
 
     checkpointing = trainer("checkpoint")

@@ -35,10 +35,10 @@ def all_params(trainer: Trainer) -> list[torch.Tensor]:
 def test_resume_is_identical_to_uninterrupted(tmp_path: Path, algorithm: str) -> None:
     common = dict(FAST, algorithm=algorithm, cuts=(1, 2, 2, 4) if algorithm == "adaptsfl" else (2,), interval=2,
                   momentum=0.9, checkpoint_every=3)
-    full = Trainer(TrainConfig(**common, rounds=6, out=str(tmp_path / "full")))
+    full = Trainer(TrainConfig.flat(**common, rounds=6, out=str(tmp_path / "full")))
     full_history = full.run()
-    Trainer(TrainConfig(**common, rounds=3, out=str(tmp_path / "part"))).run()
-    resumed = Trainer(TrainConfig(**common, rounds=6, out=str(tmp_path / "part"), resume=True))
+    Trainer(TrainConfig.flat(**common, rounds=3, out=str(tmp_path / "part"))).run()
+    resumed = Trainer(TrainConfig.flat(**common, rounds=6, out=str(tmp_path / "part"), resume=True))
     resumed_history = resumed.run()
     assert records(full_history) == records(resumed_history)
     assert resumed_history.meta["config"] == resumed.config.to_json() and resumed_history.meta["config"]["rounds"] == 6
@@ -54,9 +54,9 @@ def test_gapsl_resume_keeps_its_total_rounds(tmp_path: Path) -> None:
     from adaptplan.errors import InputError
 
     common = dict(FAST, algorithm="gapsl", cuts=(2,), momentum=0.9, checkpoint_every=3)
-    Trainer(TrainConfig(**common, rounds=3, out=str(tmp_path / "part"))).run()
+    Trainer(TrainConfig.flat(**common, rounds=3, out=str(tmp_path / "part"))).run()
     with pytest.raises(InputError, match=r"keeps --rounds 3 \(asked: 6\)") as err:
-        Trainer(TrainConfig(**common, rounds=6, out=str(tmp_path / "part"), resume=True)).run()
+        Trainer(TrainConfig.flat(**common, rounds=6, out=str(tmp_path / "part"), resume=True)).run()
     assert err.value.field == "rounds"
 
 
@@ -69,8 +69,8 @@ def test_interrupted_run_resumes_identically(tmp_path: Path) -> None:
     from trainers.run_folder import Interrupted
 
     common = dict(FAST, algorithm="gapsl", cuts=(2,), momentum=0.9, rounds=6)
-    full = Trainer(TrainConfig(**common, out=str(tmp_path / "full"))).run()
-    part = Trainer(TrainConfig(**common, out=str(tmp_path / "part")))
+    full = Trainer(TrainConfig.flat(**common, out=str(tmp_path / "full"))).run()
+    part = Trainer(TrainConfig.flat(**common, out=str(tmp_path / "part")))
     run_round = part.engine.run_round
 
     def interrupting(t: int):
@@ -85,20 +85,20 @@ def test_interrupted_run_resumes_identically(tmp_path: Path) -> None:
     assert (info.value.signum, info.value.round) == (signal.SIGINT, 3)
     assert load_checkpoint(tmp_path / "part")["round"] == 3
     assert [r.round for r in History.load(tmp_path / "part").records] == [1, 2, 3]
-    resumed = Trainer(TrainConfig(**common, out=str(tmp_path / "part"), resume=True))
+    resumed = Trainer(TrainConfig.flat(**common, out=str(tmp_path / "part"), resume=True))
     assert records(resumed.run()) == records(full)
 
 
 def test_fixed_seed_is_deterministic_and_seed_matters() -> None:
-    runs = [Trainer(TrainConfig(**FAST, algorithm="psl", cuts=(3,), rounds=4, seed=s)).run() for s in (1, 1, 2)]
+    runs = [Trainer(TrainConfig.flat(**FAST, algorithm="psl", cuts=(3,), rounds=4, seed=s)).run() for s in (1, 1, 2)]
     assert records(runs[0]) == records(runs[1])
     assert records(runs[0]) != records(runs[2])
 
 
 def test_resume_with_different_algorithm_is_an_input_error(tmp_path: Path) -> None:
-    Trainer(TrainConfig(**FAST, algorithm="psl", cuts=(3,), rounds=2, checkpoint_every=2, out=str(tmp_path))).run()
+    Trainer(TrainConfig.flat(**FAST, algorithm="psl", cuts=(3,), rounds=2, checkpoint_every=2, out=str(tmp_path))).run()
     with pytest.raises(InputError, match="algorithm"):
-        Trainer(TrainConfig(**FAST, algorithm="sfl-v2", cuts=(3,), rounds=4, out=str(tmp_path), resume=True)).run()
+        Trainer(TrainConfig.flat(**FAST, algorithm="sfl-v2", cuts=(3,), rounds=4, out=str(tmp_path), resume=True)).run()
 
 
 @pytest.mark.parametrize("replan_every, aggregations, replan_rounds", [
@@ -118,7 +118,7 @@ def test_replanning_with_injected_planner_moves_cuts(replan_every, aggregations,
         calls.append(request)
         return A if len(calls) % 2 else B
 
-    config = TrainConfig(**FAST, algorithm="adaptsfl", rounds=12, replan_every=replan_every)
+    config = TrainConfig.flat(**FAST, algorithm="adaptsfl", rounds=12, replan_every=replan_every)
     trainer = Trainer(config, planner=fake_planner)
     assert (trainer.engine.cuts, trainer.engine.interval) == A                # initial plan from the planner
     history = trainer.run()
@@ -143,13 +143,13 @@ def test_replanning_with_injected_planner_moves_cuts(replan_every, aggregations,
     assert (calls[0].cuts, calls[0].interval) == ([], 1)            # before training: no plan in force yet
     assert calls[0].system == trainer.clock.system(1) != trainer.clock.system(0)
     assert [(c.cuts, c.interval) for c in calls[1:]] == in_force[:-1]
-    assert all(c.system.batch_size == config.batch_size for c in calls)
+    assert all(c.system.batch_size == config.data.batch_size for c in calls)
 
 
 def test_clock_charges_latency_model_and_wall_time_is_separate() -> None:
     from adaptplan.latency import LatencyModel
 
-    trainer = Trainer(TrainConfig(**FAST, algorithm="adaptsfl", cuts=(2, 3, 3, 4), interval=2, rounds=4))
+    trainer = Trainer(TrainConfig.flat(**FAST, algorithm="adaptsfl", cuts=(2, 3, 3, 4), interval=2, rounds=4))
     history = trainer.run()
     for r in history.records:
         lm = LatencyModel(trainer.profile, trainer.clock.system(r.round))
@@ -211,7 +211,7 @@ def test_cli_bad_input_exit_2(argv, field, capsys) -> None:
 
 
 def test_real_data_end_to_end_mnist_above_chance() -> None:
-    config = TrainConfig(algorithm="adaptsfl", dataset="mnist", model="cnn", model_width=8, devices=5, rounds=150,
+    config = TrainConfig.flat(algorithm="adaptsfl", dataset="mnist", model="cnn", model_width=8, devices=5, rounds=150,
                          batch_size=16, lr=0.1, cuts=(1, 2, 2, 3, 3), interval=5, eval_every=50, partition="iid",
                          threads=1)
     history = Trainer(config).run()
@@ -221,12 +221,12 @@ def test_real_data_end_to_end_mnist_above_chance() -> None:
 def test_model_names_go_through_one_resolver(capsys) -> None:
     from trainers.models import build_model
 
-    config = TrainConfig(**FAST, model="resnet18", algorithm="adaptsfl", rounds=1)     # validated, not trained
-    assert config.model == "resnet18"
+    config = TrainConfig.flat(**FAST, model="resnet18", algorithm="adaptsfl", rounds=1)     # validated, not trained
+    assert config.model.name == "resnet18"
     model = build_model("resnet18", (3, 32, 32), 7)
     assert isinstance(model, torch.nn.Module) and model(torch.zeros(2, 3, 32, 32)).shape == (2, 7)
     with pytest.raises(InputError, match="model"):
-        TrainConfig(**FAST, model="nonsense")
+        TrainConfig.flat(**FAST, model="nonsense")
     assert main(["train", "--dataset", "synthetic", "--devices", "2", "--rounds", "1", "--no-progress",
                  "--model", "nonsense"]) == 2
     err = capsys.readouterr().err
@@ -261,7 +261,7 @@ def test_default_plan_is_the_planners_and_is_recorded() -> None:
     from adaptplan.constants import ConvergenceConstants
     from adaptplan.planner import Planner
 
-    trainer = Trainer(TrainConfig(**{**FAST, "lr": 0.01}, algorithm="adaptsfl", rounds=2))   # γ = lr = placeholder's 0.01
+    trainer = Trainer(TrainConfig.flat(**{**FAST, "lr": 0.01}, algorithm="adaptsfl", rounds=2))   # γ = lr = placeholder's 0.01
     L = trainer.profile.num_cuts
     expected = Planner(trainer.profile, trainer.clock.system(1), ConvergenceConstants.placeholder(L)).plan()
     event = trainer.history.events[0]
@@ -273,9 +273,9 @@ def test_default_plan_is_the_planners_and_is_recorded() -> None:
     unreachable = ConvergenceConstants.placeholder(L)
     unreachable = type(unreachable)(**{**unreachable.to_json(), "epsilon": 1e-6})
     with pytest.raises(InputError, match=r"no plan: target epsilon=1e-06 is unreachable.*--cuts, --plan.*--allow-fallback"):
-        Trainer(TrainConfig(**{**FAST, "lr": 0.01}, algorithm="adaptsfl", rounds=2), constants=unreachable)
+        Trainer(TrainConfig.flat(**{**FAST, "lr": 0.01}, algorithm="adaptsfl", rounds=2), constants=unreachable)
     # ... or, when asked for, the documented default plan with the planner's reason recorded
-    fallback = Trainer(TrainConfig(**{**FAST, "lr": 0.01}, algorithm="adaptsfl", rounds=2, allow_fallback=True),
+    fallback = Trainer(TrainConfig.flat(**{**FAST, "lr": 0.01}, algorithm="adaptsfl", rounds=2, allow_fallback=True),
                        constants=unreachable)
     event = fallback.history.events[0]
     assert event["source"] == "default" and "epsilon" in event["reason"]
@@ -327,22 +327,22 @@ def test_planner_uses_the_training_learning_rate_and_sfl_aggregates_every_round(
     # γ = --lr = 0.05 with 4 devices: noise floor (βγ/N)Σσ² = 5·0.05·5/4 = 0.3125 ≥ the placeholder ε = 0.1, so
     # the placeholder target becomes twice the floor (0.625) and the run has a plan; with 20 devices the floor
     # is 0.0625 and ε stays 0.1
-    trainer = Trainer(TrainConfig(**FAST, algorithm="adaptsfl", rounds=2))
+    trainer = Trainer(TrainConfig.flat(**FAST, algorithm="adaptsfl", rounds=2))
     assert trainer.history.events[0]["source"] == "planner"
     L = trainer.profile.num_cuts
     raised = ConvergenceConstants.training_placeholder(L, 0.05, 4)
     assert L == 5 and raised.gamma == 0.05 and raised.epsilon == pytest.approx(0.625)
     assert ConvergenceConstants.training_placeholder(L, 0.05, 20).epsilon == 0.1
     with pytest.raises(InputError, match="not the learning rate"):
-        Trainer(TrainConfig(**FAST, algorithm="adaptsfl", rounds=2), constants=ConvergenceConstants.placeholder(L))
+        Trainer(TrainConfig.flat(**FAST, algorithm="adaptsfl", rounds=2), constants=ConvergenceConstants.placeholder(L))
     # SplitFed takes the planner's cuts but aggregates every round unless --interval is given
-    sfl = Trainer(TrainConfig(**{**FAST, "lr": 0.01}, algorithm="sfl-v1", rounds=2))
-    adapt = Trainer(TrainConfig(**{**FAST, "lr": 0.01}, algorithm="adaptsfl", rounds=2))
+    sfl = Trainer(TrainConfig.flat(**{**FAST, "lr": 0.01}, algorithm="sfl-v1", rounds=2))
+    adapt = Trainer(TrainConfig.flat(**{**FAST, "lr": 0.01}, algorithm="adaptsfl", rounds=2))
     assert sfl.engine.cuts == adapt.engine.cuts and sfl.engine.interval == 1 < adapt.engine.interval
 
 
 def test_evaluation_leaves_models_and_rng_untouched() -> None:
-    trainer = Trainer(TrainConfig(**FAST, algorithm="adaptsfl", rounds=1, cuts=(2,), interval=1))
+    trainer = Trainer(TrainConfig.flat(**FAST, algorithm="adaptsfl", rounds=1, cuts=(2,), interval=1))
     model = trainer.strategy.eval_models(trainer.engine)[0]
     state = torch.get_rng_state()
     first, second = trainer.evaluate(), trainer.evaluate()
@@ -354,10 +354,10 @@ def test_user_system_keeps_its_resources_and_oversized_batches_are_rejected(tmp_
 
     path = tmp_path / "system.json"
     generate_system(4, 9).save(path)
-    trainer = Trainer(TrainConfig(**FAST, algorithm="adaptsfl", rounds=1, cuts=(2,), interval=1, system_path=str(path)))
+    trainer = Trainer(TrainConfig.flat(**FAST, algorithm="adaptsfl", rounds=1, cuts=(2,), interval=1, system_path=str(path)))
     assert trainer.clock.system(1).devices == trainer.clock.system(7).devices == generate_system(4, 9).devices
     with pytest.raises(InputError, match="exceeds the smallest device"):
-        Trainer(TrainConfig(**{**FAST, "batch_size": 100_000}, algorithm="adaptsfl", rounds=1, cuts=(2,)))
+        Trainer(TrainConfig.flat(**{**FAST, "batch_size": 100_000}, algorithm="adaptsfl", rounds=1, cuts=(2,)))
 
 
 def test_out_must_be_a_folder_and_bad_histories_exit_2(tmp_path: Path, capsys) -> None:
@@ -444,9 +444,9 @@ def test_system_and_plan_must_fit_the_run(tmp_path: Path) -> None:
     from adaptplan.system import generate_system
 
     with pytest.raises(InputError, match="system has 3 devices but devices = 4") as info:
-        Trainer(TrainConfig(**FAST, algorithm="psl", cuts=(2,), rounds=1), system=generate_system(3, 0))
+        Trainer(TrainConfig.flat(**FAST, algorithm="psl", cuts=(2,), rounds=1), system=generate_system(3, 0))
     assert info.value.field == "devices"
-    trainer = Trainer(TrainConfig(**FAST, algorithm="psl", cuts=(2,), rounds=1), system=generate_system(4, 0))
+    trainer = Trainer(TrainConfig.flat(**FAST, algorithm="psl", cuts=(2,), rounds=1), system=generate_system(4, 0))
     L = trainer.profile.num_cuts                           # 5 cut points of the small cnn
     plan_file = tmp_path / "plan.json"
     for cuts, message in (([1, L, 2, 2], None), ([1, L + 1, 2, 2], f"cut {L + 1} is outside 1..{L}"),
@@ -454,7 +454,7 @@ def test_system_and_plan_must_fit_the_run(tmp_path: Path) -> None:
         plan_file.write_text(json.dumps({"cuts": cuts, "interval": 2, "rounds": 10, "aggregations": 5,
                                          "round_latency_s": 1.0, "aggregation_latency_s": 1.0, "total_latency_s": 15.0,
                                          "objective_s": 15.0}))
-        config = TrainConfig(**FAST, algorithm="psl", rounds=1, plan_path=str(plan_file))
+        config = TrainConfig.flat(**FAST, algorithm="psl", rounds=1, plan_path=str(plan_file))
         if message is None:
             with pytest.raises(InputError, match="does not say which model") as info:
                 Trainer(config)                                         # cuts in range, but for which model?
@@ -475,10 +475,10 @@ def test_adaptsfl_policy_replans_every_q_rounds() -> None:
         calls.append(request.round)
         return [2, 2, 3, 3], 1
 
-    config = TrainConfig(**{**FAST, "eval_every": 4}, algorithm="adaptsfl", policy="adaptsfl", replan_every=2, rounds=4)
+    config = TrainConfig.flat(**{**FAST, "eval_every": 4}, algorithm="adaptsfl", policy="adaptsfl", replan_every=2, rounds=4)
     history = Trainer(config, planner=planner).run()
     assert calls == [0, 2, 4] and [e["round"] for e in history.events] == [0, 2, 4]
-    history = Trainer(TrainConfig(**{**FAST, "eval_every": 4}, algorithm="adaptsfl", policy="sfl", rounds=3),
+    history = Trainer(TrainConfig.flat(**{**FAST, "eval_every": 4}, algorithm="adaptsfl", policy="sfl", rounds=3),
                       planner=planner).run()
     assert [e["round"] for e in history.events] == [0]        # SFL decides once
 
@@ -487,12 +487,12 @@ def test_wall_seconds_are_elapsed_time_and_resume_needs_a_folder() -> None:
     import time
 
     start = time.perf_counter()
-    history = Trainer(TrainConfig(**FAST, algorithm="psl", cuts=(2,), rounds=3)).run()
+    history = Trainer(TrainConfig.flat(**FAST, algorithm="psl", cuts=(2,), rounds=3)).run()
     elapsed = time.perf_counter() - start
     walls = [r.wall_seconds for r in history.records]
     assert 0 < walls[0] <= walls[1] <= walls[2] <= elapsed
     with pytest.raises(InputError, match="--resume needs --out") as info:
-        Trainer(TrainConfig(**FAST, algorithm="psl", cuts=(2,), rounds=3, resume=True)).run()
+        Trainer(TrainConfig.flat(**FAST, algorithm="psl", cuts=(2,), rounds=3, resume=True)).run()
     assert info.value.field == "resume"
 
 
@@ -500,31 +500,31 @@ def test_command_line_defaults_are_the_config_defaults() -> None:
     """`adaptplan train` with no flags trains what TrainConfig() describes (README: AdaptSFL with SGD, learning rate
     0.05, momentum 0.9, evaluation every 10 rounds; every optimizer option left to the algorithm's defaults) —
     except the progress bar, shown on a terminal by default."""
-    import dataclasses
-
     from adaptplan.cli import build_parser
     from adaptplan.cli.commands.train import _fields_from_args
+    from trainers.config import DEFAULTS
 
     fields = _fields_from_args(build_parser().parse_args(["train"]))
-    defaults = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
-                for f in dataclasses.fields(TrainConfig)}
+    defaults = dict(DEFAULTS)
+    assert set(fields) <= set(defaults)
     assert set(defaults) - set(fields) == {"model_width", "batch_devices", "noise_cv", "bandwidth_scale", "flops_scale",
                                            "eval_batch_size"}       # Python-only options (benchmarks, tests)
     assert {k: v for k, v in fields.items() if v != defaults[k]} == {"progress": True}
     assert all(defaults[k] is None for k in ("optimizer", "lr", "client_lr", "server_lr", "momentum", "weight_decay",
                                               "clip_norm", "client_optimizer", "server_optimizer"))
-    resolved = TrainConfig(**fields)
-    assert (resolved.optimizer, resolved.lr, resolved.momentum, resolved.eval_every) == ("sgd", 0.05, 0.9, 10)
-    assert (resolved.client_lr, resolved.server_lr, resolved.weight_decay, resolved.clip_norm) == (0.05, 0.05, 0.0, 0.0)
+    resolved = TrainConfig.flat(**fields)
+    assert resolved.to_json() == TrainConfig().to_json() | {"progress": True}
+    assert (resolved.optim.optimizer, resolved.optim.lr, resolved.optim.momentum, resolved.run.eval_every) == ("sgd", 0.05, 0.9, 10)
+    assert (resolved.optim.client_lr, resolved.optim.server_lr, resolved.optim.weight_decay, resolved.optim.clip_norm) == (0.05, 0.05, 0.0, 0.0)
 
 
 def test_sl_trains_every_device_at_the_deepest_planned_cut() -> None:
-    trainer = Trainer(TrainConfig(**FAST, algorithm="sl", rounds=1), planner=lambda request: ([1, 3, 2, 2], 4))
+    trainer = Trainer(TrainConfig.flat(**FAST, algorithm="sl", rounds=1), planner=lambda request: ([1, 3, 2, 2], 4))
     assert trainer.engine.cuts == [3, 3, 3, 3] and trainer.engine.interval == 1     # one client model; SL never averages
 
 
 def test_reported_accuracy_and_loss_are_the_means_over_the_evaluated_models() -> None:
-    trainer = Trainer(TrainConfig(**FAST, algorithm="psl", cuts=(2,), rounds=1))
+    trainer = Trainer(TrainConfig.flat(**FAST, algorithm="psl", cuts=(2,), rounds=1))
     trainer.run()
     per_device = [trainer.engine.evaluate(trainer.engine.device_model(d)) for d in range(4)]
     accuracy, loss, _ = trainer.evaluate()
@@ -538,7 +538,7 @@ def test_the_local_protocol_pools_each_devices_model_on_its_own_held_out_samples
     """CycleSL §4.1's sample-wise split: ⌊10 %⌋ of each device's samples never trained on; the local accuracy is
     Σ_i correct_i / Σ_i n_i with device i's model (PSL: its own [w_c,i; w_s]; SplitFed: the global model; SL: the
     one client model) on its held-out samples."""
-    trainer = Trainer(TrainConfig(**FAST, algorithm=algorithm, cuts=(2,), rounds=2))
+    trainer = Trainer(TrainConfig.flat(**FAST, algorithm=algorithm, cuts=(2,), rounds=2))
     trainer.run()
     data, engine = trainer.engine.data, trainer.engine
     sizes = [len(p) + len(q) for p, q in zip(data.parts, data.local_test)]
@@ -560,12 +560,12 @@ def test_the_local_protocol_pools_each_devices_model_on_its_own_held_out_samples
 
 
 def test_no_local_split_trains_on_every_sample_and_reports_no_local_accuracy() -> None:
-    trainer = Trainer(TrainConfig(**FAST, algorithm="psl", cuts=(2,), rounds=2, local_test_fraction=0.0))
+    trainer = Trainer(TrainConfig.flat(**FAST, algorithm="psl", cuts=(2,), rounds=2, local_test_fraction=0.0))
     history = trainer.run()
     n_train = int(trainer.engine.data.x_train.shape[0])
     assert sum(len(p) for p in trainer.engine.data.parts) == n_train                  # iid: every sample trains
     assert all(len(p) == 0 for p in trainer.engine.data.local_test)
-    split = Trainer(TrainConfig(**FAST, algorithm="psl", cuts=(2,), rounds=1))
+    split = Trainer(TrainConfig.flat(**FAST, algorithm="psl", cuts=(2,), rounds=1))
     assert sum(len(p) for p in split.engine.data.parts) < n_train
     assert trainer.evaluate()[2] is None and history.final_local_accuracy is None
 

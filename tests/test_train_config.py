@@ -31,35 +31,35 @@ EDGES = [  # field, largest/smallest value accepted, nearest value refused
 
 @pytest.mark.parametrize("field, good, bad", EDGES)
 def test_numeric_options_at_their_edges(field, good, bad) -> None:
-    assert getattr(TrainConfig(**{**BASE, field: good}), field) == good
+    assert TrainConfig.flat(**{**BASE, field: good}).value(field) == good
     with pytest.raises(InputError) as info:
-        TrainConfig(**{**BASE, field: bad})
+        TrainConfig.flat(**{**BASE, field: bad})
     assert info.value.field == field
 
 
 def test_optional_options_may_be_absent() -> None:
-    config = TrainConfig(**BASE)
-    assert (config.interval, config.replan_every, config.checkpoint_every, config.max_test_samples, config.threads,
-            config.target_accuracy, config.cuts) == (None,) * 7
-    assert config.clip_norm == 0                 # AdaptSFL's default: no clipping (0 = off)
+    config = TrainConfig.flat(**BASE)
+    assert (config.plan.interval, config.plan.replan_every, config.run.checkpoint_every, config.run.max_test_samples, config.execution.threads,
+            config.run.target_accuracy, config.plan.cuts) == (None,) * 7
+    assert config.optim.clip_norm == 0                 # AdaptSFL's default: no clipping (0 = off)
 
 
 def test_cuts_are_one_per_device_or_one_for_all() -> None:
-    assert TrainConfig(**BASE, cuts=(3,)).cuts == (3, 3, 3, 3)
-    assert TrainConfig(**BASE, cuts=(1, 2, 3, 4)).cuts == (1, 2, 3, 4)
+    assert TrainConfig.flat(**BASE, cuts=(3,)).plan.cuts == (3, 3, 3, 3)
+    assert TrainConfig.flat(**BASE, cuts=(1, 2, 3, 4)).plan.cuts == (1, 2, 3, 4)
     for cuts in ((1, 2), (1, 2, 3, 4, 5)):
         with pytest.raises(InputError, match=f"need 1 or 4 cut indices .*got {len(cuts)}") as info:
-            TrainConfig(**BASE, cuts=cuts)
+            TrainConfig.flat(**BASE, cuts=cuts)
         assert info.value.field == "cuts"
     with pytest.raises(InputError) as info:
-        TrainConfig(**BASE, cuts=(2, 0, 2, 2))
+        TrainConfig.flat(**BASE, cuts=(2, 0, 2, 2))
     assert info.value.field == "cuts[1]"
     with pytest.raises(InputError, match="either a plan file or explicit cuts") as info:
-        TrainConfig(**BASE, cuts=(2,), plan_path="plan.json")
+        TrainConfig.flat(**BASE, cuts=(2,), plan_path="plan.json")
 
 
 def test_json_round_trip_and_unknown_keys() -> None:
-    config = TrainConfig(**BASE, cuts=(2,), extra={"participation": 0.5}, algorithm="psl")
+    config = TrainConfig.flat(**BASE, cuts=(2,), extra={"participation": 0.5}, algorithm="psl")
     data = config.to_json()
     assert data["cuts"] == [2, 2, 2, 2]                      # a list in JSON
     assert TrainConfig.from_json(data) == config
@@ -91,7 +91,7 @@ def test_algorithm_option_defaults_are_the_strategies_and_the_specs() -> None:
 
 def test_unknown_algorithm_is_refused_by_the_config() -> None:
     with pytest.raises(InputError, match="unknown value 'splitfed'; valid: sl, psl, sfl-v1") as info:
-        TrainConfig(**BASE, algorithm="splitfed")
+        TrainConfig.flat(**BASE, algorithm="splitfed")
     assert info.value.field == "algorithm"
 
 
@@ -100,30 +100,32 @@ def test_each_algorithm_trains_with_its_papers_settings_unless_told() -> None:
     from trainers.config import ALGORITHM_DEFAULTS
 
     base = {k: v for k, v in BASE.items() if k not in ("lr", "momentum", "weight_decay", "optimizer", "clip_norm")}
-    gapsl = TrainConfig(**base, algorithm="gapsl")
-    assert (gapsl.optimizer, gapsl.client_lr, gapsl.server_lr, gapsl.momentum) == ("sgd", 0.005, 0.01, 0.9)
-    assert gapsl.lr == 0.01 and gapsl.clip_norm == 0                 # the planner's γ; no clipping
-    scala = TrainConfig(**base, algorithm="scala", cuts=(2,))
-    assert (scala.client_lr, scala.server_lr, scala.weight_decay, scala.clip_norm, scala.interval) == \
+    gapsl = TrainConfig.flat(**base, algorithm="gapsl")
+    assert (gapsl.optim.optimizer, gapsl.optim.client_lr, gapsl.optim.server_lr, gapsl.optim.momentum) == ("sgd", 0.005, 0.01, 0.9)
+    assert gapsl.optim.lr == 0.01 and gapsl.optim.clip_norm == 0                 # the planner's γ; no clipping
+    scala = TrainConfig.flat(**base, algorithm="scala", cuts=(2,))
+    assert (scala.optim.client_lr, scala.optim.server_lr, scala.optim.weight_decay, scala.optim.clip_norm, scala.plan.interval) == \
         (0.01, 0.01, 5e-4, 10.0, 20)
-    cyclesl = TrainConfig(**base, algorithm="cyclesl")
-    assert (cyclesl.optimizer, cyclesl.client_lr, cyclesl.server_lr) == ("adam", 1e-3, 1e-3)
-    adaptsfl = TrainConfig(**base, algorithm="adaptsfl")
-    assert (adaptsfl.lr, adaptsfl.momentum, adaptsfl.interval) == (0.05, 0.9, None)   # I: the plan's
-    assert (adaptsfl.optimizer, adaptsfl.client_lr, adaptsfl.server_lr, adaptsfl.weight_decay, adaptsfl.clip_norm) == \
+    cyclesl = TrainConfig.flat(**base, algorithm="cyclesl")
+    assert (cyclesl.optim.optimizer, cyclesl.optim.client_lr, cyclesl.optim.server_lr) == ("adam", 1e-3, 1e-3)
+    adaptsfl = TrainConfig.flat(**base, algorithm="adaptsfl")
+    assert (adaptsfl.optim.lr, adaptsfl.optim.momentum, adaptsfl.plan.interval) == (0.05, 0.9, None)   # I: the plan's
+    assert (adaptsfl.optim.optimizer, adaptsfl.optim.client_lr, adaptsfl.optim.server_lr, adaptsfl.optim.weight_decay, adaptsfl.optim.clip_norm) == \
         ("sgd", 0.05, 0.05, 0.0, 0.0)
     for splitfed in ("sfl-v1", "sfl-v2"):                             # SCALA's SplitFedV1/V2 baselines (§5.1, its code)
-        c = TrainConfig(**base, algorithm=splitfed)
-        assert (c.optimizer, c.client_lr, c.server_lr, c.momentum, c.weight_decay, c.clip_norm, c.interval) == \
+        c = TrainConfig.flat(**base, algorithm=splitfed)
+        o = c.optim
+        assert (o.optimizer, o.client_lr, o.server_lr, o.momentum, o.weight_decay, o.clip_norm, c.plan.interval) == \
             ("sgd", 0.01, 0.01, 0.9, 5e-4, 10.0, None)
         assert "SCALA" in ALGORITHM_DEFAULTS[splitfed].source
     for psl_family in ("sl", "psl"):                                  # GAPSL's baselines: its own rates
-        c = TrainConfig(**base, algorithm=psl_family)
-        assert (c.client_lr, c.server_lr, c.momentum) == (0.005, 0.01, 0.9)
-    gas = TrainConfig(**base, algorithm="gas")
-    assert (gas.client_lr, gas.server_lr, gas.momentum, gas.weight_decay, gas.clip_norm) == (0.01, 0.01, 0.9, 5e-4, 10.0)
-    sglr = TrainConfig(**base, algorithm="sglr")              # CycleSL's SGLR baseline: its one Adam rate
-    assert (sglr.client_optimizer, sglr.server_optimizer, sglr.client_lr, sglr.server_lr) == ("adam", "adam", 1e-3, 1e-3)
+        c = TrainConfig.flat(**base, algorithm=psl_family)
+        assert (c.optim.client_lr, c.optim.server_lr, c.optim.momentum) == (0.005, 0.01, 0.9)
+    gas = TrainConfig.flat(**base, algorithm="gas")
+    g = gas.optim
+    assert (g.client_lr, g.server_lr, g.momentum, g.weight_decay, g.clip_norm) == (0.01, 0.01, 0.9, 5e-4, 10.0)
+    sglr = TrainConfig.flat(**base, algorithm="sglr")              # CycleSL's SGLR baseline: its one Adam rate
+    assert (sglr.optim.client_optimizer, sglr.optim.server_optimizer, sglr.optim.client_lr, sglr.optim.server_lr) == ("adam", "adam", 1e-3, 1e-3)
     assert set(ALGORITHM_DEFAULTS) == set(ALGORITHMS_ALL)
     assert all(d.source for d in ALGORITHM_DEFAULTS.values())
 
@@ -133,20 +135,20 @@ ALGORITHMS_ALL = ("sl", "psl", "sfl-v1", "sfl-v2", "adaptsfl", "gapsl", "scala",
 
 def test_lr_sets_both_roles_and_each_role_its_own() -> None:
     base = {k: v for k, v in BASE.items() if k not in ("lr",)}
-    both = TrainConfig(**base, algorithm="gapsl", lr=0.02)
-    assert (both.client_lr, both.server_lr) == (0.02, 0.02)
-    one = TrainConfig(**base, algorithm="gapsl", lr=0.02, server_lr=0.5)
-    assert (one.client_lr, one.server_lr) == (0.02, 0.5)
-    alone = TrainConfig(**base, algorithm="gapsl", client_lr=0.3)
-    assert (alone.client_lr, alone.server_lr) == (0.3, 0.01)        # the other role keeps the paper's
+    both = TrainConfig.flat(**base, algorithm="gapsl", lr=0.02)
+    assert (both.optim.client_lr, both.optim.server_lr) == (0.02, 0.02)
+    one = TrainConfig.flat(**base, algorithm="gapsl", lr=0.02, server_lr=0.5)
+    assert (one.optim.client_lr, one.optim.server_lr) == (0.02, 0.5)
+    alone = TrainConfig.flat(**base, algorithm="gapsl", client_lr=0.3)
+    assert (alone.optim.client_lr, alone.optim.server_lr) == (0.3, 0.01)        # the other role keeps the paper's
     spec_c, spec_s = one.optimizer_spec("client"), one.optimizer_spec("server")
     assert (spec_c.lr, spec_s.lr) == (0.02, 0.5)
     assert TrainConfig.from_json(one.to_json()) == one              # resolved values round-trip
-    off = TrainConfig(**{k: v for k, v in base.items() if k != "clip_norm"}, algorithm="gas", clip_norm=0)
+    off = TrainConfig.flat(**{k: v for k, v in base.items() if k != "clip_norm"}, algorithm="gas", clip_norm=0)
     assert off.optimizer_spec("client").clip_norm is None             # --clip-norm 0 = no clipping
     for name in ("client_lr", "server_lr"):
         with pytest.raises(InputError) as info:
-            TrainConfig(**base, algorithm="psl", **{name: -1.0})
+            TrainConfig.flat(**base, algorithm="psl", **{name: -1.0})
         assert info.value.field == name
 
 
@@ -157,14 +159,14 @@ def test_per_role_rates_reach_the_roles_optimizers() -> None:
 
     from trainers.run import Trainer
 
-    config = TrainConfig(algorithm="psl", dataset="synthetic", model="mlp", devices=3, rounds=1, cuts=(1,),
+    config = TrainConfig.flat(algorithm="psl", dataset="synthetic", model="mlp", devices=3, rounds=1, cuts=(1,),
                          client_lr=0.125, server_lr=0.75, server_optimizer="adam", progress=False)
-    assert (config.client_optimizer, config.server_optimizer) == ("sgd", "adam")
+    assert (config.optim.client_optimizer, config.optim.server_optimizer) == ("sgd", "adam")
     engine = Trainer(config).engine
     assert {d.optimizer.torch.param_groups[0]["lr"] for d in engine.devices} == {0.125}
     assert {o.torch.param_groups[0]["lr"] for o in engine.edge.optimizers.values()} == {0.75}
     assert all(type(d.optimizer.torch) is torch.optim.SGD for d in engine.devices)
     assert all(type(o.torch) is torch.optim.Adam for o in engine.edge.optimizers.values())
     with pytest.raises(InputError) as info:
-        TrainConfig(**BASE, client_optimizer="rmsprop")
+        TrainConfig.flat(**BASE, client_optimizer="rmsprop")
     assert info.value.field == "client_optimizer"

@@ -42,7 +42,7 @@ from profilers.profile import StemWarning, stem_note
 from trainers.algorithms import algorithm
 from trainers.checkpoint import file_digest, load_checkpoint, save_checkpoint
 from trainers.clock import SimClock
-from trainers.config import TrainConfig, as_saved_run_trained
+from trainers.config import RESUMABLE, TrainConfig, as_saved_run_trained
 from trainers.datasets import Dataset, load_dataset
 from trainers.device_data import read_manifest
 from trainers.devices import resolve_device
@@ -55,13 +55,6 @@ from trainers.partition import local_test_split, partition_indices, samples_befo
 from trainers.planning import Planner, ReplanRequest, default_planner  # noqa: F401  (re-exported)
 from trainers.run_folder import Interrupted, RunFolder, StopRequest
 from trainers.strategies import make_strategy
-
-RESUMABLE = ("rounds", "resume", "overwrite", "progress", "out", "checkpoint_every", "threads", "target_accuracy",
-             "eval_every", "device", "client_batching", "client_recompute", "server_pass_samples", "distributed", "transport",
-             "ranks", "emulate_links", "rank_timeout")
-"""Options a resumed run may change; every other one must equal the checkpointed run's. (A checkpoint
-holds CPU tensors whatever the device that wrote it, so ``device`` may change; results then agree
-up to floating-point rounding instead of bit for bit, as with another ``server_pass_samples``.)"""
 
 
 # ---- planning ---------------------------------------------------------------------------------------------
@@ -81,8 +74,8 @@ class Trainer:
     ``planner`` (a :data:`Planner` callable) is used for the initial plan when no cuts/plan are
     given and for re-planning when ``replan_every`` is set; default :func:`default_planner`.
     ``system`` overrides the generated system (``generate_system(devices, system_seed)``);
-    ``constants`` the training constants (else ``config.constants_path``, else the placeholders);
-    ``data`` the dataset (else ``trainers.datasets.load_dataset(config.dataset, config.data_root, config.download)``);
+    ``constants`` the training constants (else ``config.plan.constants_path``, else the placeholders);
+    ``data`` the dataset (else ``trainers.datasets.load_dataset(config.data.dataset, config.data.data_root, config.data.download)``);
     ``engine_factory`` the runtime (the simulator by default; the torch.distributed runtime passes its own).
     """
 
@@ -90,20 +83,20 @@ class Trainer:
                  constants: ConvergenceConstants | None = None, data: Dataset | None = None,
                  engine_factory: Callable[..., SplitEngine] = SplitEngine) -> None:
         config.validate()
-        assert config.lr is not None, "TrainConfig resolves the learning rate"
+        assert config.optim.lr is not None, "TrainConfig resolves the learning rate"
         self.config = config
-        self.lr: float = config.lr
-        self.device = resolve_device(config.device, field="device")       # no GPU for --device cuda: before any work
+        self.lr: float = config.optim.lr
+        self.device = resolve_device(config.execution.device, field="device")       # no GPU for --device cuda: before any work
         self.algorithm = algorithm(config.algorithm)                       # the registry's entry: its traits
         self.strategy = make_strategy(config.algorithm, config.extra)     # its options are checked before any work
-        if config.threads:
-            torch.set_num_threads(config.threads)
-        torch.manual_seed(config.seed)
+        if config.execution.threads:
+            torch.set_num_threads(config.execution.threads)
+        torch.manual_seed(config.run.seed)
         manifest = self._manifest()
         self.dataset = data if data is not None else self._load_data(manifest)
         x_test, y_test = self.dataset.x_test, self.dataset.y_test
-        if config.max_test_samples:
-            x_test, y_test = x_test[:config.max_test_samples], y_test[:config.max_test_samples]
+        if config.run.max_test_samples:
+            x_test, y_test = x_test[:config.run.max_test_samples], y_test[:config.run.max_test_samples]
         self._build_model()
         self.constants = self._checked_constants(constants)
         self.planner, self.replan_every = self._planner(planner)
@@ -113,29 +106,29 @@ class Trainer:
         self.engine = engine_factory(self.blocks, cuts, self.strategy,
                                   DeviceData(self.dataset.x_train, self.dataset.y_train, x_test, y_test, parts,
                                              self.dataset.num_classes, local_test),
-                                  config.optimizer_spec("client"), config.batch_size, seed=config.seed,
+                                  config.optimizer_spec("client"), config.data.batch_size, seed=config.run.seed,
                                   interval=interval, clock=self.clock,
-                                  total_rounds=config.rounds, server_optimizer=config.optimizer_spec("server"),
-                                  execution=Execution.resolve(self.device, config.client_batching, config.server_pass_samples,
-                                                              config.client_recompute, config.batch_devices))
+                                  total_rounds=config.run.rounds, server_optimizer=config.optimizer_spec("server"),
+                                  execution=Execution.resolve(self.device, config.execution.client_batching, config.execution.server_pass_samples,
+                                                              config.execution.client_recompute, config.execution.batch_devices))
         self.history = History(meta={"config": config.to_json(), "plan_source": event["source"], "run_id": uuid.uuid4().hex,
                                      "num_blocks": len(self.blocks), "block_names": self.block_names,
-                                     "target_accuracy": config.target_accuracy,
+                                     "target_accuracy": config.run.target_accuracy,
                                      "num_classes": self.dataset.num_classes})
         self.history.events.append({"round": 0, "event": "plan", **event, "cuts": cuts, "interval": interval})
         self.start_round = 0
         self.last_replan = 0
         self.wall_offset = 0.0
-        self.input_digests = {name: file_digest(getattr(config, f"{name}_path"))
-                              for name in ("system", "plan", "constants") if getattr(config, f"{name}_path")}
+        self.input_digests = {name: file_digest(config.value(f"{name}_path"))
+                              for name in ("system", "plan", "constants") if config.value(f"{name}_path")}
 
     def _manifest(self) -> Any:
         """The per-device data files' manifest (``--device-data``), checked against ``--devices``; None without."""
         c = self.config
-        manifest = read_manifest(c.device_data) if c.device_data is not None else None
-        if manifest is not None and len(manifest.devices) != c.devices:
-            raise InputError(f"{c.device_data} holds the data of {len(manifest.devices)} devices, --devices is "
-                             f"{c.devices}", field="devices")
+        manifest = read_manifest(c.data.device_data) if c.data.device_data is not None else None
+        if manifest is not None and len(manifest.devices) != c.data.devices:
+            raise InputError(f"{c.data.device_data} holds the data of {len(manifest.devices)} devices, --devices is "
+                             f"{c.data.devices}", field="devices")
         return manifest
 
     def _load_data(self, manifest: Any) -> Dataset:
@@ -143,104 +136,104 @@ class Trainer:
         samples) or by name."""
         c = self.config
         if manifest is not None:
-            return manifest.dataset(with_samples=not c.distributed)
-        return load_dataset(c.dataset, c.data_root, c.download)
+            return manifest.dataset(with_samples=not c.runtime.distributed)
+        return load_dataset(c.data.dataset, c.data.data_root, c.data.download)
 
     def _build_model(self) -> None:
         """The model as blocks (``self.blocks``, ``self.block_names``), its profile, and the stem note."""
         c = self.config
         input_shape = tuple(int(s) for s in self.dataset.x_train.shape[1:])
-        model = build_model(c.model, input_shape, self.dataset.num_classes, c.model_width)
-        check_model_output(model, c.model, input_shape, self.dataset.num_classes, field="model")
+        model = build_model(c.model.name, input_shape, self.dataset.num_classes, c.model.width)
+        check_model_output(model, c.model.name, input_shape, self.dataset.num_classes, field="model")
         chain = build_chain(model, self.dataset.x_train[:2])
         self.blocks, self.block_names = chain.blocks, list(chain.names)
         with warnings.catch_warnings():   # said once, by name, in self.notes
             warnings.simplefilter("ignore", StemWarning)
-            self.profile = profile_model(chain, input_shape, model_name=f"{c.model}-{c.dataset}")
-        self.notes = [note for note in [stem_note(c.model, input_shape, chain.output_shapes)] if note]
+            self.profile = profile_model(chain, input_shape, model_name=f"{c.model.name}-{c.data.dataset}")
+        self.notes = [note for note in [stem_note(c.model.name, input_shape, chain.output_shapes)] if note]
 
     def _checked_constants(self, constants: ConvergenceConstants | None) -> ConvergenceConstants | None:
         """The convergence constants given or read from ``--constants``, checked against the model's cut points
         and the learning rate (Corollary 1 plans with the rate that trains)."""
         c = self.config
-        if constants is None and c.constants_path:
-            constants = ConvergenceConstants.load(c.constants_path)
+        if constants is None and c.plan.constants_path:
+            constants = ConvergenceConstants.load(c.plan.constants_path)
         if constants is not None and len(constants.sigma2) != self.profile.num_cuts:
-            raise InputError(f"the constants have {len(constants.sigma2)} cut points but {c.model} has "
+            raise InputError(f"the constants have {len(constants.sigma2)} cut points but {c.model.name} has "
                              f"{self.profile.num_cuts}; estimate them for this model (adaptplan profile --grad-stats)",
                              field="constants_path")
         if constants is not None and not math.isclose(constants.gamma, self.lr, rel_tol=1e-9):
-            raise InputError(f"the constants' gamma = {constants.gamma:g} is not the learning rate --lr {c.lr:g}; "
+            raise InputError(f"the constants' gamma = {constants.gamma:g} is not the learning rate --lr {c.optim.lr:g}; "
                              f"the plan (Corollary 1) must use the learning rate that trains", field="constants_path")
         return constants
 
     def _planner(self, planner: Planner | None) -> tuple[Planner, int | None]:
         """(the planner, re-plan every Q rounds): a planning policy's, or the AdaptSFL planner."""
         c = self.config
-        if c.policy is None:
-            return planner or default_planner(self.constants, gamma=self.lr), c.replan_every
+        if c.plan.policy is None:
+            return planner or default_planner(self.constants, gamma=self.lr), c.plan.replan_every
         from trainers.policies import REDRAWING, policy_planner
 
-        fixed = c.cuts[0] if c.cuts else None
-        chosen = planner or policy_planner(c.policy, self.constants, self.lr, c.seed, fixed)
-        return chosen, 1 if c.policy in REDRAWING else (c.replan_every if c.policy == "adaptsfl" else None)
+        fixed = c.plan.cuts[0] if c.plan.cuts else None
+        chosen = planner or policy_planner(c.plan.policy, self.constants, self.lr, c.run.seed, fixed)
+        return chosen, 1 if c.plan.policy in REDRAWING else (c.plan.replan_every if c.plan.policy == "adaptsfl" else None)
 
     def _system_clock(self, system: SystemSpec | None) -> tuple[SystemProcess, SimClock]:
         """The system process (given, read from ``--system`` or generated; re-drawn each round only where
         generated: a system the user gave keeps its resources) and the simulated clock over it."""
         c = self.config
-        self.ranges = scaled_ranges(SystemRanges(), c.flops_scale, c.bandwidth_scale)
+        self.ranges = scaled_ranges(SystemRanges(), c.system.flops_scale, c.system.bandwidth_scale)
         base = system
         if base is None:
-            base = SystemSpec.load(c.system_path) if c.system_path else \
-                generate_system(c.devices, c.system_seed, self.ranges)
-        if base.num_devices != c.devices:
-            raise InputError(f"system has {base.num_devices} devices but devices = {c.devices}", field="devices")
-        generated = system is None and not c.system_path
-        process = SystemProcess(base, seed=c.system_seed, redraw=c.redraw_resources and generated,
-                                ranges=self.ranges, noise_cv=c.noise_cv)
-        return process, SimClock(self.profile, process, c.batch_size)
+            base = SystemSpec.load(c.system.path) if c.system.path else \
+                generate_system(c.data.devices, c.system.seed, self.ranges)
+        if base.num_devices != c.data.devices:
+            raise InputError(f"system has {base.num_devices} devices but devices = {c.data.devices}", field="devices")
+        generated = system is None and not c.system.path
+        process = SystemProcess(base, seed=c.system.seed, redraw=c.system.redraw_resources and generated,
+                                ranges=self.ranges, noise_cv=c.system.noise_cv)
+        return process, SimClock(self.profile, process, c.data.batch_size)
 
     def _partition(self, manifest: Any) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """(each device's training indices, its held-out indices): the manifest's or the partition's, then the
         local test split; the batch must fit the smallest device."""
         c = self.config
         parts = manifest.parts() if manifest is not None else partition_indices(
-            self.dataset.y_train.numpy(), c.devices, c.partition, c.seed, c.dirichlet_alpha,
-            min_size=samples_before_split(c.batch_size, c.local_test_fraction))
-        parts, local_test = local_test_split(parts, c.local_test_fraction, c.seed)
+            self.dataset.y_train.numpy(), c.data.devices, c.data.partition, c.run.seed, c.data.dirichlet_alpha,
+            min_size=samples_before_split(c.data.batch_size, c.data.local_test_fraction))
+        parts, local_test = local_test_split(parts, c.data.local_test_fraction, c.run.seed)
         # rank 0 of a distributed run over per-device files holds no device's samples: no local evaluation there
-        self.local_evaluation = c.local_test_fraction > 0 and not (manifest is not None and c.distributed)
+        self.local_evaluation = c.data.local_test_fraction > 0 and not (manifest is not None and c.runtime.distributed)
         smallest = min(len(p) for p in parts)
-        if c.batch_size > smallest:
-            raise InputError(f"{c.batch_size} exceeds the smallest device's {smallest} training samples "
-                             f"({c.partition} partition over {c.devices} devices)", field="batch_size")
+        if c.data.batch_size > smallest:
+            raise InputError(f"{c.data.batch_size} exceeds the smallest device's {smallest} training samples "
+                             f"({c.data.partition} partition over {c.data.devices} devices)", field="batch_size")
         return parts, local_test
 
     def _initial_plan(self) -> tuple[list[int], int, dict[str, Any]]:
         """(cuts, interval, event fields) of the plan in force from round 1 (module docstring)."""
         c, L = self.config, len(self.blocks)
-        if c.cuts is not None and c.policy is None:
-            return list(c.cuts), c.interval or 1, {"source": "cuts"}   # c.interval: --interval or the algorithm's
-        if c.plan_path is not None:
-            plan = Plan.load(c.plan_path)
-            if len(plan.cuts) != c.devices:
-                raise InputError(f"plan has {len(plan.cuts)} cuts but devices = {c.devices}", field="plan.cuts")
+        if c.plan.cuts is not None and c.plan.policy is None:
+            return list(c.plan.cuts), c.plan.interval or 1, {"source": "cuts"}   # c.plan.interval: --interval or the algorithm's
+        if c.plan.path is not None:
+            plan = Plan.load(c.plan.path)
+            if len(plan.cuts) != c.data.devices:
+                raise InputError(f"plan has {len(plan.cuts)} cuts but devices = {c.data.devices}", field="plan.cuts")
             outside = [cut for cut in plan.cuts if not 1 <= cut <= L]
             if outside:
-                raise InputError(f"cut {outside[0]} is outside 1..{L}, the cut points of {c.model}", field="plan.cuts")
+                raise InputError(f"cut {outside[0]} is outside 1..{L}, the cut points of {c.model.name}", field="plan.cuts")
             self._check_plan_model(plan)
-            return list(plan.cuts), c.interval or plan.interval, {"source": "plan", "plan": plan.to_json()}
+            return list(plan.cuts), c.plan.interval or plan.interval, {"source": "plan", "plan": plan.to_json()}
         try:
             cuts, interval, details = _decision(self.planner(ReplanRequest(0, self.clock.system(1), self.profile, [], 1)))
         except InfeasibleError as exc:
-            if not c.allow_fallback:
+            if not c.plan.allow_fallback:
                 raise InfeasibleError(f"the planner found no plan: {exc.message}. Give the plan yourself (--cuts, --plan), "
                                       f"change the target (--constants), or pass --allow-fallback to train every device "
                                       f"at cut {math.ceil(L / 2)} of {L} with I = 1", field=exc.field) from None
-            return [math.ceil(L / 2)] * c.devices, c.interval or 1, {"source": "default", "reason": str(exc)}
-        source = {"source": "planner"} if c.policy is None else {"source": "policy", "policy": c.policy}
-        return self._one_client_model(cuts), c.interval or self._planned_interval(interval), {**source, **details}
+            return [math.ceil(L / 2)] * c.data.devices, c.plan.interval or 1, {"source": "default", "reason": str(exc)}
+        source = {"source": "planner"} if c.plan.policy is None else {"source": "policy", "policy": c.plan.policy}
+        return self._one_client_model(cuts), c.plan.interval or self._planned_interval(interval), {**source, **details}
 
     def _check_plan_model(self, plan: Plan) -> None:
         """The plan must record its model (``plan.model``, written by every plan the planner makes) and
@@ -248,14 +241,14 @@ class Trainer:
         ``--interval`` instead, which the message spells out."""
         if plan.model is None:
             raise InputError(f"the plan does not say which model it was made for, so it cannot be checked against "
-                             f"--model {self.config.model}: make it with adaptplan plan --profile (which records the "
+                             f"--model {self.config.model.name}: make it with adaptplan plan --profile (which records the "
                              f"model), or give it as --cuts {','.join(map(str, plan.cuts))} --interval {plan.interval}",
                              field="plan.model")
         mine = self.profile.identity()
         if plan.model["num_cuts"] != mine["num_cuts"] or plan.model["structure_sha256"] != mine["structure_sha256"]:
             raise InputError(f"the plan was made for model {plan.model['name']!r} ({plan.model['num_cuts']} cut points, "
-                             f"structure {plan.model['structure_sha256'][:12]}…) but --model {self.config.model} on "
-                             f"{self.config.dataset} has {mine['num_cuts']} cut points (structure "
+                             f"structure {plan.model['structure_sha256'][:12]}…) but --model {self.config.model.name} on "
+                             f"{self.config.data.dataset} has {mine['num_cuts']} cut points (structure "
                              f"{mine['structure_sha256'][:12]}…); plan for this model (adaptplan profile + adaptplan plan)",
                              field="plan_path")
 
@@ -265,8 +258,8 @@ class Trainer:
         cuts = event["cuts"]
         counts = {c: cuts.count(c) for c in sorted(set(cuts))}
         spread = ", ".join(f"{n}× cut {c}" for c, n in counts.items())
-        source = {"cuts": "--cuts", "plan": f"plan file {self.config.plan_path}", "planner": "the built-in planner",
-                  "default": "the fallback (no feasible plan)", "policy": f"policy {self.config.policy}"}[event["source"]]
+        source = {"cuts": "--cuts", "plan": f"plan file {self.config.plan.path}", "planner": "the built-in planner",
+                  "default": "the fallback (no feasible plan)", "policy": f"policy {self.config.plan.policy}"}[event["source"]]
         extra = ""
         if "plan" in event:
             extra = f"; predicted {event['plan']['rounds']} rounds, {event['plan']['total_latency_s']:.4g} s (eq. 26)"
@@ -280,7 +273,7 @@ class Trainer:
         if not self.strategy.averages_clients:
             return "client models never averaged"
         text = f"interval I = {event['interval']}"
-        if event["source"] == "cuts" and self.config.interval is None and self.algorithm.planned_interval:
+        if event["source"] == "cuts" and self.config.plan.interval is None and self.algorithm.planned_interval:
             text += " (--cuts without --interval: give --interval I, or leave out --cuts for the planner's I)"
         return text
 
@@ -288,7 +281,7 @@ class Trainer:
         """The planner's I is the decision of an algorithm that takes it (AdaptSFL, the registry's
         ``planned_interval``); SplitFed and the others aggregate every round (I = 1) unless ``--interval`` says
         otherwise — only the cuts are taken from the plan. A ``--policy`` decides the interval for every algorithm."""
-        return interval if self.algorithm.planned_interval or self.config.policy is not None else 1
+        return interval if self.algorithm.planned_interval or self.config.plan.policy is not None else 1
 
     def _one_client_model(self, cuts: list[int]) -> list[int]:
         """An algorithm of one client model (vanilla SL) hands it from device to device: all devices at the
@@ -309,11 +302,11 @@ class Trainer:
                 "inputs": self.input_digests}
 
     def resume(self) -> None:
-        """Continue from ``config.out/checkpoint.pt``: the options that shape the run must match."""
-        if not self.config.out:
+        """Continue from ``config.run.out/checkpoint.pt``: the options that shape the run must match."""
+        if not self.config.run.out:
             raise InputError("--resume needs --out (the run folder holding checkpoint.pt)", field="resume")
-        state = load_checkpoint(self.config.out)
-        where = f"checkpoint in {self.config.out!r}"
+        state = load_checkpoint(self.config.run.out)
+        where = f"checkpoint in {self.config.run.out!r}"
         saved, now = as_saved_run_trained(state["config"]), self.config.to_json()   # fields checked on load
         if self.strategy.uses_total_rounds and saved.get("rounds") != now["rounds"]:
             raise InputError(f"{self.config.algorithm}'s schedule depends on the run's total rounds T (GAPSL's eq. 2: "
@@ -336,7 +329,7 @@ class Trainer:
         for i, part in enumerate([*state["partitions"], *local_test]):
             if len(part) and int(part.max()) >= n_train:
                 raise InputError(f"the {where} gives device {i % len(state['partitions'])} sample index "
-                                 f"{int(part.max())}, beyond the {n_train} training samples of {self.config.dataset}; "
+                                 f"{int(part.max())}, beyond the {n_train} training samples of {self.config.data.dataset}; "
                                  "start the run again with --overwrite", field="--resume")
         try:
             self.engine.data.parts = [np.asarray(p) for p in state["partitions"]]
@@ -363,7 +356,7 @@ class Trainer:
         started, kept in history.json and every checkpoint) must match; a checkpoint copied from another run
         is refused. Folders whose files carry no run id (written before ids existed) are not compared."""
         mine = state.get("run_id")                           # its form was checked on load
-        history_path = Path(str(self.config.out)) / "history.json"
+        history_path = Path(str(self.config.run.out)) / "history.json"
         if not history_path.is_file():
             return
         try:
@@ -382,32 +375,32 @@ class Trainer:
         saved (:class:`~trainers.run_folder.Interrupted`); NaN/inf stops with the history up to the
         last complete round saved (an InputError naming the round, the device and ``--lr``)."""
         c = self.config
-        if not c.out:
-            if c.resume:
+        if not c.run.out:
+            if c.run.resume:
                 raise InputError("--resume needs --out (the run folder holding checkpoint.pt)", field="resume")
             return self._train(None)
-        with RunFolder(c.out, resume=c.resume, overwrite=c.overwrite):
-            return self._train(c.out)
+        with RunFolder(c.run.out, resume=c.run.resume, overwrite=c.run.overwrite):
+            return self._train(c.run.out)
 
     def _train(self, out: str | None) -> History:
         c, engine = self.config, self.engine
-        if c.resume:
+        if c.run.resume:
             self.resume()
         bar = None
-        if c.progress:
+        if c.run.progress:
             from tqdm import tqdm
-            bar = tqdm(total=c.rounds, initial=self.start_round, unit="round", dynamic_ncols=True)
+            bar = tqdm(total=c.run.rounds, initial=self.start_round, unit="round", dynamic_ncols=True)
         t0 = time.perf_counter()
         wall = self.wall_offset
         try:
             with StopRequest() as stop:
-                for t in range(self.start_round + 1, c.rounds + 1):
+                for t in range(self.start_round + 1, c.run.rounds + 1):
                     cuts_in_force, interval_in_force = list(engine.cuts), engine.interval
                     try:
                         stats = engine.run_round(t)
                         replanned = self._maybe_replan(t, stats.aggregated)
                         acc = test_loss = local = None
-                        if t % c.eval_every == 0:
+                        if t % c.run.eval_every == 0:
                             acc, test_loss, local = self.evaluate()
                     except NonFiniteError as exc:
                         self._save_history(out)
@@ -423,13 +416,13 @@ class Trainer:
                                                     stats.participants, stats.stage_seconds, stats.metrics,
                                                     stats.measured_stage_seconds, stats.measured_round_seconds,
                                                     local))
-                    if out and c.checkpoint_every and t % c.checkpoint_every == 0:
+                    if out and c.run.checkpoint_every and t % c.run.checkpoint_every == 0:
                         save_checkpoint(self.state_dict(t, wall), out)
                     if bar is not None:
                         shown = self.history.final_accuracy
                         bar.set_postfix_str(f"acc={shown if shown is None else f'{shown:.3f}'} sim={self.clock.seconds:.1f}s")
                         bar.update(1)
-                    if stop.signum is not None and t < c.rounds:
+                    if stop.signum is not None and t < c.run.rounds:
                         if out:
                             save_checkpoint(self.state_dict(t, wall), out)
                             self._save_history(out)
@@ -479,29 +472,29 @@ class Trainer:
         """Both evaluation protocols: global test accuracy and loss, the mean over the strategy's
         ``eval_models`` (the global model, or every device's model for PSL) on the test set; and the local
         accuracy, each device's model on its own held-out samples, pooled (None without a local split)."""
-        results = [self.engine.evaluate(m, self.config.eval_batch_size) for m in self.engine.eval_models()]
-        local = self.engine.evaluate_local(self.config.eval_batch_size) if self.local_evaluation else None
+        results = [self.engine.evaluate(m, self.config.execution.eval_batch_size) for m in self.engine.eval_models()]
+        local = self.engine.evaluate_local(self.config.execution.eval_batch_size) if self.local_evaluation else None
         return float(np.mean([r[0] for r in results])), float(np.mean([r[1] for r in results])), local
 
     def _maybe_replan(self, t: int, aggregated: bool) -> bool:
         """Algorithm 1: at an aggregation round, if Q rounds passed since the last
         re-plan, call the planner with the measured system of the next round and re-partition without
-        losing state. ``config.interval``, if set, overrides the planner's I here too. An infeasible
+        losing state. ``config.plan.interval``, if set, overrides the planner's I here too. An infeasible
         re-plan keeps the plan in force and records a ``replan-infeasible`` event with the reason."""
         Q = self.replan_every
         if not Q or not aggregated or t - self.last_replan < Q:
             return False
-        system = dataclasses.replace(self.clock.process.measured(t + 1), batch_size=self.config.batch_size)
+        system = dataclasses.replace(self.clock.process.measured(t + 1), batch_size=self.config.data.batch_size)
         old = (list(self.engine.cuts), self.engine.interval)
         self.last_replan = t
-        estimated = self.reestimate_constants(t) if self.config.reestimate else None
+        estimated = self.reestimate_constants(t) if self.config.plan.reestimate else None
         try:
             cuts, interval, details = _decision(self.planner(ReplanRequest(t, system, self.profile, *old, estimated)))
         except InfeasibleError as exc:             # keep the plan in force, say why
             self.history.events.append({"round": t, "event": "replan-infeasible", "reason": str(exc),
                                         "cuts": old[0], "interval": old[1]})
             return False
-        cuts, interval = self._one_client_model(cuts), self.config.interval or self._planned_interval(interval)
+        cuts, interval = self._one_client_model(cuts), self.config.plan.interval or self._planned_interval(interval)
         self.engine.set_cuts(cuts, t)
         self.engine.interval = interval
         if estimated is not None:
@@ -519,11 +512,11 @@ class Trainer:
 
         epsilon = (self.constants.epsilon if self.constants is not None
                    else ConvergenceConstants.placeholder(self.profile.num_cuts).epsilon)
-        b = self.config.batch_size
+        b = self.config.data.batch_size
         batches = iterate_batches(self.dataset.x_train, self.dataset.y_train, b, 8, seed=t)
         chain = Chain(self.engine.global_model(), list(self.block_names))
-        assert self.config.lr is not None, "TrainConfig resolves the learning rate"
-        return estimate_constants(chain, batches, gamma=self.config.lr, epsilon=epsilon, num_batches=8, seed=t,
+        assert self.config.optim.lr is not None, "TrainConfig resolves the learning rate"
+        return estimate_constants(chain, batches, gamma=self.config.optim.lr, epsilon=epsilon, num_batches=8, seed=t,
                                   device=self.device)
 
 

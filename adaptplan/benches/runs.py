@@ -59,7 +59,7 @@ def run_one(job: dict[str, Any]) -> RunResult:
     from trainers.run import Trainer
 
     torch.set_num_threads(1)
-    trainer = Trainer(TrainConfig(**job["config"]))
+    trainer = Trainer(TrainConfig.flat(**job["config"]))
     diverged = None
     try:
         history = trainer.run()

@@ -1,0 +1,125 @@
+"""What a configuration field says about itself: :class:`Meta` (its flat name, flag, help, unit, limits,
+choices, whether a resumed run may change it), declared once beside the field with :func:`option`.
+
+The parts of :class:`trainers.config.TrainConfig` are dataclasses of such fields; from their metadata come the
+range and choice checks (:func:`check_fields`), the set of options a resumed run may change and the flags'
+names (:mod:`trainers.config`), and the command line's options (:mod:`adaptplan.cli.config_flags`). Torch-free
+and argparse-free: the CLI reads this, not the other way round.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from adaptplan.errors import InputError
+from adaptplan.fileio import MAX_MAGNITUDE, int_in_range, number_in_range, positive_int, show
+
+META = "adaptplan"
+"""The key of a field's :class:`Meta` in ``dataclasses.Field.metadata``."""
+
+
+@dataclass(frozen=True)
+class Meta:
+    """One configuration field's description.
+
+    ``key``: its flat name (saved configurations, error messages; default the attribute's name). ``flag``: the
+    command-line flag that sets it (``""`` = ``--key-with-dashes``, None = none: a Python-only option);
+    ``generated``: False where the CLI writes the flag itself (``--cuts`` parses a list, ``--runtime`` sets two
+    fields). ``help`` as the CLI prints it. ``unit`` of a number; ``low``/``high`` its limits (None: 1 for an
+    integer, none for a number; no upper limit), ``low_open``/``high_open`` exclude them; ``auto``: the text
+    ``"auto"`` is allowed beside the numbers. ``choices`` of a text field. ``resumable``: a resumed run may give it
+    anew. ``negated``: the flag sets the field to False (``--no-progress``), the command line's default being True.
+    """
+
+    help: str = ""
+    key: str = ""
+    flag: str | None = ""
+    generated: bool = True
+    unit: str = ""
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    auto: bool = False
+    choices: tuple[str, ...] = ()
+    resumable: bool = False
+    negated: bool = False
+    metavar: str | None = None
+
+
+def option(default: Any = dataclasses.MISSING, help: str = "", *, factory: Callable[[], Any] | None = None,
+           **meta: Any) -> Any:
+    """A dataclass field with its :class:`Meta` (``meta`` as its fields); ``factory`` for a mutable default."""
+    info = {META: Meta(help=help, **meta)}
+    if factory is not None:
+        return field(default_factory=factory, metadata=info)
+    return field(default=default, metadata=info)
+
+
+@dataclass(frozen=True)
+class Described:
+    """A field of a part with its metadata resolved: the attribute ``name``, the flat ``key``, the ``flag``
+    (None: no flag), its annotation ``kind`` (``"int | None"``...), its default and the :class:`Meta`."""
+
+    name: str
+    key: str
+    flag: str | None
+    kind: str
+    default: Any
+    meta: Meta
+
+
+def described(part: Any) -> Iterator[Described]:
+    """The fields of the dataclass (or instance) ``part`` that carry a :class:`Meta`, in declaration order."""
+    for f in dataclasses.fields(part):
+        meta = f.metadata.get(META)
+        if meta is None:
+            continue
+        key = meta.key or f.name
+        flag = None if meta.flag is None else meta.flag or "--" + key.replace("_", "-")
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+        yield Described(f.name, key, flag, str(f.type), default, meta)
+
+
+_WORDS = {"str": "text", "bool": "true or false", "dict[str, Any]": "an object"}
+
+
+def check_fields(part: Any) -> None:
+    """Raise InputError naming the flat key of the first field of ``part`` whose value is not of its type, not
+    one of its ``choices`` or outside its limits (generated from each field's annotation and :class:`Meta`)."""
+    for d in described(part):
+        value = getattr(part, d.name)
+        kinds = [k.strip() for k in d.kind.split("|")]
+        if value is None and "None" in kinds:
+            continue
+        if d.meta.auto and value == "auto":
+            continue
+        base = kinds[0]
+        if base in ("str", "bool", "dict[str, Any]"):
+            wanted = {"str": str, "bool": bool, "dict[str, Any]": dict}[base]
+            if not isinstance(value, wanted):
+                words = _WORDS[base] + (" or null" if "None" in kinds else "")
+                raise InputError(f"must be {words}, got {type(value).__name__}", field=d.key)
+            if d.meta.choices and value not in d.meta.choices:
+                raise InputError(f"unknown value {value!r}; valid: {', '.join(d.meta.choices)}", field=d.key)
+        elif base == "int":
+            low = 1 if d.meta.low is None else int(d.meta.low)
+            high = int(d.meta.high) if d.meta.high is not None else 2**63 - 1
+            if d.meta.auto and isinstance(value, str):
+                raise InputError(f"must be auto or an integer, got {show(value)}", field=d.key)
+            if low == 1:
+                positive_int(value, d.key, high, d.meta.unit)
+            else:
+                int_in_range(value, d.key, low, high, d.meta.unit)
+        elif base == "float":
+            number_in_range(value, d.key, -MAX_MAGNITUDE if d.meta.low is None else d.meta.low,
+                            MAX_MAGNITUDE if d.meta.high is None else d.meta.high, d.meta.unit,
+                            low_open=d.meta.low_open, high_open=d.meta.high_open)
+
+
+def resumable_keys(*parts: Any) -> tuple[str, ...]:
+    """The flat keys of the fields of ``parts`` (dataclasses) that a resumed run may change."""
+    return tuple(d.key for part in parts for d in described(part) if d.meta.resumable)
