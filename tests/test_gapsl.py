@@ -385,24 +385,40 @@ def test_server_passes_per_round(with_bn: bool) -> None:
     assert len(answered) == aligned
 
 
-def test_gradient_rows_are_the_per_device_gradients() -> None:
-    """EdgeServer.gradient_rows: row i is arrival i's g_i flattened in parameter order, with its L_i and (asked)
-    its ∂L_i/∂a_i, as per_device_gradients gives them one by one; it needs one shared w_s."""
-    engine = SplitEngine(small_model(), [6] * 3, GAPSL(), make_data(3), {"lr": LR}, batch_size=B, seed=0)
+@pytest.mark.parametrize("with_bn", [False, True])
+def test_gradient_rows_and_cut_gradients_are_the_per_device_gradients(with_bn: bool) -> None:
+    """EdgeServer.gradient_rows: row i is arrival i's g_i flattened in parameter order, with its L_i, as
+    per_device_gradients gives them one by one; EdgeServer.cut_gradients then gives each ∂L_i/∂a_i at the same
+    (pre-update) w_s: from one more pass where that is harmless, kept from the rows' passes where BatchNorm
+    makes a second pass change the statistics (then equal to the per-device values bit for bit, and one pass per
+    device in all). It needs one shared w_s."""
+    model = bn_server_model() if with_bn else small_model()
+    engine = SplitEngine(model, [6] * 3, GAPSL(), make_data(3), {"lr": LR}, batch_size=B, seed=0)
+    assert engine.edge.replayable(0) is not with_bn
     arrivals = [engine.devices[d].forward(1) for d in (2, 0, 1)]
     ce = lambda d, logits, y: nn.functional.cross_entropy(logits, y)   # noqa: E731
-    per = engine.edge.per_device_gradients(arrivals, ce)
-    rows, losses, cut = engine.edge.gradient_rows(arrivals, ce, cut_gradients=True)
+    reference = SplitEngine(model, [6] * 3, GAPSL(), make_data(3), {"lr": LR}, batch_size=B, seed=0)
+    per = reference.edge.per_device_gradients([reference.devices[d].forward(1) for d in (2, 0, 1)], ce)
+    first = engine.edge.instances[(None, 6)]
+    passes: list[int] = []
+    first.register_forward_hook(lambda module, args, out: passes.append(int(args[0].shape[0])))
+    rows, losses = engine.edge.gradient_rows(arrivals, ce)
     params = engine.edge.parameters(0)
     assert rows.shape == (3, sum(p.numel() for p in params))
     for i, a in enumerate(arrivals):
         assert torch.equal(rows[i], torch.cat([g.reshape(-1) for g in per[a.device][0]]))
         assert torch.equal(losses[i], per[a.device][2].detach())
-        assert torch.equal(cut[a.device], per[a.device][1])
+    cut = engine.edge.cut_gradients(arrivals[:2], ce)
+    assert set(cut) == {2, 0}
+    for a in arrivals[:2]:
+        if with_bn:
+            assert torch.equal(cut[a.device], per[a.device][1])
+        else:   # one pass over both: the batched convolution may sum in another order
+            assert torch.allclose(cut[a.device], per[a.device][1], rtol=1e-5, atol=1e-8)
+    assert passes == [B] * 3 + ([] if with_bn else [2 * B])
     assert all(p.grad is None for p in params)
-    assert engine.edge.gradient_rows(arrivals, ce)[2] == {}
     empty = engine.edge.gradient_rows([], ce)
-    assert empty[0].shape == (0, 0) and empty[1:] == ([], {})
+    assert empty[0].shape == (0, 0) and empty[1] == []
     from trainers.strategies import make_strategy
     copies = SplitEngine(small_model(), [6] * 2, make_strategy("sfl-v1"), make_data(2), {"lr": LR}, batch_size=B)
     with pytest.raises(ValueError, match="device 1 does not pass through device 0's server parameters"):
@@ -477,12 +493,13 @@ def test_gradient_rows_of_unused_parameters_and_of_no_server_block() -> None:
     model = nn.Sequential(*small_model()[:10], Unused(), small_model()[10])
     engine = SplitEngine(model, [10] * 2, GAPSL(), make_data(2), {"lr": LR}, batch_size=B, seed=0)
     arrivals = [engine.devices[d].forward(1) for d in range(2)]
-    rows, _, _ = engine.edge.gradient_rows(arrivals, ce)
+    rows, _ = engine.edge.gradient_rows(arrivals, ce)
     assert rows.shape == (2, 3 + 10 * 128 + 10) and torch.equal(rows[:, :3], torch.zeros(2, 3))
     assert bool((rows[:, 3:] != 0).any())
     engine = SplitEngine(small_model(), [11] * 2, GAPSL(), make_data(2), {"lr": LR}, batch_size=B, seed=0)
     arrivals = [engine.devices[d].forward(1) for d in range(2)]
-    rows, losses, cut = engine.edge.gradient_rows(arrivals, ce, cut_gradients=True)
+    rows, losses = engine.edge.gradient_rows(arrivals, ce)
+    cut = engine.edge.cut_gradients(arrivals, ce)
     assert rows.shape == (2, 0)
     for a, loss in zip(arrivals, losses):
         Y = nn.functional.one_hot(a.labels, 10).to(a.tensor.dtype)

@@ -78,13 +78,13 @@ class ServerPasses(Protocol):
         """Each device's own server gradient g_i and cut gradient (GAPSL)."""
 
     def gradient_rows(self, arrivals: Sequence[Activation],
-                      loss_of: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor],
-                      cut_gradients: bool = False) -> tuple[torch.Tensor, list[torch.Tensor], dict[int, torch.Tensor]]:
-        """The devices' server gradients as the rows of one matrix, their losses, and optionally
-        their cut gradients (GAPSL)."""
+                      loss_of: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor]
+                      ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The devices' server gradients g_i as the rows of one matrix, and their losses (GAPSL)."""
 
-    def replayable(self, device: int) -> bool:
-        """Whether running device ``device``'s activations through the server again is harmless."""
+    def cut_gradients(self, arrivals: Sequence[Activation],
+                      loss_of: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor]) -> dict[int, torch.Tensor]:
+        """Each arrival's ∂L_i/∂a_i at the current server weights (before the step)."""
 
     def parameters(self, device: int) -> list[nn.Parameter]:
         """The server parameters device ``device``'s stream passes through."""

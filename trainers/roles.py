@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable, Iterable, Sequence, TypeVar
+from typing import Any, Callable, Hashable, Iterable, Sequence, TypeVar, cast
 
 import numpy as np
 import torch
@@ -358,6 +358,9 @@ class EdgeServer:
         """Instances whose tensors are the template's or a download's, shared with the others (SFL-V1's
         server copies at the start and after an average); each takes its own copy when it next runs
         (:meth:`instance`)."""
+        self._kept_cut: dict[int, torch.Tensor] = {}
+        """∂L_i/∂a_i kept from :meth:`gradient_rows`'s passes where a second pass would not be harmless, for
+        :meth:`cut_gradients`."""
         self._build_optimizers()
 
     # ---- layout -------------------------------------------------------------------------------------
@@ -526,37 +529,53 @@ class EdgeServer:
         return all(next(b.buffers(), None) is None and random_layer(b) is None for b in blocks)
 
     def gradient_rows(self, arrivals: Sequence[Activation],
-                      loss_of: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor],
-                      cut_gradients: bool = False
-                      ) -> tuple[torch.Tensor, list[torch.Tensor], dict[int, torch.Tensor]]:
+                      loss_of: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor]
+                      ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """The devices' server gradients g_i = ∂L_i/∂w_s as the rows of one S × P matrix (row i:
-        ``arrivals[i]``, the parameters flattened in :meth:`parameters` order), each L_i, and (with
-        ``cut_gradients``) each ∂L_i/∂a_i, from a separate forward per device (GAPSL A.3.4). Each g_i
-        is written into its row as it is computed, so the S devices' gradients take S·P numbers and,
-        without ``cut_gradients``, nothing else outlives its device's pass (a strategy that needs
-        some cut gradients may run :meth:`run` again for those devices where :meth:`replayable`).
-        Every arrival must pass through the same server parameters (one shared w_s at one cut); no
-        parameter ``.grad`` is touched."""
+        ``arrivals[i]``, the parameters flattened in :meth:`parameters` order) and each L_i, from a separate
+        forward per device (GAPSL A.3.4). Each g_i is written into its row as it is computed, so the S devices'
+        gradients take S·P numbers. Where a second pass over these devices would not be harmless
+        (:meth:`replayable`: BatchNorm statistics, Dropout masks), each ∂L_i/∂a_i is kept from this pass for
+        :meth:`cut_gradients`; otherwise nothing outlives its device's pass. Every arrival must pass through the
+        same server parameters (one shared w_s at one cut); no parameter ``.grad`` is touched."""
+        self._kept_cut = {}
         if not arrivals:
-            return torch.zeros(0, 0), [], {}
+            return torch.zeros(0, 0), []
+        keep = not self.replayable(arrivals[0].device)
         params = self.parameters(arrivals[0].device)
         like = params[0] if params else arrivals[0].tensor     # no server block (cut L): P = 0
         rows = torch.zeros(len(arrivals), sum(p.numel() for p in params), dtype=like.dtype, device=like.device)
-        losses, cut = [], {}
+        losses = []
         for i, (a, x, loss, own) in enumerate(self._device_losses(arrivals, loss_of)):
             if [id(p) for p in own] != [id(p) for p in params]:
                 raise ValueError(f"device {a.device} does not pass through device {arrivals[0].device}'s server "
                                  "parameters: gradient rows need one shared w_s at one cut")
-            grads = torch.autograd.grad(loss, params + ([x] if cut_gradients else []), allow_unused=True)
+            inputs = params + ([x] if keep else [])
+            grads = torch.autograd.grad(loss, inputs, allow_unused=True) if inputs else ()   # cut L: P = 0
             start = 0
             for p, g in zip(params, grads):
                 if g is not None:
                     rows[i, start:start + p.numel()] = g.reshape(-1)
                 start += p.numel()
-            if cut_gradients:
-                cut[a.device] = grads[-1] if grads[-1] is not None else torch.zeros_like(x)
+            if keep:
+                self._kept_cut[a.device] = grads[-1] if grads[-1] is not None else torch.zeros_like(x)
             losses.append(loss.detach())
-        return rows, losses, cut
+        return rows, losses
+
+    def cut_gradients(self, arrivals: Sequence[Activation],
+                      loss_of: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor]) -> dict[int, torch.Tensor]:
+        """∂L_i/∂a_i of each arrival at the current server weights (before the step), L_i = ``loss_of(i, logits,
+        labels)``: the ones :meth:`gradient_rows` kept from its passes (for the same arrivals and loss), else from
+        one more pass over them within the pass budget (each L_i depends on a_i alone, so one pass over several
+        devices gives each its own). The kept ones are released."""
+        kept, self._kept_cut = self._kept_cut, {}
+        if kept:
+            return {a.device: kept[a.device] for a in arrivals}
+        cut: dict[int, torch.Tensor] = {}
+        for chunk in self.chunks(arrivals):
+            p = self.run(chunk)
+            cut.update(p.cut_gradients(cast(torch.Tensor, sum(loss_of(d, p.logits[d], p.labels[d]) for d in p.devices))))
+        return cut
 
     def add_gradients(self, params: Sequence[nn.Parameter], grads: Sequence[torch.Tensor]) -> None:
         """Accumulate ``grads`` into ``params``' ``.grad`` (the server step's gradient)."""

@@ -34,8 +34,9 @@ Per-round metrics: K^t, |Ŝ|, the mean pairwise angle (A.3.6).
 Memory (``detached`` and ``gradient_step``): the round holds one S × P matrix of the g_i, each written
 into its row as its device's pass ends (:meth:`EdgeServer.gradient_rows`); the angles come from its
 Gram products and norms, g_lead and the server step from weighted sums of its rows, so no part of
-it is copied; the replies' cut gradients come from one more server pass over the devices answered
-(|Ŝ| of them, within the pass budget) at the pre-update w_s instead of being kept for all S. The
+it is copied; the replies' cut gradients ∂L_i/∂a_i at the pre-update w_s come from the runtime
+(:meth:`EdgeServer.cut_gradients`: one more server pass over the devices answered where that is harmless,
+else the ones kept from the per-device passes). The
 results equal the per-device formulas up to float rounding (tests/test_gapsl.py). ``double_backprop``
 keeps every device's g_i with its graph, as eq. (7) needs.
 """
@@ -43,7 +44,7 @@ keeps every device's g_i with its graph, as eq. (7) needs.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence, cast
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -146,16 +147,12 @@ class GAPSL(Strategy):
         if self.gda == "double_backprop":
             return self._serve_double_backprop(edge, ctx, arrivals)
         devices = [a.device for a in arrivals]
-        # the replies' cut gradients: where a second server pass changes nothing (no BatchNorm statistics,
-        # no Dropout), from one more pass over the devices answered at the pre-update w_s rather than kept
-        # for all S from the per-device passes (S activations' worth)
-        replay = edge.replayable(devices[0])
-        flat, losses, kept = edge.gradient_rows(arrivals, lambda d, logits, y: mean_ce(logits, y), cut_gradients=not replay)
+        flat, losses = edge.gradient_rows(arrivals, _loss)                        # g_i and L_i (A.3.4)
         for d, loss in zip(devices, losses):
             ctx.record_loss(d, loss)
         aligned, lead = self._select(flat, devices, ctx)
         answered = arrivals if self.excluded_update == "plain" else [arrivals[i] for i in aligned]
-        cut = self._cut_gradients(edge, answered) if replay else {a.device: kept[a.device] for a in answered}
+        cut = edge.cut_gradients(answered, _loss)                                  # ∂L_i/∂a_i at w_s^{t−1}
         params = edge.parameters(devices[0])
         weights = self.term_weights(ctx, [devices[i] for i in aligned])
         edge.add_gradients(params, _unflatten(self.server_gradient(flat, aligned, lead, weights), params))
@@ -189,21 +186,11 @@ class GAPSL(Strategy):
         ctx.metrics.update(metrics)
         return aligned, lead
 
-    @staticmethod
-    def _cut_gradients(edge: ServerPasses, arrivals: Sequence[Activation]) -> dict[int, torch.Tensor]:
-        """∂L_i/∂a_i of each arrival at the current w_s, from server passes within the pass budget
-        (each L_i depends on a_i alone, so one pass over several devices gives each its own)."""
-        cut: dict[int, torch.Tensor] = {}
-        for chunk in edge.chunks(arrivals):
-            p = edge.run(chunk)
-            cut.update(p.cut_gradients(cast(torch.Tensor, sum(mean_ce(p.logits[d], p.labels[d]) for d in p.devices))))
-        return cut
-
     def _serve_double_backprop(self, edge: ServerPasses, ctx: RoundContext,
                                arrivals: Sequence[Activation]) -> list[CutGradient]:
         """Eq. (7) exactly: Σ_{Ŝ}[L_i + λ(1 − cos θ_lead,i)] back-propagated through the g_i (kept with
         their graphs) to w_s and to the aligned devices' activations."""
-        per = edge.per_device_gradients(arrivals, lambda d, logits, y: mean_ce(logits, y), create_graph=True)
+        per = edge.per_device_gradients(arrivals, _loss, create_graph=True)
         devices = [a.device for a in arrivals]
         for d in devices:
             ctx.record_loss(d, per[d][2])
@@ -268,6 +255,11 @@ class GAPSL(Strategy):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.nu_min, self.nu_max = float(state["nu_min"]), float(state["nu_max"])
+
+
+def _loss(device: int, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """L_i: device i's mean cross-entropy on its batch."""
+    return mean_ce(logits, labels)
 
 
 def _indicator(size: int, index: torch.Tensor | Sequence[int], like: torch.Tensor) -> torch.Tensor:
