@@ -86,6 +86,13 @@ class ServerPasses(Protocol):
                       loss_of: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor]) -> dict[int, torch.Tensor]:
         """Each arrival's ∂L_i/∂a_i at the current server weights (before the step)."""
 
+    def pooled_pass(self, arrivals: Sequence[Activation],
+                    device_loss: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor],
+                    pooled_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+                    ) -> tuple[dict[int, torch.Tensor], dict[int, torch.Tensor]]:
+        """One forward at the current weights: each device's ∂L_i/∂a_i of its own loss, and the mean loss over
+        the pooled samples back-propagated into the server (SCALA); returns (cut gradients, L_i)."""
+
     def parameters(self, device: int) -> list[nn.Parameter]:
         """The server parameters device ``device``'s stream passes through."""
 

@@ -487,6 +487,31 @@ class EdgeServer:
             loss = nn.functional.cross_entropy(self.run_features(features[part], device), targets[part])
             (loss * share if share != 1.0 else loss).backward()
 
+    def pooled_pass(self, arrivals: Sequence[Activation],
+                    device_loss: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor],
+                    pooled_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+                    ) -> tuple[dict[int, torch.Tensor], dict[int, torch.Tensor]]:
+        """One forward of the arrivals at the current server weights giving two losses: each device's own
+        ``device_loss(i, logits_i, labels_i)`` L_i, whose ∂L_i/∂a_i are returned (no parameter gradient), and
+        ``pooled_loss(logits, labels)``, a mean over the pooled samples, back-propagated into the server
+        parameters (not stepped). Returns (cut gradients, L_i) by device. Over the pass budget it runs in
+        chunks of arrivals (:meth:`chunks`), every chunk at the same weights and its pooled mean weighted by its
+        share of the samples, so that the accumulated gradient is the whole mean's (equal up to float
+        rounding)."""
+        total = sum(a.batch_size for a in arrivals)
+        cut: dict[int, torch.Tensor] = {}
+        losses: dict[int, torch.Tensor] = {}
+        for chunk in self.chunks(arrivals):
+            p = self.run(chunk)
+            own = {d: device_loss(d, p.logits[d], p.labels[d]) for d in p.devices}
+            losses.update(own)
+            cut.update(p.cut_gradients(cast(torch.Tensor, sum(own.values())), retain_graph=True))
+            logits = torch.cat([p.logits[d] for d in p.devices])
+            share = logits.shape[0] / total
+            pooled = pooled_loss(logits, torch.cat([p.labels[d] for d in p.devices]))
+            p.backward(pooled * share if share != 1.0 else pooled)
+        return cut, losses
+
     def instance(self, key: Key) -> nn.Module:
         """The instance ``key``, about to run and train: its own copy of any tensors it shared."""
         module = self.instances[key]

@@ -63,28 +63,21 @@ class SCALA(Strategy):
         return max(int(ctx.data_sizes[device] * ctx.batch_size * len(ctx.participants) / total), 1)
 
     def serve(self, edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Activation]) -> list[CutGradient]:
-        """One forward of the concatenated activations gives both losses. Over more than the edge
-        server's pass budget it runs in chunks of arrivals (EdgeServer.chunks): every chunk's
-        forward uses the pre-update w_s, its share n_chunk/n of the mean server loss is
-        back-propagated, and w_s steps once at the end (equal up to float rounding)."""
+        """One forward of the concatenated activations at the pre-update w_s gives both losses: each device's
+        cut gradient from its own logit-adjusted loss (eqs. 6, 13) and the server's gradient from the LA-CE of
+        the concatenated batch (eqs. 5, 12); then one server step."""
         labels = torch.cat([a.labels for a in arrivals])
         if self.server_prior == "batch":
             prior = label_prior(torch.bincount(labels, minlength=ctx.num_classes))
         else:
             prior = label_prior(cast(np.ndarray, sum(ctx.label_counts[a.device] for a in arrivals)))
-        grads = {}
-        for chunk in edge.chunks(arrivals):
-            p = edge.run(chunk)
-            client = {d: logit_adjusted_ce(p.logits[d], p.labels[d], label_prior(ctx.label_counts[d]), self.tau)
-                      for d in p.devices}                                             # eq. (13)
-            for d, loss in client.items():
-                ctx.record_loss(d, loss)
-            grads.update(p.cut_gradients(cast(torch.Tensor, sum(client.values())), retain_graph=True))   # eq. (6), pre-update w_s
-            logits = torch.cat([p.logits[d] for d in p.devices])
-            share = logits.shape[0] / labels.shape[0]
-            server = logit_adjusted_ce(logits, torch.cat([p.labels[d] for d in p.devices]), prior, self.tau)
-            p.backward(server * share if share != 1.0 else server)                   # eqs. (5), (12)
-        edge.step(edge.owners([a.device for a in arrivals]))
+        grads, losses = edge.pooled_pass(
+            arrivals,
+            lambda d, z, y: logit_adjusted_ce(z, y, label_prior(ctx.label_counts[d]), self.tau),   # eq. (13)
+            lambda z, y: logit_adjusted_ce(z, y, prior, self.tau))                                 # eq. (12)
+        for d, loss in losses.items():
+            ctx.record_loss(d, loss)
+        edge.step(edge.owners([a.device for a in arrivals]))                                       # eq. (5)
         return [answer(a, grads[a.device]) for a in arrivals]
 
     def aggregation(self, ctx: RoundContext) -> Aggregation | None:
