@@ -98,6 +98,8 @@ def edits(state: dict[str, Any]) -> Iterator[Edit]:
             continue                         # given anew on --resume: the command line's value is used
         for bad in bad_config_values(name, value):
             yield f"config.{name} = {bad!r}"[:80], config_setter(name, bad)
+    for name in state["config"]:           # issue 36 C1: a tensor is no run option (its truth value would raise)
+        yield f"config.{name} = a tensor", config_setter(name, torch.zeros(2))
     yield "config alone edited", setter(["config", "seed"], 5)
     yield "history's config alone edited", setter(["history", "meta", "config", "lr"], 0.5)
     for i, value in enumerate(["PCG64", torch.zeros(3, dtype=torch.int64), -1, 2, NAN]):
@@ -130,6 +132,14 @@ def edits(state: dict[str, Any]) -> Iterator[Edit]:
     yield "engine.cuts beyond the model", setter(["engine", "cuts"], [99, 1, 1])
     yield "engine.cuts too few", setter(["engine", "cuts"], [1])
     yield "engine.interval 0", setter(["engine", "interval"], 0)
+    yield "engine.interval 10**30", setter(["engine", "interval"], 10 ** 30)             # issue 36 C3
+    yield "engine.rounds_since_aggregation True", setter(["engine", "rounds_since_aggregation"], True)
+    for value in (-1, 0, 2, True, 1.0, "1"):                                             # issue 36 C2: its cut is 1
+        yield f"engine.devices[0].cut = {value!r}", setter(["engine", "devices", 0, "cut"], value)
+    for value in (-1, True, 1.5, "3", 10 ** 30):                                         # issue 36 C3
+        yield f"engine.devices[0].step = {value!r}", setter(["engine", "devices", 0, "step"], value)
+    yield "engine.devices[0] without its step", setter(["engine", "devices", 0, "step"], None, delete=True)
+    yield "engine.rng.state = True", setter(["engine", "rng", "state"], True)
     yield "engine.devices short", setter(["engine", "devices"], engine["devices"][:1])
     yield "engine.rng of another generator", setter(["engine", "rng"], {"bit_generator": "MT19937", "state": {}})
     yield "engine.period beyond the devices", setter(["engine", "period"], [0, 7])

@@ -20,7 +20,7 @@ import torch
 
 from adaptplan.errors import InputError
 from adaptplan.fileio import show
-from adaptplan.limits import MAX_STEPS
+from adaptplan.limits import MAX_ROUNDS, MAX_STEPS
 
 REQUIRED = ("round", "engine", "torch_rng", "numpy_rng", "clock_seconds", "last_replan", "wall_seconds", "history",
             "config", "partitions", "inputs")
@@ -60,6 +60,9 @@ def check_state(state: dict[str, Any], where: str) -> None:
     history = state["history"]
     if not isinstance(history, dict) or not isinstance(history.get("meta"), dict):
         raise refuse("history", "must be a run history with its meta")
+    for name, options in (("config", config), ("history.meta.config", history["meta"].get("config"))):
+        if not _plain(options):             # compared below: a tensor's truth value would raise
+            raise refuse(name, "must hold only JSON values (numbers, text, true/false, null, lists, objects)")
     if history["meta"].get("config") != config:
         raise refuse("config", "differs from the configuration its history recorded")
     records = history.get("records")
@@ -127,6 +130,20 @@ def _check_rngs(state: dict[str, Any], refuse) -> None:
             raise refuse(name, "must be a generator state (a 1-D uint8 tensor)")
 
 
+def _plain(value: Any, depth: int = 0) -> bool:
+    """True if ``value`` is a JSON value (None, a bool, a number, text, or lists and objects with text keys of
+    such values, at most 8 deep)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    if depth >= 8:
+        return False
+    if isinstance(value, (list, tuple)):
+        return all(_plain(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v, depth + 1) for k, v in value.items())
+    return False
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -169,15 +186,32 @@ def check_engine_state(state: Any, num_devices: int, strategy: Any) -> dict[str,
                          f"that allows absence, got {str(absent)[:80]}")
     for name in ("interval", "rounds_since_aggregation"):
         value = state[name]
-        if not isinstance(value, int) or isinstance(value, bool) or value < (1 if name == "interval" else 0):
-            raise ValueError(f"engine {name} must be an integer ≥ {1 if name == 'interval' else 0}, got {value!r}")
+        if not _is_int(value) or not (1 if name == "interval" else 0) <= value <= MAX_ROUNDS:
+            raise ValueError(f"engine {name} must be an integer in [{1 if name == 'interval' else 0}, {MAX_ROUNDS:,}], "
+                             f"got {show(value)}")
     if (not isinstance(state["devices"], list) or len(state["devices"]) != num_devices
             or any((s is None) != (d in absent) for d, s in enumerate(state["devices"]))):
         raise ValueError(f"engine devices must hold the state of each of the {num_devices} devices "
                          "(None for exactly the absent ones)")
+    cuts = state["cuts"]
+    for d, device in enumerate(state["devices"]):
+        if device is not None:
+            _check_device_state(d, device, cuts[d] if isinstance(cuts, list) and len(cuts) == num_devices else None)
     for name, mine in (("fed", {"global_blocks"}), ("strategy", set(strategy.state_dict()))):
         if not isinstance(state[name], dict) or set(state[name]) != mine:
             raise ValueError(f"engine {name} state must hold exactly {sorted(mine)}")
     if state["async"] is not None and (not strategy.asynchronous or not isinstance(state["async"], dict)):
         raise ValueError("engine async state belongs to an asynchronous algorithm's loop only")
     return {**state, "period": period, "stale": stale, "absent": absent}
+
+
+def _check_device_state(index: int, device: Any, cut: Any) -> None:
+    """Device ``index``'s state: its cut the engine's cut of it, its step count an integer ≥ 0 (ValueError)."""
+    if not isinstance(device, dict) or not {"cut", "blocks", "optimizer", "sampler", "step"} <= set(device):
+        raise ValueError(f"engine devices[{index}] must hold the device's cut, blocks, optimizer, sampler and step")
+    if not _is_int(device["cut"]) or (cut is not None and device["cut"] != cut):
+        raise ValueError(f"engine devices[{index}].cut must be the engine's cut of device {index} ({show(cut)}), "
+                         f"got {show(device['cut'])}")
+    if not _is_int(device["step"]) or not 0 <= device["step"] <= MAX_ROUNDS:
+        raise ValueError(f"engine devices[{index}].step must be an integer in [0, {MAX_ROUNDS:,}], "
+                         f"got {show(device['step'])}")
