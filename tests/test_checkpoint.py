@@ -83,9 +83,11 @@ def bad_config_values(name: str, value: Any) -> list[Any]:
 
 def edits(state: dict[str, Any]) -> Iterator[Edit]:
     for key in list(state):
-        yield f"del {key}", setter([key], None, delete=True)
+        if key != "history_beside":          # a checkpoint without it is one written before it: resumed as those
+            yield f"del {key}", setter([key], None, delete=True)
         for value in BAD_SCALARS:
-            if not (key == "inputs" and value == state["inputs"]):      # {}: this run names no input file
+            if not (key == "inputs" and value == state["inputs"]) and not (key == "history_beside" and value is True):
+                # {}: this run names no input file; true: the one valid value of history_beside
                 yield f"{key} = {value!r}"[:80], setter([key], value)
     yield "unknown field", setter(["colour"], "red")
     yield "round beyond the history", setter(["round"], state["round"] + 1)

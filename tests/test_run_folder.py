@@ -72,6 +72,37 @@ def test_a_checkpoint_copied_from_another_run_is_refused(tmp_path, capsys) -> No
     assert main(["train", "--out", str(tmp_path / "b"), "--resume", "--rounds", "3"]) == 0   # its own run goes on
 
 
+def test_every_checkpoint_has_its_history_beside_it_so_a_copied_one_is_refused_in_a_folder_without(
+        tmp_path, capsys, monkeypatch) -> None:
+    """Issue 36 C4: a run killed mid-run used to leave a checkpoint without history.json, so another run's
+    checkpoint copied into such a folder was continued. Every checkpoint is now written after the history (the
+    history's run id is the checkpoint's when the checkpoint is written), and a checkpoint that says so is
+    refused in a folder without history.json."""
+    import json
+
+    import trainers.run as run_module
+
+    seen = []
+    real = run_module.save_checkpoint
+
+    def spy(state, out):
+        history = json.loads((Path(out) / "history.json").read_text())
+        seen.append((history["meta"]["run_id"] == state["run_id"], len(history["records"]) == state["round"]))
+        return real(state, out)
+
+    monkeypatch.setattr(run_module, "save_checkpoint", spy)
+    assert main(["train", *FAST, "--rounds", "3", "--checkpoint-every", "1", "--out", str(tmp_path / "b")]) == 0
+    assert seen == [(True, True)] * 3
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    shutil.copy(tmp_path / "b" / "checkpoint.pt", killed / "checkpoint.pt")       # no history beside it
+    capsys.readouterr()
+    assert main(["train", "--out", str(killed), "--resume", "--rounds", "4"]) == 2
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if not line.startswith("plan from")]
+    assert len(err) == 1 and "no history.json" in err[0] and "--resume" in err[0], err
+    assert main(["train", "--out", str(tmp_path / "b"), "--resume", "--rounds", "4"]) == 0   # its own folder goes on
+
+
 def test_a_killed_writes_temporary_files_are_removed_when_the_folder_is_used_again(tmp_path) -> None:
     run = tmp_path / "run"
     assert main(["train", *FAST, "--rounds", "1", "--checkpoint-every", "1", "--out", str(run)]) == 0

@@ -24,7 +24,7 @@ from adaptplan.limits import MAX_ROUNDS, MAX_STEPS
 
 REQUIRED = ("round", "engine", "torch_rng", "numpy_rng", "clock_seconds", "last_replan", "wall_seconds", "history",
             "config", "partitions", "inputs")
-OPTIONAL = ("run_id", "cuda_rng", "local_test")    # local_test: absent before the local protocol
+OPTIONAL = ("run_id", "cuda_rng", "local_test", "history_beside")   # absent from checkpoints written before them
 INPUT_FILES = ("system", "plan", "constants")      # the `<name>_path` options whose digests a checkpoint keeps
 _HEX = re.compile(r"[0-9a-f]+")
 MAX_SECONDS = 1e12                                  # simulated or wall seconds of a run, far above any real one
@@ -75,6 +75,9 @@ def check_state(state: dict[str, Any], where: str) -> None:
         raise refuse("local_test", f"missing, although the run holds out {show(fraction)} of each device's samples")
     _check_partitions({k: state[k] for k in ("partitions", "local_test") if k in state}, config, refuse)
     _check_rngs(state, refuse)
+    if "history_beside" in state and state["history_beside"] is not True:
+        raise refuse("history_beside", f"must be true (the history is written beside the checkpoint), got "
+                                       f"{show(state['history_beside'])}")
     run_id = state.get("run_id")
     if run_id is not None and not (isinstance(run_id, str) and len(run_id) == 32 and _HEX.fullmatch(run_id)):
         raise refuse("run_id", f"must be 32 hexadecimal digits, got {show(run_id)}")

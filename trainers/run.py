@@ -296,7 +296,7 @@ class Trainer:
         return {**extra, "round": round_index, "engine": self.engine.state_dict(), "torch_rng": torch.get_rng_state(),
                 "numpy_rng": [name, keys, int(pos), int(has_gauss), float(cached)], "clock_seconds": self.clock.seconds,
                 "last_replan": self.last_replan, "wall_seconds": wall, "history": self.history.to_json(),
-                "run_id": self.history.meta.get("run_id"),
+                "run_id": self.history.meta.get("run_id"), "history_beside": True,
                 "config": self.config.to_json(), "partitions": [p.copy() for p in self.engine.data.parts],
                 "local_test": [p.copy() for p in self.engine.data.local_test],
                 "inputs": self.input_digests}
@@ -354,10 +354,17 @@ class Trainer:
     def _check_run_identity(self, state: dict[str, Any], where: str) -> None:
         """A checkpoint continues the run whose history is in its folder: the run id (drawn when the run
         started, kept in history.json and every checkpoint) must match; a checkpoint copied from another run
-        is refused. Folders whose files carry no run id (written before ids existed) are not compared."""
+        is refused. A checkpoint that says its history was written beside it (``history_beside``: every checkpoint
+        since the history is written before each one) is refused in a folder without history.json. Folders whose
+        files carry no run id (written before ids existed) are not compared."""
         mine = state.get("run_id")                           # its form was checked on load
         history_path = Path(str(self.config.run.out)) / "history.json"
         if not history_path.is_file():
+            if state.get("history_beside"):
+                raise InputError(f"the folder has no history.json, which the run that wrote the {where} keeps beside "
+                                 "every checkpoint: the checkpoint was copied from another run folder, or the history "
+                                 "was removed; copy the whole folder, or start again with --overwrite",
+                                 field="--resume")
             return
         try:
             theirs = json.loads(history_path.read_text(encoding="utf-8")).get("meta", {}).get("run_id")
@@ -417,6 +424,7 @@ class Trainer:
                                                     stats.measured_stage_seconds, stats.measured_round_seconds,
                                                     local))
                     if out and c.run.checkpoint_every and t % c.run.checkpoint_every == 0:
+                        self._save_history(out)          # first: a folder with a checkpoint always has its history
                         save_checkpoint(self.state_dict(t, wall), out)
                     if bar is not None:
                         shown = self.history.final_accuracy
@@ -424,8 +432,8 @@ class Trainer:
                         bar.update(1)
                     if stop.signum is not None and t < c.run.rounds:
                         if out:
-                            save_checkpoint(self.state_dict(t, wall), out)
                             self._save_history(out)
+                            save_checkpoint(self.state_dict(t, wall), out)
                         raise Interrupted(stop.signum, t, out)
         except Exception:
             # a lost rank (in a round, a checkpoint's state fetch or an evaluation), a full disk...:
