@@ -9,12 +9,14 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from adaptplan.cli import main
 from adaptplan.cli.config_flags import add_part, part_values
 from adaptplan.errors import InputError
+from adaptplan.fileio import MAX_COUNT
 from trainers.config import DEFAULTS, FLAT_KEYS, PARTS, RESUMABLE, TrainConfig
 from trainers.config_fields import check_fields, described, option, resumable_keys
 
@@ -82,6 +84,9 @@ class _Part:
     quiet: bool = option(True, "no noise", flag="--loud", negated=True)
     hidden: int | None = option(None, "not on the command line", flag=None, high=5)
     seed: int = option(0, "a seed", low=0, high=7, resumable=True)
+    plain: int = option(1, "no upper limit given")
+    tags: dict[str, Any] = option(help="options", factory=dict, flag=None)
+    note: str = "not described"                          # a field without metadata: neither checked nor a flag
 
 
 @pytest.mark.parametrize("field, value, message", [
@@ -97,6 +102,8 @@ class _Part:
     ("quiet", "yes", "must be true or false, got str"),
     ("hidden", 6, "must be at most 5, got 6"),
     ("seed", -1, "must be an integer in 0..7, got -1"),
+    ("plain", MAX_COUNT + 1, f"must be at most {MAX_COUNT:,}"),
+    ("tags", [], "must be an object, got list"),
 ])
 def test_the_checks_are_generated_from_each_fields_annotation_and_limits(field, value, message) -> None:
     part = _Part()
@@ -110,7 +117,8 @@ def test_the_checks_are_generated_from_each_fields_annotation_and_limits(field, 
 
 def test_the_limits_themselves_pass() -> None:
     for field, value in (("count", 10), ("count", 1), ("ratio", 1.0), ("size", 100), ("size", "auto"),
-                         ("hidden", None), ("hidden", 5), ("seed", 7), ("seed", 0)):
+                         ("hidden", None), ("hidden", 5), ("seed", 7), ("seed", 0), ("plain", MAX_COUNT),
+                         ("note", 5)):
         part = _Part()
         setattr(part, field, value)
         check_fields(part)
@@ -120,16 +128,22 @@ def test_the_options_are_generated_from_the_same_fields() -> None:
     parser = argparse.ArgumentParser()
     add_part(parser, _Part)
     flags = {a.option_strings[0] for a in parser._actions if a.option_strings and a.dest != "help"}
-    assert flags == {"--count", "--ratio", "--name", "--size", "--loud", "--seed"}      # no flag for `hidden`
+    assert flags == {"--count", "--ratio", "--name", "--size", "--loud", "--seed", "--plain"}   # not hidden, tags
+    usage = " ".join(parser.format_usage().split())
+    assert "[--count COUNT]" in usage and "[--size SIZE]" in usage and "[--name {a,b}]" in usage
+    assert [d.name for d in described(_Part)][-1] == "tags"                 # `note` carries no metadata
+    assert next(d.default for d in described(_Part) if d.name == "tags") == {}
+    assert _Part().tags == {} and _Part().tags is not _Part().tags          # a fresh default per instance
     args = parser.parse_args(["--count", "4", "--size", "auto", "--loud", "--name", "b"])
     assert part_values(args, _Part) == {"count": 4, "ratio": 0.5, "name": "b", "part_size": "auto", "quiet": False,
-                                        "seed": 0}
+                                        "seed": 0, "plain": 1}
     assert part_values(parser.parse_args([]), _Part)["quiet"] is True
     assert resumable_keys(_Part) == ("seed",)
     with pytest.raises(SystemExit):
         parser.parse_args(["--name", "c"])               # a choice outside the field's choices, at parse time
-    with pytest.raises(SystemExit):
-        parser.parse_args(["--size", "0"])               # "auto" or an integer in its limits, at parse time
+    for bad in ("0", "101", "x"):                       # "auto" or an integer in its limits, at parse time
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--size", bad])
 
 
 def test_every_flat_key_belongs_to_one_part_and_names_one_flag() -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from adaptplan.errors import InputError
-from adaptplan.fileio import MAX_MAGNITUDE, int_in_range, number_in_range, positive_int, show
+from adaptplan.fileio import MAX_COUNT, MAX_MAGNITUDE, int_in_range, number_in_range, positive_int, show
 
 META = "adaptplan"
 """The key of a field's :class:`Meta` in ``dataclasses.Field.metadata``."""
@@ -28,7 +28,8 @@ class Meta:
     command-line flag that sets it (``""`` = ``--key-with-dashes``, None = none: a Python-only option);
     ``generated``: False where the CLI writes the flag itself (``--cuts`` parses a list, ``--runtime`` sets two
     fields). ``help`` as the CLI prints it. ``unit`` of a number; ``low``/``high`` its limits (None: 1 for an
-    integer, none for a number; no upper limit), ``low_open``/``high_open`` exclude them; ``auto``: the text
+    integer, none for a number; :data:`~adaptplan.fileio.MAX_COUNT` for an integer, none for a number),
+    ``low_open``/``high_open`` exclude them; ``auto``: the text
     ``"auto"`` is allowed beside the numbers. ``choices`` of a text field. ``resumable``: a resumed run may give it
     anew. ``negated``: the flag sets the field to False (``--no-progress``), the command line's default being True.
     """
@@ -107,7 +108,7 @@ def check_fields(part: Any) -> None:
                 raise InputError(f"unknown value {value!r}; valid: {', '.join(d.meta.choices)}", field=d.key)
         elif base == "int":
             low = 1 if d.meta.low is None else int(d.meta.low)
-            high = int(d.meta.high) if d.meta.high is not None else 2**63 - 1
+            high = int(d.meta.high) if d.meta.high is not None else MAX_COUNT
             if d.meta.auto and isinstance(value, str):
                 raise InputError(f"must be auto or an integer, got {show(value)}", field=d.key)
             if low == 1:

@@ -9,6 +9,7 @@ import argparse
 from typing import Any, Iterable
 
 from adaptplan.cli.flags import auto_or_int_flag
+from adaptplan.fileio import MAX_COUNT
 from trainers.config_fields import Described, described
 
 
@@ -23,7 +24,7 @@ def add_flag(parser: Any, d: Described) -> None:
     else:
         options["default"] = d.default
         if d.meta.auto:
-            options["type"] = auto_or_int_flag(int(d.meta.low or 1), int(d.meta.high or 2**63 - 1), d.meta.unit)
+            options["type"] = auto_or_int_flag(int(d.meta.low or 1), int(d.meta.high or MAX_COUNT), d.meta.unit)
         elif kind in ("int", "float"):
             options["type"] = int if kind == "int" else float
         if d.meta.choices:
