@@ -140,7 +140,8 @@ def _entry_changed(folder: Path, **change) -> dict:
      "x is float64\\[5, 1, 8, 8\\] and y int64\\[5\\], expected float32\\[n, 1, 8, 8\\] and integer\\[n\\]"),
     (lambda f: dict(device0=_npz(x=np.full((5, 1, 8, 8), np.nan, np.float32), y=np.zeros(5, np.int64))),
      "x holds NaN or infinite values"),
-    (lambda f: dict(device0=_npz(x=np.zeros((5, 1, 8, 8), np.float32))), "needs arrays 'x' and 'y' \\(has \\['x'\\]\\)"),
+    (lambda f: dict(device0=_npz(x=np.zeros((5, 1, 8, 8), np.float32))),
+     "must hold exactly the arrays 'x' and 'y' \\(has \\['x'\\]\\)"),
     (lambda f: dict(device0=b"not a zip"), "device-0.npz' is not a readable .npz file"),
     (lambda f: dict(device0=_npz(x=np.zeros((5, 1, 8, 8), np.float32), y=np.zeros(5, np.int64))),
      "device-0.npz' holds 5 samples with label counts \\[5, 0, 0, 0, 0, 0, 0, 0, 0, 0\\], manifest.json says"),
@@ -241,6 +242,57 @@ def test_a_device_file_with_bad_contents_is_refused(tmp_path, x, y, message) -> 
     (copy / "manifest.json").write_text(json.dumps(doc))
     with pytest.raises(InputError, match=message):
         read_manifest(copy).load_device(1)
+
+
+def _compressed(**arrays) -> bytes:
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def test_hostile_files_are_refused_before_they_are_read_or_decompressed(folder, tmp_path, monkeypatch) -> None:
+    """Issue 36 D1/D2: a device file linked to /dev/zero was read forever; every member of an .npz was
+    decompressed (a 1 MB file → 1 GB); test.npz had no hash in the manifest."""
+    import trainers.device_data as device_data
+
+    out, _ = folder
+    good = read_manifest(out)
+    x0, y0 = good.load_device(0)
+    copy = _rewrite(out, tmp_path)
+    if Path("/dev/zero").exists():
+        (copy / "device-0.npz").unlink()
+        (copy / "device-0.npz").symlink_to("/dev/zero")
+        with pytest.raises(InputError, match="device-0.npz' is not a regular file") as info:
+            read_manifest(copy).load_device(0)
+        assert info.value.field == "--device-data"
+        (copy / "device-0.npz").unlink()
+    bomb = _compressed(x=x0.numpy(), y=y0.numpy(), extra=np.zeros(10**7))      # 80 MB of zeros in a few kB
+    assert len(bomb) < 10**6
+    copy = _rewrite(out, tmp_path, device0=bomb)
+    with pytest.raises(InputError, match="must hold exactly the arrays 'x' and 'y' \\(has \\['extra', 'x', 'y'\\]\\)"):
+        read_manifest(copy).load_device(0)
+    packed = _compressed(x=x0.numpy(), y=y0.numpy())                          # the same arrays, compressed
+    copy = _rewrite(out, tmp_path, device0=packed)
+    x, y = read_manifest(copy).load_device(0)
+    assert torch.equal(x, x0) and torch.equal(y, y0)
+    decompressed = x0.numpy().nbytes + y0.numpy().nbytes
+    monkeypatch.setattr(device_data, "MAX_FILE_BYTES", decompressed - 1)    # the raw file fits, its arrays do not
+    assert len(packed) < decompressed - 1
+    with pytest.raises(InputError, match=f"its arrays take more than {decompressed - 1:,} bytes decompressed"):
+        read_manifest(copy).load_device(0)
+    monkeypatch.setattr(device_data, "MAX_FILE_BYTES", len(packed) - 1)
+    with pytest.raises(InputError, match=f"holds {len(packed):,} bytes, more than the {len(packed) - 1:,}"):
+        read_manifest(copy).load_device(0)
+    monkeypatch.undo()
+    copy = _rewrite(out, tmp_path)
+    x_test, y_test = good.load_test()
+    (copy / "test.npz").write_bytes(_npz(x=x_test.numpy()[::-1].copy(), y=y_test.numpy()[::-1].copy()))
+    with pytest.raises(InputError, match="test.npz' is not the file manifest.json names"):
+        read_manifest(copy).load_test()
+    doc = json.loads((copy / "manifest.json").read_text())
+    del doc["test_sha256"]                                  # a manifest written before the hash: read unchecked
+    (copy / "manifest.json").write_text(json.dumps(doc))
+    assert read_manifest(copy).load_test()[0].shape == x_test.shape
 
 
 def test_an_unreadable_manifest_is_named(tmp_path) -> None:

@@ -4,7 +4,7 @@ a device's data never leaves it (``--device-data DIR``; docs/distributed.md "Dat
 A folder holds::
 
     manifest.json    what every role may know: the data set's name, classes, input shape, the test
-                     file, and per device its file, sample count, label counts and SHA-256
+                     file and its SHA-256, and per device its file, sample count, label counts and SHA-256
     device-<i>.npz   device i's training samples: x float32 (n, *input_shape), normalised as the model
                      takes them; y int64 (n,) class indices
     test.npz         the servers' test set, x and y as above
@@ -16,9 +16,10 @@ partition ``adaptplan train`` would draw, so a run on the folder equals a run on
 
 Device i's samples are rows ``offset_i .. offset_i + n_i − 1`` of the data set the engine sees
 (offsets cumulative in device order); a device rank holds only its own rows and maps rank 0's
-positions to them (:meth:`DeviceManifest.local_positions`). Every file read is checked (arrays,
-dtypes, shapes, labels, the manifest's counts and hash): a mismatch is an :class:`InputError` naming
-the file and ``--device-data``, never a traceback; nothing is unpickled.
+positions to them (:meth:`DeviceManifest.local_positions`). Every file read is checked (a regular file of at
+most :data:`MAX_FILE_BYTES`, exactly the arrays x and y within that bound decompressed, dtypes, shapes, labels, the
+manifest's counts and hash): a mismatch is an :class:`InputError` naming the file and ``--device-data``, never a
+traceback; nothing is unpickled.
 """
 
 from __future__ import annotations
@@ -26,9 +27,12 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
+import stat
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
@@ -45,7 +49,11 @@ MANIFEST = "manifest.json"
 TEST_FILE = "test.npz"
 FORMAT = "adaptplan-device-data"
 VERSION = 1
-MANIFEST_KEYS = ("format", "version", "name", "num_classes", "input_shape", "test", "devices")
+MANIFEST_KEYS = ("format", "version", "name", "num_classes", "input_shape", "test", "test_sha256", "devices")
+MAX_FILE_BYTES = 8 * 2**30
+"""The largest file of a folder read (and the most its arrays may take decompressed): 8 GiB. A name that leads to
+no regular file (a device such as /dev/zero, a pipe) or to a larger one is refused before it is read."""
+MAX_MANIFEST_BYTES = 64 * 2**20
 ENTRY_KEYS = ("file", "samples", "label_counts", "sha256")
 
 
@@ -76,6 +84,7 @@ class DeviceManifest:
     input_shape: tuple[int, ...]
     devices: tuple[DeviceEntry, ...]
     digest: str
+    test_sha256: str | None = None      # absent from manifests written before it: test.npz then unchecked
 
     @property
     def offsets(self) -> list[int]:
@@ -121,7 +130,10 @@ class DeviceManifest:
         import torch
 
         path = self.folder / TEST_FILE
-        x, y = _arrays(path, _read(path), self.input_shape, self.num_classes)
+        raw = _read(path)
+        if self.test_sha256 is not None and hashlib.sha256(raw).hexdigest() != self.test_sha256:
+            raise InputError(f"{str(path)!r} is not the file {MANIFEST} names (its SHA-256 differs)", field=FIELD)
+        x, y = _arrays(path, raw, self.input_shape, self.num_classes)
         return torch.from_numpy(x), torch.from_numpy(y)
 
     def dataset(self, with_samples: bool) -> "Dataset":
@@ -152,7 +164,7 @@ def read_manifest(folder: str | Path) -> DeviceManifest:
     if not root.is_dir():
         raise InputError(f"{str(root)!r} is not a directory", field=FIELD)
     path = root / MANIFEST
-    raw = _read(path)
+    raw = _read(path, MAX_MANIFEST_BYTES)
     try:
         doc = json.loads(raw)
         if doc.get("format") != FORMAT or doc.get("version") != VERSION:
@@ -166,6 +178,9 @@ def read_manifest(folder: str | Path) -> DeviceManifest:
         entries = tuple(DeviceEntry(str(e["file"]), int(e["samples"]), tuple(int(c) for c in e["label_counts"]),
                                     str(e["sha256"])) for e in doc["devices"])
         name = str(doc["name"])
+        test_sha256 = doc.get("test_sha256")
+        if test_sha256 is not None and not (isinstance(test_sha256, str) and len(test_sha256) == 64):
+            raise ValueError("test_sha256 must be 64 hexadecimal digits")
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise InputError(f"{str(path)!r} is not a device-data manifest ({type(exc).__name__}: {exc})", field=FIELD) from None
     if num_classes < 2 or not shape or min(shape) < 1 or not entries:
@@ -175,7 +190,7 @@ def read_manifest(folder: str | Path) -> DeviceManifest:
                 or sum(e.label_counts) != e.samples or min(e.label_counts) < 0:
             raise InputError(f"{str(path)!r}: device {i}'s entry is inconsistent (file {e.file!r}, {e.samples} samples, "
                              f"label counts {list(e.label_counts)} over {num_classes} classes)", field=FIELD)
-    return DeviceManifest(root, name, num_classes, shape, entries, hashlib.sha256(raw).hexdigest())
+    return DeviceManifest(root, name, num_classes, shape, entries, hashlib.sha256(raw).hexdigest(), test_sha256)
 
 
 def write_device_folder(dataset: "Dataset", parts: Sequence[np.ndarray], out: str | Path) -> DeviceManifest:
@@ -195,7 +210,8 @@ def write_device_folder(dataset: "Dataset", parts: Sequence[np.ndarray], out: st
     test = _npz_bytes(dataset.x_test.numpy().astype(np.float32), dataset.y_test.numpy().astype(np.int64))
     _write_bytes(root / TEST_FILE, test)
     doc = {"format": FORMAT, "version": VERSION, "name": dataset.name, "num_classes": int(dataset.num_classes),
-           "input_shape": [int(s) for s in dataset.input_shape], "test": TEST_FILE, "devices": entries}
+           "input_shape": [int(s) for s in dataset.input_shape], "test": TEST_FILE,
+           "test_sha256": hashlib.sha256(test).hexdigest(), "devices": entries}
     head = json.dumps({k: v for k, v in doc.items() if k != "devices"}, indent=1)[:-2]   # one line per device
     text = head + ',\n "devices": [\n' + ",\n".join(f"  {json.dumps(e)}" for e in entries) + "\n ]\n}\n"
     _write_bytes(root / MANIFEST, text.encode())
@@ -212,25 +228,52 @@ def _npz_bytes(x: np.ndarray, y: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
-def _read(path: Path) -> bytes:
+def _read(path: Path, limit: int | None = None) -> bytes:
+    """The bytes of the regular file ``path`` (a link is followed), at most ``limit`` of them (default
+    :data:`MAX_FILE_BYTES`); anything else is refused before it is read."""
+    limit = MAX_FILE_BYTES if limit is None else limit
     try:
-        return path.read_bytes()
+        with open(path, "rb") as fh:
+            info = os.fstat(fh.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise InputError(f"{str(path)!r} is not a regular file", field=FIELD)
+            if info.st_size > limit:
+                raise InputError(f"{str(path)!r} holds {info.st_size:,} bytes, more than the {limit:,} a file of a "
+                                 "device-data folder may hold", field=FIELD)
+            raw = fh.read(limit + 1)
     except FileNotFoundError:
         raise InputError(f"{str(path)!r} not found", field=FIELD) from None
     except OSError as exc:
         raise InputError(f"{str(path)!r} cannot be read ({exc.strerror or exc})", field=FIELD) from None
+    if len(raw) > limit:
+        raise InputError(f"{str(path)!r} grew beyond {limit:,} bytes while it was read", field=FIELD)
+    return raw
+
+
+def _members(path: Path, raw: bytes) -> None:
+    """The archive holds exactly x.npy and y.npy, together at most :data:`MAX_FILE_BYTES` decompressed (read from
+    its directory, nothing decompressed)."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(raw)) as archive:
+            infos = archive.infolist()
+    except (zipfile.BadZipFile, ValueError, EOFError) as exc:
+        raise InputError(f"{str(path)!r} is not a readable .npz file ({type(exc).__name__})", field=FIELD) from None
+    names = sorted(i.filename for i in infos)
+    if names != ["x.npy", "y.npy"]:
+        raise InputError(f"{str(path)!r} must hold exactly the arrays 'x' and 'y' (has "
+                         f"{[n.removesuffix('.npy') for n in names][:10]})", field=FIELD)
+    if sum(i.file_size for i in infos) > MAX_FILE_BYTES:
+        raise InputError(f"{str(path)!r}: its arrays take more than {MAX_FILE_BYTES:,} bytes decompressed", field=FIELD)
 
 
 def _arrays(path: Path, raw: bytes, shape: tuple[int, ...], num_classes: int) -> tuple[np.ndarray, np.ndarray]:
     """x float32 (n, *shape) and y int64 (n,) with labels in 0..num_classes−1, from a ``.npz``'s bytes."""
+    _members(path, raw)
     try:
         with np.load(io.BytesIO(raw), allow_pickle=False) as archive:
-            arrays: dict[str, Any] = {name: archive[name] for name in archive.files}
+            x, y = archive["x"], archive["y"]
     except Exception as exc:  # BadZipFile, ValueError (a pickled object), EOFError ...
         raise InputError(f"{str(path)!r} is not a readable .npz file ({type(exc).__name__})", field=FIELD) from None
-    x, y = arrays.get("x"), arrays.get("y")
-    if x is None or y is None:
-        raise InputError(f"{str(path)!r} needs arrays 'x' and 'y' (has {sorted(arrays)})", field=FIELD)
     if x.dtype != np.float32 or tuple(x.shape[1:]) != shape or y.dtype.kind not in "iu" or y.shape != x.shape[:1]:
         raise InputError(f"{str(path)!r}: x is {x.dtype}{list(x.shape)} and y {y.dtype}{list(y.shape)}, expected "
                          f"float32[n, {', '.join(map(str, shape))}] and integer[n]", field=FIELD)
