@@ -151,6 +151,17 @@ def test_a_header_length_beyond_the_frame_is_refused() -> None:
             wire.decode(body + hmac.new(KEY, body, hashlib.sha256).digest(), KEY)
 
 
+def test_a_well_signed_header_with_a_number_too_long_to_read_is_refused() -> None:
+    """Issue 36 W1: an insider's header holding a 5,000-digit integer raised Python's ValueError (int conversion
+    limit) out of the decoder: over MQTT rank 0's network thread died, over gloo a traceback."""
+    for field in ("seq", "v"):
+        header = {"src": 0, "dst": 1, "seq": 0, "t": [], "v": 1}
+        text = json.dumps(header).replace(f'"{field}": {header[field]}', f'"{field}": {"9" * 5000}')
+        body = b"APW1" + struct.pack(">I", len(text)) + text.encode()
+        with pytest.raises(wire.WireError, match="holds a number too long to read"):
+            wire.decode(body + hmac.new(KEY, body, hashlib.sha256).digest(), KEY)
+
+
 def test_a_value_nested_deeper_than_python_recurses_is_refused(monkeypatch) -> None:
     """The decoder recurses once per level of the value; where Python's stack ends (a frame nested
     thousands deep within the JSON parser's limit) the frame is refused, not a crash."""

@@ -46,6 +46,9 @@ DTYPES: dict[str, torch.dtype] = {
     "int64": torch.int64, "int32": torch.int32, "int16": torch.int16, "int8": torch.int8, "uint8": torch.uint8,
     "bool": torch.bool}
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
+ITEM_BYTES = {name: torch.empty((), dtype=dtype).element_size() for name, dtype in DTYPES.items()}
+"""Bytes per element of each dtype (looked up per table entry: building an empty tensor per entry made a header
+of 10⁶ entries cost seconds)."""
 
 MESSAGE_TYPES: dict[str, type] = {t.__name__: t for t in (Activation, CutGradient, BlockState, ModelUpload,
                                                           ModelDownload, OptimizerSpec, *CONTROL_MESSAGES,
@@ -143,7 +146,7 @@ class _Decoder:
         if not (isinstance(shape, list) and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
                                                  for s in shape)):
             raise WireError(f"its tensor {index} has the shape {str(shape)[:60]}, not a list of sizes")
-        itemsize = torch.empty((), dtype=DTYPES[name]).element_size()
+        itemsize = ITEM_BYTES[name]
         if not (isinstance(offset, int) and isinstance(length, int)) or length != math.prod(shape) * itemsize \
                 or offset < 0 or offset + length > len(self.data):
             raise WireError(f"its tensor {index} ({name} {shape}) does not fit its byte range")
@@ -215,8 +218,8 @@ def decode(frame: bytes | bytearray | memoryview, key: bytes) -> Frame:
         raise WireError(f"its header length {n} does not fit the frame")
     try:
         header = json.loads(bytes(body[8:8 + n]).decode())
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        raise WireError("its header is not JSON") from None
+    except (ValueError, RecursionError):    # not UTF-8, not JSON, or an integer of more digits than Python converts
+        raise WireError("its header is not JSON (or holds a number too long to read)") from None
     if not isinstance(header, dict) or not all(isinstance(header.get(k), int) for k in ("src", "dst", "seq")):
         raise WireError("its header lacks the sender, receiver or sequence number")
     decoder = _Decoder(header.get("t"), body[8 + n:])
