@@ -8,6 +8,8 @@ paho-mqtt (the ``test`` extra); without the binary these tests are skipped, sayi
 
 from __future__ import annotations
 
+import contextlib
+
 import shutil
 import subprocess
 import sys
@@ -121,6 +123,35 @@ def test_a_rank_can_neither_read_another_ranks_frames_nor_write_in_its_name(brok
         intruder.loop_stop()
         for c in ch.values():
             c.close()
+
+
+def test_a_rank_cannot_take_over_another_ranks_client_id(broker) -> None:
+    """Issue 36 M1: rank 2, logged in with its own password, connected under rank 3's client id and knocked
+    rank 3 off the broker. The broker now gives every client its user name as its client id."""
+    import paho.mqtt.client as mqtt
+
+    ch = channels(broker, [0, 1, 2, 3], world=4)
+    intruder = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"{broker.run}-rank3", protocol=mqtt.MQTTv311)
+    intruder.username_pw_set("rank2", broker.password_files[2].read_text())
+    intruder.tls_set(ca_certs=str(broker.ca_file))
+    connected = threading.Event()
+    intruder.on_connect = lambda c, u, flags, reason, p=None: connected.set()
+    intruder.connect(broker.host, broker.port)
+    intruder.loop_start()
+    try:
+        assert connected.wait(5)
+        time.sleep(0.5)
+        for i in range(3):                          # rank 3 keeps its connection: nothing lost, nothing repeated
+            ch[0].send({"i": i}, 3)
+            assert ch[3].recv(0).msg == {"i": i}
+        assert "rank3" not in " ".join(line for line in (broker.folder / "broker.log").read_text().splitlines()
+                                       if "already connected" in line or "session taken over" in line)
+    finally:
+        intruder.loop_stop()
+        intruder.disconnect()
+        for r, c in ch.items():
+            with contextlib.suppress(RuntimeError) if r == 2 else contextlib.nullcontext():
+                c.close()                           # rank 2's own login is the intruder's: its session was taken
 
 
 def test_a_redelivered_frame_is_dropped_and_a_gap_is_refused(broker) -> None:

@@ -115,6 +115,7 @@ def start_local_broker(folder: Path, world: int, port: int) -> LocalBroker:
         f"user {getpass.getuser()}\n"      # started by root, mosquitto would switch to its own user: keep this one's
         f"per_listener_settings false\nlistener {port} 127.0.0.1\ncafile {ca}\ncertfile {crt}\nkeyfile {key}\n"
         f"allow_anonymous false\npassword_file {hashed}\nacl_file {folder / 'acl'}\npersistence false\n"
+        "use_username_as_clientid true\n"    # a rank's client id is its user name: no rank connects in another's
         f"max_queued_messages 0\nmax_inflight_messages 0\nset_tcp_nodelay true\nlog_dest file {folder / 'broker.log'}\n"
         "log_type error\nlog_type warning\nlog_type notice\n")
     process = subprocess.Popen([mosquitto, "-c", str(folder / "mosquitto.conf")], stdout=subprocess.DEVNULL,
