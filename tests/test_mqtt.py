@@ -154,6 +154,32 @@ def test_a_rank_cannot_take_over_another_ranks_client_id(broker) -> None:
                 c.close()                           # rank 2's own login is the intruder's: its session was taken
 
 
+def test_a_retained_message_on_a_frame_topic_reaches_no_rank_that_joins_later(broker) -> None:
+    """Issue 36 M2: a message published with retain on a frame topic stayed on the broker for every rank that
+    subscribed later, which took it for a frame (and refused the peer for it). Frames are never retained: a
+    retained one is ignored."""
+    import paho.mqtt.client as mqtt
+
+    junk = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="junk", protocol=mqtt.MQTTv311)
+    junk.username_pw_set("rank0", broker.password_files[0].read_text())
+    junk.tls_set(ca_certs=str(broker.ca_file))
+    junk.connect(broker.host, broker.port)
+    junk.loop_start()
+    try:
+        junk.publish(frame_topic(broker.run, 1, 0), b"APW1 junk kept by the broker", qos=1, retain=True) \
+            .wait_for_publish(5)
+    finally:
+        junk.loop_stop()
+        junk.disconnect()
+    ch = channels(broker, [0, 1])
+    try:
+        ch[0].send({"i": 0}, 1)
+        assert ch[1].recv(0).msg == {"i": 0}         # the first frame rank 1 takes is rank 0's frame #0
+    finally:
+        for c in ch.values():
+            c.close()
+
+
 def test_a_redelivered_frame_is_dropped_and_a_gap_is_refused(broker) -> None:
     ch = channels(broker, [0, 1])
     from trainers.distributed import wire

@@ -199,7 +199,7 @@ class MqttChannel(FrameChannel):
             self._gone.pop(src, None)              # it came back: the broker held its frames meanwhile
         elif parts[2] == "gone":
             self._gone[src] = time.monotonic()
-        elif parts[2] == "to":
+        elif parts[2] == "to" and not message.retain:   # frames are never retained: a retained one is a broker's junk
             self._accept(src, bytes(message.payload), time.time(), duplicates=True)
 
     def _silent(self, src: int, seconds: float) -> PeerError:
