@@ -13,7 +13,9 @@ def test_bench_training_json_matches_the_runs_own_records(tmp_path, capsys) -> N
     assert main(["bench", "training", "--policies", "adaptsfl,rma+rms", "--partition", "iid", "--rounds", "6",
                  "--target-accuracy", "0.2", "--more-targets", "0.15,0.3", "--workers", "1", "--json", str(report),
                  *common]) == 0
-    header = next(line for line in capsys.readouterr().out.splitlines() if "policy" in line)
+    printed = capsys.readouterr()
+    assert f"wrote {report}" in printed.err.splitlines()                  # the file named (issue 37)
+    header = next(line for line in printed.out.splitlines() if "policy" in line)
     assert "s→15%" in header and "s→30%" in header
     data = json.loads(report.read_text())
     assert data["target_accuracy"] == 0.2 and set(data["policies"]) == {"adaptsfl", "rma+rms"}

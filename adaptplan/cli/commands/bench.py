@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -335,6 +336,7 @@ def run_training(args: argparse.Namespace) -> int:
     print(text)
     if args.json:
         bench.save_json(results, args.target_accuracy, args.json, more, setting)
+        print(f"wrote {args.json}", file=sys.stderr)
     if out is not None:
         (out / "table.txt").write_text(text + "\n", encoding="utf-8")
         plot(results, out / "accuracy.png")

@@ -115,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"adaptplan profile: warning: {warning.message}", file=sys.stderr)
     if args.output:
         profile.save(args.output)
+        print(f"wrote {args.output} ({profile.num_cuts} cut points)", file=sys.stderr)
     if args.json:
         import json
 
