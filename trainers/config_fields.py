@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator
 
 from adaptplan.errors import InputError
 from adaptplan.fileio import MAX_COUNT, MAX_MAGNITUDE, int_in_range, number_in_range, positive_int, show
+from trainers.algorithms import check_choice
 
 META = "adaptplan"
 """The key of a field's :class:`Meta` in ``dataclasses.Field.metadata``."""
@@ -71,6 +72,27 @@ class Described:
     default: Any
     meta: Meta
 
+    @property
+    def base(self) -> str:
+        """The annotation's first type (``"int"`` of ``"int | None"``)."""
+        return self.kind.split("|")[0].strip()
+
+    @property
+    def optional(self) -> bool:
+        """None is a value of the field."""
+        return "None" in (k.strip() for k in self.kind.split("|"))
+
+    @property
+    def int_limits(self) -> tuple[int, int]:
+        """An integer field's limits: its ``low`` (default 1) and ``high`` (default :data:`MAX_COUNT`)."""
+        return (1 if self.meta.low is None else int(self.meta.low),
+                MAX_COUNT if self.meta.high is None else int(self.meta.high))
+
+    @property
+    def on_command_line(self) -> bool:
+        """The CLI generates its flag (it has one and no command writes it itself)."""
+        return self.flag is not None and self.meta.generated
+
 
 def described(part: Any) -> Iterator[Described]:
     """The fields of the dataclass (or instance) ``part`` that carry a :class:`Meta`, in declaration order."""
@@ -85,6 +107,7 @@ def described(part: Any) -> Iterator[Described]:
         yield Described(f.name, key, flag, str(f.type), default, meta)
 
 
+_TYPES: dict[str, type] = {"str": str, "bool": bool, "dict[str, Any]": dict}
 _WORDS = {"str": "text", "bool": "true or false", "dict[str, Any]": "an object"}
 
 
@@ -93,29 +116,23 @@ def check_fields(part: Any) -> None:
     one of its ``choices`` or outside its limits (generated from each field's annotation and :class:`Meta`)."""
     for d in described(part):
         value = getattr(part, d.name)
-        kinds = [k.strip() for k in d.kind.split("|")]
-        if value is None and "None" in kinds:
+        if (value is None and d.optional) or (d.meta.auto and value == "auto"):
             continue
-        if d.meta.auto and value == "auto":
-            continue
-        base = kinds[0]
-        if base in ("str", "bool", "dict[str, Any]"):
-            wanted = {"str": str, "bool": bool, "dict[str, Any]": dict}[base]
-            if not isinstance(value, wanted):
-                words = _WORDS[base] + (" or null" if "None" in kinds else "")
+        if d.base in _TYPES:
+            if not isinstance(value, _TYPES[d.base]):
+                words = _WORDS[d.base] + (" or null" if d.optional else "")
                 raise InputError(f"must be {words}, got {type(value).__name__}", field=d.key)
-            if d.meta.choices and value not in d.meta.choices:
-                raise InputError(f"unknown value {value!r}; valid: {', '.join(d.meta.choices)}", field=d.key)
-        elif base == "int":
-            low = 1 if d.meta.low is None else int(d.meta.low)
-            high = int(d.meta.high) if d.meta.high is not None else MAX_COUNT
+            if d.meta.choices:                     # text fields only
+                check_choice(str(value), d.meta.choices, d.key)
+        elif d.base == "int":
+            low, high = d.int_limits
             if d.meta.auto and isinstance(value, str):
                 raise InputError(f"must be auto or an integer, got {show(value)}", field=d.key)
             if low == 1:
                 positive_int(value, d.key, high, d.meta.unit)
             else:
                 int_in_range(value, d.key, low, high, d.meta.unit)
-        elif base == "float":
+        elif d.base == "float":
             number_in_range(value, d.key, -MAX_MAGNITUDE if d.meta.low is None else d.meta.low,
                             MAX_MAGNITUDE if d.meta.high is None else d.meta.high, d.meta.unit,
                             low_open=d.meta.low_open, high_open=d.meta.high_open)

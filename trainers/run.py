@@ -423,18 +423,16 @@ class Trainer:
                                                     stats.participants, stats.stage_seconds, stats.metrics,
                                                     stats.measured_stage_seconds, stats.measured_round_seconds,
                                                     local))
-                    if out and c.run.checkpoint_every and t % c.run.checkpoint_every == 0:
-                        self._save_history(out)          # first: a folder with a checkpoint always has its history
-                        save_checkpoint(self.state_dict(t, wall), out)
                     if bar is not None:
                         shown = self.history.final_accuracy
                         bar.set_postfix_str(f"acc={shown if shown is None else f'{shown:.3f}'} sim={self.clock.seconds:.1f}s")
                         bar.update(1)
-                    if stop.signum is not None and t < c.run.rounds:
-                        if out:
-                            self._save_history(out)
-                            save_checkpoint(self.state_dict(t, wall), out)
-                        raise Interrupted(stop.signum, t, out)
+                    signum = stop.signum if t < c.run.rounds else None      # a stop asked for before the last round
+                    if out and (signum is not None or (c.run.checkpoint_every and t % c.run.checkpoint_every == 0)):
+                        self._save_history(out)          # first: a folder with a checkpoint always has its history
+                        save_checkpoint(self.state_dict(t, wall), out)
+                    if signum is not None:
+                        raise Interrupted(signum, t, out)
         except Exception:
             # a lost rank (in a round, a checkpoint's state fetch or an evaluation), a full disk...:
             # the rounds finished so far are kept (interrupted and diverged runs saved theirs already)

@@ -9,24 +9,22 @@ import argparse
 from typing import Any, Iterable
 
 from adaptplan.cli.flags import auto_or_int_flag
-from adaptplan.fileio import MAX_COUNT
 from trainers.config_fields import Described, described
 
 
 def add_flag(parser: Any, d: Described) -> None:
     """Add the option of the described field ``d`` to ``parser`` (a parser or an argument group)."""
     assert d.flag is not None
-    kind = d.kind.split("|")[0].strip()
     options: dict[str, Any] = {"dest": d.key, "help": d.meta.help}
-    if kind == "bool":
+    if d.base == "bool":
         options.update(action="store_false" if d.meta.negated else "store_true",
                        default=True if d.meta.negated else d.default)
     else:
         options["default"] = d.default
         if d.meta.auto:
-            options["type"] = auto_or_int_flag(int(d.meta.low or 1), int(d.meta.high or MAX_COUNT), d.meta.unit)
-        elif kind in ("int", "float"):
-            options["type"] = int if kind == "int" else float
+            options["type"] = auto_or_int_flag(*d.int_limits, d.meta.unit)
+        elif d.base in ("int", "float"):
+            options["type"] = int if d.base == "int" else float
         if d.meta.choices:
             options["choices"] = d.meta.choices
         else:
@@ -39,11 +37,10 @@ def add_part(parser: Any, part: type, only: Iterable[str] | None = None) -> None
     or of the flat keys ``only``, in declaration order."""
     keep = None if only is None else set(only)
     for d in described(part):
-        if d.flag is not None and d.meta.generated and (keep is None or d.key in keep):
+        if d.on_command_line and (keep is None or d.key in keep):
             add_flag(parser, d)
 
 
 def part_values(args: argparse.Namespace, *parts: type) -> dict[str, Any]:
     """The flat key → value of every generated option of ``parts`` in the parsed ``args``."""
-    return {d.key: getattr(args, d.key) for part in parts for d in described(part)
-            if d.flag is not None and d.meta.generated}
+    return {d.key: getattr(args, d.key) for part in parts for d in described(part) if d.on_command_line}

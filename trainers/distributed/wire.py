@@ -46,9 +46,6 @@ DTYPES: dict[str, torch.dtype] = {
     "int64": torch.int64, "int32": torch.int32, "int16": torch.int16, "int8": torch.int8, "uint8": torch.uint8,
     "bool": torch.bool}
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
-ITEM_BYTES = {name: torch.empty((), dtype=dtype).element_size() for name, dtype in DTYPES.items()}
-"""Bytes per element of each dtype (looked up per table entry: building an empty tensor per entry made a header
-of 10⁶ entries cost seconds)."""
 
 MESSAGE_TYPES: dict[str, type] = {t.__name__: t for t in (Activation, CutGradient, BlockState, ModelUpload,
                                                           ModelDownload, OptimizerSpec, *CONTROL_MESSAGES,
@@ -146,7 +143,7 @@ class _Decoder:
         if not (isinstance(shape, list) and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
                                                  for s in shape)):
             raise WireError(f"its tensor {index} has the shape {str(shape)[:60]}, not a list of sizes")
-        itemsize = ITEM_BYTES[name]
+        itemsize = DTYPES[name].itemsize      # not an empty tensor per entry: 10⁶ entries cost seconds that way
         if not (isinstance(offset, int) and isinstance(length, int)) or length != math.prod(shape) * itemsize \
                 or offset < 0 or offset + length > len(self.data):
             raise WireError(f"its tensor {index} ({name} {shape}) does not fit its byte range")

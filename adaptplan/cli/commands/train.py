@@ -76,12 +76,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                                f"{option.describe_default()})")
     add_part(p.add_argument_group("the simulated system"), SystemConfig)
     folder = p.add_argument_group(f"the run: length, evaluation, folder (a resumed run may give anew only "
-                               f"{', '.join(resumable_flags())})")
+                                  f"{', '.join(resumable_flags())})")
     add_part(folder, RunConfig)
     folder.add_argument("--trust-run-folder", action="store_true",
-                     help="with --resume: import the user model (package.module:factory) that the run folder's "
-                          "checkpoint names without naming it again with --model (by default a resumed run imports "
-                          "only code named on the command line: a run folder received from someone else runs no code)")
+                        help="with --resume: import the user model (package.module:factory) that the run folder's "
+                             "checkpoint names without naming it again with --model (by default a resumed run imports "
+                             "only code named on the command line: a run folder received from someone else runs no "
+                             "code)")
     add_part(p.add_argument_group("execution: how, never what (a resumed run may change these)"), ExecutionConfig)
     dist = p.add_argument_group("distributed runs (torch.distributed, gloo; docs/distributed.md)")
     add_part(dist, RuntimeConfig)
