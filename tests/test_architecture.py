@@ -203,3 +203,24 @@ def test_no_test_module_imports_another() -> None:
     offenders = {path.name: sorted(n for n in imported_modules(path) if n.startswith("tests.test_"))
                  for path in sorted((ROOT / "tests").glob("test_*.py"))}
     assert not {k: v for k, v in offenders.items() if v}
+
+
+EXECUTION_WORDS = ("chunk", "span", "replay", "reply_now", "on_reply", "early", "recompute")
+"""How a round is executed (passes of bounded size, row slices, replayed passes, replies before the barrier is
+done, recomputed forwards): the runtime's business, never a name of the strategy API (issue 35 item 2)."""
+
+
+def test_the_strategy_api_names_no_execution_detail() -> None:
+    import dataclasses
+
+    from trainers import api
+
+    exposed = set(api.__all__) | {f.name for f in dataclasses.fields(api.RoundContext)}
+    for cls in (api.ServerPasses, api.ModelViews, api.RoundContext, api.Strategy, api.AsyncStrategy, api.ParallelStep):
+        exposed |= {name for name in vars(cls) if not name.startswith("_")}
+    assert "in_passes" in exposed and "pooled_pass" in exposed         # what a strategy may ask instead
+    assert sorted(n for n in exposed if any(w in n.lower() for w in EXECUTION_WORDS)) == []
+    for path in STRATEGY_FILES:                                         # and no strategy reaches past the API for them
+        words = {node.attr for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+                 if isinstance(node, ast.Attribute)}
+        assert sorted(w for w in words if any(x in w.lower() for x in EXECUTION_WORDS)) == [], path.name

@@ -173,7 +173,7 @@ def test_gas_counts_only_its_active_devices_steps() -> None:
 
 @pytest.mark.parametrize("algorithm", ["sfl-v1", "adaptsfl", "psl"])
 def test_a_chunked_barrier_lets_each_chunks_devices_go_on_before_the_next_chunk(algorithm, monkeypatch) -> None:
-    """The default serve hands each chunk's replies over as soon as the chunk is done: its devices
+    """The runtime hands each chunk's replies of the default parallel step over as soon as the chunk is done: its devices
     back-propagate before the next chunk is served (so one chunk's replies are held, not the round's),
     bit for bit what holding them all gives (a serve that returns every reply at the end)."""
     from trainers.api import parallel_step
@@ -535,8 +535,8 @@ def test_a_chunk_left_unanswered_is_named(monkeypatch) -> None:
     from trainers.strategies import STRATEGIES
 
     class Forgetful(ParallelStep):
-        def serve_chunk(self, chunk):
-            return [r for r in super().serve_chunk(chunk) if r.device != 5]
+        def serve_part(self, part):
+            return [r for r in super().serve_part(part) if r.device != 5]
 
     import trainers.api
     monkeypatch.setattr(trainers.api, "ParallelStep", Forgetful)      # the runtime's chunk server

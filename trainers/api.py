@@ -11,13 +11,13 @@ A round (docs/architecture.md "The runtime"), and the decision points it asks th
    in arrival order, the server busy while it works).
 4. ``serve(edge, ctx, arrivals) -> [CutGradient]`` — what the edge server does with them, through
    its :class:`ServerPasses` only: run them through its blocks (``run``, concatenating devices
-   that meet; ``chunks`` for bounded passes; ``backward_mean_loss`` for a server-internal batch), form any loss, back-propagate fully or
-   only to the cut (:meth:`ServerPass.cut_gradients`), take per-device server gradients
+   that meet; ``in_passes`` for a computation separable over the devices; ``backward_mean_loss`` for a
+   server-internal batch), form any loss, back-propagate fully or only to the cut (:meth:`ServerPass.cut_gradients`), take per-device server gradients
    (``per_device_gradients``), step owners (``step``). It answers any subset of the devices; ``flush(edge, ctx)`` is asked
    for the rest when the group's arrivals are all served. :func:`answer` / :func:`skip` build
    the replies (a skip drops the device's step without an update). ``server_step`` states what the
    server computes, as data: ``"parallel"`` (the default ``serve``, eqs. 3–5, which the runtime may run one
-   server chunk at a time as the devices forward, :class:`ParallelStep`) or ``"own"`` (a strategy with its own
+   part of the barrier at a time as the devices forward, :class:`ParallelStep`) or ``"own"`` (a strategy with its own
    ``serve``, given the whole barrier).
 5. ``after_group(ctx, group) -> [Handoff]`` — client models passed between devices (SL).
 6. ``aggregation(ctx) -> Aggregation | None`` — client-side model averaging: which blocks,
@@ -62,8 +62,10 @@ class ServerPasses(Protocol):
     def run(self, arrivals: Sequence[Activation], concatenate: bool = True) -> ServerPass:
         """Eq. (3): every arrival through its server blocks."""
 
-    def chunks(self, arrivals: Sequence[Activation]) -> list[list[Activation]]:
-        """``arrivals`` in consecutive chunks within the pass budget (memory)."""
+    def in_passes(self, arrivals: Sequence[Activation],
+                  serve: Callable[[Sequence[Activation]], list[CutGradient]]) -> list[CutGradient]:
+        """``serve`` — a computation separable over the devices, whose shared gradients accumulate — run on the
+        arrivals in passes of the runtime's size (one pass where the memory allows); every pass's replies."""
 
     def run_features(self, features: torch.Tensor, device: int) -> torch.Tensor:
         """Cut-layer features through the server blocks device ``device`` uses."""
@@ -158,18 +160,6 @@ class RoundContext:
     server_flops: float = 0.0
     absent: frozenset[int] = frozenset()
     participants: list[int] = field(default_factory=list)
-    on_reply: Callable[[list[CutGradient]], None] | None = field(default=None, repr=False)
-
-    def reply_now(self, replies: list[CutGradient]) -> list[CutGradient]:
-        """Hand final ``replies`` to the runtime while ``serve`` is still running; the ones it did not
-        take, to be returned from ``serve``. In a barrier round the runtime takes them: their
-        devices back-propagate at once and the replies are released, so a chunked pass holds one
-        chunk's replies rather than the round's (their simulated arrival is the barrier's all the
-        same)."""
-        if self.on_reply is None:
-            return list(replies)
-        self.on_reply(list(replies))
-        return []
 
     def present(self) -> list[int]:
         """The devices that can still take part (all but ``absent``), in index order."""
@@ -293,17 +283,17 @@ def logit_adjusted_ce(logits: torch.Tensor, labels: torch.Tensor, prior: torch.T
 
 
 class ParallelStep:
-    """Eqs. (3)–(5) over the arrivals of one barrier, served one chunk at a time: every chunk at the
+    """Eqs. (3)–(5) over the arrivals of one barrier, served a part at a time: every part at the
     same (pre-update) server weights, its devices' losses back-propagated at once, per-device
-    instances stepped with their own gradient g_{n,i} (eq. 5) as soon as their chunk is done, and the
+    instances stepped with their own gradient g_{n,i} (eq. 5) as soon as their part is done, and the
     shared instances with the |𝒟_i|-weighted average of the g_{s,i} (eq. 4; the plain 1/N average
-    when the local datasets are equal) once every chunk is (:meth:`finish`).
+    when the local datasets are equal) once every part is (:meth:`finish`).
 
-    ``devices`` are the barrier's devices (all of them, before any chunk is served: the weights
+    ``devices`` are the barrier's devices (all of them, before any part is served: the weights
     |𝒟_i|/Σ|𝒟| are over the whole barrier). :func:`parallel_step` serves a barrier whose arrivals
-    are all there; the runtime may instead feed chunks as their devices forward (its choice for a strategy
-    whose ``server_step`` is ``"parallel"``), which holds one chunk's activations instead of the round's and
-    gives the same parameters bit for bit."""
+    are all there; the runtime feeds it a part of the barrier at a time (for a strategy whose ``server_step``
+    is ``"parallel"``: as the devices forward, or in passes of its size, each part's replies delivered at once),
+    which gives the same parameters bit for bit."""
 
     def __init__(self, edge: ServerPasses, ctx: RoundContext, devices: Sequence[int]) -> None:
         self.edge, self.ctx = edge, ctx
@@ -313,45 +303,38 @@ class ParallelStep:
         # device's loss by its weight on the shared part and undo it for its own instances
         self.weights = {d: sizes[d] / total for d in sizes}
 
-    def serve_chunk(self, chunk: Sequence[Activation]) -> list[CutGradient]:
-        """Forward ``chunk`` (devices meeting at an instance concatenated), back-propagate Σ_i w_i F_i
-        into the server's gradients, step the chunk's per-device instances; the chunk's replies
-        ∂F_i/∂a_i (final: taken at the pre-update w_s)."""
+    def serve_part(self, part: Sequence[Activation]) -> list[CutGradient]:
+        """Forward ``part`` of the barrier's arrivals (devices meeting at an instance concatenated), back-propagate
+        Σ_i w_i F_i into the server's gradients, step the part's per-device instances; its replies ∂F_i/∂a_i
+        (final: taken at the pre-update w_s)."""
         edge, weights = self.edge, self.weights
-        p = edge.run(chunk)
+        p = edge.run(part)
         losses = {d: mean_ce(p.logits[d], p.labels[d]) for d in p.devices}
         for d, loss in losses.items():
             self.ctx.record_loss(d, loss)
-        # each device's ∂F_i/∂a_i (the chunk's input gradients are released with the chunk)
+        # each device's ∂F_i/∂a_i (the part's input gradients are released with it)
         total_loss = cast(torch.Tensor, sum(weights[d] * losses[d] for d in p.devices))
         grads = {d: g / weights[d] for d, g in p.backward(total_loss).items()}
-        # a per-device instance's gradient is complete once its device's chunk is done: step it now (eq. 5)
+        # a per-device instance's gradient is complete once its device's part is done: step it now (eq. 5)
         # and free the gradient, rather than holding every device's until the end
         own = [cast(int, o) for o in edge.owners(p.devices) if o is not None]   # per-device owners: device indices
         edge.step(own, {o: 1.0 / weights[o] for o in own})
-        return [answer(a, grads[a.device]) for a in chunk]
+        return [answer(a, grads[a.device]) for a in part]
 
     def finish(self) -> None:
-        """Step the shared instances w_s: the average over every chunk (eq. 4)."""
+        """Step the shared instances w_s: the average over every part (eq. 4)."""
         self.edge.step([o for o in self.edge.owners(self.weights) if o is None])
 
 
-def parallel_step(edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Activation],
-                  early: bool = False) -> list[CutGradient]:
-    """All arrivals at the same server weights (eqs. 3–5, :class:`ParallelStep`), in the server's
-    chunks (``edge.chunks``); reply ∂F_i/∂a_i to every device. With ``early`` each chunk's replies
-    go to the runtime as soon as the chunk is done (:meth:`RoundContext.reply_now`) instead of being
-    returned (the default ``serve`` does so; a strategy that post-processes the replies calls it
-    without)."""
+def parallel_step(edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Activation]) -> list[CutGradient]:
+    """All arrivals at the same server weights (eqs. 3–5, :class:`ParallelStep`); reply ∂F_i/∂a_i to every
+    device."""
     if not arrivals:
         return []
     step = ParallelStep(edge, ctx, [a.device for a in arrivals])
-    held: list[CutGradient] = []
-    for chunk in edge.chunks(arrivals):   # a bounded graph at a time; the shared gradients accumulate
-        replies = step.serve_chunk(chunk)
-        held += ctx.reply_now(replies) if early else replies
+    replies = edge.in_passes(arrivals, step.serve_part)     # the shared gradients accumulate over the passes
     step.finish()
-    return held
+    return replies
 
 
 class Strategy:
@@ -412,7 +395,7 @@ class Strategy:
         return [list(participants)]
 
     def serve(self, edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Activation]) -> list[CutGradient]:
-        return parallel_step(edge, ctx, arrivals, early=True)
+        return parallel_step(edge, ctx, arrivals)
 
     def flush(self, edge: ServerPasses, ctx: RoundContext) -> list[CutGradient]:
         """Replies still owed after the group's arrivals were all served."""

@@ -402,6 +402,11 @@ class EdgeServer:
         with batch-coupled layers (BatchNorm) is never chunked: its statistics span the pass."""
         return self.chunked(arrivals, lambda a: int(a.tensor.shape[0]))
 
+    def in_passes(self, arrivals: Sequence[Activation],
+                  serve: Callable[[Sequence[Activation]], list[CutGradient]]) -> list[CutGradient]:
+        """``serve`` (separable over the devices) on each of :meth:`chunks` in turn; every chunk's replies."""
+        return [reply for chunk in self.chunks(arrivals) for reply in serve(chunk)]
+
     def chunked(self, items: Sequence[T], samples: Callable[[T], int]) -> list[list[T]]:
         """:meth:`chunks` of anything that will carry ``samples(item)`` samples (an arrival, or a
         device that is yet to forward its mini-batch)."""

@@ -77,11 +77,7 @@ class GroupRun:
         events = sorted((arrival[d], d, activations[d]) for d in self.group)
         self.pending = {d: msg for _, d, msg in events}
         if s.server_mode == "barrier":
-            ctx.on_reply = self._answer_early
-            try:
-                out = s.serve(engine.edge, ctx, [e[2] for e in events])
-            finally:
-                ctx.on_reply = None
+            out = self._serve_barrier([e[2] for e in events])
             self.server_free = max(e[0] for e in events) + self._server_busy()
             take_replies(out, self.pending, self.replies, self.server_free)
         else:
@@ -120,7 +116,7 @@ class GroupRun:
         for devices in chunks:
             activations = self._forward_chunk(devices)
             self.pending = {a.device: a for a in activations}
-            self._answer_early(stream.serve_chunk(activations))
+            self._answer_early(stream.serve_part(activations))
             if self.pending:
                 _never_answered(self.engine, self.pending)
         stream.finish()
@@ -128,6 +124,21 @@ class GroupRun:
         self._flush()
         self._answered_at_barrier()
         return self._replies_done()
+
+    def _serve_barrier(self, arrivals: list[Activation]) -> list[CutGradient]:
+        """A whole barrier: the default parallel step (``server_step = "parallel"``) in the server's passes, each
+        pass's replies delivered at once (:meth:`_answer_early`), so the round holds one pass's replies and graphs;
+        a strategy's own ``serve`` with every arrival. The replies still to take."""
+        s, edge = self.engine.strategy, self.engine.edge
+        if s.server_step != "parallel":
+            return list(s.serve(edge, self.ctx, arrivals))
+        from trainers.api import ParallelStep
+
+        step = ParallelStep(edge, self.ctx, [a.device for a in arrivals])
+        for part in edge.chunks(arrivals):
+            self._answer_early(step.serve_part(part))
+        step.finish()
+        return []
 
     def _serve_arrival(self, msg: Activation, at: float) -> None:
         """``server_mode = "arrival"``: the server takes ``msg`` (arrived at ``at``) when it is free and works its
@@ -150,7 +161,7 @@ class GroupRun:
         self.replies.clear()
 
     def _answer_early(self, out: Sequence[CutGradient]) -> None:
-        """Replies a barrier's serve handed over before returning (``RoundContext.reply_now``): checked like the
+        """Replies of a part of a barrier, taken before the rest is served: checked like the
         others, delivered at once (the device back-propagates and both messages can go), remembered only by their
         size and whether they carry a gradient (they count as arriving at the barrier's time)."""
         taken: dict[int, tuple[float, CutGradient]] = {}
