@@ -24,7 +24,7 @@ _LAZY = {
     "profile_model": "profilers",
     "estimate_constants": "profilers",
     "build_chain": "profilers",
-    "train": "trainers.run:run",
+    "train": "trainers.run.driver:run",
 }
 
 __all__ = ["ConvergenceConstants", "CutPoint", "DeviceSpec", "InfeasibleError", "InputError", "LatencyBreakdown",

@@ -24,10 +24,10 @@ import torch
 
 def engines(algorithm: str, device: str, batching: str, rounds: int,
             participation: float = 1.0) -> tuple[list[float], list[torch.Tensor]]:
-    from trainers.datasets import load_dataset
-    from trainers.engine import DeviceData, SplitEngine
-    from trainers.models import cnn
-    from trainers.partition import partition_indices
+    from trainers.engine.split_engine import DeviceData, SplitEngine
+    from trainers.inputs.datasets import load_dataset
+    from trainers.inputs.models import cnn
+    from trainers.inputs.partition import partition_indices
     from trainers.strategies import make_strategy
 
     torch.manual_seed(0)
@@ -54,7 +54,7 @@ def main() -> None:
                         help="the fraction of devices drawn per round in the second check of the algorithms that "
                              "draw participants (default 0.5; 1 skips it)")
     args = parser.parse_args()
-    from trainers.config import ALGORITHMS
+    from trainers.config.train_config import ALGORITHMS
 
     chosen = ALGORITHMS if args.algorithm == "all" else tuple(args.algorithm.split(","))
     unknown = sorted(set(chosen) - set(ALGORITHMS))
@@ -67,7 +67,7 @@ def main() -> None:
     sides = [("cpu", "on")] + ([("cuda", "off"), ("cuda", "on")] if cuda else [])
     if not 0 < args.participation <= 1:
         parser.error(f"--participation: a fraction in (0, 1], got {args.participation}")
-    from trainers.config import ALGORITHM_OPTIONS
+    from trainers.config.train_config import ALGORITHM_OPTIONS
 
     drawing = {a for o in ALGORITHM_OPTIONS if o.name == "participation" for a in o.algorithms}
     for algorithm in chosen:

@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from trainers.history import History  # noqa: E402
+from trainers.run.history import History  # noqa: E402
 
 
 def train(argv: list[str], out: Path) -> History:

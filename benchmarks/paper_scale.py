@@ -37,7 +37,7 @@ def tile(x, y, n: int, classes: int):
 
 def stand_in(name: str):
     """The shipped CIFAR-10 subset tiled to ``name``'s size (module docstring)."""
-    from trainers.datasets import Dataset, load_dataset
+    from trainers.inputs.datasets import Dataset, load_dataset
 
     if name not in SIZES:
         raise SystemExit(f"no stand-in for {name!r} (only {', '.join(SIZES)}): pass --data-root")
@@ -62,8 +62,8 @@ def main() -> None:
     import torch
 
     from adaptplan.benches import recipes
-    from trainers.config import TrainConfig
-    from trainers.run import Trainer
+    from trainers.config.train_config import TrainConfig
+    from trainers.run.driver import Trainer
 
     names = recipes.NAMES if args.paper == "all" else tuple(args.paper.split(","))
     unknown = sorted(set(names) - set(recipes.NAMES))

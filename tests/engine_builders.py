@@ -7,11 +7,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from trainers.clock import StageTimes
-from trainers.datasets import load_dataset
-from trainers.engine import DeviceData, SplitEngine
-from trainers.models import cnn
-from trainers.partition import partition_indices
+from trainers.engine.clock import StageTimes
+from trainers.engine.split_engine import DeviceData, SplitEngine
+from trainers.inputs.datasets import load_dataset
+from trainers.inputs.models import cnn
+from trainers.inputs.partition import partition_indices
 from trainers.strategies import make_strategy
 
 

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from adaptplan.cli import main
-from trainers.history import History
+from trainers.run.history import History
 
 
 def adaptplan(*argv: str, timeout: float = 240) -> subprocess.CompletedProcess:

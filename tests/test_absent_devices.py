@@ -18,11 +18,11 @@ import torch
 
 from tests.engine_builders import flat, make_data, small_model
 from trainers.api import AsyncStrategy, RoundContext, sample_devices
-from trainers.engine import SplitEngine, local_network
-from trainers.messages import DevicesLost
-from trainers.network import LocalNetwork
-from trainers.protocol import Forward, GetState, Send, Upload
-from trainers.roles import Device
+from trainers.engine.network import LocalNetwork
+from trainers.engine.split_engine import SplitEngine, local_network
+from trainers.roles.core import Device
+from trainers.roles.messages import DevicesLost
+from trainers.roles.protocol import Forward, GetState, Send, Upload
 from trainers.strategies import make_strategy
 
 torch.set_num_threads(1)
@@ -274,7 +274,7 @@ class RecordingNetwork(LocalNetwork):
 def test_where_absence_is_allowed_the_edge_server_waits_on_every_upload_itself(algorithm: str, relayed: bool) -> None:
     """Who waits on a device's model upload decides who notices its loss: rank 0 (relayed through the
     edge server), never the fed server, under the algorithms that go on without a lost device."""
-    from trainers.protocol import EDGE, FED, Take, Upload
+    from trainers.roles.protocol import EDGE, FED, Take, Upload
 
     def network(eng: SplitEngine, optimizer: Any, seed: int) -> LocalNetwork:
         return RecordingNetwork(local_network(eng, optimizer, seed))

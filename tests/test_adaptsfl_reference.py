@@ -11,13 +11,13 @@ import copy
 
 import pytest
 import torch
+from reference_optim import HandSGD
 from torch import nn
 
-from reference_optim import HandSGD
 from tests.engine_builders import flat, make_data, small_model
-from trainers.engine import SplitEngine
-from trainers.optim import OptimizerSpec
-from trainers.partition import DeviceSampler
+from trainers.engine.split_engine import SplitEngine
+from trainers.inputs.partition import DeviceSampler
+from trainers.roles.optim import OptimizerSpec
 from trainers.strategies import AdaptSFL
 
 B, LR, MOMENTUM = 16, 0.05, 0.9

@@ -86,7 +86,7 @@ def test_a_new_entry_reaches_the_flag_table_and_the_comparison_setting(monkeypat
 
 
 def test_the_registry_loads_without_torch() -> None:
-    code = ("import sys; import trainers.algorithms as a; import trainers.config; "
+    code = ("import sys; import trainers.algorithms as a; import trainers.config.train_config; "
             "assert 'torch' not in sys.modules, 'torch imported'; print(len(a.REGISTRY))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -69,29 +69,44 @@ def test_strategies_import_only_the_strategy_api(path):
 
 def test_roles_do_not_import_the_runtime_or_strategies():
     """The role code is shared by every runtime: it never imports the simulator, the driver or an algorithm."""
-    used = imported_modules(ROOT / "trainers" / "roles.py") | imported_modules(ROOT / "trainers" / "messages.py")
-    assert not {n for n in used if n.startswith(("trainers.engine", "trainers.run", "trainers.strategies"))}
+    used = imported_modules(ROOT / "trainers" / "roles" / "core.py") | imported_modules(ROOT / "trainers" / "roles" / "messages.py")
+    assert not {n for n in used if n.startswith(("trainers.engine.split_engine", "trainers.run.driver", "trainers.strategies"))}
 
 
 # ---- one direction of dependency (docs/architecture.md "Package map") ------------------------------------
 PACKAGES = ("adaptplan", "profilers", "solvers", "trainers")
-ROOF = ("adaptplan.cli", "adaptplan.benches", "adaptplan.distributed")
-"""The command line (adaptplan/cli/), the benchmarks with the comparisons' settings and recipes
-(adaptplan/benches/) and the ranks' entry point: they may import anything, and nothing below imports them."""
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("adaptplan",),                                   # 0 the world model: adaptplan/ but what is named below
+    ("solvers", "profilers"),                         # 1
+    ("adaptplan/planner.py",),                        # 2 the planner
+    ("trainers",),                                    # 3
+    ("adaptplan/cli", "adaptplan/benches", "adaptplan/distributed.py"),   # 4 the roof
+)
+"""The layers, lowest first, each a list of folders and files: a module is in the layer of the longest folder or
+file that holds it. The roof — the command line, the benchmarks with the comparisons' settings and recipes, the
+ranks' entry point — may import anything, and nothing below imports it."""
+TRAINER_LAYERS = ("trainers/algorithms.py", "trainers/config", "trainers/inputs", "trainers/roles", "trainers/api.py",
+                  "trainers/strategies", "trainers/engine", "trainers/distributed", "trainers/run")
+"""trainers/ by sub-layer, lowest first (docs/architecture.md "Package map"): the algorithm registry, what a run
+is, what it trains on, the roles and their messages, the strategy API, the strategies, the engine, the
+distributed runtimes, the run driver and its files. A module imports only its own sub-layer or lower ones."""
+
+
+def _holds(entry: str, module: str) -> bool:
+    where = module.replace(".", "/")
+    return where == entry.removesuffix(".py") or where.startswith(entry.removesuffix(".py") + "/")
 
 
 def layer(module: str) -> int:
-    """0 world model (adaptplan's system, latency, convergence, file formats), 1 solvers and profilers,
-    2 the planner, 3 trainers, 4 the roof (:data:`ROOF`)."""
-    if module.startswith(ROOF):
-        return 4
-    if module.startswith("trainers"):
-        return 3
-    if module == "adaptplan.planner":
-        return 2
-    if module.startswith(("solvers", "profilers")):
-        return 1
-    return 0
+    """0 world model, 1 solvers and profilers, 2 the planner, 3 trainers, 4 the roof (:data:`LAYERS`)."""
+    found = [(len(entry), i) for i, entries in enumerate(LAYERS) for entry in entries if _holds(entry, module)]
+    return max(found)[1] if found else 0
+
+
+def trainer_layer(module: str) -> int | None:
+    """The index in :data:`TRAINER_LAYERS` of the folder or file holding ``module`` (None: ``trainers`` itself)."""
+    found = [i for i, entry in enumerate(TRAINER_LAYERS) if _holds(entry, module)]
+    return found[0] if found else None
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -129,38 +144,53 @@ def import_graph(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES):
 
 def violations(graph) -> list[str]:
     """Every import cycle and every edge to a higher layer, or sideways to another package of the
-    same layer (solvers ↔ profilers), in words."""
+    same layer (solvers ↔ profilers), or to a higher sub-layer of trainers/, in words."""
     import networkx as nx
 
     found = [f"import cycle: {' -> '.join(sorted(c))}" for c in nx.strongly_connected_components(graph) if len(c) > 1]
     for a, b in sorted(graph.edges):
         if layer(b) > layer(a) or (layer(b) == layer(a) == 1 and a.split(".")[0] != b.split(".")[0]):
             found.append(f"{a} (layer {layer(a)}) imports {b} (layer {layer(b)})")
+        elif layer(a) == layer(b) == 3 and None not in (trainer_layer(a), trainer_layer(b)) \
+                and trainer_layer(b) > trainer_layer(a):
+            found.append(f"{a} ({TRAINER_LAYERS[trainer_layer(a)]}) imports {b} ({TRAINER_LAYERS[trainer_layer(b)]})")
     return found
 
 
 def test_the_packages_import_in_one_direction_without_cycles():
     graph = import_graph()
     assert graph.number_of_edges() > 200            # the whole code base was read, lazy imports included
-    assert ("trainers.config", "profilers.models") in graph.edges      # a lazy import inside a function
+    assert ("trainers.config.train_config", "profilers.models") in graph.edges      # a lazy import inside a function
     assert violations(graph) == []
 
 
 def test_an_injected_cycle_or_upward_import_is_caught(tmp_path):
     graph = import_graph()
-    graph.add_edge("trainers.config", "trainers.run")                  # run imports config
-    graph.add_edge("adaptplan.system", "trainers.engine")              # the world model importing the engine
+    graph.add_edge("trainers.config.train_config", "trainers.run.driver")                  # run imports config
+    graph.add_edge("adaptplan.system", "trainers.engine.split_engine")              # the world model importing the engine
     graph.add_edge("solvers.milfp", "profilers.flops")                 # sideways between layer-1 packages
+    graph.add_edge("trainers.roles.core", "trainers.engine.clock")     # a role reaching up into the engine
     found = violations(graph)
-    assert any(v.startswith("import cycle:") and "trainers.config" in v and "trainers.run" in v for v in found), found
-    assert "adaptplan.system (layer 0) imports trainers.engine (layer 3)" in found
+    assert any(v.startswith("import cycle:") and "trainers.config.train_config" in v and "trainers.run.driver" in v for v in found), found
+    assert "adaptplan.system (layer 0) imports trainers.engine.split_engine (layer 3)" in found
     assert "solvers.milfp (layer 1) imports profilers.flops (layer 1)" in found
+    assert "trainers.roles.core (trainers/roles) imports trainers.engine.clock (trainers/engine)" in found
     # and from source: a lazy import inside a function closes a cycle between two files
     pkg = tmp_path / "trainers"
     pkg.mkdir()
     (pkg / "a.py").write_text("import trainers.b\n")
     (pkg / "b.py").write_text("def f():\n    from trainers.a import g\n")
     assert violations(import_graph(tmp_path, ("trainers",))) == ["import cycle: trainers.a -> trainers.b"]
+
+
+def test_every_trainers_module_sits_in_a_sub_layer_folder() -> None:
+    """No flat module beside the sub-layers: every file of trainers/ is in a folder or file of TRAINER_LAYERS, and
+    the roof and the planner are where LAYERS says."""
+    graph = import_graph()
+    loose = sorted(m for m in graph if m.startswith("trainers.") and trainer_layer(m) is None)
+    assert loose == []
+    assert [layer(m) for m in ("adaptplan.cli.commands.train", "adaptplan.benches.papers", "adaptplan.planner",
+                               "adaptplan.latency", "solvers.milfp", "trainers.engine.clock")] == [4, 4, 2, 0, 1, 3]
 
 
 def test_the_algorithm_registry_is_torch_free_and_reaches_strategies_only_by_name():
@@ -190,9 +220,9 @@ def test_no_function_in_trainers_grows_over_sixty_lines():
 
 
 def test_the_simulation_engine_is_a_facade_under_300_lines():
-    """Issue 35 item 1: SplitEngine delegates its parts (trainers.sync_round, async_loop, aggregation, repartition,
+    """Issue 35 item 1: SplitEngine delegates its parts (trainers.engine.sync_round, async_loop, aggregation, repartition,
     model_views, engine_state): the class itself, docstring included, stays under 300 lines."""
-    tree = ast.parse((ROOT / "trainers" / "engine.py").read_text(encoding="utf-8"))
+    tree = ast.parse((ROOT / "trainers" / "engine" / "split_engine.py").read_text(encoding="utf-8"))
     (engine,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "SplitEngine"]
     assert engine.end_lineno - engine.lineno + 1 < 300
 

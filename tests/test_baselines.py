@@ -5,8 +5,19 @@ import math
 import pytest
 
 from adaptplan.errors import InputError
-from solvers.baselines import (BASELINES, RANDOM_INTERVAL_RANGE, ams_cuts, dama_interval, solve_fixed_cut,
-                               solve_ma_rms, solve_psl, solve_rma_ams, solve_rma_ms, solve_rma_rms, solve_sfl)
+from solvers.baselines import (
+    BASELINES,
+    RANDOM_INTERVAL_RANGE,
+    ams_cuts,
+    dama_interval,
+    solve_fixed_cut,
+    solve_ma_rms,
+    solve_psl,
+    solve_rma_ams,
+    solve_rma_ms,
+    solve_rma_rms,
+    solve_sfl,
+)
 from solvers.bcd import solve_bcd
 from solvers.dinkelbach import solve_dinkelbach
 from solvers.exact import solve_exhaustive

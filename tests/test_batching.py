@@ -12,14 +12,14 @@ import torch
 from torch import nn
 
 from adaptplan.cli import main
-from trainers.batching import unbatchable_reason
-from trainers.datasets import load_dataset
-from trainers.engine import DeviceData, SplitEngine
-from trainers.messages import NonFiniteError, check_finite, deferred_finite_checks
-from trainers.models import cnn
-from trainers.optim import OptimizerSpec
-from trainers.partition import partition_indices
-from trainers.roles import weighted_mean
+from trainers.engine.split_engine import DeviceData, SplitEngine
+from trainers.inputs.datasets import load_dataset
+from trainers.inputs.models import cnn
+from trainers.inputs.partition import partition_indices
+from trainers.roles.batching import unbatchable_reason
+from trainers.roles.core import weighted_mean
+from trainers.roles.messages import NonFiniteError, check_finite, deferred_finite_checks
+from trainers.roles.optim import OptimizerSpec
 from trainers.strategies import make_strategy
 
 torch.set_num_threads(1)
@@ -209,7 +209,7 @@ def test_device_cpu_trains_batched_or_not_and_resumes_with_another_setting(tmp_p
     assert main([*argv, "--client-batching", "on"]) == 0
     assert main(["train", "--out", str(out), "--resume", "--rounds", "3", "--client-batching", "off",
                  "--no-progress"]) == 0
-    from trainers.checkpoint import load_checkpoint
+    from trainers.run.checkpoint import load_checkpoint
 
     saved = load_checkpoint(out)
     assert saved["config"]["device"] == "cpu" and saved["config"]["client_batching"] == "off"

@@ -10,10 +10,10 @@ from adaptplan.errors import InfeasibleError, InputError
 from adaptplan.system import generate_system
 from solvers.bcd import solve_bcd
 from solvers.exact import solve_exact, solve_exhaustive
+from solvers.milfp import _cbc_solver_class
 from solvers.problem import PlanningProblem
 from solvers.synthetic import synthetic_profile, vgg16_cifar_profile
 from tests.solver_instances import small_problem, vgg16_problem
-from solvers.milfp import _cbc_solver_class
 
 needs_cbc = pytest.mark.skipif(_cbc_solver_class() is None, reason="CBC is optional and not installed")
 

@@ -438,9 +438,9 @@ def test_engine_header_names_what_is_timed() -> None:
 
 
 def test_a_run_reaching_the_target_exactly_has_reached_it(monkeypatch) -> None:
-    import trainers.run
+    import trainers.run.driver
     from adaptplan.benches import runs as bench_runs
-    from trainers.history import History, RoundRecord
+    from trainers.run.history import History, RoundRecord
 
     def record(t, accuracy, sim):
         return RoundRecord(t, 1.0, accuracy, 0.5, sim, 1.0, 0.5 * t, 0, 0, 0, True, False, [1], 1)
@@ -452,7 +452,7 @@ def test_a_run_reaching_the_target_exactly_has_reached_it(monkeypatch) -> None:
         def run(self):
             return self.history
 
-    monkeypatch.setattr(trainers.run, "Trainer", Fake)
+    monkeypatch.setattr(trainers.run.driver, "Trainer", Fake)
     config = dict(algorithm="psl", dataset="synthetic", devices=2, rounds=4, cuts=(3,), progress=False)
     r = bench_runs.run_one({"group": "g", "label": "l", "target": 0.5, "config": config})
     assert (r.rounds_to_target, r.time_to_target_s) == (2, 4.0)                  # 0.5 ≥ 0.5

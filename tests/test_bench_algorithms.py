@@ -53,7 +53,7 @@ def test_every_algorithm_of_a_comparison_gets_the_same_setting() -> None:
     """The jobs of one comparison differ only in what makes each algorithm itself: the optimizer, rates,
     momentum, decay, clipping, batch, participation (GAS: C = ⌈ρN⌉) and local rounds are the setting's."""
     from adaptplan.benches.comparison import GAPSL_SETTING
-    from trainers.config import ALGORITHMS, TrainConfig
+    from trainers.config.train_config import ALGORITHMS, TrainConfig
 
     setting = GAPSL_SETTING.with_overrides(participation=0.5, local_steps=2, rounds=3)
     configs = {a: TrainConfig.flat(algorithm=a, devices=10, dataset="synthetic", cuts=(2,), **setting.fields(a, 10))

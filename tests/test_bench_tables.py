@@ -11,8 +11,8 @@ import pytest
 from adaptplan.benches import algorithms as bench_algorithms
 from adaptplan.benches import runs as bench_runs
 from adaptplan.benches import training as bench_training
-from adaptplan.benches.runs import RunResult
 from adaptplan.benches.comparison import Setting
+from adaptplan.benches.runs import RunResult
 
 
 def result(group, label, **kw) -> RunResult:
@@ -206,9 +206,9 @@ def test_a_diverged_run_keeps_its_records() -> None:
 
 
 def test_a_run_diverging_in_its_first_round_reports_zero_seconds(monkeypatch) -> None:
-    import trainers.run
+    import trainers.run.driver
     from adaptplan.errors import InputError
-    from trainers.history import History
+    from trainers.run.history import History
 
     class DivergesAtOnce:
         def __init__(self, config) -> None:
@@ -217,7 +217,7 @@ def test_a_run_diverging_in_its_first_round_reports_zero_seconds(monkeypatch) ->
         def run(self):
             raise InputError("training diverged at round 1: NaN or inf in client activation", field="lr")
 
-    monkeypatch.setattr(trainers.run, "Trainer", DivergesAtOnce)
+    monkeypatch.setattr(trainers.run.driver, "Trainer", DivergesAtOnce)
     config = dict(algorithm="psl", dataset="synthetic", devices=2, rounds=5, cuts=(3,), progress=False)
     r = bench_runs.run_one({"group": "iid", "label": "psl", "target": 0.5, "config": config})
     assert (r.rounds, r.sim_seconds, r.wall_seconds, r.final_accuracy, r.curve, r.diverged_round) == (0, 0.0, 0.0, None,

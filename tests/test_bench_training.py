@@ -51,8 +51,8 @@ def test_bench_training_bad_flags_exit_2(capsys) -> None:
 
 
 def test_resource_scales_multiply_the_generated_ranges() -> None:
-    from trainers.config import TrainConfig
-    from trainers.run import Trainer
+    from trainers.config.train_config import TrainConfig
+    from trainers.run.driver import Trainer
 
     times = {}
     for k in (0.5, 2.0):

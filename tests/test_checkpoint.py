@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from adaptplan.cli import main
-from trainers.checkpoint import CHECKPOINT_NAME, encode, load_checkpoint
+from trainers.run.checkpoint import CHECKPOINT_NAME, encode, load_checkpoint
 
 NAN, INF = float("nan"), float("inf")
 BAD_SCALARS: list[Any] = [None, "text", [], {}, True, -1, -1.5, NAN, INF, 10 ** 30, [1, 2], {"a": 1}]

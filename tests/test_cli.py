@@ -196,7 +196,7 @@ def test_profile_table_units_and_columns() -> None:
 
 # ---- plot: labels, the predicted-vs-measured table and panels ----------------------------------------------------
 def _record(t, accuracy, sim, predicted=None, measured=None, round_sim=1.0, measured_round=None):
-    from trainers.history import RoundRecord
+    from trainers.run.history import RoundRecord
 
     return RoundRecord(t, 1.0, accuracy, None if accuracy is None else 0.5, sim, round_sim, 0.1 * t, 10, 10, 0, True,
                        False, [1, 1], 1, stage_seconds=predicted or {}, measured_stage_seconds=measured or {},
@@ -213,7 +213,7 @@ def _spy_figures(monkeypatch) -> list:
 
 def test_plot_labels_runs_by_folder_and_algorithm(tmp_path, monkeypatch, capsys) -> None:
     from adaptplan.cli import main
-    from trainers.history import History
+    from trainers.run.history import History
 
     runs = {"psl": {"config": {"algorithm": "psl"}}, "mine": {"config": {"algorithm": "sfl-v1"}}, "bare": {}}
     for name, meta in runs.items():
@@ -245,7 +245,7 @@ def test_plot_labels_runs_by_folder_and_algorithm(tmp_path, monkeypatch, capsys)
 
 def test_predicted_vs_measured_table_and_panels(tmp_path, monkeypatch, capsys) -> None:
     from adaptplan.cli import main
-    from trainers.history import History
+    from trainers.run.history import History
 
     # two measured rounds: uplink predicted 1 and 3 s (mean 2), measured 3 and 5 s (mean 4: ratio 2); the server
     # predicted 0 s (no ratio); device FP never measured; rounds predicted 10, 20 s, measured 12, 18 s
@@ -301,7 +301,7 @@ def test_profile_count_flags_at_their_limits(flag, limit, unit, capsys) -> None:
 def test_bench_engine_needs_an_algorithm_and_knows_all(monkeypatch, capsys) -> None:
     from adaptplan.benches import engine as bench_engine
     from adaptplan.cli import main
-    from trainers.config import ALGORITHMS
+    from trainers.config.train_config import ALGORITHMS
 
     seen = {}
 
@@ -341,7 +341,7 @@ def test_bench_engine_python_defaults_are_the_commands() -> None:
 # ---- train --resume from the folder alone ----------------------------------------------------------------------
 def test_resume_refuses_a_checkpoint_without_a_configuration(tmp_path, capsys) -> None:
     from adaptplan.cli import main
-    from trainers.checkpoint import save_checkpoint
+    from trainers.run.checkpoint import save_checkpoint
 
     for config in ("psl", None, [1, 2]):
         save_checkpoint({"round": 1, "config": config}, tmp_path)

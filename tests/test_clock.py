@@ -1,4 +1,4 @@
-"""The simulated clock (trainers/clock.py): eqs. (16)–(24) for the run's batch size and each round's system."""
+"""The simulated clock (trainers/engine/clock.py): eqs. (16)–(24) for the run's batch size and each round's system."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ torch.set_num_threads(1)
 def test_sim_clock_charges_eqs_16_to_24_for_the_runs_batch_and_each_rounds_system() -> None:
     from adaptplan.scenarios import default_scenario
     from adaptplan.system import SystemProcess
-    from trainers.clock import SimClock
+    from trainers.engine.clock import SimClock
 
     scenario = default_scenario()                               # 20 devices, system batch size 16
     profile, N, b = scenario.profile, scenario.system.num_devices, 8

@@ -1,5 +1,5 @@
-"""Issue 35 item 4: the run's configuration by part (trainers.config), each field carrying its metadata
-(trainers.config_fields), from which the range checks, the resumable set and the command line's options are
+"""Issue 35 item 4: the run's configuration by part (trainers.config.train_config), each field carrying its metadata
+(trainers.config.fields), from which the range checks, the resumable set and the command line's options are
 generated; run folders written before the parts existed still resume."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from adaptplan.cli import main
 from adaptplan.cli.config_flags import add_part, part_values
 from adaptplan.errors import InputError
 from adaptplan.fileio import MAX_COUNT
-from trainers.config import DEFAULTS, FLAT_KEYS, PARTS, RESUMABLE, TrainConfig
-from trainers.config_fields import check_fields, described, option, resumable_keys
+from trainers.config.fields import check_fields, described, option, resumable_keys
+from trainers.config.train_config import DEFAULTS, FLAT_KEYS, PARTS, RESUMABLE, TrainConfig
 
 OLD_RUN = Path(__file__).parent / "data" / "run_before_config_parts"
 # how tests/data/run_before_config_parts was written, by the flat TrainConfig of commit 7e9769b (2 of the rounds;

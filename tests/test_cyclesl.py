@@ -11,16 +11,15 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from cli_checks import assert_train_flag_error
-from tests.engine_builders import flat, make_data
 import torch
+from cli_checks import assert_train_flag_error
 from torch import nn
 
-from tests.engine_builders import small_model
-from trainers.engine import STRATEGY_STREAM, DeviceData, SplitEngine
-from trainers.messages import CutGradient
-from trainers.optim import OptimizerSpec
-from trainers.partition import DeviceSampler
+from tests.engine_builders import flat, make_data, small_model
+from trainers.engine.split_engine import STRATEGY_STREAM, DeviceData, SplitEngine
+from trainers.inputs.partition import DeviceSampler
+from trainers.roles.messages import CutGradient
+from trainers.roles.optim import OptimizerSpec
 from trainers.strategies import PSL, CycleSL
 
 CUT, B, N, M = 9, 16, 4, 10
@@ -237,7 +236,7 @@ def test_cyclesglr_active_half_receives_one_common_row(monkeypatch) -> None:
     data = make_data(N, "dirichlet")
     engine = make_cycle_engine(data, participation=1.0, cycle_base="sglr")
     received = {}
-    import trainers.sync_round as sync_round
+    import trainers.engine.sync_round as sync_round
     backward = sync_round.backward_all
 
     def spy(eng, replies):

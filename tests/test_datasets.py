@@ -1,4 +1,4 @@
-"""Datasets (trainers.datasets): real offline data, normalisation, errors instead of downloads."""
+"""Datasets (trainers.inputs.datasets): real offline data, normalisation, errors instead of downloads."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from adaptplan.errors import InputError
-from trainers.datasets import MNIST_TRAIN_SIZE, dataset_names, find_data_dir, load_dataset
+from trainers.inputs.datasets import MNIST_TRAIN_SIZE, dataset_names, find_data_dir, load_dataset
 
 
 def test_cifar10_subset_shapes_labels_and_normalisation() -> None:
@@ -47,6 +47,10 @@ def test_unknown_dataset_lists_valid_names() -> None:
     with pytest.raises(InputError, match="--dataset.*cifar10-subset.*fashion-mnist"):
         load_dataset("imagenet")
     assert "cifar100" in dataset_names()
+    from trainers.config.train_config import DATASETS
+    from trainers.inputs.datasets import LOADERS
+
+    assert tuple(LOADERS) == DATASETS == tuple(dataset_names())      # one loader per name the configuration accepts
 
 
 def test_missing_files_are_input_errors_never_downloads(tmp_path, monkeypatch) -> None:
@@ -71,10 +75,10 @@ def test_data_dir_env_variable_is_used(tmp_path, monkeypatch) -> None:
 
 
 def test_shipped_files_are_the_projects_own() -> None:
-    from trainers.datasets import PROJECT_DATA_DIR
-
     import hashlib
     import re
+
+    from trainers.inputs.datasets import PROJECT_DATA_DIR
 
     assert find_data_dir() == PROJECT_DATA_DIR or "ADAPTPLAN_DATA_DIR" in __import__("os").environ
     # the bytes are the ones data/README.md documents (its table's sha256 column), not merely files of that name
@@ -86,7 +90,7 @@ def test_shipped_files_are_the_projects_own() -> None:
 
 
 def test_no_data_folder_names_the_file_and_how_to_get_it(tmp_path, monkeypatch) -> None:
-    import trainers.datasets as ds
+    import trainers.inputs.datasets as ds
 
     monkeypatch.delenv("ADAPTPLAN_DATA_DIR", raising=False)
     monkeypatch.setattr(ds, "PROJECT_DATA_DIR", tmp_path / "absent")

@@ -1,4 +1,4 @@
-"""Per-device data folders (trainers/device_data.py, ``adaptplan split-data``, ``--device-data``):
+"""Per-device data folders (trainers/inputs/device_data.py, ``adaptplan split-data``, ``--device-data``):
 the written files hold exactly the partition's rows, training on the folder equals training on the
 data set, rank 0's view holds no sample, a device rank reads only its own files, and every damaged
 or mismatched file is one InputError naming it."""
@@ -16,12 +16,12 @@ import torch
 
 from adaptplan.cli import main
 from adaptplan.errors import InputError
-from trainers.config import TrainConfig
-from trainers.datasets import load_dataset
-from trainers.device_data import read_manifest, write_device_folder
+from trainers.config.train_config import TrainConfig
 from trainers.distributed import serve
-from trainers.partition import partition_indices
-from trainers.run import Trainer
+from trainers.inputs.datasets import load_dataset
+from trainers.inputs.device_data import read_manifest, write_device_folder
+from trainers.inputs.partition import partition_indices
+from trainers.run.driver import Trainer
 
 SMALL = dict(dataset="synthetic", model="mlp", devices=3, rounds=3, cuts=(2,), algorithm="sfl-v1", eval_every=3,
              seed=5, progress=False)
@@ -91,7 +91,7 @@ def test_a_device_rank_reads_only_its_own_devices_files(folder, tmp_path) -> Non
     source = {"dataset": "synthetic", "model": "mlp", "model_width": 4, "device_data": manifest.digest}
     torch.manual_seed(0)
     from profilers.chain import build_chain
-    from trainers.models import build_model
+    from trainers.inputs.models import build_model
 
     initial = [b.state_dict() for b in build_chain(build_model("mlp", (1, 8, 8), 10, 4), torch.zeros(2, 1, 8, 8)).blocks]
     chain, samples = serve.local_chain(source, initial, serve.WorkerOptions(device_data=str(mine)), [1])
@@ -176,7 +176,7 @@ def test_cli_errors_name_the_flag_and_exit_2(folder, tmp_path, capsys) -> None:
 
 def _tiny(num_classes: int, labels_per_device: list[list[int]]) -> tuple:
     """A data set of shape (1, 2, 2) whose device i holds the labels ``labels_per_device[i]``."""
-    from trainers.datasets import Dataset
+    from trainers.inputs.datasets import Dataset
 
     y = torch.tensor([label for labels in labels_per_device for label in labels], dtype=torch.long)
     x = torch.arange(len(y) * 4, dtype=torch.float32).reshape(len(y), 1, 2, 2)
@@ -253,7 +253,7 @@ def _compressed(**arrays) -> bytes:
 def test_hostile_files_are_refused_before_they_are_read_or_decompressed(folder, tmp_path, monkeypatch) -> None:
     """Issue 36 D1/D2: a device file linked to /dev/zero was read forever; every member of an .npz was
     decompressed (a 1 MB file → 1 GB); test.npz had no hash in the manifest."""
-    import trainers.device_data as device_data
+    import trainers.inputs.device_data as device_data
 
     out, _ = folder
     good = read_manifest(out)

@@ -1,10 +1,10 @@
-"""Compute devices (trainers/devices.py): names and synchronisation of a CPU and a GPU."""
+"""Compute devices (trainers/config/devices.py): names and synchronisation of a CPU and a GPU."""
 
 from __future__ import annotations
 
 import torch
 
-from trainers.devices import describe, resolve_device, synchronize
+from trainers.config.devices import describe, resolve_device, synchronize
 
 torch.set_num_threads(1)
 

@@ -7,8 +7,8 @@ import pytest
 from adaptplan.errors import InfeasibleError
 from solvers.dinkelbach import solve_dinkelbach
 from solvers.interval import max_feasible_interval
-from tests.solver_instances import exhaustive_at_interval, small_problem, vgg16_problem
 from solvers.milfp import _cbc_solver_class
+from tests.solver_instances import exhaustive_at_interval, small_problem, vgg16_problem
 
 needs_cbc = pytest.mark.skipif(_cbc_solver_class() is None, reason="CBC is optional and not installed")
 

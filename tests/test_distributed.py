@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from adaptplan.cli import main
-from trainers.checkpoint import load_checkpoint
-from trainers.config import ALGORITHMS
-from trainers.history import History
 from tests.process_runs import adaptplan, after_loss, losses, rank_pids, simulate, wait_for
+from trainers.config.train_config import ALGORITHMS
+from trainers.run.checkpoint import load_checkpoint
+from trainers.run.history import History
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ranks bind to the loopback device 'lo'")
 
@@ -278,9 +278,8 @@ def test_a_local_run_listens_on_loopback_only_and_no_frame_carries_input_samples
     assert not [s for s in shapes if s[-3:] == (3, 32, 32)], "an input sample crossed the wire"
     setup = [shape for f in frames if f["dst"] >= 2 and f["src"] == 0 for dtype, shape in f["tensors"]
              if dtype == "int64" and len(shape) == 1]                  # the positions of each device's samples instead
-    from trainers.datasets import load_dataset
-
-    from trainers.partition import local_test_split, partition_indices
+    from trainers.inputs.datasets import load_dataset
+    from trainers.inputs.partition import local_test_split, partition_indices
 
     labels = load_dataset("cifar10-subset").y_train.numpy()                 # the run's partition and held-out split
     trained, _ = local_test_split(partition_indices(labels, 3, "iid", 0), 0.1, 0)

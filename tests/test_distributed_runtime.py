@@ -35,10 +35,10 @@ from trainers.distributed.layout import EDGE_RANK, FED_RANK, RankLayout, default
 from trainers.distributed.network import RankNetwork
 from trainers.distributed.serve import RankLoop
 from trainers.distributed.transport import AbortRun, Channel, FrameRefused, PeerError
-from trainers.history import History, RoundRecord
-from trainers.messages import Activation, BlockState, CutGradient, MessageMismatchError, ModelDownload, ModelUpload, NonFiniteError
-from trainers.optim import OptimizerSpec
-from trainers.protocol import EDGE, FED, Average, Blocks, Forward, RoundEnd, Send, Take
+from trainers.roles.messages import Activation, BlockState, CutGradient, MessageMismatchError, ModelDownload, ModelUpload, NonFiniteError
+from trainers.roles.optim import OptimizerSpec
+from trainers.roles.protocol import EDGE, FED, Average, Blocks, Forward, RoundEnd, Send, Take
+from trainers.run.history import History, RoundRecord
 
 
 # ---- from test_distributed_contracts.py (merged by subject) ----------------------------------------
@@ -739,8 +739,8 @@ def test_train_distributed_hands_the_launcher_every_flag_after_train(monkeypatch
 def _synthetic_source(**changes) -> tuple[dict, list]:
     """What rank 0 sends for the synthetic data set and the mlp of width 4 (built here as rank 0 does)."""
     from profilers.chain import build_chain
-    from trainers.datasets import load_dataset
-    from trainers.models import build_model
+    from trainers.inputs.datasets import load_dataset
+    from trainers.inputs.models import build_model
 
     data = load_dataset("synthetic")
     torch.manual_seed(3)

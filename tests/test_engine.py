@@ -1,4 +1,4 @@
-"""Engine mechanics (trainers.engine, trainers.api): SL ≡ centralized SGD, message checks, NaN detection,
+"""Engine mechanics (trainers.engine.split_engine, trainers.api): SL ≡ centralized SGD, message checks, NaN detection,
 re-partition without state loss, device batching ≡ per-device processing, optimizer state persistence;
 a checkpoint restores every strategy's own state (floats, ints, lists, not only tensors) so a restored
 engine continues exactly as the uninterrupted one; the base classes' defaults are the specs' values."""
@@ -13,16 +13,23 @@ import pytest
 import torch
 from torch import nn
 
-from trainers.api import Aggregation, AsyncStrategy, InputError, Strategy, parallel_step, sample_devices, skip
-from trainers.clock import StageTimes
-from trainers.datasets import load_dataset
-from trainers.engine import STRATEGY_STREAM, DeviceData, SplitEngine, check_device_finite
-from trainers.messages import CutGradient, MessageMismatchError, ModelDownload, NonFiniteError, check_all_finite, check_finite, deferred_finite_checks
-from trainers.partition import DeviceSampler
-from trainers.roles import own_state
-from trainers.strategies import make_strategy
-
 from tests.engine_builders import flat, make_data, make_engine, params, small_model  # noqa: F401
+from trainers.api import Aggregation, AsyncStrategy, InputError, Strategy, parallel_step, sample_devices, skip
+from trainers.engine.clock import StageTimes
+from trainers.engine.split_engine import STRATEGY_STREAM, DeviceData, SplitEngine, check_device_finite
+from trainers.inputs.datasets import load_dataset
+from trainers.inputs.partition import DeviceSampler
+from trainers.roles.core import own_state
+from trainers.roles.messages import (
+    CutGradient,
+    MessageMismatchError,
+    ModelDownload,
+    NonFiniteError,
+    check_all_finite,
+    check_finite,
+    deferred_finite_checks,
+)
+from trainers.strategies import make_strategy
 
 # ---- from test_engine.py (merged by subject) ----------------------------------------
 torch.set_num_threads(1)
@@ -238,7 +245,7 @@ def test_evaluate_is_accuracy_and_mean_cross_entropy_over_the_test_set() -> None
 
 def test_batchnorm_keeps_devices_apart_at_the_server() -> None:
     """Samples interact inside a batch with BatchNorm, so the edge server must not concatenate devices then."""
-    from trainers.roles import has_batch_coupling
+    from trainers.roles.core import has_batch_coupling
 
     plain = small_model()
     with_bn = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(),
@@ -310,7 +317,7 @@ def test_sl_hands_the_model_and_its_momentum_on_like_centralized_sgd(cut: int) -
 def test_optimizer_states_are_averaged_copies() -> None:
     """mean_param_state: float tensors of one or more dimensions averaged, scalars and the rest from the first
     state; always fresh tensors, so two roles never share a momentum buffer."""
-    from trainers.optim import mean_param_state
+    from trainers.roles.optim import mean_param_state
 
     a = {"momentum_buffer": torch.tensor([1.0, 2.0]), "step": torch.tensor(5.0), "note": 3}
     b = {"momentum_buffer": torch.tensor([3.0, 6.0]), "step": torch.tensor(7.0), "note": 4}
@@ -561,7 +568,7 @@ def test_model_messages_go_to_their_own_device_and_no_repartition_mid_step() -> 
     block = engine.devices[0].upload(1, [0], 1.0).blocks
     with pytest.raises(MessageMismatchError, match="model for device 0 delivered to device 1"):
         engine.devices[1].download(ModelDownload(0, 1, "device", block))
-    from trainers.sync_round import forward_all
+    from trainers.engine.sync_round import forward_all
     forward_all(engine, 1, [0], {0: 4})               # the edge server holds device 0's activation, unanswered
     with pytest.raises(MessageMismatchError, match="device 0 cannot re-partition with an unanswered activation"):
         engine.devices[0].download(ModelDownload(0, 1, "device", {}, cut=4))
@@ -821,7 +828,7 @@ def test_a_participation_fraction_draws_ceil_rho_n_distinct_devices() -> None:
 
 def test_models_and_data_elsewhere_are_copied_once_and_the_callers_stay_put() -> None:
     # (the "meta" device stands in for a GPU here: tensors on it have a device but no storage)
-    from trainers.engine import _data_on_device, _on_device
+    from trainers.engine.split_engine import _data_on_device, _on_device
 
     chain, data = small_model(), make_data(2)
     cpu, meta = torch.device("cpu"), torch.device("meta")
@@ -870,7 +877,7 @@ def test_devices_meeting_at_a_batchnorm_server_block_are_normalised_apart() -> N
 
 
 def test_weighted_mean_by_hand() -> None:
-    from trainers.roles import weighted_mean
+    from trainers.roles.core import weighted_mean
 
     a = {"w": torch.tensor([1.0, 2.0]), "n": torch.tensor(3)}
     b = {"w": torch.tensor([4.0, 8.0]), "n": torch.tensor(5)}
@@ -888,8 +895,8 @@ def test_weighted_mean_by_hand() -> None:
 
 
 def test_the_fed_server_averages_uploads_as_they_arrive() -> None:
-    from trainers.messages import BlockState, ModelUpload
-    from trainers.roles import FedServer
+    from trainers.roles.core import FedServer
+    from trainers.roles.messages import BlockState, ModelUpload
 
     fed = FedServer()
     for k, value in enumerate([1.0, 3.0, 8.0]):

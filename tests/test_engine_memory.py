@@ -8,12 +8,12 @@ import pytest
 import torch
 from torch import nn
 
-from trainers.config import ALGORITHMS, RECOMPUTE_SAMPLES
-from trainers.engine import DeviceData, SplitEngine
-from trainers.messages import Activation
-from trainers.models import cnn
-from trainers.partition import partition_indices
-from trainers.roles import Device, EdgeServer
+from trainers.config.train_config import ALGORITHMS, RECOMPUTE_SAMPLES
+from trainers.engine.split_engine import DeviceData, SplitEngine
+from trainers.inputs.models import cnn
+from trainers.inputs.partition import partition_indices
+from trainers.roles.core import Device, EdgeServer
+from trainers.roles.messages import Activation
 from trainers.strategies import make_strategy
 
 torch.set_num_threads(1)
@@ -105,7 +105,7 @@ def test_chunks_hold_at_most_the_budget_in_order() -> None:
 
 
 def _sgd():
-    from trainers.optim import OptimizerSpec
+    from trainers.roles.optim import OptimizerSpec
 
     return OptimizerSpec(lr=0.1)
 
@@ -124,7 +124,7 @@ def saved_bytes(step) -> int:
 
 
 def test_a_recomputing_device_holds_no_activations_while_it_waits() -> None:
-    from trainers.optim import OptimizerSpec
+    from trainers.roles.optim import OptimizerSpec
 
     d = data()
     torch.manual_seed(0)
@@ -177,7 +177,7 @@ def test_a_chunked_barrier_lets_each_chunks_devices_go_on_before_the_next_chunk(
     back-propagate before the next chunk is served (so one chunk's replies are held, not the round's),
     bit for bit what holding them all gives (a serve that returns every reply at the end)."""
     from trainers.api import parallel_step
-    from trainers.network import LocalNetwork
+    from trainers.engine.network import LocalNetwork
     from trainers.strategies import STRATEGIES
 
     log: list[str] = []
@@ -224,7 +224,7 @@ def uneven_data() -> DeviceData:
 def streamed_run(algorithm: str, whole: bool, monkeypatch, cuts=None, rounds: int = 3, model=None):
     from adaptplan.system import SystemProcess, generate_system
     from profilers import build_chain, profile_model
-    from trainers.clock import SimClock
+    from trainers.engine.clock import SimClock
     from trainers.strategies import STRATEGIES
 
     if whole:
@@ -264,7 +264,7 @@ def test_each_chunks_devices_forward_only_once_the_chunk_before_is_answered(monk
     """Streamed: forward 2, pass, 2 replies, forward 2, ... so at most one chunk's devices wait at once;
     the whole barrier (and a model with Dropout, whose masks would be drawn in another order) forwards
     every device before the first pass."""
-    from trainers.network import LocalNetwork
+    from trainers.engine.network import LocalNetwork
 
     log: list[str] = []
     forward, run, send = Device.forward, EdgeServer.run, LocalNetwork.send
@@ -306,7 +306,7 @@ def test_only_the_default_serve_is_streamed(algorithm) -> None:
 
     strategy = make_strategy(algorithm)
     engine = SplitEngine(cnn(1, 8, 3, width=4), [2] * DEVICES, strategy, data(), {"lr": 0.1}, BATCH)
-    from trainers.sync_round import chunk_server
+    from trainers.engine.sync_round import chunk_server
     stream = chunk_server(engine, engine.context(1), list(range(DEVICES)))
     default = type(strategy).serve is Strategy.serve and strategy.server_mode == "barrier"   # read off the code
     assert (strategy.server_step == "parallel" and strategy.server_mode == "barrier") is default
@@ -390,7 +390,7 @@ def test_shared_copies_train_bit_for_bit_what_private_copies_do(algorithm, monke
     before sharing)."""
     import copy
 
-    import trainers.roles as roles
+    import trainers.roles.core as roles
 
     options = {"participation": 0.5} if algorithm in ("scala", "cyclesl") else ({"active": 4, "local_steps": 2}
                                                                                 if algorithm == "gas" else None)
@@ -409,7 +409,7 @@ def test_shared_copies_train_bit_for_bit_what_private_copies_do(algorithm, monke
 def test_share_state_falls_back_to_a_copy_when_the_state_does_not_fit() -> None:
     """Shared where names, shapes, dtypes and devices match (the tensors themselves, Parameter objects
     kept); copied in (load_state_dict's conversions and checks) otherwise."""
-    from trainers.roles import own_state, share_state
+    from trainers.roles.core import own_state, share_state
 
     module = nn.Linear(3, 2)
     weight = module.weight
@@ -432,7 +432,7 @@ def test_the_server_pass_budget_follows_the_device_unless_given() -> None:
     instead of 0.7× with 1,024, docs/architecture.md "Memory"), 1,024 on a GPU; a number as given; None
     one pass. TrainConfig takes auto or a positive integer and names the field otherwise."""
     from adaptplan.errors import InputError
-    from trainers.config import CPU_PASS_SAMPLES, SERVER_PASS_SAMPLES, TrainConfig, pass_samples
+    from trainers.config.train_config import CPU_PASS_SAMPLES, SERVER_PASS_SAMPLES, TrainConfig, pass_samples
 
     assert (CPU_PASS_SAMPLES, SERVER_PASS_SAMPLES) == (128, 1024)
     assert [pass_samples("auto", "cpu"), pass_samples("auto", "cuda"), pass_samples(64, "cuda"), pass_samples(None, "cpu")] \
@@ -472,8 +472,8 @@ def test_a_checkpoint_stores_a_shared_download_once() -> None:
     """SCALA's broadcast: 12 devices share the global client model, so the checkpoint holds it once
     (smaller than with 12 private copies by about 11 copies of the client blocks), and resuming from
     it gives every device the same values in copies of its own."""
-    from trainers.checkpoint import decode, encode
-    from trainers.roles import own_state
+    from trainers.roles.core import own_state
+    from trainers.run.checkpoint import decode, encode
 
     torch.manual_seed(0)
     engine = SplitEngine(cnn(1, 8, 3, width=4), [7] * DEVICES, make_strategy("scala", {"participation": 0.25}), data(),
@@ -501,7 +501,7 @@ def test_re_partitioning_shared_models_trains_bit_for_bit_what_private_copies_do
     instances, devices gaining template blocks) and trained on: the same parameters as copying."""
     import copy
 
-    import trainers.roles as roles
+    import trainers.roles.core as roles
 
     def run() -> list[torch.Tensor]:
         torch.manual_seed(0)
@@ -531,7 +531,7 @@ def test_re_partitioning_shared_models_trains_bit_for_bit_what_private_copies_do
 def test_a_chunk_left_unanswered_is_named(monkeypatch) -> None:
     """A chunk server that answers only part of its chunk stops the round naming the device."""
     from trainers.api import ParallelStep
-    from trainers.messages import MessageMismatchError
+    from trainers.roles.messages import MessageMismatchError
     from trainers.strategies import STRATEGIES
 
     class Forgetful(ParallelStep):
@@ -551,8 +551,8 @@ def test_what_is_marked_shared_is_exactly_what_shares() -> None:
     its own and no longer marked; a server instance a re-partition creates from the template is marked
     shared and takes its own copy when it runs (the template untouched); a loaded checkpoint shares
     nothing."""
-    from trainers.messages import BlockState, ModelDownload
-    from trainers.optim import OptimizerSpec
+    from trainers.roles.messages import BlockState, ModelDownload
+    from trainers.roles.optim import OptimizerSpec
 
     d = data()
     template = cnn(1, 8, 3, width=4)
@@ -585,7 +585,7 @@ def test_the_documented_budgets_are_the_engines() -> None:
     from pathlib import Path
 
     from adaptplan.cli import build_parser
-    from trainers.config import CPU_PASS_SAMPLES, RECOMPUTE_SAMPLES, SERVER_PASS_SAMPLES
+    from trainers.config.train_config import CPU_PASS_SAMPLES, RECOMPUTE_SAMPLES, SERVER_PASS_SAMPLES
 
     docs = " ".join((Path(__file__).parents[1] / "docs" / "architecture.md").read_text(encoding="utf-8").split())
     assert f"more than {RECOMPUTE_SAMPLES:,} samples wait at once" in docs
@@ -599,7 +599,7 @@ def test_the_documented_budgets_are_the_engines() -> None:
 @pytest.mark.parametrize("algorithm", ["psl", "sfl-v2"])
 def test_a_streamed_device_that_sends_other_than_its_mini_batch_is_named(algorithm, monkeypatch) -> None:
     """The chunks are cut for min(b_i, |D_i|) samples per device: one that sends fewer stops the round."""
-    from trainers.messages import MessageMismatchError
+    from trainers.roles.messages import MessageMismatchError
 
     forward = Device.forward
     monkeypatch.setattr(Device, "forward", lambda self, t, b=None, recompute=False: forward(

@@ -1,4 +1,4 @@
-"""The simulation runtime's event times (trainers.engine, docs/architecture.md "The runtime") against
+"""The simulation runtime's event times (trainers.engine.split_engine, docs/architecture.md "The runtime") against
 hand-computed rounds: a clock with fixed, distinct per-device stage seconds, and the round's
 simulated seconds and per-stage seconds written out below from the rules of the module docstring —
 barrier vs arrival order at the edge server, SL's hand-offs, per-device batch sizes scaling the
@@ -11,10 +11,22 @@ import pytest
 import torch
 
 from tests.engine_builders import (
-    BP, DOWN, E2F, EDGE_BITS, F2E, FP, MODEL_DOWN, MODEL_UP, UP, B, FixedClock, make_data, small_model,
+    BP,
+    DOWN,
+    E2F,
+    EDGE_BITS,
+    F2E,
+    FP,
+    MODEL_DOWN,
+    MODEL_UP,
+    UP,
+    B,
+    FixedClock,
+    make_data,
+    small_model,
 )
-from trainers.clock import StageTimes
-from trainers.engine import SplitEngine
+from trainers.engine.clock import StageTimes
+from trainers.engine.split_engine import SplitEngine
 from trainers.strategies import make_strategy
 
 torch.set_num_threads(1)

@@ -1,4 +1,4 @@
-"""The execution policy (trainers.execution): resolved once from the options, read by the runtime."""
+"""The execution policy (trainers.engine.execution): resolved once from the options, read by the runtime."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import torch
 
 from adaptplan.errors import InputError
 from tests.engine_builders import make_data, small_model
-from trainers.config import CPU_PASS_SAMPLES, RECOMPUTE_SAMPLES, SERVER_PASS_SAMPLES
-from trainers.engine import SplitEngine
-from trainers.execution import Execution
+from trainers.config.train_config import CPU_PASS_SAMPLES, RECOMPUTE_SAMPLES, SERVER_PASS_SAMPLES
+from trainers.engine.execution import Execution
+from trainers.engine.split_engine import SplitEngine
 from trainers.strategies import make_strategy
 
 

@@ -21,8 +21,8 @@ import torch
 from torch import nn
 
 from tests.engine_builders import flat, make_data, small_model
-from trainers.engine import STRATEGY_STREAM, SplitEngine
-from trainers.partition import DeviceSampler
+from trainers.engine.split_engine import STRATEGY_STREAM, SplitEngine
+from trainers.inputs.partition import DeviceSampler
 from trainers.strategies import make_strategy
 
 B, LR, N, ROUNDS, RHO = 16, 0.1, 4, 3, 0.5

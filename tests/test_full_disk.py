@@ -16,7 +16,7 @@ import pytest
 from adaptplan.cli import main
 from adaptplan.errors import InputError
 from trainers import run_folder
-from trainers.run_folder import RunFolder
+from trainers.run.folder import RunFolder
 
 NO_SPACE = OSError(errno.ENOSPC, "No space left on device")
 

@@ -9,16 +9,15 @@ import math
 
 import numpy as np
 import pytest
-from cli_checks import assert_train_flag_error
-from tests.engine_builders import flat, make_data
 import torch
+from cli_checks import assert_train_flag_error
+from reference_optim import HandSGD
 from torch import nn
 
-from tests.engine_builders import small_model
-from reference_optim import HandSGD
-from trainers.optim import OptimizerSpec
-from trainers.engine import DeviceData, SplitEngine
-from trainers.partition import DeviceSampler
+from tests.engine_builders import flat, make_data, small_model
+from trainers.engine.split_engine import DeviceData, SplitEngine
+from trainers.inputs.partition import DeviceSampler
+from trainers.roles.optim import OptimizerSpec
 from trainers.strategies import GAPSL
 
 CUT, B, LR, S = 9, 16, 0.1, 4
@@ -442,7 +441,7 @@ def test_a_diverged_gradient_matrix_is_named() -> None:
     finite g_i whose squared norm overflows float32 (its entries' sum may overflow too) names the largest."""
     from types import SimpleNamespace
 
-    from trainers.messages import NonFiniteError
+    from trainers.roles.messages import NonFiniteError
 
     ctx = SimpleNamespace(round=3, total_rounds=5, metrics={}, rng=np.random.default_rng(0))
     for row, device in ((1, 7), (2, 9)):

@@ -12,19 +12,18 @@ import sys
 
 import numpy as np
 import pytest
-from cli_checks import assert_train_flag_error
-from tests.engine_builders import flat, make_data
 import torch
+from cli_checks import assert_train_flag_error
+from reference_optim import HandSGD
 from torch import nn
 
-from tests.engine_builders import small_model
-from reference_optim import HandSGD
-from trainers.optim import OptimizerSpec
 from adaptplan.system import SystemProcess, generate_system
 from profilers import build_chain, profile_model
-from trainers.clock import SimClock, StageTimes
-from trainers.engine import STRATEGY_STREAM, DeviceData, SplitEngine
-from trainers.partition import DeviceSampler
+from tests.engine_builders import flat, make_data, small_model
+from trainers.engine.clock import SimClock, StageTimes
+from trainers.engine.split_engine import STRATEGY_STREAM, DeviceData, SplitEngine
+from trainers.inputs.partition import DeviceSampler
+from trainers.roles.optim import OptimizerSpec
 from trainers.strategies import GAS
 from trainers.strategies.gas import LabelStatistics
 
@@ -435,9 +434,9 @@ def test_sampling_draws_from_the_gaussian_and_regularises_a_bad_covariance() -> 
 def test_gas_matches_reference_from_the_spec_with_other_strategy_streams(stream: int, monkeypatch) -> None:
     """Any strategy stream, over enough global iterations that devices whose upload is still buffered are drawn
     again: buffered uploads are snapshots, so the engine stays on the reference (which clones its uploads)."""
-    import trainers.engine
+    import trainers.engine.split_engine
 
-    monkeypatch.setattr(trainers.engine, "STRATEGY_STREAM", stream)
+    monkeypatch.setattr(trainers.engine.split_engine, "STRATEGY_STREAM", stream)
     monkeypatch.setattr(sys.modules[__name__], "STRATEGY_STREAM", stream)
     test_gas_matches_reference_from_the_spec(2, "off", False, False, rounds=4)
     test_gas_matches_reference_from_the_spec(0, "on", True, defaults=True, rounds=4)
@@ -512,7 +511,7 @@ def test_the_evaluated_global_model_takes_every_global_client_block() -> None:
 def test_the_async_loop_state_is_checkpointed_as_its_documented_dict_and_checked_when_loaded() -> None:
     """docs/formats.md's ``async`` part: now, active, steps, clock, server_free; loaded back into the typed
     state, and refused (ValueError naming the part) where it does not fit the engine."""
-    from trainers.async_loop import AsyncLoopState
+    from trainers.engine.async_loop import AsyncLoopState
 
     N = 6
     engine = make_gas_engine(make_data(N, "dirichlet"), active=3, local_steps=2)

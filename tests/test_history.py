@@ -1,4 +1,4 @@
-"""trainers.history: the summary's figures, the final accuracy, the convergence floor and the CSV columns,
+"""trainers.run.history: the summary's figures, the final accuracy, the convergence floor and the CSV columns,
 each checked against values written out by hand."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import json
 import pytest
 
 from adaptplan.errors import InputError
-from trainers.history import History, RoundRecord
+from trainers.run.history import History, RoundRecord
 
 
 def record(t: int, accuracy: float | None, sim: float, **kw) -> RoundRecord:
@@ -85,7 +85,7 @@ def test_summary_must_be_an_object() -> None:
 def test_plot_draws_accuracy_against_simulated_seconds(tmp_path, monkeypatch) -> None:
     import matplotlib.pyplot as plt
 
-    from trainers.plotting import plot_histories
+    from trainers.run.plotting import plot_histories
 
     figures = []
     close = plt.close
@@ -131,6 +131,6 @@ def test_losses_may_be_integers_or_non_finite_in_a_file() -> None:
 
 def test_the_predicted_vs_measured_ratios_read_as_plain_numbers() -> None:
     """Issue 25 item 8: ratios were printed as 1.3e+02×."""
-    from trainers.plotting import ratio_label
+    from trainers.run.plotting import ratio_label
 
     assert [ratio_label(r) for r in (0.853, 1.3, 130.4, 2400.0, 0.004)] == ["0.85×", "1.3×", "130×", "2,400×", "4.0e-03×"]

@@ -289,7 +289,7 @@ def test_numeric_flags(argv, message):
     ("cuts", (999999999999999,), "cuts[0]: must be at most 10,000, got 999999999999999"),
 ])
 def test_training_options(field, value, message):
-    from trainers.config import TrainConfig
+    from trainers.config.train_config import TrainConfig
 
     with pytest.raises(InputError) as info:
         TrainConfig.flat(dataset="synthetic", **{field: value})
@@ -389,7 +389,7 @@ def test_bench_plot_format_checked_before_the_benchmark(tmp_path):
 # ---- documented acceptances ---------------------------------------------------------------------------------
 def test_free_form_parts_are_accepted_as_written(tmp_path):
     from adaptplan.plan import Plan
-    from trainers.history import History
+    from trainers.run.history import History
 
     plan = dict(base_documents()["plan"], solver={"method": -2.5, "iterations": [None, {"deep": True}]})
     loaded = Plan.load(write(tmp_path / "plan.json", json.dumps(plan)))

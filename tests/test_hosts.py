@@ -1,4 +1,4 @@
-"""The roles as message handlers (trainers/hosts.py) and the in-process network (trainers/network.py):
+"""The roles as message handlers (trainers/roles/hosts.py) and the in-process network (trainers/engine/network.py):
 what each message does to the role and what it emits, checked against the role methods called
 directly (the reference: the same arithmetic without messages)."""
 
@@ -9,12 +9,12 @@ import pytest
 import torch
 from torch import nn
 
-from trainers.hosts import DeviceHost, FedHost, take
-from trainers.messages import Activation, BlockState, CutGradient, MessageMismatchError, ModelUpload, NonFiniteError
-from trainers.network import LocalNetwork
-from trainers.optim import OptimizerSpec
-from trainers.protocol import EDGE, FED, Average, Blocks, Forward, GetBlocks, GetState, RoundEnd, Send, SetState, State, Take, Upload
-from trainers.roles import Device, FedServer
+from trainers.engine.network import LocalNetwork
+from trainers.roles.core import Device, FedServer
+from trainers.roles.hosts import DeviceHost, FedHost, take
+from trainers.roles.messages import Activation, BlockState, CutGradient, MessageMismatchError, ModelUpload, NonFiniteError
+from trainers.roles.optim import OptimizerSpec
+from trainers.roles.protocol import EDGE, FED, Average, Blocks, Forward, GetBlocks, GetState, RoundEnd, Send, SetState, State, Take, Upload
 
 SGD = OptimizerSpec("sgd", 0.1, 0.9)
 

@@ -7,8 +7,7 @@ import pytest
 from scipy.optimize import brentq
 
 from adaptplan.errors import InfeasibleError
-from solvers.interval import (DEFAULT_MAX_INTERVAL, best_interval, interval_objective, max_feasible_interval,
-                              newton_interval)
+from solvers.interval import DEFAULT_MAX_INTERVAL, best_interval, interval_objective, max_feasible_interval, newton_interval
 
 A, B, C, D = 0.16690, 0.44189, 0.06, 1e-4  # docs/model.md §7.2–§7.3
 

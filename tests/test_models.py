@@ -1,4 +1,4 @@
-"""The built-in model builders (trainers/models.py): parameter counts written out, the documented
+"""The built-in model builders (trainers/inputs/models.py): parameter counts written out, the documented
 sizes, and other names going to torchvision or refused."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from adaptplan.errors import InputError
-from trainers.models import build_model, check_model
+from trainers.inputs.models import build_model, check_model
 
 torch.set_num_threads(1)
 
@@ -48,7 +48,7 @@ def test_other_model_names_go_to_torchvision_and_unknown_ones_are_input_errors()
 
 
 def test_model_builders_default_to_the_documented_sizes() -> None:
-    from trainers.models import cnn, vgg16_cifar
+    from trainers.inputs.models import cnn, vgg16_cifar
 
     # cnn(): width 32 (32/64/64 channels, ≈ 0.12 M parameters on CIFAR-10)
     expected = (3 * 9 * 32 + 32) + (32 * 9 * 64 + 64) + (64 * 9 * 64 + 64) + (64 * 16 * 128 + 128) + (128 * 10 + 10)

@@ -9,7 +9,6 @@ paho-mqtt (the ``test`` extra); without the binary these tests are skipped, sayi
 from __future__ import annotations
 
 import contextlib
-
 import shutil
 import subprocess
 import sys
@@ -22,13 +21,13 @@ import torch
 
 from adaptplan.cli import main
 from adaptplan.errors import InputError
-from trainers.config import ALGORITHMS
+from trainers.config.train_config import ALGORITHMS
 from trainers.distributed import broker as broker_module
 from trainers.distributed.broker import acl_text, start_local_broker
 from trainers.distributed.launch import free_port
 from trainers.distributed.mqtt import BrokerLogin, MqttChannel, frame_topic
 from trainers.distributed.transport import PeerError
-from trainers.history import History
+from trainers.run.history import History
 
 MOSQUITTO = shutil.which("mosquitto") or shutil.which("mosquitto", path="/usr/sbin:/usr/local/sbin")
 pytestmark = [pytest.mark.skipif(MOSQUITTO is None, reason="the mosquitto broker is not installed (apt-get install "
@@ -310,7 +309,7 @@ def test_a_killed_device_rank_is_named_after_the_time_out_and_the_run_resumes(tm
     import subprocess
 
     from tests.process_runs import adaptplan, losses, rank_pids, simulate, wait_for
-    from trainers.checkpoint import load_checkpoint
+    from trainers.run.checkpoint import load_checkpoint
 
     out = tmp_path / "run"
     argv = ["--algorithm", "sfl-v1", "--devices", "6", "--rounds", "400", "--checkpoint-every", "2",
@@ -349,7 +348,7 @@ def test_under_partial_participation_a_killed_device_rank_leaves_and_the_run_goe
     import subprocess
 
     from tests.process_runs import adaptplan, after_loss, rank_pids, wait_for
-    from trainers.checkpoint import load_checkpoint
+    from trainers.run.checkpoint import load_checkpoint
 
     out = tmp_path / "run"
     argv = ["--algorithm", "scala", "--participation", "0.5", "--devices", "6", "--rounds", "40", "--checkpoint-every",
@@ -409,7 +408,7 @@ def test_a_killed_device_rank_started_again_is_taken_back(tmp_path: Path) -> Non
     """Under partial participation a device process killed and started again (same command, same
     credentials) asks to come back: rank 0 sets it up again at the next round and its devices take
     part again; the run and the new process end normally."""
-    from trainers.checkpoint import load_checkpoint
+    from trainers.run.checkpoint import load_checkpoint
 
     again, code, err, out = kill_and_start_again(tmp_path, ["--algorithm", "gas", "--active", "2", "--local-steps", "2",
                                                             "--rounds", "120"])

@@ -1,4 +1,4 @@
-"""Optimizers per role (trainers/optim.py): the default, scaling, clipping, the SGD and Adam rules
+"""Optimizers per role (trainers/roles/optim.py): the default, scaling, clipping, the SGD and Adam rules
 written out, and optimizer state moved as copies."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from trainers.optim import OptimizerSpec
+from trainers.roles.optim import OptimizerSpec
 
 torch.set_num_threads(1)
 
@@ -22,7 +22,7 @@ def step(opt, p: nn.Parameter, grad, scale: float = 1.0) -> None:
 
 
 def test_default_optimizer_is_plain_sgd_at_lr_0_01() -> None:
-    from trainers.optim import RoleOptimizer
+    from trainers.roles.optim import RoleOptimizer
 
     p = param(1.0, -2.0)
     opt = RoleOptimizer(OptimizerSpec(), [p])
@@ -34,7 +34,7 @@ def test_default_optimizer_is_plain_sgd_at_lr_0_01() -> None:
 
 
 def test_scaling_then_clipping_then_the_sgd_rule_with_momentum_and_weight_decay() -> None:
-    from trainers.optim import RoleOptimizer
+    from trainers.roles.optim import RoleOptimizer
 
     p = param(3.0, 4.0)
     opt = RoleOptimizer(OptimizerSpec("sgd", lr=0.5, clip_norm=1.0), [p])
@@ -51,7 +51,7 @@ def test_scaling_then_clipping_then_the_sgd_rule_with_momentum_and_weight_decay(
 
 
 def test_adam_is_adam_and_a_step_without_gradients_changes_nothing() -> None:
-    from trainers.optim import RoleOptimizer
+    from trainers.roles.optim import RoleOptimizer
 
     p = param(1.0, 1.0)
     opt = RoleOptimizer(OptimizerSpec("adam", lr=0.1), [p])
@@ -64,7 +64,7 @@ def test_adam_is_adam_and_a_step_without_gradients_changes_nothing() -> None:
 
 
 def test_optimizer_states_move_as_copies() -> None:
-    from trainers.optim import RoleOptimizer
+    from trainers.roles.optim import RoleOptimizer
 
     p, q = param(1.0), param(1.0)
     a = RoleOptimizer(OptimizerSpec("sgd", lr=0.1, momentum=0.9), [p])

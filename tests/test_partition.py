@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from adaptplan.errors import InputError
-from trainers.partition import DeviceSampler, PartitionSummary, partition_indices
+from trainers.inputs.partition import DeviceSampler, PartitionSummary, partition_indices
 
 LABELS = np.repeat(np.arange(10), 100)
 
@@ -82,7 +82,7 @@ def test_dirichlet_equal_gives_every_device_the_same_count_and_a_skewed_mix() ->
     label mix concentrated at α = 0.1 (a device's largest label holds most of its samples) and spread at α = 100."""
     import numpy as np
 
-    from trainers.partition import partition_indices
+    from trainers.inputs.partition import partition_indices
 
     labels = np.repeat(np.arange(10), 103)                      # 1,030 samples, 10 classes
     parts = partition_indices(labels, 100, "dirichlet-equal", seed=3, alpha=0.1)
@@ -102,7 +102,7 @@ def test_the_local_test_split_holds_out_floor_of_the_fraction_of_each_device_rep
     [seed, 2³²−2] (not the partition's nor the strategy's stream), so the same seed gives the same split."""
     import numpy as np
 
-    from trainers.partition import LOCAL_TEST_STREAM, local_test_split, samples_before_split
+    from trainers.inputs.partition import LOCAL_TEST_STREAM, local_test_split, samples_before_split
 
     parts = [np.arange(0, 199), np.arange(199, 208), np.arange(208, 308)]
     train, test = local_test_split(parts, 0.1, seed=4)

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from adaptplan.errors import InfeasibleError, InputError
-from trainers.config import TrainConfig
-from trainers.policies import NEVER, REDRAWING
-from trainers.run import Trainer
+from trainers.config.train_config import TrainConfig
+from trainers.run.driver import Trainer
+from trainers.run.policies import NEVER, REDRAWING
 
 RUN = dict(dataset="synthetic", devices=20, batch_size=8, lr=0.05, rounds=10, eval_every=5, threads=1, model_width=4)
 
@@ -114,8 +114,8 @@ torch.set_num_threads(1)
 def test_a_baseline_that_finds_no_plan_is_an_infeasible_error(monkeypatch) -> None:
     from adaptplan.scenarios import default_scenario
     from solvers import baselines
-    from trainers.policies import policy_planner
-    from trainers.run import ReplanRequest
+    from trainers.run.driver import ReplanRequest
+    from trainers.run.policies import policy_planner
 
     failed = SimpleNamespace(success=False, message="no cut vector reaches the target", cuts=(1,), interval=1)
     monkeypatch.setattr(baselines, "solve_fixed_cut", lambda problem, cut: failed)
@@ -127,6 +127,6 @@ def test_a_baseline_that_finds_no_plan_is_an_infeasible_error(monkeypatch) -> No
 
 def test_a_policy_that_never_aggregates_outlasts_any_run() -> None:
     from adaptplan.limits import MAX_STEPS
-    from trainers.policies import NEVER
+    from trainers.run.policies import NEVER
 
     assert NEVER >= MAX_STEPS           # PSL's interval: no run the config accepts reaches an aggregation before it ends

@@ -26,11 +26,11 @@ def test_ci_runs_the_readme_commands_verbatim():
 
 
 def test_the_readmes_resume_list_is_the_options_a_resumed_run_may_change() -> None:
-    """Issue 25, first-hour item 6: the README's list of flags allowed with --resume is trainers.run.RESUMABLE."""
+    """Issue 25, first-hour item 6: the README's list of flags allowed with --resume is trainers.run.driver.RESUMABLE."""
     import re
 
     from adaptplan.cli.commands.train import flag_of
-    from trainers.run import RESUMABLE
+    from trainers.run.driver import RESUMABLE
 
     text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
     sentence = text[text.index("only `--rounds`"):text.index("may be given anew")]

@@ -26,12 +26,13 @@ from itertools import product
 from pathlib import Path
 from typing import Callable
 
+from cli_checks import adaptplan_entry_point
+
 from adaptplan.cli import build_parser
 from adaptplan.cli.commands.plan import parse_cuts
 from adaptplan.constants import ConvergenceConstants
 from adaptplan.model_profile import ModelProfile
 from adaptplan.system import SystemSpec
-from cli_checks import adaptplan_entry_point
 from tests.readme_blocks import bash_blocks, readme_section
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -147,14 +148,14 @@ def check_train(args: argparse.Namespace, out: str, context: dict) -> None:
         return
     for key in ("algorithm", "model", "devices", "partition"):
         assert config[key] == getattr(args, key), key
-    from trainers.config import ALGORITHM_DEFAULTS   # --lr, else the algorithm's paper value
+    from trainers.config.train_config import ALGORITHM_DEFAULTS  # --lr, else the algorithm's paper value
 
     assert config["lr"] == (args.lr if args.lr is not None else ALGORITHM_DEFAULTS[args.algorithm].lr)
     if args.partition == "dirichlet":
         assert config["dirichlet_alpha"] == args.dirichlet_alpha
     assert all(len(r["cuts"]) == args.devices for r in records)
     if args.checkpoint_every:   # the last checkpoint: the last multiple of --checkpoint-every, with this run's options
-        from trainers.checkpoint import load_checkpoint
+        from trainers.run.checkpoint import load_checkpoint
 
         state = load_checkpoint(folder)
         assert state["round"] == args.rounds - args.rounds % args.checkpoint_every
@@ -177,7 +178,7 @@ def check_train(args: argparse.Namespace, out: str, context: dict) -> None:
 
 
 def check_split_data(args: argparse.Namespace, out: str, context: dict) -> None:
-    from trainers.device_data import read_manifest
+    from trainers.inputs.device_data import read_manifest
 
     manifest = read_manifest(args.out)
     assert len(manifest.devices) == args.devices and manifest.name == args.dataset

@@ -8,11 +8,10 @@ import pytest
 
 from adaptplan.constants import ConvergenceConstants
 from adaptplan.model_profile import CutPoint, ModelProfile
-from solvers.problem import PlanningProblem
-
 from solvers.bcd import solve_bcd
 from solvers.dinkelbach import solve_dinkelbach
 from solvers.exact import solve_exact, solve_exhaustive
+from solvers.problem import PlanningProblem
 from solvers.threshold import applicable, solve_ms_exact
 from tests import reference_model as ref
 from tests.binding_instances import asymmetric_problem, parts

@@ -1,4 +1,4 @@
-"""The roles (trainers/roles.py): what a device knows about its data."""
+"""The roles (trainers/roles/core.py): what a device knows about its data."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from trainers.optim import OptimizerSpec
-from trainers.roles import Device
+from trainers.roles.core import Device
+from trainers.roles.optim import OptimizerSpec
 
 torch.set_num_threads(1)
 

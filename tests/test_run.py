@@ -1,4 +1,4 @@
-"""The training run (trainers.run, trainers.config, the run folder, checkpoints, histories): what a run
+"""The training run (trainers.run.driver, trainers.config.train_config, the run folder, checkpoints, histories): what a run
 accepts, refuses, records and says, on tiny synthetic runs (a few seconds each)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import torch
 
 from adaptplan.constants import ConvergenceConstants
 from adaptplan.errors import InfeasibleError, InputError
-from trainers.config import TrainConfig
-from trainers.run import ReplanRequest, Trainer
+from trainers.config.train_config import TrainConfig
+from trainers.run.driver import ReplanRequest, Trainer
 
 torch.set_num_threads(1)
 
@@ -167,7 +167,7 @@ class _Payload:
 def test_a_pickled_object_in_a_data_file_is_refused_and_never_runs(tmp_path) -> None:
     import numpy as np
 
-    from trainers.datasets import load_dataset
+    from trainers.inputs.datasets import load_dataset
 
     marker = tmp_path / "pwned"
     labels = np.empty(10, dtype=object)
@@ -184,13 +184,13 @@ def test_a_pickled_object_in_a_data_file_is_refused_and_never_runs(tmp_path) -> 
 def _record_json(**kw) -> dict:
     from dataclasses import asdict
 
-    from trainers.history import RoundRecord
+    from trainers.run.history import RoundRecord
 
     return {**asdict(RoundRecord(1, 1.0, 0.5, 0.5, 1.0, 1.0, 0.1, 10, 10, 0, True, False, [1], 1)), **kw}
 
 
 def test_a_rounds_traffic_fits_a_signed_64_bit_count() -> None:
-    from trainers.history import History
+    from trainers.run.history import History
 
     most = 2**63 - 1
     h = History.from_json({"records": [_record_json(bytes_up=most, bytes_down=0, bytes_server=most)]})
@@ -202,7 +202,7 @@ def test_a_rounds_traffic_fits_a_signed_64_bit_count() -> None:
 
 
 def test_a_gain_of_exactly_min_gain_is_not_small() -> None:
-    from trainers.history import History, RoundRecord
+    from trainers.run.history import History, RoundRecord
 
     def run(accuracies):
         return History([RoundRecord(t, 1.0, a, 1.0, float(t), 1.0, 0.0, 0, 0, 0, True, False, [1], 1)
@@ -219,7 +219,7 @@ def test_a_gain_of_exactly_min_gain_is_not_small() -> None:
 
 # ---- run folders ---------------------------------------------------------------------------------------------------
 def test_a_run_folder_is_made_with_its_parents_and_locked_with_this_process_id(tmp_path) -> None:
-    from trainers.run_folder import LOCK_NAME, RunFolder
+    from trainers.run.folder import LOCK_NAME, RunFolder
 
     nested = tmp_path / "a" / "b" / "run"
     with RunFolder(nested):
@@ -237,7 +237,7 @@ def test_a_run_folder_is_made_with_its_parents_and_locked_with_this_process_id(t
 
 
 def test_mnist_subset_has_the_ten_digit_classes() -> None:
-    from trainers.datasets import load_dataset
+    from trainers.inputs.datasets import load_dataset
 
     for name in ("mnist-subset", "mnist"):             # mnist without --data-root falls back to the shipped subset
         d = load_dataset(name)

@@ -80,7 +80,7 @@ def test_every_checkpoint_has_its_history_beside_it_so_a_copied_one_is_refused_i
     refused in a folder without history.json."""
     import json
 
-    import trainers.run as run_module
+    import trainers.run.driver as run_module
 
     seen = []
     real = run_module.save_checkpoint

@@ -16,8 +16,8 @@ import pytest
 
 from adaptplan.cli import main
 from adaptplan.errors import InputError
-from trainers.checkpoint import CHECKPOINT_NAME, MAGIC, decode, encode, load_checkpoint, write_atomic
-from trainers.run_folder import RunFolder
+from trainers.run.checkpoint import CHECKPOINT_NAME, MAGIC, decode, encode, load_checkpoint, write_atomic
+from trainers.run.folder import RunFolder
 
 BASE = ["train", "--dataset", "synthetic", "--devices", "3", "--batch-size", "8", "--cuts", "3", "--threads", "1",
         "--no-progress", "--eval-every", "2"]
@@ -211,19 +211,19 @@ def test_sigterm_saves_a_checkpoint_and_resume_continues(tmp_path) -> None:
 
 
 def test_plot_legend_names_the_algorithm_once(tmp_path, monkeypatch) -> None:
-    import trainers.plotting
+    import trainers.run.plotting
 
     runs = {"psl": "psl", "mine": "sfl-v1"}
     for folder, algorithm in runs.items():
         assert main([*BASE, "--algorithm", algorithm, "--rounds", "2", "--out", str(tmp_path / folder)]) == 0
     seen = {}
-    original = trainers.plotting.plot_histories
+    original = trainers.run.plotting.plot_histories
 
     def spy(histories, out, title="x"):
         seen["labels"] = [label for label, _ in histories]
         return original(histories, out, title)
 
-    monkeypatch.setattr(trainers.plotting, "plot_histories", spy)
+    monkeypatch.setattr(trainers.run.plotting, "plot_histories", spy)
     assert main(["plot", str(tmp_path / "psl"), str(tmp_path / "mine"), "-o", str(tmp_path / "p.png")]) == 0
     assert seen["labels"] == ["psl", "mine (sfl-v1)"]
 
@@ -234,7 +234,7 @@ def test_checkpoint_round_trip_and_input_digests(tmp_path) -> None:
     import numpy as np
     import torch
 
-    from trainers.checkpoint import file_digest, save_checkpoint
+    from trainers.run.checkpoint import file_digest, save_checkpoint
 
     state = {"round": 7, "weights": torch.arange(6.0).reshape(2, 3), "parts": [np.array([3, 1, 2])],
              "pair": (np.int64(4), np.float32(0.5)), "name": "psl"}
@@ -284,8 +284,8 @@ def test_a_plan_for_a_model_with_as_many_cuts_but_another_structure_is_refused(t
     plan["cuts"] = [2, 2, 2]
     plan_file.write_text(json.dumps(plan))
     capsys.readouterr()
-    from trainers.config import TrainConfig
-    from trainers.run import Trainer
+    from trainers.config.train_config import TrainConfig
+    from trainers.run.driver import Trainer
 
     # the identity of the very model trained ...
     identity = Trainer(TrainConfig.flat(dataset="synthetic", devices=3, batch_size=8, rounds=1, cuts=(2, 2, 2),
@@ -301,9 +301,9 @@ def test_a_plan_for_a_model_with_as_many_cuts_but_another_structure_is_refused(t
 def test_any_failure_in_a_round_keeps_the_history_and_is_raised_as_it_was(tmp_path, monkeypatch) -> None:
     """A lost rank (or any error inside a round) stops the run; rounds 1..t−1 are in history.json,
     and the error reaches the caller unchanged (the distributed runtime names the rank in it)."""
-    from trainers.config import TrainConfig
-    from trainers.engine import SplitEngine
-    from trainers.run import Trainer
+    from trainers.config.train_config import TrainConfig
+    from trainers.engine.split_engine import SplitEngine
+    from trainers.run.driver import Trainer
 
     out = tmp_path / "run"
     trainer = Trainer(TrainConfig.flat(dataset="synthetic", devices=3, batch_size=8, cuts=(3,), rounds=6, progress=False,
@@ -324,8 +324,8 @@ def test_any_failure_in_a_round_keeps_the_history_and_is_raised_as_it_was(tmp_pa
 def test_a_failure_while_checkpointing_or_evaluating_keeps_the_history_too(tmp_path, monkeypatch) -> None:
     """A rank lost while rank 0 fetches the device states for a checkpoint (after round 4 was
     recorded), or during an evaluation (before round 3 is): the history holds every finished round."""
-    from trainers.config import TrainConfig
-    from trainers.run import Trainer
+    from trainers.config.train_config import TrainConfig
+    from trainers.run.driver import Trainer
 
     def trainer(name: str) -> Trainer:
         return Trainer(TrainConfig.flat(dataset="synthetic", devices=3, batch_size=8, cuts=(3,), rounds=6, progress=False,

@@ -11,17 +11,16 @@ import math
 
 import numpy as np
 import pytest
-from cli_checks import assert_train_flag_error
-from tests.engine_builders import flat, make_data
 import torch
+from cli_checks import assert_train_flag_error
+from reference_optim import HandSGD
 from torch import nn
 
-from tests.engine_builders import small_model
-from reference_optim import HandSGD
-from trainers.optim import OptimizerSpec
+from tests.engine_builders import flat, make_data, small_model
 from trainers.api import label_prior, logit_adjusted_ce
-from trainers.engine import STRATEGY_STREAM, DeviceData, SplitEngine
-from trainers.partition import DeviceSampler
+from trainers.engine.split_engine import STRATEGY_STREAM, DeviceData, SplitEngine
+from trainers.inputs.partition import DeviceSampler
+from trainers.roles.optim import OptimizerSpec
 from trainers.strategies import SCALA
 
 CUT, B, LR, N, M = 9, 16, 0.1, 6, 10

@@ -8,7 +8,7 @@ from adaptplan.scenarios import default_profile, default_scenario
 
 def test_shipped_profile_is_regenerated_by_the_profiler():
     from profilers import profile_model
-    from trainers.models import build_model
+    from trainers.inputs.models import build_model
 
     fresh = profile_model(build_model("vgg16-cifar", (3, 32, 32), 10), (3, 32, 32), model_name="vgg16-cifar")
     assert fresh.to_json() == default_profile().to_json()

@@ -12,8 +12,8 @@ import torch
 from adaptplan.system import SystemProcess, generate_system
 from profilers import build_chain, profile_model
 from tests.engine_builders import make_data, small_model
-from trainers.clock import SimClock
-from trainers.engine import SplitEngine
+from trainers.engine.clock import SimClock
+from trainers.engine.split_engine import SplitEngine
 from trainers.strategies import GAPSL, GAS, CycleSL
 
 B, CUT = 4, 3
@@ -114,7 +114,7 @@ def test_arrival_mode_and_flush_charges_by_hand() -> None:
     arrives at 3, waits, served 8 → 14; the flush adds 200 / 100 FLOP/s = 2 s: both replies at 16, back at
     16 + 0.5 + 1 = 17.5 s. The server is busy 6 + 6 + 2 = 14 s."""
     from trainers.api import Strategy, parallel_step
-    from trainers.clock import StageTimes
+    from trainers.engine.clock import StageTimes
 
     class Deferred(Strategy):
         server_step = "own"

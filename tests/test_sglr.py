@@ -15,8 +15,8 @@ from torch import nn
 
 from adaptplan.errors import InputError
 from tests.engine_builders import flat, make_data, small_model
-from trainers.engine import STRATEGY_STREAM, SplitEngine
-from trainers.partition import DeviceSampler
+from trainers.engine.split_engine import STRATEGY_STREAM, SplitEngine
+from trainers.inputs.partition import DeviceSampler
 from trainers.strategies import make_strategy
 
 B, LR, N, CUT = 16, 0.1, 4, 4

@@ -9,7 +9,7 @@ import torch
 
 from adaptplan.errors import InputError
 from profilers.profile import profile_model, stem_note
-from trainers.models import build_model
+from trainers.inputs.models import build_model
 
 
 def conv_macs(c_in: int, c_out: int, kernel: int, side_out: int) -> int:

@@ -22,6 +22,7 @@ from solvers.synthetic import vgg16_cifar_profile
 from tests import reference_model as ref
 from tests.worked_example import CUTS
 
+
 def test_7_1_profile_and_constants():
     profile = vgg16_cifar_profile()
     assert profile.num_cuts == 16

@@ -15,7 +15,7 @@ from cli_checks import assert_train_flag_error
 from adaptplan.errors import InputError
 from tests.engine_builders import flat, make_data, make_engine, params, small_model
 from trainers.api import Strategy
-from trainers.engine import SplitEngine
+from trainers.engine.split_engine import SplitEngine
 from trainers.strategies import GAS, SCALA, CycleSL, make_strategy
 
 
@@ -199,7 +199,7 @@ def test_gapsl_plain_excluded_update_gives_every_device_its_own_cut_gradient() -
 
 @pytest.mark.parametrize("name", ["sl", "psl", "sfl-v1", "sfl-v2", "adaptsfl", "gapsl", "scala", "cyclesl", "gas"])
 def test_a_strategy_built_without_options_is_the_one_the_command_line_builds_by_default(name) -> None:
-    # the constructors' defaults and trainers.config's option defaults (the flags') must not drift apart
+    # the constructors' defaults and trainers.config.train_config's option defaults (the flags') must not drift apart
     from trainers.strategies import STRATEGIES, make_strategy
 
     direct, configured = STRATEGIES[name](), make_strategy(name)
@@ -268,7 +268,7 @@ def test_gas_activates_half_the_devices_by_default_and_scala_at_least_two() -> N
 
 def test_a_fresh_download_restarts_the_devices_momentum_and_a_plain_one_keeps_it() -> None:
     """ModelDownload.fresh_optimizer: the device's next step is a first step (v = g) on the loaded weights."""
-    from trainers.messages import BlockState, ModelDownload
+    from trainers.roles.messages import BlockState, ModelDownload
 
     engine = SplitEngine(small_model(), [3] * 2, make_strategy_psl(), make_data(2), {"lr": 0.05, "momentum": 0.9},
                          batch_size=4, seed=0)
@@ -329,8 +329,8 @@ def test_strategies_see_server_passes_and_model_views_not_the_runtime_classes() 
     import inspect
 
     import trainers.api as api
-    from trainers.engine import SplitEngine
-    from trainers.roles import EdgeServer
+    from trainers.engine.split_engine import SplitEngine
+    from trainers.roles.core import EdgeServer
 
     for protocol, cls in ((api.ServerPasses, EdgeServer), (api.ModelViews, SplitEngine)):
         methods = [n for n, v in vars(protocol).items() if inspect.isfunction(v) and not n.startswith("_")]

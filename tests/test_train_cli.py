@@ -12,10 +12,10 @@ import torch
 
 from adaptplan.cli import main
 from adaptplan.errors import InputError
-from trainers.checkpoint import load_checkpoint
-from trainers.config import TrainConfig
-from trainers.history import History, RoundRecord
-from trainers.run import ReplanRequest, Trainer
+from trainers.config.train_config import TrainConfig
+from trainers.run.checkpoint import load_checkpoint
+from trainers.run.driver import ReplanRequest, Trainer
+from trainers.run.history import History, RoundRecord
 
 torch.set_num_threads(1)
 
@@ -66,7 +66,7 @@ def test_interrupted_run_resumes_identically(tmp_path: Path) -> None:
     import os
     import signal
 
-    from trainers.run_folder import Interrupted
+    from trainers.run.folder import Interrupted
 
     common = dict(FAST, algorithm="gapsl", cuts=(2,), momentum=0.9, rounds=6)
     full = Trainer(TrainConfig.flat(**common, out=str(tmp_path / "full"))).run()
@@ -219,7 +219,7 @@ def test_real_data_end_to_end_mnist_above_chance() -> None:
 
 
 def test_model_names_go_through_one_resolver(capsys) -> None:
-    from trainers.models import build_model
+    from trainers.inputs.models import build_model
 
     config = TrainConfig.flat(**FAST, model="resnet18", algorithm="adaptsfl", rounds=1)     # validated, not trained
     assert config.model.name == "resnet18"
@@ -502,7 +502,7 @@ def test_command_line_defaults_are_the_config_defaults() -> None:
     except the progress bar, shown on a terminal by default."""
     from adaptplan.cli import build_parser
     from adaptplan.cli.commands.train import _fields_from_args
-    from trainers.config import DEFAULTS
+    from trainers.config.train_config import DEFAULTS
 
     fields = _fields_from_args(build_parser().parse_args(["train"]))
     defaults = dict(DEFAULTS)

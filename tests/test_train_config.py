@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from adaptplan.errors import InputError
-from trainers.config import TrainConfig
+from trainers.config.train_config import TrainConfig
 
 BASE = dict(dataset="synthetic", devices=4)
 
@@ -69,12 +69,12 @@ def test_json_round_trip_and_unknown_keys() -> None:
 
 
 def test_algorithm_option_defaults_are_the_strategies_and_the_specs() -> None:
-    """The CLI's defaults (trainers.config.ALGORITHM_OPTIONS) are the strategy classes' own defaults, so a run
+    """The CLI's defaults (trainers.config.train_config.ALGORITHM_OPTIONS) are the strategy classes' own defaults, so a run
     from the command line and one from Python agree; and the spec values of docs/algorithms.md (τ = 1 for SCALA's
     and GAS's logit adjustment, B.3 and GAS-9; GAPSL's K_min 0.2, K_max 0.8)."""
     import inspect
 
-    from trainers.config import ALGORITHM_OPTIONS, OPTION_BY_NAME
+    from trainers.config.train_config import ALGORITHM_OPTIONS, OPTION_BY_NAME
     from trainers.strategies import STRATEGIES
 
     for option in ALGORITHM_OPTIONS:
@@ -97,7 +97,7 @@ def test_unknown_algorithm_is_refused_by_the_config() -> None:
 
 def test_each_algorithm_trains_with_its_papers_settings_unless_told() -> None:
     """docs/algorithms.md "Defaults": the papers' optimizer, per-role rates, decay, clipping and interval."""
-    from trainers.config import ALGORITHM_DEFAULTS
+    from trainers.config.train_config import ALGORITHM_DEFAULTS
 
     base = {k: v for k, v in BASE.items() if k not in ("lr", "momentum", "weight_decay", "optimizer", "clip_norm")}
     gapsl = TrainConfig.flat(**base, algorithm="gapsl")
@@ -157,7 +157,7 @@ def test_per_role_rates_reach_the_roles_optimizers() -> None:
     --server-lr (and --server-optimizer)."""
     import torch
 
-    from trainers.run import Trainer
+    from trainers.run.driver import Trainer
 
     config = TrainConfig.flat(algorithm="psl", dataset="synthetic", model="mlp", devices=3, rounds=1, cuts=(1,),
                          client_lr=0.125, server_lr=0.75, server_optimizer="adam", progress=False)

@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 import torch
 
+from adaptplan.errors import InputError
 from trainers.distributed import wire
 from trainers.distributed.environment import run_key
-from trainers.messages import Activation, BlockState, CutGradient, ModelDownload, ModelUpload
-from trainers.optim import OptimizerSpec
-from adaptplan.errors import InputError
+from trainers.roles.messages import Activation, BlockState, CutGradient, ModelDownload, ModelUpload
+from trainers.roles.optim import OptimizerSpec
 
 KEY = hashlib.sha256(b"test").digest()
 ROOT = Path(__file__).resolve().parents[1]

@@ -43,16 +43,16 @@ adaptplan/cli/commands/bench.py adaptplan/cli/flags.py adaptplan/limits.py adapt
 tests/test_bench_algorithms.py tests/test_bench_training.py tests/test_hostile_inputs.py tests/test_train_cli.py \
 tests/test_profile_cli.py -k 'not done_when_20_device and not mnist_above_chance'" ;;
   trainers-core)
-    targets="trainers/api.py trainers/batching.py trainers/clock.py trainers/devices.py trainers/engine.py \
-trainers/messages.py trainers/models.py trainers/optim.py trainers/partition.py trainers/policies.py trainers/roles.py \
+    targets="trainers/api.py trainers/roles/batching.py trainers/engine/clock.py trainers/config/devices.py trainers/engine/split_engine.py \
+trainers/roles/messages.py trainers/inputs/models.py trainers/roles/optim.py trainers/inputs/partition.py trainers/run/policies.py trainers/roles/core.py \
 trainers/strategies"
     tests="tests/test_engine_contracts.py tests/test_strategy_contracts.py tests/test_core_units.py tests/test_engine.py \
 tests/test_engine_timing.py tests/test_strategies.py tests/test_cyclesl.py tests/test_gapsl.py tests/test_gas.py \
 tests/test_scala.py tests/test_policies.py tests/test_partition.py tests/test_batching.py tests/test_train_config.py \
 tests/test_architecture.py tests/test_scenarios.py" ;;
   trainers-run)
-    targets="trainers/run.py trainers/config.py trainers/checkpoint.py trainers/datasets.py trainers/history.py \
-trainers/run_folder.py trainers/plotting.py"
+    targets="trainers/run/driver.py trainers/config/train_config.py trainers/run/checkpoint.py trainers/inputs/datasets.py trainers/run/history.py \
+trainers/run/folder.py trainers/run/plotting.py"
     tests="tests/test_run_contracts.py tests/test_cli_contracts.py tests/test_train_cli.py tests/test_train_config.py \
 tests/test_run_safety.py tests/test_history.py tests/test_datasets.py" ;;
   distributed)

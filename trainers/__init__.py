@@ -10,12 +10,12 @@ from __future__ import annotations
 from adaptplan.lazy import lazy_getattr
 
 _LAZY = {
-    "TrainConfig": "trainers.config",
-    "run": "trainers.run",
-    "Trainer": "trainers.run",
-    "SplitEngine": "trainers.engine",
-    "DeviceData": "trainers.engine",
-    "History": "trainers.history",
+    "TrainConfig": "trainers.config.train_config",
+    "run": "trainers.run.driver",
+    "Trainer": "trainers.run.driver",
+    "SplitEngine": "trainers.engine.split_engine",
+    "DeviceData": "trainers.engine.split_engine",
+    "History": "trainers.run.history",
     "make_strategy": "trainers.strategies",
     "Strategy": "trainers.strategies",
 }

@@ -45,9 +45,9 @@ from torch import nn
 
 from adaptplan.errors import InputError
 from trainers.algorithms import REGISTRY
-from trainers.messages import Activation, CutGradient, ModelUpload, NonFiniteError
-from trainers.optim import OptimizerSpec
-from trainers.roles import ServerPass
+from trainers.roles.core import ServerPass
+from trainers.roles.messages import Activation, CutGradient, ModelUpload, NonFiniteError
+from trainers.roles.optim import OptimizerSpec
 
 __all__ = ["Activation", "CutGradient", "ModelUpload", "NonFiniteError", "ServerPasses", "ModelViews", "ServerPass",
            "OptimizerSpec", "InputError",
@@ -56,7 +56,7 @@ __all__ = ["Activation", "CutGradient", "ModelUpload", "NonFiniteError", "Server
 
 
 class ServerPasses(Protocol):
-    """What a strategy may do with the edge server (trainers.roles.EdgeServer implements it; the
+    """What a strategy may do with the edge server (trainers.roles.core.EdgeServer implements it; the
     strategy never sees the class): forward passes, gradients, optimizer steps."""
 
     def run(self, arrivals: Sequence[Activation], concatenate: bool = True) -> ServerPass:
@@ -109,7 +109,7 @@ class ServerPasses(Protocol):
 
 
 class ModelViews(Protocol):
-    """The models a strategy may ask for to evaluate (trainers.engine.SplitEngine implements it)."""
+    """The models a strategy may ask for to evaluate (trainers.engine.split_engine.SplitEngine implements it)."""
 
     num_devices: int
 

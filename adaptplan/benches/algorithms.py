@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 from adaptplan.benches.comparison import GAPSL_SETTING, Setting
 from adaptplan.benches.runs import RunResult, pct, run_jobs, seconds
-from trainers.config import ALGORITHMS
+from trainers.config.train_config import ALGORITHMS
 
 PARTITIONS: dict[str, dict[str, Any]] = {"iid": {"partition": "iid"}, "dirichlet-0.1": {"partition": "dirichlet", "dirichlet_alpha": 0.1},
               "shards-2": {"partition": "shards"}}

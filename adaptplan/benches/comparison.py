@@ -1,6 +1,6 @@
 """One training setting for every method of a comparison (``bench algorithms|training|papers``).
 
-A method's own defaults (:data:`trainers.config.ALGORITHM_DEFAULTS`) are right for a run of that method
+A method's own defaults (:data:`trainers.config.train_config.ALGORITHM_DEFAULTS`) are right for a run of that method
 alone; inside a comparison they would rank optimizers and learning rates instead of algorithms. A
 :class:`Setting` fixes what every method of one table trains with — optimizer, per-role learning rates,
 momentum, weight decay, clipping, batch size, participation, local rounds between averages and rounds — and

@@ -1,13 +1,13 @@
 """Engine benchmark: samples/s of simulated split training vs centralized training of the same
 model on the same samples, in the same process and on the same device, with each side's peak memory.
 
-Both sides train one model (the CIFAR-10 CNN of :mod:`trainers.models` by default; any ``--model``
+Both sides train one model (the CIFAR-10 CNN of :mod:`trainers.inputs.models` by default; any ``--model``
 of ``adaptplan train``) on random CIFAR-shaped tensors (two mini-batches per device, cycled) with
 SGD, on ``--device`` (the CPU or a CUDA GPU). Split training: ``rounds`` rounds of the engine, per
 algorithm, on the chain ``adaptplan train`` uses (``profilers.build_chain``; default cut 1 = the
 first parameterised block on the device), with the algorithm's real client/server split and message
 exchange, devices concatenated at shared server blocks, the devices' client passes batched or not
-(``client_batching``; trainers.batching), recomputed or held (``client_recompute``) and the server's
+(``client_batching``; trainers.roles.batching), recomputed or held (``client_recompute``) and the server's
 barrier passes chunked (``server_pass_samples``). Its samples are the ones the devices' activation
 messages carried (``RoundStats.samples``: the participants' steps — GAS's active devices, a
 sampled fraction's). Centralized: ``devices`` SGD steps of b samples per round (``central_b``), or
@@ -193,11 +193,11 @@ def run_engine_bench(devices: int = 20, batch_size: int = 16, rounds: int = 10, 
     ``server_pass_samples``: ``"auto"`` (the engine's default for ``device``) or a number of samples."""
     from adaptplan.errors import InputError
     from profilers import build_chain
-    from trainers.devices import describe, synchronize
-    from trainers.engine import DeviceData, SplitEngine
-    from trainers.execution import Execution
-    from trainers.models import build_model
-    from trainers.partition import partition_indices
+    from trainers.config.devices import describe, synchronize
+    from trainers.engine.execution import Execution
+    from trainers.engine.split_engine import DeviceData, SplitEngine
+    from trainers.inputs.models import build_model
+    from trainers.inputs.partition import partition_indices
     from trainers.strategies import make_strategy
 
     algorithms = (algorithm,) if isinstance(algorithm, str) else tuple(algorithm)
@@ -319,7 +319,7 @@ def plot_sweep(results: Sequence[EngineBenchResult], path: str) -> None:
     import matplotlib.pyplot as plt
 
     from adaptplan.fileio import atomic_write
-    from trainers.plotting import image_path
+    from trainers.run.plotting import image_path
 
     fig = sweep_figure(results)
     target, fmt = image_path(path)

@@ -55,8 +55,8 @@ def run_one(job: dict[str, Any]) -> RunResult:
     """Train ``job["config"]`` (TrainConfig fields) and summarise it against ``job["target"]``."""
     import torch
 
-    from trainers.config import TrainConfig
-    from trainers.run import Trainer
+    from trainers.config.train_config import TrainConfig
+    from trainers.run.driver import Trainer
 
     torch.set_num_threads(1)
     trainer = Trainer(TrainConfig.flat(**job["config"]))

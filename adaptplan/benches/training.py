@@ -1,7 +1,7 @@
 """`adaptplan bench training`: the paper's headline experiment (AdaptSFL Fig. 5–6) from one
 command — planning policies in the training loop, compared by time to accuracy.
 
-Each policy (:mod:`trainers.policies`) trains the same model on the same data, seed and per-round
+Each policy (:mod:`trainers.run.policies`) trains the same model on the same data, seed and per-round
 system trace (the generated system re-drawn every round from the same seed), with the same
 training algorithm (AdaptSFL's engine) and one training setting (:data:`ADAPTSFL_SETTING`, printed above
 the table); the policy decides cuts and interval at the start and at aggregations. Runs go to worker
@@ -30,7 +30,7 @@ SWEEPS = {"device-flops": "flops_scale", "bandwidth": "bandwidth_scale", "noise-
 ADAPTSFL_SETTING = Setting(
     "sgd", 0.05, 0.05, 0.9, 0.0, 0.0, 16, 1.0, None, 600,
     sources={"optimizer": "AdaptSFL's paper: SGD (§III-B)", "client_lr": "AdaptSFL's rate is lost from the text: "
-             "0.05, the project's tested value (trainers.config.ALGORITHM_DEFAULTS)", "server_lr": "as client_lr",
+             "0.05, the project's tested value (trainers.config.train_config.ALGORITHM_DEFAULTS)", "server_lr": "as client_lr",
              "momentum": "the project's tested value (the paper states none)", "weight_decay": "none stated",
              "clip_norm": "none stated", "batch_size": "AdaptSFL §VII-A: 16",
              "participation": "AdaptSFL §VII-A: every device, every round", "local_steps": "each policy's own",

@@ -1,5 +1,5 @@
-"""Command-line options generated from the metadata of :class:`trainers.config.TrainConfig`'s parts
-(:mod:`trainers.config_fields`): one argparse option per field that has a flag, its ``dest`` the field's flat key,
+"""Command-line options generated from the metadata of :class:`trainers.config.train_config.TrainConfig`'s parts
+(:mod:`trainers.config.fields`): one argparse option per field that has a flag, its ``dest`` the field's flat key,
 its help, default, choices and metavar the field's; a number with ``auto`` allowed is checked as it is parsed.
 """
 
@@ -9,7 +9,7 @@ import argparse
 from typing import Any, Iterable
 
 from adaptplan.cli.flags import auto_or_int_flag
-from trainers.config_fields import Described, described
+from trainers.config.fields import Described, described
 
 
 def add_flag(parser: Any, d: Described) -> None:
@@ -33,7 +33,7 @@ def add_flag(parser: Any, d: Described) -> None:
 
 
 def add_part(parser: Any, part: type, only: Iterable[str] | None = None) -> None:
-    """The options of every field of ``part`` (a dataclass of :mod:`trainers.config`) that has a generated flag,
+    """The options of every field of ``part`` (a dataclass of :mod:`trainers.config.train_config`) that has a generated flag,
     or of the flat keys ``only``, in declaration order."""
     keep = None if only is None else set(only)
     for d in described(part):

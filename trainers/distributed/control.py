@@ -1,5 +1,5 @@
-"""The messages that run a rank, besides the roles' own (:mod:`trainers.messages`,
-:mod:`trainers.protocol`): joining, setting a device rank up, link rates, the round's report,
+"""The messages that run a rank, besides the roles' own (:mod:`trainers.roles.messages`,
+:mod:`trainers.roles.protocol`): joining, setting a device rank up, link rates, the round's report,
 stopping and failing (docs/distributed.md)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from trainers.optim import OptimizerSpec
+from trainers.roles.optim import OptimizerSpec
 
 
 @dataclass

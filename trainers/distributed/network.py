@@ -1,8 +1,8 @@
-"""Rank 0's :class:`~trainers.network.Network`: the devices and the fed server on other ranks.
+"""Rank 0's :class:`~trainers.engine.network.Network`: the devices and the fed server on other ranks.
 
-The round loop (:class:`trainers.engine.SplitEngine`) is the simulator's, unchanged; its messages
+The round loop (:class:`trainers.engine.split_engine.SplitEngine`) is the simulator's, unchanged; its messages
 go to the ranks that host the roles (:mod:`trainers.distributed.serve`, with the same handlers as
-the simulator, :mod:`trainers.hosts`). Besides delivering them this network
+the simulator, :mod:`trainers.roles.hosts`). Besides delivering them this network
 
 * sets the device ranks up (:meth:`RankNetwork.setup`: sample positions and initial weights, never samples);
 * books what rank 0 measures: each activation's uplink time, the edge server's work (from the
@@ -33,13 +33,13 @@ from trainers.distributed.control import DeviceSpec, Envelope, Layout, LinkRates
 from trainers.distributed.layout import FED_RANK, SETUP_TIMEOUT_FACTOR, RankLayout
 from trainers.distributed.timing import StageLedger, book_transfer, link_rate
 from trainers.distributed.transport import FrameChannel, PeerError
-from trainers.messages import Activation, CutGradient
-from trainers.optim import OptimizerSpec
-from trainers.protocol import EDGE, FED, Address, Blocks, GetBlocks, RoundEnd
+from trainers.roles.messages import Activation, CutGradient
+from trainers.roles.optim import OptimizerSpec
+from trainers.roles.protocol import EDGE, FED, Address, Blocks, GetBlocks, RoundEnd
 
 if TYPE_CHECKING:  # pragma: no cover
-    from trainers.clock import SimClock
-    from trainers.engine import SplitEngine
+    from trainers.engine.clock import SimClock
+    from trainers.engine.split_engine import SplitEngine
 
 
 class RankNetwork:

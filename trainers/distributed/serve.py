@@ -1,18 +1,18 @@
 """Ranks 1..W−1: the fed server's rank and the device ranks (docs/distributed.md).
 
-A rank hosts its roles with the simulator's handlers (:mod:`trainers.hosts`: a
-:class:`~trainers.hosts.FedHost` on rank 1, a :class:`~trainers.hosts.DeviceHost` of its devices
+A rank hosts its roles with the simulator's handlers (:mod:`trainers.roles.hosts`: a
+:class:`~trainers.roles.hosts.FedHost` on rank 1, a :class:`~trainers.roles.hosts.DeviceHost` of its devices
 on a device rank) and serves rank 0's messages until :class:`Stop`: each message is handed to the
 host, whose answers go straight to their receiver (an activation to rank 0, an upload to the fed
-server, the fed server's blocks to a device). A :class:`~trainers.protocol.Take` reads the next
+server, the fed server's blocks to a device). A :class:`~trainers.roles.protocol.Take` reads the next
 message from the rank it names, so the order of everything is rank 0's, as in the simulator.
 
 A rank measures what it does (device FP and BP per device, transfers as arrival − send, emulated
 with ``--emulate-links``) in a :class:`~trainers.distributed.timing.StageLedger` and reports it at
-the round's end (:class:`~trainers.protocol.RoundEnd`).
+the round's end (:class:`~trainers.roles.protocol.RoundEnd`).
 
 A device rank loads the data set itself (its own ``--data-root``, or only its devices' files of a
-per-device folder, ``--device-data``: :mod:`trainers.device_data`) and builds the model's
+per-device folder, ``--device-data``: :mod:`trainers.inputs.device_data`) and builds the model's
 architecture from the spec; rank 0 sends it only the positions of its devices' samples, their cuts,
 seeds and optimizer, and the model's initial weights: no input sample ever crosses the wire. It
 imports user code (``--model file.py:factory``) only when its own command line names it.
@@ -33,10 +33,10 @@ from trainers.distributed.control import LinkRates, Readmit, Ready, Report, Setu
 from trainers.distributed.layout import EDGE_RANK, FED_RANK, RankLayout
 from trainers.distributed.timing import StageLedger, book_transfer, link_rate
 from trainers.distributed.transport import FrameChannel, PeerError, role_error
-from trainers.hosts import DeviceHost, FedHost, take
-from trainers.messages import CutGradient, MessageMismatchError, ModelDownload, ModelUpload, NonFiniteError
-from trainers.protocol import EDGE, FED, Forward, RoundEnd, Send, Take
-from trainers.roles import Device
+from trainers.roles.core import Device
+from trainers.roles.hosts import DeviceHost, FedHost, take
+from trainers.roles.messages import CutGradient, MessageMismatchError, ModelDownload, ModelUpload, NonFiniteError
+from trainers.roles.protocol import EDGE, FED, Forward, RoundEnd, Send, Take
 
 IDLE_FACTOR = 1.5
 """A rank waiting for rank 0's next message allows it this many --rank-timeout."""
@@ -166,7 +166,7 @@ def local_chain(source: dict[str, Any], initial: list[dict[str, torch.Tensor]], 
     classes, another manifest), rank 0's positions lie outside them, the weights do not fit, or the
     model is user code this rank's command line does not name."""
     from profilers.chain import build_chain
-    from trainers.models import BUILTINS, build_model
+    from trainers.inputs.models import BUILTINS, build_model
 
     model_spec = str(source["model"])
     if model_spec not in BUILTINS and model_spec != options.model:
@@ -188,7 +188,7 @@ def local_chain(source: dict[str, Any], initial: list[dict[str, torch.Tensor]], 
 def _shared_dataset(source: dict[str, Any], options: WorkerOptions, devices: Sequence[int]
                     ) -> tuple[Samples, torch.Tensor, int]:
     """A built-in data set loaded whole: every device's samples are rows of its training split."""
-    from trainers.datasets import load_dataset
+    from trainers.inputs.datasets import load_dataset
 
     data = load_dataset(str(source["dataset"]), options.data_root, options.download)
     if (int(data.x_train.shape[0]), int(data.num_classes)) != (int(source["num_train"]), int(source["num_classes"])):
@@ -209,7 +209,7 @@ def _device_folder(source: dict[str, Any], options: WorkerOptions, devices: Sequ
                    ) -> tuple[Samples, torch.Tensor, int]:
     """Only the hosted devices' files of this rank's ``--device-data`` folder, whose manifest must be
     rank 0's (same SHA-256)."""
-    from trainers.device_data import FIELD, read_manifest
+    from trainers.inputs.device_data import FIELD, read_manifest
 
     if options.device_data is None:
         raise InputError("rank 0 trains on a per-device data folder: start every rank with --device-data DIR", field=FIELD)

@@ -2,7 +2,7 @@
 
 Every rank reads the torchrun environment (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``,
 ``MASTER_PORT``), joins a gloo process group, and learns the layout from rank 0. Rank 0 then runs
-the usual :class:`trainers.run.Trainer` with the simulator's round loop on a
+the usual :class:`trainers.run.driver.Trainer` with the simulator's round loop on a
 :class:`~trainers.distributed.network.RankNetwork` (:class:`EdgeSession`); the others host their
 roles and serve rank 0's messages (:func:`serve_rank`, :mod:`trainers.distributed.serve`).
 
@@ -29,8 +29,8 @@ from trainers.distributed.layout import EDGE_RANK, FED_RANK, SETUP_TIMEOUT_FACTO
 from trainers.distributed.network import RankNetwork
 from trainers.distributed.serve import RankLoop, WorkerOptions
 from trainers.distributed.transport import AbortRun, Channel, FrameChannel, PeerError
-from trainers.engine import SplitEngine
-from trainers.messages import DevicesLost
+from trainers.engine.split_engine import SplitEngine
+from trainers.roles.messages import DevicesLost
 
 EXIT_RANK_FAILED = 3
 
@@ -94,7 +94,7 @@ def leave(channel: FrameChannel) -> None:
 
 
 class EdgeSession:
-    """Rank 0's side: the engine factory for :class:`~trainers.run.Trainer`, and the clean end
+    """Rank 0's side: the engine factory for :class:`~trainers.run.driver.Trainer`, and the clean end
     (``stop`` to every rank) or the abort (the reason to every rank)."""
 
     def __init__(self, num_devices: int, timeout: float, emulate_links: bool, threads: int | None,

@@ -20,10 +20,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from trainers.clock import STAGES
 from trainers.distributed.control import Envelope, LinkRates
-from trainers.messages import Activation, CutGradient, ModelDownload, ModelUpload
-from trainers.protocol import EDGE, FED
+from trainers.engine.clock import STAGES
+from trainers.roles.messages import Activation, CutGradient, ModelDownload, ModelUpload
+from trainers.roles.protocol import EDGE, FED
 
 
 class StageLedger:

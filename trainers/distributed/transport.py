@@ -26,7 +26,7 @@ import torch.distributed as dist
 from adaptplan.errors import InputError
 from trainers.distributed import wire
 from trainers.distributed.control import Abort, Envelope, Rejoin, RoleError
-from trainers.messages import MessageMismatchError, NonFiniteError
+from trainers.roles.messages import MessageMismatchError, NonFiniteError
 
 POLL_SECONDS = 0.002
 """Sleep between checks while waiting for queued messages to leave (s)."""

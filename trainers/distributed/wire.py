@@ -8,7 +8,7 @@ A frame is, in order (docs/distributed.md, "The wire")::
 The header holds the sender, the receiver and a sequence number per (sender, receiver) pair (a
 replayed or re-ordered frame is refused), the value (a tree of JSON values, lists, tuples, sets,
 dicts with int/str/tuple keys, tensors, numpy arrays and the message dataclasses of
-:mod:`trainers.messages`, :mod:`trainers.protocol` and :mod:`trainers.distributed.control`) and one
+:mod:`trainers.roles.messages`, :mod:`trainers.roles.protocol` and :mod:`trainers.distributed.control`) and one
 entry per tensor: its dtype (a fixed list), shape and byte range. Decoding builds only those types,
 by name from :data:`MESSAGE_TYPES`: nothing in a frame names a module or a function to call, so a
 crafted frame cannot run code. A frame that does not parse, names an unknown tag or dtype, has byte
@@ -30,9 +30,9 @@ import numpy as np
 import torch
 
 from trainers.distributed.control import RANK_MESSAGES
-from trainers.messages import Activation, BlockState, CutGradient, ModelDownload, ModelUpload
-from trainers.optim import OptimizerSpec
-from trainers.protocol import CONTROL_MESSAGES
+from trainers.roles.messages import Activation, BlockState, CutGradient, ModelDownload, ModelUpload
+from trainers.roles.optim import OptimizerSpec
+from trainers.roles.protocol import CONTROL_MESSAGES
 
 MAGIC = b"APW1"
 TAG_BYTES = 32
@@ -112,7 +112,7 @@ class _Encoder:
         if dataclasses.is_dataclass(v) and MESSAGE_TYPES.get(name) is type(v):
             return {"M": name, "f": {f.name: self.value(getattr(v, f.name)) for f in dataclasses.fields(v)}}
         raise WireError(f"a {name} cannot be sent between ranks (tensors, numbers, strings, lists, dicts "
-                        "and the messages of trainers.messages can)")
+                        "and the messages of trainers.roles.messages can)")
 
 
 def encode(value: Any, src: int, dst: int, seq: int, key: bytes) -> bytes:

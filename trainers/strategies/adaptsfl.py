@@ -8,7 +8,7 @@ with the device-averaged gradient (weights |𝒟_i|/Σ|𝒟|, i.e. 1/N for the p
 eq. (5) each w_{n,i} steps with its own g_{n,i}; eq. (6) each device steps w_{c,i} with its cut
 gradient. Eq. (7): when t mod I = 0 the forged models w_{f,i} = [w_{c,i}; w_{n,i}] (blocks 1..L_c)
 are uploaded by the devices and the edge server, averaged by the fed server and sent back. Cuts may
-be heterogeneous; re-planning (Algorithm 1) re-partitions at aggregation rounds (trainers.run).
+be heterogeneous; re-planning (Algorithm 1) re-partitions at aggregation rounds (trainers.run.driver).
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ from adaptplan.cli.commands.train import add_device_options, add_memory_options
 from adaptplan.cli.flags import float_flag, int_flag
 from adaptplan.errors import InputError
 from adaptplan.limits import MAX_BATCH_SIZE, MAX_CUT_POINTS, MAX_DEVICES, MAX_NOISE_CV, MAX_SEED, MAX_STEPS, MAX_THREADS
-from trainers.config import ALGORITHMS, MAX_LR, MAX_WEIGHT_DECAY
-from trainers.optimizer_spec import OPTIMIZERS
+from trainers.config.optimizer_spec import OPTIMIZERS
+from trainers.config.train_config import ALGORITHMS, MAX_LR, MAX_WEIGHT_DECAY
 
 if TYPE_CHECKING:  # pragma: no cover
     from adaptplan.benches.comparison import Setting
@@ -78,7 +78,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     training = which.add_parser("training", help="planning policies in the training loop (AdaptSFL vs the paper's "
                                 "benchmarks): time to accuracy, converged time, IID and non-IID")
     training.add_argument("--policies", default="adaptsfl,rma+ms,ma+rms,rma+rms,dama+rms,rma+ams,sfl,psl",
-                          help="comma-separated policies (trainers.policies; default: AdaptSFL, the paper's five, SFL, PSL)")
+                          help="comma-separated policies (trainers.run.policies; default: AdaptSFL, the paper's five, SFL, PSL)")
     training.add_argument("--partition", default="both", help="iid, shards (2 label shards per device) or both (default)")
     _training_options(training, rounds=600, target=0.4)
     training.add_argument("--replan-every", type=int_flag(1, MAX_STEPS, "rounds"), default=50,
@@ -182,7 +182,7 @@ def _check_training_options(args: argparse.Namespace, *more: str) -> None:
 
 def _check_device(args: argparse.Namespace) -> None:
     """``--device cuda`` without a GPU fails here, once, before any worker starts."""
-    from trainers.devices import resolve_device
+    from trainers.config.devices import resolve_device
 
     resolve_device(args.device)
 
@@ -193,7 +193,7 @@ def run_solvers(args: argparse.Namespace) -> int:
     from solvers.problem import PlanningProblem
 
     if args.plot:
-        from trainers.plotting import image_path
+        from trainers.run.plotting import image_path
 
         image_path(args.plot)   # an unknown image format or a folder fails before the benchmark runs
     own = bool(args.profile or args.system or args.constants)
@@ -210,9 +210,9 @@ def run_engine(args: argparse.Namespace) -> int:
     import sys
 
     from adaptplan.benches.engine import header, run_engine_bench
-    from trainers.config import check_choice
-    from trainers.devices import resolve_device
-    from trainers.models import check_model
+    from trainers.config.devices import resolve_device
+    from trainers.config.train_config import check_choice
+    from trainers.inputs.models import check_model
 
     names = [a.strip() for a in args.algorithm.split(",") if a.strip()]
     algorithms = list(ALGORITHMS) if names == ["all"] else [check_choice(a, ALGORITHMS, "--algorithm") for a in names]
@@ -224,7 +224,7 @@ def run_engine(args: argparse.Namespace) -> int:
         raise InputError("a plot needs a sweep: give several --devices, e.g. --devices 20,200,1000", field="--plot")
     plot_path = None
     if args.plot:
-        from trainers.plotting import image_path
+        from trainers.run.plotting import image_path
 
         plot_path = str(image_path(args.plot)[0])   # an unknown format or a folder fails before the benchmark runs
     options = dict(batch_size=args.batch_size, rounds=args.rounds, cut=args.cut, algorithm=algorithms,
@@ -261,7 +261,7 @@ def device_counts(text: str) -> list[int]:
 
 def run_algorithms(args: argparse.Namespace) -> int:
     from adaptplan.benches import algorithms as bench
-    from trainers.config import check_choice
+    from trainers.config.train_config import check_choice
 
     algorithms = [check_choice(a.strip(), ALGORITHMS, "--algorithms") for a in args.algorithms.split(",") if a.strip()]
     partitions = [check_choice(p.strip(), tuple(bench.PARTITIONS), "--partitions") for p in args.partitions.split(",")
@@ -302,7 +302,7 @@ def run_algorithms(args: argparse.Namespace) -> int:
 def run_training(args: argparse.Namespace) -> int:
     from adaptplan.benches import training as bench
     from adaptplan.benches.runs import plot
-    from trainers.config import POLICIES, check_choice
+    from trainers.config.train_config import POLICIES, check_choice
 
     policies = [check_choice(p.strip(), POLICIES, "--policies") for p in args.policies.split(",") if p.strip()]
     if "fixed-cut" in policies:

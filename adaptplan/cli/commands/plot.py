@@ -21,8 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainers.history import History
-    from trainers.plotting import image_path, plot_histories
+    from trainers.run.history import History
+    from trainers.run.plotting import image_path, plot_histories
 
     image_path(args.output)   # a bad -o fails before any history is read
     if args.predicted_vs_measured:
@@ -51,8 +51,8 @@ def _history_file(run_path: str) -> Path:
 
 def _predicted_vs_measured(args: argparse.Namespace) -> int:
     from adaptplan.errors import InputError
-    from trainers.history import History
-    from trainers.plotting import plot_predicted_vs_measured, ratio_label
+    from trainers.run.history import History
+    from trainers.run.plotting import plot_predicted_vs_measured, ratio_label
 
     if len(args.runs) != 1:
         raise InputError(f"--predicted-vs-measured draws one run, got {len(args.runs)}", field="runs")

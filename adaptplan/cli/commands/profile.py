@@ -15,7 +15,7 @@ from adaptplan.cli.flags import int_flag, positive_float_flag
 from adaptplan.errors import InputError
 from adaptplan.fileio import show
 from adaptplan.limits import MAX_BITS_PER_VALUE, MAX_INPUT_VALUES, MAX_NUM_CLASSES
-from trainers.config import DEVICES, MODELS, OWN_MODEL_HELP
+from trainers.config.train_config import DEVICES, MODELS, OWN_MODEL_HELP
 
 MAX_PROFILE_BATCH = 4096   # samples per timed or statistics batch
 MAX_REPEATS = 10_000       # timed passes / statistics mini-batches
@@ -87,14 +87,14 @@ def run(args: argparse.Namespace) -> int:
     if args.grad_stats and (not args.dataset or not args.constants_out):
         raise InputError("--grad-stats needs --dataset NAME and --constants-out FILE", field="--grad-stats")
     if args.grad_stats:
-        from trainers.devices import resolve_device
+        from trainers.config.devices import resolve_device
 
         args.torch_device = resolve_device(args.device)   # no GPU for --device cuda: before any work
     from profilers.chain import build_chain
     from profilers.models import check_model_output, describe
     from profilers.profile import profile_model
     from profilers.tracing import example_batch
-    from trainers.models import build_model
+    from trainers.inputs.models import build_model
 
     data = _grad_stats_data(args, shape) if args.grad_stats else None   # a data problem fails before profiling
     model = build_model(args.model, shape, args.num_classes, field="MODEL")
@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _grad_stats_data(args: argparse.Namespace, shape: tuple[int, ...]) -> Any:
     """The dataset for ``--grad-stats``, checked against ``--input`` and ``--num-classes``."""
-    from trainers.datasets import load_dataset
+    from trainers.inputs.datasets import load_dataset
 
     data = load_dataset(args.dataset, args.data_root, download=args.download)
     if tuple(data.input_shape) != shape:

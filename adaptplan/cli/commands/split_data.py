@@ -1,4 +1,4 @@
-"""`adaptplan split-data`: write a per-device data folder (trainers/device_data.py) from a data set and
+"""`adaptplan split-data`: write a per-device data folder (trainers/inputs/device_data.py) from a data set and
 a partition rule — the partition ``adaptplan train`` draws with the same options, so training on the
 folder (``--device-data DIR``) gives the same numbers as training on the data set."""
 
@@ -13,8 +13,8 @@ from adaptplan.limits import MAX_BATCH_SIZE, MAX_DEVICES, MAX_SEED
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from trainers.config import PARTITIONS
-    from trainers.datasets import dataset_names
+    from trainers.config.train_config import PARTITIONS
+    from trainers.inputs.datasets import dataset_names
 
     parser = sub.add_parser(
         "split-data",
@@ -42,9 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from trainers.datasets import load_dataset
-    from trainers.device_data import MANIFEST, write_device_folder
-    from trainers.partition import partition_indices
+    from trainers.inputs.datasets import load_dataset
+    from trainers.inputs.device_data import MANIFEST, write_device_folder
+    from trainers.inputs.partition import partition_indices
 
     out = Path(args.out).expanduser()
     if (out / MANIFEST).exists() and not args.overwrite:

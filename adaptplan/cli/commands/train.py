@@ -1,4 +1,4 @@
-"""`adaptplan train`: run split training with one algorithm (trainers.run).
+"""`adaptplan train`: run split training with one algorithm (trainers.run.driver).
 
 Errors of the run's configuration name the command-line flag (``--model``, ``--alpha``...), not
 the ``TrainConfig`` field behind it.
@@ -12,16 +12,16 @@ from typing import TYPE_CHECKING, Any
 
 from adaptplan.cli.config_flags import add_part, part_values
 from adaptplan.errors import InputError
-from trainers.config import ALGORITHM_OPTIONS, ALGORITHMS
-from trainers.config_fields import described
+from trainers.config.fields import described
+from trainers.config.train_config import ALGORITHM_OPTIONS, ALGORITHMS
 
 if TYPE_CHECKING:  # pragma: no cover
-    from trainers.config import TrainConfig
+    from trainers.config.train_config import TrainConfig
 
 
 def _defaults_line(algorithm: str) -> str:
     """``sgd 0.005/0.01 m0.9`` — an algorithm's default optimizer, client/server lr, momentum, decay, clip, I."""
-    from trainers.config import ALGORITHM_DEFAULTS
+    from trainers.config.train_config import ALGORITHM_DEFAULTS
 
     d = ALGORITHM_DEFAULTS[algorithm]
     lr = f"{d.lr:g}" if d.client_lr == d.server_lr == d.lr else f"{d.client_lr:g}/{d.server_lr:g}"
@@ -42,7 +42,7 @@ def _cuts(text: str) -> tuple[int, ...]:
 def register(sub: argparse._SubParsersAction) -> None:
     """``adaptplan train``: one option per field of TrainConfig's parts that has a flag (adaptplan.cli.config_flags),
     in one group per part, plus the algorithms' options, ``--cuts``, ``--runtime`` and ``--trust-run-folder``."""
-    from trainers.config import (
+    from trainers.config.train_config import (
         DataConfig,
         ExecutionConfig,
         ModelConfig,
@@ -100,15 +100,15 @@ def described_help(part: type, key: str) -> str:
 
 
 def resumable_flags() -> list[str]:
-    """The flags of the options a resumed run may change (trainers.config.RESUMABLE), but --resume itself."""
-    from trainers.config import RESUMABLE
+    """The flags of the options a resumed run may change (trainers.config.train_config.RESUMABLE), but --resume itself."""
+    from trainers.config.train_config import RESUMABLE
 
     return list(dict.fromkeys(flag_of(key) for key in RESUMABLE if key not in ("resume", "overwrite", "out")))
 
 
 def add_device_options(p: argparse.ArgumentParser, batching: bool = True) -> None:
     """``--device`` and (with ``batching``) ``--client-batching``, shared by train and the benchmarks."""
-    from trainers.config import ExecutionConfig
+    from trainers.config.train_config import ExecutionConfig
 
     add_part(p, ExecutionConfig, ("device", "client_batching") if batching else ("device",))
 
@@ -116,7 +116,7 @@ def add_device_options(p: argparse.ArgumentParser, batching: bool = True) -> Non
 def add_memory_options(p: argparse.ArgumentParser) -> None:
     """``--client-recompute`` and ``--server-pass-samples`` (memory against time; the same results), shared by
     train and bench engine."""
-    from trainers.config import ExecutionConfig
+    from trainers.config.train_config import ExecutionConfig
 
     add_part(p, ExecutionConfig, ("client_recompute", "server_pass_samples"))
 
@@ -127,7 +127,7 @@ def flag_of(field: str) -> str:
     if field.startswith(("-", "$")):
         return field
     name, bracket, rest = field.partition("[")
-    from trainers.config import FLAG_OF
+    from trainers.config.train_config import FLAG_OF
 
     return FLAG_OF[name] + bracket + rest if name in FLAG_OF else field
 
@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """TrainConfig's flat keys from the parsed flags (``extra`` holds the algorithm options given)."""
-    from trainers.config import PARTS
+    from trainers.config.train_config import PARTS
 
     return {
         "algorithm": args.algorithm, **part_values(args, *PARTS.values()),
@@ -170,10 +170,10 @@ def explicit_fields(parser: argparse.ArgumentParser, argv: list[str]) -> set[str
 
 def _resumed_config(args: argparse.Namespace) -> "TrainConfig":
     """Resume from the folder alone: the checkpointed run's options, with the flags given on this
-    command line applied where a resumed run may change them (``trainers.run.RESUMABLE``); a flag
+    command line applied where a resumed run may change them (``trainers.run.driver.RESUMABLE``); a flag
     that would change anything else is an error naming it."""
-    from trainers.checkpoint import load_checkpoint
-    from trainers.config import DEFAULTS, RESUMABLE, TrainConfig, as_saved_run_trained
+    from trainers.config.train_config import DEFAULTS, RESUMABLE, TrainConfig, as_saved_run_trained
+    from trainers.run.checkpoint import load_checkpoint
 
     if not args.out:
         raise InputError("needs --out (the run folder holding checkpoint.pt)", field="--resume")
@@ -210,8 +210,8 @@ def _refuse_unnamed_code(model: Any, args: argparse.Namespace, named: bool, fold
 
 
 def _train(args: argparse.Namespace) -> int:
-    from trainers.config import TrainConfig
-    from trainers.engine import SplitEngine
+    from trainers.config.train_config import TrainConfig
+    from trainers.engine.split_engine import SplitEngine
 
     if args.plan_path:
         from adaptplan.plan import Plan
@@ -259,7 +259,7 @@ def _device_source(config: "TrainConfig") -> dict[str, Any]:
     digest), the model spec and its width."""
     source: dict[str, Any] = {"dataset": config.data.dataset, "model": config.model.name, "model_width": config.model.width}
     if config.data.device_data is not None:
-        from trainers.device_data import read_manifest
+        from trainers.inputs.device_data import read_manifest
 
         source["device_data"] = read_manifest(config.data.device_data).digest
     return source
@@ -268,8 +268,8 @@ def _device_source(config: "TrainConfig") -> dict[str, Any]:
 def _train_with(config: "TrainConfig", engine_factory: Any) -> int:
     import sys
 
-    from trainers.run import Trainer
-    from trainers.run_folder import Interrupted
+    from trainers.run.driver import Trainer
+    from trainers.run.folder import Interrupted
 
     trainer = Trainer(config, engine_factory=engine_factory)
     print(trainer.describe_plan(), file=sys.stderr)
@@ -285,7 +285,7 @@ def _train_with(config: "TrainConfig", engine_factory: Any) -> int:
     if config.run.out:
         from pathlib import Path
 
-        from trainers.plotting import plot_histories
+        from trainers.run.plotting import plot_histories
 
         plot_histories([(config.algorithm, history)], Path(config.run.out) / "accuracy.png")
     print(json.dumps(history.summary(config.run.target_accuracy), indent=2))

@@ -1,0 +1,181 @@
+"""The asynchronous loop of an :class:`~trainers.api.AsyncStrategy` (GAS, docs/algorithms.md "GAS", B.2): one part of the
+simulation runtime, apart from the synchronous round.
+
+A global iteration pops the active device whose activation reaches the edge server first (its ready time + T^F +
+T^A; ties to the first slot), serves it at once (the server busy while it works), sends the reply back; after
+``local_steps`` such steps the device uploads its model (``on_model``) and the strategy's replacement takes its
+slot, downloading the global client model. The iteration ends when ``on_model`` aggregates. Between iterations
+the loop's state is :class:`AsyncLoopState` (checkpointed as a plain dict, the format of docs/formats.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+from trainers.engine.aggregation import average_at_fed, load_global
+from trainers.engine.clock import StageLedger, StageTimes
+from trainers.engine.sync_round import charged_server_seconds, take_replies
+from trainers.roles.messages import CutGradient, DevicesLost, MessageMismatchError
+from trainers.roles.protocol import EDGE, FED, Forward, Upload
+
+if TYPE_CHECKING:  # pragma: no cover
+    from trainers.api import AsyncStrategy, RoundContext
+
+Engine = Any
+"""A :class:`trainers.engine.split_engine.SplitEngine` (not imported: the engine imports this module)."""
+
+
+@dataclass
+class AsyncLoopState:
+    """Where the loop stands between global iterations: ``now`` (simulated s at the last aggregation), the
+    ``active`` slots' devices in slot order, each active device's local ``steps`` so far and its ``clock`` (the
+    simulated s at which it is ready to forward), and when the edge server is next free (``server_free``)."""
+
+    now: float
+    active: list[int]
+    steps: dict[int, int]
+    clock: dict[int, float]
+    server_free: float
+
+    @classmethod
+    def start(cls, first: list[int]) -> "AsyncLoopState":
+        return cls(0.0, list(first), {d: 0 for d in first}, {d: 0.0 for d in first}, 0.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The checkpoint's ``async`` part."""
+        return {"now": self.now, "active": list(self.active), "steps": dict(self.steps), "clock": dict(self.clock),
+                "server_free": self.server_free}
+
+    @classmethod
+    def from_dict(cls, state: Any, num_devices: int) -> "AsyncLoopState":
+        """The state a checkpoint holds; ValueError naming what does not fit ``num_devices`` devices."""
+        keys = {"now", "active", "steps", "clock", "server_free"}
+        if not isinstance(state, dict) or set(state) != keys:
+            raise ValueError(f"engine async state must hold exactly {sorted(keys)}")
+        active = state["active"]
+        if (not isinstance(active, list) or not active or len(set(active)) != len(active)
+                or not all(isinstance(d, int) and 0 <= d < num_devices for d in active)):
+            raise ValueError(f"engine async active must list distinct devices of 0..{num_devices - 1}")
+        for name in ("steps", "clock"):
+            if not isinstance(state[name], dict) or set(state[name]) != set(active):
+                raise ValueError(f"engine async {name} must hold one value per active device")
+        return cls(float(state["now"]), list(active), {int(d): int(v) for d, v in state["steps"].items()},
+                   {int(d): float(v) for d, v in state["clock"].items()}, float(state["server_free"]))
+
+
+def run_async_round(engine: Engine, round_index: int) -> Any:
+    """One global iteration of ``engine``'s asynchronous strategy (module docstring): its ``RoundStats``."""
+    s = cast("AsyncStrategy", engine.strategy)
+    ctx = engine.context(round_index)
+    times = engine.stage_times(round_index)
+    if engine.async_state is None:
+        engine.async_state = AsyncLoopState.start(s.first_devices(ctx))
+    st = engine.async_state
+    ledger = StageLedger()
+    round_start = st.now
+    while True:
+        d, arrive = _next_arrival(st, s, ctx, times)
+        if not _local_step(engine, ctx, st, d, arrive, times, ledger):
+            _refill(engine, ctx, st, d, times, ledger)            # lost (a real runtime): its slot goes on
+            continue
+        if st.steps[d] < s.local_steps:
+            continue
+        uploaded, aggregated = _upload(engine, ctx, st, d, times, ledger)
+        finished_at = st.clock.get(d, 0.0)
+        _refill(engine, ctx, st, d, times, ledger)
+        if uploaded and aggregated:
+            st.now = max(st.now, finished_at)
+            break
+    engine.check_models_finite(round_index)
+    stepped = sorted(int(d) for d in ledger.seconds["device FP"])    # device indices
+    return engine.round_stats(ctx, True, stepped, st.now - round_start, ledger)
+
+
+def _next_arrival(st: AsyncLoopState, s: "AsyncStrategy", ctx: "RoundContext", times: StageTimes) -> tuple[int, float]:
+    """The active device whose activation reaches the edge server first, and when (ready time + T^F + T^A; ties
+    to the first slot, B.2)."""
+    arrivals = {j: st.clock[j] + (float(times.client_fp[j]) + float(times.upload[j]))
+                * times.scale(j, int(s.batch_size(ctx, j))) for j in st.active}
+    d = min(st.active, key=lambda j: (arrivals[j], st.active.index(j)))
+    return d, arrivals[d]
+
+
+def _local_step(engine: Engine, ctx: "RoundContext", st: AsyncLoopState, d: int, arrive: float,
+                times: StageTimes, ledger: StageLedger) -> bool:
+    """Device ``d``'s step, its activation arriving at ``arrive``: forward, the arrival served at once, the reply,
+    its backward; False if it was lost."""
+    s = cast("AsyncStrategy", engine.strategy)
+    b = int(s.batch_size(ctx, d))
+    k = times.scale(d, b)
+    engine.net.send(d, Forward(ctx.round, [(d, b)]))
+    got = engine.net.receive([d], allow_absent=True)
+    if not got:
+        return False
+    (msg,) = got
+    engine.bytes_up += msg.num_bytes
+    engine.samples += int(msg.tensor.shape[0])
+    begin = max(arrive, st.server_free)
+    out = s.serve(engine.edge, ctx, [msg])
+    answered = begin + float(times.server[d]) * k                 # the reply is computed first (GAS-10) ...
+    busy = answered - begin + charged_server_seconds(ctx, times)   # ... then the server works on (GAS-5b–8)
+    st.server_free = begin + busy
+    replies: dict[int, tuple[float, CutGradient]] = {}
+    take_replies(out, {d: msg}, replies, answered)
+    if d not in replies:
+        raise MessageMismatchError(f"the asynchronous strategy {s.name} did not answer device {d} at once")
+    reply = replies[d][1]
+    engine.bytes_down += reply.num_bytes
+    engine.net.send(d, reply)
+    st.clock[d] = answered + (float(times.download[d]) + float(times.client_bp[d])) * k
+    for stage, sec in (("device FP", times.client_fp[d] * k), ("uplink", times.upload[d] * k),
+                       ("downlink", times.download[d] * k), ("device BP", times.client_bp[d] * k)):
+        ledger.add(d, stage, float(sec))
+    ledger.add("edge", "server", busy)
+    st.steps[d] += 1
+    return True
+
+
+def _upload(engine: Engine, ctx: "RoundContext", st: AsyncLoopState, d: int, times: StageTimes,
+            ledger: StageLedger) -> tuple[bool, bool]:
+    """Device ``d``'s model to the edge server, which buffers whole models (GAS-11) and sends the flushed ones on
+    to the fed server: (uploaded, aggregated); not uploaded if the device was lost meanwhile."""
+    s = cast("AsyncStrategy", engine.strategy)
+    engine.net.send(d, Upload(d, ctx.round, list(range(engine.num_blocks)), float(ctx.data_sizes[d]), to=EDGE))
+    got = engine.net.receive([d], allow_absent=True)
+    if not got:
+        return False, False
+    (upload,) = got
+    engine.bytes_up += upload.num_bytes
+    st.clock[d] += float(times.model_up[d])
+    ledger.add(d, "model upload", float(times.model_up[d]))
+    flushed = s.on_model(ctx, upload)
+    if not flushed:
+        return True, False
+    for u in flushed:
+        engine.net.send(FED, u)
+    return True, bool(average_at_fed(engine, ctx.round, {j for u in flushed for j in u.blocks}))
+
+
+def _refill(engine: Engine, ctx: "RoundContext", st: AsyncLoopState, d: int, times: StageTimes,
+            ledger: StageLedger) -> None:
+    """Device ``d`` leaves its active slot (its local steps done, or lost): the strategy's replacement takes it,
+    downloading the global client model when there is one; a lost device with no device present to replace it
+    frees its slot (:class:`DevicesLost` when none is left)."""
+    s = cast("AsyncStrategy", engine.strategy)
+    engine.present()
+    ctx.absent = frozenset(engine.absent)
+    slot = st.active.index(d)
+    new = s.replace(ctx, d, st.active)
+    del st.steps[d]
+    join = st.clock.pop(d)
+    if new in engine.absent:
+        del st.active[slot]
+        if not st.active:
+            raise DevicesLost(f"no device is left to train (lost: {sorted(engine.absent)})")
+        return
+    st.active[slot] = new
+    st.steps[new] = 0
+    engine.bytes_down += load_global(engine, new, ctx.round, s.reset_client_optimizer)
+    st.clock[new] = join + float(times.model_down[new])
+    ledger.add(new, "model download", float(times.model_down[new]))

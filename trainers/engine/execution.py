@@ -1,0 +1,59 @@
+"""How a run is executed, apart from what it computes: one :class:`Execution` resolved once from the options
+(``--device``, ``--client-batching``, ``--server-pass-samples``, ``--client-recompute``, concatenation at shared
+server instances) and handed to the runtime (:class:`trainers.engine.split_engine.SplitEngine`). Nothing here changes a
+number of the run, only where and in which pieces it is computed (docs/architecture.md "Memory"); a strategy
+never sees it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from trainers.config.train_config import CLIENT_BATCHING, CLIENT_RECOMPUTE, RECOMPUTE_SAMPLES, check_choice, pass_samples
+from trainers.roles.batching import use_batching
+
+
+@dataclass(frozen=True)
+class Execution:
+    """The resolved execution policy of one run.
+
+    Attributes:
+        device: where every role's models and the data live.
+        client_batching: devices of a group that share a cut run their client blocks as one call
+            (:mod:`trainers.roles.batching`; ``auto`` resolves to on for CUDA, off on a CPU).
+        server_pass_samples: the most samples one edge-server pass holds (a barrier over more is served in
+            chunks); None = no limit. ``auto`` resolves to :data:`trainers.config.train_config.CPU_PASS_SAMPLES` on a CPU,
+            :data:`trainers.config.train_config.SERVER_PASS_SAMPLES` on a GPU.
+        client_recompute: ``auto``, ``on`` or ``off``: a device keeps only its input while it waits for its reply
+            and recomputes its forward at backward time (:meth:`recompute`).
+        concatenate: devices' activations that meet at a shared server instance run as one batch.
+        defer_checks: the round's NaN/inf checks are read once, at its end (off the CPU, where each read waits
+            for the device).
+    """
+
+    device: torch.device
+    client_batching: bool
+    server_pass_samples: int | None
+    client_recompute: str
+    concatenate: bool = True
+    defer_checks: bool = False
+
+    @classmethod
+    def resolve(cls, device: torch.device | str = "cpu", client_batching: str = "auto",
+                server_pass_samples: int | str | None = "auto", client_recompute: str = "auto",
+                concatenate: bool = True) -> "Execution":
+        """The policy for these option values (each choice checked: an InputError names the option)."""
+        where = torch.device(device)
+        return cls(where, use_batching(check_choice(client_batching, CLIENT_BATCHING, "client_batching"), where),
+                   pass_samples(server_pass_samples, where.type),
+                   check_choice(client_recompute, CLIENT_RECOMPUTE, "client_recompute"), bool(concatenate),
+                   where.type != "cpu")
+
+    def recompute(self, samples: int) -> bool:
+        """Whether the devices of a group that draws ``samples`` samples in all recompute their forward at backward
+        time: ``auto`` when more wait at once than :data:`trainers.config.train_config.RECOMPUTE_SAMPLES` (a barrier served as
+        its devices forward waits one server chunk at a time: within the pass budget, never recomputed by
+        default)."""
+        return self.client_recompute == "on" or (self.client_recompute == "auto" and samples > RECOMPUTE_SAMPLES)

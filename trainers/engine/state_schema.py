@@ -1,0 +1,85 @@
+"""What an engine's checkpoint state must be before an engine continues from it (docs/formats.md "Checkpoint"):
+the checks :meth:`trainers.engine.split_engine.SplitEngine.load_state_dict` runs, next to the state they guard
+(:mod:`trainers.engine.state`); the run's own fields are :mod:`trainers.run.checkpoint_schema`'s."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from adaptplan.fileio import show
+from adaptplan.limits import MAX_ROUNDS
+
+
+def is_int(value: Any) -> bool:
+    """An int that is not a bool (JSON and pickled state alike)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+    """An int or float that is not a bool."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+ENGINE_KEYS = {"cuts", "interval", "rounds_since_aggregation", "devices", "edge", "fed", "rng", "strategy", "async"}
+ENGINE_OPTIONAL = {"absent", "period", "stale"}       # absent from checkpoints written before them
+
+
+def _device_list(value: Any, num_devices: int) -> bool:
+    """Whether ``value`` is a list of distinct device indices 0..num_devices−1 (a checkpoint's device lists)."""
+    return (isinstance(value, list) and all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < num_devices
+                                            for d in value) and len(set(value)) == len(value))
+
+
+def check_engine_state(state: Any, num_devices: int, strategy: Any) -> dict[str, Any]:
+    """The engine part of a checkpoint, checked against an engine of ``num_devices`` devices running ``strategy``
+    (its ``legacy_period_key``, ``allows_absence``, ``asynchronous`` and ``state_dict`` keys), with the lists older
+    checkpoints lack filled in (``period`` None, ``stale`` and ``absent`` empty) and an old strategy state's period
+    moved to ``period``. ValueError naming the part that does not fit."""
+    if not isinstance(state, dict) or not ENGINE_KEYS <= set(state) <= ENGINE_KEYS | ENGINE_OPTIONAL:
+        raise ValueError(f"engine state must hold exactly {sorted(ENGINE_KEYS)} (and the absent, period and stale "
+                         "devices)")
+    legacy = strategy.legacy_period_key
+    if legacy is not None and isinstance(state.get("strategy"), dict) and legacy in state["strategy"]:
+        state = {**state, "strategy": {k: v for k, v in state["strategy"].items() if k != legacy},
+                 "period": state.get("period", state["strategy"][legacy] or None)}
+    period, stale = state.get("period"), state.get("stale", [])
+    if period is not None and not (period and _device_list(period, num_devices)):
+        raise ValueError(f"engine period must list one or more distinct devices of 0..{num_devices - 1} or be null, "
+                         f"got {str(period)[:80]}")
+    if not _device_list(stale, num_devices):
+        raise ValueError(f"engine stale must list distinct devices of 0..{num_devices - 1}, got {str(stale)[:80]}")
+    absent = state.get("absent", [])
+    if not _device_list(absent, num_devices) or (absent and not strategy.allows_absence):
+        raise ValueError(f"engine absent must list distinct devices of 0..{num_devices - 1} of an algorithm "
+                         f"that allows absence, got {str(absent)[:80]}")
+    for name in ("interval", "rounds_since_aggregation"):
+        value = state[name]
+        if not is_int(value) or not (1 if name == "interval" else 0) <= value <= MAX_ROUNDS:
+            raise ValueError(f"engine {name} must be an integer in [{1 if name == 'interval' else 0}, {MAX_ROUNDS:,}], "
+                             f"got {show(value)}")
+    if (not isinstance(state["devices"], list) or len(state["devices"]) != num_devices
+            or any((s is None) != (d in absent) for d, s in enumerate(state["devices"]))):
+        raise ValueError(f"engine devices must hold the state of each of the {num_devices} devices "
+                         "(None for exactly the absent ones)")
+    cuts = state["cuts"]
+    for d, device in enumerate(state["devices"]):
+        if device is not None:
+            _check_device_state(d, device, cuts[d] if isinstance(cuts, list) and len(cuts) == num_devices else None)
+    for name, mine in (("fed", {"global_blocks"}), ("strategy", set(strategy.state_dict()))):
+        if not isinstance(state[name], dict) or set(state[name]) != mine:
+            raise ValueError(f"engine {name} state must hold exactly {sorted(mine)}")
+    if state["async"] is not None and (not strategy.asynchronous or not isinstance(state["async"], dict)):
+        raise ValueError("engine async state belongs to an asynchronous algorithm's loop only")
+    return {**state, "period": period, "stale": stale, "absent": absent}
+
+
+def _check_device_state(index: int, device: Any, cut: Any) -> None:
+    """Device ``index``'s state: its cut the engine's cut of it, its step count an integer ≥ 0 (ValueError)."""
+    if not isinstance(device, dict) or not {"cut", "blocks", "optimizer", "sampler", "step"} <= set(device):
+        raise ValueError(f"engine devices[{index}] must hold the device's cut, blocks, optimizer, sampler and step")
+    if not is_int(device["cut"]) or (cut is not None and device["cut"] != cut):
+        raise ValueError(f"engine devices[{index}].cut must be the engine's cut of device {index} ({show(cut)}), "
+                         f"got {show(device['cut'])}")
+    if not is_int(device["step"]) or not 0 <= device["step"] <= MAX_ROUNDS:
+        raise ValueError(f"engine devices[{index}].step must be an integer in [0, {MAX_ROUNDS:,}], "
+                         f"got {show(device['step'])}")

@@ -1,0 +1,245 @@
+"""Datasets behind one option ``--dataset NAME [--data-root DIR] [--download]``.
+
+* ``cifar10-subset``: 5,085 train / 1,017 test genuine CIFAR-10 images from
+  ``data/cifar10_subset.npz``, shipped with the project (see data/README.md).
+* ``mnist-subset``: the official MNIST test set (``data/mnist_test.npz``, shipped) split 8,000 / 2,000
+  with a fixed seed (:data:`MNIST_SPLIT_SEED`).
+* ``cifar10``, ``cifar100``, ``mnist``, ``fashion-mnist``: torchvision datasets read from a
+  user-given ``root``; downloaded into it only when the user asks (``download=True``, the
+  ``--download`` flag). ``mnist`` without ``--data-root`` falls back to ``mnist-subset``.
+* ``synthetic``: generated, no files — learnable Gaussian class clusters of shape 1×8×8, 10
+  classes, 2,000 train / 400 test samples (fixed seed :data:`SYNTHETIC_SEED`); for fast tests.
+
+Tensors: ``x`` float32 (N, C, H, W), pixel values scaled to [0, 1] and then normalised per
+channel with the **training split's** mean and standard deviation (``synthetic`` is generated
+already centred and is not re-normalised); ``y`` int64 class indices.
+
+torch is imported only when a dataset is loaded, so :func:`dataset_names` (used by
+``trainers.config.train_config`` and the CLI parser) stays torch-free.
+
+The folder of the shipped files is, in order: ``--data-root``; ``$ADAPTPLAN_DATA_DIR``; the
+project's own ``data/`` folder (beside the packages in a clone or an editable install).
+Every ``.npz`` file is checked when read (arrays, dtypes, shapes, label range): a damaged file is an
+:class:`InputError` naming the file and what is wrong, never a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+
+from adaptplan.errors import InputError
+from trainers.config.train_config import DATASETS
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+MNIST_SPLIT_SEED = 0
+MNIST_TRAIN_SIZE = 8000
+SYNTHETIC_SEED = 1234
+DATA_ENV = "ADAPTPLAN_DATA_DIR"
+PROJECT_DATA_DIR = Path(__file__).resolve().parents[2] / "data"
+HOW_TO_GET = ("the file ships in the data/ folder of the adaptplan repository (git clone it, or copy its data/ "
+              f"folder and point ${DATA_ENV} or --data-root at it)")
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A train/test pair of normalised tensors.
+
+    Attributes:
+        x_train, x_test: float32 (N, C, H, W), normalised per channel.
+        y_train, y_test: int64 (N,) class indices 0..num_classes−1.
+        num_classes: number of classes.
+        input_shape: per-sample shape (C, H, W).
+        name: the dataset actually loaded (``mnist`` without a root loads ``mnist-subset``).
+        mean, std: per-channel statistics used for normalisation (of [0, 1] pixels).
+    """
+
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    num_classes: int
+    input_shape: tuple[int, ...]
+    name: str
+    mean: tuple[float, ...] = ()
+    std: tuple[float, ...] = ()
+
+
+def find_data_dir() -> Path:
+    """The folder holding the shipped data files (module docstring); InputError if none exists."""
+    env = os.environ.get(DATA_ENV)
+    if env:
+        path = Path(env).expanduser()
+        if not path.is_dir():
+            raise InputError(f"${DATA_ENV} is {env!r}, which is not a directory", field=DATA_ENV)
+        return path
+    if PROJECT_DATA_DIR.is_dir():
+        return PROJECT_DATA_DIR
+    raise InputError(f"the project's data folder {str(PROJECT_DATA_DIR)!r} is missing and ${DATA_ENV} is not set; "
+                     + HOW_TO_GET, field="--data-root")
+
+
+def _normalise(x_train: torch.Tensor, x_test: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tuple, tuple]:
+    dims = [0, *range(2, x_train.dim())]
+    mean = x_train.mean(dim=dims, keepdim=True)
+    std = x_train.std(dim=dims, keepdim=True).clamp_min(1e-8)
+    return (x_train - mean) / std, (x_test - mean) / std, tuple(mean.flatten().tolist()), tuple(std.flatten().tolist())
+
+
+def _make(name: str, x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray,
+          num_classes: int) -> Dataset:
+    """uint8 (N, C, H, W) arrays → normalised float tensors."""
+    import torch
+
+    xtr = torch.from_numpy(np.ascontiguousarray(x_train)).float().div(255)
+    xte = torch.from_numpy(np.ascontiguousarray(x_test)).float().div(255)
+    xtr, xte, mean, std = _normalise(xtr, xte)
+    return Dataset(x_train=xtr, y_train=torch.from_numpy(np.asarray(y_train)).long(), x_test=xte,
+                   y_test=torch.from_numpy(np.asarray(y_test)).long(), num_classes=num_classes,
+                   input_shape=tuple(xtr.shape[1:]), name=name, mean=mean, std=std)
+
+
+# name → (dtype kind, trailing shape or None) of every array a shipped file must hold
+_LAYOUTS: dict[str, dict[str, tuple[str, tuple[int, ...] | None]]] = {
+    "cifar10_subset.npz": {"x_train": ("u", (3, 32, 32)), "y_train": ("ui", ()), "x_test": ("u", (3, 32, 32)),
+                           "y_test": ("ui", ())},
+    "mnist_test.npz": {"x": ("u", (1, 28, 28)), "y": ("ui", ())},
+}
+
+
+def _npz(root: Path | None, filename: str, num_classes: int = 10) -> dict[str, np.ndarray]:
+    """The arrays of a shipped ``.npz`` file, checked against :data:`_LAYOUTS`: uint8 images of the
+    expected shape, integer labels in 0..num_classes−1, one label per image."""
+    folder = Path(root) if root else find_data_dir()
+    path = folder / filename
+    where = "--data-root" if root else (f"${DATA_ENV}" if os.environ.get(DATA_ENV) else "the project's data folder")
+    if not path.is_file():
+        raise InputError(f"{filename} not found in {str(folder)!r} ({where}); " + HOW_TO_GET, field="--data-root")
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            arrays = {name: archive[name] for name in archive.files}
+    except Exception as exc:  # zipfile.BadZipFile, ValueError (pickled object), OSError, EOFError...
+        raise InputError(f"{str(path)!r} is not a readable .npz file ({type(exc).__name__}: {exc}); " + HOW_TO_GET,
+                         field="--data-root") from None
+    for name, (kinds, shape) in _LAYOUTS[filename].items():
+        a = arrays.get(name)
+        if a is None:
+            raise InputError(f"{str(path)!r} has no array {name!r} (has {sorted(arrays)})", field="--data-root")
+        if a.dtype.kind not in kinds or (shape is not None and tuple(a.shape[1:]) != shape) or a.ndim != 1 + len(shape or ()):
+            raise InputError(f"{str(path)!r}: array {name!r} is {a.dtype}{list(a.shape)}, expected "
+                             f"{'uint8' if kinds == 'u' else 'integer'}[N{''.join(f', {s}' for s in shape or ())}]",
+                             field="--data-root")
+    for x_name, y_name in (("x_train", "y_train"), ("x_test", "y_test"), ("x", "y")):
+        if x_name in arrays and arrays[x_name].shape[0] != arrays[y_name].shape[0]:
+            raise InputError(f"{str(path)!r}: {arrays[x_name].shape[0]} images in {x_name!r} but "
+                             f"{arrays[y_name].shape[0]} labels in {y_name!r}", field="--data-root")
+        if y_name in arrays and arrays[y_name].size and not 0 <= int(arrays[y_name].min()) <= int(arrays[y_name].max()) < num_classes:
+            raise InputError(f"{str(path)!r}: labels in {y_name!r} span {int(arrays[y_name].min())}..{int(arrays[y_name].max())}, "
+                             f"outside the {num_classes} classes 0..{num_classes - 1}", field="--data-root")
+    return arrays
+
+
+def _cifar10_subset(root: Path | None, download: bool = False) -> Dataset:
+    d = _npz(root, "cifar10_subset.npz")
+    return _make("cifar10-subset", d["x_train"], d["y_train"], d["x_test"], d["y_test"], 10)
+
+
+def _mnist_subset(root: Path | None, download: bool = False) -> Dataset:
+    d = _npz(root, "mnist_test.npz")
+    x, y = d["x"], d["y"]
+    order = np.random.default_rng(MNIST_SPLIT_SEED).permutation(len(x))
+    train, test = order[:MNIST_TRAIN_SIZE], order[MNIST_TRAIN_SIZE:]
+    return _make("mnist-subset", x[train], y[train], x[test], y[test], 10)
+
+
+Loader = Callable[[Path | None, bool], Dataset]
+
+
+def _torchvision(class_name: str, name: str, num_classes: int) -> Loader:
+    """A loader for torchvision's ``class_name`` read from ``root``; with ``download`` torchvision
+    fetches the files into ``root`` first (needs a network; these machines have none)."""
+
+    def load(root: Path | None, download: bool = False) -> Dataset:
+        if root is None:
+            raise InputError(f"dataset {name!r} is read from torchvision's files; pass --data-root DIR "
+                             "(add --download to let torchvision fetch them into DIR)", field="--data-root")
+        import torch
+        import torchvision
+
+        cls = getattr(torchvision.datasets, class_name)
+        try:
+            train, test = (cls(root=str(root), train=flag, download=download) for flag in (True, False))
+        except (RuntimeError, OSError, ValueError) as exc:  # "Dataset not found or corrupted", URLError, bad archive
+            hint = "check the network or download the files yourself" if download else \
+                "add --download to fetch them (needs a network) or fix --data-root"
+            raise InputError(f"{name} could not be read from {str(root)!r} ({exc}); {hint}", field="--data-root") from None
+        arrays = []
+        for part in (train, test):
+            data = part.data.numpy() if isinstance(part.data, torch.Tensor) else np.asarray(part.data)
+            data = data[:, None] if data.ndim == 3 else data.transpose(0, 3, 1, 2)  # → (N, C, H, W)
+            arrays += [data, np.asarray(part.targets)]
+        x_train, y_train, x_test, y_test = arrays
+        return _make(name, x_train, y_train, x_test, y_test, num_classes)
+    return load
+
+
+def _mnist(root: Path | None, download: bool = False) -> Dataset:
+    return _torchvision("MNIST", "mnist", 10)(root, download) if root is not None else _mnist_subset(None)
+
+
+def _synthetic(root: Path | None, download: bool = False) -> Dataset:
+    """Learnable Gaussian class clusters (module docstring); ``root`` is ignored (no files)."""
+    import torch
+
+    n_train, n_test, classes = 2000, 400, 10
+    g = torch.Generator().manual_seed(SYNTHETIC_SEED)
+    centers = torch.randn(classes, 1, 8, 8, generator=g)
+    y = torch.randint(0, classes, (n_train + n_test,), generator=g)
+    x = centers[y] + 0.8 * torch.randn(n_train + n_test, 1, 8, 8, generator=g)
+    return Dataset(x_train=x[:n_train], y_train=y[:n_train], x_test=x[n_train:], y_test=y[n_train:],
+                   num_classes=classes, input_shape=(1, 8, 8), name="synthetic")
+
+
+LOADERS: dict[str, Loader] = {
+    "cifar10-subset": _cifar10_subset,
+    "mnist-subset": _mnist_subset,
+    "mnist": _mnist,
+    "cifar10": _torchvision("CIFAR10", "cifar10", 10),
+    "cifar100": _torchvision("CIFAR100", "cifar100", 100),
+    "fashion-mnist": _torchvision("FashionMNIST", "fashion-mnist", 10),
+    "synthetic": _synthetic,
+}
+
+TORCHVISION_DATASETS = ("cifar10", "cifar100", "mnist", "fashion-mnist")
+
+
+def dataset_names() -> list[str]:
+    """Valid values of ``--dataset`` (:data:`trainers.config.train_config.DATASETS`, one loader each)."""
+    return list(DATASETS)
+
+
+def load_dataset(name: str, root: str | os.PathLike | None = None, download: bool = False) -> Dataset:
+    """Load dataset ``name`` (see :func:`dataset_names`) from ``root`` or the project's data folder.
+
+    ``download`` lets torchvision fetch its datasets into ``root`` (the shipped subsets never need it).
+
+    Raises:
+        InputError: unknown name (valid names listed), missing or damaged files (the file, where it
+        was looked for and how to get it are named).
+    """
+    loader = LOADERS.get(name)
+    if loader is None:
+        raise InputError(f"unknown dataset {name!r}; valid: {', '.join(LOADERS)}", field="--dataset")
+    folder = Path(root).expanduser() if root is not None else None
+    if folder is not None and not folder.is_dir():
+        if download and name in TORCHVISION_DATASETS:
+            folder.mkdir(parents=True, exist_ok=True)
+        else:
+            raise InputError(f"{str(folder)!r} is not a directory", field="--data-root")
+    return loader(folder, download)

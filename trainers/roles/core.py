@@ -1,0 +1,791 @@
+"""The three roles of split federated learning (docs/architecture.md "Roles").
+
+* :class:`Device` i holds its client blocks w_{c,i} (chain blocks 0..ℓ_i−1), its data sampler and
+  its optimizer; it emits :class:`~trainers.roles.messages.Activation` and consumes
+  :class:`~trainers.roles.messages.CutGradient`, and uploads/downloads its blocks as model messages.
+* :class:`EdgeServer` holds the server blocks: one instance per (owner, block), the owner being a
+  device (a per-device copy: SFL-V1's server models, AdaptSFL's non-common parts w_{n,i}) or
+  ``None`` (one instance shared by every device: w_s). It runs arrivals through its blocks
+  (:meth:`EdgeServer.run`), and offers the passes a strategy composes: full backward, cut
+  gradients at frozen weights, per-device server gradients, steps per owner.
+* :class:`FedServer` averages uploaded blocks (FedAvg, weighted) and keeps the global client model.
+
+Roles interact only through messages: no role reads another role's modules. A runtime (the
+simulator in :mod:`trainers.engine.split_engine`, or torch.distributed) delivers the messages.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any, Callable, Hashable, Iterable, Sequence, TypeVar, cast
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn.parameter import is_lazy
+
+from trainers.inputs.partition import DeviceSampler
+from trainers.roles.messages import (
+    Activation,
+    BlockState,
+    CutGradient,
+    MessageMismatchError,
+    ModelDownload,
+    ModelUpload,
+    check_finite,
+)
+from trainers.roles.optim import OptimizerSpec, RoleOptimizer, mean_param_state
+
+Owner = Hashable            # a device index (per-device copy) or None (shared by all devices)
+Key = tuple[Owner, int]     # (owner, 0-based block index) of an edge-server instance
+T = TypeVar("T")
+
+
+def has_batch_coupling(module: nn.Module) -> bool:
+    """True if samples interact inside a batch (BatchNorm), so devices must not be concatenated."""
+    return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in module.modules())
+
+
+def random_layer(module: nn.Module) -> nn.Module | None:
+    """The first submodule that draws random numbers while training (Dropout and its variants), if any:
+    running it in another order than before would give other masks."""
+    return next((m for m in module.modules() if isinstance(m, (nn.modules.dropout._DropoutNd, nn.RReLU))), None)
+
+
+def share_state(module: nn.Module, state: dict[str, torch.Tensor]) -> bool:
+    """Load ``state`` into ``module`` without copying it: every parameter and buffer is pointed at the
+    state's tensor (``.data`` rebound, the Parameter objects kept, so optimizers still hold them).
+    Modules loaded from one download message thus share one copy of its tensors until one of them
+    trains (:func:`own_state`). Falls back to copying (``load_state_dict``) and returns False when the
+    state's names, shapes, dtypes or devices differ from the module's (into tensors of the module's own:
+    it may have shared them)."""
+    own: dict[str, torch.Tensor] = dict(module.named_parameters())
+    own.update(module.named_buffers())
+    if set(own) != set(state) or any(not torch.is_tensor(state[k]) or state[k].shape != t.shape or state[k].dtype != t.dtype
+                                      or state[k].device != t.device for k, t in own.items()):
+        own_state(module)
+        module.load_state_dict(state)
+        return False
+    with torch.no_grad():
+        for k, t in own.items():
+            t.data = state[k].detach()
+    return True
+
+
+def shared_copy(module: nn.Module) -> nn.Module:
+    """A copy of ``module`` (a template block) whose parameters and buffers are new tensors on
+    ``module``'s storage: nothing is copied, so every device starting from the template holds one
+    copy of it until it trains (:func:`own_state`)."""
+    tensors = [*module.parameters(), *module.buffers()]
+    if any(is_lazy(t) for t in tensors):      # a lazy module's parameters have no storage yet
+        return copy.deepcopy(module)
+    # placeholders, each a tensor of its own (its own autograd version counter: a detached view would share
+    # the template's, and one device's in-place step would then void another's saved activations)
+    memo: dict[int, Any] = {id(t): (nn.Parameter(t.new_empty(0), requires_grad=t.requires_grad)
+                                    if isinstance(t, nn.Parameter) else t.new_empty(0)) for t in tensors}
+    copied = copy.deepcopy(module, memo)
+    with torch.no_grad():
+        for t in tensors:
+            memo[id(t)].data = t.detach()
+    return copied
+
+
+def own_state(module: nn.Module) -> None:
+    """Give ``module`` private copies of its parameters and buffers (after :func:`share_state`), so
+    that training it changes no other module's tensors."""
+    with torch.no_grad():
+        for t in list(module.parameters()) + list(module.buffers()):
+            t.data = t.data.clone()
+
+
+def index_tensor(indices: np.ndarray, device: torch.device) -> torch.Tensor:
+    """Sample indices as a tensor on ``device`` (on CUDA through pinned memory, without waiting for the GPU)."""
+    idx = torch.from_numpy(np.ascontiguousarray(indices))
+    if device.type == "cuda":
+        return idx.pin_memory().to(device, non_blocking=True)
+    return idx.to(device)
+
+
+def block_state(module: nn.Module, optimizer: RoleOptimizer | None = None) -> BlockState:
+    """A snapshot of a block's state (tensors detached and copied: a message never changes after it is
+    sent, even while the block trains on) and, if ``optimizer`` is given, its parameters' optimizer state."""
+    state = {k: v.detach().clone() for k, v in module.state_dict().items()}
+    opt = optimizer.param_states(module.parameters()) if optimizer is not None else None
+    return BlockState(state, opt)
+
+
+@dataclass
+class _Pending:
+    round: int
+    step: int
+    activation: torch.Tensor
+    batch: Any = None       # the trainers.roles.batching.ClientBatch that computed it, if batched with other devices
+
+
+class Device:
+    """Device i (docs/model.md §2.1): client blocks, sampler, optimizer.
+
+    Args:
+        index: device id i.
+        template: the whole chain (blocks are deep-copied from it when the device gains blocks).
+        cut: ℓ_i, 1-based; the device holds blocks 0..ℓ_i−1.
+        x, y: the training tensors; ``indices`` are device i's samples (its local dataset 𝒟_i).
+        batch_size: b, samples per step; ``seed`` seeds the sampler.
+        optimizer: the client optimizer spec.
+    """
+
+    def __init__(self, index: int, template: nn.Sequential, cut: int, x: torch.Tensor, y: torch.Tensor,
+                 indices: np.ndarray, batch_size: int, seed: Any, optimizer: OptimizerSpec) -> None:
+        self.index = index
+        self.template = template
+        self.x, self.y = x, y
+        self.sampler = DeviceSampler(indices, batch_size, seed)
+        self.optimizer_spec = optimizer
+        self.blocks = nn.ModuleList(shared_copy(template[j]) for j in range(cut))
+        self.optimizer = RoleOptimizer(optimizer, self.blocks.parameters())
+        self.step = 0
+        self.pending: _Pending | None = None
+        self.shared: set[int] = set(range(cut))
+        """Blocks whose tensors are the template's or a download's, shared with every device that starts
+        from the template or loaded the same message (no copy); a device takes its own copy when it next
+        trains (:meth:`begin_step`)."""
+
+    @property
+    def cut(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def data_size(self) -> int:
+        """|𝒟_i|, samples."""
+        return int(self.sampler.indices.size)
+
+    def label_counts(self, num_classes: int) -> np.ndarray:
+        """Samples per class in 𝒟_i (the label histogram a device may share, e.g. SCALA's P_k)."""
+        return np.bincount(self.y[torch.from_numpy(self.sampler.indices).to(self.y.device)].cpu().numpy(),
+                           minlength=num_classes)
+
+    # ---- the exchange -------------------------------------------------------------------------------
+    def forward(self, round_index: int, batch_size: int | None = None, recompute: bool = False) -> Activation:
+        """Eq. (2): a_i^t = φ(x_i^t; w_{c,i}); keeps the graph until :meth:`backward`. With
+        ``recompute`` the graph keeps only the sample indices and :meth:`backward` runs the forward
+        again (``torch.utils.checkpoint``, the random state replayed: the same values and
+        gradients), so a device waiting for its reply holds no activations inside its blocks, only
+        its message. Blocks with buffers (BatchNorm statistics, updated by every forward) never
+        recompute."""
+        self.begin_step(round_index)
+        idx = index_tensor(self.sampler.next(batch_size), self.x.device)
+        y = self.y[idx]
+        if recompute and self.can_recompute:
+            from torch.utils.checkpoint import checkpoint
+
+            return self.send(round_index, checkpoint(self._forward_samples, idx, use_reentrant=False), y)
+        return self.send(round_index, self._forward_samples(idx), y)
+
+    @property
+    def can_recompute(self) -> bool:
+        """True if running the client blocks twice changes nothing (no buffers)."""
+        return next(self.blocks.buffers(), None) is None
+
+    def _forward_samples(self, idx: torch.Tensor) -> torch.Tensor:
+        h = self.x[idx]
+        for block in self.blocks:
+            h = block(h)
+        return h
+
+    def begin_step(self, round_index: int) -> None:
+        """Before a step: the previous activation must be answered (:meth:`check_idle`), and blocks
+        still shared with other devices (:attr:`shared`) get their own copy, as this step will change
+        them (the forward's buffers, the optimizer's step)."""
+        self.check_idle(round_index)
+        for j in sorted(self.shared):
+            own_state(self.blocks[j])
+        self.shared.clear()
+
+    def check_idle(self, round_index: int) -> None:
+        """A device starts a step only when its previous activation has been answered."""
+        if self.pending is not None:
+            raise MessageMismatchError(f"device {self.index} starts round {round_index} with an unanswered activation "
+                                       f"(round {self.pending.round}, step {self.pending.step})")
+
+    def samples(self, indices: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """The inputs and labels of sample ``indices`` (drawn by the sampler), on the data's device."""
+        idx = index_tensor(indices, self.x.device)
+        return self.x[idx], self.y[idx]
+
+    def send(self, round_index: int, h: torch.Tensor, y: torch.Tensor, batch: Any = None) -> Activation:
+        """Keep ``h`` (with its graph) as the pending activation of the next step and emit its message;
+        ``batch`` is the :class:`trainers.roles.batching.ClientBatch` that computed ``h``, if any."""
+        check_finite(h.detach(), "client activation", round_index, self.index)
+        self.step += 1
+        self.pending = _Pending(round_index, self.step, h, batch)
+        return Activation(self.index, round_index, self.step, h.detach(), y)
+
+    def backward(self, msg: CutGradient) -> None:
+        """Eq. (6): back-propagate the cut gradient and step w_{c,i}; ``msg.tensor is None`` drops
+        the step. The tags must match the pending activation, the shape its shape. An activation
+        computed in a batch with other devices is handed back to that batch, which back-propagates
+        and steps all of them once the last has its reply."""
+        pending = self.pending
+        if msg.device != self.index or pending is None or (msg.round, msg.step) != (pending.round, pending.step):
+            expected = "nothing" if pending is None else f"(device {self.index}, round {pending.round}, step {pending.step})"
+            raise MessageMismatchError(f"gradient for (device {msg.device}, round {msg.round}, step {msg.step}) "
+                                       f"delivered to device {self.index}, which expects {expected}")
+        self.pending = None
+        if msg.tensor is not None:
+            if msg.tensor.shape != pending.activation.shape:
+                raise MessageMismatchError(f"gradient shape {tuple(msg.tensor.shape)} ≠ activation shape "
+                                           f"{tuple(pending.activation.shape)} (device {self.index}, round {msg.round})")
+            check_finite(msg.tensor, "gradient message", msg.round, self.index)
+        if pending.batch is not None:
+            pending.batch.deliver(self, msg.tensor)
+            return
+        if msg.tensor is None:
+            return
+        if pending.activation.requires_grad:
+            pending.activation.backward(msg.tensor)
+        self.optimizer.step()
+
+    # ---- model messages -----------------------------------------------------------------------------
+    def upload(self, round_index: int, blocks: Iterable[int], weight: float, with_optimizer: bool = False) -> ModelUpload:
+        """Send blocks (those below the cut among ``blocks``) to the fed server."""
+        chosen = [j for j in blocks if j < self.cut]
+        opt = self.optimizer if with_optimizer else None
+        return ModelUpload(self.index, round_index, "device", {j: block_state(self.blocks[j], opt) for j in chosen}, weight)
+
+    def download(self, msg: ModelDownload) -> None:
+        """Load blocks; with ``msg.cut`` set, hold exactly blocks 0..cut−1 (re-partition) and
+        rebuild the optimizer with the carried states."""
+        if msg.device != self.index:
+            raise MessageMismatchError(f"model for device {msg.device} delivered to device {self.index}")
+        if msg.cut is not None:
+            if self.pending is not None:
+                raise MessageMismatchError(f"device {self.index} cannot re-partition with an unanswered activation")
+            old = list(self.blocks)
+            kept = [p for b in old[:msg.cut] for p in b.parameters()]
+            carried = self.optimizer.param_states(kept)
+            self.blocks = nn.ModuleList(old[j] if j < len(old) else shared_copy(self.template[j]) for j in range(msg.cut))
+            self.optimizer = RoleOptimizer(self.optimizer_spec, self.blocks.parameters())
+            self.optimizer.load_param_states(kept, carried)
+            self.shared = (self.shared & set(range(msg.cut))) | set(range(len(old), msg.cut))
+        with torch.no_grad():
+            for j, bs in msg.blocks.items():
+                if share_state(self.blocks[j], bs.state):      # the message's tensors, shared until this device trains
+                    self.shared.add(j)
+                else:
+                    self.shared.discard(j)
+                if msg.fresh_optimizer:
+                    self.optimizer.reset(self.blocks[j].parameters())
+                if bs.optimizer is not None:
+                    self.optimizer.load_param_states(self.blocks[j].parameters(), bs.optimizer)
+
+    # ---- checkpoint ---------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"cut": self.cut, "blocks": [b.state_dict() for b in self.blocks], "optimizer": self.optimizer.state_dict(),
+                "sampler": self.sampler.state(), "step": self.step}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.blocks = nn.ModuleList(copy.deepcopy(self.template[j]) for j in range(int(state["cut"])))
+        for block, sd in zip(self.blocks, state["blocks"]):
+            block.load_state_dict(sd)
+        self.optimizer = RoleOptimizer(self.optimizer_spec, self.blocks.parameters())
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.sampler.load_state(state["sampler"])
+        self.step = int(state["step"])
+        self.pending = None
+        self.shared = set()
+
+
+class ServerPass:
+    """One forward of a set of arrivals through the edge server's blocks (eq. 3).
+
+    ``inputs[d]`` is device d's received activation as a leaf that requires grad, ``logits[d]`` its
+    output. :meth:`backward` back-propagates a scalar loss into the server parameters and returns
+    the cut gradients; :meth:`cut_gradients` returns cut gradients only, leaving the server's
+    parameter gradients untouched (a pass at frozen server weights)."""
+
+    def __init__(self, arrivals: Sequence[Activation], inputs: dict[int, torch.Tensor],
+                 logits: dict[int, torch.Tensor]) -> None:
+        self.arrivals = list(arrivals)
+        self.inputs = inputs
+        self.logits = logits
+        self.labels = {a.device: a.labels for a in arrivals}
+
+    @property
+    def devices(self) -> list[int]:
+        return [a.device for a in self.arrivals]
+
+    def backward(self, loss: torch.Tensor) -> dict[int, torch.Tensor]:
+        """Accumulate ∂loss/∂w into the server parameters; return ∂loss/∂a_d for every device."""
+        loss.backward()
+        return {d: (x.grad if x.grad is not None else torch.zeros_like(x)) for d, x in self.inputs.items()}
+
+    def cut_gradients(self, loss: torch.Tensor, devices: Sequence[int] | None = None,
+                      retain_graph: bool = False) -> dict[int, torch.Tensor]:
+        """∂loss/∂a_d only (no parameter gradient is accumulated); ``retain_graph`` keeps the
+        forward for a later :meth:`backward` of another loss at the same (pre-update) weights."""
+        devices = list(self.inputs) if devices is None else list(devices)
+        grads = torch.autograd.grad(loss, [self.inputs[d] for d in devices], allow_unused=True, retain_graph=retain_graph)
+        return {d: (g if g is not None else torch.zeros_like(self.inputs[d])) for d, g in zip(devices, grads)}
+
+
+class EdgeServer:
+    """The edge server: instances of the server-side blocks, one optimizer per owner.
+
+    Args:
+        template: the chain of L blocks.
+        cuts: ℓ_i per device (the edge serves blocks ℓ_i..L−1 of device i).
+        owner_of: (device, 0-based block, L_c) → owner (device index = per-device copy, None = shared).
+        optimizer: the server optimizer spec.
+        concatenate: run devices that meet at a shared instance as one batch (exact for models
+            without batch-coupled layers; switched off when BatchNorm is present).
+        pass_samples: the most samples one server pass holds (its autograd graph grows with them):
+            a barrier over more arrivals is served in :meth:`chunks` (exact for a mean loss, the
+            gradients accumulating; equal up to float rounding). ``None``: one pass.
+    """
+
+    def __init__(self, template: nn.Sequential, cuts: Sequence[int], owner_of: Callable[[int, int, int], Owner],
+                 optimizer: OptimizerSpec, concatenate: bool = True, pass_samples: int | None = None) -> None:
+        self.template = template
+        self.num_blocks = len(template)
+        self.owner_of = owner_of
+        self.optimizer_spec = optimizer
+        self.concatenate = concatenate and not has_batch_coupling(template)
+        self.pass_samples = pass_samples
+        self.cuts = list(cuts)
+        self.instances: dict[Key, nn.Module] = {k: shared_copy(template[k[1]]) for k in self.layout(self.cuts)}
+        self.shared: set[Key] = set(self.instances)
+        """Instances whose tensors are the template's or a download's, shared with the others (SFL-V1's
+        server copies at the start and after an average); each takes its own copy when it next runs
+        (:meth:`instance`)."""
+        self._kept_cut: dict[int, torch.Tensor] = {}
+        """∂L_i/∂a_i kept from :meth:`gradient_rows`'s passes where a second pass would not be harmless, for
+        :meth:`cut_gradients`."""
+        self._build_optimizers()
+
+    # ---- layout -------------------------------------------------------------------------------------
+    def key(self, device: int, block: int, cuts: Sequence[int] | None = None) -> Key:
+        cuts = self.cuts if cuts is None else cuts
+        return (self.owner_of(device, block, max(cuts)), block)
+
+    def layout(self, cuts: Sequence[int]) -> list[Key]:
+        keys: dict[Key, None] = {}
+        for d, c in enumerate(cuts):
+            for j in range(c, self.num_blocks):
+                keys[self.key(d, j, cuts)] = None
+        return list(keys)
+
+    def _build_optimizers(self, carried: dict[nn.Parameter, dict[str, Any]] | None = None) -> None:
+        by_owner: dict[Owner, list[nn.Parameter]] = {}
+        for (owner, _), module in sorted(self.instances.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
+            by_owner.setdefault(owner, []).extend(module.parameters())
+        self.optimizers = {o: RoleOptimizer(self.optimizer_spec, ps) for o, ps in by_owner.items() if ps}
+        for opt in self.optimizers.values():
+            opt.load_param_states(opt.params, [(carried or {}).get(p, {}) for p in opt.params])
+
+    def owners(self, devices: Iterable[int]) -> list[Owner]:
+        """The owners of the server blocks of ``devices``."""
+        owners: dict[Owner, None] = {}
+        for d in devices:
+            for j in range(self.cuts[d], self.num_blocks):
+                owners[self.key(d, j)[0]] = None
+        return list(owners)
+
+    def parameters(self, device: int) -> list[nn.Parameter]:
+        """The server-side parameters w_{s,i} that device ``device``'s activations flow through."""
+        return [p for j in range(self.cuts[device], self.num_blocks) for p in self.instances[self.key(device, j)].parameters()]
+
+    # ---- passes -------------------------------------------------------------------------------------
+    def chunks(self, arrivals: Sequence[Activation]) -> list[list[Activation]]:
+        """``arrivals`` in order, cut into consecutive chunks of at most :attr:`pass_samples` samples
+        (a larger single arrival is a chunk of its own); one chunk when there is no limit. A model
+        with batch-coupled layers (BatchNorm) is never chunked: its statistics span the pass."""
+        return self.chunked(arrivals, lambda a: int(a.tensor.shape[0]))
+
+    def in_passes(self, arrivals: Sequence[Activation],
+                  serve: Callable[[Sequence[Activation]], list[CutGradient]]) -> list[CutGradient]:
+        """``serve`` (separable over the devices) on each of :meth:`chunks` in turn; every chunk's replies."""
+        return [reply for chunk in self.chunks(arrivals) for reply in serve(chunk)]
+
+    def chunked(self, items: Sequence[T], samples: Callable[[T], int]) -> list[list[T]]:
+        """:meth:`chunks` of anything that will carry ``samples(item)`` samples (an arrival, or a
+        device that is yet to forward its mini-batch)."""
+        if self.pass_samples is None or not self.concatenate:
+            return [list(items)] if items else []
+        out: list[list[T]] = []
+        total = 0
+        for item in items:
+            n = samples(item)
+            if not out or total + n > self.pass_samples:
+                out.append([])
+                total = 0
+            out[-1].append(item)
+            total += n
+        return out
+
+    def spans(self, samples: int) -> list[slice]:
+        """Rows 0..``samples``−1 of a server-internal batch (pooled or generated features) in
+        consecutive slices of at most :attr:`pass_samples` rows; one slice when there is no limit
+        or the model has batch-coupled layers (as :meth:`chunks`)."""
+        if self.pass_samples is None or not self.concatenate or samples <= self.pass_samples:
+            return [slice(0, samples)]
+        return [slice(start, min(start + self.pass_samples, samples)) for start in range(0, samples, self.pass_samples)]
+
+    def run(self, arrivals: Sequence[Activation], concatenate: bool = True) -> ServerPass:
+        """Eq. (3): forward every arrival through its server blocks. Devices whose streams meet at
+        one instance are concatenated into one batch when both ``concatenate`` and the server allow."""
+        inputs = {}
+        for a in arrivals:
+            if a.device in inputs:
+                raise MessageMismatchError(f"two activations from device {a.device} in one server pass (round {a.round})")
+            check_finite(a.tensor, "activation message", a.round, a.device)
+            inputs[a.device] = a.tensor.detach().requires_grad_(True)
+        return ServerPass(arrivals, inputs, self._forward(inputs, concatenate and self.concatenate))
+
+    def _forward(self, inputs: dict[int, torch.Tensor], concatenate: bool) -> dict[int, torch.Tensor]:
+        streams: list[tuple[list[int], torch.Tensor, list[int]]] = []
+        if not inputs:
+            return {}
+        start = min(self.cuts[d] for d in inputs)
+        for j in range(start, self.num_blocks):
+            for d, a in inputs.items():
+                if self.cuts[d] == j:
+                    streams.append(([d], a, [a.shape[0]]))
+            buckets: dict[Key, list[tuple[list[int], torch.Tensor, list[int]]]] = {}
+            for devices, tensor, sizes in streams:
+                keys = {self.key(d, j) for d in devices}
+                if len(keys) == 1:
+                    buckets.setdefault(keys.pop(), []).append((devices, tensor, sizes))
+                else:
+                    for d, piece, n in zip(devices, tensor.split(sizes), sizes):
+                        buckets.setdefault(self.key(d, j), []).append(([d], piece, [n]))
+            streams = []
+            for key, group in buckets.items():
+                module = self.instance(key)
+                if concatenate and len(group) > 1:
+                    devices = [d for g in group for d in g[0]]
+                    sizes = [n for g in group for n in g[2]]
+                    streams.append((devices, module(torch.cat([g[1] for g in group])), sizes))
+                else:
+                    streams.extend((g[0], module(g[1]), g[2]) for g in group)
+        outputs = {d: a for d, a in inputs.items() if self.cuts[d] == self.num_blocks}
+        for devices, tensor, sizes in streams:
+            outputs.update(zip(devices, tensor.split(sizes)))
+        return outputs
+
+    def run_features(self, features: torch.Tensor, device: int) -> torch.Tensor:
+        """Forward a tensor of cut-layer features (pooled, resampled or generated) through the
+        server blocks device ``device`` would use (no message tags: server-internal data)."""
+        h = features
+        for j in range(self.cuts[device], self.num_blocks):
+            h = self.instance(self.key(device, j))(h)
+        return h
+
+    def backward_mean_loss(self, features: torch.Tensor, targets: torch.Tensor, device: int) -> None:
+        """Back-propagate the mean cross-entropy of ``features`` (server-internal cut-layer rows) through the server
+        blocks device ``device`` uses, against ``targets``: one graph per :meth:`spans` slice, each slice's mean
+        loss weighted by its share of the rows, so that the accumulated gradients are those of the whole mean and
+        the graph held at once stays within the pass budget."""
+        rows = features.shape[0]
+        for part in self.spans(rows):
+            share = (part.stop - part.start) / rows
+            loss = nn.functional.cross_entropy(self.run_features(features[part], device), targets[part])
+            (loss * share if share != 1.0 else loss).backward()
+
+    def pooled_pass(self, arrivals: Sequence[Activation],
+                    device_loss: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor],
+                    pooled_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+                    ) -> tuple[dict[int, torch.Tensor], dict[int, torch.Tensor]]:
+        """One forward of the arrivals at the current server weights giving two losses: each device's own
+        ``device_loss(i, logits_i, labels_i)`` L_i, whose ∂L_i/∂a_i are returned (no parameter gradient), and
+        ``pooled_loss(logits, labels)``, a mean over the pooled samples, back-propagated into the server
+        parameters (not stepped). Returns (cut gradients, L_i) by device. Over the pass budget it runs in
+        chunks of arrivals (:meth:`chunks`), every chunk at the same weights and its pooled mean weighted by its
+        share of the samples, so that the accumulated gradient is the whole mean's (equal up to float
+        rounding)."""
+        total = sum(a.batch_size for a in arrivals)
+        cut: dict[int, torch.Tensor] = {}
+        losses: dict[int, torch.Tensor] = {}
+        for chunk in self.chunks(arrivals):
+            p = self.run(chunk)
+            own = {d: device_loss(d, p.logits[d], p.labels[d]) for d in p.devices}
+            losses.update(own)
+            cut.update(p.cut_gradients(cast(torch.Tensor, sum(own.values())), retain_graph=True))
+            logits = torch.cat([p.logits[d] for d in p.devices])
+            share = logits.shape[0] / total
+            pooled = pooled_loss(logits, torch.cat([p.labels[d] for d in p.devices]))
+            p.backward(pooled * share if share != 1.0 else pooled)
+        return cut, losses
+
+    def instance(self, key: Key) -> nn.Module:
+        """The instance ``key``, about to run and train: its own copy of any tensors it shared."""
+        module = self.instances[key]
+        if key in self.shared:
+            own_state(module)
+            self.shared.discard(key)
+        return module
+
+    def _device_losses(self, arrivals: Sequence[Activation],
+                       loss_of: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor]
+                       ) -> Iterable[tuple[Activation, torch.Tensor, torch.Tensor, list[nn.Parameter]]]:
+        """For each arrival in turn, a forward of that device alone: ``(arrival, its input leaf a_i,
+        L_i, w_{s,i})`` (the graph of L_i lives until the caller moves on)."""
+        for a in arrivals:
+            p = self.run([a], concatenate=False)
+            yield a, p.inputs[a.device], loss_of(a.device, p.logits[a.device], a.labels), self.parameters(a.device)
+
+    def per_device_gradients(self, arrivals: Sequence[Activation],
+                             loss_of: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor],
+                             create_graph: bool = False
+                             ) -> dict[int, tuple[list[torch.Tensor], torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """Each device's server gradient g_i = ∂L_i/∂w_{s,i} and cut gradient ∂L_i/∂a_i from a
+        separate forward per device (GAPSL, docs/algorithms.md GAPSL A.3.4). Returns
+        ``{device: (g_i per parameter, ∂L_i/∂a_i, L_i, the input leaf a_i)}``; no parameter
+        ``.grad`` is touched. ``create_graph`` keeps the g_i differentiable (double backprop).
+        Holds every device's g_i, cut gradient (and with ``create_graph`` its graph) at once: for
+        the server gradients alone, :meth:`gradient_rows` holds one S × P matrix."""
+        out = {}
+        for a, x, loss, params in self._device_losses(arrivals, loss_of):
+            grads = torch.autograd.grad(loss, params + [x], create_graph=create_graph, allow_unused=True)
+            g = [gi if gi is not None else torch.zeros_like(pi) for gi, pi in zip(grads[:-1], params)]
+            out[a.device] = (g, grads[-1] if grads[-1] is not None else torch.zeros_like(x), loss, x)
+        return out
+
+    def replayable(self, device: int) -> bool:
+        """True if a second forward of device ``device``'s activations through its server blocks at
+        the same weights gives the same values and changes nothing: no buffers (BatchNorm statistics,
+        updated by every forward) and no random layers (Dropout masks)."""
+        blocks = [self.instances[self.key(device, j)] for j in range(self.cuts[device], self.num_blocks)]
+        return all(next(b.buffers(), None) is None and random_layer(b) is None for b in blocks)
+
+    def gradient_rows(self, arrivals: Sequence[Activation],
+                      loss_of: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor]
+                      ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The devices' server gradients g_i = ∂L_i/∂w_s as the rows of one S × P matrix (row i:
+        ``arrivals[i]``, the parameters flattened in :meth:`parameters` order) and each L_i, from a separate
+        forward per device (GAPSL A.3.4). Each g_i is written into its row as it is computed, so the S devices'
+        gradients take S·P numbers. Where a second pass over these devices would not be harmless
+        (:meth:`replayable`: BatchNorm statistics, Dropout masks), each ∂L_i/∂a_i is kept from this pass for
+        :meth:`cut_gradients`; otherwise nothing outlives its device's pass. Every arrival must pass through the
+        same server parameters (one shared w_s at one cut); no parameter ``.grad`` is touched."""
+        self._kept_cut = {}
+        if not arrivals:
+            return torch.zeros(0, 0), []
+        keep = not self.replayable(arrivals[0].device)
+        params = self.parameters(arrivals[0].device)
+        like = params[0] if params else arrivals[0].tensor     # no server block (cut L): P = 0
+        rows = torch.zeros(len(arrivals), sum(p.numel() for p in params), dtype=like.dtype, device=like.device)
+        losses = []
+        for i, (a, x, loss, own) in enumerate(self._device_losses(arrivals, loss_of)):
+            if [id(p) for p in own] != [id(p) for p in params]:
+                raise ValueError(f"device {a.device} does not pass through device {arrivals[0].device}'s server "
+                                 "parameters: gradient rows need one shared w_s at one cut")
+            inputs = params + ([x] if keep else [])
+            grads = torch.autograd.grad(loss, inputs, allow_unused=True) if inputs else ()   # cut L: P = 0
+            start = 0
+            for p, g in zip(params, grads):
+                if g is not None:
+                    rows[i, start:start + p.numel()] = g.reshape(-1)
+                start += p.numel()
+            if keep:
+                self._kept_cut[a.device] = grads[-1] if grads[-1] is not None else torch.zeros_like(x)
+            losses.append(loss.detach())
+        return rows, losses
+
+    def cut_gradients(self, arrivals: Sequence[Activation],
+                      loss_of: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor]) -> dict[int, torch.Tensor]:
+        """∂L_i/∂a_i of each arrival at the current server weights (before the step), L_i = ``loss_of(i, logits,
+        labels)``: the ones :meth:`gradient_rows` kept from its passes (for the same arrivals and loss), else from
+        one more pass over them within the pass budget (each L_i depends on a_i alone, so one pass over several
+        devices gives each its own). The kept ones are released."""
+        kept, self._kept_cut = self._kept_cut, {}
+        if kept:
+            return {a.device: kept[a.device] for a in arrivals}
+        cut: dict[int, torch.Tensor] = {}
+        for chunk in self.chunks(arrivals):
+            p = self.run(chunk)
+            cut.update(p.cut_gradients(cast(torch.Tensor, sum(loss_of(d, p.logits[d], p.labels[d]) for d in p.devices))))
+        return cut
+
+    def add_gradients(self, params: Sequence[nn.Parameter], grads: Sequence[torch.Tensor]) -> None:
+        """Accumulate ``grads`` into ``params``' ``.grad`` (the server step's gradient)."""
+        for p, g in zip(params, grads):
+            p.grad = g.detach().clone() if p.grad is None else p.grad + g.detach()
+
+    def step(self, owners: Iterable[Owner], scale: dict[Owner, float] | float = 1.0) -> None:
+        """One optimizer step for each owner (gradients × ``scale`` first), then clear them."""
+        for owner in dict.fromkeys(owners):
+            opt = self.optimizers.get(owner)
+            if opt is not None:
+                opt.step(scale.get(owner, 1.0) if isinstance(scale, dict) else scale)
+
+    def zero_grad(self) -> None:
+        for opt in self.optimizers.values():
+            opt.zero_grad()
+
+    # ---- model messages -----------------------------------------------------------------------------
+    def upload(self, device: int, round_index: int, blocks: Iterable[int], weight: float,
+               with_optimizer: bool = False, shared: bool = False) -> ModelUpload:
+        """Send device ``device``'s server blocks among ``blocks``: its per-device instances (and the
+        shared ones too when ``shared``) to the fed server."""
+        out = {}
+        for j in blocks:
+            if j < self.cuts[device]:
+                continue
+            key = self.key(device, j)
+            if key[0] is None and not shared:
+                continue
+            opt = self.optimizers.get(key[0]) if with_optimizer else None
+            out[j] = block_state(self.instances[key], opt)
+        return ModelUpload(device, round_index, "edge", out, weight)
+
+    def download(self, msgs: Sequence[ModelDownload], new_cuts: Sequence[int] | None = None) -> None:
+        """Load blocks for devices; with ``new_cuts`` the layout is rebuilt first (re-partition):
+        instances of the new layout that the messages do not fill keep their old object and state."""
+        if new_cuts is not None:
+            old_instances, carried = self.instances, {}
+            for opt in self.optimizers.values():
+                carried.update({p: s for p, s in zip(opt.params, opt.param_states(opt.params)) if s})
+            self.cuts = list(new_cuts)
+            self.instances = {k: old_instances[k] if k in old_instances else shared_copy(self.template[k[1]])
+                              for k in self.layout(self.cuts)}
+            self.shared = (self.shared & set(self.instances)) | (set(self.instances) - set(old_instances))
+            self._build_optimizers(carried)
+        with torch.no_grad():
+            for msg in msgs:
+                for j, bs in msg.blocks.items():
+                    key = self.key(msg.device, j)
+                    if share_state(self.instances[key], bs.state):   # shared until the instance next runs
+                        self.shared.add(key)
+                    else:
+                        self.shared.discard(key)
+                    if bs.optimizer is not None and key[0] in self.optimizers:
+                        self.optimizers[key[0]].load_param_states(self.instances[key].parameters(), bs.optimizer)
+
+    # ---- checkpoint ---------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        keys = list(self.instances)
+        return {"cuts": list(self.cuts), "keys": keys, "instances": [self.instances[k].state_dict() for k in keys],
+                "optimizers": {o: opt.state_dict() for o, opt in self.optimizers.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.cuts = [int(c) for c in state["cuts"]]
+        self.instances = {}
+        self.shared = set()
+        for key, sd in zip(state["keys"], state["instances"]):
+            module = copy.deepcopy(self.template[key[1]])
+            module.load_state_dict(sd)
+            self.instances[tuple(key)] = module  # type: ignore[index]
+        if set(self.instances) != set(self.layout(self.cuts)):
+            raise MessageMismatchError("checkpoint layout does not match the algorithm's server layout")
+        self._build_optimizers()
+        for owner, sd in state["optimizers"].items():
+            self.optimizers[owner].load_state_dict(sd)
+
+
+class FedServer:
+    """The fed server: client-side model averaging (eq. 7; FedAvg weighted by |𝒟_i|) and the
+    global client model (the last average of each block). Uploads are folded in one at a time
+    (:meth:`add`, then :meth:`finish`), so an aggregation holds one running sum per block, not
+    every upload."""
+
+    def __init__(self) -> None:
+        self.global_blocks: dict[int, dict[str, torch.Tensor]] = {}
+        self._running: dict[int, RunningMean] = {}
+        self._optimizers: dict[int, list] = {}
+
+    def average(self, uploads: Iterable[ModelUpload], round_index: int) -> dict[int, BlockState]:
+        """Block-wise weighted mean over the uploads that hold each block (:class:`RunningMean`);
+        exact copy when all equal. Optimizer states (when uploaded) are averaged with equal weights."""
+        for u in uploads:
+            self.add(u)
+        return self.finish(round_index)
+
+    def add(self, upload: ModelUpload) -> None:
+        """Fold one upload into the running averages of its blocks (the upload may be dropped afterwards)."""
+        for j, bs in upload.blocks.items():
+            self._running.setdefault(j, RunningMean()).add(bs.state, float(upload.weight))
+            self._optimizers.setdefault(j, []).append(bs.optimizer)
+
+    def finish(self, round_index: int) -> dict[int, BlockState]:
+        """The averages of every block added since the last :meth:`finish`; they become the global model."""
+        out = {}
+        for j, running in self._running.items():
+            state = running.result()
+            opts = self._optimizers[j]
+            optimizer = None
+            if all(o is not None for o in opts):
+                optimizer = [mean_param_state(list(ps)) for ps in zip(*opts)]  # type: ignore[arg-type]
+            out[j] = BlockState(state, optimizer)
+            self.global_blocks[j] = state
+        self._running, self._optimizers = {}, {}
+        return out
+
+    def global_states(self, blocks: Iterable[int]) -> dict[int, BlockState]:
+        """The global client model's blocks among ``blocks`` (those averaged so far)."""
+        return {j: BlockState(self.global_blocks[j]) for j in blocks if j in self.global_blocks}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"global_blocks": {j: dict(s) for j, s in self.global_blocks.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.global_blocks = {int(j): dict(s) for j, s in state.get("global_blocks", {}).items()}
+
+
+class RunningMean:
+    """Σ_k w_k s_k / Σ_k w_k per entry of state dicts added one at a time: integer entries and
+    entries bitwise equal in every state are the first state's, copied exactly; while all weights
+    are equal the plain mean Σ s_k / n is summed (no rounding from the weights). Holds one
+    accumulator per entry and a reference to the first state."""
+
+    def __init__(self) -> None:
+        self.first: dict[str, torch.Tensor] | None = None
+        self.sums: dict[str, torch.Tensor] = {}
+        self.same: dict[str, bool] = {}
+        self.weight0 = 0.0
+        self.total = 0.0
+        self.count = 0
+        self.equal_weights = True
+
+    @torch.no_grad()
+    def add(self, state: dict[str, torch.Tensor], weight: float) -> None:
+        if self.first is None:
+            self.first, self.weight0 = state, weight
+            self.sums = {k: v.clone() for k, v in state.items() if v.is_floating_point()}
+            self.same = {k: True for k in self.sums}
+        else:
+            if self.equal_weights and weight != self.weight0:   # from now on Σ w·s
+                self.equal_weights = False
+                for acc in self.sums.values():
+                    acc.mul_(self.weight0)
+            for k, acc in self.sums.items():
+                t = state[k]
+                if self.same[k] and not torch.equal(self.first[k], t):
+                    self.same[k] = False
+                if self.equal_weights:
+                    acc.add_(t)
+                else:
+                    acc.add_(t, alpha=weight)
+        self.total += weight
+        self.count += 1
+
+    @torch.no_grad()
+    def result(self) -> dict[str, torch.Tensor]:
+        assert self.first is not None, "no state was added"
+        out = {}
+        for k, v in self.first.items():
+            if k not in self.sums or self.same[k]:
+                out[k] = v.clone()
+            elif self.equal_weights:
+                out[k] = self.sums[k] / self.count
+            else:
+                out[k] = self.sums[k] / self.total
+        return out
+
+
+def weighted_mean(states: Sequence[dict[str, torch.Tensor]], weights: Sequence[float]) -> dict[str, torch.Tensor]:
+    """Σ_k w_k s_k / Σ_k w_k per entry (:class:`RunningMean`'s rule)."""
+    running = RunningMean()
+    for state, weight in zip(states, weights):
+        running.add(state, float(weight))
+    return running.result()

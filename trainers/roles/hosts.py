@@ -1,0 +1,134 @@
+"""The roles as message handlers: what a process hosting devices, or the fed server, does with each
+message (:mod:`trainers.roles.messages`, :mod:`trainers.roles.protocol`). The same handlers run in the simulator
+(all devices in one :class:`DeviceHost`, :class:`trainers.engine.network.LocalNetwork`) and on the ranks of
+a torch.distributed run (a :class:`DeviceHost` per device rank, :mod:`trainers.distributed.serve`).
+
+A handler answers through ``emit(to, message)``; ``to`` is :data:`~trainers.roles.protocol.EDGE`,
+:data:`~trainers.roles.protocol.FED` or a device index (its host).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from trainers.roles.batching import ClientBatcher
+from trainers.roles.core import Device, FedServer
+from trainers.roles.messages import BlockState, CutGradient, MessageMismatchError, ModelDownload, ModelUpload, check_all_finite
+from trainers.roles.protocol import EDGE, FED, Average, Blocks, Forward, GetBlocks, GetState, RoundEnd, Send, SetState, State, Take, Upload
+
+Emit = Callable[[Any, Any], None]
+
+
+def device_finite_items(device: Device) -> list[tuple[Any, str, int | str]]:
+    """(parameter, what, device) of every client-model parameter, for :func:`check_all_finite`."""
+    return [(p, f"client model block {j + 1}", device.index) for j, block in enumerate(device.blocks)
+            for p in block.parameters()]
+
+
+class DeviceHost:
+    """Devices ``devices`` (index → :class:`~trainers.roles.core.Device`) of one process; ``batcher``
+    runs a group's client forwards as one call where it can (``--client-batching``)."""
+
+    def __init__(self, devices: dict[int, Device], batcher: ClientBatcher | None = None) -> None:
+        self.devices = devices
+        self.batcher = batcher
+
+    def device(self, index: int) -> Device:
+        try:
+            return self.devices[index]
+        except KeyError:
+            raise MessageMismatchError(f"a message for device {index}, which is not hosted here "
+                                       f"(devices {sorted(self.devices)})") from None
+
+    def handle(self, msg: Any, emit: Emit) -> None:
+        if isinstance(msg, Forward):
+            self.forward(msg, emit)
+        elif isinstance(msg, CutGradient):
+            self.device(msg.device).backward(msg)                      # eq. (6)
+        elif isinstance(msg, ModelDownload):
+            self.device(msg.device).download(msg)
+        elif isinstance(msg, Upload):
+            emit(msg.to, self.device(msg.device).upload(msg.round, msg.blocks, msg.weight, msg.with_optimizer))
+        elif isinstance(msg, GetBlocks):
+            emit(EDGE, Blocks(msg.device, [block.state_dict() for block in self.device(msg.device).blocks]))
+        elif isinstance(msg, GetState) and msg.device is not None:      # None: the fed server's (FedHost)
+            emit(EDGE, State(msg.device, self.device(msg.device).state_dict()))
+        elif isinstance(msg, SetState) and msg.device is not None:
+            self.device(msg.device).load_state_dict(msg.state)
+        elif isinstance(msg, RoundEnd):
+            check_all_finite([item for d in self.devices.values() for item in device_finite_items(d)], msg.round)
+        else:
+            raise MessageMismatchError(f"a device host cannot handle a {type(msg).__name__}")
+
+    def forward(self, msg: Forward, emit: Emit) -> None:
+        """Eq. (2) for every device of the message, one after the other or batched; their
+        activations are emitted in the message's order."""
+        if self.batcher is not None and len(msg.items) > 1:
+            batch = dict(msg.items)
+            out = self.batcher.forward([self.device(d) for d, _ in msg.items], msg.round, batch)
+            for d, _ in msg.items:
+                emit(EDGE, out[d])
+            return
+        for d, b in msg.items:
+            emit(EDGE, self.device(d).forward(msg.round, b, msg.recompute))
+
+
+class FedHost:
+    """The fed server's messages: uploads folded into the running average (or kept for a
+    hand-off), averages finished, blocks sent on (``fed`` does the arithmetic)."""
+
+    def __init__(self, fed: FedServer | None = None) -> None:
+        self.fed = fed or FedServer()
+        self.kept: dict[int, ModelUpload] = {}
+        self.latest: dict[int, BlockState] = {}
+
+    def handle(self, msg: Any, emit: Emit) -> None:
+        if isinstance(msg, ModelUpload):
+            self.fed.add(msg)
+        elif isinstance(msg, Average):
+            self.latest = self.fed.finish(msg.round)
+        elif isinstance(msg, Send):
+            blocks = {j: b for j, b in ((j, self.block(ref)) for j, ref in msg.refs.items()) if b is not None}
+            emit(msg.to, ModelDownload(msg.device, msg.round, msg.receiver, blocks, msg.cut,
+                                       fresh_optimizer=msg.fresh_optimizer))
+            for ref in msg.refs.values():
+                if ref[0] == "kept":
+                    self.kept.pop(ref[1], None)
+        elif isinstance(msg, GetState):
+            emit(EDGE, State(None, self.fed.state_dict()))
+        elif isinstance(msg, SetState):
+            self.fed.load_state_dict(msg.state)
+            self.latest = {}
+        elif isinstance(msg, RoundEnd):
+            pass
+        else:
+            raise MessageMismatchError(f"the fed server cannot handle a {type(msg).__name__}")
+
+    def keep(self, key: int, upload: ModelUpload) -> None:
+        self.kept[key] = upload
+
+    def block(self, ref: tuple) -> BlockState | None:
+        """The block a :class:`Send` reference names; None for a global block not averaged yet."""
+        kind = ref[0]
+        if kind == "avg":
+            return self.latest[ref[1]]
+        if kind == "global":
+            state = self.fed.global_blocks.get(ref[1])
+            return None if state is None else BlockState(state)
+        if kind == "kept":
+            return self.kept[ref[1]].blocks[ref[2]]
+        raise MessageMismatchError(f"the fed server holds no block {ref!r}")
+
+
+def take(host: Any, order: Take, msg: Any, emit: Emit) -> None:
+    """Deliver ``msg``, taken from ``order.source`` as the edge server ordered: a fed server keeps
+    an upload under ``order.keep`` instead of folding it."""
+    if order.keep is not None:
+        if not isinstance(host, FedHost) or not isinstance(msg, ModelUpload):
+            raise MessageMismatchError(f"only the fed server keeps uploads (got a {type(msg).__name__})")
+        host.keep(order.keep, msg)
+    else:
+        host.handle(msg, emit)
+
+
+__all__ = ["DeviceHost", "FedHost", "FED", "EDGE", "take", "device_finite_items"]

@@ -1,0 +1,84 @@
+"""Optimizers per role: what a strategy asks for (:class:`OptimizerSpec`) and the object a role
+steps (:class:`RoleOptimizer`: a torch optimizer plus optional gradient-norm clipping).
+
+SGD (momentum, weight decay) is AdaptSFL's and SplitFed's; Adam is CycleSL's (docs/algorithms.md
+CycleSL A.4.3); SCALA and GAS clip the gradient norm at 10 (docs/algorithms.md SCALA B.4, GAS B.4.5).
+Optimizer state persists across steps and rounds and moves with a block when it changes role.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import torch
+from torch import nn
+
+from trainers.config.optimizer_spec import OPTIMIZERS, OptimizerSpec  # noqa: F401  (re-exported: the spec is torch-free)
+
+
+class RoleOptimizer:
+    """The optimizer of one owner (a device's client part, or one edge-server instance group)."""
+
+    def __init__(self, spec: OptimizerSpec, params: Iterable[nn.Parameter]) -> None:
+        self.spec = spec
+        self.params = list(params)
+        self.torch = spec.build(self.params) if self.params else None
+
+    def step(self, scale: float = 1.0) -> None:
+        """Multiply the gradients by ``scale``, clip (if asked), step, clear the gradients."""
+        if self.torch is None:
+            return
+        grads = [p.grad for p in self.params if p.grad is not None]
+        if not grads:
+            return
+        if scale != 1.0:
+            torch._foreach_mul_(grads, scale)
+        if self.spec.clip_norm is not None:
+            nn.utils.clip_grad_norm_(self.params, self.spec.clip_norm)
+        self.torch.step()
+        self.torch.zero_grad(set_to_none=True)
+
+    def zero_grad(self) -> None:
+        if self.torch is not None:
+            self.torch.zero_grad(set_to_none=True)
+
+    def reset(self, params: Iterable[nn.Parameter]) -> None:
+        """Forget the optimizer state of ``params`` (their next step starts as a first step)."""
+        if self.torch is not None:
+            for p in params:
+                self.torch.state.pop(p, None)
+
+    def param_states(self, params: Iterable[nn.Parameter]) -> list[dict[str, Any]]:
+        """The optimizer state of each of ``params`` (empty dict where none yet)."""
+        state = self.torch.state if self.torch is not None else {}
+        return [dict(state.get(p, {})) for p in params]
+
+    def load_param_states(self, params: Iterable[nn.Parameter], states: Iterable[dict[str, Any]]) -> None:
+        if self.torch is None:
+            return
+        for p, s in zip(params, states):
+            if s:
+                self.torch.state[p] = {k: v.clone() if torch.is_tensor(v) else v for k, v in s.items()}
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.torch.state_dict() if self.torch is not None else {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.torch is not None and state:
+            self.torch.load_state_dict(state)
+
+
+def mean_param_state(states: list[dict[str, Any]]) -> dict[str, Any]:
+    """Average optimizer states of one parameter (float tensors averaged, the rest from the first)."""
+    states = [s for s in states if s]
+    if not states:
+        return {}
+    if len(states) == 1:
+        return {k: v.clone() if torch.is_tensor(v) else v for k, v in states[0].items()}
+    merged = {}
+    for k, v in states[0].items():
+        if torch.is_tensor(v) and v.is_floating_point() and v.dim() > 0 and all(k in s for s in states):
+            merged[k] = torch.stack([s[k] for s in states]).mean(0)
+        else:
+            merged[k] = v.clone() if torch.is_tensor(v) else v
+    return merged

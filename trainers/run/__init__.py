@@ -1,0 +1,1 @@
+"""A training run: the driver, its run folder, checkpoints, history, plots and planning policies."""

@@ -1,0 +1,135 @@
+"""Plots of runs: test accuracy vs **simulated** seconds (matplotlib, Agg backend).
+
+The image format follows the output name's extension (``.png``, ``.pdf``, ``.svg``...; a name without
+one gets ``.png`` appended, and the path actually written is returned). The file is written
+atomically (:func:`adaptplan.fileio.atomic_write`): a kill leaves the previous image or none, never
+a 0-byte or partial one.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+
+from adaptplan.errors import InputError
+from adaptplan.fileio import atomic_write, output_path, show
+from trainers.run.history import History
+
+
+def image_formats() -> list[str]:
+    """The file extensions matplotlib's Agg canvas can write (png, pdf, svg, ...)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    return sorted(FigureCanvasAgg.get_supported_filetypes())
+
+
+def image_path(out: str | os.PathLike) -> tuple[Path, str]:
+    """(path to write, matplotlib format) for the output name ``out``: ``.png`` is appended to a name
+    without an extension; an extension matplotlib cannot write, or a folder, is an InputError naming ``-o``."""
+    path = Path(out)
+    if path.is_dir():
+        raise InputError(f"{str(out)!r} is a folder; give an image file name such as {str(path / 'plot.png')!r}",
+                         field="output")
+    if not path.suffix:
+        path = path.with_name(path.name + ".png")
+    fmt, formats = path.suffix[1:].lower(), image_formats()
+    if fmt not in formats:
+        raise InputError(f"unknown image format {show(path.suffix)} of {str(out)!r}; use one of "
+                         f"{', '.join('.' + f for f in formats)}", field="output")
+    output_path(path)   # a folder behind a symbolic link is refused too
+    return path, fmt
+
+
+def plot_histories(histories: Sequence[tuple[str, History]], out: str | os.PathLike,
+                   title: str = "Test accuracy vs simulated time") -> Path:
+    """Draw one line per (label, history) of accuracy vs simulated seconds: global test accuracy solid and,
+    where the run recorded it, the local protocol's accuracy (each device's model on its own held-out samples)
+    dashed in the same colour; write the image to ``out`` (see :func:`image_path`) and return the path written.
+    ``title`` is drawn literally."""
+    path, fmt = image_path(out)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    try:
+        for label, history in histories:
+            ev = history.evaluated
+            local = [(r.sim_seconds, r.local_accuracy) for r in ev if r.local_accuracy is not None]
+            line, = ax.plot([r.sim_seconds for r in ev], [r.accuracy if r.accuracy is not None else float("nan")
+                                                          for r in ev], marker=".",
+                            label=f"{label} (global test set)" if local else label)
+            if local:
+                ax.plot(*zip(*local), marker="x", linestyle="--", color=line.get_color(),
+                        label=f"{label} (local held-out samples)")
+        ax.set_xlabel("simulated time (s)")
+        ax.set_ylabel("accuracy")
+        ax.set_title(title.replace("$", r"\$"))   # taken literally, never parsed as mathtext
+        ax.grid(alpha=0.3)
+        if histories:
+            ax.legend(fontsize="small")
+        fig.tight_layout()
+        dpi = 120
+        atomic_write(path, lambda fh: fig.savefig(fh, format=fmt, dpi=dpi))
+    finally:
+        plt.close(fig)
+    return path
+
+
+def ratio_label(ratio: float) -> str:
+    """measured/predicted as the bars' label: ``0.85×``, ``1.3×``, ``130×``, ``2,400×`` (never ``1.3e+02×``)."""
+    if ratio >= 100:
+        return f"{ratio:,.0f}×"
+    return f"{ratio:.2g}×" if ratio >= 0.01 else f"{ratio:.1e}×"
+
+
+def plot_predicted_vs_measured(history: History, out: str | os.PathLike, title: str) -> Path:
+    """Two panels for a torch.distributed run: mean seconds per stage, predicted (latency model) next
+    to measured, with measured/predicted written above each pair (log scale); and every round's
+    predicted vs measured seconds. Written like :func:`plot_histories`."""
+    path, fmt = image_path(out)
+    rows = history.stage_comparison()
+    if not rows:
+        raise InputError("the run has no measured seconds: only a torch.distributed run (adaptplan train "
+                         "--distributed) records them", field="runs")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (bars, rounds) = plt.subplots(1, 2, figsize=(11, 4.2))
+    try:
+        stages = [r["stage"] for r in rows if r["stage"] != "round"]
+        xs = range(len(stages))
+        predicted = [next(r for r in rows if r["stage"] == s)["predicted_s"] for s in stages]
+        measured = [next(r for r in rows if r["stage"] == s)["measured_s"] for s in stages]
+        bars.bar([x - 0.2 for x in xs], predicted, width=0.4, label="predicted (latency model)")
+        bars.bar([x + 0.2 for x in xs], measured, width=0.4, label="measured")
+        for x, p, m in zip(xs, predicted, measured):
+            if p > 0:
+                bars.annotate(ratio_label(m / p), (x, max(p, m)), ha="center", va="bottom", fontsize="x-small")
+        bars.set_xticks(list(xs), stages, rotation=30, ha="right", fontsize="small")
+        bars.set_yscale("log")
+        bars.set_ylabel("mean seconds per round")
+        bars.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=2)  # below: no bar hidden
+        measured_rounds = [r for r in history.records if r.measured_round_seconds is not None]
+        rounds.plot([r.round for r in measured_rounds], [r.round_sim_seconds for r in measured_rounds], marker=".",
+                    label="predicted (simulated clock)")
+        rounds.plot([r.round for r in measured_rounds], [r.measured_round_seconds for r in measured_rounds], marker=".",
+                    label="measured (wall)")
+        rounds.set_xlabel("round")
+        from matplotlib.ticker import MaxNLocator
+
+        rounds.xaxis.set_major_locator(MaxNLocator(integer=True))   # rounds are whole numbers
+        rounds.set_ylabel("seconds")
+        rounds.legend(fontsize="small")
+        for ax in (bars, rounds):
+            ax.grid(alpha=0.3)
+        fig.suptitle(title.replace("$", r"\$"))
+        fig.tight_layout()
+        atomic_write(path, lambda fh: fig.savefig(fh, format=fmt, dpi=120))
+    finally:
+        plt.close(fig)
+    return path
