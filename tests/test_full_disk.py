@@ -15,7 +15,7 @@ import pytest
 
 from adaptplan.cli import main
 from adaptplan.errors import InputError
-from trainers import run_folder
+from trainers.run import folder as run_folder
 from trainers.run.folder import RunFolder
 
 NO_SPACE = OSError(errno.ENOSPC, "No space left on device")
