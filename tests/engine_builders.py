@@ -42,7 +42,7 @@ def params(model: nn.Module) -> list[torch.Tensor]:
     return [p.detach().clone() for p in model.parameters()]
 
 
-# A clock with fixed, distinct per-device stage seconds (tests/test_engine_timing.py writes its rounds out).
+# A clock with fixed, distinct per-device stage seconds (tests/trainers/engine/test_engine_timing.py writes its rounds out).
 B = 16
 #                     device 0   device 1   device 2
 FP = np.array([3.0, 1.0, 2.0])       # T^F, per b samples

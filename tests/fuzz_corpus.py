@@ -1,4 +1,4 @@
-"""A seeded generator of hostile input files for the CLI fuzz test (tests/test_fuzz_cli.py).
+"""A seeded generator of hostile input files for the CLI fuzz test (tests/adaptplan/cli/test_fuzz_cli.py).
 
 Each base document is a small valid profile / system / constants / plan / history. Every field
 (every path to a value, containers included) is mutated with kinds drawn by a seeded RNG: wrong

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A small mutation-testing harness (standard library only; see docs/mutation.md).
 
-    python tools/mutate.py solvers --tests "tests/test_dinkelbach.py tests/test_bcd.py" --sample 80 --seed 1
+    python tools/mutate.py solvers --tests "tests/solvers/test_dinkelbach.py tests/solvers/test_bcd.py" --sample 80 --seed 1
 
 For every Python file under the given packages/files it enumerates single-point mutants with
 :mod:`ast` — comparison swaps (``<``→``<=`` …), arithmetic swaps (``+``→``-``, ``*``→``/`` …),

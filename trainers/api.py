@@ -1,5 +1,5 @@
 """The strategy API: everything an algorithm may use, and the only module strategies import
-(tests/test_architecture.py checks it). Flower-style: roles do, a strategy decides.
+(tests/project/test_architecture.py checks it). Flower-style: roles do, a strategy decides.
 
 A round (docs/architecture.md "The runtime"), and the decision points it asks the strategy:
 

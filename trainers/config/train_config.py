@@ -45,7 +45,7 @@ MAX_ALPHA = 1e6            # Dirichlet concentration (large = iid)
 MAX_SCALE = 1e6            # --flops-scale / --bandwidth-scale: a million times the generator's ranges
 MAX_MODEL_WIDTH = 4096     # channels of the built-ins' first layer
 DATASETS = ("cifar10-subset", "mnist-subset", "mnist", "cifar10", "cifar100", "fashion-mnist", "synthetic")
-"""Valid values of ``--dataset``: each has its loader in trainers.inputs.datasets.LOADERS (tests/test_datasets.py)."""
+"""Valid values of ``--dataset``: each has its loader in trainers.inputs.datasets.LOADERS (tests/trainers/inputs/test_datasets.py)."""
 # built-ins; any torchvision name or package.module:factory is valid too
 MODELS = ("cnn", "mlp", "vgg16-cifar", "resnet18-cifar", "resnet34-cifar", "resnet50-cifar")
 #: How ``package.module:factory`` is found (profilers.models._factory), for the --model/MODEL help of

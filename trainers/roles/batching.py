@@ -14,7 +14,7 @@ optimizer steps them (so SGD with momentum and weight decay, Adam and per-device
 clipping are the per-device code itself), its sampler draws its own indices, its step counter and
 pending activation are its own. Checkpoints, re-partitioning, aggregation and evaluation see
 ordinary per-device modules. The results equal the per-device path's up to floating-point
-rounding (vmap computes the same sums in another order): tests/test_batching.py checks losses and
+rounding (vmap computes the same sums in another order): tests/trainers/roles/test_batching.py checks losses and
 all parameters after several rounds within 1e-6.
 
 A batch holds the devices of one group with the same cut and the same drawn batch size. Blocks

@@ -37,7 +37,7 @@ Gram products and norms, g_lead and the server step from weighted sums of its ro
 it is copied; the replies' cut gradients ∂L_i/∂a_i at the pre-update w_s come from the runtime
 (:meth:`EdgeServer.cut_gradients`: one more server pass over the devices answered where that is harmless,
 else the ones kept from the per-device passes). The
-results equal the per-device formulas up to float rounding (tests/test_gapsl.py). ``double_backprop``
+results equal the per-device formulas up to float rounding (tests/trainers/strategies/test_gapsl.py). ``double_backprop``
 keeps every device's g_i with its graph, as eq. (7) needs.
 """
 

@@ -1,0 +1,1 @@
+"""Tests mirroring the packages (issue 35 item 5)."""
