@@ -5,7 +5,8 @@ Every rank is one long-lived MQTT client (paho-mqtt), logged in as ``rank<r>`` w
 password, over TLS to the broker (the CA certificate given). Topics, one per (receiver, sender)::
 
     ap/<run>/to/rank<dst>/from/rank<src>     a frame of the safe wire (trainers/distributed/wire.py)
-    ap/<run>/ready/rank<r>                    retained: rank r is subscribed (the start barrier)
+    ap/<run>/ready/rank<r>                    retained: rank r is subscribed (the start barrier); its payload is
+                                              the session of rank r's process (FrameChannel.announce)
     ap/<run>/gone/rank<r>                     rank r's will: its connection dropped without a goodbye
 
 The broker's access control list lets ``rank<r>`` read only ``to/rank<r>/#`` and write only
@@ -24,6 +25,7 @@ waits on it after ``--rank-timeout`` s; the run then stops and can be resumed fr
 from __future__ import annotations
 
 import os
+import re
 import socket
 import threading
 import time
@@ -34,6 +36,8 @@ from adaptplan.errors import InputError
 from trainers.distributed import wire
 from trainers.distributed.transport import FrameChannel, PeerError
 
+_SESSION = re.compile(r"[0-9a-f]{16}")
+"""A rank's session on its ready flag (FrameChannel.session)."""
 BROKER_ENV = "ADAPTPLAN_MQTT_BROKER"          # host:port
 CA_ENV = "ADAPTPLAN_MQTT_CA"                  # the CA certificate's file
 PASSWORD_FILE_ENV = "ADAPTPLAN_MQTT_PASSWORD_FILE"
@@ -175,7 +179,8 @@ class MqttChannel(FrameChannel):
         if any(r.is_failure for r in reasons):
             self._refused = f"a subscription was refused: {', '.join(str(r) for r in reasons)}"
             return
-        ready = client.publish(f"ap/{self.login.run}/ready/{user(self.rank)}", b"1", qos=1, retain=True)   # (again) here
+        ready = client.publish(f"ap/{self.login.run}/ready/{user(self.rank)}", self.session.encode(), qos=1,
+                               retain=True)   # (again) here
         self._untracked.add(ready.mid)
         self._connected.set()
 
@@ -195,6 +200,11 @@ class MqttChannel(FrameChannel):
         if src not in self._inbox:
             return
         if parts[2] == "ready" and message.payload:
+            session = bytes(message.payload).decode("ascii", "replace")
+            if not _SESSION.fullmatch(session):
+                self._refuse(src, f"its ready flag holds {session[:20]!r}, not a session")
+                return
+            self.announce(src, session)
             self._ready.add(src)
             self._gone.pop(src, None)              # it came back: the broker held its frames meanwhile
         elif parts[2] == "gone":

@@ -16,6 +16,7 @@ with one line instead of a traceback.
 from __future__ import annotations
 
 import queue
+import secrets
 import threading
 import time
 from typing import Any, Callable, Sequence
@@ -72,13 +73,27 @@ class FrameChannel:
     (:mod:`~trainers.distributed.wire`), one inbox per peer, waits with deadlines. A carrier
     (:class:`Channel` over gloo, :class:`~trainers.distributed.mqtt.MqttChannel` over a broker)
     hands each received frame to :meth:`_accept` and implements :meth:`_transmit`.
-    ``describe(rank)`` names a rank's role for messages."""
+    ``describe(rank)`` names a rank's role for messages.
+
+    Sessions: this process is :attr:`session` (random, 16 hex digits); each frame names it and the
+    receiver's session as announced to this rank (:meth:`announce`: gloo exchanges them when the ranks
+    join, the broker's ready flags carry them). A frame is taken only from the sender's announced session
+    and addressed to this one, so a frame of another run, or of an earlier process of either rank, is
+    refused even under a reused secret; an earlier session's frames still on their way after the peer's
+    new process announced itself are dropped. A :class:`Rejoin` restarts a peer's numbering only from a
+    session whose numbering has not started yet: a replayed one is refused like any replayed frame. A peer
+    that announced no session is pinned to the session of its first frame."""
 
     def __init__(self, rank: int, peers: Sequence[int], timeout: float, describe: Callable[[int], str],
-                 key: bytes = b"", trace: Callable[[wire.Frame], None] | None = None) -> None:
+                 key: bytes = b"", trace: Callable[[wire.Frame], None] | None = None,
+                 session: str | None = None) -> None:
         self.rank = rank
         self.key = key
         self.trace = trace
+        self.session = session or secrets.token_hex(8)
+        self._sessions: dict[int, str] = {}            # each peer's current session, as announced (or first seen)
+        self._retired: dict[int, set[str]] = {r: set() for r in peers}   # its earlier processes' sessions
+        self._numbered: dict[int, str] = {}            # the session whose frame numbering is running
         self._sent_seq: dict[int, int] = {}
         self._expected: dict[int, int] = {r: 0 for r in peers}
         self.timeout = float(timeout)
@@ -95,8 +110,12 @@ class FrameChannel:
         carrier) a frame numbered below the next expected one is a re-delivery and dropped."""
         try:
             frame = wire.decode(payload, self.key)
+            if frame.ses in self._retired[src]:
+                return True                    # an earlier process of the peer: its frames still on their way
+            if not self._from_current_session(src, frame):
+                return True                    # addressed to an earlier process of this rank
             if (frame.seq == 0 and (frame.src, frame.dst) == (src, self.rank) and isinstance(frame.value, Envelope)
-                    and isinstance(frame.value.msg, Rejoin)):
+                    and isinstance(frame.value.msg, Rejoin) and self._numbered.get(src) != frame.ses):
                 self.restart_numbering(src)    # the peer's new process (authenticated): numbering starts over
             if src in self._restarting and (frame.src, frame.dst) == (src, self.rank):
                 if frame.seq != 0:
@@ -109,6 +128,7 @@ class FrameChannel:
                 raise wire.WireError(f"it is numbered {frame.src}→{frame.dst} #{frame.seq}, not "
                                      f"{src}→{self.rank} #{expected} (replayed, re-ordered or misdirected)")
             self._expected[src] = expected + 1
+            self._numbered[src] = frame.ses
             if self.trace is not None:
                 self.trace(frame)
             obj = frame.value
@@ -120,6 +140,30 @@ class FrameChannel:
             return False
         self._inbox[src].put(obj)
         return True
+
+    def _from_current_session(self, src: int, frame: wire.Frame) -> bool:
+        """Whether ``frame`` comes from ``src``'s current session and is addressed to this one; False for a frame
+        addressed to an earlier process of this rank while it rejoins (dropped); :class:`~wire.WireError` for
+        anything else (another run's frame, or a replay)."""
+        known = self._sessions.setdefault(src, frame.ses)          # no announcement: the first frame's session
+        if frame.ses != known:
+            raise wire.WireError(f"it comes from session {frame.ses[:16]!r} of rank {src}, not its current "
+                                 f"{known[:16]!r} (another run's frame, or replayed)")
+        if frame.to != self.session:
+            if self.rejoining and frame.to:
+                return False
+            raise wire.WireError(f"it is addressed to session {frame.to[:16]!r} of rank {self.rank}, not this "
+                                 f"process's {self.session!r} (another run's frame, or replayed)")
+        return True
+
+    def announce(self, rank: int, session: str) -> None:
+        """``rank``'s current process is ``session`` (a new one retires the one before: its frames are dropped,
+        and frames to ``rank`` are addressed to the new one)."""
+        earlier = self._sessions.get(rank)
+        if earlier is not None and earlier != session:
+            self._retired[rank].add(earlier)
+        self._retired[rank].discard(session)
+        self._sessions[rank] = session
 
     def _refuse(self, src: int, why: str) -> None:
         """Report a frame from ``src`` refused for ``why``; the peer counts as lost."""
@@ -149,7 +193,8 @@ class FrameChannel:
             raise PeerError(dst, self.describe(dst), f"stopped receiving ({self._send_error[dst]})")
         seq = self._sent_seq.get(dst, 0)
         self._sent_seq[dst] = seq + 1
-        self._transmit(dst, wire.encode(Envelope(obj, time.time(), rate, charged_bytes), self.rank, dst, seq, self.key))
+        self._transmit(dst, wire.encode(Envelope(obj, time.time(), rate, charged_bytes), self.rank, dst, seq, self.key,
+                                        self.session, self._sessions.get(dst, "")))
 
     def flush(self, timeout: float | None = None, skip_lost: bool = False) -> None:
         """Wait until every queued message has been taken by its receiver (deadline ``timeout``);
@@ -250,6 +295,9 @@ class Channel(FrameChannel):
         super().__init__(rank, peers, timeout, describe, key, trace)
         self.group = group
         self._outbox: dict[int, queue.Queue] = {}
+        for r, session in enumerate(exchange_sessions(self.session)):
+            if r != rank:
+                self.announce(r, session)
         for r in peers:
             threading.Thread(target=self._receive_from, args=(r,), daemon=True, name=f"recv-{r}").start()
 
@@ -302,6 +350,18 @@ class Channel(FrameChannel):
         self.closing = True
         for box in self._outbox.values():
             box.put(_CLOSED)
+
+
+SESSION_BYTES = 8
+
+
+def exchange_sessions(mine: str) -> list[str]:
+    """Every rank's session, by rank, from one all-gather over the default group (its set-up time-out) before
+    any frame: 8 bytes each, raw, nothing unpickled."""
+    raw = torch.frombuffer(bytearray(bytes.fromhex(mine)), dtype=torch.uint8)
+    out = [torch.zeros(SESSION_BYTES, dtype=torch.uint8) for _ in range(dist.get_world_size())]
+    dist.all_gather(out, raw)
+    return [bytes(t.tolist()).hex() for t in out]
 
 
 def _cause(exc: BaseException) -> str:

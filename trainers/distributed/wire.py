@@ -6,7 +6,9 @@ A frame is, in order (docs/distributed.md, "The wire")::
     | tensor bytes (concatenated) | tag (32 bytes, HMAC-SHA256 over everything before it)
 
 The header holds the sender, the receiver and a sequence number per (sender, receiver) pair (a
-replayed or re-ordered frame is refused), the value (a tree of JSON values, lists, tuples, sets,
+replayed or re-ordered frame is refused), the sender's session and the receiver's as the sender knows it
+(``ses``, ``to``: random per process, so a frame of another run or of an earlier process of either rank is
+refused, :class:`~trainers.distributed.transport.FrameChannel`), the value (a tree of JSON values, lists, tuples, sets,
 dicts with int/str/tuple keys, tensors, numpy arrays and the message dataclasses of
 :mod:`trainers.roles.messages`, :mod:`trainers.roles.protocol` and :mod:`trainers.distributed.control`) and one
 entry per tensor: its dtype (a fixed list), shape and byte range. Decoding builds only those types,
@@ -60,14 +62,17 @@ class WireError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Frame:
-    """A decoded frame: who sent it to whom, its sequence number on that pair, its value, and the
-    (dtype, shape) of every tensor it carried (what ``ADAPTPLAN_WIRE_TRACE`` records)."""
+    """A decoded frame: who sent it to whom, its sequence number on that pair, its value, the
+    (dtype, shape) of every tensor it carried (what ``ADAPTPLAN_WIRE_TRACE`` records), the sender's session
+    ``ses`` and the receiver's session ``to`` it was sent to ("" where the sender knew none)."""
 
     src: int
     dst: int
     seq: int
     value: Any
     tensors: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    ses: str = ""
+    to: str = ""
 
 
 # ---- encoding -------------------------------------------------------------------------------------------
@@ -115,11 +120,16 @@ class _Encoder:
                         "and the messages of trainers.roles.messages can)")
 
 
-def encode(value: Any, src: int, dst: int, seq: int, key: bytes) -> bytes:
-    """The frame of ``value`` from rank ``src`` to rank ``dst`` (``seq``-th on that pair), tagged with ``key``."""
+MAX_SESSION_CHARS = 64
+"""The longest session name a header may hold (a process's session is 16 hex digits)."""
+
+
+def encode(value: Any, src: int, dst: int, seq: int, key: bytes, ses: str = "", to: str = "") -> bytes:
+    """The frame of ``value`` from rank ``src`` (session ``ses``) to rank ``dst`` (session ``to``), ``seq``-th on
+    that pair, tagged with ``key``."""
     enc = _Encoder()
     tree = enc.value(value)
-    header = json.dumps({"src": src, "dst": dst, "seq": seq, "v": tree, "t": enc.tensors},
+    header = json.dumps({"src": src, "dst": dst, "seq": seq, "ses": ses, "to": to, "v": tree, "t": enc.tensors},
                         separators=(",", ":")).encode()
     body = b"".join([MAGIC, struct.pack(">I", len(header)), header, *enc.chunks])
     return body + hmac.new(key, body, hashlib.sha256).digest()
@@ -219,10 +229,13 @@ def decode(frame: bytes | bytearray | memoryview, key: bytes) -> Frame:
         raise WireError("its header is not JSON (or holds a number too long to read)") from None
     if not isinstance(header, dict) or not all(isinstance(header.get(k), int) for k in ("src", "dst", "seq")):
         raise WireError("its header lacks the sender, receiver or sequence number")
+    sessions = [header.get(k, "") for k in ("ses", "to")]
+    if not all(isinstance(v, str) and len(v) <= MAX_SESSION_CHARS for v in sessions):
+        raise WireError(f"its sessions are not names of at most {MAX_SESSION_CHARS} characters")
     decoder = _Decoder(header.get("t"), body[8 + n:])
     try:
         value = decoder.value(header.get("v"))
     except RecursionError:
         raise WireError("its value is nested too deeply") from None
     return Frame(header["src"], header["dst"], header["seq"], value,
-                 tuple((name, shape) for name, shape, _, _ in decoder.specs))
+                 tuple((name, shape) for name, shape, _, _ in decoder.specs), *sessions)

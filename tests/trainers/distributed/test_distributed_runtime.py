@@ -161,6 +161,12 @@ class FakeDist:
     def get_rank(self) -> int:
         return self.rank
 
+    def all_gather(self, out: list, tensor: torch.Tensor, group: Any = None) -> None:
+        """The session exchange: this rank's own, and a made-up one for each peer (:func:`peer_session`)."""
+        for r, t in enumerate(out):
+            t.copy_(tensor if r == self.rank else torch.tensor(list(bytes.fromhex(peer_session(r))), dtype=torch.uint8))
+        self.mine = bytes(tensor.tolist()).hex()
+
     def get_world_size(self) -> int:
         return self.world
 
@@ -181,7 +187,7 @@ class FakeDist:
         if seq is None:
             seq = self.seq.get(src, 0)
             self.seq[src] = seq + 1
-        frame = wire_format.encode(obj, src, self.rank, seq, KEY if key is None else key)
+        frame = wire_format.encode(obj, src, self.rank, seq, KEY if key is None else key, peer_session(src), self.mine)
         self.deliver_bytes(src, frame)
 
     def deliver_bytes(self, src: int, frame: bytes, length: int | None = None) -> None:
@@ -194,6 +200,11 @@ class FakeDist:
 
 
 KEY = b"k" * 32
+
+
+def peer_session(rank: int) -> str:
+    """The session the fake process group gives peer ``rank``."""
+    return f"{rank + 1:016x}"
 
 
 def decode(payload: torch.Tensor) -> Any:
@@ -230,7 +241,7 @@ def test_a_message_is_its_length_then_its_numbered_authenticated_frame(wire, mon
     channel.send(Stop(), 2)
     channel.send(Stop(), 3)
     channel.flush()
-    expected = wire_format.encode(Envelope(obj, 42.5, 8e6), 0, 2, 0, KEY)
+    expected = wire_format.encode(Envelope(obj, 42.5, 8e6), 0, 2, 0, KEY, channel.session, peer_session(2))
     to_2 = [t for d, t in fake.sent if d == 2]                        # one sending thread per destination
     header, payload = to_2[:2]
     assert header.dtype == torch.int64 and header.tolist() == [len(expected)]
@@ -259,11 +270,11 @@ def test_a_refused_frame_names_its_sender_on_every_later_wait(wire, case: str, w
     elif case == "replayed":
         fake.deliver(2, Stop(), seq=0)
     elif case == "misdirected":
-        fake.deliver_bytes(2, wire_format.encode(Envelope(Stop(), 0.0), 2, 3, 1, KEY))
+        fake.deliver_bytes(2, wire_format.encode(Envelope(Stop(), 0.0), 2, 3, 1, KEY, peer_session(2), fake.mine))
     elif case == "pickle":
         fake.deliver_bytes(2, pickle.dumps({"op": "x"}))
     elif case == "no envelope":
-        fake.deliver_bytes(2, wire_format.encode({"op": "x"}, 2, 0, 1, KEY))
+        fake.deliver_bytes(2, wire_format.encode({"op": "x"}, 2, 0, 1, KEY, peer_session(2), fake.mine))
     else:
         fake.deliver_bytes(2, b"x", length=wire_format.MAX_FRAME_BYTES + 1)
     for _ in range(2):
@@ -999,8 +1010,12 @@ class RecordingChannel(transport.FrameChannel):
     def _pending(self, dst: int) -> bool:
         return False
 
-    def deliver(self, src: int, msg: Any, seq: int) -> bool:
-        return self._accept(src, wire_format.encode(Envelope(msg, 0.0), src, self.rank, seq, KEY), 1.0, duplicates=True)
+    def deliver(self, src: int, msg: Any, seq: int, ses: str | None = None, to: str | None = None) -> bool:
+        """``msg`` as ``src``'s frame numbered ``seq``, from its session ``ses`` (default :func:`peer_session`) to this
+        process's (or ``to``)."""
+        frame = wire_format.encode(Envelope(msg, 0.0), src, self.rank, seq, KEY, peer_session(src) if ses is None else ses,
+                                   self.session if to is None else to)
+        return self._accept(src, frame, 1.0, duplicates=True)
 
 
 KEY = b"k" * 32
@@ -1013,7 +1028,9 @@ def test_a_new_process_of_a_peer_restarts_the_numbering_and_is_sent_nothing_unti
     for seq in range(3):
         assert c.deliver(3, Ready([1]), seq)
     c.send(Stop(), 3)
-    assert c.deliver(3, Rejoin(), 0)                    # numbered 0 again: a new process, authenticated
+    new = "00000000000000ff"
+    c.announce(3, new)                                  # its new process's ready flag
+    assert c.deliver(3, Rejoin(), 0, ses=new)           # numbered 0 again: a new process, authenticated
     assert isinstance(c.recv(3, timeout=0.1).msg, Rejoin)  # what its earlier process sent is gone
     assert c.restarted(3)
     with pytest.raises(PeerError, match=r"rank 3 \(role 3\) stopped receiving \(it was started again as a new "
@@ -1023,7 +1040,8 @@ def test_a_new_process_of_a_peer_restarts_the_numbering_and_is_sent_nothing_unti
     assert not c.restarted(3)
     c.send(Layout(3), 3)
     assert wire_format.decode(c.out[-1][1], KEY).seq == 0   # frames to it numbered from 0 too
-    assert c.deliver(3, Ready([1]), 1) and c.recv(3, timeout=0.1).msg == Ready([1])
+    assert c.deliver(3, Ready([1]), 1, ses=new) and c.recv(3, timeout=0.1).msg == Ready([1])
+    assert wire_format.decode(c.out[-1][1], KEY).to == new  # addressed to the new process
     assert not c.deliver(2, Rejoin(), 5)                 # a Rejoin not numbered 0 is out of sequence: refused
 
 
@@ -1214,3 +1232,61 @@ def test_the_end_of_a_run_names_the_ranks_taken_out_and_stops_only_the_others() 
     edge.channel, edge.network = ScriptedChannel(), None
     edge.finish()
     assert [(dst, msg) for dst, msg, *_ in edge.channel.sent] == [(r, Stop([])) for r in (1, 2, 3, 4)]
+
+
+# ---- sessions: frames of another run or an earlier process (issue 36 W4) ------------------------------------
+@pytest.mark.parametrize("case", ["another sender session", "another receiver session"])
+def test_a_frame_of_another_run_under_the_same_secret_is_refused(wire, case: str) -> None:
+    """The gloo channel learns every rank's session when it opens; a frame signed with the run's secret but
+    sent by or to another process (a reused secret file, captured frames) is refused, naming the sessions."""
+    fake, channel = wire
+    other = "0123456789abcdef"
+    ses, to = (other, fake.mine) if case == "another sender session" else (peer_session(2), other)
+    fake.deliver_bytes(2, wire_format.encode(Envelope(Stop(), 0.0), 2, 0, 0, KEY, ses, to))
+    why = (rf"it comes from session '{other}' of rank 2, not its current '{peer_session(2)}'"
+           if case == "another sender session" else rf"it is addressed to session '{other}' of rank 0, not this process's")
+    with pytest.raises(FrameRefused, match=rf"sent rank 0 a frame it refused: {why}"):
+        channel.recv(2)
+    fake.deliver(1, Layout(3))                                          # the other peers are unaffected
+    assert channel.recv(1).msg == Layout(3)
+
+
+def test_every_frame_sent_names_this_process_and_the_receivers(wire) -> None:
+    fake, channel = wire
+    channel.send(Stop(), 3)
+    channel.flush()
+    frame = wire_format.decode([t for d, t in fake.sent if d == 3][1].numpy(), KEY)
+    assert (frame.ses, frame.to) == (channel.session, peer_session(3)) and len(channel.session) == 16
+
+
+def test_a_replayed_rejoin_mid_run_does_not_restart_the_numbering() -> None:
+    """A Rejoin captured at a process's start and sent again mid-run carries that same process's session: it
+    is a frame numbered below the next one (dropped as a re-delivery), not a new process, so the numbering
+    goes on and the frames numbered before it stay refused when replayed."""
+    from trainers.distributed.control import Rejoin
+
+    c = RecordingChannel()
+    new = "00000000000000ee"
+    c.announce(3, new)
+    assert c.deliver(3, Rejoin(), 0, ses=new) and c.deliver(3, Ready([1]), 1, ses=new)
+    assert c.deliver(3, Ready([2]), 2, ses=new)
+    assert c.deliver(3, Rejoin(), 0, ses=new) and c.deliver(3, Ready([1]), 1, ses=new)    # the replays
+    assert c._expected[3] == 3                                       # its numbering was not restarted
+    assert [type(c.recv(3, timeout=0.1).msg).__name__ for _ in range(3)] == ["Rejoin", "Ready", "Ready"]
+    assert c.take_waiting(3, Rejoin) is None and c.take_waiting(3, Ready) is None         # nothing replayed was taken
+    assert c.deliver(3, Ready([3]), 3, ses=new) and c.recv(3, timeout=0.1).msg == Ready([3])
+
+
+def test_an_earlier_process_frames_are_dropped_once_its_successor_announced_itself() -> None:
+    """After a peer's new process announced its session, frames of the earlier one (still on their way, or
+    replayed, a Rejoin included) are dropped, never taken; the new process's are."""
+    from trainers.distributed.control import Rejoin
+
+    c = RecordingChannel()
+    assert c.deliver(3, Ready([1]), 0) and c.recv(3, timeout=0.1).msg == Ready([1])
+    c.announce(3, "00000000000000ee")
+    for frame in ((Ready([1]), 1), (Rejoin(), 0)):
+        assert c.deliver(3, *frame)                                  # dropped, not refused
+    assert c.take_waiting(3, Ready) is None and c.take_waiting(3, Rejoin) is None
+    assert c.deliver(3, Rejoin(), 0, ses="00000000000000ee") and isinstance(c.recv(3, timeout=0.1).msg, Rejoin)
+    assert not c.deliver(2, Ready([0]), 0, to="00000000000000aa")    # to another process of this rank: refused

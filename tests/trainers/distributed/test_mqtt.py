@@ -184,16 +184,46 @@ def test_a_redelivered_frame_is_dropped_and_a_gap_is_refused(broker) -> None:
     from trainers.distributed import wire
     from trainers.distributed.control import Envelope
 
-    frames = [wire.encode(Envelope({"n": n}, time.time(), None, None), 0, 1, n, KEY) for n in range(3)]
+    sessions = (ch[0].session, ch[1].session)
+    frames = [wire.encode(Envelope({"n": n}, time.time(), None, None), 0, 1, n, KEY, *sessions) for n in range(3)]
     for raw in (frames[0], frames[0], frames[1]):                          # QoS 1 may deliver #0 twice
         ch[0].client.publish(frame_topic(broker.run, 1, 0), raw, qos=1)
     assert [ch[1].recv(0).msg["n"] for _ in range(2)] == [0, 1]
-    ch[0].client.publish(frame_topic(broker.run, 1, 0), wire.encode(Envelope({"n": 9}, 0.0, None, None), 0, 1, 9, KEY),
-                         qos=1)
+    ch[0].client.publish(frame_topic(broker.run, 1, 0),
+                         wire.encode(Envelope({"n": 9}, 0.0, None, None), 0, 1, 9, KEY, *sessions), qos=1)
     with pytest.raises(PeerError, match=r"sent rank 1 a frame it refused: it is numbered 0→1 #9, not 0→1 #2"):
         ch[1].recv(0)
     for c in ch.values():
         c.close()
+
+
+def test_frames_of_an_earlier_run_under_the_same_secret_are_refused(broker) -> None:
+    """Issue 36 W4: the same secret and run name, a new run: rank 0's frames to rank 1 captured in the first run
+    and published again in the second are refused (they name the earlier processes' sessions), and nothing of
+    them is taken."""
+    from trainers.distributed import wire
+
+    first = channels(broker, [0, 1])
+    captured = []
+    first[1].trace = captured.append                 # what rank 1 took in the first run, as frames
+    raw: list[bytes] = []
+    original = first[0]._transmit
+    first[0]._transmit = lambda dst, frame: raw.append(frame) or original(dst, frame)
+    first[0].send({"n": 0}, 1)
+    assert first[1].recv(0).msg == {"n": 0} and len(raw) == 1 and captured[0].to == first[1].session
+    for c in first.values():
+        c.close()
+    second = channels(broker, [0, 1])                # new processes: new sessions, numbering from 0 again
+    try:
+        assert {second[0].session, second[1].session}.isdisjoint({first[0].session, first[1].session})
+        second[0].client.publish(frame_topic(broker.run, 1, 0), raw[0], qos=1)      # the replay, numbered #0
+        with pytest.raises(PeerError, match=r"sent rank 1 a frame it refused: it comes from session '[0-9a-f]{16}' of "
+                                            r"rank 0, not its current '[0-9a-f]{16}' \(another run's frame, or replayed\)"):
+            second[1].recv(0, timeout=10)
+        assert wire.decode(raw[0], KEY).seq == 0      # it was well signed and next in sequence: only its session was wrong
+    finally:
+        for c in second.values():
+            c.close()
 
 
 def test_a_dropped_connection_reconnects_and_loses_or_repeats_nothing(broker) -> None:

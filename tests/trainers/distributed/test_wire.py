@@ -40,11 +40,14 @@ def roundtrip(value):
 
 def test_the_frame_layout_is_magic_length_json_bytes_and_an_hmac() -> None:
     t = torch.tensor([1.5, -2.0], dtype=torch.float32)
-    frame = wire.encode({"x": t}, 0, 3, 4, KEY)
+    frame = wire.encode({"x": t}, 0, 3, 4, KEY, "00000000000000a0", "00000000000000b3")
     assert frame[:4] == b"APW1"
     (n,) = struct.unpack(">I", frame[4:8])
     header = json.loads(frame[8:8 + n])
-    assert header == {"src": 0, "dst": 3, "seq": 4, "v": {"D": [["x", {"X": 0}]]}, "t": [["float32", [2], 0, 8]]}
+    assert header == {"src": 0, "dst": 3, "seq": 4, "ses": "00000000000000a0", "to": "00000000000000b3",
+                      "v": {"D": [["x", {"X": 0}]]}, "t": [["float32", [2], 0, 8]]}
+    back = wire.decode(frame, KEY)
+    assert (back.ses, back.to) == ("00000000000000a0", "00000000000000b3")
     assert frame[8 + n:8 + n + 8] == t.numpy().tobytes()
     assert frame[-32:] == hmac.new(KEY, frame[:-32], hashlib.sha256).digest()
     assert len(frame) == 8 + n + 8 + 32
