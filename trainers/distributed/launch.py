@@ -11,7 +11,9 @@ to this terminal; the other ranks' messages are collected and printed when one f
 
 When a rank ends with an error or a signal, the others get ``GRACE_SECONDS`` to stop on their own
 (rank 0 aborts them with the reason; a lost connection ends them at once) before they are
-terminated; then one line per failed rank and where to resume from. Under an algorithm that allows
+terminated — after a device or fed server rank's end, ``detect_seconds`` more (the time rank 0 may take to
+notice it: over MQTT a dead rank is named after ``--rank-timeout``), and after rank 0's own end a fresh
+``GRACE_SECONDS`` for the ranks it aborted; then one line per failed rank and where to resume from. Under an algorithm that allows
 partial participation (``partial=True``: SCALA, CycleSL, GAS) a device rank's end is not a failure:
 rank 0 goes on without its devices (and says so); the run ends when rank 0 and the fed server have,
 device ranks still running then having been taken out of it.
@@ -64,7 +66,7 @@ def _status(code: int) -> str:
 
 
 def launch_local(train_args: list[str], world_size: int, num_devices: int, out: str | None,
-                 runtime: str = "gloo", partial: bool = False) -> int:
+                 runtime: str = "gloo", partial: bool = False, detect_seconds: float = 0.0) -> int:
     """Run ``adaptplan train`` ``train_args`` as ``world_size`` ranks here; the exit code of the run.
     With ``runtime="mqtt"`` the ranks meet at a Mosquitto broker started for the run on 127.0.0.1
     (TLS, one password per rank, trainers/distributed/broker.py), stopped at the end."""
@@ -91,7 +93,7 @@ def launch_local(train_args: list[str], world_size: int, num_devices: int, out: 
             else:
                 with open(logs / f"rank{rank}.log", "wb") as log:
                     procs.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log))
-        terminated = _watch(procs, partial)
+        terminated = _watch(procs, partial, detect_seconds)
     except KeyboardInterrupt:          # rank 0 stops at the end of the round with a checkpoint; then the others
         for p in procs:
             try:
@@ -105,19 +107,25 @@ def launch_local(train_args: list[str], world_size: int, num_devices: int, out: 
     return _exit_code([p.wait() for p in procs], layout, logs, terminated, out, runtime, partial)
 
 
-def _watch(procs: list[subprocess.Popen], partial: bool) -> set[int]:
-    """Wait for the ranks; a rank that failed stops the others after GRACE_SECONDS (the ranks it stopped are
-    returned). With ``partial``, the run is over once the edge and fed server ranks finished (device ranks
-    still running were taken out of it and are stopped by the caller)."""
-    failed_at: float | None = None
+def _watch(procs: list[subprocess.Popen], partial: bool, detect_seconds: float = 0.0) -> set[int]:
+    """Wait for the ranks; a rank that failed stops the others after a grace period (module docstring: GRACE_SECONDS,
+    plus ``detect_seconds`` while rank 0 has yet to notice, renewed when rank 0 ends); the ranks stopped are
+    returned. With ``partial``, the run is over once the edge and fed server ranks finished (device ranks still
+    running then were taken out of it and are stopped by the caller)."""
+    deadline: float | None = None
+    edge_done = False
     while any(p.poll() is None for p in procs):
         polled = [p.poll() for p in procs]
         if partial and polled[EDGE_RANK] == 0 and polled[FED_RANK] == 0:
             break
         counted = polled[:FED_RANK + 1] if partial else polled
-        if failed_at is None and any(c not in (None, 0) for c in counted):
-            failed_at = time.monotonic()
-        if failed_at is not None and time.monotonic() - failed_at > GRACE_SECONDS:
+        now = time.monotonic()
+        if deadline is None and any(c not in (None, 0) for c in counted):
+            deadline = now + GRACE_SECONDS + (detect_seconds if polled[EDGE_RANK] is None else 0.0)
+        if deadline is not None and not edge_done and polled[EDGE_RANK] is not None:
+            edge_done = True                # rank 0 ended (it told the others why): they get a grace of their own
+            deadline = max(deadline, now + GRACE_SECONDS)
+        if deadline is not None and now > deadline:
             return _stop(procs)
         time.sleep(POLL_SECONDS)
     return set()

@@ -244,7 +244,8 @@ def _train_distributed(args: argparse.Namespace, config: "TrainConfig") -> int:
         from trainers.strategies import STRATEGIES
 
         return launch_local(train_args, config.runtime.ranks or default_world_size(config.data.devices), config.data.devices, config.run.out,
-                            runtime=config.runtime.transport, partial=STRATEGIES[config.algorithm].allows_absence)
+                            runtime=config.runtime.transport, partial=STRATEGIES[config.algorithm].allows_absence,
+                            detect_seconds=2 * config.runtime.rank_timeout)   # rank 0 may wait one time-out per peer
     try:
         return run_edge(config.data.devices, config.runtime.rank_timeout, config.runtime.emulate_links, config.execution.threads,
                         lambda factory: _train_with(config, factory),

@@ -651,22 +651,24 @@ def test_a_serving_rank_relays_rank_0s_abort_and_stops_cleanly_otherwise(monkeyp
 
 # ---- the launcher -------------------------------------------------------------------------------------------------------
 class FakeRank:
-    """A rank process: ``plan[rank]`` = (exit code or None for one that never ends, its stderr)."""
+    """A rank process: ``plan[rank]`` = (exit code or None for one that never ends, its stderr[, the seconds
+    after its start when it ends: running until then])."""
 
-    plan: dict[int, tuple[int | None, str]] = {}
+    plan: dict[int, tuple] = {}
     started: list["FakeRank"] = []
 
     def __init__(self, command, env, stdout=None, stderr=None) -> None:
         self.rank = int(env["RANK"])
         self.command, self.env = command, env
-        self.code, text = FakeRank.plan[self.rank]
+        self.code, text, *after = FakeRank.plan[self.rank]
+        self.ends_at = time.monotonic() + (after[0] if after else 0.0)
         self.terminated = False
         if stderr is not None:
             stderr.write(text.encode())
         FakeRank.started.append(self)
 
     def poll(self):
-        return self.code
+        return self.code if self.terminated or time.monotonic() >= self.ends_at else None
 
     def wait(self, timeout=None):
         return self.code
@@ -727,18 +729,39 @@ def test_the_launcher_passes_a_user_error_through_and_terminates_a_rank_that_sta
     assert capsys.readouterr().err.splitlines() == ["adaptplan train: rank 0 (edge server) was killed by SIGINT"]
 
 
+def test_a_killed_device_rank_gives_rank_0_its_time_out_to_stop_the_others(ranks, tmp_path, capsys,
+                                                                           monkeypatch) -> None:
+    """Issue 36 M3: a device rank killed under a synchronous algorithm; rank 0 notices only after --rank-timeout
+    (over MQTT) and aborts the others. The launcher waits for that instead of terminating every rank 5 s after
+    the kill: one line for the killed rank, none for the ranks rank 0 stopped."""
+    monkeypatch.setattr(launch, "GRACE_SECONDS", 0.05)
+    ranks.plan = {0: (3, "", 0.3), 1: (3, "adaptplan train: rank 1 (fed server) stopped: rank 3 lost\n", 0.33),
+                  2: (3, "adaptplan train: rank 2 (devices 0, 2) stopped: rank 3 lost\n", 0.33), 3: (-signal.SIGKILL, "")}
+    assert launch.launch_local([], 4, 3, None, detect_seconds=0.6) == 3
+    assert not any(p.terminated for p in ranks.started)
+    assert capsys.readouterr().err.splitlines() == ["adaptplan train: rank 3 (device 1) was killed by SIGKILL"]
+    ranks.plan = {0: (None, ""), 1: (None, ""), 2: (None, ""), 3: (-signal.SIGKILL, "")}    # a rank 0 that never
+    start = time.monotonic()                                                 # notices: the others are terminated
+    assert launch.launch_local([], 4, 3, None, detect_seconds=0.1) == 3      # after GRACE + detect_seconds
+    assert [p.rank for p in ranks.started[-4:] if p.terminated] == [0, 1, 2] and time.monotonic() - start < 5
+    assert "rank 0 (edge server) did not stop within 0.05 s" in capsys.readouterr().err
+
+
 def test_train_distributed_hands_the_launcher_every_flag_after_train(monkeypatch) -> None:
     from adaptplan.cli import main
     from trainers.distributed import launch
 
     monkeypatch.delenv("RANK", raising=False)
     seen = []
-    monkeypatch.setattr(launch, "launch_local", lambda args, world, devices, out, runtime, partial: seen.append(
-        (args, world, devices, out, runtime, partial)) or 0)
+    monkeypatch.setattr(launch, "launch_local", lambda args, world, devices, out, runtime, partial, detect_seconds:
+                        seen.append((args, world, devices, out, runtime, partial)) or detects.append(detect_seconds) or 0)
+    detects: list[float] = []
     argv = ["--algorithm", "psl", "--distributed", "--devices", "3", "--ranks", "4", "--dataset", "synthetic",
             "--rounds", "1", "--cuts", "2", "--no-progress"]
     assert main(["train", *argv]) == 0
     assert seen == [(argv, 4, 3, None, "gloo", False)]
+    assert main(["train", *argv, "--rank-timeout", "7"]) == 0 and detects[-2:] == [24.0, 14.0]  # 2 × --rank-timeout (12 s default)
+    seen.pop()
     mqtt = ["--runtime", "mqtt", *argv[3:]]
     assert main(["train", *mqtt]) == 0
     assert seen[-1] == (mqtt, 4, 3, None, "mqtt", False)
