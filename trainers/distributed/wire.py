@@ -42,6 +42,10 @@ MAX_FRAME_BYTES = 1 << 31
 """The largest frame a rank takes in (bytes, 2 GiB): larger ones are refused before they are read."""
 MAX_HEADER_BYTES = 1 << 26
 """The largest header (bytes, 64 MiB of JSON)."""
+MAX_TENSORS = 1 << 16
+"""The most tensors a frame may carry (a VGG-16 model upload with its optimizer state carries under 100)."""
+MAX_DIMS = 16
+"""The most dimensions a tensor of a frame may have."""
 
 DTYPES: dict[str, torch.dtype] = {
     "float64": torch.float64, "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
@@ -140,6 +144,8 @@ class _Decoder:
     def __init__(self, specs: Any, data: memoryview) -> None:
         if not isinstance(specs, list):
             raise WireError("its tensor table is not a list")
+        if len(specs) > MAX_TENSORS:
+            raise WireError(f"it lists {len(specs):,} tensors, more than the {MAX_TENSORS:,} a frame may carry")
         self.data = data
         self.specs = [self._checked(i, spec) for i, spec in enumerate(specs)]
 
@@ -150,8 +156,8 @@ class _Decoder:
         name, shape, offset, length = spec
         if not isinstance(name, str) or name not in DTYPES:
             raise WireError(f"its tensor {index} has dtype {str(name)[:40]!r}, not one of {', '.join(DTYPES)}")
-        if not (isinstance(shape, list) and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
-                                                 for s in shape)):
+        if not (isinstance(shape, list) and len(shape) <= MAX_DIMS
+                and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape)):
             raise WireError(f"its tensor {index} has the shape {str(shape)[:60]}, not a list of sizes")
         itemsize = DTYPES[name].itemsize      # not an empty tensor per entry: 10⁶ entries cost seconds that way
         if not (isinstance(offset, int) and isinstance(length, int)) or length != math.prod(shape) * itemsize \

@@ -147,6 +147,24 @@ def test_a_well_signed_but_malformed_frame_is_refused(header: dict, data: bytes,
         wire.decode(craft(header, data), KEY)
 
 
+def test_a_frame_listing_more_tensors_or_dimensions_than_any_message_has_is_refused_early() -> None:
+    """Issue 36 W3: a header listing 10⁶ tensor entries (inside the 64 MiB header cap) cost seconds of CPU to
+    check one by one; over :data:`wire.MAX_TENSORS` it is refused before any entry is read, and a shape of more
+    than :data:`wire.MAX_DIMS` sizes too."""
+    entry = ["uint8", [0], 0, 0]
+    over = {"src": 0, "dst": 1, "seq": 0, "v": 1, "t": [entry] * (wire.MAX_TENSORS + 1)}
+    with pytest.raises(wire.WireError, match=f"it lists {wire.MAX_TENSORS + 1:,} tensors, more than the "
+                                             f"{wire.MAX_TENSORS:,} a frame may carry"):
+        wire.decode(craft(over), KEY)
+    at = wire.decode(craft({**over, "t": [entry] * wire.MAX_TENSORS}), KEY)     # at the cap: taken
+    assert len(at.tensors) == wire.MAX_TENSORS
+    deep = {"src": 0, "dst": 1, "seq": 0, "v": 1, "t": [["uint8", [1] * (wire.MAX_DIMS + 1), 0, 1]]}
+    with pytest.raises(wire.WireError, match="has the shape"):
+        wire.decode(craft(deep, b"x"), KEY)
+    assert wire.decode(craft({**deep, "t": [["uint8", [1] * wire.MAX_DIMS, 0, 1]]}, b"x"), KEY).tensors[0][1] == \
+        (1,) * wire.MAX_DIMS
+
+
 def test_a_header_length_beyond_the_frame_is_refused() -> None:
     for length in (10 ** 6, wire.MAX_HEADER_BYTES + 1):
         body = b"APW1" + struct.pack(">I", length) + b'{"src":0}'
