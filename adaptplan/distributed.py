@@ -55,7 +55,8 @@ def _run(argv: list[str] | None) -> int:
 
 def _worker_options(args: list[str]) -> "WorkerOptions | None":
     """What a rank that only serves takes from its own command line (--rank-timeout, --threads,
-    --data-root, --download, --device-data, and --model when named): everything else is rank 0's to check."""
+    --data-root, --download, --device-data, --quiet, and --model when named): everything else is rank 0's to
+    check."""
     from adaptplan import cli
     from adaptplan.cli.commands.train import explicit_fields
     from trainers.distributed.serve import WorkerOptions
@@ -67,7 +68,7 @@ def _worker_options(args: list[str]) -> "WorkerOptions | None":
         return None
     named = "model" in explicit_fields(parsed.parser, args)
     return WorkerOptions(float(parsed.rank_timeout), parsed.threads, parsed.data_root, bool(parsed.download),
-                         parsed.model if named else None, parsed.device_data)
+                         parsed.model if named else None, parsed.device_data, bool(parsed.quiet))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -23,7 +23,7 @@ import traceback
 
 from adaptplan.errors import InputError
 
-COMMAND_MODULES = ("profile", "system", "plan", "train", "split_data", "plot", "bench")
+COMMAND_MODULES = ("profile", "system", "plan", "train", "split_data", "provision", "plot", "bench")
 
 
 LONG_WORD = 200

@@ -71,24 +71,39 @@ class LocalBroker:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
 
 
-def _run(command: list[str], what: str) -> None:
+def run_tool(command: list[str], what: str) -> None:
+    """Run an external tool (openssl, mosquitto_passwd); a RuntimeError with its message if it fails."""
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(f"{what} failed ({done.returncode}): {done.stderr.strip()[-500:]}")
 
 
-def make_certificates(folder: Path) -> tuple[Path, Path, Path]:
-    """(CA certificate, broker certificate, broker key) for 127.0.0.1, valid 2 days (openssl)."""
+def subject_alt_name(host: str) -> str:
+    """The broker certificate's subjectAltName for ``host``: an IP address or a DNS name (what the ranks check)."""
+    import ipaddress
+
+    try:
+        return f"IP:{ipaddress.ip_address(host)}"
+    except ValueError:
+        return f"DNS:{host}"
+
+
+def make_certificates(folder: Path, host: str = "127.0.0.1", days: int = 2) -> tuple[Path, Path, Path]:
+    """(CA certificate, broker certificate, broker key) for ``host``, valid ``days`` days (openssl); the CA's key
+    and the signing request stay in ``folder`` too, every file readable by its owner only."""
     openssl = find_tool("openssl", "openssl")
     ca_key, ca_crt = folder / "ca.key", folder / "ca.crt"
     key, csr, crt = folder / "broker.key", folder / "broker.csr", folder / "broker.crt"
-    _run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=adaptplan run CA",
-          "-keyout", str(ca_key), "-out", str(ca_crt)], "making the run's CA")
-    _run([openssl, "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout", str(key),
-          "-out", str(csr)], "making the broker's key")
-    (folder / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    _run([openssl, "x509", "-req", "-in", str(csr), "-CA", str(ca_crt), "-CAkey", str(ca_key), "-CAcreateserial",
-          "-days", "2", "-extfile", str(folder / "san.ext"), "-out", str(crt)], "signing the broker's certificate")
+    run_tool([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", str(days), "-subj",
+              "/CN=adaptplan CA", "-keyout", str(ca_key), "-out", str(ca_crt)], "making the CA")
+    run_tool([openssl, "req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={host}", "-keyout", str(key),
+              "-out", str(csr)], "making the broker's key")
+    extra = ",DNS:localhost" if host == "127.0.0.1" else ""
+    (folder / "san.ext").write_text(f"subjectAltName={subject_alt_name(host)}{extra}\n")
+    run_tool([openssl, "x509", "-req", "-in", str(csr), "-CA", str(ca_crt), "-CAkey", str(ca_key), "-CAcreateserial",
+              "-days", str(days), "-extfile", str(folder / "san.ext"), "-out", str(crt)], "signing the broker's certificate")
+    for path in folder.iterdir():
+        path.chmod(0o600)
     return ca_crt, crt, key
 
 
@@ -109,7 +124,7 @@ def start_local_broker(folder: Path, world: int, port: int) -> LocalBroker:
     hashed = folder / "passwd"
     hashed.write_text("".join(f"{user(r)}:{p}\n" for r, p in passwords.items()))
     hashed.chmod(0o600)
-    _run([hasher, "-U", str(hashed)], "hashing the ranks' passwords")
+    run_tool([hasher, "-U", str(hashed)], "hashing the ranks' passwords")
     (folder / "acl").write_text(acl_text(run))
     (folder / "mosquitto.conf").write_text(
         f"user {getpass.getuser()}\n"      # started by root, mosquitto would switch to its own user: keep this one's

@@ -52,6 +52,7 @@ class WorkerOptions:
     download: bool = False
     model: str | None = None          # the --model its command line names, if any
     device_data: str | None = None    # its --device-data folder, if any
+    quiet: bool = False               # --quiet: no line on joining and per round
 
 
 class RankLoop:
@@ -69,6 +70,11 @@ class RankLoop:
         self.host: Any = FedHost() if self.rank == FED_RANK else None
         self.ledger = StageLedger()
         self.rates: LinkRates | None = None
+
+    def say(self, what: str) -> None:
+        """One progress line on standard output (never with ``--quiet``): this rank, its role, ``what``."""
+        if not self.options.quiet:
+            print(f"rank {self.rank} ({self.layout.describe(self.rank)}): {what}", flush=True)
 
     def _rank(self, address: Any) -> int:
         return EDGE_RANK if address == EDGE else FED_RANK if address == FED else self.layout.rank_of(int(address))
@@ -119,6 +125,7 @@ class RankLoop:
         elif isinstance(msg, RoundEnd):
             self.host.handle(msg, self.emit)
             self.channel.send(Report(self.ledger.take()), EDGE_RANK)
+            self.say(f"round {msg.round} done")
         elif isinstance(msg, Forward):              # each device's FP timed, its activation sent at once
             for item in msg.items:
                 start = time.perf_counter()

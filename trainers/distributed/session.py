@@ -84,6 +84,15 @@ def open_channel(timeout: float, describe: Callable[[int], str], group: Any, key
     return Channel(timeout, describe, group, key=key, trace=wire_trace(dist.get_rank()))
 
 
+def joined_where() -> str:
+    """Where this rank met the others, for its line on joining: the broker and run over MQTT."""
+    if runtime() != "mqtt":
+        return " over torch.distributed"
+    from trainers.distributed.mqtt import BROKER_ENV, RUN_ENV
+
+    return f" at the broker {os.environ.get(BROKER_ENV, '')} (run {os.environ.get(RUN_ENV, '')})"
+
+
 def leave(channel: FrameChannel) -> None:
     """Deliver what is queued (a peer that stopped receiving is passed over: a device rank taken out
     of the run, or one that already ended). The process group is not destroyed: its receiving threads are
@@ -175,7 +184,11 @@ def serve_rank(options: WorkerOptions) -> int:
     rank, world, group = join(timeout)
     torch.set_num_threads(threads or 1)
     describe = {EDGE_RANK: "edge server"}.get
-    channel = open_channel(timeout, lambda r: describe(r) or f"rank {r}", group, key)
+    try:
+        channel = open_channel(timeout, lambda r: describe(r) or f"rank {r}", group, key)
+    except InputError as exc:          # the broker cannot be reached, or refused this rank's login
+        print(f"adaptplan train: rank {rank}: {exc}", file=sys.stderr)
+        return 2
     who = f"rank {rank}"
     if channel.rejoining:              # an earlier process of this rank died: ask rank 0 to take it back
         channel.send(Rejoin(), EDGE_RANK)
@@ -186,7 +199,9 @@ def serve_rank(options: WorkerOptions) -> int:
         layout = RankLayout(world, int(first.num_devices))
         channel.describe = layout.describe
         who = f"rank {rank} ({layout.describe(rank)})"
-        RankLoop(channel, layout, timeout * SETUP_TIMEOUT_FACTOR, options).serve()
+        loop = RankLoop(channel, layout, timeout * SETUP_TIMEOUT_FACTOR, options)
+        loop.say(f"joined the run of {world} ranks{joined_where()}")
+        loop.serve()
     except AbortRun as exc:
         print(f"adaptplan train: {who} stopped: {exc}", file=sys.stderr)
         return EXIT_RANK_FAILED

@@ -91,6 +91,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                            "torch.distributed), mqtt (ranks that connect out to a Mosquitto broker with TLS and "
                            "per-rank passwords, for devices behind NATs; needs the mosquitto package and the [mqtt] "
                            "extra; docs/mqtt.md)")
+    dist.add_argument("--quiet", action="store_true",
+                      help="the fed server and device ranks print only errors (by default a line when they have "
+                           "joined the run and one per round, on their standard output)")
     p.set_defaults(func=run, parser=p)
 
 
@@ -141,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
         raise type(exc)(exc.message, field=flag_of(exc.field)) from exc.__cause__   # kept for --debug (a user model's traceback)
 
 
-def _fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
+def fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """TrainConfig's flat keys from the parsed flags (``extra`` holds the algorithm options given)."""
     from trainers.config.train_config import PARTS
 
@@ -185,7 +188,7 @@ def _resumed_config(args: argparse.Namespace) -> "TrainConfig":
                          "--overwrite", field="--resume")
     given = explicit_fields(args.parser, getattr(args, "argv", []))
     _refuse_unnamed_code(saved.get("model"), args, "model" in given, args.out)
-    now = _fields_from_args(args)
+    now = fields_from_args(args)
     merged = dict(saved)
     for field in given:
         if field in RESUMABLE:
@@ -223,7 +226,7 @@ def _train(args: argparse.Namespace) -> int:
         raise InputError("applies to --resume (a run folder's checkpoint naming a user model)", field="--trust-run-folder")
     if args.resume and args.overwrite:
         raise InputError("--resume continues the run in --out; --overwrite replaces it: choose one", field="--overwrite")
-    config = _resumed_config(args) if args.resume else TrainConfig.flat(**_fields_from_args(args))
+    config = _resumed_config(args) if args.resume else TrainConfig.flat(**fields_from_args(args))
     if config.runtime.distributed:
         return _train_distributed(args, config)
     return _train_with(config, SplitEngine)

@@ -392,7 +392,7 @@ def test_resume_with_more_rounds_replans_like_an_uninterrupted_run(tmp_path: Pat
 
 def test_every_train_flag_reaches_its_config_field(tmp_path) -> None:
     from adaptplan.cli import build_parser
-    from adaptplan.cli.commands.train import _fields_from_args, explicit_fields, flag_of
+    from adaptplan.cli.commands.train import fields_from_args, explicit_fields, flag_of
 
     argv = ["train", "--algorithm", "gapsl", "--dataset", "synthetic", "--model", "mlp", "--devices", "6",
             "--partition", "dirichlet", "--alpha", "0.3", "--rounds", "7", "--plan", "p.json", "--reestimate",
@@ -407,7 +407,7 @@ def test_every_train_flag_reaches_its_config_field(tmp_path) -> None:
             "--client-recompute", "off", "--server-pass-samples", "256", "--device-data", "devdata",
             "--local-test-fraction", "0.2"]
     args = build_parser().parse_args(argv)
-    assert _fields_from_args(args) == dict(
+    assert fields_from_args(args) == dict(
         algorithm="gapsl", dataset="synthetic", model="mlp", devices=6, partition="dirichlet", dirichlet_alpha=0.3,
         rounds=7, batch_size=12, lr=0.02, client_lr=0.125, server_lr=0.25, client_optimizer="sgd", server_optimizer="adam",
         momentum=0.5, weight_decay=0.001, interval=2,
@@ -419,13 +419,13 @@ def test_every_train_flag_reaches_its_config_field(tmp_path) -> None:
         client_batching="on", distributed=True, ranks=4, emulate_links=True, rank_timeout=7.0,
         client_recompute="off", server_pass_samples=256, extra={"k_min": 0.3, "gda": "double_backprop"},
         device_data="devdata", transport="gloo", local_test_fraction=0.2)
-    mqtt = _fields_from_args(build_parser().parse_args(["train", "--runtime", "mqtt"]))
+    mqtt = fields_from_args(build_parser().parse_args(["train", "--runtime", "mqtt"]))
     assert (mqtt["distributed"], mqtt["transport"]) == (True, "mqtt")
-    torch_runtime = _fields_from_args(build_parser().parse_args(["train", "--runtime", "torch"]))
+    torch_runtime = fields_from_args(build_parser().parse_args(["train", "--runtime", "torch"]))
     assert (torch_runtime["distributed"], torch_runtime["transport"]) == (True, "gloo")
-    simulator = _fields_from_args(build_parser().parse_args(["train", "--runtime", "simulator"]))
+    simulator = fields_from_args(build_parser().parse_args(["train", "--runtime", "simulator"]))
     assert (simulator["distributed"], simulator["transport"]) == (False, "gloo")
-    defaults = _fields_from_args(build_parser().parse_args(["train", "--cuts", "3,3 4", "--policy", "sfl"]))
+    defaults = fields_from_args(build_parser().parse_args(["train", "--cuts", "3,3 4", "--policy", "sfl"]))
     assert defaults["cuts"] == [3, 3, 4] and defaults["policy"] == "sfl" and defaults["extra"] == {}
     assert (defaults["redraw_resources"], defaults["progress"], defaults["resume"]) == (True, True, False)
     # the flags named on a command line, as config fields (all algorithm options are "extra")
@@ -501,10 +501,10 @@ def test_command_line_defaults_are_the_config_defaults() -> None:
     0.05, momentum 0.9, evaluation every 10 rounds; every optimizer option left to the algorithm's defaults) —
     except the progress bar, shown on a terminal by default."""
     from adaptplan.cli import build_parser
-    from adaptplan.cli.commands.train import _fields_from_args
+    from adaptplan.cli.commands.train import fields_from_args
     from trainers.config.train_config import DEFAULTS
 
-    fields = _fields_from_args(build_parser().parse_args(["train"]))
+    fields = fields_from_args(build_parser().parse_args(["train"]))
     defaults = dict(DEFAULTS)
     assert set(fields) <= set(defaults)
     assert set(defaults) - set(fields) == {"model_width", "batch_devices", "noise_cv", "bandwidth_scale", "flops_scale",
