@@ -59,13 +59,16 @@ def _worker_options(args: list[str]) -> "WorkerOptions | None":
     check."""
     from adaptplan import cli
     from adaptplan.cli.commands.train import explicit_fields
+    from adaptplan.errors import InputError
     from trainers.distributed.serve import WorkerOptions
 
     parser = cli.build_parser()
     try:
-        parsed = parser.parse_args(["train", *args])
-    except SystemExit:
+        argv, _ = cli.with_run_file(["train", *args], parser)      # the ranks read the same run file
+        parsed = parser.parse_args(argv)
+    except (SystemExit, InputError):
         return None
+    args = argv[1:]
     named = "model" in explicit_fields(parsed.parser, args)
     return WorkerOptions(float(parsed.rank_timeout), parsed.threads, parsed.data_root, bool(parsed.download),
                          parsed.model if named else None, parsed.device_data, bool(parsed.quiet))

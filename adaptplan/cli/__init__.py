@@ -70,6 +70,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def with_run_file(argv: list[str], parser: argparse.ArgumentParser) -> tuple[list[str], dict]:
+    """``argv`` with a ``train --config FILE`` replaced by the file's options (adaptplan/cli/run_file.py), and the
+    file's Python-only options."""
+    at = next((i for i, token in enumerate(argv) if not token.startswith("-")), None)
+    if at is None or argv[at] != "train" or not any(t == "--config" or t.startswith("--config=") for t in argv[at:]):
+        return argv, {}
+    from adaptplan.cli.run_file import expand_run_file
+
+    train = parser._subparsers._group_actions[0].choices["train"]        # type: ignore[union-attr]
+    rest, python_only = expand_run_file(argv[at + 1:], train)
+    return [*argv[:at + 1], *rest], python_only
+
+
 def debug_requested(args: argparse.Namespace) -> bool:
     """``--debug`` was given or ``ADAPTPLAN_DEBUG`` is set to anything but "", "0", "false" or "no"."""
     env = os.environ.get("ADAPTPLAN_DEBUG", "").strip().lower()
@@ -96,11 +109,18 @@ def unwritable_stdout(exc: OSError) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        argv, python_only = with_run_file(argv, parser)
+    except InputError as exc:
+        print(clip_message(f"adaptplan train: error: {exc}"), file=sys.stderr)
+        return 2
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:   # a flag error (message printed, exit code 2) or --help (0), returned like the rest
         return exc.code if isinstance(exc.code, int) else 2
-    args.argv = list(sys.argv[1:] if argv is None else argv)
+    args.argv = argv
+    args.run_file_fields = python_only
     debug = debug_requested(args)
     try:
         result = args.func(args)

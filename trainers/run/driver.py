@@ -41,6 +41,8 @@ from profilers.models import check_model_output
 from profilers.profile import StemWarning, stem_note
 from trainers.algorithms import algorithm
 from trainers.config.devices import resolve_device
+from trainers.config.run_file import FILE_NAME as RUN_FILE
+from trainers.config.run_file import run_file_text
 from trainers.config.train_config import RESUMABLE, TrainConfig, as_saved_run_trained
 from trainers.engine.clock import SimClock
 from trainers.engine.execution import Execution
@@ -50,7 +52,7 @@ from trainers.inputs.device_data import read_manifest
 from trainers.inputs.models import build_model
 from trainers.inputs.partition import local_test_split, partition_indices, samples_before_split
 from trainers.roles.messages import NonFiniteError
-from trainers.run.checkpoint import file_digest, load_checkpoint, save_checkpoint
+from trainers.run.checkpoint import file_digest, load_checkpoint, save_checkpoint, write_atomic
 from trainers.run.folder import Interrupted, RunFolder, StopRequest
 from trainers.run.history import History, RoundRecord
 from trainers.run.planning import Planner, ReplanRequest, default_planner  # noqa: F401  (re-exported)
@@ -393,6 +395,7 @@ class Trainer:
         c, engine = self.config, self.engine
         if c.run.resume:
             self.resume()
+        self._save_run_file(out)
         bar = None
         if c.run.progress:
             from tqdm import tqdm
@@ -464,6 +467,16 @@ class Trainer:
             self._save_history(out)
         except InputError:
             pass
+
+    def _save_run_file(self, out: str | None) -> None:
+        """``config.toml``: the run as a file (trainers/config/run_file.py), written before the first round (again
+        on a resume, with the options it gave anew)."""
+        if not out:
+            return
+        try:
+            write_atomic(Path(out) / RUN_FILE, run_file_text(self.config).encode())
+        except OSError as exc:
+            raise InputError(f"cannot write {RUN_FILE} into {out!r}: {exc.strerror or exc}", field="--out") from None
 
     def _save_history(self, out: str | None) -> None:
         """history.json/.csv into ``out``; a write failure is one InputError naming the path and the cause."""

@@ -91,6 +91,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                            "torch.distributed), mqtt (ranks that connect out to a Mosquitto broker with TLS and "
                            "per-rank passwords, for devices behind NATs; needs the mosquitto package and the [mqtt] "
                            "extra; docs/mqtt.md)")
+    p.add_argument("--config", metavar="FILE",
+                   help="a run file (TOML: one key per option, by its flag without the dashes, e.g. batch-size = 16); "
+                        "the command line's flags override it; every run folder holds the config.toml that "
+                        "reproduces its run (docs/formats.md \"Run files\")")
     dist.add_argument("--quiet", action="store_true",
                       help="the fed server and device ranks print only errors (by default a line when they have "
                            "joined the run and one per round, on their standard output)")
@@ -226,7 +230,8 @@ def _train(args: argparse.Namespace) -> int:
         raise InputError("applies to --resume (a run folder's checkpoint naming a user model)", field="--trust-run-folder")
     if args.resume and args.overwrite:
         raise InputError("--resume continues the run in --out; --overwrite replaces it: choose one", field="--overwrite")
-    config = _resumed_config(args) if args.resume else TrainConfig.flat(**fields_from_args(args))
+    config = _resumed_config(args) if args.resume else TrainConfig.flat(**fields_from_args(args),
+                                                                         **getattr(args, "run_file_fields", {}))
     if config.runtime.distributed:
         return _train_distributed(args, config)
     return _train_with(config, SplitEngine)
