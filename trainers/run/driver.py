@@ -56,6 +56,7 @@ from trainers.run.checkpoint import file_digest, load_checkpoint, save_checkpoin
 from trainers.run.folder import Interrupted, RunFolder, StopRequest
 from trainers.run.history import History, RoundRecord
 from trainers.run.planning import Planner, ReplanRequest, default_planner  # noqa: F401  (re-exported)
+from trainers.run.tracking import TensorBoardLog
 from trainers.strategies import make_strategy
 
 
@@ -396,6 +397,7 @@ class Trainer:
         if c.run.resume:
             self.resume()
         self._save_run_file(out)
+        tracking = TensorBoardLog(out, c.to_json()) if out else None
         bar = None
         if c.run.progress:
             from tqdm import tqdm
@@ -420,12 +422,14 @@ class Trainer:
                     round_seconds = stats.sim_seconds
                     self.clock.seconds += round_seconds
                     wall = self.wall_offset + time.perf_counter() - t0
-                    self.history.append(RoundRecord(t, stats.loss, acc, test_loss, self.clock.seconds, round_seconds,
-                                                    wall, stats.bytes_up, stats.bytes_down, stats.bytes_server,
-                                                    stats.aggregated, replanned, cuts_in_force, interval_in_force,
-                                                    stats.participants, stats.stage_seconds, stats.metrics,
-                                                    stats.measured_stage_seconds, stats.measured_round_seconds,
-                                                    local))
+                    record = RoundRecord(t, stats.loss, acc, test_loss, self.clock.seconds, round_seconds,
+                                         wall, stats.bytes_up, stats.bytes_down, stats.bytes_server,
+                                         stats.aggregated, replanned, cuts_in_force, interval_in_force,
+                                         stats.participants, stats.stage_seconds, stats.metrics,
+                                         stats.measured_stage_seconds, stats.measured_round_seconds, local)
+                    self.history.append(record)
+                    if tracking is not None:
+                        tracking.log(record)
                     if bar is not None:
                         shown = self.history.final_accuracy
                         bar.set_postfix_str(f"acc={shown if shown is None else f'{shown:.3f}'} sim={self.clock.seconds:.1f}s")
@@ -444,6 +448,8 @@ class Trainer:
         finally:
             if bar is not None:
                 bar.close()
+            if tracking is not None:
+                tracking.close()
         self._final_evaluation()
         self._save_history(out)
         return self.history

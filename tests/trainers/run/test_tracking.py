@@ -1,0 +1,88 @@
+"""Experiment tracking (issue 37 item 1; trainers/run/tracking.py): a run with a folder writes TensorBoard event
+files in RUN/tensorboard with every field of its history per round, read back here with TensorBoard's own
+reader and compared with history.json."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from adaptplan.cli import main
+
+pytest.importorskip("tensorboard")
+
+
+def events(folder: Path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(str(folder / "tensorboard"), size_guidance={"scalars": 0, "tensors": 0,
+                                                                               "histograms": 0})
+    accumulator.Reload()
+    return accumulator
+
+
+def test_every_history_field_of_every_round_is_in_the_event_file(tmp_path) -> None:
+    """AdaptSFL re-planning every 2 rounds (an aggregation every round): each record field has its tag, each tag
+    one value per round where the field has one, equal to history.json's; the re-planning rounds have a text
+    event naming the plan; the configuration is there."""
+    from trainers.run.history import RoundRecord
+    from trainers.run.tracking import GROUPS, SCALARS
+
+    out = tmp_path / "run"
+    assert main(["train", "--algorithm", "adaptsfl", "--dataset", "synthetic", "--model", "mlp", "--devices", "3",
+                 "--rounds", "4", "--eval-every", "2", "--policy", "adaptsfl", "--replan-every", "2", "--interval",
+                 "1", "--out", str(out), "--no-progress"]) == 0
+    history = json.loads((out / "history.json").read_text())["records"]
+    found = events(out)
+    tags = set(found.Tags()["scalars"])
+    logged = {f.name for f in dataclasses.fields(RoundRecord)} - {"round"}
+    assert logged == set(SCALARS) | set(GROUPS) | {"cuts", "participants"}      # every field has its tag(s)
+    for field, tag in SCALARS.items():
+        rounds = [(r["round"], float(r[field])) for r in history if r.get(field) is not None]
+        if field == "measured_round_seconds":                                    # a distributed run's only
+            assert not rounds and tag not in tags
+            continue
+        got = [(e.step, e.value) for e in found.Scalars(tag)]
+        assert [s for s, _ in got] == [s for s, _ in rounds], tag
+        assert all(v == pytest.approx(w, rel=1e-6) for (_, v), (_, w) in zip(got, rounds)), tag
+    assert [e.step for e in found.Scalars("accuracy/local")] == [2, 4]          # both protocols, on evaluation rounds
+    assert [e.value for e in found.Scalars("plan/replanned")] == [0.0, 1.0, 0.0, 1.0]
+    for stage, value in history[0]["stage_seconds"].items():
+        assert found.Scalars(f"stage_seconds/{stage}")[0].value == pytest.approx(value, rel=1e-6)
+    assert [e.value for e in found.Scalars("plan/cut_mean")] == [1.0] * 4
+    assert [e.value for e in found.Scalars("participants/count")] == [3.0] * 4
+    assert [h.step for h in found.Histograms("plan/cuts")] == [1, 2, 3, 4]
+    texts = {tag: [(e.step, e.tensor_proto.string_val[0].decode()) for e in found.Tensors(tag)]
+             for tag in found.Tags()["tensors"]}
+    assert [s for s, _ in texts["plan/events/text_summary"]] == [2, 4]
+    assert "re-planned, cuts [1, 1, 1], interval 1" in texts["plan/events/text_summary"][0][1]
+    assert '"algorithm": "adaptsfl"' in texts["config/text_summary"][0][1]
+
+
+def test_a_resumed_run_logs_its_new_rounds_after_the_checkpoints(tmp_path) -> None:
+    out = tmp_path / "run"
+    argv = ["train", "--algorithm", "psl", "--dataset", "synthetic", "--model", "mlp", "--devices", "3", "--cuts", "2",
+            "--eval-every", "1", "--checkpoint-every", "2", "--out", str(out), "--no-progress"]
+    assert main([*argv, "--rounds", "2"]) == 0
+    assert main(["train", "--out", str(out), "--resume", "--rounds", "4", "--no-progress"]) == 0
+    steps = [e.step for e in events(out).Scalars("loss/train")]
+    assert steps == [1, 2, 3, 4] and len(list((out / "tensorboard").iterdir())) == 2   # one file per process
+    losses = [r["train_loss"] for r in json.loads((out / "history.json").read_text())["records"]]
+    assert [e.value for e in events(out).Scalars("loss/train")] == pytest.approx(losses, rel=1e-6)
+
+
+def test_a_field_added_to_the_record_is_logged_under_record(tmp_path) -> None:
+    """A record field the tracker does not name is logged as record/<field>, never dropped."""
+    from trainers.run.tracking import record_tags
+
+    @dataclasses.dataclass
+    class Later:
+        round: int
+        train_loss: float
+        new_figure: float
+        nothing: float | None = None
+
+    assert record_tags(Later(3, 0.5, 7.0)) == {"loss/train": 0.5, "record/new_figure": 7.0}
