@@ -128,10 +128,10 @@ def test_cli_bad_input_and_unknown_model_exit_2(capsys) -> None:
 
 def test_cli_writes_profile_from_a_factory(tmp_path, capsys) -> None:
     out = tmp_path / "profile.json"
-    assert main(["profile", "test_profile:small_net", "--input", "3x16x16", "-o", str(out)]) == 0
+    assert main(["profile", "tests.profilers.test_profile:small_net", "--input", "3x16x16", "-o", str(out)]) == 0
     printed = capsys.readouterr()
     table = printed.out
     assert "conv1" in table and "8x16x16" in table and "GFLOPs" in table
     profile = ModelProfile.load(out)
-    assert profile.model == "test_profile:small_net" and profile.num_cuts == 3
+    assert profile.model == "tests.profilers.test_profile:small_net" and profile.num_cuts == 3
     assert f"wrote {out} (3 cut points)" in printed.err.splitlines()      # as `system -o` says it (issue 37)

@@ -247,8 +247,8 @@ def test_named_model_num_classes_and_factory_result_are_checked():
     assert resolve_model("resnet18", num_classes=1).fc.out_features == 1  # one class is allowed
     with pytest.raises(InputError, match="--num-classes: must be ≥ 1, got 0"):
         resolve_model("resnet18", num_classes=0)
-    with pytest.raises(InputError, match=r"MODEL: tests.test_profilers:not_a_module returned dict, not a torch.nn.Module"):
-        resolve_model("tests.test_profilers:not_a_module")
+    with pytest.raises(InputError, match=r"MODEL: tests.profilers.test_profilers:not_a_module returned dict, not a torch.nn.Module"):
+        resolve_model("tests.profilers.test_profilers:not_a_module")
 
 
 def test_the_first_block_never_computes_an_input_gradient():

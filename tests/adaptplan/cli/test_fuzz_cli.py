@@ -6,7 +6,7 @@ loads stops at that check instead of training), every history through ``adaptpla
 exit code 0, or exit code 2 and exactly one line ``adaptplan CMD: error: ...`` on stderr — never a
 traceback, never "internal error" (exit 1). The case count is bounded (no wall-clock limit).
 
-Run ``python -m tests.test_fuzz_cli [SEED] [PER_KIND]`` for the counts of a larger corpus.
+Run ``python -m tests.adaptplan.cli.test_fuzz_cli [SEED] [PER_KIND]`` for the counts of a larger corpus.
 """
 
 from __future__ import annotations
