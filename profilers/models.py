@@ -21,15 +21,7 @@ from typing import Any, Callable
 from torch import nn
 
 from adaptplan.errors import InputError
-
-EXAMPLE_NAMES = ("vgg11", "vgg16", "resnet18", "resnet50", "mobilenet_v2", "alexnet")
-
-
-def torchvision_names() -> list[str]:
-    """Names of torchvision's classification models (``torchvision.models.list_models``)."""
-    import torchvision
-
-    return sorted(torchvision.models.list_models(module=torchvision.models))
+from profilers.model_names import check_model_name
 
 
 def check_model_spec(spec: str, field: str = "MODEL", extra_names: tuple[str, ...] = ()) -> Callable[..., nn.Module]:
@@ -38,24 +30,14 @@ def check_model_spec(spec: str, field: str = "MODEL", extra_names: tuple[str, ..
     ``extra_names`` (e.g. a caller's built-in models) are listed in the error message as valid too.
 
     Raises:
-        InputError: naming ``field``: unknown name (listing valid ones), unimportable module or
-            missing factory.
+        InputError: naming ``field``: unknown name (listing valid ones, :func:`profilers.model_names.check_model_name`),
+            unimportable module or missing factory.
     """
     if ":" in spec:
         return _factory(spec, field)
+    check_model_name(spec, field, extra_names)
     import torchvision
 
-    names = torchvision_names()
-    if spec not in names:
-        examples = ", ".join(n for n in EXAMPLE_NAMES if n in names)
-        close = [n for n in names if spec.lower()[:3] and n.startswith(spec.lower()[:3])][:8]
-        hint = f" (similar: {', '.join(close)})" if close else ""
-        builtin = f"one of {', '.join(extra_names)}, " if extra_names else ""
-        raise InputError(
-            f"unknown model {spec!r}{hint}. Valid: {builtin}a torchvision classification model such as {examples} "
-            f"({len(names)} in all), or package.module:factory",
-            field=field,
-        )
     return lambda num_classes, **size: torchvision.models.get_model(spec, weights=None, num_classes=num_classes, **size)
 
 

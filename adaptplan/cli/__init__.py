@@ -78,7 +78,7 @@ def with_run_file(argv: list[str], parser: argparse.ArgumentParser) -> tuple[lis
         return argv, {}
     from adaptplan.cli.run_file import expand_run_file
 
-    train = parser._subparsers._group_actions[0].choices["train"]        # type: ignore[union-attr]
+    train = parser._subparsers._group_actions[0].choices["train"]        # type: ignore[union-attr,index]
     rest, python_only = expand_run_file(argv[at + 1:], train)
     return [*argv[:at + 1], *rest], python_only
 

@@ -520,7 +520,11 @@ def check_model(name: str, field: str = "model") -> None:
     """Raise InputError naming ``field`` (and listing the valid names) unless ``name`` is a
     built-in (:data:`MODELS`), a torchvision classification model or an importable
     ``package.module:factory``."""
-    if name not in MODELS:
+    if name not in MODELS and ":" in name:          # the user's code: imported and checked here
         from profilers.models import check_model_spec
 
         check_model_spec(name, field, extra_names=MODELS)
+    elif name not in MODELS:                        # a torchvision name: checked without torch where it can be
+        from profilers.model_names import check_model_name
+
+        check_model_name(name, field, extra_names=MODELS)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from adaptplan.errors import InputError
-from trainers.distributed.mqtt import user
+from trainers.distributed.mqtt_login import user
 
 START_SECONDS = 10.0
 
@@ -153,7 +153,7 @@ def start_local_broker(folder: Path, world: int, port: int) -> LocalBroker:
 def rank_broker_environment(broker: LocalBroker, rank: int) -> dict[str, str]:
     """The ``ADAPTPLAN_MQTT_*`` variables of ``rank`` (trainers.distributed.mqtt.broker_login)."""
     from trainers.distributed.environment import RUNTIME_ENV
-    from trainers.distributed.mqtt import BROKER_ENV, CA_ENV, PASSWORD_FILE_ENV, RUN_ENV
+    from trainers.distributed.mqtt_login import BROKER_ENV, CA_ENV, PASSWORD_FILE_ENV, RUN_ENV
 
     return {BROKER_ENV: f"{broker.host}:{broker.port}", CA_ENV: str(broker.ca_file),
             PASSWORD_FILE_ENV: str(broker.password_files[rank]), RUN_ENV: broker.run, RUNTIME_ENV: "mqtt"}

@@ -33,7 +33,7 @@ from adaptplan.errors import InputError
 from trainers.distributed.broker import acl_text, find_tool, make_certificates, run_tool
 from trainers.distributed.environment import RUNTIME_ENV, SECRET_FILE_ENV
 from trainers.distributed.layout import RankLayout
-from trainers.distributed.mqtt import BROKER_ENV, CA_ENV, PASSWORD_FILE_ENV, RUN_ENV, user
+from trainers.distributed.mqtt_login import BROKER_ENV, CA_ENV, PASSWORD_FILE_ENV, RUN_ENV, user
 
 BROKER_USER = "mosquitto"
 """The user Debian's mosquitto drops to when started as root (its ``user`` setting's default)."""

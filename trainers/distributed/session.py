@@ -88,7 +88,7 @@ def joined_where() -> str:
     """Where this rank met the others, for its line on joining: the broker and run over MQTT."""
     if runtime() != "mqtt":
         return " over torch.distributed"
-    from trainers.distributed.mqtt import BROKER_ENV, RUN_ENV
+    from trainers.distributed.mqtt_login import BROKER_ENV, RUN_ENV
 
     return f" at the broker {os.environ.get(BROKER_ENV, '')} (run {os.environ.get(RUN_ENV, '')})"
 

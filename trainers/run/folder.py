@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import threading
 from pathlib import Path
@@ -21,7 +22,9 @@ from types import FrameType
 
 from adaptplan.errors import InputError
 
-RUN_FILES = ("history.json", "history.csv", "checkpoint.pt", "accuracy.png")
+RUN_FILES = ("history.json", "history.csv", "checkpoint.pt", "accuracy.png", "config.toml")
+TRACKING_FOLDER = "tensorboard"
+"""The event files' folder (trainers/run/tracking.py), removed with the run files by --overwrite."""
 LOCK_NAME = ".adaptplan.lock"
 
 
@@ -32,6 +35,19 @@ class RunFolder:
         self.path = Path(path)
         self.resume, self.overwrite = resume, overwrite
         self._fd: int | None = None
+
+    def check(self) -> None:
+        """What can be told without touching the folder: a file where it or a parent should be, or a run already
+        there that neither --resume nor --overwrite asked for (the CLI asks before torch loads; :meth:`__enter__`
+        asks again, holding the lock)."""
+        path = self.path
+        blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+        if blocker is not None:
+            raise InputError(f"{str(path)!r} must be a folder ({str(blocker)!r} is a file)", field="--out")
+        existing = [name for name in ("history.json", "checkpoint.pt") if (path / name).exists()]
+        if existing and not self.resume and not self.overwrite:
+            raise InputError(f"{str(path)!r} already holds a run ({', '.join(existing)}); pass --resume to continue it "
+                             "or --overwrite to replace it", field="--out")
 
     def __enter__(self) -> "RunFolder":
         path = self.path
@@ -58,6 +74,7 @@ class RunFolder:
                     (path / name).unlink()
                 except FileNotFoundError:
                     pass
+            shutil.rmtree(path / TRACKING_FOLDER, ignore_errors=True)
         return self
 
     def _remove_stale_temporaries(self) -> None:

@@ -21,8 +21,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-FOLDER = "tensorboard"
-"""The event files' folder inside a run folder."""
+from trainers.run.folder import TRACKING_FOLDER as FOLDER  # the event files' folder in a run folder
+
 SCALARS = {"accuracy": "accuracy/global", "local_accuracy": "accuracy/local", "train_loss": "loss/train",
            "test_loss": "loss/test", "sim_seconds": "time/sim_seconds", "round_sim_seconds": "time/round_sim_seconds",
            "wall_seconds": "time/wall_seconds", "measured_round_seconds": "time/measured_round_seconds",

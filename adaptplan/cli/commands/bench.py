@@ -209,17 +209,13 @@ def run_engine(args: argparse.Namespace) -> int:
     import json
     import sys
 
-    from adaptplan.benches.engine import header, run_engine_bench
-    from trainers.config.devices import resolve_device
-    from trainers.config.train_config import check_choice
-    from trainers.inputs.models import check_model
+    from trainers.config.train_config import check_choice, check_model
 
     names = [a.strip() for a in args.algorithm.split(",") if a.strip()]
     algorithms = list(ALGORITHMS) if names == ["all"] else [check_choice(a, ALGORITHMS, "--algorithm") for a in names]
     if not algorithms:
         raise InputError("name at least one algorithm", field="--algorithm")
     check_model(args.model, "--model")
-    device = resolve_device(args.device)
     if args.plot and len(args.devices) < 2:
         raise InputError("a plot needs a sweep: give several --devices, e.g. --devices 20,200,1000", field="--plot")
     plot_path = None
@@ -227,6 +223,10 @@ def run_engine(args: argparse.Namespace) -> int:
         from trainers.run.plotting import image_path
 
         plot_path = str(image_path(args.plot)[0])   # an unknown format or a folder fails before the benchmark runs
+    from adaptplan.benches.engine import header, run_engine_bench  # torch: once the flags are checked
+    from trainers.config.devices import resolve_device
+
+    device = resolve_device(args.device)
     options = dict(batch_size=args.batch_size, rounds=args.rounds, cut=args.cut, algorithm=algorithms,
                    threads=args.threads, repeats=args.repeats, model=args.model, device=device,
                    client_batching=args.client_batching, client_recompute=args.client_recompute,

@@ -83,7 +83,11 @@ def parse_shape(text: str) -> tuple[int, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from trainers.config.train_config import MODELS, check_model
+
     shape = parse_shape(args.input)
+    if args.model not in MODELS:
+        check_model(args.model, "MODEL")        # an unknown name is refused before torch loads
     if args.grad_stats and (not args.dataset or not args.constants_out):
         raise InputError("--grad-stats needs --dataset NAME and --constants-out FILE", field="--grad-stats")
     if args.grad_stats:

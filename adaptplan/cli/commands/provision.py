@@ -72,7 +72,7 @@ def _check_training_options(train_args: list[str], devices: int) -> None:
     """The options every kit will run with, checked now as ``adaptplan train`` would parse them (not on the
     devices, one by one, later)."""
     from adaptplan import cli
-    from adaptplan.cli.commands.train import fields_from_args
+    from adaptplan.cli.commands.train import fields_from_args, flag_of
     from trainers.config.train_config import TrainConfig
 
     given = [a for a in train_args if a == "--devices" or a.startswith("--devices=")]
@@ -82,4 +82,7 @@ def _check_training_options(train_args: list[str], devices: int) -> None:
         parsed = cli.build_parser().parse_args(["train", "--devices", str(devices), *train_args])
     except SystemExit as exc:            # argparse has printed its one line
         raise SystemExit(2) from exc
-    TrainConfig.flat(**fields_from_args(parsed))     # the ranges and choices: an InputError naming the flag
+    try:
+        TrainConfig.flat(**fields_from_args(parsed))     # the ranges and choices
+    except InputError as exc:                        # named by the flag, as adaptplan train names it
+        raise InputError(exc.message, field=flag_of(exc.field) if exc.field else None) from exc.__cause__

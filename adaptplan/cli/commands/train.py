@@ -180,10 +180,10 @@ def _resumed_config(args: argparse.Namespace) -> "TrainConfig":
     command line applied where a resumed run may change them (``trainers.run.driver.RESUMABLE``); a flag
     that would change anything else is an error naming it."""
     from trainers.config.train_config import DEFAULTS, RESUMABLE, TrainConfig, as_saved_run_trained
-    from trainers.run.checkpoint import load_checkpoint
 
     if not args.out:
         raise InputError("needs --out (the run folder holding checkpoint.pt)", field="--resume")
+    from trainers.run.checkpoint import load_checkpoint  # torch: a checkpoint is torch's file
     saved = as_saved_run_trained(load_checkpoint(args.out)["config"])   # an object: checked on load
     saved = {**{k: DEFAULTS[k] for k in RESUMABLE if k not in saved}, **saved}
     missing = sorted(set(DEFAULTS) - set(saved))
@@ -216,9 +216,30 @@ def _refuse_unnamed_code(model: Any, args: argparse.Namespace, named: bool, fold
                      "folder)", field="--resume")
 
 
+def _check_files(config: "TrainConfig") -> None:
+    """The files and folders a new run names, checked before torch is imported (so that a wrong one is named in a
+    second, not after the libraries load): the run folder, the system and constants files, the device-data
+    folder's manifest."""
+    if config.run.out:
+        from trainers.run.folder import RunFolder
+
+        RunFolder(config.run.out, overwrite=config.run.overwrite).check()
+    if config.system.path:
+        from adaptplan.system import SystemSpec
+
+        SystemSpec.load(config.system.path)
+    if config.plan.constants_path:
+        from adaptplan.constants import ConvergenceConstants
+
+        ConvergenceConstants.load(config.plan.constants_path)
+    if config.data.device_data is not None:
+        from trainers.inputs.device_data import read_manifest
+
+        read_manifest(config.data.device_data)
+
+
 def _train(args: argparse.Namespace) -> int:
     from trainers.config.train_config import TrainConfig
-    from trainers.engine.split_engine import SplitEngine
 
     if args.plan_path:
         from adaptplan.plan import Plan
@@ -230,10 +251,15 @@ def _train(args: argparse.Namespace) -> int:
         raise InputError("applies to --resume (a run folder's checkpoint naming a user model)", field="--trust-run-folder")
     if args.resume and args.overwrite:
         raise InputError("--resume continues the run in --out; --overwrite replaces it: choose one", field="--overwrite")
-    config = _resumed_config(args) if args.resume else TrainConfig.flat(**fields_from_args(args),
-                                                                         **getattr(args, "run_file_fields", {}))
+    if not args.resume:
+        config = TrainConfig.flat(**fields_from_args(args), **getattr(args, "run_file_fields", {}))
+        _check_files(config)
+    else:
+        config = _resumed_config(args)
     if config.runtime.distributed:
         return _train_distributed(args, config)
+    from trainers.engine.split_engine import SplitEngine  # torch: only once every flag and file has been checked
+
     return _train_with(config, SplitEngine)
 
 

@@ -1,0 +1,28 @@
+"""Model names checked without torch (profilers/model_names.py; issue 37 item 4)."""
+
+from __future__ import annotations
+
+import pytest
+
+from adaptplan.errors import InputError
+from profilers.model_names import TORCHVISION_CLASSIFIERS, check_model_name, installed_torchvision_names
+
+
+def test_the_list_is_the_pinned_torchvisions() -> None:
+    """The constant is torchvision's list for the version constraints.txt pins (a new torchvision: update it)."""
+    assert list(TORCHVISION_CLASSIFIERS) == installed_torchvision_names()
+
+
+def test_a_name_is_taken_or_refused_with_the_nearest_names(monkeypatch) -> None:
+    for name in ("resnet18", "vit_b_16", "cnn", "my.module:factory"):
+        check_model_name(name, "--model", extra_names=("cnn",))
+    with pytest.raises(InputError, match=r"--model: unknown model 'resnet19' \(similar: resnet18, .*\)\. Valid: one of "
+                                         r"cnn, resnet18-cifar, a torchvision"):
+        check_model_name("resnet19", "--model", extra_names=("cnn", "resnet18-cifar"))
+    with pytest.raises(InputError, match=r"unknown model 'resnet18_cifar' \(similar: resnet18-cifar, "):
+        check_model_name("resnet18_cifar", "--model", extra_names=("cnn", "resnet18-cifar"))    # a built-in suggested
+    import profilers.model_names as names
+
+    monkeypatch.setattr(names, "installed_torchvision_names", lambda: None)      # torch not importable
+    with pytest.raises(InputError, match=r"unknown model 'resnet19'.*\(80 in all\)"):
+        check_model_name("resnet19", "--model")
