@@ -1,4 +1,4 @@
-"""The README read as tests read it: one ``## `` section's text, and its ```bash blocks."""
+"""The README and docs/usage.md read as tests read them: one ``## `` section's text, and its ```bash blocks."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def readme_section(heading: str) -> str:
-    """The text of the README's ``## HEADING...`` section, up to the next ``## `` heading."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+def readme_section(heading: str, document: str = "README.md") -> str:
+    """The text of the ``## HEADING...`` section of ``document`` (the README, or a page of docs/), up to the next
+    ``## `` heading."""
+    text = (ROOT / document).read_text(encoding="utf-8")
     return text.split(f"\n## {heading}", 1)[1].split("\n## ", 1)[0]
 
 

@@ -26,17 +26,28 @@ def test_ci_runs_the_readme_commands_verbatim():
 
 
 def test_the_readmes_resume_list_is_the_options_a_resumed_run_may_change() -> None:
-    """Issue 25, first-hour item 6: the README's list of flags allowed with --resume is trainers.run.driver.RESUMABLE."""
+    """Issue 25, first-hour item 6: docs/usage.md's list of flags allowed with --resume is
+    trainers.run.driver.RESUMABLE."""
     import re
 
     from adaptplan.cli.commands.train import flag_of
     from trainers.run.driver import RESUMABLE
 
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    text = (Path(__file__).resolve().parents[2] / "docs" / "usage.md").read_text(encoding="utf-8")
     sentence = text[text.index("only `--rounds`"):text.index("may be given anew")]
     listed = set(re.findall(r"`(--[a-z-]+)`", sentence))
     allowed = {flag_of(name) for name in RESUMABLE} - {"--resume", "--overwrite", "--out"}
     assert listed == allowed
+
+
+def test_the_readme_is_a_newcomers_page_and_names_every_doc() -> None:
+    """Issue 37 item 7: under 12 kB, and its documentation list names every page of docs/."""
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "README.md").read_text(encoding="utf-8")
+    assert len(text.encode()) < 12_000
+    pages = {p.name for p in (root / "docs").glob("*.md")}
+    index = text.split("\n## Documentation", 1)[1].split("\n## ", 1)[0]
+    assert {p for p in pages if f"docs/{p}" not in index} == set()
 
 
 def test_the_bench_help_line_names_every_benchmark(capsys) -> None:

@@ -1,6 +1,7 @@
-"""The README's "Using it" commands all run, in order, from a fresh clone (issue 14).
+"""docs/usage.md's "Using it" commands all run, in order, from a fresh clone (issue 14), and the README's ten-line
+tour is made of them.
 
-The ```bash block after "## Using it" is read from README.md (never copied here) and every line is
+The ```bash block after "## Using it" is read from docs/usage.md (never copied here) and every line is
 run, in the order written, in one empty working folder, so that a line may use what an earlier one
 wrote (profile.json, system.json, constants.json, run folders). Each line is split as a shell
 would (``#`` comments, quotes, ``runs/*`` expanded against that folder) and given to the function
@@ -39,7 +40,7 @@ SHELL_SYNTAX = re.compile(r"[|&;<>$`(){}]")   # pipes, redirections, variables, 
 
 
 def using_it_lines() -> list[str]:
-    blocks = bash_blocks(readme_section("Using it"))
+    blocks = bash_blocks(readme_section("Using it", "docs/usage.md"))
     assert len(blocks) == 1, f"the 'Using it' section should hold one bash block, has {len(blocks)}"
     return [line.strip() for line in blocks[0].splitlines() if line.strip()]
 
@@ -237,6 +238,15 @@ BEFORE: dict[str, Callable[[argparse.Namespace], dict]] = {"train": before_train
 
 
 # --- the tests -----------------------------------------------------------------------------------
+
+def test_the_readmes_tour_is_lines_of_the_tested_block() -> None:
+    """The README's ten-line tour runs as tested here: each of its commands is one of the block's (comments aside)."""
+    tour = bash_blocks(readme_section("A ten-line tour"))
+    assert len(tour) == 1
+    lines = [line.strip() for line in tour[0].splitlines() if line.strip()]
+    tested = [words(line) for line in using_it_lines()]
+    assert len(lines) == 10 and all(words(line) in tested for line in lines), lines
+
 
 def test_every_line_is_one_checked_adaptplan_command():
     lines = using_it_lines()
