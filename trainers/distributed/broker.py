@@ -18,6 +18,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from adaptplan.errors import InputError
 from trainers.distributed.mqtt_login import user
@@ -136,18 +137,29 @@ def start_local_broker(folder: Path, world: int, port: int) -> LocalBroker:
     process = subprocess.Popen([mosquitto, "-c", str(folder / "mosquitto.conf")], stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True)
     broker = LocalBroker("127.0.0.1", port, ca, run, password_files, process, folder)
-    deadline = time.monotonic() + START_SECONDS
+    try:
+        wait_until_listening(process, port, lambda: broker.log_tail())
+    except RuntimeError:
+        broker.stop()
+        raise
+    return broker
+
+
+def wait_until_listening(process: subprocess.Popen, port: int, log: Callable[[], str] = lambda: "",
+                         seconds: float = START_SECONDS) -> None:
+    """Until the broker ``process`` accepts connections on 127.0.0.1:``port``; a RuntimeError with its output (and
+    ``log()``) if it stops first or does not listen within ``seconds``."""
+    deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"mosquitto stopped at once ({process.returncode}): "
-                               f"{(process.stderr.read() if process.stderr else '')[-500:]} {broker.log_tail()}")
+                               f"{(process.stderr.read() if process.stderr else '')[-500:]} {log()}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return broker
+                return
         except OSError:
             time.sleep(0.05)
-    broker.stop()
-    raise RuntimeError(f"mosquitto did not accept connections on 127.0.0.1:{port} within {START_SECONDS:g} s")
+    raise RuntimeError(f"mosquitto did not accept connections on 127.0.0.1:{port} within {seconds:g} s")
 
 
 def rank_broker_environment(broker: LocalBroker, rank: int) -> dict[str, str]:

@@ -17,6 +17,7 @@ import pytest
 
 from adaptplan.cli import main
 from tests.process_runs import losses, simulate
+from trainers.distributed.broker import wait_until_listening
 from trainers.distributed.launch import free_port
 
 MOSQUITTO = shutil.which("mosquitto") or shutil.which("mosquitto", path="/usr/sbin:/usr/local/sbin")
@@ -125,18 +126,12 @@ def start_broker(folder: Path, as_user: str | None = None) -> subprocess.Popen:
     proc = subprocess.Popen(command, cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     port = int(next(line.split()[1] for line in (folder / "mosquitto.conf").read_text().splitlines()
                     if line.startswith("listener ")))
-    import socket
-
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return proc
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise AssertionError("the broker did not listen")
+    try:
+        wait_until_listening(proc, port)
+    except RuntimeError:
+        proc.kill()
+        raise
+    return proc
 
 
 def test_the_recipe_trains_to_the_simulators_losses(tmp_path) -> None:
