@@ -393,7 +393,7 @@ class Trainer:
             return self._train(c.run.out)
 
     def _train(self, out: str | None) -> History:
-        c, engine = self.config, self.engine
+        c = self.config
         if c.run.resume:
             self.resume()
         self._save_run_file(out)
@@ -407,26 +407,8 @@ class Trainer:
         try:
             with StopRequest() as stop:
                 for t in range(self.start_round + 1, c.run.rounds + 1):
-                    cuts_in_force, interval_in_force = list(engine.cuts), engine.interval
-                    try:
-                        stats = engine.run_round(t)
-                        replanned = self._maybe_replan(t, stats.aggregated)
-                        acc = test_loss = local = None
-                        if t % c.run.eval_every == 0:
-                            acc, test_loss, local = self.evaluate()
-                    except NonFiniteError as exc:
-                        self._save_history(out)
-                        kept = f"; the history up to round {t - 1} is in {out!r}" if out else ""
-                        raise InputError(f"training diverged at round {t}: {exc}{kept}; lower --lr or check the model",
-                                         field="lr") from None
-                    round_seconds = stats.sim_seconds
-                    self.clock.seconds += round_seconds
-                    wall = self.wall_offset + time.perf_counter() - t0
-                    record = RoundRecord(t, stats.loss, acc, test_loss, self.clock.seconds, round_seconds,
-                                         wall, stats.bytes_up, stats.bytes_down, stats.bytes_server,
-                                         stats.aggregated, replanned, cuts_in_force, interval_in_force,
-                                         stats.participants, stats.stage_seconds, stats.metrics,
-                                         stats.measured_stage_seconds, stats.measured_round_seconds, local)
+                    record = self._round(t, out, lambda: self.wall_offset + time.perf_counter() - t0)
+                    wall = record.wall_seconds
                     self.history.append(record)
                     if tracking is not None:
                         tracking.log(record)
@@ -453,6 +435,28 @@ class Trainer:
         self._final_evaluation()
         self._save_history(out)
         return self.history
+
+    def _round(self, t: int, out: str | None, wall: Callable[[], float]) -> RoundRecord:
+        """Round ``t``: train, re-plan where Algorithm 1 says, evaluate on evaluation rounds; its record, the clock
+        advanced (``wall()``: the run's wall seconds so far). NaN/inf stops the run with the history kept."""
+        c, engine = self.config, self.engine
+        cuts_in_force, interval_in_force = list(engine.cuts), engine.interval
+        try:
+            stats = engine.run_round(t)
+            replanned = self._maybe_replan(t, stats.aggregated)
+            acc = test_loss = local = None
+            if t % c.run.eval_every == 0:
+                acc, test_loss, local = self.evaluate()
+        except NonFiniteError as exc:
+            self._save_history(out)
+            kept = f"; the history up to round {t - 1} is in {out!r}" if out else ""
+            raise InputError(f"training diverged at round {t}: {exc}{kept}; lower --lr or check the model",
+                             field="lr") from None
+        self.clock.seconds += stats.sim_seconds
+        return RoundRecord(t, stats.loss, acc, test_loss, self.clock.seconds, stats.sim_seconds, wall(),
+                           stats.bytes_up, stats.bytes_down, stats.bytes_server, stats.aggregated, replanned,
+                           cuts_in_force, interval_in_force, stats.participants, stats.stage_seconds, stats.metrics,
+                           stats.measured_stage_seconds, stats.measured_round_seconds, local)
 
     def _final_evaluation(self) -> None:
         """Evaluate a run that does not end on an evaluation round, into ``history.meta["final_evaluation"]``:
