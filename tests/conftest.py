@@ -21,3 +21,52 @@ def example():
     from tests.worked_example import worked_example_problem
 
     return worked_example_problem()
+
+
+# ---- the quick tier: pytest -m "not slow" (issue 37 item 6) ----------------------------------------------------
+SLOW_FILES = (
+    "tests/trainers/distributed/test_distributed.py",      # real ranks over gloo: 5-50 s each
+    "tests/trainers/distributed/test_mqtt.py",             # real ranks through a real broker
+    "tests/trainers/distributed/test_provision.py",        # certificates, a broker, a whole deployment
+)
+"""Test files whose every test is slow (they start processes, brokers or whole runs)."""
+SLOW_TESTS = (
+    "tests/project/test_readme_using_it.py::test_using_it_commands_run_in_order_from_an_empty_folder",
+    "tests/solvers/test_bcd.py::test_bcd_within_0_1_percent_of_joint_optimum_on_200_instances",
+    "tests/solvers/test_bcd.py::test_bcd_vgg16_default_scenario_matches_exact",
+    "tests/project/test_device_check.py::",
+    "tests/project/test_paper_scale_bench.py::",
+    "tests/project/test_examples.py::",
+    "tests/trainers/run/test_run_folder.py::test_resuming_imports_only_a_user_model_named_on_the_command_line",
+    "tests/trainers/run/test_run_folder.py::test_a_model_name_that_ends_the_process_is_refused_with_one_line",
+    "tests/trainers/run/test_checkpoint.py::test_every_edited_checkpoint_is_refused_with_one_line",
+    "tests/trainers/run/test_full_disk.py::",
+    "tests/trainers/run/test_run_safety.py::",
+    "tests/adaptplan/cli/test_profile_cli.py::",
+    "tests/adaptplan/cli/test_train_cli.py::test_done_when_20_device_adaptsfl_on_cifar10_subset_plots_and_resumes",
+    "tests/adaptplan/cli/test_fuzz_cli.py::",
+    "tests/adaptplan/cli/test_cli.py::test_channels_last_input_is_one_line_with_the_fix",
+    "tests/adaptplan/cli/test_cli.py::test_own_model_from_the_working_directory_without_pythonpath",
+    "tests/adaptplan/benches/test_bench_papers.py::",
+    "tests/adaptplan/benches/test_bench_training.py::",
+    "tests/adaptplan/benches/test_bench_algorithms.py::",
+    "tests/profilers/test_small_image_models.py::test_profile_cli_refuses_a_vit_size_with_exit_2_and_no_traceback",
+)
+"""Single tests, or files (a prefix ending in ``::``), of more than a few seconds each (measured with
+``--durations``); the quick tier leaves them out, CI runs everything."""
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the slow tests (``slow``); a listed test that no longer exists is an error, so the list cannot rot."""
+    matched = set()
+    for item in items:
+        node = item.nodeid
+        hits = [p for p in SLOW_TESTS if node.startswith(p)] + [f for f in SLOW_FILES if node.startswith(f + "::")]
+        if hits:
+            item.add_marker(pytest.mark.slow)
+            matched.update(hits)
+    selected_files = {item.nodeid.split("::", 1)[0] for item in items}
+    stale = [p for p in (*SLOW_TESTS, *SLOW_FILES) if p.split("::", 1)[0] in selected_files and p not in matched
+             and not any(item.nodeid.startswith(p) for item in items)]
+    if stale:
+        raise pytest.UsageError(f"tests/conftest.py lists slow tests that do not exist: {stale}")
