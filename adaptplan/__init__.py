@@ -2,7 +2,8 @@
 
 The numpy-only world model is imported eagerly; torch-using entry points (``profile_model``,
 ``estimate_constants``, ``train``) are re-exported lazily so that ``import adaptplan`` and
-``adaptplan plan`` never load torch (docs/architecture.md).
+``adaptplan plan`` never load torch (docs/architecture.md). What a researcher needs — profile your own model,
+plan, re-plan in a loop, train with a configuration, read a run — is documented in docs/api.md.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ _LAZY = {
     "estimate_constants": "profilers",
     "build_chain": "profilers",
     "train": "trainers.run.driver:run",
+    "TrainConfig": "trainers.config.train_config",
+    "History": "trainers.run.history",
+    "RoundRecord": "trainers.run.history",
 }
 
 __all__ = ["ConvergenceConstants", "CutPoint", "DeviceSpec", "InfeasibleError", "InputError", "LatencyBreakdown",

@@ -117,8 +117,10 @@ class ConvergenceModel:
         by any (I, cut) (c ≤ 0)."""
         k = self.constants
         if k.gamma * k.beta > 1:
-            raise InfeasibleError(f"gamma={k.gamma:g} exceeds 1/beta={1 / k.beta:g}: Theorem 1 (and so the round "
-                                  f"count of Corollary 1) needs 0 < gamma <= 1/beta; lower the learning rate gamma")
+            raise InfeasibleError(f"gamma={k.gamma:g} exceeds 1/beta={1 / k.beta:g} (beta={k.beta:g}, the loss's "
+                                  f"smoothness): Theorem 1 (and so the round count of Corollary 1) needs 0 < gamma <= "
+                                  f"1/beta; plan and train with a learning rate of at most {1 / k.beta:.3g} (--lr, or "
+                                  f"the gamma given to estimate_constants)")
         if self.c <= 0:
             raise InfeasibleError(self.infeasibility_reason(1, 1))
 

@@ -96,7 +96,8 @@ def test_step_size_condition_boundary_and_noise_floor_message():
     ok = ConvergenceConstants(beta=5.0, gamma=0.2, theta=1.0, epsilon=10.0, sigma2=(1.0,), G2=(1e-3,))
     ConvergenceModel(ok, 4).check_reachable()  # γ = 1/β exactly is allowed (γ ≤ 1/β)
     too_big = ConvergenceConstants(beta=5.0, gamma=0.21, theta=1.0, epsilon=10.0, sigma2=(1.0,), G2=(1e-3,))
-    with pytest.raises(InfeasibleError, match=r"gamma=0.21 exceeds 1/beta=0.2"):
+    with pytest.raises(InfeasibleError, match=r"gamma=0.21 exceeds 1/beta=0.2 \(beta=5, the loss's smoothness\).* a "
+                                              r"learning rate of at most 0\.2 \(--lr"):
         ConvergenceModel(too_big, 4).check_reachable()
     floor = ConvergenceConstants(beta=5.0, gamma=0.01, theta=1.0, epsilon=0.1, sigma2=(20.0, 20.0), G2=(1e-3, 1e-3))
     with pytest.raises(InfeasibleError, match=r"noise floor \(beta\*gamma/N\)\*sum\(sigma2\) = 0.25 .*raise epsilon above 0.25"):

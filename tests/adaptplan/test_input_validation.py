@@ -186,6 +186,14 @@ def test_lazy_package_attributes():
     with pytest.raises(AttributeError, match="module 'adaptplan' has no attribute 'Nope'"):
         adaptplan.Nope  # noqa: B018
     assert not hasattr(adaptplan, "Nope")
+    from adaptplan import History, RoundRecord, TrainConfig, train       # docs/api.md's names (issue 37 item 3)
+    from trainers.config.train_config import TrainConfig as Config
+    from trainers.run.driver import run
+    from trainers.run.history import History as Records
+
+    assert (TrainConfig, History, train) == (Config, Records, run) and RoundRecord.__name__ == "RoundRecord"
+    assert set(adaptplan.__all__) >= {"TrainConfig", "History", "train", "profile_model", "estimate_constants",
+                                      "build_chain", "Planner", "generate_system"}
 
 
 @pytest.mark.parametrize("value", [["adam"], {"name": "adam"}, 3, None, "x" * 1_000_000])

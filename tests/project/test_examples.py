@@ -14,3 +14,32 @@ def test_replan_example_runs_and_replans():
     lines = result.stdout.strip().splitlines()
     assert lines[0].startswith("round 1: cuts")
     assert "simulated seconds" in lines[-1]
+
+
+def run_example(name: str, *args: str, cwd: Path | None = None) -> list[str]:
+    result = subprocess.run([sys.executable, str(ROOT / "examples" / name), *args], capture_output=True, text=True,
+                            timeout=300, cwd=cwd)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip().splitlines()
+
+
+def test_planning_your_own_module_profiles_estimates_and_plans() -> None:
+    lines = run_example("plan_own_model.py", "--devices", "6")
+    assert lines[0].startswith("3 cut points: conv1")
+    assert lines[-1].startswith("plan: cuts (") and "interval I = " in lines[-1] and "simulated seconds" in lines[-1]
+
+
+def test_comparing_algorithms_shares_one_setting_and_a_run_folder_reads_back(tmp_path) -> None:
+    lines = run_example("compare_algorithms.py", "--algorithms", "psl,sfl-v1", "--rounds", "4", "--out",
+                        str(tmp_path / "runs"))
+    assert lines[0].startswith("setting: dataset=synthetic") and lines[0].endswith("rounds=4")
+    rows = {line.split()[0]: line.split() for line in lines[2:]}
+    assert set(rows) == {"psl", "sfl-v1"} and all(0 <= float(r[1]) <= 1 for r in rows.values())
+    from adaptplan import History
+
+    for algorithm, row in rows.items():                     # the table is what the run folders hold
+        history = History.load(tmp_path / "runs" / algorithm)
+        assert float(row[1]) == round(history.final_accuracy, 3) and history.meta["config"]["lr"] == 0.05
+    read = run_example("read_run.py", str(tmp_path / "runs" / "psl"), "--target", "0.0")
+    assert read[0] == "psl on synthetic, 4 devices, 4 rounds"
+    assert read[-2].startswith("accuracy 0.0 first at round 4") and read[-1].startswith("seconds per stage: ")
