@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from adaptplan.errors import InputError
 from adaptplan.fileio import atomic_write, output_path, show
@@ -41,41 +41,78 @@ def image_path(out: str | os.PathLike) -> tuple[Path, str]:
     return path, fmt
 
 
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+LINESTYLES = ("-", (0, (5, 2)), (0, (1, 1.5)), (0, (6, 2, 1, 2)))
+"""Each run's marker and line style, so that runs whose curves coincide stay apart (a marker per point too:
+a short run has few)."""
+
+
+def run_label(name: str, history: History) -> str:
+    """A run's legend entry: its name, and what it trained — the planning policy if one decided, the algorithm,
+    the model — from its configuration (``"rma+rms: policy rma+rms, adaptsfl, cnn"``), leaving out what the name
+    already says."""
+    config = history.meta.get("config", {}) if isinstance(history.meta.get("config"), dict) else {}
+    parts = [f"policy {config['policy']}" if isinstance(config.get("policy"), str) else None,
+             config.get("algorithm") if isinstance(config.get("algorithm"), str) else None,
+             config.get("model") if isinstance(config.get("model"), str) else None]
+    what = ", ".join(p for p in parts if p and p != name)         # a folder named after its algorithm says it once
+    return f"{name}: {what}" if what else name
+
+
 def plot_histories(histories: Sequence[tuple[str, History]], out: str | os.PathLike,
                    title: str = "Test accuracy vs simulated time") -> Path:
-    """Draw one line per (label, history) of accuracy vs simulated seconds: global test accuracy solid and,
-    where the run recorded it, the local protocol's accuracy (each device's model on its own held-out samples)
-    dashed in the same colour; write the image to ``out`` (see :func:`image_path`) and return the path written.
-    ``title`` is drawn literally."""
+    """Draw one line per (label, history) of accuracy vs simulated seconds: global test accuracy solid-coloured
+    and, where the run recorded it, the local protocol's accuracy (each device's model on its own held-out
+    samples) in the same colour, thinner; every run its own marker and line style (:data:`MARKERS`,
+    :data:`LINESTYLES`), so that coinciding curves stay visible. Write the image to ``out`` (see
+    :func:`image_path`) and return the path written. ``title`` is drawn literally."""
     path, fmt = image_path(out)
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    fig = accuracy_figure(histories, title)
     try:
-        for label, history in histories:
-            ev = history.evaluated
-            local = [(r.sim_seconds, r.local_accuracy) for r in ev if r.local_accuracy is not None]
-            line, = ax.plot([r.sim_seconds for r in ev], [r.accuracy if r.accuracy is not None else float("nan")
-                                                          for r in ev], marker=".",
-                            label=f"{label} (global test set)" if local else label)
-            if local:
-                ax.plot(*zip(*local), marker="x", linestyle="--", color=line.get_color(),
-                        label=f"{label} (local held-out samples)")
-        ax.set_xlabel("simulated time (s)")
-        ax.set_ylabel("accuracy")
-        ax.set_title(title.replace("$", r"\$"))   # taken literally, never parsed as mathtext
-        ax.grid(alpha=0.3)
-        if histories:
-            ax.legend(fontsize="small")
-        fig.tight_layout()
-        dpi = 120
-        atomic_write(path, lambda fh: fig.savefig(fh, format=fmt, dpi=dpi))
+        atomic_write(path, lambda fh: fig.savefig(fh, format=fmt, dpi=120))
     finally:
         plt.close(fig)
     return path
+
+
+def accuracy_figure(histories: Sequence[tuple[str, History]], title: str) -> Any:
+    """The figure :func:`plot_histories` writes (a matplotlib Figure)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for i, (label, history) in enumerate(histories):
+        ev = history.evaluated
+        marker, style = MARKERS[i % len(MARKERS)], LINESTYLES[(i // len(MARKERS) + i) % len(LINESTYLES)]
+        local = [(r.sim_seconds, r.local_accuracy) for r in ev if r.local_accuracy is not None]
+        line, = ax.plot([r.sim_seconds for r in ev], [r.accuracy if r.accuracy is not None else float("nan")
+                                                      for r in ev], marker=marker, markersize=5, linestyle=style,
+                        markerfacecolor="none", label=f"{label} (global test set)" if local else label)
+        if local:
+            ax.plot(*zip(*local), marker=marker, markersize=3, linestyle=style, linewidth=0.8,
+                    color=line.get_color(), label=f"{label} (local held-out samples)")
+    ax.set_xlabel("simulated time (s)")
+    ax.set_ylabel("accuracy")
+    ax.set_title(title.replace("$", r"\$"))   # taken literally, never parsed as mathtext
+    ax.grid(alpha=0.3)
+    if histories:
+        ax.legend(fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+def resources_note(history: History) -> str | None:
+    """What the predictions rest on, where a reader of measured/predicted must know it: a run without a
+    ``--system`` file was predicted for generated placeholder resources, not this machine's."""
+    config = history.meta.get("config", {}) if isinstance(history.meta.get("config"), dict) else {}
+    if config.get("system_path"):
+        return None
+    return ("predicted for generated placeholder resources (docs/model.md §6.1), not this machine's: the ratios say "
+            "how far those are from it; give --system with measured resources for a like-for-like comparison")
 
 
 def ratio_label(ratio: float) -> str:
@@ -128,7 +165,10 @@ def plot_predicted_vs_measured(history: History, out: str | os.PathLike, title: 
         for ax in (bars, rounds):
             ax.grid(alpha=0.3)
         fig.suptitle(title.replace("$", r"\$"))
-        fig.tight_layout()
+        note = resources_note(history)
+        if note:
+            fig.text(0.5, 0.005, note, ha="center", va="bottom", fontsize="x-small", style="italic")
+        fig.tight_layout(rect=(0, 0.04 if note else 0, 1, 1))
         atomic_write(path, lambda fh: fig.savefig(fh, format=fmt, dpi=120))
     finally:
         plt.close(fig)

@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from trainers.run.history import History
-    from trainers.run.plotting import image_path, plot_histories
+    from trainers.run.plotting import image_path, plot_histories, run_label
 
     image_path(args.output)   # a bad -o fails before any history is read
     if args.predicted_vs_measured:
@@ -31,9 +31,7 @@ def run(args: argparse.Namespace) -> int:
     for run_path in args.runs:
         p = Path(run_path)
         history = History.load(_history_file(run_path))
-        label = p.name if p.is_dir() else p.parent.name
-        algorithm = history.meta.get("config", {}).get("algorithm")   # checked to be text by History.load
-        histories.append((f"{label} ({algorithm})" if algorithm and algorithm != label else label, history))
+        histories.append((run_label(p.name if p.is_dir() else p.parent.name, history), history))
     out = plot_histories(histories, args.output, args.title or "Test accuracy vs simulated time")
     print(out)   # the path written (with .png appended to a name without an extension)
     return 0

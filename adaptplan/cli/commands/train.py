@@ -320,8 +320,8 @@ def _train_with(config: "TrainConfig", engine_factory: Any) -> int:
     if config.run.out:
         from pathlib import Path
 
-        from trainers.run.plotting import plot_histories
+        from trainers.run.plotting import plot_histories, run_label
 
-        plot_histories([(config.algorithm, history)], Path(config.run.out) / "accuracy.png")
+        plot_histories([(run_label(Path(config.run.out).name, history), history)], Path(config.run.out) / "accuracy.png")
     print(json.dumps(history.summary(config.run.target_accuracy), indent=2))
     return 0

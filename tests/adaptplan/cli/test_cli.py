@@ -221,16 +221,17 @@ def test_plot_labels_runs_by_folder_and_algorithm(tmp_path, monkeypatch, capsys)
             (tmp_path / name).mkdir() or tmp_path / name)
     figures = _spy_figures(monkeypatch)
     out = tmp_path / "p"
-    # a folder is labelled by its name, a history.json file by its folder's; the algorithm is added when it differs
+    # a folder is labelled by its name, a history.json file by its folder's; what it trained is added (policy,
+    # algorithm, model) where the name does not say it already
     assert main(["plot", str(tmp_path / "psl"), str(tmp_path / "mine" / "history.json"), str(tmp_path / "bare"), "-o",
                  str(out), "--title", "cost $5"]) == 0
     assert capsys.readouterr().out == f"{out}.png\n"
     (ax,) = figures[0].axes
-    assert [line.get_label() for line in ax.get_lines()] == ["psl", "mine (sfl-v1)", "bare"]
+    assert [line.get_label() for line in ax.get_lines()] == ["psl", "mine: sfl-v1", "bare"]
     # evaluated rounds only: accuracy against simulated seconds
     assert all(list(line.get_xdata()) == [2.0, 4.5] and list(line.get_ydata()) == [0.25, 0.5] for line in ax.get_lines())
     assert ax.get_title() == "cost \\$5" and ax.get_xlabel() == "simulated time (s)"
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["psl", "mine (sfl-v1)", "bare"]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["psl", "mine: sfl-v1", "bare"]
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["plot", str(tmp_path / "psl"), "-o", str(tmp_path / "q.png")]) == 0
     assert figures[1].axes[0].get_title() == "Test accuracy vs simulated time"
