@@ -21,8 +21,10 @@ runs ``./run.sh``.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import pwd
+import re
 import secrets
 import shlex
 import shutil
@@ -53,12 +55,24 @@ class Deployment:
     broker_user: str
 
 
+HOST_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
+"""A DNS name (RFC 1123 labels), what the broker's certificate can be made for besides an IP address."""
+
+
 def split_address(address: str) -> tuple[str, int]:
-    """``host:port`` → (host, port); an InputError naming ``--broker`` otherwise."""
+    """``host:port`` → (host, port), the host an IP address or a DNS name; an InputError naming ``--broker``
+    otherwise."""
     host, _, port = address.rpartition(":")
+    host = host.strip("[]")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise InputError(f"{address!r} is not host:port (e.g. broker.example.org:8883)", field="--broker")
-    return host.strip("[]"), int(port)
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        if len(host) > 253 or not HOST_NAME.fullmatch(host) or host.replace(".", "").isdigit():
+            raise InputError(f"{host[:80]!r} is neither an IP address nor a host name (letters, digits, - and . "
+                             "only, at most 253)", field="--broker") from None
+    return host, int(port)
 
 
 def broker_user() -> str:

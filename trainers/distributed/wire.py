@@ -148,6 +148,7 @@ class _Decoder:
             raise WireError(f"it lists {len(specs):,} tensors, more than the {MAX_TENSORS:,} a frame may carry")
         self.data = data
         self.specs = [self._checked(i, spec) for i, spec in enumerate(specs)]
+        self.used: set[int] = set()
 
     def _checked(self, index: int, spec: Any) -> tuple[str, tuple[int, ...], int, int]:
         """A tensor entry [dtype, shape, offset, length] whose byte range lies in the frame."""
@@ -157,10 +158,11 @@ class _Decoder:
         if not isinstance(name, str) or name not in DTYPES:
             raise WireError(f"its tensor {index} has dtype {str(name)[:40]!r}, not one of {', '.join(DTYPES)}")
         if not (isinstance(shape, list) and len(shape) <= MAX_DIMS
-                and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape)):
+                and all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= MAX_FRAME_BYTES for s in shape)):
             raise WireError(f"its tensor {index} has the shape {str(shape)[:60]}, not a list of sizes")
         itemsize = DTYPES[name].itemsize      # not an empty tensor per entry: 10⁶ entries cost seconds that way
-        if not (isinstance(offset, int) and isinstance(length, int)) or length != math.prod(shape) * itemsize \
+        if not (isinstance(offset, int) and isinstance(length, int)) or isinstance(offset, bool) \
+                or isinstance(length, bool) or length != math.prod(shape) * itemsize \
                 or offset < 0 or offset + length > len(self.data):
             raise WireError(f"its tensor {index} ({name} {shape}) does not fit its byte range")
         return name, tuple(shape), offset, length
@@ -168,6 +170,9 @@ class _Decoder:
     def tensor(self, index: Any) -> torch.Tensor:
         if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(self.specs):
             raise WireError(f"it refers to tensor {index!r}, not in its table")
+        if index in self.used:          # each tensor once: a 1 MB tensor referenced 2,000 times made 2 GB
+            raise WireError(f"it refers to tensor {index} twice")
+        self.used.add(index)
         name, shape, offset, length = self.specs[index]
         dtype = DTYPES[name]
         if not length:
@@ -191,15 +196,19 @@ class _Decoder:
             return float(body)
         if tag in ("T", "S") and len(v) == 1 and isinstance(body, list):
             items = [self.value(x) for x in body]
-            return tuple(items) if tag == "T" else set(items)
+            if tag == "T":
+                return tuple(items)
+            if not all(_hashable(x) for x in items):
+                raise WireError("it holds a set of lists, dicts, sets or tensors")
+            return set(items)
         if tag == "D" and len(v) == 1 and isinstance(body, list):
             if not all(isinstance(p, list) and len(p) == 2 for p in body):
                 raise WireError("it holds a dict whose entries are not [key, value] pairs")
             out = {}
             for k, x in body:
                 key = self.value(k)
-                if not isinstance(key, (int, str, tuple)):
-                    raise WireError(f"it holds a dict keyed by a {type(key).__name__}")
+                if not isinstance(key, (int, str, tuple)) or not _hashable(key):
+                    raise WireError(f"it holds a dict keyed by a {type(key).__name__} (or a tuple of such)")
                 out[key] = self.value(x)
             return out
         if tag == "M" and len(v) == 2 and isinstance(v.get("f"), dict):
@@ -214,6 +223,14 @@ class _Decoder:
             except TypeError as exc:
                 raise WireError(f"its {body} is incomplete ({exc})") from None
         raise WireError(f"it holds a value tagged {str(tag)[:20]!r}, not a known form")
+
+
+def _hashable(value: Any) -> bool:
+    """A set member or dict key the decoder may build: JSON scalars and tuples of them (never a list, dict, set or
+    tensor, which would raise TypeError)."""
+    if isinstance(value, tuple):
+        return all(_hashable(v) for v in value)
+    return value is None or isinstance(value, (bool, int, float, str))
 
 
 def decode(frame: bytes | bytearray | memoryview, key: bytes) -> Frame:

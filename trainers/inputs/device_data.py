@@ -233,7 +233,8 @@ def _read(path: Path, limit: int | None = None) -> bytes:
     :data:`MAX_FILE_BYTES`); anything else is refused before it is read."""
     limit = MAX_FILE_BYTES if limit is None else limit
     try:
-        with open(path, "rb") as fh:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))   # a named pipe must not block the open
+        with os.fdopen(fd, "rb") as fh:
             info = os.fstat(fh.fileno())
             if not stat.S_ISREG(info.st_mode):
                 raise InputError(f"{str(path)!r} is not a regular file", field=FIELD)

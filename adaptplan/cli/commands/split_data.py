@@ -46,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
     from trainers.inputs.device_data import MANIFEST, write_device_folder
     from trainers.inputs.partition import partition_indices
 
+    if not args.out.strip():
+        raise InputError("names no folder: give the folder to write, e.g. --out devdata", field="--out")
     out = Path(args.out).expanduser()
     if (out / MANIFEST).exists() and not args.overwrite:
         raise InputError(f"{str(out)!r} already holds a device-data folder; add --overwrite to replace it", field="--out")

@@ -93,6 +93,11 @@ def _has_user(name: str) -> bool:
 
 @pytest.mark.parametrize("argv, field", [
     (["--broker", "no-port", "--devices", "3"], "--broker"),
+    (["--broker", "a" * 300 + ":1", "--devices", "3"], "--broker"),          # found by the issue 36 harness: these
+    (["--broker", "$(id):1", "--devices", "3"], "--broker"),                 # were openssl's internal errors
+    (["--broker", "../../x:1", "--devices", "3"], "--broker"),
+    (["--broker", "256.1.1.1:1", "--devices", "3"], "--broker"),
+    (["--broker", "host name:1", "--devices", "3"], "--broker"),
     (["--broker", "h:1", "--devices", "3", "--", "--runtime", "mqtt"], "--runtime"),
     (["--broker", "h:1", "--devices", "3", "--", "--ranks", "4"], "--ranks"),
     (["--broker", "h:1", "--devices", "3", "--", "--devices", "4"], "--devices"),

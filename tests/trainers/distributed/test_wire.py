@@ -235,3 +235,28 @@ def test_nothing_read_from_a_peer_or_a_file_is_unpickled() -> None:
                 if risky.search(line):
                     found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
     assert found == []
+
+
+@pytest.mark.parametrize("value, why", [
+    ({"S": [[1, 2]]}, "a set of lists"),
+    ({"S": [{"D": []}]}, "a set of lists"),
+    ({"D": [[{"T": [[1]]}, 1]]}, "a dict keyed by a tuple"),
+    ({"D": [[{"T": [{"D": []}]}, 1]]}, "a dict keyed by a tuple"),
+])
+def test_a_set_or_key_of_unhashable_values_is_refused_not_an_internal_error(value, why) -> None:
+    """Found by the issue 36 harness: these raised a plain TypeError out of decode."""
+    with pytest.raises(wire.WireError, match=why):
+        wire.decode(craft({"src": 0, "dst": 1, "seq": 0, "v": value, "t": []}), KEY)
+
+
+def test_an_empty_tensor_of_a_huge_side_and_a_tensor_referenced_twice_are_refused() -> None:
+    for shape in ([0, 2 ** 63], [10 ** 30, 0], [0, 2 ** 64]):
+        with pytest.raises(wire.WireError, match="has the shape"):
+            wire.decode(craft({"src": 0, "dst": 1, "seq": 0, "v": {"X": 0}, "t": [["float32", shape, 0, 0]]}), KEY)
+    data = bytes(64)
+    twice = {"src": 0, "dst": 1, "seq": 0, "v": [{"X": 0}, {"X": 0}], "t": [["float32", [16], 0, 64]]}
+    with pytest.raises(wire.WireError, match="refers to tensor 0 twice"):
+        wire.decode(craft(twice, data), KEY)
+    assert wire.decode(craft({**twice, "v": [{"X": 0}]}, data), KEY).value[0].shape == (16,)
+    with pytest.raises(wire.WireError, match="does not fit its byte range"):
+        wire.decode(craft({**twice, "v": [{"X": 0}], "t": [["float32", [16], False, 64]]}, data), KEY)

@@ -163,6 +163,9 @@ def test_cli_errors_name_the_flag_and_exit_2(folder, tmp_path, capsys) -> None:
     out, _ = folder
     assert main(["split-data", "--devices", "3", "--dataset", "synthetic", "--out", str(out)]) == 2
     assert "already holds a device-data folder; add --overwrite" in capsys.readouterr().err
+    for empty in ("", "  "):            # found by the issue 36 harness: '' wrote into the working folder
+        assert main(["split-data", "--devices", "3", "--dataset", "synthetic", "--out", empty]) == 2
+        assert "--out: names no folder" in capsys.readouterr().err
     assert main(["train", "--model", "mlp", "--devices", "4", "--rounds", "1", "--cuts", "2", "--no-progress",
                  "--device-data", str(out)]) == 2
     assert "holds the data of 3 devices, --devices is 4" in capsys.readouterr().err
@@ -266,6 +269,12 @@ def test_hostile_files_are_refused_before_they_are_read_or_decompressed(folder, 
             read_manifest(copy).load_device(0)
         assert info.value.field == "--device-data"
         (copy / "device-0.npz").unlink()
+    import os
+
+    os.mkfifo(copy / "device-0.npz")                  # a named pipe: opening it used to block for ever
+    with pytest.raises(InputError, match="device-0.npz' is not a regular file"):
+        read_manifest(copy).load_device(0)
+    (copy / "device-0.npz").unlink()
     bomb = _compressed(x=x0.numpy(), y=y0.numpy(), extra=np.zeros(10**7))      # 80 MB of zeros in a few kB
     assert len(bomb) < 10**6
     copy = _rewrite(out, tmp_path, device0=bomb)
