@@ -116,9 +116,19 @@ class DeviceSampler:
         return {"rng": self.rng.bit_generator.state, "order": self.order.copy(), "position": self.position}
 
     def load_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state`; ValueError unless ``order`` is a permutation of this device's 0..n−1 and
+        ``position`` an integer in 0..n (a checkpoint's sampler, checked before it draws a batch)."""
+        order, position = state["order"], state["position"]
+        order = order.numpy() if hasattr(order, "numpy") else order
+        n = self.indices.size
+        if not (isinstance(order, np.ndarray) and order.ndim == 1 and order.dtype.kind in "iu" and order.size == n
+                and np.array_equal(np.sort(order), np.arange(n))):
+            raise ValueError(f"a device's sampler order must be a permutation of its {n} samples' positions")
+        if not isinstance(position, (int, np.integer)) or isinstance(position, bool) or not 0 <= int(position) <= n:
+            raise ValueError(f"a device's sampler position must be an integer in 0..{n}, got {str(position)[:40]}")
         self.rng.bit_generator.state = state["rng"]
-        self.order = np.asarray(state["order"])
-        self.position = int(state["position"])
+        self.order = np.asarray(order)
+        self.position = int(position)
 
 
 @dataclass(frozen=True)

@@ -64,8 +64,64 @@ class RoleOptimizer:
         return self.torch.state_dict() if self.torch is not None else {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if self.torch is not None and state:
-            self.torch.load_state_dict(state)
+        """Restore a :meth:`state_dict`, checked first (:func:`check_optimizer_state`: ValueError naming what does
+        not fit), so that a bad checkpoint is refused when it is loaded, not met as an error rounds later."""
+        if self.torch is None:
+            if state:
+                raise ValueError("holds an optimizer state for a part without parameters")
+            return
+        check_optimizer_state(state, self.torch.state_dict(), self.params)
+        self.torch.load_state_dict(state)
+
+
+MAX_HYPERPARAMETER = 1e6
+"""The largest magnitude of an optimizer hyperparameter a checkpoint may hold (lr, momentum, betas, eps...)."""
+
+
+def _finite_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) <= MAX_HYPERPARAMETER \
+        and value == value
+
+
+def check_optimizer_state(state: Any, mine: dict[str, Any], params: list[nn.Parameter]) -> None:
+    """ValueError unless ``state`` is a state of this optimizer (``mine``, its own state_dict, over ``params``): the
+    same parameter groups, their keys among its own (``params`` and ``lr`` at least), numbers where it has numbers (finite, at most
+    :data:`MAX_HYPERPARAMETER`), the same flags; per-parameter entries only for its parameters, each tensor of
+    the parameter's shape (a step count a scalar) and finite."""
+    if not isinstance(state, dict) or set(state) != {"state", "param_groups"}:
+        raise ValueError("an optimizer state must hold exactly 'state' and 'param_groups'")
+    groups, own = state["param_groups"], mine["param_groups"]
+    if not isinstance(groups, list) or len(groups) != len(own):
+        raise ValueError(f"an optimizer state must hold {len(own)} parameter group(s)")
+    for group, ref in zip(groups, own):
+        if not isinstance(group, dict) or not {"params", "lr"} <= set(group) <= set(ref):   # another torch may lack flags
+            raise ValueError(f"an optimizer parameter group must hold params, lr and only keys of {sorted(ref)}")
+        for key, value in group.items():
+            expected = ref[key]
+            if key == "params" or isinstance(expected, (bool, str)) or expected is None:
+                if value != expected:
+                    raise ValueError(f"optimizer {key} must be {expected!r}, got {str(value)[:60]}")
+            elif isinstance(expected, (tuple, list)):
+                if not (isinstance(value, (tuple, list)) and len(value) == len(expected) and all(map(_finite_number, value))):
+                    raise ValueError(f"optimizer {key} must be {len(expected)} finite numbers, got {str(value)[:60]}")
+            elif not _finite_number(value):
+                raise ValueError(f"optimizer {key} must be a finite number, got {str(value)[:60]}")
+    shapes = dict(enumerate(p.shape for p in params))
+    entries = state["state"]
+    if not isinstance(entries, dict) or not set(entries) <= set(shapes):
+        raise ValueError(f"an optimizer state's entries must be for its parameters 0..{len(shapes) - 1}")
+    for index, entry in entries.items():
+        if not isinstance(entry, dict):
+            raise ValueError(f"optimizer state of parameter {index} must be an object")
+        for key, value in entry.items():
+            if not torch.is_tensor(value):
+                if not _finite_number(value):
+                    raise ValueError(f"optimizer state {key} of parameter {index} must be a tensor or a number")
+                continue
+            wanted = torch.Size([]) if key == "step" else shapes[index]
+            if value.shape != wanted or not (value.is_floating_point() and bool(torch.isfinite(value).all())):
+                raise ValueError(f"optimizer state {key} of parameter {index} must be a finite float tensor of shape "
+                                 f"{list(wanted)}, got {value.dtype} {list(value.shape)}")
 
 
 def mean_param_state(states: list[dict[str, Any]]) -> dict[str, Any]:

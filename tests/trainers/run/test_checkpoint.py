@@ -205,3 +205,41 @@ def test_every_edited_checkpoint_is_refused_with_one_line(checkpoint) -> None:
         (out / CHECKPOINT_NAME).write_bytes(original)
     assert not failures, f"{len(failures)} of {sum(outcomes.values())}: {failures[:80]}"
     assert outcomes["refused"] >= 500
+
+
+def test_a_devices_optimizer_or_sampler_state_that_does_not_fit_is_refused_on_resume(tmp_path, capsys) -> None:
+    """Found by the issue 36 harness: these were accepted, then internal errors rounds later (or trained on)."""
+    import copy
+
+    import torch
+
+    from adaptplan.cli import main
+    from trainers.run.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
+
+    out = tmp_path / "run"
+    assert main(["train", "--algorithm", "psl", "--dataset", "synthetic", "--model", "mlp", "--devices", "3",
+                 "--cuts", "2", "--rounds", "2", "--checkpoint-every", "1", "--out", str(out), "--no-progress"]) == 0
+    base = load_checkpoint(out)
+    edits = {
+        "sampler position -1": lambda d: d["sampler"].update(position=-1),
+        "sampler order out of range": lambda d: d["sampler"].update(order=torch.full_like(torch.as_tensor(
+            d["sampler"]["order"]), 10 ** 9)),
+        "sampler order 2-D": lambda d: d["sampler"].update(order=torch.zeros(2, 2, dtype=torch.int64)),
+        "lr text": lambda d: d["optimizer"]["param_groups"][0].update(lr="x"),
+        "momentum 1e30": lambda d: d["optimizer"]["param_groups"][0].update(momentum=10 ** 30),
+        "optimizer emptied": lambda d: d.update(optimizer={}),
+        "momentum buffer of another shape": lambda d: d["optimizer"]["state"].update({0: {"momentum_buffer":
+                                                                                          torch.ones(1)}}),
+    }
+    for name, edit in edits.items():
+        state = copy.deepcopy(base)
+        edit(state["engine"]["devices"][0])
+        folder = tmp_path / name.replace(" ", "_")
+        folder.mkdir()
+        for f in out.iterdir():
+            if f.is_file() and f.name != CHECKPOINT_NAME:
+                (folder / f.name).write_bytes(f.read_bytes())
+        save_checkpoint(state, folder)
+        assert main(["train", "--out", str(folder), "--resume", "--rounds", "3", "--no-progress"]) == 2, name
+        err = capsys.readouterr().err
+        assert "--resume" in err and "does not fit this run" in err and "internal error" not in err, (name, err)
