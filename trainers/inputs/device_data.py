@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from adaptplan.errors import InputError
-from adaptplan.fileio import atomic_write
+from adaptplan.fileio import atomic_write, nesting_depth, parse_text
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -134,6 +134,8 @@ class DeviceManifest:
         if self.test_sha256 is not None and hashlib.sha256(raw).hexdigest() != self.test_sha256:
             raise InputError(f"{str(path)!r} is not the file {MANIFEST} names (its SHA-256 differs)", field=FIELD)
         x, y = _arrays(path, raw, self.input_shape, self.num_classes)
+        if not len(y):               # an empty test set: the accuracy would divide by zero
+            raise InputError(f"{str(path)!r} holds no test samples", field=FIELD)
         return torch.from_numpy(x), torch.from_numpy(y)
 
     def dataset(self, with_samples: bool) -> "Dataset":
@@ -158,6 +160,26 @@ class DeviceManifest:
                        input_shape=self.input_shape, name=self.name)
 
 
+MAX_MANIFEST_DEPTH = 8
+"""A manifest is an object of lists of objects: deeper nesting is refused (a 100,000-deep array raised
+RecursionError)."""
+MAX_CLASSES = 1_000_000
+
+
+def _count(value: object, key: str) -> int:
+    """An integer (not a bool, a text or a fraction) of magnitude at most 10⁹ (ValueError naming ``key``); its range
+    is checked with the rest of the manifest."""
+    if isinstance(value, bool) or not isinstance(value, int) or abs(value) > 10 ** 9:
+        raise ValueError(f"{key} must hold integers, got {str(value)[:40]}")
+    return value
+
+
+def _text(value: object, key: str, limit: int = 200) -> str:
+    if not isinstance(value, str) or len(value) > limit:
+        raise ValueError(f"{key} must be a text of at most {limit} characters")
+    return value
+
+
 def read_manifest(folder: str | Path) -> DeviceManifest:
     """The folder's manifest, checked; InputError naming the file and what is wrong."""
     root = Path(folder).expanduser()
@@ -166,24 +188,29 @@ def read_manifest(folder: str | Path) -> DeviceManifest:
     path = root / MANIFEST
     raw = _read(path, MAX_MANIFEST_BYTES)
     try:
-        doc = json.loads(raw)
-        if doc.get("format") != FORMAT or doc.get("version") != VERSION:
+        doc = parse_text(raw.decode("utf-8"), toml=False)       # a key given twice is refused
+        if nesting_depth(doc) > MAX_MANIFEST_DEPTH:
+            raise ValueError(f"nested more than {MAX_MANIFEST_DEPTH} levels deep")
+        if doc.get("format") != FORMAT or doc.get("version") != VERSION or isinstance(doc.get("version"), bool):
             raise ValueError(f"not an {FORMAT} version {VERSION} manifest")
         for keys, allowed in [(doc, MANIFEST_KEYS), *((e, ENTRY_KEYS) for e in doc["devices"])]:
             unknown = sorted(set(keys) - set(allowed))
             if unknown:
                 raise ValueError(f"unknown key {unknown[0]!r}; allowed: {', '.join(allowed)}")
-        num_classes = int(doc["num_classes"])
-        shape = tuple(int(s) for s in doc["input_shape"])
-        entries = tuple(DeviceEntry(str(e["file"]), int(e["samples"]), tuple(int(c) for c in e["label_counts"]),
-                                    str(e["sha256"])) for e in doc["devices"])
-        name = str(doc["name"])
+        num_classes = _count(doc["num_classes"], "num_classes")
+        shape = tuple(_count(s, "input_shape") for s in doc["input_shape"])
+        entries = tuple(DeviceEntry(_text(e["file"], "file"), _count(e["samples"], "samples"),
+                                    tuple(_count(c, "label_counts") for c in e["label_counts"]),
+                                    _text(e["sha256"], "sha256")) for e in doc["devices"])
+        name = _text(doc["name"], "name")
+        if doc.get("test", TEST_FILE) != TEST_FILE:
+            raise ValueError(f"test must be {TEST_FILE!r}")
         test_sha256 = doc.get("test_sha256")
         if test_sha256 is not None and not (isinstance(test_sha256, str) and len(test_sha256) == 64):
             raise ValueError("test_sha256 must be 64 hexadecimal digits")
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
         raise InputError(f"{str(path)!r} is not a device-data manifest ({type(exc).__name__}: {exc})", field=FIELD) from None
-    if num_classes < 2 or not shape or min(shape) < 1 or not entries:
+    if num_classes < 2 or num_classes > MAX_CLASSES or not shape or min(shape) < 1 or not entries:
         raise InputError(f"{str(path)!r}: needs ≥ 2 classes, an input shape and ≥ 1 device", field=FIELD)
     for i, e in enumerate(entries):
         if e.file != device_file(i) or e.samples < 1 or len(e.label_counts) != num_classes \

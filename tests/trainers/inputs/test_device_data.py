@@ -330,3 +330,39 @@ def test_split_data_flags_and_defaults(tmp_path, capsys) -> None:
     capsys.readouterr()
     assert main(["split-data", "--dataset", "synthetic", "--devices", "3"]) == 2     # --out is required
     assert "the following arguments are required: --out" in capsys.readouterr().err
+
+
+def test_manifest_values_of_another_kind_are_one_message(folder, tmp_path) -> None:
+    """Found by the issue 36 harness: text or fractional counts were taken, num_classes Infinity was an
+    OverflowError, a 100,000-deep array a RecursionError, ``test`` could name another file, a key could be twice."""
+    import json
+
+    out, _ = folder
+    text = (out / "manifest.json").read_text()
+    doc = json.loads(text)
+    cases = {
+        "samples as text": lambda d: d["devices"][0].update(samples=str(d["devices"][0]["samples"])),
+        "samples as a fraction": lambda d: d["devices"][0].update(samples=d["devices"][0]["samples"] + 0.5),
+        "float label counts": lambda d: d["devices"][0].update(label_counts=[float(c) for c in
+                                                                             d["devices"][0]["label_counts"]]),
+        "version true": lambda d: d.update(version=True),
+        "num_classes as text": lambda d: d.update(num_classes="10"),
+        "test names another file": lambda d: d.update(test="../manifest.json"),
+        "name a list": lambda d: d.update(name=["x"]),
+    }
+    for name, edit in cases.items():
+        copy = tmp_path / name.replace(" ", "_")
+        copy.mkdir()
+        changed = json.loads(json.dumps(doc))
+        edit(changed)
+        (copy / "manifest.json").write_text(json.dumps(changed))
+        with pytest.raises(InputError, match="is not a device-data manifest|is inconsistent"):
+            read_manifest(copy)
+    for name, raw in {"infinity": text.replace('"num_classes": 10', '"num_classes": Infinity'),
+                      "deep": text[:-2] + ', "x": ' + "[" * 100_000 + "]" * 100_000 + "}\n",
+                      "twice": text.replace('"num_classes": 10', '"num_classes": 10, "num_classes": 10')}.items():
+        copy = tmp_path / name
+        copy.mkdir()
+        (copy / "manifest.json").write_text(raw)
+        with pytest.raises(InputError, match="is not a device-data manifest"):
+            read_manifest(copy)
