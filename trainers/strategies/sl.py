@@ -51,4 +51,9 @@ class SL(Strategy):
         return {"holder": self.holder}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.holder = int(state.get("holder", 0))
+        self.holder = state.get("holder", 0)
+
+    def check_state(self, ctx: RoundContext) -> None:
+        """The holder must be one of the run's devices (a checkpoint's text, fraction or 10³⁰ was taken)."""
+        if isinstance(self.holder, bool) or not isinstance(self.holder, int) or not 0 <= self.holder < ctx.num_devices:
+            raise ValueError(f"SL's holder must be a device index in 0..{ctx.num_devices - 1}, got {str(self.holder)[:40]}")

@@ -243,3 +243,27 @@ def test_a_devices_optimizer_or_sampler_state_that_does_not_fit_is_refused_on_re
         assert main(["train", "--out", str(folder), "--resume", "--rounds", "3", "--no-progress"]) == 2, name
         err = capsys.readouterr().err
         assert "--resume" in err and "does not fit this run" in err and "internal error" not in err, (name, err)
+
+
+def test_sls_holder_that_is_not_a_device_is_refused_on_resume(tmp_path, capsys) -> None:
+    """Found by the issue 36 harness: SL's holder 10³⁰, −1, 5 (of 3 devices), '0', 1.5 were taken."""
+    import copy
+
+    from adaptplan.cli import main
+    from trainers.run.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
+
+    out = tmp_path / "run"
+    assert main(["train", "--algorithm", "sl", "--dataset", "synthetic", "--model", "mlp", "--devices", "3",
+                 "--cuts", "2", "--rounds", "2", "--checkpoint-every", "1", "--out", str(out), "--no-progress"]) == 0
+    base = load_checkpoint(out)
+    for holder in (10 ** 30, -1, 3, "0", 1.5, True):
+        state = copy.deepcopy(base)
+        state["engine"]["strategy"]["holder"] = holder
+        folder = tmp_path / f"h{len(list(tmp_path.iterdir()))}"
+        folder.mkdir()
+        for f in out.iterdir():
+            if f.is_file() and f.name != CHECKPOINT_NAME:
+                (folder / f.name).write_bytes(f.read_bytes())
+        save_checkpoint(state, folder)
+        assert main(["train", "--out", str(folder), "--resume", "--rounds", "3", "--no-progress"]) == 2, holder
+        assert "SL's holder must be a device index in 0..2" in capsys.readouterr().err
