@@ -75,6 +75,8 @@ def test_the_command_lines_flags_override_the_file(tmp_path) -> None:
     ("no-progress = 3\n", r"run.toml: no-progress: must be true or false, got 3"),
     ("lr = true\n", r"run.toml: lr: takes a value"),
     ("cuts = []\n", r"run.toml: cuts: must be a list of numbers or texts"),
+    ("cuts = [2, true]\n", r"run.toml: cuts: must be a list of numbers or texts"),
+    ("cuts = [2, [3]]\n", r"run.toml: cuts: must be a list of numbers or texts"),
     ("[data]\ndevices = 3\n", r"run.toml: data: 'data' is not an option"),
     ("devices = \n", r"--config .*run.toml is not TOML"),
     ("config = \"other.toml\"\n", r"'config' is not an option"),
@@ -97,3 +99,5 @@ def test_a_mistyped_value_is_the_flags_own_error_and_a_missing_file_is_named(tmp
     assert "absent.toml' does not exist" in capsys.readouterr().err
     assert main(["train", "--config"]) == 2
     assert "--config" in capsys.readouterr().err
+    assert main(["train", "--config", str(tmp_path)]) == 2                    # a folder
+    assert f"{str(tmp_path)!r} is not a file" in capsys.readouterr().err
