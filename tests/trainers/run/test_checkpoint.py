@@ -207,6 +207,19 @@ def test_every_edited_checkpoint_is_refused_with_one_line(checkpoint) -> None:
     assert outcomes["refused"] >= 500
 
 
+def resume_edited(run: Path, state: dict, folder: Path) -> int:
+    """Resume a copy of the run folder ``run`` whose checkpoint holds ``state`` (its frame recomputed); the exit code."""
+    from adaptplan.cli import main
+    from trainers.run.checkpoint import CHECKPOINT_NAME, save_checkpoint
+
+    folder.mkdir()
+    for f in run.iterdir():
+        if f.is_file() and f.name != CHECKPOINT_NAME:
+            (folder / f.name).write_bytes(f.read_bytes())
+    save_checkpoint(state, folder)
+    return main(["train", "--out", str(folder), "--resume", "--rounds", "3", "--no-progress"])
+
+
 def test_a_devices_optimizer_or_sampler_state_that_does_not_fit_is_refused_on_resume(tmp_path, capsys) -> None:
     """Found by the issue 36 harness: these were accepted, then internal errors rounds later (or trained on)."""
     import copy
@@ -214,7 +227,7 @@ def test_a_devices_optimizer_or_sampler_state_that_does_not_fit_is_refused_on_re
     import torch
 
     from adaptplan.cli import main
-    from trainers.run.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
+    from trainers.run.checkpoint import load_checkpoint
 
     out = tmp_path / "run"
     assert main(["train", "--algorithm", "psl", "--dataset", "synthetic", "--model", "mlp", "--devices", "3",
@@ -234,13 +247,7 @@ def test_a_devices_optimizer_or_sampler_state_that_does_not_fit_is_refused_on_re
     for name, edit in edits.items():
         state = copy.deepcopy(base)
         edit(state["engine"]["devices"][0])
-        folder = tmp_path / name.replace(" ", "_")
-        folder.mkdir()
-        for f in out.iterdir():
-            if f.is_file() and f.name != CHECKPOINT_NAME:
-                (folder / f.name).write_bytes(f.read_bytes())
-        save_checkpoint(state, folder)
-        assert main(["train", "--out", str(folder), "--resume", "--rounds", "3", "--no-progress"]) == 2, name
+        assert resume_edited(out, state, tmp_path / name.replace(" ", "_")) == 2, name
         err = capsys.readouterr().err
         assert "--resume" in err and "does not fit this run" in err and "internal error" not in err, (name, err)
 
@@ -250,7 +257,7 @@ def test_sls_holder_that_is_not_a_device_is_refused_on_resume(tmp_path, capsys) 
     import copy
 
     from adaptplan.cli import main
-    from trainers.run.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
+    from trainers.run.checkpoint import load_checkpoint
 
     out = tmp_path / "run"
     assert main(["train", "--algorithm", "sl", "--dataset", "synthetic", "--model", "mlp", "--devices", "3",
@@ -259,11 +266,5 @@ def test_sls_holder_that_is_not_a_device_is_refused_on_resume(tmp_path, capsys) 
     for holder in (10 ** 30, -1, 3, "0", 1.5, True):
         state = copy.deepcopy(base)
         state["engine"]["strategy"]["holder"] = holder
-        folder = tmp_path / f"h{len(list(tmp_path.iterdir()))}"
-        folder.mkdir()
-        for f in out.iterdir():
-            if f.is_file() and f.name != CHECKPOINT_NAME:
-                (folder / f.name).write_bytes(f.read_bytes())
-        save_checkpoint(state, folder)
-        assert main(["train", "--out", str(folder), "--resume", "--rounds", "3", "--no-progress"]) == 2, holder
+        assert resume_edited(out, state, tmp_path / f"h{len(list(tmp_path.iterdir()))}") == 2, holder
         assert "SL's holder must be a device index in 0..2" in capsys.readouterr().err
