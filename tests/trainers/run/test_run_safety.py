@@ -225,7 +225,7 @@ def test_plot_legend_names_the_algorithm_once(tmp_path, monkeypatch) -> None:
 
     monkeypatch.setattr(trainers.run.plotting, "plot_histories", spy)
     assert main(["plot", str(tmp_path / "psl"), str(tmp_path / "mine"), "-o", str(tmp_path / "p.png")]) == 0
-    assert seen["labels"] == ["psl", "mine (sfl-v1)"]
+    assert seen["labels"] == ["psl: cnn", "mine: sfl-v1, cnn"]        # the algorithm once; the model too (issue 37)
 
 
 def test_checkpoint_round_trip_and_input_digests(tmp_path) -> None:
