@@ -56,7 +56,9 @@ def run(args: argparse.Namespace) -> int:
                          "leave it out of the training options", field=taken[0])
     _check_training_options(train_args, args.devices)
     world = args.ranks or default_world_size(args.devices)
-    RankLayout(world, args.devices)                       # fewer devices than device ranks: named here
+    if world - 2 > args.devices:
+        raise InputError(f"{world} ranks give {world - 2} device hosts for {args.devices} devices: at most "
+                         f"{args.devices + 2} ranks (a kit per host that has devices)", field="--ranks")
     deployment = provision(Path(args.out).expanduser(), args.broker, args.devices, world, train_args, args.run,
                            args.days)
     roles = RankLayout(world, args.devices)
