@@ -211,10 +211,16 @@ class MqttChannel(FrameChannel):
         return bool(self._prune(dst))
 
     def close(self) -> None:
-        """Deliver what is queued, clear this rank's ready flag and disconnect (no will)."""
+        """Deliver what is queued, clear this rank's ready flag and disconnect (no will). Clearing the flag is best
+        effort: a rank whose connection is down at that moment (paho reconnecting) still ends; its next process
+        takes the flag it finds for an earlier one (``rejoining``)."""
         try:
             self.flush(timeout=self.timeout, skip_lost=True)
         finally:
-            self.client.publish(f"ap/{self.login.run}/ready/{user(self.rank)}", b"", qos=1, retain=True).wait_for_publish(2.0)
+            try:
+                self.client.publish(f"ap/{self.login.run}/ready/{user(self.rank)}", b"", qos=1,
+                                    retain=True).wait_for_publish(2.0)
+            except (RuntimeError, ValueError):      # paho: "The client is not currently connected"
+                pass
             self.client.disconnect()
             self.client.loop_stop()
