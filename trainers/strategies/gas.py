@@ -46,6 +46,14 @@ from trainers.api import (
 REGULARISATION = 1e-5       # λ of GAS-5b, and the diagonal variant's variance floor (GAS-7)
 
 
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 class LabelStatistics:
     """Weighted running mean, (co)variance and weight sum of flattened activations for one label
     (GAS-4/5; the per-flush batch merge GAS-5b)."""
@@ -215,6 +223,32 @@ class GAS(AsyncStrategy):
         return {"buffer": list(self.buffer), "models": list(self.models), "version": self.version,
                 "join": dict(self.join), "local": dict(self.local), "updates": self.server_updates,
                 "stats": {y: (s.mean, s.cov, s.weight) for y, s in self.stats.items()}, "active": self.active}
+
+    def check_state(self, ctx: RoundContext) -> None:
+        """What a checkpoint restored must be for this run (ValueError naming it): counts ≥ 0, at most N active
+        devices, the version-at-join and local-step counts of devices of the run, buffered activations as
+        (features, labels of 0..M−1, finite weight ≥ 0), buffered models as model uploads, statistics finite."""
+        n = ctx.num_devices
+        if not all(_count(v) for v in (self.version, self.server_updates)) or not _count(self.active) \
+                or self.active > n:
+            raise ValueError(f"GAS's version, updates and active must be integers ≥ 0 (active at most {n})")
+        for name, table in (("join", self.join), ("local", self.local)):
+            if not all(0 <= d < n and 0 <= v <= max(self.version, self.local_steps) for d, v in table.items()):
+                raise ValueError(f"GAS's {name} must map devices of 0..{n - 1} to counts in 0..{self.version}")
+        for item in self.buffer:
+            if not (isinstance(item, (tuple, list)) and len(item) == 3 and torch.is_tensor(item[0])
+                    and torch.is_tensor(item[1]) and item[0].dim() >= 2 and item[1].dim() == 1
+                    and item[0].shape[0] == item[1].shape[0] and item[0].is_floating_point()
+                    and not item[1].is_floating_point() and bool(((item[1] >= 0) & (item[1] < ctx.num_classes)).all())
+                    and _number(item[2]) and item[2] >= 0):
+                raise ValueError("GAS's buffer must hold (features, labels, weight) of the run's classes")
+        if not all(isinstance(m, ModelUpload) for m in self.models):
+            raise ValueError("GAS's models must be model uploads")
+        for y, stat in self.stats.items():
+            tensors = [t for t in (stat.mean, stat.cov) if t is not None]
+            if not 0 <= y < ctx.num_classes or not _number(stat.weight) or stat.weight < 0 \
+                    or not all(torch.is_tensor(t) and bool(torch.isfinite(t).all()) for t in tensors):
+                raise ValueError(f"GAS's statistics of label {y} must be finite tensors of a class of the run")
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.buffer, self.models = list(state["buffer"]), list(state["models"])

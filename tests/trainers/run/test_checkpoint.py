@@ -268,3 +268,27 @@ def test_sls_holder_that_is_not_a_device_is_refused_on_resume(tmp_path, capsys) 
         state["engine"]["strategy"]["holder"] = holder
         assert resume_edited(out, state, tmp_path / f"h{len(list(tmp_path.iterdir()))}") == 2, holder
         assert "SL's holder must be a device index in 0..2" in capsys.readouterr().err
+
+
+def test_gas_state_that_does_not_fit_is_refused_on_resume(tmp_path, capsys) -> None:
+    """Found by the issue 36 harness: GAS's buffer 'x' and models [1] were internal errors rounds later; version −1,
+    a local count −1 and active 10³⁰ were taken."""
+    import copy
+
+    from adaptplan.cli import main
+    from trainers.run.checkpoint import load_checkpoint
+
+    out = tmp_path / "run"
+    assert main(["train", "--algorithm", "gas", "--dataset", "synthetic", "--model", "mlp", "--devices", "4",
+                 "--cuts", "2", "--active", "2", "--local-steps", "2", "--rounds", "2", "--checkpoint-every", "1",
+                 "--out", str(out), "--no-progress"]) == 0
+    base = load_checkpoint(out)
+    edits = {"version": -1, "updates": -1, "active": 10 ** 30, "buffer": "x", "models": [1],
+             "local": {0: -1}, "join": {99: 0}}
+    for key, value in edits.items():
+        state = copy.deepcopy(base)
+        state["engine"]["strategy"][key] = value
+        assert resume_edited(out, state, tmp_path / f"gas_{key}") == 2, key
+        err = capsys.readouterr().err
+        assert "does not fit this run" in err and "internal error" not in err, (key, err)
+    assert resume_edited(out, copy.deepcopy(base), tmp_path / "unchanged") == 0          # the real state resumes
