@@ -60,6 +60,22 @@ def parse_text(text: str, toml: bool) -> Any:
     return json.loads(text, object_pairs_hook=_no_duplicates)
 
 
+def toml_value(value: Any) -> str:
+    """``value`` (a bool, number, text or list of them) as a TOML value: text as a basic string (JSON's escapes),
+    infinities and NaN by their TOML names."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return ("inf" if value > 0 else "-inf") if math.isinf(value) else "nan" if math.isnan(value) else repr(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    raise TypeError(f"a TOML file here holds no {type(value).__name__}")
+
+
 def nesting_depth(data: Any) -> int:
     """Levels of dicts/lists in ``data`` (a scalar is 0), computed without recursion."""
     depth, level = 0, [data]

@@ -17,7 +17,18 @@ from typing import Any, Mapping
 import numpy as np
 
 from adaptplan.errors import InputError
-from adaptplan.fileio import check_keys, int_in_range, load_file, non_empty_list, number_in_range, positive_int, positive_number, save_json, save_text
+from adaptplan.fileio import (
+    check_keys,
+    int_in_range,
+    load_file,
+    non_empty_list,
+    number_in_range,
+    positive_int,
+    positive_number,
+    save_json,
+    save_text,
+    toml_value,
+)
 from adaptplan.limits import MAX_BATCH_SIZE, MAX_DEVICES, MAX_NOISE_CV, MAX_SEED
 
 DEVICE_FIELDS = ("flops", "up_bps", "down_bps", "fed_up_bps", "fed_down_bps")
@@ -140,9 +151,9 @@ class SystemSpec:
 
 def to_toml(data: Mapping[str, Any]) -> str:
     """Serialise a system mapping (scalars + a ``devices`` array of tables) as TOML."""
-    lines = [f"{k} = {v!r}" for k, v in data.items() if k != "devices"]
+    lines = [f"{k} = {toml_value(v)}" for k, v in data.items() if k != "devices"]
     for device in data["devices"]:
-        lines += ["", "[[devices]]"] + [f"{k} = {v!r}" for k, v in device.items()]
+        lines += ["", "[[devices]]"] + [f"{k} = {toml_value(v)}" for k, v in device.items()]
     return "\n".join(lines) + "\n"
 
 

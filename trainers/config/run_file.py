@@ -11,10 +11,9 @@ bit; where to write it (``--out``, ``--resume``, ``--overwrite``) is left to the
 
 from __future__ import annotations
 
-import json
-import math
 from typing import Any
 
+from adaptplan.fileio import toml_value
 from trainers.algorithms import ALGORITHM_OPTIONS
 from trainers.config.fields import described
 from trainers.config.train_config import DEFAULTS, PARTS, TrainConfig
@@ -23,20 +22,6 @@ FILE_NAME = "config.toml"
 """The run file in every run folder."""
 NOT_WRITTEN = ("out", "resume", "overwrite", "distributed", "transport")
 """Flat keys a run file leaves out: where a run writes is its runner's choice; ``runtime`` stands for the last two."""
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return ("inf" if value > 0 else "-inf") if math.isinf(value) else "nan" if math.isnan(value) else repr(value)
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)      # a TOML basic string: the same escapes
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    raise TypeError(f"a run file holds no {type(value).__name__}")
 
 
 def run_file_entries(config: TrainConfig) -> dict[str, Any]:
@@ -64,5 +49,5 @@ def run_file_entries(config: TrainConfig) -> dict[str, Any]:
 def run_file_text(config: TrainConfig) -> str:
     """The run file of ``config`` (module docstring)."""
     lines = ["# adaptplan train --config config.toml --out NEW-FOLDER reproduces this run (docs/formats.md \"Run files\")"]
-    lines += [f"{key} = {_toml_value(value)}" for key, value in run_file_entries(config).items()]
+    lines += [f"{key} = {toml_value(value)}" for key, value in run_file_entries(config).items()]
     return "\n".join(lines) + "\n"
