@@ -40,20 +40,24 @@ class RunFolder:
         """What can be told without touching the folder: a file where it or a parent should be, or a run already
         there that neither --resume nor --overwrite asked for (the CLI asks before torch loads; :meth:`__enter__`
         asks again, holding the lock)."""
+        self._check_is_folder()
+        self._check_no_other_run()
+
+    def _check_is_folder(self) -> None:
         path = self.path
         blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
         if blocker is not None:
             raise InputError(f"{str(path)!r} must be a folder ({str(blocker)!r} is a file)", field="--out")
-        existing = [name for name in ("history.json", "checkpoint.pt") if (path / name).exists()]
+
+    def _check_no_other_run(self) -> None:
+        existing = [name for name in ("history.json", "checkpoint.pt") if (self.path / name).exists()]
         if existing and not self.resume and not self.overwrite:
-            raise InputError(f"{str(path)!r} already holds a run ({', '.join(existing)}); pass --resume to continue it "
-                             "or --overwrite to replace it", field="--out")
+            raise InputError(f"{str(self.path)!r} already holds a run ({', '.join(existing)}); pass --resume to "
+                             "continue it or --overwrite to replace it", field="--out")
 
     def __enter__(self) -> "RunFolder":
         path = self.path
-        blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
-        if blocker is not None:
-            raise InputError(f"{str(path)!r} must be a folder ({str(blocker)!r} is a file)", field="--out")
+        self._check_is_folder()
         try:
             path.mkdir(parents=True, exist_ok=True)
             probe = path / ".adaptplan-write-test"
@@ -63,11 +67,11 @@ class RunFolder:
             raise InputError(f"cannot write into {str(path)!r}: {exc.strerror or exc}", field="--out") from None
         self._lock()
         self._remove_stale_temporaries()
-        existing = [name for name in ("history.json", "checkpoint.pt") if (path / name).exists()]
-        if existing and not self.resume and not self.overwrite:
+        try:
+            self._check_no_other_run()
+        except InputError:
             self.release()
-            raise InputError(f"{str(path)!r} already holds a run ({', '.join(existing)}); pass --resume to continue it "
-                             "or --overwrite to replace it", field="--out")
+            raise
         if self.overwrite and not self.resume:
             for name in RUN_FILES:
                 try:

@@ -47,11 +47,17 @@ LINESTYLES = ("-", (0, (5, 2)), (0, (1, 1.5)), (0, (6, 2, 1, 2)))
 a short run has few)."""
 
 
+def _config(history: History) -> dict:
+    """The run's configuration as its history recorded it ({} where it recorded none)."""
+    config = history.meta.get("config")
+    return config if isinstance(config, dict) else {}
+
+
 def run_label(name: str, history: History) -> str:
     """A run's legend entry: its name, and what it trained — the planning policy if one decided, the algorithm,
     the model — from its configuration (``"rma+rms: policy rma+rms, adaptsfl, cnn"``), leaving out what the name
     already says."""
-    config = history.meta.get("config", {}) if isinstance(history.meta.get("config"), dict) else {}
+    config = _config(history)
     parts = [f"policy {config['policy']}" if isinstance(config.get("policy"), str) else None,
              config.get("algorithm") if isinstance(config.get("algorithm"), str) else None,
              config.get("model") if isinstance(config.get("model"), str) else None]
@@ -108,8 +114,7 @@ def accuracy_figure(histories: Sequence[tuple[str, History]], title: str) -> Any
 def resources_note(history: History) -> str | None:
     """What the predictions rest on, where a reader of measured/predicted must know it: a run without a
     ``--system`` file was predicted for generated placeholder resources, not this machine's."""
-    config = history.meta.get("config", {}) if isinstance(history.meta.get("config"), dict) else {}
-    if config.get("system_path"):
+    if _config(history).get("system_path"):
         return None
     return ("predicted for generated placeholder resources (docs/model.md §6.1), not this machine's: the ratios say "
             "how far those are from it; give --system with measured resources for a like-for-like comparison")
