@@ -29,7 +29,7 @@ import os
 import tempfile
 import tomllib
 from pathlib import Path
-from typing import IO, Any, Callable, Iterable, Mapping
+from typing import IO, Any, Callable, Iterable, Mapping, TypeGuard
 
 from adaptplan.errors import InputError
 
@@ -58,6 +58,21 @@ def parse_text(text: str, toml: bool) -> Any:
     if toml:
         return tomllib.loads(text)
     return json.loads(text, object_pairs_hook=_no_duplicates)
+
+
+def is_int(value: Any) -> TypeGuard[int]:
+    """An int that is not a bool (JSON and pickled state alike)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> TypeGuard[int | float]:
+    """An int or float that is not a bool."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def is_finite_number(value: Any) -> TypeGuard[int | float]:
+    """An int or finite float that is not a bool."""
+    return is_number(value) and math.isfinite(value)
 
 
 def toml_value(value: Any) -> str:

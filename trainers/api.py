@@ -44,6 +44,7 @@ import torch
 from torch import nn
 
 from adaptplan.errors import InputError
+from adaptplan.fileio import is_finite_number, is_int
 from trainers.algorithms import REGISTRY
 from trainers.roles.core import ServerPass
 from trainers.roles.messages import Activation, CutGradient, ModelUpload, NonFiniteError
@@ -52,7 +53,8 @@ from trainers.roles.optim import OptimizerSpec
 __all__ = ["Activation", "CutGradient", "ModelUpload", "NonFiniteError", "ServerPasses", "ModelViews", "ServerPass",
            "OptimizerSpec", "InputError",
            "RoundContext", "Aggregation", "Handoff", "Strategy", "AsyncStrategy", "answer", "skip", "mean_ce",
-           "logit_adjusted_ce", "label_prior", "ParallelStep", "parallel_step", "every_interval", "sample_devices"]
+           "logit_adjusted_ce", "label_prior", "ParallelStep", "parallel_step", "every_interval", "sample_devices",
+           "is_int", "is_finite_number"]
 
 
 class ServerPasses(Protocol):

@@ -6,19 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from adaptplan.fileio import show
+from adaptplan.fileio import is_int, show
 from adaptplan.limits import MAX_ROUNDS
-
-
-def is_int(value: Any) -> bool:
-    """An int that is not a bool (JSON and pickled state alike)."""
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def is_number(value: Any) -> bool:
-    """An int or float that is not a bool."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
 
 ENGINE_KEYS = {"cuts", "interval", "rounds_since_aggregation", "devices", "edge", "fed", "rng", "strategy", "async"}
 ENGINE_OPTIONAL = {"absent", "period", "stale"}       # absent from checkpoints written before them

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from adaptplan.errors import InputError
-from adaptplan.fileio import atomic_write, nesting_depth, parse_text
+from adaptplan.fileio import atomic_write, is_int, nesting_depth, parse_text
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -169,7 +169,7 @@ MAX_CLASSES = 1_000_000
 def _count(value: object, key: str) -> int:
     """An integer (not a bool, a text or a fraction) of magnitude at most 10⁹ (ValueError naming ``key``); its range
     is checked with the rest of the manifest."""
-    if isinstance(value, bool) or not isinstance(value, int) or abs(value) > 10 ** 9:
+    if not is_int(value) or abs(value) > 10 ** 9:
         raise ValueError(f"{key} must hold integers, got {str(value)[:40]}")
     return value
 

@@ -13,6 +13,7 @@ from typing import Any, Iterable
 import torch
 from torch import nn
 
+from adaptplan.fileio import is_finite_number
 from trainers.config.optimizer_spec import OPTIMIZERS, OptimizerSpec  # noqa: F401  (re-exported: the spec is torch-free)
 
 
@@ -79,8 +80,7 @@ MAX_HYPERPARAMETER = 1e6
 
 
 def _finite_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) <= MAX_HYPERPARAMETER \
-        and value == value
+    return is_finite_number(value) and abs(value) <= MAX_HYPERPARAMETER
 
 
 def check_optimizer_state(state: Any, mine: dict[str, Any], params: list[nn.Parameter]) -> None:

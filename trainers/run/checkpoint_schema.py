@@ -19,9 +19,8 @@ from typing import Any
 import torch
 
 from adaptplan.errors import InputError
-from adaptplan.fileio import show
+from adaptplan.fileio import is_int, is_number, show
 from adaptplan.limits import MAX_STEPS
-from trainers.engine.state_schema import is_int, is_number
 
 REQUIRED = ("round", "engine", "torch_rng", "numpy_rng", "clock_seconds", "last_replan", "wall_seconds", "history",
             "config", "partitions", "inputs")

@@ -39,6 +39,8 @@ from trainers.api import (
     RoundContext,
     ServerPasses,
     answer,
+    is_finite_number,
+    is_int,
     label_prior,
     logit_adjusted_ce,
 )
@@ -47,11 +49,7 @@ REGULARISATION = 1e-5       # λ of GAS-5b, and the diagonal variant's variance 
 
 
 def _count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return is_int(value) and value >= 0
 
 
 class LabelStatistics:
@@ -240,13 +238,13 @@ class GAS(AsyncStrategy):
                     and torch.is_tensor(item[1]) and item[0].dim() >= 2 and item[1].dim() == 1
                     and item[0].shape[0] == item[1].shape[0] and item[0].is_floating_point()
                     and not item[1].is_floating_point() and bool(((item[1] >= 0) & (item[1] < ctx.num_classes)).all())
-                    and _number(item[2]) and item[2] >= 0):
+                    and is_finite_number(item[2]) and item[2] >= 0):
                 raise ValueError("GAS's buffer must hold (features, labels, weight) of the run's classes")
         if not all(isinstance(m, ModelUpload) for m in self.models):
             raise ValueError("GAS's models must be model uploads")
         for y, stat in self.stats.items():
             tensors = [t for t in (stat.mean, stat.cov) if t is not None]
-            if not 0 <= y < ctx.num_classes or not _number(stat.weight) or stat.weight < 0 \
+            if not 0 <= y < ctx.num_classes or not is_finite_number(stat.weight) or stat.weight < 0 \
                     or not all(torch.is_tensor(t) and bool(torch.isfinite(t).all()) for t in tensors):
                 raise ValueError(f"GAS's statistics of label {y} must be finite tensors of a class of the run")
 
