@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
+from adaptplan.fileio import is_finite_number, is_int
+from adaptplan.limits import MAX_ROUNDS
 from trainers.engine.aggregation import average_at_fed, load_global
 from trainers.engine.clock import StageLedger, StageTimes
 from trainers.engine.sync_round import charged_server_seconds, take_replies
@@ -49,17 +51,24 @@ class AsyncLoopState:
 
     @classmethod
     def from_dict(cls, state: Any, num_devices: int) -> "AsyncLoopState":
-        """The state a checkpoint holds; ValueError naming what does not fit ``num_devices`` devices."""
+        """The state a checkpoint holds; ValueError naming what does not fit ``num_devices`` devices: the active
+        devices distinct devices of the run, a step count (an integer in [0, MAX_ROUNDS]) and a clock per active
+        device, every time a finite number of simulated seconds ≥ 0."""
         keys = {"now", "active", "steps", "clock", "server_free"}
         if not isinstance(state, dict) or set(state) != keys:
             raise ValueError(f"engine async state must hold exactly {sorted(keys)}")
         active = state["active"]
         if (not isinstance(active, list) or not active or len(set(active)) != len(active)
-                or not all(isinstance(d, int) and 0 <= d < num_devices for d in active)):
+                or not all(is_int(d) and 0 <= d < num_devices for d in active)):
             raise ValueError(f"engine async active must list distinct devices of 0..{num_devices - 1}")
         for name in ("steps", "clock"):
             if not isinstance(state[name], dict) or set(state[name]) != set(active):
                 raise ValueError(f"engine async {name} must hold one value per active device")
+        if not all(is_int(v) and 0 <= v <= MAX_ROUNDS for v in state["steps"].values()):
+            raise ValueError(f"engine async steps must be integers in [0, {MAX_ROUNDS:,}]")
+        times = [state["now"], state["server_free"], *state["clock"].values()]
+        if not all(is_finite_number(t) and t >= 0 for t in times):
+            raise ValueError("engine async now, server_free and clock must be finite simulated seconds ≥ 0")
         return cls(float(state["now"]), list(active), {int(d): int(v) for d, v in state["steps"].items()},
                    {int(d): float(v) for d, v in state["clock"].items()}, float(state["server_free"]))
 

@@ -51,14 +51,19 @@ def check_engine_state(state: Any, num_devices: int, strategy: Any) -> dict[str,
         raise ValueError(f"engine devices must hold the state of each of the {num_devices} devices "
                          "(None for exactly the absent ones)")
     cuts = state["cuts"]
+    if not isinstance(cuts, list) or len(cuts) != num_devices or not all(is_int(c) for c in cuts):
+        raise ValueError(f"engine cuts must list one integer cut per device ({num_devices}), got {str(cuts)[:80]}")
     for d, device in enumerate(state["devices"]):
         if device is not None:
-            _check_device_state(d, device, cuts[d] if isinstance(cuts, list) and len(cuts) == num_devices else None)
+            _check_device_state(d, device, cuts[d])
     for name, mine in (("fed", {"global_blocks"}), ("strategy", set(strategy.state_dict()))):
         if not isinstance(state[name], dict) or set(state[name]) != mine:
             raise ValueError(f"engine {name} state must hold exactly {sorted(mine)}")
     if state["async"] is not None and (not strategy.asynchronous or not isinstance(state["async"], dict)):
         raise ValueError("engine async state belongs to an asynchronous algorithm's loop only")
+    if state["async"] is None and strategy.asynchronous and any(s is not None and s["step"] for s in state["devices"]):
+        raise ValueError("engine async state is null only before an asynchronous algorithm's first global iteration "
+                         "(no device has stepped)")
     return {**state, "period": period, "stale": stale, "absent": absent}
 
 

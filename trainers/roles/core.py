@@ -53,6 +53,19 @@ def random_layer(module: nn.Module) -> nn.Module | None:
     return next((m for m in module.modules() if isinstance(m, (nn.modules.dropout._DropoutNd, nn.RReLU))), None)
 
 
+def check_block_state(module: nn.Module, state: Any, where: str) -> None:
+    """ValueError naming ``where`` unless ``state`` holds exactly ``module``'s parameters and buffers, each a
+    tensor of the module's shape and dtype (``load_state_dict`` would copy integer weights into float ones)."""
+    own: dict[str, torch.Tensor] = dict(module.named_parameters())
+    own.update(module.named_buffers())
+    if not isinstance(state, dict) or set(state) != set(own):
+        raise ValueError(f"{where} must hold exactly the block's entries {sorted(own)[:6]}")
+    for name, mine in own.items():
+        value = state[name]
+        if not torch.is_tensor(value) or value.shape != mine.shape or value.dtype != mine.dtype:
+            raise ValueError(f"{where}[{name!r}] must be a {mine.dtype} tensor of shape {tuple(mine.shape)}")
+
+
 def share_state(module: nn.Module, state: dict[str, torch.Tensor]) -> bool:
     """Load ``state`` into ``module`` without copying it: every parameter and buffer is pointed at the
     state's tensor (``.data`` rebound, the Parameter objects kept, so optimizers still hold them).
@@ -286,7 +299,10 @@ class Device:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.blocks = nn.ModuleList(copy.deepcopy(self.template[j]) for j in range(int(state["cut"])))
-        for block, sd in zip(self.blocks, state["blocks"]):
+        if not isinstance(state["blocks"], list) or len(state["blocks"]) != len(self.blocks):
+            raise ValueError(f"device {self.index}'s blocks must be a list of its {len(self.blocks)} blocks' states")
+        for j, (block, sd) in enumerate(zip(self.blocks, state["blocks"])):
+            check_block_state(block, sd, f"device {self.index}'s block {j}")
             block.load_state_dict(sd)
         self.optimizer = RoleOptimizer(self.optimizer_spec, self.blocks.parameters())
         self.optimizer.load_state_dict(state["optimizer"])
@@ -674,6 +690,7 @@ class EdgeServer:
         self.shared = set()
         for key, sd in zip(state["keys"], state["instances"]):
             module = copy.deepcopy(self.template[key[1]])
+            check_block_state(module, sd, f"the edge server's block {key[1]} of {key[0]}")
             module.load_state_dict(sd)
             self.instances[tuple(key)] = module  # type: ignore[index]
         if set(self.instances) != set(self.layout(self.cuts)):

@@ -225,7 +225,8 @@ class GAS(AsyncStrategy):
     def check_state(self, ctx: RoundContext) -> None:
         """What a checkpoint restored must be for this run (ValueError naming it): counts ≥ 0, at most N active
         devices, the version-at-join and local-step counts of devices of the run, buffered activations as
-        (features, labels of 0..M−1, finite weight ≥ 0), buffered models as model uploads, statistics finite."""
+        (features, labels of 0..M−1, finite weight ≥ 0), buffered models as model uploads, statistics finite and,
+        after a server update, not empty (GAS-5b merges each update's labels)."""
         n = ctx.num_devices
         if not all(_count(v) for v in (self.version, self.server_updates)) or not _count(self.active) \
                 or self.active > n:
@@ -242,6 +243,8 @@ class GAS(AsyncStrategy):
                 raise ValueError("GAS's buffer must hold (features, labels, weight) of the run's classes")
         if not all(isinstance(m, ModelUpload) for m in self.models):
             raise ValueError("GAS's models must be model uploads")
+        if self.server_updates and not self.stats:
+            raise ValueError("GAS's statistics cannot be empty after a server update (each update merges its labels')")
         for y, stat in self.stats.items():
             tensors = [t for t in (stat.mean, stat.cov) if t is not None]
             if not 0 <= y < ctx.num_classes or not is_finite_number(stat.weight) or stat.weight < 0 \

@@ -133,6 +133,14 @@ def edits(state: dict[str, Any]) -> Iterator[Edit]:
     yield "engine.strategy with a foreign key", setter(["engine", "strategy"], {"holder": 0})
     yield "engine.cuts beyond the model", setter(["engine", "cuts"], [99, 1, 1])
     yield "engine.cuts too few", setter(["engine", "cuts"], [1])
+    yield "engine.cuts as a tensor", setter(["engine", "cuts"], torch.tensor(engine["cuts"]))        # issue 36 harness
+    yield "engine.devices[0].blocks emptied", setter(["engine", "devices", 0, "blocks"], [])
+    for name, weight in engine["devices"][0]["blocks"][0].items():
+        yield f"engine.devices[0].blocks[0].{name} of integers", setter(
+            ["engine", "devices", 0, "blocks", 0, name], weight.to(torch.int64))
+        yield f"engine.devices[0].blocks[0].{name} of float64", setter(
+            ["engine", "devices", 0, "blocks", 0, name], weight.to(torch.float64))
+        break
     yield "engine.interval 0", setter(["engine", "interval"], 0)
     yield "engine.interval 10**30", setter(["engine", "interval"], 10 ** 30)             # issue 36 C3
     yield "engine.rounds_since_aggregation True", setter(["engine", "rounds_since_aggregation"], True)
@@ -291,4 +299,19 @@ def test_gas_state_that_does_not_fit_is_refused_on_resume(tmp_path, capsys) -> N
         assert resume_edited(out, state, tmp_path / f"gas_{key}") == 2, key
         err = capsys.readouterr().err
         assert "does not fit this run" in err and "internal error" not in err, (key, err)
+    assert base["engine"]["strategy"]["updates"] > 0 and base["engine"]["async"] is not None
+    loop_edits = {"stats emptied": ("strategy", "stats", {}), "now NaN": ("async", "now", float("nan")),
+                  "server_free infinite": ("async", "server_free", float("inf")),
+                  "a clock negative": ("async", "clock", {d: -1.0 for d in base["engine"]["async"]["active"]}),
+                  "steps of text": ("async", "steps", {d: "1" for d in base["engine"]["async"]["active"]}),
+                  "active of a flag": ("async", "active", [True]), "the loop's state dropped": ("async", None, None)}
+    for name, (part, key, value) in loop_edits.items():     # found by the issue 36 harness: taken, the run went on
+        state = copy.deepcopy(base)
+        if key is None:
+            state["engine"][part] = value
+        else:
+            state["engine"][part][key] = value
+        assert resume_edited(out, state, tmp_path / name.replace(" ", "_")) == 2, name
+        err = capsys.readouterr().err
+        assert "does not fit this run" in err and "internal error" not in err, (name, err)
     assert resume_edited(out, copy.deepcopy(base), tmp_path / "unchanged") == 0          # the real state resumes
