@@ -119,10 +119,19 @@ def _check_partitions(parts: dict[str, Any], config: dict[str, Any], refuse) -> 
                                    "belongs to one device, for training or for its local test)")
 
 
+def _mt19937_keys(keys: torch.Tensor) -> bool:
+    """Whether ``keys`` can be MT19937's state words: integers in [0, 2³²), not all zero (a state of zeros only ever
+    yields zeros)."""
+    if keys.is_floating_point() or keys.is_complex() or keys.dtype == torch.bool:
+        return False
+    wide = keys.to(torch.int64)
+    return bool(((wide >= 0) & (wide < 2 ** 32)).all()) and bool(wide.any())
+
+
 def _check_rngs(state: dict[str, Any], refuse) -> None:
     numpy_rng = state["numpy_rng"]
     ok = (isinstance(numpy_rng, (list, tuple)) and len(numpy_rng) == 5 and numpy_rng[0] == "MT19937"
-          and torch.is_tensor(numpy_rng[1]) and tuple(numpy_rng[1].shape) == (624,)
+          and torch.is_tensor(numpy_rng[1]) and tuple(numpy_rng[1].shape) == (624,) and _mt19937_keys(numpy_rng[1])
           and is_int(numpy_rng[2]) and 0 <= numpy_rng[2] <= 624 and numpy_rng[3] in (0, 1) and is_int(numpy_rng[3])
           and is_number(numpy_rng[4]) and math.isfinite(numpy_rng[4]))
     if not ok:

@@ -107,6 +107,10 @@ def edits(state: dict[str, Any]) -> Iterator[Edit]:
     for i, value in enumerate(["PCG64", torch.zeros(3, dtype=torch.int64), -1, 2, NAN]):
         yield f"numpy_rng[{i}] = {value!r}"[:80], setter(["numpy_rng", i], value)
     yield "numpy_rng short", setter(["numpy_rng"], state["numpy_rng"][:3])
+    for label, keys in (("of zeros", torch.zeros(624, dtype=torch.int64)), ("of floats", torch.ones(624)),
+                        ("of flags", torch.ones(624, dtype=torch.bool)), ("negative", torch.full((624,), -1)),
+                        ("beyond 32 bits", torch.full((624,), 2 ** 32))):      # issue 36 harness: zeros were taken
+        yield f"numpy_rng keys {label}", setter(["numpy_rng", 1], keys)
     for value in [torch.zeros(3), torch.zeros(0, dtype=torch.uint8), torch.zeros(2, 2, dtype=torch.uint8)]:
         yield f"torch_rng = {value!r}"[:80], setter(["torch_rng"], value)
     parts = state["partitions"]
