@@ -21,16 +21,21 @@ run's secret is refused with :class:`WireError`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import hmac
 import json
 import math
 import struct
+import types
+import typing
 from typing import Any
 
 import numpy as np
 import torch
 
+from adaptplan.fileio import is_int
+from adaptplan.limits import MAX_DEVICES
 from trainers.distributed.control import RANK_MESSAGES
 from trainers.roles.messages import Activation, BlockState, CutGradient, ModelDownload, ModelUpload
 from trainers.roles.optim import OptimizerSpec
@@ -46,6 +51,10 @@ MAX_TENSORS = 1 << 16
 """The most tensors a frame may carry (a VGG-16 model upload with its optimizer state carries under 100)."""
 MAX_DIMS = 16
 """The most dimensions a tensor of a frame may have."""
+MAX_RANK = MAX_DEVICES + 2
+"""Ranks of a run are 0..MAX_RANK − 1 (the edge server, the fed server and a rank per device at most)."""
+MAX_SEQ = 1 << 63
+"""Sequence numbers are 0..2⁶³ − 1."""
 
 DTYPES: dict[str, torch.dtype] = {
     "float64": torch.float64, "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
@@ -219,10 +228,56 @@ class _Decoder:
             if not set(v["f"]) <= names:
                 raise WireError(f"its {body} has fields {sorted(set(v['f']) - names)} it does not know")
             try:
-                return cls(**{k: self.value(x) for k, x in v["f"].items()})
+                message = cls(**{k: self.value(x) for k, x in v["f"].items()})
             except TypeError as exc:
                 raise WireError(f"its {body} is incomplete ({exc})") from None
+            for name, hint in _field_types(cls).items():
+                if not conforms(getattr(message, name), hint):
+                    raise WireError(f"its {body}.{name} is not a {_hint_name(hint)} "
+                                    f"(got {type(getattr(message, name)).__name__})")
+            return message
         raise WireError(f"it holds a value tagged {str(tag)[:20]!r}, not a known form")
+
+
+@functools.cache
+def _field_types(cls: type) -> dict[str, Any]:
+    """The declared type of each field of the message dataclass ``cls``."""
+    return typing.get_type_hints(cls)
+
+
+def _hint_name(hint: Any) -> str:
+    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
+
+
+def conforms(value: Any, hint: Any) -> bool:
+    """Whether a decoded ``value`` is of the declared type ``hint`` of a message field: ``int`` an integer (not a
+    bool), ``float`` any real number (an integer too), ``bool``/``str``/tensor/dataclass by class, ``X | None``,
+    ``list[X]``, ``set[X]``, ``dict[K, V]``, ``tuple`` and ``tuple[X, ...]``/``tuple[X, Y]`` element by element;
+    ``Any`` anything."""
+    if hint is Any:
+        return True
+    if hint is None or hint is type(None):
+        return value is None
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(conforms(value, a) for a in args)
+    if origin is None:
+        return isinstance(value, hint)
+    if not isinstance(value, origin):
+        return False
+    if origin in (list, set) and args:
+        return all(conforms(x, args[0]) for x in value)
+    if origin is dict and args:
+        return all(conforms(k, args[0]) and conforms(x, args[1]) for k, x in value.items())
+    if origin is tuple and args:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(conforms(x, args[0]) for x in value)
+        return len(value) == len(args) and all(conforms(x, a) for x, a in zip(value, args))
+    return True
 
 
 def _hashable(value: Any) -> bool:
@@ -250,8 +305,10 @@ def decode(frame: bytes | bytearray | memoryview, key: bytes) -> Frame:
         header = json.loads(bytes(body[8:8 + n]).decode())
     except (ValueError, RecursionError):    # not UTF-8, not JSON, or an integer of more digits than Python converts
         raise WireError("its header is not JSON (or holds a number too long to read)") from None
-    if not isinstance(header, dict) or not all(isinstance(header.get(k), int) for k in ("src", "dst", "seq")):
-        raise WireError("its header lacks the sender, receiver or sequence number")
+    if not isinstance(header, dict) or not all(is_int(header.get(k)) and 0 <= header[k] < limit
+                                               for k, limit in (("src", MAX_RANK), ("dst", MAX_RANK), ("seq", MAX_SEQ))):
+        raise WireError(f"its header lacks the sender or receiver (ranks in 0..{MAX_RANK - 1}) or the sequence number "
+                        f"(an integer in 0..2^63 − 1)")
     sessions = [header.get(k, "") for k in ("ses", "to")]
     if not all(isinstance(v, str) and len(v) <= MAX_SESSION_CHARS for v in sessions):
         raise WireError(f"its sessions are not names of at most {MAX_SESSION_CHARS} characters")

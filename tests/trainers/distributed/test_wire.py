@@ -260,3 +260,51 @@ def test_an_empty_tensor_of_a_huge_side_and_a_tensor_referenced_twice_are_refuse
     assert wire.decode(craft({**twice, "v": [{"X": 0}]}, data), KEY).value[0].shape == (16,)
     with pytest.raises(wire.WireError, match="does not fit its byte range"):
         wire.decode(craft({**twice, "v": [{"X": 0}], "t": [["float32", [16], False, 64]]}, data), KEY)
+
+
+@pytest.mark.parametrize("field, value", [("src", True), ("dst", False), ("seq", True), ("src", -1), ("dst", 10 ** 30),
+                                          ("seq", 2 ** 63), ("seq", 1.0), ("src", "0")])
+def test_a_sender_receiver_or_sequence_number_of_another_type_or_range_is_refused_by_the_header(field, value) -> None:
+    """Found by the issue 36 harness: true, 10³⁰ or −1 passed the header and were refused later, by the sequence check."""
+    header = {"src": 0, "dst": 1, "seq": 0, "v": 1, "t": []}
+    with pytest.raises(wire.WireError, match="sender or receiver"):
+        wire.decode(craft({**header, field: value}), KEY)
+
+
+def _activation(**fields):
+    base = {"device": 0, "round": 1, "step": 0, "tensor": torch.zeros(2, 3), "labels": torch.zeros(2, dtype=torch.long)}
+    return Activation(**{**base, **fields})
+
+
+@pytest.mark.parametrize("message, where", [
+    (_activation(device="0"), "Activation.device"),
+    (_activation(round=True), "Activation.round"),
+    (_activation(step=1.5), "Activation.step"),
+    (_activation(tensor=[1.0, 2.0]), "Activation.tensor"),
+    (CutGradient(0, 1, 0, "x"), "CutGradient.tensor"),
+    (ModelUpload(0, 1, "dev", {"0": BlockState({"w": torch.zeros(1)})}), "ModelUpload.blocks"),
+    (ModelUpload(0, 1, "dev", {0: BlockState({"w": 1.0})}), "BlockState.state"),
+    (ModelUpload(0, 1, "dev", {0: BlockState({"w": torch.zeros(1)})}, weight=True), "ModelUpload.weight"),
+    (ModelDownload(0, 1, "dev", {}, shared={"a"}), "ModelDownload.shared"),
+    (ModelDownload(0, 1, "dev", {}, fresh_optimizer=1), "ModelDownload.fresh_optimizer"),
+    (OptimizerSpec("sgd", lr="0.1"), "OptimizerSpec.lr"),
+])
+def test_a_well_signed_message_whose_field_is_not_of_its_declared_type_is_refused(message, where) -> None:
+    """Found by the issue 36 harness: the dataclass took any value, and the receiving role failed on it later."""
+    with pytest.raises(wire.WireError, match=re.escape(where)):
+        roundtrip(message)
+
+
+@pytest.mark.parametrize("hint, good, bad", [
+    (int, [0, -3, 10 ** 30], [True, 1.0, "1", None]),
+    (float, [0.5, 2, float("nan")], [True, "0.5", None]),
+    (int | None, [None, 4], [4.0, False]),
+    (list[tuple[int, int]], [[], [(1, 2)]], [[(1, 2, 3)], [[1, 2]], [(1, "2")], ((1, 2),)]),
+    (dict[int, float], [{}, {1: 2.5}], [{"1": 2.5}, {1: "x"}, [(1, 2.5)]]),
+    (set[int], [set(), {1, 2}], [{"a"}, [1]]),
+    (tuple, [(), (1, "a")], [[1]]),
+    (torch.Tensor, [torch.zeros(1)], [np.zeros(1), 0.0]),
+])
+def test_conforms_reads_each_declared_form(hint, good, bad) -> None:
+    assert all(wire.conforms(v, hint) for v in good), hint
+    assert not any(wire.conforms(v, hint) for v in bad), hint
