@@ -278,9 +278,9 @@ def _read(path: Path, limit: int | None = None) -> bytes:
     return raw
 
 
-def _members(path: Path, raw: bytes) -> None:
+def _members(path: Path, raw: bytes) -> dict[str, int]:
     """The archive holds exactly x.npy and y.npy, together at most :data:`MAX_FILE_BYTES` decompressed (read from
-    its directory, nothing decompressed)."""
+    its directory, nothing decompressed): each member's claimed decompressed size, by array name."""
     try:
         with zipfile.ZipFile(io.BytesIO(raw)) as archive:
             infos = archive.infolist()
@@ -292,16 +292,26 @@ def _members(path: Path, raw: bytes) -> None:
                          f"{[n.removesuffix('.npy') for n in names][:10]})", field=FIELD)
     if sum(i.file_size for i in infos) > MAX_FILE_BYTES:
         raise InputError(f"{str(path)!r}: its arrays take more than {MAX_FILE_BYTES:,} bytes decompressed", field=FIELD)
+    return {i.filename.removesuffix(".npy"): i.file_size for i in infos}
+
+
+MAX_NPY_HEADER_BYTES = 2**16 + 16
+"""A ``.npy`` member's bytes beyond its array's: the format's magic, version and header (version 1.0, which
+``numpy.save`` writes for any array of this format's shapes)."""
 
 
 def _arrays(path: Path, raw: bytes, shape: tuple[int, ...], num_classes: int) -> tuple[np.ndarray, np.ndarray]:
     """x float32 (n, *shape) and y int64 (n,) with labels in 0..num_classes−1, from a ``.npz``'s bytes."""
-    _members(path, raw)
+    claimed = _members(path, raw)
     try:
         with np.load(io.BytesIO(raw), allow_pickle=False) as archive:
             x, y = archive["x"], archive["y"]
     except Exception as exc:  # BadZipFile, ValueError (a pickled object), EOFError ...
         raise InputError(f"{str(path)!r} is not a readable .npz file ({type(exc).__name__})", field=FIELD) from None
+    for name, array in (("x", x), ("y", y)):
+        if not 0 <= claimed[name] - array.nbytes <= MAX_NPY_HEADER_BYTES:
+            raise InputError(f"{str(path)!r}: its zip directory claims {claimed[name]:,} bytes for {name}.npy, whose "
+                             f"array holds {array.nbytes:,}", field=FIELD)
     if x.dtype != np.float32 or tuple(x.shape[1:]) != shape or y.dtype.kind not in "iu" or y.shape != x.shape[:1]:
         raise InputError(f"{str(path)!r}: x is {x.dtype}{list(x.shape)} and y {y.dtype}{list(y.shape)}, expected "
                          f"float32[n, {', '.join(map(str, shape))}] and integer[n]", field=FIELD)

@@ -304,6 +304,36 @@ def test_hostile_files_are_refused_before_they_are_read_or_decompressed(folder, 
     assert read_manifest(copy).load_test()[0].shape == x_test.shape
 
 
+def _claiming(npz: bytes, member: str, size: int) -> bytes:
+    """``npz`` with the decompressed size of ``member`` in its local and central zip headers set to ``size``
+    (APPNOTE 4.3.7: the local header's size at offset 22, its name at 30; 4.3.12: the central one's at 24 and 46)."""
+    import struct
+
+    raw = bytearray(npz)
+    for signature, size_at, name_length_at, name_at in ((b"PK\x03\x04", 22, 26, 30), (b"PK\x01\x02", 24, 28, 46)):
+        at = raw.find(signature)
+        while at >= 0:
+            (length,) = struct.unpack("<H", raw[at + name_length_at:at + name_length_at + 2])
+            if raw[at + name_at:at + name_at + length] == member.encode():
+                raw[at + size_at:at + size_at + 4] = struct.pack("<I", size)
+            at = raw.find(signature, at + 4)
+    return bytes(raw)
+
+
+def test_a_zip_directory_that_misstates_a_members_size_is_refused(folder, tmp_path) -> None:
+    """Found by the issue 36 harness: a directory claiming 4 GiB for x.npy (under the cap) was read and trained on."""
+    out, _ = folder
+    x0, y0 = read_manifest(out).load_device(0)
+    honest = _npz(x=x0.numpy(), y=y0.numpy())
+    copy = _rewrite(out, tmp_path, device0=_claiming(honest, "x.npy", 2**32 - 16))
+    with pytest.raises(InputError, match=f"claims {2**32 - 16:,} bytes for x.npy, whose array holds {x0.numpy().nbytes:,}"):
+        read_manifest(copy).load_device(0)
+    with pytest.raises(InputError, match="device-0.npz"):                      # claiming less cuts the array short
+        read_manifest(_rewrite(out, tmp_path, device0=_claiming(honest, "x.npy", 64))).load_device(0)
+    x, y = read_manifest(_rewrite(out, tmp_path, device0=honest)).load_device(0)     # the same file, honest
+    assert torch.equal(x, x0) and torch.equal(y, y0)
+
+
 def test_an_unreadable_manifest_is_named(tmp_path) -> None:
     (tmp_path / "manifest.json").mkdir()
     with pytest.raises(InputError, match="manifest.json' cannot be read"):
