@@ -42,15 +42,24 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from trainers.inputs.datasets import load_dataset
     from trainers.inputs.device_data import MANIFEST, write_device_folder
-    from trainers.inputs.partition import partition_indices
 
     if not args.out.strip():
         raise InputError("names no folder: give the folder to write, e.g. --out devdata", field="--out")
     out = Path(args.out).expanduser()
-    if (out / MANIFEST).exists() and not args.overwrite:
-        raise InputError(f"{str(out)!r} already holds a device-data folder; add --overwrite to replace it", field="--out")
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{str(out)!r} is a file, not a folder", field="--out")
+    if (out / MANIFEST).exists():
+        if not args.overwrite:
+            raise InputError(f"{str(out)!r} already holds a device-data folder; add --overwrite to replace it",
+                             field="--out")
+    elif out.is_dir() and any(out.iterdir()):
+        raise InputError(f"{str(out)!r} holds other files and no device-data folder: name a new or empty folder",
+                         field="--out")
+
+    from trainers.inputs.datasets import load_dataset
+    from trainers.inputs.partition import partition_indices
+
     data = load_dataset(args.dataset, args.data_root)
     parts = partition_indices(data.y_train.numpy(), args.devices, args.partition, args.seed, args.alpha,
                               min_size=args.batch_size)

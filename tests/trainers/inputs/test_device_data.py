@@ -362,6 +362,23 @@ def test_split_data_flags_and_defaults(tmp_path, capsys) -> None:
     assert "the following arguments are required: --out" in capsys.readouterr().err
 
 
+def test_split_data_writes_into_a_new_empty_or_device_data_folder_only(tmp_path, capsys) -> None:
+    """Found by the issue 36 harness: ``--out /`` wrote the device files among the system's folders."""
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "notes.txt").write_text("mine")
+    (tmp_path / "file").write_text("x")
+    for out, message in ((tmp_path / "home", "holds other files and no device-data folder"),
+                         (tmp_path / "file", "is a file, not a folder")):
+        assert main(["split-data", "--dataset", "synthetic", "--devices", "3", "--out", str(out)]) == 2
+        assert f"--out: {str(out)!r} {message}" in capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "home").iterdir()) == ["notes.txt"]
+    (tmp_path / "empty").mkdir()
+    argv = ["split-data", "--dataset", "synthetic", "--devices", "3", "--out", str(tmp_path / "empty")]
+    assert main(argv) == 0
+    assert main(argv) == 2 and "already holds a device-data folder; add --overwrite" in capsys.readouterr().err
+    assert main([*argv, "--overwrite"]) == 0
+
+
 def test_manifest_values_of_another_kind_are_one_message(folder, tmp_path) -> None:
     """Found by the issue 36 harness: text or fractional counts were taken, num_classes Infinity was an
     OverflowError, a 100,000-deep array a RecursionError, ``test`` could name another file, a key could be twice."""
