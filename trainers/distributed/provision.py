@@ -13,7 +13,9 @@ For a broker address and N devices over W ranks it writes, under one folder, eve
 * ``kits/rank<r>/`` for every rank (0 the edge server, 1 the fed server, 2.. the device hosts): the CA
   certificate, the rank's own password, the run's secret, ``rank.env`` (the ``ADAPTPLAN_*`` variables) and
   ``run.sh``, the one command the rank runs (``python -m adaptplan.distributed`` with the training options given
-  here, from the kit's folder, so relative paths such as ``--device-data`` or ``--out`` are the kit's).
+  here, from the kit's folder, so relative paths such as ``--device-data`` or ``--out`` are the kit's), and a
+  copy of each file the training options name (``--system``, ``--constants``, ``--plan``, ``--config``: read
+  here, so a missing file is named now, not on every rank later), the option pointing at the copy.
 
 The broker then starts as ``cd <folder>/broker && mosquitto -c mosquitto.conf``; each machine gets its kit and
 runs ``./run.sh``.
@@ -53,6 +55,36 @@ class Deployment:
     kits: dict[int, Path]
     run: str
     broker_user: str
+
+
+FILE_OPTIONS = ("--system", "--constants", "--plan", "--config")
+"""Training options that name a file every rank reads: copied into each kit (:func:`kit_files`)."""
+MAX_KIT_FILE_BYTES = 64 * 2**20
+"""The largest such file (bytes; the limit adaptplan's readers of these files have)."""
+
+
+def kit_files(train_args: list[str]) -> tuple[list[str], dict[str, bytes]]:
+    """``train_args`` with each :data:`FILE_OPTIONS` value (``--flag VALUE`` or ``--flag=VALUE``) replaced by the
+    name of its copy in the kit (``system.toml`` for ``--system x/sys.toml``), and those copies' bytes by name.
+    InputError naming the flag for a file that is missing, not a regular file or over 64 MiB."""
+    out, files = list(train_args), {}
+    for i, arg in enumerate(train_args):
+        flag, _, inline = arg.partition("=")
+        if flag not in FILE_OPTIONS or (not inline and i + 1 >= len(train_args)):
+            continue
+        value = inline or train_args[i + 1]
+        path = Path(value).expanduser()
+        if not path.is_file():
+            raise InputError(f"{value!r} is not a file here: provision copies it into every kit", field=flag)
+        if path.stat().st_size > MAX_KIT_FILE_BYTES:
+            raise InputError(f"{value!r} is over {MAX_KIT_FILE_BYTES:,} bytes", field=flag)
+        name = flag.removeprefix("--") + "".join(path.suffixes[-1:])
+        files[name] = path.read_bytes()
+        if inline:
+            out[i] = f"{flag}={name}"
+        else:
+            out[i + 1] = name
+    return out, files
 
 
 HOST_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
@@ -143,6 +175,7 @@ def provision(folder: Path, address: str, num_devices: int, world: int, train_ar
               run: str | None = None, days: int = 365) -> Deployment:
     """Write a deployment (module docstring) into ``folder``, which must not exist or be empty."""
     host, port = split_address(address)
+    train_args, copies = kit_files(train_args)
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise InputError(f"{str(folder)!r} exists and is not an empty folder: give a new one", field="--out")
     run = run or secrets.token_hex(6)
@@ -175,4 +208,6 @@ def provision(folder: Path, address: str, num_devices: int, world: int, train_ar
         _private(kit / "run.secret", secret + "\n")
         _private(kit / "rank.env", rank_env(r, world, host, port, run))
         _private(kit / "run.sh", run_script(r, world, layout.describe(r), args), mode=0o700)
+        for name, data in copies.items():
+            _private(kit / name, data)
     return Deployment(folder, broker, kits, run, owner)

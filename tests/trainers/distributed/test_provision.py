@@ -29,10 +29,10 @@ SMALL = ["--algorithm", "sfl-v1", "--cuts", "2", "--dataset", "synthetic", "--mo
          "--rounds", "3", "--eval-every", "3"]
 
 
-def provisioned(tmp_path: Path, port: int, *extra: str, name: str = "deploy") -> Path:
+def provisioned(tmp_path: Path, port: int, *extra: str, name: str = "deploy", train: list[str] = SMALL) -> Path:
     out = tmp_path / name
     assert main(["provision", "--broker", f"127.0.0.1:{port}", "--devices", "3", "--out", str(out), *extra,
-                 "--", *SMALL]) == 0
+                 "--", *train]) == 0
     return out
 
 
@@ -111,6 +111,22 @@ def test_a_wrong_option_is_named_in_one_line_with_exit_code_2(tmp_path, capsys, 
     assert not (tmp_path / "d").exists()
 
 
+def test_a_file_the_training_options_name_is_copied_into_every_kit_and_a_missing_one_is_named(tmp_path, capsys) -> None:
+    """Found by the issue 36 harness: ``-- --system /nope.toml`` was provisioned, to fail on every rank later."""
+    (tmp_path / "run.toml").write_text("seed = 5\n")
+    out = provisioned(tmp_path, 18998, train=["--config", str(tmp_path / "run.toml"), "--rounds", "2"])
+    for r in range(5):
+        kit = out / "kits" / f"rank{r}"
+        assert (kit / "config.toml").read_bytes() == b"seed = 5\n" and mode(kit / "config.toml") == 0o600
+        assert "-m adaptplan.distributed --devices 3 --config config.toml --rounds 2 " in (kit / "run.sh").read_text()
+    for flag in ("--system", "--constants=", "--config"):
+        missing = str(tmp_path / "nope.toml")
+        argv = [f"{flag}{missing}"] if flag.endswith("=") else [flag, missing]
+        assert main(["provision", "--broker", "h:1", "--devices", "3", "--out", str(tmp_path / "d"), "--", *argv]) == 2
+        assert f"{flag.rstrip('=')}: {missing!r} is not a file here" in capsys.readouterr().err
+        assert not (tmp_path / "d").exists()
+
+
 def test_a_training_option_is_checked_before_anything_is_written_and_a_used_folder_is_refused(tmp_path, capsys) -> None:
     assert main(["provision", "--broker", "h:1", "--devices", "3", "--out", str(tmp_path / "d"), "--", "--rounds", "0"]) == 2
     assert "rounds" in capsys.readouterr().err and not (tmp_path / "d").exists()
@@ -143,8 +159,14 @@ def start_broker(folder: Path, as_user: str | None = None) -> subprocess.Popen:
 def test_the_recipe_trains_to_the_simulators_losses(tmp_path) -> None:
     """docs/mqtt.md's recipe verbatim on loopback: provision, start the broker from its folder, run each kit's
     run.sh (device kits first, in the background), rank 0 last. Every rank ends with 0, the device ranks say
-    when they joined and each round (none with --quiet), and the losses are the simulator's."""
-    out = provisioned(tmp_path, free_port())
+    when they joined and each round (none with --quiet), and the losses are the simulator's. The seed comes from a
+    run file given to provision by its path here (``--config``): each rank reads its kit's copy."""
+    (tmp_path / "options").mkdir()
+    (tmp_path / "options" / "small.toml").write_text("seed = 5\n")
+    seedless = [a for i, a in enumerate(SMALL) if "--seed" not in SMALL[max(i - 1, 0):i + 1]]
+    out = provisioned(tmp_path, free_port(), train=[*seedless, "--config", str(tmp_path / "options" / "small.toml")])
+    assert (out / "kits" / "rank3" / "config.toml").read_text() == "seed = 5\n"
+    assert "--config config.toml" in (out / "kits" / "rank3" / "run.sh").read_text()
     broker = start_broker(out / "broker")
     env = {**os.environ, "ADAPTPLAN_PYTHON": sys.executable}
     try:
