@@ -31,6 +31,8 @@ SLOW_FILES = (
 )
 """Test files whose every test is slow (they start processes, brokers or whole runs)."""
 SLOW_TESTS = (
+    "tests/trainers/run/test_mlflow_tracking.py::test_a_real_tracking_server_gets_the_same_run",   # mlflow server: ~10 s
+    "tests/trainers/run/test_mlflow_tracking.py::test_a_resumed_run_logs_on_into_its_mlflow_run",
     "tests/project/test_readme_using_it.py::test_using_it_commands_run_in_order_from_an_empty_folder",
     "tests/solvers/test_bcd.py::test_bcd_within_0_1_percent_of_joint_optimum_on_200_instances",
     "tests/solvers/test_bcd.py::test_bcd_vgg16_default_scenario_matches_exact",

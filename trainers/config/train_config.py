@@ -383,6 +383,30 @@ class RunConfig:
     overwrite: bool = option(False, "replace the run already in --out (its history, checkpoint and plot are removed "
                              "first)", resumable=True)
     progress: bool = option(False, "no progress bar", flag="--no-progress", negated=True, resumable=True)
+    mlflow: str | None = option(
+        None, "also log the run to MLflow at this tracking URI (e.g. http://127.0.0.1:5000), or 'local' for a store "
+        "in the run folder (RUN/mlflow.db; needs --out and the [mlflow] extra): parameters, every round's metrics, "
+        "the history and plots as artifacts (docs/formats.md \"Tracking\")", metavar="URI", resumable=True)
+
+    def check_tracking(self) -> None:
+        """``mlflow``: :data:`MLFLOW_LOCAL` with a run folder, or a URI of a scheme MLflow serves (InputError)."""
+        uri = self.mlflow
+        if uri is None:
+            return
+        if uri == MLFLOW_LOCAL:
+            if not self.out:
+                raise InputError("'local' is a store in the run folder: give --out too", field="mlflow")
+            return
+        scheme = uri.split(":", 1)[0].split("+", 1)[0].lower() if ":" in uri else ""
+        if scheme not in MLFLOW_SCHEMES:
+            raise InputError(f"{uri[:80]!r} is not an MLflow tracking URI: 'local' (a store in the run folder) or one "
+                             f"of the schemes {', '.join(MLFLOW_SCHEMES)} (e.g. http://127.0.0.1:5000)", field="mlflow")
+
+
+MLFLOW_LOCAL = "local"
+"""``--mlflow local``: MLflow's store in the run folder (trainers/run/tracking.py)."""
+MLFLOW_SCHEMES = ("http", "https", "sqlite", "postgresql", "mysql", "mssql", "file", "databricks")
+"""The tracking-URI schemes ``--mlflow`` takes (MLflow's stores; ``file`` only where MLflow allows its file store)."""
 
 
 PARTS = {"data": DataConfig, "model": ModelConfig, "optim": OptimConfig, "plan": PlanConfig, "system": SystemConfig,
@@ -487,6 +511,7 @@ class TrainConfig:
         self.runtime.check()
         check_fields(self.execution)
         check_fields(self.run)
+        self.run.check_tracking()
         if self.plan.reestimate and self.data.device_data is not None and self.runtime.distributed:
             raise InputError("re-estimating the constants needs training samples on the edge server; with --device-data "
                              "they stay on the devices (give --constants instead)", field="reestimate")

@@ -56,7 +56,7 @@ from trainers.run.checkpoint import file_digest, load_checkpoint, save_checkpoin
 from trainers.run.folder import Interrupted, RunFolder, StopRequest
 from trainers.run.history import History, RoundRecord
 from trainers.run.planning import Planner, ReplanRequest, default_planner  # noqa: F401  (re-exported)
-from trainers.run.tracking import TensorBoardLog
+from trainers.run.tracking import MlflowLog, TensorBoardLog
 from trainers.strategies import make_strategy
 
 
@@ -398,6 +398,8 @@ class Trainer:
             self.resume()
         self._save_run_file(out)
         tracking = TensorBoardLog(out, c.to_json()) if out else None
+        mlflow = MlflowLog(c.run.mlflow, out, c.to_json(), resume=c.run.resume) if c.run.mlflow else None
+        status = "FAILED"
         bar = None
         if c.run.progress:
             from tqdm import tqdm
@@ -412,6 +414,8 @@ class Trainer:
                     self.history.append(record)
                     if tracking is not None:
                         tracking.log(record)
+                    if mlflow is not None:
+                        mlflow.log(record)
                     if bar is not None:
                         shown = self.history.final_accuracy
                         bar.set_postfix_str(f"acc={shown if shown is None else f'{shown:.3f}'} sim={self.clock.seconds:.1f}s")
@@ -421,7 +425,12 @@ class Trainer:
                         self._save_history(out)          # first: a folder with a checkpoint always has its history
                         save_checkpoint(self.state_dict(t, wall), out)
                     if signum is not None:
+                        status = "KILLED"
                         raise Interrupted(signum, t, out)
+            self._final_evaluation()
+            self._save_history(out)
+            self._save_plot(out)
+            status = "FINISHED"
         except Exception:
             # a lost rank (in a round, a checkpoint's state fetch or an evaluation), a full disk...:
             # the rounds finished so far are kept (interrupted and diverged runs saved theirs already)
@@ -432,8 +441,8 @@ class Trainer:
                 bar.close()
             if tracking is not None:
                 tracking.close()
-        self._final_evaluation()
-        self._save_history(out)
+            if mlflow is not None:
+                mlflow.close(status, self.history.meta.get("final_evaluation"))
         return self.history
 
     def _round(self, t: int, out: str | None, wall: Callable[[], float]) -> RoundRecord:
@@ -487,6 +496,14 @@ class Trainer:
             write_atomic(Path(out) / RUN_FILE, run_file_text(self.config).encode())
         except OSError as exc:
             raise InputError(f"cannot write {RUN_FILE} into {out!r}: {exc.strerror or exc}", field="--out") from None
+
+    def _save_plot(self, out: str | None) -> None:
+        """``accuracy.png`` in ``out``: the run's accuracy curves (trainers/run/plotting.py)."""
+        if not out:
+            return
+        from trainers.run.plotting import plot_histories, run_label
+
+        plot_histories([(run_label(Path(out).name, self.history), self.history)], Path(out) / "accuracy.png")
 
     def _save_history(self, out: str | None) -> None:
         """history.json/.csv into ``out``; a write failure is one InputError naming the path and the cause."""

@@ -21,6 +21,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from trainers.config.train_config import MLFLOW_LOCAL
 from trainers.run.folder import TRACKING_FOLDER as FOLDER  # the event files' folder in a run folder
 
 SCALARS = {"accuracy": "accuracy/global", "local_accuracy": "accuracy/local", "train_loss": "loss/train",
@@ -92,3 +93,156 @@ class TensorBoardLog:
             self._writer.flush()
             self._writer.close()
             self._writer = None
+
+
+MLFLOW_DB = "mlflow.db"
+MLFLOW_ARTIFACTS = "mlartifacts"
+MLFLOW_RUN_ID = "mlflow-run.txt"
+"""The run folder's record of its MLflow run (``URI`` and run id, one per line): a resumed run logs on into it."""
+EXPERIMENT = "adaptplan"
+ARTIFACTS = ("history.json", "history.csv", "config.toml", "accuracy.png", "stages.png")
+"""The run folder's files logged as the MLflow run's artifacts when the run ends (those that exist)."""
+
+
+class MlflowLog:
+    """The run logged to MLflow (docs/formats.md "Tracking"): one MLflow run in the experiment ``adaptplan``,
+    named after the run folder, with every configuration value as a parameter, every round's record as metrics
+    (the tags of :func:`record_tags`, step = round), re-planning events as the text artifact ``plan_events.txt``
+    and, when the run ends, the run folder's :data:`ARTIFACTS`; its status FINISHED, KILLED (stopped by a signal)
+    or FAILED. ``uri`` ``local`` is MLflow's default database, one SQLite file ``RUN/mlflow.db`` (MLflow 3
+    refuses its older file store unless told otherwise). A resumed run logs on into the MLflow run its folder
+    names. The tracking server is asked once when the run starts (an unreachable one is an InputError naming
+    ``--mlflow``); a failure later is reported once on stderr and the training goes on."""
+
+    def __init__(self, uri: str, out: str | None, config: dict[str, Any], resume: bool = False) -> None:
+        import logging
+        import os
+        import warnings
+
+        from adaptplan.errors import InputError
+
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")     # an unreachable server: one line, at once
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+        try:
+            from mlflow.tracking import MlflowClient
+        except ImportError:
+            raise InputError("needs the mlflow package: pip install 'adaptplan[mlflow]'", field="--mlflow") from None
+        logging.getLogger("mlflow").setLevel(logging.WARNING)
+        self.out = Path(out) if out else None
+        artifacts = None
+        if uri == MLFLOW_LOCAL:
+            assert self.out is not None
+            uri = f"sqlite:///{(self.out / MLFLOW_DB).resolve()}"
+            artifacts = (self.out / MLFLOW_ARTIFACTS).resolve().as_uri()
+        self.uri = uri
+        self.events: list[str] = []
+        self._warned = False
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                self.client = MlflowClient(tracking_uri=uri)
+                resumed = self._resumed_run() if resume else None
+                if resumed is None:
+                    experiment = self.client.get_experiment_by_name(EXPERIMENT)
+                    experiment_id = (experiment.experiment_id if experiment is not None
+                                     else self.client.create_experiment(EXPERIMENT, artifact_location=artifacts))
+                    name = self.out.resolve().name if self.out else str(config.get("algorithm", "run"))
+                    self.run_id: str = self.client.create_run(experiment_id, run_name=name).info.run_id
+                    self._log_params(config)
+                else:
+                    self.run_id = resumed
+                    self.client.update_run(self.run_id, status="RUNNING")
+                    self._tag_changed_options(config)
+        except Exception as exc:  # an unreachable server, a refused login, a store that cannot be written
+            raise InputError(f"MLflow at {uri[:120]!r} cannot be used ({type(exc).__name__}: "
+                             f"{str(exc).splitlines()[0][:160] if str(exc) else ''})", field="--mlflow") from None
+        if self.out is not None:
+            (self.out / MLFLOW_RUN_ID).write_text(f"{uri}\n{self.run_id}\n")
+
+    def _resumed_run(self) -> str | None:
+        """The MLflow run this run folder logged to, where it is at this URI (None: a new one)."""
+        if self.out is None or not (self.out / MLFLOW_RUN_ID).is_file():
+            return None
+        lines = (self.out / MLFLOW_RUN_ID).read_text().splitlines()
+        if len(lines) != 2 or lines[0] != self.uri:
+            return None
+        try:
+            self.client.get_run(lines[1])
+        except Exception:   # noqa: BLE001 - deleted meanwhile, or another server: start a new MLflow run
+            return None
+        return lines[1]
+
+    @staticmethod
+    def _param_values(config: dict[str, Any]) -> dict[str, str]:
+        """The configuration as MLflow parameters: flat keys (``extra.<option>`` for an algorithm's own), values
+        as text (JSON where they are not text)."""
+        flat = {k: v for k, v in config.items() if k != "extra"}
+        flat.update({f"extra.{k}": v for k, v in (config.get("extra") or {}).items()})
+        return {k: v if isinstance(v, str) else json.dumps(v) for k, v in sorted(flat.items())}
+
+    def _log_params(self, config: dict[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        params = [Param(k, v) for k, v in self._param_values(config).items()]
+        for i in range(0, len(params), 100):                         # MLflow takes 100 parameters per batch
+            self.client.log_batch(self.run_id, params=params[i:i + 100])
+
+    def _tag_changed_options(self, config: dict[str, Any]) -> None:
+        """A resumed run's options that differ from the parameters (which MLflow keeps as first logged): the tag
+        ``resumed.<key>`` with the value in force from now on."""
+        from mlflow.entities import RunTag
+
+        logged = self.client.get_run(self.run_id).data.params
+        tags = [RunTag(f"resumed.{k}", v) for k, v in self._param_values(config).items() if logged.get(k) != v]
+        if tags:
+            self.client.log_batch(self.run_id, tags=tags)
+
+    def _safely(self, what: str, call: Any) -> None:
+        import sys
+        import warnings
+
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                call()
+        except Exception as exc:  # noqa: BLE001 - tracking must never stop the training
+            if not self._warned:
+                print(f"adaptplan train: warning: --mlflow: {what} failed ({type(exc).__name__}: "
+                      f"{str(exc).splitlines()[0][:160] if str(exc) else ''}); the run goes on", file=sys.stderr)
+                self._warned = True
+
+    def log(self, record: Any) -> None:
+        """Every field of ``record`` as metrics at step ``record.round``."""
+        import time
+
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        metrics = [Metric(tag, value, now, record.round) for tag, value in record_tags(record).items()]
+        if record.replanned:
+            self.events.append(f"round {record.round}: re-planned, cuts {record.cuts}, interval {record.interval}")
+        self._safely(f"logging round {record.round}",
+                     lambda: [self.client.log_batch(self.run_id, metrics=metrics[i:i + 1000])
+                              for i in range(0, len(metrics), 1000)])
+
+    def close(self, status: str = "FINISHED", final: dict[str, Any] | None = None) -> None:
+        """End the MLflow run with ``status``: the final evaluation (``final/<field>``), the events and the run
+        folder's artifacts logged first."""
+        def finish() -> None:
+            import time
+
+            from mlflow.entities import Metric
+
+            if final:
+                now, step = int(time.time() * 1000), int(final.get("round", 0))
+                self.client.log_batch(self.run_id, metrics=[Metric(f"final/{k}", float(v), now, step)
+                                                            for k, v in final.items() if k != "round" and _number(v)])
+            if self.events:
+                self.client.log_text(self.run_id, "\n".join(self.events) + "\n", "plan_events.txt")
+            for name in ARTIFACTS if self.out is not None else ():
+                assert self.out is not None
+                if (self.out / name).is_file():
+                    self.client.log_artifact(self.run_id, str(self.out / name))
+
+        self._safely("logging the run's artifacts", finish)
+        self._safely("ending the MLflow run", lambda: self.client.set_terminated(self.run_id, status=status))

@@ -317,11 +317,5 @@ def _train_with(config: "TrainConfig", engine_factory: Any) -> int:
     except Interrupted as exc:
         print(f"adaptplan train: {exc}", file=sys.stderr)
         return 128 + exc.signum
-    if config.run.out:
-        from pathlib import Path
-
-        from trainers.run.plotting import plot_histories, run_label
-
-        plot_histories([(run_label(Path(config.run.out).name, history), history)], Path(config.run.out) / "accuracy.png")
     print(json.dumps(history.summary(config.run.target_accuracy), indent=2))
     return 0
