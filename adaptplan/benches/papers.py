@@ -168,6 +168,21 @@ def run_paper_bench(book: Mapping[str, Recipe], seeds: Sequence[int] = range(DEF
     return todo, [replace(by_key[k], group=j["group"], label=j["label"]) for k, j in zip(keys, todo)]
 
 
+def write_run_files(todo: Sequence[Mapping[str, Any]], folder: Path) -> list[Path]:
+    """Every job of ``todo`` as a run file (docs/formats.md "Run files"), ``folder/PAPER-PARTITION/LABEL-seedS.toml``:
+    ``adaptplan train --config FILE --out DIR`` trains that run alone, bit for bit as the bench does."""
+    from trainers.config.run_file import run_file_text
+    from trainers.config.train_config import TrainConfig
+
+    written = []
+    for job in todo:
+        path = folder / job["group"].replace("/", "-") / f"{job['label']}-seed{job['seed']}.toml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(run_file_text(TrainConfig.flat(**job["config"])), encoding="utf-8")
+        written.append(path)
+    return written
+
+
 def cost(config: Mapping[str, Any]) -> float:
     """A run's rough relative cost (device steps, weighted), to start the slow runs first: load balancing only."""
     extra = config.get("extra", {})

@@ -362,6 +362,10 @@ def run_papers(args: argparse.Namespace) -> int:
     _check_device(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    files = bench.write_run_files(bench.jobs(book, list(range(seeds)), args.device, args.client_batching,
+                                             args.target_accuracy), out / "runs")
+    print(f"wrote {len(files)} run files into {out / 'runs'} (adaptplan train --config FILE trains one run alone)",
+          file=sys.stderr)
     todo, results = bench.run_paper_bench(book, range(seeds), workers=args.workers, device=args.device,
                                           client_batching=args.client_batching, target=args.target_accuracy)
     found = bench.comparisons(todo, results, book, args.target_accuracy)

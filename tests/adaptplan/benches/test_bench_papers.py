@@ -191,6 +191,14 @@ def test_quick_run_writes_the_printed_table_json_and_plot(tmp_path, capsys) -> N
     for claim in data["claims"]:
         if claim["verdict"] != "holds":
             assert f": {claim['claim']} — measured" in table     # said plainly below the table
+    # every run is a run file in the format of `train --config` (issue 37 item 2), and one trains alone as in the bench
+    files = sorted((out / "runs").rglob("*.toml"))
+    assert len(files) == len(data["runs"]) and all(f.name.endswith("-seed0.toml") for f in files)
+    psl = next(f for f in files if f.parent.name.startswith("gapsl-") and f.name == "psl-seed0.toml")
+    assert main(["train", "--config", str(psl), "--out", str(tmp_path / "alone"), "--no-progress"]) == 0
+    alone = json.loads((tmp_path / "alone" / "history.json").read_text())
+    curve = [[r["sim_seconds"], r["accuracy"]] for r in alone["records"] if r["accuracy"] is not None]
+    assert len(curve) >= 2 and curve == [list(point) for point in runs["gapsl", "psl"]["curve"]]    # bit for bit
 
 
 def test_the_plateau_check_is_the_rise_of_the_mean_curve_from_the_middle_to_the_last_third() -> None:
