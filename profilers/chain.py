@@ -22,6 +22,7 @@ from torch import fx, nn
 from torch.fx.passes.shape_prop import ShapeProp
 
 from adaptplan.errors import InputError
+from profilers.input_shapes import channels_last_hint
 from profilers.cutpoints import assertion_nodes, choose_cuts, cut_names, input_node, is_anchor_module, node_shape, values_per_sample
 from profilers.tracing import trace
 
@@ -130,14 +131,6 @@ def _propagate_shapes(gm: fx.GraphModule, example_input: torch.Tensor) -> None:
             ShapeProp(gm).propagate(example_input)
     finally:
         gm.train(was_training)
-
-
-def channels_last_hint(shape: tuple[int, ...]) -> str | None:
-    """A fix for a per-sample shape given channels-last (H×W×C), or None when it does not look like one."""
-    if len(shape) == 3 and shape[-1] in (1, 3, 4) and shape[0] not in (1, 3, 4):
-        return (f"{'x'.join(map(str, shape))} looks channels-last; the input is channels × height × width, "
-                f"e.g. {'x'.join(map(str, (shape[2], shape[0], shape[1])))}")
-    return None
 
 
 def shape_failure(example_input: torch.Tensor, exc: Exception) -> str:

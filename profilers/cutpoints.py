@@ -201,20 +201,33 @@ def cut_names(graph: fx.Graph, cuts: list[fx.Node]) -> list[str]:
     """A readable name per cut: among the modules that lie wholly inside the block, the one that
     ends last (outermost on ties), e.g. ``layer1.0`` for a ResNet's first BasicBlock,
     ``features.4`` for VGG's first pooling layer, ``conv1`` for ``torch.relu(self.conv1(x))``;
-    else the fx node name. Names are unique."""
+    else the fx node name. An ``nn.Identity`` (a layer taken out, e.g. resnet18-cifar's max-pool) names
+    nothing; a module known only by its ``nn.Sequential`` index gets its class too (``2:MaxPool2d``,
+    ``9.0:Conv2d``). Names are unique."""
     order = {node: k for k, node in enumerate(graph.nodes)}
     span: dict[str, list[int]] = {}
+    kind: dict[str, type] = {}
     for node in graph.nodes:
-        for path in node.meta.get("nn_module_stack", {}):
+        for path, entry in node.meta.get("nn_module_stack", {}).items():
             span.setdefault(str(path), [order[node], order[node]])[1] = order[node]
+            if isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[1], type):
+                kind[str(path)] = entry[1]
     names: list[str] = []
     start = 0
     for node in cuts:
-        inside = [(last, -first, path) for path, (first, last) in span.items() if start < first and last <= order[node]]
-        name = max(inside)[2] if inside else node.name
+        inside = [(last, -first, path) for path, (first, last) in span.items()
+                  if start < first and last <= order[node] and kind.get(path) is not nn.Identity]
+        name = _readable(max(inside)[2], kind) if inside else node.name
         names.append(node.name if name in names else name)
         start = order[node]
     return names
+
+
+def _readable(path: str, kind: dict[str, type]) -> str:
+    """``path``, with its module's class where the path is only ``nn.Sequential`` indices (``9.0`` → ``9.0:Conv2d``)."""
+    if all(part.isdigit() for part in path.split(".")) and path in kind:
+        return f"{path}:{kind[path].__name__}"
+    return path
 
 
 def node_shape(node: fx.Node) -> tuple[int, ...]:

@@ -116,7 +116,8 @@ def check_model_output(model: nn.Module, spec: str, input_shape: tuple[int, ...]
         with torch.no_grad():
             output: Any = model(batch)
     except Exception as exc:
-        from profilers.chain import channels_last_hint, shape_failure
+        from profilers.chain import shape_failure
+        from profilers.input_shapes import channels_last_hint
 
         if channels_last_hint(tuple(input_shape)):
             raise InputError(f"model {spec!r}: {shape_failure(batch, exc)}", field=field) from exc

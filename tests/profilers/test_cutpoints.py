@@ -196,3 +196,15 @@ class TiedWeights(nn.Module):
 def test_weights_used_in_two_blocks_are_an_input_error() -> None:
     with pytest.raises(InputError, match="untie"):
         build_chain(TiedWeights(), torch.randn(1, 4))
+
+
+def test_a_removed_layer_names_no_cut_and_sequential_indices_carry_their_class() -> None:
+    """Issue 37's small things: resnet18-cifar's first cut was named after its removed max-pool (an nn.Identity),
+    and the cuts of an nn.Sequential were bare indices ('2', '9.0')."""
+    from trainers.inputs.models import build_model
+
+    cifar = build_chain(build_model("resnet18-cifar", (3, 32, 32), 10), X32)
+    assert cifar.names[:2] == ["relu", "layer1.0"]                  # the stem ends at its ReLU; 'maxpool' is gone
+    plain = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Identity(),
+                          nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(), nn.Sequential(nn.Flatten(), nn.Linear(2048, 10)))
+    assert build_chain(plain, X32).names == ["2:MaxPool2d", "6.0:Flatten", "6.1:Linear"]

@@ -88,6 +88,13 @@ def run(args: argparse.Namespace) -> int:
     shape = parse_shape(args.input)
     if args.model not in MODELS:
         check_model(args.model, "MODEL")        # an unknown name is refused before torch loads
+    elif args.model != "mlp":                   # the image built-ins take their input channels from --input
+        from profilers.input_shapes import channels_last_hint
+
+        hint = channels_last_hint(shape)
+        if hint:
+            raise InputError(f"{hint} (the built-in {args.model} would be built with {shape[0]} input channels)",
+                             field="--input")
     if args.grad_stats and (not args.dataset or not args.constants_out):
         raise InputError("--grad-stats needs --dataset NAME and --constants-out FILE", field="--grad-stats")
     if args.grad_stats:
