@@ -12,10 +12,8 @@ import torch
 from torch import nn
 
 from adaptplan.cli import main
-from trainers.engine.split_engine import DeviceData, SplitEngine
-from trainers.inputs.datasets import load_dataset
-from trainers.inputs.models import cnn
-from trainers.inputs.partition import partition_indices
+from tests.engine_builders import make_data, small_model
+from trainers.engine.split_engine import SplitEngine
 from trainers.roles.batching import unbatchable_reason
 from trainers.roles.core import weighted_mean
 from trainers.roles.messages import NonFiniteError, check_finite, deferred_finite_checks
@@ -26,16 +24,6 @@ torch.set_num_threads(1)
 
 SGD = OptimizerSpec("sgd", lr=0.1, momentum=0.9, weight_decay=5e-4)
 ADAM_CLIP = OptimizerSpec("adam", lr=0.01, weight_decay=1e-4, clip_norm=0.05)   # clipping active on every step
-
-
-def small_model(seed: int = 0) -> nn.Sequential:
-    torch.manual_seed(seed)
-    return cnn(1, 8, 10, width=4)        # its 11 children are the blocks; input (1, 8, 8)
-
-
-def make_data(devices: int) -> DeviceData:
-    d = load_dataset("synthetic")
-    return DeviceData(d.x_train, d.y_train, d.x_test, d.y_test, partition_indices(d.y_train.numpy(), devices, "iid", 0))
 
 
 def engine(algorithm: str, cuts, batching: str, optimizer: OptimizerSpec = SGD, interval: int = 1,
