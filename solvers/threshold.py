@@ -75,7 +75,7 @@ import numpy as np
 
 from adaptplan.convergence import drift_coefficient, interval_denominator, mu5_bound
 from adaptplan.errors import InfeasibleError, InputError
-from solvers.lagrange import lagrangian_bound
+from solvers.lagrange import LagrangianTerms
 from solvers.milfp import ETA_RELATIVE
 from solvers.problem import PlanningProblem
 from solvers.result import SolveResult
@@ -194,13 +194,15 @@ class _RangeMin:
     def __init__(self, values: np.ndarray) -> None:
         values = np.asarray(values, dtype=float)
         self.n = n = values.size
-        rows = [values]
-        step = 1
-        while 2 * step <= n:
-            prev = rows[-1]
-            rows.append(np.concatenate([np.minimum(prev[:-step], prev[step:]), np.full(step, np.inf)]))
-            step *= 2
-        self.table = np.vstack(rows) if n else np.zeros((1, 0))
+        if n == 0:
+            self.table = np.zeros((1, 0))
+            return
+        self.table = table = np.empty((n.bit_length(), n))      # row r: min over windows of 2^r entries
+        table[0] = values
+        for r in range(1, table.shape[0]):
+            step = 1 << (r - 1)
+            np.minimum(table[r - 1, :-step], table[r - 1, step:], out=table[r, :n - step])
+            table[r, n - step:] = np.inf
 
     def query(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         lo, hi = np.broadcast_arrays(np.clip(lo, 0, self.n), np.clip(hi, 0, self.n))
@@ -248,6 +250,48 @@ class _Static:
         self.w_rmq = _RangeMin(np.maximum(self.usw.t, self.usw.sigma / self.ref))
         self.y_rmq = _RangeMin(np.maximum(self.vsw.t, self.vsw.sigma / self.rfe))
         self.fresh = True
+        self._levels: _Levels | None = None
+
+    def levels(self) -> "_Levels":
+        """The level grids of :meth:`_Subproblem.lower_bounds` (built on first use, then kept)."""
+        if self._levels is None:
+            self._levels = _Levels(self)
+        return self._levels
+
+
+class _Levels:
+    """The interval-independent part of the level couplings of :meth:`_Subproblem.lower_bounds`: the level
+    grid M (every value of A = Σs of the top sweep, of B and C; then also of D), and for each M the first
+    breakpoint of the b-, u- (and v-) only sweeps with Σs ≤ M, and each t1's first level M ≥ A(t1). Taking the
+    grid over every t1's A (not only the t1 still alive) changes no minimum: between grid points the level's
+    cost only rises, and every point is a level the bound may take."""
+
+    def __init__(self, static: _Static) -> None:
+        A = static.top.sum_s
+        tb, B = static.bsw.t, static.bsw.sum_s
+        tu, C = static.usw.t, static.usw.sum_s
+        tv, Dv = static.vsw.t, static.vsw.sum_s
+        K = tb.size
+        self.usable = bool(K and tu.size)
+        if not self.usable:
+            return
+        self.M = M = np.unique(np.concatenate([A, B, C]))
+        kb = np.searchsorted(-B, -M * (1 + _REL), side="left")
+        ku = np.searchsorted(-C, -M * (1 + _REL), side="left")
+        self.ok = (kb < K) & (ku < tu.size)
+        self.tb_at, self.tu_at = tb[np.minimum(kb, K - 1)], tu[np.minimum(ku, tu.size - 1)]
+        self.at = np.searchsorted(M, A * (1 - _REL), side="left")
+        self.with_v = bool(tv.size)
+        if not self.with_v:
+            return
+        self.M2 = M2 = np.unique(np.concatenate([M, Dv]))
+        kb = np.searchsorted(-B, -M2 * (1 + _REL), side="left")
+        ku = np.searchsorted(-C, -M2 * (1 + _REL), side="left")
+        kv = np.searchsorted(-Dv, -M2 * (1 + _REL), side="left")
+        self.ok2 = (kb < K) & (ku < tu.size) & (kv < tv.size)
+        self.tb_at2, self.tu_at2 = tb[np.minimum(kb, K - 1)], tu[np.minimum(ku, tu.size - 1)]
+        self.tv_at2 = tv[np.minimum(kv, tv.size - 1)]
+        self.at2 = np.searchsorted(M2, A * (1 - _REL), side="left")
 
 
 class _Subproblem:
@@ -317,34 +361,25 @@ class _Subproblem:
         # Φ ≥ I t1 + min_{M ≥ A(t1)} [I·tb(M) + tu(M) + I M] + max(Vmin, σ/r_fe), where tb(M), tu(M)
         # are the smallest breakpoints with B ≤ M, C ≤ M. M ranges over the values of A, B, C.
         usw = self.static.usw
-        tu, C = usw.t, usw.sum_s
-        if K and tu.size:
-            M = np.unique(np.concatenate([A, B, C]))
-            kb = np.searchsorted(-B, -M * (1 + _REL), side="left")
-            ku = np.searchsorted(-C, -M * (1 + _REL), side="left")
-            ok = (kb < K) & (ku < tu.size)
-            g = np.where(ok, I * tb[np.minimum(kb, K - 1)] + tu[np.minimum(ku, tu.size - 1)] + I * M, np.inf)
+        levels = self.static.levels()
+        if levels.usable:
+            M = levels.M
+            g = np.where(levels.ok, I * levels.tb_at + levels.tu_at + I * M, np.inf)
             suffix = np.minimum.accumulate(g[::-1])[::-1]
-            at = np.searchsorted(M, A * (1 - _REL), side="left")
+            at = levels.at[alive]
             best_g = np.where(at < M.size, suffix[np.minimum(at, M.size - 1)], np.inf)
             coupled = I * t1v + best_g * (1 - 1e-12) + np.maximum(vmin, sA / rfe)
             lb = np.maximum(lb, coupled)
             # Same with the t4 cap (key v) in the level too: + tv(M) instead of the Vmin term.
             vsw = self.vsw = self.static.vsw
-            tv, Dv = vsw.t, vsw.sum_s
-            if tv.size:
-                M = np.unique(np.concatenate([M, Dv]))
-                kb = np.searchsorted(-B, -M * (1 + _REL), side="left")
-                ku = np.searchsorted(-C, -M * (1 + _REL), side="left")
-                kv = np.searchsorted(-Dv, -M * (1 + _REL), side="left")
-                ok = (kb < K) & (ku < tu.size) & (kv < tv.size)
-                g = np.where(ok, I * tb[np.minimum(kb, K - 1)] + tu[np.minimum(ku, tu.size - 1)]
-                             + tv[np.minimum(kv, tv.size - 1)] + I * M, np.inf)
+            if levels.with_v:
+                M = levels.M2
+                g = np.where(levels.ok2, I * levels.tb_at2 + levels.tu_at2 + levels.tv_at2 + I * M, np.inf)
                 suffix = np.minimum.accumulate(g[::-1])[::-1]
-                at = np.searchsorted(M, A * (1 - _REL), side="left")
+                at = levels.at2[alive]
                 best_g = np.where(at < M.size, suffix[np.minimum(at, M.size - 1)], np.inf)
                 lb = np.maximum(lb, I * t1v + best_g * (1 - 1e-12))
-            if tv.size and _STRONG_BOUNDS:
+            if levels.with_v and _STRONG_BOUNDS:
                 lb = np.maximum(lb, self._sigma_coupled(t1v, A, sA, t2min, umin, vmin, usw, vsw) * (1 - 1e-12))
         self.lb[alive] = lb
         self.lower = float(self.lb.min()) if self.lb.size else math.inf
@@ -525,15 +560,22 @@ def _cheap_bounds(problem: PlanningProblem, interval: float, cand: np.ndarray) -
     return np.where(covered, num, np.inf)
 
 
-def _lagrangian(problem: PlanningProblem, interval: float, cols: np.ndarray, target: float) -> float:
-    """:func:`solvers.lagrange.lagrangian_bound` on min_{x ≤ L} N_L(x) for L = cols[-1] (seconds)."""
-    lat = problem.latency
-    j = cols - 1
-    ok = problem.admissible_at(cols)
-    a, b, u, v = (np.where(ok, m[:, j], np.inf) for m in (lat.fp_up, lat.down_bp, lat.model_up, lat.model_down))
-    sys = lat.system
-    return lagrangian_bound(a, b, u, v, lat.server_per_device[j], lat.delta[j[-1]] - lat.delta[j], interval,
-                            float(sys.edge_to_fed_bps), float(sys.fed_to_edge_bps), target=target)
+def _lagrangian(problem: PlanningProblem, interval: float, cols: np.ndarray, target: float,
+                cache: dict | None = None) -> float:
+    """:func:`solvers.lagrange.lagrangian_bound` on min_{x ≤ L} N_L(x) for L = cols[-1] (seconds); its
+    interval-independent terms are kept in ``cache`` (as :func:`solve_ms_exact`'s)."""
+    key = ("lagrange", tuple(int(c) for c in cols))
+    terms = cache.get(key) if cache is not None else None
+    if terms is None:
+        lat = problem.latency
+        j = cols - 1
+        ok = problem.admissible_at(cols)
+        a, b, u, v = (np.where(ok, m[:, j], np.inf) for m in (lat.fp_up, lat.down_bp, lat.model_up, lat.model_down))
+        terms = LagrangianTerms(a, b, u, v, lat.server_per_device[j], lat.delta[j[-1]] - lat.delta[j])
+        if cache is not None:
+            cache[key] = terms
+    sys = problem.latency.system
+    return terms.bound(interval, float(sys.edge_to_fed_bps), float(sys.fed_to_edge_bps), target=target)
 
 
 def solve_ms_exact(problem: PlanningProblem, interval: int, *, max_cut: int | None = None,
@@ -600,7 +642,7 @@ def solve_ms_exact(problem: PlanningProblem, interval: int, *, max_cut: int | No
         if cheap[pos] >= best_ratio * (1 - _REL):
             break
         cols, L, D = cand[: pos + 1], int(cand[pos]), float(den[pos])
-        level = max(float(cheap[pos]), _lagrangian(problem, I, cols, best_ratio * D) / D)
+        level = max(float(cheap[pos]), _lagrangian(problem, I, cols, best_ratio * D, cache) / D)
         if level >= best_ratio * (1 - _REL):  # the LP-strength bound prunes this L without a sweep
             history.append({"deepest_cut": L, "D": D, "sweeps": 0})
             continue
