@@ -26,6 +26,7 @@ import hashlib
 import hmac
 import json
 import math
+import re
 import struct
 import types
 import typing
@@ -34,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from adaptplan.fileio import is_int
+from adaptplan.fileio import is_int, show
 from adaptplan.limits import MAX_DEVICES
 from trainers.distributed.control import RANK_MESSAGES
 from trainers.roles.messages import Activation, BlockState, CutGradient, ModelDownload, ModelUpload
@@ -135,6 +136,10 @@ class _Encoder:
 
 MAX_SESSION_CHARS = 64
 """The longest session name a header may hold (a process's session is 16 hex digits)."""
+SESSION_NAME = re.compile(rf"[A-Za-z0-9_-]{{0,{MAX_SESSION_CHARS}}}")
+"""A session as a header may name it."""
+HEADER_KEYS = {"src", "dst", "seq", "ses", "to", "v", "t"}
+"""Everything a header holds: sender, receiver, sequence number, the two sessions, the value and the tensor table."""
 
 
 def encode(value: Any, src: int, dst: int, seq: int, key: bytes, ses: str = "", to: str = "") -> bytes:
@@ -187,10 +192,18 @@ class _Decoder:
         if not length:
             return torch.empty(shape, dtype=dtype)
         raw = bytearray(self.data[offset:offset + length])
+        if dtype is torch.bool and np.frombuffer(raw, dtype=np.uint8).max() > 1:
+            raise WireError(f"its tensor {index} is bool but holds bytes other than 0 and 1")
         return torch.frombuffer(raw, dtype=torch.uint8).view(dtype).reshape(shape)
 
     def value(self, v: Any) -> Any:
-        if v is None or isinstance(v, (bool, int, float, str)):
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:                  # a lone surrogate (JSON's \ud800)
+                raise WireError("it holds text that is not UTF-8") from None
+            return v
+        if v is None or isinstance(v, (bool, int, float)):
             return v
         if isinstance(v, list):
             return [self.value(x) for x in v]
@@ -232,9 +245,11 @@ class _Decoder:
             except TypeError as exc:
                 raise WireError(f"its {body} is incomplete ({exc})") from None
             for name, hint in _field_types(cls).items():
-                if not conforms(getattr(message, name), hint):
-                    raise WireError(f"its {body}.{name} is not a {_hint_name(hint)} "
-                                    f"(got {type(getattr(message, name)).__name__})")
+                value = getattr(message, name)
+                if not conforms(value, hint):
+                    raise WireError(f"its {body}.{name} is not a {_hint_name(hint)} (got {type(value).__name__})")
+                if hint in (int, int | None) and value is not None and not -MAX_SEQ <= value < MAX_SEQ:
+                    raise WireError(f"its {body}.{name} is {show(value)}, not a 64-bit integer")
             return message
         raise WireError(f"it holds a value tagged {str(tag)[:20]!r}, not a known form")
 
@@ -309,9 +324,11 @@ def decode(frame: bytes | bytearray | memoryview, key: bytes) -> Frame:
                                                for k, limit in (("src", MAX_RANK), ("dst", MAX_RANK), ("seq", MAX_SEQ))):
         raise WireError(f"its header lacks the sender or receiver (ranks in 0..{MAX_RANK - 1}) or the sequence number "
                         f"(an integer in 0..2^63 − 1)")
+    if not set(header) <= HEADER_KEYS:
+        raise WireError(f"its header has the keys {sorted(map(str, set(header) - HEADER_KEYS))[:5]} it does not know")
     sessions = [header.get(k, "") for k in ("ses", "to")]
-    if not all(isinstance(v, str) and len(v) <= MAX_SESSION_CHARS for v in sessions):
-        raise WireError(f"its sessions are not names of at most {MAX_SESSION_CHARS} characters")
+    if not all(isinstance(v, str) and SESSION_NAME.fullmatch(v) for v in sessions):
+        raise WireError(f"its sessions are not names of at most {MAX_SESSION_CHARS} letters, digits, - or _")
     decoder = _Decoder(header.get("t"), body[8 + n:])
     try:
         value = decoder.value(header.get("v"))

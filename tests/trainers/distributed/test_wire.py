@@ -308,3 +308,29 @@ def test_a_well_signed_message_whose_field_is_not_of_its_declared_type_is_refuse
 def test_conforms_reads_each_declared_form(hint, good, bad) -> None:
     assert all(wire.conforms(v, hint) for v in good), hint
     assert not any(wire.conforms(v, hint) for v in bad), hint
+
+
+@pytest.mark.parametrize("change, why", [
+    ({"zzz": 1}, r"keys \['zzz'\] it does not know"),
+    ({"ses": "zz\u0000\u202e"}, "sessions are not names"),
+    ({"to": "a" * 65}, "sessions are not names"),
+    ({"v": "\ud800"}, "text that is not UTF-8"),
+    ({"v": {"M": "Activation", "f": {"device": 0, "round": 2 ** 63, "step": 0, "tensor": {"X": 0}, "labels": {"X": 1}}}},
+     r"Activation.round is .*, not a 64-bit integer"),
+    ({"v": {"M": "CutGradient", "f": {"device": 0, "round": 1, "step": -10 ** 30, "tensor": None}}},
+     r"CutGradient.step is .*, not a 64-bit integer"),
+])
+def test_what_the_second_harness_run_found_is_refused(change, why) -> None:
+    """Issue 36's harness run again after the fixes: unknown header keys, control characters in a session, a lone
+    surrogate in text and integers beyond 64 bits in a message passed the decoder (−1 is a field's sentinel)."""
+    header = {"src": 0, "dst": 1, "seq": 0, "ses": "00000000000000a2", "to": "", "v": 1,
+              "t": [["float32", [2, 3], 0, 24], ["int64", [2], 24, 16]]}
+    with pytest.raises(wire.WireError, match=why):
+        wire.decode(craft({**header, **change}, bytes(40)), KEY)
+
+
+def test_a_bool_tensor_holding_bytes_other_than_0_and_1_is_refused() -> None:
+    header = {"src": 0, "dst": 1, "seq": 0, "v": {"X": 0}, "t": [["bool", [4], 0, 4]]}
+    assert wire.decode(craft(header, bytes([0, 1, 1, 0])), KEY).value.tolist() == [False, True, True, False]
+    with pytest.raises(wire.WireError, match="bool but holds bytes other than 0 and 1"):
+        wire.decode(craft(header, bytes([0, 1, 255, 0])), KEY)
