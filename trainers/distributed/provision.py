@@ -95,7 +95,10 @@ def split_address(address: str) -> tuple[str, int]:
     """``host:port`` → (host, port), the host an IP address or a DNS name; an InputError naming ``--broker``
     otherwise."""
     host, _, port = address.rpartition(":")
-    host = host.strip("[]")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise InputError(f"{address!r}: an IPv6 address goes in brackets, e.g. [::1]:8883", field="--broker")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise InputError(f"{address!r} is not host:port (e.g. broker.example.org:8883)", field="--broker")
     try:
@@ -178,7 +181,7 @@ def provision(folder: Path, address: str, num_devices: int, world: int, train_ar
     train_args, copies = kit_files(train_args)
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise InputError(f"{str(folder)!r} exists and is not an empty folder: give a new one", field="--out")
-    run = run or secrets.token_hex(6)
+    run = secrets.token_hex(6) if run is None else run
     if not run.replace("-", "").replace("_", "").isalnum() or len(run) > 64:
         raise InputError(f"{run!r} is not a run name (letters, digits, - and _, at most 64)", field="--run")
     layout = RankLayout(world, num_devices)

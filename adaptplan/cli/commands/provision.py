@@ -74,7 +74,7 @@ def _check_training_options(train_args: list[str], devices: int) -> None:
     """The options every kit will run with, checked now as ``adaptplan train`` would parse them (not on the
     devices, one by one, later)."""
     from adaptplan import cli
-    from adaptplan.cli.commands.train import fields_from_args, flag_of
+    from adaptplan.cli.commands.train import check_flag_combinations, fields_from_args, flag_of
     from trainers.config.train_config import TrainConfig
 
     given = [a for a in train_args if a == "--devices" or a.startswith("--devices=")]
@@ -84,6 +84,7 @@ def _check_training_options(train_args: list[str], devices: int) -> None:
         parsed = cli.build_parser().parse_args(["train", "--devices", str(devices), *train_args])
     except SystemExit as exc:            # argparse has printed its one line
         raise SystemExit(2) from exc
+    check_flag_combinations(parsed)                      # --resume without --out, ...
     try:
         TrainConfig.flat(**fields_from_args(parsed))     # the ranges and choices
     except InputError as exc:                        # named by the flag, as adaptplan train names it

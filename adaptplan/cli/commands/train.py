@@ -238,6 +238,18 @@ def _check_files(config: "TrainConfig") -> None:
         read_manifest(config.data.device_data)
 
 
+def check_flag_combinations(args: argparse.Namespace) -> None:
+    """The flags that need or exclude another (InputError naming the flag); also asked by ``provision``."""
+    if args.checkpoint_every and not args.out:
+        raise InputError("needs --out (where checkpoint.pt is written)", field="--checkpoint-every")
+    if args.resume and not args.out:
+        raise InputError("needs --out (the run folder holding checkpoint.pt)", field="--resume")
+    if args.trust_run_folder and not args.resume:
+        raise InputError("applies to --resume (a run folder's checkpoint naming a user model)", field="--trust-run-folder")
+    if args.resume and args.overwrite:
+        raise InputError("--resume continues the run in --out; --overwrite replaces it: choose one", field="--overwrite")
+
+
 def _train(args: argparse.Namespace) -> int:
     from trainers.config.train_config import TrainConfig
 
@@ -245,12 +257,7 @@ def _train(args: argparse.Namespace) -> int:
         from adaptplan.plan import Plan
 
         Plan.load(args.plan_path)   # a bad plan file fails before any data is read or any folder made
-    if args.checkpoint_every and not args.out:
-        raise InputError("needs --out (where checkpoint.pt is written)", field="checkpoint_every")
-    if args.trust_run_folder and not args.resume:
-        raise InputError("applies to --resume (a run folder's checkpoint naming a user model)", field="--trust-run-folder")
-    if args.resume and args.overwrite:
-        raise InputError("--resume continues the run in --out; --overwrite replaces it: choose one", field="--overwrite")
+    check_flag_combinations(args)
     if not args.resume:
         config = TrainConfig.flat(**fields_from_args(args), **getattr(args, "run_file_fields", {}))
         _check_files(config)

@@ -103,6 +103,10 @@ def _has_user(name: str) -> bool:
     (["--broker", "h:1", "--devices", "3", "--", "--ranks", "4"], "--ranks"),
     (["--broker", "h:1", "--devices", "3", "--", "--devices", "4"], "--devices"),
     (["--broker", "h:1", "--devices", "3", "--run", "a/b"], "--run"),
+    (["--broker", "::1:18000", "--devices", "3"], "--broker: '::1:18000': an IPv6 address goes in brackets"),
+    (["--broker", "h:1", "--devices", "3", "--run", ""], "--run: '' is not a run name"),     # the second harness
+    (["--broker", "h:1", "--devices", "3", "--", "--resume"], "--resume: needs --out"),      # run found these taken
+    (["--broker", "h:1", "--devices", "3", "--", "--checkpoint-every", "2"], "--checkpoint-every: needs --out"),
 ])
 def test_a_wrong_option_is_named_in_one_line_with_exit_code_2(tmp_path, capsys, argv, field) -> None:
     assert main(["provision", "--out", str(tmp_path / "d"), *argv]) == 2
