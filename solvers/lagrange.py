@@ -56,7 +56,7 @@ class LagrangianTerms:
             cost += np.multiply((I * mu)[:, None], B, out=term)
             cost += np.multiply(nu[:-1, None], U, out=term)
             cost += np.multiply(om[:-1, None], V, out=term)
-            cost += np.multiply(k, gap_bits[None, :], out=term)
+            cost += (k * gap_bits)[None, :]
             j = np.argmin(cost, axis=1)
             value = float(cost[rows, j].sum())
             best = max(best, value)

@@ -141,7 +141,7 @@ class PlanningProblem:
         below = ok & (columns[None, :] <= cut)
         deepest = np.where(below.any(axis=1), below.shape[1] - 1 - np.argmax(below[:, ::-1], axis=1),
                            np.argmax(ok, axis=1))
-        return tuple(int(c) for c in columns[deepest])
+        return tuple(columns[deepest].tolist())
 
     def objective(self, interval: int | float, cuts: Sequence[int]) -> float:
         """Relaxed objective (28) at (I, x), seconds; ``inf`` when c − d(L_c)I² ≤ 0 or some cut does
