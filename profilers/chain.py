@@ -22,8 +22,8 @@ from torch import fx, nn
 from torch.fx.passes.shape_prop import ShapeProp
 
 from adaptplan.errors import InputError
-from profilers.input_shapes import channels_last_hint
 from profilers.cutpoints import assertion_nodes, choose_cuts, cut_names, input_node, is_anchor_module, node_shape, values_per_sample
+from profilers.input_shapes import channels_last_hint
 from profilers.tracing import trace
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 FVCORE_TO_PROFILE = 2.0
@@ -161,3 +162,24 @@ def backward_flops(block: nn.Module, x: torch.Tensor, input_grad: bool) -> float
         input_grad: whether ∂ℓ/∂x is computed (False for the first block on the device).
     """
     return _torch_counts(block, x, input_grad)[1]
+
+
+class TotalFlops(TorchDispatchMode):
+    """The FLOPs of every op run inside it, by FlopCounterMode's formulas (with :data:`_CUSTOM`), as one total
+    (``total``) and without FlopCounterMode's module hooks, which ``torch.autograd.grad`` inside the counted code
+    does not support (GAPSL's and SCALA's server steps): for counting whole training rounds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from torch.utils.flop_counter import flop_registry, shape_wrapper
+
+        self.formulas = {**flop_registry, **{op: shape_wrapper(f) for op, f in _CUSTOM.items()}}   # as FlopCounterMode
+        self.total = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        formula = self.formulas.get(func._overloadpacket)
+        if formula is not None:
+            self.total += int(formula(*args, **kwargs, out_val=out))
+        return out

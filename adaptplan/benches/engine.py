@@ -75,6 +75,7 @@ class EngineBenchResult:
     memory_measure: str = ""
     client_recompute: str = "auto"
     server_pass_samples: int | None = None
+    flops_per_sample: dict[str, float] = field(default_factory=dict)   # side → counted FLOPs per trained sample
 
     def ratio_b(self, algorithm: str | None = None) -> float:
         return self.sfl_samples_per_s[algorithm or self.algorithms[0]] / self.central_b_samples_per_s
@@ -89,7 +90,13 @@ class EngineBenchResult:
         data["algorithms"] = list(self.algorithms)
         data["ratio_vs_central_b"] = {a: self.ratio_b(a) for a in self.algorithms}
         data["ratio_vs_central_Nb"] = {a: self.ratio_nb(a) for a in self.algorithms}
+        data["flops_vs_central_b"] = {a: self.flops_ratio(a) for a in self.algorithms if self.flops_ratio(a)}
         return data
+
+    def flops_ratio(self, algorithm: str) -> float | None:
+        """The algorithm's counted FLOPs per trained sample over centralized training's at batch b (``--flops``)."""
+        mine, central = self.flops_per_sample.get(algorithm), self.flops_per_sample.get("central_b")
+        return mine / central if mine and central else None
 
     def report(self) -> str:
         def memory(side: str) -> str:
@@ -123,6 +130,15 @@ class EngineBenchResult:
         lines.append(f"  peak memory: {note}; the whole process's peak resident set (ru_maxrss) was {rss}")
         for a, why in self.per_device_cuts.items():
             lines.append(f"  {a}: client passes ran per device ({why})")
+        if self.flops_per_sample:
+            lines.append(f"  counted FLOPs per trained sample (FlopCounterMode formulas, one more round; centralized "
+                         f"batch b: {self.flops_per_sample.get('central_b', 0) / 1e6:.2f} MFLOP), × central b, and the "
+                         "throughput per FLOP (× central b ÷ FLOPs × central b):")
+            for a in self.algorithms:
+                flops = self.flops_ratio(a)
+                if flops:
+                    lines.append(f"    {a:<10} {self.flops_per_sample[a] / 1e6:8.2f} MFLOP {flops:6.2f}× "
+                                 f"{self.ratio_b(a) * flops:6.2f}")
         return "\n".join(lines)
 
 
@@ -188,11 +204,16 @@ def run_engine_bench(devices: int = 20, batch_size: int = 16, rounds: int = 10, 
                      algorithm: str | Sequence[str] = "adaptsfl", width: int = 32, threads: int | None = None,
                      warmup: int = 2, repeats: int = 3, seed: int = 0, model: str = "cnn",
                      device: torch.device | str = "cpu", client_batching: str = "auto",
-                     client_recompute: str = "auto", server_pass_samples: int | str = "auto") -> EngineBenchResult:
+                     client_recompute: str = "auto", server_pass_samples: int | str = "auto",
+                     count_flops: bool = False) -> EngineBenchResult:
     """Measure and return an :class:`EngineBenchResult` (see the module docstring);
-    ``server_pass_samples``: ``"auto"`` (the engine's default for ``device``) or a number of samples."""
+    ``server_pass_samples``: ``"auto"`` (the engine's default for ``device``) or a number of samples;
+    ``count_flops``: after the timed rounds, one more round of each side under
+    :class:`profilers.flops.TotalFlops` (FlopCounterMode's formulas; not timed): the FLOPs per trained sample,
+    so that a ratio below 1 can be told apart from the algorithm's own arithmetic."""
     from adaptplan.errors import InputError
     from profilers import build_chain
+    from profilers.flops import TotalFlops
     from trainers.config.devices import describe, synchronize
     from trainers.engine.execution import Execution
     from trainers.engine.split_engine import DeviceData, SplitEngine
@@ -223,6 +244,7 @@ def run_engine_bench(devices: int = 20, batch_size: int = 16, rounds: int = 10, 
                          field="--cut")
     per_device: dict[str, str] = {}
     per_round: dict[str, float] = {}
+    flops: dict[str, float] = {}
 
     def sfl(name: str) -> float:
         chain = build_chain(fresh_model(), x[:2].cpu())
@@ -236,6 +258,10 @@ def run_engine_bench(devices: int = 20, batch_size: int = 16, rounds: int = 10, 
         synchronize(device)
         seconds = time.perf_counter() - start
         per_round[name] = min(per_round.get(name, math.inf), seconds / rounds)
+        if count_flops and name not in flops:
+            with TotalFlops() as counter:
+                counted = engine.run_round(warmup + rounds + 1).samples
+            flops[name] = counter.total / max(counted, 1)
         if engine.batcher is not None and engine.batcher.reasons.get(cut):
             per_device[name] = str(engine.batcher.reasons[cut])
         elif engine.batcher is not None and cut not in engine.batcher.reasons:
@@ -256,7 +282,15 @@ def run_engine_bench(devices: int = 20, batch_size: int = 16, rounds: int = 10, 
             loss.backward()
             opt.step()
         synchronize(device)
-        return total / (time.perf_counter() - begin)
+        seconds = time.perf_counter() - begin
+        if count_flops and f"central_{step_batch}" not in flops:
+            with TotalFlops() as counter:
+                loss = nn.functional.cross_entropy(net(x[:step_batch]), y[:step_batch])
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+            flops[f"central_{step_batch}"] = counter.total / step_batch
+        return total / seconds
 
     sides: dict[str, Callable[[], float]] = {a: functools.partial(sfl, a) for a in algorithms}
     sides["central_b"] = lambda: central(batch_size)
@@ -285,7 +319,9 @@ def run_engine_bench(devices: int = 20, batch_size: int = 16, rounds: int = 10, 
                              {a: best[a] for a in algorithms}, best["central_b"], best.get("central_Nb"), peak,
                              max(high_water, _peak_rss_bytes() or 0) or None, per_device, per_round,
                              "cuda" if device.type == "cuda" else "rss" if peak else "",
-                             client_recompute, per_pass)
+                             client_recompute, per_pass,
+                             {**{a: flops[a] for a in algorithms if a in flops},
+                              **({"central_b": flops[f"central_{batch_size}"]} if f"central_{batch_size}" in flops else {})})
 
 
 def run_engine_sweep(device_counts: Sequence[int], plot_path: str | None = None,

@@ -63,6 +63,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     engine.add_argument("--repeats", type=int_flag(1, MAX_BENCH_ROUNDS, "repeats"), default=3,
                         help="interleaved repeats; each side keeps its best (default 3)")
     engine.add_argument("--json", action="store_true", help="print the measurements as JSON")
+    engine.add_argument("--flops", action="store_true",
+                        help="also count each side's FLOPs per trained sample (one more round under torch's "
+                             "FlopCounterMode, not timed) and print them against centralized training's: a ratio "
+                             "below 1 that equals the FLOP ratio is the algorithm's own arithmetic, not overhead")
     engine.set_defaults(func=run_engine)
     algos = which.add_parser("algorithms", help="every split algorithm on one data set and plan, IID and non-IID: "
                              "accuracy at equal rounds and equal simulated time, time to a target")
@@ -230,7 +234,7 @@ def run_engine(args: argparse.Namespace) -> int:
     options = dict(batch_size=args.batch_size, rounds=args.rounds, cut=args.cut, algorithm=algorithms,
                    threads=args.threads, repeats=args.repeats, model=args.model, device=device,
                    client_batching=args.client_batching, client_recompute=args.client_recompute,
-                   server_pass_samples=args.server_pass_samples)
+                   server_pass_samples=args.server_pass_samples, count_flops=args.flops)
     if len(args.devices) == 1:
         print(header(args.devices[0], args.batch_size, args.rounds, algorithms, args.repeats, args.model, device.type,
                      args.cut), file=sys.stderr, flush=True)

@@ -297,6 +297,23 @@ def test_engine_bench_names_the_algorithms_that_ran_per_device() -> None:
     assert all(v > 0 for v in r.sfl_samples_per_s.values()) and r.central_b_samples_per_s > 0
 
 
+def test_engine_bench_counts_flops_per_trained_sample_against_centralized_training() -> None:
+    """Issue 38 item 1: `bench engine --flops`. SplitFed computes exactly centralized training's FLOPs per sample
+    (the model split in two, each sample once forward and once backward); SCALA adds its second, input-only
+    backward through the server blocks (its cut gradients at the pre-update weights), so it counts more; the mlp's
+    FLOPs written out: Linear layers 3072→16→16→10 (width 4: hidden 16; forward 2·m·n per sample, backward twice
+    that except the first layer's input gradient, which nobody needs)."""
+    r = bench_engine.run_engine_bench(devices=4, batch_size=4, rounds=1, warmup=0, repeats=1, model="mlp", width=4,
+                                      algorithm=["sfl-v1", "scala"], threads=1, count_flops=True)
+    forward = 2 * (3072 * 16 + 16 * 16 + 16 * 10)
+    assert r.flops_per_sample["central_b"] == pytest.approx(forward + forward + 2 * (16 * 16 + 16 * 10))
+    assert r.flops_ratio("sfl-v1") == pytest.approx(1.0)
+    assert r.flops_ratio("scala") > 1.0
+    report = r.report()
+    assert "counted FLOPs per trained sample" in report and "scala" in report.split("counted FLOPs")[1]
+    assert r.to_json()["flops_vs_central_b"]["sfl-v1"] == pytest.approx(1.0)
+
+
 @pytest.mark.parametrize("cut, ok", [(0, False), (1, True), (5, True), (6, False)])
 def test_engine_bench_cut_must_be_a_cut_point(cut, ok, monkeypatch) -> None:
     from adaptplan.errors import InputError

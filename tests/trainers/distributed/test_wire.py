@@ -12,6 +12,7 @@ import random
 import re
 import struct
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import pytest
@@ -303,6 +304,8 @@ def test_a_well_signed_message_whose_field_is_not_of_its_declared_type_is_refuse
     (dict[int, float], [{}, {1: 2.5}], [{"1": 2.5}, {1: "x"}, [(1, 2.5)]]),
     (set[int], [set(), {1, 2}], [{"a"}, [1]]),
     (tuple, [(), (1, "a")], [[1]]),
+    (tuple[int, ...], [(), (1, 2, 3)], [(1, "2"), [1]]),
+    (Sequence[str], [["a"], ("b",)], [5, {"a"}]),        # another generic: its class only
     (torch.Tensor, [torch.zeros(1)], [np.zeros(1), 0.0]),
 ])
 def test_conforms_reads_each_declared_form(hint, good, bad) -> None:
