@@ -160,6 +160,7 @@ class RoundContext:
     losses: dict[int, torch.Tensor] = field(default_factory=dict)
     server_samples: dict[int, float] = field(default_factory=dict)
     server_flops: float = 0.0
+    server_backward: dict[int, float] = field(default_factory=dict)
     absent: frozenset[int] = frozenset()
     participants: list[int] = field(default_factory=list)
 
@@ -167,19 +168,23 @@ class RoundContext:
         """The devices that can still take part (all but ``absent``), in index order."""
         return [d for d in range(self.num_devices) if d not in self.absent]
 
-    def charge_server(self, device: int, samples: float = 0.0, flops: float = 0.0) -> None:
+    def charge_server(self, device: int, samples: float = 0.0, flops: float = 0.0, backward: float = 0.0) -> None:
         """Charge the edge server for work beyond the runtime's one forward+backward of every arrival:
         ``samples`` more forward+backward passes of one sample through device ``device``'s server blocks
-        (each costs eqs. (18)+(19) per sample) and ``flops`` FLOPs outside the model (statistics, Gram
-        matrices; 2 FLOPs per multiply–add, the profiles' convention) at the server's FLOP/s. The
-        runtime adds the seconds to the server's busy time when the call that charged them returns."""
+        (each costs eqs. (18)+(19) per sample), ``backward`` more backward passes of one sample (eq. (19) per
+        sample) and ``flops`` FLOPs outside the model (statistics, Gram matrices; 2 FLOPs per multiply–add, the
+        profiles' convention) at the server's FLOP/s. The runtime adds the seconds to the server's busy time
+        when the call that charged them returns."""
         self.server_samples[device] = self.server_samples.get(device, 0.0) + float(samples)
+        if backward:
+            self.server_backward[device] = self.server_backward.get(device, 0.0) + float(backward)
         self.server_flops += float(flops)
 
-    def take_server_charges(self) -> tuple[dict[int, float], float]:
-        """The charges since the last call (and clear them)."""
-        charged = (dict(self.server_samples), self.server_flops)
+    def take_server_charges(self) -> tuple[dict[int, float], float, dict[int, float]]:
+        """The charges since the last call (and clear them): forward+backward samples, FLOPs, backward samples."""
+        charged = (dict(self.server_samples), self.server_flops, dict(self.server_backward))
         self.server_samples.clear()
+        self.server_backward.clear()
         self.server_flops = 0.0
         return charged
 

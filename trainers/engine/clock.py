@@ -25,7 +25,8 @@ class StageTimes:
     """Seconds per device for one cut vector (arrays of shape (N,)).
 
     ``client_fp`` (16), ``upload`` (17), ``download`` (20), ``client_bp`` (21) for the run's b,
-    ``server`` device i's share of (18)+(19), ``model_up`` (22) and ``model_down`` (24);
+    ``server`` device i's share of (18)+(19) (``server_backward`` its share of (19) alone), ``model_up`` (22) and
+    ``model_down`` (24);
     ``edge_to_fed_bps``/``fed_to_edge_bps`` (bit/s) time the edge server's model messages from
     their real size (eqs. 23, 25 when the edge sends AdaptSFL's non-common parts); ``server_flops``
     f_s (FLOP/s) times the server work a strategy charges beyond one pass per arrival.
@@ -42,22 +43,28 @@ class StageTimes:
     fed_to_edge_bps: float
     batch_size: int
     server_flops: float = float("inf")
+    server_backward: np.ndarray | None = None
 
     @classmethod
     def zeros(cls, num_devices: int, batch_size: int) -> "StageTimes":
         z = np.zeros(num_devices)
-        return cls(z, z, z, z, z, z, z, float("inf"), float("inf"), batch_size)
+        return cls(z, z, z, z, z, z, z, float("inf"), float("inf"), batch_size, server_backward=z)
 
     def scale(self, device: int, batch_size: int) -> float:
         """b_i / b: per-sample terms scale with the device's own batch size."""
         return batch_size / self.batch_size
 
-    def extra_server_seconds(self, samples: dict[int, float], flops: float) -> float:
+    def extra_server_seconds(self, samples: dict[int, float], flops: float,
+                             backward: dict[int, float] | None = None) -> float:
         """Seconds of server work a strategy does beyond one forward+backward per arrival
         (:meth:`trainers.api.RoundContext.charge_server`): ``samples[d]`` more forward+backward passes of
-        one sample through device d's server blocks, each (18)+(19) per sample = ``server[d] / b``, plus
+        one sample through device d's server blocks, each (18)+(19) per sample = ``server[d] / b``,
+        ``backward[d]`` more backward passes, each (19) per sample = ``server_backward[d] / b``, plus
         ``flops`` FLOPs outside the model (2 per multiply–add) at the server's FLOP/s f_s."""
         per_sample = sum(float(n) * float(self.server[d]) / self.batch_size for d, n in samples.items())
+        if backward:
+            assert self.server_backward is not None, "these stage times have no backward share"
+            per_sample += sum(float(n) * float(self.server_backward[d]) / self.batch_size for d, n in backward.items())
         return per_sample + (float(flops) / self.server_flops if flops else 0.0)
 
     def edge_up_seconds(self, bits: float) -> float:
@@ -97,7 +104,7 @@ class SimClock:
         system = lm.system
         return StageTimes(b.client_fp, b.upload, lm.server_per_device[j], b.download, b.client_bp, b.model_up,
                           b.model_down, float(system.edge_to_fed_bps), float(system.fed_to_edge_bps), self.batch_size,
-                          float(system.server_flops))
+                          float(system.server_flops), lm.server_bp_per_device[j])
 
 
 class StageLedger:

@@ -292,8 +292,8 @@ def backward_all(engine: Engine, replies: dict[int, CutGradient]) -> None:
 
 def charged_server_seconds(ctx: "RoundContext", times: StageTimes) -> float:
     """Seconds of the server work the strategy charged since the last call (RoundContext.charge_server)."""
-    samples, flops = ctx.take_server_charges()
-    return times.extra_server_seconds(samples, flops) if samples or flops else 0.0
+    samples, flops, backward = ctx.take_server_charges()
+    return times.extra_server_seconds(samples, flops, backward) if samples or flops or backward else 0.0
 
 
 def take_replies(out: Sequence[CutGradient], pending: dict, replies: dict, at: float) -> None:

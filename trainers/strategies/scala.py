@@ -77,6 +77,8 @@ class SCALA(Strategy):
             lambda z, y: logit_adjusted_ce(z, y, prior, self.tau))                                 # eq. (12)
         for d, loss in losses.items():
             ctx.record_loss(d, loss)
+        for a in arrivals:        # the second backward (cut gradients, eq. 13), charged as (19): its upper bound
+            ctx.charge_server(a.device, backward=a.batch_size)
         edge.step(edge.owners([a.device for a in arrivals]))                                       # eq. (5)
         return [answer(a, grads[a.device]) for a in arrivals]
 

@@ -14,7 +14,7 @@ from profilers import build_chain, profile_model
 from tests.engine_builders import make_data, small_model
 from trainers.engine.clock import SimClock
 from trainers.engine.split_engine import SplitEngine
-from trainers.strategies import GAPSL, GAS, CycleSL
+from trainers.strategies import GAPSL, GAS, SCALA, CycleSL
 
 B, CUT = 4, 3
 
@@ -56,6 +56,20 @@ def test_cyclesl_steps_phase_charges_its_resampled_batches() -> None:
     engine = engine_for(CycleSL(participation=1.0, server_epochs=E, server_phase="steps"), N, chain, clock)
     stats = engine.run_round(1)
     assert stats.stage_seconds["server"] == pytest.approx((E * B + N * B) * per_sample, rel=1e-12)
+
+
+def test_scala_charges_its_second_backward() -> None:
+    """SCALA's cut gradients at the pre-update weights (eq. 13) are a second, input-only backward through the server
+    blocks besides the concatenated batch's forward+backward: charged as (19) per sample, (ϖ_L − ϖ_j)/f_s, on top
+    of the pass (issue 38: `bench engine --flops` counts 1.31× centralized training's FLOPs for it)."""
+    N = 4
+    chain, clock, per_sample, flops = setup(N)
+    profile = clock.profile
+    backward = float(profile.varpi[-1] - profile.varpi[CUT - 1]) / flops
+    engine = engine_for(SCALA(participation=1.0), N, chain, clock)
+    stats = engine.run_round(1)
+    assert stats.stage_seconds["server"] == pytest.approx(stats.samples * (per_sample + backward), rel=1e-12)
+    assert backward > 0
 
 
 @pytest.mark.parametrize("covariance", ["diag", "full"])
