@@ -53,6 +53,12 @@ def random_layer(module: nn.Module) -> nn.Module | None:
     return next((m for m in module.modules() if isinstance(m, (nn.modules.dropout._DropoutNd, nn.RReLU))), None)
 
 
+KEEP_CUT_VALUES = 1 << 24
+"""Per-device server passes (:meth:`EdgeServer.gradient_rows`) keep each device's cut gradient from the backward
+that gives its server gradient while all of them take at most this many numbers (64 MiB in float32); past it
+they are recomputed by one more pass when they are needed (a forward and an input backward more)."""
+
+
 def check_block_state(module: nn.Module, state: Any, where: str) -> None:
     """ValueError naming ``where`` unless ``state`` holds exactly ``module``'s parameters and buffers, each a
     tensor of the module's shape and dtype (``load_state_dict`` would copy integer weights into float ones)."""
@@ -583,11 +589,12 @@ class EdgeServer:
         gradients take S·P numbers. Where a second pass over these devices would not be harmless
         (:meth:`replayable`: BatchNorm statistics, Dropout masks), each ∂L_i/∂a_i is kept from this pass for
         :meth:`cut_gradients`; otherwise nothing outlives its device's pass. Every arrival must pass through the
-        same server parameters (one shared w_s at one cut); no parameter ``.grad`` is touched."""
+        same server parameters (one shared w_s at one cut); no parameter ``.grad`` is touched. The cut gradients
+        come from the same backward (no second pass) whenever they take at most :data:`KEEP_CUT_VALUES` numbers."""
         self._kept_cut = {}
         if not arrivals:
             return torch.zeros(0, 0), []
-        keep = not self.replayable(arrivals[0].device)
+        keep = not self.replayable(arrivals[0].device) or sum(a.tensor.numel() for a in arrivals) <= KEEP_CUT_VALUES
         params = self.parameters(arrivals[0].device)
         like = params[0] if params else arrivals[0].tensor     # no server block (cut L): P = 0
         rows = torch.zeros(len(arrivals), sum(p.numel() for p in params), dtype=like.dtype, device=like.device)

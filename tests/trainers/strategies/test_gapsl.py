@@ -358,11 +358,16 @@ def bn_server_model() -> nn.Sequential:
     return nn.Sequential(*m[:7], nn.BatchNorm2d(8), *m[7:])
 
 
-@pytest.mark.parametrize("with_bn", [False, True])
-def test_server_passes_per_round(with_bn: bool) -> None:
-    """Without buffers the server runs each device once for its g_i and once more for the |Ŝ| replies (one pass
-    of all of them, within the pass budget; excluded_update = none); with BatchNorm it runs each device exactly once (its running
-    statistics see each device's batch once, A.3.4) and keeps the cut gradients of that pass."""
+@pytest.mark.parametrize("with_bn, keep_limit", [(False, None), (False, 0), (True, 0)])
+def test_server_passes_per_round(with_bn: bool, keep_limit: int | None, monkeypatch) -> None:
+    """The server runs each device once for its g_i and keeps the cut gradients of that backward (no second pass:
+    issue 38, GAPSL counted 1.43× centralized FLOPs with one); past the kept-gradient budget (here 0 numbers) and
+    without buffers it runs the |Ŝ| replies once more (one pass of all of them, excluded_update = none); with
+    BatchNorm it always runs each device exactly once (its running statistics see each device's batch once, A.3.4)."""
+    from trainers.roles import core
+
+    if keep_limit is not None:
+        monkeypatch.setattr(core, "KEEP_CUT_VALUES", keep_limit)
     data = make_data(S, "dirichlet")
     model = bn_server_model() if with_bn else small_model()
     cut = 6
@@ -378,19 +383,26 @@ def test_server_passes_per_round(with_bn: bool) -> None:
         assert batches == [B] * S
         bn = engine.edge.instances[(None, 7)]
         assert int(bn.num_batches_tracked) == S
-    else:
+    elif keep_limit == 0:
         assert batches == [B] * S + [B * aligned]
+    else:
+        assert batches == [B] * S
     answered = [d for d in engine.devices if d.step and not torch.equal(flat(d.blocks), flat(small_model()[:cut]))]
     assert len(answered) == aligned
 
 
-@pytest.mark.parametrize("with_bn", [False, True])
-def test_gradient_rows_and_cut_gradients_are_the_per_device_gradients(with_bn: bool) -> None:
+@pytest.mark.parametrize("with_bn, replayed", [(False, False), (False, True), (True, False)])
+def test_gradient_rows_and_cut_gradients_are_the_per_device_gradients(with_bn: bool, replayed: bool,
+                                                                     monkeypatch) -> None:
     """EdgeServer.gradient_rows: row i is arrival i's g_i flattened in parameter order, with its L_i, as
     per_device_gradients gives them one by one; EdgeServer.cut_gradients then gives each ∂L_i/∂a_i at the same
-    (pre-update) w_s: from one more pass where that is harmless, kept from the rows' passes where BatchNorm
-    makes a second pass change the statistics (then equal to the per-device values bit for bit, and one pass per
-    device in all). It needs one shared w_s."""
+    (pre-update) w_s: kept from the rows' passes (equal to the per-device values bit for bit, one pass per device
+    in all) while they fit the kept-gradient budget or BatchNorm makes a second pass change the statistics, else
+    (``replayed``: a budget of 0) from one more pass. It needs one shared w_s."""
+    from trainers.roles import core
+
+    if replayed:
+        monkeypatch.setattr(core, "KEEP_CUT_VALUES", 0)
     model = bn_server_model() if with_bn else small_model()
     engine = SplitEngine(model, [6] * 3, GAPSL(), make_data(3), {"lr": LR}, batch_size=B, seed=0)
     assert engine.edge.replayable(0) is not with_bn
@@ -410,11 +422,11 @@ def test_gradient_rows_and_cut_gradients_are_the_per_device_gradients(with_bn: b
     cut = engine.edge.cut_gradients(arrivals[:2], ce)
     assert set(cut) == {2, 0}
     for a in arrivals[:2]:
-        if with_bn:
+        if not replayed:
             assert torch.equal(cut[a.device], per[a.device][1])
         else:   # one pass over both: the batched convolution may sum in another order
             assert torch.allclose(cut[a.device], per[a.device][1], rtol=1e-5, atol=1e-8)
-    assert passes == [B] * 3 + ([] if with_bn else [2 * B])
+    assert passes == [B] * 3 + ([2 * B] if replayed else [])
     assert all(p.grad is None for p in params)
     empty = engine.edge.gradient_rows([], ce)
     assert empty[0].shape == (0, 0) and empty[1] == []
