@@ -73,9 +73,10 @@ def check_against_history(out: Path, rounds: int, first_rounds: int | None = Non
 
 def test_the_local_store_holds_every_parameter_and_every_rounds_fields(tmp_path) -> None:
     out = tmp_path / "run"
-    assert main([*TINY, "--rounds", "4", "--out", str(out), "--mlflow", "local"]) == 0
+    assert main([*TINY, "--rounds", "4", "--out", str(out), "--mlflow", "local", "--participation", "0.5"]) == 0
     assert (out / "mlflow.db").is_file()
     check_against_history(out, 4)
+    assert json.loads(logged_run(out)[1].data.params["extra.participation"]) == 0.5     # an algorithm's own option
 
 
 def test_a_resumed_run_logs_on_into_its_mlflow_run(tmp_path) -> None:
