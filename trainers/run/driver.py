@@ -358,8 +358,9 @@ class Trainer:
         """A checkpoint continues the run whose history is in its folder: the run id (drawn when the run
         started, kept in history.json and every checkpoint) must match; a checkpoint copied from another run
         is refused. A checkpoint that says its history was written beside it (``history_beside``: every checkpoint
-        since the history is written before each one) is refused in a folder without history.json. Folders whose
-        files carry no run id (written before ids existed) are not compared."""
+        since the history is written before each one) is refused in a folder without history.json, and a checkpoint
+        with an id beside a history without one. Folders whose files carry no run id (written before ids existed)
+        are not compared."""
         mine = state.get("run_id")                           # its form was checked on load
         history_path = Path(str(self.config.run.out)) / "history.json"
         if not history_path.is_file():
@@ -373,6 +374,10 @@ class Trainer:
             theirs = json.loads(history_path.read_text(encoding="utf-8")).get("meta", {}).get("run_id")
         except (OSError, ValueError, AttributeError):
             return                                   # the history is rewritten from the checkpoint's own
+        if theirs is None and mine is not None:   # a run that gives its checkpoints an id writes it into its history
+            raise InputError(f"the {where} has a run id (run id {str(mine)[:12]}…) and the history beside it none: "
+                             "the history comes from another run, or was edited; copy the whole folder, or start "
+                             "again with --overwrite", field="--resume")
         if theirs is not None and theirs != mine:             # a checkpoint without an id cannot hide its origin
             raise InputError(f"the {where} belongs to another run (run id {str(mine)[:12]}…) than the history beside it "
                              f"(run id {str(theirs)[:12]}…): a checkpoint copied from another run folder is not "

@@ -70,6 +70,15 @@ def test_a_checkpoint_copied_from_another_run_is_refused(tmp_path, capsys) -> No
     assert len(err) == 1 and "belongs to another run" in err[0] and "--resume" in err[0], err
     assert (tmp_path / "a" / "history.json").read_text() == history          # nothing rewritten
     assert main(["train", "--out", str(tmp_path / "b"), "--resume", "--rounds", "3"]) == 0   # its own run goes on
+    # the issue 36 harness, second run: a history without a run id (as written before ids) beside a checkpoint with one
+    import json
+
+    doc = json.loads(history)
+    del doc["meta"]["run_id"]
+    (tmp_path / "a" / "history.json").write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert main(["train", "--out", str(tmp_path / "a"), "--resume", "--rounds", "3"]) == 2
+    assert "has a run id" in capsys.readouterr().err
 
 
 def test_every_checkpoint_has_its_history_beside_it_so_a_copied_one_is_refused_in_a_folder_without(
