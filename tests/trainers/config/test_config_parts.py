@@ -28,6 +28,10 @@ OLD_FLAGS = ["--algorithm", "sfl-v1", "--dataset", "synthetic", "--model", "mlp"
              "--threads", "1", "--no-progress"]
 
 
+ADDED_SINCE = {"mlflow"}
+"""Run options added after the parts (train --mlflow, issue 37)."""
+
+
 def _records(folder: Path) -> list[tuple]:
     history = json.loads((folder / "history.json").read_text())
     return [(r["round"], r["train_loss"], r["accuracy"], r["sim_seconds"]) for r in history["records"]]
@@ -47,11 +51,14 @@ def test_a_run_folder_written_before_the_parts_resumes_and_goes_on_as_an_uninter
 
 
 def test_the_saved_form_keeps_every_flat_key_of_before() -> None:
-    """The flat keys a run folder holds (docs/formats.md) are the parts' keys, none lost, none renamed."""
+    """The flat keys a run folder holds (docs/formats.md) are the parts' keys, none lost, none renamed; the keys
+    added since (ADDED_SINCE) are options a resumed run may give anew, so a folder of before resumes with their
+    defaults."""
     saved = json.loads((OLD_RUN / "history.json").read_text())["meta"]["config"]
-    assert set(saved) == set(FLAT_KEYS) == set(TrainConfig().to_json()) == set(DEFAULTS)
-    config = TrainConfig.from_json(saved)
-    assert config.to_json() == saved
+    assert set(saved) | ADDED_SINCE == set(FLAT_KEYS) == set(TrainConfig().to_json()) == set(DEFAULTS)
+    assert not ADDED_SINCE & set(saved) and ADDED_SINCE <= set(RESUMABLE)
+    config = TrainConfig.from_json({**saved, **{k: DEFAULTS[k] for k in ADDED_SINCE}})
+    assert config.to_json() == {**saved, **{k: DEFAULTS[k] for k in ADDED_SINCE}}
     assert (config.data.devices, config.model.name, config.optim.lr, config.plan.cuts, config.run.rounds,
             config.extra) == (3, "mlp", saved["lr"], (1, 1, 1), 2, {"participation": 0.67})
 
@@ -60,7 +67,7 @@ def test_resumable_is_generated_from_the_fields_and_equals_the_set_before() -> N
     before = {"rounds", "resume", "overwrite", "progress", "out", "checkpoint_every", "threads", "target_accuracy",
               "eval_every", "device", "client_batching", "client_recompute", "server_pass_samples", "distributed",
               "transport", "ranks", "emulate_links", "rank_timeout"}
-    assert set(RESUMABLE) == before and len(RESUMABLE) == len(before)
+    assert set(RESUMABLE) == before | ADDED_SINCE and len(RESUMABLE) == len(before | ADDED_SINCE)
     # every execution and runtime option may change on --resume; nothing of the data, model, optimizer or plan
     assert {d.key for d in described(PARTS["execution"]) if d.flag} <= set(RESUMABLE)
     assert {d.key for d in described(PARTS["runtime"])} <= set(RESUMABLE)
