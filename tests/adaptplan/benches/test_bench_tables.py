@@ -320,7 +320,8 @@ def test_bench_solvers_and_engine_hand_their_options_on(tmp_path, monkeypatch, c
                  "--threads", "1", "--repeats", "5", "--json"]) == 0
     assert {k: v for k, v in seen.items() if k != "device"} == {
         "devices": 3, "batch_size": 4, "rounds": 2, "algorithm": ["psl"], "threads": 1, "repeats": 5, "cut": 1,
-        "model": "cnn", "client_batching": "auto", "client_recompute": "auto", "server_pass_samples": "auto"}
+        "model": "cnn", "client_batching": "auto", "client_recompute": "auto", "server_pass_samples": "auto",
+        "count_flops": False}
     assert seen["device"].type == "cpu"
     out, err = capsys.readouterr()
     assert json.loads(out) == {"samples_per_s": 12.5}
@@ -329,9 +330,10 @@ def test_bench_solvers_and_engine_hand_their_options_on(tmp_path, monkeypatch, c
     assert capsys.readouterr().out == "report text\n"
     assert {k: v for k, v in seen.items() if k != "device"} == {
         "devices": 20, "batch_size": 16, "rounds": 10, "algorithm": ["adaptsfl"], "threads": None, "repeats": 3,
-        "cut": 1, "model": "cnn", "client_batching": "auto", "client_recompute": "auto", "server_pass_samples": "auto"}
-    assert main(["bench", "engine", "--client-recompute", "on", "--server-pass-samples", "64"]) == 0
-    assert (seen["client_recompute"], seen["server_pass_samples"]) == ("on", 64)
+        "cut": 1, "model": "cnn", "client_batching": "auto", "client_recompute": "auto", "server_pass_samples": "auto",
+        "count_flops": False}
+    assert main(["bench", "engine", "--client-recompute", "on", "--server-pass-samples", "64", "--flops"]) == 0
+    assert (seen["client_recompute"], seen["server_pass_samples"], seen["count_flops"]) == ("on", 64, True)
     capsys.readouterr()
     # a sweep: several --devices; a plot needs one, and an unwritable image name fails before any work
     assert main(["bench", "engine", "--plot", "x.png"]) == 2
