@@ -24,8 +24,8 @@ ITERATIONS = 25
 
 class LagrangianTerms:
     """The multiplier-independent parts of the bound for one deepest cut L (module docstring): the (N, J)
-    matrices a, b, u, v with 0 where a cut does not fit, the admissible mask, s and δ_L − δ_j. Built once per L
-    and reused at every interval I (:func:`solvers.threshold.solve_ms_exact` keeps them in its cache)."""
+    matrices a, b, u, v with 0 where a cut does not fit, the admissible mask, s and δ_L − δ_j; :meth:`bound` at any
+    interval I."""
 
     def __init__(self, a: np.ndarray, b: np.ndarray, u: np.ndarray, v: np.ndarray, s: np.ndarray,
                  gap_bits: np.ndarray) -> None:

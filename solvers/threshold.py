@@ -264,10 +264,11 @@ class _Levels:
     grid M (every value of A = Σs of the top sweep, of B and C; then also of D), and for each M the first
     breakpoint of the b-, u- (and v-) only sweeps with Σs ≤ M, and each t1's first level M ≥ A(t1). Taking the
     grid over every t1's A (not only the t1 still alive) changes no minimum: between grid points the level's
-    cost only rises, and every point is a level the bound may take."""
+    cost only rises, and every point is a level the bound may take. Given ``A`` (the alive t1's only), the grid
+    is that call's own: cheaper where few t1 are alive than the kept grid of them all."""
 
-    def __init__(self, static: _Static) -> None:
-        A = static.top.sum_s
+    def __init__(self, static: _Static, A: np.ndarray | None = None) -> None:
+        A = static.top.sum_s if A is None else A
         tb, B = static.bsw.t, static.bsw.sum_s
         tu, C = static.usw.t, static.usw.sum_s
         tv, Dv = static.vsw.t, static.vsw.sum_s
@@ -361,12 +362,13 @@ class _Subproblem:
         # Φ ≥ I t1 + min_{M ≥ A(t1)} [I·tb(M) + tu(M) + I M] + max(Vmin, σ/r_fe), where tb(M), tu(M)
         # are the smallest breakpoints with B ≤ M, C ≤ M. M ranges over the values of A, B, C.
         usw = self.static.usw
-        levels = self.static.levels()
+        few = 4 * alive.size < top.t.size       # few t1 alive: a grid of theirs, else the kept grid of all
+        levels = _Levels(self.static, A) if few else self.static.levels()
         if levels.usable:
             M = levels.M
             g = np.where(levels.ok, I * levels.tb_at + levels.tu_at + I * M, np.inf)
             suffix = np.minimum.accumulate(g[::-1])[::-1]
-            at = levels.at[alive]
+            at = levels.at if few else levels.at[alive]
             best_g = np.where(at < M.size, suffix[np.minimum(at, M.size - 1)], np.inf)
             coupled = I * t1v + best_g * (1 - 1e-12) + np.maximum(vmin, sA / rfe)
             lb = np.maximum(lb, coupled)
@@ -376,7 +378,7 @@ class _Subproblem:
                 M = levels.M2
                 g = np.where(levels.ok2, I * levels.tb_at2 + levels.tu_at2 + levels.tv_at2 + I * M, np.inf)
                 suffix = np.minimum.accumulate(g[::-1])[::-1]
-                at = levels.at2[alive]
+                at = levels.at2 if few else levels.at2[alive]
                 best_g = np.where(at < M.size, suffix[np.minimum(at, M.size - 1)], np.inf)
                 lb = np.maximum(lb, I * t1v + best_g * (1 - 1e-12))
             if levels.with_v and _STRONG_BOUNDS:
@@ -560,22 +562,17 @@ def _cheap_bounds(problem: PlanningProblem, interval: float, cand: np.ndarray) -
     return np.where(covered, num, np.inf)
 
 
-def _lagrangian(problem: PlanningProblem, interval: float, cols: np.ndarray, target: float,
-                cache: dict | None = None) -> float:
-    """:func:`solvers.lagrange.lagrangian_bound` on min_{x ≤ L} N_L(x) for L = cols[-1] (seconds); its
-    interval-independent terms are kept in ``cache`` (as :func:`solve_ms_exact`'s)."""
-    key = ("lagrange", tuple(int(c) for c in cols))
-    terms = cache.get(key) if cache is not None else None
-    if terms is None:
-        lat = problem.latency
-        j = cols - 1
-        ok = problem.admissible_at(cols)
-        a, b, u, v = (np.where(ok, m[:, j], np.inf) for m in (lat.fp_up, lat.down_bp, lat.model_up, lat.model_down))
-        terms = LagrangianTerms(a, b, u, v, lat.server_per_device[j], lat.delta[j[-1]] - lat.delta[j])
-        if cache is not None:
-            cache[key] = terms
-    sys = problem.latency.system
-    return terms.bound(interval, float(sys.edge_to_fed_bps), float(sys.fed_to_edge_bps), target=target)
+def _lagrangian(problem: PlanningProblem, interval: float, cols: np.ndarray, target: float) -> float:
+    """:func:`solvers.lagrange.lagrangian_bound` on min_{x ≤ L} N_L(x) for L = cols[-1] (seconds). Its terms are
+    built at every call: keeping them per L between MS steps measured slower at 10,000 devices (128 MB more
+    resident, fresh pages) than building them again."""
+    lat = problem.latency
+    j = cols - 1
+    ok = problem.admissible_at(cols)
+    a, b, u, v = (np.where(ok, m[:, j], np.inf) for m in (lat.fp_up, lat.down_bp, lat.model_up, lat.model_down))
+    sys = lat.system
+    return LagrangianTerms(a, b, u, v, lat.server_per_device[j], lat.delta[j[-1]] - lat.delta[j]).bound(
+        interval, float(sys.edge_to_fed_bps), float(sys.fed_to_edge_bps), target=target)
 
 
 def solve_ms_exact(problem: PlanningProblem, interval: int, *, max_cut: int | None = None,
@@ -642,7 +639,7 @@ def solve_ms_exact(problem: PlanningProblem, interval: int, *, max_cut: int | No
         if cheap[pos] >= best_ratio * (1 - _REL):
             break
         cols, L, D = cand[: pos + 1], int(cand[pos]), float(den[pos])
-        level = max(float(cheap[pos]), _lagrangian(problem, I, cols, best_ratio * D, cache) / D)
+        level = max(float(cheap[pos]), _lagrangian(problem, I, cols, best_ratio * D) / D)
         if level >= best_ratio * (1 - _REL):  # the LP-strength bound prunes this L without a sweep
             history.append({"deepest_cut": L, "D": D, "sweeps": 0})
             continue
