@@ -30,9 +30,12 @@ def collected(*marker: str) -> int:
     args = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *marker]
     out = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, check=True).stdout
     found = re.search(r"(\d+)(?:/\d+)? tests? (?:collected|selected)", out)
-    if found is None:
+    if found is not None:
+        return int(found.group(1))
+    per_file = re.findall(r"^\S+\.py: (\d+)$", out, flags=re.MULTILINE)    # -qq (the project's -q and ours)
+    if not per_file:
         raise SystemExit(f"readme_figures: cannot read pytest's count from: {out.strip().splitlines()[-1:]}")
-    return int(found.group(1))
+    return sum(int(n) for n in per_file)
 
 
 def sentence(quick: int, total: int, seconds: float, cores: int, day: dt.date) -> str:
