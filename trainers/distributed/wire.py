@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from adaptplan.fileio import is_int, show
+from adaptplan.fileio import is_int, is_number, show
 from adaptplan.limits import MAX_DEVICES
 from trainers.distributed.control import RANK_MESSAGES
 from trainers.roles.messages import Activation, BlockState, CutGradient, ModelDownload, ModelUpload
@@ -274,9 +274,9 @@ def conforms(value: Any, hint: Any) -> bool:
     if hint is None or hint is type(None):
         return value is None
     if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
+        return is_int(value)
     if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+        return is_number(value)
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
         return any(conforms(value, a) for a in args)

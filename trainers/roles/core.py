@@ -59,11 +59,17 @@ that gives its server gradient while all of them take at most this many numbers 
 they are recomputed by one more pass when they are needed (a forward and an input backward more)."""
 
 
+def module_entries(module: nn.Module) -> dict[str, torch.Tensor]:
+    """``module``'s parameters and buffers by name: what its state dict holds."""
+    own: dict[str, torch.Tensor] = dict(module.named_parameters())
+    own.update(module.named_buffers())
+    return own
+
+
 def check_block_state(module: nn.Module, state: Any, where: str) -> None:
     """ValueError naming ``where`` unless ``state`` holds exactly ``module``'s parameters and buffers, each a
     tensor of the module's shape and dtype (``load_state_dict`` would copy integer weights into float ones)."""
-    own: dict[str, torch.Tensor] = dict(module.named_parameters())
-    own.update(module.named_buffers())
+    own = module_entries(module)
     if not isinstance(state, dict) or set(state) != set(own):
         raise ValueError(f"{where} must hold exactly the block's entries {sorted(own)[:6]}")
     for name, mine in own.items():
@@ -79,8 +85,7 @@ def share_state(module: nn.Module, state: dict[str, torch.Tensor]) -> bool:
     trains (:func:`own_state`). Falls back to copying (``load_state_dict``) and returns False when the
     state's names, shapes, dtypes or devices differ from the module's (into tensors of the module's own:
     it may have shared them)."""
-    own: dict[str, torch.Tensor] = dict(module.named_parameters())
-    own.update(module.named_buffers())
+    own = module_entries(module)
     if set(own) != set(state) or any(not torch.is_tensor(state[k]) or state[k].shape != t.shape or state[k].dtype != t.dtype
                                       or state[k].device != t.device for k, t in own.items()):
         own_state(module)
