@@ -17,6 +17,7 @@ from adaptplan.fileio import is_finite_number, is_int
 from adaptplan.limits import MAX_ROUNDS
 from trainers.engine.aggregation import average_at_fed, load_global
 from trainers.engine.clock import StageLedger, StageTimes
+from trainers.engine.state_schema import is_device_list
 from trainers.engine.sync_round import charged_server_seconds, take_replies
 from trainers.roles.messages import CutGradient, DevicesLost, MessageMismatchError
 from trainers.roles.protocol import EDGE, FED, Forward, Upload
@@ -58,8 +59,7 @@ class AsyncLoopState:
         if not isinstance(state, dict) or set(state) != keys:
             raise ValueError(f"engine async state must hold exactly {sorted(keys)}")
         active = state["active"]
-        if (not isinstance(active, list) or not active or len(set(active)) != len(active)
-                or not all(is_int(d) and 0 <= d < num_devices for d in active)):
+        if not active or not is_device_list(active, num_devices):
             raise ValueError(f"engine async active must list distinct devices of 0..{num_devices - 1}")
         for name in ("steps", "clock"):
             if not isinstance(state[name], dict) or set(state[name]) != set(active):

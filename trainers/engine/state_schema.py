@@ -13,10 +13,10 @@ ENGINE_KEYS = {"cuts", "interval", "rounds_since_aggregation", "devices", "edge"
 ENGINE_OPTIONAL = {"absent", "period", "stale"}       # absent from checkpoints written before them
 
 
-def _device_list(value: Any, num_devices: int) -> bool:
+def is_device_list(value: Any, num_devices: int) -> bool:
     """Whether ``value`` is a list of distinct device indices 0..num_devices−1 (a checkpoint's device lists)."""
-    return (isinstance(value, list) and all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < num_devices
-                                            for d in value) and len(set(value)) == len(value))
+    return (isinstance(value, list) and all(is_int(d) and 0 <= d < num_devices for d in value)
+            and len(set(value)) == len(value))
 
 
 def check_engine_state(state: Any, num_devices: int, strategy: Any) -> dict[str, Any]:
@@ -32,13 +32,13 @@ def check_engine_state(state: Any, num_devices: int, strategy: Any) -> dict[str,
         state = {**state, "strategy": {k: v for k, v in state["strategy"].items() if k != legacy},
                  "period": state.get("period", state["strategy"][legacy] or None)}
     period, stale = state.get("period"), state.get("stale", [])
-    if period is not None and not (period and _device_list(period, num_devices)):
+    if period is not None and not (period and is_device_list(period, num_devices)):
         raise ValueError(f"engine period must list one or more distinct devices of 0..{num_devices - 1} or be null, "
                          f"got {str(period)[:80]}")
-    if not _device_list(stale, num_devices):
+    if not is_device_list(stale, num_devices):
         raise ValueError(f"engine stale must list distinct devices of 0..{num_devices - 1}, got {str(stale)[:80]}")
     absent = state.get("absent", [])
-    if not _device_list(absent, num_devices) or (absent and not strategy.allows_absence):
+    if not is_device_list(absent, num_devices) or (absent and not strategy.allows_absence):
         raise ValueError(f"engine absent must list distinct devices of 0..{num_devices - 1} of an algorithm "
                          f"that allows absence, got {str(absent)[:80]}")
     for name in ("interval", "rounds_since_aggregation"):
@@ -67,11 +67,11 @@ def check_engine_state(state: Any, num_devices: int, strategy: Any) -> dict[str,
     return {**state, "period": period, "stale": stale, "absent": absent}
 
 
-def _check_device_state(index: int, device: Any, cut: Any) -> None:
+def _check_device_state(index: int, device: Any, cut: int) -> None:
     """Device ``index``'s state: its cut the engine's cut of it, its step count an integer ≥ 0 (ValueError)."""
     if not isinstance(device, dict) or not {"cut", "blocks", "optimizer", "sampler", "step"} <= set(device):
         raise ValueError(f"engine devices[{index}] must hold the device's cut, blocks, optimizer, sampler and step")
-    if not is_int(device["cut"]) or (cut is not None and device["cut"] != cut):
+    if not is_int(device["cut"]) or device["cut"] != cut:
         raise ValueError(f"engine devices[{index}].cut must be the engine's cut of device {index} ({show(cut)}), "
                          f"got {show(device['cut'])}")
     if not is_int(device["step"]) or not 0 <= device["step"] <= MAX_ROUNDS:
