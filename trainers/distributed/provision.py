@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from adaptplan.errors import InputError
+from adaptplan.fileio import MAX_FILE_BYTES
 from trainers.distributed.broker import acl_text, find_tool, make_certificates, run_tool
 from trainers.distributed.environment import RUNTIME_ENV, SECRET_FILE_ENV
 from trainers.distributed.layout import RankLayout
@@ -59,14 +60,11 @@ class Deployment:
 
 FILE_OPTIONS = ("--system", "--constants", "--plan", "--config")
 """Training options that name a file every rank reads: copied into each kit (:func:`kit_files`)."""
-MAX_KIT_FILE_BYTES = 64 * 2**20
-"""The largest such file (bytes; the limit adaptplan's readers of these files have)."""
-
-
 def kit_files(train_args: list[str]) -> tuple[list[str], dict[str, bytes]]:
     """``train_args`` with each :data:`FILE_OPTIONS` value (``--flag VALUE`` or ``--flag=VALUE``) replaced by the
     name of its copy in the kit (``system.toml`` for ``--system x/sys.toml``), and those copies' bytes by name.
-    InputError naming the flag for a file that is missing, not a regular file or over 64 MiB."""
+    InputError naming the flag for a file that is missing, not a regular file or over the
+    :data:`adaptplan.fileio.MAX_FILE_BYTES` adaptplan reads of an input file."""
     out, files = list(train_args), {}
     for i, arg in enumerate(train_args):
         flag, _, inline = arg.partition("=")
@@ -76,8 +74,8 @@ def kit_files(train_args: list[str]) -> tuple[list[str], dict[str, bytes]]:
         path = Path(value).expanduser()
         if not path.is_file():
             raise InputError(f"{value!r} is not a file here: provision copies it into every kit", field=flag)
-        if path.stat().st_size > MAX_KIT_FILE_BYTES:
-            raise InputError(f"{value!r} is over {MAX_KIT_FILE_BYTES:,} bytes", field=flag)
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise InputError(f"{value!r} is over {MAX_FILE_BYTES:,} bytes", field=flag)
         name = flag.removeprefix("--") + "".join(path.suffixes[-1:])
         files[name] = path.read_bytes()
         if inline:
