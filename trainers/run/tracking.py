@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from trainers.config.train_config import MLFLOW_LOCAL
+from trainers.run.checkpoint import CHECKPOINT_NAME
+from trainers.run.folder import RUN_FILES
 from trainers.run.folder import TRACKING_FOLDER as FOLDER  # the event files' folder in a run folder
 
 SCALARS = {"accuracy": "accuracy/global", "local_accuracy": "accuracy/local", "train_loss": "loss/train",
@@ -51,6 +53,11 @@ def record_tags(record: Any) -> dict[str, float]:
         elif _number(value):
             out[SCALARS.get(f.name, f"record/{f.name}")] = float(value)
     return out
+
+
+def replan_event(record: Any) -> str:
+    """The text of a re-planning round's event (TensorBoard's ``plan/events``, MLflow's ``plan_events.txt``)."""
+    return f"round {record.round}: re-planned, cuts {record.cuts}, interval {record.interval}"
 
 
 def _number(value: Any) -> bool:
@@ -85,8 +92,7 @@ class TensorBoardLog:
 
             writer.add_histogram("plan/cuts", np.asarray(record.cuts), global_step=record.round)
         if record.replanned:
-            writer.add_text("plan/events", f"round {record.round}: re-planned, cuts {record.cuts}, interval "
-                                           f"{record.interval}", global_step=record.round)
+            writer.add_text("plan/events", replan_event(record), global_step=record.round)
 
     def close(self) -> None:
         if self._writer is not None:
@@ -100,8 +106,9 @@ MLFLOW_ARTIFACTS = "mlartifacts"
 MLFLOW_RUN_ID = "mlflow-run.txt"
 """The run folder's record of its MLflow run (``URI`` and run id, one per line): a resumed run logs on into it."""
 EXPERIMENT = "adaptplan"
-ARTIFACTS = ("history.json", "history.csv", "config.toml", "accuracy.png", "stages.png")
-"""The run folder's files logged as the MLflow run's artifacts when the run ends (those that exist)."""
+ARTIFACTS = tuple(name for name in RUN_FILES if name != CHECKPOINT_NAME)
+"""The run folder's files logged as the MLflow run's artifacts when the run ends (those that exist): every run
+file but the checkpoint."""
 
 
 class MlflowLog:
@@ -220,7 +227,7 @@ class MlflowLog:
         now = int(time.time() * 1000)
         metrics = [Metric(tag, value, now, record.round) for tag, value in record_tags(record).items()]
         if record.replanned:
-            self.events.append(f"round {record.round}: re-planned, cuts {record.cuts}, interval {record.interval}")
+            self.events.append(replan_event(record))
         self._safely(f"logging round {record.round}",
                      lambda: [self.client.log_batch(self.run_id, metrics=metrics[i:i + 1000])
                               for i in range(0, len(metrics), 1000)])
