@@ -22,60 +22,12 @@ import numpy as np
 ITERATIONS = 25
 
 
-class LagrangianTerms:
-    """The multiplier-independent parts of the bound for one deepest cut L (module docstring): the (N, J)
-    matrices a, b, u, v with 0 where a cut does not fit, the admissible mask, s and δ_L − δ_j; :meth:`bound` at any
-    interval I."""
-
-    def __init__(self, a: np.ndarray, b: np.ndarray, u: np.ndarray, v: np.ndarray, s: np.ndarray,
-                 gap_bits: np.ndarray) -> None:
-        self.ok = np.isfinite(a)
-        self.A, self.B = np.where(self.ok, a, 0.0), np.where(self.ok, b, 0.0)
-        self.U, self.V = np.where(self.ok, u, 0.0), np.where(self.ok, v, 0.0)
-        self.s, self.gap_bits = s, gap_bits
-
-    def bound(self, interval: float, r_ef: float, r_fe: float, *, iterations: int = ITERATIONS,
-              target: float = np.inf) -> float:
-        """Best Lagrangian bound over ``iterations`` mirror-ascent steps; stops early once it reaches ``target``.
-        The cost matrix is summed in place, term by term in the order of the module docstring's bracket."""
-        A, B, U, V, gap_bits = self.A, self.B, self.U, self.V, self.gap_bits
-        N, J = A.shape
-        I = float(interval)
-        base = np.where(self.ok, I * self.s[None, :], np.inf)
-        lam = np.full(N, 1.0 / N)
-        mu = np.full(N, 1.0 / N)
-        nu = np.full(N + 1, 1.0 / (N + 1))
-        om = np.full(N + 1, 1.0 / (N + 1))
-        best = -np.inf
-        rows = np.arange(N)
-        cost, term = np.empty((N, J)), np.empty((N, J))
-        for t in range(1, iterations + 1):
-            k = nu[-1] / r_ef + om[-1] / r_fe
-            np.multiply((I * lam)[:, None], A, out=term)
-            np.add(base, term, out=cost)
-            cost += np.multiply((I * mu)[:, None], B, out=term)
-            cost += np.multiply(nu[:-1, None], U, out=term)
-            cost += np.multiply(om[:-1, None], V, out=term)
-            cost += (k * gap_bits)[None, :]
-            j = np.argmin(cost, axis=1)
-            value = float(cost[rows, j].sum())
-            best = max(best, value)
-            if best >= target:
-                break
-            sigma = float(gap_bits[j].sum())
-            ga, gb = I * A[rows, j], I * B[rows, j]
-            gu = np.append(U[rows, j], sigma / r_ef)
-            gv = np.append(V[rows, j], sigma / r_fe)
-            step = 2.0 / np.sqrt(t)
-            lam, mu, nu, om = (_mirror(w, g, step) for w, g in ((lam, ga), (mu, gb), (nu, gu), (om, gv)))
-        return best
-
-
 def lagrangian_bound(a: np.ndarray, b: np.ndarray, u: np.ndarray, v: np.ndarray, s: np.ndarray, gap_bits: np.ndarray,
                      interval: float, r_ef: float, r_fe: float, *, iterations: int = ITERATIONS,
                      target: float = np.inf) -> float:
     """Best Lagrangian bound on min_x N_L(x) (module docstring) over ``iterations`` mirror-ascent steps;
-    stops early once it reaches ``target``.
+    stops early once it reaches ``target``. The cost matrix is summed in place, term by term in the order of the
+    module docstring's bracket.
 
     Args:
         a, b, u, v: (N, J) matrices of (16)+(17), (20)+(21), (22), (24) in seconds over the columns ≤ L,
@@ -83,7 +35,39 @@ def lagrangian_bound(a: np.ndarray, b: np.ndarray, u: np.ndarray, v: np.ndarray,
         s: (J,) server seconds per device (18)+(19); gap_bits: (J,) δ_L − δ_j in bits.
         interval: I; r_ef, r_fe: edge↔fed rates in bit/s.
     """
-    return LagrangianTerms(a, b, u, v, s, gap_bits).bound(interval, r_ef, r_fe, iterations=iterations, target=target)
+    N, J = a.shape
+    I = float(interval)
+    ok = np.isfinite(a)
+    A, B = np.where(ok, a, 0.0), np.where(ok, b, 0.0)
+    U, V = np.where(ok, u, 0.0), np.where(ok, v, 0.0)
+    base = np.where(ok, I * s[None, :], np.inf)
+    lam = np.full(N, 1.0 / N)
+    mu = np.full(N, 1.0 / N)
+    nu = np.full(N + 1, 1.0 / (N + 1))
+    om = np.full(N + 1, 1.0 / (N + 1))
+    best = -np.inf
+    rows = np.arange(N)
+    cost, term = np.empty((N, J)), np.empty((N, J))
+    for t in range(1, iterations + 1):
+        k = nu[-1] / r_ef + om[-1] / r_fe
+        np.multiply((I * lam)[:, None], A, out=term)
+        np.add(base, term, out=cost)
+        cost += np.multiply((I * mu)[:, None], B, out=term)
+        cost += np.multiply(nu[:-1, None], U, out=term)
+        cost += np.multiply(om[:-1, None], V, out=term)
+        cost += (k * gap_bits)[None, :]
+        j = np.argmin(cost, axis=1)
+        value = float(cost[rows, j].sum())
+        best = max(best, value)
+        if best >= target:
+            break
+        sigma = float(gap_bits[j].sum())
+        ga, gb = I * A[rows, j], I * B[rows, j]
+        gu = np.append(U[rows, j], sigma / r_ef)
+        gv = np.append(V[rows, j], sigma / r_fe)
+        step = 2.0 / np.sqrt(t)
+        lam, mu, nu, om = (_mirror(w, g, step) for w, g in ((lam, ga), (mu, gb), (nu, gu), (om, gv)))
+    return best
 
 
 def _mirror(weights: np.ndarray, grad: np.ndarray, step: float) -> np.ndarray:
