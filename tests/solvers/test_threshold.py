@@ -10,7 +10,7 @@ from adaptplan.benches.solvers import _problem
 from solvers.bcd import choose_ms_method, solve_bcd
 from solvers.dinkelbach import solve_dinkelbach
 from solvers.interval import max_feasible_interval
-from solvers.threshold import _RangeMin, applicable, solve_ms_exact
+from solvers.threshold import _Keyed, _RangeMin, applicable, solve_ms_exact
 from tests.solver_instances import exhaustive_at_interval, small_problem, stressed
 
 
@@ -66,11 +66,25 @@ def test_bcd_ms_methods_agree_and_report():
 
 def test_range_min():
     rng = np.random.default_rng(0)
-    for n in (0, 1, 2, 3, 7, 16, 33):
+    for n in (0, 1, 2, 3, 7, 16, 33, 63, 64, 65, 128, 200, 1000):   # inside one block of 64, across blocks
         values = rng.normal(size=n)
         lo, hi = rng.integers(-2, n + 3, 300), rng.integers(-2, n + 3, 300)
         expected = [values[max(a, 0):min(b, n)].min() if min(b, n) > max(a, 0) else np.inf for a, b in zip(lo, hi)]
         assert np.array_equal(_RangeMin(values).query(lo, hi), np.array(expected))
+
+
+def test_keyed_prefix_is_the_sort_of_the_prefix():
+    """The sort structures read off the full key for its first L columns equal those sorted from those
+    columns alone, ties (repeated keys, inf for cuts that do not fit) and their order included."""
+    rng = np.random.default_rng(1)
+    key = rng.integers(0, 6, size=(40, 9)).astype(float)     # many ties
+    key[rng.random(key.shape) < 0.2] = np.inf
+    full = _Keyed(key)
+    for L in range(1, 10):
+        direct, derived = _Keyed(key[:, :L]), full.prefix(L)
+        assert (derived.N, derived.J) == (40, L)
+        for name in ("order", "rowflat", "g", "kv", "row"):
+            assert np.array_equal(getattr(derived, name), getattr(direct, name)), (L, name)
 
 
 @pytest.mark.parametrize("num_devices,num_cut_points,seed,stress",
