@@ -82,9 +82,10 @@ class ServerPasses(Protocol):
         """Each device's own server gradient g_i and cut gradient (GAPSL)."""
 
     def gradient_rows(self, arrivals: Sequence[Activation],
-                      loss_of: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor]
+                      loss_of: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor], answers_all: bool = False
                       ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """The devices' server gradients g_i as the rows of one matrix, and their losses (GAPSL)."""
+        """The devices' server gradients g_i as the rows of one matrix, and their losses (GAPSL);
+        ``answers_all``: every arrival will be answered with its cut gradient (:meth:`cut_gradients`)."""
 
     def cut_gradients(self, arrivals: Sequence[Activation],
                       loss_of: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor]) -> dict[int, torch.Tensor]:

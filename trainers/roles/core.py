@@ -586,7 +586,7 @@ class EdgeServer:
         return all(next(b.buffers(), None) is None and random_layer(b) is None for b in blocks)
 
     def gradient_rows(self, arrivals: Sequence[Activation],
-                      loss_of: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor]
+                      loss_of: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor], answers_all: bool = False
                       ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """The devices' server gradients g_i = ∂L_i/∂w_s as the rows of one S × P matrix (row i:
         ``arrivals[i]``, the parameters flattened in :meth:`parameters` order) and each L_i, from a separate
@@ -595,11 +595,14 @@ class EdgeServer:
         (:meth:`replayable`: BatchNorm statistics, Dropout masks), each ∂L_i/∂a_i is kept from this pass for
         :meth:`cut_gradients`; otherwise nothing outlives its device's pass. Every arrival must pass through the
         same server parameters (one shared w_s at one cut); no parameter ``.grad`` is touched. The cut gradients
-        come from the same backward (no second pass) whenever they take at most :data:`KEEP_CUT_VALUES` numbers."""
+        come from the same backward (no second pass) whenever they take at most :data:`KEEP_CUT_VALUES` numbers, or
+        whatever they take when ``answers_all`` says that every arrival will be answered with its cut gradient
+        (the replies then hold them all at once anyway)."""
         self._kept_cut = {}
         if not arrivals:
             return torch.zeros(0, 0), []
-        keep = not self.replayable(arrivals[0].device) or sum(a.tensor.numel() for a in arrivals) <= KEEP_CUT_VALUES
+        keep = answers_all or not self.replayable(arrivals[0].device) \
+            or sum(a.tensor.numel() for a in arrivals) <= KEEP_CUT_VALUES
         params = self.parameters(arrivals[0].device)
         like = params[0] if params else arrivals[0].tensor     # no server block (cut L): P = 0
         rows = torch.zeros(len(arrivals), sum(p.numel() for p in params), dtype=like.dtype, device=like.device)

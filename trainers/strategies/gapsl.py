@@ -147,11 +147,12 @@ class GAPSL(Strategy):
         if self.gda == "double_backprop":
             return self._serve_double_backprop(edge, ctx, arrivals)
         devices = [a.device for a in arrivals]
-        flat, losses = edge.gradient_rows(arrivals, _loss)                        # g_i and L_i (A.3.4)
+        every = self.excluded_update == "plain"                                  # every device gets ∂L_i/∂a_i
+        flat, losses = edge.gradient_rows(arrivals, _loss, answers_all=every)     # g_i and L_i (A.3.4)
         for d, loss in zip(devices, losses):
             ctx.record_loss(d, loss)
         aligned, lead = self._select(flat, devices, ctx)
-        answered = arrivals if self.excluded_update == "plain" else [arrivals[i] for i in aligned]
+        answered = arrivals if every else [arrivals[i] for i in aligned]
         cut = edge.cut_gradients(answered, _loss)                                  # ∂L_i/∂a_i at w_s^{t−1}
         params = edge.parameters(devices[0])
         weights = self.term_weights(ctx, [devices[i] for i in aligned])

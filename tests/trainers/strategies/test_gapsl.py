@@ -358,11 +358,13 @@ def bn_server_model() -> nn.Sequential:
     return nn.Sequential(*m[:7], nn.BatchNorm2d(8), *m[7:])
 
 
-@pytest.mark.parametrize("with_bn, keep_limit", [(False, None), (False, 0), (True, 0)])
-def test_server_passes_per_round(with_bn: bool, keep_limit: int | None, monkeypatch) -> None:
+@pytest.mark.parametrize("with_bn, keep_limit, excluded", [(False, None, "none"), (False, 0, "none"), (True, 0, "none"),
+                                                         (False, 0, "plain")])
+def test_server_passes_per_round(with_bn: bool, keep_limit: int | None, excluded: str, monkeypatch) -> None:
     """The server runs each device once for its g_i and keeps the cut gradients of that backward (no second pass:
     issue 38, GAPSL counted 1.43× centralized FLOPs with one); past the kept-gradient budget (here 0 numbers) and
-    without buffers it runs the |Ŝ| replies once more (one pass of all of them, excluded_update = none); with
+    without buffers it runs the |Ŝ| replies once more (one pass of all of them, excluded_update = none), but not
+    when every device is answered (excluded_update = plain: the replies hold every cut gradient anyway); with
     BatchNorm it always runs each device exactly once (its running statistics see each device's batch once, A.3.4)."""
     from trainers.roles import core
 
@@ -371,7 +373,7 @@ def test_server_passes_per_round(with_bn: bool, keep_limit: int | None, monkeypa
     data = make_data(S, "dirichlet")
     model = bn_server_model() if with_bn else small_model()
     cut = 6
-    engine = SplitEngine(model, [cut] * S, GAPSL(k_min=0.25, k_max=0.75, eta_th=0.5, excluded_update="none"), data,
+    engine = SplitEngine(model, [cut] * S, GAPSL(k_min=0.25, k_max=0.75, eta_th=0.5, excluded_update=excluded), data,
                          {"lr": LR}, batch_size=B, seed=0, total_rounds=2)
     assert engine.edge.replayable(0) is not with_bn
     first = engine.edge.instances[(None, cut)]
@@ -383,12 +385,12 @@ def test_server_passes_per_round(with_bn: bool, keep_limit: int | None, monkeypa
         assert batches == [B] * S
         bn = engine.edge.instances[(None, 7)]
         assert int(bn.num_batches_tracked) == S
-    elif keep_limit == 0:
+    elif keep_limit == 0 and excluded == "none":
         assert batches == [B] * S + [B * aligned]
     else:
         assert batches == [B] * S
     answered = [d for d in engine.devices if d.step and not torch.equal(flat(d.blocks), flat(small_model()[:cut]))]
-    assert len(answered) == aligned
+    assert len(answered) == (aligned if excluded == "none" else S)
 
 
 @pytest.mark.parametrize("with_bn, replayed", [(False, False), (False, True), (True, False)])
