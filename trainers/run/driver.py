@@ -357,28 +357,32 @@ class Trainer:
     def _check_run_identity(self, state: dict[str, Any], where: str) -> None:
         """A checkpoint continues the run whose history is in its folder: the run id (drawn when the run
         started, kept in history.json and every checkpoint) must match; a checkpoint copied from another run
-        is refused. A checkpoint that says its history was written beside it (``history_beside``: every checkpoint
-        since the history is written before each one) is refused in a folder without history.json, and a checkpoint
-        with an id beside a history without one. Folders whose files carry no run id (written before ids existed)
-        are not compared."""
+        is refused. Since every checkpoint is written after the history (``history_beside``), a folder without
+        history.json holds no run to continue: its checkpoint is refused, as is a checkpoint without a run id
+        (one written before ids existed could come from any run) and one with an id beside a history without
+        one. The id ties a checkpoint to its run against mistakes and copies, not against someone who can
+        write the folder: the files carry no secret (docs/architecture.md, "Run folder")."""
         mine = state.get("run_id")                           # its form was checked on load
+        if mine is None:
+            raise InputError(f"the {where} carries no run id (it was written before adaptplan gave runs one), so "
+                             "nothing ties it to this folder's run; start again with --overwrite", field="--resume")
         history_path = Path(str(self.config.run.out)) / "history.json"
         if not history_path.is_file():
-            if state.get("history_beside"):
-                raise InputError(f"the folder has no history.json, which the run that wrote the {where} keeps beside "
-                                 "every checkpoint: the checkpoint was copied from another run folder, or the history "
-                                 "was removed; copy the whole folder, or start again with --overwrite",
-                                 field="--resume")
-            return
+            raise InputError(f"the folder has no history.json, which the run that wrote the {where} keeps beside "
+                             "every checkpoint: the checkpoint was copied from another run folder, or the history "
+                             "was removed; copy the whole folder, or start again with --overwrite",
+                             field="--resume")
         try:
             theirs = json.loads(history_path.read_text(encoding="utf-8")).get("meta", {}).get("run_id")
-        except (OSError, ValueError, AttributeError):
-            return                                   # the history is rewritten from the checkpoint's own
-        if theirs is None and mine is not None:   # a run that gives its checkpoints an id writes it into its history
+        except (OSError, ValueError, AttributeError) as exc:   # written atomically: not a torn write of this run
+            raise InputError(f"history.json beside the {where} cannot be read ({type(exc).__name__}), so nothing ties "
+                             "the checkpoint to this folder's run; restore the folder's history.json, or start again "
+                             "with --overwrite", field="--resume") from None
+        if theirs is None:                       # a run that gives its checkpoints an id writes it into its history
             raise InputError(f"the {where} has a run id (run id {str(mine)[:12]}…) and the history beside it none: "
                              "the history comes from another run, or was edited; copy the whole folder, or start "
                              "again with --overwrite", field="--resume")
-        if theirs is not None and theirs != mine:             # a checkpoint without an id cannot hide its origin
+        if theirs != mine:
             raise InputError(f"the {where} belongs to another run (run id {str(mine)[:12]}…) than the history beside it "
                              f"(run id {str(theirs)[:12]}…): a checkpoint copied from another run folder is not "
                              "continued; copy the whole folder, or start again with --overwrite", field="--resume")

@@ -112,6 +112,44 @@ def test_every_checkpoint_has_its_history_beside_it_so_a_copied_one_is_refused_i
     assert main(["train", "--out", str(tmp_path / "b"), "--resume", "--rounds", "4"]) == 0   # its own folder goes on
 
 
+def test_a_checkpoint_that_nothing_ties_to_the_folders_run_is_refused(tmp_path, capsys) -> None:
+    """Issue 36 item 2, the harness's last two accepted swaps: a checkpoint stripped of its run id (and of
+    history_beside) in a folder without history.json used to be resumed as one written before ids; so was any
+    checkpoint beside an unreadable history.json. Each is now refused with one line naming --resume; the run's
+    own folder still resumes."""
+    from trainers.run.checkpoint import load_checkpoint, save_checkpoint
+
+    source = tmp_path / "source"
+    assert main(["train", *FAST, "--rounds", "2", "--checkpoint-every", "1", "--out", str(source)]) == 0
+    state = load_checkpoint(source, validate=False)
+
+    def refused(folder: Path, edit, history: str | None) -> str:
+        folder.mkdir()
+        edited = dict(state)
+        edit(edited)
+        save_checkpoint(edited, folder)                    # framed anew: a valid SHA-256 header
+        if history is not None:
+            (folder / "history.json").write_text(history)
+        capsys.readouterr()
+        assert main(["train", "--out", str(folder), "--resume", "--rounds", "3"]) == 2
+        err = [line for line in capsys.readouterr().err.strip().splitlines() if not line.startswith("plan from")]
+        assert len(err) == 1 and "--resume" in err[0] and "Traceback" not in err[0], err
+        return err[0]
+
+    def strip(s: dict) -> None:
+        del s["run_id"], s["history_beside"]
+
+    def legacy(s: dict) -> None:
+        del s["history_beside"]
+
+    history = (source / "history.json").read_text()
+    assert "carries no run id" in refused(tmp_path / "stripped", strip, None)
+    assert "carries no run id" in refused(tmp_path / "stripped-beside", strip, history)
+    assert "no history.json" in refused(tmp_path / "legacy", legacy, None)
+    assert "cannot be read" in refused(tmp_path / "unreadable", lambda s: None, "{not json")
+    assert main(["train", "--out", str(source), "--resume", "--rounds", "3"]) == 0
+
+
 def test_a_killed_writes_temporary_files_are_removed_when_the_folder_is_used_again(tmp_path) -> None:
     run = tmp_path / "run"
     assert main(["train", *FAST, "--rounds", "1", "--checkpoint-every", "1", "--out", str(run)]) == 0
