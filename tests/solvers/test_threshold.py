@@ -87,6 +87,29 @@ def test_keyed_prefix_is_the_sort_of_the_prefix():
             assert np.array_equal(getattr(derived, name), getattr(direct, name)), (L, name)
 
 
+def test_one_bcd_run_sorts_each_key_once_and_finds_what_the_uncached_search_finds(monkeypatch):
+    """Within one BCD run (its cache) the four keys are sorted once, over all candidates, and every deepest-cut
+    bound reads its columns off them (_Keyed.prefix); without the cache each bound sorts its own. Same plan."""
+    from solvers.instances import random_problem
+
+    problem = random_problem(2000, 21, 1)
+    shapes: list[tuple[int, int]] = []
+    real = threshold._Keyed.__init__
+
+    def spy(self, key):
+        shapes.append(key.shape)
+        real(self, key)
+
+    monkeypatch.setattr(threshold._Keyed, "__init__", spy)
+    cached = solve_bcd(problem, ms_method="threshold")
+    assert shapes == [(2000, problem.candidates.size)] * 4
+    shapes.clear()
+    monkeypatch.setattr(threshold, "CACHE_SIZE", 0)
+    uncached = solve_bcd(problem, ms_method="threshold")
+    assert len(shapes) > 4                      # several deepest-cut bounds searched, each sorting its keys
+    assert (uncached.cuts, uncached.interval, uncached.objective) == (cached.cuts, cached.interval, cached.objective)
+
+
 @pytest.mark.parametrize("num_devices,num_cut_points,seed,stress",
                          [(50, 21, 0, False), (120, 21, 1, False), (200, 21, 2, False), (60, 13, 3, True),
                           (100, 21, 4, True), (150, 9, 5, True), (200, 13, 6, True)])
