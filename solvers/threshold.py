@@ -211,14 +211,16 @@ class _RangeMin:
     sparse table over the blocks' minima. A range over several blocks is the minimum of its first block's
     suffix, its last block's prefix and the table's answer for the whole blocks between; a range inside one
     block is reduced directly (at most :attr:`BLOCK` entries). Three passes over the values to build,
-    instead of log₂ n for a sparse table over all of them."""
+    instead of log₂ n for a sparse table over all of them. Up to :attr:`SMALL` values the blocks hold one
+    entry each (a sparse table over all values: cheap to build at that size, and its queries take fewer steps)."""
 
     BLOCK = 64
+    SMALL = 1 << 16   # up to this many values, blocks of one: a plain sparse table, whose queries are cheaper
 
     def __init__(self, values: np.ndarray) -> None:
         values = np.asarray(values, dtype=float)
         self.n = n = values.size
-        B = self.BLOCK
+        self.block = B = 1 if n <= self.SMALL else self.BLOCK
         blocks = np.full((-(-n // B), B), np.inf)
         blocks.ravel()[:n] = values
         self.values = blocks.ravel()
@@ -247,7 +249,7 @@ class _RangeMin:
         ok = hi > lo
         if not ok.any():
             return np.full(lo.shape, np.inf)
-        B = self.BLOCK
+        B = self.block
         first, last = np.where(ok, lo, 0), np.where(ok, hi - 1, 0)
         block_first, block_last = first // B, last // B
         out = np.minimum(np.minimum(self.suffix[first], self.prefix[last]), self._blocks(block_first + 1, block_last))

@@ -64,7 +64,9 @@ def test_bcd_ms_methods_agree_and_report():
     assert choose_ms_method(_problem(100, 21, 0)) == "threshold"
 
 
-def test_range_min():
+@pytest.mark.parametrize("small", [1 << 16, 0])      # one-entry blocks (a sparse table), blocks of 64
+def test_range_min(small, monkeypatch):
+    monkeypatch.setattr(_RangeMin, "SMALL", small)
     rng = np.random.default_rng(0)
     for n in (0, 1, 2, 3, 7, 16, 33, 63, 64, 65, 128, 200, 1000):   # inside one block of 64, across blocks
         values = rng.normal(size=n)
