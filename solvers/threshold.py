@@ -624,8 +624,9 @@ def _cheap_bounds(problem: PlanningProblem, interval: float, cand: np.ndarray) -
     N, J = ok.shape
 
     def max_of_min(m: np.ndarray) -> np.ndarray:
-        return np.minimum.accumulate(np.where(ok, m[:, j], np.inf), axis=1).max(axis=0)
+        return np.minimum.accumulate(m, axis=1).max(axis=0)
 
+    a, b, u, v = _key_matrices(problem, cand)         # ∞ where a cut does not fit
     deep = np.maximum.accumulate(np.where(ok, np.arange(J)[None, :], -1), axis=1)  # deepest admissible ≤ L
     covered = (deep >= 0).all(axis=0)
     deep = np.maximum(deep, 0)
@@ -634,9 +635,9 @@ def _cheap_bounds(problem: PlanningProblem, interval: float, cand: np.ndarray) -
     sigma = N * delta - delta[deep].sum(axis=0)
     sys = lat.system
     with np.errstate(invalid="ignore"):  # 0·∞ where some device has no admissible cut ≤ L (masked below)
-        num = (I * max_of_min(lat.fp_up) + I * max_of_min(lat.down_bp) + I * sum_s
-               + np.maximum(max_of_min(lat.model_up), sigma / sys.edge_to_fed_bps)
-               + np.maximum(max_of_min(lat.model_down), sigma / sys.fed_to_edge_bps))
+        num = (I * max_of_min(a) + I * max_of_min(b) + I * sum_s
+               + np.maximum(max_of_min(u), sigma / sys.edge_to_fed_bps)
+               + np.maximum(max_of_min(v), sigma / sys.fed_to_edge_bps))
     return np.where(covered, num, np.inf)
 
 
