@@ -361,7 +361,7 @@ class Trainer:
         history.json holds no run to continue: its checkpoint is refused, as is a checkpoint without a run id
         (one written before ids existed could come from any run) and one with an id beside a history without
         one. The id ties a checkpoint to its run against mistakes and copies, not against someone who can
-        write the folder: the files carry no secret (docs/architecture.md, "Run folder")."""
+        write the folder: the files carry no secret (docs/formats.md, the checkpoint fields)."""
         mine = state.get("run_id")                           # its form was checked on load
         if mine is None:
             raise InputError(f"the {where} carries no run id (it was written before adaptplan gave runs one), so "
