@@ -60,11 +60,12 @@ TRANSPORTS = ("gloo", "mqtt")
 """What carries a distributed run's frames: torch.distributed's gloo, or an MQTT broker."""
 DEVICES = ("auto", "cpu", "cuda")          # auto = cuda when torch sees a GPU, else cpu (trainers.config.devices)
 CLIENT_BATCHING = ("auto", "on", "off")    # auto = batched on CUDA, per device on a CPU (trainers.roles.batching)
-CLIENT_RECOMPUTE = ("auto", "on", "off")   # auto = when more than RECOMPUTE_SAMPLES samples wait at once (trainers.engine.split_engine)
-RECOMPUTE_SAMPLES = 1024
-"""``client_recompute = "auto"``: a group of devices drawing more samples than this in all recomputes its
-client forwards at backward time (their graphs would otherwise all wait for the edge server at once). A
-barrier served as its devices forward (the default serve) waits one server chunk at a time, within
+CLIENT_RECOMPUTE = ("auto", "on", "off")   # auto = when the waiting graphs exceed RECOMPUTE_BYTES (trainers.engine.execution)
+RECOMPUTE_BYTES = 2**30
+"""``client_recompute = "auto"``: a group of devices whose client graphs would keep more than this many bytes
+for backward in all (1 GiB; each cut's bytes per sample measured once, :func:`trainers.engine.execution.graph_bytes_per_sample`)
+recomputes its client forwards at backward time (their graphs would otherwise all wait for the edge server at
+once). A barrier served as its devices forward (the default serve) waits one server chunk at a time, within
 ``server_pass_samples``: it never recomputes by default."""
 SERVER_PASS_SAMPLES = 1024
 """Most samples per edge-server pass (``server_pass_samples = "auto"``) on a GPU: a barrier round over more
@@ -344,8 +345,8 @@ class ExecutionConfig:
     client_recompute: str = option(
         "auto", "a device waiting for its reply keeps only its sample indices and recomputes its forward at backward "
         "time (one more client forward per step, no client activations held; the same results): auto (default: when "
-        f"the waiting devices hold more than {RECOMPUTE_SAMPLES} samples; a barrier of the default serve waits one "
-        "server pass at a time), on or off", choices=CLIENT_RECOMPUTE, resumable=True)
+        f"the waiting devices' graphs would hold more than {RECOMPUTE_BYTES / 2**30:g} GiB; a barrier of the default "
+        "serve waits one server pass at a time), on or off", choices=CLIENT_RECOMPUTE, resumable=True)
     server_pass_samples: int | str = option(
         "auto", "the most samples the edge server runs through its blocks in one pass: a barrier round over more is "
         "served in chunks, its gradients accumulated (results equal up to float rounding): auto (default: "

@@ -7,11 +7,14 @@ never sees it.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
+from typing import Callable, Iterable, Mapping
 
 import torch
+from torch import nn
 
-from trainers.config.train_config import CLIENT_BATCHING, CLIENT_RECOMPUTE, RECOMPUTE_SAMPLES, check_choice, pass_samples
+from trainers.config.train_config import CLIENT_BATCHING, CLIENT_RECOMPUTE, RECOMPUTE_BYTES, check_choice, pass_samples
 from trainers.roles.batching import use_batching
 
 
@@ -51,9 +54,33 @@ class Execution:
                    check_choice(client_recompute, CLIENT_RECOMPUTE, "client_recompute"), bool(concatenate),
                    where.type != "cpu")
 
-    def recompute(self, samples: int) -> bool:
-        """Whether the devices of a group that draws ``samples`` samples in all recompute their forward at backward
-        time: ``auto`` when more wait at once than :data:`trainers.config.train_config.RECOMPUTE_SAMPLES` (a barrier served as
-        its devices forward waits one server chunk at a time: within the pass budget, never recomputed by
-        default)."""
-        return self.client_recompute == "on" or (self.client_recompute == "auto" and samples > RECOMPUTE_SAMPLES)
+    def recompute(self, samples_by_cut: Mapping[int, int], bytes_per_sample: Callable[[int], float]) -> bool:
+        """Whether the devices of a group recompute their forward at backward time; ``samples_by_cut``: the
+        samples its devices draw in all, per cut; ``bytes_per_sample(cut)``: what a client graph to that cut keeps
+        for backward per sample (:func:`graph_bytes_per_sample`). ``auto``: when their graphs would keep more
+        than :data:`trainers.config.train_config.RECOMPUTE_BYTES` at once (a barrier served as its devices forward
+        waits one server chunk at a time: within the pass budget, never recomputed by default)."""
+        if self.client_recompute != "auto":
+            return self.client_recompute == "on"
+        return sum(n * bytes_per_sample(cut) for cut, n in samples_by_cut.items()) > RECOMPUTE_BYTES
+
+
+def graph_bytes_per_sample(blocks: Iterable[nn.Module], inputs: torch.Tensor) -> float:
+    """Bytes autograd keeps for backward per sample when ``blocks`` run forward on ``inputs`` (a batch of ≥ 2
+    samples) in training mode: every tensor saved for backward, each storage once, the blocks' parameters left
+    out, divided by the samples. Runs on a copy of the blocks under a forked random state, so that nothing of
+    the run changes (BatchNorm statistics, the random stream of Dropout)."""
+    probe = copy.deepcopy(nn.Sequential(*blocks)).train()
+    params = {p.data_ptr() for p in probe.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if t.data_ptr() not in params:
+            saved[t.data_ptr()] = max(saved.get(t.data_ptr(), 0), t.numel() * t.element_size())
+        return t
+
+    where = [inputs.device] if inputs.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=where), torch.enable_grad(), \
+            torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        probe(inputs.clone())
+    return sum(saved.values()) / inputs.shape[0]

@@ -25,7 +25,7 @@ import copy
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, cast
 
 import numpy as np
 import torch
@@ -36,7 +36,7 @@ from trainers.config.train_config import EVAL_BATCH_SIZE
 from trainers.engine.aggregation import aggregate, load_global, start_from_global
 from trainers.engine.async_loop import AsyncLoopState, run_async_round
 from trainers.engine.clock import StageLedger, StageTimes
-from trainers.engine.execution import Execution
+from trainers.engine.execution import Execution, graph_bytes_per_sample
 from trainers.engine.model_views import EngineModels
 from trainers.engine.network import LocalNetwork, Network
 from trainers.engine.repartition import repartition
@@ -221,6 +221,7 @@ class SplitEngine:
         self._awaiting: set[int] = set()               # devices whose activation is not answered yet
         self._next_key = 0
         self._measured: dict[str, float] | None = None
+        self._graph_bytes: dict[int, float] = {}      # a client graph's bytes per sample, per cut (recompute)
         self._reset_counters()
 
     # ---- the simulator's own views of the roles (tests, inspection; not on other runtimes) ------------------
@@ -341,8 +342,19 @@ class SplitEngine:
         be lost midway, no random layer whose masks would be drawn in another order)."""
         return not self.strategy.allows_absence and not self._random_layers
 
-    def recompute(self, samples: int) -> bool:
-        return self.execution.recompute(samples)
+    def recompute(self, batch: Mapping[int, int]) -> bool:
+        """Whether the devices of ``batch`` (device → samples) recompute their client forwards at backward time
+        (:meth:`Execution.recompute`, each cut's graph bytes per sample measured once)."""
+        by_cut: dict[int, int] = {}
+        for d, samples in batch.items():
+            by_cut[self.cuts[d]] = by_cut.get(self.cuts[d], 0) + int(samples)
+        return self.execution.recompute(by_cut, self._graph_bytes_per_sample)
+
+    def _graph_bytes_per_sample(self, cut: int) -> float:
+        if cut not in self._graph_bytes:
+            rows = torch.arange(min(2, len(self.data.x_train)), device=self.data.x_train.device)
+            self._graph_bytes[cut] = graph_bytes_per_sample(self.template[:cut], self.data.x_train[rows])
+        return self._graph_bytes[cut]
 
     def blocks_bytes(self, blocks: Sequence[int]) -> int:
         """Bytes of one copy of ``blocks``."""

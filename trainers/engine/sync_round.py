@@ -273,7 +273,7 @@ def forward_all(engine: Engine, round_index: int, group: Sequence[int], batch: d
     :class:`~trainers.roles.protocol.Forward` per host (in one process one after the other, or
     devices sharing a cut as one batched call, ``client_batching``; on several processes
     concurrently)."""
-    recompute = engine.recompute(sum(int(batch[d]) for d in group))
+    recompute = engine.recompute({d: batch[d] for d in group})
     for members in engine.net.hosts(group):
         engine.net.send(members[0], Forward(round_index, [(d, int(batch[d])) for d in members], recompute))
     out = {}

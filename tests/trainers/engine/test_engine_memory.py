@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from trainers.config.train_config import ALGORITHMS, RECOMPUTE_SAMPLES
+from trainers.config.train_config import ALGORITHMS, RECOMPUTE_BYTES
 from trainers.engine.split_engine import DeviceData, SplitEngine
 from trainers.inputs.models import cnn
 from trainers.inputs.partition import partition_indices
@@ -139,12 +139,25 @@ def test_a_recomputing_device_holds_no_activations_while_it_waits() -> None:
     assert not batch_norm.can_recompute and device.can_recompute
 
 
-@pytest.mark.parametrize("samples, mode, expected", [(RECOMPUTE_SAMPLES, "auto", False), (RECOMPUTE_SAMPLES + 1, "auto", True),
-                                                     (1, "on", True), (10_000, "off", False)])
-def test_auto_recomputes_only_when_many_samples_wait(samples, mode, expected) -> None:
-    engine = SplitEngine(cnn(1, 8, 3, width=4), [2] * DEVICES, make_strategy("psl"), data(), {"lr": 0.1}, BATCH,
-                         client_recompute=mode)
-    assert engine.recompute(samples) is expected
+@pytest.mark.parametrize("extra, mode, expected", [(0, "auto", False), (1, "auto", True), (-10**9, "on", True),
+                                                   (10**9, "off", False)])
+def test_auto_recomputes_only_when_the_waiting_graphs_exceed_the_budget(extra, mode, expected) -> None:
+    """The engine weighs each device's samples by its cut's graph bytes per sample (measured on its own blocks):
+    half the devices at cut 1, half at cut 2, samples chosen so that the bytes land at the budget, or 1 over."""
+    from trainers.engine.execution import graph_bytes_per_sample
+
+    model = cnn(1, 8, 3, width=4)
+    cuts = [1, 2] * (DEVICES // 2)
+    engine = SplitEngine(model, cuts, make_strategy("psl"), data(), {"lr": 0.1}, BATCH, client_recompute=mode)
+    x = data().x_train[:2]
+    b1, b2 = (graph_bytes_per_sample(list(model)[:c], x) for c in (1, 2))
+    assert b1.is_integer() and b2.is_integer() and 0 < b1 < b2
+    n = RECOMPUTE_BYTES // int(b1 + b2)
+    batch = {0: n, 1: n, 2: 0, 3: 0}                          # device 0 at cut 1, device 1 at cut 2
+    spare = RECOMPUTE_BYTES - n * int(b1 + b2)                 # bytes left below the budget
+    if extra > 0:
+        batch[2] = spare // int(b1) + 1                        # the first sample over the budget
+    assert engine.recompute(batch) is expected
 
 
 def test_an_unknown_recompute_mode_names_the_field() -> None:
@@ -585,14 +598,14 @@ def test_the_documented_budgets_are_the_engines() -> None:
     from pathlib import Path
 
     from adaptplan.cli import build_parser
-    from trainers.config.train_config import CPU_PASS_SAMPLES, RECOMPUTE_SAMPLES, SERVER_PASS_SAMPLES
+    from trainers.config.train_config import CPU_PASS_SAMPLES, RECOMPUTE_BYTES, SERVER_PASS_SAMPLES
 
     docs = " ".join((Path(__file__).parents[3] / "docs" / "architecture.md").read_text(encoding="utf-8").split())
-    assert f"more than {RECOMPUTE_SAMPLES:,} samples wait at once" in docs
+    assert f"would keep more than {RECOMPUTE_BYTES // 2**30} GiB for backward at once" in docs
     assert f"`auto` is {CPU_PASS_SAMPLES} samples on a CPU and {SERVER_PASS_SAMPLES:,} on a GPU" in docs
-    assert (RECOMPUTE_SAMPLES, CPU_PASS_SAMPLES, SERVER_PASS_SAMPLES) == (1024, 128, 1024)
+    assert (RECOMPUTE_BYTES, CPU_PASS_SAMPLES, SERVER_PASS_SAMPLES) == (2**30, 128, 1024)
     helps = {a.dest: a.help for a in build_parser()._subparsers._group_actions[0].choices["train"]._actions}
-    assert f"more than {RECOMPUTE_SAMPLES} samples" in helps["client_recompute"]
+    assert f"more than {RECOMPUTE_BYTES / 2**30:g} GiB" in helps["client_recompute"]
     assert f"{CPU_PASS_SAMPLES} on a cpu" in helps["server_pass_samples"]
 
 

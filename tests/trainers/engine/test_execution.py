@@ -7,8 +7,8 @@ import torch
 
 from adaptplan.errors import InputError
 from tests.engine_builders import make_data, small_model
-from trainers.config.train_config import CPU_PASS_SAMPLES, RECOMPUTE_SAMPLES, SERVER_PASS_SAMPLES
-from trainers.engine.execution import Execution
+from trainers.config.train_config import CPU_PASS_SAMPLES, RECOMPUTE_BYTES, SERVER_PASS_SAMPLES
+from trainers.engine.execution import Execution, graph_bytes_per_sample
 from trainers.engine.split_engine import SplitEngine
 from trainers.strategies import make_strategy
 
@@ -24,10 +24,29 @@ def test_auto_resolves_by_device_and_given_values_stay() -> None:
         not Execution.resolve("cuda", "off").client_batching
 
 
-def test_recompute_follows_its_option_and_the_waiting_samples() -> None:
+def test_recompute_follows_its_option_and_the_waiting_graphs_bytes() -> None:
     auto, on, off = (Execution.resolve("cpu", client_recompute=mode) for mode in ("auto", "on", "off"))
-    assert not auto.recompute(RECOMPUTE_SAMPLES) and auto.recompute(RECOMPUTE_SAMPLES + 1)
-    assert on.recompute(1) and not off.recompute(10 * RECOMPUTE_SAMPLES)
+    per_sample = {1: 1024.0, 3: 3072.0}.__getitem__          # bytes per sample at cuts 1 and 3
+    at_budget = {1: RECOMPUTE_BYTES // 4096, 3: RECOMPUTE_BYTES // 4096}    # 1024·n + 3072·n = the budget (2³⁰)
+    assert not auto.recompute(at_budget, per_sample)
+    assert auto.recompute({1: at_budget[1] + 1, 3: at_budget[3]}, per_sample)
+    assert on.recompute({1: 1}, per_sample) and not off.recompute({3: 10 * RECOMPUTE_BYTES}, per_sample)
+
+
+def test_a_graphs_bytes_per_sample_are_its_saved_activations_and_change_nothing() -> None:
+    """Conv2d(1→4, 3×3) on 8×8 inputs, ReLU, MaxPool2d(2): the convolution saves its input (1·8·8 floats per
+    sample), ReLU its output (4·6·6), the pooling that same output (counted once) and its int64 indices (4·3·3):
+    256 + 576 + 288 = 1,120 bytes per sample; the weights are not per sample. The probe draws nothing from the
+    random stream and leaves BatchNorm's statistics alone."""
+    torch.manual_seed(0)
+    blocks = [torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.ReLU()), torch.nn.MaxPool2d(2)]
+    x = torch.randn(2, 1, 8, 8)
+    assert graph_bytes_per_sample(blocks[:1], x) == 4 * (64 + 144)
+    assert graph_bytes_per_sample(blocks, x) == 4 * (64 + 144) + 8 * 36
+    norm = torch.nn.Sequential(torch.nn.Dropout(0.5), torch.nn.BatchNorm2d(1))
+    state = torch.random.get_rng_state()
+    assert graph_bytes_per_sample([norm], x) > 0
+    assert torch.equal(torch.random.get_rng_state(), state) and torch.equal(norm[1].running_mean, torch.zeros(1))
 
 
 @pytest.mark.parametrize("field, kwargs", [("client_batching", {"client_batching": "sometimes"}),
@@ -43,7 +62,7 @@ def test_the_engine_runs_the_policy_it_is_given() -> None:
     engine = SplitEngine(small_model(), [2, 2, 3], make_strategy("psl"), make_data(3), {"lr": 0.05}, batch_size=4,
                          execution=policy)
     assert engine.execution is policy and engine.batcher is not None
-    assert (engine.edge.pass_samples, engine.edge.concatenate, engine.recompute(1)) == (8, False, True)
+    assert (engine.edge.pass_samples, engine.edge.concatenate, engine.recompute({0: 1})) == (8, False, True)
     by_options = SplitEngine(small_model(), [2, 2, 3], make_strategy("psl"), make_data(3), {"lr": 0.05}, batch_size=4,
                              client_batching="on", server_pass_samples=8, client_recompute="on", batch_devices=False)
     assert by_options.execution == policy
