@@ -339,14 +339,22 @@ def run_engine_sweep(device_counts: Sequence[int], plot_path: str | None = None,
 
 
 def sweep_table(results: Sequence[EngineBenchResult]) -> str:
-    """One line per (N, algorithm): seconds per round, samples/s, × central b, peak memory."""
-    lines = [f"  {'N':>6} {'algorithm':<10} {'s/round':>9} {'samples/s':>10} {'× central b':>12} {'peak MiB':>9}"]
+    """One line per (N, algorithm): seconds per round, samples/s, × central b, peak memory; with counted FLOPs
+    (``--flops``) also the FLOPs per trained sample × centralized training's and the throughput per FLOP
+    (× central b times that ratio: 1 when the algorithm runs its arithmetic as fast as centralized training)."""
+    counted = any(r.flops_per_sample for r in results)
+    lines = [f"  {'N':>6} {'algorithm':<10} {'s/round':>9} {'samples/s':>10} {'× central b':>12} {'peak MiB':>9}"
+             + (f" {'FLOPs × central':>16} {'per FLOP':>9}" if counted else "")]
     for r in results:
         for a in r.algorithms:
             mem = r.peak_memory_bytes.get(a)
-            lines.append(f"  {r.devices:>6} {a:<10} {r.sfl_seconds_per_round.get(a, math.nan):9.3f} "
-                         f"{r.sfl_samples_per_s[a]:10.1f} {r.ratio_b(a):12.2f} "
-                         f"{f'{mem / 2**20:9.1f}' if mem is not None else '-':>9}")
+            line = (f"  {r.devices:>6} {a:<10} {r.sfl_seconds_per_round.get(a, math.nan):9.3f} "
+                    f"{r.sfl_samples_per_s[a]:10.1f} {r.ratio_b(a):12.2f} "
+                    f"{f'{mem / 2**20:9.1f}' if mem is not None else '-':>9}")
+            if counted:
+                flops = r.flops_ratio(a)
+                line += f" {flops:16.2f} {r.ratio_b(a) * flops:9.2f}" if flops else f" {'-':>16} {'-':>9}"
+            lines.append(line)
     return "\n".join(lines)
 
 
