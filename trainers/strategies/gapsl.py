@@ -35,9 +35,8 @@ Memory (``detached`` and ``gradient_step``): the round holds one S × P matrix o
 into its row as its device's pass ends (:meth:`EdgeServer.gradient_rows`); the angles come from its
 Gram products and norms, g_lead and the server step from weighted sums of its rows, so no part of
 it is copied; the replies' cut gradients ∂L_i/∂a_i at the pre-update w_s come from the runtime
-(:meth:`EdgeServer.cut_gradients`: with every device answered, the default ``plain``, each goes to its device as
-its pass ends; kept from the per-device passes when few; else one more server pass over the devices answered where
-that is harmless). The
+(:meth:`EdgeServer.cut_gradients`: kept from the per-device passes when every device is answered, the default
+``plain``, or when few; else one more server pass over the devices answered where that is harmless). The
 results equal the per-device formulas up to float rounding (tests/trainers/strategies/test_gapsl.py). ``double_backprop``
 keeps every device's g_i with its graph, as eq. (7) needs.
 """
