@@ -128,17 +128,10 @@ class GroupRun:
     def _serve_barrier(self, arrivals: list[Activation]) -> list[CutGradient]:
         """A whole barrier: the default parallel step (``server_step = "parallel"``) in the server's passes, each
         pass's replies delivered at once (:meth:`_answer_early`), so the round holds one pass's replies and graphs;
-        a strategy's own ``serve`` with every arrival, the edge server delivering at once the replies that are final
-        before it returns (``EdgeServer.deliver``: GAPSL's cut gradients when every device is answered). The replies
-        still to take."""
+        a strategy's own ``serve`` with every arrival. The replies still to take."""
         s, edge = self.engine.strategy, self.engine.edge
         if s.server_step != "parallel":
-            edge.deliver = lambda reply: self._answer_early([reply])   # replies final before the serve returns
-            try:
-                out = list(s.serve(edge, self.ctx, arrivals))
-            finally:
-                edge.deliver = None
-            return [reply for reply in out if not edge.was_delivered(reply)]
+            return list(s.serve(edge, self.ctx, arrivals))
         from trainers.api import ParallelStep
 
         step = ParallelStep(edge, self.ctx, [a.device for a in arrivals])

@@ -388,13 +388,6 @@ class EdgeServer:
         self._kept_cut: dict[int, torch.Tensor] = {}
         """∂L_i/∂a_i kept from :meth:`gradient_rows`'s passes where a second pass would not be harmless, for
         :meth:`cut_gradients`."""
-        self.deliver: Callable[[CutGradient], None] | None = None
-        """Set by the runtime while a strategy serves a barrier: where a reply that is final before the serve
-        returns goes at once — each device's own cut gradient when :meth:`gradient_rows` is told that every arrival
-        is answered with it — so that the round holds one device's cut gradient, not every device's. None: the
-        replies wait for the serve to return them."""
-        self._delivered: dict[int, torch.Tensor] = {}
-        """What :meth:`cut_gradients` returns for the replies :attr:`deliver` took (:meth:`was_delivered`)."""
         self._build_optimizers()
 
     # ---- layout -------------------------------------------------------------------------------------
@@ -605,12 +598,11 @@ class EdgeServer:
         come from the same backward (no second pass) whenever they take at most :data:`KEEP_CUT_VALUES` numbers, or
         whatever they take when ``answers_all`` says that every arrival will be answered with its cut gradient
         (the replies then hold them all at once anyway)."""
-        self._kept_cut, self._delivered = {}, {}
+        self._kept_cut = {}
         if not arrivals:
             return torch.zeros(0, 0), []
         keep = answers_all or not self.replayable(arrivals[0].device) \
             or sum(a.tensor.numel() for a in arrivals) <= KEEP_CUT_VALUES
-        early = answers_all and self.deliver is not None
         params = self.parameters(arrivals[0].device)
         like = params[0] if params else arrivals[0].tensor     # no server block (cut L): P = 0
         rows = torch.zeros(len(arrivals), sum(p.numel() for p in params), dtype=like.dtype, device=like.device)
@@ -627,26 +619,9 @@ class EdgeServer:
                     rows[i, start:start + p.numel()] = g.reshape(-1)
                 start += p.numel()
             if keep:
-                cut = grads[-1] if grads[-1] is not None else torch.zeros_like(x)
-                if early:
-                    self._deliver_now(a, cut)
-                else:
-                    self._kept_cut[a.device] = cut
+                self._kept_cut[a.device] = grads[-1] if grads[-1] is not None else torch.zeros_like(x)
             losses.append(loss.detach())
         return rows, losses
-
-    def _deliver_now(self, arrival: Activation, cut: torch.Tensor) -> None:
-        """Hand ``arrival``'s reply (its cut gradient) to :attr:`deliver`; keep, for :meth:`cut_gradients`, a
-        tensor of its shape that holds one number (a zero-stride view), by which :meth:`was_delivered` knows it."""
-        assert self.deliver is not None
-        self.deliver(CutGradient(arrival.device, arrival.round, arrival.step, cut.detach()))
-        self._delivered[arrival.device] = torch.zeros((), dtype=cut.dtype, device=cut.device).expand(cut.shape)
-
-    def was_delivered(self, reply: CutGradient) -> bool:
-        """Whether ``reply`` is a strategy's reply carrying what :meth:`cut_gradients` returned for a reply that
-        :attr:`deliver` already took (the runtime drops it: the device has it)."""
-        held = self._delivered.get(reply.device)
-        return held is not None and reply.tensor is not None and reply.tensor.data_ptr() == held.data_ptr()
 
     def cut_gradients(self, arrivals: Sequence[Activation],
                       loss_of: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor]) -> dict[int, torch.Tensor]:
@@ -657,8 +632,6 @@ class EdgeServer:
         kept, self._kept_cut = self._kept_cut, {}
         if kept:
             return {a.device: kept[a.device] for a in arrivals}
-        if self._delivered:
-            return {a.device: self._delivered[a.device] for a in arrivals}
         cut: dict[int, torch.Tensor] = {}
         for chunk in self.chunks(arrivals):
             p = self.run(chunk)
