@@ -447,11 +447,12 @@ def test_the_sweep_table_and_plot(tmp_path, monkeypatch) -> None:
     assert _cells(lines[2]) == ["20", "sfl-v2", "0.400", "1200.0", "1.20", "-"]
     assert _cells(lines[3])[:3] == ["200", "psl", "2.000"] and len(lines) == 5
     # with counted FLOPs: FLOPs per sample × centralized's, and × central b times that (the throughput per FLOP)
-    counted = [replace(results[0], flops_per_sample={"psl": 3.0e6, "central_b": 2.0e6})]
+    counted = [replace(results[0], flops_per_sample={"psl": 3.0e6, "central_b": 2.0e6}), results[1]]   # N = 200: none
     lines = bench_engine.sweep_table(counted).splitlines()
     assert _cells(lines[0])[-5:] == ["FLOPs", "×", "central", "per", "FLOP"]
     assert _cells(lines[1]) == ["20", "psl", "0.200", "800.0", "0.80", "20.0", "1.50", "1.20"]
     assert _cells(lines[2]) == ["20", "sfl-v2", "0.400", "1200.0", "1.20", "-", "-", "-"]
+    assert _cells(lines[3])[-2:] == ["-", "-"] and len(lines) == 5          # a size counted without FLOPs: dashes
 
 
 def test_engine_header_names_what_is_timed() -> None:
