@@ -71,12 +71,13 @@ def graph_bytes_per_sample(blocks: Iterable[nn.Module], inputs: torch.Tensor) ->
     out, divided by the samples. Runs on a copy of the blocks under a forked random state, so that nothing of
     the run changes (BatchNorm statistics, the random stream of Dropout)."""
     probe = copy.deepcopy(nn.Sequential(*blocks)).train()
-    params = {p.data_ptr() for p in probe.parameters()}
-    saved: dict[int, int] = {}
+    params = {p.untyped_storage().data_ptr() for p in probe.parameters()}
+    saved: dict[int, int] = {}          # storage → the most bytes a saved view of it spans
 
     def pack(t: torch.Tensor) -> torch.Tensor:
-        if t.data_ptr() not in params:
-            saved[t.data_ptr()] = max(saved.get(t.data_ptr(), 0), t.numel() * t.element_size())
+        storage = t.untyped_storage().data_ptr()
+        if storage not in params:
+            saved[storage] = max(saved.get(storage, 0), t.numel() * t.element_size())
         return t
 
     where = [inputs.device] if inputs.device.type == "cuda" else []
