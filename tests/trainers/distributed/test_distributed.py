@@ -168,10 +168,10 @@ def test_a_hanging_device_rank_under_partial_participation_is_left_behind(tmp_pa
 
 def test_emulated_links_deliver_at_the_latency_models_time(tmp_path: Path) -> None:
     """With slow links written in the system file, every transfer's measured seconds are at least the
-    size over the rate (never early, in every round) and close to the latency model's prediction for the
-    stage in the median round: a rank that the operating system does not run for a moment (five ranks on
-    two cores) delays a round's measurement, never the link's emulated time (seen: 1.06 s measured for a
-    0.10 s model upload in one round of three, the other two 0.099 s)."""
+    size over the rate (never early, in every round) and, in the least delayed round, close to the latency
+    model's prediction for the stage: a rank that the operating system does not run for a moment (five ranks
+    on two cores) delays a round's measurement beyond the link's emulated time, never below it (seen: 1.06 s
+    measured for a 0.10 s model upload in one round of three, the other two 0.099 s)."""
     device = {"flops": 1e9, "up_bps": 2e6, "down_bps": 4e6, "fed_up_bps": 8e6, "fed_down_bps": 8e6}
     system = {"batch_size": 16, "server_flops": 1e10, "edge_to_fed_bps": 1e7, "fed_to_edge_bps": 1e7,
               "devices": [device] * 3}
@@ -186,8 +186,8 @@ def test_emulated_links_deliver_at_the_latency_models_time(tmp_path: Path) -> No
         pairs = sorted((r.measured_stage_seconds[stage], r.stage_seconds[stage]) for r in records)
         assert all(predicted > 0.002 for _, predicted in pairs), (stage, pairs)    # slow enough links to matter
         assert all(measured >= predicted * 0.98 for measured, predicted in pairs), (stage, pairs)
-        measured, predicted = pairs[1]                                            # the median round
-        assert measured <= predicted + 0.25, (stage, pairs)
+        measured, predicted = pairs[0]                                            # the least delayed round
+        assert measured <= predicted * 1.25 + 0.05, (stage, pairs)
 
 
 def test_predicted_vs_measured_plot_and_table(tmp_path: Path, capsys) -> None:
