@@ -67,17 +67,18 @@ class Execution:
 
 def graph_bytes_per_sample(blocks: Iterable[nn.Module], inputs: torch.Tensor) -> float:
     """Bytes autograd keeps for backward per sample when ``blocks`` run forward on ``inputs`` (a batch of ≥ 2
-    samples) in training mode: every tensor saved for backward, each storage once, the blocks' parameters left
-    out, divided by the samples. Runs on a copy of the blocks under a forked random state, so that nothing of
-    the run changes (BatchNorm statistics, the random stream of Dropout)."""
+    samples) in training mode: every tensor saved for backward, each storage once and whole (a saved view keeps
+    all of its storage alive), the blocks' parameters left out, divided by the samples. Runs on a copy of the
+    blocks under a forked random state, so that nothing of the run changes (BatchNorm statistics, the random
+    stream of Dropout)."""
     probe = copy.deepcopy(nn.Sequential(*blocks)).train()
     params = {p.untyped_storage().data_ptr() for p in probe.parameters()}
-    saved: dict[int, int] = {}          # storage → the most bytes a saved view of it spans
+    saved: dict[int, int] = {}          # storage address → its bytes
 
     def pack(t: torch.Tensor) -> torch.Tensor:
-        storage = t.untyped_storage().data_ptr()
-        if storage not in params:
-            saved[storage] = max(saved.get(storage, 0), t.numel() * t.element_size())
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in params:
+            saved[storage.data_ptr()] = storage.nbytes()
         return t
 
     where = [inputs.device] if inputs.device.type == "cuda" else []

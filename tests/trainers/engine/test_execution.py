@@ -49,6 +49,24 @@ def test_a_graphs_bytes_per_sample_are_its_saved_activations_and_change_nothing(
     assert torch.equal(torch.random.get_rng_state(), state) and torch.equal(norm[1].running_mean, torch.zeros(1))
 
 
+def test_a_saved_view_counts_its_whole_storage_once() -> None:
+    """y = x[:, :2] · w saves the view x[:, :2] (w is a parameter): autograd keeps all of x's storage, 4 floats per
+    sample, not the view's 2; the same storage saved again through another view (x[:, 2:] · w) adds nothing."""
+
+    class Halves(torch.nn.Module):
+        def __init__(self, both: bool) -> None:
+            super().__init__()
+            self.w, self.both = torch.nn.Parameter(torch.ones(2)), both
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = x[:, :2] * self.w
+            return y + x[:, 2:] * self.w if self.both else y
+
+    x = torch.randn(3, 4)
+    assert graph_bytes_per_sample([Halves(both=False)], x) == 4 * 4
+    assert graph_bytes_per_sample([Halves(both=True)], x) == 4 * 4
+
+
 @pytest.mark.parametrize("field, kwargs", [("client_batching", {"client_batching": "sometimes"}),
                                            ("client_recompute", {"client_recompute": "maybe"})])
 def test_a_bad_choice_names_its_option(field: str, kwargs: dict) -> None:
