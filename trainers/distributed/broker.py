@@ -134,8 +134,10 @@ def start_local_broker(folder: Path, world: int, port: int) -> LocalBroker:
         "use_username_as_clientid true\n"    # a rank's client id is its user name: no rank connects in another's
         f"max_queued_messages 0\nmax_inflight_messages 0\nset_tcp_nodelay true\nlog_dest file {folder / 'broker.log'}\n"
         "log_type error\nlog_type warning\nlog_type notice\n")
+    # its own session: Ctrl-C in the launcher's terminal stops the run at the end of a round, which needs the
+    # broker still there; the launcher stops it last (LocalBroker.stop)
     process = subprocess.Popen([mosquitto, "-c", str(folder / "mosquitto.conf")], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
     broker = LocalBroker("127.0.0.1", port, ca, run, password_files, process, folder)
     try:
         wait_until_listening(process, port, lambda: broker.log_tail())

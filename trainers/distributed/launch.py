@@ -140,7 +140,10 @@ def _exit_code(codes: list[int], layout: RankLayout, logs: Path, terminated: set
             return 0
         if codes[0] == 2:              # a user error: rank 0 said it; the others only stopped because of it
             return 2
-        for rank, code in enumerate(codes):
+        # Ctrl-C or SIGTERM: rank 0 stopped at the end of a round and said so; the others ended when it told them,
+        # and a device rank lost before (partial participation) was named by rank 0 as the run went on without it
+        interrupted = codes[EDGE_RANK] in (128 + signal.SIGINT, 128 + signal.SIGTERM)
+        for rank, code in enumerate([] if interrupted else codes):
             line = _failure_line(rank, code, layout, logs, rank in terminated)
             if line:
                 print(f"adaptplan train: {line}", file=sys.stderr)

@@ -713,6 +713,20 @@ def test_the_launcher_names_each_failed_rank_once_and_where_to_resume(ranks, tmp
         f"--out {tmp_path} --resume --distributed"]
 
 
+def test_an_interrupted_run_says_only_where_to_resume(ranks, tmp_path, capsys) -> None:
+    """Ctrl-C: rank 0 stops at the end of a round (exit 128 + SIGINT) and says so itself; the launcher adds the
+    distributed resume command, not a line for the device rank lost earlier that the run went on without."""
+    (tmp_path / "checkpoint.pt").write_bytes(b"x")
+    ranks.plan = {0: (128 + signal.SIGINT, ""), 1: (0, ""), 2: (0, ""), 3: (-signal.SIGKILL, "")}
+    assert launch.launch_local([], 4, 3, str(tmp_path), partial=True) == 130
+    assert capsys.readouterr().err.splitlines() == [
+        f"adaptplan train: the run stopped; its last checkpoint is in {tmp_path}: continue with adaptplan train "
+        f"--out {tmp_path} --resume --distributed"]
+    ranks.plan = {0: (128 + signal.SIGTERM, ""), 1: (0, ""), 2: (0, "")}
+    assert launch.launch_local([], 3, 1, str(tmp_path)) == 143
+    assert capsys.readouterr().err.splitlines()[-1].endswith("--resume --distributed")
+
+
 def test_the_launcher_passes_a_user_error_through_and_terminates_a_rank_that_stays(ranks, tmp_path, capsys,
                                                                                      monkeypatch) -> None:
     ranks.plan = {0: (2, ""), 1: (3, "adaptplan train: rank 1 (fed server) stopped: x\n"), 2: (3, "")}

@@ -405,20 +405,30 @@ def test_under_partial_participation_a_killed_device_rank_leaves_and_the_run_goe
     assert load_checkpoint(out)["engine"]["absent"] == []
 
 
-def kill_and_start_again(tmp_path: Path, argv: list[str]) -> tuple[subprocess.CompletedProcess, int, str, Path]:
+def kill_and_start_again(tmp_path: Path, argv: list[str], rounds_back: int = 6) -> tuple[subprocess.CompletedProcess, int, str, Path]:
     """Run ``argv`` over MQTT on 4 ranks, kill device rank 3 after the first checkpoint and start it
-    again at once with its own command and environment (as a supervisor would): (the new process's
-    result, the run's exit code, the run's stderr, the run folder)."""
+    again at once with its own command and environment (as a supervisor would); once rank 0 says it
+    came back and ``rounds_back`` more rounds are in the history, stop the run with Ctrl-C (SIGINT to
+    the launcher's process group, as a terminal sends it). The run is open-ended rather than a fixed
+    number of rounds, so however long the new process takes to start (seconds of torch import on a
+    slow machine) it comes back within the run. Returns (the new process's result, the run's exit
+    code, the run's stderr, the run folder)."""
+    import json
     import os
     import signal
 
     from tests.process_runs import rank_pids, wait_for
 
     out = tmp_path / "run"
-    argv = [*argv, "--devices", "6", "--checkpoint-every", "2", "--rank-timeout", "3", "--ranks", "4", *SMALL, "--cuts", "2"]
+    argv = [*argv, "--rounds", "100000", "--devices", "6", "--checkpoint-every", "2", "--rank-timeout", "3", "--ranks",
+            "4", *SMALL, "--cuts", "2"]
     root = Path(__file__).resolve().parents[3]
     proc = subprocess.Popen([sys.executable, "-m", "adaptplan.cli", "train", "--runtime", "mqtt", *argv, "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=root, start_new_session=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+    reader.start()
+    again = None
     try:
         wait_for(out / "checkpoint.pt", proc)
         pid = rank_pids(proc.pid)[3]
@@ -426,29 +436,53 @@ def kill_and_start_again(tmp_path: Path, argv: list[str]) -> tuple[subprocess.Co
                    if "=" in item)
         command = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
         os.kill(pid, signal.SIGKILL)
-        again = subprocess.run(command, env=env, capture_output=True, text=True, cwd=root, timeout=180)
-        _, err = proc.communicate(timeout=180)
+        again = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root)
+        deadline, back_round = time.monotonic() + 180, None
+        while True:
+            assert proc.poll() is None and again.poll() is None, "".join(lines)
+            assert time.monotonic() < deadline, "rank 3 did not come back within 180 s: " + "".join(lines)
+            back = next((n for n, line in enumerate(lines) if "came back as a new process" in line), None)
+            if back is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    done = len(json.loads((out / "history.json").read_text(encoding="utf-8"))["records"])
+                    if back_round is None:
+                        back_round = done
+                    if done >= back_round + rounds_back:
+                        break
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=180)
+        reader.join(timeout=10)
+        stdout, stderr = again.communicate(timeout=180)
+        again = subprocess.CompletedProcess(command, again.returncode, stdout, stderr)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-    return again, proc.returncode, err, out
+        for p in (proc, again):
+            if isinstance(p, subprocess.Popen) and p.poll() is None:
+                p.kill()
+    return again, proc.returncode, "".join(lines), out
 
 
 def test_a_killed_device_rank_started_again_is_taken_back(tmp_path: Path) -> None:
     """Under partial participation a device process killed and started again (same command, same
     credentials) asks to come back: rank 0 sets it up again at the next round and its devices take
-    part again; the run and the new process end normally."""
+    part again; the run, stopped with Ctrl-C some rounds later, and the new process end normally."""
     from trainers.run.checkpoint import load_checkpoint
 
-    again, code, err, out = kill_and_start_again(tmp_path, ["--algorithm", "gas", "--active", "2", "--local-steps", "2",
-                                                            "--rounds", "120"])
+    again, code, err, out = kill_and_start_again(tmp_path, ["--algorithm", "gas", "--active", "2", "--local-steps", "2"])
     assert again.returncode == 0 and again.stderr == "", again.stderr
-    assert code == 0 and "Traceback" not in err, err
+    assert code == 130 and "Traceback" not in err, err
+    assert err.splitlines()[-2:] == [
+        f"adaptplan train: interrupted by SIGINT after round {len(History.load(out).records)}; checkpoint and history "
+        f"saved in {str(out)!r} — continue with: adaptplan train --out {out} --resume",
+        f"adaptplan train: the run stopped; its last checkpoint is in {out}: continue with adaptplan train --out {out} "
+        "--resume --runtime mqtt"], err
     assert ("rank 3 (devices 1, 3, 5) came back as a new process; gas takes devices 1, 3, 5 back (from the global "
             "client model where there is one, else the initial weights)") in err, err
     records = History.load(out).records
-    assert len(records) == 120 and "absent_devices" not in records[-1].metrics
+    assert [r.round for r in records] == list(range(1, len(records) + 1))
+    assert "absent_devices" not in records[-1].metrics
     back = max((r.round for r in records if "absent_devices" in r.metrics), default=0)
+    assert 0 < back < len(records) - 4
     assert {1, 3, 5} & {d for r in records[back:] for d in r.participants}
     assert load_checkpoint(out)["engine"]["absent"] == []
 
