@@ -137,7 +137,8 @@ def start_local_broker(folder: Path, world: int, port: int) -> LocalBroker:
     # its own session: Ctrl-C in the launcher's terminal stops the run at the end of a round, which needs the
     # broker still there; the launcher stops it last (LocalBroker.stop)
     process = subprocess.Popen([mosquitto, "-c", str(folder / "mosquitto.conf")], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+                               stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
     broker = LocalBroker("127.0.0.1", port, ca, run, password_files, process, folder)
     try:
         wait_until_listening(process, port, lambda: broker.log_tail())
