@@ -722,9 +722,11 @@ def test_an_interrupted_run_says_only_where_to_resume(ranks, tmp_path, capsys) -
     assert capsys.readouterr().err.splitlines() == [
         f"adaptplan train: the run stopped; its last checkpoint is in {tmp_path}: continue with adaptplan train "
         f"--out {tmp_path} --resume --distributed"]
-    ranks.plan = {0: (128 + signal.SIGTERM, ""), 1: (0, ""), 2: (0, "")}
-    assert launch.launch_local([], 3, 1, str(tmp_path)) == 143
-    assert capsys.readouterr().err.splitlines()[-1].endswith("--resume --distributed")
+    ranks.plan = {0: (128 + signal.SIGTERM, ""), 1: (0, ""), 2: (-signal.SIGKILL, ""), 3: (0, "")}
+    assert launch.launch_local([], 4, 3, str(tmp_path), partial=True) == 143
+    assert capsys.readouterr().err.splitlines() == [
+        f"adaptplan train: the run stopped; its last checkpoint is in {tmp_path}: continue with adaptplan train "
+        f"--out {tmp_path} --resume --distributed"]
 
 
 def test_the_launcher_passes_a_user_error_through_and_terminates_a_rank_that_stays(ranks, tmp_path, capsys,
