@@ -316,6 +316,14 @@ class RuntimeConfig:
         "one device rank's work in a round); the other ranks wait 1.5x this for rank 0's next command (must exceed "
         "rank 0's longest pause, e.g. an evaluation)", low=1.0, high=86400.0, unit="s", resumable=True)
 
+    @property
+    def resume_flags(self) -> str:
+        """What ``adaptplan train --out DIR --resume`` needs to continue a run of this runtime where it ran: nothing
+        (the simulator), ``--distributed`` (gloo) or ``--runtime mqtt``."""
+        if not self.distributed:
+            return ""
+        return "--distributed" if self.transport == "gloo" else f"--runtime {self.transport}"
+
     def check(self) -> None:
         """The fields' own checks, and that the distributed options come with --distributed."""
         check_fields(self)

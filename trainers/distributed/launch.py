@@ -32,6 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from trainers.config.train_config import RuntimeConfig
 from trainers.distributed.environment import SECRET_ENV, SECRET_FILE_ENV, STORE_ENV
 from trainers.distributed.layout import EDGE_RANK, FED_RANK, RankLayout
 from trainers.distributed.session import EXIT_RANK_FAILED
@@ -134,25 +135,25 @@ def _watch(procs: list[subprocess.Popen], partial: bool, detect_seconds: float =
 def _exit_code(codes: list[int], layout: RankLayout, logs: Path, terminated: set[int], out: str | None,
                runtime: str, partial: bool) -> int:
     """The run's exit code from the ranks' codes, after one line per failed rank (and where to resume) on
-    stderr; the rank logs are removed."""
+    stderr; the rank logs are removed. Interrupted (Ctrl-C, SIGTERM), rank 0 stopped at the end of a round and said
+    where the run continues from; the others ended when it told them, and a device rank lost before (partial
+    participation) was named by rank 0 as the run went on without it: nothing more is said."""
+    interrupted = codes[EDGE_RANK] in (128 + signal.SIGINT, 128 + signal.SIGTERM)
     try:
         if all(c == 0 for c in codes) or (partial and codes[EDGE_RANK] == 0 and codes[FED_RANK] == 0):
             return 0
         if codes[0] == 2:              # a user error: rank 0 said it; the others only stopped because of it
             return 2
-        # Ctrl-C or SIGTERM: rank 0 stopped at the end of a round and said so; the others ended when it told them,
-        # and a device rank lost before (partial participation) was named by rank 0 as the run went on without it
-        interrupted = codes[EDGE_RANK] in (128 + signal.SIGINT, 128 + signal.SIGTERM)
         for rank, code in enumerate([] if interrupted else codes):
             line = _failure_line(rank, code, layout, logs, rank in terminated)
             if line:
                 print(f"adaptplan train: {line}", file=sys.stderr)
     finally:
         shutil.rmtree(logs, ignore_errors=True)
-    if out and (Path(out) / "checkpoint.pt").exists():
+    if out and not interrupted and (Path(out) / "checkpoint.pt").exists():
+        flags = RuntimeConfig(distributed=True, transport=runtime).resume_flags
         print(f"adaptplan train: the run stopped; its last checkpoint is in {out}: continue with "
-              f"adaptplan train --out {out} --resume {'--runtime mqtt' if runtime == 'mqtt' else '--distributed'}",
-              file=sys.stderr)
+              f"adaptplan train --out {out} --resume {flags}", file=sys.stderr)
     return codes[0] if codes[0] > 0 else EXIT_RANK_FAILED
 
 

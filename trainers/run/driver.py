@@ -435,7 +435,7 @@ class Trainer:
                         save_checkpoint(self.state_dict(t, wall), out)
                     if signum is not None:
                         status = "KILLED"
-                        raise Interrupted(signum, t, out)
+                        raise Interrupted(signum, t, out, c.runtime.resume_flags)
             self._final_evaluation()
             self._save_history(out)
             self._save_plot(out)

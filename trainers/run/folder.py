@@ -127,13 +127,14 @@ class RunFolder:
 
 
 class Interrupted(Exception):
-    """The run stopped at a round boundary on a signal; ``round`` is the last completed round."""
+    """The run stopped at a round boundary on a signal; ``round`` is the last completed round; ``runtime_flags``
+    (``--distributed``, ``--runtime mqtt``) complete the command that continues it."""
 
-    def __init__(self, signum: int, round_index: int, saved: str | None) -> None:
+    def __init__(self, signum: int, round_index: int, saved: str | None, runtime_flags: str = "") -> None:
         self.signum, self.round, self.saved = signum, round_index, saved
         name = signal.Signals(signum).name
-        where = f"; checkpoint and history saved in {saved!r} — continue with: adaptplan train --out {saved} --resume" \
-            if saved else ""
+        resume = " ".join(["adaptplan train --out", str(saved), "--resume", runtime_flags]).rstrip()
+        where = f"; checkpoint and history saved in {saved!r} — continue with: {resume}" if saved else ""
         super().__init__(f"interrupted by {name} after round {round_index}{where}")
 
 

@@ -713,20 +713,30 @@ def test_the_launcher_names_each_failed_rank_once_and_where_to_resume(ranks, tmp
         f"--out {tmp_path} --resume --distributed"]
 
 
-def test_an_interrupted_run_says_only_where_to_resume(ranks, tmp_path, capsys) -> None:
-    """Ctrl-C: rank 0 stops at the end of a round (exit 128 + SIGINT) and says so itself; the launcher adds the
-    distributed resume command, not a line for the device rank lost earlier that the run went on without."""
+def test_an_interrupted_run_leaves_rank_0_to_say_where_to_resume(ranks, tmp_path, capsys) -> None:
+    """Ctrl-C or SIGTERM: rank 0 stops at the end of a round (exit 128 + the signal) and says where the run
+    continues from itself; the launcher adds nothing, not even a line for the device rank lost earlier that
+    the run went on without."""
     (tmp_path / "checkpoint.pt").write_bytes(b"x")
     ranks.plan = {0: (128 + signal.SIGINT, ""), 1: (0, ""), 2: (0, ""), 3: (-signal.SIGKILL, "")}
     assert launch.launch_local([], 4, 3, str(tmp_path), partial=True) == 130
-    assert capsys.readouterr().err.splitlines() == [
-        f"adaptplan train: the run stopped; its last checkpoint is in {tmp_path}: continue with adaptplan train "
-        f"--out {tmp_path} --resume --distributed"]
+    assert capsys.readouterr().err == ""
     ranks.plan = {0: (128 + signal.SIGTERM, ""), 1: (0, ""), 2: (-signal.SIGKILL, ""), 3: (0, "")}
     assert launch.launch_local([], 4, 3, str(tmp_path), partial=True) == 143
-    assert capsys.readouterr().err.splitlines() == [
-        f"adaptplan train: the run stopped; its last checkpoint is in {tmp_path}: continue with adaptplan train "
-        f"--out {tmp_path} --resume --distributed"]
+    assert capsys.readouterr().err == ""
+
+
+def test_the_resume_command_names_the_runtime_the_run_ran_on() -> None:
+    from trainers.config.train_config import RuntimeConfig
+    from trainers.run.folder import Interrupted
+
+    assert [RuntimeConfig().resume_flags, RuntimeConfig(distributed=True).resume_flags,
+            RuntimeConfig(distributed=True, transport="mqtt").resume_flags] == ["", "--distributed", "--runtime mqtt"]
+    assert str(Interrupted(signal.SIGINT, 7, "r", "--runtime mqtt")) == (
+        "interrupted by SIGINT after round 7; checkpoint and history saved in 'r' — continue with: adaptplan train "
+        "--out r --resume --runtime mqtt")
+    assert str(Interrupted(signal.SIGTERM, 3, "r")).endswith("continue with: adaptplan train --out r --resume")
+    assert str(Interrupted(signal.SIGTERM, 3, None)) == "interrupted by SIGTERM after round 3"
 
 
 def test_the_launcher_passes_a_user_error_through_and_terminates_a_rank_that_stays(ranks, tmp_path, capsys,

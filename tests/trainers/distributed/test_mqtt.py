@@ -471,11 +471,9 @@ def test_a_killed_device_rank_started_again_is_taken_back(tmp_path: Path) -> Non
     again, code, err, out = kill_and_start_again(tmp_path, ["--algorithm", "gas", "--active", "2", "--local-steps", "2"])
     assert again.returncode == 0 and again.stderr == "", again.stderr
     assert code == 130 and "Traceback" not in err, err
-    assert err.splitlines()[-2:] == [
+    assert err.splitlines()[-1] == (                  # rank 0 says it, once; the launcher adds nothing
         f"adaptplan train: interrupted by SIGINT after round {len(History.load(out).records)}; checkpoint and history "
-        f"saved in {str(out)!r} — continue with: adaptplan train --out {out} --resume",
-        f"adaptplan train: the run stopped; its last checkpoint is in {out}: continue with adaptplan train --out {out} "
-        "--resume --runtime mqtt"], err
+        f"saved in {str(out)!r} — continue with: adaptplan train --out {out} --resume --runtime mqtt"), err
     assert ("rank 3 (devices 1, 3, 5) came back as a new process; gas takes devices 1, 3, 5 back (from the global "
             "client model where there is one, else the initial weights)") in err, err
     records = History.load(out).records
