@@ -294,6 +294,13 @@ class SystemConfig:
     bandwidth_scale: float = option(1.0, "scale of every link rate", flag=None, low=0.0, high=MAX_SCALE, low_open=True)
 
 
+def resume_command(out: str, distributed: bool = False, transport: str = "gloo") -> str:
+    """``adaptplan train --out OUT --resume`` with what continues the run where it ran: nothing (the simulator),
+    ``--distributed`` (gloo) or ``--runtime mqtt``."""
+    flags = "" if not distributed else "--distributed" if transport == "gloo" else f"--runtime {transport}"
+    return f"adaptplan train --out {out} --resume {flags}".rstrip()
+
+
 @dataclass
 class RuntimeConfig:
     """Where the roles run: one process (the simulator), or ranks over torch.distributed (``transport`` gloo) or an
@@ -316,13 +323,9 @@ class RuntimeConfig:
         "one device rank's work in a round); the other ranks wait 1.5x this for rank 0's next command (must exceed "
         "rank 0's longest pause, e.g. an evaluation)", low=1.0, high=86400.0, unit="s", resumable=True)
 
-    @property
-    def resume_flags(self) -> str:
-        """What ``adaptplan train --out DIR --resume`` needs to continue a run of this runtime where it ran: nothing
-        (the simulator), ``--distributed`` (gloo) or ``--runtime mqtt``."""
-        if not self.distributed:
-            return ""
-        return "--distributed" if self.transport == "gloo" else f"--runtime {self.transport}"
+    def resume_command(self, out: str) -> str:
+        """The command that continues the run in ``out`` on this runtime (:func:`resume_command`)."""
+        return resume_command(out, self.distributed, self.transport)
 
     def check(self) -> None:
         """The fields' own checks, and that the distributed options come with --distributed."""

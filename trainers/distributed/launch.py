@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from trainers.config.train_config import RuntimeConfig
+from trainers.config.train_config import resume_command
 from trainers.distributed.environment import SECRET_ENV, SECRET_FILE_ENV, STORE_ENV
 from trainers.distributed.layout import EDGE_RANK, FED_RANK, RankLayout
 from trainers.distributed.session import EXIT_RANK_FAILED
@@ -151,9 +151,8 @@ def _exit_code(codes: list[int], layout: RankLayout, logs: Path, terminated: set
     finally:
         shutil.rmtree(logs, ignore_errors=True)
     if out and not interrupted and (Path(out) / "checkpoint.pt").exists():
-        flags = RuntimeConfig(distributed=True, transport=runtime).resume_flags
         print(f"adaptplan train: the run stopped; its last checkpoint is in {out}: continue with "
-              f"adaptplan train --out {out} --resume {flags}", file=sys.stderr)
+              f"{resume_command(out, distributed=True, transport=runtime)}", file=sys.stderr)
     return codes[0] if codes[0] > 0 else EXIT_RANK_FAILED
 
 

@@ -435,7 +435,7 @@ class Trainer:
                         save_checkpoint(self.state_dict(t, wall), out)
                     if signum is not None:
                         status = "KILLED"
-                        raise Interrupted(signum, t, out, c.runtime.resume_flags)
+                        raise Interrupted(signum, t, out, c.runtime.resume_command(out) if out else "")
             self._final_evaluation()
             self._save_history(out)
             self._save_plot(out)

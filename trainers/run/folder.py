@@ -127,13 +127,12 @@ class RunFolder:
 
 
 class Interrupted(Exception):
-    """The run stopped at a round boundary on a signal; ``round`` is the last completed round; ``runtime_flags``
-    (``--distributed``, ``--runtime mqtt``) complete the command that continues it."""
+    """The run stopped at a round boundary on a signal; ``round`` is the last completed round; ``resume`` the
+    command that continues it from ``saved`` (:func:`trainers.config.train_config.resume_command`)."""
 
-    def __init__(self, signum: int, round_index: int, saved: str | None, runtime_flags: str = "") -> None:
+    def __init__(self, signum: int, round_index: int, saved: str | None, resume: str = "") -> None:
         self.signum, self.round, self.saved = signum, round_index, saved
         name = signal.Signals(signum).name
-        resume = " ".join(["adaptplan train --out", str(saved), "--resume", runtime_flags]).rstrip()
         where = f"; checkpoint and history saved in {saved!r} — continue with: {resume}" if saved else ""
         super().__init__(f"interrupted by {name} after round {round_index}{where}")
 

@@ -730,12 +730,15 @@ def test_the_resume_command_names_the_runtime_the_run_ran_on() -> None:
     from trainers.config.train_config import RuntimeConfig
     from trainers.run.folder import Interrupted
 
-    assert [RuntimeConfig().resume_flags, RuntimeConfig(distributed=True).resume_flags,
-            RuntimeConfig(distributed=True, transport="mqtt").resume_flags] == ["", "--distributed", "--runtime mqtt"]
-    assert str(Interrupted(signal.SIGINT, 7, "r", "--runtime mqtt")) == (
-        "interrupted by SIGINT after round 7; checkpoint and history saved in 'r' — continue with: adaptplan train "
-        "--out r --resume --runtime mqtt")
-    assert str(Interrupted(signal.SIGTERM, 3, "r")).endswith("continue with: adaptplan train --out r --resume")
+    assert [RuntimeConfig().resume_command("r"), RuntimeConfig(distributed=True).resume_command("r"),
+            RuntimeConfig(distributed=True, transport="mqtt").resume_command("r")] == [
+        "adaptplan train --out r --resume", "adaptplan train --out r --resume --distributed",
+        "adaptplan train --out r --resume --runtime mqtt"]
+    assert str(Interrupted(signal.SIGINT, 7, "r", RuntimeConfig(distributed=True, transport="mqtt").resume_command("r"))) \
+        == ("interrupted by SIGINT after round 7; checkpoint and history saved in 'r' — continue with: adaptplan train "
+            "--out r --resume --runtime mqtt")
+    assert str(Interrupted(signal.SIGTERM, 3, "r", RuntimeConfig().resume_command("r"))).endswith(
+        "continue with: adaptplan train --out r --resume")
     assert str(Interrupted(signal.SIGTERM, 3, None)) == "interrupted by SIGTERM after round 3"
 
 
