@@ -413,7 +413,6 @@ def kill_and_start_again(tmp_path: Path, argv: list[str], rounds_back: int = 6) 
     number of rounds, so however long the new process takes to start (seconds of torch import on a
     slow machine) it comes back within the run. Returns (the new process's result, the run's exit
     code, the run's stderr, the run folder)."""
-    import json
     import os
     import signal
 
@@ -441,10 +440,9 @@ def kill_and_start_again(tmp_path: Path, argv: list[str], rounds_back: int = 6) 
         while True:
             assert proc.poll() is None and again.poll() is None, "".join(lines)
             assert time.monotonic() < deadline, "rank 3 did not come back within 180 s: " + "".join(lines)
-            back = next((n for n, line in enumerate(lines) if "came back as a new process" in line), None)
-            if back is not None:
-                with contextlib.suppress(OSError, ValueError):
-                    done = len(json.loads((out / "history.json").read_text(encoding="utf-8"))["records"])
+            if any("came back as a new process" in line for line in lines):
+                with contextlib.suppress(OSError, ValueError):             # no history yet (InputError: a ValueError)
+                    done = len(History.load(out).records)
                     if back_round is None:
                         back_round = done
                     if done >= back_round + rounds_back:
