@@ -89,7 +89,8 @@ class ServerPasses(Protocol):
 
     def cut_gradients(self, arrivals: Sequence[Activation],
                       loss_of: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor]) -> dict[int, torch.Tensor]:
-        """Each arrival's ∂L_i/∂a_i at the current server weights (before the step)."""
+        """Each arrival's ∂L_i/∂a_i of ``loss_of``'s L_i at the current server weights (GAPSL: before its step;
+        CycleSL: θ_S^{t+1}), in passes of the runtime's size."""
 
     def pooled_pass(self, arrivals: Sequence[Activation],
                     device_loss: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor],

@@ -23,7 +23,7 @@ over devices of [w_{c,i}; θ_S]; SFL base — the global model of the last aggre
 
 from __future__ import annotations
 
-from typing import Sequence, cast
+from typing import Sequence
 
 import torch
 from torch import nn
@@ -94,11 +94,13 @@ class CycleSL(Strategy):
         # spec A.8: T_srv = [E·n_S·(ρ_s + ϖ_s) + n_S·(ρ_s + ϖ_s^in)]/f_s; the runtime charges the gradient pass
         # (one forward+backward per arrival, ϖ_s^in ≤ ϖ_s), the server phase's E·n_S samples are charged here
         ctx.charge_server(devices[0], samples=samples)
-        p = edge.run(arrivals)                                                                  # θ_S^{t+1}, frozen
-        losses = {d: mean_ce(p.logits[d], p.labels[d]) for d in devices}
-        for d, loss in losses.items():
-            ctx.record_loss(d, loss)
-        grads = p.cut_gradients(cast(torch.Tensor, sum(losses.values())))                     # CSL-5
+
+        def own_loss(device: int, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+            loss = mean_ce(logits, labels)           # L_i at θ_S^{t+1}, the device's reported training loss
+            ctx.record_loss(device, loss)
+            return loss
+
+        grads = edge.cut_gradients(arrivals, own_loss)                                         # CSL-5, θ_S^{t+1} frozen
         if self.base == "sglr":
             grads = common_gradient_rows(ctx, arrivals, grads)                                 # CSL-8
         return [answer(a, grads[a.device]) for a in arrivals]

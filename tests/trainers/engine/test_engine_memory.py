@@ -18,7 +18,7 @@ from trainers.strategies import make_strategy
 
 torch.set_num_threads(1)
 DEVICES, BATCH = 12, 8
-CHUNKED = ("adaptsfl", "sfl-v1", "psl", "scala", "gas")   # their server passes are served in chunks
+CHUNKED = ("adaptsfl", "sfl-v1", "psl", "scala", "gas", "cyclesl")   # their server passes are served in chunks
 
 
 def data() -> DeviceData:
@@ -54,15 +54,16 @@ def test_a_barrier_served_in_chunks_trains_the_same_parameters(algorithm) -> Non
     chunked = trained(algorithm, server_pass_samples=3 * BATCH - 1, client_recompute="on")   # chunks of 2 devices
     if algorithm in CHUNKED:     # the mean loss's gradient summed chunk by chunk: equal up to float rounding
         assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(one_pass, chunked))
-    else:                        # their own server passes are never chunked (CycleSL's are b_S = b by design)
+    else:                        # their own server passes are never chunked
         assert all(torch.equal(a, b) for a, b in zip(one_pass, chunked))
 
 
 @pytest.mark.parametrize("algorithm, options, rounds", [
     ("scala", {"participation": 0.5}, 4),                 # 6 participants × 8 samples: chunks of 2 devices
     ("gas", {"active": 6, "local_steps": 1}, 12),        # GAS-8 over 6 × 8 buffered + generated features
+    ("cyclesl", {"participation": 0.5}, 4),               # CSL-5's pass at the frozen θ_S (CSL-4's steps: b_S = b)
 ])
-def test_scala_and_gas_server_passes_in_chunks_train_the_same_parameters(algorithm, options, rounds, monkeypatch) -> None:
+def test_scala_gas_and_cyclesl_server_passes_in_chunks_train_the_same_parameters(algorithm, options, rounds, monkeypatch) -> None:
     passes: list[int] = []
     run, run_features = EdgeServer.run, EdgeServer.run_features
     monkeypatch.setattr(EdgeServer, "run", lambda self, arrivals, concatenate=True: passes.append(

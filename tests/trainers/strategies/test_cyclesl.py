@@ -143,8 +143,12 @@ def test_clients_answered_by_the_updated_server_without_reforward() -> None:
         return captured["replies"]
 
     engine.strategy.serve = spy
-    engine.run_round(1)
+    stats = engine.run_round(1)
     assert forwards == [1] * N                                            # one client forward per round
+    # the round reports the participants' mean of their own mean CE at the updated frozen server (CSL-5's L_i)
+    with torch.no_grad():
+        at_post = [nn.functional.cross_entropy(captured["post"](a.tensor), a.labels) for a in captured["arrivals"]]
+    assert stats.loss == pytest.approx(float(sum(at_post)) / N, rel=1e-6)
     # the gradient pass does not move the server: the live server is the post-phase snapshot
     assert torch.equal(flat(server_of(engine)), flat(captured["post"]))
     assert not torch.equal(flat(captured["pre"]), flat(captured["post"]))
