@@ -32,13 +32,15 @@ def repartition(engine: Engine, new: list[int], round_index: int) -> None:
     def state(d: int, j: int) -> BlockState:
         return dev_up[d].blocks[j] if j < old[d] else edge_up[d].blocks[j]
 
+    old_deepest, new_deepest = max(old), max(new)
+
     def source(d: int, j: int) -> tuple:
-        return ("device", d) if j < old[d] else ("edge", engine.edge.key(d, j, old))
+        return ("device", d) if j < old[d] else ("edge", engine.edge.key(d, j, old_deepest))
 
     edge_msgs = []
     for key in engine.edge.layout(new):
         j = key[1]
-        members = [d for d in range(engine.num_devices) if new[d] <= j and engine.edge.key(d, j, new) == key]
+        members = [d for d in range(engine.num_devices) if new[d] <= j and engine.edge.key(d, j, new_deepest) == key]
         sources: dict[tuple, list[int]] = {}
         for d in members:
             sources.setdefault(source(d, j), []).append(d)

@@ -379,7 +379,7 @@ class EdgeServer:
         self.optimizer_spec = optimizer
         self.concatenate = concatenate and not has_batch_coupling(template)
         self.pass_samples = pass_samples
-        self.cuts = list(cuts)
+        self.cuts = cuts
         self.instances: dict[Key, nn.Module] = {k: shared_copy(template[k[1]]) for k in self.layout(self.cuts)}
         self.shared: set[Key] = set(self.instances)
         """Instances whose tensors are the template's or a download's, shared with the others (SFL-V1's
@@ -391,15 +391,27 @@ class EdgeServer:
         self._build_optimizers()
 
     # ---- layout -------------------------------------------------------------------------------------
-    def key(self, device: int, block: int, cuts: Sequence[int] | None = None) -> Key:
-        cuts = self.cuts if cuts is None else cuts
-        return (self.owner_of(device, block, max(cuts)), block)
+    @property
+    def cuts(self) -> tuple[int, ...]:
+        """ℓ_i per device."""
+        return self._cuts
+
+    @cuts.setter
+    def cuts(self, cuts: Sequence[int]) -> None:
+        self._cuts = tuple(int(c) for c in cuts)
+        self._deepest = max(self._cuts, default=0)     # L_c of the owners' rule, asked for every instance a pass runs
+
+    def key(self, device: int, block: int, deepest: int | None = None) -> Key:
+        """The instance device ``device`` runs block ``block`` on; ``deepest``: L_c of the layout (default: the
+        current cuts')."""
+        return (self.owner_of(device, block, self._deepest if deepest is None else deepest), block)
 
     def layout(self, cuts: Sequence[int]) -> list[Key]:
         keys: dict[Key, None] = {}
+        deepest = max(cuts, default=0)
         for d, c in enumerate(cuts):
             for j in range(c, self.num_blocks):
-                keys[self.key(d, j, cuts)] = None
+                keys[self.key(d, j, deepest)] = None
         return list(keys)
 
     def _build_optimizers(self, carried: dict[nn.Parameter, dict[str, Any]] | None = None) -> None:
@@ -677,7 +689,7 @@ class EdgeServer:
             old_instances, carried = self.instances, {}
             for opt in self.optimizers.values():
                 carried.update({p: s for p, s in zip(opt.params, opt.param_states(opt.params)) if s})
-            self.cuts = list(new_cuts)
+            self.cuts = new_cuts
             self.instances = {k: old_instances[k] if k in old_instances else shared_copy(self.template[k[1]])
                               for k in self.layout(self.cuts)}
             self.shared = (self.shared & set(self.instances)) | (set(self.instances) - set(old_instances))
@@ -700,7 +712,7 @@ class EdgeServer:
                 "optimizers": {o: opt.state_dict() for o, opt in self.optimizers.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.cuts = [int(c) for c in state["cuts"]]
+        self.cuts = state["cuts"]
         self.instances = {}
         self.shared = set()
         for key, sd in zip(state["keys"], state["instances"]):

@@ -148,7 +148,8 @@ def test_a_nan_gradient_is_refused_by_the_device() -> None:
     assert torch.equal(flat(engine.devices[0].blocks), before)          # no step was taken with it
 
 
-def test_repartition_keeps_global_model_output() -> None:
+@pytest.mark.parametrize("new_cuts", [[5, 1, 9], [5, 1, 10]])   # L_c 7 → 9, 10: block 9 (weights) turns per-device
+def test_repartition_keeps_global_model_output(new_cuts) -> None:
     engine = make_engine("adaptsfl", [2, 4, 7], devices=3, interval=2, momentum=0.9)
     for t in (1, 2):
         stats = engine.run_round(t)
@@ -157,14 +158,14 @@ def test_repartition_keeps_global_model_output() -> None:
     with torch.no_grad():
         before = engine.averaged_model()(x)
         per_device_before = [engine.device_model(d)(x) for d in range(3)]
-    engine.set_cuts([5, 1, 9])
+    engine.set_cuts(new_cuts)
     with torch.no_grad():
         after = engine.averaged_model()(x)
         per_device_after = [engine.device_model(d)(x) for d in range(3)]
     assert torch.equal(before, after)
     for a, b in zip(per_device_before, per_device_after, strict=True):
         assert torch.equal(a, b)
-    assert engine.deepest_cut == 9 and engine.cuts == [5, 1, 9]
+    assert engine.deepest_cut == max(new_cuts) and engine.cuts == new_cuts
     # momentum buffers were carried: every optimizer of every role has state for its parameters
     optimizers = [d.optimizer.torch for d in engine.devices] + [o.torch for o in engine.edge.optimizers.values()]
     for opt in optimizers:

@@ -105,6 +105,22 @@ def test_chunks_hold_at_most_the_budget_in_order() -> None:
     assert len(coupled.chunks(arrivals)) == 1       # batch statistics span the pass: never chunked
 
 
+def test_a_layout_is_keyed_by_its_own_deepest_cut() -> None:
+    """AdaptSFL's rule (w_{n,i} per device below L_c, w_s shared from it): the layout of other cuts — a
+    re-partition's new ones — is keyed by their L_c, not by the current cuts', and setting the cuts moves the
+    default with them."""
+    from trainers.strategies import AdaptSFL
+
+    template = cnn(1, 8, 3, width=4)
+    L = len(template)
+    edge = EdgeServer(template, [1, 1], AdaptSFL().server_owner, _sgd())
+    assert edge.layout([1, 1]) == [(None, j) for j in range(1, L)]
+    assert edge.layout([1, 3]) == [(0, 1), (0, 2)] + [(None, j) for j in range(3, L)]
+    assert edge.key(0, 1) == (None, 1) and edge.key(0, 1, 3) == (0, 1)
+    edge.cuts = [1, 3]
+    assert edge.cuts == (1, 3) and edge.key(0, 1) == (0, 1) and edge.key(0, 3) == (None, 3)
+
+
 def _sgd():
     from trainers.roles.optim import OptimizerSpec
 
