@@ -18,7 +18,8 @@ A round (docs/architecture.md "The runtime"), and the decision points it asks th
    the replies (a skip drops the device's step without an update). ``server_step`` states what the
    server computes, as data: ``"parallel"`` (the default ``serve``, eqs. 3–5, which the runtime may run one
    part of the barrier at a time as the devices forward, :class:`ParallelStep`) or ``"own"`` (a strategy with its own
-   ``serve``, given the whole barrier).
+   ``serve``, given the whole barrier). A strategy whose own replies depend on each device alone gives them part
+   by part too: ``barrier_step(edge, ctx, devices)`` returns its :class:`BarrierStep` (GAPSL), else None.
 5. ``after_group(ctx, group) -> [Handoff]`` — client models passed between devices (SL).
 6. ``aggregation(ctx) -> Aggregation | None`` — client-side model averaging: which blocks,
    weights (|𝒟_i| or equal), whose models, and who receives the average (participants or all).
@@ -53,7 +54,7 @@ from trainers.roles.optim import OptimizerSpec
 __all__ = ["Activation", "CutGradient", "ModelUpload", "NonFiniteError", "ServerPasses", "ModelViews", "ServerPass",
            "OptimizerSpec", "InputError",
            "RoundContext", "Aggregation", "Handoff", "Strategy", "AsyncStrategy", "answer", "skip", "mean_ce",
-           "logit_adjusted_ce", "label_prior", "ParallelStep", "parallel_step", "every_interval", "sample_devices",
+           "logit_adjusted_ce", "label_prior", "BarrierStep", "ParallelStep", "parallel_step", "every_interval", "sample_devices",
            "is_int", "is_finite_number"]
 
 
@@ -291,6 +292,19 @@ def logit_adjusted_ce(logits: torch.Tensor, labels: torch.Tensor, prior: torch.T
     return nn.functional.cross_entropy(logits + tau * torch.log(prior.to(logits.device, logits.dtype) + eps), labels)
 
 
+class BarrierStep(Protocol):
+    """A barrier's server step in parts (:meth:`Strategy.barrier_step`): ``serve_part`` is given consecutive parts
+    of the barrier's arrivals (in arrival order, each arrival once) and returns each part's replies, final when
+    given (they may depend only on that part's devices and the pre-step server weights); ``finish`` is called once
+    every part is served and does the rest of the step."""
+
+    def serve_part(self, part: Sequence[Activation]) -> list[CutGradient]:
+        """The replies to ``part``."""
+
+    def finish(self) -> None:
+        """The step that needs every part (the shared server weights)."""
+
+
 class ParallelStep:
     """Eqs. (3)–(5) over the arrivals of one barrier, served a part at a time: every part at the
     same (pre-update) server weights, its devices' losses back-propagated at once, per-device
@@ -405,6 +419,12 @@ class Strategy:
 
     def serve(self, edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Activation]) -> list[CutGradient]:
         return parallel_step(edge, ctx, arrivals)
+
+    def barrier_step(self, edge: ServerPasses, ctx: RoundContext, devices: Sequence[int]) -> BarrierStep | None:
+        """This barrier's server step in parts (``devices``: all of the barrier's, before any part), which the
+        runtime may feed a part at a time as the devices forward; None: :meth:`serve` takes the whole barrier.
+        The default parallel step (``server_step = "parallel"``) is a :class:`ParallelStep`."""
+        return ParallelStep(edge, ctx, devices) if self.server_step == "parallel" else None
 
     def flush(self, edge: ServerPasses, ctx: RoundContext) -> list[CutGradient]:
         """Replies still owed after the group's arrivals were all served."""

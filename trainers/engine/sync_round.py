@@ -5,7 +5,8 @@ server serves them as the strategy's ``server_mode`` says (``barrier``: all at o
 ``arrival``: one at a time in arrival order, busy while it works) — the default parallel step
 (``server_step = "parallel"``) chunk by chunk as the devices forward where the runtime may (the devices of a chunk
 forward only once the chunk before is answered), a strategy's own ``serve`` with the whole barrier; the replies go
-back and the devices back-propagate. SL's hand-offs pass a client model on between groups. Every stage is charged
+back and the devices back-propagate. A strategy's step in parts (``barrier_step``: the default parallel step, GAPSL's)
+is fed a chunk at a time, each chunk's replies delivered at once. SL's hand-offs pass a client model on between groups. Every stage is charged
 on the round's :class:`~trainers.engine.clock.StageLedger` and the engine's byte counters.
 """
 
@@ -19,7 +20,7 @@ from trainers.roles.messages import Activation, CutGradient, MessageMismatchErro
 from trainers.roles.protocol import FED, Forward, Send, Take, Upload
 
 if TYPE_CHECKING:  # pragma: no cover
-    from trainers.api import Handoff, ParallelStep, RoundContext
+    from trainers.api import BarrierStep, Handoff, RoundContext
 
 Engine = Any
 """A :class:`trainers.engine.split_engine.SplitEngine` (not imported: the engine imports this module)."""
@@ -106,7 +107,7 @@ class GroupRun:
         self._deliver()
         return self._replies_done()
 
-    def _streamed_barrier(self, stream: "ParallelStep") -> float:
+    def _streamed_barrier(self, stream: "BarrierStep") -> float:
         """A barrier served as its devices forward: the devices, in their simulated arrival order, cut into the
         server's chunks (``EdgeServer.chunked``, each device's min(b_i, |𝒟_i|) samples); a chunk's devices forward
         only once the chunk before is served and answered, so the round holds one chunk's activations and client
@@ -126,15 +127,13 @@ class GroupRun:
         return self._replies_done()
 
     def _serve_barrier(self, arrivals: list[Activation]) -> list[CutGradient]:
-        """A whole barrier: the default parallel step (``server_step = "parallel"``) in the server's passes, each
-        pass's replies delivered at once (:meth:`_answer_early`), so the round holds one pass's replies and graphs;
-        a strategy's own ``serve`` with every arrival. The replies still to take."""
+        """A whole barrier: the strategy's step in parts (``barrier_step``; the default parallel step) in the server's
+        passes, each pass's replies delivered at once (:meth:`_answer_early`), so the round holds one pass's replies
+        and graphs; else its own ``serve`` with every arrival. The replies still to take."""
         s, edge = self.engine.strategy, self.engine.edge
-        if s.server_step != "parallel":
+        step = s.barrier_step(edge, self.ctx, [a.device for a in arrivals])
+        if step is None:
             return list(s.serve(edge, self.ctx, arrivals))
-        from trainers.api import ParallelStep
-
-        step = ParallelStep(edge, self.ctx, [a.device for a in arrivals])
         for part in edge.chunks(arrivals):
             self._answer_early(step.serve_part(part))
         step.finish()
@@ -248,18 +247,16 @@ class GroupRun:
         return end
 
 
-def chunk_server(engine: Engine, ctx: "RoundContext", group: list[int]) -> "ParallelStep | None":
-    """How the runtime serves this barrier chunk by chunk as its devices forward: a
-    :class:`~trainers.api.ParallelStep` where the strategy's server step is the default parallel one
-    (``server_step = "parallel"``, whose chunks are independent until the final step) and the runtime may (a
-    barrier, :attr:`_may_stream`, no BatchNorm: ``EdgeServer.concatenate``); else None (the whole barrier goes
-    to the strategy's ``serve``)."""
-    from trainers.api import ParallelStep
-
+def chunk_server(engine: Engine, ctx: "RoundContext", group: list[int]) -> "BarrierStep | None":
+    """How the runtime serves this barrier chunk by chunk as its devices forward: the strategy's step in parts
+    (``barrier_step``: a :class:`~trainers.api.ParallelStep` for the default parallel one, whose chunks are
+    independent until the final step; GAPSL's) where it has one and the runtime may (a barrier,
+    :attr:`_may_stream`, no BatchNorm: ``EdgeServer.concatenate``); else None (the whole barrier is forwarded
+    first)."""
     s = engine.strategy
-    if s.server_step != "parallel" or s.server_mode != "barrier" or not engine._may_stream or not engine.edge.concatenate:
+    if s.server_mode != "barrier" or not engine._may_stream or not engine.edge.concatenate:
         return None
-    return ParallelStep(engine.edge, ctx, group)
+    return s.barrier_step(engine.edge, ctx, group)
 
 
 def _never_answered(engine: Engine, pending: dict) -> None:

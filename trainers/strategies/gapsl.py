@@ -34,11 +34,14 @@ Per-round metrics: K^t, |Ŝ|, the mean pairwise angle (A.3.6).
 Memory (``detached`` and ``gradient_step``): the round holds one S × P matrix of the g_i, each written
 into its row as its device's pass ends (:meth:`EdgeServer.gradient_rows`); the angles come from its
 Gram products and norms, g_lead and the server step from weighted sums of its rows, so no part of
-it is copied; the replies' cut gradients ∂L_i/∂a_i at the pre-update w_s come from the runtime
-(:meth:`EdgeServer.cut_gradients`: kept from the per-device passes when every device is answered, the default
-``plain``, or when few; else one more server pass over the devices answered where that is harmless). The
-results equal the per-device formulas up to float rounding (tests/trainers/strategies/test_gapsl.py). ``double_backprop``
-keeps every device's g_i with its graph, as eq. (7) needs.
+it is copied. With ``excluded_update = plain`` each reply is the device's own ∂L_i/∂a_i at the pre-update w_s,
+taken from the backward that gave its g_i and final whatever Ŝ turns out to be, so the runtime may serve the
+barrier a part at a time as the devices forward (:class:`GradientRowsStep`, :meth:`GAPSL.barrier_step`): a round
+then holds the matrix and one part's activations and replies, whatever N. With ``none`` the replies (Ŝ's alone)
+come from the runtime after the selection (:meth:`EdgeServer.cut_gradients`: kept from the per-device passes
+when few; else one more server pass over the devices answered where that is harmless). The results equal the
+per-device formulas up to float rounding (tests/trainers/strategies/test_gapsl.py). ``double_backprop`` keeps
+every device's g_i with its graph, as eq. (7) needs.
 """
 
 from __future__ import annotations
@@ -50,7 +53,20 @@ import numpy as np
 import torch
 from torch import nn
 
-from trainers.api import Activation, CutGradient, InputError, ModelViews, NonFiniteError, RoundContext, ServerPasses, Strategy, answer, mean_ce, skip
+from trainers.api import (
+    Activation,
+    BarrierStep,
+    CutGradient,
+    InputError,
+    ModelViews,
+    NonFiniteError,
+    RoundContext,
+    ServerPasses,
+    Strategy,
+    answer,
+    mean_ce,
+    skip,
+)
 
 EPS = 1e-12
 GRAM_BLOCK = 128   # rows per band of gram(): 128 was the fastest of 32–256 for 1,000 × 187,914 on one CPU thread
@@ -143,21 +159,41 @@ class GAPSL(Strategy):
                    "mean_pairwise_angle": float(off_diag.mean())}
         return aligned, lead, metrics
 
+    def barrier_step(self, edge: ServerPasses, ctx: RoundContext, devices: Sequence[int]) -> BarrierStep | None:
+        """With ``excluded_update = plain`` every device's reply is its own ∂L_i/∂a_i at the pre-update w_s, whatever
+        Ŝ turns out to be, so the barrier may be served in parts (:class:`GradientRowsStep`; ``detached`` and
+        ``gradient_step`` GDA); ``none`` answers Ŝ alone and ``double_backprop`` needs every graph: None."""
+        return GradientRowsStep(self, edge, ctx, devices) if self.answers_each_alone else None
+
+    @property
+    def answers_each_alone(self) -> bool:
+        """Whether each reply is the device's own ∂L_i/∂a_i at the pre-update w_s (:meth:`barrier_step`)."""
+        return self.excluded_update == "plain" and self.gda != "double_backprop"
+
     def serve(self, edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Activation]) -> list[CutGradient]:
+        if self.answers_each_alone:                                              # the whole barrier as one part
+            step = GradientRowsStep(self, edge, ctx, [a.device for a in arrivals])
+            replies = step.serve_part(arrivals)
+            step.finish()
+            return replies
         if self.gda == "double_backprop":
             return self._serve_double_backprop(edge, ctx, arrivals)
-        devices = [a.device for a in arrivals]
-        every = self.excluded_update == "plain"                                  # every device gets ∂L_i/∂a_i
-        flat, losses = edge.gradient_rows(arrivals, _loss, answers_all=every)     # g_i and L_i (A.3.4)
+        devices = [a.device for a in arrivals]                                    # excluded_update = none
+        flat, losses = edge.gradient_rows(arrivals, _loss)                        # g_i and L_i (A.3.4)
         for d, loss in zip(devices, losses):
             ctx.record_loss(d, loss)
         aligned, lead = self._select(flat, devices, ctx)
-        answered = arrivals if every else [arrivals[i] for i in aligned]
-        cut = edge.cut_gradients(answered, _loss)                                  # ∂L_i/∂a_i at w_s^{t−1}
+        cut = edge.cut_gradients([arrivals[i] for i in aligned], _loss)           # ∂L_i/∂a_i at w_s^{t−1}, Ŝ only
+        self.add_server_gradient(edge, ctx, flat, devices, aligned, lead)
+        return self._step_and_reply(edge, ctx, arrivals, aligned, flat.shape, cut)
+
+    def add_server_gradient(self, edge: ServerPasses, ctx: RoundContext, flat: torch.Tensor, devices: Sequence[int],
+                            aligned: Sequence[int], lead: torch.Tensor) -> None:
+        """Eq. (8)'s server gradient from the S × P matrix (:meth:`server_gradient`, :meth:`term_weights`), added
+        to w_s's."""
         params = edge.parameters(devices[0])
         weights = self.term_weights(ctx, [devices[i] for i in aligned])
         edge.add_gradients(params, _unflatten(self.server_gradient(flat, aligned, lead, weights), params))
-        return self._step_and_reply(edge, ctx, arrivals, aligned, flat.shape, cut)
 
     def _step_and_reply(self, edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Activation],
                         aligned: Sequence[int], shape: torch.Size, cut: dict[int, torch.Tensor]) -> list[CutGradient]:
@@ -256,6 +292,41 @@ class GAPSL(Strategy):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.nu_min, self.nu_max = float(state["nu_min"]), float(state["nu_max"])
+
+
+class GradientRowsStep:
+    """GAPSL's server step for a barrier in parts (:meth:`GAPSL.barrier_step`): each part's g_i written into its rows of
+    the barrier's S × P matrix and its L_i, from per-device passes (A.3.4), and its replies, each device's own
+    ∂L_i/∂a_i at the pre-update w_s from the same backward; once every part is in, LGI and GDA on the whole
+    matrix (eqs. 1–6) and the server step (eq. 8). Rows follow the order the parts come in (arrival order), as
+    one whole-barrier part would have them."""
+
+    def __init__(self, strategy: GAPSL, edge: ServerPasses, ctx: RoundContext, devices: Sequence[int]) -> None:
+        self.strategy, self.edge, self.ctx, self.size = strategy, edge, ctx, len(devices)
+        self.rows: torch.Tensor | None = None       # S × P, allocated with the first part's rows
+        self.order: list[int] = []                  # the devices of the rows written so far
+        self.batches: list[int] = []
+
+    def serve_part(self, part: Sequence[Activation]) -> list[CutGradient]:
+        rows, losses = self.edge.gradient_rows(part, _loss, answers_all=True)   # every device answered: cuts kept
+        if self.rows is None:
+            self.rows = rows.new_zeros(self.size, rows.shape[1])
+        self.rows[len(self.order):len(self.order) + len(part)] = rows
+        for a, loss in zip(part, losses):
+            self.ctx.record_loss(a.device, loss)
+            self.order.append(a.device)
+            self.batches.append(a.batch_size)
+        cut = self.edge.cut_gradients(part, _loss)                                 # ∂L_i/∂a_i at w_s^{t−1}
+        return [answer(a, cut[a.device]) for a in part]
+
+    def finish(self) -> None:
+        if self.rows is None:
+            return
+        s, flat = self.strategy, self.rows[:len(self.order)]
+        aligned, lead = s._select(flat, self.order, self.ctx)
+        s.add_server_gradient(self.edge, self.ctx, flat, self.order, aligned, lead)
+        self.edge.step(self.edge.owners(self.order))
+        s.charge(self.ctx, self.order[0], flat.shape, [self.batches[i] for i in aligned])
 
 
 def _loss(device: int, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

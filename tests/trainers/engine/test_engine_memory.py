@@ -232,6 +232,7 @@ def test_a_chunked_barrier_lets_each_chunks_devices_go_on_before_the_next_chunk(
 
 # ---- a barrier served as its devices forward (server_step = "parallel") ----------------------------
 STREAMED = ("sfl-v1", "adaptsfl", "psl", "sl")      # the default serve: chunks independent until the final step
+IN_PARTS = STREAMED + ("gapsl",)                    # GAPSL's own step in parts (each reply its device's alone)
 
 
 def whole_barrier(algorithm: str):
@@ -240,6 +241,9 @@ def whole_barrier(algorithm: str):
 
     class Whole(STRATEGIES[algorithm]):
         server_step = "own"           # the default serve, given the whole barrier
+
+        def barrier_step(self, edge, ctx, devices):
+            return None               # GAPSL's serve, given the whole barrier
 
     return Whole
 
@@ -275,7 +279,7 @@ def streamed_run(algorithm: str, whole: bool, monkeypatch, cuts=None, rounds: in
 
 
 @pytest.mark.parametrize("algorithm, cuts", [("sfl-v1", None), ("adaptsfl", [1, 2, 3] * (DEVICES // 3)), ("psl", None),
-                                             ("sl", None), ("sfl-v2", None)])
+                                             ("sl", None), ("sfl-v2", None), ("gapsl", None)])
 def test_a_barrier_served_as_its_devices_forward_trains_bit_for_bit_what_the_whole_barrier_does(
         algorithm, cuts, monkeypatch) -> None:
     """Same parameters, losses, bytes, samples and simulated seconds (per stage too) as forwarding
@@ -309,6 +313,9 @@ def test_each_chunks_devices_forward_only_once_the_chunk_before_is_answered(monk
     streamed_run("sfl-v2", False, monkeypatch, rounds=1)       # served on arrival: each chunk's two, then their replies
     assert log == ["fwd", "fwd", "pass", "pass", "reply", "reply"] * (DEVICES // 2) and max_waiting(log) == 2
     log.clear()
+    streamed_run("gapsl", False, monkeypatch, rounds=1)        # its step in parts: each device's own cut gradient
+    assert [e for e in log if e != "pass"] == ["fwd", "fwd", "reply", "reply"] * (DEVICES // 2) and max_waiting(log) == 2
+    log.clear()
     streamed_run("sfl-v1", True, monkeypatch, rounds=1)
     assert log[:DEVICES + 1] == ["fwd"] * DEVICES + ["pass"] and max_waiting(log) == DEVICES
     log.clear()
@@ -328,20 +335,31 @@ def max_waiting(log: list[str]) -> int:
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
-def test_only_the_default_serve_is_streamed(algorithm) -> None:
+def test_only_the_default_serve_and_gapsls_plain_step_are_streamed(algorithm) -> None:
     """The runtime serves chunk by chunk (a ParallelStep) exactly where the strategy's server step is the default
-    parallel one; an algorithm with its own serve (GAPSL, SCALA, CycleSL, GAS, SGLR, and SFL-V2's arrival mode)
-    gets the whole barrier."""
+    parallel one, and GAPSL's step in parts where each reply is its device's own (excluded_update = plain, not
+    double_backprop); an algorithm with its own serve (SCALA, CycleSL, GAS, SGLR, and SFL-V2's arrival mode) gets
+    the whole barrier."""
     from trainers.api import ParallelStep, Strategy
+    from trainers.engine.sync_round import chunk_server
+    from trainers.strategies.gapsl import GradientRowsStep
+
+    def stream_of(strategy):
+        engine = SplitEngine(cnn(1, 8, 3, width=4), [2] * DEVICES, strategy, data(), {"lr": 0.1}, BATCH)
+        return chunk_server(engine, engine.context(1), list(range(DEVICES)))
 
     strategy = make_strategy(algorithm)
-    engine = SplitEngine(cnn(1, 8, 3, width=4), [2] * DEVICES, strategy, data(), {"lr": 0.1}, BATCH)
-    from trainers.engine.sync_round import chunk_server
-    stream = chunk_server(engine, engine.context(1), list(range(DEVICES)))
+    stream = stream_of(strategy)
     default = type(strategy).serve is Strategy.serve and strategy.server_mode == "barrier"   # read off the code
     assert (strategy.server_step == "parallel" and strategy.server_mode == "barrier") is default
     assert isinstance(stream, ParallelStep) is default
     assert default is (algorithm in STREAMED + ("sfl-v2",) and algorithm != "sfl-v2")
+    assert (stream is not None) is (algorithm in IN_PARTS)
+    if algorithm == "gapsl":
+        assert isinstance(stream, GradientRowsStep)
+        for options in ({"excluded_update": "none"}, {"gda": "double_backprop"}):
+            assert stream_of(make_strategy("gapsl", options)) is None
+        assert isinstance(stream_of(make_strategy("gapsl", {"gda": "gradient_step"})), GradientRowsStep)
 
 
 # ---- devices whose models are equal share one copy until they diverge ----------------------------------

@@ -104,9 +104,11 @@ def reference_gapsl(data: DeviceData, rounds: int, total: int, k_min: float, k_m
     return clients, server, log
 
 
-def make_gapsl_engine(data: DeviceData, total: int, **options) -> SplitEngine:
+def make_gapsl_engine(data: DeviceData, total: int, pass_samples: int | None = None, **options) -> SplitEngine:
+    """``pass_samples``: the server's pass budget (default: the engine's)."""
+    memory = {} if pass_samples is None else {"server_pass_samples": pass_samples}
     return SplitEngine(small_model(), [CUT] * S, GAPSL(**options), data, {"lr": LR, "momentum": 0.0},
-                       batch_size=B, seed=0, total_rounds=total)
+                       batch_size=B, seed=0, total_rounds=total, **memory)
 
 
 def test_gapsl_matches_reference_from_the_spec() -> None:
@@ -346,6 +348,31 @@ def test_plain_update_of_the_excluded_devices_matches_the_reference(mode: str) -
     clients, server, log = reference_gapsl(data, rounds, rounds, 0.25, 0.75, 0.5, mode=mode, lam=0.5, excluded="plain")
     assert any(len(r["aligned"]) < S for r in log)
     assert all(not torch.equal(b, flat(d.blocks)) for b, d in zip(before, engine.devices))
+    assert torch.allclose(flat(*[engine.edge.instances[(None, j)] for j in range(CUT, 11)]),
+                          flat(server), atol=1e-5, rtol=0)
+    for i in range(S):
+        assert torch.allclose(flat(engine.devices[i].blocks), flat(clients[i]), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("mode", ["detached", "gradient_step"])
+def test_a_barrier_served_two_devices_at_a_time_matches_the_reference(mode: str, monkeypatch) -> None:
+    """excluded_update = plain: the runtime feeds GAPSL's step a part of 2 devices at a time as they forward
+    (GradientRowsStep); each part's devices get their replies before the next part forwards, and the S × P matrix,
+    the selection and the server step are still the whole barrier's (the reference's)."""
+    from trainers.strategies import gapsl
+
+    parts: list[int] = []
+    serve_part = gapsl.GradientRowsStep.serve_part
+    monkeypatch.setattr(gapsl.GradientRowsStep, "serve_part", lambda self, part: parts.append(len(part)) or serve_part(self, part))
+    data, rounds = make_data(S, "dirichlet"), 3
+    engine = make_gapsl_engine(data, rounds, pass_samples=2 * B, k_min=0.25, k_max=0.75, eta_th=0.5, gda=mode,
+                               gda_lambda=0.5)
+    stats = [engine.run_round(t) for t in range(1, rounds + 1)]
+    assert parts == [2, 2] * rounds
+    clients, server, log = reference_gapsl(data, rounds, rounds, 0.25, 0.75, 0.5, mode=mode, lam=0.5, excluded="plain")
+    assert any(len(r["aligned"]) < S for r in log)
+    for st, r in zip(stats, log):
+        assert st.metrics["aligned"] == len(r["aligned"]) and st.loss == pytest.approx(r["loss"], abs=1e-6)
     assert torch.allclose(flat(*[engine.edge.instances[(None, j)] for j in range(CUT, 11)]),
                           flat(server), atol=1e-5, rtol=0)
     for i in range(S):
