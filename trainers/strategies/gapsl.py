@@ -305,7 +305,6 @@ class GradientRowsStep:
         self.strategy, self.edge, self.ctx, self.size = strategy, edge, ctx, len(devices)
         self.rows: torch.Tensor | None = None       # S × P, allocated with the first part's rows
         self.order: list[int] = []                  # the devices of the rows written so far
-        self.batches: list[int] = []
 
     def serve_part(self, part: Sequence[Activation]) -> list[CutGradient]:
         rows, losses = self.edge.gradient_rows(part, _loss, answers_all=True)   # every device answered: cuts kept
@@ -315,7 +314,6 @@ class GradientRowsStep:
         for a, loss in zip(part, losses):
             self.ctx.record_loss(a.device, loss)
             self.order.append(a.device)
-            self.batches.append(a.batch_size)
         cut = self.edge.cut_gradients(part, _loss)                                 # ∂L_i/∂a_i at w_s^{t−1}
         return [answer(a, cut[a.device]) for a in part]
 
@@ -326,7 +324,7 @@ class GradientRowsStep:
         aligned, lead = s._select(flat, self.order, self.ctx)
         s.add_server_gradient(self.edge, self.ctx, flat, self.order, aligned, lead)
         self.edge.step(self.edge.owners(self.order))
-        s.charge(self.ctx, self.order[0], flat.shape, [self.batches[i] for i in aligned])
+        s.charge(self.ctx, self.order[0], flat.shape, [])     # no double backprop in parts: the algebra alone
 
 
 def _loss(device: int, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

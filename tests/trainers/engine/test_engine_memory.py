@@ -325,6 +325,29 @@ def test_each_chunks_devices_forward_only_once_the_chunk_before_is_answered(monk
     assert log[:DEVICES + 1] == ["fwd"] * DEVICES + ["pass"]
 
 
+@pytest.mark.parametrize("algorithm", ["psl", "gapsl"])
+def test_a_barrier_served_whole_still_answers_each_chunk_at_once(algorithm, monkeypatch) -> None:
+    """A model with Dropout is served whole (every device forwards first, so its masks keep their order); a step in
+    parts (the default parallel step, GAPSL's) still gets the barrier a server chunk at a time and each chunk's
+    replies go out before the next chunk is served."""
+    from trainers.api import ParallelStep
+    from trainers.engine.network import LocalNetwork
+    from trainers.strategies.gapsl import GradientRowsStep
+
+    log: list[str] = []
+    forward, send = Device.forward, LocalNetwork.send
+    monkeypatch.setattr(Device, "forward", lambda self, *a, **k: log.append("fwd") or forward(self, *a, **k))
+    monkeypatch.setattr(LocalNetwork, "send", lambda self, to, msg: (
+        log.append("reply") if type(msg).__name__ == "CutGradient" else None) or send(self, to, msg))
+    for step in (ParallelStep, GradientRowsStep):
+        monkeypatch.setattr(step, "serve_part", (lambda serve_part: lambda self, part: log.append("part") or
+                                                 serve_part(self, part))(step.serve_part))
+    torch.manual_seed(0)
+    dropout = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Dropout(0.1), nn.Linear(256, 3))
+    streamed_run(algorithm, False, monkeypatch, rounds=1, model=dropout)
+    assert log == ["fwd"] * DEVICES + ["part", "reply", "reply"] * (DEVICES // 2)
+
+
 def max_waiting(log: list[str]) -> int:
     """The most devices that had forwarded and not yet received their reply, over the log."""
     waiting = most = 0
