@@ -54,7 +54,8 @@ from trainers.roles.optim import OptimizerSpec
 __all__ = ["Activation", "CutGradient", "ModelUpload", "NonFiniteError", "ServerPasses", "ModelViews", "ServerPass",
            "OptimizerSpec", "InputError",
            "RoundContext", "Aggregation", "Handoff", "Strategy", "AsyncStrategy", "answer", "skip", "mean_ce",
-           "logit_adjusted_ce", "label_prior", "BarrierStep", "ParallelStep", "parallel_step", "every_interval", "sample_devices",
+           "logit_adjusted_ce", "label_prior", "BarrierStep", "ParallelStep", "parallel_step", "serve_in_passes",
+           "every_interval", "sample_devices",
            "is_int", "is_finite_number"]
 
 
@@ -354,8 +355,13 @@ def parallel_step(edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Acti
     device."""
     if not arrivals:
         return []
-    step = ParallelStep(edge, ctx, [a.device for a in arrivals])
-    replies = edge.in_passes(arrivals, step.serve_part)     # the shared gradients accumulate over the passes
+    return serve_in_passes(edge, ParallelStep(edge, ctx, [a.device for a in arrivals]), arrivals)
+
+
+def serve_in_passes(edge: ServerPasses, step: BarrierStep, arrivals: Sequence[Activation]) -> list[CutGradient]:
+    """A whole barrier's ``arrivals`` through a step in parts: each of the server's passes a part (the shared
+    gradients accumulate over them), then ``finish``; every reply."""
+    replies = edge.in_passes(arrivals, step.serve_part)
     step.finish()
     return replies
 

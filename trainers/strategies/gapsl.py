@@ -65,6 +65,7 @@ from trainers.api import (
     Strategy,
     answer,
     mean_ce,
+    serve_in_passes,
     skip,
 )
 
@@ -171,11 +172,8 @@ class GAPSL(Strategy):
         return self.excluded_update == "plain" and self.gda != "double_backprop"
 
     def serve(self, edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Activation]) -> list[CutGradient]:
-        if self.answers_each_alone:                                              # the whole barrier as one part
-            step = GradientRowsStep(self, edge, ctx, [a.device for a in arrivals])
-            replies = step.serve_part(arrivals)
-            step.finish()
-            return replies
+        if self.answers_each_alone:                                              # the whole barrier, its parts in turn
+            return serve_in_passes(edge, GradientRowsStep(self, edge, ctx, [a.device for a in arrivals]), arrivals)
         if self.gda == "double_backprop":
             return self._serve_double_backprop(edge, ctx, arrivals)
         devices = [a.device for a in arrivals]                                    # excluded_update = none
