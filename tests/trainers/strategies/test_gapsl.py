@@ -357,8 +357,8 @@ def test_plain_update_of_the_excluded_devices_matches_the_reference(mode: str) -
 @pytest.mark.parametrize("mode", ["detached", "gradient_step"])
 def test_a_barrier_served_two_devices_at_a_time_matches_the_reference(mode: str, monkeypatch) -> None:
     """excluded_update = plain: the runtime feeds GAPSL's step a part of 2 devices at a time as they forward
-    (GradientRowsStep); each part's devices get their replies before the next part forwards, and the S × P matrix,
-    the selection and the server step are still the whole barrier's (the reference's)."""
+    (GradientRowsStep), and the S × P matrix, the selection and the server step are still the whole barrier's (the
+    reference's); that each part is answered before the next forwards is test_engine_memory.py's."""
     from trainers.strategies import gapsl
 
     parts: list[int] = []
