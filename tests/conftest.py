@@ -23,6 +23,15 @@ def example():
     return worked_example_problem()
 
 
+@pytest.fixture
+def vgg16():
+    """VGG-16 on CIFAR-10 with 20 devices of the §6.1 placeholder system (tests/solver_instances.py:
+    ``vgg16_problem``, which other sizes call directly). A fresh problem per test: tests may rescale its matrices."""
+    from tests.solver_instances import vgg16_problem
+
+    return vgg16_problem()
+
+
 # ---- the quick tier: pytest -m "not slow" (issue 37 item 6) ----------------------------------------------------
 SLOW_FILES = (
     "tests/trainers/distributed/test_distributed.py",      # real ranks over gloo: 5-50 s each

@@ -117,11 +117,10 @@ def test_cli_reports_input_errors_in_one_line(tmp_path, capsys):
     assert len(err) == 1 and "system.json: system.devices[1].fed_down_bps: must be > 0 bit/s, got -5" in err[0]
 
 
-def test_cut_vectors_are_checked_by_entry():
+def test_cut_vectors_are_checked_by_entry(toy_profile, toy_system):
     from adaptplan.latency import LatencyModel
-    from tests.world import three_cut_profile, two_device_system
 
-    model = LatencyModel(three_cut_profile(), two_device_system())
+    model = LatencyModel(toy_profile, toy_system)
     for cuts, message in (([0, 1], r"cuts\[0\]: cut 0 is outside 1..3"), ([1, 4], r"cuts\[1\]: cut 4 is outside 1..3"),
                           ([1], r"cuts: need one cut per device \(2\), got 1"), ([1, 2, 3], "need one cut per device")):
         for evaluate in (model.breakdown, model.t_split, model.t_agg):
@@ -146,22 +145,19 @@ def test_profile_file_keys_are_checked(tmp_path):
             ModelProfile.from_json(bad)
 
 
-def test_system_spec_validates_every_field_when_constructed():
-    from tests.world import two_device_system
-
-    good = two_device_system()
+def test_system_spec_validates_every_field_when_constructed(toy_system):
     for field, value in (("batch_size", 0), ("batch_size", 2.5), ("server_flops", 0.0), ("edge_to_fed_bps", -1.0),
                          ("fed_to_edge_bps", 0.0)):
         with pytest.raises(InputError, match=f"system.{field}: must be"):
-            SystemSpec(**{**good.__dict__, field: value})
+            SystemSpec(**{**toy_system.__dict__, field: value})
     with pytest.raises(InputError, match="system.devices: must list at least one device"):
-        SystemSpec(**{**good.__dict__, "devices": ()})
+        SystemSpec(**{**toy_system.__dict__, "devices": ()})
     from adaptplan.system import DeviceSpec
 
     for name in ("flops", "up_bps", "down_bps", "fed_up_bps", "fed_down_bps"):
-        bad = DeviceSpec(**{**good.devices[1].__dict__, name: 0.0})
+        bad = DeviceSpec(**{**toy_system.devices[1].__dict__, name: 0.0})
         with pytest.raises(InputError, match=rf"system.devices\[1\].{name}: must be > 0"):
-            SystemSpec(**{**good.__dict__, "devices": (good.devices[0], bad)})
+            SystemSpec(**{**toy_system.__dict__, "devices": (toy_system.devices[0], bad)})
 
 
 def test_unwritable_output_path_exits_2_with_one_message(tmp_path, capsys):

@@ -34,10 +34,10 @@ from tests.solver_instances import vgg16_problem
 
 
 # ---- from test_planner_contracts.py (merged by subject) ----------------------------------------
-def test_random_interval_is_uniform_on_1_to_25():
+def test_random_interval_is_uniform_on_1_to_25(vgg16):
     """§6.2 / §8 A12: I ~ U{1, …, 25} (literal spec values, not the code's constant)."""
     assert RANDOM_INTERVAL_RANGE == (1, 25)
-    problem = vgg16_problem()
+    problem = vgg16
     assert problem.convergence.interval_bound(1) > 26  # the shallowest cut admits every I ≤ 25
     rng = np.random.default_rng(0)
     draws = [random_interval(problem, 1, rng) for _ in range(1000)]
@@ -46,8 +46,8 @@ def test_random_interval_is_uniform_on_1_to_25():
     assert counts.min() > 15 and counts.max() < 70  # ≈ 40 each
 
 
-def test_random_interval_is_capped_by_feasibility():
-    problem = vgg16_problem()
+def test_random_interval_is_capped_by_feasibility(vgg16):
+    problem = vgg16
     conv = problem.convergence
     top = math.ceil(conv.interval_bound(15)) - 1  # deepest candidate: I_max < 25
     assert top < 25
@@ -55,8 +55,8 @@ def test_random_interval_is_capped_by_feasibility():
     assert set(random_interval(problem, 15, rng) for _ in range(500)) == set(range(1, top + 1))
 
 
-def test_random_baselines_draw_their_interval_from_1_to_25():
-    problem = vgg16_problem()
+def test_random_baselines_draw_their_interval_from_1_to_25(vgg16):
+    problem = vgg16
     intervals = {solve_rma_ams(problem, seed=s).interval for s in range(60)}
     assert intervals <= set(range(1, 26)) and len(intervals) > 10
     for seed in range(5):

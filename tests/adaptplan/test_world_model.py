@@ -13,11 +13,10 @@ from adaptplan.latency import LatencyModel, total_latency
 from adaptplan.model_profile import ModelProfile
 from adaptplan.plan import Plan
 from adaptplan.system import SystemProcess, SystemSpec, generate_system
-from tests.world import three_cut_profile, two_device_system
 
 
-def test_latency_terms_match_hand_computation():
-    model = LatencyModel(three_cut_profile(), two_device_system())
+def test_latency_terms_match_hand_computation(toy_profile, toy_system):
+    model = LatencyModel(toy_profile, toy_system)
     bd = model.breakdown([1, 2])
     # (16)+(17): device 0: 10*1e9/1e11 + 10*8e6/1e7 = 0.1 + 8.0; device 1: 0.1 + 2.0
     np.testing.assert_allclose(bd.client_fp + bd.upload, [8.1, 2.1])
@@ -35,19 +34,19 @@ def test_latency_terms_match_hand_computation():
     assert bd.dominant_stage == "client FP + upload"
 
 
-def test_edge_server_payload_can_dominate_aggregation():
-    system = two_device_system()
+def test_edge_server_payload_can_dominate_aggregation(toy_profile, toy_system):
+    system = toy_system
     slow_edge = SystemSpec(**{**system.__dict__, "edge_to_fed_bps": 1e5})
-    bd = LatencyModel(three_cut_profile(), slow_edge).breakdown([1, 3])  # S_n = 8e6 bits
+    bd = LatencyModel(toy_profile, slow_edge).breakdown([1, 3])  # S_n = 8e6 bits
     assert bd.edge_model_up == pytest.approx(80.0)
     assert bd.agg_up_max == pytest.approx(80.0)
 
 
-def test_server_bp_flops_replaces_varpi_difference():
-    base = three_cut_profile()
+def test_server_bp_flops_replaces_varpi_difference(toy_profile, toy_system):
+    base = toy_profile
     cuts = tuple(c.__class__(**{**c.__dict__, "server_bp_flops": 7e9 - c.bp_flops}) for c in base.cut_points)
     profile = ModelProfile(model="toy", input_shape=(3, 8, 8), bits_per_value=32, cut_points=cuts)
-    bd = LatencyModel(profile, two_device_system()).breakdown([1, 2])
+    bd = LatencyModel(profile, toy_system).breakdown([1, 2])
     assert bd.server_bp == pytest.approx(10 * (5e9 + 3e9) / 1e12)
 
 
@@ -84,8 +83,8 @@ def test_system_json_and_toml_round_trip(tmp_path):
         assert SystemSpec.load(tmp_path / name) == system
 
 
-def test_system_validation_names_device_and_field(tmp_path):
-    data = two_device_system().to_json()
+def test_system_validation_names_device_and_field(tmp_path, toy_system):
+    data = toy_system.to_json()
     data["devices"][1]["up_bps"] = 0
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(data))
@@ -95,7 +94,7 @@ def test_system_validation_names_device_and_field(tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(InputError, match=r"system.devices\[0\]: missing required key 'flops'"):
         SystemSpec.load(path)
-    data = two_device_system().to_json()
+    data = toy_system.to_json()
     data["colour"] = "red"
     path.write_text(json.dumps(data))
     with pytest.raises(InputError, match="unknown key 'colour'"):
@@ -120,8 +119,8 @@ def test_per_round_redraw_and_noise():
     assert abs(ratio.mean() - 1) < 0.03 and 0.07 < ratio.std() < 0.13
 
 
-def test_profile_round_trip_and_validation(tmp_path):
-    profile = three_cut_profile()
+def test_profile_round_trip_and_validation(tmp_path, toy_profile):
+    profile = toy_profile
     profile.save(tmp_path / "p.json")
     assert ModelProfile.load(tmp_path / "p.json") == profile
     data = profile.to_json()
@@ -154,7 +153,7 @@ def test_theorem1_step_size_condition_is_enforced():
         ConvergenceModel(constants, num_devices=20).check_reachable()
 
 
-def test_saving_onto_a_folder_is_an_input_error(tmp_path):
+def test_saving_onto_a_folder_is_an_input_error(tmp_path, toy_system):
     with pytest.raises(InputError, match="is a folder"):
-        two_device_system().save(tmp_path)
+        toy_system.save(tmp_path)
     assert list(tmp_path.iterdir()) == []

@@ -61,10 +61,10 @@ def test_bcd_from_several_initial_cut_vectors():
         assert result.objective <= best * (1 + 1e-3)
 
 
-def test_bcd_vgg16_default_scenario_matches_exact():
+def test_bcd_vgg16_default_scenario_matches_exact(vgg16):
     small = vgg16_problem(num_devices=10)
     assert solve_bcd(small, multistart=False).objective == pytest.approx(solve_exact(small).objective, rel=1e-3)
-    problem = vgg16_problem()
+    problem = vgg16
     bcd = solve_bcd(problem, multistart=False)
     assert 1 <= bcd.interval < problem.convergence.interval_bound(max(bcd.cuts))
     rounds, aggregations, total = problem.total_latency(bcd.interval, bcd.cuts)
@@ -90,12 +90,12 @@ def test_unreachable_epsilon_raises_with_reason():
         PlanningProblem.from_parts(profile, generate_system(20, 0), deep)
 
 
-def test_input_validation():
+def test_input_validation(vgg16):
     profile = synthetic_profile(6)
     with pytest.raises(InputError, match="profile has 6 cut points"):
         PlanningProblem.from_parts(profile, generate_system(3, 0), ConvergenceConstants.placeholder(5))
     with pytest.raises(InputError, match="outside 1..6"):
         PlanningProblem.from_parts(profile, generate_system(3, 0), ConvergenceConstants.placeholder(6), candidates=[0, 2])
     with pytest.raises(InputError, match="max_vectors"):
-        solve_exhaustive(vgg16_problem(), max_vectors=1000)
-    assert math.isinf(vgg16_problem().objective(100, [16] * 20))
+        solve_exhaustive(vgg16, max_vectors=1000)
+    assert math.isinf(vgg16.objective(100, [16] * 20))

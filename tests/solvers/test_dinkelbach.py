@@ -8,7 +8,7 @@ from adaptplan.errors import InfeasibleError
 from solvers.dinkelbach import solve_dinkelbach
 from solvers.interval import max_feasible_interval
 from solvers.milfp import _cbc_solver_class
-from tests.solver_instances import exhaustive_at_interval, small_problem, vgg16_problem
+from tests.solver_instances import exhaustive_at_interval, small_problem
 
 needs_cbc = pytest.mark.skipif(_cbc_solver_class() is None, reason="CBC is optional and not installed")
 
@@ -42,17 +42,17 @@ def test_cbc_equals_brute_force(seed):
     assert result.objective == pytest.approx(exhaustive_at_interval(problem, I), rel=1e-7)
 
 
-def test_lambda_sequence_non_increasing_and_ratio_is_objective():
-    problem = vgg16_problem()
+def test_lambda_sequence_non_increasing_and_ratio_is_objective(vgg16):
+    problem = vgg16
     result = solve_dinkelbach(problem, 8, warm_cuts=(1,) * 20)
     lambdas = [h["lambda"] for h in result.history]
     assert all(l2 <= l1 + 1e-12 for l1, l2 in zip(lambdas, lambdas[1:]))
     assert problem.scale * result.history[-1]["lambda"] == pytest.approx(result.objective, rel=1e-9)
 
 
-def test_vgg16_worked_example_latency_terms():
+def test_vgg16_worked_example_latency_terms(vgg16):
     """§7.2 terms that do not depend on the random device draws (server FP/BP, edge upload)."""
-    problem = vgg16_problem()
+    problem = vgg16
     parts = problem.latency.breakdown([4] * 10 + [5] * 10)
     assert parts.server_fp == pytest.approx(0.00266, abs=1e-5)
     assert parts.server_bp == pytest.approx(0.00533, abs=1e-5)

@@ -14,7 +14,6 @@ from adaptplan.report import format_plan, stage_totals
 from adaptplan.system import SystemProcess, SystemRanges, SystemSpec, generate_system
 from tests import reference_model as ref
 from tests.worked_example import CUTS
-from tests.world import three_cut_profile, two_device_system
 
 
 def test_system_options_land_in_their_fields(tmp_path):
@@ -44,34 +43,24 @@ def test_system_redraw_round_and_noise_print_that_rounds_state(capsys):
     assert main(["system", "--devices", "5", "--redraw", "--round", "0"]) == 2
 
 
-@pytest.fixture
-def files(tmp_path):
-    constants = ConvergenceConstants(beta=5, gamma=0.01, theta=2.3, epsilon=0.1, sigma2=(1.0,) * 3, G2=(2e-3,) * 3)
-    paths = {name: tmp_path / f"{name}.json" for name in ("profile", "system", "constants")}
-    three_cut_profile().save(paths["profile"])
-    two_device_system().save(paths["system"])
-    constants.save(paths["constants"])
-    return paths, constants
-
-
-def test_plan_json_and_output_file_are_the_planners_plan(files, tmp_path, capsys):
-    paths, constants = files
+def test_plan_json_and_output_file_are_the_planners_plan(toy_plan_files, tmp_path, capsys, toy_profile, toy_system):
+    paths, constants = toy_plan_files
     out = tmp_path / "plan.json"
     assert main(["plan", "--profile", str(paths["profile"]), "--system", str(paths["system"]), "--constants",
                  str(paths["constants"]), "--json", "-o", str(out)]) == 0
     printed = json.loads(capsys.readouterr().out)
     saved = Plan.load(out)
-    expected = Planner(three_cut_profile(), two_device_system(), constants).plan()
+    expected = Planner(toy_profile, toy_system, constants).plan()
     assert saved.cuts == expected.cuts and saved.interval == expected.interval
     assert printed["cuts"] == list(expected.cuts) and printed["interval"] == expected.interval
-    rounds, aggregations, total = ref.exact_total(three_cut_profile(), two_device_system(), constants,
+    rounds, aggregations, total = ref.exact_total(toy_profile, toy_system, constants,
                                                   saved.interval, saved.cuts)
     assert (saved.rounds, saved.aggregations) == (rounds, aggregations)
     assert saved.total_latency_s == pytest.approx(total, rel=1e-12)
     assert printed["objective_s"] == pytest.approx(
-        ref.objective(three_cut_profile(), two_device_system(), constants, saved.interval, saved.cuts), rel=1e-12)
+        ref.objective(toy_profile, toy_system, constants, saved.interval, saved.cuts), rel=1e-12)
     # the optimum over the two candidate cuts (1..L-1) and every feasible I, by the reference brute force
-    value, interval, cuts = ref.brute_force(three_cut_profile(), two_device_system(), constants, [1, 2])
+    value, interval, cuts = ref.brute_force(toy_profile, toy_system, constants, [1, 2])
     assert saved.objective_s == pytest.approx(value, rel=1e-9) and (saved.interval, saved.cuts) == (interval, cuts)
 
 

@@ -8,7 +8,6 @@ import pytest
 
 from adaptplan.constants import ConvergenceConstants
 from adaptplan.system import generate_system
-from tests.world import three_cut_profile, two_device_system
 
 PLAN_KEYS = {"interval", "cuts", "rounds", "aggregations", "round_latency_s", "aggregation_latency_s",
              "total_latency_s", "objective_s", "solver"}
@@ -16,15 +15,6 @@ PLAN_KEYS = {"interval", "cuts", "rounds", "aggregations", "round_latency_s", "a
 
 def cli(*args: str, cwd=None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "adaptplan.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=300)
-
-
-@pytest.fixture
-def instance(tmp_path):
-    profile, system = three_cut_profile(), two_device_system()
-    constants = ConvergenceConstants(beta=5, gamma=0.01, theta=2.3, epsilon=0.1, sigma2=(1.0,) * 3, G2=(2e-3,) * 3)
-    paths = {name: tmp_path / f"{name}.json" for name in ("profile", "system", "constants")}
-    profile.save(paths["profile"]); system.save(paths["system"]); constants.save(paths["constants"])
-    return {k: str(v) for k, v in paths.items()}, constants
 
 
 def test_default_plan_prints_table_without_loading_torch():
@@ -36,8 +26,8 @@ def test_default_plan_prints_table_without_loading_torch():
     assert "vgg16" in result.stdout
 
 
-def test_plan_json_follows_formats_md(instance, tmp_path):
-    paths, _ = instance
+def test_plan_json_follows_formats_md(toy_plan_files, tmp_path):
+    paths, _ = toy_plan_files
     result = cli("plan", "--profile", paths["profile"], "--system", paths["system"], "--constants", paths["constants"],
                  "--json", "-o", str(tmp_path / "plan.json"))
     assert result.returncode == 0, result.stderr
@@ -50,8 +40,8 @@ def test_plan_json_follows_formats_md(instance, tmp_path):
     assert json.loads((tmp_path / "plan.json").read_text())["cuts"] == plan["cuts"]
 
 
-def test_cuts_option_restricts_candidates(instance):
-    paths, _ = instance
+def test_cuts_option_restricts_candidates(toy_plan_files):
+    paths, _ = toy_plan_files
     result = cli("plan", "--profile", paths["profile"], "--system", paths["system"], "--constants", paths["constants"],
                  "--json", "--cuts", "2")
     assert result.returncode == 0, result.stderr
@@ -65,8 +55,8 @@ def test_cuts_option_restricts_candidates(instance):
     (lambda d: d["system"].update(server_flops=-1), "system.server_flops"),
     (lambda d: d["profile"].update(cut_points="nope"), "profile.cut_points"),
 ])
-def test_bad_input_exits_2_with_one_message(instance, tmp_path, mutate, expected):
-    paths, _ = instance
+def test_bad_input_exits_2_with_one_message(toy_plan_files, tmp_path, mutate, expected):
+    paths, _ = toy_plan_files
     data = {k: json.loads(open(v).read()) for k, v in paths.items()}
     mutate(data)
     for name, value in data.items():
