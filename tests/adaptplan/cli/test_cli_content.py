@@ -7,7 +7,6 @@ import json
 import pytest
 
 from adaptplan.cli import main
-from adaptplan.constants import ConvergenceConstants
 from adaptplan.plan import Plan
 from adaptplan.planner import Planner, build_plan
 from adaptplan.report import format_plan, stage_totals

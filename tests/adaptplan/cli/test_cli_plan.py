@@ -6,7 +6,6 @@ import sys
 
 import pytest
 
-from adaptplan.constants import ConvergenceConstants
 from adaptplan.system import generate_system
 
 PLAN_KEYS = {"interval", "cuts", "rounds", "aggregations", "round_latency_s", "aggregation_latency_s",
