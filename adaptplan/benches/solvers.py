@@ -206,7 +206,10 @@ def _plot(ratios: dict[str, float], times: dict[str, list[tuple[int, float]]], p
     right.set_title("planning time (single start + certificate)")
     right.set_xscale("log")
     right.set_yscale("log")
-    right.legend()
+    if every:
+        right.legend()
+    else:  # a run without the scale sweep: say so rather than leave an empty frame
+        right.text(0.5, 0.5, "no planning times in this run", transform=right.transAxes, ha="center", va="center")
     right.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path)

@@ -252,7 +252,10 @@ def test_solver_plot_bars_and_the_n_log_n_reference(tmp_path, monkeypatch) -> No
     # no random point: the reference goes through the largest point of any kind
     assert list(lines) == ["adversarial", "∝ N log N"] and lines["∝ N log N"].get_ydata()[-1] == pytest.approx(0.5)
     bench_solvers._plot({"sfl": 2.0}, {"random": [], "adversarial": []}, str(tmp_path / "u.png"), "u")
-    assert figures[2].axes[1].get_lines() == []
+    empty = figures[2].axes[1]
+    assert empty.get_lines() == [] and empty.get_legend() is None
+    assert [t.get_text() for t in empty.texts] == ["no planning times in this run"]
+    assert figures[1].axes[1].get_legend() is not None
 
 
 # ---- bench engine ---------------------------------------------------------------------------------------------
