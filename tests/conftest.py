@@ -48,6 +48,7 @@ SLOW_TESTS = (
     "tests/project/test_device_check.py::",
     "tests/project/test_paper_scale_bench.py::",
     "tests/project/test_examples.py::",
+    "tests/project/test_engine_ab.py::test_head_against_the_working_tree_in_lock_step",
     "tests/trainers/run/test_run_folder.py::test_resuming_imports_only_a_user_model_named_on_the_command_line",
     "tests/trainers/run/test_run_folder.py::test_a_model_name_that_ends_the_process_is_refused_with_one_line",
     "tests/trainers/run/test_checkpoint.py::test_every_edited_checkpoint_is_refused_with_one_line",
