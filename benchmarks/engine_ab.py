@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -130,26 +131,31 @@ class PairResult:
 
     @property
     def after_over_before(self) -> float:
-        return statistics.median(a / b for a, b in zip(self.after, self.before))
+        return _median_ratio(self.after, self.before)
 
     @property
     def central_after_over_before(self) -> float:
-        return statistics.median(a / b for a, b in zip(self.central_after, self.central_before))
+        return _median_ratio(self.central_after, self.central_before)
 
     @property
     def x_central_before(self) -> float:
-        return statistics.median(r / c for r, c in zip(self.before, self.central_before))
+        return _median_ratio(self.before, self.central_before)
 
     @property
     def x_central_after(self) -> float:
-        return statistics.median(r / c for r, c in zip(self.after, self.central_after))
+        return _median_ratio(self.after, self.central_after)
+
+
+def _median_ratio(numerators: list[float], denominators: list[float]) -> float:
+    """The median over the pairs of numerator ÷ denominator, pair by pair."""
+    return statistics.median(a / b for a, b in zip(numerators, denominators))
 
 
 class Worker:
     def __init__(self, tree: Path, devices: int, algorithm: str, options: dict, central_cap: int, core: str) -> None:
         command = [sys.executable, str(Path(__file__).resolve()), "--worker", str(devices), algorithm,
                    json.dumps(options), str(central_cap)]
-        if core and _has_taskset():
+        if core and shutil.which("taskset"):
             command = ["taskset", "-c", core, *command]
         self.process = subprocess.Popen(command, cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)},
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -173,10 +179,6 @@ class Worker:
         self.process.stdin.write("stop\n")
         self.process.stdin.close()
         self.process.wait()
-
-
-def _has_taskset() -> bool:
-    return subprocess.run(["sh", "-c", "command -v taskset"], capture_output=True).returncode == 0
 
 
 def measure(before: Path, after: Path, algorithm: str, devices: int, pairs: int, warmup: int, central_cap: int,
