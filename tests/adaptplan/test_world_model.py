@@ -35,16 +35,14 @@ def test_latency_terms_match_hand_computation(toy_profile, toy_system):
 
 
 def test_edge_server_payload_can_dominate_aggregation(toy_profile, toy_system):
-    system = toy_system
-    slow_edge = SystemSpec(**{**system.__dict__, "edge_to_fed_bps": 1e5})
+    slow_edge = SystemSpec(**{**toy_system.__dict__, "edge_to_fed_bps": 1e5})
     bd = LatencyModel(toy_profile, slow_edge).breakdown([1, 3])  # S_n = 8e6 bits
     assert bd.edge_model_up == pytest.approx(80.0)
     assert bd.agg_up_max == pytest.approx(80.0)
 
 
 def test_server_bp_flops_replaces_varpi_difference(toy_profile, toy_system):
-    base = toy_profile
-    cuts = tuple(c.__class__(**{**c.__dict__, "server_bp_flops": 7e9 - c.bp_flops}) for c in base.cut_points)
+    cuts = tuple(c.__class__(**{**c.__dict__, "server_bp_flops": 7e9 - c.bp_flops}) for c in toy_profile.cut_points)
     profile = ModelProfile(model="toy", input_shape=(3, 8, 8), bits_per_value=32, cut_points=cuts)
     bd = LatencyModel(profile, toy_system).breakdown([1, 2])
     assert bd.server_bp == pytest.approx(10 * (5e9 + 3e9) / 1e12)
