@@ -41,14 +41,18 @@ def lagrangian_bound(a: np.ndarray, b: np.ndarray, u: np.ndarray, v: np.ndarray,
     A, B = np.where(ok, a, 0.0), np.where(ok, b, 0.0)
     U, V = np.where(ok, u, 0.0), np.where(ok, v, 0.0)
     base = np.where(ok, I * s[None, :], np.inf)
-    lam = np.full(N, 1.0 / N)
-    mu = np.full(N, 1.0 / N)
-    nu = np.full(N + 1, 1.0 / (N + 1))
-    om = np.full(N + 1, 1.0 / (N + 1))
+    # The four multiplier vectors as rows of one array, kept as logarithms (mirror ascent's natural
+    # coordinates): λ, μ over the N devices (their column N is a padding fixed at weight 0), ν, ω over the N
+    # devices and the fed link (column N: ν₀, ω₀). All start uniform.
+    log_w = np.zeros((4, N + 1))
+    log_w[:2, N] = -np.inf
+    w = _normalised(log_w)
+    grad = np.zeros((4, N + 1))
     best = -np.inf
     rows = np.arange(N)
     cost, term = np.empty((N, J)), np.empty((N, J))
     for t in range(1, iterations + 1):
+        lam, mu, nu, om = w[0, :N], w[1, :N], w[2], w[3]
         k = nu[-1] / r_ef + om[-1] / r_fe
         np.multiply((I * lam)[:, None], A, out=term)
         np.add(base, term, out=cost)
@@ -61,21 +65,29 @@ def lagrangian_bound(a: np.ndarray, b: np.ndarray, u: np.ndarray, v: np.ndarray,
         best = max(best, value)
         if best >= target:
             break
+        # the subgradient of each multiplier's term (λ_i: I·a_ij, μ_i: I·b_ij, whose factor I cancels in
+        # _mirror's scaling to a unit maximum)
         sigma = float(gap_bits[j].sum())
-        ga, gb = I * A[rows, j], I * B[rows, j]
-        gu = np.append(U[rows, j], sigma / r_ef)
-        gv = np.append(V[rows, j], sigma / r_fe)
-        step = 2.0 / np.sqrt(t)
-        lam, mu, nu, om = (_mirror(w, g, step) for w, g in ((lam, ga), (mu, gb), (nu, gu), (om, gv)))
+        grad[0, :N], grad[1, :N] = A[rows, j], B[rows, j]
+        grad[2, :N], grad[2, N] = U[rows, j], sigma / r_ef                              # ν_i: u_ij; ν₀: σ/r_ef
+        grad[3, :N], grad[3, N] = V[rows, j], sigma / r_fe                              # ω_i: v_ij; ω₀: σ/r_fe
+        w = _mirror(log_w, grad, 2.0 / np.sqrt(t))
     return best
 
 
-def _mirror(weights: np.ndarray, grad: np.ndarray, step: float) -> np.ndarray:
-    """One exponentiated-gradient ascent step on the simplex (gradient scaled to a unit maximum)."""
-    scale = float(np.max(np.abs(grad)))
-    if scale <= 0:
-        return weights
-    logw = np.log(np.maximum(weights, 1e-300)) + step * 2.0 * grad / scale
-    logw -= logw.max()
-    w = np.exp(logw)
-    return w / w.sum()
+def _mirror(log_w: np.ndarray, grad: np.ndarray, step: float) -> np.ndarray:
+    """One exponentiated-gradient ascent step on each row's simplex, in place on the rows' logarithms
+    ``log_w`` (each row's gradient scaled to a unit maximum; a row with a zero gradient stays); returns the
+    new weights."""
+    scale = np.abs(grad).max(axis=1)
+    scale[scale <= 0] = np.inf
+    log_w += grad * (2.0 * step / scale)[:, None]
+    return _normalised(log_w)
+
+
+def _normalised(log_w: np.ndarray) -> np.ndarray:
+    """Each row of ``log_w`` shifted to a zero maximum (in place) and exponentiated to weights summing to 1."""
+    log_w -= log_w.max(axis=1, keepdims=True)
+    w = np.exp(log_w)
+    w /= w.sum(axis=1, keepdims=True)
+    return w
