@@ -51,13 +51,14 @@ import json
 import math
 import os
 import statistics
+import sys
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from adaptplan.benches import recipes
 from adaptplan.benches.recipes import Recipe
-from adaptplan.benches.runs import RunResult, pct, run_jobs, seconds
+from adaptplan.benches.runs import RESULT_FILE, RunResult, pct, run_jobs, seconds
 from adaptplan.errors import InputError
 
 PAPERS = recipes.NAMES
@@ -154,18 +155,34 @@ def jobs(book: Mapping[str, Recipe], seeds: Sequence[int], device: str = "auto",
 def run_paper_bench(book: Mapping[str, Recipe], seeds: Sequence[int] = range(DEFAULT_SEEDS), workers: int | None = None,
                     progress: bool = True,
                     device: str = "auto", client_batching: str = "auto",
-                    target: float | None = None) -> tuple[list[dict[str, Any]], list[RunResult]]:
+                    target: float | None = None,
+                    runs_dir: Path | None = None) -> tuple[list[dict[str, Any]], list[RunResult]]:
     """Run every job and return the jobs with their results, in the jobs' order. A configuration two
-    comparisons share is trained once; the slowest runs start first."""
+    comparisons share is trained once; the slowest runs start first. With ``runs_dir`` each run trains in its
+    folder there (:func:`run_folder`), so that the same bench run again loses nothing: runs that ended are read
+    back, stopped ones continue from their checkpoints (:func:`adaptplan.benches.runs.run_one`)."""
     todo = jobs(book, list(seeds), device, client_batching, target)
     keys = [json.dumps(j["config"], sort_keys=True, default=list) for j in todo]
     unique = list(dict.fromkeys(keys))
     first = {k: todo[keys.index(k)] for k in unique}
     unique.sort(key=lambda k: -cost(first[k]["config"]))
-    results = run_jobs([{f: first[k][f] for f in ("group", "label", "target", "config")} for k in unique], workers,
-                       "bench papers", progress)
+    work = [{**{f: first[k][f] for f in ("group", "label", "target", "config")},
+             **({"folder": str(run_folder(runs_dir, first[k]))} if runs_dir is not None else {})} for k in unique]
+    if runs_dir is not None and progress:
+        ended = sum((Path(w["folder"]) / RESULT_FILE).exists() for w in work)
+        stopped = sum(not (Path(w["folder"]) / RESULT_FILE).exists() and (Path(w["folder"]) / "checkpoint.pt").exists()
+                      for w in work)
+        if ended or stopped:
+            print(f"bench papers: of {len(work)} runs in {runs_dir}, {ended} ended before (read back) and {stopped} "
+                  "continue from their checkpoints", file=sys.stderr)
+    results = run_jobs(work, workers, "bench papers", progress)
     by_key = dict(zip(unique, results))
     return todo, [replace(by_key[k], group=j["group"], label=j["label"]) for k, j in zip(keys, todo)]
+
+
+def run_folder(folder: Path, job: Mapping[str, Any]) -> Path:
+    """Where ``job`` trains under ``folder``: ``folder/PAPER-PARTITION/LABEL-seedS/`` (beside its run file)."""
+    return folder / job["group"].replace("/", "-") / f"{job['label']}-seed{job['seed']}"
 
 
 def write_run_files(todo: Sequence[Mapping[str, Any]], folder: Path) -> list[Path]:
@@ -176,7 +193,8 @@ def write_run_files(todo: Sequence[Mapping[str, Any]], folder: Path) -> list[Pat
 
     written = []
     for job in todo:
-        path = folder / job["group"].replace("/", "-") / f"{job['label']}-seed{job['seed']}.toml"
+        run = run_folder(folder, job)
+        path = run.parent / f"{run.name}.toml"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(run_file_text(TrainConfig.flat(**job["config"])), encoding="utf-8")
         written.append(path)

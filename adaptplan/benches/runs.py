@@ -5,10 +5,12 @@ with the figures both benchmarks report; one plot function draws accuracy agains
 
 from __future__ import annotations
 
+import json
 import os
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from adaptplan.errors import InputError
@@ -51,15 +53,35 @@ class RunResult:
         return reached[-1] if reached else None
 
 
+#: In a run's folder (``job["folder"]``): written once the run has ended (finished or diverged), with the setting
+#: it trained, so that the same benchmark run again reads the run back instead of training it.
+RESULT_FILE = "bench-result.json"
+
+
 def run_one(job: dict[str, Any]) -> RunResult:
-    """Train ``job["config"]`` (TrainConfig fields) and summarise it against ``job["target"]``."""
+    """Train ``job["config"]`` (TrainConfig fields) and summarise it against ``job["target"]``.
+
+    With ``job["folder"]`` the run lives in that folder (``adaptplan train --out``: history, checkpoints every
+    evaluation, the run file) and nothing of it is lost to a stop: a run that ended there before (its
+    :data:`RESULT_FILE` names the same setting) is read back instead of trained, a run that was stopped continues
+    from its checkpoint (bit for bit, as ``adaptplan train --resume``), anything else starts afresh."""
     import torch
 
     from trainers.config.train_config import TrainConfig
     from trainers.run.driver import Trainer
 
     torch.set_num_threads(1)
-    trainer = Trainer(TrainConfig.flat(**job["config"]))
+    folder = Path(job["folder"]) if job.get("folder") is not None else None
+    config = dict(job["config"])
+    if folder is not None:
+        ended = _ended_run(folder, job)
+        if ended is not None:
+            return ended
+        resume = (folder / "checkpoint.pt").exists()
+        config.update(out=str(folder), resume=resume, overwrite=not resume,
+                      checkpoint_every=config.get("checkpoint_every") or config.get("eval_every")
+                      or max(1, int(config["rounds"]) // 30))
+    trainer = Trainer(TrainConfig.flat(**config))
     diverged = None
     try:
         history = trainer.run()
@@ -67,6 +89,42 @@ def run_one(job: dict[str, Any]) -> RunResult:
         if "diverged" not in exc.message:
             raise
         history, diverged = trainer.history, len(trainer.history.records) + 1
+    if folder is not None:
+        from adaptplan.fileio import save_json
+
+        save_json({"config": _plain(job["config"]), "diverged_round": diverged}, folder / RESULT_FILE)
+    return summarise(job, history, diverged)
+
+
+def _plain(config: Any) -> Any:
+    """``config`` as JSON reads it back (tuples as lists), to compare a stored setting with a job's."""
+    return json.loads(json.dumps(config, sort_keys=True, default=list))
+
+
+def _ended_run(folder: Path, job: dict[str, Any]) -> RunResult | None:
+    """The run that ended in ``folder`` (:data:`RESULT_FILE` and its history), summarised against ``job``; None when
+    none ended there. One that trained another setting is an InputError naming --out: it is not overwritten."""
+    from adaptplan.fileio import load_file
+    from trainers.run.history import History
+
+    if not (folder / RESULT_FILE).exists():
+        return None
+    stored = load_file(folder / RESULT_FILE, "bench result", lambda data: data)
+    saved, now, diverged = stored.get("config"), _plain(job["config"]), stored.get("diverged_round")
+    saved = saved if isinstance(saved, dict) else {}
+    if diverged is not None and (not isinstance(diverged, int) or isinstance(diverged, bool) or diverged < 1):
+        raise InputError(f"must be a round ≥ 1 or null, got {diverged!r}", field=f"{folder / RESULT_FILE}: diverged_round")
+    if saved != now:
+        differing = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
+        raise InputError(f"{str(folder)!r} holds a run that ended with another setting ({', '.join(differing[:4])} "
+                         "differ); give the bench another --out, or remove that folder to train the run again",
+                         field="--out")
+    return summarise(job, History.load(folder), diverged)
+
+
+def summarise(job: dict[str, Any], history: Any, diverged: int | None = None) -> RunResult:
+    """A run's :class:`RunResult` from its :class:`~trainers.run.history.History` (``diverged``: the round whose
+    NaN/inf stopped it), against ``job["target"]`` accuracy."""
     target = job["target"]
     curve = [(r.sim_seconds, r.accuracy) for r in history.evaluated if r.accuracy is not None]   # all evaluated
     local_curve = [(r.sim_seconds, r.local_accuracy) for r in history.evaluated if r.local_accuracy is not None]

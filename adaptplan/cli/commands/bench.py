@@ -124,7 +124,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     papers.add_argument("--quick", action="store_true", help="the same as --tier test")
     add_device_options(papers)
     papers.add_argument("--out", metavar="DIR", default="bench-papers",
-                        help="write table.txt, results.json and accuracy.png into DIR (default bench-papers)")
+                        help="write table.txt, results.json and accuracy.png into DIR (default bench-papers), and "
+                             "each run's file and folder into DIR/runs: the same command run again continues a stopped "
+                             "bench (runs that ended are read back, stopped ones resume from their checkpoints)")
     papers.set_defaults(func=run_papers)
 
 
@@ -371,7 +373,8 @@ def run_papers(args: argparse.Namespace) -> int:
     print(f"wrote {len(files)} run files into {out / 'runs'} (adaptplan train --config FILE trains one run alone)",
           file=sys.stderr)
     todo, results = bench.run_paper_bench(book, range(seeds), workers=args.workers, device=args.device,
-                                          client_batching=args.client_batching, target=args.target_accuracy)
+                                          client_batching=args.client_batching, target=args.target_accuracy,
+                                          runs_dir=out / "runs")
     found = bench.comparisons(todo, results, book, args.target_accuracy)
     text = bench.table(found, book, todo, results, args.target_accuracy)
     print(text)

@@ -192,8 +192,18 @@ def test_quick_run_writes_the_printed_table_json_and_plot(tmp_path, capsys) -> N
         if claim["verdict"] != "holds":
             assert f": {claim['claim']} — measured" in table     # said plainly below the table
     # every run is a run file in the format of `train --config` (issue 37 item 2), and one trains alone as in the bench
-    files = sorted((out / "runs").rglob("*.toml"))
+    files = sorted((out / "runs").glob("*/*.toml"))
     assert len(files) == len(data["runs"]) and all(f.name.endswith("-seed0.toml") for f in files)
+    for f in files:                  # and each trained in the folder of its name: history, run file, result
+        folder = f.parent / f.name.removesuffix(".toml")
+        assert {"history.json", "config.toml", "bench-result.json"} <= {p.name for p in folder.iterdir()}
+    # the same command again trains nothing: every run is read back from its folder, the figures unchanged
+    first = (out / "results.json").read_text(encoding="utf-8")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("trainers.run.driver.Trainer.run", lambda self: pytest.fail("a run that ended was trained again"))
+        assert main(["bench", "papers", "--quick", "--paper", "gapsl,cyclesl", "--workers", "1", "--out", str(out)]) == 0
+    assert f"of {len(files)} runs in {out / 'runs'}, {len(files)} ended before (read back) and 0 continue" in capsys.readouterr().err
+    assert json.loads((out / "results.json").read_text(encoding="utf-8")) == json.loads(first)
     psl = next(f for f in files if f.parent.name.startswith("gapsl-") and f.name == "psl-seed0.toml")
     assert main(["train", "--config", str(psl), "--out", str(tmp_path / "alone"), "--no-progress"]) == 0
     alone = json.loads((tmp_path / "alone" / "history.json").read_text())
@@ -320,3 +330,76 @@ def test_more_broken_recipes(edit, message) -> None:
         recipes.parse(edit(text), "gapsl.toml")
     with pytest.raises(InputError, match="unknown paper 'nope'"):
         recipes.load("nope")
+
+
+def _gapsl_psl_job(tmp_path, **config):
+    job = next(j for j in bp.jobs(bp.catalogue(["gapsl"], tier="test"), [0]) if j["label"] == "psl")
+    return {**job, "config": {**job["config"], **config}, "folder": str(tmp_path / "psl-seed0")}
+
+
+def test_a_stopped_run_of_the_bench_continues_from_its_checkpoint_bit_for_bit(tmp_path) -> None:
+    """run_one with a folder: a SIGTERM after round 2 of 4 leaves a checkpoint (written at each evaluation, every 2
+    rounds here); the next call continues from it and gives the uninterrupted run's curve and final accuracy."""
+    import os
+    import signal
+
+    from adaptplan.benches.runs import run_one
+    from trainers.run.driver import Trainer
+    from trainers.run.folder import Interrupted
+
+    job = _gapsl_psl_job(tmp_path)
+    assert job["config"]["rounds"] == 4 and job["config"]["eval_every"] == 2
+    straight = run_one({k: v for k, v in job.items() if k != "folder"})
+    real_round = Trainer._round
+
+    def stop_after_round_2(self, t, out, wall):
+        record = real_round(self, t, out, wall)
+        if t == 2:
+            os.kill(os.getpid(), signal.SIGTERM)        # the Trainer's handler: stop at the end of this round
+        return record
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Trainer, "_round", stop_after_round_2)
+        with pytest.raises(Interrupted, match="after round 2"):
+            run_one(job)
+    folder = tmp_path / "psl-seed0"
+    assert (folder / "checkpoint.pt").exists() and not (folder / "bench-result.json").exists()
+    assert "checkpoint-every = 2\n" in (folder / "config.toml").read_text()      # one at every evaluation
+    rounds_trained = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Trainer, "_round", lambda self, t, out, wall: rounds_trained.append(t) or real_round(self, t, out, wall))
+        resumed = run_one(job)
+    assert rounds_trained == [3, 4]                      # only what was left
+    assert resumed.curve == straight.curve and resumed.final_accuracy == straight.final_accuracy
+    assert resumed.rounds == straight.rounds == 4 and resumed.sim_seconds == straight.sim_seconds
+    assert json.loads((folder / "bench-result.json").read_text()) == {
+        "config": json.loads(json.dumps(job["config"], sort_keys=True, default=list)), "diverged_round": None}
+
+
+def test_a_folder_holding_a_run_of_another_setting_is_refused_not_overwritten(tmp_path) -> None:
+    from adaptplan.benches.runs import run_one
+    from adaptplan.errors import InputError
+
+    run_one(_gapsl_psl_job(tmp_path))
+    history = (tmp_path / "psl-seed0" / "history.json").read_bytes()
+    with pytest.raises(InputError, match=r"holds a run that ended with another setting \(rounds differ\)") as err:
+        run_one(_gapsl_psl_job(tmp_path, rounds=6))
+    assert err.value.field == "--out"
+    assert (tmp_path / "psl-seed0" / "history.json").read_bytes() == history
+    for bad in ('"x"', "0", "true"):
+        (tmp_path / "psl-seed0" / "bench-result.json").write_text(f'{{"config": {{}}, "diverged_round": {bad}}}')
+        with pytest.raises(InputError, match="must be a round ≥ 1 or null") as err:
+            run_one(_gapsl_psl_job(tmp_path))
+        assert err.value.field.endswith("bench-result.json: diverged_round")
+
+
+def test_a_folder_with_a_history_but_neither_result_nor_checkpoint_trains_afresh(tmp_path) -> None:
+    """What a run that failed before its first checkpoint leaves (its history only): the next call starts again."""
+    from adaptplan.benches.runs import run_one
+
+    first = run_one(_gapsl_psl_job(tmp_path))
+    for name in ("bench-result.json", "checkpoint.pt"):
+        (tmp_path / "psl-seed0" / name).unlink()
+    again = run_one(_gapsl_psl_job(tmp_path))
+    assert again.rounds == 4 and again.curve == first.curve
+    assert (tmp_path / "psl-seed0" / "bench-result.json").exists()
