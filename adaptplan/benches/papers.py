@@ -17,8 +17,9 @@ recipes at 3 seeds (1 h 51 min of 2 cores, measured). ``hour`` is the first half
 the rounds, evaluated at the same rounds (half the evaluations), a schedule over the run's length kept at the full
 run's (:func:`hour_tier`), nothing else changed, so each hour-tier run is the exact prefix of its full-tier run and
 its verdicts are those of the full tier's curves at half time; all five recipes at 3 seeds fit 60 minutes of 2
-cores. ``test`` (``--quick``) is the
-test tier: the synthetic data set, 4 devices, 4 rounds, 1 seed; its verdicts mean nothing.
+cores. A recipe may state another first part in its ``[hour_tier]`` (rounds and evaluations, each with its rule;
+:mod:`adaptplan.benches.recipes`). ``test`` (``--quick``) is the test tier: the synthetic data set, 4 devices,
+4 rounds, 1 seed; its verdicts mean nothing.
 
 **Plateau check.** For the baseline B of each claim: the mean over seeds of its accuracy (by the claim's protocol)
 over the last third of the evaluations, minus the same over the middle third, in points. Below
@@ -104,16 +105,20 @@ def catalogue(selected: Sequence[str], tier: str = "full", data_root: str | None
 
 
 def hour_tier(recipe: Recipe) -> Recipe:
-    """The first half of every run of ``recipe``: half the rounds, evaluated at the same rounds (half the
-    evaluations), and a schedule over the run's length (GAPSL's T of eq. 2, the option ``horizon``) kept at the
-    full run's; every other value kept. Each run is then the exact prefix of its full-tier run."""
+    """The first part of every run of ``recipe``: the rounds and evaluations its ``[hour_tier]`` states (with their
+    rules), else half the rounds evaluated at the same rounds (half the evaluations); a schedule over the run's
+    length (GAPSL's T of eq. 2, the option ``horizon``) kept at the full run's; every other value kept. Each run
+    then trains exactly as the first rounds of its full-tier run (when to evaluate changes no training)."""
     from trainers.algorithms import REGISTRY
 
     methods = tuple(replace(m, options={**m.options, "horizon": recipe.method_rounds(m)})
                     if any(o.name == "horizon" for o in REGISTRY[m.algorithm].options) else m for m in recipe.methods)
-    setting = replace(recipe.setting, rounds=recipe.setting.rounds // 2)
-    run = {**recipe.run, "evaluations": max(1, int(recipe.run["evaluations"]) // 2)}
-    return replace(recipe, setting=setting, run=run, methods=methods)
+    stated, rules = recipe.hour_tier, recipe.hour_tier_rules
+    sources = {**recipe.setting.sources, **({"rounds": f"rule: {rules['rounds']}"} if "rounds" in stated else {})}
+    setting = replace(recipe.setting, rounds=stated.get("rounds", recipe.setting.rounds // 2), sources=sources)
+    run = {**recipe.run, "evaluations": stated.get("evaluations", max(1, int(recipe.run["evaluations"]) // 2))}
+    return replace(recipe, setting=setting, run=run, methods=methods,
+                   sources={**recipe.sources, **{k: f"rule: {v}" for k, v in rules.items()}})
 
 
 def quick_tier(recipe: Recipe) -> Recipe:

@@ -6,7 +6,9 @@ protocol that judges its claims (``global``: the test set; ``local``: each devic
 held-out samples, CycleSL §4.1) and the claims (A beats B by the paper's figure). Every value carries where
 it comes from: ``source`` (the paper's section or table) or ``rule`` (a scaling rule the file states), so a
 reviewer can check each one. ``[paper_scale]`` holds the values that ``bench papers --data-root`` uses
-instead (the paper's own data set and model). Torch-free: read with :mod:`tomllib`.
+instead (the paper's own data set and model). ``[hour_tier]`` may state the rounds and evaluations of the hour
+tier's runs (``bench papers --tier hour``: the first part of every full run), each with its rule; without it
+that tier takes half the rounds at the same evaluation rounds. Torch-free: read with :mod:`tomllib`.
 
 :func:`load` reads one recipe and checks it (an :class:`~adaptplan.errors.InputError` names the file and the
 key); :meth:`Recipe.jobs` turns it into ``adaptplan train`` configurations, one per (partition, method, seed).
@@ -35,6 +37,7 @@ METRICS = ("accuracy", "time")
 PROTOCOLS = ("global", "local")
 METHOD_KEYS = ("label", "algorithm", "options", "policy", "replan_every", "rounds", "note")
 CLAIM_KEYS = ("text", "a", "b", "metric", "paper", "protocol", "partition")
+HOUR_TIER_KEYS = ("rounds", "evaluations")
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,8 @@ class Recipe:
     claims: tuple[Claim, ...]
     paper_scale: Mapping[str, Any]   # key → the paper's value, used with --data-root
     paper_sources: Mapping[str, str] = field(default_factory=dict)
+    hour_tier: Mapping[str, int] = field(default_factory=dict)          # HOUR_TIER_KEYS → value ([hour_tier])
+    hour_tier_rules: Mapping[str, str] = field(default_factory=dict)    # key → its rule
 
     def at_paper_scale(self, data_root: str) -> "Recipe":
         """This recipe with ``[paper_scale]``'s values (the paper's data set, model, batch, rounds...), its data
@@ -189,7 +194,7 @@ def parse(text: str, where: str) -> Recipe:
     for key in ("key", "title", "paper"):
         if not isinstance(data.get(key), str):
             raise fail(key, "missing (a text)")
-    known = {"key", "title", "paper", "protocol", "setting", "paper_scale", "partition", "method", "claim"}
+    known = {"key", "title", "paper", "protocol", "setting", "paper_scale", "hour_tier", "partition", "method", "claim"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise fail(unknown[0], f"unknown key; valid: {', '.join(sorted(known))}")
@@ -214,6 +219,7 @@ def parse(text: str, where: str) -> Recipe:
     unknown = sorted(set(scale) - set(SETTING_KEYS) - set(RUN_KEYS))
     if unknown:
         raise fail(f"paper_scale.{unknown[0]}", "unknown key")
+    hour, hour_rules = _hour_tier(sourced(table(data.get("hour_tier", {}), "hour_tier"), "hour_tier"), setting, fail)
     partitions = _partitions(data.get("partition"), run, sources, fail)
     methods = tuple(_method(table(m, f"method[{i}]"), f"method[{i}]", fail) for i, m in enumerate(data.get("method", [])))
     labels = [m.label for m in methods]
@@ -238,7 +244,27 @@ def parse(text: str, where: str) -> Recipe:
     if not claims:
         raise fail("claim", "a recipe states at least one claim")
     return Recipe(data["key"], data["title"], data["paper"], protocol, setting, run, sources, partitions, methods,
-                  tuple(claims), scale, scale_sources)
+                  tuple(claims), scale, scale_sources, hour, hour_rules)
+
+
+def _hour_tier(block: tuple[dict[str, Any], dict[str, str]], setting: Setting,
+               fail) -> tuple[dict[str, int], dict[str, str]]:
+    """``[hour_tier]``'s values (whole rounds within the full run's, evaluations within its rounds) and rules."""
+    values, sources = block
+    unknown = sorted(set(values) - set(HOUR_TIER_KEYS))
+    if unknown:
+        raise fail(f"hour_tier.{unknown[0]}", f"unknown key; valid: {', '.join(HOUR_TIER_KEYS)}")
+    if any(not k.startswith("rule: ") for k in sources.values()):
+        raise fail("hour_tier", "its values are a scaling of the full run: each needs a rule, not a source")
+    for key, value in values.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise fail(f"hour_tier.{key}", f"must be a whole number ≥ 1, got {value!r}")
+    if values.get("rounds", 0) > setting.rounds:
+        raise fail("hour_tier.rounds", f"must be at most the full run's {setting.rounds} rounds (a first part of it), "
+                                       f"got {values['rounds']}")
+    if "evaluations" in values and values["evaluations"] > values.get("rounds", setting.rounds // 2):
+        raise fail("hour_tier.evaluations", "must be at most its rounds")
+    return values, {k: v.removeprefix("rule: ") for k, v in sources.items()}
 
 
 def _partitions(entries: Any, run: dict[str, Any], sources: dict[str, str], fail) -> tuple[Partition, ...]:

@@ -318,6 +318,17 @@ def test_recipe_rounds_evaluations_and_policies_reach_the_jobs() -> None:
     (lambda t: t.replace('[setting]\n', '[setting]\nbogus = 3\n'), "setting.bogus: must be"),
     (lambda t: t.replace('"§IV-A4: S = 10 client devices"', '"  "'), "its source or rule must be a sentence"),
     (lambda t: re.sub(r"\nevaluations = [^\n]*", "", t, count=1), "evaluations: missing"),
+    (lambda t: t + '\n[hour_tier]\nrounds = { value = 601, rule = "r" }\n',
+     r"hour_tier.rounds: must be at most the full run's 600 rounds \(a first part of it\), got 601"),
+    (lambda t: t + '\n[hour_tier]\nrounds = { value = 100, source = "§1" }\n', "each needs a rule, not a source"),
+    (lambda t: t + '\n[hour_tier]\nrounds = { value = 1.5, rule = "r" }\n', "hour_tier.rounds: must be a whole number"),
+    (lambda t: t + '\n[hour_tier]\nrounds = { value = 0, rule = "r" }\n', "hour_tier.rounds: must be a whole number"),
+    (lambda t: t + '\n[hour_tier]\nrounds = { value = true, rule = "r" }\n', "hour_tier.rounds: must be a whole number"),
+    (lambda t: t + '\n[hour_tier]\nhorizon = { value = 3, rule = "r" }\n', "hour_tier.horizon: unknown key"),
+    (lambda t: t + '\n[hour_tier]\nrounds = { value = 100, rule = "r" }\nevaluations = { value = 101, rule = "r" }\n',
+     "hour_tier.evaluations: must be at most its rounds"),
+    (lambda t: t + '\n[hour_tier]\nevaluations = { value = 301, rule = "r" }\n',
+     "hour_tier.evaluations: must be at most its rounds"),      # without rounds: half the full run's 600
 ])
 def test_more_broken_recipes(edit, message) -> None:
     from importlib import resources
@@ -330,6 +341,46 @@ def test_more_broken_recipes(edit, message) -> None:
         recipes.parse(edit(text), "gapsl.toml")
     with pytest.raises(InputError, match="unknown paper 'nope'"):
         recipes.load("nope")
+
+
+def test_a_recipes_own_hour_tier_sets_the_first_rounds_and_their_evaluations_with_its_rules() -> None:
+    """[hour_tier] (here SCALA at 14,400 rounds, its hour tier the first 1,200 evaluated 12 times): the hour tier's
+    jobs differ from the full tier's in rounds and evaluation interval only, and the table's setting names the
+    rule; without [hour_tier] it is half the rounds (test_the_hour_tier_is_the_first_half_of_every_full_run)."""
+    from importlib import resources
+
+    from adaptplan.benches import recipes
+
+    text = resources.files("adaptplan.benches.recipes").joinpath("scala.toml").read_text(encoding="utf-8")
+    text = re.sub(r"\nrounds = \{ value = 2400, [^\n]*", '\nrounds = { value = 14400, rule = "long" }', text, count=1)
+    text += ('\n[hour_tier]\nrounds = { value = 1200, rule = "the first 1,200 rounds" }\n'
+             'evaluations = { value = 12, rule = "every 100 rounds" }\n')
+    recipe = recipes.parse(text, "scala.toml")
+    hour = bp.hour_tier(recipe)
+    for a, b in zip(recipe.jobs([0, 1]), hour.jobs([0, 1])):
+        assert {k for k in a["config"] if a["config"][k] != b["config"][k]} == {"rounds", "eval_every"}
+        assert (a["config"]["rounds"], a["config"]["eval_every"]) == (14400, 480)
+        assert (b["config"]["rounds"], b["config"]["eval_every"]) == (1200, 100)
+    assert hour.setting.sources["rounds"] == "rule: the first 1,200 rounds"
+    assert hour.sources["evaluations"] == "rule: every 100 rounds"
+    assert recipe.at_paper_scale("/data").hour_tier == {}       # the paper's scale has its own rounds: half of them
+
+
+def test_when_a_run_evaluates_changes_none_of_its_training() -> None:
+    """What lets a recipe's [hour_tier] evaluate at its own rounds: for the methods of every recipe (test tier),
+    evaluating every round or only at the end (3 rounds) gives the same training losses round by round and the
+    same final accuracy."""
+    from trainers.config.train_config import TrainConfig
+    from trainers.run.driver import Trainer
+
+    for recipe in bp.catalogue(bp.PAPERS, tier="test").values():
+        for job in recipe.jobs([0])[:len(recipe.methods)]:
+            runs = [Trainer(TrainConfig.flat(**{**job["config"], "rounds": 3, "eval_every": every})).run()
+                    for every in (1, 3)]
+            assert [r.train_loss for r in runs[0].records] == [r.train_loss for r in runs[1].records], job["label"]
+            assert runs[0].final_accuracy == runs[1].final_accuracy, job["label"]
+            assert sum(r.accuracy is not None for r in runs[0].records) > sum(r.accuracy is not None
+                                                                             for r in runs[1].records)
 
 
 def _gapsl_psl_job(tmp_path, **config):
