@@ -59,7 +59,7 @@ from typing import Any, Mapping, Sequence
 
 from adaptplan.benches import recipes
 from adaptplan.benches.recipes import Recipe
-from adaptplan.benches.runs import RESULT_FILE, RunResult, pct, run_jobs, seconds
+from adaptplan.benches.runs import RunResult, folder_state, pct, run_jobs, seconds
 from adaptplan.errors import InputError
 
 PAPERS = recipes.NAMES
@@ -174,9 +174,8 @@ def run_paper_bench(book: Mapping[str, Recipe], seeds: Sequence[int] = range(DEF
     work = [{**{f: first[k][f] for f in ("group", "label", "target", "config")},
              **({"folder": str(run_folder(runs_dir, first[k]))} if runs_dir is not None else {})} for k in unique]
     if runs_dir is not None and progress:
-        ended = sum((Path(w["folder"]) / RESULT_FILE).exists() for w in work)
-        stopped = sum(not (Path(w["folder"]) / RESULT_FILE).exists() and (Path(w["folder"]) / "checkpoint.pt").exists()
-                      for w in work)
+        states = [folder_state(Path(w["folder"])) for w in work]
+        ended, stopped = states.count("ended"), states.count("stopped")
         if ended or stopped:
             print(f"bench papers: of {len(work)} runs in {runs_dir}, {ended} ended before (read back) and {stopped} "
                   "continue from their checkpoints", file=sys.stderr)

@@ -74,10 +74,10 @@ def run_one(job: dict[str, Any]) -> RunResult:
     folder = Path(job["folder"]) if job.get("folder") is not None else None
     config = dict(job["config"])
     if folder is not None:
-        ended = _ended_run(folder, job)
-        if ended is not None:
-            return ended
-        resume = (folder / "checkpoint.pt").exists()
+        state = folder_state(folder)
+        if state == "ended":
+            return _ended_run(folder, job)
+        resume = state == "stopped"
         config.update(out=str(folder), resume=resume, overwrite=not resume,
                       checkpoint_every=config.get("checkpoint_every") or config.get("eval_every")
                       or max(1, int(config["rounds"]) // 30))
@@ -101,15 +101,23 @@ def _plain(config: Any) -> Any:
     return json.loads(json.dumps(config, sort_keys=True, default=list))
 
 
-def _ended_run(folder: Path, job: dict[str, Any]) -> RunResult | None:
-    """The run that ended in ``folder`` (:data:`RESULT_FILE` and its history), summarised against ``job``; None when
-    none ended there. One that trained another setting is an InputError naming --out: it is not overwritten."""
-    from adaptplan.fileio import load_file
+def folder_state(folder: Path) -> str:
+    """What a run's folder holds for :func:`run_one`: ``"ended"`` (its :data:`RESULT_FILE`), ``"stopped"`` (a
+    checkpoint to continue from) or ``"new"`` (neither)."""
+    from trainers.run.checkpoint import CHECKPOINT_NAME
+
+    if (folder / RESULT_FILE).exists():
+        return "ended"
+    return "stopped" if (folder / CHECKPOINT_NAME).exists() else "new"
+
+
+def _ended_run(folder: Path, job: dict[str, Any]) -> RunResult:
+    """The run that ended in ``folder`` (:data:`RESULT_FILE` and its history), summarised against ``job``. One that
+    trained another setting is an InputError naming --out: it is not overwritten."""
+    from adaptplan.fileio import load_mapping
     from trainers.run.history import History
 
-    if not (folder / RESULT_FILE).exists():
-        return None
-    stored = load_file(folder / RESULT_FILE, "bench result", lambda data: data)
+    stored = load_mapping(folder / RESULT_FILE, "bench result")
     saved, now, diverged = stored.get("config"), _plain(job["config"]), stored.get("diverged_round")
     saved = saved if isinstance(saved, dict) else {}
     if diverged is not None and (not isinstance(diverged, int) or isinstance(diverged, bool) or diverged < 1):

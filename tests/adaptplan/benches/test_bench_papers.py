@@ -383,6 +383,29 @@ def test_when_a_run_evaluates_changes_none_of_its_training() -> None:
                                                                              for r in runs[1].records)
 
 
+def test_the_bench_says_how_many_runs_it_reads_back_and_how_many_continue(tmp_path, capsys, monkeypatch) -> None:
+    """run_paper_bench with runs_dir: each run goes to its folder (run_folder), and a line counts the folders that
+    hold an ended run (bench-result.json) and those that hold only a checkpoint."""
+    book = bp.catalogue(["gapsl"], tier="test")
+    todo = bp.jobs(book, [0])
+    assert len({json.dumps(j["config"], sort_keys=True, default=list) for j in todo}) == len(todo)
+    for job, name in zip(todo, ("bench-result.json", "checkpoint.pt", "checkpoint.pt", "history.json")):
+        bp.run_folder(tmp_path, job).mkdir(parents=True)
+        (bp.run_folder(tmp_path, job) / name).write_text("{}")
+    seen = []
+
+    def no_training(work, *args):
+        seen.extend(work)
+        return [run(0.5)] * len(work)
+
+    monkeypatch.setattr(bp, "run_jobs", no_training)
+    bp.run_paper_bench(book, [0], workers=1, runs_dir=tmp_path)
+    assert f"of {len(todo)} runs in {tmp_path}, 1 ended before (read back) and 2 continue from their checkpoints" \
+        in capsys.readouterr().err
+    folders = {(w["group"], w["label"]): w["folder"] for w in seen}
+    assert folders == {(j["group"], j["label"]): str(bp.run_folder(tmp_path, j)) for j in todo}
+
+
 def _gapsl_psl_job(tmp_path, **config):
     job = next(j for j in bp.jobs(bp.catalogue(["gapsl"], tier="test"), [0]) if j["label"] == "psl")
     return {**job, "config": {**job["config"], **config}, "folder": str(tmp_path / "psl-seed0")}
