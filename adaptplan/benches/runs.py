@@ -11,7 +11,7 @@ from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence, TypeGuard
 
 from adaptplan.errors import InputError
 
@@ -54,7 +54,8 @@ class RunResult:
 
 
 #: In a run's folder (``job["folder"]``): written once the run has ended (finished or diverged), with the setting
-#: it trained, so that the same benchmark run again reads the run back instead of training it.
+#: it trained and what the benchmark reads of its history (:func:`evaluations_only`), so that the same benchmark
+#: run again reads the run back instead of training it — from this file alone, a few kB however long the run.
 RESULT_FILE = "bench-result.json"
 
 
@@ -92,8 +93,20 @@ def run_one(job: dict[str, Any]) -> RunResult:
     if folder is not None:
         from adaptplan.fileio import save_json
 
-        save_json({"config": _plain(job["config"]), "diverged_round": diverged}, folder / RESULT_FILE)
+        save_json({"config": _plain(job["config"]), "diverged_round": diverged, "rounds": len(history.records),
+                   "history": evaluations_only(history).to_json()}, folder / RESULT_FILE)
     return summarise(job, history, diverged)
+
+
+def evaluations_only(history: Any) -> Any:
+    """What :func:`summarise` reads of ``history``: its evaluated rounds and its last round (the run's simulated and
+    wall seconds), with the metadata the final accuracy and the convergence floor come from. Summarised with the
+    full history's round count, it gives the full history's :class:`RunResult` for any target."""
+    from trainers.run.history import History
+
+    kept = [r for r in history.records[:-1] if r.accuracy is not None] + history.records[-1:]
+    meta = {k: history.meta[k] for k in ("num_classes", "final_evaluation") if k in history.meta}
+    return History(kept, meta)
 
 
 def _plain(config: Any) -> Any:
@@ -112,27 +125,42 @@ def folder_state(folder: Path) -> str:
 
 
 def _ended_run(folder: Path, job: dict[str, Any]) -> RunResult:
-    """The run that ended in ``folder`` (:data:`RESULT_FILE` and its history), summarised against ``job``. One that
-    trained another setting is an InputError naming --out: it is not overwritten."""
+    """The run that ended in ``folder`` (:data:`RESULT_FILE`), summarised against ``job``. One that trained another
+    setting is an InputError naming --out: it is not overwritten."""
     from adaptplan.fileio import load_mapping
     from trainers.run.history import History
 
-    stored = load_mapping(folder / RESULT_FILE, "bench result")
+    where = folder / RESULT_FILE
+    stored = load_mapping(where, "bench result")
     saved, now, diverged = stored.get("config"), _plain(job["config"]), stored.get("diverged_round")
     saved = saved if isinstance(saved, dict) else {}
-    if diverged is not None and (not isinstance(diverged, int) or isinstance(diverged, bool) or diverged < 1):
-        raise InputError(f"must be a round ≥ 1 or null, got {diverged!r}", field=f"{folder / RESULT_FILE}: diverged_round")
+    if diverged is not None and not _whole(diverged):
+        raise InputError(f"must be a round ≥ 1 or null, got {diverged!r}", field=f"{where}: diverged_round")
     if saved != now:
         differing = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
         raise InputError(f"{str(folder)!r} holds a run that ended with another setting ({', '.join(differing[:4])} "
                          "differ); give the bench another --out, or remove that folder to train the run again",
                          field="--out")
-    return summarise(job, History.load(folder), diverged)
+    if not isinstance(stored.get("history"), dict):
+        raise InputError(f"must be the run's evaluations as a history object, got {stored.get('history')!r:.60}",
+                         field=f"{where}: history")
+    history = History.from_json(stored["history"])
+    rounds = stored.get("rounds")
+    if not _whole(rounds) or rounds < len(history.records):
+        raise InputError(f"must be the run's round count, at least its {len(history.records)} records, got "
+                         f"{rounds!r}", field=f"{where}: rounds")
+    return summarise(job, history, diverged, rounds)
 
 
-def summarise(job: dict[str, Any], history: Any, diverged: int | None = None) -> RunResult:
+def _whole(value: Any) -> TypeGuard[int]:
+    """``value`` is a whole number ≥ 1 (a bool is not)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def summarise(job: dict[str, Any], history: Any, diverged: int | None = None, rounds: int | None = None) -> RunResult:
     """A run's :class:`RunResult` from its :class:`~trainers.run.history.History` (``diverged``: the round whose
-    NaN/inf stopped it), against ``job["target"]`` accuracy."""
+    NaN/inf stopped it), against ``job["target"]`` accuracy; ``rounds``: the run's round count where ``history``
+    holds only its evaluations (:func:`evaluations_only`)."""
     target = job["target"]
     curve = [(r.sim_seconds, r.accuracy) for r in history.evaluated if r.accuracy is not None]   # all evaluated
     local_curve = [(r.sim_seconds, r.local_accuracy) for r in history.evaluated if r.local_accuracy is not None]
@@ -141,7 +169,8 @@ def summarise(job: dict[str, Any], history: Any, diverged: int | None = None) ->
     conv_record = next((r for r in history.records if r.round == conv), None)
     last_sim = history.records[-1].sim_seconds if history.records else 0.0
     last_wall = history.records[-1].wall_seconds if history.records else 0.0
-    return RunResult(job["group"], job["label"], len(history.records), history.final_accuracy, last_sim, last_wall,
+    count = len(history.records) if rounds is None else rounds
+    return RunResult(job["group"], job["label"], count, history.final_accuracy, last_sim, last_wall,
                      reached.sim_seconds if reached else None, reached.round if reached else None,
                      conv, conv_record.sim_seconds if conv_record else None,
                      conv_record.accuracy if conv_record else None, curve, diverged,

@@ -117,11 +117,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     papers.add_argument("--workers", type=int_flag(1, MAX_THREADS, "processes"),
                         help="worker processes, one torch thread each (default: all cores)")
     papers.add_argument("--tier", choices=("full", "hour", "test"), default="full",
-                        help="full (default): every recipe as written, its rounds raised until the plateau check (about 3.7 CPU-hours "
-                             "for all five at 3 seeds); hour: the first half of every full run (half the rounds, the "
-                             "same evaluation rounds, or the first part a recipe's [hour_tier] states; all five at 3 "
-                             "seeds fit 60 minutes of 2 cores); test: the "
-                             "synthetic data set, 4 devices, 4 rounds, 1 seed (verdicts meaningless)")
+                        help="full (default): every recipe as written, its rounds raised until the plateau "
+                             "check (about 15 CPU-hours for all five at 3 seeds, SCALA's 14,400-round runs most of "
+                             "them; with --out the runs that ended are read back, so it can take several sittings); "
+                             "hour: the first half of every full run (half the rounds, the same evaluation rounds, "
+                             "or the first part a recipe's [hour_tier] states; all five at 3 seeds fit 60 minutes of "
+                             "2 cores); test: the synthetic data set, 4 devices, 4 rounds, 1 seed (verdicts "
+                             "meaningless)")
     papers.add_argument("--quick", action="store_true", help="the same as --tier test")
     add_device_options(papers)
     papers.add_argument("--out", metavar="DIR", default="bench-papers",
