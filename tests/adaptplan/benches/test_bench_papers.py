@@ -475,10 +475,37 @@ def test_an_ended_run_reads_back_from_its_result_file_alone_for_any_target(tmp_p
         (folder / "bench-result.json").write_text(json.dumps({**stored, "rounds": bad}))
         with pytest.raises(InputError, match=f"must be the run's round count, at least its 2 records, got {bad!r}"):
             run_one(job)
+    (folder / "bench-result.json").write_text(json.dumps({**stored, "rounds": 2}))    # as many rounds as records
+    assert run_one(job).rounds == 2
     (folder / "bench-result.json").write_text(json.dumps({**stored, "history": [1]}))
     with pytest.raises(InputError, match="must be the run's evaluations as a history object") as err:
         run_one(job)
     assert err.value.field.endswith("bench-result.json: history")
+
+
+def test_what_the_result_file_keeps_of_a_history_summarises_as_the_whole_history() -> None:
+    """evaluations_only on a history whose last round is not evaluated (a diverged run's), whose final evaluation
+    is in its metadata and whose first evaluations lie below the convergence floor (2/M, M = 4 classes): summarised
+    with the whole run's round count it gives the whole history's RunResult, field by field, at three targets."""
+    from adaptplan.benches.runs import evaluations_only, summarise
+    from trainers.run.history import History, RoundRecord
+
+    accuracy = dict(zip(range(2, 27, 2), (0.30, 0.31, 0.32, 0.33, 0.34, 0.35,           # below the floor
+                                          0.55, 0.60, 0.605, 0.61, 0.615, 0.62, 0.625)))
+    records = [RoundRecord(t, 1.0 / t, accuracy.get(t), None, 1.5 * t, 1.5, 0.1 * t, 0, 0, 0, True, False, [1], 1)
+               for t in range(1, 28)]
+    history = History(records, {"num_classes": 4, "final_evaluation": {"accuracy": 0.7}, "other": 1})
+    kept = evaluations_only(history)
+    assert [r.round for r in kept.records] == [*range(2, 27, 2), 27]
+    assert [r.round for r in evaluations_only(History(records[:26])).records] == [*range(2, 27, 2)]  # ends evaluated
+    assert kept.meta == {"num_classes": 4, "final_evaluation": {"accuracy": 0.7}}
+    assert (history.converged_round(), History(records, {}).converged_round()) == (26, 12)   # the floor matters
+    for target in (0.5, 0.61, 0.9):
+        job = {"group": "g", "label": "l", "target": target}
+        assert summarise(job, kept, 27, rounds=27) == summarise(job, history, 27)
+    whole = summarise({"group": "g", "label": "l", "target": 0.5}, history)
+    assert (whole.rounds, whole.final_accuracy, whole.sim_seconds, whole.time_to_target_s, whole.converged_round) == \
+        (27, 0.7, 40.5, 21.0, 26)
 
 
 def test_a_folder_holding_a_run_of_another_setting_is_refused_not_overwritten(tmp_path) -> None:
