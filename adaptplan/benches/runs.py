@@ -5,6 +5,7 @@ with the figures both benchmarks report; one plot function draws accuracy agains
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from concurrent.futures import ProcessPoolExecutor
@@ -200,14 +201,17 @@ def run_jobs(jobs: Sequence[dict[str, Any]], workers: int | None = None, desc: s
         else:
             import multiprocessing
 
+            context = multiprocessing.get_context("spawn")
+            stopping = context.Event()
             with _terminating_on_sigterm(), \
-                    ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+                    ProcessPoolExecutor(workers, mp_context=context, initializer=_share_stop, initargs=(stopping,)) as pool:
                 try:
-                    for result in pool.map(work, jobs):
+                    for result in pool.map(functools.partial(_unless_stopped, work), jobs):
                         results.append(result)
                         if bar is not None:
                             bar.update(1)
                 except BaseException:
+                    stopping.set()                                       # a job already queued to a worker: skipped
                     pool.shutdown(wait=False, cancel_futures=True)
                     for child in multiprocessing.active_children():     # the pool's workers, mid-run
                         child.terminate()
@@ -216,6 +220,23 @@ def run_jobs(jobs: Sequence[dict[str, Any]], workers: int | None = None, desc: s
         if bar is not None:
             bar.close()
     return results
+
+
+_stop: Any = None     # in a worker process of run_jobs: the event set when the benchmark stops
+
+
+def _share_stop(event: Any) -> None:
+    global _stop
+    _stop = event
+
+
+def _unless_stopped(work: Callable[[dict[str, Any]], Any], job: dict[str, Any]) -> Any:
+    """``work(job)`` in a worker of :func:`run_jobs`, unless the benchmark has stopped: a worker whose run stops
+    gracefully on SIGTERM (the Trainer ends its round and checkpoints) would otherwise take the next job queued to
+    it and train it to its end while the benchmark waits to exit."""
+    if _stop is not None and _stop.is_set():
+        raise RuntimeError("the benchmark stopped before this run started")
+    return work(job)
 
 
 @contextmanager
