@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 import pytest
 
@@ -414,32 +415,22 @@ def test_bench_engine_sweeps_device_counts_into_a_table_and_plot(tmp_path, capsy
 
 
 
-def test_a_stopped_bench_starts_no_queued_run_when_its_runs_stop_gracefully(tmp_path) -> None:
-    """A run that turns SIGTERM into a stop at the end of its round (as the Trainer does: checkpoint, then an
-    exception) must not leave its worker free to start the runs queued behind it: before, a stopped `bench papers`
-    waited for the worker to train the next queued run to its end (an hour), instead of exiting."""
+def _bench_in_a_process(tmp_path, work: str, jobs: int) -> tuple[Any, Any]:
+    """A benchmark of ``jobs`` runs of the function ``work`` (source text; it marks each run it starts in the folder
+    ``sys.argv[1]``) over 2 worker processes, started in its own process; returned once two runs have started,
+    with the folder of marks."""
     import os
-    import signal
     import subprocess
     import sys
     import time
     from pathlib import Path
 
-    script = tmp_path / "graceful_bench.py"
-    script.write_text(
-        "import os, signal, sys, time\n"
-        "from adaptplan.benches.runs import run_jobs\n"
-        "def graceful(job):\n"
-        "    stop = []\n"
-        "    signal.signal(signal.SIGTERM, lambda *a: stop.append(1))\n"
-        "    open(os.path.join(sys.argv[1], f'job{job[\"n\"]}'), 'w').close()\n"
-        "    for _ in range(1200):\n"
-        "        if stop:\n"
-        "            raise RuntimeError('stopped at the end of a round')\n"
-        "        time.sleep(0.1)\n"
-        "if __name__ == '__main__':\n"
-        "    run_jobs([{'n': i} for i in range(6)], workers=2, progress=False, work=graceful)\n")
-    marks = tmp_path / "jobs"
+    script = tmp_path / "bench.py"
+    script.write_text("import os, signal, sys, time\n"
+                      "from adaptplan.benches.runs import run_jobs\n" + work +
+                      "if __name__ == '__main__':\n"
+                      f"    run_jobs([{{'n': i}} for i in range({jobs})], workers=2, progress=False, work=work)\n")
+    marks = tmp_path / "marks"
     marks.mkdir()
     root = Path(__file__).resolve().parents[3]
     proc = subprocess.Popen([sys.executable, str(script), str(marks)], cwd=root,
@@ -447,7 +438,27 @@ def test_a_stopped_bench_starts_no_queued_run_when_its_runs_stop_gracefully(tmp_
     deadline = time.monotonic() + 60
     while len(list(marks.iterdir())) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert sorted(p.name for p in marks.iterdir()) == ["job0", "job1"], "the first two runs did not start"
+    assert len(list(marks.iterdir())) == 2, "the first two runs did not start"
+    return proc, marks
+
+
+def test_a_stopped_bench_starts_no_queued_run_when_its_runs_stop_gracefully(tmp_path) -> None:
+    """A run that turns SIGTERM into a stop at the end of its round (as the Trainer does: checkpoint, then an
+    exception) must not leave its worker free to start the runs queued behind it: before, a stopped `bench papers`
+    waited for the worker to train the next queued run to its end (an hour), instead of exiting."""
+    import signal
+    import time
+
+    proc, marks = _bench_in_a_process(tmp_path, (
+        "def work(job):\n"
+        "    stop = []\n"
+        "    signal.signal(signal.SIGTERM, lambda *a: stop.append(1))\n"
+        "    open(os.path.join(sys.argv[1], f'job{job[\"n\"]}'), 'w').close()\n"
+        "    for _ in range(1200):\n"
+        "        if stop:\n"
+        "            raise RuntimeError('stopped at the end of a round')\n"
+        "        time.sleep(0.1)\n"), jobs=6)
+    assert sorted(p.name for p in marks.iterdir()) == ["job0", "job1"]
     proc.send_signal(signal.SIGTERM)
     try:
         assert proc.wait(timeout=30) == 128 + signal.SIGTERM
@@ -460,32 +471,15 @@ def test_a_stopped_bench_starts_no_queued_run_when_its_runs_stop_gracefully(tmp_
 def test_a_stopped_bench_ends_its_worker_processes(tmp_path) -> None:
     """SIGTERM to a benchmark whose runs are in worker processes: it exits and its workers do not go on training
     (they did before: a killed `bench papers` left its workers running for minutes)."""
-    import os
     import signal
-    import subprocess
-    import sys
     import time
     from pathlib import Path
 
-    script = tmp_path / "slow_bench.py"
-    script.write_text(
-        "import os, sys, time\n"
-        "from adaptplan.benches.runs import run_jobs\n"
-        "def slow(job):\n"
+    proc, marks = _bench_in_a_process(tmp_path, (
+        "def work(job):\n"
         "    open(os.path.join(sys.argv[1], str(os.getpid())), 'w').close()\n"
-        "    time.sleep(120)\n"
-        "if __name__ == '__main__':\n"
-        "    run_jobs([{'n': i} for i in range(4)], workers=2, progress=False, work=slow)\n")
-    marks = tmp_path / "pids"
-    marks.mkdir()
-    root = Path(__file__).resolve().parents[3]
-    proc = subprocess.Popen([sys.executable, str(script), str(marks)], cwd=root,
-                            env={**os.environ, "PYTHONPATH": str(root)})
-    deadline = time.monotonic() + 60
-    while len(list(marks.iterdir())) < 2 and time.monotonic() < deadline:
-        time.sleep(0.1)
+        "    time.sleep(120)\n"), jobs=4)
     workers = [int(p.name) for p in marks.iterdir()]
-    assert len(workers) == 2, "the workers did not start"
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 128 + signal.SIGTERM
 
