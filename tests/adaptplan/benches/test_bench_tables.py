@@ -446,6 +446,8 @@ def test_a_stopped_bench_starts_no_queued_run_when_its_runs_stop_gracefully(tmp_
     """A run that turns SIGTERM into a stop at the end of its round (as the Trainer does: checkpoint, then an
     exception) must not leave its worker free to start the runs queued behind it: before, a stopped `bench papers`
     waited for the worker to train the next queued run to its end (an hour), instead of exiting."""
+    import contextlib
+    import os
     import signal
     import time
 
@@ -453,7 +455,8 @@ def test_a_stopped_bench_starts_no_queued_run_when_its_runs_stop_gracefully(tmp_
         "def work(job):\n"
         "    stop = []\n"
         "    signal.signal(signal.SIGTERM, lambda *a: stop.append(1))\n"
-        "    open(os.path.join(sys.argv[1], f'job{job[\"n\"]}'), 'w').close()\n"
+        "    with open(os.path.join(sys.argv[1], f'job{job[\"n\"]}'), 'w') as mark:\n"
+        "        mark.write(str(os.getpid()))\n"
         "    for _ in range(1200):\n"
         "        if stop:\n"
         "            raise RuntimeError('stopped at the end of a round')\n"
@@ -464,6 +467,9 @@ def test_a_stopped_bench_starts_no_queued_run_when_its_runs_stop_gracefully(tmp_
         assert proc.wait(timeout=30) == 128 + signal.SIGTERM
     finally:
         proc.kill()
+        for mark in marks.iterdir():             # a worker left behind by a failure: not left blocked forever
+            with contextlib.suppress(OSError, ValueError):
+                os.kill(int(mark.read_text()), signal.SIGKILL)
     time.sleep(1)
     assert sorted(p.name for p in marks.iterdir()) == ["job0", "job1"]      # no queued run started
 
