@@ -25,13 +25,27 @@ def device_finite_items(device: Device) -> list[tuple[Any, str, int | str]]:
             for p in block.parameters()]
 
 
+def _devices_named(msg: Any) -> list[int]:
+    """The devices a message to a device host is about (those whose models handling it may change)."""
+    if isinstance(msg, Forward):
+        return [d for d, _ in msg.items]
+    device = getattr(msg, "device", None)
+    return [device] if isinstance(device, int) else []
+
+
 class DeviceHost:
     """Devices ``devices`` (index → :class:`~trainers.roles.core.Device`) of one process; ``batcher``
-    runs a group's client forwards as one call where it can (``--client-batching``)."""
+    runs a group's client forwards as one call where it can (``--client-batching``).
+
+    A model changes only through the roles' messages, so the round's NaN/inf check
+    (:class:`~trainers.roles.protocol.RoundEnd`) looks at the devices some message named since the last
+    check passed, and at devices never checked; under partial participation the others, whose models no
+    message could have changed, are not read again (at 100 devices and ρ = 0.1 a tenth of the tensors)."""
 
     def __init__(self, devices: dict[int, Device], batcher: ClientBatcher | None = None) -> None:
         self.devices = devices
         self.batcher = batcher
+        self._checked: set[int] = set()  # devices found finite at the last check and named by no message since
 
     def device(self, index: int) -> Device:
         try:
@@ -41,6 +55,7 @@ class DeviceHost:
                                        f"(devices {sorted(self.devices)})") from None
 
     def handle(self, msg: Any, emit: Emit) -> None:
+        self._checked.difference_update(_devices_named(msg))
         if isinstance(msg, Forward):
             self.forward(msg, emit)
         elif isinstance(msg, CutGradient):
@@ -56,9 +71,16 @@ class DeviceHost:
         elif isinstance(msg, SetState) and msg.device is not None:
             self.device(msg.device).load_state_dict(msg.state)
         elif isinstance(msg, RoundEnd):
-            check_all_finite([item for d in self.devices.values() for item in device_finite_items(d)], msg.round)
+            self.check_finite(msg.round)
         else:
             raise MessageMismatchError(f"a device host cannot handle a {type(msg).__name__}")
+
+    def check_finite(self, round_index: int) -> None:
+        """:func:`check_all_finite` of the client models of the devices that may have changed (class
+        docstring); a :class:`~trainers.roles.messages.NonFiniteError` names the first offending device."""
+        changed = [d for d in self.devices if d not in self._checked]
+        check_all_finite([item for d in changed for item in device_finite_items(self.devices[d])], round_index)
+        self._checked.update(changed)
 
     def forward(self, msg: Forward, emit: Emit) -> None:
         """Eq. (2) for every device of the message, one after the other or batched; their

@@ -12,7 +12,7 @@ from torch import nn
 from trainers.engine.network import LocalNetwork
 from trainers.roles.core import Device, FedServer
 from trainers.roles.hosts import DeviceHost, FedHost, take
-from trainers.roles.messages import Activation, BlockState, CutGradient, MessageMismatchError, ModelUpload, NonFiniteError
+from trainers.roles.messages import Activation, BlockState, CutGradient, MessageMismatchError, ModelDownload, ModelUpload, NonFiniteError
 from trainers.roles.optim import OptimizerSpec
 from trainers.roles.protocol import EDGE, FED, Average, Blocks, Forward, GetBlocks, GetState, RoundEnd, Send, SetState, State, Take, Upload
 
@@ -80,15 +80,53 @@ def test_blocks_state_and_the_rounds_check_on_a_device_host() -> None:
     other.handle(SetState(2, state.state), Outbox())
     assert torch.equal(other.devices[2].blocks[0].weight, host.devices[2].blocks[0].weight)
     host.handle(RoundEnd(3), out)                                         # finite: nothing raised, nothing sent
+    assert len(out) == 2
     bias = host.devices[1].blocks[0].bias
     bias.data = bias.data.clone()                                         # device 1's own (it starts on the template's)
     bias.data[0] = float("nan")
-    with pytest.raises(NonFiniteError, match="round 3.*device 1"):
-        host.handle(RoundEnd(3), out)
+    host.handle(RoundEnd(4), out)           # no message named device 1 since its check: its model is not read again
+    host.handle(GetBlocks(1), out)
+    with pytest.raises(NonFiniteError, match="round 5.*device 1"):
+        host.handle(RoundEnd(5), out)
+    with pytest.raises(NonFiniteError, match="round 6.*device 1"):      # a failed check leaves the device to check
+        host.handle(RoundEnd(6), out)
     with pytest.raises(MessageMismatchError, match=r"device 7, which is not hosted here \(devices \[0, 1, 2\]\)"):
         host.handle(GetBlocks(7), out)
     with pytest.raises(MessageMismatchError, match="a device host cannot handle a Average"):
         host.handle(Average(1), out)
+
+
+def test_the_rounds_check_reads_every_device_at_first_then_those_a_message_named() -> None:
+    host = DeviceHost(devices())
+    weight = host.devices[2].blocks[0].weight
+    weight.data = weight.data.clone()                                     # device 2's own (it starts on the template's)
+    weight.data[0, 0] = float("inf")
+    with pytest.raises(NonFiniteError, match="round 1.*device 2"):         # never checked: read at the first check
+        host.handle(RoundEnd(1), Outbox())
+    weight.data[0, 0] = 0.0
+    host.handle(RoundEnd(2), Outbox())
+    state = {k: torch.full_like(t, float("nan")) for k, t in host.devices[0].blocks[0].state_dict().items()}
+    host.handle(ModelDownload(0, 3, "device", {0: BlockState(state)}), Outbox())   # a download that is not finite
+    with pytest.raises(NonFiniteError, match="round 3.*device 0"):
+        host.handle(RoundEnd(3), Outbox())
+
+
+@pytest.mark.parametrize("message", [Forward(4, [(2, 3), (0, 3)]), GetBlocks(0), GetState(0), SetState(0, None),
+                                     Upload(0, 4, [0], 1.0, to=EDGE)], ids=lambda m: type(m).__name__)
+def test_a_device_any_message_named_is_checked_at_the_rounds_end(message) -> None:
+    host = DeviceHost(devices())
+    host.handle(RoundEnd(3), Outbox())
+    if isinstance(message, SetState):
+        message = SetState(0, host.devices[0].state_dict())
+    host.handle(message, Outbox())
+    for d in (0, 1):
+        bias = host.devices[d].blocks[0].bias
+        bias.data = bias.data.clone()
+        bias.data[0] = float("nan")
+    with pytest.raises(NonFiniteError, match="round 4.*device 0"):       # device 1, named by none, is not read
+        host.handle(RoundEnd(4), Outbox())
+    host.devices[0].blocks[0].bias.data[0] = 0.0
+    host.handle(RoundEnd(5), Outbox())
 
 
 def _upload(device: int, value: float, weight: float, sender: str = "device") -> ModelUpload:
