@@ -18,6 +18,8 @@ import numpy as np
 
 from adaptplan.errors import InputError
 from adaptplan.fileio import (
+    MAX_MAGNITUDE,
+    MIN_POSITIVE,
     check_keys,
     int_in_range,
     load_file,
@@ -61,6 +63,20 @@ class DeviceSpec:
         return data
 
 
+def _plainly_positive(devices: tuple[DeviceSpec, ...]) -> bool:
+    """Whether every device field, and ``memory_bytes`` where device 0 gives it, is an int or float in
+    [MIN_POSITIVE, MAX_MAGNITUDE] — exactly what :func:`~adaptplan.fileio.positive_number` accepts of those
+    types — and ``memory_bytes`` is given on all devices or on none: :meth:`SystemSpec.validate` in one pass,
+    without building a message per value. False for anything else (a subclass of float included), which the
+    per-field checks then judge and name."""
+    with_memory = bool(devices) and devices[0].memory_bytes is not None
+    if any((d.memory_bytes is not None) != with_memory for d in devices):
+        return False
+    fields = DEVICE_FIELDS + DEVICE_OPTIONAL if with_memory else DEVICE_FIELDS
+    return all(type(v) in (int, float) and MIN_POSITIVE <= v <= MAX_MAGNITUDE
+               for v in [getattr(d, name) for d in devices for name in fields])
+
+
 @dataclass(frozen=True)
 class SystemSpec:
     """The network and compute resources of one round; see the module docstring for units."""
@@ -83,6 +99,8 @@ class SystemSpec:
             raise InputError("must list at least one device", field="system.devices")
         if len(self.devices) > MAX_DEVICES:
             raise InputError(f"must list at most {MAX_DEVICES:,} devices, got {len(self.devices):,}", field="system.devices")
+        if _plainly_positive(self.devices):   # the usual case, in one pass; else the loop names the first bad value
+            return
         for i, device in enumerate(self.devices):
             for name in DEVICE_FIELDS:
                 positive_number(getattr(device, name), f"system.devices[{i}].{name}", unit_of(name))
@@ -252,12 +270,14 @@ class SystemProcess:
         if not self.redraw:
             return self.base
         rng = np.random.default_rng([self.seed, round_index])
-        devices = tuple(
-            replace(d, flops=float(rng.uniform(*self.ranges.device_flops)),
-                    up_bps=float(rng.uniform(*self.ranges.up_bps)),
-                    fed_up_bps=float(rng.uniform(*self.ranges.up_bps)))
-            for d in self.base.devices
-        )
+        # per device, in this order: flops, up_bps, fed_up_bps — one call drawing them row by row, the same
+        # numbers as one scalar draw after the other
+        ranges = (self.ranges.device_flops, self.ranges.up_bps, self.ranges.up_bps)
+        n = len(self.base.devices)
+        low, high = (np.tile([r[k] for r in ranges], (n, 1)) for k in (0, 1))
+        draws = rng.uniform(low, high).tolist()
+        devices = tuple(DeviceSpec(flops, up, d.down_bps, fed_up, d.fed_down_bps, d.memory_bytes)
+                        for d, (flops, up, fed_up) in zip(self.base.devices, draws))
         return replace(self.base, devices=devices)
 
     def measured(self, round_index: int) -> SystemSpec:

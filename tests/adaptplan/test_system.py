@@ -3,11 +3,14 @@ docs/model.md §6.1 [P]: f_i ~ U[0.5, 1.5] TFLOPS, f_s = 50 TFLOPS, r^U, r^{fU} 
 r^D, r^{fD} ~ U[350, 380] Mbps, r_{e→f} = r_{f→e} = 500 Mbps, b = 16; device FLOP/s and device uplink
 rates (to the edge server and to the fed server) are re-drawn every round, nothing else."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from adaptplan.errors import InputError
-from adaptplan.system import DEVICE_FIELDS, SystemProcess, SystemRanges, generate_system
+from adaptplan.fileio import positive_number
+from adaptplan.system import DEVICE_FIELDS, SystemProcess, SystemRanges, SystemSpec, generate_system, with_memory_budgets
 
 SPEC_RANGES = {"flops": (0.5e12, 1.5e12), "up_bps": (70e6, 80e6), "fed_up_bps": (70e6, 80e6),
                "down_bps": (350e6, 380e6), "fed_down_bps": (350e6, 380e6)}
@@ -91,6 +94,48 @@ def test_per_round_redraw_changes_exactly_flops_and_uplinks():
         previous = state
     assert SystemProcess(base, seed=7, redraw=False).state(5) == base
     assert SystemProcess(base, seed=8, redraw=True).state(1) != process.state(1)
+
+
+@pytest.mark.parametrize("seed, round_index", [(0, 1), (7, 2), (7, 40), (123, 9)])
+def test_a_rounds_redraw_is_one_scalar_draw_after_the_other(seed, round_index):
+    """The reference written out: per device, in device order, flops then up_bps then fed_up_bps, each a scalar
+    uniform draw from the round's own stream; every other field (the memory budget too) stays the base's."""
+    base = with_memory_budgets(generate_system(37, seed=seed), (1e6, 1e9), seed=seed)
+    ranges = SystemRanges(device_flops=(0.2e12, 3e12), up_bps=(10e6, 90e6))
+    rng = np.random.default_rng([seed, round_index])
+    expected = tuple(replace(d, flops=float(rng.uniform(*ranges.device_flops)), up_bps=float(rng.uniform(*ranges.up_bps)),
+                             fed_up_bps=float(rng.uniform(*ranges.up_bps))) for d in base.devices)
+    state = SystemProcess(base, seed=seed, redraw=True, ranges=ranges).state(round_index)
+    assert state.devices == expected and all(type(d.flops) is float for d in state.devices)
+    assert replace(state, devices=base.devices) == base
+
+
+VALUES = [1e-30, 1e30, 1, 5.0, np.float64(5.0), 2 ** 200, 0.99e-30, 0.0, -0.0, -3.0, float("nan"), float("inf"), True, "5"]
+
+
+@pytest.mark.parametrize("field, value", [("up_bps", v) for v in VALUES + [None]] + [("memory_bytes", v) for v in VALUES])
+def test_a_systems_check_accepts_and_names_exactly_what_the_per_field_check_does(value, field):
+    base = with_memory_budgets(generate_system(3, seed=0), (1e6, 1e9), seed=0)
+    devices = list(base.devices)
+    devices[2] = replace(devices[2], **{field: value})
+    unit = "bytes" if field == "memory_bytes" else "bit/s"
+    try:
+        positive_number(value, f"system.devices[2].{field}", unit)
+    except InputError as error:
+        with pytest.raises(InputError) as raised:
+            SystemSpec(base.batch_size, base.server_flops, base.edge_to_fed_bps, base.fed_to_edge_bps, tuple(devices))
+        assert str(raised.value) == str(error)
+    else:
+        assert SystemSpec(base.batch_size, base.server_flops, base.edge_to_fed_bps, base.fed_to_edge_bps,
+                          tuple(devices)).devices[2] == devices[2]
+
+
+def test_memory_budgets_on_some_devices_only_are_refused_whichever_device_lacks_one():
+    base = with_memory_budgets(generate_system(3, seed=0), (1e6, 1e9), seed=0)
+    for given, message in (((1, 0, 1), "device 1 lacks it"), ((0, 1, 0), "device 1 has it but device 0 does not")):
+        devices = tuple(d if keep else replace(d, memory_bytes=None) for d, keep in zip(base.devices, given))
+        with pytest.raises(InputError, match=message):
+            replace(base, devices=devices)
 
 
 def test_measurement_noise_touches_every_rate_but_not_the_truth():
