@@ -64,17 +64,13 @@ class DeviceSpec:
 
 
 def _plainly_positive(devices: tuple[DeviceSpec, ...]) -> bool:
-    """Whether every device field, and ``memory_bytes`` where device 0 gives it, is an int or float in
+    """Whether every device field, and ``memory_bytes`` where a device gives it, is an int or float in
     [MIN_POSITIVE, MAX_MAGNITUDE] — exactly what :func:`~adaptplan.fileio.positive_number` accepts of those
-    types — and ``memory_bytes`` is given on all devices or on none: :meth:`SystemSpec.validate` in one pass,
-    without building a message per value. False for anything else (a subclass of float included), which the
-    per-field checks then judge and name."""
-    with_memory = bool(devices) and devices[0].memory_bytes is not None
-    if any((d.memory_bytes is not None) != with_memory for d in devices):
-        return False
-    fields = DEVICE_FIELDS + DEVICE_OPTIONAL if with_memory else DEVICE_FIELDS
+    types: :meth:`SystemSpec.validate`'s per-value checks in one pass, without building a message per value.
+    False for anything else (a subclass of float included), which the per-value checks then judge and name."""
     return all(type(v) in (int, float) and MIN_POSITIVE <= v <= MAX_MAGNITUDE
-               for v in [getattr(d, name) for d in devices for name in fields])
+               for d in devices for v in [*(getattr(d, name) for name in DEVICE_FIELDS),
+                                          *(() if d.memory_bytes is None else (d.memory_bytes,))])
 
 
 @dataclass(frozen=True)
@@ -99,13 +95,12 @@ class SystemSpec:
             raise InputError("must list at least one device", field="system.devices")
         if len(self.devices) > MAX_DEVICES:
             raise InputError(f"must list at most {MAX_DEVICES:,} devices, got {len(self.devices):,}", field="system.devices")
-        if _plainly_positive(self.devices):   # the usual case, in one pass; else the loop names the first bad value
-            return
-        for i, device in enumerate(self.devices):
-            for name in DEVICE_FIELDS:
-                positive_number(getattr(device, name), f"system.devices[{i}].{name}", unit_of(name))
-            if device.memory_bytes is not None:
-                positive_number(device.memory_bytes, f"system.devices[{i}].memory_bytes", "bytes")
+        if not _plainly_positive(self.devices):    # the per-value checks, which name the first bad value
+            for i, device in enumerate(self.devices):
+                for name in DEVICE_FIELDS:
+                    positive_number(getattr(device, name), f"system.devices[{i}].{name}", unit_of(name))
+                if device.memory_bytes is not None:
+                    positive_number(device.memory_bytes, f"system.devices[{i}].memory_bytes", "bytes")
         given = [d.memory_bytes is not None for d in self.devices]
         if any(given) and not all(given):
             missing = given.index(False) if given[0] else given.index(True)
@@ -272,10 +267,8 @@ class SystemProcess:
         rng = np.random.default_rng([self.seed, round_index])
         # per device, in this order: flops, up_bps, fed_up_bps — one call drawing them row by row, the same
         # numbers as one scalar draw after the other
-        ranges = (self.ranges.device_flops, self.ranges.up_bps, self.ranges.up_bps)
-        n = len(self.base.devices)
-        low, high = (np.tile([r[k] for r in ranges], (n, 1)) for k in (0, 1))
-        draws = rng.uniform(low, high).tolist()
+        bounds = np.array([self.ranges.device_flops, self.ranges.up_bps, self.ranges.up_bps])
+        draws = rng.uniform(bounds[:, 0], bounds[:, 1], size=(len(self.base.devices), 3)).tolist()
         devices = tuple(DeviceSpec(flops, up, d.down_bps, fed_up, d.fed_down_bps, d.memory_bytes)
                         for d, (flops, up, fed_up) in zip(self.base.devices, draws))
         return replace(self.base, devices=devices)
