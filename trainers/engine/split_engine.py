@@ -25,7 +25,7 @@ import copy
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, cast
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -417,14 +417,7 @@ class SplitEngine:
         (the devices' hosts check theirs, then the edge server its instances; the first offending
         parameter is named). A network that measures hands over the round's seconds here."""
         self._measured = self.net.end_round(round_index)
-        check_all_finite(self._edge_finite_items(), round_index)
-
-    def _edge_finite_items(self) -> list[tuple[torch.Tensor, str, int | str]]:
-        return [(p, f"server model block {j + 1}", cast(int, owner) if owner is not None else "shared server")
-                for (owner, j), module in self.edge.instances.items() for p in module.parameters()]
-
-    def _check_edge_finite(self, round_index: int) -> None:
-        check_all_finite(self._edge_finite_items(), round_index)
+        self.edge.check_finite(round_index)
 
     # ---- checkpoint (trainers.engine.state) -----------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from trainers.roles.messages import (
     MessageMismatchError,
     ModelDownload,
     ModelUpload,
+    check_all_finite,
     check_finite,
 )
 from trainers.roles.optim import OptimizerSpec, RoleOptimizer, mean_param_state
@@ -369,6 +370,12 @@ class EdgeServer:
         pass_samples: the most samples one server pass holds (its autograd graph grows with them):
             a barrier over more arrivals is served in :meth:`chunks` (exact for a mean loss, the
             gradients accumulating; equal up to float rounding). ``None``: one pass.
+
+    An instance's parameters change only when it runs (:meth:`instance`), its owner steps (:meth:`step`),
+    or blocks are loaded into it (:meth:`download`, :meth:`load_state_dict`), so the round's NaN/inf check
+    (:meth:`check_finite`) reads the instances one of these touched since the last check passed; under
+    SplitFed V1 at 1,000 devices and ρ = 0.05 that is the round's participants' copies, not all 1,000. A
+    strategy changes server weights through these methods, never by writing into an instance directly.
     """
 
     def __init__(self, template: nn.Sequential, cuts: Sequence[int], owner_of: Callable[[int, int, int], Owner],
@@ -385,6 +392,8 @@ class EdgeServer:
         """Instances whose tensors are the template's or a download's, shared with the others (SFL-V1's
         server copies at the start and after an average); each takes its own copy when it next runs
         (:meth:`instance`)."""
+        self._unchecked: set[Key] = set()
+        """Instances run, stepped or loaded since the last :meth:`check_finite` passed (every one at first)."""
         self._kept_cut: dict[int, torch.Tensor] = {}
         """∂L_i/∂a_i kept from :meth:`gradient_rows`'s passes where a second pass would not be harmless, for
         :meth:`cut_gradients`."""
@@ -415,9 +424,13 @@ class EdgeServer:
         return list(keys)
 
     def _build_optimizers(self, carried: dict[nn.Parameter, dict[str, Any]] | None = None) -> None:
+        """One optimizer per owner over its instances' parameters (the layout's: called whenever it changes)."""
         by_owner: dict[Owner, list[nn.Parameter]] = {}
-        for (owner, _), module in sorted(self.instances.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
-            by_owner.setdefault(owner, []).extend(module.parameters())
+        self._keys_of: dict[Owner, list[Key]] = {}
+        for key, module in sorted(self.instances.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
+            by_owner.setdefault(key[0], []).extend(module.parameters())
+            self._keys_of.setdefault(key[0], []).append(key)
+        self._unchecked = set(self.instances)     # a new layout: every instance is read at the next check
         self.optimizers = {o: RoleOptimizer(self.optimizer_spec, ps) for o, ps in by_owner.items() if ps}
         for opt in self.optimizers.values():
             opt.load_param_states(opt.params, [(carried or {}).get(p, {}) for p in opt.params])
@@ -559,6 +572,7 @@ class EdgeServer:
     def instance(self, key: Key) -> nn.Module:
         """The instance ``key``, about to run and train: its own copy of any tensors it shared."""
         module = self.instances[key]
+        self._unchecked.add(key)
         if key in self.shared:
             own_state(module)
             self.shared.discard(key)
@@ -661,6 +675,7 @@ class EdgeServer:
             opt = self.optimizers.get(owner)
             if opt is not None:
                 opt.step(scale.get(owner, 1.0) if isinstance(scale, dict) else scale)
+                self._unchecked.update(self._keys_of[owner])
 
     def zero_grad(self) -> None:
         for opt in self.optimizers.values():
@@ -698,12 +713,23 @@ class EdgeServer:
             for msg in msgs:
                 for j, bs in msg.blocks.items():
                     key = self.key(msg.device, j)
+                    self._unchecked.add(key)
                     if share_state(self.instances[key], bs.state):   # shared until the instance next runs
                         self.shared.add(key)
                     else:
                         self.shared.discard(key)
                     if bs.optimizer is not None and key[0] in self.optimizers:
                         self.optimizers[key[0]].load_param_states(self.instances[key].parameters(), bs.optimizer)
+
+    # ---- the round's NaN/inf check ------------------------------------------------------------------
+    def check_finite(self, round_index: int) -> None:
+        """:func:`check_all_finite` of the instances that may have changed since the last check passed (class
+        docstring), in layout order; a :class:`~trainers.roles.messages.NonFiniteError` names the first
+        offending one's block and owner (its device, or ``shared server``)."""
+        keys = [k for k in self.instances if k in self._unchecked]
+        check_all_finite([(p, f"server model block {j + 1}", cast(int, owner) if owner is not None else "shared server")
+                          for owner, j in keys for p in self.instances[(owner, j)].parameters()], round_index)
+        self._unchecked.difference_update(keys)
 
     # ---- checkpoint ---------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

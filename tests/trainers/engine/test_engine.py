@@ -285,8 +285,7 @@ def test_a_model_made_non_finite_stops_the_round_that_made_it() -> None:
     with pytest.raises(NonFiniteError, match=r"NaN or inf in server model block 11 at round 1, device shared server"):
         engine.run_round(1)
     per_device = make_engine("sfl-v1", [3, 3], devices=2)          # one server copy per device: named by its device
-    per_device.run_round(1)
-    p = next(per_device.edge.instances[(1, 10)].parameters())   # device 1's copy alone (shared since the average)
+    p = next(per_device.edge.instances[(1, 10)].parameters())   # device 1's copy alone (shared: the template's)
     p.data = p.data.clone()
     with torch.no_grad():
         p[0, 0] = float("nan")
@@ -639,9 +638,9 @@ def test_a_checkpoint_of_another_server_layout_is_refused() -> None:
 def test_finite_checks_of_one_device_and_of_the_edge_server_name_the_block() -> None:
     engine = psl()
     check_device_finite(engine.devices[1], 4)                # finite: nothing raised
-    engine._check_edge_finite(4)
+    engine.edge.check_finite(4)
     own_state(engine.devices[1].blocks[0])                 # device 1's own copy (it starts on the template's tensors)
-    own_state(engine.edge.instances[(None, 6)])
+    engine.edge.instance((None, 6))                        # about to run: its own copy, read at the next check
     with torch.no_grad():
         engine.devices[1].blocks[0].bias[2] = float("inf")
         engine.edge.instances[(None, 6)].weight.view(-1)[0] = float("nan")
@@ -649,7 +648,7 @@ def test_finite_checks_of_one_device_and_of_the_edge_server_name_the_block() -> 
     with pytest.raises(NonFiniteError, match=r"^NaN or inf in client model block 1 at round 4, device 1$"):
         check_device_finite(engine.devices[1], 4)
     with pytest.raises(NonFiniteError, match=r"^NaN or inf in server model block 7 at round 4, device shared server$"):
-        engine._check_edge_finite(4)
+        engine.edge.check_finite(4)
 
 
 def test_finite_check_without_the_multi_tensor_norm_still_finds_an_inf(monkeypatch) -> None:

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from trainers.engine.network import LocalNetwork
-from trainers.roles.core import Device, FedServer
+from trainers.roles.core import Device, EdgeServer, FedServer
 from trainers.roles.hosts import DeviceHost, FedHost, take
 from trainers.roles.messages import Activation, BlockState, CutGradient, MessageMismatchError, ModelDownload, ModelUpload, NonFiniteError
 from trainers.roles.optim import OptimizerSpec
@@ -186,3 +186,71 @@ def test_the_local_network_delivers_between_hosts_only_when_told_to_take() -> No
     assert torch.equal(net.devices[2].blocks[0].weight, net.devices[0].blocks[0].weight)
     assert net.hosts([2, 0]) == [[2, 0]] and net.hosts([]) == []
     assert net.device_blocks(1) is net.devices[1].blocks and net.end_round(1) is None
+
+
+# ---- the edge server's half of the round's check: the instances run, stepped or loaded since the last -----------
+def _edge() -> EdgeServer:
+    """Blocks 1 and 2 of :func:`chain` on the edge, one copy per device (SplitFed V1's layout) for 3 devices."""
+    return EdgeServer(chain(), [1, 1, 1], lambda d, j, lc: d, SGD)
+
+
+def _poison(edge: EdgeServer, device: int) -> torch.Tensor:
+    """NaN into device ``device``'s block-3 weight, written directly (no edge method sees it); the weight."""
+    weight = edge.instances[(device, 2)].weight
+    weight.data = weight.data.clone()                                     # its own (it starts on the template's)
+    weight.data[0, 0] = float("nan")
+    return weight
+
+
+def test_the_edges_check_reads_every_instance_at_first_then_those_run_stepped_or_loaded() -> None:
+    edge = _edge()
+    _poison(edge, 2)
+    with pytest.raises(NonFiniteError, match=r"^NaN or inf in server model block 3 at round 1, device 2$"):
+        edge.check_finite(1)                                              # never checked: every instance read
+    with pytest.raises(NonFiniteError, match="round 2, device 2"):        # a failed check leaves it to check again
+        edge.check_finite(2)
+    edge.instances[(2, 2)].weight.data[0, 0] = 0.0
+    edge.check_finite(3)
+    _poison(edge, 1)
+    edge.check_finite(4)                                                  # touched by no method since: not read
+    a = Activation(1, 5, 0, torch.zeros(2, 4), torch.tensor([0, 1]))
+    edge.run([a])                                                         # device 1's instances run
+    with pytest.raises(NonFiniteError, match="round 5, device 1"):
+        edge.check_finite(5)
+
+
+def test_an_owners_step_has_its_instances_read_and_no_others() -> None:
+    edge = _edge()
+    edge.check_finite(1)
+    for device in (0, 1):
+        weight = _poison(edge, device)
+        weight.grad = torch.zeros_like(weight)                            # a step that leaves the NaN where it is
+    edge.step([0])
+    with pytest.raises(NonFiniteError, match="round 2, device 0"):
+        edge.check_finite(2)
+    edge.instances[(0, 2)].weight.data[0, 0] = 0.0
+    edge.check_finite(3)                                                  # device 1: neither run nor stepped
+    edge.step([1])
+    with pytest.raises(NonFiniteError, match="round 4, device 1"):
+        edge.check_finite(4)
+
+
+def test_a_download_a_new_layout_and_a_checkpoint_have_what_they_load_read() -> None:
+    edge = _edge()
+    edge.check_finite(1)
+    nan_state = {k: torch.full_like(t, float("nan")) for k, t in chain()[2].state_dict().items()}
+    edge.download([ModelDownload(1, 2, "edge", {2: BlockState(nan_state)})])      # a download that is not finite
+    with pytest.raises(NonFiniteError, match="round 2, device 1"):
+        edge.check_finite(2)
+    edge = _edge()
+    edge.check_finite(1)
+    _poison(edge, 2)
+    edge.download([], new_cuts=[1, 1, 2])                                 # a new layout: every instance read again
+    with pytest.raises(NonFiniteError, match="round 2, device 2"):
+        edge.check_finite(2)
+    state = edge.state_dict()
+    edge = _edge()
+    edge.check_finite(1)
+    edge.load_state_dict(state)
+    with pytest.raises(NonFiniteError, match="round 2, device 2"):
+        edge.check_finite(2)
