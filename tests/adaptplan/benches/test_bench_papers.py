@@ -130,7 +130,7 @@ def test_every_recipe_value_says_where_it_comes_from() -> None:
 @pytest.mark.parametrize("edit, message", [
     (lambda t: t.replace('client_lr = { value = 0.005, source = "§IV-A4: 0.005 for client-side training" }',
                          "client_lr = { value = 0.005 }"), "setting.client_lr: must be"),
-    (lambda t: re.sub(r"\nrounds = \{ value = 600, [^\n]*", "", t, count=1), "setting.rounds: missing"),
+    (lambda t: re.sub(r"\nrounds = \{ value = 1200, [^\n]*", "", t, count=1), "setting.rounds: missing"),
     (lambda t: t.replace('a = "gapsl"\nb = "psl"', 'a = "gapsl"\nb = "nobody"'), "a and b must name methods"),
     (lambda t: t + '\nlearning_rate = 3\n', "learning_rate: unknown key"),
     (lambda t: t.replace('metric = "accuracy"', 'metric = "speed"', 1), "metric must be one of"),
@@ -230,22 +230,18 @@ def test_the_plateau_check_is_the_rise_of_the_mean_curve_from_the_middle_to_the_
 
 def test_the_hour_tier_is_the_first_half_of_every_full_run() -> None:
     """Half the rounds at the same evaluation rounds, nothing else changed, for every job of every recipe without
-    its own [hour_tier] (SCALA's: the next test); and a run of half the rounds is the exact prefix of the whole run
+    its own [hour_tier] (GAPSL's and SCALA's: the next test); and a run of half the rounds is the exact prefix of the whole run
     (the same losses and accuracies), for every method (at the test tier's size, where every recipe's hour tier is
     the first half: the 4 rounds of the test tier are not SCALA's 14,400)."""
     full, hour = bp.catalogue(bp.PAPERS), bp.catalogue(bp.PAPERS, tier="hour")
-    assert [name for name in bp.PAPERS if full[name].hour_tier] == ["scala"]
+    assert sorted(name for name in bp.PAPERS if full[name].hour_tier) == ["gapsl", "scala"]
     for name in bp.PAPERS:
         if full[name].hour_tier:
             continue
         for a, b in zip(full[name].jobs([0, 1]), hour[name].jobs([0, 1])):
             changed = {k for k in a["config"] if a["config"][k] != b["config"][k]}
             assert b["config"]["rounds"] * 2 == a["config"]["rounds"], (name, a["label"])
-            if a["config"]["algorithm"] == "gapsl":     # eq. 2's schedule stays the full run's
-                assert changed == {"rounds", "extra"} and b["config"]["extra"] == {**a["config"]["extra"],
-                                                                                  "horizon": a["config"]["rounds"]}
-            else:
-                assert changed == {"rounds"}, (name, a["label"])
+            assert changed == {"rounds"}, (name, a["label"])
             assert a["config"]["rounds"] % (2 * a["config"]["eval_every"]) == 0     # the half ends on an evaluation
     from adaptplan.benches.runs import run_one
     for recipe in bp.catalogue(bp.PAPERS, tier="test").values():
@@ -322,8 +318,8 @@ def test_recipe_rounds_evaluations_and_policies_reach_the_jobs() -> None:
     (lambda t: t.replace('[setting]\n', '[setting]\nbogus = 3\n'), "setting.bogus: must be"),
     (lambda t: t.replace('"§IV-A4: S = 10 client devices"', '"  "'), "its source or rule must be a sentence"),
     (lambda t: re.sub(r"\nevaluations = [^\n]*", "", t, count=1), "evaluations: missing"),
-    (lambda t: t + '\n[hour_tier]\nrounds = { value = 601, rule = "r" }\n',
-     r"hour_tier.rounds: must be at most the full run's 600 rounds \(a first part of it\), got 601"),
+    (lambda t: t + '\n[hour_tier]\nrounds = { value = 1201, rule = "r" }\n',
+     r"hour_tier.rounds: must be at most the full run's 1200 rounds \(a first part of it\), got 1201"),
     (lambda t: t + '\n[hour_tier]\nrounds = { value = 100, source = "§1" }\n', "each needs a rule, not a source"),
     (lambda t: t + '\n[hour_tier]\nrounds = { value = 1.5, rule = "r" }\n', "hour_tier.rounds: must be a whole number"),
     (lambda t: t + '\n[hour_tier]\nrounds = { value = 0, rule = "r" }\n', "hour_tier.rounds: must be a whole number"),
@@ -331,8 +327,8 @@ def test_recipe_rounds_evaluations_and_policies_reach_the_jobs() -> None:
     (lambda t: t + '\n[hour_tier]\nhorizon = { value = 3, rule = "r" }\n', "hour_tier.horizon: unknown key"),
     (lambda t: t + '\n[hour_tier]\nrounds = { value = 100, rule = "r" }\nevaluations = { value = 101, rule = "r" }\n',
      "hour_tier.evaluations: must be at most its rounds"),
-    (lambda t: t + '\n[hour_tier]\nevaluations = { value = 301, rule = "r" }\n',
-     "hour_tier.evaluations: must be at most its rounds"),      # without rounds: half the full run's 600
+    (lambda t: t + '\n[hour_tier]\nevaluations = { value = 601, rule = "r" }\n',
+     "hour_tier.evaluations: must be at most its rounds"),      # without rounds: half the full run's 1,200
 ])
 def test_more_broken_recipes(edit, message) -> None:
     from importlib import resources
@@ -341,6 +337,8 @@ def test_more_broken_recipes(edit, message) -> None:
     from adaptplan.errors import InputError
 
     text = resources.files("adaptplan.benches.recipes").joinpath("gapsl.toml").read_text(encoding="utf-8")
+    text, own = re.subn(r"\n\[hour_tier\]\n(?:[^\[\n][^\n]*\n)*", "\n", text)      # the cases state their own
+    assert own == 1
     with pytest.raises(InputError, match=message):
         recipes.parse(edit(text), "gapsl.toml")
     with pytest.raises(InputError, match="unknown paper 'nope'"):
@@ -362,6 +360,16 @@ def test_a_recipes_own_hour_tier_sets_the_first_rounds_and_their_evaluations_wit
     assert hour.setting.sources["rounds"].startswith("rule: the first 60 global iterations")
     assert hour.sources["evaluations"] == "rule: one every 4 global iterations, as before"
     assert recipe.at_paper_scale("/data").hour_tier == {}       # the paper's scale has its own rounds: half of them
+    gapsl = recipes.load("gapsl")                  # 1,200 rounds, its hour tier the first 300 evaluated 15 times
+    for a, b in zip(gapsl.jobs([0, 1]), bp.hour_tier(gapsl).jobs([0, 1])):
+        changed = {k for k in a["config"] if a["config"][k] != b["config"][k]}
+        assert (a["config"]["rounds"], a["config"]["eval_every"], b["config"]["rounds"], b["config"]["eval_every"]) \
+            == (1200, 40, 300, 20)
+        if a["config"]["algorithm"] == "gapsl":     # eq. 2's schedule stays the full run's
+            assert changed == {"rounds", "eval_every", "extra"}
+            assert b["config"]["extra"] == {**a["config"]["extra"], "horizon": 1200}
+        else:
+            assert changed == {"rounds", "eval_every"}, a["label"]
 
 
 def test_when_a_run_evaluates_changes_none_of_its_training() -> None:
