@@ -10,6 +10,10 @@ shared, CPU time is the fairer figure), the
 threshold method's branch-and-bound nodes, BCD's interval and objective (28), the certified gap and
 the peak RSS in MiB. ``--memory`` gives every adversarial device a memory budget (log-uniform
 between the smallest and ~the median client memory of the profile).
+
+Before and after the sweep it prints the CPU seconds of a fixed reference loop (``sum(range(10**8))``): the
+shared 2-core machine's speed drifts by more than 2× from day to day (1.05 s on a fast day, 2.2–2.6 s on slow
+ones), so a solve's CPU seconds are read against it (issue 38 item 4's targets are for the fast day's core).
 """
 
 from __future__ import annotations
@@ -49,6 +53,13 @@ def run_one(kind: str, num_devices: int, seed: int, memory: bool) -> dict:
             "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
 
 
+def reference_seconds() -> float:
+    """CPU seconds of ``sum(range(10**8))`` in this process: the machine's speed at the moment (module docstring)."""
+    cpu = time.process_time()
+    sum(range(10**8))
+    return time.process_time() - cpu
+
+
 def main() -> int:
     """Run the sweep; exit status 1 when any run failed (its line says why), 0 otherwise."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -63,7 +74,9 @@ def main() -> int:
         kind, n, seed, memory = args.child
         print(json.dumps(run_one(kind, int(n), int(seed), memory == "1")))
         return 0
+    before = reference_seconds()
     if not args.json:
+        print(f"machine reference: sum(range(10**8)) {before:.2f} s CPU (1.05 s on a fast day)", flush=True)
         print(f"{'instance':<20} {'N':>7} {'seed':>4} {'build s':>8} {'solve s':>8} {'CPU s':>7} {'nodes':>6} {'I':>4} "
               f"{'objective (28) s':>17} {'gap %':>8} {'peak MiB':>9}  status", flush=True)
     failures = 0
@@ -83,6 +96,11 @@ def main() -> int:
                     print(f"{row['kind']:<20} {n:>7} {seed:>4} {row['build_s']:>8.2f} {row['solve_s']:>8.2f} "
                           f"{row['solve_cpu_s']:>7.2f} {row['nodes']:>6} {row['interval']:>4} {row['objective_s']:>17.1f} "
                           f"{100 * row['gap']:>8.3g} {row['peak_rss_mib']:>9.0f}  {row['status']}", flush=True)
+    after = reference_seconds()
+    if args.json:
+        print(json.dumps({"reference_cpu_s": [round(before, 3), round(after, 3)]}), flush=True)
+    else:
+        print(f"machine reference after the sweep: {after:.2f} s CPU", flush=True)
     if failures:
         print(f"{failures} run(s) failed", file=sys.stderr)
     return 1 if failures else 0
