@@ -230,11 +230,11 @@ def test_the_plateau_check_is_the_rise_of_the_mean_curve_from_the_middle_to_the_
 
 def test_the_hour_tier_is_the_first_half_of_every_full_run() -> None:
     """Half the rounds at the same evaluation rounds, nothing else changed, for every job of every recipe without
-    its own [hour_tier] (GAPSL's and SCALA's: the next test); and a run of half the rounds is the exact prefix of the whole run
+    its own [hour_tier] (the others': the next test); and a run of half the rounds is the exact prefix of the whole run
     (the same losses and accuracies), for every method (at the test tier's size, where every recipe's hour tier is
     the first half: the 4 rounds of the test tier are not SCALA's 14,400)."""
     full, hour = bp.catalogue(bp.PAPERS), bp.catalogue(bp.PAPERS, tier="hour")
-    assert sorted(name for name in bp.PAPERS if full[name].hour_tier) == ["gapsl", "scala"]
+    assert sorted(name for name in bp.PAPERS if full[name].hour_tier) == ["cyclesl", "gapsl", "gas", "scala"]
     for name in bp.PAPERS:
         if full[name].hour_tier:
             continue
@@ -370,6 +370,16 @@ def test_a_recipes_own_hour_tier_sets_the_first_rounds_and_their_evaluations_wit
             assert b["config"]["extra"] == {**a["config"]["extra"], "horizon": 1200}
         else:
             assert changed == {"rounds", "eval_every"}, a["label"]
+    # CycleSL at 12,000 and GAS at 9,600 rounds: their hour tiers are the first halves of the earlier 3,000 and 1,200
+    # (the same rounds, evaluated at the same rounds), so that the table's hour-tier figures stay theirs
+    expected = {("cyclesl", label): (12000, 400, 1500, 100) for label in ("cyclepsl", "psl", "cyclesfl", "sfl-v1")}
+    expected |= {("gas", "gas"): (480, 16, 30, 2), ("gas", "sfl-v1"): (9600, 320, 600, 40)}
+    for name in ("cyclesl", "gas"):
+        full = recipes.load(name)
+        for a, b in zip(full.jobs([0, 1]), bp.hour_tier(full).jobs([0, 1])):
+            assert {k for k in a["config"] if a["config"][k] != b["config"][k]} == {"rounds", "eval_every"}
+            assert (a["config"]["rounds"], a["config"]["eval_every"], b["config"]["rounds"], b["config"]["eval_every"]) \
+                == expected[name, a["label"]]
 
 
 def test_when_a_run_evaluates_changes_none_of_its_training() -> None:
