@@ -213,13 +213,33 @@ def run_jobs(jobs: Sequence[dict[str, Any]], workers: int | None = None, desc: s
                 except BaseException:
                     stopping.set()                                       # a job already queued to a worker: skipped
                     pool.shutdown(wait=False, cancel_futures=True)
-                    for child in multiprocessing.active_children():     # the pool's workers, mid-run
-                        child.terminate()
+                    _end_workers(multiprocessing.active_children())      # the pool's workers, mid-run
                     raise
     finally:
         if bar is not None:
             bar.close()
     return results
+
+
+STOP_GRACE_S = 60.0
+"""Seconds a stopped benchmark's worker has, after its SIGTERM, to end its round and write its checkpoint before
+it is killed (a round of the recipes takes well under a second on the CPU; one of 1,000 devices a few)."""
+
+
+def _end_workers(children: Sequence[Any], grace_s: float | None = None) -> None:
+    """SIGTERM to each worker process (a run ends its round and checkpoints), then SIGKILL to any still alive
+    ``grace_s`` (default :data:`STOP_GRACE_S`) later: a worker left idle after its run stopped kept a stopped
+    `bench papers` waiting on it for minutes (seen 2026-11-29)."""
+    import time
+
+    for child in children:
+        child.terminate()
+    deadline = time.monotonic() + (STOP_GRACE_S if grace_s is None else grace_s)
+    for child in children:
+        child.join(max(0.0, deadline - time.monotonic()))
+        if child.is_alive():
+            child.kill()
+            child.join(5.0)
 
 
 _stop: Any = None     # in a worker process of run_jobs: the event set when the benchmark stops

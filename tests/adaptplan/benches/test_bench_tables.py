@@ -500,3 +500,43 @@ def test_a_stopped_bench_ends_its_worker_processes(tmp_path) -> None:
     while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(alive(pid) for pid in workers)
+
+
+def test_a_stopped_bench_kills_a_worker_that_does_not_end_within_the_grace(tmp_path) -> None:
+    """A worker that does not exit after the benchmark's SIGTERM (here it ignores the signal; seen 2026-11-29: a
+    worker left idle after its run stopped) is killed once the grace (`STOP_GRACE_S`, 2 s here) has passed, and
+    the benchmark exits instead of waiting on it."""
+    import os
+    import signal
+    import time
+    from pathlib import Path
+
+    proc, marks = _bench_in_a_process(tmp_path, (
+        "import adaptplan.benches.runs as _runs\n"
+        "_runs.STOP_GRACE_S = 2.0\n"
+        "def work(job):\n"
+        "    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "    open(os.path.join(sys.argv[1], str(os.getpid())), 'w').close()\n"
+        "    time.sleep(600)\n"), jobs=4)
+    workers = [int(p.name) for p in marks.iterdir()]
+
+    def alive(pid: int) -> bool:
+        status = Path(f"/proc/{pid}/status")
+        return status.exists() and "\nState:\tZ" not in status.read_text()
+
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    try:
+        code = proc.wait(timeout=40)
+        waited = time.monotonic() - started
+        left = [pid for pid in workers if alive(pid)]
+    finally:
+        proc.kill()
+        for pid in workers:                      # a worker left behind by a failure: not left running 10 minutes
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    assert code == 128 + signal.SIGTERM
+    assert waited >= 2.0                         # the grace was given before the kill
+    assert left == []
