@@ -152,13 +152,14 @@ def reference_gas(data: DeviceData, rounds: int, C: int, E: int, Q: int, generat
                 feats, targets, made = [rows], [labels], {}
                 if generation and len(stats) == M:
                     counts = np.bincount(labels.numpy(), minlength=M)
-                    for y in range(M):
-                        n = max(0, B - int(counts[y]))                                       # GAS-6
-                        if n:
-                            z = torch.from_numpy(rng.standard_normal((n, rows.shape[1])))
-                            feats.append((stats[y]["mu"] + z * torch.sqrt(stats[y]["var"] + LAM)).float())  # GAS-7
-                            targets.append(torch.full((n,), y, dtype=labels.dtype))
-                            made[y] = n
+                    made = {y: B - int(counts[y]) for y in range(M) if counts[y] < B}                 # GAS-6
+                    if made:      # one seed off the strategy stream per flush; float32 normals, label by label
+                        g = torch.Generator().manual_seed(int(rng.integers(2 ** 63)))
+                        z = torch.randn((sum(made.values()), rows.shape[1]), generator=g).double()
+                    for y, n in made.items():
+                        z_y, z = z[:n], z[n:]
+                        feats.append((stats[y]["mu"] + z_y * torch.sqrt(stats[y]["var"] + LAM)).float())  # GAS-7
+                        targets.append(torch.full((n,), y, dtype=labels.dtype))
                 x = torch.cat(feats).reshape(-1, *A.shape[1:])
                 nn.functional.cross_entropy(server(x), torch.cat(targets)).backward()         # GAS-8
                 opt.step(server)
@@ -302,7 +303,7 @@ def test_generation_counts_once_all_labels_are_seen(monkeypatch) -> None:
     s = engine.strategy
     flushes, draws = [], []
     sample = LabelStatistics.sample
-    monkeypatch.setattr(LabelStatistics, "sample", lambda self, n, rng: draws.append((self, n)) or sample(self, n, rng))
+    monkeypatch.setattr(LabelStatistics, "sample", lambda self, z: draws.append((self, z.shape[0])) or sample(self, z))
     original = s.flush_buffer
 
     def flush_spy(edge, ctx, device):
@@ -417,15 +418,17 @@ def test_bad_gas_flags_exit_2(argv, flag, capsys) -> None:
 def test_sampling_draws_from_the_gaussian_and_regularises_a_bad_covariance() -> None:
     """GAS-7: diagonal σ = √(v + 1e-5); full covariance by Cholesky, with εI added (ε = 1e-6, ×10 per retry) while
     Σ is not positive definite. A Σ = −0.002·I needs ε = 1e-2 (the fifth try): draws with covariance ≈ 0.008·I."""
+    from trainers.strategies.gas import standard_normals
+
     rng = np.random.default_rng(0)
     diag = LabelStatistics(False)
     diag.mean, diag.cov = torch.tensor([1.0, -2.0], dtype=torch.float64), torch.tensor([4.0, 0.0], dtype=torch.float64)
-    x = diag.sample(40_000, rng).double()
+    x = diag.sample(standard_normals(40_000, 2, rng)).double()
     assert torch.allclose(x.mean(0), diag.mean, atol=0.03)
     assert torch.allclose(x.var(0), torch.tensor([4.0 + 1e-5, 1e-5], dtype=torch.float64), rtol=0.03)
     full = LabelStatistics(True)
     full.mean, full.cov = torch.zeros(3, dtype=torch.float64), -0.002 * torch.eye(3, dtype=torch.float64)
-    x = full.sample(40_000, rng).double()
+    x = full.sample(standard_normals(40_000, 3, rng)).double()
     assert torch.isfinite(x).all() and x.shape == (40_000, 3)
     assert torch.allclose(torch.cov(x.T), 0.008 * torch.eye(3, dtype=torch.float64), atol=3e-4)
 
