@@ -60,7 +60,7 @@ from typing import Any, Mapping, Sequence
 
 from adaptplan.benches import recipes
 from adaptplan.benches.recipes import Recipe
-from adaptplan.benches.runs import RunResult, folder_state, pct, run_jobs, seconds
+from adaptplan.benches.runs import RunResult, pct, run_jobs, run_state, seconds
 from adaptplan.errors import InputError
 
 PAPERS = recipes.NAMES
@@ -176,11 +176,12 @@ def run_paper_bench(book: Mapping[str, Recipe], seeds: Sequence[int] = range(DEF
     work = [{**{f: first[k][f] for f in ("group", "label", "target", "config")},
              **({"folder": str(run_folder(runs_dir, first[k]))} if runs_dir is not None else {})} for k in unique]
     if runs_dir is not None and progress:
-        states = [folder_state(Path(w["folder"])) for w in work]
-        ended, stopped = states.count("ended"), states.count("stopped")
-        if ended or stopped:
-            print(f"bench papers: of {len(work)} runs in {runs_dir}, {ended} ended before (read back) and {stopped} "
-                  "continue from their checkpoints", file=sys.stderr)
+        states = [run_state(Path(w["folder"]), w) for w in work]
+        ended, stopped, longer = states.count("ended"), states.count("stopped"), states.count("longer")
+        if ended or stopped or longer:
+            print(f"bench papers: of {len(work)} runs in {runs_dir}, {ended} ended before (read back), {stopped} "
+                  f"continue from their checkpoints and {longer} go on from their last round to the recipe's longer "
+                  "length", file=sys.stderr)
     results = run_jobs(work, workers, "bench papers", progress)
     by_key = dict(zip(unique, results))
     return todo, [replace(by_key[k], group=j["group"], label=j["label"]) for k, j in zip(keys, todo)]

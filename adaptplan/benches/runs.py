@@ -77,10 +77,10 @@ def run_one(job: dict[str, Any]) -> RunResult:
     folder = Path(job["folder"]) if job.get("folder") is not None else None
     config = dict(job["config"])
     if folder is not None:
-        state = folder_state(folder)
+        state = run_state(folder, job)
         if state == "ended":
             return _ended_run(folder, job)
-        resume = state == "stopped"
+        resume = state in ("stopped", "longer")   # "longer": goes on from its last checkpoint to the job's length
         config.update(out=str(folder), resume=resume, overwrite=not resume,
                       checkpoint_every=config.get("checkpoint_every") or config.get("eval_every")
                       or max(1, int(config["rounds"]) // 30))
@@ -124,6 +124,36 @@ def folder_state(folder: Path) -> str:
     if (folder / RESULT_FILE).exists():
         return "ended"
     return "stopped" if (folder / CHECKPOINT_NAME).exists() else "new"
+
+
+def run_state(folder: Path, job: dict[str, Any]) -> str:
+    """:func:`folder_state`, with ``"longer"`` for a run that ended there and that ``job`` trains on for more rounds
+    (:func:`_extends`)."""
+    state = folder_state(folder)
+    return "longer" if state == "ended" and _extends(folder, job) else state
+
+
+def _extends(folder: Path, job: dict[str, Any]) -> bool:
+    """``job`` is the run that ended in ``folder`` trained longer: its stored setting is the job's but for fewer
+    ``rounds``, the folder keeps the last round's checkpoint, and the algorithm's schedule does not read the total
+    rounds (GAPSL's eq. 2 does). Such a run continues from its checkpoint, bit for bit the run of the longer length
+    (``adaptplan train --resume --rounds``): a recipe that doubles its rounds by its plateau rule trains only the
+    rounds it adds. (A recipe that keeps its evaluations' spacing changes ``rounds`` alone.)"""
+    from adaptplan.fileio import load_mapping
+    from trainers.run.checkpoint import CHECKPOINT_NAME
+    from trainers.strategies import STRATEGIES
+
+    try:
+        stored = load_mapping(folder / RESULT_FILE, "bench result")
+    except InputError:
+        return False                              # _ended_run says what is wrong with it
+    saved, now = stored.get("config"), _plain(job["config"])
+    if not isinstance(saved, dict) or not (folder / CHECKPOINT_NAME).exists():
+        return False
+    strategy = STRATEGIES.get(str(now.get("algorithm")))
+    return (strategy is not None and not strategy.uses_total_rounds and stored.get("diverged_round") is None
+            and _whole(saved.get("rounds")) and _whole(now.get("rounds")) and saved["rounds"] < now["rounds"]
+            and {k: v for k, v in saved.items() if k != "rounds"} == {k: v for k, v in now.items() if k != "rounds"})
 
 
 def _ended_run(folder: Path, job: dict[str, Any]) -> RunResult:

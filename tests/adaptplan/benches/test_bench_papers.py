@@ -202,7 +202,7 @@ def test_quick_run_writes_the_printed_table_json_and_plot(tmp_path, capsys) -> N
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("trainers.run.driver.Trainer.run", lambda self: pytest.fail("a run that ended was trained again"))
         assert main(["bench", "papers", "--quick", "--paper", "gapsl,cyclesl", "--workers", "1", "--out", str(out)]) == 0
-    assert f"of {len(files)} runs in {out / 'runs'}, {len(files)} ended before (read back) and 0 continue" in capsys.readouterr().err
+    assert f"of {len(files)} runs in {out / 'runs'}, {len(files)} ended before (read back), 0 continue" in capsys.readouterr().err
     assert json.loads((out / "results.json").read_text(encoding="utf-8")) == json.loads(first)
     psl = next(f for f in files if f.parent.name.startswith("gapsl-") and f.name == "psl-seed0.toml")
     assert main(["train", "--config", str(psl), "--out", str(tmp_path / "alone"), "--no-progress"]) == 0
@@ -416,8 +416,8 @@ def test_the_bench_says_how_many_runs_it_reads_back_and_how_many_continue(tmp_pa
 
     monkeypatch.setattr(bp, "run_jobs", no_training)
     bp.run_paper_bench(book, [0], workers=1, runs_dir=tmp_path)
-    assert f"of {len(todo)} runs in {tmp_path}, 1 ended before (read back) and 2 continue from their checkpoints" \
-        in capsys.readouterr().err
+    assert f"of {len(todo)} runs in {tmp_path}, 1 ended before (read back), 2 continue from their checkpoints and 0 go " \
+        "on from their last round to the recipe's longer length" in capsys.readouterr().err
     folders = {(w["group"], w["label"]): w["folder"] for w in seen}
     assert folders == {(j["group"], j["label"]): str(bp.run_folder(tmp_path, j)) for j in todo}
 
@@ -466,6 +466,54 @@ def test_a_stopped_run_of_the_bench_continues_from_its_checkpoint_bit_for_bit(tm
     assert {k: stored[k] for k in ("config", "diverged_round", "rounds")} == {
         "config": json.loads(json.dumps(job["config"], sort_keys=True, default=list)), "diverged_round": None,
         "rounds": 4}
+
+
+def test_an_ended_run_goes_on_to_a_longer_recipe_from_its_last_checkpoint_bit_for_bit(tmp_path) -> None:
+    """A recipe that doubles its rounds (its plateau rule) keeping the evaluations' spacing changes only `rounds`:
+    run_one then trains an ended run on from its last checkpoint, only the rounds it adds, and gives the run of the
+    longer length trained straight (curve, final accuracy, rounds, simulated seconds, the result file); the bench's
+    line counts it. GAPSL's schedule reads the total rounds (eq. 2): its ended run is not trained on, the setting
+    is refused naming --out; so is an ended run asked for fewer rounds or another evaluation spacing."""
+    from adaptplan.benches.runs import run_one
+    from adaptplan.errors import InputError
+    from trainers.run.driver import Trainer
+
+    job = _gapsl_psl_job(tmp_path)
+    longer = {**job, "config": {**job["config"], "rounds": 6}}
+    straight = run_one({k: v for k, v in longer.items() if k != "folder"})
+    run_one(job)                                                     # 4 rounds, ended
+    folder = tmp_path / "psl-seed0"
+    assert json.loads((folder / "bench-result.json").read_text())["rounds"] == 4
+    book = bp.catalogue(["gapsl"], tier="test")
+    assert bp.run_state(folder, longer) == "longer" and bp.run_state(folder, job) == "ended"
+    real_round, rounds_trained = Trainer._round, []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Trainer, "_round", lambda self, t, out, wall: rounds_trained.append(t) or real_round(self, t, out, wall))
+        extended = run_one(longer)
+    assert rounds_trained == [5, 6]
+    assert extended.curve == straight.curve and extended.final_accuracy == straight.final_accuracy
+    assert extended.rounds == straight.rounds == 6 and extended.sim_seconds == straight.sim_seconds
+    assert json.loads((folder / "bench-result.json").read_text())["rounds"] == 6
+    assert run_one(longer) == extended                               # read back now
+    longest = {**longer, "config": {**longer["config"], "rounds": 8}}
+    assert bp.run_state(folder, longest) == "longer"
+    stored = json.loads((folder / "bench-result.json").read_text())
+    (folder / "bench-result.json").write_text(json.dumps({**stored, "diverged_round": 6}))
+    assert bp.run_state(folder, longest) == "ended"                  # a diverged run is not trained on
+    (folder / "bench-result.json").write_text(json.dumps(stored))
+    (folder / "checkpoint.pt").unlink()
+    assert bp.run_state(folder, longest) == "ended"                  # nothing to go on from
+    with pytest.raises(InputError, match="ended with another setting \\(rounds differ\\)") as err:
+        run_one(job)                                                 # fewer rounds than it trained
+    assert err.value.field == "--out"
+    spaced = {**longer, "config": {**longer["config"], "rounds": 12, "eval_every": 4}}
+    with pytest.raises(InputError, match="another setting \\(eval_every, rounds differ\\)"):
+        run_one(spaced)
+    gapsl = next(j for j in bp.jobs(book, [0]) if j["label"] == "gapsl")
+    gapsl = {**gapsl, "folder": str(tmp_path / "gapsl-seed0")}
+    run_one(gapsl)
+    with pytest.raises(InputError, match="another setting \\(rounds differ\\)"):
+        run_one({**gapsl, "config": {**gapsl["config"], "rounds": 6}})
 
 
 def test_an_ended_run_reads_back_from_its_result_file_alone_for_any_target(tmp_path) -> None:
@@ -533,7 +581,7 @@ def test_a_folder_holding_a_run_of_another_setting_is_refused_not_overwritten(tm
     run_one(_gapsl_psl_job(tmp_path))
     history = (tmp_path / "psl-seed0" / "history.json").read_bytes()
     with pytest.raises(InputError, match=r"holds a run that ended with another setting \(rounds differ\)") as err:
-        run_one(_gapsl_psl_job(tmp_path, rounds=6))
+        run_one(_gapsl_psl_job(tmp_path, rounds=2))       # fewer rounds (more go on: the test above)
     assert err.value.field == "--out"
     assert (tmp_path / "psl-seed0" / "history.json").read_bytes() == history
     for bad in ('"x"', "0", "true"):
