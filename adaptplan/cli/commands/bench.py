@@ -118,8 +118,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="worker processes, one torch thread each (default: all cores)")
     papers.add_argument("--tier", choices=("full", "hour", "test"), default="full",
                         help="full (default): every recipe as written, its rounds raised until the plateau "
-                             "check (about 15 CPU-hours for all five at 3 seeds, SCALA's 14,400-round runs most of "
-                             "them; with --out the runs that ended are read back, so it can take several sittings); "
+                             "check (SCALA's 18 runs of 28,800 rounds alone 20-35 CPU-hours; with --out the runs that "
+                             "ended are read back, or trained on when a recipe's rounds grow, so it can take several "
+                             "sittings); "
                              "hour: the first half of every full run (half the rounds, the same evaluation rounds, "
                              "or the first part a recipe's [hour_tier] states; all five at 3 seeds fit 60 minutes of "
                              "2 cores); test: the synthetic data set, 4 devices, 4 rounds, 1 seed (verdicts "

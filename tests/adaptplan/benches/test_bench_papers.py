@@ -346,7 +346,7 @@ def test_more_broken_recipes(edit, message) -> None:
 
 
 def test_a_recipes_own_hour_tier_sets_the_first_rounds_and_their_evaluations_with_its_rules() -> None:
-    """[hour_tier] (SCALA at 14,400 rounds, its hour tier the first 1,200 evaluated 15 times): the hour tier's
+    """[hour_tier] (SCALA at 28,800 rounds, its hour tier the first 1,200 evaluated 15 times): the hour tier's
     jobs differ from the full tier's in rounds and evaluation interval only, and the table's setting names the
     rule; without [hour_tier] it is half the rounds (test_the_hour_tier_is_the_first_half_of_every_full_run)."""
     from adaptplan.benches import recipes
@@ -355,7 +355,7 @@ def test_a_recipes_own_hour_tier_sets_the_first_rounds_and_their_evaluations_wit
     hour = bp.hour_tier(recipe)
     for a, b in zip(recipe.jobs([0, 1]), hour.jobs([0, 1])):
         assert {k for k in a["config"] if a["config"][k] != b["config"][k]} == {"rounds", "eval_every"}
-        assert (a["config"]["rounds"], a["config"]["eval_every"]) == (14400, 480)
+        assert (a["config"]["rounds"], a["config"]["eval_every"]) == (28800, 480)
         assert (b["config"]["rounds"], b["config"]["eval_every"]) == (1200, 80)
     assert hour.setting.sources["rounds"].startswith("rule: the first 60 global iterations")
     assert hour.sources["evaluations"] == "rule: one every 4 global iterations, as before"
