@@ -440,9 +440,11 @@ class Trainer:
             self._save_history(out)
             self._save_plot(out)
             status = "FINISHED"
-        except Exception:
+        except Interrupted:
+            raise               # its history and checkpoint were written just before: a history of 16,000 rounds
+        except Exception:       # takes 12 s to write again, which kept a stopped bench's workers busy
             # a lost rank (in a round, a checkpoint's state fetch or an evaluation), a full disk...:
-            # the rounds finished so far are kept (interrupted and diverged runs saved theirs already)
+            # the rounds finished so far are kept (diverged runs saved theirs already)
             self._keep_history(out)
             raise
         finally:

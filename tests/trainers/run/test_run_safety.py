@@ -348,3 +348,33 @@ def test_a_failure_while_checkpointing_or_evaluating_keeps_the_history_too(tmp_p
     with pytest.raises(ConnectionError, match="rank 2 lost"):
         evaluating.run()
     assert [r["round"] for r in records(tmp_path / "evaluate")] == [1, 2]
+
+
+def test_a_stopped_run_writes_its_history_once(tmp_path, monkeypatch) -> None:
+    """SIGTERM: the run writes its history and its checkpoint at the end of the round, then stops, without writing
+    the history again on the way out (a 16,000-round history takes 12 s to write: a stopped bench's workers spent
+    that twice). The history holds the rounds up to the stop, and the run resumes from it."""
+    import os
+    import signal
+
+    from trainers.config.train_config import TrainConfig
+    from trainers.run.driver import Trainer
+    from trainers.run.folder import Interrupted
+
+    out = tmp_path / "run"
+    trainer = Trainer(TrainConfig.flat(dataset="synthetic", devices=3, batch_size=8, cuts=(3,), rounds=6, progress=False,
+                                       out=str(out), threads=1, checkpoint_every=4))
+    saved, real_round, real_save = [], Trainer._round, Trainer._save_history
+
+    def stop_after_2(self, t, out_, wall):
+        record = real_round(self, t, out_, wall)
+        if t == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return record
+
+    monkeypatch.setattr(Trainer, "_round", stop_after_2)
+    monkeypatch.setattr(Trainer, "_save_history", lambda self, o: saved.append(len(self.history.records)) or real_save(self, o))
+    with pytest.raises(Interrupted, match="after round 2"):
+        trainer.run()
+    assert saved == [2]
+    assert [r["round"] for r in records(out)] == [1, 2]
