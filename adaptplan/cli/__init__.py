@@ -148,6 +148,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"adaptplan {args.command}: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # a bug, or a fault the commands do not expect
+        from trainers.run.folder import Interrupted
+
+        if isinstance(exc, Interrupted):   # a run inside the command (a bench's, in this process) stopped on a signal
+            again = " (or run the same command again: the bench continues its runs)" if args.command == "bench" else ""
+            print(clip_message(f"adaptplan {args.command}: {exc}{again}"), file=sys.stderr)
+            return 128 + exc.signum
         if debug:
             raise
         text = " ".join(str(exc).split())

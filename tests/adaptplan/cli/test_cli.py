@@ -390,3 +390,23 @@ def test_own_model_from_the_working_directory_without_pythonpath(tmp_path):
                             capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
     assert result.returncode == 0, result.stderr
     assert "2 cut points" in result.stdout
+
+
+def test_a_bench_whose_run_stops_on_a_signal_says_so_and_exits_128_plus_the_signal(tmp_path, monkeypatch, capsys) -> None:
+    """A bench that trains in its own process (--workers 1) has its run's Trainer turn SIGTERM into an Interrupted:
+    the command says where the run stopped and that the same command continues it, exit 143, no "internal error"
+    (it printed one before)."""
+    import signal
+
+    from adaptplan.benches import papers
+    from adaptplan.cli import main
+    from trainers.run.folder import Interrupted
+
+    def stopped(*args, **kwargs):
+        raise Interrupted(signal.SIGTERM, 20621, str(tmp_path / "run"), f"adaptplan train --out {tmp_path / 'run'} --resume")
+
+    monkeypatch.setattr(papers, "run_paper_bench", stopped)
+    assert main(["bench", "papers", "--quick", "--paper", "gas", "--workers", "1", "--out", str(tmp_path / "out")]) == 143
+    err = capsys.readouterr().err
+    assert "adaptplan bench: interrupted by SIGTERM after round 20621; checkpoint and history saved in" in err
+    assert "(or run the same command again: the bench continues its runs)" in err and "internal error" not in err
