@@ -256,15 +256,15 @@ STOP_GRACE_S = 60.0
 it is killed (a round of the recipes takes well under a second on the CPU; one of 1,000 devices a few)."""
 
 
-def _end_workers(children: Sequence[Any], grace_s: float | None = None) -> None:
+def _end_workers(children: Sequence[Any]) -> None:
     """SIGTERM to each worker process (a run ends its round and checkpoints), then SIGKILL to any still alive
-    ``grace_s`` (default :data:`STOP_GRACE_S`) later: a worker left idle after its run stopped kept a stopped
-    `bench papers` waiting on it for minutes (seen 2026-11-29)."""
+    :data:`STOP_GRACE_S` later: a worker still busy after its run stopped kept a stopped `bench papers` waiting on
+    it for minutes (seen 2026-11-29)."""
     import time
 
     for child in children:
         child.terminate()
-    deadline = time.monotonic() + (STOP_GRACE_S if grace_s is None else grace_s)
+    deadline = time.monotonic() + STOP_GRACE_S
     for child in children:
         child.join(max(0.0, deadline - time.monotonic()))
         if child.is_alive():
