@@ -441,8 +441,10 @@ class Trainer:
             self._save_plot(out)
             status = "FINISHED"
         except Interrupted:
-            raise               # its history and checkpoint were written just before: a history of 16,000 rounds
-        except Exception:       # takes 12 s to write again, which kept a stopped bench's workers busy
+            # its history and checkpoint were written just before it was raised (writing a 16,000-round history
+            # again took 12 s, which kept a stopped bench's workers busy)
+            raise
+        except Exception:
             # a lost rank (in a round, a checkpoint's state fetch or an evaluation), a full disk...:
             # the rounds finished so far are kept (diverged runs saved theirs already)
             self._keep_history(out)
