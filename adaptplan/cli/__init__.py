@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
 
         if isinstance(exc, Interrupted):   # a run inside the command (a bench's, in this process) stopped on a signal
             again = " (or run the same command again: the bench continues its runs)" if args.command == "bench" else ""
-            print(clip_message(f"adaptplan {args.command}: {exc}{again}"), file=sys.stderr)
+            print(f"adaptplan {args.command}: {exc}{again}", file=sys.stderr)   # unclipped, as train's: a resume path
             return 128 + exc.signum
         if debug:
             raise
