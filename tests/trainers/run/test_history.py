@@ -9,7 +9,7 @@ import json
 import pytest
 
 from adaptplan.errors import InputError
-from trainers.run.history import History, RoundRecord
+from trainers.run.history import History, RoundRecord, history_text
 
 
 def record(t: int, accuracy: float | None, sim: float, **kw) -> RoundRecord:
@@ -71,6 +71,32 @@ def test_csv_has_one_row_per_record_with_lists_and_objects_spelled_out(tmp_path)
                        "{}", "{}", "{}", "", ""]
     assert len(rows) == 3
     assert History.load(tmp_path).records == h.records
+
+
+def test_history_json_is_indented_with_one_line_per_round(tmp_path) -> None:
+    from dataclasses import asdict
+
+    h = History([record(1, None, 1.5, participants=[0, 2], stage_seconds={"uplink": 0.5}, metrics={"ratio": 0.25}),
+                 record(2, 0.25, 3.0, local_accuracy=0.5)], meta={"num_classes": 10, "final_evaluation": None},
+                events=[{"round": 1, "event": "plan"}])
+    assert [r.to_json() for r in h.records] == [asdict(r) for r in h.records]          # the dataclasses reference
+    copied = h.records[0].to_json()
+    copied["participants"].append(9), copied["stage_seconds"].update(uplink=9.0)
+    assert h.records[0].participants == [0, 2] and h.records[0].stage_seconds == {"uplink": 0.5}   # copies, not views
+    h.save(tmp_path)
+    text = (tmp_path / "history.json").read_text(encoding="utf-8")
+    assert json.loads(text) == json.loads(json.dumps(h.to_json(), indent=2))         # the same JSON as before
+    lines = text.splitlines()
+    start = lines.index('  "records": [')
+    head = json.dumps({k: v for k, v in h.to_json().items() if k != "records"}, indent=2)
+    assert "\n".join(lines[:start]) == head[:-2] + ","                                 # meta, events, summary indented
+    assert [json.loads(line.strip().rstrip(",")) for line in lines[start + 1:-2]] == [asdict(r) for r in h.records]
+    assert all(line.startswith("    {") for line in lines[start + 1:-2])              # one round per line, indented
+    assert lines[-2:] == ["  ]", "}"] and text.endswith("}\n")
+    assert History.load(tmp_path).records == h.records
+    assert json.loads(history_text({"records": [{"round": 1}]})) == {"records": [{"round": 1}]}   # nothing before it
+    History([]).save(tmp_path)
+    assert (tmp_path / "history.json").read_text(encoding="utf-8").endswith('  "records": []\n}\n')
 
 
 def test_summary_must_be_an_object() -> None:
