@@ -289,9 +289,18 @@ def _unless_stopped(work: Callable[[dict[str, Any]], Any], job: dict[str, Any]) 
     return work(job)
 
 
+class BenchStopped(SystemExit):
+    """:func:`run_jobs` stopped on a signal (``signum``): a SystemExit with code 128 + signum, so that a script
+    calling it exits as killed by that signal, and that the CLI turns into one line saying what was kept."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(128 + signum)
+
+
 @contextmanager
 def _terminating_on_sigterm() -> Iterator[None]:
-    """SIGTERM raises SystemExit in the main thread (so that :func:`run_jobs` ends its workers) while the jobs run;
+    """SIGTERM raises :class:`BenchStopped` (a SystemExit) in the main thread (so that :func:`run_jobs` ends its workers) while the jobs run;
     the previous handler is restored after. Outside the main thread nothing changes."""
     import signal
     import threading
@@ -301,7 +310,7 @@ def _terminating_on_sigterm() -> Iterator[None]:
         return
 
     def stop(signum: int, frame: Any) -> None:
-        raise SystemExit(128 + signum)
+        raise BenchStopped(signum)
 
     previous = signal.signal(signal.SIGTERM, stop)
     try:

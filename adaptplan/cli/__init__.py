@@ -17,6 +17,7 @@ import errno
 import importlib
 import os
 import re
+import signal
 import stat
 import sys
 import traceback
@@ -107,6 +108,17 @@ def unwritable_stdout(exc: OSError) -> str | None:
         return "standard output"
 
 
+def _continues(args: argparse.Namespace) -> str:
+    """What a stopped command kept, for its stop message: ``bench papers`` keeps each run in a folder of ``--out``
+    and continues it when run again; the other benches start their runs afresh."""
+    if args.command == "bench" and getattr(args, "bench", None) == "papers":
+        from adaptplan.benches.runs import STOP_GRACE_S
+
+        return (f"; each run in progress saved its round and checkpoint in its folder under --out (a run killed after "
+                f"the {STOP_GRACE_S:g}-s grace keeps its last checkpoint): run the same command again to continue them")
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -147,11 +159,19 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"adaptplan {args.command}: interrupted", file=sys.stderr)
         return 130
+    except SystemExit as exc:
+        from adaptplan.benches.runs import BenchStopped
+
+        if not isinstance(exc, BenchStopped):
+            raise
+        print(f"adaptplan {args.command}: stopped by {signal.Signals(exc.signum).name}{_continues(args)}",
+              file=sys.stderr)
+        return 128 + exc.signum
     except Exception as exc:  # a bug, or a fault the commands do not expect
         from trainers.run.folder import Interrupted
 
         if isinstance(exc, Interrupted):   # a run inside the command (a bench's, in this process) stopped on a signal
-            again = " (or run the same command again: the bench continues its runs)" if args.command == "bench" else ""
+            again = " (or run the same command again: the bench continues its runs)" if _continues(args) else ""
             print(f"adaptplan {args.command}: {exc}{again}", file=sys.stderr)   # unclipped, as train's: a resume path
             return 128 + exc.signum
         if debug:

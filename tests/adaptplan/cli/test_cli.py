@@ -410,3 +410,45 @@ def test_a_bench_whose_run_stops_on_a_signal_says_so_and_exits_128_plus_the_sign
     err = capsys.readouterr().err
     assert "adaptplan bench: interrupted by SIGTERM after round 20621; checkpoint and history saved in" in err
     assert "(or run the same command again: the bench continues its runs)" in err and "internal error" not in err
+
+
+def test_a_bench_stopped_with_its_runs_in_workers_says_what_was_kept(tmp_path, monkeypatch, capsys) -> None:
+    """SIGTERM to a bench whose runs train in worker processes raises BenchStopped in the main process (run_jobs
+    then ends its workers): the command says so in one line and exits 143 — it exited silently before. Only
+    `bench papers` keeps its runs in folders, so only it says that the same command continues them."""
+    import signal
+
+    from adaptplan.benches import algorithms, papers
+    from adaptplan.benches.runs import BenchStopped
+    from adaptplan.cli import main
+
+    def stopped(*args, **kwargs):
+        raise BenchStopped(signal.SIGTERM)
+
+    monkeypatch.setattr(papers, "run_paper_bench", stopped)
+    monkeypatch.setattr(algorithms, "run_algorithm_bench", stopped)
+    assert main(["bench", "papers", "--quick", "--paper", "gas", "--out", str(tmp_path / "out")]) == 143
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert err == ("adaptplan bench: stopped by SIGTERM; each run in progress saved its round and checkpoint in its "
+                   "folder under --out (a run killed after the 60-s grace keeps its last checkpoint): run the same "
+                   "command again to continue them")
+    assert main(["bench", "algorithms", "--out", str(tmp_path / "algorithms")]) == 143
+    assert capsys.readouterr().err == "adaptplan bench: stopped by SIGTERM\n"
+    with pytest.raises(SystemExit):                        # any other SystemExit is not the bench's to describe
+        monkeypatch.setattr(papers, "run_paper_bench", lambda *a, **k: sys.exit(3))
+        main(["bench", "papers", "--quick", "--paper", "gas", "--out", str(tmp_path / "out")])
+
+
+def test_sigterm_while_a_bench_waits_on_its_workers_raises_bench_stopped() -> None:
+    """The handler run_jobs installs turns SIGTERM into BenchStopped (the CLI's one line above), a SystemExit with
+    code 143; the previous handler is back afterwards."""
+    import os
+    import signal
+
+    from adaptplan.benches.runs import BenchStopped, _terminating_on_sigterm
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(BenchStopped) as info, _terminating_on_sigterm():
+        os.kill(os.getpid(), signal.SIGTERM)
+    assert info.value.signum == signal.SIGTERM and info.value.code == 143
+    assert signal.getsignal(signal.SIGTERM) is before
