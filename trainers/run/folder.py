@@ -131,10 +131,15 @@ class Interrupted(Exception):
     command that continues it from ``saved`` (:func:`trainers.config.train_config.resume_command`)."""
 
     def __init__(self, signum: int, round_index: int, saved: str | None, resume: str = "") -> None:
-        self.signum, self.round, self.saved = signum, round_index, saved
+        self.signum, self.round, self.saved, self.resume = signum, round_index, saved, resume
         name = signal.Signals(signum).name
         where = f"; checkpoint and history saved in {saved!r} — continue with: {resume}" if saved else ""
         super().__init__(f"interrupted by {name} after round {round_index}{where}")
+
+    def __reduce__(self) -> tuple[type, tuple[int, int, str | None, str]]:
+        """Pickled with its own arguments: a bench's worker process sends it to the bench as its run's result, and
+        an exception rebuilt from its message alone (``Exception.__reduce__``) failed to unpickle there."""
+        return type(self), (self.signum, self.round, self.saved, self.resume)
 
 
 class StopRequest:

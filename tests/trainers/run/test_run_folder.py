@@ -177,3 +177,19 @@ def test_a_model_name_that_ends_the_process_is_refused_with_one_line(tmp_path) -
         result = adaptplan(tmp_path, "profile", spec, "--input", "3x8x8")
         lines = result.stderr.strip().splitlines()
         assert result.returncode == 2 and len(lines) == 1 and message in lines[0], (spec, result.stderr)
+
+
+def test_interrupted_survives_pickling_as_a_bench_worker_sends_it() -> None:
+    """A bench's worker process returns its run's Interrupted to the bench through pickle; rebuilt from its message
+    alone it raised TypeError in the bench's result reader (seen 2026-11-30: stopped workers were then killed at
+    the grace instead of exiting)."""
+    import pickle
+    import signal
+
+    from trainers.run.folder import Interrupted
+
+    sent = Interrupted(signal.SIGTERM, 19200, "/runs/a", "adaptplan train --out /runs/a --resume")
+    got = pickle.loads(pickle.dumps(sent))
+    assert type(got) is Interrupted and str(got) == str(sent)
+    assert (got.signum, got.round, got.saved, got.resume) == (signal.SIGTERM, 19200, "/runs/a",
+                                                               "adaptplan train --out /runs/a --resume")
