@@ -199,19 +199,19 @@ class History:
         + rename). The run folder writes both before every checkpoint, so both are built in time linear in the
         rounds with small constants (a 20,000-round history in about 3 s rather than 19 s)."""
         folder = Path(folder)
-        save_text(history_text(self.to_json()), folder / "history.json")
+        data = self.to_json()
+        save_text(history_text(data), folder / "history.json")
         text = io.StringIO(newline="")
         writer = csv.writer(text)
         writer.writerow(RECORD_FIELDS)
-        for r in self.records:
-            row = r.to_json()
-            row["cuts"] = " ".join(map(str, r.cuts))
-            row["participants"] = " ".join(map(str, r.participants))
+        for row in data["records"]:      # this save's own copies, written to history.json already: reused as rows
+            row["cuts"] = " ".join(map(str, row["cuts"]))
+            row["participants"] = " ".join(map(str, row["participants"]))
             for name in ("stage_seconds", "metrics", "measured_stage_seconds"):
                 row[name] = _SORTED_JSON(row[name])
             writer.writerow([row[n] for n in RECORD_FIELDS])
-        data = text.getvalue().encode("utf-8")
-        atomic_write(folder / "history.csv", lambda fh: fh.write(data))
+        encoded = text.getvalue().encode("utf-8")
+        atomic_write(folder / "history.csv", lambda fh: fh.write(encoded))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "History":
