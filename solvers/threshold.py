@@ -105,6 +105,16 @@ def applicable(problem: PlanningProblem) -> bool:
     return bool(np.all(np.diff(s) <= 0) and np.all(np.diff(delta) >= 0) and np.all(np.diff(A) >= 0))
 
 
+def _along_rows(ufunc: np.ufunc, m: np.ndarray) -> np.ndarray:
+    """``ufunc.accumulate(m, axis=1)`` for an N×J matrix with few columns (the candidates), one strided
+    whole-column step per column: numpy's accumulate along a short last axis runs its inner loop once per row,
+    3–4× slower at 10,000 × 21. Exact for maximum and minimum (each entry is one of the inputs)."""
+    out = np.array(m, copy=True)
+    for j in range(1, out.shape[1]):
+        ufunc(out[:, j - 1], out[:, j], out=out[:, j])
+    return out
+
+
 class _Keyed:
     """Sort structures of one key matrix K (N×J) over the columns ≤ L, computed once per L and
     shared by every sweep with that key (only the admissibility mask changes between sweeps).
@@ -164,10 +174,10 @@ class _Sweep:
         N, J = kd.N, kd.J
         if mask is None:
             msort = None
-            deep = np.maximum.accumulate(kd.order, axis=1)
+            deep = _along_rows(np.maximum, kd.order)
         else:
             msort = mask.ravel()[kd.rowflat].reshape(N, J)
-            deep = np.maximum.accumulate(np.where(msort, kd.order, -1), axis=1)  # deepest so far (column)
+            deep = _along_rows(np.maximum, np.where(msort, kd.order, -1))  # deepest so far (column)
         prev = np.empty_like(deep)
         prev[:, 0] = -1
         prev[:, 1:] = deep[:, :-1]
@@ -192,7 +202,7 @@ class _Sweep:
         self.mins = []
         for m in mins:  # min over admissible so far of m, per device (non-increasing along the row)
             msr = kd.sorted_rows(m)
-            ms = np.minimum.accumulate(msr if msort is None else np.where(msort, msr, np.inf), axis=1)
+            ms = _along_rows(np.minimum, msr if msort is None else np.where(msort, msr, np.inf))
             final = float(ms[:, -1].max())
             pm = np.empty_like(ms)
             pm[:, 0] = np.inf
@@ -624,10 +634,10 @@ def _cheap_bounds(problem: PlanningProblem, interval: float, cand: np.ndarray) -
     N, J = ok.shape
 
     def max_of_min(m: np.ndarray) -> np.ndarray:
-        return np.minimum.accumulate(m, axis=1).max(axis=0)
+        return _along_rows(np.minimum, m).max(axis=0)
 
     a, b, u, v = _key_matrices(problem, cand)         # ∞ where a cut does not fit
-    deep = np.maximum.accumulate(np.where(ok, np.arange(J)[None, :], -1), axis=1)  # deepest admissible ≤ L
+    deep = _along_rows(np.maximum, np.where(ok, np.arange(J)[None, :], -1))  # deepest admissible ≤ L
     covered = (deep >= 0).all(axis=0)
     deep = np.maximum(deep, 0)
     sum_s = lat.server_per_device[j][deep].sum(axis=0)

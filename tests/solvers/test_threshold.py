@@ -150,3 +150,21 @@ def test_shared_cache_same_result():
         fresh = solve_ms_exact(problem, interval)
         assert cached.objective == fresh.objective and cached.cuts == fresh.cuts
     assert cache
+
+
+@pytest.mark.parametrize("shape", [(7, 1), (5, 21), (300, 4)])
+def test_running_extreme_along_rows_equals_numpy_accumulate(shape):
+    """The sweeps' column-by-column running max/min is numpy's accumulate along each row, entry for entry,
+    with ∞ entries (inadmissible cuts) and ties; the input is left as it was."""
+    rng = np.random.default_rng(shape[1])
+    floats = rng.integers(0, 5, shape).astype(float)
+    floats[rng.random(shape) < 0.2] = np.inf
+    ints = rng.integers(-1, 9, shape)
+    for ufunc in (np.maximum, np.minimum):
+        for m in (floats, ints):
+            before = m.copy()
+            got = threshold._along_rows(ufunc, m)
+            np.testing.assert_array_equal(got, ufunc.accumulate(m, axis=1))
+            assert got.dtype == m.dtype
+            np.testing.assert_array_equal(m, before)
+    assert threshold._along_rows(np.maximum, np.array([[3, 1, 2, 5, 4]])).tolist() == [[3, 3, 3, 5, 5]]
