@@ -74,9 +74,21 @@ class ServerPasses(Protocol):
     def run_features(self, features: torch.Tensor, device: int) -> torch.Tensor:
         """Cut-layer features through the server blocks device ``device`` uses."""
 
-    def backward_mean_loss(self, features: torch.Tensor, targets: torch.Tensor, device: int) -> None:
+    batch_independent: bool
+    """A sample's server outputs never depend on the other samples of its pass (no BatchNorm): a loss summed over
+    samples has one gradient however the samples are split into passes."""
+
+    def backward_mean_loss(self, features: torch.Tensor, targets: torch.Tensor, device: int,
+                           count: int | None = None) -> None:
         """Back-propagate the mean cross-entropy of ``features`` through device ``device``'s server blocks (the
-        runtime keeps each graph within its pass budget)."""
+        runtime keeps each graph within its pass budget); ``count``: a mean over that many rows, ``features`` a
+        part of them."""
+
+    def arrival_gradients(self, arrival: Activation, cut_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                          server_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+                          ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """One forward of one arrival, two losses of its (logits, labels): ∂cut_loss/∂a and ∂server_loss/∂w_s
+        (per parameter of :meth:`parameters`, not accumulated) (GAS)."""
 
     def per_device_gradients(self, arrivals: Sequence[Activation],
                              loss_of: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor],
@@ -382,6 +394,7 @@ class Strategy:
     uses_total_rounds = False   # the schedule reads t/R (ctx.total_rounds): a resumed run must keep --rounds
     allows_absence = False      # the registry's trait (set from trainers.algorithms for a registered ``name``)
     legacy_period_key: str | None = None   # a key of old checkpoints' strategy state that held the period's participants
+    optional_state: frozenset[str] = frozenset()   # keys of state_dict() absent from checkpoints written before them
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """A registered algorithm's traits come from its registry entry (:mod:`trainers.algorithms`), not the class."""

@@ -21,7 +21,7 @@ def is_device_list(value: Any, num_devices: int) -> bool:
 
 def check_engine_state(state: Any, num_devices: int, strategy: Any) -> dict[str, Any]:
     """The engine part of a checkpoint, checked against an engine of ``num_devices`` devices running ``strategy``
-    (its ``legacy_period_key``, ``allows_absence``, ``asynchronous`` and ``state_dict`` keys), with the lists older
+    (its ``legacy_period_key``, ``allows_absence``, ``asynchronous``, ``state_dict`` keys and ``optional_state``), with the lists older
     checkpoints lack filled in (``period`` None, ``stale`` and ``absent`` empty) and an old strategy state's period
     moved to ``period``. ValueError naming the part that does not fit."""
     if not isinstance(state, dict) or not ENGINE_KEYS <= set(state) <= ENGINE_KEYS | ENGINE_OPTIONAL:
@@ -56,9 +56,11 @@ def check_engine_state(state: Any, num_devices: int, strategy: Any) -> dict[str,
     for d, device in enumerate(state["devices"]):
         if device is not None:
             _check_device_state(d, device, cuts[d])
-    for name, mine in (("fed", {"global_blocks"}), ("strategy", set(strategy.state_dict()))):
-        if not isinstance(state[name], dict) or set(state[name]) != mine:
-            raise ValueError(f"engine {name} state must hold exactly {sorted(mine)}")
+    for name, mine, optional in (("fed", {"global_blocks"}, set()),
+                                 ("strategy", set(strategy.state_dict()), set(strategy.optional_state))):
+        if not isinstance(state[name], dict) or not mine - optional <= set(state[name]) <= mine:
+            raise ValueError(f"engine {name} state must hold exactly {sorted(mine)}"
+                             + (f" (or without {sorted(optional)}, as written before them)" if optional else ""))
     if state["async"] is not None and (not strategy.asynchronous or not isinstance(state["async"], dict)):
         raise ValueError("engine async state belongs to an asynchronous algorithm's loop only")
     if state["async"] is None and strategy.asynchronous and any(s is not None and s["step"] for s in state["devices"]):

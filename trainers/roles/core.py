@@ -384,7 +384,10 @@ class EdgeServer:
         self.num_blocks = len(template)
         self.owner_of = owner_of
         self.optimizer_spec = optimizer
-        self.concatenate = concatenate and not has_batch_coupling(template)
+        self.batch_independent = not has_batch_coupling(template)
+        """A sample's server outputs never depend on the other samples of its pass (no BatchNorm), so a loss summed
+        over samples has one gradient however the samples are split into passes."""
+        self.concatenate = concatenate and self.batch_independent
         self.pass_samples = pass_samples
         self.cuts = cuts
         self.instances: dict[Key, nn.Module] = {k: shared_copy(template[k[1]]) for k in self.layout(self.cuts)}
@@ -533,16 +536,33 @@ class EdgeServer:
             h = self.instance(self.key(device, j))(h)
         return h
 
-    def backward_mean_loss(self, features: torch.Tensor, targets: torch.Tensor, device: int) -> None:
+    def backward_mean_loss(self, features: torch.Tensor, targets: torch.Tensor, device: int,
+                           count: int | None = None) -> None:
         """Back-propagate the mean cross-entropy of ``features`` (server-internal cut-layer rows) through the server
         blocks device ``device`` uses, against ``targets``: one graph per :meth:`spans` slice, each slice's mean
         loss weighted by its share of the rows, so that the accumulated gradients are those of the whole mean and
-        the graph held at once stays within the pass budget."""
+        the graph held at once stays within the pass budget. ``count``: the mean is over that many rows, of which
+        ``features`` are a part (the rest added by the caller; default: ``features``' own rows)."""
         rows = features.shape[0]
+        total = rows if count is None else count
         for part in self.spans(rows):
-            share = (part.stop - part.start) / rows
+            share = (part.stop - part.start) / total
             loss = nn.functional.cross_entropy(self.run_features(features[part], device), targets[part])
             (loss * share if share != 1.0 else loss).backward()
+
+    def arrival_gradients(self, arrival: Activation, cut_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                          server_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+                          ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """One forward of one arrival at the current server weights giving two losses of its (logits, labels): the
+        cut gradient ∂cut_loss/∂a and the server gradient ∂server_loss/∂w_s (one tensor per parameter of
+        :meth:`parameters`); no parameter ``.grad`` is touched."""
+        d = arrival.device
+        p = self.run([arrival], concatenate=False)
+        logits, x, params = p.logits[d], p.inputs[d], self.parameters(d)
+        (cut,) = torch.autograd.grad(cut_loss(logits, arrival.labels), [x], allow_unused=True, retain_graph=True)
+        grads = torch.autograd.grad(server_loss(logits, arrival.labels), params, allow_unused=True) if params else ()
+        return (cut if cut is not None else torch.zeros_like(x),
+                [g if g is not None else torch.zeros_like(q) for g, q in zip(grads, params)])
 
     def pooled_pass(self, arrivals: Sequence[Activation],
                     device_loss: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor],

@@ -16,6 +16,13 @@ the first active slot). A device's arrival (A_k, Y_k) (GAS-1) is served at once:
   N(μ_y, Σ_y) (GAS-6, GAS-7; off with ``--generation off``: the asynchronous-SFL ablation); one
   server step on the mean plain CE over real ∪ generated (GAS-8); 𝒜 is emptied.
 
+GAS-8's gradient is a sum over samples divided by |A_concat|, and w_s moves only at a flush, so every buffered
+activation arrived at the weights the step differentiates at: where samples never interact in a pass (no
+BatchNorm, ``batch_independent``), each real activation's summed plain CE is differentiated at its arrival, from the
+forward GAS-10 already ran (the sum held in ``real_sum``), and the flush passes only the generated ones through the
+server, so the real activations are not run a second time. The simulated clock still charges GAS-8's pass over all
+|A_concat| samples (the algorithm's arithmetic as the paper states it).
+
 After E local steps (``--local-steps``) the device uploads its client model; when Q_c = C models
 are buffered the fed server averages them by |𝒟_k| (GAS-12), the global version t advances (one
 round of the history = one global iteration), and the finished device's slot goes to a device
@@ -29,6 +36,7 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
+from torch import nn
 
 from trainers.api import (
     Activation,
@@ -112,6 +120,11 @@ def standard_normals(rows: int, dim: int, rng: np.random.Generator) -> torch.Ten
     return torch.randn((rows, dim), generator=generator)
 
 
+def summed_ce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Σ CE over the samples: GAS-8's numerator for the real activations of one arrival."""
+    return nn.functional.cross_entropy(logits, labels, reduction="sum")
+
+
 def active_devices(active: int, num_devices: int) -> int:
     """C: ``active`` capped at the devices, or with 0 half of them, ⌈N/2⌉ (the paper's 10 of 20)."""
     return min(active, num_devices) if active else math.ceil(num_devices / 2)
@@ -133,6 +146,7 @@ class GAS(AsyncStrategy):
     server_step = "own"              # its own serve (the module docstring's server step)
 
     reset_client_optimizer = True    # a joining device starts from w_c^glob with fresh optimizer state
+    optional_state = frozenset({"real_sum", "summed"})
 
     def __init__(self, active: int = 0, local_steps: int = 20, buffer: int = 0, generation: str = "on",
                  covariance: str = "diag", la_tau: float = 1.0) -> None:
@@ -154,6 +168,10 @@ class GAS(AsyncStrategy):
         self.join: dict[int, int] = {}
         self.local: dict[int, int] = {}
         self.server_updates = 0
+        self.real_sum: list[torch.Tensor] | None = None
+        """Σ ∂CE(w_s; a, y)/∂w_s over the real samples of the last ``summed`` buffered activations (GAS-8's real part,
+        differentiated at arrival; None when ``summed`` is 0)."""
+        self.summed = 0
 
     def validate(self, ctx) -> None:
         if len(set(ctx.cuts)) > 1:
@@ -178,10 +196,20 @@ class GAS(AsyncStrategy):
 
     def serve(self, edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Activation]) -> list[CutGradient]:
         (a,) = arrivals
-        p = edge.run(arrivals)
-        loss = logit_adjusted_ce(p.logits[a.device], a.labels, label_prior(ctx.label_counts[a.device]), self.tau)  # GAS-9
-        ctx.record_loss(a.device, loss)
-        grad = p.cut_gradients(loss)[a.device]                                                  # GAS-10
+        prior = label_prior(ctx.label_counts[a.device])
+
+        def adjusted(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+            loss = logit_adjusted_ce(logits, labels, prior, self.tau)                            # GAS-9
+            ctx.record_loss(a.device, loss)
+            return loss
+
+        if edge.batch_independent:
+            grad, real = edge.arrival_gradients(a, adjusted, summed_ce)                          # GAS-10; GAS-8's real part
+            self.real_sum = real if self.real_sum is None else [s + g for s, g in zip(self.real_sum, real)]
+            self.summed += 1
+        else:
+            p = edge.run(arrivals)
+            grad = p.cut_gradients(adjusted(p.logits[a.device], a.labels))[a.device]             # GAS-10
         omega = self.local_steps * self.join.get(a.device, 0) + self.local.get(a.device, 0) + 1  # GAS-3
         self.local[a.device] = self.local.get(a.device, 0) + 1
         self.buffer.append((a.tensor.detach(), a.labels, float(omega)))                          # GAS-2
@@ -209,15 +237,21 @@ class GAS(AsyncStrategy):
                     features.append(self.stats[y].sample(z_y))                                   # GAS-7
                     targets.append(torch.full((n,), y, dtype=labels.dtype, device=labels.device))
                     generated += n
+        total = rows.shape[0] + generated                                                       # |A_concat|
+        unsummed = sum(int(y.shape[0]) for _, y, _ in self.buffer[:len(self.buffer) - self.summed])
+        if self.real_sum is not None:                                                           # GAS-8, real part
+            edge.add_gradients(edge.parameters(device), [g / total for g in self.real_sum])
+        features[0], targets[0] = rows[:unsummed], labels[:unsummed]
         x, target = torch.cat(features).reshape(-1, *shape), torch.cat(targets)
-        edge.backward_mean_loss(x, target, device)                                              # GAS-8
+        if x.shape[0]:
+            edge.backward_mean_loss(x, target, device, count=total)                             # GAS-8, the rest
         edge.step(edge.owners([device]))
         drawn = [int(t.numel()) for t in targets[1:]]
-        ctx.charge_server(device, samples=x.shape[0], flops=flush_flops(rows.shape[0], rows.shape[1], drawn, self.full))
+        ctx.charge_server(device, samples=total, flops=flush_flops(rows.shape[0], rows.shape[1], drawn, self.full))
         self.server_updates += 1
         ctx.metrics["generated"] = ctx.metrics.get("generated", 0.0) + generated
         ctx.metrics["server_updates"] = float(self.server_updates)
-        self.buffer = []
+        self.buffer, self.real_sum, self.summed = [], None, 0
 
     def on_model(self, ctx: RoundContext, upload: ModelUpload) -> list[ModelUpload] | None:
         self.models.append(upload)
@@ -230,12 +264,14 @@ class GAS(AsyncStrategy):
     def state_dict(self) -> dict[str, Any]:
         return {"buffer": list(self.buffer), "models": list(self.models), "version": self.version,
                 "join": dict(self.join), "local": dict(self.local), "updates": self.server_updates,
-                "stats": {y: (s.mean, s.cov, s.weight) for y, s in self.stats.items()}, "active": self.active}
+                "stats": {y: (s.mean, s.cov, s.weight) for y, s in self.stats.items()}, "active": self.active,
+                "real_sum": list(self.real_sum) if self.real_sum is not None else None, "summed": self.summed}
 
     def check_state(self, ctx: RoundContext) -> None:
         """What a checkpoint restored must be for this run (ValueError naming it): counts ≥ 0, at most N active
         devices, the version-at-join and local-step counts of devices of the run, buffered activations as
-        (features, labels of 0..M−1, finite weight ≥ 0), buffered models as model uploads, statistics finite and,
+        (features, labels of 0..M−1, finite weight ≥ 0), the real part of GAS-8's gradient as finite tensors of the last
+        1..|𝒜| of them (or none), buffered models as model uploads, statistics finite and,
         after a server update, not empty (GAS-5b merges each update's labels)."""
         n = ctx.num_devices
         if not all(_count(v) for v in (self.version, self.server_updates)) or not _count(self.active) \
@@ -251,6 +287,12 @@ class GAS(AsyncStrategy):
                     and not item[1].is_floating_point() and bool(((item[1] >= 0) & (item[1] < ctx.num_classes)).all())
                     and is_finite_number(item[2]) and item[2] >= 0):
                 raise ValueError("GAS's buffer must hold (features, labels, weight) of the run's classes")
+        summed_ok = (self.real_sum is None and self.summed == 0) or (
+            isinstance(self.real_sum, list) and is_int(self.summed) and 1 <= self.summed <= len(self.buffer)
+            and all(torch.is_tensor(g) and g.is_floating_point() and bool(torch.isfinite(g).all()) for g in self.real_sum))
+        if not summed_ok:
+            raise ValueError("GAS's real_sum must be finite gradient tensors of the last `summed` buffered activations "
+                             f"(1..{len(self.buffer)}), or None with summed 0")
         if not all(isinstance(m, ModelUpload) for m in self.models):
             raise ValueError("GAS's models must be model uploads")
         if self.server_updates and not self.stats:
@@ -267,6 +309,9 @@ class GAS(AsyncStrategy):
         self.join = {int(k): int(v) for k, v in state["join"].items()}
         self.local = {int(k): int(v) for k, v in state["local"].items()}
         self.active = int(state["active"])
+        real_sum = state.get("real_sum")          # absent in checkpoints written before it: the flush runs them all
+        self.real_sum = list(real_sum) if isinstance(real_sum, (list, tuple)) else real_sum
+        self.summed = state.get("summed", 0)
         self.stats = {}
         for y, (mean, cov, weight) in state["stats"].items():
             s = self.stats[int(y)] = LabelStatistics(self.full)

@@ -28,11 +28,14 @@ def data() -> DeviceData:
     return DeviceData(x, y, x[:16], y[:16], partition_indices(y.numpy(), DEVICES, "iid", 0))
 
 
-def trained(algorithm: str, rounds: int = 4, options: dict | None = None, **memory) -> list[torch.Tensor]:
+def trained(algorithm: str, rounds: int = 4, options: dict | None = None, whole_gas_step: bool = False,
+            **memory) -> list[torch.Tensor]:
+    """``whole_gas_step``: GAS-8 as one pass over real ∪ generated at the flush (a BatchNorm model's way)."""
     torch.manual_seed(0)
     model = cnn(1, 8, 3, width=4)
     engine = SplitEngine(model, [2] * DEVICES, make_strategy(algorithm, options), data(), {"lr": 0.05, "momentum": 0.9},
                          BATCH, seed=3, **memory)
+    engine.edge.batch_independent = not whole_gas_step
     for t in range(1, rounds + 1):
         engine.run_round(t)
     devices = [p.detach().clone() for d in engine.devices for p in d.blocks.parameters()]
@@ -66,7 +69,7 @@ def test_a_barrier_served_in_chunks_trains_the_same_parameters(algorithm) -> Non
 
 @pytest.mark.parametrize("algorithm, options, rounds", [
     ("scala", {"participation": 0.5}, 4),                 # 6 participants × 8 samples: chunks of 2 devices
-    ("gas", {"active": 6, "local_steps": 1}, 12),        # GAS-8 over 6 × 8 buffered + generated features
+    ("gas", {"active": 6, "local_steps": 1}, 12),        # GAS-8 over 6 × 8 buffered + generated features in one
     ("cyclesl", {"participation": 0.5}, 4),               # CSL-5's pass at the frozen θ_S (CSL-4's steps: b_S = b)
 ])
 def test_scala_gas_and_cyclesl_server_passes_in_chunks_train_the_same_parameters(algorithm, options, rounds, monkeypatch) -> None:
@@ -75,10 +78,11 @@ def test_scala_gas_and_cyclesl_server_passes_in_chunks_train_the_same_parameters
     monkeypatch.setattr(EdgeServer, "run", lambda self, arrivals, concatenate=True: passes.append(
         sum(int(a.tensor.shape[0]) for a in arrivals)) or run(self, arrivals, concatenate))
     monkeypatch.setattr(EdgeServer, "run_features", lambda self, x, d: passes.append(x.shape[0]) or run_features(self, x, d))
-    one_pass = trained(algorithm, rounds, options, server_pass_samples=None, client_recompute="off")
+    whole_step = algorithm == "gas"
+    one_pass = trained(algorithm, rounds, options, whole_step, server_pass_samples=None, client_recompute="off")
     whole = list(passes)
     passes.clear()
-    chunked = trained(algorithm, rounds, options, server_pass_samples=3 * BATCH - 1, client_recompute="off")
+    chunked = trained(algorithm, rounds, options, whole_step, server_pass_samples=3 * BATCH - 1, client_recompute="off")
     assert len(one_pass) == len(chunked)
     assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(one_pass, chunked))
     # the plain run had passes over the budget; the chunked one none, and the same rows in all

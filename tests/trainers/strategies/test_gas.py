@@ -200,18 +200,21 @@ def make_gas_engine(data: DeviceData, clock=None, optimizer=None, **options) -> 
                        optimizer or {"lr": LR, "momentum": 0.0}, batch_size=B, seed=0, clock=clock)
 
 
-@pytest.mark.parametrize("buffer,generation,clocked,defaults", [(0, "on", False, False), (2, "off", False, False),
-                                                              (1, "on", False, False), (0, "on", True, False),
-                                                              (0, "on", True, True)])
-def test_gas_matches_reference_from_the_spec(buffer: int, generation: str, clocked: bool, defaults: bool,
+@pytest.mark.parametrize("buffer,generation,clocked,defaults,split", [
+    (0, "on", False, False, True), (2, "off", False, False, True), (1, "on", False, False, True),
+    (0, "on", True, False, True), (0, "on", True, True, True), (0, "on", True, True, False)])
+def test_gas_matches_reference_from_the_spec(buffer: int, generation: str, clocked: bool, defaults: bool, split: bool,
                                              rounds: int = 2) -> None:
-    """Plain SGD, and the defaults' optimizer (momentum 0.9, weight decay 5e-4, clipping — at 1 so that it acts)."""
+    """Plain SGD, and the defaults' optimizer (momentum 0.9, weight decay 5e-4, clipping — at 1 so that it acts);
+    GAS-8 split (the real activations' gradients taken at arrival) and, as for a model with BatchNorm, in one pass
+    over real ∪ generated at the flush."""
     N, C, E = 6, 3, 3
     data = make_data(N, "dirichlet")
     clock = FakeClock(N, seed=3) if clocked else None
     spec = OptimizerSpec("sgd", LR, 0.9, 5e-4, 1.0) if defaults else None
     engine = make_gas_engine(data, clock=clock, optimizer=spec, active=C, local_steps=E, buffer=buffer,
                              generation=generation)
+    engine.edge.batch_independent = split
     Q = buffer or C
     flushes = 0
     for t, clients, server, global_model, log, served in reference_gas(data, max(rounds, 3 if defaults else 2), C, E,
@@ -298,8 +301,12 @@ def test_buffer_flushes_exactly_every_q_s_arrivals() -> None:
     assert all(e["models"] < 3 for e in events)                # ℳ flushed when it reaches Q_c
 
 
-def test_generation_counts_once_all_labels_are_seen(monkeypatch) -> None:
+@pytest.mark.parametrize("batch_independent", [True, False])
+def test_generation_counts_once_all_labels_are_seen(batch_independent: bool, monkeypatch) -> None:
+    """n̂_y per label; the flush's pass holds the generated rows alone where the real ones were differentiated at
+    arrival (no BatchNorm), real ∪ generated where samples interact in a pass."""
     engine, _ = spy_engine(N=6, C=3, E=3, buffer=1)
+    engine.edge.batch_independent = batch_independent
     s = engine.strategy
     flushes, draws = [], []
     sample = LabelStatistics.sample
@@ -326,7 +333,7 @@ def test_generation_counts_once_all_labels_are_seen(monkeypatch) -> None:
         counts = np.bincount(labels.numpy(), minlength=M)
         expected = {y: B - int(counts[y]) for y in range(M) if counts[y] < B} if len(known) == M else {}
         assert by_label == expected                                # n̂_y = max(0, B − n_y), all labels seen
-        assert rows == len(labels) + sum(expected.values())        # one server update: real ∪ generated
+        assert rows == len(labels) * (not batch_independent) + sum(expected.values())
         if expected:
             assert all(max(int(counts[y]), B) == int(counts[y]) + expected.get(y, 0) for y in range(M))
 
@@ -441,8 +448,8 @@ def test_gas_matches_reference_from_the_spec_with_other_strategy_streams(stream:
 
     monkeypatch.setattr(trainers.engine.split_engine, "STRATEGY_STREAM", stream)
     monkeypatch.setattr(sys.modules[__name__], "STRATEGY_STREAM", stream)
-    test_gas_matches_reference_from_the_spec(2, "off", False, False, rounds=4)
-    test_gas_matches_reference_from_the_spec(0, "on", True, defaults=True, rounds=4)
+    test_gas_matches_reference_from_the_spec(2, "off", False, False, True, rounds=4)
+    test_gas_matches_reference_from_the_spec(0, "on", True, defaults=True, split=True, rounds=4)
 
 
 def test_the_strategy_stream_is_no_device_stream() -> None:
@@ -542,3 +549,46 @@ def test_an_asynchronous_rounds_seconds_are_the_loops_time_since_the_last_aggreg
         assert stats.sim_seconds == pytest.approx(engine.async_state.now - before, rel=1e-12)
         before, total = engine.async_state.now, total + stats.sim_seconds
     assert total == pytest.approx(engine.async_state.now, rel=1e-12)
+
+
+def everything_of(engine: SplitEngine) -> torch.Tensor:
+    return torch.cat([flat(*[d.blocks for d in engine.devices]), flat(*engine.edge.instances.values())])
+
+
+@pytest.mark.parametrize("written_before", [False, True])
+def test_a_checkpoint_between_flushes_keeps_the_real_activations_gradient(written_before: bool) -> None:
+    """Q_s = 3 with C·E = 4 arrivals a global iteration: a checkpoint after round 1 holds one buffered activation,
+    whose GAS-8 gradient was taken at arrival (``real_sum``). Restored, the run goes on exactly (bit for bit) as the
+    uninterrupted one. A checkpoint written before ``real_sum`` existed (no such keys) runs that activation
+    through the server at the flush instead: the same run up to float rounding."""
+    def build() -> SplitEngine:
+        return make_gas_engine(make_data(6, "dirichlet"), active=2, local_steps=2, buffer=3)
+
+    a = build()
+    a.run_round(1)
+    assert len(a.strategy.buffer) == 1 and a.strategy.summed == 1 and a.strategy.real_sum is not None
+    saved = copy.deepcopy(a.state_dict())
+    if written_before:
+        for key in ("real_sum", "summed"):
+            del saved["strategy"][key]
+    b = build()
+    b.load_state_dict(saved)
+    assert b.strategy.summed == (0 if written_before else 1)
+    for t in (2, 3):
+        a.run_round(t), b.run_round(t)
+        if written_before:
+            assert torch.allclose(everything_of(a), everything_of(b), atol=1e-6, rtol=0), f"round {t}"
+        else:
+            assert torch.equal(everything_of(a), everything_of(b)), f"round {t}"
+
+
+def test_a_checkpoints_real_activation_gradient_that_does_not_fit_is_refused() -> None:
+    engine = make_gas_engine(make_data(6, "dirichlet"), active=2, local_steps=2, buffer=3)
+    engine.run_round(1)
+    good = copy.deepcopy(engine.state_dict())
+    nan = [torch.full_like(g, float("nan")) for g in good["strategy"]["real_sum"]]
+    for broken in ({"summed": 2}, {"summed": 0}, {"real_sum": None}, {"real_sum": nan}, {"real_sum": "x"}):
+        state = copy.deepcopy(good)
+        state["strategy"].update(broken)
+        with pytest.raises(ValueError, match="real_sum"):
+            make_gas_engine(make_data(6, "dirichlet"), active=2, local_steps=2, buffer=3).load_state_dict(state)
