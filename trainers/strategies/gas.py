@@ -73,12 +73,14 @@ class LabelStatistics:
     def merge(self, rows: torch.Tensor, weights: torch.Tensor, lam: float = REGULARISATION) -> None:
         """GAS-5b: batch mean/covariance with weights ω, merged into the running statistics."""
         w = weights.double()
-        x = rows.double()
+        centred = rows.double()                # a copy of its own: centred in place
         total = float(w.sum())
-        mu_b = (w[:, None] * x).sum(0) / total
-        centred = x - mu_b
-        cov_b = (w[:, None, None] * centred[:, :, None] * centred[:, None, :]).sum(0) / total if self.full \
-            else (w[:, None] * centred ** 2).sum(0) / total
+        mu_b = (w @ centred) / total           # Σ ω·a / Σ ω as one matrix–vector product (no n × d temporaries)
+        centred -= mu_b
+        if self.full:
+            cov_b = (centred.T * w) @ centred / total
+        else:
+            cov_b = w @ centred.square_() / total
         if self.mean is None:
             self.mean, self.cov, self.weight = mu_b, cov_b, total
             return
