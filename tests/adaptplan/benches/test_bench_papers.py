@@ -370,9 +370,9 @@ def test_a_recipes_own_hour_tier_sets_the_first_rounds_and_their_evaluations_wit
             assert b["config"]["extra"] == {**a["config"]["extra"], "horizon": 1200}
         else:
             assert changed == {"rounds", "eval_every"}, a["label"]
-    # CycleSL at 24,000 and GAS at 19,200 rounds: their hour tiers are the first halves of the earlier 3,000 and 1,200
+    # CycleSL at 48,000 and GAS at 19,200 rounds: their hour tiers are the first halves of the earlier 3,000 and 1,200
     # (the same rounds, evaluated at the same rounds), so that the table's hour-tier figures stay theirs
-    expected = {("cyclesl", label): (24000, 400, 1500, 100) for label in ("cyclepsl", "psl", "cyclesfl", "sfl-v1")}
+    expected = {("cyclesl", label): (48000, 400, 1500, 100) for label in ("cyclepsl", "psl", "cyclesfl", "sfl-v1")}
     expected |= {("gas", "gas"): (960, 16, 30, 2), ("gas", "sfl-v1"): (19200, 320, 600, 40)}
     for name in ("cyclesl", "gas"):
         full = recipes.load(name)
