@@ -228,7 +228,8 @@ class GAS(AsyncStrategy):
         for y in labels.unique().tolist():
             mask = labels == y
             self.stats.setdefault(int(y), LabelStatistics(self.full)).merge(rows[mask], weights[mask])
-        features, targets = [rows], [labels]
+        unsummed = sum(int(y.shape[0]) for _, y, _ in self.buffer[:len(self.buffer) - self.summed])
+        features, targets = [rows[:unsummed]], [labels[:unsummed]]    # the real rows not differentiated at arrival
         generated = 0
         if self.generation and len(self.stats) == ctx.num_classes:
             counts = torch.bincount(labels, minlength=ctx.num_classes).tolist()
@@ -240,10 +241,8 @@ class GAS(AsyncStrategy):
                     targets.append(torch.full((n,), y, dtype=labels.dtype, device=labels.device))
                     generated += n
         total = rows.shape[0] + generated                                                       # |A_concat|
-        unsummed = sum(int(y.shape[0]) for _, y, _ in self.buffer[:len(self.buffer) - self.summed])
         if self.real_sum is not None:                                                           # GAS-8, real part
             edge.add_gradients(edge.parameters(device), [g / total for g in self.real_sum])
-        features[0], targets[0] = rows[:unsummed], labels[:unsummed]
         x, target = torch.cat(features).reshape(-1, *shape), torch.cat(targets)
         if x.shape[0]:
             edge.backward_mean_loss(x, target, device, count=total)                             # GAS-8, the rest
