@@ -7,8 +7,8 @@ A round (docs/architecture.md "The runtime"), and the decision points it asks th
 2. ``schedule(ctx, participants)`` — groups run one after the other (SL: one device per group).
 3. Devices forward and send :class:`Activation` messages; they arrive at the edge server at the
    simulated times of the latency model. ``server_mode`` says how arrivals are handed over:
-   ``"barrier"`` (all of a group at once, when the last arrives) or ``"arrival"`` (one at a time,
-   in arrival order, the server busy while it works).
+   ``"barrier"`` (all of a group at once, when the last arrives) or ``"arrival"`` (in arrival order,
+   the server busy while it works: one at a time, or those the strategy lets wait, ``AsyncStrategy.defer``).
 4. ``serve(edge, ctx, arrivals) -> [CutGradient]`` — what the edge server does with them, through
    its :class:`ServerPasses` only: run them through its blocks (``run``, concatenating devices
    that meet; ``in_passes`` for a computation separable over the devices; ``backward_mean_loss`` for a
@@ -84,11 +84,13 @@ class ServerPasses(Protocol):
         runtime keeps each graph within its pass budget); ``count``: a mean over that many rows, ``features`` a
         part of them."""
 
-    def arrival_gradients(self, arrival: Activation, cut_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    def arrival_gradients(self, arrivals: Sequence[Activation],
+                          cut_loss: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor],
                           server_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-                          ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """One forward of one arrival, two losses of its (logits, labels): ∂cut_loss/∂a and ∂server_loss/∂w_s
-        (per parameter of :meth:`parameters`, not accumulated) (GAS)."""
+                          ) -> tuple[dict[int, torch.Tensor], list[torch.Tensor]]:
+        """Forwards of arrivals sharing their server blocks, two losses: each device's ∂cut_loss/∂a_i, and
+        ∂server_loss/∂w_s summed over the runtime's passes (per parameter of :meth:`parameters`, not accumulated
+        into ``.grad``) (GAS)."""
 
     def per_device_gradients(self, arrivals: Sequence[Activation],
                              loss_of: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor],
@@ -482,7 +484,8 @@ class Strategy:
 
 class AsyncStrategy(Strategy):
     """An asynchronous strategy (GAS): no round barrier. The runtime keeps ``active`` devices
-    training; each arrival is served at once (``serve`` with one arrival); after ``local_steps``
+    training; arrivals are served in arrival order, each at once unless ``defer`` lets it wait (then
+    ``serve`` gets the waiting arrivals together, still in arrival order); after ``local_steps``
     steps a device uploads its client model (``on_model``) and is replaced (``replace``). A round of
     the history is one global iteration: it ends when ``on_model`` reports an aggregation."""
 
@@ -504,6 +507,16 @@ class AsyncStrategy(Strategy):
         busy = set(active) | {finished}            # a set: a list here cost C per device, N·C per replacement
         idle = [d for d in range(ctx.num_devices) if d not in busy and d not in ctx.absent] or [finished]
         return int(ctx.rng.choice(idle))
+
+    def defer(self, edge: ServerPasses, ctx: RoundContext, waiting: Sequence[Activation]) -> bool:
+        """Whether ``waiting`` (arrivals received and not yet served, in arrival order, the last just in) may wait
+        to be served together with later arrivals. Only where serving them later, in one call, gives each the
+        reply and the server state it would have had at once — nothing a waiting arrival is served with changes
+        before the last of them is served — and serving them charges no server work on the clock (the runtime
+        times a waiting arrival as it arrives). The runtime serves them anyway before their devices forward
+        again or upload, at the end of a global iteration, and when they fill its pass budget. Default: never
+        (each arrival served alone, at once)."""
+        return False
 
     def on_model(self, ctx: RoundContext, upload: ModelUpload) -> list[ModelUpload] | None:
         """A device's client model arrived; return the uploads the fed server averages into the

@@ -6,6 +6,12 @@ T^A; ties to the first slot), serves it at once (the server busy while it works)
 ``local_steps`` such steps the device uploads its model (``on_model``) and the strategy's replacement takes its
 slot, downloading the global client model. The iteration ends when ``on_model`` aggregates. Between iterations
 the loop's state is :class:`AsyncLoopState` (checkpointed as a plain dict, the format of docs/formats.md).
+
+Arrivals the strategy lets wait (``AsyncStrategy.defer``: their replies and the server state would be the same
+served later) are :class:`Waiting`: timed as they arrive (the clock does not depend on the values), served
+together — one pass instead of one per 16-sample arrival — before any of their devices forwards again or uploads,
+when they reach the edge server's pass budget, when the strategy no longer lets them wait, and at the end of the
+iteration. Nothing waits between iterations, so a checkpoint never holds a waiting arrival.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from trainers.engine.aggregation import average_at_fed, load_global
 from trainers.engine.clock import StageLedger, StageTimes
 from trainers.engine.state_schema import is_device_list
 from trainers.engine.sync_round import charged_server_seconds, take_replies
-from trainers.roles.messages import CutGradient, DevicesLost, MessageMismatchError
+from trainers.roles.messages import Activation, CutGradient, DevicesLost, MessageMismatchError
 from trainers.roles.protocol import EDGE, FED, Forward, Upload
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -73,6 +79,28 @@ class AsyncLoopState:
                    {int(d): float(v) for d, v in state["clock"].items()}, float(state["server_free"]))
 
 
+class Waiting:
+    """Arrivals received and not yet served (module docstring), in arrival order."""
+
+    def __init__(self) -> None:
+        self.arrivals: list[Activation] = []
+        self.devices: set[int] = set()
+        self.samples = 0
+
+    def __contains__(self, device: int) -> bool:
+        return device in self.devices
+
+    def add(self, arrival: Activation) -> None:
+        self.arrivals.append(arrival)
+        self.devices.add(arrival.device)
+        self.samples += int(arrival.tensor.shape[0])
+
+    def take(self) -> list[Activation]:
+        """Every waiting arrival, in arrival order; none waits afterwards."""
+        arrivals, self.arrivals, self.devices, self.samples = self.arrivals, [], set(), 0
+        return arrivals
+
+
 def run_async_round(engine: Engine, round_index: int) -> Any:
     """One global iteration of ``engine``'s asynchronous strategy (module docstring): its ``RoundStats``."""
     s = cast("AsyncStrategy", engine.strategy)
@@ -84,17 +112,23 @@ def run_async_round(engine: Engine, round_index: int) -> Any:
     ledger = StageLedger()
     round_start = st.now
     lead: dict[int, float] = {}                # device → T^F + T^A of its batch this round (simulated s)
+    waiting = Waiting()
     while True:
         d, arrive = _next_arrival(st, s, ctx, times, lead)
-        if not _local_step(engine, ctx, st, d, arrive, times, ledger):
+        if d in waiting:                       # its reply first: it forwards with the model its backward leaves
+            _serve_waiting(engine, ctx, waiting, times)
+        if not _local_step(engine, ctx, st, d, arrive, times, ledger, waiting):
             _refill(engine, ctx, st, d, times, ledger)            # lost (a real runtime): its slot goes on
             continue
         if st.steps[d] < s.local_steps:
             continue
+        if d in waiting:                       # it uploads the model its last backward leaves
+            _serve_waiting(engine, ctx, waiting, times)
         uploaded, aggregated = _upload(engine, ctx, st, d, times, ledger)
         finished_at = st.clock.get(d, 0.0)
         _refill(engine, ctx, st, d, times, ledger)
         if uploaded and aggregated:
+            _serve_waiting(engine, ctx, waiting, times)
             st.now = max(st.now, finished_at)
             break
     engine.check_models_finite(round_index)
@@ -118,9 +152,9 @@ def _next_arrival(st: AsyncLoopState, s: "AsyncStrategy", ctx: "RoundContext", t
 
 
 def _local_step(engine: Engine, ctx: "RoundContext", st: AsyncLoopState, d: int, arrive: float,
-                times: StageTimes, ledger: StageLedger) -> bool:
-    """Device ``d``'s step, its activation arriving at ``arrive``: forward, the arrival served at once, the reply,
-    its backward; False if it was lost."""
+                times: StageTimes, ledger: StageLedger, waiting: Waiting) -> bool:
+    """Device ``d``'s step, its activation arriving at ``arrive``: forward, the arrival served at once (or left
+    waiting, module docstring), the reply, its backward; False if it was lost."""
     s = cast("AsyncStrategy", engine.strategy)
     b = int(s.batch_size(ctx, d))
     k = times.scale(d, b)
@@ -132,17 +166,14 @@ def _local_step(engine: Engine, ctx: "RoundContext", st: AsyncLoopState, d: int,
     engine.bytes_up += msg.num_bytes
     engine.samples += int(msg.tensor.shape[0])
     begin = max(arrive, st.server_free)
-    out = s.serve(engine.edge, ctx, [msg])
     answered = begin + float(times.server[d]) * k                 # the reply is computed first (GAS-10) ...
-    busy = answered - begin + charged_server_seconds(ctx, times)   # ... then the server works on (GAS-5b–8)
+    waiting.add(msg)
+    budget = engine.edge.pass_samples
+    charged = 0.0
+    if not s.defer(engine.edge, ctx, waiting.arrivals) or (budget is not None and waiting.samples >= budget):
+        charged = _serve_waiting(engine, ctx, waiting, times, last=True)
+    busy = answered - begin + charged                               # ... then the server works on (GAS-5b–8)
     st.server_free = begin + busy
-    replies: dict[int, tuple[float, CutGradient]] = {}
-    take_replies(out, {d: msg}, replies, answered)
-    if d not in replies:
-        raise MessageMismatchError(f"the asynchronous strategy {s.name} did not answer device {d} at once")
-    reply = replies[d][1]
-    engine.bytes_down += reply.num_bytes
-    engine.net.send(d, reply)
     st.clock[d] = answered + (float(times.download[d]) + float(times.client_bp[d])) * k
     for stage, sec in (("device FP", times.client_fp[d] * k), ("uplink", times.upload[d] * k),
                        ("downlink", times.download[d] * k), ("device BP", times.client_bp[d] * k)):
@@ -150,6 +181,31 @@ def _local_step(engine: Engine, ctx: "RoundContext", st: AsyncLoopState, d: int,
     ledger.add("edge", "server", busy)
     st.steps[d] += 1
     return True
+
+
+def _serve_waiting(engine: Engine, ctx: "RoundContext", waiting: Waiting, times: StageTimes,
+                   last: bool = False) -> float:
+    """The waiting arrivals served in one call of the strategy's ``serve``, each reply sent to its device (its
+    backward); the server seconds the strategy charged, which only ``last`` (served as the last of them arrives)
+    may have: a strategy that lets arrivals wait charges nothing for them (``AsyncStrategy.defer``)."""
+    arrivals = waiting.take()
+    if not arrivals:
+        return 0.0
+    s = cast("AsyncStrategy", engine.strategy)
+    out = s.serve(engine.edge, ctx, arrivals)
+    charged = charged_server_seconds(ctx, times)
+    if charged and not last:
+        raise RuntimeError(f"the asynchronous strategy {s.name} charged server work for arrivals it let wait")
+    pending = {a.device: a for a in arrivals}
+    replies: dict[int, tuple[float, CutGradient]] = {}
+    take_replies(out, pending, replies, 0.0)
+    if pending:
+        raise MessageMismatchError(f"the asynchronous strategy {s.name} did not answer devices {sorted(pending)}")
+    for a in arrivals:
+        reply = replies[a.device][1]
+        engine.bytes_down += reply.num_bytes
+        engine.net.send(a.device, reply)
+    return charged
 
 
 def _upload(engine: Engine, ctx: "RoundContext", st: AsyncLoopState, d: int, times: StageTimes,

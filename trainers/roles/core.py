@@ -550,19 +550,31 @@ class EdgeServer:
             loss = nn.functional.cross_entropy(self.run_features(features[part], device), targets[part])
             (loss * share if share != 1.0 else loss).backward()
 
-    def arrival_gradients(self, arrival: Activation, cut_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    def arrival_gradients(self, arrivals: Sequence[Activation],
+                          cut_loss: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor],
                           server_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-                          ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """One forward of one arrival at the current server weights giving two losses of its (logits, labels): the
-        cut gradient ∂cut_loss/∂a and the server gradient ∂server_loss/∂w_s (one tensor per parameter of
-        :meth:`parameters`); no parameter ``.grad`` is touched."""
-        d = arrival.device
-        p = self.run([arrival], concatenate=False)
-        logits, x, params = p.logits[d], p.inputs[d], self.parameters(d)
-        (cut,) = torch.autograd.grad(cut_loss(logits, arrival.labels), [x], allow_unused=True, retain_graph=True)
-        grads = torch.autograd.grad(server_loss(logits, arrival.labels), params, allow_unused=True) if params else ()
-        return (cut if cut is not None else torch.zeros_like(x),
-                [g if g is not None else torch.zeros_like(q) for g, q in zip(grads, params)])
+                          ) -> tuple[dict[int, torch.Tensor], list[torch.Tensor]]:
+        """Forwards of ``arrivals`` (devices that share their server blocks) at the current server weights, in
+        :meth:`chunks`, giving two losses: each device's ``cut_loss(i, logits_i, labels_i)``, whose cut gradient
+        ∂/∂a_i is returned by device, and ``server_loss(logits, labels)`` of every chunk's samples, a sum over
+        samples, whose gradients ∂/∂w_s are summed over the chunks (one tensor per parameter of
+        :meth:`parameters`). No parameter ``.grad`` is touched. Where samples interact in a pass (BatchNorm) call
+        it with one arrival at a time: :meth:`chunks` never cuts such a pass."""
+        if len(self.owners(a.device for a in arrivals)) > 1:
+            raise ValueError("arrival_gradients sums server gradients over arrivals that share their server blocks")
+        params = self.parameters(arrivals[0].device) if arrivals else []
+        cut: dict[int, torch.Tensor] = {}
+        summed: list[torch.Tensor] | None = None
+        for chunk in self.chunks(arrivals):
+            p = self.run(chunk)
+            own = [cut_loss(d, p.logits[d], p.labels[d]) for d in p.devices]
+            cut.update(p.cut_gradients(cast(torch.Tensor, sum(own)), retain_graph=True))
+            logits = p.logits[chunk[0].device] if len(chunk) == 1 else torch.cat([p.logits[d] for d in p.devices])
+            labels = chunk[0].labels if len(chunk) == 1 else torch.cat([a.labels for a in chunk])
+            grads = torch.autograd.grad(server_loss(logits, labels), params, allow_unused=True) if params else ()
+            filled = [g if g is not None else torch.zeros_like(q) for g, q in zip(grads, params)]
+            summed = filled if summed is None else [total.add_(g) for total, g in zip(summed, filled)]
+        return cut, summed if summed is not None else [torch.zeros_like(q) for q in params]
 
     def pooled_pass(self, arrivals: Sequence[Activation],
                     device_loss: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor],

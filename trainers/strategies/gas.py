@@ -3,7 +3,8 @@ written against docs/algorithms.md GAS (Part B). Runs on the runtime's asynchron
 
 C devices (``--active``) are always training, each on its own simulated clock (latency model per
 device and stage); the runtime always advances the device whose activation arrives first (ties:
-the first active slot). A device's arrival (A_k, Y_k) (GAS-1) is served at once:
+the first active slot). A device's arrival (A_k, Y_k) (GAS-1) is served as if at once (the runtime may hold
+arrivals between two flushes and serve them in one pass, ``defer``: they all meet the same w_s):
 
 * its cut gradient is G_k = ∇_{A_k} ℓ_k with the logit-adjusted loss ℓ_k = −log softmax(s +
   τ·log(P_k + ε))_y at the server weights current at arrival (GAS-9, GAS-10; P_k = device k's label
@@ -196,28 +197,46 @@ class GAS(AsyncStrategy):
         self.join[new], self.local[new] = self.version, 0
         return new
 
-    def serve(self, edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Activation]) -> list[CutGradient]:
-        (a,) = arrivals
-        prior = label_prior(ctx.label_counts[a.device])
+    def defer(self, edge: ServerPasses, ctx: RoundContext, waiting: Sequence[Activation]) -> bool:
+        """Arrivals wait to be served in one pass while none of them fills 𝒜 (w_s moves only at a flush, so they all
+        meet the weights they would have met at once) and samples never interact in a pass (the pass is
+        split per sample only then: ``batch_independent``)."""
+        return edge.batch_independent and len(self.buffer) + len(waiting) < self.capacity(ctx)
 
-        def adjusted(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-            loss = logit_adjusted_ce(logits, labels, prior, self.tau)                            # GAS-9
-            ctx.record_loss(a.device, loss)
+    def serve(self, edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Activation]) -> list[CutGradient]:
+        """The arrivals in order: each answered at the server weights current at its arrival (GAS-10) and buffered
+        (GAS-2/3), 𝒜 flushed whenever it holds Q_s (GAS-5b–8). Arrivals between two flushes share those weights:
+        they run as one pass where samples never interact."""
+        replies: list[CutGradient] = []
+        while len(replies) < len(arrivals):
+            part = arrivals[len(replies):len(replies) + self.capacity(ctx) - len(self.buffer)]
+            replies += self._serve_at_one_weight(edge, ctx, part)
+            if len(self.buffer) >= self.capacity(ctx):
+                self.flush_buffer(edge, ctx, part[-1].device)
+        return replies
+
+    def _serve_at_one_weight(self, edge: ServerPasses, ctx: RoundContext,
+                             arrivals: Sequence[Activation]) -> list[CutGradient]:
+        """GAS-9/10 replies to ``arrivals``, all at the current w_s, and their entries of 𝒜 (GAS-2/3)."""
+        def adjusted(device: int, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+            loss = logit_adjusted_ce(logits, labels, label_prior(ctx.label_counts[device]), self.tau)     # GAS-9
+            ctx.record_loss(device, loss)
             return loss
 
         if edge.batch_independent:
-            grad, real = edge.arrival_gradients(a, adjusted, summed_ce)                          # GAS-10; GAS-8's real part
+            grads, real = edge.arrival_gradients(arrivals, adjusted, summed_ce)                  # GAS-10; GAS-8's real part
             self.real_sum = real if self.real_sum is None else [s + g for s, g in zip(self.real_sum, real)]
-            self.summed += 1
+            self.summed += len(arrivals)
         else:
-            p = edge.run(arrivals)
-            grad = p.cut_gradients(adjusted(p.logits[a.device], a.labels))[a.device]             # GAS-10
-        omega = self.local_steps * self.join.get(a.device, 0) + self.local.get(a.device, 0) + 1  # GAS-3
-        self.local[a.device] = self.local.get(a.device, 0) + 1
-        self.buffer.append((a.tensor.detach(), a.labels, float(omega)))                          # GAS-2
-        if len(self.buffer) >= self.capacity(ctx):
-            self.flush_buffer(edge, ctx, a.device)
-        return [answer(a, grad)]
+            grads = {}
+            for a in arrivals:
+                p = edge.run([a])
+                grads[a.device] = p.cut_gradients(adjusted(a.device, p.logits[a.device], a.labels))[a.device]  # GAS-10
+        for a in arrivals:
+            omega = self.local_steps * self.join.get(a.device, 0) + self.local.get(a.device, 0) + 1  # GAS-3
+            self.local[a.device] = self.local.get(a.device, 0) + 1
+            self.buffer.append((a.tensor.detach(), a.labels, float(omega)))                      # GAS-2
+        return [answer(a, grads[a.device]) for a in arrivals]
 
     def flush_buffer(self, edge, ctx, device: int) -> None:
         """Statistics (GAS-5b), generation (GAS-6/7) and one server step (GAS-8); empties 𝒜."""

@@ -611,8 +611,8 @@ def test_a_reply_nobody_waits_for_is_refused(fault, state) -> None:
         engine.run_round(1)
 
 
-class Deferring(AsyncStrategy):
-    """An asynchronous strategy that does not answer an arrival at once."""
+class Unanswering(AsyncStrategy):
+    """An asynchronous strategy that does not answer the arrivals it serves."""
     server_step = "own"
 
     active, local_steps = 2, 1
@@ -621,9 +621,9 @@ class Deferring(AsyncStrategy):
         return []
 
 
-def test_an_asynchronous_strategy_must_answer_each_arrival_at_once() -> None:
-    engine = SplitEngine(small_model(), [3, 3], Deferring(), make_data(2), {"lr": 0.05}, batch_size=B)
-    with pytest.raises(MessageMismatchError, match=r"asynchronous strategy base did not answer device \d at once"):
+def test_an_asynchronous_strategy_must_answer_each_arrival_it_serves() -> None:
+    engine = SplitEngine(small_model(), [3, 3], Unanswering(), make_data(2), {"lr": 0.05}, batch_size=B)
+    with pytest.raises(MessageMismatchError, match=r"asynchronous strategy base did not answer devices \[\d\]"):
         engine.run_round(1)
 
 

@@ -259,20 +259,28 @@ class FakeClock:
         return self.times
 
 
-def spy_engine(N: int, C: int, E: int, buffer: int = 0, clock=None, generation: str = "on"):
-    """A GAS engine whose serve/replace record the loop's state at every event."""
-    return spy(make_gas_engine(make_data(N, "dirichlet"), clock=clock, active=C, local_steps=E, buffer=buffer, generation=generation))
+def spy_engine(N: int, C: int, E: int, buffer: int = 0, clock=None, generation: str = "on", defer: bool = False):
+    """A GAS engine whose serve/replace record the loop's state at every event (``defer``: arrivals may wait to be
+    served together, an event per serve)."""
+    return spy(make_gas_engine(make_data(N, "dirichlet"), clock=clock, active=C, local_steps=E, buffer=buffer,
+                               generation=generation), defer)
 
 
-def spy(engine: SplitEngine):
+def spy(engine: SplitEngine, defer: bool = False):
+    """Records the loop's state at every serve and replace; unless ``defer``, every arrival is served at once, so
+    that a serve is one event of the loop."""
     s, events = engine.strategy, []
     serve, replace = s.serve, s.replace
+    if not defer:
+        s.defer = lambda edge, ctx, waiting: False
 
     def serve_spy(edge, ctx, arrivals):
         st = engine.async_state
         server_before = flat(*edge.instances.values())
         out = serve(edge, ctx, arrivals)
-        events.append({"device": arrivals[0].device, "clock": dict(st.clock), "active": list(st.active),
+        events.append({"device": arrivals[0].device, "devices": [a.device for a in arrivals],
+                       "samples": sum(int(a.tensor.shape[0]) for a in arrivals),
+                       "clock": dict(st.clock), "active": list(st.active),
                        "buffer": len(s.buffer), "updates": s.server_updates,
                        "server_moved": not torch.equal(server_before, flat(*edge.instances.values())),
                        "models": len(s.models)})
@@ -343,6 +351,53 @@ def test_no_generation_when_off(monkeypatch) -> None:
     monkeypatch.setattr(LabelStatistics, "sample", lambda *a: pytest.fail("generated with --generation off"))
     stats = engine.run_round(1)
     assert stats.metrics.get("generated", 0.0) == 0.0 and engine.strategy.server_updates > 0
+
+
+@pytest.mark.parametrize("budget", ["auto", 2 * B, None])
+def test_arrivals_left_waiting_train_and_time_as_if_each_were_served_at_once(budget) -> None:
+    """AsyncStrategy.defer: arrivals between two flushes wait and are served in one pass. The run is the eager
+    loop's — the same devices served in the same order, every parameter equal to float rounding, the loop's clock
+    equal bit for bit — and a pass never holds one device twice, more than the pass budget (CPU: 128 samples),
+    or arrivals on both sides of a flush."""
+    N, C, E = 14, 10, 3                       # Q_s = C: 160 samples between two flushes
+
+    def build(defer: bool):
+        engine = SplitEngine(small_model(), [CUT] * N, GAS(active=C, local_steps=E), make_data(N, "dirichlet"),
+                             {"lr": LR, "momentum": 0.0}, batch_size=B, seed=0, clock=FakeClock(N, seed=3),
+                             server_pass_samples=budget)
+        return spy(engine, defer)
+
+    (eager, eager_events), (waited, waited_events) = build(False), build(True)
+    for t in (1, 2, 3):
+        eager.run_round(t), waited.run_round(t)
+        assert torch.allclose(everything_of(eager), everything_of(waited), atol=1e-6, rtol=0), f"round {t}"
+        assert waited.async_state == eager.async_state, f"round {t}"
+    order = [d for e in waited_events if "devices" in e for d in e["devices"]]
+    assert order == [e["device"] for e in eager_events if "device" in e]
+    passes = [e for e in waited_events if "devices" in e]
+    limit = {"auto": 128, None: C * B}.get(budget, budget)
+    assert max(e["samples"] for e in passes) == limit            # the passes fill the budget, or Q_s without one
+    for e in passes:
+        assert len(set(e["devices"])) == len(e["devices"]) and e["samples"] <= limit
+        assert e["buffer"] == 0 or not e["server_moved"]       # a flush only after the last arrival of a pass
+    assert len(passes) < len(order)
+
+
+def test_a_strategy_that_charges_for_arrivals_it_let_wait_is_refused() -> None:
+    """The loop times a waiting arrival as it arrives: server work charged while serving arrivals that waited
+    (here at the upload that needs its device's reply) has no place on the clock, so it is an error, not lost."""
+    class Charging(GAS):
+        def defer(self, edge, ctx, waiting):
+            return True
+
+        def serve(self, edge, ctx, arrivals):
+            ctx.charge_server(arrivals[0].device, samples=1)
+            return super().serve(edge, ctx, arrivals)
+
+    engine = SplitEngine(small_model(), [CUT] * 4, Charging(active=2, local_steps=2), make_data(4, "dirichlet"),
+                         {"lr": LR, "momentum": 0.0}, batch_size=B, seed=0, clock=FakeClock(4))
+    with pytest.raises(RuntimeError, match="gas charged server work for arrivals it let wait"):
+        engine.run_round(1)
 
 
 def test_events_in_non_decreasing_arrival_time() -> None:
