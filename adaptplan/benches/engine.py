@@ -44,6 +44,15 @@ BATCHES_PER_DEVICE = 2
 CENTRAL_NB_LIMIT = 8192
 """Largest N·b for the centralized one-step-of-N·b side (beyond it its activations alone take GiBs)."""
 
+CLOCKS = {
+    "zero": "zero-time clock (every stage 0 s: arrivals in device order)",
+    "system": "the generated system's clock (arrivals in the order of its latency model)",
+}
+"""``--clock``: the stage times the simulated runs see. They decide the order of arrivals only (the wall-clock
+throughput measured is the engine's), and so what may share a server pass: under the zero-time clock GAS's
+first active slot wins every tie, so its devices run their local steps one device after another, one arrival
+at a time; under the system's clock its active devices interleave, as in training."""
+
 MEMORY_NOTES = {
     "cuda": "torch.cuda.max_memory_allocated of each side, above the input data",
     "rss": "the resident set's peak during each side (VmHWM) above the resident set when it started",
@@ -76,6 +85,7 @@ class EngineBenchResult:
     client_recompute: str = "auto"
     server_pass_samples: int | None = None
     flops_per_sample: dict[str, float] = field(default_factory=dict)   # side → counted FLOPs per trained sample
+    clock: str = "zero"                # the simulated clock's stage times: "zero" (every stage 0 s) or "system"
 
     def ratio_b(self, algorithm: str | None = None) -> float:
         return self.sfl_samples_per_s[algorithm or self.algorithms[0]] / self.central_b_samples_per_s
@@ -109,7 +119,7 @@ class EngineBenchResult:
         lines = [f"{self.model} on {self.device}, {self.devices} devices, b = {self.batch_size}, cut {self.cut}, "
                  f"client batching {self.client_batching}, client recompute {self.client_recompute}, server passes of "
                  f"{'any size' if self.server_pass_samples is None else f'≤ {self.server_pass_samples} samples'}, "
-                 f"{self.rounds} rounds, best of {self.repeats}, {self.threads} threads",
+                 f"{self.rounds} rounds, best of {self.repeats}, {self.threads} threads, {CLOCKS[self.clock]}",
                  f"  {'':<26} {'samples/s':>10} {'× central b':>12} {'× central N·b':>14} {'peak memory':>13} "
                  f"{'s/round':>9}"]
         for a in self.algorithms:
@@ -205,8 +215,10 @@ def run_engine_bench(devices: int = 20, batch_size: int = 16, rounds: int = 10, 
                      warmup: int = 2, repeats: int = 3, seed: int = 0, model: str = "cnn",
                      device: torch.device | str = "cpu", client_batching: str = "auto",
                      client_recompute: str = "auto", server_pass_samples: int | str = "auto",
-                     count_flops: bool = False) -> EngineBenchResult:
-    """Measure and return an :class:`EngineBenchResult` (see the module docstring);
+                     count_flops: bool = False, clock: str = "zero") -> EngineBenchResult:
+    """Measure and return an :class:`EngineBenchResult` (see the module docstring); ``clock``: a key of
+    :data:`CLOCKS` (the system: :func:`adaptplan.system.generate_system` of ``devices`` at ``seed``, fixed
+    resources, over the model's FLOP profile);
     ``server_pass_samples``: ``"auto"`` (the engine's default for ``device``) or a number of samples;
     ``count_flops``: after the timed rounds, one more round of each side under
     :class:`profilers.flops.TotalFlops` (FlopCounterMode's formulas; not timed): the FLOPs per trained sample,
@@ -246,10 +258,22 @@ def run_engine_bench(devices: int = 20, batch_size: int = 16, rounds: int = 10, 
     per_round: dict[str, float] = {}
     flops: dict[str, float] = {}
 
+    if clock not in CLOCKS:
+        raise InputError(f"must be one of {', '.join(CLOCKS)}, got {clock!r}", field="--clock")
+    sim_clock = None
+    if clock == "system":
+        from adaptplan.system import SystemProcess, generate_system
+        from profilers import profile_model
+        from trainers.engine.clock import SimClock
+
+        profile = profile_model(build_chain(fresh_model(), x[:2].cpu()), INPUT_SHAPE, model_name=model,
+                                batch_size=batch_size, num_classes=NUM_CLASSES)
+        sim_clock = SimClock(profile, SystemProcess(generate_system(devices, seed), seed=seed, redraw=False), batch_size)
+
     def sfl(name: str) -> float:
         chain = build_chain(fresh_model(), x[:2].cpu())
         engine = SplitEngine(chain.blocks, [cut] * devices, make_strategy(name), DeviceData(x, y, x[:1], y[:1], parts),
-                             {"lr": 0.01}, batch_size, seed=seed, execution=execution)
+                             {"lr": 0.01}, batch_size, seed=seed, execution=execution, clock=sim_clock)
         for t in range(1, warmup + 1):
             engine.run_round(t)
         synchronize(device)
@@ -321,7 +345,8 @@ def run_engine_bench(devices: int = 20, batch_size: int = 16, rounds: int = 10, 
                              "cuda" if device.type == "cuda" else "rss" if peak else "",
                              client_recompute, per_pass,
                              {**{a: flops[a] for a in algorithms if a in flops},
-                              **({"central_b": flops[f"central_{batch_size}"]} if f"central_{batch_size}" in flops else {})})
+                              **({"central_b": flops[f"central_{batch_size}"]} if f"central_{batch_size}" in flops else {})},
+                             clock)
 
 
 def run_engine_sweep(device_counts: Sequence[int], plot_path: str | None = None,

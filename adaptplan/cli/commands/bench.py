@@ -67,6 +67,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="also count each side's FLOPs per trained sample (one more round under torch's "
                              "FlopCounterMode, not timed) and print them against centralized training's: a ratio "
                              "below 1 that equals the FLOP ratio is the algorithm's own arithmetic, not overhead")
+    engine.add_argument("--clock", default="zero", help="the simulated runs' stage times, which order the arrivals: "
+                        "zero (every stage 0 s, the default) or system (a generated system's latency model, as "
+                        "adaptplan train runs it: GAS's active devices interleave)")
     engine.set_defaults(func=run_engine)
     algos = which.add_parser("algorithms", help="every split algorithm on one data set and plan, IID and non-IID: "
                              "accuracy at equal rounds and equal simulated time, time to a target")
@@ -223,6 +226,7 @@ def run_engine(args: argparse.Namespace) -> int:
 
     names = [a.strip() for a in args.algorithm.split(",") if a.strip()]
     algorithms = list(ALGORITHMS) if names == ["all"] else [check_choice(a, ALGORITHMS, "--algorithm") for a in names]
+    clock = check_choice(args.clock, ("zero", "system"), "--clock")
     if not algorithms:
         raise InputError("name at least one algorithm", field="--algorithm")
     check_model(args.model, "--model")
@@ -240,7 +244,8 @@ def run_engine(args: argparse.Namespace) -> int:
     options = dict(batch_size=args.batch_size, rounds=args.rounds, cut=args.cut, algorithm=algorithms,
                    threads=args.threads, repeats=args.repeats, model=args.model, device=device,
                    client_batching=args.client_batching, client_recompute=args.client_recompute,
-                   server_pass_samples=args.server_pass_samples, count_flops=args.flops)
+                   server_pass_samples=args.server_pass_samples, count_flops=args.flops,
+                   clock=clock)
     if len(args.devices) == 1:
         print(header(args.devices[0], args.batch_size, args.rounds, algorithms, args.repeats, args.model, device.type,
                      args.cut), file=sys.stderr, flush=True)

@@ -318,6 +318,23 @@ def test_engine_bench_counts_flops_per_trained_sample_against_centralized_traini
     assert r.to_json()["flops_vs_central_b"]["sfl-v1"] == pytest.approx(1.0)
 
 
+@pytest.mark.parametrize("clock", ["zero", "system"])
+def test_engine_bench_clock_orders_the_arrivals_gas_may_serve_together(clock, monkeypatch) -> None:
+    """`bench engine --clock`: under the zero-time clock GAS's first slot wins every tie, so each device runs its local
+    steps back to back and every server pass holds one arrival; under the generated system's clock the active
+    devices interleave and arrivals between two flushes share a pass (AsyncStrategy.defer)."""
+    from trainers.strategies.gas import GAS
+
+    sizes: list[int] = []
+    serve = GAS.serve
+    monkeypatch.setattr(GAS, "serve", lambda self, edge, ctx, arrivals: sizes.append(len(arrivals))
+                        or serve(self, edge, ctx, arrivals))
+    r = bench_engine.run_engine_bench(devices=8, batch_size=4, rounds=1, warmup=0, repeats=1, model="mlp", width=4,
+                                      algorithm="gas", threads=1, clock=clock)
+    assert r.clock == clock and bench_engine.CLOCKS[clock] in r.report()
+    assert sizes and (max(sizes) > 1) == (clock == "system")
+
+
 @pytest.mark.parametrize("cut, ok", [(0, False), (1, True), (5, True), (6, False)])
 def test_engine_bench_cut_must_be_a_cut_point(cut, ok, monkeypatch) -> None:
     from adaptplan.errors import InputError
@@ -374,10 +391,12 @@ def test_engine_result_json_and_report() -> None:
     assert (r.ratio_b(), r.ratio_nb()) == (0.8, 0.5)                           # the first algorithm by default
     lines = r.report().splitlines()
     assert lines[0] == ("cnn on cpu, 20 devices, b = 16, cut 2, client batching off (auto), client recompute auto, "
-                        "server passes of any size, 10 rounds, best of 3, 4 threads")
-    assert _result(server_pass_samples=128, client_recompute="on").report().splitlines()[0] == (
+                        "server passes of any size, 10 rounds, best of 3, 4 threads, zero-time clock (every stage 0 s: "
+                        "arrivals in device order)")
+    assert _result(server_pass_samples=128, client_recompute="on", clock="system").report().splitlines()[0] == (
         "cnn on cpu, 20 devices, b = 16, cut 2, client batching off (auto), client recompute on, server passes of "
-        "≤ 128 samples, 10 rounds, best of 3, 4 threads")
+        "≤ 128 samples, 10 rounds, best of 3, 4 threads, the generated system's clock (arrivals in the order of its "
+        "latency model)")
     assert _cells(lines[2]) == ["psl", "(simulated)", "800.0", "0.80", "0.50", "-", "0.320"]
     assert _cells(lines[3]) == ["sfl-v2", "(simulated)", "1200.0", "1.20", "0.75", "-", "-"]
     assert _cells(lines[4]) == ["centralized,", "batch", "b", "1000.0", "-"]

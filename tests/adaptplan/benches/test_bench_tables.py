@@ -322,7 +322,7 @@ def test_bench_solvers_and_engine_hand_their_options_on(tmp_path, monkeypatch, c
     assert {k: v for k, v in seen.items() if k != "device"} == {
         "devices": 3, "batch_size": 4, "rounds": 2, "algorithm": ["psl"], "threads": 1, "repeats": 5, "cut": 1,
         "model": "cnn", "client_batching": "auto", "client_recompute": "auto", "server_pass_samples": "auto",
-        "count_flops": False}
+        "count_flops": False, "clock": "zero"}
     assert seen["device"].type == "cpu"
     out, err = capsys.readouterr()
     assert json.loads(out) == {"samples_per_s": 12.5}
@@ -332,9 +332,11 @@ def test_bench_solvers_and_engine_hand_their_options_on(tmp_path, monkeypatch, c
     assert {k: v for k, v in seen.items() if k != "device"} == {
         "devices": 20, "batch_size": 16, "rounds": 10, "algorithm": ["adaptsfl"], "threads": None, "repeats": 3,
         "cut": 1, "model": "cnn", "client_batching": "auto", "client_recompute": "auto", "server_pass_samples": "auto",
-        "count_flops": False}
-    assert main(["bench", "engine", "--client-recompute", "on", "--server-pass-samples", "64", "--flops"]) == 0
-    assert (seen["client_recompute"], seen["server_pass_samples"], seen["count_flops"]) == ("on", 64, True)
+        "count_flops": False, "clock": "zero"}
+    assert main(["bench", "engine", "--client-recompute", "on", "--server-pass-samples", "64", "--flops",
+                 "--clock", "system"]) == 0
+    assert (seen["client_recompute"], seen["server_pass_samples"], seen["count_flops"], seen["clock"]) == (
+        "on", 64, True, "system")
     capsys.readouterr()
     # a sweep: several --devices; a plot needs one, and an unwritable image name fails before any work
     assert main(["bench", "engine", "--plot", "x.png"]) == 2
@@ -343,6 +345,8 @@ def test_bench_solvers_and_engine_hand_their_options_on(tmp_path, monkeypatch, c
     assert "unknown image format '.nosuchformat'" in capsys.readouterr().err
     assert main(["bench", "engine", "--devices", "3,0"]) == 2
     assert "--devices" in capsys.readouterr().err
+    assert main(["bench", "engine", "--clock", "wall"]) == 2
+    assert "--clock: unknown value 'wall'; valid: zero, system" in capsys.readouterr().err
     assert seen["devices"] == 20                     # nothing ran
 
 
