@@ -115,6 +115,40 @@ def test_chunks_hold_at_most_the_budget_in_order() -> None:
     assert len(coupled.chunks(arrivals)) == 1       # batch statistics span the pass: never chunked
 
 
+@pytest.mark.parametrize("budget", [None, 20, 1])
+def test_arrival_gradients_in_chunks_are_each_devices_cut_gradient_and_the_summed_server_gradient(budget) -> None:
+    """EdgeServer.arrival_gradients over arrivals of one shared server, in passes of ``budget`` samples (20: [0, 1],
+    [2, 3]; 1: one arrival each): ∂cut_loss_i/∂a_i by device and ∂Σ server_loss/∂w_s summed over the passes, the
+    plain reference's — each device's loss alone through a copy of the server, the server loss over all samples at
+    once — to float rounding; nothing accumulated into ``.grad``."""
+    torch.manual_seed(0)
+    template = cnn(1, 8, 3, width=4)
+    edge = EdgeServer(template, [2] * 4, lambda d, j, lc: None, _sgd(), pass_samples=budget)
+    g = torch.Generator().manual_seed(2)
+    arrivals = [Activation(d, 1, 1, torch.randn(n, 4, 8, 8, generator=g), torch.randint(0, 3, (n,), generator=g))
+                for d, n in enumerate([8, 8, 8, 6])]
+    weights = [1.0, 2.0, 3.0, 4.0]
+
+    def cut_loss(d, logits, labels):
+        return weights[d] * nn.functional.cross_entropy(logits, labels)
+
+    def server_loss(logits, labels):
+        return nn.functional.cross_entropy(logits, labels, reduction="sum")
+
+    cut, summed = edge.arrival_gradients(arrivals, cut_loss, server_loss)
+    server = nn.Sequential(*[edge.instances[(None, j)] for j in range(2, len(template))])
+    params = list(server.parameters())
+    assert all(p.grad is None for p in params)
+    for a in arrivals:
+        x = a.tensor.clone().requires_grad_(True)
+        (expected,) = torch.autograd.grad(cut_loss(a.device, server(x), a.labels), [x])
+        assert torch.allclose(cut[a.device], expected, atol=1e-6, rtol=1e-5)
+    x, y = torch.cat([a.tensor for a in arrivals]), torch.cat([a.labels for a in arrivals])
+    expected = torch.autograd.grad(server_loss(server(x), y), params)
+    assert len(summed) == len(params)
+    assert all(torch.allclose(s, e, atol=1e-5, rtol=1e-5) for s, e in zip(summed, expected))
+
+
 def test_a_layout_is_keyed_by_its_own_deepest_cut() -> None:
     """AdaptSFL's rule (w_{n,i} per device below L_c, w_s shared from it): the layout of other cuts — a
     re-partition's new ones — is keyed by their L_c, not by the current cuts', and setting the cuts moves the

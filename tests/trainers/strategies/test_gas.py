@@ -353,16 +353,16 @@ def test_no_generation_when_off(monkeypatch) -> None:
     assert stats.metrics.get("generated", 0.0) == 0.0 and engine.strategy.server_updates > 0
 
 
-@pytest.mark.parametrize("budget", ["auto", 2 * B, None])
-def test_arrivals_left_waiting_train_and_time_as_if_each_were_served_at_once(budget) -> None:
+@pytest.mark.parametrize("budget, buffer", [("auto", 0), (2 * B, 0), (None, 0), ("auto", 23)])
+def test_arrivals_left_waiting_train_and_time_as_if_each_were_served_at_once(budget, buffer) -> None:
     """AsyncStrategy.defer: arrivals between two flushes wait and are served in one pass. The run is the eager
     loop's — the same devices served in the same order, every parameter equal to float rounding, the loop's clock
     equal bit for bit — and a pass never holds one device twice, more than the pass budget (CPU: 128 samples),
-    or arrivals on both sides of a flush."""
+    or arrivals on both sides of a flush. Q_s = 23 > C: arrivals still wait when a global iteration ends."""
     N, C, E = 14, 10, 3                       # Q_s = C: 160 samples between two flushes
 
     def build(defer: bool):
-        engine = SplitEngine(small_model(), [CUT] * N, GAS(active=C, local_steps=E), make_data(N, "dirichlet"),
+        engine = SplitEngine(small_model(), [CUT] * N, GAS(active=C, local_steps=E, buffer=buffer), make_data(N, "dirichlet"),
                              {"lr": LR, "momentum": 0.0}, batch_size=B, seed=0, clock=FakeClock(N, seed=3),
                              server_pass_samples=budget)
         return spy(engine, defer)
@@ -375,12 +375,38 @@ def test_arrivals_left_waiting_train_and_time_as_if_each_were_served_at_once(bud
     order = [d for e in waited_events if "devices" in e for d in e["devices"]]
     assert order == [e["device"] for e in eager_events if "device" in e]
     passes = [e for e in waited_events if "devices" in e]
-    limit = {"auto": 128, None: C * B}.get(budget, budget)
-    assert max(e["samples"] for e in passes) == limit            # the passes fill the budget, or Q_s without one
+    limit = {"auto": 128, None: (buffer or C) * B}.get(budget, budget)
+    assert max(e["samples"] for e in passes) == limit or buffer  # the passes fill the budget, or Q_s without one
     for e in passes:
         assert len(set(e["devices"])) == len(e["devices"]) and e["samples"] <= limit
         assert e["buffer"] == 0 or not e["server_moved"]       # a flush only after the last arrival of a pass
     assert len(passes) < len(order)
+
+
+def test_serving_arrivals_together_across_a_flush_equals_serving_them_one_by_one() -> None:
+    """GAS.serve given arrivals on both sides of a flush (Q_s = 3, one already buffered): those before the flush
+    are answered at the old w_s, the flush steps, the rest are answered at the new w_s — the replies, 𝒜 and the
+    server of serving them one at a time, to float rounding."""
+    def build() -> SplitEngine:
+        engine = make_gas_engine(make_data(6, "dirichlet"), active=2, local_steps=2, buffer=3)
+        engine.run_round(1)
+        return engine
+
+    together, alone = build(), build()
+    assert len(together.strategy.buffer) == 1
+    replies = []
+    for engine in (together, alone):
+        arrivals = [engine.devices[d].forward(2, B) for d in range(5)]
+        ctx = engine.context(2)
+        if engine is together:
+            replies.append(engine.strategy.serve(engine.edge, ctx, arrivals))
+        else:
+            replies.append([r for a in arrivals for r in engine.strategy.serve(engine.edge, ctx, [a])])
+    assert [r.device for r in replies[0]] == [r.device for r in replies[1]] == list(range(5))
+    assert all(torch.allclose(a.tensor, b.tensor, atol=1e-7, rtol=0) for a, b in zip(*replies))
+    assert together.strategy.server_updates == alone.strategy.server_updates == 3     # round 1's and two flushes
+    assert len(together.strategy.buffer) == len(alone.strategy.buffer) == 0
+    assert torch.allclose(flat(*together.edge.instances.values()), flat(*alone.edge.instances.values()), atol=1e-6)
 
 
 def test_a_strategy_that_charges_for_arrivals_it_let_wait_is_refused() -> None:
