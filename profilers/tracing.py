@@ -18,6 +18,11 @@ class _NamingTracer(fx.Tracer):
         self.where: list[str] = []
         self.failed_in: str | None = None
 
+    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+        """torch.nn's modules, and subclasses of its pooling layers (a model's own pooling, e.g.
+        ``trainers.inputs.pooling.MaxPool2d``, runs as written, device checks included, and stays one node)."""
+        return super().is_leaf_module(m, module_qualified_name) or isinstance(m, nn.modules.pooling._MaxPoolNd)
+
     def call_module(self, m: nn.Module, forward: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         name = self.path_of_module(m)
         self.where.append(f"{name} ({type(m).__name__})")

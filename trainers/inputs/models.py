@@ -9,6 +9,9 @@ of a Sequential as its blocks: the driver cuts every model with ``profilers.buil
 (traced; one block per parameterised layer, activations/pooling/flatten joining the layer
 before them), so cut index ℓ = number of those blocks on the device (docs/model.md §1 ℓ_i).
 
+``cnn`` and ``vgg16-cifar`` pool with :class:`trainers.inputs.pooling.MaxPool2d` (``nn.MaxPool2d`` bit for bit,
+several times faster on a CPU).
+
 No BatchNorm in ``cnn``, ``mlp`` and ``vgg16-cifar``: samples never interact inside a batch, so the
 engine may concatenate the activations of devices that share server blocks without changing the
 mathematics. The ResNets have BatchNorm, so the engine runs their devices one by one
@@ -23,6 +26,7 @@ from typing import Callable
 from torch import nn
 
 from trainers.config.train_config import MODELS, check_model  # noqa: F401  (check_model re-exported)
+from trainers.inputs.pooling import MaxPool2d
 
 
 def cnn(in_channels: int, image_size: int, num_classes: int, width: int = 32) -> nn.Sequential:
@@ -34,9 +38,9 @@ def cnn(in_channels: int, image_size: int, num_classes: int, width: int = 32) ->
     w = width
     side = image_size // 8
     return nn.Sequential(
-        nn.Conv2d(in_channels, w, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(w, 2 * w, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(2 * w, 2 * w, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(in_channels, w, 3, padding=1), nn.ReLU(), MaxPool2d(2),
+        nn.Conv2d(w, 2 * w, 3, padding=1), nn.ReLU(), MaxPool2d(2),
+        nn.Conv2d(2 * w, 2 * w, 3, padding=1), nn.ReLU(), MaxPool2d(2),
         nn.Sequential(nn.Flatten(), nn.Linear(2 * w * side * side, 128), nn.ReLU()),
         nn.Linear(128, num_classes),
     )
@@ -64,7 +68,7 @@ def vgg16_cifar(num_classes: int = 10, in_channels: int = 3) -> nn.Sequential:
     channels, stage, conv = in_channels, 1, 1
     for item in VGG16_CIFAR_CONFIG:
         if item == "M":
-            layers[f"pool{stage}"] = nn.MaxPool2d(2)
+            layers[f"pool{stage}"] = MaxPool2d(2)
             stage, conv = stage + 1, 1
         else:
             layers[f"conv{stage}_{conv}"] = nn.Conv2d(channels, int(item), 3, padding=1)
