@@ -209,7 +209,8 @@ class GAS(AsyncStrategy):
         they run as one pass where samples never interact."""
         replies: list[CutGradient] = []
         while len(replies) < len(arrivals):
-            part = arrivals[len(replies):len(replies) + self.capacity(ctx) - len(self.buffer)]
+            room = max(1, self.capacity(ctx) - len(self.buffer))     # 𝒜 holds Q_s or more only if restored so
+            part = arrivals[len(replies):len(replies) + room]
             replies += self._serve_at_one_weight(edge, ctx, part)
             if len(self.buffer) >= self.capacity(ctx):
                 self.flush_buffer(edge, ctx, part[-1].device)
