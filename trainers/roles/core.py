@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable, Iterable, Sequence, TypeVar, cast
+from typing import Any, Callable, Hashable, Iterable, Iterator, Sequence, TypeVar, cast
 
 import numpy as np
 import torch
@@ -565,16 +565,24 @@ class EdgeServer:
         params = self.parameters(arrivals[0].device) if arrivals else []
         cut: dict[int, torch.Tensor] = {}
         summed: list[torch.Tensor] | None = None
-        for chunk in self.chunks(arrivals):
-            p = self.run(chunk)
-            own = [cut_loss(d, p.logits[d], p.labels[d]) for d in p.devices]
-            cut.update(p.cut_gradients(cast(torch.Tensor, sum(own)), retain_graph=True))
-            logits = p.logits[chunk[0].device] if len(chunk) == 1 else torch.cat([p.logits[d] for d in p.devices])
-            labels = chunk[0].labels if len(chunk) == 1 else torch.cat([a.labels for a in chunk])
+        for _, _, logits, labels in self._pooled_chunks(arrivals, cut_loss, cut):
             grads = torch.autograd.grad(server_loss(logits, labels), params, allow_unused=True) if params else ()
             filled = [g if g is not None else torch.zeros_like(q) for g, q in zip(grads, params)]
             summed = filled if summed is None else [total.add_(g) for total, g in zip(summed, filled)]
         return cut, summed if summed is not None else [torch.zeros_like(q) for q in params]
+
+    def _pooled_chunks(self, arrivals: Sequence[Activation],
+                       device_loss: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor],
+                       cut: dict[int, torch.Tensor]
+                       ) -> Iterator[tuple[ServerPass, dict[int, torch.Tensor], torch.Tensor, torch.Tensor]]:
+        """For each of :meth:`chunks` in turn, one forward at the current server weights: each device's own loss
+        ``device_loss(i, logits_i, labels_i)`` L_i, whose ∂L_i/∂a_i go into ``cut`` (no parameter gradient, the
+        graph kept), then ``(pass, L_i by device, the chunk's logits, its labels)`` for a pooled loss over them."""
+        for chunk in self.chunks(arrivals):
+            p = self.run(chunk)
+            own = {d: device_loss(d, p.logits[d], p.labels[d]) for d in p.devices}
+            cut.update(p.cut_gradients(cast(torch.Tensor, sum(own.values())), retain_graph=True))
+            yield p, own, torch.cat([p.logits[d] for d in p.devices]), torch.cat([p.labels[d] for d in p.devices])
 
     def pooled_pass(self, arrivals: Sequence[Activation],
                     device_loss: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor],
@@ -590,14 +598,10 @@ class EdgeServer:
         total = sum(a.batch_size for a in arrivals)
         cut: dict[int, torch.Tensor] = {}
         losses: dict[int, torch.Tensor] = {}
-        for chunk in self.chunks(arrivals):
-            p = self.run(chunk)
-            own = {d: device_loss(d, p.logits[d], p.labels[d]) for d in p.devices}
+        for p, own, logits, labels in self._pooled_chunks(arrivals, device_loss, cut):
             losses.update(own)
-            cut.update(p.cut_gradients(cast(torch.Tensor, sum(own.values())), retain_graph=True))
-            logits = torch.cat([p.logits[d] for d in p.devices])
             share = logits.shape[0] / total
-            pooled = pooled_loss(logits, torch.cat([p.labels[d] for d in p.devices]))
+            pooled = pooled_loss(logits, labels)
             p.backward(pooled * share if share != 1.0 else pooled)
         return cut, losses
 
