@@ -15,6 +15,13 @@ one step of N·b samples per round (``central_Nb``; not run above :data:`CENTRAL
 whose activations alone would fill the machine). Reported ratio = split samples/s ÷ centralized
 samples/s (goal ≥ 0.8).
 
+A third reference, ``split_b``, is the same split written by hand in plain PyTorch (:data:`HAND_SPLIT`): what
+splitting the model costs by itself, with no engine. Its ratio to centralized batch b is the price of the cut
+(two autograd calls and two optimizer steps per mini-batch instead of one, the detach at the cut); an
+algorithm's samples/s over it (``× split b``) is what the engine keeps of a hand-written loop — below 1 by the
+engine's own work (messages, checks, scheduling, aggregation) and by the algorithm's arithmetic beyond a plain
+split step (SCALA's second backward, GAS's generated activations, GAPSL's per-device gradients).
+
 The measurements are interleaved ``repeats`` times and each side keeps its best (highest
 samples/s) repeat, so a burst of load from other processes does not decide the ratio. Peak memory
 per side: on CUDA ``torch.cuda.max_memory_allocated`` above what was allocated before the side
@@ -28,6 +35,7 @@ per round and memory against N.
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 import time
@@ -53,10 +61,51 @@ throughput measured is the engine's), and so what may share a server pass: under
 first active slot wins every tie, so its devices run their local steps one device after another, one arrival
 at a time; under the system's clock its active devices interleave, as in training."""
 
+HAND_SPLIT = ("one client model per device and one server model, in plain PyTorch; per mini-batch of b: the "
+              "device's forward, detach at the cut, the server's forward, loss, backward and SGD step, the device's "
+              "backward from the cut gradient and SGD step; devices one after another")
+"""What the ``split_b`` side runs (the module docstring)."""
+
 MEMORY_NOTES = {
     "cuda": "torch.cuda.max_memory_allocated of each side, above the input data",
     "rss": "the resident set's peak during each side (VmHWM) above the resident set when it started",
 }
+
+
+class HandSplit:
+    """:data:`HAND_SPLIT`: ``blocks`` cut after block ``cut``, a copy of the client blocks per device, one server
+    model, each with plain SGD at ``lr`` (the reference the engine's algorithms are measured against)."""
+
+    def __init__(self, blocks: Sequence[nn.Module], cut: int, devices: int, lr: float,
+                 device: torch.device | str = "cpu") -> None:
+        self.server = nn.Sequential(*blocks[cut:]).to(device)
+        self.clients = [copy.deepcopy(nn.Sequential(*blocks[:cut])).to(device) for _ in range(devices)]
+        self.server_opt = self._sgd(self.server, lr)
+        self.client_opts = [self._sgd(c, lr) for c in self.clients]
+
+    @staticmethod
+    def _sgd(module: nn.Module, lr: float) -> torch.optim.Optimizer | None:
+        params = [p for p in module.parameters() if p.requires_grad]
+        return torch.optim.SGD(params, lr=lr) if params else None
+
+    def step(self, device: int, x: torch.Tensor, y: torch.Tensor) -> None:
+        """Device ``device`` trains on the mini-batch (x, y) with the server: both step with their gradients of the
+        mean cross-entropy."""
+        h = self.clients[device](x)
+        cut_input = h.detach().requires_grad_()
+        loss = nn.functional.cross_entropy(self.server(cut_input), y)
+        opts = [opt for opt in (self.server_opt, self.client_opts[device]) if opt is not None]
+        for opt in opts:
+            opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if h.requires_grad:
+            h.backward(cut_input.grad)
+        for opt in opts:
+            opt.step()
+
+    def model(self, device: int) -> nn.Sequential:
+        """Device ``device``'s client blocks followed by the server's: its whole model."""
+        return nn.Sequential(*self.clients[device], *self.server)
 
 
 @dataclass(frozen=True)
@@ -86,6 +135,7 @@ class EngineBenchResult:
     server_pass_samples: int | None = None
     flops_per_sample: dict[str, float] = field(default_factory=dict)   # side → counted FLOPs per trained sample
     clock: str = "zero"                # the simulated clock's stage times: "zero" (every stage 0 s) or "system"
+    split_b_samples_per_s: float | None = None   # the hand-written split (HAND_SPLIT); None: not measured
 
     def ratio_b(self, algorithm: str | None = None) -> float:
         return self.sfl_samples_per_s[algorithm or self.algorithms[0]] / self.central_b_samples_per_s
@@ -95,11 +145,18 @@ class EngineBenchResult:
             return None
         return self.sfl_samples_per_s[algorithm or self.algorithms[0]] / self.central_nb_samples_per_s
 
+    def ratio_split(self, algorithm: str | None = None) -> float | None:
+        """The algorithm's samples/s over the hand-written split's (HAND_SPLIT): what the engine keeps of it."""
+        if not self.split_b_samples_per_s:
+            return None
+        return self.sfl_samples_per_s[algorithm or self.algorithms[0]] / self.split_b_samples_per_s
+
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["algorithms"] = list(self.algorithms)
         data["ratio_vs_central_b"] = {a: self.ratio_b(a) for a in self.algorithms}
         data["ratio_vs_central_Nb"] = {a: self.ratio_nb(a) for a in self.algorithms}
+        data["ratio_vs_split_b"] = {a: self.ratio_split(a) for a in self.algorithms}
         data["flops_vs_central_b"] = {a: self.flops_ratio(a) for a in self.algorithms if self.flops_ratio(a)}
         return data
 
@@ -121,12 +178,18 @@ class EngineBenchResult:
                  f"{'any size' if self.server_pass_samples is None else f'≤ {self.server_pass_samples} samples'}, "
                  f"{self.rounds} rounds, best of {self.repeats}, {self.threads} threads, {CLOCKS[self.clock]}",
                  f"  {'':<26} {'samples/s':>10} {'× central b':>12} {'× central N·b':>14} {'peak memory':>13} "
-                 f"{'s/round':>9}"]
+                 f"{'s/round':>9} {'× split b':>10}"]
         for a in self.algorithms:
             per_round = self.sfl_seconds_per_round.get(a)
+            split = self.ratio_split(a)
             lines.append(f"  {a + ' (simulated)':<26} {self.sfl_samples_per_s[a]:10.1f} {self.ratio_b(a):12.2f} "
                          f"{ratio(self.ratio_nb(a))} {memory(a)} "
-                         f"{f'{per_round:9.3f}' if per_round is not None else '-':>9}")
+                         f"{f'{per_round:9.3f}' if per_round is not None else '-':>9} "
+                         f"{f'{split:10.2f}' if split is not None else '-':>10}")
+        if self.split_b_samples_per_s:
+            lines.append(f"  {'split by hand, batch b':<26} {self.split_b_samples_per_s:10.1f} "
+                         f"{self.split_b_samples_per_s / self.central_b_samples_per_s:12.2f} {'':>14} "
+                         f"{memory('split_b')}")
         lines.append(f"  {'centralized, batch b':<26} {self.central_b_samples_per_s:10.1f} {'':>12} {'':>14} "
                      f"{memory('central_b')}")
         if self.central_nb_samples_per_s is None:
@@ -138,6 +201,8 @@ class EngineBenchResult:
         rss = f"{self.process_peak_rss_bytes / 2**20:.0f} MiB" if self.process_peak_rss_bytes else "unknown"
         note = MEMORY_NOTES.get(self.memory_measure, "not measured per side here")
         lines.append(f"  peak memory: {note}; the whole process's peak resident set (ru_maxrss) was {rss}")
+        if self.split_b_samples_per_s:
+            lines.append(f"  split by hand: {HAND_SPLIT}")
         for a, why in self.per_device_cuts.items():
             lines.append(f"  {a}: client passes ran per device ({why})")
         if self.flops_per_sample:
@@ -316,7 +381,20 @@ def run_engine_bench(devices: int = 20, batch_size: int = 16, rounds: int = 10, 
             flops[f"central_{step_batch}"] = counter.total / step_batch
         return total / seconds
 
+    def split_by_hand() -> float:
+        """HAND_SPLIT on the engine's blocks, over the same mini-batches as ``central``, device k mod N at step k."""
+        split = HandSplit(build_chain(fresh_model(), x[:2].cpu()).blocks, cut, devices, 0.01, device)
+        begin = 0.0
+        for k, s in enumerate(range(0, total + warmup * batch_size, batch_size)):
+            if k == warmup:
+                synchronize(device)
+                begin = time.perf_counter()
+            split.step(k % devices, x[s % n:s % n + batch_size], y[s % n:s % n + batch_size])
+        synchronize(device)
+        return total / (time.perf_counter() - begin)
+
     sides: dict[str, Callable[[], float]] = {a: functools.partial(sfl, a) for a in algorithms}
+    sides["split_b"] = split_by_hand
     sides["central_b"] = lambda: central(batch_size)
     if devices * batch_size <= CENTRAL_NB_LIMIT:
         sides["central_Nb"] = lambda: central(devices * batch_size)
@@ -346,7 +424,7 @@ def run_engine_bench(devices: int = 20, batch_size: int = 16, rounds: int = 10, 
                              client_recompute, per_pass,
                              {**{a: flops[a] for a in algorithms if a in flops},
                               **({"central_b": flops[f"central_{batch_size}"]} if f"central_{batch_size}" in flops else {})},
-                             clock)
+                             clock, best["split_b"])
 
 
 def run_engine_sweep(device_counts: Sequence[int], plot_path: str | None = None,
@@ -364,17 +442,18 @@ def run_engine_sweep(device_counts: Sequence[int], plot_path: str | None = None,
 
 
 def sweep_table(results: Sequence[EngineBenchResult]) -> str:
-    """One line per (N, algorithm): seconds per round, samples/s, × central b, peak memory; with counted FLOPs
+    """One line per (N, algorithm): seconds per round, samples/s, × central b, × split b, peak memory; with counted FLOPs
     (``--flops``) also the FLOPs per trained sample × centralized training's and the throughput per FLOP
     (× central b times that ratio: 1 when the algorithm runs its arithmetic as fast as centralized training)."""
     counted = any(r.flops_per_sample for r in results)
-    lines = [f"  {'N':>6} {'algorithm':<10} {'s/round':>9} {'samples/s':>10} {'× central b':>12} {'peak MiB':>9}"
-             + (f" {'FLOPs × central':>16} {'per FLOP':>9}" if counted else "")]
+    lines = [f"  {'N':>6} {'algorithm':<10} {'s/round':>9} {'samples/s':>10} {'× central b':>12} {'× split b':>10} "
+             f"{'peak MiB':>9}" + (f" {'FLOPs × central':>16} {'per FLOP':>9}" if counted else "")]
     for r in results:
         for a in r.algorithms:
-            mem = r.peak_memory_bytes.get(a)
+            mem, split = r.peak_memory_bytes.get(a), r.ratio_split(a)
             line = (f"  {r.devices:>6} {a:<10} {r.sfl_seconds_per_round.get(a, math.nan):9.3f} "
                     f"{r.sfl_samples_per_s[a]:10.1f} {r.ratio_b(a):12.2f} "
+                    f"{f'{split:10.2f}' if split is not None else '-':>10} "
                     f"{f'{mem / 2**20:9.1f}' if mem is not None else '-':>9}")
             if counted:
                 flops = r.flops_ratio(a)

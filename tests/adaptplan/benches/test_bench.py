@@ -3,12 +3,15 @@ hand-made results and a scripted clock (tiny instances: each test takes a few se
 
 from __future__ import annotations
 
+import copy
 import math
 import types
 from dataclasses import replace
 
 import numpy as np
 import pytest
+import torch
+from torch import nn
 
 from adaptplan.benches import engine as bench_engine
 from adaptplan.benches import solvers as bench_solvers
@@ -270,9 +273,9 @@ class _ScriptedClock:
 
 
 def test_engine_bench_keeps_each_sides_best_repeat(monkeypatch) -> None:
-    # per repeat: split side (start, stop), centralized b (begin, stop), centralized N·b (begin, stop)
-    # repeat 1 takes 2, 4, 8 s; repeat 2 takes 1, 8, 2 s → best 1, 4, 2 s for 2 devices × 2 samples × 1 round
-    clock = _ScriptedClock([0, 2, 10, 14, 20, 28, 30, 31, 40, 48, 50, 52])
+    # per repeat: simulated side (start, stop), split by hand, centralized b, centralized N·b (begin, stop each)
+    # repeat 1 takes 2, 4, 4, 8 s; repeat 2 takes 1, 2, 8, 2 s → best 1, 2, 4, 2 s for 2 devices × 2 samples × 1 round
+    clock = _ScriptedClock([0, 2, 10, 14, 20, 24, 30, 38, 40, 41, 50, 52, 60, 68, 70, 72])
     monkeypatch.setattr(bench_engine, "time", clock)
     r = bench_engine.run_engine_bench(devices=2, batch_size=2, rounds=1, warmup=1, repeats=2, model="mlp", width=4,
                                       algorithm="sfl-v2", threads=1, seed=3)
@@ -282,10 +285,11 @@ def test_engine_bench_keeps_each_sides_best_repeat(monkeypatch) -> None:
     assert r.sfl_samples_per_s == {"sfl-v2": 4.0}
     assert (r.central_b_samples_per_s, r.central_nb_samples_per_s) == (1.0, 2.0)
     assert (r.ratio_b(), r.ratio_nb(), r.ratio_b("sfl-v2")) == (4.0, 2.0, 4.0)
+    assert r.split_b_samples_per_s == 2.0 and r.ratio_split() == 2.0
     assert r.client_batching == "off (auto)" and r.per_device_cuts == {}
     assert r.process_peak_rss_bytes is not None and r.process_peak_rss_bytes > 2**20
     # on Linux each side's memory is its own high-water mark above where it started
-    assert set(r.peak_memory_bytes) == {"sfl-v2", "central_b", "central_Nb"} and r.memory_measure == "rss"
+    assert set(r.peak_memory_bytes) == {"sfl-v2", "split_b", "central_b", "central_Nb"} and r.memory_measure == "rss"
     assert all(0 <= m < r.process_peak_rss_bytes for m in r.peak_memory_bytes.values())
     assert r.process_peak_rss_bytes >= bench_engine._status_kib("VmRSS") * 1024 * 0.5   # the process's, not a side's
     assert r.sfl_seconds_per_round == {"sfl-v2": 1.0}        # the best repeat's 1 s over 1 round
@@ -316,6 +320,33 @@ def test_engine_bench_counts_flops_per_trained_sample_against_centralized_traini
     report = r.report()
     assert "counted FLOPs per trained sample" in report and "scala" in report.split("counted FLOPs")[1]
     assert r.to_json()["flops_vs_central_b"]["sfl-v1"] == pytest.approx(1.0)
+
+
+def test_the_hand_written_split_trains_the_whole_model_as_centralized_sgd_does() -> None:
+    """bench engine's reference split (HAND_SPLIT): with one device, its steps are centralized SGD on the same model
+    (the chain rule through the cut), to float rounding; with two, a step moves the server and that device's client
+    blocks and no other device's."""
+    torch.manual_seed(0)
+    blocks = [nn.Sequential(nn.Linear(6, 5), nn.ReLU()), nn.Linear(5, 4), nn.Sequential(nn.ReLU(), nn.Linear(4, 3))]
+    x, y = torch.randn(3, 8, 6), torch.randint(0, 3, (3, 8))
+    for cut in (1, 2):
+        split = bench_engine.HandSplit(blocks, cut, devices=1, lr=0.1)
+        central = copy.deepcopy(nn.Sequential(*blocks))
+        opt = torch.optim.SGD(central.parameters(), lr=0.1)
+        for k in range(3):
+            split.step(0, x[k], y[k])
+            opt.zero_grad()
+            nn.functional.cross_entropy(central(x[k]), y[k]).backward()
+            opt.step()
+        for mine, theirs in zip(split.model(0).parameters(), central.parameters(), strict=True):
+            torch.testing.assert_close(mine, theirs, rtol=0, atol=1e-6)
+        assert not torch.equal(central[0][0].weight, blocks[0][0].weight)     # it trained, away from the start
+    two = bench_engine.HandSplit(blocks, 1, devices=2, lr=0.1)
+    before = [copy.deepcopy(two.model(d).state_dict()) for d in (0, 1)]
+    two.step(0, x[0], y[0])
+    after = [two.model(d).state_dict() for d in (0, 1)]
+    moved = {d: {k for k in after[d] if not torch.equal(after[d][k], before[d][k])} for d in (0, 1)}
+    assert moved[0] == set(after[0]) and moved[1] == {k for k in after[1] if not k.startswith("0.")}
 
 
 @pytest.mark.parametrize("clock", ["zero", "system"])
@@ -397,8 +428,8 @@ def test_engine_result_json_and_report() -> None:
         "cnn on cpu, 20 devices, b = 16, cut 2, client batching off (auto), client recompute on, server passes of "
         "≤ 128 samples, 10 rounds, best of 3, 4 threads, the generated system's clock (arrivals in the order of its "
         "latency model)")
-    assert _cells(lines[2]) == ["psl", "(simulated)", "800.0", "0.80", "0.50", "-", "0.320"]
-    assert _cells(lines[3]) == ["sfl-v2", "(simulated)", "1200.0", "1.20", "0.75", "-", "-"]
+    assert _cells(lines[2]) == ["psl", "(simulated)", "800.0", "0.80", "0.50", "-", "0.320", "-"]
+    assert _cells(lines[3]) == ["sfl-v2", "(simulated)", "1200.0", "1.20", "0.75", "-", "-", "-"]
     assert _cells(lines[4]) == ["centralized,", "batch", "b", "1000.0", "-"]
     assert _cells(lines[5]) == ["centralized,", "batch", "N·b", "1600.0", "-"]
     assert lines[6].endswith("not measured per side here; the whole process's peak resident set (ru_maxrss) was 300 MiB")
@@ -407,7 +438,7 @@ def test_engine_result_json_and_report() -> None:
     cuda = _result(device="cuda:0", peak_memory_bytes={"psl": 3 * 2**20, "sfl-v2": 2**19, "central_b": 2**21,
                                                         "central_Nb": 10 * 2**20}, memory_measure="cuda")
     lines = cuda.report().splitlines()
-    assert [_cells(line)[-3:-1] for line in lines[2:4]] == [["3.0", "MiB"], ["0.5", "MiB"]]
+    assert [_cells(line)[-4:-2] for line in lines[2:4]] == [["3.0", "MiB"], ["0.5", "MiB"]]
     assert [_cells(line)[-2:] for line in lines[4:6]] == [["2.0", "MiB"], ["10.0", "MiB"]]
     assert lines[6] == ("  peak memory: torch.cuda.max_memory_allocated of each side, above the input data; the whole "
                         "process's peak resident set (ru_maxrss) was unknown")
@@ -419,6 +450,14 @@ def test_engine_result_json_and_report() -> None:
     assert big.ratio_nb() is None and big.to_json()["ratio_vs_central_Nb"] == {"psl": None, "sfl-v2": None}
     lines = big.report().splitlines()
     assert _cells(lines[2])[:6] == ["psl", "(simulated)", "800.0", "0.80", "-", "1024.0"]
+    # measured beside the hand-written split: each algorithm's share of it, and the split's own row and description
+    split = _result(split_b_samples_per_s=1600.0, peak_memory_bytes={"split_b": 2**20}, memory_measure="rss")
+    assert split.ratio_split("psl") == 0.5 and split.to_json()["ratio_vs_split_b"] == {"psl": 0.5, "sfl-v2": 0.75}
+    split_lines = split.report().splitlines()
+    assert _cells(split_lines[2])[-1] == "0.50" and _cells(split_lines[3])[-1] == "0.75"
+    assert _cells(split_lines[4]) == ["split", "by", "hand,", "batch", "b", "1600.0", "1.60", "1.0", "MiB"]
+    assert split_lines[-1] == f"  split by hand: {bench_engine.HAND_SPLIT}" and len(split_lines) == 9
+    assert _result().ratio_split() is None and _result().to_json()["ratio_vs_split_b"] == {"psl": None, "sfl-v2": None}
     assert lines[5].endswith("not run: N·b = 16,000 samples > 8,192")
     assert lines[6] == ("  peak memory: the resident set's peak during each side (VmHWM) above the resident set when it "
                         "started; the whole process's peak resident set (ru_maxrss) was 2048 MiB")
@@ -464,16 +503,19 @@ def test_the_sweep_table_and_plot(tmp_path, monkeypatch) -> None:
     assert [t.get_text() for t in right.get_legend().get_texts()] == ["psl", "sfl-v2", "centralized, batch b"]
     assert left.get_legend() is not None and figure.get_suptitle() == "bench engine: cnn cut 2, b = 16, cpu"
     lines = bench_engine.sweep_table(results).splitlines()
-    assert _cells(lines[0]) == ["N", "algorithm", "s/round", "samples/s", "×", "central", "b", "peak", "MiB"]
-    assert _cells(lines[1]) == ["20", "psl", "0.200", "800.0", "0.80", "20.0"]
-    assert _cells(lines[2]) == ["20", "sfl-v2", "0.400", "1200.0", "1.20", "-"]
+    assert _cells(lines[0]) == ["N", "algorithm", "s/round", "samples/s", "×", "central", "b", "×", "split", "b",
+                                "peak", "MiB"]
+    assert _cells(lines[1]) == ["20", "psl", "0.200", "800.0", "0.80", "-", "20.0"]
+    assert _cells(lines[2]) == ["20", "sfl-v2", "0.400", "1200.0", "1.20", "-", "-"]
     assert _cells(lines[3])[:3] == ["200", "psl", "2.000"] and len(lines) == 5
     # with counted FLOPs: FLOPs per sample × centralized's, and × central b times that (the throughput per FLOP)
     counted = [replace(results[0], flops_per_sample={"psl": 3.0e6, "central_b": 2.0e6}), results[1]]   # N = 200: none
     lines = bench_engine.sweep_table(counted).splitlines()
     assert _cells(lines[0])[-5:] == ["FLOPs", "×", "central", "per", "FLOP"]
-    assert _cells(lines[1]) == ["20", "psl", "0.200", "800.0", "0.80", "20.0", "1.50", "1.20"]
-    assert _cells(lines[2]) == ["20", "sfl-v2", "0.400", "1200.0", "1.20", "-", "-", "-"]
+    assert _cells(lines[1]) == ["20", "psl", "0.200", "800.0", "0.80", "-", "20.0", "1.50", "1.20"]
+    assert _cells(lines[2]) == ["20", "sfl-v2", "0.400", "1200.0", "1.20", "-", "-", "-", "-"]
+    halved = [replace(results[0], split_b_samples_per_s=1600.0)]
+    assert _cells(bench_engine.sweep_table(halved).splitlines()[1])[4:6] == ["0.80", "0.50"]   # × central b, × split b
     assert _cells(lines[3])[-2:] == ["-", "-"] and len(lines) == 5          # a size counted without FLOPs: dashes
 
 
