@@ -13,7 +13,7 @@ messages carried (``RoundStats.samples``: the participants' steps — GAS's acti
 sampled fraction's). Centralized: ``devices`` SGD steps of b samples per round (``central_b``), or
 one step of N·b samples per round (``central_Nb``; not run above :data:`CENTRAL_NB_LIMIT` samples,
 whose activations alone would fill the machine). Reported ratio = split samples/s ÷ centralized
-samples/s (goal ≥ 0.8).
+samples/s (goal ≥ 0.8), side by side (below).
 
 A third reference, ``split_b``, is the same split written by hand in plain PyTorch (:data:`HAND_SPLIT`): what
 splitting the model costs by itself, with no engine. Its ratio to centralized batch b is the price of the cut
@@ -22,8 +22,11 @@ algorithm's samples/s over it (``× split b``) is what the engine keeps of a han
 engine's own work (messages, checks, scheduling, aggregation) and by the algorithm's arithmetic beyond a plain
 split step (SCALA's second backward, GAS's generated activations, GAPSL's per-device gradients).
 
-The measurements are interleaved ``repeats`` times and each side keeps its best (highest
-samples/s) repeat, so a burst of load from other processes does not decide the ratio. Peak memory
+The measurements are interleaved ``repeats`` times. Each side's samples/s is its best (highest) repeat, so a
+burst of load from other processes does not decide it; each ratio is the median over the repeats of the two
+sides' samples/s measured in the same repeat (seconds apart), so that neither does a machine whose speed drifts
+over minutes (measured: centralized batch b at 1,927 and 2,250 samples/s in two runs a minute apart on the idle
+2-core machine) — a ratio of two bests would pair one side's fast minute with the other's slow one. Peak memory
 per side: on CUDA ``torch.cuda.max_memory_allocated`` above what was allocated before the side
 started (the input data); on Linux CPUs the resident set's high-water mark (``VmHWM``, reset
 through ``/proc/self/clear_refs`` before the side, freed memory handed back with ``malloc_trim``)
@@ -38,6 +41,7 @@ from __future__ import annotations
 import copy
 import functools
 import math
+import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
@@ -136,20 +140,34 @@ class EngineBenchResult:
     flops_per_sample: dict[str, float] = field(default_factory=dict)   # side → counted FLOPs per trained sample
     clock: str = "zero"                # the simulated clock's stage times: "zero" (every stage 0 s) or "system"
     split_b_samples_per_s: float | None = None   # the hand-written split (HAND_SPLIT); None: not measured
+    repeat_samples_per_s: dict[str, list[float]] = field(default_factory=dict)   # side → samples/s of each repeat
+
+    def side_ratio(self, side: str, reference: str) -> float | None:
+        """``side``'s samples/s over ``reference``'s (side names: an algorithm, ``split_b``, ``central_b``,
+        ``central_Nb``): the median over the repeats of the two measured in the same repeat, or the ratio of their
+        bests where the repeats were not kept; None where either side was not measured."""
+        mine, theirs = self.repeat_samples_per_s.get(side), self.repeat_samples_per_s.get(reference)
+        if mine and theirs and len(mine) == len(theirs):
+            return statistics.median(m / t for m, t in zip(mine, theirs))
+        best = {**self.sfl_samples_per_s, "split_b": self.split_b_samples_per_s,
+                "central_b": self.central_b_samples_per_s, "central_Nb": self.central_nb_samples_per_s}
+        top, bottom = best.get(side), best.get(reference)
+        return top / bottom if top and bottom else None
 
     def ratio_b(self, algorithm: str | None = None) -> float:
-        return self.sfl_samples_per_s[algorithm or self.algorithms[0]] / self.central_b_samples_per_s
+        """× central b (:meth:`side_ratio`; the first algorithm by default)."""
+        ratio = self.side_ratio(algorithm or self.algorithms[0], "central_b")
+        assert ratio is not None, "both sides are always measured"
+        return ratio
 
     def ratio_nb(self, algorithm: str | None = None) -> float | None:
-        if self.central_nb_samples_per_s is None:
-            return None
-        return self.sfl_samples_per_s[algorithm or self.algorithms[0]] / self.central_nb_samples_per_s
+        """× central N·b; None where N·b was too large to run."""
+        return self.side_ratio(algorithm or self.algorithms[0], "central_Nb")
 
     def ratio_split(self, algorithm: str | None = None) -> float | None:
-        """The algorithm's samples/s over the hand-written split's (HAND_SPLIT): what the engine keeps of it."""
-        if not self.split_b_samples_per_s:
-            return None
-        return self.sfl_samples_per_s[algorithm or self.algorithms[0]] / self.split_b_samples_per_s
+        """× split b: the algorithm's samples/s over the hand-written split's (HAND_SPLIT), what the engine keeps of
+        it; None where the split was not measured."""
+        return self.side_ratio(algorithm or self.algorithms[0], "split_b")
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -176,7 +194,8 @@ class EngineBenchResult:
         lines = [f"{self.model} on {self.device}, {self.devices} devices, b = {self.batch_size}, cut {self.cut}, "
                  f"client batching {self.client_batching}, client recompute {self.client_recompute}, server passes of "
                  f"{'any size' if self.server_pass_samples is None else f'≤ {self.server_pass_samples} samples'}, "
-                 f"{self.rounds} rounds, best of {self.repeats}, {self.threads} threads, {CLOCKS[self.clock]}",
+                 f"{self.rounds} rounds, best of {self.repeats} (ratios: median of each repeat's), "
+                 f"{self.threads} threads, {CLOCKS[self.clock]}",
                  f"  {'':<26} {'samples/s':>10} {'× central b':>12} {'× central N·b':>14} {'peak memory':>13} "
                  f"{'s/round':>9} {'× split b':>10}"]
         for a in self.algorithms:
@@ -188,7 +207,7 @@ class EngineBenchResult:
                          f"{f'{split:10.2f}' if split is not None else '-':>10}")
         if self.split_b_samples_per_s:
             lines.append(f"  {'split by hand, batch b':<26} {self.split_b_samples_per_s:10.1f} "
-                         f"{self.split_b_samples_per_s / self.central_b_samples_per_s:12.2f} {'':>14} "
+                         f"{self.side_ratio('split_b', 'central_b'):12.2f} {'':>14} "
                          f"{memory('split_b')}")
         lines.append(f"  {'centralized, batch b':<26} {self.central_b_samples_per_s:10.1f} {'':>12} {'':>14} "
                      f"{memory('central_b')}")
@@ -223,7 +242,7 @@ def header(devices: int, batch_size: int, rounds: int, algorithms: Sequence[str]
     return (f"bench engine: wall-clock samples/s of {rounds} rounds of simulated {', '.join(algorithms)} split training "
             f"({devices} devices x {batch_size} samples, {model} cut {cut}) vs centralized training of the same model "
             f"on the same samples (batch {batch_size} and {devices}x{batch_size}) on {device}; best of {repeats} "
-            f"interleaved repeats")
+            f"interleaved repeats, each ratio the median of the repeats' side-by-side ratios")
 
 
 def _peak_rss_bytes() -> int | None:
@@ -398,7 +417,7 @@ def run_engine_bench(devices: int = 20, batch_size: int = 16, rounds: int = 10, 
     sides["central_b"] = lambda: central(batch_size)
     if devices * batch_size <= CENTRAL_NB_LIMIT:
         sides["central_Nb"] = lambda: central(devices * batch_size)
-    best = {side: 0.0 for side in sides}
+    each: dict[str, list[float]] = {side: [] for side in sides}
     peak: dict[str, int] = {}
     high_water = 0
     for _ in range(repeats):
@@ -407,14 +426,15 @@ def run_engine_bench(devices: int = 20, batch_size: int = 16, rounds: int = 10, 
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats(device)
                 before = torch.cuda.memory_allocated(device)
-                best[side] = max(best[side], measure())
+                each[side].append(measure())
                 peak[side] = max(peak.get(side, 0), torch.cuda.max_memory_allocated(device) - before)
                 continue
             with SideMemory() as memory:
-                best[side] = max(best[side], measure())
+                each[side].append(measure())
             if memory.peak is not None:
                 peak[side] = max(peak.get(side, 0), memory.peak)
                 high_water = max(high_water, memory.high_water)
+    best = {side: max(values) for side, values in each.items()}
     return EngineBenchResult(algorithms, model, describe(device),
                              ("on" if execution.client_batching else "off") + (" (auto)" if client_batching == "auto" else ""),
                              devices, batch_size, cut, rounds, repeats, torch.get_num_threads(),
@@ -424,7 +444,7 @@ def run_engine_bench(devices: int = 20, batch_size: int = 16, rounds: int = 10, 
                              client_recompute, per_pass,
                              {**{a: flops[a] for a in algorithms if a in flops},
                               **({"central_b": flops[f"central_{batch_size}"]} if f"central_{batch_size}" in flops else {})},
-                             clock, best["split_b"])
+                             clock, best["split_b"], each)
 
 
 def run_engine_sweep(device_counts: Sequence[int], plot_path: str | None = None,

@@ -274,7 +274,8 @@ class _ScriptedClock:
 
 def test_engine_bench_keeps_each_sides_best_repeat(monkeypatch) -> None:
     # per repeat: simulated side (start, stop), split by hand, centralized b, centralized N·b (begin, stop each)
-    # repeat 1 takes 2, 4, 4, 8 s; repeat 2 takes 1, 2, 8, 2 s → best 1, 2, 4, 2 s for 2 devices × 2 samples × 1 round
+    # repeat 1 takes 2, 4, 4, 8 s; repeat 2 takes 1, 2, 8, 2 s → best 1, 2, 4, 2 s for 2 devices × 2 samples × 1 round;
+    # the ratios pair the sides of one repeat: × central b = median(2/1, 4/0.5) = 5, not the bests' 4 / 1
     clock = _ScriptedClock([0, 2, 10, 14, 20, 24, 30, 38, 40, 41, 50, 52, 60, 68, 70, 72])
     monkeypatch.setattr(bench_engine, "time", clock)
     r = bench_engine.run_engine_bench(devices=2, batch_size=2, rounds=1, warmup=1, repeats=2, model="mlp", width=4,
@@ -284,8 +285,10 @@ def test_engine_bench_keeps_each_sides_best_repeat(monkeypatch) -> None:
     assert (r.rounds, r.repeats, r.threads) == (1, 2, 1)
     assert r.sfl_samples_per_s == {"sfl-v2": 4.0}
     assert (r.central_b_samples_per_s, r.central_nb_samples_per_s) == (1.0, 2.0)
-    assert (r.ratio_b(), r.ratio_nb(), r.ratio_b("sfl-v2")) == (4.0, 2.0, 4.0)
-    assert r.split_b_samples_per_s == 2.0 and r.ratio_split() == 2.0
+    assert r.repeat_samples_per_s == {"sfl-v2": [2.0, 4.0], "split_b": [1.0, 2.0], "central_b": [1.0, 0.5],
+                                      "central_Nb": [0.5, 2.0]}
+    assert (r.ratio_b(), r.ratio_nb(), r.ratio_b("sfl-v2")) == (5.0, 3.0, 5.0)
+    assert r.split_b_samples_per_s == 2.0 and r.ratio_split() == 2.0 and r.side_ratio("split_b", "central_b") == 2.5
     assert r.client_batching == "off (auto)" and r.per_device_cuts == {}
     assert r.process_peak_rss_bytes is not None and r.process_peak_rss_bytes > 2**20
     # on Linux each side's memory is its own high-water mark above where it started
@@ -422,11 +425,11 @@ def test_engine_result_json_and_report() -> None:
     assert (r.ratio_b(), r.ratio_nb()) == (0.8, 0.5)                           # the first algorithm by default
     lines = r.report().splitlines()
     assert lines[0] == ("cnn on cpu, 20 devices, b = 16, cut 2, client batching off (auto), client recompute auto, "
-                        "server passes of any size, 10 rounds, best of 3, 4 threads, zero-time clock (every stage 0 s: "
+                        "server passes of any size, 10 rounds, best of 3 (ratios: median of each repeat's), 4 threads, zero-time clock (every stage 0 s: "
                         "arrivals in device order)")
     assert _result(server_pass_samples=128, client_recompute="on", clock="system").report().splitlines()[0] == (
         "cnn on cpu, 20 devices, b = 16, cut 2, client batching off (auto), client recompute on, server passes of "
-        "≤ 128 samples, 10 rounds, best of 3, 4 threads, the generated system's clock (arrivals in the order of its "
+        "≤ 128 samples, 10 rounds, best of 3 (ratios: median of each repeat's), 4 threads, the generated system's clock (arrivals in the order of its "
         "latency model)")
     assert _cells(lines[2]) == ["psl", "(simulated)", "800.0", "0.80", "0.50", "-", "0.320", "-"]
     assert _cells(lines[3]) == ["sfl-v2", "(simulated)", "1200.0", "1.20", "0.75", "-", "-", "-"]
@@ -458,6 +461,14 @@ def test_engine_result_json_and_report() -> None:
     assert _cells(split_lines[4]) == ["split", "by", "hand,", "batch", "b", "1600.0", "1.60", "1.0", "MiB"]
     assert split_lines[-1] == f"  split by hand: {bench_engine.HAND_SPLIT}" and len(split_lines) == 9
     assert _result().ratio_split() is None and _result().to_json()["ratio_vs_split_b"] == {"psl": None, "sfl-v2": None}
+    # with each repeat kept, a ratio is the median of the repeats' own ratios (odd count: the middle one)
+    paired = _result(repeat_samples_per_s={"psl": [800.0, 400.0, 600.0], "sfl-v2": [1200.0, 1200.0, 1200.0],
+                                           "central_b": [1000.0, 400.0, 1000.0], "central_Nb": [1600.0] * 3})
+    assert (paired.ratio_b("psl"), paired.ratio_b("sfl-v2"), paired.ratio_nb("psl")) == (0.8, 1.2, 0.375)
+    assert paired.to_json()["ratio_vs_central_b"] == {"psl": 0.8, "sfl-v2": 1.2}
+    assert paired.side_ratio("psl", "sfl-v2") == 0.5 and paired.side_ratio("psl", "split_b") is None
+    uneven = _result(repeat_samples_per_s={"psl": [1.0], "central_b": [1.0, 2.0]})     # not paired: the bests
+    assert uneven.ratio_b("psl") == 0.8
     assert lines[5].endswith("not run: N·b = 16,000 samples > 8,192")
     assert lines[6] == ("  peak memory: the resident set's peak during each side (VmHWM) above the resident set when it "
                         "started; the whole process's peak resident set (ru_maxrss) was 2048 MiB")
@@ -523,7 +534,7 @@ def test_engine_header_names_what_is_timed() -> None:
     assert bench_engine.header(20, 16, 10, ["psl", "gas"], 3, "mlp", "cuda", 2) == (
         "bench engine: wall-clock samples/s of 10 rounds of simulated psl, gas split training (20 devices x 16 samples, "
         "mlp cut 2) vs centralized training of the same model on the same samples (batch 16 and 20x16) on cuda; best "
-        "of 3 interleaved repeats")
+        "of 3 interleaved repeats, each ratio the median of the repeats' side-by-side ratios")
 
 
 def test_a_run_reaching_the_target_exactly_has_reached_it(monkeypatch) -> None:
