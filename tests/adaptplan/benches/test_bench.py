@@ -425,12 +425,12 @@ def test_engine_result_json_and_report() -> None:
     assert (r.ratio_b(), r.ratio_nb()) == (0.8, 0.5)                           # the first algorithm by default
     lines = r.report().splitlines()
     assert lines[0] == ("cnn on cpu, 20 devices, b = 16, cut 2, client batching off (auto), client recompute auto, "
-                        "server passes of any size, 10 rounds, best of 3 (ratios: median of each repeat's), 4 threads, zero-time clock (every stage 0 s: "
-                        "arrivals in device order)")
+                        "server passes of any size, 10 rounds, best of 3 (ratios: median of each repeat's), 4 threads, "
+                        "zero-time clock (every stage 0 s: arrivals in device order)")
     assert _result(server_pass_samples=128, client_recompute="on", clock="system").report().splitlines()[0] == (
         "cnn on cpu, 20 devices, b = 16, cut 2, client batching off (auto), client recompute on, server passes of "
-        "≤ 128 samples, 10 rounds, best of 3 (ratios: median of each repeat's), 4 threads, the generated system's clock (arrivals in the order of its "
-        "latency model)")
+        "≤ 128 samples, 10 rounds, best of 3 (ratios: median of each repeat's), 4 threads, the generated system's "
+        "clock (arrivals in the order of its latency model)")
     assert _cells(lines[2]) == ["psl", "(simulated)", "800.0", "0.80", "0.50", "-", "0.320", "-"]
     assert _cells(lines[3]) == ["sfl-v2", "(simulated)", "1200.0", "1.20", "0.75", "-", "-", "-"]
     assert _cells(lines[4]) == ["centralized,", "batch", "b", "1000.0", "-"]
