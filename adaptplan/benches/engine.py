@@ -376,41 +376,39 @@ def run_engine_bench(devices: int = 20, batch_size: int = 16, rounds: int = 10, 
             per_device[name] = "the algorithm runs one device at a time"
         return samples / seconds
 
-    def central(step_batch: int) -> float:
-        net = fresh_model().to(device)
-        opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    def timed_steps(step_batch: int, step: Callable[[int, torch.Tensor, torch.Tensor], None]) -> float:
+        """Samples/s of ``step(k, x_k, y_k)`` over the cycled mini-batches of ``step_batch`` samples: ``warmup``
+        untimed steps, then ``total`` samples timed."""
         begin = 0.0
         for k, s in enumerate(range(0, total + warmup * step_batch, step_batch)):
             if k == warmup:
                 synchronize(device)
                 begin = time.perf_counter()
-            xb, yb = x[s % n:s % n + step_batch], y[s % n:s % n + step_batch]
+            step(k, x[s % n:s % n + step_batch], y[s % n:s % n + step_batch])
+        synchronize(device)
+        return total / (time.perf_counter() - begin)
+
+    def central(step_batch: int) -> float:
+        net = fresh_model().to(device)
+        opt = torch.optim.SGD(net.parameters(), lr=0.01)
+
+        def step(k: int, xb: torch.Tensor, yb: torch.Tensor) -> None:
             loss = nn.functional.cross_entropy(net(xb), yb)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-        synchronize(device)
-        seconds = time.perf_counter() - begin
+
+        speed = timed_steps(step_batch, step)
         if count_flops and f"central_{step_batch}" not in flops:
             with TotalFlops() as counter:
-                loss = nn.functional.cross_entropy(net(x[:step_batch]), y[:step_batch])
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
+                step(0, x[:step_batch], y[:step_batch])
             flops[f"central_{step_batch}"] = counter.total / step_batch
-        return total / seconds
+        return speed
 
     def split_by_hand() -> float:
         """HAND_SPLIT on the engine's blocks, over the same mini-batches as ``central``, device k mod N at step k."""
         split = HandSplit(build_chain(fresh_model(), x[:2].cpu()).blocks, cut, devices, 0.01, device)
-        begin = 0.0
-        for k, s in enumerate(range(0, total + warmup * batch_size, batch_size)):
-            if k == warmup:
-                synchronize(device)
-                begin = time.perf_counter()
-            split.step(k % devices, x[s % n:s % n + batch_size], y[s % n:s % n + batch_size])
-        synchronize(device)
-        return total / (time.perf_counter() - begin)
+        return timed_steps(batch_size, lambda k, xb, yb: split.step(k % devices, xb, yb))
 
     sides: dict[str, Callable[[], float]] = {a: functools.partial(sfl, a) for a in algorithms}
     sides["split_b"] = split_by_hand
