@@ -220,6 +220,10 @@ class RoundContext:
         return self.rounds_since_aggregation >= self.interval
 
 
+RECIPIENTS = ("participants", "all", "none")
+"""Who downloads a client-model average when it is finished (:class:`Aggregation`)."""
+
+
 @dataclass(frozen=True)
 class Aggregation:
     """Client-side model averaging for this round.
@@ -227,14 +231,19 @@ class Aggregation:
     ``blocks``: 0-based chain blocks averaged (wherever they live: device, or the edge server's
     per-device instances); ``weights``: ``"data_size"`` (FedAvg, |𝒟_i|) or ``"equal"``;
     ``devices``: whose models are averaged (None = the round's participants); ``recipients``:
-    ``"participants"`` (those averaged) or ``"all"`` (every device downloads the average of its
-    client blocks: a global client model broadcast).
+    ``"participants"`` (those averaged), ``"all"`` (every device downloads the average of its
+    client blocks: a global client model broadcast) or ``"none"`` (nobody downloads it now: the devices
+    drawn next download the global model at the start of their round, as SCALA's B.2 step 2).
     """
 
     blocks: tuple[int, ...]
     weights: str = "data_size"
     devices: tuple[int, ...] | None = None
     recipients: str = "participants"
+
+    def __post_init__(self) -> None:
+        if self.recipients not in RECIPIENTS:
+            raise ValueError(f"recipients must be one of {', '.join(RECIPIENTS)}, got {self.recipients!r}")
 
 
 @dataclass(frozen=True)

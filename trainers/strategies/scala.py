@@ -13,8 +13,9 @@ batch is B_k = max(⌊|𝒟_k|·B/Σ_{𝒞^t}|𝒟_j|⌋, 1) with B = b·|𝒞^t
   over concat(A) with P_s the label distribution of the concatenated labels (``server_prior =
   "batch"``) or of the participants' label counts (``"round"``).
 Both come from one forward of the concatenated activations (the weights are the same). At the end
-of the global iteration the participants' client models are FedAvg'd by |𝒟_k| (eq. 8) and every
-device downloads the average (the global client model the next participants start from). Test
+of the global iteration the participants' client models are FedAvg'd by |𝒟_k| (eq. 8) into the global
+client model w_c^{t+1}, which only the next global iteration's participants download, at its start [B.2
+step 2] (the runtime's ``start_from_global``; a device not drawn holds whatever it last trained). Test
 accuracy uses raw logits (no adjustment), on the global model of the last aggregation. The server model is shared; per-role optimizers come
 from the run (the authors' code: SGD 0.01, momentum 0.9, weight decay 5e-4, clip 10).
 """
@@ -83,4 +84,4 @@ class SCALA(Strategy):
         return [answer(a, grads[a.device]) for a in arrivals]
 
     def aggregation(self, ctx: RoundContext) -> Aggregation | None:
-        return every_interval(ctx, range(ctx.deepest_cut), recipients="all")         # eq. (8)
+        return every_interval(ctx, range(ctx.deepest_cut), recipients="none")    # eq. (8); downloaded at B.2 step 2

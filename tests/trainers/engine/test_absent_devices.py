@@ -142,10 +142,13 @@ def test_a_lost_device_leaves_and_the_others_go_on(algorithm: str, options: dict
         assert r.metrics["absent_devices"] == 2.0
     for d, before in frozen.items():                       # nothing reached it: its model is as it was
         assert torch.equal(client(eng, d), before)
-    if algorithm == "scala" or options.get("cycle_base") == "sfl":   # every present device got the average
+    if options.get("cycle_base") == "sfl":   # every present device got the average (CSL-7)
         present = [client(eng, d) for d in (0, 2, 3, 5)]
         assert all(torch.equal(present[0], p) for p in present[1:])
         assert not torch.equal(present[0], frozen[1])
+    if algorithm == "scala":   # round 8 averaged: the present devices download it when drawn next (B.2 step 2)
+        assert eng.stale - eng.absent == {0, 2, 3, 5}
+        assert not torch.equal(flat(*list(eng.global_model())[:3]), frozen[1])
     assert len(eng.eval_models()) == (1 if algorithm == "scala" or options.get("cycle_base") == "sfl" else 4)
 
 
@@ -186,10 +189,12 @@ def test_a_host_that_comes_back_brings_its_devices_back_from_the_global_model() 
     eng = engine("scala", 5, {"participation": 0.6}, victims={1, 3}, at=2, back=6)
     records = [eng.run_round(t) for t in range(1, 6)]
     assert eng.absent == {1, 3} and all(not {1, 3} & set(r.participants) for r in records[1:])
+    brought_back_from = {d: global_client(eng, d) for d in (1, 3)}     # the average of round 4
     sixth = eng.run_round(6)       # taken back first; round 5 drew the global iteration's participants without them
     assert eng.absent == set() and not {1, 3} & set(sixth.participants) and sixth.aggregated
-    for d in (1, 3):               # so they hold what every present device got: the global client model
-        assert torch.equal(client(eng, d), global_client(eng, d))
+    for d in (1, 3):               # so they hold the global client model they came back with, and the one of
+        assert torch.equal(client(eng, d), brought_back_from[d])    # round 6 waits for their next draw (B.2 step 2)
+        assert not torch.equal(client(eng, d), global_client(eng, d)) and d in eng.stale
     later = [eng.run_round(t) for t in range(7, 16)]
     assert "absent_devices" not in later[-1].metrics and {1, 3} & {d for r in later for d in r.participants}
 
@@ -295,9 +300,11 @@ def test_a_device_lost_before_its_model_upload_is_left_out_of_the_average() -> N
     eng.run_round(1)
     second = eng.run_round(2)                 # device 2 trains in round 2, then is lost when asked for its model
     assert eng.absent == {2} and second.metrics["absent_devices"] == 1.0
-    present = [client(eng, d) for d in (0, 1, 3)]
-    assert all(torch.equal(present[0], p) for p in present[1:])                 # the average of 0, 1, 3 only
-    assert torch.equal(present[0], global_client(eng, 0)) and not torch.equal(client(eng, 2), present[0])
+    sizes = eng.data_sizes()                  # nobody downloads SCALA's average yet (B.2 step 2): 0, 1, 3 hold theirs
+    average = sum(sizes[d] * client(eng, d) for d in (0, 1, 3)) / sum(sizes[d] for d in (0, 1, 3))
+    assert torch.allclose(global_client(eng, 0), average, atol=1e-6, rtol=0)   # the average of 0, 1, 3 only
+    everyone = sum(sizes[d] * client(eng, d) for d in range(4)) / sum(sizes)
+    assert not torch.allclose(global_client(eng, 0), everyone, atol=1e-6, rtol=0)
     assert all(2 not in eng.run_round(t).participants for t in range(3, 6))
 
 

@@ -18,6 +18,7 @@ from trainers.strategies import make_strategy
 
 torch.set_num_threads(1)
 DEVICES, BATCH = 12, 8
+CYCLESFL_QUARTER = {"participation": 0.25, "cycle_base": "sfl"}   # its average goes to every device (CSL-7)
 CHUNKED = ("adaptsfl", "sfl-v1", "psl", "scala", "gas", "cyclesl")   # their server passes are served in chunks
 
 
@@ -436,12 +437,12 @@ def storages(modules) -> set[int]:
 
 
 def test_a_broadcast_global_model_is_one_copy_until_a_device_trains(monkeypatch) -> None:
-    """SCALA (ρ = 1/4, the global client model sent to all every round): after a round every device's
+    """CycleSFL (ρ = 1/4, the global client model loaded into all N clients every round, CSL-7): after a round every device's
     client blocks are the download's tensors — one storage for all 12 devices, equal to the global
     model —; during the next round each participant trains on its own copy while the devices that sit
     out still share; its broadcast makes them one copy again."""
     torch.manual_seed(0)
-    engine = SplitEngine(cnn(1, 8, 3, width=4), [2] * DEVICES, make_strategy("scala", {"participation": 0.25}), data(),
+    engine = SplitEngine(cnn(1, 8, 3, width=4), [2] * DEVICES, make_strategy("cyclesl", CYCLESFL_QUARTER), data(),
                          {"lr": 0.05, "momentum": 0.9}, BATCH, seed=3)
     engine.run_round(1)
     everyone = storages(b for d in engine.devices for b in d.blocks)
@@ -584,14 +585,14 @@ def test_devices_and_server_copies_start_as_one_copy_of_the_engines_own_template
 
 
 def test_a_checkpoint_stores_a_shared_download_once() -> None:
-    """SCALA's broadcast: 12 devices share the global client model, so the checkpoint holds it once
+    """CycleSFL's broadcast (CSL-7): 12 devices share the global client model, so the checkpoint holds it once
     (smaller than with 12 private copies by about 11 copies of the client blocks), and resuming from
     it gives every device the same values in copies of its own."""
     from trainers.roles.core import own_state
     from trainers.run.checkpoint import decode, encode
 
     torch.manual_seed(0)
-    engine = SplitEngine(cnn(1, 8, 3, width=4), [7] * DEVICES, make_strategy("scala", {"participation": 0.25}), data(),
+    engine = SplitEngine(cnn(1, 8, 3, width=4), [7] * DEVICES, make_strategy("cyclesl", CYCLESFL_QUARTER), data(),
                          {"lr": 0.05, "momentum": 0.9}, BATCH, seed=3)
     engine.run_round(1)
     shared = encode(engine.state_dict())
@@ -602,7 +603,7 @@ def test_a_checkpoint_stores_a_shared_download_once() -> None:
     client_bytes = sum(t.numel() * t.element_size() for b in engine.devices[0].blocks for t in b.state_dict().values())
     assert len(private) - len(shared) >= (DEVICES - 1) * client_bytes
     state = decode(shared, "checkpoint")
-    resumed = SplitEngine(cnn(1, 8, 3, width=4), [7] * DEVICES, make_strategy("scala", {"participation": 0.25}), data(),
+    resumed = SplitEngine(cnn(1, 8, 3, width=4), [7] * DEVICES, make_strategy("cyclesl", CYCLESFL_QUARTER), data(),
                           {"lr": 0.05, "momentum": 0.9}, BATCH, seed=3)
     resumed.load_state_dict(state)
     assert len(storages(b for d in resumed.devices for b in d.blocks)) == DEVICES * len(storages(resumed.devices[0].blocks))

@@ -130,8 +130,10 @@ def edits(state: dict[str, Any]) -> Iterator[Edit]:
         if key not in ("absent", "period", "stale"):          # a checkpoint from before has none: none absent, all fresh
             yield f"del engine.{key}", setter(["engine", key], None, delete=True)
         for value in BAD_SCALARS[:9]:
+            # [] is a valid stale list (no device missed an average: each trains on from what it holds)
             if not (key in ("async", "period") and value is None) and not (key in ("absent", "stale", "strategy")
-                                                                          and value == engine[key]):
+                                                                          and value == engine[key]) \
+                    and not (key == "stale" and value == []):
                 yield f"engine.{key} = {value!r}"[:80], setter(["engine", key], value)
     yield "engine.fed without its global model", setter(["engine", "fed"], {})
     yield "engine.strategy with a foreign key", setter(["engine", "strategy"], {"holder": 0})

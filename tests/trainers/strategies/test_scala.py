@@ -1,7 +1,8 @@
 """SCALA (docs/algorithms.md, SCALA) against an independent reference written from B.2's pseudo-code:
 participants per global iteration, B_k of eq. (3), LA-CE cut gradients at the pre-update server
 (eqs. 6, 13), one server step on the concatenated batch with its label prior (eqs. 5, 12), |D_k|-weighted
-FedAvg of the client parts every I rounds broadcast to every device (eq. 8). Plus the loss's sanity
+FedAvg of the client parts every I rounds (eq. 8), downloaded by the next global iteration's participants only, at
+its start (step 2). Plus the loss's sanity
 properties (B.3) and the flags' bad-input handling."""
 
 from __future__ import annotations
@@ -55,12 +56,18 @@ def reference_scala(data: DeviceData, rounds: int, interval: int, rho: float, se
     sizes = [len(p) for p in data.parts]
     priors = [np.bincount(data.y_train[torch.from_numpy(p)].numpy(), minlength=M) / len(p) for p in data.parts]
     rng = np.random.default_rng([0, STRATEGY_STREAM])
+    global_client: list[torch.Tensor] | None = None      # w_c^t: none before the first average (all hold w⁰)
     for t in range(1, rounds + 1):
         if (t - 1) % interval == 0:                                                     # step 0
             n = max(1, math.ceil(rho * N))
             C = list(range(N)) if rho >= 1 else sorted(int(d) for d in rng.choice(N, size=n, replace=False))
             total = sum(sizes[k] for k in C)
             batch = {k: max(int(sizes[k] * B * len(C) / total), 1) for k in C}          # eq. 3, B = b·|C|
+            for k in C if global_client is not None else ():                            # step 2: C^t downloads w_c^t
+                opt.restart(clients[k])
+                with torch.no_grad():
+                    for p, a in zip(clients[k].parameters(), global_client):
+                        p.copy_(a)
         acts, leaves, labels = {}, {}, {}
         for k in C:                                                                      # step 3a
             idx = torch.from_numpy(samplers[k].next(batch[k]))
@@ -85,14 +92,9 @@ def reference_scala(data: DeviceData, rounds: int, interval: int, rho: float, se
             opt.step(clients[k])
         if t % interval == 0:                                                            # steps 4–5 (eq. 8)
             w = [float(sizes[k]) for k in C]
-            avg = [sum(wk * p.detach() for wk, p in zip(w, ps)) / sum(w)
-                   for ps in zip(*[clients[k].parameters() for k in C])]
-            for c in clients:                                                            # every device downloads
-                opt.restart(c)
-                with torch.no_grad():
-                    for p, a in zip(c.parameters(), avg):
-                        p.copy_(a)
-        yield t, C, batch, clients, server
+            global_client = [sum(wk * p.detach() for wk, p in zip(w, ps)) / sum(w)
+                             for ps in zip(*[clients[k].parameters() for k in C])]
+        yield t, C, batch, clients, server, global_client
 
 
 def make_scala_engine(data: DeviceData, interval: int, optimizer=None, **options) -> SplitEngine:
@@ -113,19 +115,42 @@ def test_scala_matches_reference_from_the_spec(server_prior: str, defaults: bool
     spec = OptimizerSpec("sgd", LR, 0.9, 5e-4, 1.0) if defaults else None
     engine = make_scala_engine(data, interval, spec, participation=rho, server_prior=server_prior)
     drawn = []
-    for t, C, batch, clients, server in reference_scala(data, 6, interval, rho, server_prior, hand):
+    for t, C, batch, clients, server, global_client in reference_scala(data, 6, interval, rho, server_prior, hand):
         stats = engine.run_round(t)
         drawn.append(tuple(C))
         assert stats.participants == C
         assert stats.aggregated == (t % interval == 0)
         assert {k: engine.strategy.batch_size(engine.context(t), k) for k in C} == batch
         assert torch.allclose(engine_server(engine), flat(server), atol=1e-5, rtol=0), f"server, round {t}"
-        for k in range(N):
+        for k in range(N):       # a device not drawn holds what it last trained (stale), not the average
             assert torch.allclose(flat(engine.devices[k].blocks), flat(clients[k]), atol=1e-5, rtol=0), \
                 f"device {k}, round {t}"
+        if global_client is not None:   # evaluated: the average of the last aggregation, held by no device
+            evaluated = engine.eval_models()[0]
+            assert torch.allclose(flat(*evaluated[:CUT]), torch.cat([p.reshape(-1) for p in global_client]),
+                                  atol=1e-5, rtol=0), f"global model, round {t}"
     # drawn once per global iteration (rounds 1, 3, 5), kept within it, and not the same every time
     assert drawn[0::2] == drawn[1::2] and len(set(drawn)) > 1
     assert len(set(batch.values())) > 1                     # unequal B_k (eq. 3) exercised
+
+
+def test_only_the_next_global_iterations_participants_download_the_average() -> None:
+    """B.2 steps 2 and 5: the average is downloaded at the start of the next global iteration by its ⌈ρK⌉
+    participants (client blocks, fp32), not broadcast to all K when it is finished; round 1 downloads nothing
+    (every device holds w⁰). Each round's other downward bytes are the cut gradients, B_k fp32 activations each."""
+    data, interval = make_data(N, "dirichlet"), 2
+    engine = make_scala_engine(data, interval, participation=0.5)
+    client_bytes = 4 * sum(p.numel() for p in small_model()[:CUT].parameters())
+    per_sample = 4 * small_model()[:CUT](data.x_train[:1]).numel()
+    for t in range(1, 7):
+        stats = engine.run_round(t)
+        ctx = engine.context(t)
+        gradient_bytes = per_sample * sum(engine.strategy.batch_size(ctx, k) for k in stats.participants)
+        starts = t > 1 and (t - 1) % interval == 0
+        assert stats.bytes_down - gradient_bytes == (client_bytes * len(stats.participants) if starts else 0), t
+        # after an average every device is stale; the participants drawn next come up to date at their start
+        held = set() if t == 1 else set(range(N)) if stats.aggregated else set(range(N)) - set(stats.participants)
+        assert engine.stale == held, t
 
 
 def test_batch_sizes_follow_eq_3() -> None:
