@@ -197,3 +197,34 @@ def test_a_repartition_brings_the_stale_devices_up_to_date_before_moving_layers(
     for i in range(N):                    # every device's first four blocks are the global model's, wherever they sit
         assert torch.allclose(flat(*[engine.block(i, j) for j in range(4)]), global_blocks, atol=1e-7, rtol=0), i
     assert engine.cuts == [2, 4, 6, 4]
+
+
+def test_an_aggregation_names_who_downloads_it_from_three_choices() -> None:
+    from trainers.api import Aggregation
+
+    for recipients in ("participants", "all", "none"):
+        assert Aggregation((0,), recipients=recipients).recipients == recipients
+    with pytest.raises(ValueError, match="recipients must be one of participants, all, none, got 'everyone'"):
+        Aggregation((0,), recipients="everyone")
+
+
+def test_an_average_nobody_downloads_sends_no_model_not_even_the_edge_servers_copies() -> None:
+    """``recipients="none"`` on SplitFed V1 (client blocks and the edge server's per-device server copies averaged):
+    the round's downward and edge-server bytes are the uploads and cut gradients only, and every device is stale."""
+    from dataclasses import replace
+
+    def engine_with(recipients: str) -> SplitEngine:
+        engine = SplitEngine(small_model(), [4] * N, make_strategy("sfl-v1", {"participation": RHO}), make_data(N),
+                             {"lr": LR}, batch_size=B, seed=0, interval=1)
+        average = engine.strategy.aggregation
+        engine.strategy.aggregation = lambda ctx: replace(average(ctx), recipients=recipients)
+        return engine
+
+    sent, kept = engine_with("participants"), engine_with("none")
+    a, b = sent.run_round(1), kept.run_round(1)
+    client_bytes, server_bytes = sum(sent.block_bytes[:4]), sum(sent.block_bytes[4:])
+    assert a.participants == b.participants and len(a.participants) == 2
+    assert a.bytes_down - b.bytes_down == client_bytes * len(a.participants)        # the average's downloads
+    assert b.bytes_server == server_bytes * len(b.participants)                      # the copies' uploads only
+    assert a.bytes_server == 2 * b.bytes_server
+    assert kept.stale == set(range(N)) and sent.stale == set(range(N)) - set(a.participants)
