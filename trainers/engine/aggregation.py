@@ -55,9 +55,10 @@ def aggregate(engine: Engine, agg: "Aggregation", ctx: "RoundContext", participa
     ledger.add("edge", "model upload", edge_up)
     up_done = max(up_done, start + edge_up)
     averaged = average_at_fed(engine, ctx.round, uploaded)
-    recipients = {"participants": devices, "all": engine.present(), "none": []}[agg.recipients]
+    present = engine.present()
+    recipients = {"participants": devices, "all": present, "none": []}[agg.recipients]
     # the devices that did not receive this average hold an older model: a later draw brings them up to date
-    engine.stale = (engine.stale | set(engine.present())) - set(recipients)
+    engine.stale = (engine.stale | set(present)) - set(recipients)
     if not recipients:     # the next participants download the global model at the start of their round
         return up_done
     return download_global(engine, recipients, ctx.round, [j for j in blocks if j in averaged], "avg", times,
