@@ -146,13 +146,27 @@ class EngineBenchResult:
         """``side``'s samples/s over ``reference``'s (side names: an algorithm, ``split_b``, ``central_b``,
         ``central_Nb``): the median over the repeats of the two measured in the same repeat, or the ratio of their
         bests where the repeats were not kept; None where either side was not measured."""
-        mine, theirs = self.repeat_samples_per_s.get(side), self.repeat_samples_per_s.get(reference)
-        if mine and theirs and len(mine) == len(theirs):
-            return statistics.median(m / t for m, t in zip(mine, theirs))
+        paired = self.paired_ratios(side, reference)
+        if paired:
+            return statistics.median(paired)
         best = {**self.sfl_samples_per_s, "split_b": self.split_b_samples_per_s,
                 "central_b": self.central_b_samples_per_s, "central_Nb": self.central_nb_samples_per_s}
         top, bottom = best.get(side), best.get(reference)
         return top / bottom if top and bottom else None
+
+    def paired_ratios(self, side: str, reference: str) -> list[float] | None:
+        """``side``'s samples/s over ``reference``'s in each repeat (the two measured seconds apart), in the repeats'
+        order; None where the repeats were not kept for both."""
+        mine, theirs = self.repeat_samples_per_s.get(side), self.repeat_samples_per_s.get(reference)
+        if mine and theirs and len(mine) == len(theirs):
+            return [m / t for m, t in zip(mine, theirs)]
+        return None
+
+    def ratio_b_range(self, algorithm: str | None = None) -> tuple[float, float] | None:
+        """The lowest and the highest of the repeats' × central b (:meth:`paired_ratios`), of which the table shows the
+        median: how far this machine's own drift moves the ratio. None with fewer than two paired repeats."""
+        paired = self.paired_ratios(algorithm or self.algorithms[0], "central_b")
+        return (min(paired), max(paired)) if paired and len(paired) > 1 else None
 
     def ratio_b(self, algorithm: str | None = None) -> float:
         """× central b (:meth:`side_ratio`; the first algorithm by default)."""
@@ -175,6 +189,7 @@ class EngineBenchResult:
         data["ratio_vs_central_b"] = {a: self.ratio_b(a) for a in self.algorithms}
         data["ratio_vs_central_Nb"] = {a: self.ratio_nb(a) for a in self.algorithms}
         data["ratio_vs_split_b"] = {a: self.ratio_split(a) for a in self.algorithms}
+        data["ratio_vs_central_b_range"] = {a: self.ratio_b_range(a) for a in self.algorithms}
         data["flops_vs_central_b"] = {a: self.flops_ratio(a) for a in self.algorithms if self.flops_ratio(a)}
         return data
 
@@ -217,6 +232,10 @@ class EngineBenchResult:
         else:
             lines.append(f"  {'centralized, batch N·b':<26} {self.central_nb_samples_per_s:10.1f} {'':>12} {'':>14} "
                          f"{memory('central_Nb')}")
+        ranges = {a: self.ratio_b_range(a) for a in self.algorithms}
+        if any(ranges.values()):
+            lines.append("  × central b in each repeat, lowest–highest (the table: their median): " + ", ".join(
+                f"{a} {span[0]:.2f}–{span[1]:.2f}" for a, span in ranges.items() if span))
         rss = f"{self.process_peak_rss_bytes / 2**20:.0f} MiB" if self.process_peak_rss_bytes else "unknown"
         note = MEMORY_NOTES.get(self.memory_measure, "not measured per side here")
         lines.append(f"  peak memory: {note}; the whole process's peak resident set (ru_maxrss) was {rss}")

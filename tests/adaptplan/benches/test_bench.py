@@ -467,6 +467,16 @@ def test_engine_result_json_and_report() -> None:
     assert (paired.ratio_b("psl"), paired.ratio_b("sfl-v2"), paired.ratio_nb("psl")) == (0.8, 1.2, 0.375)
     assert paired.to_json()["ratio_vs_central_b"] == {"psl": 0.8, "sfl-v2": 1.2}
     assert paired.side_ratio("psl", "sfl-v2") == 0.5 and paired.side_ratio("psl", "split_b") is None
+    # and the spread of those repeats' ratios beside it: psl 800/1000, 400/400, 600/1000; sfl-v2 1.2, 3, 1.2
+    assert paired.paired_ratios("psl", "central_b") == [0.8, 1.0, 0.6]
+    assert (paired.ratio_b_range("psl"), paired.ratio_b_range("sfl-v2")) == ((0.6, 1.0), (1.2, 3.0))
+    assert paired.to_json()["ratio_vs_central_b_range"] == {"psl": (0.6, 1.0), "sfl-v2": (1.2, 3.0)}
+    paired_lines = paired.report().splitlines()
+    assert paired_lines[6] == ("  × central b in each repeat, lowest–highest (the table: their median): psl 0.60–1.00, "
+                               "sfl-v2 1.20–3.00")
+    assert not any("lowest–highest" in line for line in _result().report().splitlines())   # repeats not kept: no line
+    one = _result(repeat_samples_per_s={"psl": [800.0], "central_b": [1000.0]})        # one repeat: no spread
+    assert one.ratio_b_range("psl") is None and not any("lowest–highest" in line for line in one.report().splitlines())
     uneven = _result(repeat_samples_per_s={"psl": [1.0], "central_b": [1.0, 2.0]})     # not paired: the bests
     assert uneven.ratio_b("psl") == 0.8
     assert lines[5].endswith("not run: N·b = 16,000 samples > 8,192")
