@@ -26,7 +26,9 @@ The measurements are interleaved ``repeats`` times. Each side's samples/s is its
 burst of load from other processes does not decide it; each ratio is the median over the repeats of the two
 sides' samples/s measured in the same repeat (seconds apart), so that neither does a machine whose speed drifts
 over minutes (measured: centralized batch b at 1,927 and 2,250 samples/s in two runs a minute apart on the idle
-2-core machine) — a ratio of two bests would pair one side's fast minute with the other's slow one. Peak memory
+2-core machine) — a ratio of two bests would pair one side's fast minute with the other's slow one. The report
+gives the lowest and highest of those per-repeat ratios beside each median (× central b), so that a gap can be told
+from the machine's drift. Peak memory
 per side: on CUDA ``torch.cuda.max_memory_allocated`` above what was allocated before the side
 started (the input data); on Linux CPUs the resident set's high-water mark (``VmHWM``, reset
 through ``/proc/self/clear_refs`` before the side, freed memory handed back with ``malloc_trim``)
