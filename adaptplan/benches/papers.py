@@ -418,12 +418,14 @@ def comparisons(todo: Sequence[Mapping[str, Any]], results: Sequence[RunResult],
 
 # ---- output --------------------------------------------------------------------------------------------------------
 
-COLUMNS = (("claim", 50), ("the paper's figure", 34), ("metric", 26), ("measured (mean)", 15), ("spread over seeds", 36),
-           ("verdict", 27))
+COLUMNS = ("claim", "the paper's figure", "metric", "measured (mean)", "spread over seeds", "verdict")
 
 
-def _row(cells: Sequence[str]) -> str:
-    return "  ".join(f"{c:<{w}}" for c, (_, w) in zip(cells, COLUMNS)).rstrip()
+def _aligned(rows: Sequence[Sequence[str]]) -> list[str]:
+    """The claims table's lines: a header, a rule and ``rows``, each column as wide as its widest cell."""
+    widths = [max(len(cell) for cell in column) for column in zip(COLUMNS, *rows)]
+    return ["  " + "  ".join(f"{c:<{w}}" for c, w in zip(cells, widths)).rstrip()
+            for cells in (COLUMNS, ["-" * w for w in widths], *rows)]
 
 
 def metric_name(c: Comparison, target: float) -> str:
@@ -447,12 +449,9 @@ def table(found: Sequence[Comparison], book: Mapping[str, Recipe], todo: Sequenc
                   f"  data: {recipe.run['dataset']}, {recipe.run['devices']} devices, model {recipe.run['model']}"
                   + (f", cut {recipe.run['cut']}" if recipe.run.get("cut") is not None else ", cuts by each policy")
                   + f"; partitions: {', '.join(p.label for p in recipe.partitions)}",
-                  f"  setting — {recipe.setting.describe()}",
-                  "  " + _row([name for name, _ in COLUMNS]), "  " + _row(["-" * w for _, w in COLUMNS])]
-        for c in found:
-            if c.claim.paper == key:
-                lines.append("  " + _row([c.claim.claim, c.claim.source, metric_name(c, goal), c.measured, c.spread,
-                                          c.verdict]))
+                  f"  setting — {recipe.setting.describe()}"]
+        lines += _aligned([[c.claim.claim, c.claim.source, metric_name(c, goal), c.measured, c.spread, c.verdict]
+                           for c in found if c.claim.paper == key])
         lines.append(plateau_line(found, key))
     failing = [c for c in found if c.verdict != "holds"]
     lines.append("")

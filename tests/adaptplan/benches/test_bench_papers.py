@@ -181,6 +181,14 @@ def test_quick_run_writes_the_printed_table_json_and_plot(tmp_path, capsys) -> N
         assert f"{claim['measured']:+.1f} pts" in table
         assert f"{100 * a['final_accuracy']:.1f}% / {100 * a['final_local_accuracy']:.1f}%" in table
     assert table.count("setting — every method:") == 2                  # once above each paper's claims
+    for block in table.split("\n\n")[1:3]:             # each paper's claims: one column start per header name
+        lines = block.splitlines()
+        head = next(i for i, line in enumerate(lines) if line.startswith("  claim "))
+        rule, rows = lines[head + 1], lines[head + 2:-1]
+        starts = [i for i in range(1, len(rule)) if rule[i] == "-" and rule[i - 1] == " "]
+        assert len(starts) == 6 and len(rows) >= 2
+        for row in rows:                                   # every cell begins where its column does, none too wide
+            assert all(row[i - 2:i] == "  " and row[i] != " " for i in starts[1:])
     assert table.count("  plateau check (") == 2                          # and each paper's baselines checked
     assert "sl (dirichlet α=0.1, global)" in table and "sfl-v1 (dirichlet-equal α=0.1, local)" in table
     assert all("b_rise_pts" in c and "b_plateaued" in c for c in data["claims"])
