@@ -18,12 +18,14 @@ def _seconds(value: float) -> str:
     return f"{value:.2f} s" if value < 100 else f"{value:,.1f} s"
 
 
-def format_table(headers: list[str], rows: list[list[str]]) -> str:
-    """Plain left/right-aligned text table (numbers right-aligned)."""
+def format_table(headers: list[str], rows: list[list[str]], *, numbers_right: bool = True) -> str:
+    """Plain text table: a header, a rule and ``rows``, each column as wide as its widest cell; the first column
+    left-aligned, the others right-aligned (numbers) unless ``numbers_right`` is false (text: all left-aligned)."""
     widths = [max(len(h), *(len(r[k]) for r in rows)) if rows else len(h) for k, h in enumerate(headers)]
 
     def line(cells: list[str]) -> str:
-        return "  ".join(c.rjust(w) if k else c.ljust(w) for k, (c, w) in enumerate(zip(cells, widths)))
+        return "  ".join(c.rjust(w) if k and numbers_right else c.ljust(w)
+                         for k, (c, w) in enumerate(zip(cells, widths)))
 
     return "\n".join([line(headers), "  ".join("-" * w for w in widths), *(line(r) for r in rows)])
 

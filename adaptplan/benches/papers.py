@@ -63,6 +63,7 @@ from adaptplan.benches import recipes
 from adaptplan.benches.recipes import Recipe
 from adaptplan.benches.runs import RunResult, pct, run_jobs, run_state, seconds
 from adaptplan.errors import InputError
+from adaptplan.report import format_table
 
 PAPERS = recipes.NAMES
 DEFAULT_SEEDS = 3
@@ -422,10 +423,9 @@ COLUMNS = ("claim", "the paper's figure", "metric", "measured (mean)", "spread o
 
 
 def _aligned(rows: Sequence[Sequence[str]]) -> list[str]:
-    """The claims table's lines: a header, a rule and ``rows``, each column as wide as its widest cell."""
-    widths = [max(len(cell) for cell in column) for column in zip(COLUMNS, *rows)]
-    return ["  " + "  ".join(f"{c:<{w}}" for c, w in zip(cells, widths)).rstrip()
-            for cells in (COLUMNS, ["-" * w for w in widths], *rows)]
+    """The claims table's lines, indented: a header, a rule and ``rows``, every column left-aligned."""
+    table = format_table(list(COLUMNS), [list(row) for row in rows], numbers_right=False)
+    return ["  " + line.rstrip() for line in table.splitlines()]
 
 
 def metric_name(c: Comparison, target: float) -> str:

@@ -189,6 +189,7 @@ def test_quick_run_writes_the_printed_table_json_and_plot(tmp_path, capsys) -> N
         assert len(starts) == 6 and len(rows) >= 2
         for row in rows:                                   # every cell begins where its column does, none too wide
             assert all(row[i - 2:i] == "  " and row[i] != " " for i in starts[1:])
+        assert all(line == line.rstrip() for line in lines[head:])    # no padding left at a line's end
     assert table.count("  plateau check (") == 2                          # and each paper's baselines checked
     assert "sl (dirichlet α=0.1, global)" in table and "sfl-v1 (dirichlet-equal α=0.1, local)" in table
     assert all("b_rise_pts" in c and "b_plateaued" in c for c in data["claims"])
