@@ -474,12 +474,14 @@ def test_a_killed_device_rank_started_again_is_taken_back(tmp_path: Path) -> Non
         f"saved in {str(out)!r} — continue with: adaptplan train --out {out} --resume --runtime mqtt"), err
     assert ("rank 3 (devices 1, 3, 5) came back as a new process; gas takes devices 1, 3, 5 back (from the global "
             "client model where there is one, else the initial weights)") in err, err
+    assert err.index("gas goes on without devices 1, 3, 5 (partial participation") < err.index("came back as a new process")
     records = History.load(out).records
     assert [r.round for r in records] == list(range(1, len(records) + 1))
-    assert "absent_devices" not in records[-1].metrics
+    # Absent from the round it was lost in until the one it came back at. That is no round at all when the loss
+    # was found between two rounds (fetching its blocks for a checkpoint) and its new process had already asked.
     back = max((r.round for r in records if "absent_devices" in r.metrics), default=0)
-    assert 0 < back < len(records) - 4
-    assert {1, 3, 5} & {d for r in records[back:] for d in r.participants}
+    assert back < len(records) - 4 and "absent_devices" not in records[-1].metrics
+    assert {1, 3, 5} & {d for r in records[-5:] for d in r.participants}
     assert load_checkpoint(out)["engine"]["absent"] == []
 
 
