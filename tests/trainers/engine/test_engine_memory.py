@@ -201,6 +201,29 @@ def test_a_recomputing_device_holds_no_activations_while_it_waits() -> None:
     assert not batch_norm.can_recompute and device.can_recompute
 
 
+def test_a_recomputed_forward_replays_its_dropout_masks_and_leaves_the_random_stream_alone() -> None:
+    """The forward run again at backward time draws the masks the first one drew (the same gradient and step
+    as without recomputing), and the run's random numbers after it are those it would have drawn anyway."""
+    from trainers.roles.messages import CutGradient
+    from trainers.roles.optim import OptimizerSpec
+
+    d = data()
+    outcomes = []
+    for recompute in (False, True):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Sequential(nn.Flatten(), nn.Linear(64, 32), nn.Dropout(0.5)), nn.Linear(32, 3))
+        device = Device(0, model, 1, d.x_train, d.y_train, d.parts[0], BATCH, [0, 0], OptimizerSpec(lr=0.1))
+        sent = device.forward(1, recompute=recompute)
+        drawn_meanwhile = torch.rand(3)                # the run goes on drawing while the device waits
+        device.backward(CutGradient(0, 1, sent.step, torch.linspace(-1, 1, sent.tensor.numel()).view_as(sent.tensor)))
+        outcomes.append((sent.tensor, drawn_meanwhile, torch.rand(3), [p.detach().clone() for p in device.blocks.parameters()]))
+    (plain_a, plain_mid, plain_next, plain_w), (re_a, re_mid, re_next, re_w) = outcomes
+    assert (plain_a == 0).any() and torch.equal(plain_a, re_a)                     # dropout did drop, the same units
+    assert torch.equal(plain_mid, re_mid) and torch.equal(plain_next, re_next)
+    assert all(torch.equal(a, b) for a, b in zip(plain_w, re_w))
+    assert not torch.equal(plain_w[0], model[0][1].weight)                          # the step did change the weights
+
+
 @pytest.mark.parametrize("extra, mode, expected", [(0, "auto", False), (1, "auto", True), (-10**9, "on", True),
                                                    (10**9, "off", False)])
 def test_auto_recomputes_only_when_the_waiting_graphs_exceed_the_budget(extra, mode, expected) -> None:
