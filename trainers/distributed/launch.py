@@ -13,10 +13,10 @@ When a rank ends with an error or a signal, the others get ``GRACE_SECONDS`` to 
 (rank 0 aborts them with the reason; a lost connection ends them at once) before they are
 terminated — after a device or fed server rank's end, ``detect_seconds`` more (the time rank 0 may take to
 notice it: over MQTT a dead rank is named after ``--rank-timeout``), and after rank 0's own end a fresh
-``GRACE_SECONDS`` for the ranks it aborted; then one line per failed rank and where to resume from. Under an algorithm that allows
-partial participation (``partial=True``: SCALA, CycleSL, GAS) a device rank's end is not a failure:
-rank 0 goes on without its devices (and says so); the run ends when rank 0 and the fed server have,
-device ranks still running then having been taken out of it.
+``GRACE_SECONDS`` for the ranks it aborted, instead of what was left of that allowance; then one line per
+failed rank and where to resume from. Under an algorithm that allows partial participation (``partial=True``:
+SCALA, CycleSL, GAS) a device rank's end is not a failure: rank 0 goes on without its devices (and says so);
+the run ends when rank 0 and the fed server have, device ranks still running then having been taken out of it.
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def launch_local(train_args: list[str], world_size: int, num_devices: int, out: 
 
 def _watch(procs: list[subprocess.Popen], partial: bool, detect_seconds: float = 0.0) -> set[int]:
     """Wait for the ranks; a rank that failed stops the others after a grace period (module docstring: GRACE_SECONDS,
-    plus ``detect_seconds`` while rank 0 has yet to notice, renewed when rank 0 ends); the ranks stopped are
+    plus ``detect_seconds`` while rank 0 has yet to notice; a fresh GRACE_SECONDS from rank 0's end); the ranks stopped are
     returned. With ``partial``, the run is over once the edge and fed server ranks finished (device ranks still
     running then were taken out of it and are stopped by the caller)."""
     deadline: float | None = None
@@ -124,8 +124,8 @@ def _watch(procs: list[subprocess.Popen], partial: bool, detect_seconds: float =
         if deadline is None and any(c not in (None, 0) for c in counted):
             deadline = now + GRACE_SECONDS + (detect_seconds if polled[EDGE_RANK] is None else 0.0)
         if deadline is not None and not edge_done and polled[EDGE_RANK] is not None:
-            edge_done = True                # rank 0 ended (it told the others why): they get a grace of their own
-            deadline = max(deadline, now + GRACE_SECONDS)
+            edge_done = True                # rank 0 ended (it told the others why): they get a grace of their own,
+            deadline = now + GRACE_SECONDS  # and no more time for rank 0 to notice (it has ended)
         if deadline is not None and now > deadline:
             return _stop(procs)
         time.sleep(POLL_SECONDS)

@@ -776,6 +776,22 @@ def test_a_killed_device_rank_gives_rank_0_its_time_out_to_stop_the_others(ranks
     assert "rank 0 (edge server) did not stop within 0.05 s" in capsys.readouterr().err
 
 
+def test_once_rank_0_has_ended_the_others_get_a_fresh_grace_not_the_rest_of_its_time_out(ranks, capsys,
+                                                                                         monkeypatch) -> None:
+    """A hanging device rank (SIGSTOP: it ignores SIGTERM) named by rank 0, which then ends, as the fed server did
+    before it: the launcher stops the hanging rank GRACE_SECONDS after rank 0's end, not after the whole allowance
+    for rank 0 to notice (detect_seconds, counted from the fed server's end), which would be a minute here."""
+    monkeypatch.setattr(launch, "GRACE_SECONDS", 0.05)
+    ranks.plan = {0: (3, "", 0.2), 1: (3, "adaptplan train: rank 1 (fed server) stopped: rank 2 lost\n", 0.1),
+                  2: (None, "")}
+    start = time.monotonic()
+    assert launch.launch_local([], 3, 3, None, detect_seconds=60.0) == 3
+    assert time.monotonic() - start < 10                                  # 60 s with the allowance kept
+    assert [p.rank for p in ranks.started if p.terminated] == [2]
+    assert capsys.readouterr().err.splitlines() == [
+        "adaptplan train: rank 2 (devices 0, 1, 2) did not stop within 0.05 s of the failure and was terminated"]
+
+
 def test_train_distributed_hands_the_launcher_every_flag_after_train(monkeypatch) -> None:
     from adaptplan.cli import main
     from trainers.distributed import launch
