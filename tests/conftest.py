@@ -68,15 +68,25 @@ SLOW_TESTS = (
 ``--durations``); the quick tier leaves them out, CI runs everything."""
 
 
+PROCESS_GROUP = "processes"
+"""The pytest-xdist group (``--dist loadgroup``, pyproject.toml's addopts) of :data:`SLOW_FILES`' tests: one worker runs
+them one after another, as a serial run would, so that two of them never share the cores with their ranks (several
+of them time ranks out or time emulated links); the other worker runs the rest beside them."""
+
+
 def pytest_collection_modifyitems(config, items):
-    """Mark the slow tests (``slow``); a listed test that no longer exists is an error, so the list cannot rot."""
+    """Mark the slow tests (``slow``) and put the multi-process ones in one xdist group (:data:`PROCESS_GROUP`); a
+    listed test that no longer exists is an error, so the list cannot rot."""
     matched = set()
     for item in items:
         node = item.nodeid
-        hits = [p for p in SLOW_TESTS if node.startswith(p)] + [f for f in SLOW_FILES if node.startswith(f + "::")]
+        files = [f for f in SLOW_FILES if node.startswith(f + "::")]
+        hits = [p for p in SLOW_TESTS if node.startswith(p)] + files
         if hits:
             item.add_marker(pytest.mark.slow)
             matched.update(hits)
+        if files:
+            item.add_marker(pytest.mark.xdist_group(PROCESS_GROUP))
     selected_files = {item.nodeid.split("::", 1)[0] for item in items}
     stale = [p for p in (*SLOW_TESTS, *SLOW_FILES) if p.split("::", 1)[0] in selected_files and p not in matched
              and not any(item.nodeid.startswith(p) for item in items)]

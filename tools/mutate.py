@@ -374,7 +374,8 @@ def python_files(root: Path, targets: list[str]) -> list[str]:
 def run_tests(copy_root: Path, python: str, test_args: list[str], timeout: float) -> tuple[str, float]:
     """Run pytest in ``copy_root``; return ("pass" | "fail" | "timeout", seconds)."""
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PYTHONPATH=str(copy_root))
-    command = [python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *test_args]
+    # -n 0: one process (pyproject's addopts would start a pytest-xdist worker per core for every mutant)
+    command = [python, "-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider", *test_args]
     start = time.perf_counter()
     proc = subprocess.Popen(command, cwd=copy_root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
@@ -441,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Single-point mutation testing on a temporary copy of the repository.")
     parser.add_argument("targets", nargs="+", help="package folders or .py files, relative to --root")
     parser.add_argument("--tests", default="tests", help='pytest arguments run for every mutant (default "tests"); '
-                        "-x -q -p no:cacheprovider are always added")
+                        "-x -q -n 0 -p no:cacheprovider are always added")
     parser.add_argument("--root", default=".", help="repository root (copied to a temporary folder; default .)")
     parser.add_argument("--sample", type=int, default=None, help="test only N mutants drawn at random (default: all)")
     parser.add_argument("--seed", type=int, default=0, help="random seed of --sample (default 0)")
