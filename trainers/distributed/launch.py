@@ -122,7 +122,7 @@ def _watch(procs: list[subprocess.Popen], partial: bool, detect_seconds: float =
         counted = polled[:FED_RANK + 1] if partial else polled
         now = time.monotonic()
         if deadline is None and any(c not in (None, 0) for c in counted):
-            deadline = now + GRACE_SECONDS + (detect_seconds if polled[EDGE_RANK] is None else 0.0)
+            deadline = now + GRACE_SECONDS + detect_seconds       # rank 0 ended already: replaced just below
         if deadline is not None and not edge_done and polled[EDGE_RANK] is not None:
             edge_done = True                # rank 0 ended (it told the others why): they get a grace of their own,
             deadline = now + GRACE_SECONDS  # and no more time for rank 0 to notice (it has ended)
