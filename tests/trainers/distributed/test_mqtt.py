@@ -480,7 +480,10 @@ def test_a_killed_device_rank_started_again_is_taken_back(tmp_path: Path) -> Non
     # Absent from the round it was lost in until the one it came back at. That is no round at all when the loss
     # was found between two rounds (fetching its blocks for a checkpoint) and its new process had already asked.
     back = max((r.round for r in records if "absent_devices" in r.metrics), default=0)
-    assert back < len(records) - 4 and "absent_devices" not in records[-1].metrics
+    rounds = [(r.round, r.metrics.get("absent_devices"), sorted(r.participants)) for r in records]
+    # the message names each round's absent devices and participants: this failed in 1 of 7 runs beside a busy core and
+    # 1 of 5 whole suites on two workers (2026-12-03), cause not found yet
+    assert back < len(records) - 4 and "absent_devices" not in records[-1].metrics, (rounds, err)
     assert {1, 3, 5} & {d for r in records[-6:] for d in r.participants}      # the 6 rounds after it came back
     assert load_checkpoint(out)["engine"]["absent"] == []
 
