@@ -4,8 +4,10 @@ launcher, waiting for a file, and the check of a run that went on after losing d
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -17,6 +19,25 @@ def adaptplan(*argv: str, timeout: float = 240) -> subprocess.CompletedProcess:
     """``adaptplan ARGV`` in a fresh interpreter (as a user runs it)."""
     return subprocess.run([sys.executable, "-m", "adaptplan.cli", *argv], capture_output=True, text=True,
                           timeout=timeout, cwd=Path(__file__).resolve().parents[1])
+
+def finished_slowly(tmp_path: Path, argv: list[str], seconds: float, timeout: float = 240) -> subprocess.CompletedProcess:
+    """``adaptplan train ARGV`` whose rank 0 (``RANK=0``) sleeps ``seconds`` before each history write, the work
+    rank 0 does after training (a ``sitecustomize`` module on ``PYTHONPATH`` wraps :meth:`History.save`)."""
+    hook = tmp_path / "slow_rank0"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(textwrap.dedent(f"""\
+        import os, time
+        if os.environ.get("RANK") == "0":
+            from trainers.run.history import History
+            _save = History.save
+            def save(self, *args, **kwargs):
+                time.sleep({seconds!r})
+                return _save(self, *args, **kwargs)
+            History.save = save
+        """))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])))
+    return subprocess.run([sys.executable, "-m", "adaptplan.cli", "train", *argv], capture_output=True, text=True,
+                          timeout=timeout, cwd=Path(__file__).resolve().parents[1], env=env)
 
 def losses(folder: Path) -> list[float]:
     return [r.train_loss for r in History.load(folder).records]

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from trainers.distributed.control import DeviceSpec, Envelope, Layout, LinkRates, Readmit, Rejoin, Report, Setup
+from trainers.distributed.control import DeviceSpec, Envelope, Layout, LinkRates, Readmit, Rejoin, Report, Setup, Stop
 from trainers.distributed.layout import FED_RANK, SETUP_TIMEOUT_FACTOR, RankLayout
 from trainers.distributed.timing import StageLedger, book_transfer, link_rate
 from trainers.distributed.transport import FrameChannel, PeerError
@@ -61,6 +61,7 @@ class RankNetwork:
         self.lost: dict[int, str] = {}        # device rank → why it was taken out of the run
         self.returning: set[int] = set()      # lost device ranks whose new process asked to come back
         self._setups: dict[int, Setup] = {}
+        self.released = False                # Stop sent: the other ranks end (:meth:`release`)
 
     # ---- setting the device ranks up -------------------------------------------------------------------
     def setup(self, engine: "SplitEngine", optimizer: OptimizerSpec, seed: int) -> "RankNetwork":
@@ -217,6 +218,16 @@ class RankNetwork:
                                float(system.edge_to_fed_bps), float(system.fed_to_edge_bps))
         for rank in [FED_RANK, *self._live(self.layout.device_ranks)]:
             self._send(self.rates, rank)
+
+    def release(self) -> None:
+        """:class:`Stop` to every rank still in the run, once: they end with exit code 0 while rank 0 writes
+        the run's files (however long that takes, they no longer wait on rank 0 past ``--rank-timeout``)."""
+        if self.released:
+            return
+        self.released = True
+        lost = sorted(self.lost)
+        for rank in [FED_RANK, *self._live(self.layout.device_ranks)]:
+            self._send(Stop(lost), rank)
 
     def end_round(self, round_index: int) -> dict[str, float]:
         """Every rank checks its models and reports its measured seconds (rank 0 raises the first

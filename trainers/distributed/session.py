@@ -133,14 +133,27 @@ class EdgeSession:
         kwargs["network"] = network.setup
         return SplitEngine(chain, *args, **kwargs)
 
+    @property
+    def released(self) -> bool:
+        """Whether the other ranks were told to stop (training ended: :meth:`RankNetwork.release`)."""
+        return self.network is not None and self.network.released
+
     def finish(self) -> None:
-        lost = sorted(self.network.lost) if self.network is not None else []
-        for r in self.others:
-            self.channel.send(Stop(lost), r)
+        """The clean end: :class:`Stop` to every rank (where training's end has not sent it already), then
+        deliver what is queued."""
+        if self.network is not None:
+            self.network.release()
+        else:
+            for r in self.others:
+                self.channel.send(Stop([]), r)
         leave(self.channel)
 
     def abort(self, reason: str) -> None:
-        """Best effort: tell every rank why the run stops (a device rank's new process too); never raises."""
+        """Best effort: tell every rank why the run stops (a device rank's new process too); never raises.
+        Ranks already released (a failure after training ended, e.g. writing a plot) have ended with
+        code 0 and are told nothing: rank 0 alone reports it."""
+        if self.released:
+            return
         for r in self.others:
             if self.channel.restarted(r):
                 self.channel.admit(r)

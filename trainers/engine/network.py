@@ -59,6 +59,11 @@ class Network(Protocol):
         """Every host checks its models for NaN/inf (:class:`NonFiniteError`); the measured seconds per
         stage of the round where a runtime measures them, else None."""
 
+    def release(self) -> None:
+        """Training is over (the last round trained and evaluated): nothing more is sent to the hosts.
+        A runtime of processes lets them end now, not after the run's files are written
+        (a rank held on past its time-out would end with a failure). Nothing to do in one process."""
+
 
 class LocalNetwork:
     """Every device in one :class:`DeviceHost` and the fed server in a :class:`FedHost`, in this
@@ -138,6 +143,9 @@ class LocalNetwork:
         if self.device_host.devices:
             self.send(next(iter(self.device_host.devices)), RoundEnd(round_index))
         return None
+
+    def release(self) -> None:
+        pass
 
 
 def _name(address: Address) -> str:

@@ -412,6 +412,10 @@ class SplitEngine:
     def evaluate_local(self, batch_size: int = EVAL_BATCH_SIZE) -> float | None:
         return self.models.evaluate_local(batch_size)
 
+    def release(self) -> None:
+        """Training is over: the network's hosts may end (:meth:`~trainers.engine.network.Network.release`)."""
+        self.net.release()
+
     def check_models_finite(self, round_index: int) -> None:
         """Raise NonFiniteError naming the round and device (or the server instance) on NaN/inf
         (the devices' hosts check theirs, then the edge server its instances; the first offending

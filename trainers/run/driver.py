@@ -437,6 +437,7 @@ class Trainer:
                         status = "KILLED"
                         raise Interrupted(signum, t, out, c.runtime.resume_command(out) if out else "")
             self._final_evaluation()
+            self.engine.release()                # the other ranks end now, not after the files below
             self._save_history(out)
             self._save_plot(out)
             status = "FINISHED"

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from adaptplan.cli import main
-from tests.process_runs import adaptplan, after_loss, losses, rank_pids, simulate, wait_for
+from tests.process_runs import adaptplan, after_loss, finished_slowly, losses, rank_pids, simulate, wait_for
 from trainers.config.train_config import ALGORITHMS
 from trainers.run.checkpoint import load_checkpoint
 from trainers.run.history import History
@@ -89,6 +89,18 @@ def _start(tmp_path: Path, argv: list[str]) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "adaptplan.cli", "train", "--distributed", *argv],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=Path(__file__).resolve().parents[3])
+
+
+def test_a_finished_run_exits_0_on_every_rank_however_long_rank_0_writes_its_files(tmp_path: Path) -> None:
+    """Issue 65: rank 0 writes the history, plot and event files after training; the other ranks are released
+    when training ends (Stop after the last evaluation), so a write slower than their --rank-timeout (1.5 x 2 s
+    of silence) does not end them with code 3. The launcher returns 0 only when every rank did."""
+    out = tmp_path / "run"
+    run = finished_slowly(tmp_path, ["--distributed", "--algorithm", "sfl-v1", "--devices", "3", "--rounds", "2",
+                                     "--rank-timeout", "2", *SMALL, "--cuts", "2", "--out", str(out)], seconds=8)
+    assert run.returncode == 0, run.stderr
+    assert "sent nothing" not in run.stderr and "Traceback" not in run.stderr, run.stderr
+    assert [r.round for r in History.load(out).records] == [1, 2]
 
 
 def test_a_killed_device_rank_stops_every_rank_cleanly_and_resume_continues(tmp_path: Path) -> None:

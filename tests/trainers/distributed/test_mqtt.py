@@ -27,6 +27,7 @@ from trainers.distributed.broker import acl_text, start_local_broker
 from trainers.distributed.launch import free_port
 from trainers.distributed.mqtt import BrokerLogin, MqttChannel, frame_topic
 from trainers.distributed.transport import PeerError
+from tests.process_runs import finished_slowly
 from trainers.run.history import History
 
 MOSQUITTO = shutil.which("mosquitto") or shutil.which("mosquitto", path="/usr/sbin:/usr/local/sbin")
@@ -328,6 +329,17 @@ def test_partial_participation_over_mqtt_has_the_simulations_losses(tmp_path: Pa
     got = [r.train_loss for r in History.load(tmp_path / "mqtt").records]
     expected = [r.train_loss for r in History.load(tmp_path / "sim").records]
     assert len(got) == 5 and max(abs(a - b) for a, b in zip(got, expected)) <= 1e-4
+
+
+def test_a_finished_run_over_mqtt_exits_0_on_every_rank_however_long_rank_0_writes_its_files(tmp_path: Path) -> None:
+    """Issue 65: as over torch.distributed, rank 0's slow history write (8 s against 1.5 x 2 s of silence allowed)
+    comes after the other ranks were released: every rank exits 0."""
+    out = tmp_path / "run"
+    run = finished_slowly(tmp_path, ["--runtime", "mqtt", "--algorithm", "sfl-v1", "--devices", "3", "--rounds", "2",
+                                     "--rank-timeout", "2", *SMALL, "--cuts", "2", "--out", str(out)], seconds=8)
+    assert run.returncode == 0, run.stderr
+    assert "sent nothing" not in run.stderr and "Traceback" not in run.stderr, run.stderr
+    assert [r.round for r in History.load(out).records] == [1, 2]
 
 
 def test_a_killed_device_rank_is_named_after_the_time_out_and_the_run_resumes(tmp_path: Path) -> None:
