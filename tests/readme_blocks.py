@@ -18,3 +18,8 @@ def readme_section(heading: str, document: str = "README.md") -> str:
 def bash_blocks(section: str) -> list[str]:
     """The ```bash code blocks of ``section``, stripped."""
     return [block.strip() for block in re.findall(r"```bash\n(.*?)```", section, flags=re.S)]
+
+
+def python_snippets(document: str = "README.md") -> list[str]:
+    """Every ```python code block of ``document``, as written."""
+    return re.findall(r"```python\n(.*?)```", (ROOT / document).read_text(encoding="utf-8"), flags=re.S)

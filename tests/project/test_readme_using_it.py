@@ -1,5 +1,5 @@
-"""docs/usage.md's "Using it" commands all run, in order, from a fresh clone (issue 14), and the README's ten-line
-tour is made of them.
+"""docs/usage.md's "Using it" commands all run, in order, from a fresh clone (issue 14); the README's ten-line
+tour is their beginning, and the README's Python snippets run right after it, in the same folder (issue 65).
 
 The ```bash block after "## Using it" is read from docs/usage.md (never copied here) and every line is
 run, in the order written, in one empty working folder, so that a line may use what an earlier one
@@ -33,9 +33,11 @@ from adaptplan.constants import ConvergenceConstants
 from adaptplan.model_profile import ModelProfile
 from adaptplan.system import SystemSpec
 from tests.cli_checks import adaptplan_entry_point
-from tests.readme_blocks import bash_blocks, readme_section
+from tests.readme_blocks import bash_blocks, python_snippets, readme_section
 
 PNG = b"\x89PNG\r\n\x1a\n"
+LEARNS_WITHIN = 20   # rounds: a tour run this long must show learning (shorter ones say they only show that it runs)
+LEARNED = 2.0        # ... by ending at least at this multiple of chance accuracy
 SHELL_SYNTAX = re.compile(r"[|&;<>$`(){}]")   # pipes, redirections, variables, sub-shells: not used in the block
 
 
@@ -142,6 +144,10 @@ def check_train(args: argparse.Namespace, out: str, context: dict) -> None:
     assert all(0 <= r["accuracy"] <= 1 for r in records if r["accuracy"] is not None)
     assert is_png(folder / "accuracy.png")
     assert len((folder / "history.csv").read_text().strip().splitlines()) == args.rounds + 1
+    if args.rounds >= LEARNS_WITHIN:   # a tour run shows learning: it ends well above chance (issue 65)
+        chance = 1 / history["meta"]["num_classes"]
+        last = [r["accuracy"] for r in records if r["accuracy"] is not None][-1]
+        assert last >= LEARNED * chance, f"{folder} ended at accuracy {last:.3f}, chance is {chance:.3f}"
     if args.resume:   # the rounds before the checkpoint are kept as they were, and the run goes on
         assert _comparable(records[:len(context["records"])]) == _comparable(context["records"])
         assert len(context["records"]) < args.rounds and config["rounds"] == args.rounds
@@ -239,13 +245,19 @@ BEFORE: dict[str, Callable[[argparse.Namespace], dict]] = {"train": before_train
 
 # --- the tests -----------------------------------------------------------------------------------
 
-def test_the_readmes_tour_is_lines_of_the_tested_block() -> None:
-    """The README's ten-line tour runs as tested here: each of its commands is one of the block's (comments aside)."""
+def readme_tour_lines() -> list[str]:
     tour = bash_blocks(readme_section("A ten-line tour"))
     assert len(tour) == 1
-    lines = [line.strip() for line in tour[0].splitlines() if line.strip()]
-    tested = [words(line) for line in using_it_lines()]
-    assert len(lines) == 10 and all(words(line) in tested for line in lines), lines
+    return [line.strip() for line in tour[0].splitlines() if line.strip()]
+
+
+def test_the_readmes_tour_is_the_tested_blocks_beginning() -> None:
+    """The README's ten-line tour runs as written, in its order, from an empty folder: it is the first ten lines
+    of the block run below (comments aside), and the README's Python snippets run right after them."""
+    lines = readme_tour_lines()
+    assert len(lines) == 10
+    assert [words(line) for line in lines] == [words(line) for line in using_it_lines()[:len(lines)]]
+    assert python_snippets()
 
 
 def test_every_line_is_one_checked_adaptplan_command():
@@ -280,4 +292,7 @@ def test_using_it_commands_run_in_order_from_an_empty_folder(tmp_path, monkeypat
             CHECKS[args.command](args, out, {**before, "err": err})   # context: state before the run, stderr
         except Exception as exc:
             raise AssertionError(f"README 'Using it' line {number} did not do what it says: {line}\n{exc}") from exc
+        if number == len(readme_tour_lines()):   # the README's tour is done: its Python snippets, as a reader runs them
+            for index, snippet in enumerate(python_snippets(), 1):
+                exec(compile(snippet, f"README.md python snippet {index}", "exec"), {"__name__": "__readme__"})
     record_property("seconds_per_line", [(round(seconds, 2), line) for seconds, line in timings])   # --junitxml

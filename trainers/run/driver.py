@@ -106,6 +106,7 @@ class Trainer:
         self.process, self.clock = self._system_clock(system)
         parts, local_test = self._partition(manifest)
         cuts, interval, event = self._initial_plan()
+        self.notes += [note for note in [self._interval_note(interval)] if note]
         self.engine = engine_factory(self.blocks, cuts, self.strategy,
                                   DeviceData(self.dataset.x_train, self.dataset.y_train, x_test, y_test, parts,
                                              self.dataset.num_classes, local_test),
@@ -237,6 +238,15 @@ class Trainer:
             return [math.ceil(L / 2)] * c.data.devices, c.plan.interval or 1, {"source": "default", "reason": str(exc)}
         source = {"source": "planner"} if c.plan.policy is None else {"source": "policy", "policy": c.plan.policy}
         return self._one_client_model(cuts), c.plan.interval or self._planned_interval(interval), {**source, **details}
+
+    def _interval_note(self, interval: int) -> str | None:
+        """One line where the algorithm averages the devices' models every I rounds and I exceeds the run's
+        rounds: the run would end without ever averaging them (SCALA's default I = 20 in a 10-round run)."""
+        rounds = self.config.run.rounds
+        if not self.strategy.averages_clients or interval <= rounds:
+            return None
+        return (f"{self.config.algorithm} averages the devices' models every I = {interval} rounds, more than the run's "
+                f"{rounds} (--rounds): this run never averages them; give --interval {rounds} or less to see it do so")
 
     def _check_plan_model(self, plan: Plan) -> None:
         """The plan must record its model (``plan.model``, written by every plan the planner makes) and

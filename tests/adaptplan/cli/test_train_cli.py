@@ -584,3 +584,24 @@ def test_every_algorithm_stops_a_diverging_run_with_the_message_and_its_history(
     t = int(err[0].split("training diverged at round ")[1].split(":")[0])
     if t > 1:
         assert [r["round"] for r in json.loads((out / "history.json").read_text())["records"]] == list(range(1, t))
+
+
+@pytest.mark.parametrize("algorithm, interval, rounds, said", [
+    ("scala", None, 10, True),          # SCALA's default I = 20 > 10 rounds: never averaged
+    ("scala", 10, 10, False),           # averaged at round 10: the edge is not said
+    ("sfl-v1", 11, 10, True),
+    ("psl", 20, 10, False),             # PSL never averages client models: nothing to say
+])
+def test_an_interval_longer_than_the_run_is_said_in_one_line(capsys, algorithm: str, interval: int | None, rounds: int,
+                                                              said: bool) -> None:
+    """Issue 65: a tour's SCALA run kept its default I = 20 within 10 rounds and never aggregated, silently."""
+    argv = ["train", "--algorithm", algorithm, "--dataset", "synthetic", "--devices", "2", "--cuts", "1", "--rounds",
+            str(rounds), "--no-progress", "--model", "mlp", "--batch-size", "4", "--threads", "1", "--eval-every",
+            str(rounds), *(["--interval", str(interval)] if interval else [])]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    shown = interval or 20
+    line = (f"warning: {algorithm} averages the devices' models every I = {shown} rounds, more than the run's {rounds} "
+            f"(--rounds): this run never averages them; give --interval {rounds} or less to see it do so")
+    assert err.count(line) == (1 if said else 0), err
+    assert ("never averages them" in err) == said, err
