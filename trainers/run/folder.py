@@ -3,8 +3,8 @@
 * The folder must be creatable and writable — checked before the first round, not after the last.
 * A folder that already holds a run (``history.json`` or ``checkpoint.pt``) is continued only with
   ``resume`` and replaced only with ``overwrite`` (its run files are then removed first).
-* While a run writes to it, the folder is locked (``fcntl.flock`` on ``.adaptplan.lock``); a second
-  run on the same folder is refused with the first one's process id. Temporary files a killed run left
+* While a run writes to it, the folder is locked (``fcntl.flock`` on ``.adaptplan.lock``, removed when the run
+  ends); a second run on the same folder is refused with the first one's process id. Temporary files a killed run left
   behind (``.checkpoint.pt.*.tmp`` and the like, :func:`adaptplan.fileio.atomic_write`) are removed once
   the lock is held.
 * :class:`StopRequest` turns SIGINT/SIGTERM into a request honoured at the end of the round, so the
@@ -92,20 +92,26 @@ class RunFolder:
                     pass
 
     def _lock(self) -> None:
+        """Hold ``.adaptplan.lock``: the lock file is removed when the run ends (:meth:`release`), so a lock taken on
+        a file that its owner has just removed is let go and taken again on the file now at that name."""
         import fcntl
 
         lock = self.path / LOCK_NAME
-        try:
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise InputError(f"cannot lock {str(self.path)!r}: {exc.strerror or exc}", field="--out") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            owner = os.read(fd, 32).decode(errors="replace").strip() or "?"
-            os.close(fd)
-            raise InputError(f"{str(self.path)!r} is in use by another adaptplan run (process {owner}); wait for it or "
-                             "choose another --out", field="--out") from None
+        while True:
+            try:
+                fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:
+                raise InputError(f"cannot lock {str(self.path)!r}: {exc.strerror or exc}", field="--out") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                owner = os.read(fd, 32).decode(errors="replace").strip() or "?"
+                os.close(fd)
+                raise InputError(f"{str(self.path)!r} is in use by another adaptplan run (process {owner}); wait for it "
+                                 "or choose another --out", field="--out") from None
+            if _same_file(fd, lock):
+                break
+            os.close(fd)                 # removed by the run that held it, between our open and our lock
         try:
             os.ftruncate(fd, 0)
             os.write(fd, str(os.getpid()).encode())
@@ -115,15 +121,31 @@ class RunFolder:
         self._fd = fd
 
     def release(self) -> None:
+        """Remove the lock file (still holding it, so no other run holds it then) and let it go: a finished run
+        leaves no ``.adaptplan.lock`` behind."""
         if self._fd is not None:
             import fcntl
 
+            try:
+                (self.path / LOCK_NAME).unlink()
+            except OSError:
+                pass                     # removed by hand, or a read-only folder: the lock is let go all the same
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether the open ``fd`` is the file now at ``path`` (not one removed from there since it was opened)."""
+    try:
+        now = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino)
 
 
 class Interrupted(Exception):

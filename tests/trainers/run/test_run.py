@@ -234,6 +234,33 @@ def test_a_run_folder_is_made_with_its_parents_and_locked_with_this_process_id(t
         assert (nested / LOCK_NAME).read_text() == str(os.getpid())
     with RunFolder(nested):                   # an existing folder without a run is used as it is
         pass
+    assert not (nested / LOCK_NAME).exists()  # a run that ended leaves no lock file behind (issue 65)
+
+
+def test_a_lock_taken_on_a_file_its_owner_removed_is_taken_again_on_the_file_now_there(tmp_path, monkeypatch) -> None:
+    """The race that removing the lock file opens: run B opens the lock file, run A removes it and lets it go, B
+    locks the removed file while run C creates and locks a new one. B must see that its file is not the one at
+    the name any more, and lock the file now there (here it is free: A created none)."""
+    import fcntl
+
+    from trainers.run import folder
+    from trainers.run.folder import LOCK_NAME, RunFolder
+
+    run = tmp_path / "run"
+    run.mkdir()
+    real_flock, removed = fcntl.flock, []
+
+    def flock(fd: int, op: int) -> None:   # the owner removes the file between B's open and B's lock
+        if not removed:
+            removed.append(True)
+            (run / LOCK_NAME).unlink()
+        real_flock(fd, op)
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    with RunFolder(run) as held:
+        assert removed and folder._same_file(held._fd, run / LOCK_NAME)      # holds the file at the name
+        assert (run / LOCK_NAME).read_text() == str(os.getpid())
+    assert not (run / LOCK_NAME).exists()
 
 
 def test_mnist_subset_has_the_ten_digit_classes() -> None:
