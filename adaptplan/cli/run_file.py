@@ -66,6 +66,14 @@ def read_run_file(path: Path) -> dict[str, Any]:
         raise InputError(f"{where} is not TOML: {exc}", field=CONFIG_FLAG) from None
 
 
+OTHER_NAMES = {"learning-rate": "lr", "client-learning-rate": "client-lr", "server-learning-rate": "server-lr",
+               "num-devices": "devices", "clients": "devices", "num-clients": "devices", "epochs": "rounds",
+               "num-rounds": "rounds", "iterations": "rounds", "bs": "batch-size", "batch": "batch-size",
+               "aggregation-interval": "interval", "cut": "cuts", "cut-layer": "cuts", "data": "dataset"}
+"""Names other tools give an option (PyTorch, Flower, the papers), answered with adaptplan's: a close spelling
+alone (difflib) misses them (``learning_rate`` is not near ``lr``)."""
+
+
 def file_tokens(path: Path, parser: argparse.ArgumentParser) -> tuple[list[str], dict[str, Any]]:
     """The command-line tokens of the run file at ``path`` for the ``train`` parser ``parser``, and its
     Python-only options (the flat keys without a flag)."""
@@ -85,8 +93,11 @@ def file_tokens(path: Path, parser: argparse.ArgumentParser) -> tuple[list[str],
         action = actions.get(name)
         field = f"{path}: {key}"
         if action is None:
-            near = difflib.get_close_matches(name, list(actions), n=1)
-            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            if isinstance(value, dict):
+                raise InputError(f"[{key}] is a table; a run file is flat: write each option as a top-level "
+                                 "`name = value` line (as `adaptplan train --out DIR` writes config.toml)", field=field)
+            near = OTHER_NAMES.get(name) or next(iter(difflib.get_close_matches(name, list(actions), n=1)), None)
+            hint = f" (did you mean {near!r}?)" if near else ""
             raise InputError(f"{key!r} is not an option of adaptplan train{hint}", field=field)
         flag = "--" + name
         if action.nargs == 0:                                     # a switch: true gives it, false leaves it out

@@ -77,7 +77,11 @@ def test_the_command_lines_flags_override_the_file(tmp_path) -> None:
     ("cuts = []\n", r"run.toml: cuts: must be a list of numbers or texts"),
     ("cuts = [2, true]\n", r"run.toml: cuts: must be a list of numbers or texts"),
     ("cuts = [2, [3]]\n", r"run.toml: cuts: must be a list of numbers or texts"),
-    ("[data]\ndevices = 3\n", r"run.toml: data: 'data' is not an option"),
+    ("[data]\ndevices = 3\n", r"run.toml: data: \[data\] is a table; a run file is flat: write each option as a "
+                               r"top-level `name = value` line"),
+    ("learning_rate = 0.1\n", r"run.toml: learning_rate: 'learning_rate' is not an option of adaptplan train \(did you "
+                              r"mean 'lr'\?\)"),
+    ("epochs = 3\n", r"run.toml: epochs: 'epochs' is not an option of adaptplan train \(did you mean 'rounds'\?\)"),
     ("devices = \n", r"--config .*run.toml is not TOML"),
     ("config = \"other.toml\"\n", r"'config' is not an option"),
 ])
@@ -101,3 +105,13 @@ def test_a_mistyped_value_is_the_flags_own_error_and_a_missing_file_is_named(tmp
     assert "--config" in capsys.readouterr().err
     assert main(["train", "--config", str(tmp_path)]) == 2                    # a folder
     assert f"{str(tmp_path)!r} is not a file" in capsys.readouterr().err
+
+
+def test_every_other_name_answers_with_an_option_of_train() -> None:
+    """The names other tools use (learning_rate...) each point at a flag that exists, and none is itself one."""
+    from adaptplan.cli import build_parser
+    from adaptplan.cli.run_file import OTHER_NAMES
+
+    train = next(a for a in build_parser()._subparsers._group_actions[0].choices.values() if a.prog.endswith("train"))
+    flags = {s.removeprefix("--") for a in train._actions for s in a.option_strings if s.startswith("--")}
+    assert set(OTHER_NAMES.values()) <= flags and not set(OTHER_NAMES) & flags
