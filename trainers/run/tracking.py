@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +112,15 @@ ARTIFACTS = tuple(name for name in RUN_FILES if name != CHECKPOINT_NAME)
 file but the checkpoint."""
 
 
+def mlflow_store(uri: str, out: Path | None) -> tuple[str, str | None]:
+    """(tracking URI, artifact location or None) of ``--mlflow URI`` for the run folder ``out``: ``local`` is the
+    SQLite file ``out/mlflow.db`` with the artifacts in ``out/mlartifacts``; any other URI is MLflow's."""
+    if uri != MLFLOW_LOCAL:
+        return uri, None
+    assert out is not None, "--mlflow local needs --out"
+    return f"sqlite:///{(out / MLFLOW_DB).resolve()}", (out / MLFLOW_ARTIFACTS).resolve().as_uri()
+
+
 class MlflowLog:
     """The run logged to MLflow (docs/formats.md "Tracking"): one MLflow run in the experiment ``adaptplan``,
     named after the run folder, with every configuration value as a parameter, every round's record as metrics
@@ -136,11 +146,11 @@ class MlflowLog:
             raise InputError("needs the mlflow package: pip install 'adaptplan[mlflow]'", field="--mlflow") from None
         logging.getLogger("mlflow").setLevel(logging.WARNING)
         self.out = Path(out) if out else None
-        artifacts = None
-        if uri == MLFLOW_LOCAL:
-            assert self.out is not None
-            uri = f"sqlite:///{(self.out / MLFLOW_DB).resolve()}"
-            artifacts = (self.out / MLFLOW_ARTIFACTS).resolve().as_uri()
+        self.given = uri                    # written to mlflow-run.txt: "local" stays valid where the folder moves
+        uri, artifacts = mlflow_store(uri, self.out)
+        if self.given == MLFLOW_LOCAL and self.out is not None and not (self.out / MLFLOW_DB).exists():
+            print(f"MLflow: creating {self.out / MLFLOW_DB} (MLflow builds its database schema once per run folder: "
+                  "10-20 s on 2 cores)", file=sys.stderr, flush=True)
         self.uri = uri
         self.events: list[str] = []
         self._warned = False
@@ -164,14 +174,14 @@ class MlflowLog:
             raise InputError(f"MLflow at {uri[:120]!r} cannot be used ({type(exc).__name__}: "
                              f"{str(exc).splitlines()[0][:160] if str(exc) else ''})", field="--mlflow") from None
         if self.out is not None:
-            (self.out / MLFLOW_RUN_ID).write_text(f"{uri}\n{self.run_id}\n")
+            (self.out / MLFLOW_RUN_ID).write_text(f"{self.given}\n{self.run_id}\n")
 
     def _resumed_run(self) -> str | None:
         """The MLflow run this run folder logged to, where it is at this URI (None: a new one)."""
         if self.out is None or not (self.out / MLFLOW_RUN_ID).is_file():
             return None
         lines = (self.out / MLFLOW_RUN_ID).read_text().splitlines()
-        if len(lines) != 2 or lines[0] != self.uri:
+        if len(lines) != 2 or lines[0] not in (self.given, self.uri):   # the URI given (an older folder: resolved)
             return None
         try:
             self.client.get_run(lines[1])

@@ -34,8 +34,10 @@ def client(uri: str):
 
 def logged_run(out: Path):
     """The MLflow client and run the run folder ``out`` names (its mlflow-run.txt)."""
+    from trainers.run.tracking import mlflow_store
+
     uri, run_id = (out / "mlflow-run.txt").read_text().split()
-    tracking = client(uri)
+    tracking = client(mlflow_store(uri, out)[0])
     return tracking, tracking.get_run(run_id)
 
 
@@ -71,9 +73,11 @@ def check_against_history(out: Path, rounds: int, first_rounds: int | None = Non
     assert {"history.json", "history.csv", "config.toml", "accuracy.png"} <= names
 
 
-def test_the_local_store_holds_every_parameter_and_every_rounds_fields(tmp_path) -> None:
+def test_the_local_store_holds_every_parameter_and_every_rounds_fields(tmp_path, capsys) -> None:
     out = tmp_path / "run"
     assert main([*TINY, "--rounds", "4", "--out", str(out), "--mlflow", "local", "--participation", "0.5"]) == 0
+    assert capsys.readouterr().err.count(f"MLflow: creating {out / 'mlflow.db'} (MLflow builds its database") == 1
+    assert (out / "mlflow-run.txt").read_text().split()[0] == "local"   # no absolute path: the folder may move
     assert (out / "mlflow.db").is_file()
     check_against_history(out, 4)
     assert json.loads(logged_run(out)[1].data.params["extra.participation"]) == 0.5     # an algorithm's own option
