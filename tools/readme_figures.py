@@ -7,7 +7,11 @@
 The figures sit in README.md between ``<!-- figures:quick-tier -->`` and ``<!-- /figures -->``: how many tests
 the quick tier (``pytest -m "not slow"``) runs of how many in all, how long the quick tier took on this machine
 (wall clock, its CPU count), and the date. The counts come from ``pytest --collect-only``; the time from running
-the quick tier once. Run it on an idle machine.
+the quick tier once. Run it on an idle machine, with the README's environment's Python (``.venv/bin/python``).
+
+docs/usage.md's set-up notes hold the environment's size between ``<!-- figures:environment -->`` and the same end
+marker: the virtual environment this script runs in (``sys.prefix``), and how much of it is the CUDA libraries that
+PyPI's torch for Linux brings (``nvidia*``, ``cuda*`` and ``triton`` in site-packages), unused on a CPU-only machine.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 START, END = "<!-- figures:quick-tier -->", "<!-- /figures -->"
+ENVIRONMENT = "<!-- figures:environment -->"
+CUDA_PACKAGES = ("nvidia*", "cuda*", "triton")
 
 
 def collected(*marker: str) -> int:
@@ -45,13 +51,34 @@ def sentence(quick: int, total: int, seconds: float, cores: int, day: dt.date) -
     return f"({quick:,} of {total:,} tests in {took} on {cores} cores, {day.isoformat()}; measured by tools/readme_figures.py)"
 
 
-def rewrite(text: str, figures: str) -> str:
-    """``text`` with the part between the markers replaced by ``figures`` (ValueError if the markers are missing)."""
-    if text.count(START) != 1 or text.count(END) != 1 or text.index(START) > text.index(END):
-        raise ValueError(f"README.md must hold {START} ... {END} once")
-    head, rest = text.split(START)
+def rewrite(text: str, figures: str, start: str = START) -> str:
+    """``text`` with the part between ``start`` and the end marker after it replaced by ``figures`` (ValueError if
+    ``start`` is not there once with an end marker after it)."""
+    if text.count(start) != 1 or END not in text.split(start, 1)[1]:
+        raise ValueError(f"the text must hold {start} ... {END} once")
+    head, rest = text.split(start)
     _, tail = rest.split(END, 1)
-    return f"{head}{START}{figures}{END}{tail}"
+    return f"{head}{start}{figures}{END}{tail}"
+
+
+def tree_bytes(path: Path) -> int:
+    """Bytes of the files under ``path`` (``path`` itself where it is a file), links not followed."""
+    if path.is_file():
+        return path.stat().st_size
+    return sum(f.lstat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
+
+
+def environment_sentence(total: int, cuda: int, day: dt.date) -> str:
+    """docs/usage.md's figure: the environment's size and its CUDA part, in GB (10⁹ bytes)."""
+    return (f"{total / 1e9:.1f} GB, {cuda / 1e9:.1f} GB of it CUDA libraries, {day.isoformat()}; measured by "
+            "tools/readme_figures.py")
+
+
+def environment_sizes(prefix: Path) -> tuple[int, int]:
+    """(bytes of the environment at ``prefix``, bytes of its CUDA packages :data:`CUDA_PACKAGES`)."""
+    cuda = sum(tree_bytes(p) for site in prefix.glob("lib/python*/site-packages") for pattern in CUDA_PACKAGES
+               for p in site.glob(pattern) if not p.name.endswith((".dist-info", ".pth")))
+    return tree_bytes(prefix), cuda
 
 
 def counts_in(text: str) -> tuple[int, int]:
@@ -81,6 +108,10 @@ def main() -> int:
     figures = sentence(quick, total, seconds, os.cpu_count() or 1, dt.date.today())
     readme.write_text(rewrite(text, figures), encoding="utf-8")
     print(f"README.md: {figures}")
+    usage = ROOT / "docs" / "usage.md"
+    size = environment_sentence(*environment_sizes(Path(sys.prefix)), dt.date.today())
+    usage.write_text(rewrite(usage.read_text(encoding="utf-8"), size, ENVIRONMENT), encoding="utf-8")
+    print(f"docs/usage.md: {size}")
     return 0
 
 

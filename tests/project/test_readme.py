@@ -85,3 +85,32 @@ def test_the_readmes_quick_tier_figures_are_the_scripts_sentence() -> None:
     assert rewritten.replace(figures.sentence(7, 9, 42.0, 2, dt.date(2027, 1, 2)), part) == text
     with pytest.raises(ValueError):
         figures.rewrite("no markers", new)
+
+
+def test_the_environments_size_is_the_scripts_sentence(tmp_path) -> None:
+    """Issue 65 item 5: docs/usage.md's environment size is written by tools/readme_figures.py (the set-up notes said
+    "about 3 GB" of an environment of 6.3 GB): the sentence's form, and the sizes it adds up on a made-up prefix."""
+    import datetime as dt
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("readme_figures", ROOT / "tools" / "readme_figures.py")
+    figures = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(figures)
+    usage = (ROOT / "docs" / "usage.md").read_text(encoding="utf-8")
+    part = usage.split(figures.ENVIRONMENT)[1].split(figures.END)[0]
+    assert re.fullmatch(r"\d+\.\d GB, \d+\.\d GB of it CUDA libraries, \d{4}-\d\d-\d\d; measured by "
+                        r"tools/readme_figures\.py", part), part
+    site = tmp_path / "lib" / "python3.11" / "site-packages"
+    for name, size in (("nvidia/cublas/lib.so", 3_000), ("triton/x.so", 500), ("cuda/b.so", 20), ("torch/t.so", 1_000),
+                       ("nvidia_cublas-1.dist-info/RECORD", 7), ("numpy/n.so", 100)):
+        (site / name).parent.mkdir(parents=True, exist_ok=True)
+        (site / name).write_bytes(b"x" * size)
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").write_bytes(b"x" * 9)
+    assert figures.environment_sizes(tmp_path) == (4_636, 3_520)
+    sentence = figures.environment_sentence(6_712_000_000, 4_260_000_000, dt.date(2026, 12, 4))
+    assert sentence == "6.7 GB, 4.3 GB of it CUDA libraries, 2026-12-04; measured by tools/readme_figures.py"
+    rewritten = figures.rewrite(usage, sentence, figures.ENVIRONMENT)
+    assert rewritten.replace(sentence, part) == usage
+    assert figures.rewrite(rewritten, part, figures.ENVIRONMENT) == usage
