@@ -1,7 +1,7 @@
 """adaptplan: plan and run split federated learning.
 
 The numpy-only world model is imported eagerly; torch-using entry points (``profile_model``,
-``estimate_constants``, ``train``) are re-exported lazily so that ``import adaptplan`` and
+``estimate_constants``, ``training_batches``, ``train``) are re-exported lazily so that ``import adaptplan`` and
 ``adaptplan plan`` never load torch (docs/architecture.md). What a researcher needs — profile your own model,
 plan, re-plan in a loop, train with a configuration, read a run — is documented in docs/api.md.
 """
@@ -25,6 +25,7 @@ _LAZY = {
     "profile_model": "profilers",
     "estimate_constants": "profilers",
     "build_chain": "profilers",
+    "training_batches": "trainers.inputs.minibatches",
     "train": "trainers.run.driver:run",
     "TrainConfig": "trainers.config.train_config",
     "History": "trainers.run.history",

@@ -133,8 +133,25 @@ def check_model_output(model: nn.Module, spec: str, input_shape: tuple[int, ...]
                          f"scores for random input", field=field)
 
 
+FACTORY_SIGNATURE = ("a model factory is called as factory(num_classes=M) when it has a num_classes parameter, "
+                     "else as factory(), and returns a fresh torch.nn.Module for the data set's per-sample input "
+                     "(C, H, W) with M outputs")
+"""What ``package.module:factory`` receives (docs/api.md "The model factory"): ``num_classes`` M only, by keyword; no
+input shape, no width (``model_width`` sizes the built-ins only)."""
+
+
 def _factory(spec: str, field: str) -> Callable[..., nn.Module]:
-    """The user factory of ``package.module:factory``, wrapped to take ``num_classes=`` always."""
+    """The user factory of ``package.module:factory``, wrapped to take ``num_classes=`` always.
+
+    The factory (a function or an ``nn.Module`` class) is imported from the working directory or ``PYTHONPATH``
+    and called as :data:`FACTORY_SIGNATURE` says: ``factory(num_classes=M)`` when it declares ``num_classes``
+    (M = the data set's classes), else ``factory()``; every other parameter must have a default.
+
+    Raises:
+        InputError: naming ``field``: malformed spec, unimportable module (or one that raised on import),
+            no such callable, a built-in function, or a factory with a required parameter other than
+            ``num_classes`` (checked here, before anything is built).
+    """
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise InputError(f"{spec!r} must look like package.module:factory", field=field)
@@ -155,8 +172,23 @@ def _factory(spec: str, field: str) -> Callable[..., nn.Module]:
     if inspect.isbuiltin(factory):   # sys:exit, os:abort... are not model factories (and may end the process)
         raise InputError(f"{spec!r} is a built-in function, not a model factory: name a Python function or class "
                          "that returns an nn.Module", field=field)
-    try:
-        accepts = "num_classes" in inspect.signature(factory).parameters
-    except (TypeError, ValueError):
-        accepts = False
+    accepts = _takes_num_classes(factory, spec, field)
     return lambda num_classes: factory(num_classes=num_classes) if accepts else factory()
+
+
+def _takes_num_classes(factory: Callable[..., Any], spec: str, field: str) -> bool:
+    """Whether ``factory`` declares ``num_classes`` (to be passed by keyword); InputError naming ``field`` when it
+    has a parameter the caller cannot fill (:data:`FACTORY_SIGNATURE`). A signature Python cannot read is taken
+    as ``factory()``."""
+    try:
+        parameters = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return False
+    fillable = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    required = [name for name, p in parameters.items() if p.default is inspect.Parameter.empty
+                and p.kind not in variadic and not (name == "num_classes" and p.kind in fillable)]
+    if required:
+        raise InputError(f"{spec}({', '.join(parameters)}) needs {', '.join(required)}, which nothing passes: "
+                         f"{FACTORY_SIGNATURE}. Fix: give {', '.join(required)} a default value", field=field)
+    return "num_classes" in parameters and parameters["num_classes"].kind in fillable

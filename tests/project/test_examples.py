@@ -23,10 +23,16 @@ def run_example(name: str, *args: str, cwd: Path | None = None) -> list[str]:
     return result.stdout.strip().splitlines()
 
 
-def test_planning_your_own_module_profiles_estimates_and_plans() -> None:
-    lines = run_example("plan_own_model.py", "--devices", "6")
+def test_planning_your_own_module_profiles_estimates_plans_and_trains_with_the_plan(tmp_path) -> None:
+    lines = run_example("plan_own_model.py", "--devices", "6", "--rounds", "2", cwd=tmp_path)   # model found beside it
     assert lines[0].startswith("3 cut points: conv1")
-    assert lines[-1].startswith("plan: cuts (") and "interval I = " in lines[-1] and "simulated seconds" in lines[-1]
+    assert lines[1].startswith("plan: cuts (") and "interval I = " in lines[1] and "simulated seconds" in lines[1]
+    assert lines[2].startswith("trained 2 rounds with the plan: accuracy 0.")
+
+
+def test_the_own_model_example_estimates_on_real_batches_not_random_tensors() -> None:
+    source = (ROOT / "examples" / "plan_own_model.py").read_text(encoding="utf-8")
+    assert "training_batches(DATASET" in source and "torch.randn" not in source and "plan=plan" in source
 
 
 def test_comparing_algorithms_shares_one_setting_and_a_run_folder_reads_back(tmp_path) -> None:

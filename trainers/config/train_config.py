@@ -21,11 +21,13 @@ with its loader in :data:`trainers.inputs.datasets.LOADERS`), and a model name i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from os import PathLike
 from typing import Any, Mapping
 
 from adaptplan.errors import InputError
 from adaptplan.fileio import finite_number, int_in_range, positive_int, positive_number
 from adaptplan.limits import MAX_BATCH_SIZE, MAX_CUT_POINTS, MAX_DEVICES, MAX_NOISE_CV, MAX_ROUNDS, MAX_SEED, MAX_STEPS, MAX_THREADS
+from adaptplan.plan import Plan
 from trainers.algorithms import (  # noqa: F401  (the registry's tables, re-exported for the configuration's readers)
     ALGORITHM_DEFAULTS,
     ALGORITHM_OPTIONS,
@@ -51,10 +53,11 @@ MODELS = ("cnn", "mlp", "vgg16-cifar", "resnet18-cifar", "resnet34-cifar", "resn
 #: How ``package.module:factory`` is found (profilers.models._factory), for the --model/MODEL help of
 #: `adaptplan train` and `adaptplan profile`: the working directory is appended to sys.path unless it
 #: (or "") is already there, as it is not for the installed `adaptplan` script.
-OWN_MODEL_HELP = ("package.module:factory, your own function returning an nn.Module (called with num_classes= "
-                  "when it takes it), imported with the working directory on the import path (appended, after "
-                  "PYTHONPATH and the installed packages): run from the folder that holds the module, or put "
-                  "that folder on PYTHONPATH")
+OWN_MODEL_HELP = ("package.module:factory, your own function returning an nn.Module, or an nn.Module class (called "
+                  "as factory(num_classes=M) when it has that parameter, else factory(); it gets no input shape or "
+                  "width, and any other parameter needs a default), imported with the working directory on the "
+                  "import path (appended, after PYTHONPATH and the installed packages): run from the folder that "
+                  "holds the module, or put that folder on PYTHONPATH")
 PARTITIONS = ("iid", "shards", "dirichlet", "dirichlet-equal")
 TRANSPORTS = ("gloo", "mqtt")
 """What carries a distributed run's frames: torch.distributed's gloo, or an MQTT broker."""
@@ -448,7 +451,8 @@ class TrainConfig:
 
     :meth:`flat` builds one from flat keys (``TrainConfig.flat(devices=4, lr=0.01)``), the form saved in run
     folders and checkpoints (:meth:`to_json`, :meth:`from_json`; docs/formats.md), so a run folder written before
-    the parts existed resumes unchanged. Constructing one fills the options the algorithm decides
+    the parts existed resumes unchanged; ``TrainConfig.flat(plan=plan, ...)`` takes a :class:`Plan`'s cuts,
+    interval and devices. Constructing one fills the options the algorithm decides
     (:meth:`resolve_defaults`) and checks every field (:meth:`validate`, an InputError naming the flat key).
     """
 
@@ -471,8 +475,15 @@ class TrainConfig:
         self.validate()
 
     @classmethod
-    def flat(cls, **values: Any) -> "TrainConfig":
-        """The configuration of the flat keys ``values`` (:data:`FLAT_KEYS`; the rest at their defaults)."""
+    def flat(cls, plan: Plan | None = None, **values: Any) -> "TrainConfig":
+        """The configuration of the flat keys ``values`` (:data:`FLAT_KEYS`; the rest at their defaults).
+
+        ``plan``: the planner's answer (:class:`adaptplan.plan.Plan`, from ``Planner(...).plan()`` or
+        ``Plan.load(path)``), whose cuts and interval the run takes, and its number of devices when ``devices`` is
+        not given (:func:`plan_values`); a plan file goes as ``plan_path`` instead.
+        """
+        if plan is not None:
+            values = {**values, **plan_values(plan, values)}
         unknown = sorted(set(values) - set(FLAT_KEYS))
         if unknown:
             raise InputError(f"unknown key(s) {unknown}; valid: {', '.join(sorted(FLAT_KEYS))}", field="config")
@@ -551,6 +562,32 @@ class TrainConfig:
     def replaced(self, **values: Any) -> "TrainConfig":
         """A copy with the flat keys ``values`` replaced (checked again)."""
         return TrainConfig.from_json({**self.to_json(), **values})
+
+
+def plan_values(plan: Plan, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The flat keys a run takes from ``plan`` beside the flat keys ``values`` it is configured with: ``cuts`` (ℓ_i,
+    one per device), ``interval`` (I in rounds; an ``interval`` in ``values`` overrides it, as ``--interval``
+    overrides a plan file) and ``devices`` (N = one per cut).
+
+    Raises:
+        InputError: naming ``plan``: not a :class:`Plan`, given with ``cuts``, ``plan_path`` or ``policy`` (each
+            decides the cuts too), or made for another number of devices than ``values["devices"]``.
+    """
+    if not isinstance(plan, Plan):
+        hint = f"; a plan file goes as plan_path={str(plan)!r}, or pass Plan.load(path)" \
+            if isinstance(plan, (str, PathLike)) else ""
+        raise InputError(f"must be a Plan (the planner's answer: Planner(...).plan() or Plan.load(path)), got "
+                         f"{type(plan).__name__}{hint}", field="plan")
+    for key in ("cuts", "plan_path", "policy"):
+        if values.get(key) is not None:
+            raise InputError(f"{key}= decides the cuts too: give either plan= or {key}=, not both", field="plan")
+    devices = values.get("devices", len(plan.cuts))
+    if devices != len(plan.cuts):
+        raise InputError(f"the plan is for {len(plan.cuts)} devices (one cut each) but devices = {devices!r}: train "
+                         f"with devices={len(plan.cuts)}, or plan for a system of {devices!r} devices", field="plan")
+    interval = values.get("interval")
+    return {"devices": len(plan.cuts), "cuts": tuple(plan.cuts),
+            "interval": plan.interval if interval is None else interval}
 
 
 def check_model(name: str, field: str = "model") -> None:

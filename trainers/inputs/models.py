@@ -123,6 +123,12 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, width
     ``width`` (channels of the first conv layer; the MLP's hidden size is 4·width) applies to the
     built-ins ``cnn`` and ``mlp`` only. Other names: :func:`profilers.models.resolve_model`
     (random weights). InputError naming ``field`` for an unknown name.
+
+    Your own model, ``name = "package.module:factory"`` (docs/api.md "The model factory"): the factory is called
+    as ``factory(num_classes=num_classes)`` when it declares ``num_classes``, else as ``factory()``
+    (:data:`profilers.models.FACTORY_SIGNATURE`); it receives neither ``input_shape`` nor ``width``, so it builds
+    a model for the data set's (C, H, W) itself, and every other parameter needs a default (else an InputError
+    naming ``field`` when the configuration is checked).
     """
     if name in BUILTINS:
         return BUILTINS[name](tuple(input_shape), num_classes, width)
