@@ -29,8 +29,23 @@ TORCHVISION_CLASSIFIERS = (
 EXAMPLE_NAMES = ("vgg11", "vgg16", "resnet18", "resnet50", "mobilenet_v2", "alexnet")
 
 
-def installed_torchvision_names() -> list[str] | None:
-    """The installed torchvision's classification models, or None when torch cannot be imported."""
+LISTED_VERSION = "0.29.1"
+"""The torchvision release :data:`TORCHVISION_CLASSIFIERS` is the list of (constraints.txt's pin)."""
+
+
+def installed_torchvision_names(imported: bool = False) -> list[str] | None:
+    """The installed torchvision's classification models, or None when torch cannot be imported. Where the installed
+    release is :data:`LISTED_VERSION`, :data:`TORCHVISION_CLASSIFIERS` answers without importing torchvision (an
+    unknown ``--model`` was refused after 7-36 s of importing torch and torchvision); ``imported`` asks torchvision
+    itself (the test that the list is the pinned release's)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        installed = version("torchvision").split("+")[0]
+    except PackageNotFoundError:
+        return None
+    if installed == LISTED_VERSION and not imported:
+        return list(TORCHVISION_CLASSIFIERS)
     try:
         import torchvision
     except ImportError:

@@ -10,7 +10,28 @@ from profilers.model_names import TORCHVISION_CLASSIFIERS, check_model_name, ins
 
 def test_the_list_is_the_pinned_torchvisions() -> None:
     """The constant is torchvision's list for the version constraints.txt pins (a new torchvision: update it)."""
-    assert list(TORCHVISION_CLASSIFIERS) == installed_torchvision_names()
+    from importlib.metadata import version
+    from pathlib import Path
+
+    import profilers.model_names as names
+
+    pins = (Path(__file__).resolve().parents[2] / "constraints.txt").read_text()
+    assert f"torchvision=={names.LISTED_VERSION}\n" in pins
+    if version("torchvision").split("+")[0] == names.LISTED_VERSION:
+        assert list(TORCHVISION_CLASSIFIERS) == installed_torchvision_names(imported=True)
+
+
+def test_an_unknown_name_is_refused_without_importing_torch() -> None:
+    """Issue 65 item 5: `adaptplan train --model nonsense` took 36 s to be refused (torchvision imported for the
+    suggestions); at the pinned torchvision the list answers, in a fresh interpreter that never loads torch."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom adaptplan.errors import InputError\nfrom profilers.model_names import check_model_name\n"
+            "try:\n    check_model_name('nonsense', '--model')\nexcept InputError as e:\n    print(e)\n"
+            "print('torch' in sys.modules, 'torchvision' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "unknown model 'nonsense'" in out and out.strip().endswith("False False"), out
 
 
 def test_a_name_is_taken_or_refused_with_the_nearest_names(monkeypatch) -> None:
