@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -18,16 +19,45 @@ def _seconds(value: float) -> str:
     return f"{value:.2f} s" if value < 100 else f"{value:,.1f} s"
 
 
+class Empty(str):
+    """A table cell with no figure in it: it reads ``text`` (default ``-``) and keeps ``why`` it is empty (``target 30%
+    not reached within 10 rounds``), which :func:`format_table` and :func:`empty_notes` write under the table, so that
+    a table of dashes says what they mean. Compares and formats as its text."""
+
+    why: str
+
+    def __new__(cls, why: str, text: str = "-") -> "Empty":
+        cell = super().__new__(cls, text)
+        cell.why = why
+        return cell
+
+
+def empty_notes(headers: Sequence[str], rows: Iterable[Sequence[str]], indent: str = "") -> list[str]:
+    """One line per reason of the :class:`Empty` cells of ``rows`` (``headers``: their columns), in order of first
+    appearance, naming the columns it empties: ``- (rounds→target, s→target): target 40% not reached within 10
+    rounds``; none without an empty cell."""
+    reasons: dict[str, list[str]] = {}
+    for row in rows:
+        for header, cell in zip(headers, row):
+            if isinstance(cell, Empty):
+                columns = reasons.setdefault(cell.why, [])
+                if header not in columns:
+                    columns.append(header)
+    return [f"{indent}- ({', '.join(columns)}): {why}" for why, columns in reasons.items()]
+
+
 def format_table(headers: list[str], rows: list[list[str]], *, numbers_right: bool = True) -> str:
     """Plain text table: a header, a rule and ``rows``, each column as wide as its widest cell; the first column
-    left-aligned, the others right-aligned (numbers) unless ``numbers_right`` is false (text: all left-aligned)."""
+    left-aligned, the others right-aligned (numbers) unless ``numbers_right`` is false (text: all left-aligned); then,
+    where a cell is :class:`Empty`, why (:func:`empty_notes`)."""
     widths = [max(len(h), *(len(r[k]) for r in rows)) if rows else len(h) for k, h in enumerate(headers)]
 
     def line(cells: list[str]) -> str:
         return "  ".join(c.rjust(w) if k and numbers_right else c.ljust(w)
                          for k, (c, w) in enumerate(zip(cells, widths)))
 
-    return "\n".join([line(headers), "  ".join("-" * w for w in widths), *(line(r) for r in rows)])
+    return "\n".join([line(headers), "  ".join("-" * w for w in widths), *(line(r) for r in rows),
+                      *empty_notes(headers, rows)])
 
 
 AGGREGATION_STAGES = ("model upload", "model download")

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from adaptplan.benches.comparison import GAPSL_SETTING, Setting
-from adaptplan.benches.runs import RunResult, pct, run_jobs, seconds
+from adaptplan.benches.runs import RunResult, no_evaluation, no_local, not_reached, pct, run_jobs, seconds
+from adaptplan.report import empty_notes
 from trainers.config.train_config import ALGORITHMS
 
 PARTITIONS: dict[str, dict[str, Any]] = {"iid": {"partition": "iid"}, "dirichlet-0.1": {"partition": "dirichlet", "dirichlet_alpha": 0.1},
@@ -59,9 +60,13 @@ def budget_seconds(results: Sequence[RunResult], partition: str) -> float:
     return min(r.sim_seconds for r in results if r.group == partition)
 
 
+COLUMNS = ("algorithm", "acc@rounds", "acc@budget", "local acc", "s to target", "sim s", "wall s/round")
+
+
 def table(results: Sequence[RunResult], target: float, setting: Setting) -> str:
-    """The comparison table (one block per partition), the one training setting above each."""
-    lines = []
+    """The comparison table (one block per partition), the one training setting above each; under it, why a cell is
+    empty (``-``: :func:`adaptplan.report.empty_notes`)."""
+    lines, cells = [], []
     for partition in dict.fromkeys(r.group for r in results):
         budget = budget_seconds(results, partition)
         rows = [r for r in results if r.group == partition]
@@ -72,10 +77,14 @@ def table(results: Sequence[RunResult], target: float, setting: Setting) -> str:
                      f"{'sim s':>9} {'wall s/round':>12}")
         for r in rows:
             note = f"  diverged (NaN/inf) at round {r.diverged_round}" if r.diverged_round else ""
-            lines.append(f"  {r.label:<10} {pct(r.final_accuracy):>10} {pct(r.accuracy_at(budget)):>10} "
-                         f"{pct(r.final_local_accuracy):>9} {seconds(r.time_to_target_s):>11} {r.sim_seconds:>9.3g} "
+            at_budget = (no_evaluation(r) if not r.curve
+                         else "no evaluation by the equal budget (the run's first came later)")
+            row = [r.label, pct(r.final_accuracy, no_evaluation(r)), pct(r.accuracy_at(budget), at_budget),
+                   pct(r.final_local_accuracy, no_local(r)), seconds(r.time_to_target_s, not_reached(r, target))]
+            cells.append(row)
+            lines.append(f"  {row[0]:<10} {row[1]:>10} {row[2]:>10} {row[3]:>9} {row[4]:>11} {r.sim_seconds:>9.3g} "
                          f"{r.wall_seconds / max(r.rounds, 1):>12.3f}{note}")
-    return "\n".join(lines)
+    return "\n".join(lines + empty_notes(COLUMNS, cells))
 
 
 def save_json(results: Sequence[RunResult], target: float, path: str | os.PathLike, setting: Setting) -> None:

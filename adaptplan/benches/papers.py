@@ -61,9 +61,9 @@ from typing import Any, Mapping, Sequence
 
 from adaptplan.benches import recipes
 from adaptplan.benches.recipes import Recipe
-from adaptplan.benches.runs import RunResult, pct, run_jobs, run_state, seconds
+from adaptplan.benches.runs import RunResult, no_evaluation, no_local, pct, run_jobs, run_state, seconds
 from adaptplan.errors import InputError
-from adaptplan.report import format_table
+from adaptplan.report import Empty, empty_notes, format_table
 
 PAPERS = recipes.NAMES
 DEFAULT_SEEDS = 3
@@ -286,14 +286,22 @@ class Comparison:
             return ""
         a = [v for v in self.a_at_budget if v is not None]
         b = [v for v in self.b_at_budget if v is not None]
+        none = "no evaluation by then"
         return (f"at equal simulated time (the shorter run's, mean {statistics.fmean(self.budgets):.3g} s): "
-                f"{self.claim.a} {pct(statistics.fmean(a)) if a else '-'} vs {self.claim.b} "
-                f"{pct(statistics.fmean(b)) if b else '-'} (mean over seeds)")
+                f"{self.claim.a} {pct(statistics.fmean(a)) if a else none} vs {self.claim.b} "
+                f"{pct(statistics.fmean(b)) if b else none} (mean over seeds)")
+
+    @property
+    def missing(self) -> str:
+        """Why the claim has no measured value (its table cells read ``-``: :class:`adaptplan.report.Empty`)."""
+        if self.claim.metric == "accuracy":
+            return "no final accuracy of A and B in any seed"
+        return "no seed where both A and B reached the target"
 
     @property
     def measured(self) -> str:
         if self.mean is None:
-            return "-"
+            return Empty(self.missing)
         return f"{self.mean:+.1f} pts" if self.claim.metric == "accuracy" else f"{self.mean:.2f}×"
 
     @property
@@ -301,7 +309,7 @@ class Comparison:
         n = len(self.seeds)
         if self.claim.metric == "accuracy":
             if self.low is None:
-                return "-"
+                return Empty(self.missing)
             text = f"{self.low:+.1f}..{self.high:+.1f}" if n > 1 else f"{self.low:+.1f} (1 seed)"
             return text + (f" (±{self.std:.1f})" if self.std is not None else "")
         text = "-" if self.low is None else (f"{self.low:.2f}..{self.high:.2f}×" if self.low != self.high or n == 1
@@ -311,7 +319,8 @@ class Comparison:
         else:
             missed = [f"{side} not reached in {k}/{n} seeds" for side, k in (("A", self.a_missed), ("B", self.b_missed))
                       if k]
-        return text + ("; " + ", ".join(missed) if missed else "")
+        text += "; " + ", ".join(missed) if missed else ""
+        return Empty(self.missing, text) if self.low is None else text
 
     def to_json(self) -> dict[str, Any]:
         def finite(v: float | None) -> float | None:
@@ -470,18 +479,21 @@ def table(found: Sequence[Comparison], book: Mapping[str, Recipe], todo: Sequenc
 
 def run_table(todo: Sequence[Mapping[str, Any]], results: Sequence[RunResult]) -> str:
     """Final accuracy of every run (paper/partition, method × seed), global / local; for runs with a target also
-    the simulated seconds to it in brackets (``[-]``: never reached)."""
+    the simulated seconds to it in brackets (``[-]``: never reached); under it, why any other figure reads ``-``."""
     seeds = list(dict.fromkeys(j["seed"] for j in todo))
     cell = {(j["group"], j["label"], j["seed"]): (j, r) for j, r in zip(todo, results)}
     width = max([len(g) for g, _, _ in cell] + [9])
     lines = ["Final accuracy per run, global / local (seconds: simulated s to the target, [-] = not reached)",
              f"  {'comparison':<{width}} {'run':<10} " + " ".join(f"{'seed ' + str(s):>22}" for s in seeds)
              + f" {'mean':>15}"]
+    empty: list[list[str]] = []
     for group, label in dict.fromkeys((j["group"], j["label"]) for j in todo):
         row = []
         for s in seeds:
             job, r = cell[group, label, s]
-            text = f"{pct(r.final_accuracy)} / {pct(r.final_local_accuracy)}"
+            figures = [pct(r.final_accuracy, no_evaluation(r)), pct(r.final_local_accuracy, no_local(r))]
+            empty.append(figures)
+            text = " / ".join(figures)
             if group.startswith(("gas/", "adaptsfl/")):
                 text += f" [{seconds(r.time_to(job['target']))}]"
             if r.diverged_round:
@@ -493,7 +505,7 @@ def run_table(todo: Sequence[Mapping[str, Any]], results: Sequence[RunResult]) -
             present = [f for f in finals if f is not None]
             means.append(pct(statistics.fmean(present)) if present else "-")
         lines.append(f"  {group:<{width}} {label:<10} " + " ".join(row) + f" {' / '.join(means):>15}")
-    return "\n".join(lines)
+    return "\n".join(lines + empty_notes(["global", "local"], empty, indent="  "))
 
 
 def save_json(found: Sequence[Comparison], book: Mapping[str, Recipe], todo: Sequence[Mapping[str, Any]],
@@ -526,21 +538,35 @@ def mean_curve(runs: Sequence[RunResult], protocol: str = "global") -> list[tupl
     return out
 
 
+LOG_TIME_SPAN = 5.0
+"""A panel whose slowest method runs this many times longer (simulated seconds) than its fastest draws time on a log
+axis, so that the fast methods' curves are not squeezed against its left edge."""
+
+
 def plot(todo: Sequence[Mapping[str, Any]], results: Sequence[RunResult], book: Mapping[str, Recipe],
          path: str | os.PathLike) -> None:
-    """One panel per comparison (paper and partition): accuracy by the paper's protocol against simulated
-    seconds, the mean over seeds per method (by evaluation index) with its min..max band, every evaluation a
-    marker; the target as a dotted line where a claim is timed."""
+    """One panel per comparison (paper and partition), in rows of at most
+    :data:`adaptplan.benches.runs.PANEL_COLUMNS`, each with its own axes: accuracy by the paper's protocol against
+    simulated seconds, the mean over seeds per method (by evaluation index) with its min..max band, every evaluation
+    a marker; the target as a dotted line where a claim is timed; a chance line at 1/M and a y-range from 0 over it
+    and every point; time on a log axis where the methods' lengths differ :data:`LOG_TIME_SPAN`-fold or more; each
+    panel's legend beside it, where it hides no point."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from adaptplan.benches.runs import panel_grid
+    from trainers.run.plotting import chance_and_range
+
     groups = list(dict.fromkeys(j["group"] for j in todo))
-    fig, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 4), squeeze=False)
-    for ax, group in zip(axes[0], groups):
+    fig, axes = panel_grid(len(groups), panel=(6.2, 3.8))
+    for ax, group in zip(axes, groups):
         recipe = book[group.split("/")[0]]
         protocol = recipe.protocol
         styles = iter(["-", "--", "-.", ":"] * 4)
+        drawn: list[float] = []
+        ends: list[float] = []
+        starts: list[float] = []
         for label in dict.fromkeys(j["label"] for j in todo if j["group"] == group):
             curve = mean_curve([r for j, r in zip(todo, results) if j["group"] == group and j["label"] == label],
                                protocol)
@@ -550,15 +576,22 @@ def plot(todo: Sequence[Mapping[str, Any]], results: Sequence[RunResult], book: 
                                 label=label)
                 ax.fill_between(xs, [p[2] for p in curve], [p[3] for p in curve], color=line.get_color(),
                                 alpha=0.15)
+                drawn += [v for p in curve for v in p[1:]]
+                starts.append(xs[0])
+                ends.append(xs[-1])
         if any(c.metric == "time" for c in recipe.claims):
             target = next(j["target"] for j in todo if j["group"] == group)
-            ax.axhline(target, color="grey", linestyle=":", linewidth=1)
+            ax.axhline(target, color="grey", linestyle=":", linewidth=1, label=f"target {target:.0%}")
+            drawn.append(target)
+        chance_and_range(ax, drawn, [r.num_classes for j, r in zip(todo, results) if j["group"] == group])
+        log = bool(ends) and min(starts) > 0 and max(ends) >= LOG_TIME_SPAN * min(ends)
+        if log:
+            ax.set_xscale("log")
         ax.set_title(f"{recipe.title}: {group.split('/', 1)[1]}", fontsize=9)
-        ax.set_xlabel("simulated seconds")
-        ax.set_ylabel(f"accuracy, {protocol} protocol (mean over seeds)")
+        ax.set_xlabel("simulated seconds" + (" (log scale)" if log else ""))
+        ax.set_ylabel(f"accuracy, {protocol} protocol\n(mean over seeds)")
         ax.grid(alpha=0.3)
         if ax.lines:
-            ax.legend(fontsize=8)
-    fig.tight_layout()
+            ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     fig.savefig(path)
     plt.close(fig)

@@ -36,6 +36,7 @@ class RunResult:
     diverged_round: int | None = None          # the round whose NaN/inf stopped the run, if any
     final_local_accuracy: float | None = None  # the local protocol's (each device's model on its held-out samples)
     local_curve: list[tuple[float, float]] = field(default_factory=list)   # (simulated s, local accuracy)
+    num_classes: int | None = None             # the data set's M (the history's meta): the plots' chance line 1/M
 
     def final(self, protocol: str = "global") -> float | None:
         """The final accuracy by ``protocol``: ``global`` (the test set) or ``local`` (held-out samples)."""
@@ -206,7 +207,12 @@ def summarise(job: dict[str, Any], history: Any, diverged: int | None = None, ro
                      reached.sim_seconds if reached else None, reached.round if reached else None,
                      conv, conv_record.sim_seconds if conv_record else None,
                      conv_record.accuracy if conv_record else None, curve, diverged,
-                     history.final_local_accuracy, local_curve)
+                     history.final_local_accuracy, local_curve, _classes(history.meta.get("num_classes")))
+
+
+def _classes(value: Any) -> int | None:
+    """A history's ``meta["num_classes"]`` where it is a class count (None where it recorded none)."""
+    return value if _whole(value) else None
 
 
 def run_jobs(jobs: Sequence[dict[str, Any]], workers: int | None = None, desc: str = "runs",
@@ -319,39 +325,109 @@ def _terminating_on_sigterm() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+PANEL_COLUMNS = 3
+"""At most this many panels side by side in a bench's accuracy figure; more groups wrap into further rows."""
+
+
+def panel_grid(count: int, panel: tuple[float, float] = (5.0, 3.6), columns: int = PANEL_COLUMNS,
+               legend_height: float = 0.0) -> tuple[Any, list[Any]]:
+    """A figure of ``count`` panels in rows of at most ``columns`` (constrained layout), each ``panel`` inches
+    (width, height), every panel its own x- and y-axis (nothing shared); the grid's unused cells removed.
+    ``legend_height``: inches added below for a figure legend. Returns (figure, the panels in order)."""
+    import matplotlib.pyplot as plt
+
+    count = max(1, count)
+    cols = min(columns, count)
+    rows = -(-count // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(panel[0] * cols, panel[1] * rows + legend_height),
+                             squeeze=False, sharex=False, sharey=False, layout="constrained")
+    flat = [ax for row in axes for ax in row]
+    for ax in flat[count:]:
+        ax.remove()
+    return fig, flat[:count]
+
+
 def plot(results: Sequence[RunResult], path: str | os.PathLike) -> None:
-    """Test accuracy against simulated seconds, one panel per group, one line per label, every evaluation a
-    marker (a run with a single evaluation is a visible point); a panel without evaluations says so."""
+    """Test accuracy against simulated seconds, one panel per group (rows of at most :data:`PANEL_COLUMNS`, each
+    panel its own axes), one line per label in the same colour in every panel, every evaluation a marker (a run with
+    a single evaluation is a visible point); a chance line at 1/M and a y-range from 0 over it and every point
+    (:func:`trainers.run.plotting.chance_and_range`); one legend below the panels, where it hides no point; a panel
+    without evaluations says so."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from trainers.run.plotting import chance_and_range, legend_columns
+
     groups = list(dict.fromkeys(r.group for r in results))
-    size = (5 * len(groups), 4)
-    fig, axes = plt.subplots(1, len(groups), figsize=size, squeeze=False)
-    for ax, group in zip(axes[0], groups):
-        drawn = False
-        for r in results:
-            if r.group == group and r.curve:
-                ax.plot([t for t, _ in r.curve], [a for _, a in r.curve], marker="o", markersize=4, label=r.label)
-                drawn = True
-        if not drawn:
+    colours = {label: f"C{i % 10}" for i, label in enumerate(dict.fromkeys(r.label for r in results))}
+    fig, axes = panel_grid(len(groups))
+    legend: dict[str, Any] = {}
+    for ax, group in zip(axes, groups):
+        runs = [r for r in results if r.group == group]
+        for r in runs:
+            if r.curve:
+                ax.plot([t for t, _ in r.curve], [a for _, a in r.curve], marker="o", markersize=4, label=r.label,
+                        color=colours[r.label])
+        if not any(r.curve for r in runs):
             ax.text(0.5, 0.5, "no evaluation in these runs\n(lower --eval-every)", ha="center", va="center",
                     transform=ax.transAxes)
+        chance_and_range(ax, [a for r in runs for _, a in r.curve], [r.num_classes for r in runs])
         ax.set_title(group)
         ax.set_xlabel("simulated seconds")
         ax.set_ylabel("test accuracy")
         ax.grid(alpha=0.3)
-    if axes[0][0].get_legend_handles_labels()[0]:
-        axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
+        legend.update((label, handle) for handle, label in zip(*ax.get_legend_handles_labels())
+                      if label not in legend)
+    if legend:
+        width = fig.get_size_inches()[0]
+        columns = legend_columns(list(legend), width)
+        fig.set_size_inches(width, fig.get_size_inches()[1] + 0.25 * -(-len(legend) // columns))
+        fig.legend(list(legend.values()), list(legend), loc="outside lower center", ncols=columns, fontsize=8)
     fig.savefig(path)
     plt.close(fig)
 
 
-def pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.1f}%"
+def pct(value: float | None, why: str = "") -> str:
+    """``value`` as a percentage; None is ``-``, an :class:`adaptplan.report.Empty` cell saying ``why`` where given."""
+    return _empty(why) if value is None else f"{100 * value:.1f}%"
 
 
-def seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3g}"
+def seconds(value: float | None, why: str = "") -> str:
+    """``value`` in seconds, 3 significant digits; None as :func:`pct`'s."""
+    return _empty(why) if value is None else f"{value:.3g}"
+
+
+def _empty(why: str) -> str:
+    from adaptplan.report import Empty
+
+    return Empty(why) if why else "-"
+
+
+# Why a bench table's cell is empty (adaptplan.report.Empty): written once under the table.
+
+def no_evaluation(r: RunResult) -> str:
+    """Why run ``r`` has no accuracy at all."""
+    if r.diverged_round:
+        return f"diverged (NaN/inf) at round {r.diverged_round}, before its first evaluation"
+    return "no evaluation in the run (lower --eval-every)"
+
+
+def not_reached(r: RunResult, target: float) -> str:
+    """Why run ``r`` has no time to ``target`` accuracy."""
+    if r.diverged_round:
+        return f"diverged (NaN/inf) at round {r.diverged_round}, before reaching {target:.0%}"
+    return f"target {target:.0%} not reached within {r.rounds} rounds"
+
+
+def not_converged(r: RunResult) -> str:
+    """Why run ``r`` has no converged round."""
+    return (f"not converged within {r.rounds} rounds (gain < 0.02 over 5 evaluations, counted only above twice "
+            "chance)")
+
+
+def no_local(r: RunResult) -> str:
+    """Why run ``r`` has no local-protocol accuracy."""
+    if r.final_accuracy is None:
+        return no_evaluation(r)
+    return "no local held-out samples in the run (--local-test-fraction 0)"

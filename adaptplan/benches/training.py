@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from adaptplan.benches.comparison import Setting
-from adaptplan.benches.runs import RunResult, pct, run_jobs, seconds
+from adaptplan.benches.runs import RunResult, no_evaluation, not_converged, not_reached, pct, run_jobs, seconds
+from adaptplan.report import Empty, empty_notes
 
 DEFAULT_POLICIES = ("adaptsfl", "rma+ms", "ma+rms", "rma+rms", "dama+rms", "rma+ams", "sfl", "psl")
 PARTITIONS = ("iid", "shards")
@@ -81,23 +82,40 @@ def figures(r: RunResult, more_targets: Sequence[float] = ()) -> dict[str, Any]:
 
 def table(results: Sequence[RunResult], target: float, more_targets: Sequence[float] = (),
           setting: Setting = ADAPTSFL_SETTING) -> str:
-    lines = []
+    """One block per partition, the setting above each; under it, why a cell is empty (``-``:
+    :func:`adaptplan.report.empty_notes`)."""
+    lines, cells = [], []
+    headers = ["policy", "rounds→target", "s→target", "× AdaptSFL", *(f"s→{t:.0%}" for t in more_targets), "final",
+               "conv. round", "conv. s", "conv. acc"]
     for partition in dict.fromkeys(r.group for r in results):
         rows = [r for r in results if r.group == partition]
-        base = next((r.time_to_target_s for r in rows if r.label == "adaptsfl"), None)
+        adaptsfl = next((r for r in rows if r.label == "adaptsfl"), None)
+        base = adaptsfl.time_to_target_s if adaptsfl is not None else None
         lines.append(f"{partition}: target {target:.0%}, {rows[0].rounds} rounds")
         lines.append(f"  setting — {setting.describe()}")
         extra = "".join(f" {'s→' + format(t, '.0%'):>8}" for t in more_targets)
         lines.append(f"  {'policy':<9} {'rounds→target':>13} {'s→target':>9} {'× AdaptSFL':>10}{extra} {'final':>7} "
                      f"{'conv. round':>11} {'conv. s':>8} {'conv. acc':>9}")
         for r in rows:
-            ratio = "-" if base is None or r.time_to_target_s is None else f"{r.time_to_target_s / base:.2f}"
-            extra = "".join(f" {seconds(r.time_to(t)):>8}" for t in more_targets)
-            lines.append(f"  {r.label:<9} {('-' if r.rounds_to_target is None else r.rounds_to_target):>13} "
-                         f"{seconds(r.time_to_target_s):>9} {ratio:>10}{extra} {pct(r.final_accuracy):>7} "
-                         f"{('-' if r.converged_round is None else r.converged_round):>11} "
-                         f"{seconds(r.converged_time_s):>8} {pct(r.converged_accuracy):>9}")
-    return "\n".join(lines)
+            missed, unconverged = not_reached(r, target), not_converged(r)
+            if r.time_to_target_s is None:
+                ratio: str = Empty(missed)
+            elif base is None:
+                ratio = Empty("AdaptSFL did not reach the target" if adaptsfl is not None
+                              else "no AdaptSFL run in this partition")
+            else:
+                ratio = f"{r.time_to_target_s / base:.2f}"
+            row = [r.label, Empty(missed) if r.rounds_to_target is None else str(r.rounds_to_target),
+                   seconds(r.time_to_target_s, missed), ratio,
+                   *(seconds(r.time_to(t), not_reached(r, t)) for t in more_targets),
+                   pct(r.final_accuracy, no_evaluation(r)),
+                   Empty(unconverged) if r.converged_round is None else str(r.converged_round),
+                   seconds(r.converged_time_s, unconverged), pct(r.converged_accuracy, unconverged)]
+            cells.append(row)
+            extra = "".join(f" {cell:>8}" for cell in row[4:-4])
+            lines.append(f"  {row[0]:<9} {row[1]:>13} {row[2]:>9} {row[3]:>10}{extra} {row[-4]:>7} {row[-3]:>11} "
+                         f"{row[-2]:>8} {row[-1]:>9}")
+    return "\n".join(lines + empty_notes(headers, cells))
 
 
 def save_json(results: Sequence[RunResult], target: float, path: str | os.PathLike,
@@ -117,26 +135,32 @@ def save_json(results: Sequence[RunResult], target: float, path: str | os.PathLi
 
 
 def sweep_table(results: Sequence[RunResult], name: str) -> str:
-    """Simulated seconds to target (and converged) per policy against the swept value."""
+    """Simulated seconds to target (and converged) per policy against the swept value; under it, why a cell is
+    empty (``-``)."""
     groups = list(dict.fromkeys(r.group for r in results))
     policies = list(dict.fromkeys(r.label for r in results))
     cell = {(r.group, r.label): r for r in results}
     lines = [f"sweep {name}: simulated s to target / converged s",
              f"  {'policy':<9} " + " ".join(f"{g.split('=')[1]:>17}" for g in groups)]
+    cells = []
     for policy in policies:
-        lines.append(f"  {policy:<9} " + " ".join(
-            f"{seconds(cell[g, policy].time_to_target_s):>8} / {seconds(cell[g, policy].converged_time_s):>6}"
-            for g in groups))
-    return "\n".join(lines)
+        row = [[seconds(cell[g, policy].time_to_target_s, "target not reached within the run's "
+                        f"{cell[g, policy].rounds} rounds"),
+                seconds(cell[g, policy].converged_time_s, not_converged(cell[g, policy]))] for g in groups]
+        cells.append([policy, *(c for pair in row for c in pair)])
+        lines.append(f"  {policy:<9} " + " ".join(f"{to:>8} / {conv:>6}" for to, conv in row))
+    headers = ["policy", *(h for _ in groups for h in ("s to target", "converged s"))]
+    return "\n".join(lines + empty_notes(headers, cells))
 
 
 def sweep_plot(results: Sequence[RunResult], name: str, path: str | os.PathLike) -> None:
-    """Simulated seconds to target against the swept value, one line per policy (AdaptSFL Figs. 7–8)."""
+    """Simulated seconds to target against the swept value, one line per policy (AdaptSFL Figs. 7–8), the legend
+    beside the axes."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(6, 4), layout="constrained")
     for policy in dict.fromkeys(r.label for r in results):
         points = [(float(r.group.split("=")[1]), r.time_to_target_s) for r in results if r.label == policy]
         points = [(x, y) for x, y in points if y is not None]
@@ -145,10 +169,9 @@ def sweep_plot(results: Sequence[RunResult], name: str, path: str | os.PathLike)
     ax.set_xlabel(name)
     ax.set_ylabel("simulated seconds to target")
     ax.grid(alpha=0.3)
-    if ax.lines:
-        ax.legend(fontsize=8)
+    if ax.lines:   # beside the axes: it hides no point
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     else:
         ax.text(0.5, 0.5, "no policy reached the target", ha="center", transform=ax.transAxes)
-    fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

@@ -8,9 +8,10 @@ a 0-byte or partial one.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from adaptplan.errors import InputError
 from adaptplan.fileio import atomic_write, output_path, show
@@ -65,13 +66,58 @@ def run_label(name: str, history: History) -> str:
     return f"{name}: {what}" if what else name
 
 
+def chance_accuracy(num_classes: Any) -> float | None:
+    """1/M: the accuracy of guessing one of M classes uniformly (None where M is unknown: a history that recorded no
+    ``meta["num_classes"]``)."""
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
+        return None
+    return 1.0 / num_classes
+
+
+CHANCE_GID = "chance"
+"""The ``gid`` of every chance line (a grey dashed horizontal line at 1/M), so that tests and readers can find it."""
+
+
+def chance_label(num_classes: int) -> str:
+    return f"chance: 1/{num_classes} = {100 / num_classes:.3g} %"
+
+
+def accuracy_top(values: Iterable[float | None], chances: Iterable[float] = ()) -> float:
+    """The upper y-limit of an accuracy axis whose lower one is 0: above the highest point and chance line by at least
+    0.02, rounded up to a multiple of 0.05, at most 1.05 (every point of a run at 100 % stays whole)."""
+    finite = [float(v) for v in [*values, *chances] if v is not None and math.isfinite(float(v))]
+    high = max(finite, default=1.0)
+    return min(1.05, max(0.05, math.ceil(round((high + 0.02) * 20, 9)) / 20))
+
+
+def chance_and_range(ax: Any, values: Iterable[float | None], num_classes: Iterable[Any]) -> list[float]:
+    """Draw a chance line (:data:`CHANCE_GID`, labelled :func:`chance_label`) at 1/M for each class count M of
+    ``num_classes`` (unknown ones skipped), and set the y-range from 0 to above every point (``values``, the
+    accuracies drawn) and every chance line (:func:`accuracy_top`), so that a run near chance shows as one: a curve
+    on the dashed line, not a zoomed-in wiggle. Returns the chance levels drawn."""
+    classes = sorted({int(m) for m in num_classes if chance_accuracy(m) is not None})
+    chances = [1.0 / m for m in classes]
+    for m, level in zip(classes, chances):
+        ax.axhline(level, color="0.35", linestyle=(0, (4, 3)), linewidth=1.0, zorder=1.5, gid=CHANCE_GID,
+                   label=chance_label(m))
+    ax.set_ylim(0.0, accuracy_top(values, chances))
+    return chances
+
+
+def legend_columns(labels: Sequence[str], width_in: float) -> int:
+    """How many legend columns fit ``width_in`` inches of small type (about 0.065 in per character)."""
+    longest = max((len(label) for label in labels), default=1)
+    return max(1, min(len(labels), int(width_in // (0.065 * longest + 0.6))))
+
+
 def plot_histories(histories: Sequence[tuple[str, History]], out: str | os.PathLike,
                    title: str = "Test accuracy vs simulated time") -> Path:
     """Draw one line per (label, history) of accuracy vs simulated seconds: global test accuracy solid-coloured
     and, where the run recorded it, the local protocol's accuracy (each device's model on its own held-out
     samples) in the same colour, thinner; every run its own marker and line style (:data:`MARKERS`,
-    :data:`LINESTYLES`), so that coinciding curves stay visible. Write the image to ``out`` (see
-    :func:`image_path`) and return the path written. ``title`` is drawn literally."""
+    :data:`LINESTYLES`), so that coinciding curves stay visible; a chance line at 1/M for the runs' M classes, the
+    y-range from 0 to above it and every point, and the legend below the axes, where it hides no point. Write the
+    image to ``out`` (see :func:`image_path`) and return the path written. ``title`` is drawn literally."""
     path, fmt = image_path(out)
     import matplotlib
 
@@ -87,28 +133,51 @@ def plot_histories(histories: Sequence[tuple[str, History]], out: str | os.PathL
 
 
 def accuracy_figure(histories: Sequence[tuple[str, History]], title: str) -> Any:
-    """The figure :func:`plot_histories` writes (a matplotlib Figure)."""
+    """The figure :func:`plot_histories` writes (a matplotlib Figure, constrained layout)."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    width = 6.4
+    fig, ax = plt.subplots(figsize=(width, 4.2), layout="constrained")
+    drawn: list[float | None] = []
     for i, (label, history) in enumerate(histories):
         ev = history.evaluated
         marker, style = MARKERS[i % len(MARKERS)], LINESTYLES[(i // len(MARKERS) + i) % len(LINESTYLES)]
         local = [(r.sim_seconds, r.local_accuracy) for r in ev if r.local_accuracy is not None]
-        line, = ax.plot([r.sim_seconds for r in ev], [r.accuracy if r.accuracy is not None else float("nan")
-                                                      for r in ev], marker=marker, markersize=5, linestyle=style,
+        accuracies = [r.accuracy if r.accuracy is not None else float("nan") for r in ev]
+        line, = ax.plot([r.sim_seconds for r in ev], accuracies, marker=marker, markersize=5, linestyle=style,
                         markerfacecolor="none", label=f"{label} (global test set)" if local else label)
+        drawn += accuracies
         if local:
             ax.plot(*zip(*local), marker=marker, markersize=3, linestyle=style, linewidth=0.8,
                     color=line.get_color(), label=f"{label} (local held-out samples)")
+            drawn += [a for _, a in local]
+    chance_and_range(ax, drawn, [history.meta.get("num_classes") for _, history in histories])
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel("accuracy")
     ax.set_title(title.replace("$", r"\$"))   # taken literally, never parsed as mathtext
     ax.grid(alpha=0.3)
-    if histories:
-        ax.legend(fontsize="small")
-    fig.tight_layout()
+    handles, labels = ax.get_legend_handles_labels()
+    if labels:   # below the axes: it covers no point however many runs there are
+        columns = legend_columns(labels, width)
+        fig.set_size_inches(width, 4.2 + 0.2 * -(-len(labels) // columns))
+        legend_below(ax, handles, labels, columns)
     return fig
+
+
+LEGEND_DROP_IN = 0.55
+"""Inches between an axes' lower edge and the top of a legend drawn below it (:func:`legend_below`): room for the
+tick labels and the x-axis label."""
+
+
+def legend_below(ax: Any, handles: Sequence[Any], labels: Sequence[str], columns: int = 1, **kwargs: Any) -> Any:
+    """The legend of ``ax`` centred :data:`LEGEND_DROP_IN` inches below it, under its x-axis label, whatever the axes'
+    height: outside the axes, where it hides no point (the figure's constrained layout makes room for it)."""
+    from matplotlib.transforms import ScaledTranslation
+
+    drop = ScaledTranslation(0, -LEGEND_DROP_IN, ax.figure.dpi_scale_trans)
+    return ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0),
+                     bbox_transform=ax.transAxes + drop, ncols=columns, fontsize=kwargs.pop("fontsize", "small"),
+                     borderaxespad=0.0, **kwargs)
 
 
 def resources_note(history: History) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 
@@ -16,7 +17,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--title", help="plot title (default: what is drawn)")
     p.add_argument("--predicted-vs-measured", action="store_true",
                    help="for one torch.distributed run (train --distributed): mean seconds per stage predicted by the "
-                        "latency model next to the measured ones, and every round's; prints the table too")
+                        "latency model next to the measured ones, and every round's; prints the table too, with the plot's caveat "
+                        "where the predictions are for placeholder resources (no --system)")
     p.set_defaults(func=run)
 
 
@@ -50,7 +52,7 @@ def _history_file(run_path: str) -> Path:
 def _predicted_vs_measured(args: argparse.Namespace) -> int:
     from adaptplan.errors import InputError
     from trainers.run.history import History
-    from trainers.run.plotting import plot_predicted_vs_measured, ratio_label
+    from trainers.run.plotting import plot_predicted_vs_measured, ratio_label, resources_note
 
     if len(args.runs) != 1:
         raise InputError(f"--predicted-vs-measured draws one run, got {len(args.runs)}", field="runs")
@@ -60,5 +62,8 @@ def _predicted_vs_measured(args: argparse.Namespace) -> int:
     for row in history.stage_comparison():
         ratio = "-" if row["ratio"] is None else ratio_label(row["ratio"])
         print(f"{row['stage']:<16}{row['predicted_s']:>14.4g}{row['measured_s']:>14.4g}{ratio:>16}{row['rounds']:>8}")
+    note = resources_note(history)
+    if note:   # the caveat the plot carries, under the ratios it qualifies (stderr: stdout stays the table and path)
+        print(f"note: the ratios are {note}", file=sys.stderr)
     print(out)
     return 0

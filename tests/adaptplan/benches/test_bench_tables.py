@@ -52,6 +52,11 @@ def test_algorithms_table_and_json(tmp_path) -> None:
         "shards-2: accuracy after 10 rounds, at the equal budget of 40 simulated s, simulated s to 30%", line,
         "  algorithm  acc@rounds acc@budget local acc s to target     sim s wall s/round",
         "  psl                 -          -         -           -        40        0.000",
+        # every dash says why, once under the table (issue 65)
+        "- (local acc): no local held-out samples in the run (--local-test-fraction 0)",
+        "- (s to target): diverged (NaN/inf) at round 31, before reaching 30%",
+        "- (acc@rounds, acc@budget, local acc): no evaluation in the run (lower --eval-every)",
+        "- (s to target): target 30% not reached within 10 rounds",
     ]
     bench_algorithms.save_json(ALGORITHM_RUNS, 0.3, tmp_path / "r.json", setting)
     data = json.loads((tmp_path / "r.json").read_text())
@@ -84,6 +89,10 @@ def test_training_table_and_json(tmp_path) -> None:
         "shards: target 40%, 30 rounds", setting_line,
         "  policy    rounds→target  s→target × AdaptSFL   final conv. round  conv. s conv. acc",
         "  sfl                   3       7.5          -   30.0%           -        -         -",
+        "- (conv. round, conv. s, conv. acc): not converged within 30 rounds (gain < 0.02 over 5 evaluations, counted "
+        "only above twice chance)",
+        "- (rounds→target, s→target, × AdaptSFL): target 40% not reached within 30 rounds",
+        "- (× AdaptSFL): no AdaptSFL run in this partition",
     ]
     bench_training.save_json(POLICY_RUNS, 0.4, tmp_path / "t.json")
     data = json.loads((tmp_path / "t.json").read_text())
@@ -110,12 +119,24 @@ def spy_figures(monkeypatch) -> list:
     return figures
 
 
+def drawn(fig):
+    """The renderer of ``fig`` drawn again as it was saved (layout included), after plt.close took its canvas."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return canvas.get_renderer()
+
+
 def test_sweep_table_and_plot(tmp_path, monkeypatch) -> None:
     assert bench_training.sweep_table(SWEEP_RUNS, "bandwidth").splitlines() == [
         "sweep bandwidth: simulated s to target / converged s",
         "  policy                  0.5                 2",
         "  sfl             30 /     45       12 /      -",
         "  psl              - /      -       20 / 1.23e+03",
+        "- (converged s): not converged within 30 rounds (gain < 0.02 over 5 evaluations, counted only above twice "
+        "chance)",
+        "- (s to target): target not reached within the run's 30 rounds",
     ]
     figures = spy_figures(monkeypatch)
     bench_training.sweep_plot(SWEEP_RUNS, "bandwidth", tmp_path / "s.png")
@@ -124,6 +145,8 @@ def test_sweep_table_and_plot(tmp_path, monkeypatch) -> None:
         ("sfl", [0.5, 2.0], [30.0, 12.0]), ("psl", [2.0], [20.0])]            # runs that never reached it: no point
     assert ax.get_xlabel() == "bandwidth" and ax.get_ylabel() == "simulated seconds to target" and not ax.texts
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["sfl", "psl"]
+    renderer = drawn(figures[0])                                           # beside the axes: it hides no point
+    assert not ax.get_legend().get_window_extent(renderer).overlaps(ax.get_window_extent(renderer))
     bench_training.sweep_plot([result("noise-cv=0", "sfl")], "noise-cv", tmp_path / "n.png")
     assert not figures[1].axes[0].get_lines() and figures[1].axes[0].texts[0].get_text() == "no policy reached the target"
     assert (tmp_path / "s.png").read_bytes()[:4] == b"\x89PNG"
@@ -135,9 +158,10 @@ def test_accuracy_plot_has_one_panel_per_group(tmp_path, monkeypatch) -> None:
     iid, shards = figures[0].axes
     assert (iid.get_title(), shards.get_title()) == ("iid", "shards-2")
     assert [(l.get_label(), list(l.get_xdata()), list(l.get_ydata())) for l in iid.get_lines()] == [
-        ("psl", [1.0, 2.0, 3.0], [0.2, 0.3, 0.4]), ("gas", [1.5], [0.5])]
+        ("psl", [1.0, 2.0, 3.0], [0.2, 0.3, 0.4]), ("gas", [1.5], [0.5])]   # no class count: no chance line
     assert not shards.get_lines()                                          # a run without evaluations draws nothing
-    assert [t.get_text() for t in iid.get_legend().get_texts()] == ["psl", "gas"]
+    (legend,) = figures[0].legends                                         # one, below the panels
+    assert [t.get_text() for t in legend.get_texts()] == ["psl", "gas"]
     assert iid.get_xlabel() == "simulated seconds" and iid.get_ylabel() == "test accuracy"
     assert (tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG"
 
