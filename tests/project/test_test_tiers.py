@@ -11,8 +11,9 @@ from tests import conftest
 class Item:
     """What ``pytest_collection_modifyitems`` reads and writes of a collected test: its node id and its markers."""
 
-    def __init__(self, nodeid: str) -> None:
+    def __init__(self, nodeid: str, module: object = None) -> None:
         self.nodeid = nodeid
+        self.module = module                    # the test file's module: its test functions by name
         self.markers: list[pytest.Mark] = []
 
     def add_marker(self, marker: pytest.MarkDecorator) -> None:
@@ -34,6 +35,14 @@ def test_multi_process_files_are_slow_and_in_one_group_and_slow_single_tests_onl
 
 
 def test_a_listed_slow_test_that_no_longer_exists_is_an_error() -> None:
-    others = Item("tests/profilers/test_small_image_models.py::test_renamed")   # its listed slow test is gone
-    with pytest.raises(pytest.UsageError, match="lists slow tests that do not exist"):
-        conftest.pytest_collection_modifyitems(None, [others])
+    from types import SimpleNamespace
+
+    path = "tests/profilers/test_small_image_models.py"
+    listed = next(p for p in conftest.SLOW_TESTS if p.startswith(path + "::")).split("::")[1]
+    renamed = SimpleNamespace(test_renamed=None)                        # the file no longer defines the listed test
+    for module in (None, renamed):
+        with pytest.raises(pytest.UsageError, match="lists slow tests that do not exist"):
+            conftest.pytest_collection_modifyitems(None, [Item(f"{path}::test_renamed", module)])
+    # one other test of the file selected alone (pytest FILE::TEST): the listed one exists, unselected, no error
+    present = SimpleNamespace(test_renamed=None, **{listed: None})
+    conftest.pytest_collection_modifyitems(None, [Item(f"{path}::test_renamed", present)])
