@@ -62,6 +62,7 @@ SLOW_TESTS = (
     "tests/adaptplan/benches/test_bench_papers.py::",
     "tests/adaptplan/benches/test_bench_training.py::",
     "tests/adaptplan/benches/test_bench_algorithms.py::",
+    "tests/adaptplan/benches/test_bench_plans.py::test_bench_plans_end_to_end_table_json_and_heat_map_agree",   # ~6 s
     "tests/profilers/test_small_image_models.py::test_profile_cli_refuses_a_vit_size_with_exit_2_and_no_traceback",
 )
 """Single tests, or files (a prefix ending in ``::``), of more than a few seconds each (measured with

@@ -12,7 +12,7 @@ from adaptplan.cli.flags import float_flag, int_flag
 from adaptplan.errors import InputError
 from adaptplan.limits import MAX_BATCH_SIZE, MAX_CUT_POINTS, MAX_DEVICES, MAX_NOISE_CV, MAX_SEED, MAX_STEPS, MAX_THREADS
 from trainers.config.optimizer_spec import OPTIMIZERS
-from trainers.config.train_config import ALGORITHMS, MAX_LR, MAX_WEIGHT_DECAY
+from trainers.config.train_config import ALGORITHMS, MAX_ALPHA, MAX_LR, MAX_WEIGHT_DECAY
 
 if TYPE_CHECKING:  # pragma: no cover
     from adaptplan.benches.comparison import Setting
@@ -23,8 +23,9 @@ MAX_BENCH_ROUNDS = 10_000   # measured rounds / repeats of `bench engine`
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("bench", help="benchmarks: solvers (latency vs baselines and exact, solve time), engine "
-                            "(samples/s), algorithms (every registered algorithm side by side), training (planning policies in the loop) "
-                            "and papers (each paper's claim at this scale)")
+                            "(samples/s), algorithms (every registered algorithm side by side), training (planning policies in the loop), "
+                            "papers (each paper's claim at this scale) and plans (the planner's plan against a grid "
+                            "of fixed plans)")
     which = parser.add_subparsers(dest="bench", metavar="BENCH")
     which.required = True
     solvers = which.add_parser("solvers", help="AdaptSFL vs baselines vs exact optimum; solve time vs devices and cut points")
@@ -135,6 +136,48 @@ def register(sub: argparse._SubParsersAction) -> None:
                              "each run's file and folder into DIR/runs: the same command run again continues a stopped "
                              "bench (runs that ended are read back, stopped ones resume from their checkpoints)")
     papers.set_defaults(func=run_papers)
+    plans = which.add_parser("plans", help="the planner's plan against a grid of fixed plans (every device at cut j × "
+                             "interval I, each device's latency-best cut × I) over seeds: simulated time to a target "
+                             "accuracy, the planner's rank and ratio to the best, beside what it predicted; a heat-map")
+    _plans_options(plans)
+    plans.set_defaults(func=run_plans)
+
+
+def _plans_options(parser: argparse.ArgumentParser) -> None:
+    """``bench plans``' flags: the setting of ``train`` (one for every plan), the seeds, the target, the grid of
+    intervals and the outputs."""
+    parser.add_argument("--dataset", default="cifar10-subset", help="dataset (default cifar10-subset)")
+    parser.add_argument("--model", default="cnn", help="model (default cnn); its cut points are the grid's cuts")
+    parser.add_argument("--devices", type=int_flag(1, MAX_DEVICES, "devices"), default=20, help="devices N (default 20)")
+    parser.add_argument("--partition", default="iid", help="iid (default), shards, dirichlet or dirichlet-equal")
+    parser.add_argument("--alpha", type=float_flag(0.0, MAX_ALPHA, low_open=True), default=0.5,
+                        help="Dirichlet concentration α for --partition dirichlet and dirichlet-equal (default 0.5)")
+    parser.add_argument("--rounds", type=int_flag(1, MAX_STEPS, "rounds"), default=600,
+                        help="rounds per run (default 600)")
+    parser.add_argument("--batch-size", type=int_flag(1, MAX_BATCH_SIZE, "samples"),
+                        help="samples per device per round (default 16, AdaptSFL's)")
+    setting_options(parser)
+    parser.add_argument("--eval-every", type=int_flag(1, MAX_STEPS, "rounds"), default=5,
+                        help="evaluate every K rounds (default 5; the time to target is interpolated between "
+                             "evaluations)")
+    parser.add_argument("--test-samples", type=int_flag(1, MAX_STEPS, "samples"), default=500,
+                        help="test images per evaluation (default 500)")
+    parser.add_argument("--seeds", default="0,1,2", metavar="S,S,...",
+                        help="seeds of data, model and samplers, one run of every plan each (default 0,1,2)")
+    parser.add_argument("--target-accuracy", type=float_flag(0.0, 1.0, low_open=True), default=0.4,
+                        help="target test accuracy, a fraction (default 0.4)")
+    parser.add_argument("--intervals", default="1,2,4,8", metavar="I,I,...",
+                        help="the grid's aggregation intervals I, in rounds (default 1,2,4,8)")
+    parser.add_argument("--workers", type=int_flag(1, MAX_THREADS, "processes"),
+                        help="worker processes, one torch thread each (default: all cores)")
+    add_device_options(parser)
+    parser.add_argument("--out", metavar="DIR",
+                        help="write table.txt (and results.json, heatmap.png unless --json, --plot name other files) "
+                             "into DIR and train each run in DIR/runs/seed<S>/<plan>: the same command run again reads "
+                             "back the runs that ended and continues stopped ones (default: runs in a temporary folder)")
+    parser.add_argument("--json", metavar="FILE", help="write every plan's figures, runs and curves as JSON to FILE")
+    parser.add_argument("--plot", metavar="PNG", help="write the heat-map (cut × I, colour = mean simulated seconds to "
+                        "target, the planner's plan outlined) to PNG")
 
 
 def _training_options(parser: argparse.ArgumentParser, rounds: int, target: float) -> None:
@@ -419,3 +462,75 @@ def _sweep(text: str, names: dict[str, str]) -> tuple[str, list[float]]:
         raise InputError(f"values must be finite and {'≥ 0' if name == 'noise-cv' else '> 0'}, got {values!r}",
                          field="--sweep")
     return name, numbers
+
+
+def _whole_numbers(text: str, flag: str, low: int, high: int) -> list[int]:
+    """``A,B,...`` → distinct integers in ``low``..``high``, in order; one message naming ``flag`` otherwise."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise InputError(f"must be integers separated by commas, got {text!r}", field=flag) from None
+    if not values:
+        raise InputError(f"name at least one, got {text!r}", field=flag)
+    if any(not low <= v <= high for v in values):
+        raise InputError(f"each must be in {low}..{high}, got {text!r}", field=flag)
+    if len(set(values)) != len(values):
+        raise InputError(f"each may appear once, got {text!r}", field=flag)
+    return values
+
+
+def run_plans(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from adaptplan.benches import plans as bench
+    from adaptplan.benches.training import ADAPTSFL_SETTING
+    from trainers.config.train_config import DATASETS, PARTITIONS, check_choice, check_model
+
+    check_choice(args.dataset, DATASETS, "--dataset")
+    check_model(args.model, "--model")
+    check_choice(args.partition, PARTITIONS, "--partition")
+    seeds = _whole_numbers(args.seeds, "--seeds", 0, MAX_SEED)
+    intervals = _whole_numbers(args.intervals, "--intervals", 1, MAX_STEPS)
+    _check_training_options(args, "--batch-size")
+    if max(intervals) > args.rounds:
+        raise InputError(f"I = {max(intervals)} exceeds --rounds {args.rounds}: those runs would never average the "
+                         "devices' models; give intervals up to the rounds", field="--intervals")
+    setting = setting_from(args, ADAPTSFL_SETTING)
+    if setting.local_steps is not None:
+        raise InputError("each plan sets its own interval (--intervals); drop --local-steps", field="--local-steps")
+    setting.fields(bench.ALGORITHM, args.devices, planned=True)     # one message naming the flag before any run
+    out = Path(args.out) if args.out else None
+    json_path = args.json or (str(out / "results.json") if out is not None else None)
+    plot_path = args.plot or (str(out / "heatmap.png") if out is not None else None)
+    if plot_path is not None:
+        from trainers.run.plotting import image_path
+
+        try:
+            plot_path = str(image_path(plot_path)[0])     # an unknown format or a folder fails before any run
+        except InputError as exc:
+            raise InputError(exc.message, field="--plot" if args.plot else "--out") from None
+    _check_device(args)
+    setup = bench.BenchSetting(setting, dataset=args.dataset, model=args.model, devices=args.devices,
+                               partition=args.partition, alpha=args.alpha, eval_every=args.eval_every,
+                               test_samples=args.test_samples, target=args.target_accuracy, device=args.device,
+                               client_batching=args.client_batching)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="adaptplan-bench-plans-") as scratch:
+        runs_dir = out / "runs" if out is not None else Path(scratch)
+        results = bench.run_plans_bench(setup, seeds, intervals, runs_dir, workers=args.workers)
+    text = bench.table(results, setup, seeds)
+    print(text)
+    written = []
+    if out is not None:
+        (out / "table.txt").write_text(text + "\n", encoding="utf-8")
+        written.append(str(out / "table.txt"))
+    if json_path is not None:
+        bench.save_json(results, setup, seeds, intervals, json_path)
+        written.append(json_path)
+    if plot_path is not None:
+        bench.plot(results, intervals, plot_path)
+        written.append(plot_path)
+    if written:
+        print(f"wrote {', '.join(written)}", file=sys.stderr)
+    return 0

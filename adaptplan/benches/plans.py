@@ -1,0 +1,536 @@
+"""`adaptplan bench plans`: the planner's plan measured against the plans a user could have picked by hand.
+
+For one setting (data set, model, devices, partition, the one training setting of every run) and several seeds, it
+trains with AdaptSFL's algorithm
+
+* the planner's plan: the default ``adaptplan train`` without ``--cuts``, planned once before round 1 (the built-in
+  planner on round 1's generated system, docs/model.md §6.1's placeholder constants, γ = the learning rate); what it
+  predicted (its rounds and eq. 26's seconds) is read from the run's first ``plan`` event;
+* a grid of fixed plans: every device at cut j, for each cut point j of the model, × each interval I of the grid;
+  and each device at its own latency-best cut for that I (:func:`latency_best_cuts`) × each I;
+
+through the benchmarks' job runner (:func:`adaptplan.benches.runs.run_jobs`), and ranks them by the simulated
+seconds to a target test accuracy, interpolated between evaluations (:func:`time_to_target`). Times are simulated
+seconds (the latency model's clock), accuracies fractions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from adaptplan.benches.comparison import Setting
+from adaptplan.benches.runs import RunResult, not_reached, run_jobs
+from adaptplan.latency import LatencyModel, total_latency
+from adaptplan.report import Empty, format_table
+
+DEFAULT_INTERVALS = (1, 2, 4, 8)
+DEFAULT_SEEDS = (0, 1, 2)
+ALGORITHM = "adaptsfl"
+"""Every plan trains AdaptSFL's algorithm (heterogeneous cuts, client models averaged every I rounds)."""
+
+INTERPOLATION_NOTE = ("time to target: simulated seconds at which the test accuracy first reaches the target, "
+                      "linearly interpolated between the evaluation before the crossing and the one at or after it; "
+                      "'≤' marks a run already at the target at its first evaluation (no earlier evaluation to "
+                      "interpolate from: that evaluation's time, an upper bound). rounds→target: the round of the "
+                      "first evaluation at or above the target. Mean over seeds, spread min–max.")
+
+
+# ---- the plans -----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PlanSpec:
+    """One plan of the bench: ``kind`` is ``"planner"`` (cuts and I its own), ``"uniform"`` (every device at cut
+    ``cut``) or ``"latency-best"`` (each device at its own cut, ``cuts``); ``interval`` I in rounds (None: the
+    planner's)."""
+
+    kind: str
+    interval: int | None = None
+    cut: int | None = None                     # 1-based cut index of every device ("uniform")
+    cuts: tuple[int, ...] | None = None        # 1-based cut per device ("uniform", "latency-best")
+
+    @property
+    def label(self) -> str:
+        """Its name in the table and the JSON: ``planner``, ``cut 2, I=4``, ``latency-best, I=4``."""
+        if self.kind == "planner":
+            return "planner"
+        head = f"cut {self.cut}" if self.kind == "uniform" else "latency-best"
+        return f"{head}, I={self.interval}"
+
+    @property
+    def slug(self) -> str:
+        """Its run folder's name: ``planner``, ``cut2-I4``, ``latency-best-I4``."""
+        if self.kind == "planner":
+            return "planner"
+        return f"cut{self.cut}-I{self.interval}" if self.kind == "uniform" else f"latency-best-I{self.interval}"
+
+
+def latency_best_cuts(model: LatencyModel, interval: int) -> list[int]:
+    """Each device's latency-best cut (1-based) for aggregation interval ``interval`` I: the cut j that minimises
+    that device's mean per-round latency over one aggregation period, eq. (26) over I rounds divided by I, i.e.
+    T_split + T_agg / I (docs/model.md §2.4: its forward, upload, share of the server stage, download and backward
+    every round, its model upload and download every I rounds; seconds), with the latency model of ``model``'s
+    system on that device alone. Ties go to the shallower cut."""
+    cuts = np.arange(1, model.num_cuts + 1)[:, None]               # one single-device cut vector per cut point
+    best = []
+    for device in model.system.devices:
+        alone = LatencyModel(model.profile, replace(model.system, devices=(device,)))
+        t_split, t_agg = alone.stage_latencies(cuts)
+        per_round = [total_latency(interval, interval, float(ts), float(ta)) / interval for ts, ta in zip(t_split, t_agg)]
+        best.append(int(np.argmin(per_round)) + 1)
+    return best
+
+
+def plan_grid(num_cuts: int, intervals: Sequence[int], latency_best: Mapping[int, Sequence[int]]) -> list[PlanSpec]:
+    """The bench's plans: the planner's, then every device at cut j for j = 1..``num_cuts`` × each I of
+    ``intervals``, then each I with ``latency_best[I]`` (one cut per device, :func:`latency_best_cuts`)."""
+    devices = len(latency_best[intervals[0]])
+    plans = [PlanSpec("planner")]
+    plans += [PlanSpec("uniform", interval, cut, (cut,) * devices)
+              for cut in range(1, num_cuts + 1) for interval in intervals]
+    plans += [PlanSpec("latency-best", interval, None, tuple(int(c) for c in latency_best[interval]))
+              for interval in intervals]
+    return plans
+
+
+@dataclass(frozen=True)
+class BenchSetting:
+    """What every run of the bench trains on besides its plan and seed: data, model, devices, evaluation
+    (``eval_every`` rounds; ``test_samples`` test images per evaluation), ``target`` accuracy (a fraction) and
+    the one training setting (:class:`adaptplan.benches.comparison.Setting`)."""
+
+    setting: Setting
+    dataset: str = "cifar10-subset"
+    model: str = "cnn"
+    devices: int = 20
+    partition: str = "iid"
+    alpha: float = 0.5                          # Dirichlet α (partition dirichlet / dirichlet-equal)
+    eval_every: int = 5
+    test_samples: int | None = 500
+    target: float = 0.4
+    device: str = "auto"
+    client_batching: str = "auto"
+
+    def config(self, seed: int, plan: PlanSpec | None = None) -> dict[str, Any]:
+        """TrainConfig flat keys of ``plan``'s run with ``seed`` (the planner's without ``plan`` or for it)."""
+        config: dict[str, Any] = dict(algorithm=ALGORITHM, dataset=self.dataset, model=self.model,
+                                      devices=self.devices, partition=self.partition, dirichlet_alpha=self.alpha,
+                                      eval_every=self.eval_every, seed=seed, threads=1, progress=False,
+                                      max_test_samples=self.test_samples, device=self.device,
+                                      client_batching=self.client_batching,
+                                      **self.setting.fields(ALGORITHM, self.devices, planned=True))
+        if plan is not None and plan.kind != "planner":
+            config.update(cuts=list(plan.cuts or ()), interval=plan.interval)
+        return config
+
+    def describe(self, seeds: Sequence[int]) -> list[str]:
+        """The lines printed above the table: the data, the training setting, the plans, the measure."""
+        partition = self.partition + (f" (α = {self.alpha:g})" if self.partition.startswith("dirichlet") else "")
+        setting = self.setting.describe().replace("each algorithm's own", "each plan's I")
+        return [f"bench plans: {self.model} on {self.dataset}, {self.devices} devices, {partition} partition, "
+                f"seeds {','.join(map(str, seeds))}, target {self.target:.0%}",
+                f"  setting — {setting}",
+                f"  every plan trains {ALGORITHM}; the planner planned once before round 1 (round 1's generated "
+                "system, placeholder constants, γ = lr); the system trace is the same in every seed; "
+                f"evaluation every {self.eval_every} rounds on "
+                f"{'every' if self.test_samples is None else self.test_samples} test samples",
+                f"  {INTERPOLATION_NOTE}"]
+
+
+def probe(bench: BenchSetting, seed: int, intervals: Sequence[int]) -> tuple[int, dict[int, list[int]]]:
+    """(the model's number of cut points, each I's latency-best cuts) of ``bench``'s run with ``seed``: from a
+    trainer built as the runs build theirs (nothing trained), on round 1's system — the one the planner plans on."""
+    from trainers.config.train_config import TrainConfig
+    from trainers.run.driver import Trainer
+
+    config = {**bench.config(seed), "rounds": 1, "cuts": [1], "interval": 1}
+    trainer = Trainer(TrainConfig.flat(**config))
+    model = trainer.clock.latency_model(1)
+    return trainer.profile.num_cuts, {interval: latency_best_cuts(model, interval) for interval in intervals}
+
+
+def grid_jobs(bench: BenchSetting, seeds: Sequence[int], num_cuts: int,
+              latency_best: Mapping[int, Mapping[int, Sequence[int]]], intervals: Sequence[int],
+              runs_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """One :func:`~adaptplan.benches.runs.run_jobs` job per (seed, plan of :func:`plan_grid`), each run in
+    ``runs_dir/seed<s>/<plan slug>``; ``latency_best[seed][I]``: the latency-best cuts."""
+    jobs = []
+    for seed in seeds:
+        for plan in plan_grid(num_cuts, intervals, latency_best[seed]):
+            jobs.append({"group": "plans", "label": plan.label, "seed": seed, "plan": plan, "target": bench.target,
+                         "config": bench.config(seed, plan),
+                         "folder": str(Path(runs_dir) / f"seed{seed}" / plan.slug)})
+    return jobs
+
+
+def _config_key(config: dict[str, Any]) -> str:
+    return json.dumps(config, sort_keys=True, default=list)
+
+
+def run_grid(jobs: Sequence[dict[str, Any]], workers: int | None = None, progress: bool = True) -> list[RunResult]:
+    """Each job's :class:`RunResult`, in order; jobs of the same setting (a latency-best plan whose cuts are all the
+    same cut j is the plan of cut j) train once."""
+    unique: dict[str, dict[str, Any]] = {}
+    for job in jobs:
+        unique.setdefault(_config_key(job["config"]), job)
+    runnable = [{k: v for k, v in job.items() if k != "plan"} for job in unique.values()]   # picklable, plain
+    done = dict(zip(unique, run_jobs(runnable, workers, "bench plans", progress)))
+    return [replace(done[_config_key(job["config"])], label=job["label"]) for job in jobs]
+
+
+# ---- time to target --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Crossing:
+    """When a run first reached the target: ``seconds`` simulated; ``upper_bound`` where it was already there at its
+    first evaluation (no earlier evaluation to interpolate from)."""
+
+    seconds: float
+    upper_bound: bool = False
+
+
+def time_to_target(curve: Sequence[tuple[float, float]], target: float) -> Crossing | None:
+    """The simulated seconds at which the accuracy of ``curve`` ((simulated s, accuracy) per evaluation, in order)
+    first reaches ``target``: linear between the evaluation before the first one at or above ``target`` and that
+    one; that evaluation's time (an upper bound) when it is the first; None when no evaluation reaches it."""
+    for k, (seconds, accuracy) in enumerate(curve):
+        if accuracy >= target:
+            if k == 0:
+                return Crossing(float(seconds), upper_bound=True)
+            before_s, before_acc = curve[k - 1]                    # before_acc < target <= accuracy
+            share = (target - before_acc) / (accuracy - before_acc)
+            return Crossing(float(before_s + share * (seconds - before_s)))
+    return None
+
+
+@dataclass
+class Prediction:
+    """What the planner predicted for its plan (its first ``plan`` event): the cuts and I it chose, its rounds and
+    eq. 26's total seconds (to its ε-stationary point under its constants, not to the target)."""
+
+    cuts: list[int]
+    interval: int
+    rounds: int | None
+    latency_s: float | None
+
+
+def read_prediction(folder: str | os.PathLike) -> Prediction | None:
+    """The planner's :class:`Prediction` from the first ``plan`` event of the run in ``folder`` (its history.json);
+    None where there is no such history. Rounds and seconds are None where the run fell back to the default plan."""
+    from trainers.run.history import History
+
+    path = Path(folder) / "history.json"
+    if not path.exists():
+        return None
+    event = next((e for e in History.load(path).events if e.get("event") == "plan"), None)
+    if event is None:
+        return None
+    plan = event.get("plan") or {}
+    return Prediction([int(c) for c in event["cuts"]], int(event["interval"]), plan.get("rounds"),
+                      plan.get("total_latency_s"))
+
+
+@dataclass
+class PlanResult:
+    """One plan over the seeds: its runs and each run's :class:`Crossing` (None: not reached); for the planner, the
+    plan it chose and what it predicted, per seed."""
+
+    plan: PlanSpec                              # the first seed's (a latency-best plan's cuts may differ by seed)
+    runs: dict[int, RunResult]
+    target: float
+    predictions: dict[int, Prediction | None] = field(default_factory=dict)
+    seed_cuts: dict[int, list[int]] = field(default_factory=dict)     # a fixed plan's cuts per seed (default: plan's)
+
+    @property
+    def crossings(self) -> dict[int, Crossing | None]:
+        return {seed: time_to_target(r.curve, self.target) for seed, r in self.runs.items()}
+
+    @property
+    def times(self) -> list[float] | None:
+        """Each seed's simulated seconds to target, or None unless every seed reached it."""
+        found = list(self.crossings.values())
+        return None if any(c is None for c in found) else [c.seconds for c in found if c is not None]
+
+    @property
+    def mean_s(self) -> float | None:
+        """Mean simulated seconds to target over the seeds (None unless every seed reached it)."""
+        times = self.times
+        return statistics.fmean(times) if times else None
+
+    @property
+    def upper_bound(self) -> bool:
+        """Some seed reached the target at its first evaluation (its time an upper bound)."""
+        return any(c is not None and c.upper_bound for c in self.crossings.values())
+
+    @property
+    def mean_rounds(self) -> float | None:
+        """Mean round of the first evaluation at or above the target (None unless every seed reached it)."""
+        rounds = [r.rounds_to_target for r in self.runs.values()]
+        return None if any(r is None for r in rounds) else statistics.fmean(r for r in rounds if r is not None)
+
+    def why_missing(self) -> str:
+        """Why the mean is empty: the seeds that missed and the first one's reason."""
+        missed = [seed for seed, c in self.crossings.items() if c is None]
+        if not missed:
+            return ""
+        reason = not_reached(self.runs[missed[0]], self.target)
+        return f"not reached in seed{'s' if len(missed) > 1 else ''} {','.join(map(str, missed))}: {reason}"
+
+    def cuts_by_seed(self) -> dict[int, list[int] | None]:
+        """The cut vector each seed's run started with."""
+        if self.plan.kind != "planner":
+            return {seed: self.seed_cuts.get(seed, list(self.plan.cuts or ())) for seed in self.runs}
+        return {seed: (p.cuts if p else None) for seed, p in self.predictions.items()}
+
+    def intervals_by_seed(self) -> dict[int, int | None]:
+        if self.plan.kind != "planner":
+            return {seed: self.plan.interval for seed in self.runs}
+        return {seed: (p.interval if p else None) for seed, p in self.predictions.items()}
+
+
+def collect(jobs: Sequence[dict[str, Any]], results: Sequence[RunResult], target: float) -> list[PlanResult]:
+    """The jobs' results grouped by plan label (in the jobs' order; a latency-best plan's cuts kept per seed), the
+    planner's with its predictions read from its runs' folders."""
+    grouped: dict[str, PlanResult] = {}
+    for job, result in zip(jobs, results):
+        plan: PlanSpec = job["plan"]
+        entry = grouped.setdefault(plan.label, PlanResult(plan, {}, target))
+        entry.runs[job["seed"]] = result
+        if plan.kind == "planner":
+            entry.predictions[job["seed"]] = read_prediction(job["folder"])
+        else:
+            entry.seed_cuts[job["seed"]] = list(plan.cuts or ())
+    return list(grouped.values())
+
+
+# ---- ranking -------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Standing:
+    """A plan's place: ``rank`` 1-based among all ``of`` plans by mean seconds to target (ties share the better
+    rank; plans that missed the target in a seed rank after every plan that reached it and get None), and its mean
+    as a multiple of the best fixed plan's (``best``: that plan's label)."""
+
+    rank: int | None
+    of: int
+    ratio: float | None
+    best: str | None
+
+
+def standing(result: PlanResult, results: Sequence[PlanResult]) -> Standing:
+    """``result``'s :class:`Standing` among ``results``."""
+    fixed = [r for r in results if r.plan.kind != "planner" and r.mean_s is not None]
+    best = min(fixed, key=lambda r: r.mean_s if r.mean_s is not None else float("inf"), default=None)
+    mine = result.mean_s
+    if mine is None:
+        return Standing(None, len(results), None, best.plan.label if best else None)
+    rank = 1 + sum(1 for r in results if r.mean_s is not None and r.mean_s < mine)
+    ratio = mine / best.mean_s if best is not None and best.mean_s else None
+    return Standing(rank, len(results), ratio, best.plan.label if best else None)
+
+
+# ---- output --------------------------------------------------------------------------------------------------
+
+def show_cuts(cuts: Sequence[int] | None) -> str:
+    """A cut vector for the table: ``all 2``, the vector for ≤ 8 devices, else counts (``2×15, 3×5``)."""
+    if not cuts:
+        return "-"
+    if len(set(cuts)) == 1:
+        return f"all {cuts[0]}"
+    if len(cuts) <= 8:
+        return ",".join(map(str, cuts))
+    return ", ".join(f"{c}×{list(cuts).count(c)}" for c in sorted(set(cuts)))
+
+
+def _same(values: dict[int, Any]) -> Any:
+    """The one value every seed has, else None."""
+    distinct = {json.dumps(v) for v in values.values()}
+    return next(iter(values.values())) if len(distinct) == 1 else None
+
+
+def table(results: Sequence[PlanResult], bench: BenchSetting, seeds: Sequence[int]) -> str:
+    """The setting, then one row per plan: cuts, I, mean seconds to target (min–max), mean rounds to target, seeds
+    that reached it, rank among all plans, × the best fixed plan, and (the planner's row) what it predicted; under
+    it why a cell is empty, then the planner's standing in one line."""
+    headers = ["plan", "cuts", "I", "s→target", "min–max s", "rounds→target", "reached", "rank", "× best fixed",
+               "predicted s", "predicted rounds"]
+    rows = [_row(r, results) for r in results]
+    lines = bench.describe(seeds) + [format_table(headers, rows)]
+    planner = next((r for r in results if r.plan.kind == "planner"), None)
+    if planner is not None:
+        lines.append(summary(planner, results))
+    return "\n".join(lines)
+
+
+def _row(r: PlanResult, results: Sequence[PlanResult]) -> list[str]:
+    why = r.why_missing()
+    place = standing(r, results)
+    times = r.times
+    cuts, interval = _same(r.cuts_by_seed()), _same(r.intervals_by_seed())
+    mark = "≤" if r.upper_bound else ""
+    rank: str = Empty(why) if place.rank is None else f"{place.rank} of {place.of}"
+    if place.ratio is not None:
+        ratio: str = f"{place.ratio:.2f}"
+    else:
+        ratio = Empty(why or "no fixed plan reached the target in every seed")
+    if r.plan.kind == "planner":
+        predicted = [_same({s: p.latency_s if p else None for s, p in r.predictions.items()}),
+                     _same({s: p.rounds if p else None for s, p in r.predictions.items()})]
+        no_prediction = "the planner's prediction differs by seed (results JSON) or is missing (fallback plan)"
+        forecast = [Empty(no_prediction) if predicted[0] is None else f"{predicted[0]:.3g}",
+                    Empty(no_prediction) if predicted[1] is None else str(predicted[1])]
+    else:
+        forecast = [Empty("a fixed plan predicts nothing")] * 2
+    return [r.plan.label,
+            Empty("differs by seed (results JSON)") if cuts is None else show_cuts(cuts),
+            Empty("differs by seed (results JSON)") if interval is None else str(interval),
+            Empty(why) if r.mean_s is None else f"{mark}{r.mean_s:.3g}",
+            Empty(why) if times is None else f"{min(times):.3g}–{max(times):.3g}",
+            Empty(why) if r.mean_rounds is None else f"{r.mean_rounds:.3g}",
+            f"{sum(c is not None for c in r.crossings.values())}/{len(r.runs)}",
+            rank, ratio, *forecast]
+
+
+def summary(planner: PlanResult, results: Sequence[PlanResult]) -> str:
+    """One line: the planner's rank and ratio to the best fixed plan, beside what it predicted."""
+    place = standing(planner, results)
+    best = next((r for r in results if r.plan.label == place.best), None)
+    prediction = _same({s: [p.rounds, p.latency_s] if p else None for s, p in planner.predictions.items()})
+    said = ("it predicted " + f"{prediction[0]} rounds, {prediction[1]:.3g} s (eq. 26: to an ε-stationary point of its "
+            "constants, not to the target)") if prediction and prediction[0] is not None else \
+        "its prediction differs by seed or is missing"
+    if place.rank is None:
+        return f"planner: {planner.why_missing()}; {said}"
+    measured = f"measured {planner.mean_s:.3g} s, {planner.mean_rounds:.3g} rounds to target"
+    versus = (f"{place.ratio:.2f}× the best fixed plan ({place.best}: {best.mean_s:.3g} s)"
+              if place.ratio is not None and best is not None and best.mean_s is not None
+              else "no fixed plan reached the target in every seed")
+    return f"planner: rank {place.rank} of {place.of}, {versus}; {measured}; {said}"
+
+
+def to_json(results: Sequence[PlanResult], bench: BenchSetting, seeds: Sequence[int],
+            intervals: Sequence[int]) -> dict[str, Any]:
+    """The bench as JSON: the setting, the measure, and per plan its cuts and I per seed, each run's time to
+    target, rounds, final accuracy and accuracy curve, the mean and spread, its rank and ratio; the planner's
+    predictions per seed."""
+    plans = []
+    for r in results:
+        place = standing(r, results)
+        crossings = r.crossings
+        plans.append({
+            "label": r.plan.label, "kind": r.plan.kind, "interval": r.plan.interval,
+            "cuts_by_seed": {str(s): c for s, c in r.cuts_by_seed().items()},
+            "interval_by_seed": {str(s): i for s, i in r.intervals_by_seed().items()},
+            "mean_time_to_target_s": r.mean_s, "min_time_to_target_s": min(r.times) if r.times else None,
+            "max_time_to_target_s": max(r.times) if r.times else None, "mean_rounds_to_target": r.mean_rounds,
+            "upper_bound": r.upper_bound, "not_reached": r.why_missing() or None,
+            "rank": place.rank, "of": place.of, "ratio_to_best_fixed": place.ratio,
+            "runs": [{"seed": s, "time_to_target_s": c.seconds if c else None,
+                      "upper_bound": bool(c and c.upper_bound), "rounds_to_target": run.rounds_to_target,
+                      "final_accuracy": run.final_accuracy, "rounds": run.rounds, "sim_seconds": run.sim_seconds,
+                      "diverged_round": run.diverged_round, "curve": [list(p) for p in run.curve]}
+                     for s, run in r.runs.items() for c in [crossings[s]]],
+            **({"predictions": {str(s): (vars(p) if p else None) for s, p in r.predictions.items()}}
+               if r.plan.kind == "planner" else {})})
+    planner = next((r for r in results if r.plan.kind == "planner"), None)
+    chosen = standing(planner, results) if planner is not None else None
+    return {"target_accuracy": bench.target, "time_to_target": INTERPOLATION_NOTE, "seeds": list(seeds),
+            "intervals": list(intervals), "algorithm": ALGORITHM,
+            "data": {"dataset": bench.dataset, "model": bench.model, "devices": bench.devices,
+                     "partition": bench.partition, "alpha": bench.alpha, "eval_every": bench.eval_every,
+                     "test_samples": bench.test_samples},
+            "setting": bench.setting.to_json(), "plans": plans,
+            "planner": None if chosen is None else {"rank": chosen.rank, "of": chosen.of, "ratio_to_best_fixed":
+                                                    chosen.ratio, "best_fixed": chosen.best}}
+
+
+def save_json(results: Sequence[PlanResult], bench: BenchSetting, seeds: Sequence[int], intervals: Sequence[int],
+              path: str | os.PathLike) -> None:
+    """:func:`to_json` written (atomically) to ``path``."""
+    from adaptplan.fileio import save_json as write
+
+    write(to_json(results, bench, seeds, intervals), path)
+
+
+def heat_grid(results: Sequence[PlanResult], intervals: Sequence[int]) -> tuple[list[str], np.ndarray]:
+    """(row names, mean seconds to target, shape (rows, len(intervals)), NaN where not reached): a row per cut
+    ``cut j`` in order, then ``latency-best``."""
+    names = list(dict.fromkeys(r.plan.label.split(",")[0] for r in results if r.plan.kind != "planner"))
+    grid = np.full((len(names), len(intervals)), np.nan)
+    for r in results:
+        if r.plan.kind != "planner" and r.plan.interval is not None and r.plan.interval in intervals \
+                and r.mean_s is not None:
+            grid[names.index(r.plan.label.split(",")[0]), list(intervals).index(r.plan.interval)] = r.mean_s
+    return names, grid
+
+
+def planner_cell(results: Sequence[PlanResult], intervals: Sequence[int]) -> tuple[int, int] | None:
+    """(row, column) of the heat-map cell that is the planner's plan (its cuts and I the same in every seed), or
+    None where its plan is not on the grid."""
+    planner = next((r for r in results if r.plan.kind == "planner"), None)
+    if planner is None:
+        return None
+    cuts, interval = _same(planner.cuts_by_seed()), _same(planner.intervals_by_seed())
+    if cuts is None or interval not in intervals:
+        return None
+    names, _ = heat_grid(results, intervals)
+    match = next((r for r in results if r.plan.kind != "planner" and r.plan.interval == interval
+                  and _same(r.cuts_by_seed()) == list(cuts)), None)
+    return None if match is None else (names.index(match.plan.label.split(",")[0]), list(intervals).index(interval))
+
+
+def plot(results: Sequence[PlanResult], intervals: Sequence[int], path: str | os.PathLike) -> None:
+    """Heat-map: cut (rows, then the latency-best cuts) × I (columns), colour = mean simulated seconds to target,
+    each cell's value written in it ("not reached" on grey); the planner's plan outlined in red where it is on the
+    grid, its figures in the title either way."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    names, grid = heat_grid(results, intervals)
+    fig, ax = plt.subplots(figsize=(1.4 * len(intervals) + 3.0, 0.55 * len(names) + 2.2), layout="constrained")
+    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="0.85")
+    image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, aspect="auto")
+    finite = grid[np.isfinite(grid)]
+    for (row, col), value in np.ndenumerate(grid):
+        bright = finite.size and np.isfinite(value) and value > (finite.min() + finite.max()) / 2
+        ax.text(col, row, "not\nreached" if np.isnan(value) else f"{value:.3g}", ha="center", va="center",
+                fontsize=8, color="black" if bright or np.isnan(value) else "white")
+    ax.set_xticks(range(len(intervals)), [str(i) for i in intervals])
+    ax.set_yticks(range(len(names)), names)
+    ax.set_xlabel("aggregation interval I (rounds); latency-best: each device's own cut for that I")
+    ax.set_ylabel("cut of every device")
+    if finite.size:
+        fig.colorbar(image, ax=ax, label="mean simulated s to target")
+    planner = next((r for r in results if r.plan.kind == "planner"), None)
+    cell = planner_cell(results, intervals)
+    if cell is not None:
+        ax.add_patch(Rectangle((cell[1] - 0.5, cell[0] - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2.5))
+    if planner is not None:
+        cuts, interval = _same(planner.cuts_by_seed()), _same(planner.intervals_by_seed())
+        value = "not reached" if planner.mean_s is None else f"{planner.mean_s:.3g} s"
+        where = "red box" if cell is not None else "not on the grid"
+        ax.set_title(f"planner (cuts {show_cuts(cuts) if cuts else 'vary'}, I = {interval or 'varies'}; {where}): "
+                     f"{value}", fontsize=9)
+    fig.savefig(path)
+    plt.close(fig)
+
+
+# ---- the bench -----------------------------------------------------------------------------------------------
+
+def run_plans_bench(bench: BenchSetting, seeds: Sequence[int] = DEFAULT_SEEDS,
+                    intervals: Sequence[int] = DEFAULT_INTERVALS, runs_dir: str | os.PathLike = "bench-plans-runs",
+                    workers: int | None = None, progress: bool = True) -> list[PlanResult]:
+    """Train every plan of :func:`plan_grid` for every seed (runs in ``runs_dir``: a run that ended there is read
+    back, a stopped one continues) and return them grouped by plan."""
+    probed = {seed: probe(bench, seed, intervals) for seed in seeds}
+    num_cuts = next(iter(probed.values()))[0]
+    jobs = grid_jobs(bench, seeds, num_cuts, {seed: best for seed, (_, best) in probed.items()}, intervals, runs_dir)
+    return collect(jobs, run_grid(jobs, workers, progress), bench.target)

@@ -1,0 +1,207 @@
+"""`adaptplan bench plans`: time to target interpolated between evaluations, the grid of plans and its jobs, the
+latency-best cuts, the planner's rank and ratio, and one small end-to-end run whose table, JSON and heat-map agree."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from adaptplan.benches import plans as bench
+from adaptplan.benches.runs import RunResult
+from adaptplan.benches.training import ADAPTSFL_SETTING
+from adaptplan.cli import main
+from adaptplan.latency import LatencyModel
+from adaptplan.scenarios import default_profile
+from adaptplan.system import generate_system
+
+CURVE = [(1.0, 0.2), (2.0, 0.4), (3.0, 0.6)]     # (simulated s, test accuracy) per evaluation
+
+
+def test_time_to_target_is_interpolated_between_the_evaluations_around_the_crossing() -> None:
+    for curve, target, seconds in [(CURVE, 0.5, 2.5),                      # 2 + (0.5-0.4)/(0.6-0.4)·(3-2)
+                                   (CURVE, 0.3, 1.5),                      # 1 + (0.3-0.2)/(0.4-0.2)·(2-1)
+                                   ([(0.0, 0.1), (4.0, 0.5)], 0.2, 1.0)]:  # 0 + (0.2-0.1)/(0.5-0.1)·4
+        found = bench.time_to_target(curve, target)
+        assert found is not None and found.seconds == pytest.approx(seconds, rel=1e-12) and not found.upper_bound
+    # the first crossing counts, even after a dip below the target
+    dip = bench.time_to_target([(1.0, 0.3), (2.0, 0.2), (3.0, 0.5)], 0.4)
+    assert dip is not None and dip.seconds == pytest.approx(2 + 2 / 3) and not dip.upper_bound
+
+
+def test_a_crossing_exactly_at_an_evaluation_is_that_evaluations_time() -> None:
+    assert bench.time_to_target(CURVE, 0.4) == bench.Crossing(2.0)
+    assert bench.time_to_target(CURVE, 0.6) == bench.Crossing(3.0)
+
+
+def test_never_reached_is_none_and_reached_at_the_first_evaluation_is_its_time_as_an_upper_bound() -> None:
+    assert bench.time_to_target(CURVE, 0.61) is None
+    assert bench.time_to_target([], 0.1) is None
+    assert bench.time_to_target(CURVE, 0.2) == bench.Crossing(1.0, upper_bound=True)
+    assert bench.time_to_target(CURVE, 0.05) == bench.Crossing(1.0, upper_bound=True)
+
+
+def _setting(devices: int = 3) -> bench.BenchSetting:
+    return bench.BenchSetting(ADAPTSFL_SETTING, dataset="synthetic", model="mlp", devices=devices, eval_every=2)
+
+
+def test_the_grid_has_every_cut_and_the_latency_best_cuts_for_every_interval_and_the_planner_per_seed(tmp_path) -> None:
+    seeds, intervals, cuts = [0, 1], [1, 2, 4], 3
+    best = {seed: {1: [1, 2, 3], 2: [1, 1, 3], 4: [1, 1, 1]} for seed in seeds}
+    jobs = bench.grid_jobs(_setting(), seeds, cuts, best, intervals, tmp_path)
+    assert len(jobs) == len(seeds) * (cuts * len(intervals) + len(intervals) + 1)
+    for seed in seeds:
+        mine = [j for j in jobs if j["seed"] == seed]
+        planner = [j for j in mine if j["plan"].kind == "planner"]
+        assert len(planner) == 1 and "cuts" not in planner[0]["config"] and "interval" not in planner[0]["config"]
+        uniform = {(j["config"]["cuts"][0], j["config"]["interval"]) for j in mine if j["plan"].kind == "uniform"}
+        assert uniform == {(c, i) for c in range(1, cuts + 1) for i in intervals}
+        assert all(j["config"]["cuts"] == [j["plan"].cut] * 3 for j in mine if j["plan"].kind == "uniform")
+        latency = {j["config"]["interval"]: j["config"]["cuts"] for j in mine if j["plan"].kind == "latency-best"}
+        assert latency == best[seed]
+        assert all(j["config"]["seed"] == seed and j["config"]["algorithm"] == "adaptsfl" for j in mine)
+        assert len({j["label"] for j in mine}) == len(mine)
+    assert len({j["folder"] for j in jobs}) == len(jobs)
+    # one training setting for every plan: the configs differ only in cuts, interval and seed
+    plain = [{k: v for k, v in j["config"].items() if k not in ("cuts", "interval", "seed")} for j in jobs]
+    assert all(p == plain[0] for p in plain)
+
+
+def _hand_per_round(profile, device, server_flops, batch, cut, interval) -> float:
+    """One device's T_split + T_agg / I at cut ``cut`` (1-based), written out from docs/model.md eqs. (16)–(25)."""
+    j = cut - 1
+    b, f = batch, device.flops
+    split = (b * profile.rho[j] / f + b * profile.psi[j] / device.up_bps + b * (profile.rho[-1] - profile.rho[j])
+             / server_flops + b * profile.server_bp[j] / server_flops + b * profile.chi[j] / device.down_bps
+             + b * profile.varpi[j] / f)
+    return split + (profile.delta[j] / device.fed_up_bps + profile.delta[j] / device.fed_down_bps) / interval
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_the_latency_best_cut_is_the_brute_force_argmin_of_each_devices_latency(seed) -> None:
+    profile, system = default_profile(), generate_system(6, seed)
+    model = LatencyModel(profile, system)
+    seen = set()
+    for interval in (1, 2, 8, 1000):
+        found = bench.latency_best_cuts(model, interval)
+        seen.add(tuple(found))
+        for i, device in enumerate(system.devices):
+            alone = LatencyModel(profile, replace(system, devices=(device,)))
+            per_round = [alone.t_split([j]) + alone.t_agg([j]) / interval for j in range(1, profile.num_cuts + 1)]
+            by_hand = [_hand_per_round(profile, device, system.server_flops, system.batch_size, j, interval)
+                       for j in range(1, profile.num_cuts + 1)]
+            assert np.allclose(per_round, by_hand, rtol=1e-12)
+            assert found[i] == 1 + min(range(len(per_round)), key=per_round.__getitem__)
+    assert len(seen) > 1       # the aggregation's share moves the best cut as I grows
+
+
+def _run(label: str, times: list[float] | None, rounds: int = 10) -> RunResult:
+    """A run whose accuracy crosses 0.5 exactly at ``times[0]`` (None: stays at 0.1)."""
+    curve = [(0.5 * times[0], 0.25), (times[0], 0.5)] if times else [(1.0, 0.1), (2.0, 0.1)]
+    reached = times[0] if times else None
+    return RunResult("plans", label, rounds, curve[-1][1], curve[-1][0], 1.0, reached, 4 if times else None,
+                     None, None, None, curve)
+
+
+def _result(plan: bench.PlanSpec, seconds: list[float | None]) -> bench.PlanResult:
+    return bench.PlanResult(plan, {seed: _run(plan.label, None if s is None else [s])
+                                   for seed, s in enumerate(seconds)}, 0.5)
+
+
+def test_rank_and_ratio_against_a_hand_made_set_of_results() -> None:
+    planner = bench.PlanSpec("planner")
+    a, b = bench.PlanSpec("uniform", 1, 1, (1, 1)), bench.PlanSpec("uniform", 2, 2, (2, 2))
+    c, d = bench.PlanSpec("latency-best", 1, None, (1, 2)), bench.PlanSpec("latency-best", 2, None, (1, 1))
+    results = [_result(planner, [2.0, 4.0]), _result(a, [1.0, 1.0]), _result(b, [3.0, 3.0]),
+               _result(c, [0.5, None]), _result(d, [5.0, 6.0])]
+    results[0].predictions = {0: bench.Prediction([1, 2], 4, 100, 7.5), 1: bench.Prediction([1, 2], 4, 100, 7.5)}
+    mine = bench.standing(results[0], results)
+    assert mine == bench.Standing(rank=2, of=5, ratio=3.0, best="cut 1, I=1")       # means 3 vs 1 (and 3 ties 3)
+    assert bench.standing(results[1], results) == bench.Standing(1, 5, 1.0, "cut 1, I=1")
+    assert bench.standing(results[4], results).rank == 4
+    assert bench.standing(results[3], results).rank is None        # missed seed 1: no mean, no rank
+    text = bench.table(results, _setting(2), [0, 1])
+    row = next(line for line in text.splitlines() if line.startswith("planner "))
+    assert "2 of 5" in row and "3.00" in row and "1,2" in row and "7.5" in row and "100" in row
+    assert "2–4" in row                                                    # the spread, min–max
+    assert "not reached in seed 1: target 50% not reached within 10 rounds" in text
+    assert text.splitlines()[-1].startswith("planner: rank 2 of 5, 3.00× the best fixed plan (cut 1, I=1: 1 s)")
+    assert "linearly interpolated" in text and "every method: SGD" in text
+    data = bench.to_json(results, _setting(2), [0, 1], [1, 2])
+    assert data["planner"] == {"rank": 2, "of": 5, "ratio_to_best_fixed": 3.0, "best_fixed": "cut 1, I=1"}
+    assert data["plans"][0]["predictions"]["0"] == {"cuts": [1, 2], "interval": 4, "rounds": 100, "latency_s": 7.5}
+
+
+def test_an_upper_bound_is_marked_and_no_fixed_plan_reaching_leaves_the_ratio_empty() -> None:
+    planner = bench.PlanSpec("planner")
+    a = bench.PlanSpec("uniform", 1, 1, (1, 1))
+    first = bench.PlanResult(planner, {0: replace(_run("planner", [1.0]), curve=[(1.0, 0.9)])}, 0.5)
+    results = [first, _result(a, [None])]
+    assert first.upper_bound and first.mean_s == 1.0
+    assert bench.standing(first, results) == bench.Standing(1, 2, None, None)
+    row = next(line for line in bench.table(results, _setting(2), [0]).splitlines() if line.startswith("planner "))
+    assert "≤1" in row
+
+
+def test_bench_plans_end_to_end_table_json_and_heat_map_agree(tmp_path, capsys) -> None:
+    out = tmp_path / "bench"
+    assert main(["bench", "plans", "--dataset", "synthetic", "--model", "mlp", "--devices", "2", "--intervals", "1,2",
+                 "--seeds", "0", "--rounds", "4", "--eval-every", "2", "--test-samples", "200",
+                 "--target-accuracy", "0.3", "--workers", "1", "--out", str(out)]) == 0
+    printed = capsys.readouterr()
+    assert (out / "table.txt").read_text() == printed.out
+    assert (out / "heatmap.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    data = json.loads((out / "results.json").read_text())
+    labels = [p["label"] for p in data["plans"]]
+    assert labels == ["planner", "cut 1, I=1", "cut 1, I=2", "cut 2, I=1", "cut 2, I=2", "cut 3, I=1", "cut 3, I=2",
+                      "latency-best, I=1", "latency-best, I=2"]                  # mlp: 3 cut points
+    rows = {line.split("  ")[0].strip(): line for line in printed.out.splitlines() if line.split("  ")[0].strip() in labels}
+    assert set(rows) == set(labels)
+    history = json.loads((out / "runs" / "seed0" / "planner" / "history.json").read_text())
+    event = history["events"][0]
+    planner = data["plans"][0]
+    assert planner["predictions"]["0"] == {"cuts": event["cuts"], "interval": event["interval"],
+                                           "rounds": event["plan"]["rounds"],
+                                           "latency_s": event["plan"]["total_latency_s"]}
+    assert f"{event['plan']['total_latency_s']:.3g}" in rows["planner"] and str(event["plan"]["rounds"]) in rows["planner"]
+    evaluated = [(r["sim_seconds"], r["accuracy"]) for r in history["records"] if r["accuracy"] is not None]
+    run = planner["runs"][0]
+    assert run["curve"] == [list(p) for p in evaluated]
+    crossing = bench.time_to_target(evaluated, 0.3)
+    assert run["time_to_target_s"] == (crossing.seconds if crossing else None)
+    for plan in data["plans"]:
+        mean = plan["mean_time_to_target_s"]
+        row = rows[plan["label"]]
+        assert (f"{mean:.3g}" in row) if mean is not None else plan["not_reached"]
+        assert plan["rank"] is None or f"{plan['rank']} of 9" in row
+    assert data["planner"]["rank"] == planner["rank"] and data["setting"]["rounds"] == 4
+
+
+@pytest.mark.parametrize("flags, flag", [
+    (["--intervals", "0,2"], "--intervals"), (["--intervals", "a"], "--intervals"),
+    (["--intervals", "2,2"], "--intervals"), (["--rounds", "4", "--intervals", "8"], "--intervals"),
+    (["--seeds", "x"], "--seeds"), (["--seeds", ""], "--seeds"), (["--local-steps", "2"], "--local-steps"),
+    (["--partition", "noniid"], "--partition"), (["--dataset", "nope"], "--dataset"),
+    (["--plot", "heat.xyz"], "--plot"), (["--workers", "0"], "--workers"),
+])
+def test_bad_flags_are_one_line_naming_the_flag_and_exit_2(flags, flag, capsys) -> None:
+    assert main(["bench", "plans", *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert flag in err and len(err.splitlines()) == 1
+
+
+def test_the_heat_map_grid_has_a_row_per_cut_and_the_latency_best_row_and_marks_the_planners_cell() -> None:
+    planner = bench.PlanSpec("planner")
+    fixed = bench.plan_grid(2, [1, 2], {1: [1, 2], 2: [2, 2]})[1:]
+    results = [_result(planner, [2.0])] + [_result(p, [float(k + 1)]) for k, p in enumerate(fixed)]
+    names, grid = bench.heat_grid(results, [1, 2])
+    assert names == ["cut 1", "cut 2", "latency-best"]
+    assert grid.tolist() == [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]
+    results[0].predictions = {0: bench.Prediction([2, 2], 2, 10, 1.0)}
+    assert bench.planner_cell(results, [1, 2]) == (1, 1)                # cut 2, I = 2 (the first row that matches)
+    results[0].predictions = {0: bench.Prediction([1, 2], 1, 10, 1.0)}
+    assert bench.planner_cell(results, [1, 2]) == (2, 0)                # the latency-best cuts of I = 1
+    results[0].predictions = {0: bench.Prediction([1, 2], 4, 10, 1.0)}
+    assert bench.planner_cell(results, [1, 2]) is None                  # I = 4: not on the grid
