@@ -17,6 +17,7 @@ from adaptplan.benches import training as bench_training
 from adaptplan.benches.comparison import Setting
 from adaptplan.benches.runs import RunResult
 from adaptplan.report import Empty, empty_notes, format_table
+from tests.plot_checks import drawn, spy_figures
 from trainers.run.plotting import CHANCE_GID
 
 
@@ -30,21 +31,8 @@ def result(group, label, curve=(), classes: int | None = 10, **kw) -> RunResult:
     return RunResult(group, label, **fields)
 
 
-def spy_figures(monkeypatch) -> list:
-    import matplotlib.pyplot as plt
-
-    figures, close = [], plt.close
-    monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig) or close(fig))
-    return figures
 
 
-def drawn(fig):
-    """The renderer of ``fig`` drawn again as saved (its constrained layout run), after plt.close took its canvas."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    canvas = FigureCanvasAgg(fig)
-    canvas.draw()
-    return canvas.get_renderer()
 
 
 def chance(ax) -> list[float]:

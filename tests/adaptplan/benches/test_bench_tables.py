@@ -14,6 +14,7 @@ from adaptplan.benches import runs as bench_runs
 from adaptplan.benches import training as bench_training
 from adaptplan.benches.comparison import Setting
 from adaptplan.benches.runs import RunResult
+from tests.plot_checks import drawn, spy_figures
 
 
 def result(group, label, **kw) -> RunResult:
@@ -111,21 +112,8 @@ SWEEP_RUNS = [
 ]
 
 
-def spy_figures(monkeypatch) -> list:
-    import matplotlib.pyplot as plt
-
-    figures, close = [], plt.close
-    monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig) or close(fig))
-    return figures
 
 
-def drawn(fig):
-    """The renderer of ``fig`` drawn again as it was saved (layout included), after plt.close took its canvas."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    canvas = FigureCanvasAgg(fig)
-    canvas.draw()
-    return canvas.get_renderer()
 
 
 def test_sweep_table_and_plot(tmp_path, monkeypatch) -> None:

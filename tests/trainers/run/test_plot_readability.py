@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.plot_checks import drawn
 from trainers.run.history import History, RoundRecord
 from trainers.run.plotting import CHANCE_GID, accuracy_top, chance_accuracy
 
@@ -23,15 +24,6 @@ def history(accuracies, classes: int | None = 10, local=None, config=None, measu
     if classes is not None:
         meta["num_classes"] = classes
     return History(records=records, meta=meta)
-
-
-def drawn(fig):
-    """``fig`` drawn as it is saved (constrained layout run) and its renderer."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    canvas = FigureCanvasAgg(fig)
-    canvas.draw()
-    return canvas.get_renderer()
 
 
 def chance_lines(ax) -> list:
