@@ -47,3 +47,26 @@ def test_a_name_is_taken_or_refused_with_the_nearest_names(monkeypatch) -> None:
     monkeypatch.setattr(names, "installed_torchvision_names", lambda: None)      # torch not importable
     with pytest.raises(InputError, match=r"unknown model 'resnet19'.*\(80 in all\)"):
         check_model_name("resnet19", "--model")
+
+
+def test_another_torchvision_release_is_asked_for_its_own_list(monkeypatch) -> None:
+    """The shipped list answers only for the release it lists; another release's models come from torchvision itself
+    (a newer one may add models), and without torchvision installed there is no list to answer with."""
+    import importlib.metadata
+    import sys
+    from types import SimpleNamespace
+
+    import profilers.model_names as names
+
+    assert installed_torchvision_names() == list(TORCHVISION_CLASSIFIERS)      # the pinned release: the list itself
+    fake = SimpleNamespace(models=SimpleNamespace(list_models=lambda module: ["zeta_net", "alpha_net"]))
+    monkeypatch.setitem(sys.modules, "torchvision", fake)
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "9.0.0+cpu")
+    assert names.installed_torchvision_names() == ["alpha_net", "zeta_net"]
+    check_model_name("zeta_net", "--model")                                     # a newer release's model is taken
+
+    def missing(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", missing)
+    assert names.installed_torchvision_names() is None
