@@ -60,6 +60,7 @@ class RankNetwork:
         self.algorithm = ""
         self.lost: dict[int, str] = {}        # device rank → why it was taken out of the run
         self.returning: set[int] = set()      # lost device ranks whose new process asked to come back
+        self.setting_up: dict[int, float] = {}   # lost device ranks sent their set-up again → deadline of their reply
         self._setups: dict[int, Setup] = {}
         self.released = False                # Stop sent: the other ranks end (:meth:`release`)
 
@@ -121,21 +122,31 @@ class RankNetwork:
         return envelope
 
     def readmit(self) -> list[int]:
-        """Take back the device ranks out of the run whose new process asked to (:class:`Rejoin`):
-        the fed server numbers their frames anew, they are set up as at the start (sample positions,
-        the initial weights, their seeds) and report ready; their devices, present again."""
-        back: list[int] = []
+        """Take back the device ranks out of the run whose new process asked to (:class:`Rejoin`),
+        without holding the run up while they set up: at the first round's start after the
+        :class:`Rejoin` the fed server numbers their frames anew and they are sent their set-up as at
+        the start (sample positions, the initial weights, their seeds); at the first round's start
+        after they reported ready their devices are returned, present again. A rank not ready within
+        ``SETUP_TIMEOUT_FACTOR`` time-outs stays out of the run. (Waiting on its set-up here, rank 0
+        would send the other ranks nothing for as long as the new process takes to load its data,
+        and they allow rank 0 only ``IDLE_FACTOR`` time-outs: :mod:`trainers.distributed.serve`.)"""
         for rank in sorted(self.lost):
-            if rank not in self.returning and self.channel.take_waiting(rank, Rejoin) is None:
+            if rank in self.setting_up or (rank not in self.returning
+                                           and self.channel.take_waiting(rank, Rejoin) is None):
                 continue
             self.returning.discard(rank)
-            del self.lost[rank]
             self.channel.admit(rank)
             self._send(Readmit(rank), FED_RANK)
             self.channel.send(Layout(self.layout.num_devices), rank)
             self.channel.send(self._setups[rank], rank)
+            self.setting_up[rank] = time.monotonic() + SETUP_TIMEOUT_FACTOR * self.channel.timeout
+        back: list[int] = []
+        for rank, deadline in sorted(self.setting_up.items()):
+            if not self.channel.waiting(rank) and time.monotonic() < deadline:
+                continue                            # still setting up: asked again at the next round's start
+            del self.setting_up[rank], self.lost[rank]
             try:
-                self._recv(rank, deadline=time.monotonic() + SETUP_TIMEOUT_FACTOR * self.channel.timeout)
+                self._recv(rank, deadline=deadline)   # at once: its reply is in, or its time is up
             except PeerError as exc:
                 if exc.rank == rank and self._may_lose(exc):
                     continue
@@ -159,6 +170,13 @@ class RankNetwork:
         except PeerError as exc:
             if not self._may_lose(exc):
                 raise
+
+    def _send_anyway(self, msg: Any, rank: int) -> None:
+        """Send to ``rank`` even though it is out of the run (a new process setting up); a failure is its own."""
+        try:
+            self.channel.send(msg, rank)
+        except PeerError:
+            pass
 
     def send(self, to: Address, msg: Any) -> None:
         if to != FED:
@@ -228,6 +246,8 @@ class RankNetwork:
         lost = sorted(self.lost)
         for rank in [FED_RANK, *self._live(self.layout.device_ranks)]:
             self._send(Stop(lost), rank)
+        for rank in sorted(self.setting_up):     # a new process still setting up ends after its set-up
+            self._send_anyway(Stop(lost), rank)
 
     def end_round(self, round_index: int) -> dict[str, float]:
         """Every rank checks its models and reports its measured seconds (rank 0 raises the first

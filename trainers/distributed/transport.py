@@ -236,6 +236,10 @@ class FrameChannel:
         """Whether ``rank`` is a new process not taken back (yet)."""
         return self._send_error.get(rank) == RESTARTED
 
+    def waiting(self, src: int) -> bool:
+        """Whether something from ``src`` (a message, or the error that ends it) is in, to be received at once."""
+        return not self._inbox[src].empty()
+
     def take_waiting(self, src: int, kind: type) -> Envelope | None:
         """Without waiting: the first message of type ``kind`` already in from ``src`` (anything
         before it is dropped), or None."""

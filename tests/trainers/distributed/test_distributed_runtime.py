@@ -81,6 +81,9 @@ class ScriptedChannel:
 
     rejoining = False                        # (a new process of its rank: MQTT only)
 
+    def waiting(self, src: int) -> bool:
+        return bool(self.replies.get(src))
+
     def take_waiting(self, src: int, kind: type) -> Envelope | None:
         waiting = self.replies.get(src, [])
         while waiting:
@@ -1160,6 +1163,39 @@ def test_rank_0_takes_a_returning_rank_back_with_its_first_setup() -> None:
     assert net.readmit() == [] and 2 in net.lost                    # lost, and no Rejoin from it
     net.channel.replies[2] = [_envelope(Report({})), Rejoin(), _envelope(Ready([0, 2]))]
     assert net.readmit() == [0, 2]                                   # its Rejoin came while it was out
+
+
+def test_a_returning_rank_setting_up_does_not_hold_the_round_up(monkeypatch) -> None:
+    """Issue 65: rank 0 waited inside a round for a new process to load its data and report ready (5.0 s measured),
+    sending the other ranks nothing, who allow it 1.5 time-outs (4.5 s): they ended. Now readmit sends the set-up and
+    returns at once; the devices come back at the first round's start after the reply is in, and a rank whose reply
+    is not in within SETUP_TIMEOUT_FACTOR time-outs stays out."""
+    from trainers.distributed import network as network_module
+    from trainers.distributed.control import Rejoin
+
+    now = [100.0]
+    monkeypatch.setattr(network_module.time, "monotonic", lambda: now[0])
+    net = _tolerant({3: [Rejoin()]})
+    net._setups = {3: Setup({}, [], {})}
+    net._may_lose(PeerError(3, "role 3", "sent nothing"))
+    assert net.readmit() == [] and net.channel.recv_calls == []         # set-up sent, nothing waited for
+    assert [(dst, type(obj).__name__) for dst, obj, *_ in net.channel.sent][-2:] == [(3, "Layout"), (3, "Setup")]
+    assert set(net.lost) == {3} and net.absent_devices() == {1}         # still out while it sets up
+    sent = len(net.channel.sent)
+    assert net.readmit() == [] and len(net.channel.sent) == sent        # next round: no reply yet, nothing sent again
+    net.channel.replies[3] = [_envelope(Ready([1]))]
+    assert net.readmit() == [1] and net.lost == {} and net.setting_up == {}
+    net = _tolerant({3: [Rejoin()]})                                    # a new process that never reports ready
+    net._setups = {3: Setup({}, [], {})}
+    net._may_lose(PeerError(3, "role 3", "sent nothing"))
+    assert net.readmit() == []
+    now[0] += network_module.SETUP_TIMEOUT_FACTOR * net.channel.timeout - 0.001
+    assert net.readmit() == [] and 3 in net.setting_up                 # its time is not up yet
+    now[0] += 0.002
+    monkeypatch.setattr(net.channel, "waiting", lambda src: False)       # still nothing in: the time is up
+    net.channel.replies[3] = [_gone(3)]                                 # what the wait then says
+    assert net.readmit() == [] and set(net.lost) == {3} and net.setting_up == {}
+    assert net.channel.recv_calls[-1][0] == 3
 
 
 def test_a_serving_rank_forgets_the_ranks_taken_out_and_numbers_a_returning_one_anew(monkeypatch) -> None:
