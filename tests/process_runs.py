@@ -20,20 +20,23 @@ def adaptplan(*argv: str, timeout: float = 240) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "adaptplan.cli", *argv], capture_output=True, text=True,
                           timeout=timeout, cwd=Path(__file__).resolve().parents[1])
 
-def finished_slowly(tmp_path: Path, argv: list[str], seconds: float, timeout: float = 240) -> subprocess.CompletedProcess:
-    """``adaptplan train ARGV`` whose rank 0 (``RANK=0``) sleeps ``seconds`` before each history write, the work
-    rank 0 does after training (a ``sitecustomize`` module on ``PYTHONPATH`` wraps :meth:`History.save`)."""
+def finished_slowly(tmp_path: Path, argv: list[str], seconds: float, timeout: float = 240,
+                    slowed: tuple[str, str, str] = ("trainers.run.history", "History", "save")) -> subprocess.CompletedProcess:
+    """``adaptplan train ARGV`` whose rank 0 (``RANK=0``) sleeps ``seconds`` before each call of the method ``slowed``
+    (module, class, method; default :meth:`History.save`, the history write rank 0 does after training): a
+    ``sitecustomize`` module on ``PYTHONPATH`` wraps it."""
+    module, cls, method = slowed
     hook = tmp_path / "slow_rank0"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(textwrap.dedent(f"""\
         import os, time
         if os.environ.get("RANK") == "0":
-            from trainers.run.history import History
-            _save = History.save
-            def save(self, *args, **kwargs):
+            from {module} import {cls} as owner
+            _slowed = owner.{method}
+            def slow(self, *args, **kwargs):
                 time.sleep({seconds!r})
-                return _save(self, *args, **kwargs)
-            History.save = save
+                return _slowed(self, *args, **kwargs)
+            owner.{method} = slow
         """))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])))
     return subprocess.run([sys.executable, "-m", "adaptplan.cli", "train", *argv], capture_output=True, text=True,

@@ -323,8 +323,9 @@ class RuntimeConfig:
                                  "loopback", resumable=True)
     rank_timeout: float = option(
         12.0, "seconds rank 0 waits for another rank's reply before the run stops naming it (default 12; must exceed "
-        "one device rank's work in a round); the other ranks wait 1.5x this for rank 0's next command (must exceed "
-        "rank 0's longest pause, e.g. an evaluation)", low=1.0, high=86400.0, unit="s", resumable=True)
+        "one device rank's work in a round); the other ranks wait 1.5x this for rank 0's next message (rank 0 sends "
+        "a heartbeat every half time-out while it evaluates, re-plans or writes files)", low=1.0, high=86400.0,
+        unit="s", resumable=True)
 
     def resume_command(self, out: str) -> str:
         """The command that continues the run in ``out`` on this runtime (:func:`resume_command`)."""

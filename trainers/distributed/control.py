@@ -107,6 +107,13 @@ class Readmit:
 
 
 @dataclass
+class Alive:
+    """Rank 0 → a rank it has sent nothing else for a while (:data:`~trainers.distributed.session.HEARTBEAT_FACTOR`
+    time-outs): it is alive, only busy (evaluating, re-planning, writing its files). The receiving channel takes
+    it in and waits on, so the rank's silence timer measures a hung or dead rank 0, never a long pause."""
+
+
+@dataclass
 class RoleError:
     """A role's own error on a rank (``nonfinite``, ``mismatch``, ``input``): rank 0 raises it as its own."""
 
@@ -114,4 +121,5 @@ class RoleError:
     message: str
 
 
-RANK_MESSAGES = (Envelope, Layout, DeviceSpec, Setup, Ready, LinkRates, Report, Stop, Abort, RoleError, Rejoin, Readmit)
+RANK_MESSAGES = (Envelope, Layout, DeviceSpec, Setup, Ready, LinkRates, Report, Stop, Abort, RoleError, Rejoin, Readmit,
+                 Alive)

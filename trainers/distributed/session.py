@@ -17,13 +17,15 @@ import datetime
 import os
 import signal
 import sys
+import threading
+import time
 from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
 
 from adaptplan.errors import InputError
-from trainers.distributed.control import Abort, Layout, Rejoin, Stop
+from trainers.distributed.control import Abort, Alive, Layout, Rejoin, Stop
 from trainers.distributed.environment import RUNTIME_ENV, run_key, store_file, wire_trace
 from trainers.distributed.layout import EDGE_RANK, FED_RANK, SETUP_TIMEOUT_FACTOR, RankLayout
 from trainers.distributed.network import RankNetwork
@@ -33,6 +35,10 @@ from trainers.engine.split_engine import SplitEngine
 from trainers.roles.messages import DevicesLost
 
 EXIT_RANK_FAILED = 3
+HEARTBEAT_FACTOR = 0.5
+"""Rank 0 sends a rank :class:`Alive` after this many ``--rank-timeout`` without another message to it, so a
+long pause of rank 0 (an evaluation, a re-plan, the run's files) never runs out the other ranks' 1.5 time-outs
+of allowed silence (:data:`trainers.distributed.serve.IDLE_FACTOR`); a stopped or dead rank 0 sends none."""
 
 
 class DistributedRunError(RuntimeError):
@@ -120,6 +126,21 @@ class EdgeSession:
         self.network: RankNetwork | None = None
         for r in self.others:
             self.channel.send(Layout(num_devices), r)
+        self._ended = threading.Event()
+        threading.Thread(target=self._heartbeat, daemon=True, name="heartbeat").start()
+
+    def _heartbeat(self) -> None:
+        """Until the run ends or the ranks are released: :class:`Alive` to each rank still in the run that rank 0
+        has sent nothing for :data:`HEARTBEAT_FACTOR` time-outs (checked four times as often)."""
+        period = HEARTBEAT_FACTOR * self.channel.timeout
+        while not self._ended.wait(period / 4) and not self.released:
+            now = time.monotonic()
+            for r in self.others:
+                if now - self.channel.last_sent.get(r, now) >= period and not self.channel.restarted(r):
+                    try:
+                        self.channel.send(Alive(), r)
+                    except Exception:   # noqa: BLE001 - a rank that stopped receiving: rank 0's own waits name it
+                        pass
 
     @property
     def others(self) -> list[int]:
@@ -141,6 +162,7 @@ class EdgeSession:
     def finish(self) -> None:
         """The clean end: :class:`Stop` to every rank (where training's end has not sent it already), then
         deliver what is queued."""
+        self._ended.set()
         if self.network is not None:
             self.network.release()
         else:
@@ -152,6 +174,7 @@ class EdgeSession:
         """Best effort: tell every rank why the run stops (a device rank's new process too); never raises.
         Ranks already released (a failure after training ended, e.g. writing a plot) have ended with
         code 0 and are told nothing: rank 0 alone reports it."""
+        self._ended.set()
         if self.released:
             return
         for r in self.others:

@@ -26,7 +26,7 @@ import torch.distributed as dist
 
 from adaptplan.errors import InputError
 from trainers.distributed import wire
-from trainers.distributed.control import Abort, Envelope, Rejoin, RoleError
+from trainers.distributed.control import Abort, Alive, Envelope, Rejoin, RoleError
 from trainers.roles.messages import MessageMismatchError, NonFiniteError
 
 POLL_SECONDS = 0.002
@@ -103,6 +103,8 @@ class FrameChannel:
         self._send_error: dict[int, str] = {}
         self.rejoining = False                 # this process replaces an earlier one of its rank (MQTT)
         self._restarting: set[int] = set()     # peers whose frames are an earlier process's until one numbered 0
+        self._send_lock = threading.RLock()    # numbering and queueing: rank 0's heartbeat sends from its own thread
+        self.last_sent: dict[int, float] = {}  # each peer's last send (time.monotonic), for the heartbeat
 
     def _accept(self, src: int, payload: Any, arrived: float, duplicates: bool = False) -> bool:
         """Decode a frame from ``src`` into its inbox; False when it was refused (the peer is then
@@ -189,12 +191,14 @@ class FrameChannel:
     def send(self, obj: Any, dst: int, rate: float | None = None, charged_bytes: int | None = None) -> None:
         """Queue ``obj`` for ``dst`` in an :class:`Envelope` stamped now, without waiting (messages
         to one peer arrive in order); ``rate``/``charged_bytes`` as the envelope's."""
-        if dst in self._send_error:
-            raise PeerError(dst, self.describe(dst), f"stopped receiving ({self._send_error[dst]})")
-        seq = self._sent_seq.get(dst, 0)
-        self._sent_seq[dst] = seq + 1
-        self._transmit(dst, wire.encode(Envelope(obj, time.time(), rate, charged_bytes), self.rank, dst, seq, self.key,
-                                        self.session, self._sessions.get(dst, "")))
+        with self._send_lock:
+            if dst in self._send_error:
+                raise PeerError(dst, self.describe(dst), f"stopped receiving ({self._send_error[dst]})")
+            seq = self._sent_seq.get(dst, 0)
+            self._sent_seq[dst] = seq + 1
+            self._transmit(dst, wire.encode(Envelope(obj, time.time(), rate, charged_bytes), self.rank, dst, seq,
+                                            self.key, self.session, self._sessions.get(dst, "")))
+            self.last_sent[dst] = time.monotonic()
 
     def flush(self, timeout: float | None = None, skip_lost: bool = False) -> None:
         """Wait until every queued message has been taken by its receiver (deadline ``timeout``);
@@ -221,9 +225,10 @@ class FrameChannel:
         """``rank`` is a new process (it sent :class:`Rejoin`, or rank 0 said :class:`Readmit`):
         frames both ways are numbered from 0 again and nothing of its earlier process is kept;
         nothing is sent to it until :meth:`admit` (rank 0 decides whether it takes it back)."""
-        self._expected[rank] = 0
-        self._sent_seq[rank] = 0
-        self._send_error[rank] = RESTARTED
+        with self._send_lock:
+            self._expected[rank] = 0
+            self._sent_seq[rank] = 0
+            self._send_error[rank] = RESTARTED
         box = self._inbox[rank]
         while not box.empty():                  # the same queue: a wait on it sees what comes next
             box.get_nowait()
@@ -261,11 +266,14 @@ class FrameChannel:
         :func:`time.monotonic` ``deadline``), its ``arrived`` the :func:`time.time` when it had fully
         arrived. An :class:`Abort` raises :class:`AbortRun`, a :class:`RoleError` the role's error."""
         nominal = self.timeout if timeout is None else timeout
-        wait = nominal if deadline is None else max(0.0, deadline - time.monotonic())
-        try:
-            obj = self._inbox[src].get(timeout=wait)
-        except queue.Empty:
-            raise self._silent(src, nominal) from None
+        while True:
+            wait = nominal if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                obj = self._inbox[src].get(timeout=wait)
+            except queue.Empty:
+                raise self._silent(src, nominal) from None
+            if isinstance(obj, PeerError) or not isinstance(obj.msg, Alive):
+                break                          # (a heartbeat: the peer lives; the wait starts over)
         if isinstance(obj, PeerError):
             self._inbox[src].put(obj)          # every later wait on this peer fails the same way
             raise obj

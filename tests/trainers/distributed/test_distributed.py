@@ -91,16 +91,21 @@ def _start(tmp_path: Path, argv: list[str]) -> subprocess.Popen:
                             cwd=Path(__file__).resolve().parents[3])
 
 
-def test_a_finished_run_exits_0_on_every_rank_however_long_rank_0_writes_its_files(tmp_path: Path) -> None:
-    """Issue 65: rank 0 writes the history, plot and event files after training; the other ranks are released
-    when training ends (Stop after the last evaluation), so a write slower than their --rank-timeout (1.5 x 2 s
-    of silence) does not end them with code 3. The launcher returns 0 only when every rank did."""
+@pytest.mark.parametrize("slowed", [("trainers.run.history", "History", "save"),
+                                    ("trainers.run.driver", "Trainer", "evaluate")], ids=["files", "evaluation"])
+def test_a_finished_run_exits_0_on_every_rank_however_long_rank_0_pauses(tmp_path: Path, slowed) -> None:
+    """Issue 65: rank 0 writes the history, plot and event files after training, and evaluates on its own; the other
+    ranks allow it 1.5 x 2 s of silence. They are released when training ends (Stop after the last evaluation), and
+    rank 0 sends a heartbeat to a rank it has been silent to for a half time-out, so neither an 8 s history write
+    nor an 8 s evaluation (at rounds 3 and 6, the last) ends them with code 3. The launcher returns 0 only when every
+    rank did."""
     out = tmp_path / "run"
-    run = finished_slowly(tmp_path, ["--distributed", "--algorithm", "sfl-v1", "--devices", "3", "--rounds", "2",
-                                     "--rank-timeout", "2", *SMALL, "--cuts", "2", "--out", str(out)], seconds=8)
+    run = finished_slowly(tmp_path, ["--distributed", "--algorithm", "sfl-v1", "--devices", "3", "--rounds", "6",
+                                     "--rank-timeout", "2", *SMALL, "--cuts", "2", "--out", str(out)], seconds=8,
+                          slowed=slowed)
     assert run.returncode == 0, run.stderr
     assert "sent nothing" not in run.stderr and "Traceback" not in run.stderr, run.stderr
-    assert [r.round for r in History.load(out).records] == [1, 2]
+    assert [r.round for r in History.load(out).records] == [1, 2, 3, 4, 5, 6]
 
 
 def test_a_killed_device_rank_stops_every_rank_cleanly_and_resume_continues(tmp_path: Path) -> None:

@@ -906,6 +906,7 @@ def test_an_abort_reaches_every_rank_but_the_dead_one() -> None:
             super().send(obj, dst, rate, charged_bytes)
 
     edge = object.__new__(session.EdgeSession)
+    edge._ended = threading.Event()                      # (its heartbeat thread is not started here)
     edge.channel, edge.layout, edge.network = DeadRank2(), RankLayout(5, 3), None
     edge.channel.closing = False
     edge.abort("rank 0 (edge server) stopped: rank 2 (device 0) closed its connection")
@@ -1328,6 +1329,7 @@ def test_a_process_that_replaces_its_rank_asks_rank_0_to_take_it_back_first(monk
 
 def test_the_end_of_a_run_names_the_ranks_taken_out_and_stops_only_the_others() -> None:
     edge = object.__new__(session.EdgeSession)
+    edge._ended = threading.Event()                      # (its heartbeat thread is not started here)
     edge.channel, edge.layout = ScriptedChannel(), RankLayout(5, 3)
     edge.network = RankNetwork(edge.channel, edge.layout, False, {})
     edge.network.lost = {3: "rank 3 sent nothing"}
@@ -1394,3 +1396,48 @@ def test_an_earlier_process_frames_are_dropped_once_its_successor_announced_itse
     assert c.take_waiting(3, Ready) is None and c.take_waiting(3, Rejoin) is None
     assert c.deliver(3, Rejoin(), 0, ses="00000000000000ee") and isinstance(c.recv(3, timeout=0.1).msg, Rejoin)
     assert not c.deliver(2, Ready([0]), 0, to="00000000000000aa")    # to another process of this rank: refused
+
+
+def test_a_heartbeat_is_taken_in_and_the_wait_on_rank_0_starts_over() -> None:
+    """Rank 0's Alive is never handed to the rank's code: recv takes it in and waits on (a fresh time-out), returning
+    the next real message; a heartbeat alone still ends in the silence error after it."""
+    from trainers.distributed.control import Alive
+
+    c = RecordingChannel(rank=1, peers=(0, 2))
+    c.deliver(0, Alive(), 0)
+    c.deliver(0, Alive(), 1)
+    c.deliver(0, Ready([4]), 2)
+    assert c.recv(0).msg == Ready([4])
+    c.deliver(0, Alive(), 3)
+    with pytest.raises(PeerError, match="sent nothing for 0.2 s"):
+        c.recv(0)
+
+    def later() -> None:                      # a heartbeat at 0.15 s, the command at 0.3 s: a wait of 0.2 s is enough
+        time.sleep(0.15)
+        c.deliver(0, Alive(), 4)
+        time.sleep(0.15)
+        c.deliver(0, Ready([5]), 5)
+
+    threading.Thread(target=later).start()
+    assert c.recv(0).msg == Ready([5])
+
+
+def test_rank_0_sends_a_heartbeat_to_each_rank_it_was_silent_to_until_the_run_ends() -> None:
+    from trainers.distributed.control import Alive
+
+    edge = object.__new__(session.EdgeSession)
+    edge.channel, edge.layout, edge.network = ScriptedChannel(timeout=0.2), RankLayout(4, 2), None
+    edge._ended = threading.Event()
+    now = time.monotonic()
+    edge.channel.last_sent = {1: now, 2: now, 3: now + 3600}    # rank 3 was sent something "now" and again and again
+    beat = threading.Thread(target=edge._heartbeat)
+    beat.start()
+    time.sleep(0.5)                                               # 2.5 time-outs (this channel keeps no last_sent)
+    edge._ended.set()
+    beat.join(timeout=2)
+    assert not beat.is_alive()
+    beats = [(dst, obj) for dst, obj, *_ in edge.channel.sent]
+    assert {dst for dst, _ in beats} == {1, 2} and all(obj == Alive() for _, obj in beats)
+    sent = len(edge.channel.sent)
+    time.sleep(0.3)
+    assert len(edge.channel.sent) == sent                         # ended: no beat after the run's end
