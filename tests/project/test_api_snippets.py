@@ -2,24 +2,21 @@
 made), in an empty folder that holds only the model module the page shows (examples/mymodels.py, which the page
 quotes whole)."""
 
-import re
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.readme_blocks import python_snippets
+
 ROOT = Path(__file__).resolve().parents[2]
-API = ROOT / "docs" / "api.md"
+API = "docs/api.md"
 MODULE_MARK = "# mymodels.py"
 """The first line of the snippet that is a file (the model module), not code to run."""
 
 
-def python_snippets() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", API.read_text(encoding="utf-8"), flags=re.S)
-
-
 def test_the_page_quotes_the_model_module_of_the_examples_whole() -> None:
-    modules = [s for s in python_snippets() if s.startswith(MODULE_MARK)]
+    modules = [s for s in python_snippets(API) if s.startswith(MODULE_MARK)]
     assert modules == [(ROOT / "examples" / "mymodels.py").read_text(encoding="utf-8")]
 
 
@@ -30,7 +27,7 @@ def test_api_snippets_run_in_order_as_written(tmp_path, monkeypatch, capsys) -> 
     monkeypatch.syspath_prepend(str(tmp_path))          # as `python script.py` run from that folder would have it
     monkeypatch.delitem(sys.modules, "mymodels", raising=False)
     scope = {"__name__": "__api_md__"}
-    code = [s for s in python_snippets() if not s.startswith(MODULE_MARK)]
+    code = [s for s in python_snippets(API) if not s.startswith(MODULE_MARK)]
     assert len(code) >= 4
     for index, snippet in enumerate(code, start=1):
         exec(compile(snippet, f"docs/api.md python snippet {index}", "exec"), scope)
