@@ -113,14 +113,8 @@ class ConvergenceModel:
                 f"(Corollary 1): I must be < {bound:.4g}; use a smaller interval, a shallower cut, a larger epsilon or a smaller gamma")
 
     def check_reachable(self) -> None:
-        """Raise :class:`InfeasibleError` when Theorem 1 does not apply (γ > 1/β) or ε cannot be reached
-        by any (I, cut) (c ≤ 0)."""
-        k = self.constants
-        if k.gamma * k.beta > 1:
-            raise InfeasibleError(f"gamma={k.gamma:g} exceeds 1/beta={1 / k.beta:g} (beta={k.beta:g}, the loss's "
-                                  f"smoothness): Theorem 1 (and so the round count of Corollary 1) needs 0 < gamma <= "
-                                  f"1/beta; plan and train with a learning rate of at most {1 / k.beta:.3g} (--lr, or "
-                                  f"the gamma given to estimate_constants)")
+        """Raise :class:`InfeasibleError` when ε cannot be reached by any (I, cut) (c ≤ 0). A γ above 1/β is no
+        refusal (:func:`step_note`)."""
         if self.c <= 0:
             raise InfeasibleError(self.infeasibility_reason(1, 1))
 
@@ -128,6 +122,19 @@ class ConvergenceModel:
         """The candidate cuts (1-based) for which I = 1 is feasible (A_ℓ < c/(4β²γ²), §8 A7)."""
         candidates = np.asarray(candidates, dtype=int)
         return candidates[self.c - self.d_per_cut[candidates - 1] > 0]
+
+
+def step_note(constants: ConvergenceConstants) -> str | None:
+    """The sentence said once where γ > 1/β: Theorem 1 (and so eq. 15 as a bound) assumes 0 < γ ≤ 1/β, which the
+    learning rates users train with often exceed. The planner still plans, reading eq. (15) as a model of the
+    rounds (docs/model.md §10): calibrated to pilot runs (``--pilots``), or, uncalibrated, with no guarantee. None where
+    γ ≤ 1/β."""
+    k = constants
+    if k.gamma * k.beta <= 1:
+        return None
+    return (f"gamma = {k.gamma:g} exceeds 1/beta = {1 / k.beta:.3g} (beta = {k.beta:.4g}): Theorem 1 assumes "
+            f"gamma <= 1/beta, so its round count is no bound here; the plan reads eq. (15) as a model of the rounds "
+            f"(docs/model.md §10), fitted to pilot runs with --pilots, else unchecked")
 
 
 def check_lengths(num_cuts_profile: int, constants: ConvergenceConstants) -> None:

@@ -145,10 +145,14 @@ def test_plan_round_trip(tmp_path):
     assert plan.deepest_cut == 5
 
 
-def test_theorem1_step_size_condition_is_enforced():
+def test_a_step_above_one_over_beta_is_planned_with_eq15_as_a_model():
+    """γ = 0.5 > 1/β = 0.2: Corollary 1's R is still eq. (15) written out, 2ϑ/(γ(c − dI²))."""
     constants = ConvergenceConstants(beta=5, gamma=0.5, theta=2.3, epsilon=100, sigma2=(1.0,) * 3, G2=(2e-3,) * 3)
-    with pytest.raises(InfeasibleError, match="needs 0 < gamma <= 1/beta"):
-        ConvergenceModel(constants, num_devices=20).check_reachable()
+    model = ConvergenceModel(constants, num_devices=20)
+    model.check_reachable()
+    c = 100 - 5 * 0.5 * 3.0 / 20
+    d = 4 * 25 * 0.25 * 2 * 2e-3
+    assert model.rounds(3, 2) == pytest.approx(2 * 2.3 / (0.5 * (c - d * 9)), rel=1e-12)
 
 
 def test_saving_onto_a_folder_is_an_input_error(tmp_path, toy_system):
