@@ -19,3 +19,4 @@ MAX_SEED = 2**32 - 1            # seeds are 0..2³²−1
 MAX_THREADS = 1024              # torch CPU threads
 MAX_STEPS = 10**9               # rounds of a training run, evaluation/checkpoint/re-plan periods
 MAX_NOISE_CV = 1.0              # measurement-noise coefficient of variation (a fraction)
+MAX_MODEL_WIDTH = 4096      # channels of the built-ins' first layer (--model-width)

@@ -93,8 +93,9 @@ DEVICE_ROWS = 20
 
 
 def format_plan(plan: Plan, profile: ModelProfile, system: SystemSpec, title: str = "",
-                max_devices: int | None = DEVICE_ROWS) -> str:
-    """Summary, stage breakdown (which stage dominates) and per-device table of a plan.
+                max_devices: int | None = DEVICE_ROWS, rounds_to: str = "Corollary 1") -> str:
+    """Summary, stage breakdown (which stage dominates) and per-device table of a plan; ``rounds_to`` says what its
+    rounds reach (default Corollary 1's ε-stationary point; a calibrated plan's target accuracy).
 
     With more than ``max_devices`` devices only the slowest ones (largest per-round device time
     T^F + T^A + T^G + T^B) are listed; ``max_devices=None`` lists all.
@@ -109,7 +110,7 @@ def format_plan(plan: Plan, profile: ModelProfile, system: SystemSpec, title: st
         f"model {profile.model}, {system.num_devices} devices, batch {system.batch_size}, L = {profile.num_cuts} cut points",
         f"interval I = {plan.interval} rounds; deepest cut L_c = {plan.deepest_cut} ({names[plan.deepest_cut - 1]})",
         "cuts used: " + ", ".join(f"{j} ({names[j - 1]}) x{n}" for j, n in sorted(cut_counts.items())),
-        f"rounds R = {plan.rounds:,} (Corollary 1), aggregations = {plan.aggregations:,}",
+        f"rounds R = {plan.rounds:,} ({rounds_to}), aggregations = {plan.aggregations:,}",
         f"per-round latency T_split = {_seconds(plan.round_latency_s)}, per-aggregation T_agg = {_seconds(plan.aggregation_latency_s)}",
         f"total latency (eq. 26) = {_seconds(plan.total_latency_s)}  (= {plan.total_latency_s / 3600:.2f} h); "
         f"relaxed objective (28) = {_seconds(plan.objective_s)}",

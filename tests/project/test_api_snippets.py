@@ -37,6 +37,9 @@ def test_api_snippets_run_in_order_as_written(tmp_path, monkeypatch, capsys) -> 
     assert len(plan.cuts) == 6 and (config.plan.cuts, config.plan.interval) == (plan.cuts, plan.interval)
     assert config.model.name == "mymodels:SmallNet" and config.data.devices == 6
     assert scope["history"].meta["config"]["algorithm"] == "psl"        # the last snippet read runs/psl back
+    fit, to_30 = scope["fit"], scope["to_30"]                            # the model's R at each pilot's plan is its own
+    assert fit.fitted_rounds == pytest.approx((42.9, 55.0), rel=1e-9) and fit.kappa > 0
+    assert f"{to_30.cuts} {to_30.interval} {to_30.rounds}" in out
 
 
 # ---- what the page promises beside its snippets ------------------------------------------------------------------

@@ -26,7 +26,7 @@ from typing import Any, Mapping
 
 from adaptplan.errors import InputError
 from adaptplan.fileio import finite_number, int_in_range, positive_int, positive_number
-from adaptplan.limits import MAX_BATCH_SIZE, MAX_CUT_POINTS, MAX_DEVICES, MAX_NOISE_CV, MAX_ROUNDS, MAX_SEED, MAX_STEPS, MAX_THREADS
+from adaptplan.limits import MAX_BATCH_SIZE, MAX_CUT_POINTS, MAX_DEVICES, MAX_MODEL_WIDTH, MAX_NOISE_CV, MAX_ROUNDS, MAX_SEED, MAX_STEPS, MAX_THREADS
 from adaptplan.plan import Plan
 from trainers.algorithms import (  # noqa: F401  (the registry's tables, re-exported for the configuration's readers)
     ALGORITHM_DEFAULTS,
@@ -45,7 +45,6 @@ MAX_LR = 1e6               # step size γ; a diverging run stops with a message,
 MAX_WEIGHT_DECAY = 1.0     # L2 coefficient
 MAX_ALPHA = 1e6            # Dirichlet concentration (large = iid)
 MAX_SCALE = 1e6            # --flops-scale / --bandwidth-scale: a million times the generator's ranges
-MAX_MODEL_WIDTH = 4096     # channels of the built-ins' first layer
 DATASETS = ("cifar10-subset", "mnist-subset", "mnist", "cifar10", "cifar100", "fashion-mnist", "synthetic")
 """Valid values of ``--dataset``: each has its loader in trainers.inputs.datasets.LOADERS (tests/trainers/inputs/test_datasets.py)."""
 # built-ins; any torchvision name or package.module:factory is valid too
@@ -97,8 +96,8 @@ EVAL_BATCH_SIZE = 256
 LOCAL_TEST_FRACTION = 0.1
 """Default share of each device's samples held out for its local test split (CycleSL §4.1: 90 %–10 %)."""
 MAX_LOCAL_TEST_FRACTION = 0.5
-SAVED_BEFORE = {"local_test_fraction": 0.0}
-"""Options a configuration saved before they existed ran with: no local test split."""
+SAVED_BEFORE = {"local_test_fraction": 0.0, "pilots": None}
+"""Options a configuration saved before they existed ran with: no local test split, no pilots."""
 
 POLICIES = ("adaptsfl", "rma+ms", "ma+rms", "rma+rms", "dama+rms", "rma+ams", "sfl", "psl", "fixed-cut")
 REDRAWING_POLICIES = ("rma+ms", "ma+rms", "rma+rms", "dama+rms", "rma+ams")   # re-drawn at every aggregation
@@ -106,7 +105,7 @@ REDRAWING_POLICIES = ("rma+ms", "ma+rms", "rma+rms", "dama+rms", "rma+ams")   # 
 
 def as_saved_run_trained(saved: Mapping[str, Any]) -> dict[str, Any]:
     """A configuration saved before some options existed, with them as that run trained: both roles at its
-    ``lr`` and its ``optimizer`` (before the per-role options), no local test split (:data:`SAVED_BEFORE`);
+    ``lr`` and its ``optimizer`` (before the per-role options), no local test split and no pilots (:data:`SAVED_BEFORE`);
     options the configuration holds are kept."""
     return {**{k: saved.get("lr") for k in ("client_lr", "server_lr")},
             **{k: saved.get("optimizer") for k in ("client_optimizer", "server_optimizer")}, **SAVED_BEFORE, **saved}
@@ -240,6 +239,10 @@ class PlanConfig:
         "value = all devices), e.g. 3 or 3,3,5; default: the built-in planner's plan", generated=False)
     constants_path: str | None = option(None, "training constants JSON for the planner, one sigma2/G2 per cut point of "
                                         "--model (default: docs/model.md §6.1 placeholders)", flag="--constants")
+    pilots: str | None = option(None, "comma-separated folders of finished runs of this setting, each with one plan "
+                                "(--cuts, --interval): the planner's constants are estimated from this run's model and "
+                                "data and fitted to the rounds the pilots took to --target-accuracy (docs/model.md §10), "
+                                "so the plan predicts rounds and seconds to that accuracy", metavar="RUN[,RUN...]")
     allow_fallback: bool = option(False, "when the planner finds no feasible plan, train every device at cut "
                                   "ceil(L/2) with I = 1 (printed) instead of stopping with the reason")
 
@@ -258,6 +261,8 @@ class PlanConfig:
             self.cuts = cuts
         if self.path is not None and self.cuts is not None:
             raise InputError("give either a plan file or explicit cuts, not both", field="cuts")
+        if self.pilots is not None:
+            self._check_pilots()
         if self.reestimate and self.replan_every is None and self.policy not in REDRAWING_POLICIES:
             raise InputError("re-estimation happens at re-planning points: add --replan-every Q (or a random --policy)",
                              field="reestimate")
@@ -275,6 +280,22 @@ class PlanConfig:
         if self.policy != "adaptsfl" and self.replan_every is not None:
             raise InputError(f"--policy {self.policy} re-decides at every aggregation (random draws) or never; "
                              "--replan-every goes with --policy adaptsfl", field="replan_every")
+
+    @property
+    def pilot_folders(self) -> list[str]:
+        """The folders of ``pilots`` (empty without)."""
+        return [part.strip() for part in (self.pilots or "").split(",") if part.strip()]
+
+    def _check_pilots(self) -> None:
+        """Pilots calibrate the planner's constants: there must be a folder, and a planner (no --cuts, --plan)
+        whose constants no file gives."""
+        if not self.pilot_folders:
+            raise InputError("must name at least one run folder", field="pilots")
+        clash = ("constants_path" if self.constants_path is not None else "plan_path" if self.path is not None
+                 else "cuts" if self.cuts is not None and self.policy is None else None)
+        if clash is not None:
+            raise InputError(f"the pilots calibrate the planner's constants; {clash} leaves nothing to calibrate "
+                             f"(drop one of them)", field="pilots")
 
 
 @dataclass
@@ -536,9 +557,14 @@ class TrainConfig:
         check_fields(self.execution)
         check_fields(self.run)
         self.run.check_tracking()
-        if self.plan.reestimate and self.data.device_data is not None and self.runtime.distributed:
-            raise InputError("re-estimating the constants needs training samples on the edge server; with --device-data "
-                             "they stay on the devices (give --constants instead)", field="reestimate")
+        if self.plan.pilots is not None and self.run.target_accuracy is None:
+            raise InputError("the pilots are fitted to the rounds they took to a test accuracy: give "
+                             "--target-accuracy A", field="pilots")
+        if (self.plan.reestimate or self.plan.pilots is not None) and self.data.device_data is not None \
+                and self.runtime.distributed:
+            raise InputError("estimating the constants needs training samples on the edge server; with --device-data "
+                             "they stay on the devices (give --constants instead)",
+                             field="reestimate" if self.plan.reestimate else "pilots")
 
     def optimizer_spec(self, role: str = "client") -> OptimizerSpec:
         """The optimizer of ``role``: "client" (the devices) or "server" (the edge server's instances)."""

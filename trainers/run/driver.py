@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from adaptplan.constants import ConvergenceConstants
+from adaptplan.convergence import step_note
 from adaptplan.errors import InfeasibleError, InputError
 from adaptplan.plan import Plan
 from adaptplan.system import SystemProcess, SystemRanges, SystemSpec, generate_system, scaled_ranges
@@ -53,6 +54,7 @@ from trainers.inputs.models import build_model
 from trainers.inputs.partition import local_test_split, partition_indices, samples_before_split
 from trainers.roles.messages import NonFiniteError
 from trainers.run.checkpoint import file_digest, load_checkpoint, save_checkpoint, write_atomic
+from trainers.run.estimation import RunData, pilot_calibration, run_constants
 from trainers.run.folder import Interrupted, RunFolder, StopRequest
 from trainers.run.history import History, RoundRecord
 from trainers.run.planning import Planner, ReplanRequest, default_planner  # noqa: F401  (re-exported)
@@ -102,11 +104,14 @@ class Trainer:
             x_test, y_test = x_test[:config.run.max_test_samples], y_test[:config.run.max_test_samples]
         self._build_model()
         self.constants = self._checked_constants(constants)
+        self.calibration = pilot_calibration(self.run_data, self.blocks) if config.plan.pilots else None
+        if self.calibration is not None:
+            self.constants = self.calibration.constants
         self.planner, self.replan_every = self._planner(planner)
         self.process, self.clock = self._system_clock(system)
         parts, local_test = self._partition(manifest)
         cuts, interval, event = self._initial_plan()
-        self.notes += [note for note in [self._interval_note(interval)] if note]
+        self.notes += [note for note in [self._interval_note(interval), self._step_note(event)] if note]
         self.engine = engine_factory(self.blocks, cuts, self.strategy,
                                   DeviceData(self.dataset.x_train, self.dataset.y_train, x_test, y_test, parts,
                                              self.dataset.num_classes, local_test),
@@ -118,7 +123,8 @@ class Trainer:
         self.history = History(meta={"config": config.to_json(), "plan_source": event["source"], "run_id": uuid.uuid4().hex,
                                      "num_blocks": len(self.blocks), "block_names": self.block_names,
                                      "target_accuracy": config.run.target_accuracy,
-                                     "num_classes": self.dataset.num_classes})
+                                     "num_classes": self.dataset.num_classes,
+                                     **({"calibration": self.calibration.to_json()} if self.calibration else {})})
         self.history.events.append({"round": 0, "event": "plan", **event, "cuts": cuts, "interval": interval})
         self.start_round = 0
         self.last_replan = 0
@@ -155,6 +161,11 @@ class Trainer:
             warnings.simplefilter("ignore", StemWarning)
             self.profile = profile_model(chain, input_shape, model_name=f"{c.model.name}-{c.data.dataset}")
         self.notes = [note for note in [stem_note(c.model.name, input_shape, chain.output_shapes)] if note]
+
+    @property
+    def run_data(self) -> RunData:
+        """What constants are estimated from: the configuration, the training samples, the blocks' names, the device."""
+        return RunData(self.config, self.dataset.x_train, self.dataset.y_train, self.block_names, self.device)
 
     def _checked_constants(self, constants: ConvergenceConstants | None) -> ConvergenceConstants | None:
         """The convergence constants given or read from ``--constants``, checked against the model's cut points
@@ -239,6 +250,12 @@ class Trainer:
         source = {"source": "planner"} if c.plan.policy is None else {"source": "policy", "policy": c.plan.policy}
         return self._one_client_model(cuts), c.plan.interval or self._planned_interval(interval), {**source, **details}
 
+    def _step_note(self, event: dict[str, Any]) -> str | None:
+        """:func:`adaptplan.convergence.step_note` for the constants the planner planned with (γ > 1/β)."""
+        if event["source"] not in ("planner", "policy") or self.constants is None:
+            return None
+        return step_note(self.constants)
+
     def _interval_note(self, interval: int) -> str | None:
         """One line where the algorithm averages the devices' models every I rounds and I exceeds the run's
         rounds: the run would end without ever averaging them (SCALA's default I = 20 in a 10-round run)."""
@@ -274,8 +291,14 @@ class Trainer:
         source = {"cuts": "--cuts", "plan": f"plan file {self.config.plan.path}", "planner": "the built-in planner",
                   "default": "the fallback (no feasible plan)", "policy": f"policy {self.config.plan.policy}"}[event["source"]]
         extra = ""
-        if "plan" in event:
-            extra = f"; predicted {event['plan']['rounds']} rounds, {event['plan']['total_latency_s']:.4g} s (eq. 26)"
+        if "plan" in event and self.calibration is not None:
+            calibration = self.calibration
+            extra = (f"; predicted {event['plan']['rounds']} rounds, {event['plan']['total_latency_s']:.4g} simulated s "
+                     f"to {self.config.run.target_accuracy:.1%} test accuracy (eq. 26, calibrated on "
+                     f"{len(calibration.pilots)} pilot{'s' if len(calibration.pilots) > 1 else ''}: {calibration.message})")
+        elif "plan" in event:
+            extra = (f"; predicted {event['plan']['rounds']} rounds, {event['plan']['total_latency_s']:.4g} s (eq. 26, "
+                     "to an ε-stationary point of its constants; --pilots and --target-accuracy predict to an accuracy)")
         return f"plan from {source}: {spread} of {len(self.blocks)} cut points, {self._describe_interval(event)}{extra}"
 
     def _describe_interval(self, event: dict[str, Any]) -> str:
@@ -558,6 +581,8 @@ class Trainer:
         old = (list(self.engine.cuts), self.engine.interval)
         self.last_replan = t
         estimated = self.reestimate_constants(t) if self.config.plan.reestimate else None
+        if estimated is not None and self.calibration is not None:
+            estimated = self.calibration.apply(estimated, self.config.data.devices)
         try:
             cuts, interval, details = _decision(self.planner(ReplanRequest(t, system, self.profile, *old, estimated)))
         except InfeasibleError as exc:             # keep the plan in force, say why
@@ -575,19 +600,12 @@ class Trainer:
 
     def reestimate_constants(self, t: int) -> ConvergenceConstants:
         """Algorithm 1 (docs/model.md §5.4): β, σ_j², G_j² and ϑ estimated again from the run's own model (the
-        global model of this aggregation round) on 8 mini-batches of its training data, with
-        γ = --lr and the target ε in force (the constants file's, else the placeholder's)."""
-        from profilers.chain import Chain
-        from profilers.gradstats import estimate_constants, iterate_batches
-
+        global model of this aggregation round) on 8 mini-batches of its training data (seed t), with
+        γ = --lr and the target ε in force (the constants file's, else the placeholder's); with --pilots, the caller
+        applies the calibration's fit."""
         epsilon = (self.constants.epsilon if self.constants is not None
                    else ConvergenceConstants.placeholder(self.profile.num_cuts).epsilon)
-        b = self.config.data.batch_size
-        batches = iterate_batches(self.dataset.x_train, self.dataset.y_train, b, 8, seed=t)
-        chain = Chain(self.engine.global_model(), list(self.block_names))
-        assert self.config.optim.lr is not None, "TrainConfig resolves the learning rate"
-        return estimate_constants(chain, batches, gamma=self.config.optim.lr, epsilon=epsilon, num_batches=8, seed=t,
-                                  device=self.device)
+        return run_constants(self.run_data, self.engine.global_model(), t, epsilon)
 
 
 def run(config: TrainConfig, **kwargs: Any) -> History:

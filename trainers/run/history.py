@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
 
+from adaptplan.crossing import first_crossing
 from adaptplan.errors import InputError
 from adaptplan.fileio import (
     atomic_write,
@@ -151,6 +152,25 @@ class History:
             out["converged_accuracy"], out["converged_sim_seconds"] = rec.accuracy, rec.sim_seconds
         if target is not None:
             out["target_accuracy"], out["time_to_target_s"] = target, self.time_to_accuracy(target)
+            out["to_target"] = self.to_target(target)
+        return out
+
+    def to_target(self, target: float) -> dict[str, Any]:
+        """When the test accuracy first reached ``target``: ``rounds`` and simulated ``seconds``, interpolated between
+        evaluations (:func:`adaptplan.crossing.first_crossing`; ``upper_bound`` where the first evaluation had it;
+        None where never); with a calibrated plan (``meta["calibration"]`` for this target) also what the first
+        plan predicted, eq. (15)'s ⌈R⌉ and eq. (26)'s seconds, and measured/predicted."""
+        found = first_crossing([(float(r.accuracy), float(r.round), r.sim_seconds) for r in self.evaluated
+                                if r.accuracy is not None], target)
+        out: dict[str, Any] = {"rounds": None if found is None else found.at[0],
+                               "seconds": None if found is None else found.at[1],
+                               "upper_bound": bool(found and found.upper_bound)}
+        calibration = self.meta.get("calibration")
+        plan = next((e.get("plan") for e in self.events if e.get("event") == "plan"), None)
+        if isinstance(calibration, dict) and calibration.get("target_accuracy") == target and plan:
+            out["predicted_rounds"], out["predicted_seconds"] = plan["rounds"], plan["total_latency_s"]
+            out["measured_over_predicted"] = (None if found is None or not plan["total_latency_s"]
+                                              else found.at[1] / plan["total_latency_s"])
         return out
 
     def stage_comparison(self) -> list[dict[str, Any]]:

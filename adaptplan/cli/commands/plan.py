@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from adaptplan.cli.flags import float_flag, int_flag
@@ -45,6 +46,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int_flag(0, MAX_SEED), default=0, help="seed of the generated system when --system is not given (default 0)")
     parser.add_argument("--all-devices", action="store_true", help="list every device in the table "
                         "(default: the 20 slowest when there are more)")
+    parser.add_argument("--pilots", metavar="RUN[,RUN...]",
+                        help="plan for the setting of these finished runs (train --out folders, each trained with one "
+                             "plan): its model profile and round-1 system, constants estimated from its model and data "
+                             "and fitted to the rounds the pilots took to --target-accuracy (docs/model.md §10), so the "
+                             "plan's rounds and seconds are to that accuracy; not with --profile, --system, --constants, "
+                             "--epsilon")
+    parser.add_argument("--target-accuracy", type=float_flag(0.0, 1.0, low_open=True), metavar="A",
+                        help="with --pilots: the test accuracy (a fraction) the plan's rounds and seconds are to")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON (docs/formats.md) instead of a table")
     parser.add_argument("-o", "--output", metavar="FILE", help="also write the plan JSON to FILE")
     parser.set_defaults(func=run)
@@ -106,21 +115,68 @@ def load_instance(args: argparse.Namespace) -> tuple[ModelProfile, SystemSpec, C
     return profile, system, constants, "Plan for " + "; ".join(sources)
 
 
+def pilot_instance(args: argparse.Namespace) -> tuple[ModelProfile, SystemSpec, ConvergenceConstants, str, str]:
+    """(profile, system, constants, title, what the rounds are to) of the pilots' setting (``--pilots``): a trainer
+    built from the first pilot's configuration (nothing trained) estimates and calibrates the constants."""
+    for flag in ("profile", "system", "constants", "epsilon"):
+        if getattr(args, flag, None) is not None:
+            raise InputError("the pilots' run gives the profile, system and constants; drop it", field=f"--{flag}")
+    if args.target_accuracy is None:
+        raise InputError("the pilots are fitted to the rounds they took to a test accuracy: give --target-accuracy A",
+                         field="--pilots")
+    from trainers.config.train_config import TrainConfig, as_saved_run_trained
+    from trainers.run.driver import Trainer
+    from trainers.run.history import History
+
+    folders = [part.strip() for part in args.pilots.split(",") if part.strip()]
+    if not folders or not all((Path(f) / "history.json").is_file() for f in folders):
+        missing = next((f for f in folders if not (Path(f) / "history.json").is_file()), args.pilots)
+        raise InputError(f"{missing!r} holds no history.json: give the folders of finished runs (--out of adaptplan "
+                         "train)", field="--pilots")
+    saved = as_saved_run_trained(History.load(folders[0]).meta.get("config", {}))
+    unplanned = {"rounds": 1, "cuts": None, "interval": None, "plan_path": None, "policy": None, "replan_every": None,
+                 "reestimate": False, "constants_path": None, "pilots": ",".join(folders),
+                 "target_accuracy": args.target_accuracy, "out": None, "resume": False, "overwrite": False,
+                 "mlflow": None, "progress": False}
+    trainer = Trainer(TrainConfig.from_json({**saved, **unplanned}))
+    calibration = trainer.calibration
+    assert calibration is not None, "pilots given"
+    c = trainer.config
+    title = (f"Plan for {c.model.name} on {c.data.dataset}, {c.data.devices} devices ({c.data.partition}), lr {c.optim.lr:g}, "
+             f"batch {c.data.batch_size}: the setting of {folders[0]}; its round-1 system; constants estimated from "
+             f"its model and data, calibrated on {len(folders)} pilot{'s' if len(folders) > 1 else ''}: "
+             f"{calibration.message}")
+    return trainer.profile, trainer.clock.system(1), calibration.constants, title, \
+        f"to {args.target_accuracy:.1%} test accuracy, Corollary 1 calibrated"
+
+
 def run(args: argparse.Namespace) -> int:
+    from adaptplan.convergence import step_note
     from adaptplan.planner import Planner
     from adaptplan.report import DEVICE_ROWS, format_plan
 
-    profile, system, constants, title = load_instance(args)
+    rounds_to = "Corollary 1"
+    if args.pilots is not None:
+        profile, system, constants, title, rounds_to = pilot_instance(args)
+    else:
+        if args.target_accuracy is not None:
+            raise InputError("a plan's rounds are to a test accuracy only when calibrated on pilot runs: add "
+                             "--pilots RUN[,RUN...]", field="--target-accuracy")
+        profile, system, constants, title = load_instance(args)
     candidates = check_candidates(parse_cuts(args.cuts), profile.num_cuts) if args.cuts else None
     start = time.perf_counter()
     plan = Planner(profile, system, constants, candidates=candidates, backend=args.backend).plan()
     elapsed = time.perf_counter() - start
+    note = step_note(constants)
+    if note:                                     # said once, about a plan that exists
+        print(f"note: {note}", file=sys.stderr)
     if args.output:
         plan.save(args.output)
     if args.json:
         json.dump(plan.to_json(), sys.stdout, indent=2)
         print()
     else:
-        print(format_plan(plan, profile, system, title=title, max_devices=None if args.all_devices else DEVICE_ROWS))
+        print(format_plan(plan, profile, system, title=title, max_devices=None if args.all_devices else DEVICE_ROWS,
+                          rounds_to=rounds_to))
         print(f"\nplanned in {elapsed:.2f} s wall-clock")
     return 0

@@ -324,5 +324,24 @@ def _train_with(config: "TrainConfig", engine_factory: Any) -> int:
     except Interrupted as exc:
         print(f"adaptplan train: {exc}", file=sys.stderr)
         return 128 + exc.signum
-    print(json.dumps(history.summary(config.run.target_accuracy), indent=2))
+    summary = history.summary(config.run.target_accuracy)
+    if "to_target" in summary:
+        print(target_line(summary["target_accuracy"], summary["to_target"]), file=sys.stderr)
+    print(json.dumps(summary, indent=2))
     return 0
+
+
+def target_line(target: float, found: dict[str, Any]) -> str:
+    """One line: when the run reached ``target`` (History.to_target's ``found``) beside what its calibrated plan
+    predicted."""
+    if found["rounds"] is None:
+        measured = "not reached"
+    else:
+        measured = f"{'at most ' if found['upper_bound'] else ''}{found['rounds']:.4g} rounds, {found['seconds']:.4g} " \
+                   "simulated s (interpolated between evaluations)"
+    text = f"to {target:.1%} test accuracy: {measured}"
+    if "predicted_rounds" in found:
+        text += f"; predicted {found['predicted_rounds']} rounds, {found['predicted_seconds']:.4g} s"
+        if found["measured_over_predicted"] is not None:
+            text += f" (measured/predicted {found['measured_over_predicted']:.2f})"
+    return text

@@ -47,6 +47,23 @@ def test_cuts_option_restricts_candidates(toy_plan_files):
     assert json.loads(result.stdout)["cuts"] == [2, 2]
 
 
+def test_a_step_above_one_over_beta_is_planned_and_said_once(toy_plan_files, tmp_path):
+    """γ = 0.3 > 1/β = 0.2 (ε raised so that it is reachable): a plan, exit 0, and one note naming γ and 1/β; the same
+    instance at γ = 0.2 says nothing."""
+    paths, _ = toy_plan_files
+    for gamma, noted in ((0.3, True), (0.2, False)):
+        data = json.loads(open(paths["constants"]).read()) | {"gamma": gamma, "epsilon": 100.0}
+        (tmp_path / "c.json").write_text(json.dumps(data))
+        result = cli("plan", "--profile", paths["profile"], "--system", paths["system"], "--constants",
+                     str(tmp_path / "c.json"), "--json")
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["rounds"] >= 1
+        notes = [line for line in result.stderr.splitlines() if line.startswith("note: gamma = ")]
+        assert notes == (["note: gamma = 0.3 exceeds 1/beta = 0.2 (beta = 5): Theorem 1 assumes gamma <= 1/beta, so "
+                          "its round count is no bound here; the plan reads eq. (15) as a model of the rounds "
+                          "(docs/model.md §10), fitted to pilot runs with --pilots, else unchecked"] if noted else [])
+
+
 @pytest.mark.parametrize("mutate, expected", [
     (lambda d: d["constants"].update(sigma2=[1.0] * 4, G2=[2e-3] * 4), "constants.sigma2"),
     (lambda d: d["constants"].update(epsilon=0.0001), "unreachable"),

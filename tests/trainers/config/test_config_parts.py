@@ -18,7 +18,7 @@ from adaptplan.cli.config_flags import add_part, part_values
 from adaptplan.errors import InputError
 from adaptplan.fileio import MAX_COUNT
 from trainers.config.fields import check_fields, described, option, resumable_keys
-from trainers.config.train_config import DEFAULTS, FLAT_KEYS, PARTS, RESUMABLE, TrainConfig
+from trainers.config.train_config import DEFAULTS, FLAT_KEYS, PARTS, RESUMABLE, TrainConfig, as_saved_run_trained
 
 OLD_RUN = Path(__file__).parents[2] / "data" / "run_before_config_parts"
 # how tests/data/run_before_config_parts was written, by the flat TrainConfig of commit 7e9769b (2 of the rounds;
@@ -30,6 +30,9 @@ OLD_FLAGS = ["--algorithm", "sfl-v1", "--dataset", "synthetic", "--model", "mlp"
 
 ADDED_SINCE = {"mlflow"}
 """Run options added after the parts (train --mlflow, issue 37)."""
+TRAINED_WITHOUT = {"pilots"}
+"""Plan options added after the parts (train --pilots, issue 66): a folder of before trained without them
+(SAVED_BEFORE), and a resumed run may not change them."""
 
 
 def _records(folder: Path) -> list[tuple]:
@@ -55,10 +58,12 @@ def test_the_saved_form_keeps_every_flat_key_of_before() -> None:
     added since (ADDED_SINCE) are options a resumed run may give anew, so a folder of before resumes with their
     defaults."""
     saved = json.loads((OLD_RUN / "history.json").read_text())["meta"]["config"]
-    assert set(saved) | ADDED_SINCE == set(FLAT_KEYS) == set(TrainConfig().to_json()) == set(DEFAULTS)
-    assert not ADDED_SINCE & set(saved) and ADDED_SINCE <= set(RESUMABLE)
-    config = TrainConfig.from_json({**saved, **{k: DEFAULTS[k] for k in ADDED_SINCE}})
-    assert config.to_json() == {**saved, **{k: DEFAULTS[k] for k in ADDED_SINCE}}
+    assert set(saved) | ADDED_SINCE | TRAINED_WITHOUT == set(FLAT_KEYS) == set(TrainConfig().to_json()) == set(DEFAULTS)
+    assert not (ADDED_SINCE | TRAINED_WITHOUT) & set(saved) and ADDED_SINCE <= set(RESUMABLE)
+    assert not TRAINED_WITHOUT & set(RESUMABLE)
+    assert {k: as_saved_run_trained(saved)[k] for k in TRAINED_WITHOUT} == {k: DEFAULTS[k] for k in TRAINED_WITHOUT}
+    config = TrainConfig.from_json({**saved, **{k: DEFAULTS[k] for k in ADDED_SINCE | TRAINED_WITHOUT}})
+    assert config.to_json() == {**saved, **{k: DEFAULTS[k] for k in ADDED_SINCE | TRAINED_WITHOUT}}
     assert (config.data.devices, config.model.name, config.optim.lr, config.plan.cuts, config.run.rounds,
             config.extra) == (3, "mlp", saved["lr"], (1, 1, 1), 2, {"participation": 0.67})
 

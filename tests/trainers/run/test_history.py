@@ -21,7 +21,8 @@ def test_empty_history_summary() -> None:
     assert History().summary() == {"rounds": 0, "final_accuracy": None, "converged_round": None, "sim_seconds": 0.0,
                                    "wall_seconds": 0.0}
     assert History().summary(0.5) == {"rounds": 0, "final_accuracy": None, "converged_round": None, "sim_seconds": 0.0,
-                                      "wall_seconds": 0.0, "target_accuracy": 0.5, "time_to_target_s": None}
+                                      "wall_seconds": 0.0, "target_accuracy": 0.5, "time_to_target_s": None,
+                                      "to_target": {"rounds": None, "seconds": None, "upper_bound": False}}
 
 
 def test_summary_of_a_converged_run() -> None:
@@ -30,7 +31,25 @@ def test_summary_of_a_converged_run() -> None:
     h = History([record(t, a, 10.0 * t) for t, a in enumerate(accs, start=1)])
     assert h.summary(0.7) == {"rounds": 8, "final_accuracy": 0.72, "converged_round": 8, "sim_seconds": 80.0,
                               "wall_seconds": 2.0, "converged_accuracy": 0.72, "converged_sim_seconds": 80.0,
-                              "target_accuracy": 0.7, "time_to_target_s": 30.0}
+                              "target_accuracy": 0.7, "time_to_target_s": 30.0,
+                              "to_target": {"rounds": 3.0, "seconds": 30.0, "upper_bound": False}}
+
+
+def test_time_to_target_is_interpolated_and_set_beside_a_calibrated_prediction() -> None:
+    # evaluations at rounds 5, 10, 15 (0.2, 0.5, 0.7) at 2 simulated s per round; target 0.6 is half-way from the
+    # evaluation at round 10 (20 s) to the one at round 15 (30 s): 12.5 rounds, 25 s
+    h = History([record(t, {5: 0.2, 10: 0.5, 15: 0.7}.get(t), 2.0 * t) for t in range(1, 16)])
+    assert h.to_target(0.6) == {"rounds": 12.5, "seconds": 25.0, "upper_bound": False}
+    assert h.to_target(0.1) == {"rounds": 5.0, "seconds": 10.0, "upper_bound": True}    # at the first evaluation
+    assert h.to_target(0.8) == {"rounds": None, "seconds": None, "upper_bound": False}
+    h.events.append({"round": 0, "event": "plan", "plan": {"rounds": 10, "total_latency_s": 20.0}})
+    assert "predicted_rounds" not in h.to_target(0.6)                 # no calibration: nothing predicted to 0.6
+    h.meta["calibration"] = {"target_accuracy": 0.6}
+    assert h.to_target(0.6) == {"rounds": 12.5, "seconds": 25.0, "upper_bound": False, "predicted_rounds": 10,
+                                "predicted_seconds": 20.0, "measured_over_predicted": 1.25}
+    assert "predicted_rounds" not in h.to_target(0.5)                 # calibrated for another target
+    h.meta["calibration"] = {"target_accuracy": 0.8}
+    assert h.to_target(0.8)["measured_over_predicted"] is None         # never reached: nothing to compare
 
 
 def test_final_accuracy_prefers_the_final_evaluation() -> None:

@@ -75,7 +75,8 @@ def test_describe_plan_names_the_source_the_spread_and_the_prediction() -> None:
     text = planned.describe_plan()
     assert text.startswith("plan from the built-in planner: ")
     assert text.endswith(f"interval I = {event['interval']}; predicted {event['plan']['rounds']} rounds, "
-                         f"{event['plan']['total_latency_s']:.4g} s (eq. 26)")
+                         f"{event['plan']['total_latency_s']:.4g} s (eq. 26, to an ε-stationary point of its constants; "
+                         "--pilots and --target-accuracy predict to an accuracy)")
 
 
 def test_a_planner_answer_is_taken_per_algorithm() -> None:
