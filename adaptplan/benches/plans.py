@@ -6,6 +6,11 @@ trains with AdaptSFL's algorithm
 * the planner's plan: the default ``adaptplan train`` without ``--cuts``, planned once before round 1 (the built-in
   planner on round 1's generated system, docs/model.md §6.1's placeholder constants, γ = the learning rate); what it
   predicted (its rounds and eq. 26's seconds) is read from the run's first ``plan`` event;
+* the calibrated planner: the same planner with the run's constants estimated from its model and data and fitted to
+  two pilots (``train --pilots``, docs/model.md §10), which are two of the grid's runs of the same seed: every device at
+  the deepest cut the planner may choose (L − 1) at the grid's smallest and largest interval, the pair of the grid
+  whose drift loads 4β²γ²A_{L_c}I² differ most; its prediction is to the target accuracy, and the same fit predicts
+  every fixed plan's time too (:func:`calibrated_predictions`);
 * a grid of fixed plans: every device at cut j, for each cut point j of the model, × each interval I of the grid;
   and each device at its own latency-best cut for that I (:func:`latency_best_cuts`) × each I;
 
@@ -27,8 +32,12 @@ import numpy as np
 
 from adaptplan.benches.comparison import Setting
 from adaptplan.benches.runs import RunResult, not_reached, run_jobs
+from adaptplan.constants import ConvergenceConstants
+from adaptplan.crossing import first_crossing
 from adaptplan.latency import LatencyModel, total_latency
+from adaptplan.model_profile import ModelProfile
 from adaptplan.report import Empty, format_table
+from adaptplan.system import SystemSpec
 
 DEFAULT_INTERVALS = (1, 2, 4, 8)
 DEFAULT_SEEDS = (0, 1, 2)
@@ -44,11 +53,14 @@ INTERPOLATION_NOTE = ("time to target: simulated seconds at which the test accur
 
 # ---- the plans -----------------------------------------------------------------------------------------------
 
+PLANNERS = {"planner": "planner", "calibrated": "calibrated planner"}
+"""The kinds of plan the planner makes (their labels): the paper's, and the one calibrated on pilots."""
+
 @dataclass(frozen=True)
 class PlanSpec:
-    """One plan of the bench: ``kind`` is ``"planner"`` (cuts and I its own), ``"uniform"`` (every device at cut
-    ``cut``) or ``"latency-best"`` (each device at its own cut, ``cuts``); ``interval`` I in rounds (None: the
-    planner's)."""
+    """One plan of the bench: ``kind`` is ``"planner"`` (cuts and I its own), ``"calibrated"`` (the planner's, with
+    constants fitted to pilots), ``"uniform"`` (every device at cut ``cut``) or ``"latency-best"`` (each device at its
+    own cut, ``cuts``); ``interval`` I in rounds (None: the planner's)."""
 
     kind: str
     interval: int | None = None
@@ -58,16 +70,16 @@ class PlanSpec:
     @property
     def label(self) -> str:
         """Its name in the table and the JSON: ``planner``, ``cut 2, I=4``, ``latency-best, I=4``."""
-        if self.kind == "planner":
-            return "planner"
+        if self.kind in PLANNERS:
+            return PLANNERS[self.kind]
         head = f"cut {self.cut}" if self.kind == "uniform" else "latency-best"
         return f"{head}, I={self.interval}"
 
     @property
     def slug(self) -> str:
         """Its run folder's name: ``planner``, ``cut2-I4``, ``latency-best-I4``."""
-        if self.kind == "planner":
-            return "planner"
+        if self.kind in PLANNERS:
+            return self.kind
         return f"cut{self.cut}-I{self.interval}" if self.kind == "uniform" else f"latency-best-I{self.interval}"
 
 
@@ -99,6 +111,14 @@ def plan_grid(num_cuts: int, intervals: Sequence[int], latency_best: Mapping[int
     return plans
 
 
+def pilot_plans(num_cuts: int, intervals: Sequence[int], devices: int) -> tuple[PlanSpec, PlanSpec]:
+    """The calibrated planner's two pilots (module docstring): every device at cut max(L − 1, 1) at the smallest and
+    at the largest interval of ``intervals``."""
+    cut = max(num_cuts - 1, 1)
+    return tuple(PlanSpec("uniform", interval, cut, (cut,) * devices)   # type: ignore[return-value]
+                 for interval in (min(intervals), max(intervals)))
+
+
 @dataclass(frozen=True)
 class BenchSetting:
     """What every run of the bench trains on besides its plan and seed: data, model, devices, evaluation
@@ -113,6 +133,7 @@ class BenchSetting:
     alpha: float = 0.5                          # Dirichlet α (partition dirichlet / dirichlet-equal)
     eval_every: int = 5
     test_samples: int | None = 500
+    model_width: int | None = None             # the model's width (None: its default)
     target: float = 0.4
     device: str = "auto"
     client_batching: str = "auto"
@@ -124,8 +145,9 @@ class BenchSetting:
                                       eval_every=self.eval_every, seed=seed, threads=1, progress=False,
                                       max_test_samples=self.test_samples, device=self.device,
                                       client_batching=self.client_batching,
+                                      **({"model_width": self.model_width} if self.model_width else {}),
                                       **self.setting.fields(ALGORITHM, self.devices, planned=True))
-        if plan is not None and plan.kind != "planner":
+        if plan is not None and plan.kind not in PLANNERS:
             config.update(cuts=list(plan.cuts or ()), interval=plan.interval)
         return config
 
@@ -133,26 +155,52 @@ class BenchSetting:
         """The lines printed above the table: the data, the training setting, the plans, the measure."""
         partition = self.partition + (f" (α = {self.alpha:g})" if self.partition.startswith("dirichlet") else "")
         setting = self.setting.describe().replace("each algorithm's own", "each plan's I")
-        return [f"bench plans: {self.model} on {self.dataset}, {self.devices} devices, {partition} partition, "
+        model = self.model + (f" (width {self.model_width})" if self.model_width else "")
+        return [f"bench plans: {model} on {self.dataset}, {self.devices} devices, {partition} partition, "
                 f"seeds {','.join(map(str, seeds))}, target {self.target:.0%}",
                 f"  setting — {setting}",
                 f"  every plan trains {ALGORITHM}; the planner planned once before round 1 (round 1's generated "
-                "system, placeholder constants, γ = lr); the system trace is the same in every seed; "
+                "system, placeholder constants, γ = lr); the calibrated planner the same with constants estimated from "
+                "the run and fitted to two pilots of the grid (every device at cut L − 1, the smallest and the largest "
+                "I; its predictions are to the target); the system trace is the same in every seed; "
                 f"evaluation every {self.eval_every} rounds on "
                 f"{'every' if self.test_samples is None else self.test_samples} test samples",
                 f"  {INTERPOLATION_NOTE}"]
 
 
-def probe(bench: BenchSetting, seed: int, intervals: Sequence[int]) -> tuple[int, dict[int, list[int]]]:
-    """(the model's number of cut points, each I's latency-best cuts) of ``bench``'s run with ``seed``: from a
-    trainer built as the runs build theirs (nothing trained), on round 1's system — the one the planner plans on."""
+@dataclass(frozen=True)
+class Probe:
+    """What the bench needs of a seed's setting before any run: the model's profile, round 1's system (the one the
+    planners plan on) and each I's latency-best cuts."""
+
+    profile: ModelProfile
+    system: SystemSpec
+    latency_best: dict[int, list[int]]
+
+    def predict(self, constants: ConvergenceConstants, cuts: Sequence[int], interval: int) -> tuple[int, float] | None:
+        """(⌈R⌉ of eq. 15, eq. 26's seconds) of the plan (``cuts``, ``interval``) under ``constants`` on this
+        setting; None where the plan cannot reach the target under them (c − dI² ≤ 0)."""
+        from adaptplan.errors import InfeasibleError
+        from adaptplan.planner import Planner
+
+        try:
+            plan = Planner(self.profile, self.system, constants).evaluate(cuts, interval)
+        except InfeasibleError:
+            return None
+        return plan.rounds, plan.total_latency_s
+
+
+def probe(bench: BenchSetting, seed: int, intervals: Sequence[int]) -> Probe:
+    """The :class:`Probe` of ``bench``'s run with ``seed``: from a trainer built as the runs build theirs (nothing
+    trained), on round 1's system."""
     from trainers.config.train_config import TrainConfig
     from trainers.run.driver import Trainer
 
     config = {**bench.config(seed), "rounds": 1, "cuts": [1], "interval": 1}
     trainer = Trainer(TrainConfig.flat(**config))
     model = trainer.clock.latency_model(1)
-    return trainer.profile.num_cuts, {interval: latency_best_cuts(model, interval) for interval in intervals}
+    return Probe(trainer.profile, trainer.clock.system(1),
+                 {interval: latency_best_cuts(model, interval) for interval in intervals})
 
 
 def grid_jobs(bench: BenchSetting, seeds: Sequence[int], num_cuts: int,
@@ -197,27 +245,24 @@ class Crossing:
 
 def time_to_target(curve: Sequence[tuple[float, float]], target: float) -> Crossing | None:
     """The simulated seconds at which the accuracy of ``curve`` ((simulated s, accuracy) per evaluation, in order)
-    first reaches ``target``: linear between the evaluation before the first one at or above ``target`` and that
-    one; that evaluation's time (an upper bound) when it is the first; None when no evaluation reaches it."""
-    for k, (seconds, accuracy) in enumerate(curve):
-        if accuracy >= target:
-            if k == 0:
-                return Crossing(float(seconds), upper_bound=True)
-            before_s, before_acc = curve[k - 1]                    # before_acc < target <= accuracy
-            share = (target - before_acc) / (accuracy - before_acc)
-            return Crossing(float(before_s + share * (seconds - before_s)))
-    return None
+    first reaches ``target``, interpolated as :func:`adaptplan.crossing.first_crossing` does; None when no
+    evaluation reaches it."""
+    found = first_crossing([(accuracy, seconds) for seconds, accuracy in curve], target)
+    return None if found is None else Crossing(found.at[0], found.upper_bound)
 
 
 @dataclass
 class Prediction:
     """What the planner predicted for its plan (its first ``plan`` event): the cuts and I it chose, its rounds and
-    eq. 26's total seconds (to its ε-stationary point under its constants, not to the target)."""
+    eq. 26's total seconds: to the target accuracy where ``calibrated`` (the history's ``meta.calibration``, whose
+    fitted constants ``constants`` also are), else to an ε-stationary point of its constants."""
 
     cuts: list[int]
     interval: int
     rounds: int | None
     latency_s: float | None
+    calibrated: bool = False
+    constants: dict[str, Any] | None = None
 
 
 def read_prediction(folder: str | os.PathLike) -> Prediction | None:
@@ -228,12 +273,15 @@ def read_prediction(folder: str | os.PathLike) -> Prediction | None:
     path = Path(folder) / "history.json"
     if not path.exists():
         return None
-    event = next((e for e in History.load(path).events if e.get("event") == "plan"), None)
+    history = History.load(path)
+    event = next((e for e in history.events if e.get("event") == "plan"), None)
     if event is None:
         return None
     plan = event.get("plan") or {}
+    calibration = history.meta.get("calibration")
     return Prediction([int(c) for c in event["cuts"]], int(event["interval"]), plan.get("rounds"),
-                      plan.get("total_latency_s"))
+                      plan.get("total_latency_s"), calibration is not None,
+                      calibration.get("constants") if calibration else None)
 
 
 @dataclass
@@ -246,6 +294,21 @@ class PlanResult:
     target: float
     predictions: dict[int, Prediction | None] = field(default_factory=dict)
     seed_cuts: dict[int, list[int]] = field(default_factory=dict)     # a fixed plan's cuts per seed (default: plan's)
+    fit: dict[int, tuple[int, float] | None] = field(default_factory=dict)   # per seed: the calibrated fit's (⌈R⌉, s)
+
+    def predicted(self) -> tuple[float | None, float | None, str]:
+        """(mean predicted seconds, mean predicted rounds, what to): a planner's own prediction, else the calibrated
+        fit's for this plan, over the seeds; Nones where a seed has none."""
+        if self.plan.kind in PLANNERS:
+            pairs = [(p.latency_s, p.rounds) if p else (None, None) for p in self.predictions.values()]
+            to = "target" if self.plan.kind == "calibrated" else "ε"
+        else:
+            pairs = [(f[1], f[0]) if f else (None, None) for f in self.fit.values()]
+            to = "target"
+        if not pairs or any(x is None or r is None for x, r in pairs):
+            return None, None, to
+        return statistics.fmean(x for x, _ in pairs if x is not None), \
+            statistics.fmean(r for _, r in pairs if r is not None), to
 
     @property
     def crossings(self) -> dict[int, Crossing | None]:
@@ -284,12 +347,12 @@ class PlanResult:
 
     def cuts_by_seed(self) -> dict[int, list[int] | None]:
         """The cut vector each seed's run started with."""
-        if self.plan.kind != "planner":
+        if self.plan.kind not in PLANNERS:
             return {seed: self.seed_cuts.get(seed, list(self.plan.cuts or ())) for seed in self.runs}
         return {seed: (p.cuts if p else None) for seed, p in self.predictions.items()}
 
     def intervals_by_seed(self) -> dict[int, int | None]:
-        if self.plan.kind != "planner":
+        if self.plan.kind not in PLANNERS:
             return {seed: self.plan.interval for seed in self.runs}
         return {seed: (p.interval if p else None) for seed, p in self.predictions.items()}
 
@@ -302,7 +365,7 @@ def collect(jobs: Sequence[dict[str, Any]], results: Sequence[RunResult], target
         plan: PlanSpec = job["plan"]
         entry = grouped.setdefault(plan.label, PlanResult(plan, {}, target))
         entry.runs[job["seed"]] = result
-        if plan.kind == "planner":
+        if plan.kind in PLANNERS:
             entry.predictions[job["seed"]] = read_prediction(job["folder"])
         else:
             entry.seed_cuts[job["seed"]] = list(plan.cuts or ())
@@ -325,7 +388,7 @@ class Standing:
 
 def standing(result: PlanResult, results: Sequence[PlanResult]) -> Standing:
     """``result``'s :class:`Standing` among ``results``."""
-    fixed = [r for r in results if r.plan.kind != "planner" and r.mean_s is not None]
+    fixed = [r for r in results if r.plan.kind not in PLANNERS and r.mean_s is not None]
     best = min(fixed, key=lambda r: r.mean_s if r.mean_s is not None else float("inf"), default=None)
     mine = result.mean_s
     if mine is None:
@@ -354,17 +417,17 @@ def _same(values: dict[int, Any]) -> Any:
     return next(iter(values.values())) if len(distinct) == 1 else None
 
 
-def table(results: Sequence[PlanResult], bench: BenchSetting, seeds: Sequence[int]) -> str:
+def table(results: Sequence[PlanResult], bench: BenchSetting, seeds: Sequence[int], missing: Sequence[str] = ()) -> str:
     """The setting, then one row per plan: cuts, I, mean seconds to target (min–max), mean rounds to target, seeds
-    that reached it, rank among all plans, × the best fixed plan, and (the planner's row) what it predicted; under
-    it why a cell is empty, then the planner's standing in one line."""
+    that reached it, rank among all plans, × the best fixed plan, and what was predicted (a planner's own prediction,
+    a fixed plan's by the calibrated fit) with predicted/measured; under it why a cell is empty, then each planner's
+    standing in one line, and ``missing``: why a planner has no row."""
     headers = ["plan", "cuts", "I", "s→target", "min–max s", "rounds→target", "reached", "rank", "× best fixed",
-               "predicted s", "predicted rounds"]
+               "predicted s", "predicted rounds", "predicted/measured"]
     rows = [_row(r, results) for r in results]
     lines = bench.describe(seeds) + [format_table(headers, rows)]
-    planner = next((r for r in results if r.plan.kind == "planner"), None)
-    if planner is not None:
-        lines.append(summary(planner, results))
+    lines += [summary(r, results) for r in results if r.plan.kind in PLANNERS]
+    lines += list(missing)
     return "\n".join(lines)
 
 
@@ -379,14 +442,18 @@ def _row(r: PlanResult, results: Sequence[PlanResult]) -> list[str]:
         ratio: str = f"{place.ratio:.2f}"
     else:
         ratio = Empty(why or "no fixed plan reached the target in every seed")
+    seconds, rounds, to = r.predicted()
     if r.plan.kind == "planner":
-        predicted = [_same({s: p.latency_s if p else None for s, p in r.predictions.items()}),
-                     _same({s: p.rounds if p else None for s, p in r.predictions.items()})]
-        no_prediction = "the planner's prediction differs by seed (results JSON) or is missing (fallback plan)"
-        forecast = [Empty(no_prediction) if predicted[0] is None else f"{predicted[0]:.3g}",
-                    Empty(no_prediction) if predicted[1] is None else str(predicted[1])]
+        no_prediction = "the planner's prediction is missing in a seed (fallback plan)"
+    elif r.plan.kind == "calibrated":
+        no_prediction = "the calibrated planner's prediction is missing in a seed"
     else:
-        forecast = [Empty("a fixed plan predicts nothing")] * 2
+        no_prediction = "no calibrated fit (no calibrated planner run), or the fit says the plan cannot reach the target"
+    mark_to = "" if to == "target" else " (to ε)"
+    forecast = [Empty(no_prediction) if seconds is None else f"{seconds:.3g}{mark_to}",
+                Empty(no_prediction) if rounds is None else f"{rounds:.4g}{mark_to}",
+                Empty(no_prediction if seconds is None else why) if seconds is None or r.mean_s is None
+                else f"{seconds / r.mean_s:.2f}"]
     return [r.plan.label,
             Empty("differs by seed (results JSON)") if cuts is None else show_cuts(cuts),
             Empty("differs by seed (results JSON)") if interval is None else str(interval),
@@ -398,31 +465,37 @@ def _row(r: PlanResult, results: Sequence[PlanResult]) -> list[str]:
 
 
 def summary(planner: PlanResult, results: Sequence[PlanResult]) -> str:
-    """One line: the planner's rank and ratio to the best fixed plan, beside what it predicted."""
+    """One line: a planner's rank and ratio to the best fixed plan, beside what it predicted."""
     place = standing(planner, results)
     best = next((r for r in results if r.plan.label == place.best), None)
-    prediction = _same({s: [p.rounds, p.latency_s] if p else None for s, p in planner.predictions.items()})
-    said = ("it predicted " + f"{prediction[0]} rounds, {prediction[1]:.3g} s (eq. 26: to an ε-stationary point of its "
-            "constants, not to the target)") if prediction and prediction[0] is not None else \
-        "its prediction differs by seed or is missing"
+    seconds, rounds, to = planner.predicted()
+    name = planner.plan.label
+    if seconds is None or rounds is None:
+        said = "its prediction is missing in a seed"
+    elif to == "target":
+        said = f"it predicted {rounds:.4g} rounds, {seconds:.3g} s to the target (mean over seeds, calibrated)"
+    else:
+        said = (f"it predicted {rounds:.4g} rounds, {seconds:.3g} s (eq. 26: to an ε-stationary point of its "
+                "constants, not to the target)")
     if place.rank is None:
-        return f"planner: {planner.why_missing()}; {said}"
+        return f"{name}: {planner.why_missing()}; {said}"
     measured = f"measured {planner.mean_s:.3g} s, {planner.mean_rounds:.3g} rounds to target"
     versus = (f"{place.ratio:.2f}× the best fixed plan ({place.best}: {best.mean_s:.3g} s)"
               if place.ratio is not None and best is not None and best.mean_s is not None
               else "no fixed plan reached the target in every seed")
-    return f"planner: rank {place.rank} of {place.of}, {versus}; {measured}; {said}"
+    return f"{name}: rank {place.rank} of {place.of}, {versus}; {measured}; {said}"
 
 
 def to_json(results: Sequence[PlanResult], bench: BenchSetting, seeds: Sequence[int],
             intervals: Sequence[int]) -> dict[str, Any]:
     """The bench as JSON: the setting, the measure, and per plan its cuts and I per seed, each run's time to
-    target, rounds, final accuracy and accuracy curve, the mean and spread, its rank and ratio; the planner's
-    predictions per seed."""
+    target, rounds, final accuracy and accuracy curve, the mean and spread, its rank and ratio, what was predicted
+    (a planner's predictions per seed; a fixed plan's by the calibrated fit per seed)."""
     plans = []
     for r in results:
         place = standing(r, results)
         crossings = r.crossings
+        seconds, rounds, to = r.predicted()
         plans.append({
             "label": r.plan.label, "kind": r.plan.kind, "interval": r.plan.interval,
             "cuts_by_seed": {str(s): c for s, c in r.cuts_by_seed().items()},
@@ -431,23 +504,25 @@ def to_json(results: Sequence[PlanResult], bench: BenchSetting, seeds: Sequence[
             "max_time_to_target_s": max(r.times) if r.times else None, "mean_rounds_to_target": r.mean_rounds,
             "upper_bound": r.upper_bound, "not_reached": r.why_missing() or None,
             "rank": place.rank, "of": place.of, "ratio_to_best_fixed": place.ratio,
+            "mean_predicted_s": seconds, "mean_predicted_rounds": rounds, "predicted_to": to,
+            "predicted_over_measured": seconds / r.mean_s if seconds is not None and r.mean_s else None,
             "runs": [{"seed": s, "time_to_target_s": c.seconds if c else None,
                       "upper_bound": bool(c and c.upper_bound), "rounds_to_target": run.rounds_to_target,
                       "final_accuracy": run.final_accuracy, "rounds": run.rounds, "sim_seconds": run.sim_seconds,
                       "diverged_round": run.diverged_round, "curve": [list(p) for p in run.curve]}
                      for s, run in r.runs.items() for c in [crossings[s]]],
             **({"predictions": {str(s): (vars(p) if p else None) for s, p in r.predictions.items()}}
-               if r.plan.kind == "planner" else {})})
-    planner = next((r for r in results if r.plan.kind == "planner"), None)
-    chosen = standing(planner, results) if planner is not None else None
+               if r.plan.kind in PLANNERS else
+               {"fit_by_seed": {str(s): (list(f) if f else None) for s, f in r.fit.items()}})})
+    standings = {r.plan.kind: standing(r, results) for r in results if r.plan.kind in PLANNERS}
     return {"target_accuracy": bench.target, "time_to_target": INTERPOLATION_NOTE, "seeds": list(seeds),
             "intervals": list(intervals), "algorithm": ALGORITHM,
-            "data": {"dataset": bench.dataset, "model": bench.model, "devices": bench.devices,
-                     "partition": bench.partition, "alpha": bench.alpha, "eval_every": bench.eval_every,
-                     "test_samples": bench.test_samples},
+            "data": {"dataset": bench.dataset, "model": bench.model, "model_width": bench.model_width,
+                     "devices": bench.devices, "partition": bench.partition, "alpha": bench.alpha,
+                     "eval_every": bench.eval_every, "test_samples": bench.test_samples},
             "setting": bench.setting.to_json(), "plans": plans,
-            "planner": None if chosen is None else {"rank": chosen.rank, "of": chosen.of, "ratio_to_best_fixed":
-                                                    chosen.ratio, "best_fixed": chosen.best}}
+            **{kind: {"rank": place.rank, "of": place.of, "ratio_to_best_fixed": place.ratio, "best_fixed": place.best}
+               for kind, place in standings.items()}}
 
 
 def save_json(results: Sequence[PlanResult], bench: BenchSetting, seeds: Sequence[int], intervals: Sequence[int],
@@ -461,34 +536,43 @@ def save_json(results: Sequence[PlanResult], bench: BenchSetting, seeds: Sequenc
 def heat_grid(results: Sequence[PlanResult], intervals: Sequence[int]) -> tuple[list[str], np.ndarray]:
     """(row names, mean seconds to target, shape (rows, len(intervals)), NaN where not reached): a row per cut
     ``cut j`` in order, then ``latency-best``."""
-    names = list(dict.fromkeys(r.plan.label.split(",")[0] for r in results if r.plan.kind != "planner"))
+    names = list(dict.fromkeys(r.plan.label.split(",")[0] for r in results if r.plan.kind not in PLANNERS))
     grid = np.full((len(names), len(intervals)), np.nan)
     for r in results:
-        if r.plan.kind != "planner" and r.plan.interval is not None and r.plan.interval in intervals \
+        if r.plan.kind not in PLANNERS and r.plan.interval is not None and r.plan.interval in intervals \
                 and r.mean_s is not None:
             grid[names.index(r.plan.label.split(",")[0]), list(intervals).index(r.plan.interval)] = r.mean_s
     return names, grid
 
 
-def planner_cell(results: Sequence[PlanResult], intervals: Sequence[int]) -> tuple[int, int] | None:
-    """(row, column) of the heat-map cell that is the planner's plan (its cuts and I the same in every seed), or
-    None where its plan is not on the grid."""
-    planner = next((r for r in results if r.plan.kind == "planner"), None)
+def planner_cell(results: Sequence[PlanResult], intervals: Sequence[int], kind: str = "planner") -> tuple[int, int] | None:
+    """(row, column) of the heat-map cell that is the plan of the planner of ``kind`` (:data:`PLANNERS`; its cuts and
+    I the same in every seed), or None where its plan is not on the grid."""
+    planner = next((r for r in results if r.plan.kind == kind), None)
     if planner is None:
         return None
     cuts, interval = _same(planner.cuts_by_seed()), _same(planner.intervals_by_seed())
     if cuts is None or interval not in intervals:
         return None
     names, _ = heat_grid(results, intervals)
-    match = next((r for r in results if r.plan.kind != "planner" and r.plan.interval == interval
+    match = next((r for r in results if r.plan.kind not in PLANNERS and r.plan.interval == interval
                   and _same(r.cuts_by_seed()) == list(cuts)), None)
     return None if match is None else (names.index(match.plan.label.split(",")[0]), list(intervals).index(interval))
 
 
 def plot(results: Sequence[PlanResult], intervals: Sequence[int], path: str | os.PathLike) -> None:
-    """Heat-map: cut (rows, then the latency-best cuts) × I (columns), colour = mean simulated seconds to target,
-    each cell's value written in it ("not reached" on grey); the planner's plan outlined in red where it is on the
-    grid, its figures in the title either way."""
+    """:func:`heat_map` written to ``path``."""
+    import matplotlib.pyplot as plt
+
+    fig = heat_map(results, intervals)
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def heat_map(results: Sequence[PlanResult], intervals: Sequence[int]) -> Any:
+    """Heat-map (a matplotlib Figure): cut (rows, then the latency-best cuts) × I (columns), colour = mean simulated seconds to target,
+    each cell's value written in it ("not reached" on grey); the planner's plan outlined in red and the calibrated
+    planner's in orange (dashed) where they are on the grid, their figures in the title either way."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -509,28 +593,79 @@ def plot(results: Sequence[PlanResult], intervals: Sequence[int], path: str | os
     ax.set_ylabel("cut of every device")
     if finite.size:
         fig.colorbar(image, ax=ax, label="mean simulated s to target")
-    planner = next((r for r in results if r.plan.kind == "planner"), None)
-    cell = planner_cell(results, intervals)
-    if cell is not None:
-        ax.add_patch(Rectangle((cell[1] - 0.5, cell[0] - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2.5))
-    if planner is not None:
+    titles = []
+    for kind, colour, style, inset in (("planner", "red", "solid", 0.0), ("calibrated", "orange", "dashed", 0.08)):
+        planner = next((r for r in results if r.plan.kind == kind), None)
+        if planner is None:
+            continue
+        cell = planner_cell(results, intervals, kind)
+        if cell is not None:
+            ax.add_patch(Rectangle((cell[1] - 0.5 + inset, cell[0] - 0.5 + inset), 1 - 2 * inset, 1 - 2 * inset,
+                                   fill=False, edgecolor=colour, linestyle=style, linewidth=2.5))
         cuts, interval = _same(planner.cuts_by_seed()), _same(planner.intervals_by_seed())
         value = "not reached" if planner.mean_s is None else f"{planner.mean_s:.3g} s"
-        where = "red box" if cell is not None else "not on the grid"
-        ax.set_title(f"planner (cuts {show_cuts(cuts) if cuts else 'vary'}, I = {interval or 'varies'}; {where}): "
-                     f"{value}", fontsize=9)
-    fig.savefig(path)
-    plt.close(fig)
+        where = f"{colour} box" if cell is not None else "not on the grid"
+        titles.append(f"{planner.plan.label} (cuts {show_cuts(cuts) if cuts else 'vary'}, I = {interval or 'varies'}; "
+                      f"{where}): {value}")
+    if titles:
+        ax.set_title("\n".join(titles), fontsize=9)
+    return fig
 
 
 # ---- the bench -----------------------------------------------------------------------------------------------
 
+def calibrated_jobs(bench: BenchSetting, seeds: Sequence[int], grid: Sequence[dict[str, Any]],
+                    results: Sequence[RunResult], num_cuts: int, intervals: Sequence[int],
+                    runs_dir: str | os.PathLike) -> tuple[list[dict[str, Any]], list[str]]:
+    """(one job per seed whose two pilots (:func:`pilot_plans`) of the ``grid`` reached the target: the calibrated
+    planner's run, in ``runs_dir/seed<s>/calibrated``; a line for each seed whose pilot did not)."""
+    jobs, missing = [], []
+    pilots = {p.label for p in pilot_plans(num_cuts, intervals, bench.devices)}
+    for seed in seeds:
+        found = [(job, result) for job, result in zip(grid, results) if job["seed"] == seed and job["label"] in pilots]
+        missed = [job["label"] for job, result in found if time_to_target(result.curve, bench.target) is None]
+        if missed:
+            missing.append(f"calibrated planner: no run in seed {seed}: its pilot {missed[0]} did not reach "
+                           f"{bench.target:.0%}")
+            continue
+        plan = PlanSpec("calibrated")
+        config = {**bench.config(seed, plan), "pilots": ",".join(job["folder"] for job, _ in found),
+                  "target_accuracy": bench.target}
+        jobs.append({"group": "plans", "label": plan.label, "seed": seed, "plan": plan, "target": bench.target,
+                     "config": config, "folder": str(Path(runs_dir) / f"seed{seed}" / plan.slug)})
+    return jobs, missing
+
+
+def attach_fit(results: Sequence[PlanResult], probes: Mapping[int, Probe]) -> None:
+    """Each fixed plan's ``fit`` per seed: its rounds and seconds to the target predicted by that seed's calibrated
+    constants (the calibrated planner's run's ``meta.calibration``) on that seed's :class:`Probe`."""
+    calibrated = next((r for r in results if r.plan.kind == "calibrated"), None)
+    if calibrated is None:
+        return
+    for seed, prediction in calibrated.predictions.items():
+        if prediction is None or prediction.constants is None:
+            continue
+        constants = ConvergenceConstants.from_json(prediction.constants)
+        for r in results:
+            if r.plan.kind not in PLANNERS and r.plan.interval is not None and seed in r.runs:
+                cuts = r.cuts_by_seed()[seed]
+                r.fit[seed] = probes[seed].predict(constants, cuts or (), r.plan.interval)
+
+
 def run_plans_bench(bench: BenchSetting, seeds: Sequence[int] = DEFAULT_SEEDS,
                     intervals: Sequence[int] = DEFAULT_INTERVALS, runs_dir: str | os.PathLike = "bench-plans-runs",
-                    workers: int | None = None, progress: bool = True) -> list[PlanResult]:
-    """Train every plan of :func:`plan_grid` for every seed (runs in ``runs_dir``: a run that ended there is read
-    back, a stopped one continues) and return them grouped by plan."""
-    probed = {seed: probe(bench, seed, intervals) for seed in seeds}
-    num_cuts = next(iter(probed.values()))[0]
-    jobs = grid_jobs(bench, seeds, num_cuts, {seed: best for seed, (_, best) in probed.items()}, intervals, runs_dir)
-    return collect(jobs, run_grid(jobs, workers, progress), bench.target)
+                    workers: int | None = None, progress: bool = True) -> tuple[list[PlanResult], list[str]]:
+    """Train every plan of :func:`plan_grid` for every seed, then the calibrated planner on two of them
+    (:func:`calibrated_jobs`; runs in ``runs_dir``: a run that ended there is read back, a stopped one continues);
+    return them grouped by plan, with the calibrated fit's predictions of the fixed plans (:func:`attach_fit`), and
+    the lines saying why a seed has no calibrated run."""
+    probes = {seed: probe(bench, seed, intervals) for seed in seeds}
+    num_cuts = next(iter(probes.values())).profile.num_cuts
+    jobs = grid_jobs(bench, seeds, num_cuts, {seed: p.latency_best for seed, p in probes.items()}, intervals, runs_dir)
+    results = run_grid(jobs, workers, progress)
+    more, missing = calibrated_jobs(bench, seeds, jobs, results, num_cuts, intervals, runs_dir)
+    if more:
+        jobs, results = [*jobs, *more], [*results, *run_grid(more, workers, progress)]
+    grouped = collect(jobs, results, bench.target)
+    attach_fit(grouped, probes)
+    return grouped, missing

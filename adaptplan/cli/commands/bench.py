@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from adaptplan.cli.commands.train import add_device_options, add_memory_options
 from adaptplan.cli.flags import float_flag, int_flag
 from adaptplan.errors import InputError
-from adaptplan.limits import MAX_BATCH_SIZE, MAX_CUT_POINTS, MAX_DEVICES, MAX_NOISE_CV, MAX_SEED, MAX_STEPS, MAX_THREADS
+from adaptplan.limits import MAX_BATCH_SIZE, MAX_CUT_POINTS, MAX_DEVICES, MAX_MODEL_WIDTH, MAX_NOISE_CV, MAX_SEED, MAX_STEPS, MAX_THREADS
 from trainers.config.optimizer_spec import OPTIMIZERS
 from trainers.config.train_config import ALGORITHMS, MAX_ALPHA, MAX_LR, MAX_WEIGHT_DECAY
 
@@ -148,6 +148,8 @@ def _plans_options(parser: argparse.ArgumentParser) -> None:
     intervals and the outputs."""
     parser.add_argument("--dataset", default="cifar10-subset", help="dataset (default cifar10-subset)")
     parser.add_argument("--model", default="cnn", help="model (default cnn); its cut points are the grid's cuts")
+    parser.add_argument("--model-width", type=int_flag(1, MAX_MODEL_WIDTH, "channels"),
+                        help="the model's width (default: its own; the AdaptSFL recipe trains the cnn at 16)")
     parser.add_argument("--devices", type=int_flag(1, MAX_DEVICES, "devices"), default=20, help="devices N (default 20)")
     parser.add_argument("--partition", default="iid", help="iid (default), shards, dirichlet or dirichlet-equal")
     parser.add_argument("--alpha", type=float_flag(0.0, MAX_ALPHA, low_open=True), default=0.5,
@@ -513,13 +515,13 @@ def run_plans(args: argparse.Namespace) -> int:
     setup = bench.BenchSetting(setting, dataset=args.dataset, model=args.model, devices=args.devices,
                                partition=args.partition, alpha=args.alpha, eval_every=args.eval_every,
                                test_samples=args.test_samples, target=args.target_accuracy, device=args.device,
-                               client_batching=args.client_batching)
+                               client_batching=args.client_batching, model_width=args.model_width)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="adaptplan-bench-plans-") as scratch:
         runs_dir = out / "runs" if out is not None else Path(scratch)
-        results = bench.run_plans_bench(setup, seeds, intervals, runs_dir, workers=args.workers)
-    text = bench.table(results, setup, seeds)
+        results, missing = bench.run_plans_bench(setup, seeds, intervals, runs_dir, workers=args.workers)
+    text = bench.table(results, setup, seeds, missing)
     print(text)
     written = []
     if out is not None:

@@ -131,7 +131,8 @@ def test_rank_and_ratio_against_a_hand_made_set_of_results() -> None:
     assert "linearly interpolated" in text and "every method: SGD" in text
     data = bench.to_json(results, _setting(2), [0, 1], [1, 2])
     assert data["planner"] == {"rank": 2, "of": 5, "ratio_to_best_fixed": 3.0, "best_fixed": "cut 1, I=1"}
-    assert data["plans"][0]["predictions"]["0"] == {"cuts": [1, 2], "interval": 4, "rounds": 100, "latency_s": 7.5}
+    assert data["plans"][0]["predictions"]["0"] == {"cuts": [1, 2], "interval": 4, "rounds": 100, "latency_s": 7.5,
+                                                    "calibrated": False, "constants": None}
 
 
 def test_an_upper_bound_is_marked_and_no_fixed_plan_reaching_leaves_the_ratio_empty() -> None:
@@ -156,7 +157,7 @@ def test_bench_plans_end_to_end_table_json_and_heat_map_agree(tmp_path, capsys) 
     data = json.loads((out / "results.json").read_text())
     labels = [p["label"] for p in data["plans"]]
     assert labels == ["planner", "cut 1, I=1", "cut 1, I=2", "cut 2, I=1", "cut 2, I=2", "cut 3, I=1", "cut 3, I=2",
-                      "latency-best, I=1", "latency-best, I=2"]                  # mlp: 3 cut points
+                      "latency-best, I=1", "latency-best, I=2", "calibrated planner"]   # mlp: 3 cut points
     rows = {line.split("  ")[0].strip(): line for line in printed.out.splitlines() if line.split("  ")[0].strip() in labels}
     assert set(rows) == set(labels)
     history = json.loads((out / "runs" / "seed0" / "planner" / "history.json").read_text())
@@ -164,7 +165,8 @@ def test_bench_plans_end_to_end_table_json_and_heat_map_agree(tmp_path, capsys) 
     planner = data["plans"][0]
     assert planner["predictions"]["0"] == {"cuts": event["cuts"], "interval": event["interval"],
                                            "rounds": event["plan"]["rounds"],
-                                           "latency_s": event["plan"]["total_latency_s"]}
+                                           "latency_s": event["plan"]["total_latency_s"], "calibrated": False,
+                                           "constants": None}
     assert f"{event['plan']['total_latency_s']:.3g}" in rows["planner"] and str(event["plan"]["rounds"]) in rows["planner"]
     evaluated = [(r["sim_seconds"], r["accuracy"]) for r in history["records"] if r["accuracy"] is not None]
     run = planner["runs"][0]
@@ -175,8 +177,23 @@ def test_bench_plans_end_to_end_table_json_and_heat_map_agree(tmp_path, capsys) 
         mean = plan["mean_time_to_target_s"]
         row = rows[plan["label"]]
         assert (f"{mean:.3g}" in row) if mean is not None else plan["not_reached"]
-        assert plan["rank"] is None or f"{plan['rank']} of 9" in row
+        assert plan["rank"] is None or f"{plan['rank']} of 10" in row
     assert data["planner"]["rank"] == planner["rank"] and data["setting"]["rounds"] == 4
+    # the calibrated planner: fitted to the grid's runs at cut L - 1 = 2 with the smallest and the largest I
+    calibrated = json.loads((out / "runs" / "seed0" / "calibrated" / "history.json").read_text())
+    pilots = calibrated["meta"]["calibration"]["pilots"]
+    assert [(p["source"], p["deepest_cut"], p["interval"]) for p in pilots] == \
+        [(str(out / "runs" / "seed0" / "cut2-I1"), 2, 1), (str(out / "runs" / "seed0" / "cut2-I2"), 2, 2)]
+    fit = bench.ConvergenceConstants.from_json(calibrated["meta"]["calibration"]["constants"])
+    first = next(p for p in data["plans"] if p["label"] == "cut 1, I=1")
+    alone = bench.probe(bench.BenchSetting(ADAPTSFL_SETTING, dataset="synthetic", model="mlp", devices=2,
+                                           test_samples=200), 0, [1, 2])
+    assert first["fit_by_seed"]["0"] == list(alone.predict(fit, [1, 1], 1))        # the fit scores each fixed plan
+    assert first["predicted_over_measured"] == pytest.approx(first["fit_by_seed"]["0"][1] / first["mean_time_to_target_s"])
+    event = calibrated["events"][0]["plan"]
+    assert data["plans"][-1]["predictions"]["0"]["latency_s"] == event["total_latency_s"]
+    assert data["calibrated"]["rank"] == data["plans"][-1]["rank"]
+    assert "(to ε)" in rows["planner"] and "(to ε)" not in rows["calibrated planner"]
 
 
 @pytest.mark.parametrize("flags, flag", [
@@ -205,3 +222,25 @@ def test_the_heat_map_grid_has_a_row_per_cut_and_the_latency_best_row_and_marks_
     assert bench.planner_cell(results, [1, 2]) == (2, 0)                # the latency-best cuts of I = 1
     results[0].predictions = {0: bench.Prediction([1, 2], 4, 10, 1.0)}
     assert bench.planner_cell(results, [1, 2]) is None                  # I = 4: not on the grid
+
+
+def test_the_heat_map_outlines_the_planners_cell_in_red_and_the_calibrated_planners_in_dashed_orange() -> None:
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_rgb
+
+    fixed = bench.plan_grid(2, [1, 2], {1: [1, 2], 2: [2, 2]})[1:]
+    results = [_result(bench.PlanSpec("planner"), [2.0]), _result(bench.PlanSpec("calibrated"), [1.5])] + \
+        [_result(p, [float(k + 1)]) for k, p in enumerate(fixed)]
+    results[0].predictions = {0: bench.Prediction([2, 2], 2, 10, 1.0)}              # cut 2, I = 2
+    results[1].predictions = {0: bench.Prediction([1, 1], 1, 10, 1.0, calibrated=True)}   # cut 1, I = 1
+    fig = bench.heat_map(results, [1, 2])
+    try:
+        ax = fig.axes[0]
+        boxes = {(p.get_edgecolor()[:3], p.get_linestyle()): (p.get_x() + p.get_width() / 2, p.get_y() + p.get_height() / 2)
+                 for p in ax.patches}
+        # centres at (column: I = 2 → 1, I = 1 → 0; row: cut 2 → 1, cut 1 → 0)
+        assert boxes == {(to_rgb("red"), "solid"): (1.0, 1.0), (to_rgb("orange"), "dashed"): (0.0, 0.0)}
+        assert ax.get_title().splitlines() == ["planner (cuts all 2, I = 2; red box): 2 s",
+                                               "calibrated planner (cuts all 1, I = 1; orange box): 1.5 s"]
+    finally:
+        plt.close(fig)
