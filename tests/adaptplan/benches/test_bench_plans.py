@@ -242,5 +242,39 @@ def test_the_heat_map_outlines_the_planners_cell_in_red_and_the_calibrated_plann
         assert boxes == {(to_rgb("red"), "solid"): (1.0, 1.0), (to_rgb("orange"), "dashed"): (0.0, 0.0)}
         assert ax.get_title().splitlines() == ["planner (cuts all 2, I = 2; red box): 2 s",
                                                "calibrated planner (cuts all 1, I = 1; orange box): 1.5 s"]
+        assert [t.get_text() for t in ax.get_yticklabels()] == ["cut 1", "cut 2", "latency-best"]
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2"]
+        assert ax.get_xlabel().startswith("aggregation interval I (rounds)") and ax.get_ylabel() == "cut of every device"
     finally:
         plt.close(fig)
+
+
+def test_the_table_names_the_width_says_why_a_planner_has_no_row_and_a_missing_prediction() -> None:
+    planner = bench.PlanSpec("planner")
+    a = bench.PlanSpec("uniform", 1, 1, (1, 1))
+    results = [_result(planner, [2.0, 4.0]), _result(a, [1.0, 1.0])]
+    results[0].predictions = {0: bench.Prediction([1, 2], 4, 100, 7.5), 1: None}     # seed 1: the fallback plan
+    wide = replace(_setting(2), model_width=16)
+    text = bench.table(results, wide, [0, 1], ["calibrated planner: no run in seed 1: its pilot cut 2, I=2 did not "
+                                               "reach 50%"])
+    assert text.splitlines()[0].startswith("bench plans: mlp (width 16) on synthetic, 2 devices")
+    assert bench.table(results, _setting(2), [0, 1]).splitlines()[0].startswith("bench plans: mlp on synthetic")
+    assert text.splitlines()[-1] == "calibrated planner: no run in seed 1: its pilot cut 2, I=2 did not reach 50%"
+    assert text.splitlines()[-2] == ("planner: rank 2 of 2, 3.00× the best fixed plan (cut 1, I=1: 1 s); measured 3 s, "
+                                     "4 rounds to target; its prediction is missing in a seed")
+
+
+def test_the_calibrated_planners_jobs_take_the_grids_deepest_plannable_cut_at_the_extreme_intervals(tmp_path) -> None:
+    seeds, intervals, cuts = [0, 1], [1, 2, 4], 3
+    best = {seed: {1: [1, 2, 3], 2: [1, 1, 3], 4: [1, 1, 1]} for seed in seeds}
+    grid = bench.grid_jobs(_setting(), seeds, cuts, best, intervals, tmp_path)
+    # seed 1's pilot at I = 4 never reaches the target; every other run does
+    results = [_run(j["label"], None if (j["seed"], j["label"]) == (1, "cut 2, I=4") else [1.0]) for j in grid]
+    jobs, missing = bench.calibrated_jobs(_setting(), seeds, grid, results, cuts, intervals, tmp_path)
+    assert missing == ["calibrated planner: no run in seed 1: its pilot cut 2, I=4 did not reach 40%"]
+    (job,) = jobs
+    assert job["seed"] == 0 and job["label"] == "calibrated planner" and job["plan"].kind == "calibrated"
+    assert job["config"]["pilots"] == f"{tmp_path / 'seed0' / 'cut2-I1'},{tmp_path / 'seed0' / 'cut2-I4'}"
+    assert job["config"]["target_accuracy"] == 0.4 and "cuts" not in job["config"] and "interval" not in job["config"]
+    assert job["folder"] == str(tmp_path / "seed0" / "calibrated")
+    assert [p.label for p in bench.pilot_plans(1, [1, 8], 2)] == ["cut 1, I=1", "cut 1, I=8"]    # L = 1: cut 1
