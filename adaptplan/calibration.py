@@ -73,8 +73,7 @@ class Calibration:
 
 def calibrated(estimated: ConvergenceConstants, c: float, kappa: float, num_devices: int) -> ConvergenceConstants:
     """``estimated`` with ε = c + βγΣσ_j²/N (so that Corollary 1's c is ``c``) and every G_j² scaled by κ."""
-    floor = estimated.beta * estimated.gamma * float(np.sum(estimated.sigma2)) / num_devices
-    return replace(estimated, epsilon=c + floor, G2=tuple(kappa * g for g in estimated.G2))
+    return replace(estimated, epsilon=c + estimated.noise_floor(num_devices), G2=tuple(kappa * g for g in estimated.G2))
 
 
 def drift_load(constants: ConvergenceConstants, interval: int, deepest_cut: int) -> float:

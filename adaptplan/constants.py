@@ -72,9 +72,16 @@ class ConvergenceConstants:
         constants. Their ε = 0.1 is a placeholder too: where it is unreachable, at or below the noise
         floor β·γ·Σσ_j²/N (Corollary 1's c > 0; e.g. 4 devices at γ = 0.05: 0.3125), ε becomes twice
         that floor, so that a run without constants always has a plan (measured constants keep their ε)."""
-        base = replace(cls.placeholder(num_cuts), gamma=gamma)
-        floor = base.beta * gamma * sum(base.sigma2) / num_devices
-        return base if base.epsilon > floor else replace(base, epsilon=2 * floor)
+        return replace(cls.placeholder(num_cuts), gamma=gamma).reachable(num_devices)
+
+    def noise_floor(self, num_devices: int) -> float:
+        """β·γ·Σ_jσ_j²/N, the ε no (I, cut) reaches (Corollary 1's c > 0)."""
+        return self.beta * self.gamma * float(np.sum(self.sigma2)) / num_devices
+
+    def reachable(self, num_devices: int) -> "ConvergenceConstants":
+        """These constants, with ε = twice the noise floor where their ε is at or below it (unreachable)."""
+        floor = self.noise_floor(num_devices)
+        return self if self.epsilon > floor else replace(self, epsilon=2 * floor)
 
     @classmethod
     def placeholder(cls, num_cuts: int) -> "ConvergenceConstants":

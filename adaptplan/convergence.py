@@ -61,8 +61,7 @@ class ConvergenceModel:
     @property
     def c(self) -> float:
         """c = ε − (βγ/N) Σ_{j=1}^{L} σ_j² (§3 shorthand); must be > 0."""
-        k = self.constants
-        return k.epsilon - k.beta * k.gamma * float(np.sum(k.sigma2)) / self.num_devices
+        return self.constants.epsilon - self.constants.noise_floor(self.num_devices)
 
     @property
     def d_per_cut(self) -> np.ndarray:
@@ -104,7 +103,7 @@ class ConvergenceModel:
         """Say which constraint fails and what would make it feasible (§8 A7)."""
         k = self.constants
         if self.c <= 0:
-            floor = k.beta * k.gamma * float(np.sum(k.sigma2)) / self.num_devices
+            floor = k.noise_floor(self.num_devices)
             return (f"target epsilon={k.epsilon:g} is unreachable: the noise floor (beta*gamma/N)*sum(sigma2) = {floor:g} "
                     f"is already >= epsilon (constraint c > 0 of Corollary 1); raise epsilon above {floor:g}, "
                     f"lower gamma, or add devices")

@@ -581,8 +581,10 @@ class Trainer:
         old = (list(self.engine.cuts), self.engine.interval)
         self.last_replan = t
         estimated = self.reestimate_constants(t) if self.config.plan.reestimate else None
-        if estimated is not None and self.calibration is not None:
-            estimated = self.calibration.apply(estimated, self.config.data.devices)
+        if estimated is not None:     # calibrated: the pilots' c and κ; else a reachable ε (twice the noise floor)
+            devices = self.config.data.devices
+            estimated = self.calibration.apply(estimated, devices) if self.calibration is not None \
+                else estimated.reachable(devices)
         try:
             cuts, interval, details = _decision(self.planner(ReplanRequest(t, system, self.profile, *old, estimated)))
         except InfeasibleError as exc:             # keep the plan in force, say why
@@ -601,8 +603,8 @@ class Trainer:
     def reestimate_constants(self, t: int) -> ConvergenceConstants:
         """Algorithm 1 (docs/model.md §5.4): β, σ_j², G_j² and ϑ estimated again from the run's own model (the
         global model of this aggregation round) on 8 mini-batches of its training data (seed t), with
-        γ = --lr and the target ε in force (the constants file's, else the placeholder's); with --pilots, the caller
-        applies the calibration's fit."""
+        γ = --lr and the target ε in force (the constants file's, else the placeholder's); the caller applies the
+        calibration's fit (--pilots), else raises an unreachable ε to twice the noise floor (as for placeholders)."""
         epsilon = (self.constants.epsilon if self.constants is not None
                    else ConvergenceConstants.placeholder(self.profile.num_cuts).epsilon)
         return run_constants(self.run_data, self.engine.global_model(), t, epsilon)

@@ -274,7 +274,7 @@ def test_mnist_subset_has_the_ten_digit_classes() -> None:
 
 
 # ---- re-estimation at re-planning points ----------------------------------------------------------------------------
-@pytest.mark.parametrize("given_epsilon", [None, 0.5])
+@pytest.mark.parametrize("given_epsilon", [None, 0.5, 1e-12])
 def test_reestimated_constants_reach_the_planner_with_the_runs_lr_and_target(given_epsilon) -> None:
     seen = []
 
@@ -292,8 +292,13 @@ def test_reestimated_constants_reach_the_planner_with_the_runs_lr_and_target(giv
     assert seen[0] is None                                    # the first plan, before training: nothing measured yet
     (estimated,) = seen[1:]
     assert isinstance(estimated, ConvergenceConstants) and len(estimated.sigma2) == L
-    # γ = --lr; ε = the constants' target, else the placeholder's (docs/model.md §6.1: 0.1)
-    assert estimated.gamma == 0.05 and estimated.epsilon == (given_epsilon or 0.1)
+    # γ = --lr; ε = the constants' target, else the placeholder's (docs/model.md §6.1: 0.1); one at or below the
+    # re-estimated noise floor βγΣσ_j²/N (unreachable) becomes twice that floor, as for the placeholders
+    # (here the floor is 0.15: the placeholder's 0.1 is raised too, a given 0.5 kept)
+    floor = estimated.beta * 0.05 * sum(estimated.sigma2) / 2
+    assert 0.1 < floor < 0.5
+    assert estimated.gamma == 0.05
+    assert estimated.epsilon == (0.5 if given_epsilon == 0.5 else pytest.approx(2 * floor, rel=1e-12))
     assert estimated.beta > 0 and all(s >= 0 for s in estimated.sigma2)
     (replan,) = [e for e in history.events if e["event"] == "replan"]
     assert replan["round"] == 2 and replan["constants"] == estimated.to_json()
