@@ -605,8 +605,9 @@ def heat_map(results: Sequence[PlanResult], intervals: Sequence[int]) -> Any:
         cuts, interval = _same(planner.cuts_by_seed()), _same(planner.intervals_by_seed())
         value = "not reached" if planner.mean_s is None else f"{planner.mean_s:.3g} s"
         where = f"{colour} box" if cell is not None else "not on the grid"
-        titles.append(f"{planner.plan.label} (cuts {show_cuts(cuts) if cuts else 'vary'}, I = {interval or 'varies'}; "
-                      f"{where}): {value}")
+        by_seed = ", ".join(str(i) for i in planner.intervals_by_seed().values())
+        titles.append(f"{planner.plan.label} (cuts {show_cuts(cuts) if cuts else 'vary'}, "
+                      f"I = {interval or by_seed + ' by seed'}; {where}): {value}")
     if titles:
         ax.set_title("\n".join(titles), fontsize=9)
     return fig

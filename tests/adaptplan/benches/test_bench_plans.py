@@ -243,6 +243,14 @@ def test_the_heat_map_outlines_the_planners_cell_in_red_and_the_calibrated_plann
         assert ax.get_title().splitlines() == ["planner (cuts all 2, I = 2; red box): 2 s",
                                                "calibrated planner (cuts all 1, I = 1; orange box): 1.5 s"]
         assert [t.get_text() for t in ax.get_yticklabels()] == ["cut 1", "cut 2", "latency-best"]
+    finally:
+        plt.close(fig)
+    results[1].runs[1] = results[1].runs[0]                                      # a second seed, at I = 9
+    results[1].predictions[1] = bench.Prediction([1, 1], 9, 10, 1.0, calibrated=True)
+    fig = bench.heat_map(results, [1, 2])
+    try:
+        ax = fig.axes[0]
+        assert ax.get_title().splitlines()[1] == "calibrated planner (cuts all 1, I = 1, 9 by seed; not on the grid): 1.5 s"
         assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2"]
         assert ax.get_xlabel().startswith("aggregation interval I (rounds)") and ax.get_ylabel() == "cut of every device"
     finally:
