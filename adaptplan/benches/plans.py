@@ -8,9 +8,9 @@ trains with AdaptSFL's algorithm
   predicted (its rounds and eq. 26's seconds) is read from the run's first ``plan`` event;
 * the calibrated planner: the same planner with the run's constants estimated from its model and data and fitted to
   two pilots (``train --pilots``, docs/model.md §10), which are two of the grid's runs of the same seed: every device at
-  the deepest cut the planner may choose (L − 1) at the grid's smallest and largest interval, the pair of the grid
-  whose drift loads 4β²γ²A_{L_c}I² differ most; its prediction is to the target accuracy, and the same fit predicts
-  every fixed plan's time too (:func:`calibrated_predictions`);
+  the deepest cut the planner may choose (L − 1) at the grid's smallest interval and at its largest interval that
+  reached the target, the pair whose drift loads 4β²γ²A_{L_c}I² differ most; its prediction is to the target
+  accuracy, and the same fit predicts every fixed plan's time too (:func:`attach_fit`);
 * a grid of fixed plans: every device at cut j, for each cut point j of the model, × each interval I of the grid;
   and each device at its own latency-best cut for that I (:func:`latency_best_cuts`) × each I;
 
@@ -111,12 +111,11 @@ def plan_grid(num_cuts: int, intervals: Sequence[int], latency_best: Mapping[int
     return plans
 
 
-def pilot_plans(num_cuts: int, intervals: Sequence[int], devices: int) -> tuple[PlanSpec, PlanSpec]:
-    """The calibrated planner's two pilots (module docstring): every device at cut max(L − 1, 1) at the smallest and
-    at the largest interval of ``intervals``."""
+def pilot_plans(num_cuts: int, intervals: Sequence[int], devices: int) -> list[PlanSpec]:
+    """The calibrated planner's candidate pilots (module docstring): every device at cut max(L − 1, 1), at each
+    interval of ``intervals`` from the smallest up."""
     cut = max(num_cuts - 1, 1)
-    return tuple(PlanSpec("uniform", interval, cut, (cut,) * devices)   # type: ignore[return-value]
-                 for interval in (min(intervals), max(intervals)))
+    return [PlanSpec("uniform", interval, cut, (cut,) * devices) for interval in sorted(intervals)]
 
 
 @dataclass(frozen=True)
@@ -618,19 +617,24 @@ def heat_map(results: Sequence[PlanResult], intervals: Sequence[int]) -> Any:
 def calibrated_jobs(bench: BenchSetting, seeds: Sequence[int], grid: Sequence[dict[str, Any]],
                     results: Sequence[RunResult], num_cuts: int, intervals: Sequence[int],
                     runs_dir: str | os.PathLike) -> tuple[list[dict[str, Any]], list[str]]:
-    """(one job per seed whose two pilots (:func:`pilot_plans`) of the ``grid`` reached the target: the calibrated
-    planner's run, in ``runs_dir/seed<s>/calibrated``; a line for each seed whose pilot did not)."""
+    """(one job per seed whose pilots reached the target: the calibrated planner's run, in
+    ``runs_dir/seed<s>/calibrated``; a line for each seed without). The pilots are two of the grid's runs of the seed
+    at cut L − 1 (:func:`pilot_plans`): the smallest interval, and the largest interval whose run reached the target
+    (the largest of the grid where it did; a longer one that never reached it has no rounds to fit)."""
     jobs, missing = [], []
-    pilots = {p.label for p in pilot_plans(num_cuts, intervals, bench.devices)}
+    candidates = [p.label for p in pilot_plans(num_cuts, intervals, bench.devices)]
     for seed in seeds:
-        found = [(job, result) for job, result in zip(grid, results) if job["seed"] == seed and job["label"] in pilots]
-        missed = [job["label"] for job, result in found if time_to_target(result.curve, bench.target) is None]
-        if missed:
-            missing.append(f"calibrated planner: no run in seed {seed}: its pilot {missed[0]} did not reach "
-                           f"{bench.target:.0%}")
+        runs = {job["label"]: (job, result) for job, result in zip(grid, results)
+                if job["seed"] == seed and job["label"] in candidates}
+        reached = [label for label in candidates if time_to_target(runs[label][1].curve, bench.target) is not None]
+        if candidates[0] not in reached or len(reached) < 2:
+            missed = [candidates[0]] if candidates[0] not in reached else candidates[1:]
+            missing.append(f"calibrated planner: no run in seed {seed}: its pilot{'s' if len(missed) > 1 else ''} "
+                           f"{', '.join(missed)} did not reach {bench.target:.0%}")
             continue
         plan = PlanSpec("calibrated")
-        config = {**bench.config(seed, plan), "pilots": ",".join(job["folder"] for job, _ in found),
+        config = {**bench.config(seed, plan), "pilots": ",".join(runs[label][0]["folder"] for label in
+                                                                 (reached[0], reached[-1])),
                   "target_accuracy": bench.target}
         jobs.append({"group": "plans", "label": plan.label, "seed": seed, "plan": plan, "target": bench.target,
                      "config": config, "folder": str(Path(runs_dir) / f"seed{seed}" / plan.slug)})

@@ -272,17 +272,25 @@ def test_the_table_names_the_width_says_why_a_planner_has_no_row_and_a_missing_p
                                      "4 rounds to target; its prediction is missing in a seed")
 
 
-def test_the_calibrated_planners_jobs_take_the_grids_deepest_plannable_cut_at_the_extreme_intervals(tmp_path) -> None:
-    seeds, intervals, cuts = [0, 1], [1, 2, 4], 3
+def test_the_calibrated_planners_pilots_are_cut_l_minus_1_at_the_smallest_and_the_largest_interval_that_reached(
+        tmp_path) -> None:
+    seeds, intervals, cuts = [0, 1, 2], [1, 2, 4], 3
     best = {seed: {1: [1, 2, 3], 2: [1, 1, 3], 4: [1, 1, 1]} for seed in seeds}
     grid = bench.grid_jobs(_setting(), seeds, cuts, best, intervals, tmp_path)
-    # seed 1's pilot at I = 4 never reaches the target; every other run does
-    results = [_run(j["label"], None if (j["seed"], j["label"]) == (1, "cut 2, I=4") else [1.0]) for j in grid]
+    # seed 0: every run reaches the target; seed 1: cut 2 at I = 4 never does; seed 2: only cut 2 at I = 1 does
+    missed = {(1, "cut 2, I=4"), (2, "cut 2, I=2"), (2, "cut 2, I=4")}
+    results = [_run(j["label"], None if (j["seed"], j["label"]) in missed else [1.0]) for j in grid]
     jobs, missing = bench.calibrated_jobs(_setting(), seeds, grid, results, cuts, intervals, tmp_path)
-    assert missing == ["calibrated planner: no run in seed 1: its pilot cut 2, I=4 did not reach 40%"]
-    (job,) = jobs
-    assert job["seed"] == 0 and job["label"] == "calibrated planner" and job["plan"].kind == "calibrated"
-    assert job["config"]["pilots"] == f"{tmp_path / 'seed0' / 'cut2-I1'},{tmp_path / 'seed0' / 'cut2-I4'}"
+    assert missing == ["calibrated planner: no run in seed 2: its pilots cut 2, I=2, cut 2, I=4 did not reach 40%"]
+    assert [j["seed"] for j in jobs] == [0, 1]
+    assert [j["config"]["pilots"] for j in jobs] == [f"{tmp_path / 'seed0' / 'cut2-I1'},{tmp_path / 'seed0' / 'cut2-I4'}",
+                                                     f"{tmp_path / 'seed1' / 'cut2-I1'},{tmp_path / 'seed1' / 'cut2-I2'}"]
+    job = jobs[0]
+    assert job["label"] == "calibrated planner" and job["plan"].kind == "calibrated"
     assert job["config"]["target_accuracy"] == 0.4 and "cuts" not in job["config"] and "interval" not in job["config"]
     assert job["folder"] == str(tmp_path / "seed0" / "calibrated")
-    assert [p.label for p in bench.pilot_plans(1, [1, 8], 2)] == ["cut 1, I=1", "cut 1, I=8"]    # L = 1: cut 1
+    # the smallest interval's pilot missing: no calibration in that seed
+    results = [_run(j["label"], None if j["label"] == "cut 2, I=1" else [1.0]) for j in grid]
+    jobs, missing = bench.calibrated_jobs(_setting(), [0], grid, results, cuts, intervals, tmp_path)
+    assert jobs == [] and missing == ["calibrated planner: no run in seed 0: its pilot cut 2, I=1 did not reach 40%"]
+    assert [p.label for p in bench.pilot_plans(1, [8, 1], 2)] == ["cut 1, I=1", "cut 1, I=8"]    # L = 1: cut 1
