@@ -194,6 +194,11 @@ def test_bench_plans_end_to_end_table_json_and_heat_map_agree(tmp_path, capsys) 
     assert data["plans"][-1]["predictions"]["0"]["latency_s"] == event["total_latency_s"]
     assert data["calibrated"]["rank"] == data["plans"][-1]["rank"]
     assert "(to ε)" in rows["planner"] and "(to ε)" not in rows["calibrated planner"]
+    said = {line.split(":")[0]: line for line in printed.out.splitlines() if ": rank " in line}
+    assert said["calibrated planner"].endswith(
+        f"it predicted {event['rounds']} rounds, {event['total_latency_s']:.3g} s to the target (mean over seeds, "
+        "calibrated)")
+    assert "not to the target" in said["planner"]
 
 
 @pytest.mark.parametrize("flags, flag", [
