@@ -32,7 +32,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from adaptplan.constants import ConvergenceConstants
-from adaptplan.errors import InputError
+from adaptplan.convergence import ConvergenceModel
+from adaptplan.errors import InfeasibleError, InputError
 
 
 @dataclass(frozen=True)
@@ -77,9 +78,8 @@ def calibrated(estimated: ConvergenceConstants, c: float, kappa: float, num_devi
 
 
 def drift_load(constants: ConvergenceConstants, interval: int, deepest_cut: int) -> float:
-    """x = 4β²γ²·A_{L_c}·I² (dimensionless): the drift term of eq. (15)'s denominator at κ = 1."""
-    return 4.0 * constants.beta ** 2 * constants.gamma ** 2 * float(constants.cumulative_G2[deepest_cut - 1]) \
-        * interval * interval
+    """x = 4β²γ²·A_{L_c}·I² (dimensionless): the drift term d·I² of eq. (15)'s denominator at κ = 1."""
+    return ConvergenceModel(constants, 1).d(deepest_cut) * interval * interval
 
 
 def calibrate(estimated: ConvergenceConstants, pilots: Sequence[PilotRun], num_devices: int) -> Calibration:
@@ -109,6 +109,13 @@ def calibrate(estimated: ConvergenceConstants, pilots: Sequence[PilotRun], num_d
                        "model sees no drift and the planner's interval is its cap")
     # c > 0 always: every m_k > 0, and with κ ≥ 0 the intercept c = mean(m) + κ·mean(x) of the fit
     constants = calibrated(estimated, c, kappa, num_devices)
-    fitted = tuple(2.0 * estimated.theta / (estimated.gamma * (c - kappa * xk)) if c - kappa * xk > 0 else math.inf
-                   for xk in x)
-    return Calibration(constants, c, kappa, tuple(pilots), fitted, message)
+    return Calibration(constants, c, kappa, tuple(pilots), tuple(_rounds(constants, num_devices, p) for p in pilots),
+                       message)
+
+
+def _rounds(constants: ConvergenceConstants, num_devices: int, pilot: PilotRun) -> float:
+    """Eq. (15)'s R under ``constants`` at ``pilot``'s plan; ∞ where that plan cannot reach ε (c − dI² ≤ 0)."""
+    try:
+        return ConvergenceModel(constants, num_devices).rounds(pilot.interval, pilot.deepest_cut)
+    except InfeasibleError:
+        return math.inf
