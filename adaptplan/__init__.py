@@ -8,12 +8,14 @@ plan, re-plan in a loop, train with a configuration, read a run — is documente
 
 from __future__ import annotations
 
+from adaptplan.calibration import Calibration, PilotRun
 from adaptplan.constants import ConvergenceConstants
 from adaptplan.errors import InfeasibleError, InputError
 from adaptplan.latency import LatencyBreakdown, LatencyModel, total_latency
 from adaptplan.lazy import lazy_getattr
 from adaptplan.model_profile import CutPoint, ModelProfile
 from adaptplan.plan import Plan
+from adaptplan.prediction import Comparison, Prediction
 from adaptplan.system import DeviceSpec, SystemProcess, SystemRanges, SystemSpec, generate_system
 
 __version__ = "0.1.0"
@@ -32,8 +34,8 @@ _LAZY = {
     "RoundRecord": "trainers.run.history",
 }
 
-__all__ = ["ConvergenceConstants", "CutPoint", "DeviceSpec", "InfeasibleError", "InputError", "LatencyBreakdown",
-           "LatencyModel", "ModelProfile", "Plan", "SystemProcess", "SystemRanges", "SystemSpec", "generate_system",
+__all__ = ["Calibration", "Comparison", "ConvergenceConstants", "CutPoint", "DeviceSpec", "InfeasibleError", "InputError", "LatencyBreakdown",
+           "LatencyModel", "ModelProfile", "PilotRun", "Plan", "Prediction", "SystemProcess", "SystemRanges", "SystemSpec", "generate_system",
            "total_latency", *_LAZY]
 
 __getattr__ = lazy_getattr('adaptplan', _LAZY)

@@ -5,6 +5,11 @@ MS step). ``Planner.replan(system=..., constants=..., warm_start=plan)`` is the 
 (§5.4) makes inside a training loop when resources or constants change: it re-solves warm-started
 from the cuts in force. ``Planner.evaluate(cuts, interval)`` scores a given decision with the same
 model (used for fixed plans, baselines and the trainers' clock).
+
+Inside a user's own training loop (docs/api.md "Plan, train and check in your own loop"): ``estimate(model,
+batches, gamma=lr)`` measures the constants on the user's model and data (Algorithm 1), ``calibrate(pilots)`` fits them
+to pilot runs for a target accuracy (docs/model.md §10), ``plan()`` then ``predict(plan)`` give the rounds and
+simulated seconds to that accuracy, and ``compare(prediction, evaluations)`` sets a measured run beside them.
 """
 
 from __future__ import annotations
@@ -13,12 +18,14 @@ import dataclasses
 import math
 from typing import Any, Sequence
 
+from adaptplan.calibration import Calibration, PilotRun, calibrate
 from adaptplan.constants import ConvergenceConstants
 from adaptplan.errors import InfeasibleError, InputError
 from adaptplan.latency import total_latency
 from adaptplan.model_profile import ModelProfile
 from adaptplan.plan import Plan
 from adaptplan.plannable import check_plannable
+from adaptplan.prediction import Comparison, Prediction, compare
 from adaptplan.system import SystemSpec
 from solvers.bcd import solve_bcd
 from solvers.certificate import GAP_TOLERANCE
@@ -51,8 +58,19 @@ class Planner:
         check_plannable(profile, system, self.constants)
         self.candidates = None if candidates is None else tuple(int(c) for c in candidates)
         self.backend = check_backend(backend)
-        self.problem = PlanningProblem.from_parts(profile, system, self.constants, candidates=self.candidates)
+        self._problem: PlanningProblem | None = PlanningProblem.from_parts(profile, system, self.constants,
+                                                                         candidates=self.candidates)
         self.last_result: SolveResult | None = None
+        self.calibration: Calibration | None = None
+
+    @property
+    def problem(self) -> PlanningProblem:
+        """Problem (28) on the planner's profile, system and constants (raises InfeasibleError where even the
+        shallowest cut at I = 1 cannot reach ε); built when first needed after :meth:`estimate` or :meth:`calibrate`."""
+        if self._problem is None:
+            self._problem = PlanningProblem.from_parts(self.profile, self.system, self.constants,
+                                                       candidates=self.candidates)
+        return self._problem
 
     def plan(self, initial_cuts: Sequence[int] | None = None) -> Plan:
         """Solve problem (28) with BCD and return the Plan (raises InfeasibleError with the reason)."""
@@ -70,11 +88,7 @@ class Planner:
 
         The planner's own system and constants are updated, so successive calls track the run.
         """
-        if system is not None or constants is not None:
-            self.system = system if system is not None else self.system
-            self.constants = constants if constants is not None else self.constants
-            check_plannable(self.profile, self.system, self.constants)
-            self.problem = PlanningProblem.from_parts(self.profile, self.system, self.constants, candidates=self.candidates)
+        self._use(system=system, constants=constants)
         initial = None
         if warm_start is not None and len(warm_start.cuts) == self.system.num_devices:
             initial = warm_start.cuts
@@ -84,6 +98,61 @@ class Planner:
         """The Plan for a given decision (cuts, I): ⌈R⌉ of eq. (15), eq. (26) and objective (28)."""
         plan = build_plan(self.problem, cuts, interval, solver or {"method": "given"})
         return dataclasses.replace(plan, model=self.profile.identity())
+
+    def estimate(self, model: Any, batches: Sequence[Any], *, gamma: float, epsilon: float | None = None,
+                 **options: Any) -> ConvergenceConstants:
+        """Algorithm 1's estimation step: β, σ_j², G_j², ϑ of ``model`` (an ``nn.Module`` or a ``profilers.Chain``
+        whose blocks are the profile's cut points) on ``batches`` (``(x, y)`` mini-batches of the data and batch
+        size you train with, all of them used), γ = ``gamma`` (your learning rate); ``options`` go to
+        :func:`profilers.estimate_constants`. The planner plans with them from now on: with an earlier
+        :meth:`calibrate`'s c and κ; else with ``epsilon``, or, without one, ε = twice the noise floor βγΣσ_j²/N.
+        Loads torch."""
+        from profilers.gradstats import estimate_constants
+
+        estimated = estimate_constants(model, batches, gamma=gamma, epsilon=1.0 if epsilon is None else epsilon,
+                                       num_batches=len(batches), **options)
+        if estimated.num_cuts != self.profile.num_cuts:
+            raise InputError(f"the model has {estimated.num_cuts} blocks but the profile {self.profile.num_cuts} cut "
+                             "points. Fix: estimate on the model that was profiled (the same blocks)", field="model")
+        num_devices = self.system.num_devices
+        if self.calibration is not None:
+            constants = self.calibration.apply(estimated, num_devices)
+        else:
+            constants = estimated if epsilon is not None else dataclasses.replace(
+                estimated, epsilon=2 * estimated.noise_floor(num_devices))
+        self._use(constants=constants)
+        return constants
+
+    def calibrate(self, pilots: Sequence[PilotRun]) -> Calibration:
+        """Fit the planner's constants to ``pilots`` (runs of this setting, one plan each, with the rounds at which
+        each first reached one target accuracy; docs/model.md §10), and plan with the fitted ones from now on, so
+        that plans and predictions are to that accuracy."""
+        fit = calibrate(self.constants, pilots, self.system.num_devices)
+        self._use(constants=fit.constants)
+        self.calibration = fit
+        return fit
+
+    def predict(self, plan: Plan | None = None) -> Prediction:
+        """What ``plan`` (default: a new :meth:`plan`) predicts on the planner's constants: ⌈R⌉ rounds (eq. 15) and
+        simulated seconds (eq. 26), to the calibrated target accuracy, or to an ε-stationary point before
+        :meth:`calibrate`. A plan made elsewhere is re-scored here with its cuts and interval."""
+        scored = self.plan() if plan is None else self.evaluate(plan.cuts, plan.interval)
+        target = None if self.calibration is None else self.calibration.pilots[0].target_accuracy
+        return Prediction.of(scored, target)
+
+    def compare(self, prediction: Prediction, evaluations: Sequence[Sequence[float]]) -> Comparison:
+        """A measured run beside ``prediction``: ``evaluations`` are (round, test accuracy, simulated seconds) in
+        order; the rounds and seconds at which it first reached the target are interpolated between them."""
+        return compare(prediction, evaluations)
+
+    def _use(self, *, system: SystemSpec | None = None, constants: ConvergenceConstants | None = None) -> None:
+        """Plan from now on with ``system`` and/or ``constants`` (checked; problem (28) rebuilt when next needed)."""
+        if system is None and constants is None:
+            return
+        self.system = system if system is not None else self.system
+        self.constants = constants if constants is not None else self.constants
+        check_plannable(self.profile, self.system, self.constants)
+        self._problem = None
 
 
 def build_plan(problem: PlanningProblem, cuts: Sequence[int], interval: int, solver: dict,

@@ -13,11 +13,23 @@ ROOT = Path(__file__).resolve().parents[2]
 API = "docs/api.md"
 MODULE_MARK = "# mymodels.py"
 """The first line of the snippet that is a file (the model module), not code to run."""
+EXCERPT_MARK = "# examples/plan_in_own_loop.py, main()"
+"""The first line of the snippet quoted from an example's main() (run by tests/project/test_examples.py), not run here."""
 
 
 def test_the_page_quotes_the_model_module_of_the_examples_whole() -> None:
     modules = [s for s in python_snippets(API) if s.startswith(MODULE_MARK)]
     assert modules == [(ROOT / "examples" / "mymodels.py").read_text(encoding="utf-8")]
+
+
+def test_the_own_loop_snippet_is_the_example_s_code_as_it_is() -> None:
+    import textwrap
+
+    excerpts = [s for s in python_snippets(API) if s.startswith(EXCERPT_MARK)]
+    assert len(excerpts) == 1
+    body = excerpts[0].split("\n", 1)[1]
+    source = (ROOT / "examples" / "plan_in_own_loop.py").read_text(encoding="utf-8")
+    assert len(body.splitlines()) >= 20 and textwrap.indent(body, "    ") in source
 
 
 def test_api_snippets_run_in_order_as_written(tmp_path, monkeypatch, capsys) -> None:
@@ -27,7 +39,7 @@ def test_api_snippets_run_in_order_as_written(tmp_path, monkeypatch, capsys) -> 
     monkeypatch.syspath_prepend(str(tmp_path))          # as `python script.py` run from that folder would have it
     monkeypatch.delitem(sys.modules, "mymodels", raising=False)
     scope = {"__name__": "__api_md__"}
-    code = [s for s in python_snippets(API) if not s.startswith(MODULE_MARK)]
+    code = [s for s in python_snippets(API) if not s.startswith((MODULE_MARK, EXCERPT_MARK))]
     assert len(code) >= 4
     for index, snippet in enumerate(code, start=1):
         exec(compile(snippet, f"docs/api.md python snippet {index}", "exec"), scope)

@@ -49,3 +49,22 @@ def test_comparing_algorithms_shares_one_setting_and_a_run_folder_reads_back(tmp
     read = run_example("read_run.py", str(tmp_path / "runs" / "psl"), "--target", "0.0")
     assert read[0] == "psl on synthetic, 4 devices, 4 rounds"
     assert read[-2].startswith("accuracy 0.0 first at round 4") and read[-1].startswith("seconds per stage: ")
+
+
+def test_the_own_loop_example_estimates_calibrates_plans_and_compares_as_its_page_shows() -> None:
+    """examples/plan_in_own_loop.py prints what docs/api.md shows: the fit, the plan with its prediction to 70 %,
+    and the run measured beside it, measured/predicted near the page's (floating-point sums may differ by thread)."""
+    import re
+
+    lines = run_example("plan_in_own_loop.py")
+    page = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    shown = page[page.index("It prints, on 2 CPU cores"):].split("```text\n", 1)[1].split("```", 1)[0].splitlines()
+    assert len(lines) == len(shown) == 3
+    assert lines[0].startswith("calibrated: ε and the drift share κ = ") and lines[0].endswith("fitted to 2 pilots")
+    planned = re.fullmatch(r"plan: cuts \(([\d, ]+)\), I = (\d+); predicted (\d+) rounds, ([\d.]+) simulated s to "
+                           r"70\.0% test accuracy", lines[1])
+    assert planned and len(planned[1].split(", ")) == 6
+    assert lines[2].startswith("measured ") and lines[2].endswith(")") is False
+    ratio = float(lines[2].rsplit("measured/predicted ", 1)[1])
+    page_ratio = float(shown[2].rsplit("measured/predicted ", 1)[1])
+    assert abs(ratio - page_ratio) <= 0.1 and lines[1] == shown[1]
