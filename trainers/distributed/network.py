@@ -31,8 +31,9 @@ from torch import nn
 
 from trainers.distributed.control import DeviceSpec, Envelope, Layout, LinkRates, Readmit, Rejoin, Report, Setup, Stop
 from trainers.distributed.layout import FED_RANK, SETUP_TIMEOUT_FACTOR, RankLayout
-from trainers.distributed.timing import StageLedger, book_transfer, link_rate
+from trainers.distributed.timing import book_transfer, link_rate
 from trainers.distributed.transport import FrameChannel, PeerError
+from trainers.engine.clock import StageLedger
 from trainers.roles.messages import Activation, CutGradient
 from trainers.roles.optim import OptimizerSpec
 from trainers.roles.protocol import EDGE, FED, Address, Blocks, GetBlocks, RoundEnd
@@ -249,9 +250,9 @@ class RankNetwork:
         for rank in sorted(self.setting_up):     # a new process still setting up ends after its set-up
             self._send_anyway(Stop(lost), rank)
 
-    def end_round(self, round_index: int) -> dict[str, float]:
+    def end_round(self, round_index: int) -> dict[str, dict[str, float]]:
         """Every rank checks its models and reports its measured seconds (rank 0 raises the first
-        divergence a rank reports); the longest participant's seconds per stage of the round. A
+        divergence a rank reports); the round's measured seconds per stage and role (``"3"``, ``"edge"``). A
         device rank lost here is taken out where the algorithm allows absence."""
         for rank in [FED_RANK, *self._live(self.layout.device_ranks)]:
             self._send(RoundEnd(round_index), rank)
@@ -266,7 +267,7 @@ class RankNetwork:
                     raise
         for report in reports:
             self.ledger.merge(cast(Report, report).seconds)
-        summary = self.ledger.summary()
+        by_role = self.ledger.by_role()
         self.ledger.take()
-        return summary
+        return by_role
 

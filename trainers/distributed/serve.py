@@ -31,8 +31,9 @@ import torch
 from adaptplan.errors import InputError
 from trainers.distributed.control import LinkRates, Readmit, Ready, Report, Setup, Stop
 from trainers.distributed.layout import EDGE_RANK, FED_RANK, RankLayout
-from trainers.distributed.timing import StageLedger, book_transfer, link_rate
+from trainers.distributed.timing import book_transfer, link_rate
 from trainers.distributed.transport import FrameChannel, PeerError, role_error
+from trainers.engine.clock import StageLedger
 from trainers.roles.core import Device
 from trainers.roles.hosts import DeviceHost, FedHost, take
 from trainers.roles.messages import CutGradient, MessageMismatchError, ModelDownload, ModelUpload, NonFiniteError

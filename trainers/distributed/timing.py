@@ -21,33 +21,9 @@ import time
 from typing import Any
 
 from trainers.distributed.control import Envelope, LinkRates
-from trainers.engine.clock import STAGES
+from trainers.engine.clock import StageLedger
 from trainers.roles.messages import Activation, CutGradient, ModelDownload, ModelUpload
 from trainers.roles.protocol import EDGE, FED
-
-
-class StageLedger:
-    """Seconds per stage and per participant (device index or ``"edge"``) within a round."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, dict[Any, float]] = {s: {} for s in STAGES}
-
-    def add(self, who: Any, stage: str, seconds: float) -> None:
-        self.seconds[stage][who] = self.seconds[stage].get(who, 0.0) + max(0.0, float(seconds))
-
-    def merge(self, other: dict[str, dict[Any, float]]) -> None:
-        for stage, by_who in other.items():
-            for who, seconds in by_who.items():
-                self.add(who, stage, seconds)
-
-    def summary(self) -> dict[str, float]:
-        """The longest participant's seconds per stage (as the simulator's stage_seconds)."""
-        return {s: max(v.values()) for s, v in self.seconds.items() if v}
-
-    def take(self) -> dict[str, dict[Any, float]]:
-        out = {s: dict(v) for s, v in self.seconds.items() if v}
-        self.seconds = {s: {} for s in STAGES}
-        return out
 
 
 def emulated_arrival(envelope: Envelope, num_bytes: int) -> float:

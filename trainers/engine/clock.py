@@ -9,7 +9,7 @@ Wall-clock seconds are recorded separately by the driver.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -107,15 +107,36 @@ class SimClock:
                           float(system.server_flops), lm.server_bp_per_device[j])
 
 
+def stage_maxima(by_role: Mapping[str, Mapping[Any, float]]) -> dict[str, float]:
+    """Per stage, the longest role's seconds: a round's stage seconds from its seconds per stage and role."""
+    return {stage: max(seconds.values()) for stage, seconds in by_role.items() if seconds}
+
+
 class StageLedger:
-    """Seconds each role (a device index or ``"edge"``) spent in each stage of :data:`STAGES` during one round;
+    """Seconds each role (a device index or ``"edge"``) spent in each stage of :data:`STAGES` during one round, the
+    simulated ones (the engine's) or the measured ones (a runtime of processes merges every rank's report);
     :meth:`summary` is the round's per-stage maximum over the roles (``RoundStats.stage_seconds``)."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, dict[int | str, float]] = {s: {} for s in STAGES}
 
     def add(self, who: int | str, stage: str, seconds: float) -> None:
-        self.seconds[stage][who] = self.seconds[stage].get(who, 0.0) + float(seconds)
+        self.seconds[stage][who] = self.seconds[stage].get(who, 0.0) + max(0.0, float(seconds))
+
+    def merge(self, other: dict[str, dict[Any, float]]) -> None:
+        for stage, by_who in other.items():
+            for who, seconds in by_who.items():
+                self.add(who, stage, seconds)
 
     def summary(self) -> dict[str, float]:
-        return {s: max(v.values()) for s, v in self.seconds.items() if v}
+        return stage_maxima(self.seconds)
+
+    def by_role(self) -> dict[str, dict[str, float]]:
+        """{stage: {role: seconds}} with the roles as text (``"3"``, ``"edge"``), as history.json keeps them."""
+        return {s: {str(who): v for who, v in by_who.items()} for s, by_who in self.seconds.items() if by_who}
+
+    def take(self) -> dict[str, dict[int | str, float]]:
+        """The round's seconds, the ledger emptied for the next round."""
+        out = {s: dict(v) for s, v in self.seconds.items() if v}
+        self.seconds = {s: {} for s in STAGES}
+        return out

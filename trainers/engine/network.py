@@ -55,9 +55,9 @@ class Network(Protocol):
     def begin_round(self, round_index: int, clock: "SimClock | None") -> None:
         """A round starts (the clock's system of the round sets the link rates where links are emulated)."""
 
-    def end_round(self, round_index: int) -> dict[str, float] | None:
+    def end_round(self, round_index: int) -> dict[str, dict[str, float]] | None:
         """Every host checks its models for NaN/inf (:class:`NonFiniteError`); the measured seconds per
-        stage of the round where a runtime measures them, else None."""
+        stage and role (``StageLedger.by_role``) of the round where a runtime measures them, else None."""
 
     def release(self) -> None:
         """Training is over (the last round trained and evaluated): nothing more is sent to the hosts.
@@ -139,7 +139,7 @@ class LocalNetwork:
     def begin_round(self, round_index: int, clock: "SimClock | None") -> None:
         pass
 
-    def end_round(self, round_index: int) -> dict[str, float] | None:
+    def end_round(self, round_index: int) -> dict[str, dict[str, float]] | None:
         if self.device_host.devices:
             self.send(next(iter(self.device_host.devices)), RoundEnd(round_index))
         return None

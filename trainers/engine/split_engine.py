@@ -35,7 +35,7 @@ from adaptplan.plan import check_cut_vector
 from trainers.config.train_config import EVAL_BATCH_SIZE
 from trainers.engine.aggregation import aggregate, load_global, start_from_global
 from trainers.engine.async_loop import AsyncLoopState, run_async_round
-from trainers.engine.clock import StageLedger, StageTimes
+from trainers.engine.clock import StageLedger, StageTimes, stage_maxima
 from trainers.engine.execution import Execution, graph_bytes_per_sample
 from trainers.engine.model_views import EngineModels
 from trainers.engine.network import LocalNetwork, Network
@@ -84,7 +84,9 @@ class RoundStats:
     whether client-side averaging happened, the participants, the round's simulated seconds,
     the seconds of each stage (the longest device's, per stage; ``server`` = the edge server's busy
     time) and the strategy's metrics; a real runtime adds the measured seconds per stage and of the round;
-    ``samples``: the training samples the devices' activation messages carried (GAS: the active devices' steps)."""
+    ``samples``: the training samples the devices' activation messages carried (GAS: the active devices' steps);
+    ``seconds_by_role`` the simulated and ``measured_seconds_by_role`` the measured seconds per stage and role
+    (``StageLedger.by_role``: what a measured system is fitted to, :mod:`adaptplan.measured_system`)."""
 
     loss: float
     bytes_up: int
@@ -98,6 +100,8 @@ class RoundStats:
     measured_stage_seconds: dict[str, float] = field(default_factory=dict)
     measured_round_seconds: float | None = None
     samples: int = 0
+    seconds_by_role: dict[str, dict[str, float]] = field(default_factory=dict)
+    measured_seconds_by_role: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def local_network(engine: "SplitEngine", optimizer: OptimizerSpec, seed: int) -> LocalNetwork:
@@ -220,7 +224,7 @@ class SplitEngine:
         self.global_sizes: dict[int, int] = {}        # the fed server's global blocks (bytes each)
         self._awaiting: set[int] = set()               # devices whose activation is not answered yet
         self._next_key = 0
-        self._measured: dict[str, float] | None = None
+        self._measured: dict[str, dict[str, float]] | None = None
         self._graph_bytes: dict[int, float] = {}      # a client graph's bytes per sample, per cut (recompute)
         self._reset_counters()
 
@@ -290,7 +294,8 @@ class SplitEngine:
         with deferred_finite_checks(self.execution.defer_checks):
             stats = self._run_round(round_index)
         if self._measured is not None:
-            stats.measured_stage_seconds = self._measured
+            stats.measured_seconds_by_role = self._measured
+            stats.measured_stage_seconds = stage_maxima(self._measured)
             stats.measured_round_seconds = time.time() - started
         return stats
 
@@ -334,7 +339,8 @@ class SplitEngine:
             ctx.metrics["absent_devices"] = float(len(self.absent))
         loss = float(torch.stack(list(ctx.losses.values())).mean()) if ctx.losses else float("nan")
         return RoundStats(loss, self.bytes_up, self.bytes_down, self.bytes_server, aggregated, participants,
-                          float(seconds), ledger.summary(), dict(ctx.metrics), samples=self.samples)
+                          float(seconds), ledger.summary(), dict(ctx.metrics), samples=self.samples,
+                          seconds_by_role=ledger.by_role())
 
     @property
     def _may_stream(self) -> bool:

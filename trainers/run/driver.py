@@ -35,6 +35,7 @@ import torch
 from adaptplan.constants import ConvergenceConstants
 from adaptplan.convergence import step_note
 from adaptplan.errors import InfeasibleError, InputError
+from adaptplan.measured_system import MeasuredRates
 from adaptplan.plan import Plan
 from adaptplan.system import SystemProcess, SystemRanges, SystemSpec, generate_system, scaled_ranges
 from profilers import build_chain, profile_model
@@ -47,7 +48,7 @@ from trainers.config.run_file import run_file_text
 from trainers.config.train_config import RESUMABLE, TrainConfig, as_saved_run_trained
 from trainers.engine.clock import SimClock
 from trainers.engine.execution import Execution
-from trainers.engine.split_engine import DeviceData, SplitEngine
+from trainers.engine.split_engine import DeviceData, RoundStats, SplitEngine
 from trainers.inputs.datasets import Dataset, load_dataset
 from trainers.inputs.device_data import read_manifest
 from trainers.inputs.models import build_model
@@ -129,6 +130,7 @@ class Trainer:
         self.start_round = 0
         self.last_replan = 0
         self.wall_offset = 0.0
+        self.measured_rates = MeasuredRates()
         self.input_digests = {name: file_digest(config.value(f"{name}_path"))
                               for name in ("system", "plan", "constants") if config.value(f"{name}_path")}
 
@@ -385,6 +387,9 @@ class Trainer:
         self.wall_offset = float(state["wall_seconds"])
         self.history = History.from_json(state["history"])
         self.history.meta["config"] = now
+        measured = self.history.meta.get("measured_system")
+        self.measured_rates = MeasuredRates.from_json(measured["rates"], "history.json meta.measured_system.rates") \
+            if isinstance(measured, dict) and "rates" in measured else MeasuredRates()
         self.start_round = int(state["round"])
 
     def _check_run_identity(self, state: dict[str, Any], where: str) -> None:
@@ -499,6 +504,8 @@ class Trainer:
         cuts_in_force, interval_in_force = list(engine.cuts), engine.interval
         try:
             stats = engine.run_round(t)
+            if stats.measured_seconds_by_role:
+                self._measure(t, stats)
             replanned = self._maybe_replan(t, stats.aggregated)
             acc = test_loss = local = None
             if t % c.run.eval_every == 0:
@@ -569,6 +576,14 @@ class Trainer:
         local = self.engine.evaluate_local(self.config.execution.eval_batch_size) if self.local_evaluation else None
         return float(np.mean([r[0] for r in results])), float(np.mean([r[1] for r in results])), local
 
+    def _measure(self, t: int, stats: RoundStats) -> None:
+        """A runtime of processes measured round ``t``: its rates join the run's (adaptplan.measured_system), and
+        history.json's ``meta.measured_system`` holds them, the base (round 1's system) and the system fitted so far."""
+        self.measured_rates.add_round(self.clock.system(t), stats.seconds_by_role, stats.measured_seconds_by_role)
+        base = self.clock.system(1)
+        self.history.meta["measured_system"] = {"base": base.to_json(), "rates": self.measured_rates.to_json(),
+                                                "system": self.measured_rates.fitted(base).to_json()}
+
     def _maybe_replan(self, t: int, aggregated: bool) -> bool:
         """Algorithm 1: at an aggregation round, if Q rounds passed since the last
         re-plan, call the planner with the measured system of the next round and re-partition without
@@ -578,6 +593,8 @@ class Trainer:
         if not Q or not aggregated or t - self.last_replan < Q:
             return False
         system = dataclasses.replace(self.clock.process.measured(t + 1), batch_size=self.config.data.batch_size)
+        if self.measured_rates.rates:              # a runtime of processes: the rates it measured so far
+            system = self.measured_rates.fitted(system)
         old = (list(self.engine.cuts), self.engine.interval)
         self.last_replan = t
         estimated = self.reestimate_constants(t) if self.config.plan.reestimate else None
@@ -596,6 +613,8 @@ class Trainer:
         self.engine.interval = interval
         if estimated is not None:
             details = {**details, "constants": estimated.to_json()}
+        if self.measured_rates.rates:
+            details = {**details, "system_from": "measured"}
         self.history.events.append({"round": t, "event": "replan", "old_cuts": old[0], "old_interval": old[1],
                                     "cuts": cuts, "interval": interval, **details})
         return True

@@ -33,6 +33,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(cumulative FLOPs per sample, bits per sample); default: shipped VGG-16/CIFAR-10 profile")
     parser.add_argument("--system", metavar="FILE", help="system JSON/TOML (FLOP/s, bit/s, batch size); "
                         "default: generated with --devices and --seed from the placeholder ranges")
+    parser.add_argument("--system-from", metavar="RUN", help="the system fitted to what a run of processes measured "
+                        "(the --out folder of train --distributed, with or without --emulate-links): per device FLOP/s "
+                        "and link rates, the server's FLOP/s and its links, each the median over rounds of work the "
+                        "latency model counted / seconds measured (docs/model.md §11); not with --system")
     parser.add_argument("--constants", metavar="FILE", help="training constants JSON/TOML (beta, gamma, theta, "
                         "epsilon, sigma2[], G2[]); default: placeholder constants of docs/model.md §6.1")
     parser.add_argument("--cuts", metavar="LIST", help="restrict candidate cut indices, comma-separated 1-based "
@@ -89,7 +93,9 @@ def load_instance(args: argparse.Namespace) -> tuple[ModelProfile, SystemSpec, C
     from adaptplan.system import SystemSpec, generate_system
 
     profile = ModelProfile.load(args.profile) if args.profile else default_profile()
-    system = SystemSpec.load(args.system) if args.system else generate_system(args.devices, args.seed)
+    measured = measured_system(args)
+    system = measured[0] if measured else SystemSpec.load(args.system) if args.system else generate_system(args.devices,
+                                                                                                          args.seed)
     epsilon = getattr(args, "epsilon", None)
     if args.constants:
         if epsilon is not None:
@@ -109,10 +115,25 @@ def load_instance(args: argparse.Namespace) -> tuple[ModelProfile, SystemSpec, C
                     f"{system.num_devices} devices (as train does; set it with --epsilon)"
     sources = [
         args.profile or "built-in VGG-16/CIFAR-10 profile",
-        args.system or f"{args.devices} generated devices (seed {args.seed}, placeholder ranges)",
+        measured[1] if measured else args.system or f"{args.devices} generated devices (seed {args.seed}, placeholder "
+                                                     "ranges)",
         what,
     ]
     return profile, system, constants, "Plan for " + "; ".join(sources)
+
+
+def measured_system(args: argparse.Namespace) -> tuple[SystemSpec, str] | None:
+    """(the system fitted to what ``--system-from`` RUN measured, how the title names it), or None without it."""
+    if getattr(args, "system_from", None) is None:
+        return None
+    if args.system is not None:
+        raise InputError("--system-from gives the system: drop --system (or --system-from)", field="--system")
+    from adaptplan.measured_system import run_measured_system
+
+    system, rates = run_measured_system(args.system_from)
+    rounds = max((len(r) for r in rates.rates.values()), default=0)
+    return system, (f"the system measured by {args.system_from} ({len(rates.rates)} rates, medians over up to "
+                    f"{rounds} rounds; the rest as its round-1 system)")
 
 
 def pilot_instance(args: argparse.Namespace) -> tuple[ModelProfile, SystemSpec, ConvergenceConstants, str, str]:
@@ -146,7 +167,10 @@ def pilot_instance(args: argparse.Namespace) -> tuple[ModelProfile, SystemSpec, 
              f"batch {c.data.batch_size}: the setting of {folders[0]}; its round-1 system; constants estimated from "
              f"its model and data, calibrated on {len(folders)} pilot{'s' if len(folders) > 1 else ''}: "
              f"{calibration.message}")
-    return trainer.profile, trainer.clock.system(1), calibration.constants, title, \
+    measured = measured_system(args)
+    if measured is not None:
+        title += f"; {measured[1]}"
+    return trainer.profile, measured[0] if measured else trainer.clock.system(1), calibration.constants, title, \
         f"to {args.target_accuracy:.1%} test accuracy, Corollary 1 calibrated"
 
 

@@ -207,6 +207,35 @@ def test_emulated_links_deliver_at_the_latency_models_time(tmp_path: Path) -> No
         assert measured <= predicted * 1.25 + 0.05, (stage, pairs)
 
 
+def test_a_loopback_run_with_emulated_links_fits_the_links_it_emulated(tmp_path: Path, capsys) -> None:
+    """Every link rate of the system fitted to what the run measured (adaptplan.measured_system, history.json
+    meta.measured_system) is within 10 % of the rate written in the system file and emulated (issue 66 item 5);
+    `adaptplan plan --system-from RUN` plans on that fitted system. Compute is not emulated: the FLOP/s fitted are
+    this machine's, so only their presence is checked."""
+    def device(up: float, down: float, fed_up: float, fed_down: float) -> dict:
+        return {"flops": 1e9, "up_bps": up, "down_bps": down, "fed_up_bps": fed_up, "fed_down_bps": fed_down}
+
+    system = {"batch_size": 16, "server_flops": 1e10, "edge_to_fed_bps": 1e6, "fed_to_edge_bps": 2e6,
+              "devices": [device(2e5, 4e5, 8e5, 8e5), device(1e5, 3e5, 6e5, 5e5), device(3e5, 2e5, 4e5, 9e5)]}
+    (tmp_path / "system.json").write_text(json.dumps(system))
+    argv = ["--algorithm", "sfl-v1", "--devices", "3", "--rounds", "3", *SMALL, "--cuts", "2",
+            "--system", str(tmp_path / "system.json"), "--distributed", "--emulate-links", "--ranks", "5"]
+    run = adaptplan("train", *argv, "--out", str(tmp_path / "dist"))
+    assert run.returncode == 0, run.stderr
+    measured = History.load(tmp_path / "dist").meta["measured_system"]
+    fitted = measured["system"]
+    assert measured["base"] == {**system, "batch_size": 16}
+    for name in ("edge_to_fed_bps", "fed_to_edge_bps"):
+        assert abs(fitted[name] / system[name] - 1) <= 0.10, (name, fitted[name])
+    for i, (emulated, got) in enumerate(zip(system["devices"], fitted["devices"])):
+        for name in ("up_bps", "down_bps", "fed_up_bps", "fed_down_bps"):
+            assert abs(got[name] / emulated[name] - 1) <= 0.10, (i, name, got[name])
+        assert len(measured["rates"][f"devices[{i}].flops"]) == 3 and got["flops"] != emulated["flops"]
+    assert main(["plan", "--system-from", str(tmp_path / "dist"), "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert len(plan["cuts"]) == 3
+
+
 def test_predicted_vs_measured_plot_and_table(tmp_path: Path, capsys) -> None:
     argv = ["--algorithm", "psl", "--devices", "3", "--rounds", "3", *SMALL, "--cuts", "2"]
     run = adaptplan("train", "--distributed", "--ranks", "3", *argv, "--out", str(tmp_path / "dist"))

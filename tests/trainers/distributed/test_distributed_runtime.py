@@ -453,13 +453,18 @@ def test_link_rates_go_to_every_rank_and_on_every_message_only_when_emulating() 
     assert [rate for *_, rate, _ in net.channel.sent[3:]] == [2e6, 5e6, 4e6]
 
 
-def test_the_rounds_end_merges_every_ranks_report_into_the_longest_participant() -> None:
+def test_the_rounds_end_merges_every_ranks_report_per_role_and_the_engine_takes_the_longest() -> None:
+    from trainers.engine.clock import stage_maxima
+
     reports = {1: [_envelope(Report({"model upload": {0: 0.5, 1: 0.25}}))],
                2: [_envelope(Report({"device FP": {0: 0.125, 2: 0.375}}))],
-               3: [_envelope(Report({"device FP": {1: 0.25}}))]}
+               3: [_envelope(Report({"device FP": {1: 0.25}, "uplink": {1: 0.25}}))]}
     net = _network(reports)
     net.ledger.add(1, "uplink", 0.5)
-    assert net.end_round(4) == {"uplink": 0.5, "device FP": 0.375, "model upload": 0.5}
+    by_role = net.end_round(4)
+    assert by_role == {"uplink": {"1": 0.75}, "device FP": {"0": 0.125, "2": 0.375, "1": 0.25},
+                       "model upload": {"0": 0.5, "1": 0.25}}                 # one role's seconds add up
+    assert stage_maxima(by_role) == {"uplink": 0.75, "device FP": 0.375, "model upload": 0.5}
     assert [(dst, obj) for dst, obj, *_ in net.channel.sent] == [(1, RoundEnd(4)), (2, RoundEnd(4)), (3, RoundEnd(4))]
     assert net.ledger.seconds["uplink"] == {}                            # taken: the next round starts empty
 

@@ -113,6 +113,28 @@ def test_an_infeasible_replan_keeps_the_plan_in_force() -> None:
     assert not any(r.replanned for r in history.records) and trainer.engine.cuts == [2, 2]
 
 
+def test_a_replan_uses_the_rates_the_run_measured_so_far_not_the_generated_system() -> None:
+    """Issue 66 item 5: once a runtime of processes measured rates (Trainer.measured_rates), a re-plan is given the
+    system fitted to them (each measured field the median of its rates, the rest as generated) and says so."""
+    from adaptplan.measured_system import MeasuredRates
+
+    systems = []
+
+    def planner(request: ReplanRequest):
+        systems.append(request.system)
+        return [2, 2], 2
+
+    trainer = Trainer(TrainConfig.flat(**TINY, rounds=2, replan_every=2), planner=planner)
+    trainer.measured_rates = MeasuredRates({"devices[1].up_bps": [3e5, 1e5, 2e5], "server_flops": [4e8]})
+    history = trainer.run()
+    generated = dataclasses.replace(trainer.clock.process.measured(3), batch_size=trainer.config.data.batch_size)
+    assert len(systems) == 2 and systems[0] == trainer.clock.system(1)            # the first plan: nothing measured yet
+    assert systems[1].devices[1].up_bps == 2e5 and systems[1].server_flops == 4e8
+    assert systems[1] == dataclasses.replace(generated, server_flops=4e8, devices=(
+        generated.devices[0], dataclasses.replace(generated.devices[1], up_bps=2e5)))
+    assert history.events[1]["system_from"] == "measured"
+
+
 def test_no_plan_without_fallback_says_what_the_fallback_would_be() -> None:
     def planner(request):
         raise InfeasibleError("target out of reach", field="constants.epsilon")
