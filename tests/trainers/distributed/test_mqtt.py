@@ -329,6 +329,8 @@ def test_partial_participation_over_mqtt_has_the_simulations_losses(tmp_path: Pa
     got = [r.train_loss for r in History.load(tmp_path / "mqtt").records]
     expected = [r.train_loss for r in History.load(tmp_path / "sim").records]
     assert len(got) == 5 and max(abs(a - b) for a, b in zip(got, expected)) <= 1e-4
+    measured = History.load(tmp_path / "mqtt").meta["measured_system"]     # the broker's runs measure rates too
+    assert {f"devices[{i}].up_bps" for i in range(4)} <= set(measured["rates"]) and "server_flops" in measured["rates"]
 
 
 def test_a_finished_run_over_mqtt_exits_0_on_every_rank_however_long_rank_0_writes_its_files(tmp_path: Path) -> None:
