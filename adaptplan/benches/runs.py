@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence, TypeGuard
 
+from adaptplan.crossing import first_crossing
 from adaptplan.errors import InputError
 
 
@@ -46,8 +47,11 @@ class RunResult:
         return self.curve if protocol == "global" else self.local_curve
 
     def time_to(self, target: float, protocol: str = "global") -> float | None:
-        """Simulated seconds of the first evaluation at or above ``target`` accuracy (None if never)."""
-        return next((t for t, acc in self.points(protocol) if acc >= target), None)
+        """Simulated seconds at which the accuracy first reached ``target``, interpolated between the evaluations
+        around the crossing (:func:`adaptplan.crossing.first_crossing`; the first evaluation's seconds where it
+        already had it); None if never."""
+        found = first_crossing([(acc, t) for t, acc in self.points(protocol)], target)
+        return None if found is None else found.at[0]
 
     def accuracy_at(self, seconds: float, protocol: str = "global") -> float | None:
         """Accuracy of the last evaluation at or before ``seconds`` simulated seconds."""

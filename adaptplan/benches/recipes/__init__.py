@@ -35,7 +35,7 @@ RUN_KEYS = ("dataset", "model", "model_width", "cut", "devices", "partition", "d
 """The other keys of ``[setting]``: what every run of the comparison shares besides its training setting."""
 METRICS = ("accuracy", "time")
 PROTOCOLS = ("global", "local")
-METHOD_KEYS = ("label", "algorithm", "options", "policy", "replan_every", "rounds", "note")
+METHOD_KEYS = ("label", "algorithm", "options", "policy", "replan_every", "reestimate", "rounds", "note")
 CLAIM_KEYS = ("text", "a", "b", "metric", "paper", "protocol", "partition")
 HOUR_TIER_KEYS = ("rounds", "evaluations")
 
@@ -44,7 +44,9 @@ HOUR_TIER_KEYS = ("rounds", "evaluations")
 class Method:
     """One method of a comparison: its label, algorithm and algorithm options; a planning ``policy`` (it decides
     cuts and interval); ``rounds`` = "device-steps" for an asynchronous method that runs the global iterations
-    holding the synchronous methods' device steps (GAS)."""
+    holding the synchronous methods' device steps (GAS); a policy's re-plans every ``replan_every`` aggregations
+    (``train --replan-every``), on constants estimated again from the run where ``reestimate`` (``--reestimate``,
+    Algorithm 1)."""
 
     label: str
     algorithm: str
@@ -53,6 +55,7 @@ class Method:
     replan_every: int | None = None
     rounds: str | None = None
     note: str = ""
+    reestimate: bool = False
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,8 @@ class Recipe:
                         config["policy"] = method.policy
                         if method.replan_every is not None:
                             config["replan_every"] = method.replan_every
+                        if method.reestimate:
+                            config["reestimate"] = True
                     elif self.run.get("cut") is not None:
                         config["cuts"] = (int(self.run["cut"]),)
                     out.append({"group": f"{self.key}/{partition.label}", "label": method.label, "seed": seed,
@@ -296,5 +301,7 @@ def _method(entry: dict[str, Any], where: str, fail) -> Method:
         raise fail(f"{where}.options", "must be a table of the algorithm's options")
     if entry.get("rounds") not in (None, "device-steps"):
         raise fail(f"{where}.rounds", "the only per-method rounds rule is \"device-steps\"")
+    if not isinstance(entry.get("reestimate", False), bool) or (entry.get("reestimate") and "policy" not in entry):
+        raise fail(f"{where}.reestimate", "must be true or false, and true only with a policy (its re-plans' constants)")
     return Method(entry["label"], entry["algorithm"], dict(options), entry.get("policy"), entry.get("replan_every"),
-                  entry.get("rounds"), str(entry.get("note", "")))
+                  entry.get("rounds"), str(entry.get("note", "")), bool(entry.get("reestimate", False)))
