@@ -1,6 +1,10 @@
 """A run folder (``--out``) that is checked before training and owned by one run at a time.
 
 * The folder must be creatable and writable — checked before the first round, not after the last.
+* The folder must be new, empty or an adaptplan run folder: one that holds a file only adaptplan writes
+  (:data:`SIGNATURES`: a ``checkpoint.pt``, ``history.json`` or ``config.toml`` that begins as adaptplan's do). Any
+  other folder (``--out /``, ``/etc``, a project's own folder) is refused before anything is written, so
+  ``overwrite`` only ever removes the files of an adaptplan run.
 * A folder that already holds a run (``history.json`` or ``checkpoint.pt``) is continued only with
   ``resume`` and replaced only with ``overwrite`` (its run files are then removed first).
 * While a run writes to it, the folder is locked (``fcntl.flock`` on ``.adaptplan.lock``, removed when the run
@@ -26,6 +30,12 @@ RUN_FILES = ("history.json", "history.csv", "checkpoint.pt", "accuracy.png", "co
 TRACKING_FOLDER = "tensorboard"
 """The event files' folder (trainers/run/tracking.py), removed with the run files by --overwrite."""
 LOCK_NAME = ".adaptplan.lock"
+SIGNATURES = {"checkpoint.pt": b"adaptplan-checkpoint ", "history.json": b'{\n  "meta": {',
+              "config.toml": b"# adaptplan train --config "}
+"""How each file that only an adaptplan run writes begins (trainers/run/checkpoint.py's header, history.json's
+first key as :func:`trainers.run.history.history_text` writes it, the run file's first line)."""
+BOOKKEEPING = (LOCK_NAME, ".adaptplan-write-test")
+"""Names a run leaves only while it runs (and a killed one behind): no sign that a folder is somebody else's."""
 
 
 class RunFolder:
@@ -41,7 +51,22 @@ class RunFolder:
         there that neither --resume nor --overwrite asked for (the CLI asks before torch loads; :meth:`__enter__`
         asks again, holding the lock)."""
         self._check_is_folder()
+        self._check_empty_or_run()
         self._check_no_other_run()
+
+    def _check_empty_or_run(self) -> None:
+        """Refuse an existing folder that holds anything but is no adaptplan run folder (module docstring)."""
+        if not self.path.is_dir() or is_run_folder(self.path):
+            return
+        try:
+            foreign = sorted(e.name for e in os.scandir(self.path)
+                             if e.name not in BOOKKEEPING and not (e.name.startswith(".") and e.name.endswith(".tmp")))
+        except OSError as exc:
+            raise InputError(f"cannot read {str(self.path)!r}: {exc.strerror or exc}", field="--out") from None
+        if foreign:
+            shown = ", ".join(repr(name) for name in foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+            raise InputError(f"{str(self.path)!r} holds files that are not an adaptplan run's ({shown}): name a new or "
+                             "empty folder, or the folder of an earlier adaptplan train run", field="--out")
 
     def _check_is_folder(self) -> None:
         path = self.path
@@ -68,6 +93,7 @@ class RunFolder:
         self._lock()
         self._remove_stale_temporaries()
         try:
+            self._check_empty_or_run()
             self._check_no_other_run()
         except InputError:
             self.release()
@@ -136,6 +162,20 @@ class RunFolder:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def is_run_folder(path: Path) -> bool:
+    """Whether ``path`` holds a file that only an adaptplan run writes (:data:`SIGNATURES`, read from its head)."""
+    for name, head in SIGNATURES.items():
+        if not (path / name).is_file():          # not a FIFO or device, whose read could block or never end
+            continue
+        try:
+            with open(path / name, "rb") as fh:
+                if fh.read(len(head)) == head:
+                    return True
+        except OSError:
+            continue
+    return False
 
 
 def _same_file(fd: int, path: Path) -> bool:

@@ -34,7 +34,7 @@ def test_a_bad_value_is_refused_without_torch(tmp_path) -> None:
     bad.write_text("{}")
     done = tmp_path / "done"
     done.mkdir()
-    (done / "history.json").write_text("{}")
+    (done / "history.json").write_text("{\n  \"meta\": {}, \"records\": []}")        # begins as a run's history does
     cases = [
         (["train", "--devices", "0"], "--devices: must be an integer ≥ 1"),
         (["train", "--algorithm", "sfl-v3"], "--algorithm: unknown value 'sfl-v3'"),

@@ -57,6 +57,47 @@ def test_a_used_folder_needs_resume_or_overwrite(tmp_path, capsys) -> None:
     assert "choose one" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("given", [[], ["--overwrite"]])
+def test_a_folder_that_is_neither_empty_nor_a_run_is_refused_before_anything_is_written(tmp_path, capsys, given) -> None:
+    """Issue 67 F1: --out / (or /etc, or a project's folder) is refused, with or without --overwrite, and nothing in
+    it is touched: a user's own config.toml and history.json survive."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "config.toml").write_text("mine = 1\n")
+    (project / "history.json").write_text('{"my": "history"}')
+    (project / "notes.txt").write_text("keep me")
+    before = {p.name: p.read_bytes() for p in project.iterdir()}
+    assert main([*BASE, "--algorithm", "psl", "--rounds", "1", "--out", str(project), *given]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].endswith(f"--out: {str(project)!r} holds files that are not an adaptplan run's "
+                                             "('config.toml', 'history.json', 'notes.txt'): name a new or empty "
+                                             "folder, or the folder of an earlier adaptplan train run"), err
+    assert {p.name: p.read_bytes() for p in project.iterdir()} == before
+    with pytest.raises(InputError, match=r"^--out: '/' holds files that are not an adaptplan run's \("):
+        RunFolder("/", overwrite=True).check()
+
+
+def test_an_empty_folder_a_killed_runs_leftovers_and_an_earlier_run_are_taken(tmp_path, capsys) -> None:
+    leftovers = tmp_path / "killed"
+    leftovers.mkdir()
+    (leftovers / ".adaptplan.lock").write_text("123")
+    (leftovers / ".history.json.abc.tmp").write_text("half")
+    (tmp_path / "empty").mkdir()
+    for folder in (leftovers, tmp_path / "empty"):
+        assert main([*BASE, "--algorithm", "psl", "--rounds", "1", "--out", str(folder)]) == 0
+    run = tmp_path / "empty"
+    (run / "notes.txt").write_text("the user's note beside the run")
+    for name in ("history.json", "checkpoint.pt"):       # a run is known by its own files' first bytes
+        (run / name).unlink(missing_ok=True)
+    assert main([*BASE, "--algorithm", "psl", "--rounds", "1", "--out", str(run), "--overwrite"]) == 0   # config.toml
+    assert (run / "notes.txt").read_text() == "the user's note beside the run" and len(records(run)) == 1
+    (run / "config.toml").write_text("mine = 1\n")
+    (run / "history.json").write_text('{"meta": {}}')
+    capsys.readouterr()
+    assert main([*BASE, "--algorithm", "psl", "--rounds", "1", "--out", str(run), "--overwrite"]) == 2
+    assert "holds files that are not an adaptplan run's" in capsys.readouterr().err
+
+
 def test_a_locked_folder_is_refused(tmp_path) -> None:
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / ".adaptplan.lock").write_text("9" * 20)        # a stale, longer owner record
