@@ -116,10 +116,11 @@ class DeviceManifest:
             raise InputError(f"device {device} is not in {self.folder / MANIFEST} ({len(self.devices)} devices)", field=FIELD)
         entry = self.devices[device]
         path = self.folder / entry.file
-        raw = _read(path)
+        most = sum(_array_bytes(entry.samples, self.input_shape).values()) + ZIP_OVERHEAD_BYTES
+        raw = _read(path, min(most, MAX_FILE_BYTES), f"its {entry.samples:,} samples in {MANIFEST} can take")
         if hashlib.sha256(raw).hexdigest() != entry.sha256:
             raise InputError(f"{str(path)!r} is not the file {MANIFEST} names (its SHA-256 differs)", field=FIELD)
-        x, y = _arrays(path, raw, self.input_shape, self.num_classes)
+        x, y = _arrays(path, raw, self.input_shape, self.num_classes, entry.samples)
         counts = tuple(int(c) for c in np.bincount(y, minlength=self.num_classes))
         if x.shape[0] != entry.samples or counts != entry.label_counts:
             raise InputError(f"{str(path)!r} holds {x.shape[0]} samples with label counts {list(counts)}, {MANIFEST} "
@@ -255,9 +256,11 @@ def _npz_bytes(x: np.ndarray, y: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
-def _read(path: Path, limit: int | None = None) -> bytes:
+def _read(path: Path, limit: int | None = None, what: str = "a file of a device-data folder may hold") -> bytes:
     """The bytes of the regular file ``path`` (a link is followed), at most ``limit`` of them (default
-    :data:`MAX_FILE_BYTES`); anything else is refused before it is read."""
+    :data:`MAX_FILE_BYTES`; ``what`` says where the limit comes from); anything else is refused before it is read.
+    The read is sized to the file, never to the limit (an 8 GiB buffer is more than a small device's address
+    space: issue 67 D6)."""
     limit = MAX_FILE_BYTES if limit is None else limit
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))   # a named pipe must not block the open
@@ -266,21 +269,33 @@ def _read(path: Path, limit: int | None = None) -> bytes:
             if not stat.S_ISREG(info.st_mode):
                 raise InputError(f"{str(path)!r} is not a regular file", field=FIELD)
             if info.st_size > limit:
-                raise InputError(f"{str(path)!r} holds {info.st_size:,} bytes, more than the {limit:,} a file of a "
-                                 "device-data folder may hold", field=FIELD)
-            raw = fh.read(limit + 1)
+                raise InputError(f"{str(path)!r} holds {info.st_size:,} bytes, more than the {limit:,} {what}",
+                                 field=FIELD)
+            raw = fh.read(info.st_size + 1)
     except FileNotFoundError:
         raise InputError(f"{str(path)!r} not found", field=FIELD) from None
     except OSError as exc:
         raise InputError(f"{str(path)!r} cannot be read ({exc.strerror or exc})", field=FIELD) from None
-    if len(raw) > limit:
-        raise InputError(f"{str(path)!r} grew beyond {limit:,} bytes while it was read", field=FIELD)
+    if len(raw) > info.st_size:
+        raise InputError(f"{str(path)!r} grew beyond its {info.st_size:,} bytes while it was read", field=FIELD)
     return raw
 
 
-def _members(path: Path, raw: bytes) -> dict[str, int]:
-    """The archive holds exactly x.npy and y.npy, together at most :data:`MAX_FILE_BYTES` decompressed (read from
-    its directory, nothing decompressed): each member's claimed decompressed size, by array name."""
+ZIP_OVERHEAD_BYTES = 4096
+"""A two-member ``.npz``'s bytes beyond its members': local headers, the central directory, zip64 records."""
+
+
+def _array_bytes(samples: int, shape: tuple[int, ...]) -> dict[str, int]:
+    """The most bytes each member of a file of ``samples`` samples of ``shape`` may hold: x float32, y int64 (8
+    bytes a label, the widest integer), each with its ``.npy`` header (:data:`MAX_NPY_HEADER_BYTES`)."""
+    return {"x": samples * int(np.prod(shape, dtype=np.int64)) * 4 + MAX_NPY_HEADER_BYTES,
+            "y": samples * 8 + MAX_NPY_HEADER_BYTES}
+
+
+def _members(path: Path, raw: bytes, most: dict[str, int] | None = None) -> dict[str, int]:
+    """The archive holds exactly x.npy and y.npy, together at most :data:`MAX_FILE_BYTES` decompressed and each at
+    most ``most[name]`` bytes where given (read from its directory, nothing decompressed: a member that is itself a
+    zip bomb is refused by its claimed size, issue 67 D2): each member's claimed decompressed size, by array name."""
     try:
         with zipfile.ZipFile(io.BytesIO(raw)) as archive:
             infos = archive.infolist()
@@ -292,7 +307,12 @@ def _members(path: Path, raw: bytes) -> dict[str, int]:
                          f"{[n.removesuffix('.npy') for n in names][:10]})", field=FIELD)
     if sum(i.file_size for i in infos) > MAX_FILE_BYTES:
         raise InputError(f"{str(path)!r}: its arrays take more than {MAX_FILE_BYTES:,} bytes decompressed", field=FIELD)
-    return {i.filename.removesuffix(".npy"): i.file_size for i in infos}
+    claimed = {i.filename.removesuffix(".npy"): i.file_size for i in infos}
+    for name, size in claimed.items():
+        if most is not None and size > most[name]:
+            raise InputError(f"{str(path)!r}: {name}.npy claims {size:,} bytes decompressed, more than the "
+                             f"{most[name]:,} its samples in {MANIFEST} can take", field=FIELD)
+    return claimed
 
 
 MAX_NPY_HEADER_BYTES = 2**16 + 16
@@ -300,9 +320,11 @@ MAX_NPY_HEADER_BYTES = 2**16 + 16
 ``numpy.save`` writes for any array of this format's shapes)."""
 
 
-def _arrays(path: Path, raw: bytes, shape: tuple[int, ...], num_classes: int) -> tuple[np.ndarray, np.ndarray]:
-    """x float32 (n, *shape) and y int64 (n,) with labels in 0..num_classes−1, from a ``.npz``'s bytes."""
-    claimed = _members(path, raw)
+def _arrays(path: Path, raw: bytes, shape: tuple[int, ...], num_classes: int,
+            samples: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """x float32 (n, *shape) and y int64 (n,) with labels in 0..num_classes−1, from a ``.npz``'s bytes; with
+    ``samples`` (the manifest's count) no member is decompressed beyond what that many samples take."""
+    claimed = _members(path, raw, None if samples is None else _array_bytes(samples, shape))
     try:
         with np.load(io.BytesIO(raw), allow_pickle=False) as archive:
             x, y = archive["x"], archive["y"]

@@ -325,13 +325,57 @@ def test_a_zip_directory_that_misstates_a_members_size_is_refused(folder, tmp_pa
     out, _ = folder
     x0, y0 = read_manifest(out).load_device(0)
     honest = _npz(x=x0.numpy(), y=y0.numpy())
-    copy = _rewrite(out, tmp_path, device0=_claiming(honest, "x.npy", 2**32 - 16))
-    with pytest.raises(InputError, match=f"claims {2**32 - 16:,} bytes for x.npy, whose array holds {x0.numpy().nbytes:,}"):
+    copy = _rewrite(out, tmp_path, device0=_claiming(honest, "x.npy", 2**32 - 16))   # more than its samples take
+    with pytest.raises(InputError, match=f"x.npy claims {2**32 - 16:,} bytes decompressed, more than the "):
         read_manifest(copy).load_device(0)
+    x_test, y_test = read_manifest(out).load_test()                 # test.npz has no sample count to bound it by
+    lie = _claiming(_npz(x=x_test.numpy(), y=y_test.numpy()), "x.npy", 2**32 - 16)
+    copy = _rewrite(out, tmp_path)
+    (copy / "test.npz").write_bytes(lie)
+    doc = json.loads((copy / "manifest.json").read_text())
+    doc["test_sha256"] = hashlib.sha256(lie).hexdigest()
+    (copy / "manifest.json").write_text(json.dumps(doc))
+    with pytest.raises(InputError, match=f"claims {2**32 - 16:,} bytes for x.npy, whose array holds "
+                                         f"{x_test.numpy().nbytes:,}"):
+        read_manifest(copy).load_test()
     with pytest.raises(InputError, match="device-0.npz"):                      # claiming less cuts the array short
         read_manifest(_rewrite(out, tmp_path, device0=_claiming(honest, "x.npy", 64))).load_device(0)
     x, y = read_manifest(_rewrite(out, tmp_path, device0=honest)).load_device(0)     # the same file, honest
     assert torch.equal(x, x0) and torch.equal(y, y0)
+
+
+def test_a_device_file_is_bounded_by_what_its_manifest_samples_take(folder, tmp_path) -> None:
+    """Issue 67 D2: a device file far larger than its samples need is refused unread, and an x member that is
+    itself a zip bomb (50 kB claiming 50 MB of the right shape) is refused by its claimed size, undecompressed."""
+    out, _ = folder
+    x0, y0 = read_manifest(out).load_device(0)
+    n, shape = x0.shape[0], tuple(x0.shape[1:])
+    most = n * int(np.prod(shape)) * 4 + n * 8 + 2 * (2**16 + 16) + 4096       # x, y, two headers, the zip's own
+    padded = _rewrite(out, tmp_path, device0=_npz(x=x0.numpy(), y=y0.numpy()) + b"\0" * most)
+    with pytest.raises(InputError, match=rf"holds [\d,]+ bytes, more than the {most:,} its {n:,} samples in "
+                                         "manifest.json can take"):
+        read_manifest(padded).load_device(0)
+    bomb = _compressed(x=np.zeros((5 * 10**7 // 4 // int(np.prod(shape)), *shape), dtype=np.float32), y=y0.numpy())
+    assert len(bomb) < most
+    with pytest.raises(InputError, match="x.npy claims [\\d,]+ bytes decompressed, more than the [\\d,]+ its samples"):
+        read_manifest(_rewrite(out, tmp_path, device0=bomb)).load_device(0)
+
+
+def test_a_valid_folder_reads_in_a_small_address_space(folder) -> None:
+    """Issue 67 D6: every read reserved 8 GiB (the cap) however small the file, so a valid device file failed with
+    MemoryError where the address space is below that (a Raspberry Pi-class device): read under a 2 GiB limit."""
+    import subprocess
+    import sys
+
+    out, _ = folder
+    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (2 * 2**30, 2 * 2**30)); "
+            "from pathlib import Path; from trainers.inputs import device_data as d; "
+            "m = d.read_manifest(Path(sys.argv[1])); e = m.devices[0]; "
+            "raw = d._read(m.folder / e.file, 2**33); x, y = d._arrays(m.folder / e.file, raw, m.input_shape, "
+            "m.num_classes, e.samples); print(len(y) == e.samples, 'torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[3])
+    assert done.returncode == 0 and done.stdout.split() == ["True", "False"], done.stderr[-2000:]
 
 
 def test_an_unreadable_manifest_is_named(tmp_path) -> None:
