@@ -83,14 +83,15 @@ class EngineModels:
         """The global model of the last aggregation: every block the fed server has averaged, from its global
         model (|𝒟_i|-weighted, eq. 7; GAS-12); a block that devices or per-device server copies hold but that
         no average has reached yet, its initial weights w⁰ (every device started from them); every other
-        block, the edge server's one shared instance (the server model, trained every round)."""
+        block, the edge server's one shared instance (the server model, trained every round), even where the fed
+        server still holds an average of it from when a cut put it on the devices (Algorithm 1's re-plans)."""
         e = self.engine
         global_states = self.global_states(range(e.num_blocks))
         blocks: list[nn.Module] = []
         for j in range(e.num_blocks):
             owners = {e.edge.key(d, j)[0] for d in range(e.num_devices) if j >= e.cuts[d]}
-            if j not in global_states and j >= max(e.cuts) and owners == {None}:
-                blocks.append(e.edge.instances[(None, j)])        # the shared server block
+            if j >= max(e.cuts) and owners == {None}:   # the shared server block, trained every round: a global
+                blocks.append(e.edge.instances[(None, j)])   # state of it is from before a re-partition (stale)
                 continue
             target = self._eval_blocks.get(("global", j))
             if target is None:

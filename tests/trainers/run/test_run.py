@@ -135,6 +135,25 @@ def test_a_replan_uses_the_rates_the_run_measured_so_far_not_the_generated_syste
     assert history.events[1]["system_from"] == "measured"
 
 
+def test_after_a_replan_moves_a_block_back_to_the_server_the_global_model_takes_the_trained_one() -> None:
+    """Found measuring the AdaptSFL recipe under Algorithm 1 (issue 66 item 6): block 2 went to the devices at a
+    re-plan (averaged there by the fed server) and back to the server at the next; the global model kept the fed
+    server's stale average of it instead of the server's block trained since, so the test accuracy stalled at
+    ~30 % while the training loss fell as with fixed cuts."""
+    plans = {0: [1, 1], 1: [2, 2], 2: [1, 1], 3: [1, 1]}
+
+    def planner(request: ReplanRequest):
+        return plans[request.round], 1
+
+    trainer = Trainer(TrainConfig.flat(**TINY, algorithm="adaptsfl", rounds=3, replan_every=1), planner=planner)
+    history = trainer.run()
+    assert [e["cuts"] for e in history.events] == [[1, 1], [2, 2], [1, 1], [1, 1]]
+    engine = trainer.engine
+    assert 1 in engine.global_sizes                                  # the fed server still holds an average of it
+    shared = engine.edge.instances[(None, 1)]
+    assert engine.global_model()[1] is shared
+
+
 def test_no_plan_without_fallback_says_what_the_fallback_would_be() -> None:
     def planner(request):
         raise InfeasibleError("target out of reach", field="constants.epsilon")
