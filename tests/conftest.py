@@ -37,6 +37,7 @@ SLOW_FILES = (
     "tests/trainers/distributed/test_distributed.py",      # real ranks over gloo: 5-50 s each
     "tests/trainers/distributed/test_mqtt.py",             # real ranks through a real broker
     "tests/trainers/distributed/test_provision.py",        # certificates, a broker, a whole deployment
+    "tests/trainers/distributed/test_lying_device.py",     # real ranks, one of them lying: ~8 s each
 )
 """Test files whose every test is slow (they start processes, brokers or whole runs)."""
 SLOW_TESTS = (

@@ -83,3 +83,44 @@ def after_loss(out: Path, lost: set[int], rounds: int) -> int:
     assert first < rounds and all(r.metrics["absent_devices"] == len(lost) for r in records[first - 1:])
     assert all(not lost & set(r.participants) and r.participants for r in records[first:])
     return first
+
+
+LIES = {
+    "E1 shape": "msg.tensor = torch.zeros(msg.tensor.shape[0], 3)",
+    "E2 float64": "msg.tensor = msg.tensor.double()",
+    "E3 labels 10^12": "msg.labels = torch.full_like(msg.labels, 10**12)",
+    "E4 15 labels for 16 rows": "msg.labels = msg.labels[:-1]",
+    "E5 empty": "msg.tensor, msg.labels = msg.tensor[:0], msg.labels[:0]",
+    "E7 3e38": "msg.tensor = torch.full_like(msg.tensor, 3e38)",
+    "E6 upload shape": "first = next(iter(msg.blocks.values())); name = next(iter(first.state)); "
+                       "first.state[name] = torch.zeros(2)",
+    "E8 weight 1e30": "msg.weight = 1e30",
+}
+"""Issue 67's lies of a device that holds the run's secret: Python run on device 0's message (``msg``) before it
+leaves (an :class:`Activation` for E1–E5 and E7, a :class:`ModelUpload` for E6 and E8)."""
+
+
+def lying_device(tmp_path: Path, lie: str, argv: list[str], timeout: float = 240) -> subprocess.CompletedProcess:
+    """``adaptplan train ARGV`` whose device 0 sends, from round 2 on, the message :data:`LIES` ``[lie]`` makes of
+    its honest one (a ``sitecustomize`` module on ``PYTHONPATH`` wraps ``Device.forward`` or ``Device.upload`` in
+    every rank but 0 and 1, the servers)."""
+    method = "upload" if lie.startswith(("E6", "E8")) else "forward"
+    hook = tmp_path / "lying_device"
+    hook.mkdir(exist_ok=True)
+    (hook / "sitecustomize.py").write_text(textwrap.dedent(f"""\
+        import os
+        if os.environ.get("RANK") not in (None, "0", "1"):
+            import torch
+            from trainers.roles.core import Device
+            _honest = Device.{method}
+            def lying(self, round_index, *args, **kwargs):
+                msg = _honest(self, round_index, *args, **kwargs)
+                if self.index == 0 and round_index >= 2:
+                    {LIES[lie]}
+                return msg
+            Device.{method} = lying
+        """))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])))
+    return subprocess.run([sys.executable, "-m", "adaptplan.cli", "train", *argv], capture_output=True, text=True,
+                          timeout=timeout, cwd=Path(__file__).resolve().parents[1], env=env)
+

@@ -115,10 +115,13 @@ class Alive:
 
 @dataclass
 class RoleError:
-    """A role's own error on a rank (``nonfinite``, ``mismatch``, ``input``): rank 0 raises it as its own."""
+    """A role's own error on a rank (``nonfinite``, ``mismatch``, ``input``): rank 0 raises it as its own; ``bad``:
+    a message from the device rank ``blame`` that its role may not send (trainers.roles.checks), which rank 0
+    raises as that rank's failure."""
 
     kind: str
     message: str
+    blame: int | None = None
 
 
 RANK_MESSAGES = (Envelope, Layout, DeviceSpec, Setup, Ready, LinkRates, Report, Stop, Abort, RoleError, Rejoin, Readmit,

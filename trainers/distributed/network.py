@@ -34,13 +34,27 @@ from trainers.distributed.layout import FED_RANK, SETUP_TIMEOUT_FACTOR, RankLayo
 from trainers.distributed.timing import book_transfer, link_rate
 from trainers.distributed.transport import FrameChannel, PeerError
 from trainers.engine.clock import StageLedger
-from trainers.roles.messages import Activation, CutGradient
+from trainers.roles.checks import ActivationRule, BadMessageError, check_activation, check_upload
+from trainers.roles.messages import Activation, CutGradient, ModelUpload
 from trainers.roles.optim import OptimizerSpec
-from trainers.roles.protocol import EDGE, FED, Address, Blocks, GetBlocks, RoundEnd
+from trainers.roles.protocol import EDGE, FED, Address, Blocks, Forward, GetBlocks, RoundEnd, Upload
 
 if TYPE_CHECKING:  # pragma: no cover
     from trainers.engine.clock import SimClock
     from trainers.engine.split_engine import SplitEngine
+
+
+def activation_rules(template: nn.Sequential, probe: torch.Tensor, num_classes: int) -> dict[int, ActivationRule]:
+    """Per cut c = 1..L−1: the per-sample shape and dtype of the activation after block c (one sample of the data
+    through a copy of the template, evaluation mode, nothing recorded) and the labels' range."""
+    rules = {}
+    model = copy.deepcopy(template).eval()
+    x = probe
+    with torch.no_grad():
+        for c, block in enumerate(model, start=1):
+            x = block(x)
+            rules[c] = ActivationRule(tuple(int(s) for s in x.shape[1:]), x.dtype, num_classes)
+    return rules
 
 
 class RankNetwork:
@@ -64,6 +78,10 @@ class RankNetwork:
         self.setting_up: dict[int, float] = {}   # lost device ranks sent their set-up again → deadline of their reply
         self._setups: dict[int, Setup] = {}
         self.released = False                # Stop sent: the other ranks end (:meth:`release`)
+        self.engine: "SplitEngine | None" = None
+        self.rules: dict[int, ActivationRule] = {}   # per cut: what a device's activation holds (trainers.roles.checks)
+        self.asked: dict[int, int] = {}              # device → the rows its last Forward asked for
+        self.uploads: dict[int, list[int]] = {}      # device → the blocks its last Upload (to the edge) asked for
 
     # ---- setting the device ranks up -------------------------------------------------------------------
     def setup(self, engine: "SplitEngine", optimizer: OptimizerSpec, seed: int) -> "RankNetwork":
@@ -72,8 +90,10 @@ class RankNetwork:
         per device it hosts, the positions of that device's samples in the data set, its cut,
         sampler seed and optimizer. Returns this network once every device rank is ready."""
         self.template = engine.template
+        self.engine = engine
         self.tolerant, self.algorithm = bool(engine.strategy.allows_absence), str(engine.strategy.name)
         data = engine.data
+        self.rules = activation_rules(engine.template, data.x_train[:1], int(engine.num_classes))
         source = dict(self.source, num_train=int(data.x_train.shape[0]), num_classes=int(engine.num_classes))
         initial = [{k: v.detach().cpu().clone() for k, v in block.state_dict().items()} for block in engine.template]
         by_rank: dict[int, dict[int, DeviceSpec]] = {}
@@ -182,6 +202,10 @@ class RankNetwork:
     def send(self, to: Address, msg: Any) -> None:
         if to != FED:
             self._blocks.pop(int(to), None)         # the device may change: its blocks are read anew
+        if isinstance(msg, Forward):
+            self.asked.update(dict(msg.items))
+        elif isinstance(msg, Upload) and msg.to == EDGE:
+            self.uploads[msg.device] = list(msg.blocks)
         if isinstance(msg, CutGradient) and self.served_from is not None:
             self.ledger.add("edge", "server", time.time() - self.served_from)   # since the group's activations came
             self.served_from = None
@@ -202,10 +226,36 @@ class RankNetwork:
                     continue
                 raise
             msg = book_transfer(self.ledger, envelope, EDGE)
+            try:
+                if rank != FED_RANK:
+                    self._check(msg, rank)
+            except BadMessageError as exc:        # the device rank is at fault: as if it had failed
+                refused = PeerError(rank, self.layout.describe(rank), f"sent a message its role may not send: {exc}")
+                if allow_absent and self._may_lose(refused):
+                    continue
+                raise refused from None
             if isinstance(msg, Activation):
                 self.served_from = time.time()
             out.append(msg)
         return out
+
+    def _check(self, msg: Any, rank: int) -> None:
+        """A device rank's activation or relayed upload, checked before it is used (:mod:`trainers.roles.checks`):
+        for a device that rank hosts and was asked, by the rules of the device's cut."""
+        assert self.engine is not None, "set up before the first round"
+        if not isinstance(msg, (Activation, ModelUpload)):
+            return
+        device = msg.device
+        if not isinstance(device, int) or not 0 <= device < self.layout.num_devices \
+                or self.layout.rank_of(device) != rank:
+            raise BadMessageError(-1 if not isinstance(device, int) else device, type(msg).__name__, "device",
+                                  f"{device!r} is not a device rank {rank} hosts")
+        if isinstance(msg, Activation):
+            if device not in self.asked:
+                raise BadMessageError(device, "activation", "device", "no forward was asked of it")
+            check_activation(msg, device, self.asked.pop(device), self.rules[self.engine.cuts[device]])
+        else:
+            check_upload(msg, device, self.uploads.pop(device, []), self.engine.upload_schema)
 
     def device_blocks(self, device: int) -> nn.ModuleList | None:
         if device not in self._blocks:

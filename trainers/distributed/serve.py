@@ -29,11 +29,12 @@ import numpy as np
 import torch
 
 from adaptplan.errors import InputError
-from trainers.distributed.control import LinkRates, Readmit, Ready, Report, Setup, Stop
+from trainers.distributed.control import LinkRates, Readmit, Ready, Report, RoleError, Setup, Stop
 from trainers.distributed.layout import EDGE_RANK, FED_RANK, RankLayout
 from trainers.distributed.timing import book_transfer, link_rate
 from trainers.distributed.transport import FrameChannel, PeerError, role_error
 from trainers.engine.clock import StageLedger
+from trainers.roles.checks import BadMessageError
 from trainers.roles.core import Device
 from trainers.roles.hosts import DeviceHost, FedHost, take
 from trainers.roles.messages import CutGradient, MessageMismatchError, ModelDownload, ModelUpload, NonFiniteError
@@ -108,6 +109,9 @@ class RankLoop:
                 return
             try:
                 self.dispatch(envelope)
+            except BadMessageError as exc:          # a device rank's message this rank refused: rank 0 names it
+                blame = self.layout.rank_of(exc.device) if 0 <= exc.device < self.layout.num_devices else None
+                self.channel.send(RoleError("bad", str(exc), blame), EDGE_RANK)
             except (NonFiniteError, MessageMismatchError, InputError) as exc:   # the role code's own: rank 0 decides
                 self.channel.send(role_error(exc), EDGE_RANK)
 

@@ -280,6 +280,9 @@ class FrameChannel:
         msg = obj.msg
         if isinstance(msg, Abort):
             raise AbortRun(msg.reason)
+        if isinstance(msg, RoleError) and msg.kind == "bad" and isinstance(msg.blame, int) and msg.blame != src:
+            raise PeerError(msg.blame, self.describe(msg.blame),
+                            f"sent rank {src} ({self.describe(src)}) a message its role may not send: {msg.message}")
         if isinstance(msg, RoleError):
             error = ROLE_ERRORS.get(msg.kind, MessageMismatchError)
             raise error(f"{self.describe(src)}: {msg.message}" if msg.kind == "input" else str(msg.message))

@@ -7,6 +7,7 @@ the engine's byte counters.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any, Sequence
 
 from trainers.engine.clock import StageLedger, StageTimes
@@ -36,11 +37,11 @@ def aggregate(engine: Engine, agg: "Aggregation", ctx: "RoundContext", participa
     uploaded: set[int] = set()
     for d in devices:   # each upload is folded into the fed server's running average as it is taken
         w = weight[d]
-        if relayed is None:
+        if relayed is None:          # the fed server checks the upload and weighs it by the edge server's w
             engine.net.send(d, Upload(d, ctx.round, blocks, w))
-            engine.net.send(FED, Take(d))
-        else:
-            engine.net.send(FED, relayed[d])
+            engine.net.send(FED, Take(d, weight=w, expect=expected_upload(engine, d, blocks)))
+        else:                        # checked by the edge server as it came in; the weight is the edge server's
+            engine.net.send(FED, dataclasses.replace(relayed[d], weight=w))
         e = engine.edge.upload(d, ctx.round, blocks, w)
         engine.net.send(FED, e)
         mine = [j for j in blocks if j < engine.cuts[d]]
@@ -112,6 +113,13 @@ def download_global(engine: Engine, devices: Sequence[int], round_index: int, bl
     edge_down = times.edge_down_seconds(edge_down_bits) if edge_down_bits else 0.0
     ledger.add("edge", "model download", edge_down)
     return max(end, start + edge_down)
+
+
+def expected_upload(engine: Engine, device: int, blocks: Sequence[int]) -> dict[int, dict[str, tuple[tuple[int, ...], str]]]:
+    """What device ``device``'s upload of ``blocks`` holds: those below its cut, with the template's entries, shapes
+    and dtypes (:func:`trainers.roles.checks.check_upload`)."""
+    schema = engine.upload_schema
+    return {j: dict(schema[j]) for j in blocks if j < engine.cuts[device]}
 
 
 def relay_uploads(engine: Engine, devices: list[int], round_index: int, blocks: list[int],

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
+import math
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
@@ -43,11 +45,13 @@ from trainers.engine.repartition import repartition
 from trainers.engine.state import engine_state, restore_engine
 from trainers.engine.sync_round import handoff, run_group
 from trainers.roles.batching import ClientBatcher
+from trainers.roles.checks import Schema, schema_of
 from trainers.roles.core import Device, EdgeServer, FedServer, random_layer
 from trainers.roles.hosts import DeviceHost, FedHost, device_finite_items
 from trainers.roles.messages import (
     DevicesLost,
     MessageMismatchError,
+    NonFiniteError,
     check_all_finite,
     deferred_finite_checks,
     tensor_bytes,
@@ -273,6 +277,12 @@ class SplitEngine:
             raise DevicesLost(f"every device of the run is absent (lost: {sorted(self.absent)}): nothing can train")
         return kept
 
+    @functools.cached_property
+    def upload_schema(self) -> Schema:
+        """Every block's state entries, shapes and dtypes (the template's): what a device's upload must hold
+        (:func:`trainers.roles.checks.check_upload`)."""
+        return schema_of([block.state_dict() for block in self.template])
+
     def stage_times(self, round_index: int) -> StageTimes:
         if self.clock is None:
             return StageTimes.zeros(self.num_devices, self.batch_size)
@@ -338,6 +348,9 @@ class SplitEngine:
         if self.absent:
             ctx.metrics["absent_devices"] = float(len(self.absent))
         loss = float(torch.stack(list(ctx.losses.values())).mean()) if ctx.losses else float("nan")
+        if ctx.losses and not math.isfinite(loss):      # finite models can still give an infinite loss (issue 67 E7)
+            worst = max(ctx.losses, key=lambda d: not math.isfinite(float(ctx.losses[d])))
+            raise NonFiniteError(f"training loss {float(ctx.losses[worst])} at round {ctx.round}, device {worst}")
         return RoundStats(loss, self.bytes_up, self.bytes_down, self.bytes_server, aggregated, participants,
                           float(seconds), ledger.summary(), dict(ctx.metrics), samples=self.samples,
                           seconds_by_role=ledger.by_role())

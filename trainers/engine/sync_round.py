@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
+from trainers.engine.aggregation import expected_upload
 from trainers.engine.clock import StageLedger, StageTimes
 from trainers.roles.messages import Activation, CutGradient, MessageMismatchError
 from trainers.roles.protocol import FED, Forward, Send, Take, Upload
@@ -308,7 +309,7 @@ def handoff(engine: Engine, h: "Handoff", round_index: int, times: StageTimes, s
     moved = list(range(engine.cuts[h.source]))
     engine.net.send(h.source, Upload(h.source, round_index, moved, 1.0, with_optimizer=True))
     key = engine._key()
-    engine.net.send(FED, Take(h.source, keep=key))
+    engine.net.send(FED, Take(h.source, keep=key, expect=expected_upload(engine, h.source, moved)))
     engine.net.send(FED, Send(h.target, h.target, round_index, "device", {j: ("kept", key, j) for j in moved}))
     engine.net.send(h.target, Take(FED))
     engine.bytes_up += engine.blocks_bytes(moved)

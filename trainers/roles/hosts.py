@@ -9,9 +9,11 @@ A handler answers through ``emit(to, message)``; ``to`` is :data:`~trainers.role
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable
 
 from trainers.roles.batching import ClientBatcher
+from trainers.roles.checks import BadMessageError, check_upload
 from trainers.roles.core import Device, FedServer
 from trainers.roles.messages import BlockState, CutGradient, MessageMismatchError, ModelDownload, ModelUpload, check_all_finite
 from trainers.roles.protocol import EDGE, FED, Average, Blocks, Forward, GetBlocks, GetState, RoundEnd, Send, SetState, State, Take, Upload
@@ -144,7 +146,15 @@ class FedHost:
 
 def take(host: Any, order: Take, msg: Any, emit: Emit) -> None:
     """Deliver ``msg``, taken from ``order.source`` as the edge server ordered: a fed server keeps
-    an upload under ``order.keep`` instead of folding it."""
+    an upload under ``order.keep`` instead of folding it. An upload the order describes (``expect``) is checked
+    first (:func:`~trainers.roles.checks.check_upload`: a :class:`~trainers.roles.checks.BadMessageError` names the
+    device), and the order's ``weight`` replaces the one the device stated (issue 67 E8)."""
+    if order.expect is not None:
+        if not isinstance(msg, ModelUpload):
+            raise BadMessageError(int(order.source), "model upload", "type", f"is a {type(msg).__name__}")
+        check_upload(msg, int(order.source), list(order.expect), order.expect)
+    if order.weight is not None and isinstance(msg, ModelUpload):
+        msg = dataclasses.replace(msg, weight=float(order.weight))
     if order.keep is not None:
         if not isinstance(host, FedHost) or not isinstance(msg, ModelUpload):
             raise MessageMismatchError(f"only the fed server keeps uploads (got a {type(msg).__name__})")

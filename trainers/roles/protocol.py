@@ -68,10 +68,14 @@ class Upload:
 @dataclass
 class Take:
     """Take the next message from ``source`` now. At the fed server an upload is folded into the
-    running average, or kept under ``keep`` (a hand-off's, sent on by :class:`Send`)."""
+    running average, or kept under ``keep`` (a hand-off's, sent on by :class:`Send`); with ``expect`` (the blocks
+    asked for, their entries, shapes and dtypes: :data:`trainers.roles.checks.Schema`) it is checked first, and with
+    ``weight`` that FedAvg weight (|D_i|, the edge server's) replaces the one the upload states."""
 
     source: Address
     keep: int | None = None
+    weight: float | None = None
+    expect: dict[int, dict[str, tuple[tuple[int, ...], str]]] | None = None
 
 
 @dataclass

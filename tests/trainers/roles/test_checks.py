@@ -1,0 +1,110 @@
+"""trainers.roles.checks: every rule of what a device may send, each at its edge (the first value refused and the
+last one taken), the fed server's Take that checks an upload and replaces its stated weight, and the runtime's rules
+per cut read from the model (tests/trainers/distributed/test_lying_device.py runs the same lies over real ranks)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from trainers.roles.checks import MAX_MAGNITUDE, ActivationRule, BadMessageError, check_activation, check_upload, schema_of
+from trainers.roles.hosts import FedHost, take
+from trainers.roles.messages import Activation, BlockState, ModelUpload
+from trainers.roles.protocol import Average, Take
+
+RULE = ActivationRule((4, 2), torch.float32, 10)
+
+
+def activation(rows: int = 3, **change) -> Activation:
+    fields = dict(device=1, round=2, step=0, tensor=torch.ones(rows, 4, 2), labels=torch.arange(rows) % 10)
+    fields.update(change)
+    return Activation(**fields)
+
+
+def refused(msg: Activation, rows: int = 3) -> BadMessageError:
+    with pytest.raises(BadMessageError) as caught:
+        check_activation(msg, 1, rows, RULE)
+    return caught.value
+
+
+def test_an_honest_activation_passes_at_every_edge_of_the_rules() -> None:
+    check_activation(activation(), 1, 3, RULE)
+    check_activation(activation(labels=torch.tensor([0, 9, 5])), 1, 3, RULE)                   # labels 0 and M − 1
+    check_activation(activation(tensor=torch.full((3, 4, 2), -MAX_MAGNITUDE)), 1, 3, RULE)     # |x| = the bound
+    check_activation(activation(0, tensor=torch.ones(0, 4, 2), labels=torch.zeros(0, dtype=torch.int64)), 1, 0, RULE)
+
+
+@pytest.mark.parametrize(("change", "field", "text"), [
+    ({"device": 2}, "device", "is 2, but this is device 1's reply"),
+    ({"tensor": torch.ones(3, 4, 2, dtype=torch.float64)}, "tensor.dtype", "is torch.float64, expected torch.float32"),
+    ({"tensor": torch.ones(3, 4, 3)}, "tensor.shape", "is [3, 4, 3], expected [3, 4, 2] (3 samples asked for)"),
+    ({"tensor": torch.ones(2, 4, 2)}, "tensor.shape", "is [2, 4, 2], expected [3, 4, 2]"),
+    ({"labels": torch.tensor([0, 1])}, "labels", "are torch.int64[2], expected torch.int64[3] (one per row)"),
+    ({"labels": torch.tensor([0, 1, 2], dtype=torch.int32)}, "labels", "are torch.int32[3]"),
+    ({"labels": torch.tensor([0, 10, 2])}, "labels", "span 0..10, outside 0..9"),
+    ({"labels": torch.tensor([-1, 1, 2])}, "labels", "span -1..2, outside 0..9"),
+    ({"tensor": torch.full((3, 4, 2), MAX_MAGNITUDE * 1.01)}, "tensor", "holds 1.01e+10: NaN, infinite or above 1e+10"),
+    ({"tensor": torch.full((3, 4, 2), float("nan"))}, "tensor", "holds nan"),
+    ({"tensor": torch.full((3, 4, 2), float("-inf"))}, "tensor", "holds inf"),
+    ({"labels": [0, 1, 2]}, "tensor", "the activation and its labels must be tensors"),
+])
+def test_a_lying_activation_is_refused_naming_the_device_and_the_field(change, field, text) -> None:
+    error = refused(activation(**change))
+    assert error.device == 1 and error.field == field
+    assert str(error).startswith(f"device 1's activation: {field}: ") and text in str(error)
+
+
+STATES = [nn.Linear(3, 2).state_dict(), nn.Linear(2, 2).state_dict()]
+SCHEMA = schema_of(STATES)
+
+
+def upload(blocks: dict[int, dict[str, torch.Tensor]], device: int = 0, weight: float = 5.0) -> ModelUpload:
+    return ModelUpload(device, 1, "device", {j: BlockState(dict(s)) for j, s in blocks.items()}, weight)
+
+
+def test_the_schema_is_each_blocks_entries_shapes_and_dtypes() -> None:
+    assert SCHEMA == {0: {"weight": ((2, 3), "float32"), "bias": ((2,), "float32")},
+                      1: {"weight": ((2, 2), "float32"), "bias": ((2,), "float32")}}
+
+
+@pytest.mark.parametrize(("blocks", "device", "field", "text"), [
+    ({0: STATES[0]}, 1, "device", "is 0, but this is device 1's upload"),
+    ({1: STATES[1]}, 0, "blocks", "holds block 1, which it was not asked for ([0])"),
+    ({0: {"weight": STATES[0]["weight"]}}, 0, "blocks[0]", "differs at 'bias'"),
+    ({0: {**STATES[0], "extra": torch.zeros(1)}}, 0, "blocks[0]", "differs at 'extra'"),
+    ({0: {**STATES[0], "weight": torch.zeros(3, 2)}}, 0, "blocks[0].weight", "is torch.float32[3, 2], expected float32[2, 3]"),
+    ({0: {**STATES[0], "bias": torch.zeros(2, dtype=torch.float64)}}, 0, "blocks[0].bias", "is torch.float64[2]"),
+    ({0: {**STATES[0], "bias": torch.tensor([0.0, float("inf")])}}, 0, "blocks[0].bias", "holds NaN or infinite values"),
+    ({0: {**STATES[0], "bias": [0.0, 1.0]}}, 0, "blocks[0].bias", "is list, expected float32[2]"),
+])
+def test_a_lying_upload_is_refused_naming_the_device_and_the_field(blocks, device, field, text) -> None:
+    with pytest.raises(BadMessageError) as caught:
+        check_upload(upload(blocks), device, [0], SCHEMA)
+    assert caught.value.field == field and text in str(caught.value)
+    assert str(caught.value).startswith(f"device {device}'s model upload: {field}: ")
+
+
+def test_the_fed_server_checks_what_it_takes_and_weighs_by_the_edge_servers_weight() -> None:
+    """Issue 67 E8: a stated weight of 10³⁰ made the lying device's model the global one."""
+    fed = FedHost()
+    honest = {j: {k: torch.ones_like(v) for k, v in STATES[0].items()} for j in (0,)}
+    liar = {j: {k: torch.full_like(v, 3.0) for k, v in STATES[0].items()} for j in (0,)}
+    expect = {0: dict(SCHEMA[0])}
+    take(fed, Take(0, weight=1.0, expect=expect), upload(honest, 0, weight=1.0), lambda *a: None)
+    take(fed, Take(1, weight=1.0, expect=expect), upload(liar, 1, weight=1e30), lambda *a: None)
+    fed.handle(Average(1), lambda *a: None)
+    assert torch.equal(fed.latest[0].state["bias"], torch.full((2,), 2.0))          # (1 + 3) / 2: equal weights
+    with pytest.raises(BadMessageError, match="device 1's model upload: blocks\\[0\\].weight"):
+        take(fed, Take(1, expect=expect), upload({0: {**STATES[0], "weight": torch.zeros(1)}}, 1), lambda *a: None)
+    with pytest.raises(BadMessageError, match="device 1's model upload: type: is a Activation"):
+        take(fed, Take(1, expect=expect), activation(), lambda *a: None)
+
+
+def test_the_runtimes_rule_per_cut_is_the_models_activation_there() -> None:
+    from trainers.distributed.network import activation_rules
+
+    model = nn.Sequential(nn.Sequential(nn.Flatten(), nn.Linear(8, 5)), nn.ReLU(), nn.Linear(5, 3))
+    rules = activation_rules(model, torch.zeros(1, 2, 4), 3)
+    assert rules[1] == ActivationRule((5,), torch.float32, 3) and rules[2] == ActivationRule((5,), torch.float32, 3)
+    assert rules[3].shape == (3,)

@@ -1,0 +1,106 @@
+"""What a device may send, checked before its message is used (issue 67: a device that holds the run's secret but
+lies, or is buggy).
+
+A device sends two kinds of message its receiver computes with:
+
+* an :class:`~trainers.roles.messages.Activation` to the edge server: exactly the rows the edge server asked for
+  (its :class:`~trainers.roles.protocol.Forward`), each of the cut's shape and the model's dtype, finite and at most
+  :data:`MAX_MAGNITUDE` in absolute value, with one int64 label per row in 0..M−1;
+* a :class:`~trainers.roles.messages.ModelUpload` to the fed server: the blocks it was asked for, each with exactly
+  the template's entries, shapes and dtypes, finite. Its FedAvg weight is never the device's word: the fed server
+  takes the one the edge server's :class:`~trainers.roles.protocol.Take` states (|D_i|, from the partition).
+
+A message that breaks a rule raises :class:`BadMessageError` naming the device and the field; the runtimes turn
+it into the device rank's failure (docs/distributed.md "A device that lies"). In one process (the simulator) the
+devices are the run's own code, and nothing is checked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import torch
+
+from trainers.roles.messages import Activation, MessageMismatchError, ModelUpload
+
+MAX_MAGNITUDE = 1e10
+"""The largest |value| an activation may hold. A float32 reaches 3.4·10³⁸, and finite activations of 3·10³⁸ made
+every later loss infinite (issue 67 E7); a trained network's cut-layer values are many orders below 10¹⁰."""
+
+Schema = Mapping[int, Mapping[str, tuple[tuple[int, ...], str]]]
+"""Per block index, per state entry: (shape, dtype name), e.g. ``{0: {"0.weight": ((16, 3, 3, 3), "float32")}}``."""
+
+
+class BadMessageError(MessageMismatchError):
+    """Device ``device`` sent a message its role may not send; ``field`` names what is wrong."""
+
+    def __init__(self, device: int, what: str, field: str, why: str) -> None:
+        super().__init__(f"device {device}'s {what}: {field}: {why}")
+        self.device, self.field = device, field
+
+
+@dataclass(frozen=True)
+class ActivationRule:
+    """What an activation at one cut holds: per-sample ``shape`` and ``dtype``; labels in 0..``num_classes``−1."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    num_classes: int
+
+
+def check_activation(msg: Activation, device: int, rows: int, rule: ActivationRule) -> None:
+    """Raise :class:`BadMessageError` unless ``msg`` is device ``device``'s activation of ``rows`` rows by ``rule``."""
+    def bad(field: str, why: str) -> BadMessageError:
+        return BadMessageError(device, "activation", field, why)
+
+    if msg.device != device:
+        raise bad("device", f"is {msg.device}, but this is device {device}'s reply")
+    x, y = msg.tensor, msg.labels
+    if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
+        raise bad("tensor", "the activation and its labels must be tensors")
+    if x.dtype != rule.dtype:
+        raise bad("tensor.dtype", f"is {x.dtype}, expected {rule.dtype}")
+    expected = (rows, *rule.shape)
+    if tuple(x.shape) != expected:
+        raise bad("tensor.shape", f"is {list(x.shape)}, expected {list(expected)} ({rows} samples asked for)")
+    if y.dtype != torch.int64 or tuple(y.shape) != (rows,):
+        raise bad("labels", f"are {y.dtype}{list(y.shape)}, expected torch.int64[{rows}] (one per row)")
+    if rows and not 0 <= int(y.min()) <= int(y.max()) < rule.num_classes:
+        raise bad("labels", f"span {int(y.min())}..{int(y.max())}, outside 0..{rule.num_classes - 1}")
+    if x.numel():
+        largest = float(x.detach().abs().amax())
+        if not largest <= MAX_MAGNITUDE:          # NaN fails this too
+            raise bad("tensor", f"holds {largest:.3g}: NaN, infinite or above {MAX_MAGNITUDE:.0e} in absolute value")
+
+
+def schema_of(states: Sequence[Mapping[str, torch.Tensor]]) -> dict[int, dict[str, tuple[tuple[int, ...], str]]]:
+    """The :data:`Schema` of blocks 0.. whose state dicts are ``states`` (the template's)."""
+    return {j: {name: (tuple(int(s) for s in t.shape), str(t.dtype).removeprefix("torch.")) for name, t in state.items()}
+            for j, state in enumerate(states)}
+
+
+def check_upload(msg: ModelUpload, device: int, blocks: Sequence[int], schema: Schema) -> None:
+    """Raise :class:`BadMessageError` unless ``msg`` is device ``device``'s upload of ``blocks`` by ``schema``."""
+    def bad(field: str, why: str) -> BadMessageError:
+        return BadMessageError(device, "model upload", field, why)
+
+    if msg.device != device:
+        raise bad("device", f"is {msg.device}, but this is device {device}'s upload")
+    extra = sorted(set(msg.blocks) - set(blocks))
+    if extra:
+        raise bad("blocks", f"holds block {extra[0]}, which it was not asked for ({sorted(blocks)})")
+    for j, block in msg.blocks.items():
+        expected = schema.get(j, {})
+        if set(block.state) != set(expected):
+            missing = sorted(set(expected) - set(block.state)) or sorted(set(block.state) - set(expected))
+            raise bad(f"blocks[{j}]", f"holds entries {sorted(block.state)[:5]}, expected {sorted(expected)[:5]} "
+                                      f"(differs at {missing[0]!r})")
+        for name, tensor in block.state.items():
+            shape, dtype = expected[name]
+            if not isinstance(tensor, torch.Tensor) or tuple(tensor.shape) != shape \
+                    or str(tensor.dtype).removeprefix("torch.") != dtype:
+                got = f"{tensor.dtype}{list(tensor.shape)}" if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+                raise bad(f"blocks[{j}].{name}", f"is {got}, expected {dtype}{list(shape)}")
+            if tensor.is_floating_point() and tensor.numel() and not bool(torch.isfinite(tensor).all()):
+                raise bad(f"blocks[{j}].{name}", "holds NaN or infinite values")
