@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from adaptplan.errors import InputError
+from adaptplan.fileio import MAX_NESTING, nesting_depth
 
 CONFIG_FLAG = "--config"
 MAX_RUN_FILE_BYTES = 1 << 20
@@ -57,13 +58,18 @@ def read_run_file(path: Path) -> dict[str, Any]:
         if size > MAX_RUN_FILE_BYTES:
             raise InputError(f"{str(path)!r} is {size:,} bytes, more than a run file's {MAX_RUN_FILE_BYTES:,}",
                              field=CONFIG_FLAG)
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:                                  # tomllib recurses once per level of nesting
+        raise InputError(f"{where} nests deeper than {MAX_NESTING} levels", field=CONFIG_FLAG) from None
     except FileNotFoundError:
         raise InputError(f"{str(path)!r} does not exist", field=CONFIG_FLAG) from None
     except UnicodeDecodeError:
         raise InputError(f"{str(path)!r} is not UTF-8 text", field=CONFIG_FLAG) from None
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{where} is not TOML: {exc}", field=CONFIG_FLAG) from None
+    if nesting_depth(data) > MAX_NESTING:
+        raise InputError(f"{where} nests deeper than {MAX_NESTING} levels", field=CONFIG_FLAG)
+    return data
 
 
 OTHER_NAMES = {"learning-rate": "lr", "client-learning-rate": "client-lr", "server-learning-rate": "server-lr",

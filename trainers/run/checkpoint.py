@@ -94,14 +94,22 @@ def save_checkpoint(state: dict[str, Any], folder: str | os.PathLike) -> Path:
     return path
 
 
+MAX_CHECKPOINT_BYTES = 8 * 2**30
+"""The largest checkpoint read (bytes): a larger file is refused before it is read (issue 67 C6)."""
+
+
 def load_checkpoint(folder: str | os.PathLike, validate: bool = True) -> dict[str, Any]:
     """The state in ``folder/checkpoint.pt``, checked as a run's state (``validate``; off only for the
-    container round trip of tests)."""
+    container round trip of tests); at most :data:`MAX_CHECKPOINT_BYTES`."""
     path = Path(folder) / CHECKPOINT_NAME
     if not path.is_file():
         raise InputError(f"no checkpoint at {str(path)!r}; the run must have been started with --checkpoint-every",
                          field="--resume")
     try:
+        size = path.stat().st_size
+        if size > MAX_CHECKPOINT_BYTES:
+            raise InputError(f"{str(path)!r} holds {size:,} bytes, more than the {MAX_CHECKPOINT_BYTES:,} a checkpoint "
+                             "may hold; start again with --overwrite", field="--resume")
         data = path.read_bytes()
     except OSError as exc:
         raise InputError(f"cannot read {str(path)!r}: {exc.strerror or exc}", field="--resume") from None

@@ -412,7 +412,7 @@ class Trainer:
                              field="--resume")
         try:
             theirs = json.loads(history_path.read_text(encoding="utf-8")).get("meta", {}).get("run_id")
-        except (OSError, ValueError, AttributeError) as exc:   # written atomically: not a torn write of this run
+        except (OSError, ValueError, AttributeError, RecursionError) as exc:   # atomic: no torn write of this run
             raise InputError(f"history.json beside the {where} cannot be read ({type(exc).__name__}), so nothing ties "
                              "the checkpoint to this folder's run; restore the folder's history.json, or start again "
                              "with --overwrite", field="--resume") from None

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+from typing import Any, Callable
 
 from adaptplan.cli.flags import int_flag, positive_float_flag
 from adaptplan.errors import InputError
@@ -67,8 +69,39 @@ def run(args: argparse.Namespace) -> int:
     if smallest < args.batch_size:
         raise InputError(f"the smallest device gets {smallest} samples, fewer than --batch-size {args.batch_size}",
                          field="--batch-size")
-    manifest = write_device_folder(data, parts, out)
+    manifest = write_whole(data, parts, out, write_device_folder)
     sizes = [e.samples for e in manifest.devices]
     print(f"wrote {out}: {manifest.name}, {len(sizes)} devices ({min(sizes)}-{max(sizes)} samples each, "
           f"{manifest.total} in all), test.npz, manifest.json", file=sys.stderr)
     return 0
+
+
+def write_whole(data: Any, parts: Any, out: Path, write: Callable[[Any, Any, Path], Any]) -> Any:
+    """``write(data, parts, folder)`` into a temporary folder beside ``out``, renamed to ``out`` once complete: a
+    full disk or a stop leaves no half-written device-data folder (issue 67), and an earlier one is replaced whole
+    (moved aside first, removed last). The temporary folder is removed on any failure. The manifest read back."""
+    import shutil
+    import tempfile
+
+    from trainers.inputs.device_data import read_manifest
+
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    except OSError as exc:
+        raise InputError(f"cannot write beside {str(out)!r}: {exc.strerror or exc}", field="--out") from None
+    old = None
+    try:
+        write(data, parts, staging)
+        if out.exists():
+            old = out.parent / f"{staging.name}.old"
+            out.rename(old)
+        staging.rename(out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        if old is not None and not out.exists():
+            old.rename(out)                      # the earlier folder back where it was
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return read_manifest(out)

@@ -83,6 +83,8 @@ def test_the_command_lines_flags_override_the_file(tmp_path) -> None:
                               r"mean 'lr'\?\)"),
     ("epochs = 3\n", r"run.toml: epochs: 'epochs' is not an option of adaptplan train \(did you mean 'rounds'\?\)"),
     ("devices = \n", r"--config .*run.toml is not TOML"),
+    ("rounds = " + "[" * 2000 + "]" * 2000 + "\n", r"--config .*run.toml nests deeper than 32 levels"),   # F2
+    ("rounds = " + "[" * 33 + "]" * 33 + "\n", r"--config .*run.toml nests deeper than 32 levels"),
     ("config = \"other.toml\"\n", r"'config' is not an option"),
 ])
 def test_a_key_or_value_the_command_line_would_not_take_is_one_error(tmp_path, capsys, content, message) -> None:

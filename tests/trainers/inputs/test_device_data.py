@@ -457,3 +457,33 @@ def test_manifest_values_of_another_kind_are_one_message(folder, tmp_path) -> No
         (copy / "manifest.json").write_text(raw)
         with pytest.raises(InputError, match="is not a device-data manifest"):
             read_manifest(copy)
+
+
+def test_split_data_writes_whole_or_not_at_all(folder, tmp_path) -> None:
+    """Issue 67: split-data on a full disk left a half-written folder. It writes beside --out and renames when
+    complete; a failure leaves neither a new folder nor the temporary one, and an earlier folder stays as it was."""
+    from adaptplan.cli.commands.split_data import write_whole
+
+    def failing(data, parts, root):
+        (root / "device-0.npz").write_bytes(b"half")
+        raise InputError("No space left on device", field="--out")
+
+    out = tmp_path / "devdata"
+    with pytest.raises(InputError, match="No space left"):
+        write_whole(None, None, out, failing)
+    assert list(tmp_path.iterdir()) == []
+    source, _ = folder
+    earlier = {p.name: p.read_bytes() for p in source.iterdir()}
+    out.mkdir()
+    for name, raw in earlier.items():
+        (out / name).write_bytes(raw)
+    with pytest.raises(InputError, match="No space left"):
+        write_whole(None, None, out, failing)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == earlier and [p.name for p in tmp_path.iterdir()] == ["devdata"]
+
+    def honest(data, parts, root):
+        for name, raw in earlier.items():
+            (root / name).write_bytes(raw)
+
+    assert write_whole(None, None, out, honest).total == read_manifest(source).total
+    assert [p.name for p in tmp_path.iterdir()] == ["devdata"]

@@ -98,6 +98,28 @@ def test_an_empty_folder_a_killed_runs_leftovers_and_an_earlier_run_are_taken(tm
     assert "holds files that are not an adaptplan run's" in capsys.readouterr().err
 
 
+def test_a_checkpoint_beyond_the_stated_size_or_a_history_nested_too_deep_is_one_line(tmp_path, capsys,
+                                                                                      monkeypatch) -> None:
+    """Issue 67 C6 (a 3 GiB checkpoint was read whole) and C5 (a 10⁶-deep history.json beside the checkpoint was an
+    internal RecursionError on --resume)."""
+    import trainers.run.checkpoint as checkpoint
+
+    out = tmp_path / "run"
+    assert main([*BASE, "--algorithm", "psl", "--rounds", "2", "--checkpoint-every", "2", "--out", str(out)]) == 0
+    size = (out / CHECKPOINT_NAME).stat().st_size
+    monkeypatch.setattr(checkpoint, "MAX_CHECKPOINT_BYTES", size - 1)
+    capsys.readouterr()
+    assert main(["train", "--out", str(out), "--resume", "--rounds", "4", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"holds {size:,} bytes, more than the {size - 1:,} a checkpoint may hold" in err
+    monkeypatch.undo()
+    text = (out / "history.json").read_text()
+    (out / "history.json").write_text(text.replace('"meta": {', '"meta": {"deep": ' + "[" * 10**5 + "]" * 10**5 + ",", 1))
+    assert main(["train", "--out", str(out), "--resume", "--rounds", "4", "--no-progress"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("plan from")]
+    assert len(err) == 1 and "history.json beside the checkpoint" in err[0] and "(RecursionError)" in err[0], err
+
+
 def test_a_locked_folder_is_refused(tmp_path) -> None:
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / ".adaptplan.lock").write_text("9" * 20)        # a stale, longer owner record
