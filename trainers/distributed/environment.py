@@ -30,12 +30,22 @@ RUNTIME_ENV = "ADAPTPLAN_RUNTIME"   # "mqtt": the ranks meet at a broker (traine
 MIN_SECRET_BYTES = 16
 
 
+def check_private(path: str, field: str) -> None:
+    """Refuse a secret or password file that users other than its owner may read or write (issue 67: a kit's
+    ``run.secret`` readable by everyone was used without a word): one InputError naming the file and the fix."""
+    mode = os.stat(path).st_mode
+    if mode & 0o077:
+        raise InputError(f"{path!r} can be read or written by other users (mode {mode & 0o777:o}): whoever reads it "
+                         f"can join the run; chmod 600 {path}", field=field)
+
+
 def run_key(environ: Mapping[str, str] = os.environ) -> bytes:
     """The 32-byte key that authenticates this run's frames, derived from its secret; an
     :class:`InputError` naming the variable when there is none or it is too short to be one."""
     path = environ.get(SECRET_FILE_ENV)
     if path:
         try:
+            check_private(path, SECRET_FILE_ENV)
             secret = Path(path).read_bytes().strip()
         except OSError as exc:
             raise InputError(f"cannot read the run's secret from {path!r}: {exc.strerror or exc}",

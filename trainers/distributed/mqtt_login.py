@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from adaptplan.errors import InputError
+from trainers.distributed.environment import check_private
 
 BROKER_ENV = "ADAPTPLAN_MQTT_BROKER"          # host:port
 CA_ENV = "ADAPTPLAN_MQTT_CA"                  # the CA certificate's file
@@ -47,6 +48,7 @@ def broker_login(environ: Mapping[str, str] = os.environ) -> BrokerLogin:
     if not host or not port.isdigit():
         raise InputError(f"{BROKER_ENV} is {environ[BROKER_ENV]!r}, not host:port", field=BROKER_ENV)
     try:
+        check_private(environ[PASSWORD_FILE_ENV], PASSWORD_FILE_ENV)
         password = open(environ[PASSWORD_FILE_ENV], encoding="utf-8").read().strip()
     except OSError as exc:
         raise InputError(f"{PASSWORD_FILE_ENV}: {environ[PASSWORD_FILE_ENV]!r} cannot be read ({exc.strerror})",

@@ -537,8 +537,13 @@ def test_a_rank_reads_its_login_from_the_environment_and_names_what_is_missing(t
         broker_login({})
     secret = tmp_path / "pw"
     secret.write_text("  s3cret\n")
+    secret.chmod(0o644)
     env = {"ADAPTPLAN_MQTT_BROKER": "broker.example.org:8883", "ADAPTPLAN_MQTT_CA": "ca.crt",
            "ADAPTPLAN_MQTT_PASSWORD_FILE": str(secret), "ADAPTPLAN_MQTT_RUN": "exp1"}
+    with pytest.raises(InputError, match=rf"^ADAPTPLAN_MQTT_PASSWORD_FILE: '.*pw' can be read or written by other "
+                                         rf"users \(mode 644\): whoever reads it can join the run; chmod 600 .*pw$"):
+        broker_login(env)                                         # issue 67: a kit's file readable by everyone
+    secret.chmod(0o600)
     assert broker_login(env) == BrokerLogin("broker.example.org", 8883, "ca.crt", "exp1", "s3cret")
     with pytest.raises(InputError, match="ADAPTPLAN_MQTT_BROKER is 'broker:x', not host:port"):
         broker_login(dict(env, ADAPTPLAN_MQTT_BROKER="broker:x"))

@@ -213,6 +213,12 @@ def test_deep_nesting_and_oversized_frames_are_refused(monkeypatch) -> None:
 def test_the_runs_key_comes_from_a_file_or_the_environment_never_a_flag(tmp_path) -> None:
     secret = tmp_path / "secret"
     secret.write_text("a" * 32 + "\n")
+    for mode in (0o640, 0o604, 0o620):                    # issue 67: readable (or writable) by others is refused
+        secret.chmod(mode)
+        with pytest.raises(InputError, match=rf"^ADAPTPLAN_SECRET_FILE: '.*secret' can be read or written by other "
+                                             rf"users \(mode {mode:o}\)"):
+            run_key({"ADAPTPLAN_SECRET_FILE": str(secret)})
+    secret.chmod(0o600)
     from_file = run_key({"ADAPTPLAN_SECRET_FILE": str(secret)})
     assert from_file == hashlib.sha256(b"adaptplan run secret\0" + b"a" * 32).digest()
     assert run_key({"ADAPTPLAN_SECRET": "a" * 32}) == from_file
