@@ -95,6 +95,7 @@ LIES = {
     "E6 upload shape": "first = next(iter(msg.blocks.values())); name = next(iter(first.state)); "
                        "first.state[name] = torch.zeros(2)",
     "E8 weight 1e30": "msg.weight = 1e30",
+    "none": "pass",
 }
 """Issue 67's lies of a device that holds the run's secret: Python run on device 0's message (``msg``) before it
 leaves (an :class:`Activation` for E1–E5 and E7, a :class:`ModelUpload` for E6 and E8)."""

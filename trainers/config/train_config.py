@@ -96,7 +96,7 @@ EVAL_BATCH_SIZE = 256
 LOCAL_TEST_FRACTION = 0.1
 """Default share of each device's samples held out for its local test split (CycleSL §4.1: 90 %–10 %)."""
 MAX_LOCAL_TEST_FRACTION = 0.5
-SAVED_BEFORE = {"local_test_fraction": 0.0, "pilots": None}
+SAVED_BEFORE = {"local_test_fraction": 0.0, "pilots": None, "aggregation": "mean", "trim": 0.1}
 """Options a configuration saved before they existed ran with: no local test split, no pilots."""
 
 POLICIES = ("adaptsfl", "rma+ms", "ma+rms", "rma+rms", "dama+rms", "rma+ams", "sfl", "psl", "fixed-cut")
@@ -181,6 +181,12 @@ class OptimConfig:
     client_optimizer: str | None = option(None, "the devices' optimizer (default: --optimizer)", choices=OPTIMIZERS)
     server_optimizer: str | None = option(None, "the edge server's optimizer (default: --optimizer)",
                                           choices=OPTIMIZERS)
+    aggregation: str = option(
+        "mean", "how the fed server combines uploads: mean (FedAvg, eq. 7; default), or median / trimmed-mean "
+        "(coordinate-wise, Yin et al. ICML 2018), which bound what a minority of lying devices can move; their sorts "
+        "are charged to the clock", choices=("mean", "median", "trimmed-mean"))
+    trim: float = option(0.1, "share β of the largest and of the smallest values the trimmed mean drops per entry "
+                         "(default 0.1; below 0.5)", low=0.0, high=0.5, high_open=True)
     clip_norm: float | None = option(None, "clip each role's gradient 2-norm at this value before every step; 0 = no "
                                      "clipping (default: the algorithm's, 10 for SCALA and GAS as in their code)")
 

@@ -93,7 +93,6 @@ class RankNetwork:
         self.engine = engine
         self.tolerant, self.algorithm = bool(engine.strategy.allows_absence), str(engine.strategy.name)
         data = engine.data
-        self.rules = activation_rules(engine.template, data.x_train[:1], int(engine.num_classes))
         source = dict(self.source, num_train=int(data.x_train.shape[0]), num_classes=int(engine.num_classes))
         initial = [{k: v.detach().cpu().clone() for k, v in block.state_dict().items()} for block in engine.template]
         by_rank: dict[int, dict[int, DeviceSpec]] = {}
@@ -248,11 +247,15 @@ class RankNetwork:
         device = msg.device
         if not isinstance(device, int) or not 0 <= device < self.layout.num_devices \
                 or self.layout.rank_of(device) != rank:
-            raise BadMessageError(-1 if not isinstance(device, int) else device, type(msg).__name__, "device",
+            raise BadMessageError(-1 if not isinstance(device, int) else device,
+                                  "activation" if isinstance(msg, Activation) else "model upload", "device",
                                   f"{device!r} is not a device rank {rank} hosts")
         if isinstance(msg, Activation):
             if device not in self.asked:
                 raise BadMessageError(device, "activation", "device", "no forward was asked of it")
+            if not self.rules:                     # once, from the model: one sample through the template
+                self.rules = activation_rules(self.engine.template, self.engine.data.x_train[:1],
+                                              int(self.engine.num_classes))
             check_activation(msg, device, self.asked.pop(device), self.rules[self.engine.cuts[device]])
         else:
             check_upload(msg, device, self.uploads.pop(device, []), self.engine.upload_schema)

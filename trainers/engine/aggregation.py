@@ -11,6 +11,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any, Sequence
 
 from trainers.engine.clock import StageLedger, StageTimes
+from trainers.roles.core import robust_flops
 from trainers.roles.messages import ModelDownload, ModelUpload
 from trainers.roles.protocol import EDGE, FED, Average, Send, Take, Upload
 
@@ -35,6 +36,7 @@ def aggregate(engine: Engine, agg: "Aggregation", ctx: "RoundContext", participa
         devices = [d for d in devices if d in relayed]
     edge_up_bits, up_done = 0.0, start
     uploaded: set[int] = set()
+    holders: dict[int, int] = {}          # block → the uploads that hold it (what a robust rule sorts)
     for d in devices:   # each upload is folded into the fed server's running average as it is taken
         w = weight[d]
         if relayed is None:          # the fed server checks the upload and weighs it by the edge server's w
@@ -46,6 +48,8 @@ def aggregate(engine: Engine, agg: "Aggregation", ctx: "RoundContext", participa
         engine.net.send(FED, e)
         mine = [j for j in blocks if j < engine.cuts[d]]
         uploaded.update(mine, e.blocks)
+        for j in {*mine, *e.blocks}:
+            holders[j] = holders.get(j, 0) + 1
         engine.bytes_up += engine.blocks_bytes(mine)
         engine.bytes_server += e.num_bytes
         edge_up_bits += 8.0 * e.num_bytes
@@ -56,6 +60,10 @@ def aggregate(engine: Engine, agg: "Aggregation", ctx: "RoundContext", participa
     ledger.add("edge", "model upload", edge_up)
     up_done = max(up_done, start + edge_up)
     averaged = average_at_fed(engine, ctx.round, uploaded)
+    combined = sum(robust_flops(engine.aggregation[0], n, engine.block_values[j]) for j, n in holders.items())
+    if combined:            # the fed server's sorts, at f_s (the system gives the fed server no FLOP/s of its own)
+        ledger.add("edge", "server", combined / times.server_flops)
+        up_done += combined / times.server_flops
     present = engine.present()
     recipients = {"participants": devices, "all": present, "none": []}[agg.recipients]
     # the devices that did not receive this average hold an older model: a later draw brings them up to date

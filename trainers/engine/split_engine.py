@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import math
 import time
 from dataclasses import dataclass, field
@@ -57,6 +56,7 @@ from trainers.roles.messages import (
     tensor_bytes,
 )
 from trainers.roles.optim import OptimizerSpec
+from trainers.roles.protocol import FED, AggregationRule
 
 if TYPE_CHECKING:  # pragma: no cover
     from trainers.api import RoundContext, Strategy
@@ -130,6 +130,16 @@ def _on_device(chain: nn.Sequential, device: torch.device) -> nn.Sequential:
     return copy.deepcopy(chain).to(device)
 
 
+def block_sizes(chain: nn.Sequential) -> tuple[list[int], list[int], Schema]:
+    """Per block of ``chain``: the bytes of its state (what any device's or average's copy of it weighs,
+    BlockState.num_bytes), its floating-point entries (what a robust aggregation rule sorts per upload), and its
+    entries' shapes and dtypes (what a device's upload must hold, :func:`trainers.roles.checks.check_upload`)."""
+    states = [block.state_dict() for block in chain]
+    return ([sum(tensor_bytes(t) for t in state.values() if torch.is_tensor(t)) for state in states],
+            [sum(t.numel() for t in state.values() if torch.is_tensor(t) and t.is_floating_point()) for state in states],
+            schema_of(states))
+
+
 def _private_template(chain: nn.Sequential, device: torch.device) -> nn.Sequential:
     """``chain`` on ``device``, never the caller's own object: the roles start from the template's tensors
     without copying them, so the template is kept private."""
@@ -181,7 +191,7 @@ class SplitEngine:
                  server_optimizer: OptimizerSpec | dict[str, Any] | None = None,
                  server_pass_samples: int | str | None = "auto", client_recompute: str = "auto",
                  network: "Callable[[SplitEngine, OptimizerSpec, int], Network] | None" = None,
-                 execution: Execution | None = None) -> None:
+                 execution: Execution | None = None, aggregation: tuple[str, float] = ("mean", 0.0)) -> None:
         self.execution = execution or Execution.resolve(device, client_batching, server_pass_samples, client_recompute,
                                                         batch_devices)
         self.device = self.execution.device
@@ -189,9 +199,9 @@ class SplitEngine:
         data = _data_on_device(data, self.device)
         self.template = chain
         self.num_blocks = len(chain)
-        self.block_bytes = [sum(tensor_bytes(t) for t in block.state_dict().values() if torch.is_tensor(t))
-                            for block in chain]
-        """Bytes of each block's state: what any device's or average's copy of it weighs (BlockState.num_bytes)."""
+        self.block_bytes, self.block_values, self.upload_schema = block_sizes(chain)
+        self.aggregation = (str(aggregation[0]), float(aggregation[1]))
+        """The fed server's rule (:data:`trainers.roles.core.AGGREGATION_RULES`) and trimmed share β."""
         self.num_devices = len(data.parts)
         self.strategy = strategy
         self.data = data
@@ -219,6 +229,8 @@ class SplitEngine:
         strategy.validate(self.context(0))
         self.batcher = ClientBatcher(chain) if self.execution.client_batching else None
         self.net: Network = (network or local_network)(self, strategy.optimizer("client", self.optimizer), seed)
+        if self.aggregation[0] != "mean":
+            self.net.send(FED, AggregationRule(*self.aggregation))
         self.edge = EdgeServer(chain, self.cuts, strategy.server_owner, strategy.optimizer("server", self.server_optimizer),
                                concatenate=self.execution.concatenate, pass_samples=self.execution.server_pass_samples)
         self._random_layers = random_layer(chain) is not None
@@ -276,12 +288,6 @@ class SplitEngine:
         if devices is None and not kept:
             raise DevicesLost(f"every device of the run is absent (lost: {sorted(self.absent)}): nothing can train")
         return kept
-
-    @functools.cached_property
-    def upload_schema(self) -> Schema:
-        """Every block's state entries, shapes and dtypes (the template's): what a device's upload must hold
-        (:func:`trainers.roles.checks.check_upload`)."""
-        return schema_of([block.state_dict() for block in self.template])
 
     def stage_times(self, round_index: int) -> StageTimes:
         if self.clock is None:

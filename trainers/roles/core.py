@@ -17,6 +17,7 @@ simulator in :mod:`trainers.engine.split_engine`, or torch.distributed) delivers
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Iterable, Iterator, Sequence, TypeVar, cast
 
@@ -830,8 +831,10 @@ class FedServer:
 
     def __init__(self) -> None:
         self.global_blocks: dict[int, dict[str, torch.Tensor]] = {}
-        self._running: dict[int, RunningMean] = {}
+        self._running: dict[int, RunningMean | RobustMean] = {}
         self._optimizers: dict[int, list] = {}
+        self.rule: tuple[str, float] = ("mean", 0.0)
+        """How uploads are combined (:data:`AGGREGATION_RULES`, and the trimmed share β), set by the edge server."""
 
     def average(self, uploads: Iterable[ModelUpload], round_index: int) -> dict[int, BlockState]:
         """Block-wise weighted mean over the uploads that hold each block (:class:`RunningMean`);
@@ -843,7 +846,9 @@ class FedServer:
     def add(self, upload: ModelUpload) -> None:
         """Fold one upload into the running averages of its blocks (the upload may be dropped afterwards)."""
         for j, bs in upload.blocks.items():
-            self._running.setdefault(j, RunningMean()).add(bs.state, float(upload.weight))
+            if j not in self._running:
+                self._running[j] = RunningMean() if self.rule[0] == "mean" else RobustMean(*self.rule)
+            self._running[j].add(bs.state, float(upload.weight))
             self._optimizers.setdefault(j, []).append(bs.optimizer)
 
     def finish(self, round_index: int) -> dict[int, BlockState]:
@@ -920,6 +925,54 @@ class RunningMean:
             else:
                 out[k] = self.sums[k] / self.total
         return out
+
+
+AGGREGATION_RULES = ("mean", "median", "trimmed-mean")
+"""The fed server's rules: FedAvg's weighted mean (eq. 7), or the coordinate-wise median or β-trimmed mean of
+Yin, Chen, Ramchandran and Bartlett, "Byzantine-Robust Distributed Learning: Towards Optimal Statistical Rates",
+ICML 2018 (Definitions 1 and 2), which bound what a minority of lying uploads can move (unweighted there)."""
+
+
+class RobustMean:
+    """Yin et al. (ICML 2018) per entry over the states added: ``median`` — the coordinate-wise median (the mean of
+    the two middle values for an even count, their Definition 1); ``trimmed-mean`` — the coordinate-wise mean after
+    dropping the ⌊βn⌋ largest and ⌊βn⌋ smallest values (Definition 2, β = ``trim`` < 1/2). Weights are not used (the
+    rules are unweighted). Integer entries are the first state's. Keeps every state until :meth:`result`."""
+
+    def __init__(self, rule: str, trim: float = 0.0) -> None:
+        if rule not in AGGREGATION_RULES[1:] or not 0.0 <= trim < 0.5:
+            raise ValueError(f"a robust rule is median or trimmed-mean with 0 <= trim < 0.5, got {rule!r}, {trim}")
+        self.rule, self.trim = rule, float(trim)
+        self.states: list[dict[str, torch.Tensor]] = []
+
+    def add(self, state: dict[str, torch.Tensor], weight: float) -> None:
+        self.states.append(state)
+
+    @torch.no_grad()
+    def result(self) -> dict[str, torch.Tensor]:
+        assert self.states, "no state was added"
+        first, n = self.states[0], len(self.states)
+        out = {}
+        for k, v in first.items():
+            if not v.is_floating_point():
+                out[k] = v.clone()
+                continue
+            ordered = torch.stack([s[k] for s in self.states]).sort(dim=0).values
+            if self.rule == "median":
+                out[k] = (ordered[(n - 1) // 2] + ordered[n // 2]) / 2
+            else:
+                cut = int(self.trim * n)
+                out[k] = ordered[cut:n - cut].mean(dim=0)
+        return out
+
+
+def robust_flops(rule: str, count: int, values: int) -> float:
+    """FLOPs the fed server spends on ``rule`` over ``count`` uploads of ``values`` entries: a sort of each entry's
+    ``count`` values, n·⌈log₂ n⌉ comparisons, plus the mean (n additions); 0 for the mean, whose cost eqs. (22)–(25)
+    already leave out."""
+    if rule == "mean" or count < 2:
+        return 0.0
+    return float(values) * count * (math.ceil(math.log2(count)) + 1)
 
 
 def weighted_mean(states: Sequence[dict[str, torch.Tensor]], weights: Sequence[float]) -> dict[str, torch.Tensor]:

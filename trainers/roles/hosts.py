@@ -14,9 +14,24 @@ from typing import Any, Callable
 
 from trainers.roles.batching import ClientBatcher
 from trainers.roles.checks import BadMessageError, check_upload
-from trainers.roles.core import Device, FedServer
+from trainers.roles.core import AGGREGATION_RULES, Device, FedServer
 from trainers.roles.messages import BlockState, CutGradient, MessageMismatchError, ModelDownload, ModelUpload, check_all_finite
-from trainers.roles.protocol import EDGE, FED, Average, Blocks, Forward, GetBlocks, GetState, RoundEnd, Send, SetState, State, Take, Upload
+from trainers.roles.protocol import (
+    EDGE,
+    FED,
+    AggregationRule,
+    Average,
+    Blocks,
+    Forward,
+    GetBlocks,
+    GetState,
+    RoundEnd,
+    Send,
+    SetState,
+    State,
+    Take,
+    Upload,
+)
 
 Emit = Callable[[Any, Any], None]
 
@@ -111,6 +126,10 @@ class FedHost:
             self.fed.add(msg)
         elif isinstance(msg, Average):
             self.latest = self.fed.finish(msg.round)
+        elif isinstance(msg, AggregationRule):
+            if msg.rule not in AGGREGATION_RULES or not 0.0 <= float(msg.trim) < 0.5:
+                raise MessageMismatchError(f"the fed server has no aggregation rule {msg.rule!r} (trim {msg.trim})")
+            self.fed.rule = (msg.rule, float(msg.trim))
         elif isinstance(msg, Send):
             blocks = {j: b for j, b in ((j, self.block(ref)) for j, ref in msg.refs.items()) if b is not None}
             emit(msg.to, ModelDownload(msg.device, msg.round, msg.receiver, blocks, msg.cut,

@@ -87,6 +87,15 @@ class Average:
 
 
 @dataclass
+class AggregationRule:
+    """From now on the fed server combines uploads by ``rule`` (:data:`trainers.roles.core.AGGREGATION_RULES`;
+    ``trim`` the trimmed-mean's β), instead of FedAvg's mean."""
+
+    rule: str
+    trim: float = 0.0
+
+
+@dataclass
 class Send:
     """The fed server sends a ModelDownload for device ``device`` to ``to`` with the blocks
     ``refs`` names: ``("avg", j)`` the latest average, ``("global", j)`` the global model (blocks
@@ -143,5 +152,5 @@ class RoundEnd:
     round: int
 
 
-CONTROL_MESSAGES = (Forward, Upload, Take, Average, Send, GetBlocks, Blocks, GetState, State,
+CONTROL_MESSAGES = (Forward, Upload, Take, Average, AggregationRule, Send, GetBlocks, Blocks, GetState, State,
                     SetState, RoundEnd)

@@ -119,6 +119,7 @@ class Trainer:
                                   config.optimizer_spec("client"), config.data.batch_size, seed=config.run.seed,
                                   interval=interval, clock=self.clock,
                                   total_rounds=config.run.rounds, server_optimizer=config.optimizer_spec("server"),
+                                  aggregation=(config.optim.aggregation, config.optim.trim),
                                   execution=Execution.resolve(self.device, config.execution.client_batching, config.execution.server_pass_samples,
                                                               config.execution.client_recompute, config.execution.batch_devices))
         self.history = History(meta={"config": config.to_json(), "plan_source": event["source"], "run_id": uuid.uuid4().hex,

@@ -383,6 +383,17 @@ def _network(replies: dict | None = None, emulate: bool = False, world: int = 4,
                        {"dataset": "synthetic", "model": "mlp", "model_width": 4})
 
 
+def _expecting(net: RankNetwork, rows: dict[int, int], width: int = 3) -> RankNetwork:
+    """``net`` as rank 0's network after set-up and after asking ``rows`` of devices (at cut 1, ``width`` features
+    an activation), so that it takes their activations (trainers.roles.checks)."""
+    from trainers.roles.checks import ActivationRule
+
+    net.engine = SimpleNamespace(cuts=[1] * net.layout.num_devices, upload_schema={})
+    net.rules = {1: ActivationRule((width,), torch.float32, 3)}
+    net.asked.update(rows)
+    return net
+
+
 def _engine_view(cuts: list[int]):
     """What RankNetwork.setup reads from the engine."""
     x = torch.randn(12, 1, 2, 2)
@@ -425,7 +436,7 @@ def test_received_activations_book_the_uplink_and_the_first_reply_the_servers_wo
     now = [100.0]
     _clock(monkeypatch, network_module, now)
     act = Activation(1, 2, 1, torch.zeros(4, 3), torch.zeros(4, dtype=torch.long))
-    net = _network({3: [_envelope(act, t_send=99.5, arrived=99.75)]})
+    net = _expecting(_network({3: [_envelope(act, t_send=99.5, arrived=99.75)]}), {1: 4})
     assert net.receive([1]) == [act]
     now[0] = 100.25
     net.send(1, CutGradient(1, 2, 1, torch.zeros(4, 3)))
@@ -1246,7 +1257,7 @@ def _gone(rank: int, what: str = "sent nothing for 12 s (--rank-timeout): it han
 
 def test_where_absence_is_allowed_a_lost_device_rank_is_passed_over_and_named_once(capsys) -> None:
     act = Activation(0, 1, 1, torch.zeros(2, 3), torch.zeros(2, dtype=torch.long))
-    net = _tolerant({2: [_envelope(act)], 3: [_gone(3)]})
+    net = _expecting(_tolerant({2: [_envelope(act)], 3: [_gone(3)]}), {0: 2})
     got = net.receive([0, 1], allow_absent=True)                   # device 0 on rank 2, device 1 on rank 3
     assert got == [act] and net.lost == {3: f"rank 3 (role 3) sent nothing for 12 s (--rank-timeout): it hangs or is too slow"}
     assert net.absent_devices() == {1} and net.channel.forgotten == [3]
@@ -1446,3 +1457,25 @@ def test_rank_0_sends_a_heartbeat_to_each_rank_it_was_silent_to_until_the_run_en
     sent = len(edge.channel.sent)
     time.sleep(0.3)
     assert len(edge.channel.sent) == sent                         # ended: no beat after the run's end
+
+
+def test_a_device_ranks_message_is_checked_before_rank_0_uses_it(capsys) -> None:
+    """Issue 67: an activation for a device another rank hosts, one nobody asked for, or of the wrong shape is that
+    rank's failure (named); where absence is allowed the rank is taken out and the run goes on without it."""
+    good = Activation(1, 2, 1, torch.zeros(4, 3), torch.zeros(4, dtype=torch.long))
+    for msg, rows, why in [
+        (Activation(0, 2, 1, torch.zeros(4, 3), torch.zeros(4, dtype=torch.long)), {0: 4},
+         "device 0's activation: device: 0 is not a device rank 3 hosts"),
+        (good, {}, "device 1's activation: device: no forward was asked of it"),
+        (Activation(1, 2, 1, torch.zeros(4, 5), torch.zeros(4, dtype=torch.long)), {1: 4},
+         "device 1's activation: tensor.shape: is [4, 5], expected [4, 3] (4 samples asked for)"),
+    ]:
+        net = _expecting(_network({3: [_envelope(msg)]}), rows)
+        with pytest.raises(PeerError) as caught:
+            net.receive([1])
+        assert caught.value.rank == 3 and str(caught.value) == f"rank 3 (device 1) sent a message its role may not send: {why}"
+    net = _expecting(_tolerant({3: [_envelope(Activation(1, 2, 1, torch.zeros(4, 5), torch.zeros(4, dtype=torch.long)))]}),
+                     {1: 4})
+    assert net.receive([1], allow_absent=True) == [] and 3 in net.lost
+    assert "scala goes on without devices 1" in capsys.readouterr().err
+    assert _expecting(_network({3: [_envelope(good)]}), {1: 4}).receive([1]) == [good]

@@ -70,3 +70,16 @@ def test_under_partial_participation_the_liar_leaves_and_the_run_goes_on(tmp_pat
     assert ("adaptplan train: rank 2 (device 0) sent a message its role may not send: device 0's activation: "
             "tensor.shape: is [16, 3], expected [16, 128] (16 samples asked for); gas goes on without devices 0 "
             "(partial participation: they are absent from now on)") in run.stderr, run.stderr
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES.values(), ids=list(RUNTIMES))
+def test_a_robust_rule_reaches_the_fed_rank_and_trains_as_the_simulation(tmp_path: Path, runtime: list[str]) -> None:
+    """--aggregation median (issue 67 item 2) is told to the fed server's rank; the run's losses are the
+    simulation's with the same rule, and differ from FedAvg's mean."""
+    argv = [*ARGV, "--devices", "3", "--rounds", "3", "--eval-every", "3", "--aggregation", "median"]
+    run = lying_device(tmp_path, "none", [*argv, *runtime, "--ranks", "3", "--out", str(tmp_path / "run")])
+    assert run.returncode == 0, run.stderr
+    got, expected = losses(tmp_path / "run"), simulate(tmp_path, "sim", argv)
+    assert len(got) == 3 and max(abs(a - b) for a, b in zip(got, expected)) <= 1e-4
+    mean = simulate(tmp_path, "mean", [a for a in argv if a not in ("--aggregation", "median")])
+    assert mean[2] != expected[2]
