@@ -332,7 +332,7 @@ class PlanResult:
 
     @property
     def mean_rounds(self) -> float | None:
-        """Mean round of the first evaluation at or above the target (None unless every seed reached it)."""
+        """Mean rounds to the target, interpolated between evaluations (None unless every seed reached it)."""
         rounds = [r.rounds_to_target for r in self.runs.values()]
         return None if any(r is None for r in rounds) else statistics.fmean(r for r in rounds if r is not None)
 

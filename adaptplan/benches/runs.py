@@ -29,7 +29,7 @@ class RunResult:
     sim_seconds: float
     wall_seconds: float
     time_to_target_s: float | None
-    rounds_to_target: int | None
+    rounds_to_target: float | None           # interpolated, as time_to_target_s
     converged_round: int | None
     converged_time_s: float | None
     converged_accuracy: float | None
@@ -201,14 +201,14 @@ def summarise(job: dict[str, Any], history: Any, diverged: int | None = None, ro
     target = job["target"]
     curve = [(r.sim_seconds, r.accuracy) for r in history.evaluated if r.accuracy is not None]   # all evaluated
     local_curve = [(r.sim_seconds, r.local_accuracy) for r in history.evaluated if r.local_accuracy is not None]
-    reached = next((r for r in history.evaluated if r.accuracy is not None and r.accuracy >= target), None)
+    reached = history.to_target(target)          # interpolated between evaluations (adaptplan.crossing)
     conv = history.converged_round()
     conv_record = next((r for r in history.records if r.round == conv), None)
     last_sim = history.records[-1].sim_seconds if history.records else 0.0
     last_wall = history.records[-1].wall_seconds if history.records else 0.0
     count = len(history.records) if rounds is None else rounds
     return RunResult(job["group"], job["label"], count, history.final_accuracy, last_sim, last_wall,
-                     reached.sim_seconds if reached else None, reached.round if reached else None,
+                     reached["seconds"], reached["rounds"],
                      conv, conv_record.sim_seconds if conv_record else None,
                      conv_record.accuracy if conv_record else None, curve, diverged,
                      history.final_local_accuracy, local_curve, _classes(history.meta.get("num_classes")))

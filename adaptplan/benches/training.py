@@ -105,7 +105,7 @@ def table(results: Sequence[RunResult], target: float, more_targets: Sequence[fl
                               else "no AdaptSFL run in this partition")
             else:
                 ratio = f"{r.time_to_target_s / base:.2f}"
-            row = [r.label, Empty(missed) if r.rounds_to_target is None else str(r.rounds_to_target),
+            row = [r.label, Empty(missed) if r.rounds_to_target is None else f"{r.rounds_to_target:.1f}",
                    seconds(r.time_to_target_s, missed), ratio,
                    *(seconds(r.time_to(t), not_reached(r, t)) for t in more_targets),
                    pct(r.final_accuracy, no_evaluation(r)),

@@ -53,17 +53,19 @@ def test_accuracy_claim_with_the_wrong_mean_does_not_hold() -> None:
 
 def test_time_ratio_counts_runs_that_never_reach_the_target() -> None:
     fast, slow, never = run(0.5, [(1.0, 0.2), (2.0, 0.35)]), run(0.5, [(3.0, 0.2), (6.0, 0.4)]), run(0.2, [(9.0, 0.2)])
-    assert bp.time_ratio(fast, slow, 0.3) == pytest.approx(3.0)           # 6 s / 2 s
-    assert bp.time_ratio(slow, fast, 0.3) == pytest.approx(1 / 3)
+    # interpolated: fast at 1 + (0.3 − 0.2)/(0.35 − 0.2)·1 = 5/3 s, slow at 3 + (0.1/0.2)·3 = 4.5 s
+    assert bp.time_ratio(fast, slow, 0.3) == pytest.approx(4.5 / (5 / 3))
+    assert bp.time_ratio(slow, fast, 0.3) == pytest.approx((5 / 3) / 4.5)
     assert bp.time_ratio(fast, never, 0.3) == math.inf and bp.time_ratio(never, fast, 0.3) == 0.0
     assert bp.time_ratio(never, never, 0.3) is None
     # seeds: A 3× faster, only B misses the target, A 1.5× faster: holds; the mean is over both-reached seeds
     mid = run(0.5, [(3.0, 0.31)])
     c = bp.compare(TIME, [fast, fast, fast], [slow, never, mid], [0, 1, 2], 0.3)
     assert c.signs == [1, 1, 1] and c.verdict == "holds"
-    assert c.mean == pytest.approx(math.sqrt(4.5)) and (c.low, c.high) == pytest.approx((1.5, 3.0))   # geometric
-    assert (c.a_missed, c.b_missed) == (0, 1) and c.spread == "1.50..3.00×; B not reached in 1/3 seeds"
-    assert c.measured == "2.12×"
+    # seed 0: 4.5 / (5/3) = 2.7; seed 2: mid's first evaluation already above, 3 s (an upper bound) / (5/3) = 1.8
+    assert c.mean == pytest.approx(math.sqrt(2.7 * 1.8)) and (c.low, c.high) == pytest.approx((1.8, 2.7))  # geometric
+    assert (c.a_missed, c.b_missed) == (0, 1) and c.spread == "1.80..2.70×; B not reached in 1/3 seeds"
+    assert c.measured == "2.20×"
     assert c.budgets == [2.0, 2.0, 2.0] and c.a_at_budget == [0.35] * 3 and c.b_at_budget == [None] * 3
     assert c.equal_time == ("at equal simulated time (the shorter run's, mean 2 s): a 35.0% vs b no evaluation by then "
                             "(mean over seeds)")
@@ -76,15 +78,15 @@ def test_time_ratio_counts_runs_that_never_reach_the_target() -> None:
     c = bp.compare(TIME, [fast, never, fast], [slow, slow, slow], [0, 1, 2], 0.3)
     assert c.signs == [1, -1, 1] and c.a_missed == 1 and c.verdict == "within noise"
     assert "A not reached in 1/3 seeds" in c.spread
-    assert (c.low, c.high) == pytest.approx((3.0, 3.0))      # the missed seed's 0 is no ratio of the spread
-    # A slower on average (3× slower twice, 3× faster once): does not hold; nor when nobody reaches the target
+    assert (c.low, c.high) == pytest.approx((2.7, 2.7))      # the missed seed's 0 is no ratio of the spread
+    # A slower on average (2.7× slower twice, 2.7× faster once): does not hold; nor when nobody reaches the target
     c = bp.compare(TIME, [slow, slow, fast], [fast, fast, slow], [0, 1, 2], 0.3)
-    assert c.mean == pytest.approx(3 ** (-1 / 3)) and c.signs == [-1, -1, 1]
+    assert c.mean == pytest.approx(2.7 ** (-1 / 3)) and c.signs == [-1, -1, 1]
     assert c.verdict == "does not hold at this scale"
     c = bp.compare(TIME, [fast, fast, slow], [slow, slow, fast], [0, 1, 2], 0.3)
-    assert c.mean == pytest.approx(3 ** (1 / 3)) and c.verdict == "within noise"
+    assert c.mean == pytest.approx(2.7 ** (1 / 3)) and c.verdict == "within noise"
     c = bp.compare(TIME, [slow, slow], [fast, fast], [0, 1], 0.3)
-    assert c.mean == pytest.approx(1 / 3) and c.verdict == "does not hold at this scale"
+    assert c.mean == pytest.approx(1 / 2.7) and c.verdict == "does not hold at this scale"
     c = bp.compare(TIME, [never, never], [never, never], [0, 1], 0.3)
     assert c.mean is None and c.verdict == "does not hold at this scale"
     assert c.spread == "-; A and B not reached in 2/2 seeds"
@@ -318,7 +320,9 @@ def test_recipe_rounds_evaluations_and_policies_reach_the_jobs() -> None:
     short = replace(gas, setting=replace(gas.setting, rounds=5), run={**gas.run, "evaluations": 15})
     assert {j["config"]["eval_every"] for j in short.jobs([0])} == {1}
     adapt = {j["label"]: j["config"] for j in recipes.load("adaptsfl").jobs([0]) if j["group"] == "adaptsfl/iid"}
-    assert (adapt["adaptsfl"]["policy"], adapt["adaptsfl"]["replan_every"]) == ("adaptsfl", 50)
+    assert (adapt["adaptsfl"]["policy"], adapt["adaptsfl"]["replan_every"], adapt["adaptsfl"]["reestimate"]) == (
+        "adaptsfl", 1, True)                                             # Algorithm 1: Q = I, constants estimated
+    assert "reestimate" not in adapt["sfl"]
     assert adapt["rma+rms"]["policy"] == "rma+rms" and "replan_every" not in adapt["rma+rms"]
     assert all("cuts" not in c and "interval" not in c for c in adapt.values())
     assert {j["target"] for j in recipes.load("gas").jobs([0])} == {0.3}
@@ -581,7 +585,7 @@ def test_what_the_result_file_keeps_of_a_history_summarises_as_the_whole_history
         assert summarise(job, kept, 27, rounds=27) == summarise(job, history, 27)
     whole = summarise({"group": "g", "label": "l", "target": 0.5}, history)
     assert (whole.rounds, whole.final_accuracy, whole.sim_seconds, whole.time_to_target_s, whole.converged_round) == \
-        (27, 0.7, 40.5, 21.0, 26)
+        (27, 0.7, 40.5, 18 + 0.75 * 3, 26)          # 0.35 at 18 s, 0.55 at 21 s: 0.5 three quarters of the way
 
 
 def test_a_folder_holding_a_run_of_another_setting_is_refused_not_overwritten(tmp_path) -> None:

@@ -84,12 +84,12 @@ def test_training_table_and_json(tmp_path) -> None:
     assert bench_training.table(POLICY_RUNS, 0.4).splitlines() == [
         "iid: target 40%, 30 rounds", setting_line,
         "  policy    rounds→target  s→target × AdaptSFL   final conv. round  conv. s conv. acc",
-        "  adaptsfl              5        10       1.00   60.0%           8       16     55.0%",
-        "  sfl                  12        25       2.50   50.0%           -        -         -",
+        "  adaptsfl            5.0        10       1.00   60.0%           8       16     55.0%",     # interpolated rounds
+        "  sfl                12.0        25       2.50   50.0%           -        -         -",
         "  psl                   -         -          -   12.5%           -        -         -",
         "shards: target 40%, 30 rounds", setting_line,
         "  policy    rounds→target  s→target × AdaptSFL   final conv. round  conv. s conv. acc",
-        "  sfl                   3       7.5          -   30.0%           -        -         -",
+        "  sfl                 3.0       7.5          -   30.0%           -        -         -",
         "- (conv. round, conv. s, conv. acc): not converged within 30 rounds (gain < 0.02 over 5 evaluations, counted "
         "only above twice chance)",
         "- (rounds→target, s→target, × AdaptSFL): target 40% not reached within 30 rounds",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from adaptplan.cli import main
+from adaptplan.crossing import first_crossing
 
 
 def test_bench_training_json_matches_the_runs_own_records(tmp_path, capsys) -> None:
@@ -27,15 +28,15 @@ def test_bench_training_json_matches_the_runs_own_records(tmp_path, capsys) -> N
                      *common[:-2]]) == 0
         history = json.loads((run / "history.json").read_text())
         evaluated = [r for r in history["records"] if r["accuracy"] is not None]
-        reached = next((r for r in evaluated if r["accuracy"] >= 0.2), None)
+        reached = first_crossing([(r["accuracy"], r["round"], r["sim_seconds"]) for r in evaluated], 0.2)
         figures = data["policies"][policy]
         assert figures["final_accuracy"] == evaluated[-1]["accuracy"]
-        assert figures["rounds_to_target"] == (reached["round"] if reached else None)
-        assert figures["time_to_target_s"] == (reached["sim_seconds"] if reached else None)
+        assert figures["rounds_to_target"] == (reached.at[0] if reached else None)         # interpolated
+        assert figures["time_to_target_s"] == (reached.at[1] if reached else None)
         assert figures["converged_round"] is None               # 3 evaluations cannot make a 5-evaluation streak
         for more in (0.15, 0.3):
-            hit = next((r for r in evaluated if r["accuracy"] >= more), None)
-            assert figures["time_to_accuracy_s"][f"{more:g}"] == (hit["sim_seconds"] if hit else None)
+            hit = first_crossing([(r["accuracy"], r["sim_seconds"]) for r in evaluated], more)
+            assert figures["time_to_accuracy_s"][f"{more:g}"] == (hit.at[0] if hit else None)
         assert data["curves"]["iid"][policy] == [[r["sim_seconds"], r["accuracy"]] for r in evaluated]
 
 
