@@ -36,10 +36,52 @@ def find_tool(name: str, package: str) -> str:
     return found
 
 
-def acl_text(run: str) -> str:
-    """The access control list: ``%u`` is the client's user name (``rank<r>``)."""
-    return (f"pattern read ap/{run}/to/%u/#\n"
-            f"pattern write ap/{run}/to/+/from/%u\n"
+MQTT_MAX_PACKET_BYTES = 268_435_455 + 5
+"""The largest MQTT packet (bytes): the protocol's largest remaining length plus its fixed header."""
+QUEUED_FRAMES_PER_PEER = 64
+"""Frames the broker holds for a rank per peer while it is away (:class:`BrokerLimits`)."""
+QUEUED_LARGEST_PER_PEER = 4
+"""Largest frames' worth of bytes the broker holds for a rank per peer while it is away."""
+
+
+@dataclass(frozen=True)
+class BrokerLimits:
+    """What the written broker configurations bound (docs/mqtt.md "What the broker bounds"): a packet larger
+    than ``max_packet_bytes`` disconnects its sender; the broker holds at most ``queued_messages`` frames and
+    ``queued_bytes`` bytes for a rank beyond those in flight (while it reconnects), and drops the rest (the rank
+    then misses a frame and its peer is named after --rank-timeout)."""
+
+    max_packet_bytes: int
+    queued_messages: int
+    queued_bytes: int
+
+    @classmethod
+    def for_run(cls, world: int, largest_frame_bytes: int) -> "BrokerLimits":
+        """From the run's largest frame (bytes, :func:`trainers.distributed.frame_bound.largest_frame`) and its
+        ``world`` ranks: the packet limit is the frame plus the topic and MQTT's header (at most the protocol's
+        largest packet); a rank's queue holds :data:`QUEUED_FRAMES_PER_PEER` frames and
+        :data:`QUEUED_LARGEST_PER_PEER` largest frames' bytes per peer."""
+        packet = min(MQTT_MAX_PACKET_BYTES, int(largest_frame_bytes) + 1024)
+        peers = max(1, world - 1)
+        return cls(packet, QUEUED_FRAMES_PER_PEER * peers, QUEUED_LARGEST_PER_PEER * peers * packet)
+
+
+def broker_settings(limits: BrokerLimits) -> str:
+    """The lines both written ``mosquitto.conf`` share (the local broker's and ``provision``'s): logins only, a
+    client id bound to its login, nothing on disk, nothing retained (a client that publishes with retain is
+    disconnected), and ``limits``."""
+    return ("per_listener_settings false\nallow_anonymous false\npassword_file passwd\nacl_file acl\n"
+            "use_username_as_clientid true\n"    # a rank's client id is its user name: no rank connects in another's
+            "persistence false\nretain_available false\n"
+            f"max_packet_size {limits.max_packet_bytes}\nmax_queued_messages {limits.queued_messages}\n"
+            f"max_queued_bytes {limits.queued_bytes}\nmax_inflight_messages 0\nset_tcp_nodelay true\n")
+
+
+def acl_text(run: str, world: int) -> str:
+    """The access control list: ``%u`` is the client's user name (``rank<r>``); a rank writes frames only to the
+    run's ``world`` ranks (so the topics a login can publish on are as few as the run's pairs)."""
+    return ("".join(f"pattern write ap/{run}/to/{user(r)}/from/%u\n" for r in range(world))
+            + f"pattern read ap/{run}/to/%u/#\n"
             f"pattern readwrite ap/{run}/ready/%u\n"
             f"pattern read ap/{run}/ready/+\n"
             f"pattern write ap/{run}/gone/%u\n"
@@ -108,8 +150,10 @@ def make_certificates(folder: Path, host: str = "127.0.0.1", days: int = 2) -> t
     return ca_crt, crt, key
 
 
-def start_local_broker(folder: Path, world: int, port: int) -> LocalBroker:
-    """Write the broker's files into ``folder`` (mode 0700) and start it on 127.0.0.1:``port``."""
+def start_local_broker(folder: Path, world: int, port: int,
+                       largest_frame_bytes: int = MQTT_MAX_PACKET_BYTES) -> LocalBroker:
+    """Write the broker's files into ``folder`` (mode 0700) and start it on 127.0.0.1:``port``, its limits
+    derived from the run's largest frame (:meth:`BrokerLimits.for_run`)."""
     mosquitto = find_tool("mosquitto", "mosquitto")
     hasher = find_tool("mosquitto_passwd", "mosquitto")
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -126,17 +170,16 @@ def start_local_broker(folder: Path, world: int, port: int) -> LocalBroker:
     hashed.write_text("".join(f"{user(r)}:{p}\n" for r, p in passwords.items()))
     hashed.chmod(0o600)
     run_tool([hasher, "-U", str(hashed)], "hashing the ranks' passwords")
-    (folder / "acl").write_text(acl_text(run))
+    (folder / "acl").write_text(acl_text(run, world))
     (folder / "mosquitto.conf").write_text(
         f"user {getpass.getuser()}\n"      # started by root, mosquitto would switch to its own user: keep this one's
-        f"per_listener_settings false\nlistener {port} 127.0.0.1\ncafile {ca}\ncertfile {crt}\nkeyfile {key}\n"
-        f"allow_anonymous false\npassword_file {hashed}\nacl_file {folder / 'acl'}\npersistence false\n"
-        "use_username_as_clientid true\n"    # a rank's client id is its user name: no rank connects in another's
-        f"max_queued_messages 0\nmax_inflight_messages 0\nset_tcp_nodelay true\nlog_dest file {folder / 'broker.log'}\n"
-        "log_type error\nlog_type warning\nlog_type notice\n")
+        f"listener {port} 127.0.0.1\ncafile {ca}\ncertfile {crt}\nkeyfile {key}\n"
+        + broker_settings(BrokerLimits.for_run(world, largest_frame_bytes))
+        + "log_dest file broker.log\nlog_type error\nlog_type warning\nlog_type notice\n")
     # its own session: Ctrl-C in the launcher's terminal stops the run at the end of a round, which needs the
-    # broker still there; the launcher stops it last (LocalBroker.stop)
-    process = subprocess.Popen([mosquitto, "-c", str(folder / "mosquitto.conf")], stdout=subprocess.DEVNULL,
+    # broker still there; the launcher stops it last (LocalBroker.stop). Started from its folder: the
+    # configuration's paths (passwd, acl, broker.log) are relative to it, as in provision's.
+    process = subprocess.Popen([mosquitto, "-c", "mosquitto.conf"], cwd=folder, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True,
                                start_new_session=True)
     broker = LocalBroker("127.0.0.1", port, ca, run, password_files, process, folder)

@@ -67,10 +67,12 @@ def _status(code: int) -> str:
 
 
 def launch_local(train_args: list[str], world_size: int, num_devices: int, out: str | None,
-                 runtime: str = "gloo", partial: bool = False, detect_seconds: float = 0.0) -> int:
+                 runtime: str = "gloo", partial: bool = False, detect_seconds: float = 0.0,
+                 largest_frame_bytes: int | None = None) -> int:
     """Run ``adaptplan train`` ``train_args`` as ``world_size`` ranks here; the exit code of the run.
     With ``runtime="mqtt"`` the ranks meet at a Mosquitto broker started for the run on 127.0.0.1
-    (TLS, one password per rank, trainers/distributed/broker.py), stopped at the end."""
+    (TLS, one password per rank, trainers/distributed/broker.py), stopped at the end; its packet limit and
+    queues derived from ``largest_frame_bytes`` (:mod:`trainers.distributed.frame_bound`; None: MQTT's own)."""
     layout = RankLayout(world_size, num_devices)
     port = free_port()
     logs = Path(tempfile.mkdtemp(prefix="adaptplan-ranks-"))     # mode 0700: the store and the logs are ours
@@ -82,9 +84,10 @@ def launch_local(train_args: list[str], world_size: int, num_devices: int, out: 
     broker = None
     try:
         if runtime == "mqtt":
-            from trainers.distributed.broker import rank_broker_environment, start_local_broker
+            from trainers.distributed.broker import MQTT_MAX_PACKET_BYTES, rank_broker_environment, start_local_broker
 
-            broker = start_local_broker(logs / "broker", world_size, free_port())
+            broker = start_local_broker(logs / "broker", world_size, free_port(),
+                                        largest_frame_bytes or MQTT_MAX_PACKET_BYTES)
         for rank in range(world_size):
             env = rank_environment(rank, world_size, port, secret, store)
             if broker is not None:

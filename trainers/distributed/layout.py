@@ -15,6 +15,10 @@ FED_RANK = 1
 FIRST_DEVICE_RANK = 2
 SETUP_TIMEOUT_FACTOR = 10
 """Before round 1, ranks wait this many --rank-timeout for each other (data, profile, plan, first use of torch)."""
+FED_ALLOWANCE = 1.0
+"""--rank-timeouts rank 0 waits on the fed server beyond its own: the fed server waits on device ranks' uploads
+itself (one time-out, which may start after rank 0's) and then reports the rank it waited on, so that rank 0 names
+that device rank, not the fed server (issue 67 M5)."""
 
 
 @dataclass(frozen=True)

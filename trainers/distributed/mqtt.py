@@ -5,9 +5,18 @@ Every rank is one long-lived MQTT client (paho-mqtt), logged in as ``rank<r>`` w
 password, over TLS to the broker (the CA certificate given). Topics, one per (receiver, sender)::
 
     ap/<run>/to/rank<dst>/from/rank<src>     a frame of the safe wire (trainers/distributed/wire.py)
-    ap/<run>/ready/rank<r>                    retained: rank r is subscribed (the start barrier); its payload is
-                                              the session of rank r's process (FrameChannel.announce)
+    ap/<run>/ready/rank<r>                    rank r is subscribed (the start barrier); its payload is the
+                                              session of rank r's process (FrameChannel.announce), and in a
+                                              reply to a new session of rank q also the session this rank knew
+                                              for q before (``<session> rank<q>=<earlier>``); empty: a goodbye
     ap/<run>/gone/rank<r>                     rank r's will: its connection dropped without a goodbye
+
+Nothing is retained (the written broker configurations set ``retain_available false``: a client that
+publishes with retain is disconnected), so nothing a broker keeps can poison a later start. The start
+barrier works without it: a rank says ready once subscribed, and every rank that sees a session it
+did not know answers with its own ready flag, so a rank that subscribes late still hears of every rank
+that came before it. A process started again for its rank learns that it replaces an earlier one
+(``rejoining``) from a peer's answer naming the earlier session.
 
 The broker's access control list lets ``rank<r>`` read only ``to/rank<r>/#`` and write only
 ``to/+/from/rank<r>`` (and its own ready/gone topics), so a device can neither read another's
@@ -44,8 +53,9 @@ from trainers.distributed.mqtt_login import (  # noqa: F401  (re-exported: the r
 )
 from trainers.distributed.transport import FrameChannel, PeerError
 
-_SESSION = re.compile(r"[0-9a-f]{16}")
-"""A rank's session on its ready flag (FrameChannel.session)."""
+_READY = re.compile(r"([0-9a-f]{16})(?: rank([0-9]{1,6})=([0-9a-f]{16}))?")
+"""A ready flag's payload: the sender's session (FrameChannel.session) and, in an answer to a new session of
+rank q, the session the sender knew for q before (module docstring)."""
 CONNECT_SECONDS = 10.0
 
 
@@ -70,7 +80,10 @@ class MqttChannel(FrameChannel):
         self._inflight: dict[int, list[int]] = {}     # per receiver: message ids the broker has not acknowledged
         self._acked: set[int] = set()
         self._untracked: set[int] = set()            # our own ready flags' message ids: no frame waits on them
-        self._echo = threading.Event()               # our own ready flag came back: what was retained came before
+        self._echo = threading.Event()               # our own ready flag came back through the broker
+        self._seen: dict[int, str] = {}              # each peer's session as its ready flags named it
+        self._left: set[int] = set()                 # peers that said goodbye: their next process is no restart
+        self._starting = True                        # until the start barrier is passed (rejoining is decided)
         self._drop_earlier_session(mqtt, wait_seconds)
         self.client = self._new_client(mqtt, clean=False)
         self.client.will_set(f"ap/{login.run}/gone/{user(rank)}", b"", qos=1)
@@ -100,6 +113,7 @@ class MqttChannel(FrameChannel):
             raise InputError(f"rank {rank} waited {2 * wait_seconds:g} s for rank{'s' if len(absent) > 1 else ''} "
                              f"{', '.join(map(str, absent))} at the broker", field=BROKER_ENV)
         self._echo.wait(max(0.0, deadline + wait_seconds - time.monotonic()))
+        self._starting = False
         if self.rejoining:                           # frames still numbered for the earlier process are dropped
             self._restarting = set(peers)
 
@@ -145,10 +159,14 @@ class MqttChannel(FrameChannel):
         if any(r.is_failure for r in reasons):
             self._refused = f"a subscription was refused: {', '.join(str(r) for r in reasons)}"
             return
-        ready = client.publish(f"ap/{self.login.run}/ready/{user(self.rank)}", self.session.encode(), qos=1,
-                               retain=True)   # (again) here
-        self._untracked.add(ready.mid)
+        self._say_ready(client, "")   # (again) here
         self._connected.set()
+
+    def _say_ready(self, client: Any, answer: str) -> None:
+        """Publish this rank's ready flag (never retained); ``answer``: `` rank<q>=<earlier>`` or nothing."""
+        ready = client.publish(f"ap/{self.login.run}/ready/{user(self.rank)}", (self.session + answer).encode(),
+                               qos=1)
+        self._untracked.add(ready.mid)
 
     def _on_message(self, client: Any, userdata: Any, message: Any) -> None:
         parts = message.topic.split("/")
@@ -157,26 +175,42 @@ class MqttChannel(FrameChannel):
         except ValueError:
             return
         if src == self.rank:
-            if parts[2] == "ready" and message.payload:
-                if not message.retain:
-                    self._echo.set()
-                elif not self._echo.is_set():      # kept from an earlier process of this rank that never said goodbye
-                    self.rejoining = True
+            if parts[2] == "ready" and message.payload and not message.retain:
+                self._echo.set()
             return
-        if src not in self._inbox:
+        if src not in self._inbox or message.retain:   # nothing is retained: a retained message is a broker's junk
             return
-        if parts[2] == "ready" and message.payload:
-            session = bytes(message.payload).decode("ascii", "replace")
-            if not _SESSION.fullmatch(session):
-                self._refuse(src, f"its ready flag holds {session[:20]!r}, not a session")
-                return
-            self.announce(src, session)
-            self._ready.add(src)
-            self._gone.pop(src, None)              # it came back: the broker held its frames meanwhile
+        if parts[2] == "ready":
+            self._on_ready(client, src, bytes(message.payload))
         elif parts[2] == "gone":
             self._gone[src] = time.monotonic()
-        elif parts[2] == "to" and not message.retain:   # frames are never retained: a retained one is a broker's junk
+        elif parts[2] == "to":
             self._accept(src, bytes(message.payload), time.time(), duplicates=True)
+
+    def _on_ready(self, client: Any, src: int, payload: bytes) -> None:
+        """``src`` is subscribed (or, with an empty payload, said goodbye). A session not seen before is
+        answered with this rank's own flag, naming the session known for ``src`` before unless it left
+        cleanly; an answer that names this rank's earlier process makes this one a restart (``rejoining``)."""
+        if not payload:
+            self._left.add(src)
+            return
+        text = payload.decode("ascii", "replace")
+        found = _READY.fullmatch(text)
+        if found is None:
+            self._refuse(src, f"its ready flag holds {text[:40]!r}, not a session")
+            return
+        session, about, earlier = found.groups()
+        if about is not None and int(about) == self.rank and earlier != self.session and self._starting:
+            self.rejoining = True                   # a peer knew an earlier process of this rank
+        known = self._seen.get(src)
+        self._seen[src] = session
+        self.announce(src, session)
+        self._ready.add(src)
+        self._gone.pop(src, None)                  # it came back: the broker held its frames meanwhile
+        if known != session:
+            answer = f" {user(src)}={known}" if known is not None and src not in self._left else ""
+            self._left.discard(src)
+            self._say_ready(client, answer)
 
     def _silent(self, src: int, seconds: float) -> PeerError:
         if src in self._gone:
@@ -211,15 +245,14 @@ class MqttChannel(FrameChannel):
         return bool(self._prune(dst))
 
     def close(self) -> None:
-        """Deliver what is queued, clear this rank's ready flag and disconnect (no will). Clearing the flag is best
+        """Deliver what is queued, say goodbye (an empty ready flag) and disconnect (no will). The goodbye is best
         effort: a rank whose connection is down at that moment (paho reconnecting) still ends; its next process
-        takes the flag it finds for an earlier one (``rejoining``)."""
+        is then taken for a restart of this one (``rejoining``)."""
         try:
             self.flush(timeout=self.timeout, skip_lost=True)
         finally:
             try:
-                self.client.publish(f"ap/{self.login.run}/ready/{user(self.rank)}", b"", qos=1,
-                                    retain=True).wait_for_publish(2.0)
+                self.client.publish(f"ap/{self.login.run}/ready/{user(self.rank)}", b"", qos=1).wait_for_publish(2.0)
             except (RuntimeError, ValueError):      # paho: "The client is not currently connected"
                 pass
             self.client.disconnect()

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from trainers.distributed.control import DeviceSpec, Envelope, Layout, LinkRates, Readmit, Rejoin, Report, Setup, Stop
-from trainers.distributed.layout import FED_RANK, SETUP_TIMEOUT_FACTOR, RankLayout
+from trainers.distributed.layout import FED_ALLOWANCE, FED_RANK, SETUP_TIMEOUT_FACTOR, RankLayout
 from trainers.distributed.timing import book_transfer, link_rate
 from trainers.distributed.transport import FrameChannel, PeerError
 from trainers.engine.clock import StageLedger
@@ -219,7 +219,8 @@ class RankNetwork:
             if allow_absent and rank in self.lost:
                 continue
             try:
-                envelope = self._recv(rank, deadline) if rank != FED_RANK else self.channel.recv(rank, deadline=deadline)
+                envelope = (self._recv(rank, deadline) if rank != FED_RANK
+                            else self.channel.recv(rank, deadline=deadline + FED_ALLOWANCE * self.channel.timeout))
             except PeerError as exc:
                 if allow_absent and exc.rank == rank and self._may_lose(exc):
                     continue
@@ -309,7 +310,7 @@ class RankNetwork:
         device rank lost here is taken out where the algorithm allows absence."""
         for rank in [FED_RANK, *self._live(self.layout.device_ranks)]:
             self._send(RoundEnd(round_index), rank)
-        (fed,) = self.channel.recv_many([FED_RANK])
+        (fed,) = self.channel.recv_many([FED_RANK], timeout=(1 + FED_ALLOWANCE) * self.channel.timeout)
         reports = [fed[1].msg]
         deadline = time.monotonic() + self.channel.timeout
         for rank in self._live(self.layout.device_ranks):

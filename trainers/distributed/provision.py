@@ -6,7 +6,8 @@ For a broker address and N devices over W ranks it writes, under one folder, eve
 
 * ``ca/``: the deployment's certificate authority (its key never leaves this folder);
 * ``broker/``: what the broker's server runs — ``mosquitto.conf`` (one TLS listener on the port, no anonymous
-  clients, a client id bound to its login, no retained frames kept beyond the run), the CA certificate, the
+  clients, a client id bound to its login, nothing retained, a packet limit and queues derived from the
+  run's largest frame), the CA certificate, the
   broker's certificate for its address and its key, the hashed password file and the access control list of
   :mod:`trainers.distributed.mqtt` — owned by the broker's user when provisioned as root (``mosquitto`` where
   that user exists), so the broker can read them after it drops root;
@@ -32,10 +33,19 @@ import shlex
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from adaptplan.errors import InputError
 from adaptplan.fileio import MAX_FILE_BYTES
-from trainers.distributed.broker import acl_text, find_tool, make_certificates, run_tool
+from trainers.distributed.broker import (
+    MQTT_MAX_PACKET_BYTES,
+    BrokerLimits,
+    acl_text,
+    broker_settings,
+    find_tool,
+    make_certificates,
+    run_tool,
+)
 from trainers.distributed.environment import RUNTIME_ENV, SECRET_FILE_ENV
 from trainers.distributed.layout import RankLayout
 from trainers.distributed.mqtt_login import BROKER_ENV, CA_ENV, PASSWORD_FILE_ENV, RUN_ENV, user
@@ -147,12 +157,11 @@ def make_authority(ca: Path, broker: Path, host: str, days: int) -> None:
     key.unlink()                       # the broker's key lives in the broker's folder only
 
 
-def broker_config(port: int, run_user: str) -> str:
+def broker_config(port: int, run_user: str, limits: BrokerLimits) -> str:
     """``mosquitto.conf``, every path relative to the broker's folder (the broker starts from it)."""
     return (f"# written by adaptplan provision; start from this folder: mosquitto -c mosquitto.conf\n"
-            f"user {run_user}\nper_listener_settings false\nlistener {port}\ncafile ca.crt\ncertfile broker.crt\n"
-            "keyfile broker.key\nallow_anonymous false\npassword_file passwd\nacl_file acl\n"
-            "use_username_as_clientid true\npersistence false\nmax_queued_messages 0\nset_tcp_nodelay true\n")
+            f"user {run_user}\nlistener {port}\ncafile ca.crt\ncertfile broker.crt\nkeyfile broker.key\n"
+            + broker_settings(limits))
 
 
 def rank_env(rank: int, world: int, host: str, port: int, run: str) -> str:
@@ -173,8 +182,11 @@ def run_script(rank: int, world: int, role: str, train_args: list[str]) -> str:
 
 
 def provision(folder: Path, address: str, num_devices: int, world: int, train_args: list[str],
-              run: str | None = None, days: int = 365) -> Deployment:
-    """Write a deployment (module docstring) into ``folder``, which must not exist or be empty."""
+              run: str | None = None, days: int = 365,
+              largest_frame: Callable[[], int | None] = lambda: None) -> Deployment:
+    """Write a deployment (module docstring) into ``folder``, which must not exist or be empty; the broker's limits
+    derived from the run's largest frame (bytes), which ``largest_frame()`` gives once the other inputs are checked
+    (None: MQTT's largest packet)."""
     host, port = split_address(address)
     train_args, copies = kit_files(train_args)
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
@@ -184,6 +196,7 @@ def provision(folder: Path, address: str, num_devices: int, world: int, train_ar
         raise InputError(f"{run!r} is not a run name (letters, digits, - and _, at most 64)", field="--run")
     layout = RankLayout(world, num_devices)
     hasher = find_tool("mosquitto_passwd", "mosquitto")
+    largest_frame_bytes = largest_frame()
     _folder(folder)
     ca, broker = _folder(folder / "ca"), _folder(folder / "broker")
     make_authority(ca, broker, host, days)
@@ -191,9 +204,10 @@ def provision(folder: Path, address: str, num_devices: int, world: int, train_ar
     _private(broker / "passwd", "".join(f"{user(r)}:{p}\n" for r, p in passwords.items()))
     run_tool([hasher, "-U", str(broker / "passwd")], "hashing the ranks' passwords")
     os.chmod(broker / "passwd", 0o600)
-    _private(broker / "acl", acl_text(run))
+    _private(broker / "acl", acl_text(run, world))
     owner = broker_user()
-    _private(broker / "mosquitto.conf", broker_config(port, owner))
+    limits = BrokerLimits.for_run(world, largest_frame_bytes or MQTT_MAX_PACKET_BYTES)
+    _private(broker / "mosquitto.conf", broker_config(port, owner, limits))
     if owner != pwd.getpwuid(os.geteuid()).pw_name:          # root provisions for the broker's own user
         entry = pwd.getpwnam(owner)
         for path in [broker, *broker.iterdir()]:

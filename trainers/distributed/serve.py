@@ -114,6 +114,11 @@ class RankLoop:
                 self.channel.send(RoleError("bad", str(exc), blame), EDGE_RANK)
             except (NonFiniteError, MessageMismatchError, InputError) as exc:   # the role code's own: rank 0 decides
                 self.channel.send(role_error(exc), EDGE_RANK)
+            except PeerError as exc:                # a device rank this rank waited on (the fed server's uploads)
+                if exc.rank not in self.layout.device_ranks:
+                    raise
+                self.channel.send(RoleError("lost", str(exc).removeprefix(f"rank {exc.rank} ({exc.who}) "), exc.rank),
+                                  EDGE_RANK)        # rank 0 names that rank (issue 67 M5), not this one
 
     def dispatch(self, envelope: Any) -> None:
         msg = envelope.msg

@@ -283,6 +283,9 @@ class FrameChannel:
         if isinstance(msg, RoleError) and msg.kind == "bad" and isinstance(msg.blame, int) and msg.blame != src:
             raise PeerError(msg.blame, self.describe(msg.blame),
                             f"sent rank {src} ({self.describe(src)}) a message its role may not send: {msg.message}")
+        if isinstance(msg, RoleError) and msg.kind == "lost" and isinstance(msg.blame, int) and msg.blame != src:
+            raise PeerError(msg.blame, self.describe(msg.blame), f"{msg.message} (rank {src} ({self.describe(src)}) "
+                                                                 "waited on it)")
         if isinstance(msg, RoleError):
             error = ROLE_ERRORS.get(msg.kind, MessageMismatchError)
             raise error(f"{self.describe(src)}: {msg.message}" if msg.kind == "input" else str(msg.message))

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from adaptplan.cli.flags import int_flag
 from adaptplan.errors import InputError
 from adaptplan.limits import MAX_DEVICES
+
+if TYPE_CHECKING:
+    from trainers.config.train_config import TrainConfig
 
 OWN_FLAGS = ("--runtime", "--distributed", "--ranks")
 """Training options a kit sets itself (every rank runs over the broker, as the kit's rank of --ranks)."""
@@ -54,13 +58,13 @@ def run(args: argparse.Namespace) -> int:
     if taken:
         raise InputError(f"{taken[0]} is the kit's to set (every rank runs over the broker as its kit's rank); "
                          "leave it out of the training options", field=taken[0])
-    _check_training_options(train_args, args.devices)
+    config = _check_training_options(train_args, args.devices)
     world = args.ranks or default_world_size(args.devices)
     if world - 2 > args.devices:
         raise InputError(f"{world} ranks give {world - 2} device hosts for {args.devices} devices: at most "
                          f"{args.devices + 2} ranks (a kit per host that has devices)", field="--ranks")
     deployment = provision(Path(args.out).expanduser(), args.broker, args.devices, world, train_args, args.run,
-                           args.days)
+                           args.days, largest_frame=lambda: _largest_frame(config))
     roles = RankLayout(world, args.devices)
     print(f"wrote {deployment.folder}: broker/ (run {deployment.run}; the broker runs as {deployment.broker_user}), "
           f"kits/rank0..rank{world - 1} ({', '.join(roles.describe(r) for r in range(world))})", file=sys.stderr)
@@ -70,9 +74,23 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_training_options(train_args: list[str], devices: int) -> None:
+def _largest_frame(config: "TrainConfig") -> int | None:
+    """The run's largest frame (bytes, :mod:`trainers.distributed.frame_bound`) for the broker's limits; None,
+    said on stderr, where the model cannot be built here (``--device-data`` is the kits' folder, not on this
+    machine): the broker then allows MQTT's largest packet."""
+    from trainers.distributed.frame_bound import largest_frame
+
+    try:
+        return largest_frame(config).largest
+    except (InputError, OSError) as exc:
+        print(f"adaptplan provision: the broker's packet limit is MQTT's largest ({exc}): the run's model could "
+              "not be built here to bound its frames", file=sys.stderr)
+        return None
+
+
+def _check_training_options(train_args: list[str], devices: int) -> "TrainConfig":
     """The options every kit will run with, checked now as ``adaptplan train`` would parse them (not on the
-    devices, one by one, later)."""
+    devices, one by one, later); the configuration they give."""
     from adaptplan import cli
     from adaptplan.cli.commands.train import check_flag_combinations, fields_from_args, flag_of
     from trainers.config.train_config import TrainConfig
@@ -86,6 +104,6 @@ def _check_training_options(train_args: list[str], devices: int) -> None:
         raise SystemExit(2) from exc
     check_flag_combinations(parsed)                      # --resume without --out, ...
     try:
-        TrainConfig.flat(**fields_from_args(parsed))     # the ranges and choices
+        return TrainConfig.flat(**fields_from_args(parsed))     # the ranges and choices
     except InputError as exc:                        # named by the flag, as adaptplan train names it
         raise InputError(exc.message, field=flag_of(exc.field) if exc.field else None) from exc.__cause__

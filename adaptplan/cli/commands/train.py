@@ -284,9 +284,15 @@ def _train_distributed(args: argparse.Namespace, config: "TrainConfig") -> int:
         train_args = argv[argv.index("train") + 1:] if "train" in argv else argv
         from trainers.strategies import STRATEGIES
 
+        largest = None
+        if config.runtime.transport == "mqtt":
+            from trainers.distributed.frame_bound import largest_frame
+
+            largest = largest_frame(config).largest
         return launch_local(train_args, config.runtime.ranks or default_world_size(config.data.devices), config.data.devices, config.run.out,
                             runtime=config.runtime.transport, partial=STRATEGIES[config.algorithm].allows_absence,
-                            detect_seconds=2 * config.runtime.rank_timeout)   # rank 0 may wait one time-out per peer
+                            detect_seconds=2 * config.runtime.rank_timeout,   # rank 0 may wait one time-out per peer
+                            largest_frame_bytes=largest)
     try:
         return run_edge(config.data.devices, config.runtime.rank_timeout, config.runtime.emulate_links, config.execution.threads,
                         lambda factory: _train_with(config, factory),

@@ -650,11 +650,20 @@ def test_a_serving_rank_names_the_peer_it_lost_by_role(monkeypatch, capsys) -> N
     def device_dies(c):
         c.replies[3] = [lambda: PeerError(3, c.describe(3), "closed its connection (it died or was killed)")]
 
-    code, channel = _serve(monkeypatch, 1, [Layout(4), Take(1), device_dies])
+    code, channel = _serve(monkeypatch, 1, [Layout(4), Take(1), device_dies,
+                                            AbortRun("rank 0 (edge server) stopped: rank 3 (devices 1, 3) closed")])
     assert code == 3
-    assert capsys.readouterr().err == ("adaptplan train: rank 1 (fed server) ended: rank 3 (devices 1, 3) closed its "
-                                       "connection (it died or was killed)\n")
+    assert channel.sent[0][:2] == (EDGE_RANK, RoleError("lost", "closed its connection (it died or was killed)", 3))
+    assert capsys.readouterr().err == ("adaptplan train: rank 1 (fed server) stopped: rank 0 (edge server) stopped: "
+                                       "rank 3 (devices 1, 3) closed\n")    # the fed server reported it and served on
     assert channel.recv_calls[0] == (EDGE_RANK, 20.0)                   # the layout: SETUP_TIMEOUT_FACTOR time-outs
+
+    def edge_dies(c):
+        c.replies[0] = [Layout(4), PeerError(0, c.describe(0), "closed its connection (it died or was killed)")]
+
+    code, channel = _serve(monkeypatch, 2, [edge_dies])
+    assert code == 3 and capsys.readouterr().err == ("adaptplan train: rank 2 (devices 0, 2) ended: rank 0 (edge server) "
+                                                     "closed its connection (it died or was killed)\n")
 
 
 def test_a_serving_rank_relays_rank_0s_abort_and_stops_cleanly_otherwise(monkeypatch, capsys) -> None:
@@ -817,9 +826,11 @@ def test_train_distributed_hands_the_launcher_every_flag_after_train(monkeypatch
 
     monkeypatch.delenv("RANK", raising=False)
     seen = []
-    monkeypatch.setattr(launch, "launch_local", lambda args, world, devices, out, runtime, partial, detect_seconds:
-                        seen.append((args, world, devices, out, runtime, partial)) or detects.append(detect_seconds) or 0)
+    monkeypatch.setattr(launch, "launch_local", lambda args, world, devices, out, runtime, partial, detect_seconds,
+                        largest_frame_bytes: seen.append((args, world, devices, out, runtime, partial))
+                        or detects.append(detect_seconds) or frames.append(largest_frame_bytes) or 0)
     detects: list[float] = []
+    frames: list[int | None] = []
     argv = ["--algorithm", "psl", "--distributed", "--devices", "3", "--ranks", "4", "--dataset", "synthetic",
             "--rounds", "1", "--cuts", "2", "--no-progress"]
     assert main(["train", *argv]) == 0
@@ -829,6 +840,11 @@ def test_train_distributed_hands_the_launcher_every_flag_after_train(monkeypatch
     mqtt = ["--runtime", "mqtt", *argv[3:]]
     assert main(["train", *mqtt]) == 0
     assert seen[-1] == (mqtt, 4, 3, None, "mqtt", False)
+    from trainers.config.train_config import TrainConfig
+    from trainers.distributed.frame_bound import largest_frame
+
+    expected = largest_frame(TrainConfig.flat(devices=3, dataset="synthetic", algorithm="psl")).largest
+    assert frames[0] is None and frames[-1] == expected        # the broker's limits come from the run's largest frame
     for algorithm, partial in (("scala", True), ("cyclesl", True), ("gas", True), ("gapsl", False), ("sl", False)):
         assert main(["train", *mqtt, "--algorithm", algorithm]) == 0
         assert seen[-1][-1] is partial, algorithm         # a device rank's end is not a failure under these
@@ -1479,3 +1495,31 @@ def test_a_device_ranks_message_is_checked_before_rank_0_uses_it(capsys) -> None
     assert net.receive([1], allow_absent=True) == [] and 3 in net.lost
     assert "scala goes on without devices 1" in capsys.readouterr().err
     assert _expecting(_network({3: [_envelope(good)]}), {1: 4}).receive([1]) == [good]
+
+
+# ---- issue 67 M5: the rank rank 0 names when the fed server waited on a device rank ------------------------------
+def test_the_fed_server_reports_the_device_rank_it_waited_on_instead_of_dying() -> None:
+    """Under SplitFed V1 the fed server takes uploads from the device ranks itself; a device rank that hangs
+    made it die, and rank 0, waiting on it, named the fed server. Now it reports that rank and serves on."""
+    silent = PeerError(3, "device 1", "sent nothing for 3 s (--rank-timeout): it hangs or is too slow")
+    fed = _loop(1, {0: [_envelope(Take(1)), _envelope(Stop())], 3: [silent]})
+    fed.serve()
+    assert fed.channel.sent == [(0, RoleError("lost", "sent nothing for 3 s (--rank-timeout): it hangs or is too slow",
+                                              3), *fed.channel.sent[0][2:])]
+    lost_fed = _loop(2, {0: [_envelope(Take(FED))], 1: [PeerError(1, "fed server", "closed its connection")]})
+    with pytest.raises(PeerError, match=r"^rank 1 \(fed server\) closed"):
+        lost_fed.serve()                                   # a rank other than a device rank is no device's fault
+
+
+def test_rank_0_names_the_device_rank_the_fed_server_reports_and_gives_it_time_to(wire) -> None:
+    from trainers.distributed.layout import FED_ALLOWANCE
+
+    fake, channel = wire
+    fake.deliver(1, RoleError("lost", "sent nothing for 3 s", 3))
+    with pytest.raises(PeerError) as info:
+        channel.recv(1)
+    assert (info.value.rank, str(info.value)) == (3, "rank 3 (device 1) sent nothing for 3 s (rank 1 (fed server) "
+                                                     "waited on it)")
+    net = _network({1: [_envelope(Report({}))], 2: [_envelope(Report({}))], 3: [_envelope(Report({}))]})
+    net.end_round(1)
+    assert net.channel.recv_calls[0] == (1, (1 + FED_ALLOWANCE) * net.channel.timeout) and FED_ALLOWANCE >= 1

@@ -154,27 +154,124 @@ def test_a_rank_cannot_take_over_another_ranks_client_id(broker) -> None:
                 c.close()                           # rank 2's own login is the intruder's: its session was taken
 
 
-def test_a_retained_message_on_a_frame_topic_reaches_no_rank_that_joins_later(broker) -> None:
-    """Issue 36 M2: a message published with retain on a frame topic stayed on the broker for every rank that
-    subscribed later, which took it for a frame (and refused the peer for it). Frames are never retained: a
-    retained one is ignored."""
+def raw_client(broker, rank: int, client_id: str | None = None, clean: bool = True):
+    """A bare paho client logged in as ``rank`` (connected, its loop running), recording what it receives and
+    whether the broker dropped it; ``client_id`` None: its login's (the broker binds them)."""
     import paho.mqtt.client as mqtt
 
-    junk = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="junk", protocol=mqtt.MQTTv311)
-    junk.username_pw_set("rank0", broker.password_files[0].read_text())
-    junk.tls_set(ca_certs=str(broker.ca_file))
-    junk.connect(broker.host, broker.port)
-    junk.loop_start()
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id or f"rank{rank}",
+                         clean_session=clean, protocol=mqtt.MQTTv311)
+    client.username_pw_set(f"rank{rank}", broker.password_files[rank].read_text())
+    client.tls_set(ca_certs=str(broker.ca_file))
+    client.received, client.dropped, client.subscribed = [], threading.Event(), threading.Event()
+    connected = threading.Event()
+    client.on_connect = lambda c, u, flags, reason, p=None: connected.set()
+    client.on_disconnect = lambda c, u, flags, reason, p=None: client.dropped.set()
+    client.on_message = lambda c, u, m: client.received.append((m.topic, bytes(m.payload), m.retain))
+    client.on_subscribe = lambda c, u, mid, reasons, p=None: client.subscribed.set()
+    client.reconnect_delay_set(60, 60)              # a dropped client stays dropped while the test looks
+    client.connect(broker.host, broker.port)
+    client.loop_start()
+    assert connected.wait(5)
+    return client
+
+
+def stop_client(client) -> None:
+    client.loop_stop()
+    with contextlib.suppress(Exception):
+        client.disconnect()
+
+
+def test_the_broker_keeps_nothing_retained_and_drops_who_publishes_so(broker) -> None:
+    """Issue 67 M4 (and issue 36 M2): retained junk on a frame topic stayed on the broker for every rank that
+    subscribed later. The written configuration sets ``retain_available false``: the publisher is disconnected
+    and nothing is kept, so neither a later subscriber nor a later start sees it."""
+    junk = raw_client(broker, 0)
     try:
-        junk.publish(frame_topic(broker.run, 1, 0), b"APW1 junk kept by the broker", qos=1, retain=True) \
-            .wait_for_publish(5)
+        junk.publish(frame_topic(broker.run, 1, 0), b"APW1 junk kept by the broker", qos=1, retain=True)
+        assert junk.dropped.wait(5)                         # the broker cut it off for the retain bit
     finally:
-        junk.loop_stop()
-        junk.disconnect()
+        stop_client(junk)
+    later = raw_client(broker, 1)
+    try:
+        later.subscribe(f"ap/{broker.run}/to/rank1/#", qos=1)
+        assert later.subscribed.wait(5)
+        time.sleep(0.5)
+        assert later.received == []                          # nothing was kept for a later subscriber
+    finally:
+        stop_client(later)
     ch = channels(broker, [0, 1])
     try:
         ch[0].send({"i": 0}, 1)
-        assert ch[1].recv(0).msg == {"i": 0}         # the first frame rank 1 takes is rank 0's frame #0
+        assert ch[1].recv(0).msg == {"i": 0}               # and the start barrier needs no retained flag
+    finally:
+        for c in ch.values():
+            c.close()
+
+
+def test_a_packet_beyond_the_runs_largest_frame_disconnects_its_sender(tmp_path) -> None:
+    """Issue 67 M4: 10 × 50 MB raised the broker from 9 to 486 MB. The limit comes from the run's largest frame
+    (here 64 KiB): a frame within it passes, a larger one disconnects its sender and reaches nobody."""
+    from trainers.distributed.broker import BrokerLimits
+
+    running = start_local_broker(tmp_path / "broker", 2, free_port(), largest_frame_bytes=64 * 1024)
+    limits = BrokerLimits.for_run(2, 64 * 1024)
+    assert f"max_packet_size {limits.max_packet_bytes}\n" in (running.folder / "mosquitto.conf").read_text()
+    receiver, sender = raw_client(running, 1), raw_client(running, 0)
+    try:
+        receiver.subscribe(f"ap/{running.run}/to/rank1/#", qos=1)
+        assert receiver.subscribed.wait(5)
+        sender.publish(frame_topic(running.run, 1, 0), b"f" * (64 * 1024), qos=1).wait_for_publish(5)
+        big = sender.publish(frame_topic(running.run, 1, 0), b"b" * (limits.max_packet_bytes + 1), qos=1)
+        assert sender.dropped.wait(5) and not big.is_published()
+        time.sleep(0.5)
+        assert [len(payload) for _, payload, _ in receiver.received] == [64 * 1024]
+    finally:
+        stop_client(sender)
+        stop_client(receiver)
+        running.stop()
+
+
+def test_the_broker_holds_a_bounded_queue_for_a_rank_that_is_away(tmp_path) -> None:
+    """Issue 67 M4: the queue the broker holds for a rank while it reconnects is bounded
+    (:data:`QUEUED_FRAMES_PER_PEER` frames per peer): of 100 frames sent while rank 1 is away, it gets the first
+    64 when it is back, and the rest are dropped at the broker."""
+    from trainers.distributed.broker import QUEUED_FRAMES_PER_PEER
+
+    running = start_local_broker(tmp_path / "broker", 2, free_port(), largest_frame_bytes=4096)
+    away = raw_client(running, 1, clean=False)
+    away.subscribe(f"ap/{running.run}/to/rank1/#", qos=1)
+    assert away.subscribed.wait(5)
+    away.disconnect()
+    away.loop_stop()
+    sender = raw_client(running, 0)
+    try:
+        for n in range(100):
+            sender.publish(frame_topic(running.run, 1, 0), n.to_bytes(2, "big"), qos=1).wait_for_publish(5)
+        back = raw_client(running, 1, clean=False)
+        deadline = time.monotonic() + 5
+        while len(back.received) < QUEUED_FRAMES_PER_PEER and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.3)
+        assert [int.from_bytes(p, "big") for _, p, _ in back.received] == list(range(QUEUED_FRAMES_PER_PEER))
+        stop_client(back)
+    finally:
+        stop_client(sender)
+        running.stop()
+
+
+def test_an_aborted_start_on_a_long_lived_broker_does_not_poison_the_next(broker) -> None:
+    """Issue 67 P9: after one aborted device start the next complete start failed: the aborted process's
+    retained ready flag made rank 0 count a process that was gone, and the new one take itself for a restart.
+    Nothing is retained now: the next start is a first start on every rank."""
+    with pytest.raises(InputError, match="rank 1 waited 1 s for rank 0 at the broker"):
+        MqttChannel(1, 2, 5.0, str, KEY, login(broker, 1), wait_seconds=0.5)      # aborted: rank 0 never came
+    ch = channels(broker, [0, 1])
+    try:
+        assert not ch[0].rejoining and not ch[1].rejoining
+        ch[0].send({"i": 0}, 1)
+        ch[1].send({"j": 0}, 0)
+        assert ch[1].recv(0).msg == {"i": 0} and ch[0].recv(1).msg == {"j": 0}
     finally:
         for c in ch.values():
             c.close()
@@ -248,8 +345,8 @@ def test_a_dropped_connection_reconnects_and_loses_or_repeats_nothing(broker) ->
 
 def test_a_process_started_again_for_its_rank_knows_it_and_gets_nothing_of_the_dead_ones(broker) -> None:
     """Rank 1's process dies without a goodbye while the fed server's first frame to it is on its way;
-    a new process for rank 1 sees its own ready flag still retained (``rejoining``), starts from a
-    clean session (the dead one's frames are gone), and after its Rejoin rank 0 numbers anew."""
+    a new process for rank 1 learns from the peers' answers to its ready flag that it replaces an earlier
+    one (``rejoining``), starts from a clean session (the dead one's frames are gone), and after its Rejoin rank 0 numbers anew."""
     from trainers.distributed.control import Layout, Rejoin
 
     ch = channels(broker, [0, 1, 2], world=3)
@@ -291,8 +388,10 @@ def test_a_rank_that_does_not_come_back_is_named_after_the_time_out(broker) -> N
 
 
 def test_the_acl_gives_each_rank_its_own_topics_only() -> None:
-    assert acl_text("r1").splitlines() == [
-        "pattern read ap/r1/to/%u/#", "pattern write ap/r1/to/+/from/%u", "pattern readwrite ap/r1/ready/%u",
+    """Frames only to the run's ranks (issue 67 M4: a wildcard let a login publish on topics without end)."""
+    assert acl_text("r1", 3).splitlines() == [
+        "pattern write ap/r1/to/rank0/from/%u", "pattern write ap/r1/to/rank1/from/%u",
+        "pattern write ap/r1/to/rank2/from/%u", "pattern read ap/r1/to/%u/#", "pattern readwrite ap/r1/ready/%u",
         "pattern read ap/r1/ready/+", "pattern write ap/r1/gone/%u", "pattern read ap/r1/gone/+"]
 
 

@@ -59,7 +59,17 @@ def test_every_file_is_private_and_each_rank_gets_its_own_kit(tmp_path, capsys) 
     owner = pwd.getpwuid(broker.stat().st_uid).pw_name
     expected = "mosquitto" if os.geteuid() == 0 and _has_user("mosquitto") else pwd.getpwuid(os.geteuid()).pw_name
     assert owner == expected and f"user {expected}" in config.splitlines()
-    assert "pattern write ap/exp1/to/+/from/%u" in (broker / "acl").read_text()
+    assert "pattern write ap/exp1/to/rank4/from/%u" in (broker / "acl").read_text()
+    assert "ap/exp1/to/+/" not in (broker / "acl").read_text()
+    from trainers.config.train_config import TrainConfig
+    from trainers.distributed.broker import BrokerLimits
+    from trainers.distributed.frame_bound import largest_frame
+
+    bound = largest_frame(TrainConfig.flat(devices=3, algorithm="sfl-v1", dataset="synthetic", model="mlp"))
+    limits = BrokerLimits.for_run(5, bound.largest)          # issue 67 M4: derived from the run's largest frame
+    for line in ("retain_available false", f"max_packet_size {limits.max_packet_bytes}",
+                 f"max_queued_messages {limits.queued_messages}", f"max_queued_bytes {limits.queued_bytes}"):
+        assert line in config.splitlines(), line
     san = subprocess.run(["openssl", "x509", "-in", str(broker / "broker.crt"), "-noout", "-ext", "subjectAltName"],
                          capture_output=True, text=True, check=True).stdout
     assert "IP Address:127.0.0.1" in san
