@@ -27,6 +27,9 @@ def test_each_stage_of_each_role_is_timed_by_its_field_of_the_system() -> None:
     assert [resource_of("edge", s) for s in ("server", "model upload", "model download", "uplink")] == [
         "server_flops", "edge_to_fed_bps", "fed_to_edge_bps", None]
     assert value_of(system(), "devices[1].fed_down_bps") == 5e6 and value_of(system(), "fed_to_edge_bps") == 2e7
+    with pytest.raises(InputError, match=r"^measured_system: 'devices\[1\]\.speed' is not a field of a system$") as caught:
+        value_of(system(), "devices[1].speed")
+    assert caught.value.field == "measured_system"
 
 
 def test_a_rate_is_the_work_counted_over_the_seconds_measured_and_the_fit_their_median() -> None:
@@ -64,6 +67,7 @@ def test_rates_round_trip_and_a_hostile_table_is_one_message_naming_the_field() 
     for bad, field in [([], "measured_rates"), ({"devices[0].memory_bytes": [1.0]}, "measured_rates"),
                        ({"server_flops": [0.0]}, "measured_rates.server_flops"),
                        ({"server_flops": [True]}, "measured_rates.server_flops"),
+                       ({"server_flops": [2e9, -1.0]}, "measured_rates.server_flops"),      # one bad value of two
                        ({"server_flops": []}, "measured_rates.server_flops")]:
         with pytest.raises(InputError) as caught:
             MeasuredRates.from_json(bad)

@@ -50,6 +50,7 @@ def test_a_run_that_never_reached_or_started_above_the_target_says_so() -> None:
     assert (first.rounds, first.seconds, first.upper_bound) == (5.0, 1.0, True)
     assert "at or before the first evaluation" in first.describe()
     assert compare(Prediction((1,), 1, 5, 0.0, 0.9), [(5, 0.95, 1.0)]).measured_over_predicted is None
+    assert Comparison(prediction, 7.0, None, False).describe().startswith("never reached 90.0%")   # no seconds
 
 
 def test_an_uncalibrated_prediction_cannot_be_measured_and_says_how_to_calibrate() -> None:

@@ -75,14 +75,10 @@ def largest_frame(config: "TrainConfig") -> FrameBound:
         num_train = int(dataset.x_train.shape[0])
     model = build_model(config.model.name, input_shape, num_classes, config.model.width)
     outputs: list[int] = []
-    hooks = [m.register_forward_hook(lambda _m, _i, out: outputs.append(_bytes_per_sample(out)))
-             for m in model.modules()]
-    try:
-        with torch.no_grad():
-            model.eval()(torch.zeros(1, *input_shape))
-    finally:
-        for hook in hooks:
-            hook.remove()
+    for module in model.modules():          # (the model is this function's own: its hooks go with it)
+        module.register_forward_hook(lambda _m, _i, out: outputs.append(_bytes_per_sample(out)))
+    with torch.no_grad():
+        model.eval()(torch.zeros(1, *input_shape))
     parameters = sum(p.numel() * p.element_size() for p in model.parameters())
     buffers = sum(b.numel() * b.element_size() for b in model.buffers())
     return frame_bound(parameters + buffers, parameters, max(outputs, default=0), data.batch_size, num_train)

@@ -5,6 +5,7 @@ of a real run, encoded as the wire sends it, within the bound and not far below 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -38,8 +39,18 @@ def test_the_broker_limits_come_from_the_largest_frame_and_the_ranks() -> None:
         assert line in text, line
 
 
+FRAME_OVERHEAD = 16 * 1024
+"""Bytes a frame adds to its tensors' (JSON header with every entry's name, shape and dtype; tag)."""
+
+
 @pytest.mark.parametrize("model", ["cnn", "mlp"])
-def test_every_large_message_of_a_run_fits_the_bound_the_broker_is_given(model: str) -> None:
+def test_every_large_message_of_a_run_is_estimated_by_its_part_of_the_bound(model: str) -> None:
+    """Each large message of a run (trainers/distributed/frame_bound.py's list), built from the run's chain and
+    encoded as the wire sends it: a model upload with Adam's state, the Setup of a rank hosting all 3 devices, an
+    activation at every cut. The model message and the Setup are their estimates plus the frame's own bytes; an
+    activation is at most its estimate (the largest output of any layer, not only of a cut) and not far below."""
+    import numpy as np
+
     config = TrainConfig.flat(devices=3, dataset="synthetic", model=model, model_width=4, batch_size=16)
     bound = largest_frame(config)
     data = load_dataset("synthetic")
@@ -52,17 +63,56 @@ def test_every_large_message_of_a_run_fits_the_bound_the_broker_is_given(model: 
     adam.step()
     upload = ModelUpload(0, 1, "device", {j: BlockState(dict(b.state_dict()), [dict(adam.state[p]) for p in b.parameters()])
                                           for j, b in enumerate(blocks)})
+    parts = np.array_split(np.arange(data.x_train.shape[0]), 3)
     setup = Setup({"dataset": "synthetic", "model": model}, [dict(b.state_dict()) for b in blocks],
-                  {i: DeviceSpec(1, torch.arange(data.x_train.shape[0]), 16, [0, i], OptimizerSpec("adam"))
-                   for i in range(3)})
+                  {i: DeviceSpec(1, torch.as_tensor(parts[i]), 16, [0, i], OptimizerSpec("adam")) for i in range(3)})
     activations = []
     with torch.no_grad():
         h = x
-        for j, block in enumerate(blocks[:-1]):
+        for block in blocks[:-1]:
             h = block(h)
             activations.append(Activation(0, 1, 0, h.clone(), y))
-    sizes = {name: max(len(wire.encode(Envelope(m, time.time()), 0, 1, 0, b"k" * 32, "a" * 16, "b" * 16)) for m in msgs)
-             for name, msgs in [("model", [upload]), ("setup", [setup]), ("activation", activations)]}
-    largest = max(sizes.values())
-    assert largest <= bound.largest, (sizes, bound)
-    assert largest >= (bound.largest - HEADER_BYTES) / SAFETY / 1.5, (sizes, bound)   # and the estimate is not loose
+
+    def size(msg) -> int:
+        return len(wire.encode(Envelope(msg, time.time()), 0, 1, 0, b"k" * 32, "a" * 16, "b" * 16))
+
+    assert 0 <= size(upload) - bound.model_message <= FRAME_OVERHEAD, (size(upload), bound)
+    assert 0 <= size(setup) - bound.setup <= FRAME_OVERHEAD, (size(setup), bound)
+    largest_activation = max(a.num_bytes for a in activations)            # its tensors: the activation and labels
+    assert largest_activation <= bound.activation <= 4 * largest_activation, (largest_activation, bound)
+    assert max(size(upload), size(setup), *(size(a) for a in activations)) <= bound.largest
+
+
+def test_the_model_is_measured_with_its_buffers_and_every_layers_output(monkeypatch) -> None:
+    """A model written out by hand (synthetic data: 1×8×8 inputs, 10 classes): Flatten, Linear(64, 10),
+    BatchNorm1d(10). Parameters 64·10 + 10 + 2·10 = 670 float32 (2,680 bytes); buffers: running mean and variance
+    (20 float32) and the batch count (one int64): 88 bytes; the largest layer output is the flattened input, 64
+    float32 per sample."""
+    from torch import nn
+
+    from trainers.inputs import models
+
+    monkeypatch.setattr(models, "build_model", lambda name, shape, classes, width: nn.Sequential(
+        nn.Flatten(), nn.Linear(64, 10), nn.BatchNorm1d(10)))
+    num_train = int(load_dataset("synthetic").x_train.shape[0])
+    bound = largest_frame(TrainConfig.flat(devices=3, dataset="synthetic", model="mlp", batch_size=16))
+    assert bound.model_message == 2680 + 88 + 2 * 2680
+    assert bound.setup == 2680 + 88 + 8 * num_train
+    assert bound.activation == 16 * (64 * 4 + 8)
+
+
+def test_a_layer_output_counts_one_samples_bytes_of_its_largest_tensor() -> None:
+    from trainers.distributed.frame_bound import _bytes_per_sample
+
+    assert _bytes_per_sample(torch.zeros(5, 3, 2)) == 6 * 4
+    assert _bytes_per_sample((torch.zeros(5, 2, dtype=torch.float64), torch.zeros(5, 7, dtype=torch.int8))) == 16
+    assert _bytes_per_sample(torch.tensor(1.0)) == 4 and _bytes_per_sample(None) == 0 and _bytes_per_sample(()) == 0
+
+
+def test_the_documented_factors() -> None:
+    """docs/mqtt.md "What the broker bounds" states them: ×2 plus 1 MiB, two optimizer tensors per parameter."""
+    from trainers.distributed.frame_bound import OPTIMIZER_SLOTS
+
+    assert (SAFETY, HEADER_BYTES, OPTIMIZER_SLOTS) == (2, 1 << 20, 2)
+    text = " ".join((Path(__file__).resolve().parents[3] / "docs" / "mqtt.md").read_text().split())
+    assert "two optimizer tensors per parameter" in text and "×2 plus 1 MiB for headers" in text

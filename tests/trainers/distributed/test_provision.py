@@ -4,6 +4,7 @@ simulator's losses; wrong options end in one line and exit code 2."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -174,7 +175,9 @@ def test_the_recipe_trains_to_the_simulators_losses(tmp_path) -> None:
     """docs/mqtt.md's recipe verbatim on loopback: provision, start the broker from its folder, run each kit's
     run.sh (device kits first, in the background), rank 0 last. Every rank ends with 0, the device ranks say
     when they joined and each round (none with --quiet), and the losses are the simulator's. The seed comes from a
-    run file given to provision by its path here (``--config``): each rank reads its kit's copy."""
+    run file given to provision by its path here (``--config``): each rank reads its kit's copy. Before it, on the
+    same broker, one device rank starts alone and is killed once it is at the broker (issue 67 P9: the next
+    complete start then failed, poisoned by the aborted one's retained ready flag)."""
     (tmp_path / "options").mkdir()
     (tmp_path / "options" / "small.toml").write_text("seed = 5\n")
     seedless = [a for i, a in enumerate(SMALL) if "--seed" not in SMALL[max(i - 1, 0):i + 1]]
@@ -185,6 +188,12 @@ def test_the_recipe_trains_to_the_simulators_losses(tmp_path) -> None:
     env = {**os.environ, "ADAPTPLAN_PYTHON": sys.executable}
     try:
         kits = out / "kits"
+        aborted = subprocess.Popen([str(kits / "rank2" / "run.sh")], env=env, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+        wait_connected(aborted.pid, _port(out))
+        time.sleep(1.0)                                      # subscribed and said ready
+        aborted.kill()
+        aborted.wait(timeout=10)
         others = {r: subprocess.Popen([str(kits / f"rank{r}" / "run.sh"), *(["--quiet"] if r == 4 else [])], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(1, 5)}
         edge = subprocess.run([str(kits / "rank0" / "run.sh"), "--no-progress", "--out", "run"], env=env,
@@ -203,6 +212,25 @@ def test_the_recipe_trains_to_the_simulators_losses(tmp_path) -> None:
     expected = simulate(tmp_path, "sim", [*SMALL, "--devices", "3", "--no-progress"])
     got = losses(kits / "rank0" / "run")
     assert len(got) == 3 and max(abs(a - b) for a, b in zip(got, expected)) <= 1e-4
+
+
+def wait_connected(pid: int, port: int, seconds: float = 60) -> None:
+    """Until process ``pid`` (or a child of it: run.sh execs python) holds an established TCP connection to
+    127.0.0.1:``port`` (its sockets in /proc/<pid>/fd matched against /proc/net/tcp)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        inodes = set()
+        for fd in Path(f"/proc/{pid}/fd").glob("*"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[2].endswith(f":{port:04X}") and fields[3] == "01" and fields[9] in inodes:
+                return
+        time.sleep(0.1)
+    raise AssertionError(f"process {pid} never connected to port {port}")
 
 
 def _port(out: Path) -> int:

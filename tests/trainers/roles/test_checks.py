@@ -31,6 +31,7 @@ def refused(msg: Activation, rows: int = 3) -> BadMessageError:
 def test_an_honest_activation_passes_at_every_edge_of_the_rules() -> None:
     check_activation(activation(), 1, 3, RULE)
     check_activation(activation(labels=torch.tensor([0, 9, 5])), 1, 3, RULE)                   # labels 0 and M − 1
+    check_activation(activation(labels=torch.tensor([4, 4, 4])), 1, 3, RULE)                   # one class only
     check_activation(activation(tensor=torch.full((3, 4, 2), -MAX_MAGNITUDE)), 1, 3, RULE)     # |x| = the bound
     check_activation(activation(0, tensor=torch.ones(0, 4, 2), labels=torch.zeros(0, dtype=torch.int64)), 1, 0, RULE)
 
