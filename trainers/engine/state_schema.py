@@ -13,6 +13,22 @@ ENGINE_KEYS = {"cuts", "interval", "rounds_since_aggregation", "devices", "edge"
 ENGINE_OPTIONAL = {"absent", "period", "stale"}       # absent from checkpoints written before them
 
 
+def check_generator_state(value: Any, where: str) -> None:
+    """``value`` is numpy's PCG64 generator state as ``bit_generator.state`` gives it (the engine's and each
+    device sampler's): its 128-bit ``state`` and odd ``inc`` integers, ``has_uint32`` 0 or 1 and a 32-bit
+    ``uinteger``; ValueError naming ``where`` otherwise (issue 67 C3: numpy took ``true`` for 1)."""
+    inner = value.get("state") if isinstance(value, dict) else None
+    ok = (isinstance(value, dict) and set(value) == {"bit_generator", "state", "has_uint32", "uinteger"}
+          and value["bit_generator"] == "PCG64" and isinstance(inner, dict) and set(inner) == {"state", "inc"}
+          and all(is_int(inner[k]) and 0 <= inner[k] < 2 ** 128 for k in ("state", "inc")) and inner["inc"] % 2 == 1
+          and is_int(value["has_uint32"]) and value["has_uint32"] in (0, 1)
+          and is_int(value["uinteger"]) and 0 <= value["uinteger"] < 2 ** 32)
+    if not ok:
+        raise ValueError(f"{where} must be numpy's PCG64 state {{bit_generator: 'PCG64', state: {{state, inc: "
+                         f"integers below 2**128, inc odd}}, has_uint32: 0 or 1, uinteger: below 2**32}}, "
+                         f"got {str(value)[:80]}")
+
+
 def is_device_list(value: Any, num_devices: int) -> bool:
     """Whether ``value`` is a list of distinct device indices 0..num_devices−1 (a checkpoint's device lists)."""
     return (isinstance(value, list) and all(is_int(d) and 0 <= d < num_devices for d in value)
@@ -50,6 +66,7 @@ def check_engine_state(state: Any, num_devices: int, strategy: Any) -> dict[str,
             or any((s is None) != (d in absent) for d, s in enumerate(state["devices"]))):
         raise ValueError(f"engine devices must hold the state of each of the {num_devices} devices "
                          "(None for exactly the absent ones)")
+    check_generator_state(state["rng"], "engine rng")
     cuts = state["cuts"]
     if not isinstance(cuts, list) or len(cuts) != num_devices or not all(is_int(c) for c in cuts):
         raise ValueError(f"engine cuts must list one integer cut per device ({num_devices}), got {str(cuts)[:80]}")
@@ -79,3 +96,7 @@ def _check_device_state(index: int, device: Any, cut: int) -> None:
     if not is_int(device["step"]) or not 0 <= device["step"] <= MAX_ROUNDS:
         raise ValueError(f"engine devices[{index}].step must be an integer in [0, {MAX_ROUNDS:,}], "
                          f"got {show(device['step'])}")
+    sampler = device["sampler"]
+    if not isinstance(sampler, dict) or "rng" not in sampler:
+        raise ValueError(f"engine devices[{index}].sampler must hold its generator's state (rng), order and position")
+    check_generator_state(sampler["rng"], f"engine devices[{index}].sampler.rng")

@@ -234,6 +234,11 @@ def resume_edited(run: Path, state: dict, folder: Path) -> int:
     return main(["train", "--out", str(folder), "--resume", "--rounds", "3", "--no-progress"])
 
 
+GENERATOR_EDITS = {"sampler generator true", "sampler generator state true", "sampler has_uint32 true",
+                   "sampler inc even", "sampler state 2**128", "sampler uinteger 2**32", "sampler generator MT19937",
+                   "sampler without generator"}
+
+
 def test_a_devices_optimizer_or_sampler_state_that_does_not_fit_is_refused_on_resume(tmp_path, capsys) -> None:
     """Found by the issue 36 harness: these were accepted, then internal errors rounds later (or trained on)."""
     import copy
@@ -257,6 +262,14 @@ def test_a_devices_optimizer_or_sampler_state_that_does_not_fit_is_refused_on_re
         "optimizer emptied": lambda d: d.update(optimizer={}),
         "momentum buffer of another shape": lambda d: d["optimizer"]["state"].update({0: {"momentum_buffer":
                                                                                           torch.ones(1)}}),
+        "sampler generator true": lambda d: d["sampler"].update(rng=True),                       # issue 67 C3
+        "sampler generator state true": lambda d: d["sampler"]["rng"]["state"].update(state=True),  # numpy took it for 1
+        "sampler has_uint32 true": lambda d: d["sampler"]["rng"].update(has_uint32=True),
+        "sampler inc even": lambda d: d["sampler"]["rng"]["state"].update(inc=2),
+        "sampler state 2**128": lambda d: d["sampler"]["rng"]["state"].update(state=2 ** 128),
+        "sampler uinteger 2**32": lambda d: d["sampler"]["rng"].update(uinteger=2 ** 32),
+        "sampler generator MT19937": lambda d: d["sampler"]["rng"].update(bit_generator="MT19937"),
+        "sampler without generator": lambda d: d["sampler"].pop("rng"),
     }
     for name, edit in edits.items():
         state = copy.deepcopy(base)
@@ -264,6 +277,18 @@ def test_a_devices_optimizer_or_sampler_state_that_does_not_fit_is_refused_on_re
         assert resume_edited(out, state, tmp_path / name.replace(" ", "_")) == 2, name
         err = capsys.readouterr().err
         assert "--resume" in err and "does not fit this run" in err and "internal error" not in err, (name, err)
+        if name in GENERATOR_EDITS:
+            assert "engine devices[0].sampler" in err, (name, err)
+    for name, edit in {"engine generator state true": lambda e: e["rng"]["state"].update(state=True),
+                       "engine generator true": lambda e: e.update(rng=True)}.items():
+        state = copy.deepcopy(base)
+        edit(state["engine"])
+        assert resume_edited(out, state, tmp_path / name.replace(" ", "_")) == 2, name
+        assert "engine rng must be numpy's PCG64 state" in capsys.readouterr().err, name
+    state = copy.deepcopy(base)                            # the generator states at their edges are taken
+    state["engine"]["rng"]["state"].update(state=2 ** 128 - 1, inc=1)
+    state["engine"]["devices"][0]["sampler"]["rng"].update(has_uint32=1, uinteger=2 ** 32 - 1)
+    assert resume_edited(out, state, tmp_path / "edges") == 0
 
 
 def test_sls_holder_that_is_not_a_device_is_refused_on_resume(tmp_path, capsys) -> None:
