@@ -134,10 +134,13 @@ def broker_user() -> str:
 def _private(path: Path, text: str | bytes, mode: int = 0o600) -> Path:
     """Write ``path`` readable by its owner only (created so: never world-readable, not even for an instant)."""
     data = text.encode() if isinstance(text, str) else text
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "wb") as out:
-        out.write(data)
-    os.chmod(path, mode)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.chmod(path, mode)
+    except OSError as exc:                      # (a failed write names no file: this one is named)
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
     return path
 
 
@@ -197,6 +200,29 @@ def provision(folder: Path, address: str, num_devices: int, world: int, train_ar
     layout = RankLayout(world, num_devices)
     hasher = find_tool("mosquitto_passwd", "mosquitto")
     largest_frame_bytes = largest_frame()
+    existed = folder.exists()
+    try:
+        return _write(folder, host, port, num_devices, world, train_args, copies, run, days, largest_frame_bytes,
+                      layout, hasher)
+    except (OSError, RuntimeError) as exc:      # a full disk, a folder not ours to write, openssl's own failure
+        if existed:
+            for child in folder.iterdir():       # it was empty: what is in it now is this run's
+                if child.is_dir():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    child.unlink(missing_ok=True)
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+        where = f"{exc.filename}: " if isinstance(exc, OSError) and exc.filename else ""
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise InputError(f"cannot write the deployment into {str(folder)!r} ({where}{why}); nothing of it was kept",
+                         field="--out") from None
+
+
+def _write(folder: Path, host: str, port: int, num_devices: int, world: int, train_args: list[str],
+           copies: dict[str, bytes], run: str, days: int, largest_frame_bytes: int | None, layout: RankLayout,
+           hasher: str) -> Deployment:
+    """The files of :func:`provision`, its inputs checked."""
     _folder(folder)
     ca, broker = _folder(folder / "ca"), _folder(folder / "broker")
     make_authority(ca, broker, host, days)

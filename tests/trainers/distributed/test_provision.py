@@ -295,3 +295,48 @@ def _child(pid: int) -> int:
             except (OSError, IndexError, ValueError):
                 continue
     return pid
+
+
+@pytest.mark.parametrize("existing", [False, True])
+def test_a_full_disk_names_the_file_and_leaves_no_half_written_deployment(tmp_path, monkeypatch, capsys,
+                                                                         existing) -> None:
+    """Issue 67: provision on a full disk did not name the path and left what it had written. The 12th file (a
+    kit's) cannot be written: the one line names it, exit 2, and the folder is as it was (absent, or empty)."""
+    import errno
+
+    from trainers.distributed import provision as provision_module
+
+    real_open, opened = os.open, []
+
+    def filling(path, flags, mode=0o777, **where):        # (shutil.rmtree opens with dir_fd=)
+        opened.append(path)
+        if len(opened) == 12:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_open(path, flags, mode, **where)
+
+    monkeypatch.setattr(provision_module.os, "open", filling)
+    out = tmp_path / "deploy"
+    if existing:
+        out.mkdir()
+    assert main(["provision", "--broker", "127.0.0.1:18999", "--devices", "3", "--out", str(out), "--", *SMALL]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"adaptplan provision: error: --out: cannot write the deployment into {str(out)!r} ({opened[11]}: "
+                   "No space left on device); nothing of it was kept\n"), err
+    assert "/kits/" in str(opened[11])
+    assert (out.exists() and list(out.iterdir()) == []) if existing else not out.exists(), (
+        list(out.rglob("*")) if out.exists() else None)
+
+
+def test_a_failing_certificate_tool_is_one_line_and_leaves_nothing(tmp_path, monkeypatch, capsys) -> None:
+    from trainers.distributed import provision as provision_module
+
+    def failing(certificates, broker, host, days):
+        raise RuntimeError("making the CA failed (1): unable to write 'random state'")
+
+    monkeypatch.setattr(provision_module, "make_authority", failing)
+    out = tmp_path / "deploy"
+    assert main(["provision", "--broker", "127.0.0.1:18999", "--devices", "3", "--out", str(out), "--", *SMALL]) == 2
+    assert capsys.readouterr().err == (f"adaptplan provision: error: --out: cannot write the deployment into "
+                                       f"{str(out)!r} (making the CA failed (1): unable to write 'random state'); "
+                                       "nothing of it was kept\n")
+    assert not out.exists()
