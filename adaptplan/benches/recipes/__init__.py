@@ -33,6 +33,13 @@ SETTING_KEYS = ("optimizer", "client_lr", "server_lr", "momentum", "weight_decay
 RUN_KEYS = ("dataset", "model", "model_width", "cut", "devices", "partition", "dirichlet_alpha", "local_test_fraction",
             "evaluations", "test_samples", "target_accuracy")
 """The other keys of ``[setting]``: what every run of the comparison shares besides its training setting."""
+TEXT, NUMBER, WHOLE = "a text", "a finite number", "a whole number"
+KEY_KINDS = {"optimizer": TEXT, "client_lr": NUMBER, "server_lr": NUMBER, "momentum": NUMBER, "weight_decay": NUMBER,
+             "clip_norm": NUMBER, "batch_size": WHOLE, "participation": NUMBER, "local_steps": WHOLE, "rounds": WHOLE,
+             "dataset": TEXT, "model": TEXT, "model_width": WHOLE, "cut": WHOLE, "devices": WHOLE, "partition": TEXT,
+             "dirichlet_alpha": NUMBER, "local_test_fraction": NUMBER, "evaluations": WHOLE, "test_samples": WHOLE,
+             "target_accuracy": NUMBER}
+"""What each key of ``[setting]`` and ``[paper_scale]`` holds (its range is TrainConfig's, checked on every job)."""
 METRICS = ("accuracy", "time")
 PROTOCOLS = ("global", "local")
 METHOD_KEYS = ("label", "algorithm", "options", "policy", "replan_every", "reestimate", "rounds", "note")
@@ -158,6 +165,43 @@ class Recipe:
         return out
 
 
+def _kind_of(value: Any, kind: str) -> bool:
+    """Whether ``value`` is of ``kind`` (:data:`KEY_KINDS`): booleans are neither numbers nor whole numbers."""
+    if kind == TEXT:
+        return isinstance(value, str)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return isinstance(value, int) if kind == WHOLE else math.isfinite(value)
+
+
+def _check_kinds(values: Mapping[str, Any], prefix: str, fail) -> None:
+    """Each value of :data:`KEY_KINDS`'s kind; the counts the recipe divides by (rounds, evaluations) at least 1."""
+    for key, value in values.items():
+        kind = KEY_KINDS.get(key)
+        if kind is not None and not _kind_of(value, kind):
+            raise fail(f"{prefix}.{key}", f"must be {kind}, got {str(value)[:40]!r}")
+        if key in ("rounds", "evaluations") and value < 1:
+            raise fail(f"{prefix}.{key}", f"must be a whole number ≥ 1, got {value!r}")
+        if key == "target_accuracy" and not 0 < value <= 1:
+            raise fail(f"{prefix}.{key}", f"must be a fraction in (0, 1], got {value!r}")
+    if values.get("evaluations", 0) > values.get("rounds", math.inf):
+        raise fail(f"{prefix}.evaluations", f"must be at most its rounds ({values['rounds']}), got {values['evaluations']}")
+
+
+def _check_jobs(recipe: Recipe, fail) -> None:
+    """Every run the recipe makes is a valid training configuration (TrainConfig's ranges and choices, each
+    method's algorithm and options), at this scale and at the paper's: the first wrong value named."""
+    from trainers.config.train_config import TrainConfig
+
+    for scale, made in (("", recipe), ("paper_scale: ", recipe.at_paper_scale("data") if recipe.paper_scale else None)):
+        for job in made.jobs([0]) if made is not None else []:
+            try:
+                TrainConfig.flat(**job["config"])
+            except InputError as exc:
+                raise fail(f"method {job['label']!r} on {job['group'].split('/', 1)[1]!r}",
+                           f"{scale}{exc}") from None
+
+
 def load(name: str) -> Recipe:
     """The packaged recipe ``name`` (:data:`NAMES`)."""
     if name not in NAMES:
@@ -179,6 +223,11 @@ def parse(text: str, where: str) -> Recipe:
     def table(value: Any, key: str) -> dict[str, Any]:
         if not isinstance(value, dict):
             raise fail(key, f"must be a table, got {type(value).__name__}")
+        return value
+
+    def array(value: Any, key: str) -> list[Any]:
+        if not isinstance(value, list):
+            raise fail(key, f"must be an array of tables ([[{key}]]), got {type(value).__name__}")
         return value
 
     def sourced(block: dict[str, Any], prefix: str) -> tuple[dict[str, Any], dict[str, str]]:
@@ -210,6 +259,7 @@ def parse(text: str, where: str) -> Recipe:
     unknown = sorted(set(values) - set(SETTING_KEYS) - set(RUN_KEYS))
     if unknown:
         raise fail(f"setting.{unknown[0]}", f"unknown key; valid: {', '.join(SETTING_KEYS + RUN_KEYS)}")
+    _check_kinds(values, "setting", fail)
     required = SETTING_KEYS + ("dataset", "model", "devices", "local_test_fraction", "evaluations", "test_samples")
     missing = [k for k in required if k not in values and k != "local_steps"]
     if missing:
@@ -224,18 +274,23 @@ def parse(text: str, where: str) -> Recipe:
     unknown = sorted(set(scale) - set(SETTING_KEYS) - set(RUN_KEYS))
     if unknown:
         raise fail(f"paper_scale.{unknown[0]}", "unknown key")
+    _check_kinds(scale, "paper_scale", fail)
     hour, hour_rules = _hour_tier(sourced(table(data.get("hour_tier", {}), "hour_tier"), "hour_tier"), setting, fail)
     partitions = _partitions(data.get("partition"), run, sources, fail)
-    methods = tuple(_method(table(m, f"method[{i}]"), f"method[{i}]", fail) for i, m in enumerate(data.get("method", [])))
+    methods = tuple(_method(table(m, f"method[{i}]"), f"method[{i}]", fail)
+                    for i, m in enumerate(array(data.get("method", []), "method")))
     labels = [m.label for m in methods]
     if len(methods) < 2 or len(set(labels)) != len(labels):
         raise fail("method", "needs two or more methods with distinct labels")
     claims = []
-    for i, entry in enumerate(data.get("claim", [])):
+    for i, entry in enumerate(array(data.get("claim", []), "claim")):
         entry = table(entry, f"claim[{i}]")
         bad = sorted(set(entry) - set(CLAIM_KEYS))
         if bad:
             raise fail(f"claim[{i}].{bad[0]}", f"unknown key; valid: {', '.join(CLAIM_KEYS)}")
+        texts = [k for k, v in entry.items() if not isinstance(v, str)]
+        if texts:
+            raise fail(f"claim[{i}].{texts[0]}", "must be a text")
         claim = Claim(str(entry.get("text", "")), str(entry.get("a", "")), str(entry.get("b", "")),
                       str(entry.get("metric", "")), str(entry.get("paper", "")), str(entry.get("protocol", protocol)),
                       str(entry.get("partition", partitions[0].label)))
@@ -248,8 +303,10 @@ def parse(text: str, where: str) -> Recipe:
         claims.append(claim)
     if not claims:
         raise fail("claim", "a recipe states at least one claim")
-    return Recipe(data["key"], data["title"], data["paper"], protocol, setting, run, sources, partitions, methods,
-                  tuple(claims), scale, scale_sources, hour, hour_rules)
+    recipe = Recipe(data["key"], data["title"], data["paper"], protocol, setting, run, sources, partitions, methods,
+                    tuple(claims), scale, scale_sources, hour, hour_rules)
+    _check_jobs(recipe, fail)
+    return recipe
 
 
 def _hour_tier(block: tuple[dict[str, Any], dict[str, str]], setting: Setting,
@@ -264,7 +321,7 @@ def _hour_tier(block: tuple[dict[str, Any], dict[str, str]], setting: Setting,
     for key, value in values.items():
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise fail(f"hour_tier.{key}", f"must be a whole number ≥ 1, got {value!r}")
-    if values.get("rounds", 0) > setting.rounds:
+    if "rounds" in values and values["rounds"] > setting.rounds:
         raise fail("hour_tier.rounds", f"must be at most the full run's {setting.rounds} rounds (a first part of it), "
                                        f"got {values['rounds']}")
     if "evaluations" in values and values["evaluations"] > values.get("rounds", setting.rounds // 2):
@@ -281,10 +338,15 @@ def _partitions(entries: Any, run: dict[str, Any], sources: dict[str, str], fail
         label = fields["partition"] + (f" α={fields['dirichlet_alpha']:g}" if "dirichlet_alpha" in fields else "")
         return (Partition(label, fields, sources.get("partition", "")),)
     out = []
+    if not isinstance(entries, list) or not entries:
+        raise fail("partition", "must be an array of one or more tables ([[partition]])")
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict) or not {"label", "partition"} <= set(entry) or \
                 set(entry) - {"label", "partition", "dirichlet_alpha", "source", "rule"}:
             raise fail(f"partition[{i}]", "must hold label, partition, optionally dirichlet_alpha, and a source or rule")
+        if not all(isinstance(entry[k], str) for k in ("label", "partition", "source", "rule") if k in entry):
+            raise fail(f"partition[{i}]", "its label, partition and source or rule must be texts")
+        _check_kinds({k: entry[k] for k in ("dirichlet_alpha",) if k in entry}, f"partition[{i}]", fail)
         fields = {k: entry[k] for k in ("partition", "dirichlet_alpha") if k in entry}
         out.append(Partition(str(entry["label"]), fields, str(entry.get("source") or "rule: " + str(entry.get("rule")))))
     return tuple(out)
@@ -296,6 +358,9 @@ def _method(entry: dict[str, Any], where: str, fail) -> Method:
         raise fail(f"{where}.{bad[0]}", f"unknown key; valid: {', '.join(METHOD_KEYS)}")
     if not isinstance(entry.get("label"), str) or not isinstance(entry.get("algorithm"), str):
         raise fail(where, "needs a label and an algorithm")
+    for key, kind in (("policy", TEXT), ("note", TEXT), ("replan_every", WHOLE)):
+        if key in entry and not _kind_of(entry[key], kind):
+            raise fail(f"{where}.{key}", f"must be {kind}")
     options = entry.get("options", {})
     if not isinstance(options, dict):
         raise fail(f"{where}.options", "must be a table of the algorithm's options")
