@@ -301,8 +301,19 @@ class Trainer:
                      f"{len(calibration.pilots)} pilot{'s' if len(calibration.pilots) > 1 else ''}: {calibration.message})")
         elif "plan" in event:
             extra = (f"; predicted {event['plan']['rounds']} rounds, {event['plan']['total_latency_s']:.4g} s (eq. 26, "
-                     "to an ε-stationary point of its constants; --pilots and --target-accuracy predict to an accuracy)")
+                     f"to an ε-stationary point of {self._constants_origin()}; --pilots and --target-accuracy predict "
+                     "to an accuracy)")
         return f"plan from {source}: {spread} of {len(self.blocks)} cut points, {self._describe_interval(event)}{extra}"
+
+    def _constants_origin(self) -> str:
+        """Where the constants of an uncalibrated plan come from, said in the plan's line (issue 66 item 2: never
+        silently the placeholders)."""
+        if self.constants is None:
+            later = "; --reestimate re-plans with this run's own" if self.config.plan.reestimate else ""
+            return (f"docs/model.md §6.1's placeholder constants, not this run's{later} (--pilots N fits them to this "
+                    "run)")
+        return f"the constants of {self.config.value('constants_path')}" if self.config.value("constants_path") \
+            else "the constants given"
 
     def _describe_interval(self, event: dict[str, Any]) -> str:
         """What the interval means for this algorithm: none for those that never average client models, GAS's

@@ -75,8 +75,14 @@ def test_describe_plan_names_the_source_the_spread_and_the_prediction() -> None:
     text = planned.describe_plan()
     assert text.startswith("plan from the built-in planner: ")
     assert text.endswith(f"interval I = {event['interval']}; predicted {event['plan']['rounds']} rounds, "
-                         f"{event['plan']['total_latency_s']:.4g} s (eq. 26, to an ε-stationary point of its constants; "
-                         "--pilots and --target-accuracy predict to an accuracy)")
+                         f"{event['plan']['total_latency_s']:.4g} s (eq. 26, to an ε-stationary point of docs/model.md "
+                         "§6.1's placeholder constants, not this run's (--pilots N fits them to this run); --pilots and "
+                         "--target-accuracy predict to an accuracy)")                     # issue 66: never silently
+    again = Trainer(TrainConfig.flat(**{**TINY, "lr": 0.01}, rounds=1, reestimate=True, replan_every=1)).describe_plan()
+    assert "placeholder constants, not this run's; --reestimate re-plans with this run's own (--pilots N" in again
+    given = Trainer(TrainConfig.flat(**{**TINY, "lr": 0.01}, rounds=1),
+                    constants=ConvergenceConstants.training_placeholder(L, 0.01, 2)).describe_plan()
+    assert "to an ε-stationary point of the constants given;" in given
 
 
 def test_a_planner_answer_is_taken_per_algorithm() -> None:
