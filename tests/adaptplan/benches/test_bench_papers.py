@@ -640,6 +640,12 @@ def test_a_folder_with_a_history_but_neither_result_nor_checkpoint_trains_afresh
      r"method\[1\]\.replan_every: must be a whole number"),
     (lambda t: t.replace('label = "psl"\nalgorithm = "psl"', 'label = "psl"\nalgorithm = "psl"\noptions = { leader = 3 }'),
      r"method 'psl' on .*"),
+    (lambda t: t.replace('label = "psl"\nalgorithm = "psl"', 'label = "psl"\nalgorithm = "psl"\ncolour = 1'),
+     r"method\[1\]\.colour: unknown key"),
+    (lambda t: t.replace('label = "psl"\nalgorithm = "psl"', 'label = 3\nalgorithm = "psl"'),
+     r"method\[1\]: needs a label and an algorithm"),
+    (lambda t: t.replace('label = "psl"\nalgorithm = "psl"', 'label = "psl"\nalgorithm = 3'),
+     r"method\[1\]: needs a label and an algorithm"),
     (lambda t: t.replace('metric = "accuracy"\npaper = "+16.0', 'metric = ["accuracy"]\npaper = "+16.0'),
      r"claim\[0\]\.metric: must be a text"),
     (lambda t: t.replace('\npaper = "Table I,', '\npartition = 3\npaper = "Table I,'),
@@ -656,3 +662,17 @@ def test_a_hostile_recipe_is_one_error_naming_the_key(edit, message) -> None:
     assert edited != text
     with pytest.raises(InputError, match=message):
         recipes.parse(edited, "gapsl.toml")
+
+
+def test_a_recipe_at_the_edges_of_its_ranges_is_taken() -> None:
+    """One evaluation, evaluations equal to the rounds, a target of 1: valid (the hostile cases' edges)."""
+    from importlib import resources
+
+    from adaptplan.benches import recipes
+
+    text = resources.files("adaptplan.benches.recipes").joinpath("gapsl.toml").read_text(encoding="utf-8")
+    one = recipes.parse(text.replace('evaluations = { value = 30,', 'evaluations = { value = 1,'), "gapsl.toml")
+    assert one.jobs([0])[0]["config"]["eval_every"] == 1200
+    every = recipes.parse(text.replace('evaluations = { value = 30,', 'evaluations = { value = 1200,')
+                          .replace('[setting]\n', '[setting]\ntarget_accuracy = { value = 1, rule = "r" }\n'), "gapsl.toml")
+    assert every.jobs([0])[0]["config"]["eval_every"] == 1 and every.target_accuracy == 1.0
