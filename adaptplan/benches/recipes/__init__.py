@@ -193,8 +193,9 @@ def _check_jobs(recipe: Recipe, fail) -> None:
     method's algorithm and options), at this scale and at the paper's: the first wrong value named."""
     from trainers.config.train_config import TrainConfig
 
-    for scale, made in (("", recipe), ("paper_scale: ", recipe.at_paper_scale("data") if recipe.paper_scale else None)):
-        for job in made.jobs([0]) if made is not None else []:
+    scales = [("", recipe)] + ([("paper_scale: ", recipe.at_paper_scale("data"))] if recipe.paper_scale else [])
+    for scale, made in scales:
+        for job in made.jobs([0]):
             try:
                 TrainConfig.flat(**job["config"])
             except InputError as exc:
@@ -346,7 +347,7 @@ def _partitions(entries: Any, run: dict[str, Any], sources: dict[str, str], fail
             raise fail(f"partition[{i}]", "must hold label, partition, optionally dirichlet_alpha, and a source or rule")
         if not all(isinstance(entry[k], str) for k in ("label", "partition", "source", "rule") if k in entry):
             raise fail(f"partition[{i}]", "its label, partition and source or rule must be texts")
-        _check_kinds({k: entry[k] for k in ("dirichlet_alpha",) if k in entry}, f"partition[{i}]", fail)
+        _check_kinds(entry, f"partition[{i}]", fail)          # its partition and dirichlet_alpha
         fields = {k: entry[k] for k in ("partition", "dirichlet_alpha") if k in entry}
         out.append(Partition(str(entry["label"]), fields, str(entry.get("source") or "rule: " + str(entry.get("rule")))))
     return tuple(out)
