@@ -71,8 +71,9 @@ def is_number(value: Any) -> TypeGuard[int | float]:
 
 
 def is_finite_number(value: Any) -> TypeGuard[int | float]:
-    """An int or finite float that is not a bool."""
-    return is_number(value) and math.isfinite(value)
+    """An int (of any size: every int is finite, and one beyond a float's range must not raise OverflowError) or a
+    finite float, not a bool."""
+    return is_int(value) or (is_number(value) and math.isfinite(value))
 
 
 def toml_value(value: Any) -> str:

@@ -96,9 +96,11 @@ LIES = {
                        "first.state[name] = torch.zeros(2)",
     "E8 weight 1e30": "msg.weight = 1e30",
     "none": "pass",
+    "R1 report of another device": "msg.seconds = {'device FP': {1: 1e5}}",
 }
 """Issue 67's lies of a device that holds the run's secret: Python run on device 0's message (``msg``) before it
-leaves (an :class:`Activation` for E1–E5 and E7, a :class:`ModelUpload` for E6 and E8)."""
+leaves (an :class:`Activation` for E1–E5 and E7, a :class:`ModelUpload` for E6 and E8, the rank's :class:`Report` of its
+measured seconds for R1)."""
 
 
 def lying_device(tmp_path: Path, lie: str, argv: list[str], timeout: float = 240) -> subprocess.CompletedProcess:
@@ -108,7 +110,21 @@ def lying_device(tmp_path: Path, lie: str, argv: list[str], timeout: float = 240
     method = "upload" if lie.startswith(("E6", "E8")) else "forward"
     hook = tmp_path / "lying_device"
     hook.mkdir(exist_ok=True)
-    (hook / "sitecustomize.py").write_text(textwrap.dedent(f"""\
+    if lie.startswith("R"):                       # the rank's own message: every one device 0's rank sends
+        (hook / "sitecustomize.py").write_text(textwrap.dedent(f"""\
+            import os
+            if os.environ.get("RANK") == "2":
+                from trainers.distributed.control import Report
+                from trainers.distributed.transport import FrameChannel
+                _honest = FrameChannel.send
+                def lying(self, msg, *args, **kwargs):
+                    if isinstance(msg, Report):
+                        {LIES[lie]}
+                    return _honest(self, msg, *args, **kwargs)
+                FrameChannel.send = lying
+            """))
+    else:
+        (hook / "sitecustomize.py").write_text(textwrap.dedent(f"""\
         import os
         if os.environ.get("RANK") not in (None, "0", "1"):
             import torch

@@ -118,7 +118,8 @@ class RoleError:
     """A role's own error on a rank (``nonfinite``, ``mismatch``, ``input``): rank 0 raises it as its own; ``bad``:
     a message from the device rank ``blame`` that its role may not send (trainers.roles.checks), which rank 0
     raises as that rank's failure; ``lost``: the device rank ``blame``, which this rank waited on, is gone or
-    silent (``message`` says which), raised at rank 0 as that rank's failure."""
+    silent (``message`` says which), raised at rank 0 as that rank's failure. Only a server's ``blame`` is believed: a
+    device rank's error that names another rank is its own failure (:data:`trainers.distributed.transport.SERVER_RANKS`)."""
 
     kind: str
     message: str

@@ -23,21 +23,23 @@ from __future__ import annotations
 import copy
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Sequence, cast
+from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
 import numpy as np
 import torch
 from torch import nn
 
+from adaptplan.fileio import is_int, show
 from trainers.distributed.control import DeviceSpec, Envelope, Layout, LinkRates, Readmit, Rejoin, Report, Setup, Stop
 from trainers.distributed.layout import FED_ALLOWANCE, FED_RANK, SETUP_TIMEOUT_FACTOR, RankLayout
+from trainers.distributed.rank_checks import check_ready, check_report
 from trainers.distributed.timing import book_transfer, link_rate
 from trainers.distributed.transport import FrameChannel, PeerError
 from trainers.engine.clock import StageLedger
-from trainers.roles.checks import ActivationRule, BadMessageError, check_activation, check_upload
+from trainers.roles.checks import ActivationRule, BadMessageError, Schema, check_activation, check_blocks, check_upload, schema_of
 from trainers.roles.messages import Activation, CutGradient, ModelUpload
 from trainers.roles.optim import OptimizerSpec
-from trainers.roles.protocol import EDGE, FED, Address, Blocks, Forward, GetBlocks, RoundEnd, Upload
+from trainers.roles.protocol import EDGE, FED, Address, Forward, GetBlocks, GetState, RoundEnd, State, Upload
 
 if TYPE_CHECKING:  # pragma: no cover
     from trainers.engine.clock import SimClock
@@ -82,6 +84,8 @@ class RankNetwork:
         self.rules: dict[int, ActivationRule] = {}   # per cut: what a device's activation holds (trainers.roles.checks)
         self.asked: dict[int, int] = {}              # device → the rows its last Forward asked for
         self.uploads: dict[int, list[int]] = {}      # device → the blocks its last Upload (to the edge) asked for
+        self.expected: dict[int, type] = {}          # device → the message type its rank's next reply must be
+        self.block_schema: Schema | None = None      # the template's blocks (trainers.roles.checks.schema_of)
 
     # ---- setting the device ranks up -------------------------------------------------------------------
     def setup(self, engine: "SplitEngine", optimizer: OptimizerSpec, seed: int) -> "RankNetwork":
@@ -102,8 +106,17 @@ class RankNetwork:
         for rank, devices in by_rank.items():
             self._setups[rank] = Setup(source, initial, devices)
             self.channel.send(self._setups[rank], rank)
-        self.channel.recv_many(list(by_rank), timeout=SETUP_TIMEOUT_FACTOR * self.channel.timeout)
+        for rank, envelope in self.channel.recv_many(list(by_rank), timeout=SETUP_TIMEOUT_FACTOR * self.channel.timeout):
+            self._refuse_bad(rank, check_ready, envelope.msg, rank, sorted(by_rank[rank]))
         return self
+
+    def _refuse_bad(self, rank: int, check: Callable[..., None], *args: Any) -> None:
+        """``check(*args)`` on a message of device rank ``rank``; its :class:`BadMessageError` becomes the rank's failure
+        (:class:`PeerError`: the run stops naming the rank, or goes on without it where the algorithm allows)."""
+        try:
+            check(*args)
+        except BadMessageError as exc:
+            raise PeerError(rank, self.layout.describe(rank), f"sent a message its role may not send: {exc}") from None
 
     # ---- Network ------------------------------------------------------------------------------------------
     def _rank(self, address: Address) -> int:
@@ -203,8 +216,12 @@ class RankNetwork:
             self._blocks.pop(int(to), None)         # the device may change: its blocks are read anew
         if isinstance(msg, Forward):
             self.asked.update(dict(msg.items))
+            self.expected.update({d: Activation for d, _ in msg.items})
         elif isinstance(msg, Upload) and msg.to == EDGE:
             self.uploads[msg.device] = list(msg.blocks)
+            self.expected[msg.device] = ModelUpload
+        elif isinstance(msg, GetState) and msg.device is not None:
+            self.expected[msg.device] = State
         if isinstance(msg, CutGradient) and self.served_from is not None:
             self.ledger.add("edge", "server", time.time() - self.served_from)   # since the group's activations came
             self.served_from = None
@@ -243,17 +260,18 @@ class RankNetwork:
         """A device rank's activation or relayed upload, checked before it is used (:mod:`trainers.roles.checks`):
         for a device that rank hosts and was asked, by the rules of the device's cut."""
         assert self.engine is not None, "set up before the first round"
+        device = getattr(msg, "device", None)
+        if not is_int(device) or not 0 <= device < self.layout.num_devices or self.layout.rank_of(device) != rank:
+            what = {Activation: "activation", ModelUpload: "model upload"}.get(type(msg), f"reply ({type(msg).__name__})")
+            raise BadMessageError(device if is_int(device) else f"rank {rank}", what, "device",
+                                  f"{show(device)} is not a device rank {rank} hosts")
+        expected = self.expected.pop(device, None)
+        if expected is None or type(msg) is not expected:
+            raise BadMessageError(device, "reply", "type", f"is {type(msg).__name__}, expected {expected.__name__}"
+                                  if expected else f"is {type(msg).__name__}, but it was asked for nothing")
         if not isinstance(msg, (Activation, ModelUpload)):
-            return
-        device = msg.device
-        if not isinstance(device, int) or not 0 <= device < self.layout.num_devices \
-                or self.layout.rank_of(device) != rank:
-            raise BadMessageError(-1 if not isinstance(device, int) else device,
-                                  "activation" if isinstance(msg, Activation) else "model upload", "device",
-                                  f"{device!r} is not a device rank {rank} hosts")
+            return                  # a State: checked with the checkpoint it is written into, when a run resumes
         if isinstance(msg, Activation):
-            if device not in self.asked:
-                raise BadMessageError(device, "activation", "device", "no forward was asked of it")
             if not self.rules:                     # once, from the model: one sample through the template
                 self.rules = activation_rules(self.engine.template, self.engine.data.x_train[:1],
                                               int(self.engine.num_classes))
@@ -268,12 +286,16 @@ class RankNetwork:
             if rank in self.lost:
                 return None
             try:
-                reply: Blocks = self._recv(rank).msg
+                reply = self._recv(rank).msg
+                assert self.template is not None, "set up before the first round"
+                if self.block_schema is None:
+                    self.block_schema = schema_of([block.state_dict() for block in self.template])
+                count = int(self.engine.cuts[device]) if self.engine is not None else None
+                self._refuse_bad(rank, check_blocks, reply, device, count, self.block_schema)
             except PeerError as exc:
                 if exc.rank == rank and self._may_lose(exc):
                     return None
                 raise
-            assert self.template is not None, "set up before the first round"
             modules = []
             for j, state in enumerate(reply.states):
                 module = copy.deepcopy(self.template[j])
@@ -315,7 +337,9 @@ class RankNetwork:
         deadline = time.monotonic() + self.channel.timeout
         for rank in self._live(self.layout.device_ranks):
             try:
-                reports.append(self._recv(rank, deadline).msg)
+                report = self._recv(rank, deadline).msg
+                self._refuse_bad(rank, check_report, report, rank, self.layout.devices_of(rank))
+                reports.append(report)
             except PeerError as exc:
                 if exc.rank != rank or not self._may_lose(exc):
                     raise

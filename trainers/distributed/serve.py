@@ -110,7 +110,9 @@ class RankLoop:
             try:
                 self.dispatch(envelope)
             except BadMessageError as exc:          # a device rank's message this rank refused: rank 0 names it
-                blame = self.layout.rank_of(exc.device) if 0 <= exc.device < self.layout.num_devices else None
+                device = exc.device
+                blame = self.layout.rank_of(device) if isinstance(device, int) and 0 <= device < self.layout.num_devices \
+                    else None
                 self.channel.send(RoleError("bad", str(exc), blame), EDGE_RANK)
             except (NonFiniteError, MessageMismatchError, InputError) as exc:   # the role code's own: rank 0 decides
                 self.channel.send(role_error(exc), EDGE_RANK)

@@ -25,8 +25,10 @@ import torch
 import torch.distributed as dist
 
 from adaptplan.errors import InputError
+from adaptplan.fileio import show
 from trainers.distributed import wire
 from trainers.distributed.control import Abort, Alive, Envelope, Rejoin, RoleError
+from trainers.distributed.layout import EDGE_RANK, FED_RANK
 from trainers.roles.messages import MessageMismatchError, NonFiniteError
 
 POLL_SECONDS = 0.002
@@ -42,6 +44,8 @@ class PeerError(RuntimeError):
         self.who = who
 
 
+SERVER_RANKS = (EDGE_RANK, FED_RANK)
+"""The ranks whose :class:`RoleError` may name another rank (``blame``): a device rank speaks only for itself."""
 ROLE_ERRORS = {"nonfinite": NonFiniteError, "mismatch": MessageMismatchError, "input": InputError}
 """Errors of the role code that a rank reports to rank 0 (:class:`RoleError`) instead of dying:
 rank 0 raises them as if its own role had (a divergence stops the run with the usual message)."""
@@ -280,6 +284,9 @@ class FrameChannel:
         msg = obj.msg
         if isinstance(msg, Abort):
             raise AbortRun(msg.reason)
+        if isinstance(msg, RoleError) and msg.blame is not None and msg.blame != src and src not in SERVER_RANKS:
+            raise PeerError(src, self.describe(src), f"sent a message its role may not send: an error blaming rank "
+                                                     f"{show(msg.blame)} (only the servers name another rank)")
         if isinstance(msg, RoleError) and msg.kind == "bad" and isinstance(msg.blame, int) and msg.blame != src:
             raise PeerError(msg.blame, self.describe(msg.blame),
                             f"sent rank {src} ({self.describe(src)}) a message its role may not send: {msg.message}")

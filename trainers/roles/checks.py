@@ -1,14 +1,16 @@
 """What a device may send, checked before its message is used (issue 67: a device that holds the run's secret but
 lies, or is buggy).
 
-A device sends two kinds of message its receiver computes with:
+A device sends three kinds of message its receiver computes with:
 
 * an :class:`~trainers.roles.messages.Activation` to the edge server: exactly the rows the edge server asked for
   (its :class:`~trainers.roles.protocol.Forward`), each of the cut's shape and the model's dtype, finite and at most
   :data:`MAX_MAGNITUDE` in absolute value, with one int64 label per row in 0..M−1;
 * a :class:`~trainers.roles.messages.ModelUpload` to the fed server: the blocks it was asked for, each with exactly
   the template's entries, shapes and dtypes, finite. Its FedAvg weight is never the device's word: the fed server
-  takes the one the edge server's :class:`~trainers.roles.protocol.Take` states (|D_i|, from the partition).
+  takes the one the edge server's :class:`~trainers.roles.protocol.Take` states (|D_i|, from the partition);
+* a :class:`~trainers.roles.protocol.Blocks` reply to the edge server (its client blocks, for evaluation): as many
+  blocks as its cut, each like an upload's.
 
 A message that breaks a rule raises :class:`BadMessageError` naming the device and the field; the runtimes turn
 it into the device rank's failure (docs/distributed.md "A device that lies"). In one process (the simulator) the
@@ -18,11 +20,12 @@ devices are the run's own code, and nothing is checked.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import torch
 
 from trainers.roles.messages import Activation, MessageMismatchError, ModelUpload
+from trainers.roles.protocol import Blocks
 
 MAX_MAGNITUDE = 1e10
 """The largest |value| an activation may hold. A float32 reaches 3.4·10³⁸, and finite activations of 3·10³⁸ made
@@ -33,10 +36,11 @@ Schema = Mapping[int, Mapping[str, tuple[tuple[int, ...], str]]]
 
 
 class BadMessageError(MessageMismatchError):
-    """Device ``device`` sent a message its role may not send; ``field`` names what is wrong."""
+    """Device ``device`` (or, as text, the rank that sent a rank's own message, e.g. ``"rank 2"``) sent a message its
+    role may not send; ``field`` names what is wrong."""
 
-    def __init__(self, device: int, what: str, field: str, why: str) -> None:
-        super().__init__(f"device {device}'s {what}: {field}: {why}")
+    def __init__(self, device: int | str, what: str, field: str, why: str) -> None:
+        super().__init__(f"{device if isinstance(device, str) else f'device {device}'}'s {what}: {field}: {why}")
         self.device, self.field = device, field
 
 
@@ -91,16 +95,39 @@ def check_upload(msg: ModelUpload, device: int, blocks: Sequence[int], schema: S
     if extra:
         raise bad("blocks", f"holds block {extra[0]}, which it was not asked for ({sorted(blocks)})")
     for j, block in msg.blocks.items():
-        expected = schema.get(j, {})
-        if set(block.state) != set(expected):
-            missing = sorted(set(expected) - set(block.state)) or sorted(set(block.state) - set(expected))
-            raise bad(f"blocks[{j}]", f"holds entries {sorted(block.state)[:5]}, expected {sorted(expected)[:5]} "
-                                      f"(differs at {missing[0]!r})")
-        for name, tensor in block.state.items():
-            shape, dtype = expected[name]
-            if not isinstance(tensor, torch.Tensor) or tuple(tensor.shape) != shape \
-                    or str(tensor.dtype).removeprefix("torch.") != dtype:
-                got = f"{tensor.dtype}{list(tensor.shape)}" if isinstance(tensor, torch.Tensor) else type(tensor).__name__
-                raise bad(f"blocks[{j}].{name}", f"is {got}, expected {dtype}{list(shape)}")
-            if tensor.is_floating_point() and tensor.numel() and not bool(torch.isfinite(tensor).all()):
-                raise bad(f"blocks[{j}].{name}", "holds NaN or infinite values")
+        _check_state(bad, f"blocks[{j}]", block.state, schema.get(j, {}))
+
+
+def check_blocks(msg: object, device: int, count: int | None, schema: Schema) -> None:
+    """Raise :class:`BadMessageError` unless ``msg`` is device ``device``'s :class:`~trainers.roles.protocol.Blocks`
+    reply (to the edge server's GetBlocks, for evaluation): its first ``count`` blocks (its cut; None: at most the
+    ``schema``'s), each with exactly the template's entries, shapes and dtypes, finite."""
+    def bad(field: str, why: str) -> BadMessageError:
+        return BadMessageError(device, "blocks", field, why)
+
+    if not isinstance(msg, Blocks):
+        raise bad("type", f"is {type(msg).__name__}, expected Blocks (the reply to GetBlocks)")
+    if msg.device != device:
+        raise bad("device", f"is {msg.device}, but this is device {device}'s reply")
+    expected = len(schema) if count is None else count
+    if not (len(msg.states) == expected if count is not None else 1 <= len(msg.states) <= expected):
+        raise bad("states", f"holds {len(msg.states)} blocks, expected {expected if count is not None else f'1..{expected}'}")
+    for j, state in enumerate(msg.states):
+        _check_state(bad, f"states[{j}]", state, schema.get(j, {}))
+
+
+def _check_state(bad: Callable[[str, str], BadMessageError], where: str, state: Mapping[str, object],
+                 expected: Mapping[str, tuple[tuple[int, ...], str]]) -> None:
+    """One block's state against its template ``expected`` (:data:`Schema`'s entry): the same entries, each a tensor of
+    the template's shape and dtype, finite."""
+    if set(state) != set(expected):
+        missing = sorted(set(expected) - set(state)) or sorted(set(state) - set(expected))
+        raise bad(where, f"holds entries {sorted(state)[:5]}, expected {sorted(expected)[:5]} (differs at {missing[0]!r})")
+    for name, tensor in state.items():
+        shape, dtype = expected[name]
+        if not isinstance(tensor, torch.Tensor) or tuple(tensor.shape) != shape \
+                or str(tensor.dtype).removeprefix("torch.") != dtype:
+            got = f"{tensor.dtype}{list(tensor.shape)}" if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+            raise bad(f"{where}.{name}", f"is {got}, expected {dtype}{list(shape)}")
+        if tensor.is_floating_point() and tensor.numel() and not bool(torch.isfinite(tensor).all()):
+            raise bad(f"{where}.{name}", "holds NaN or infinite values")

@@ -12,6 +12,7 @@ emulated delay 8·bytes / rate, and the exact lines a failing run prints."""
 from __future__ import annotations
 
 import json
+import math
 import pickle
 import queue
 import signal
@@ -37,7 +38,7 @@ from trainers.distributed.serve import RankLoop
 from trainers.distributed.transport import AbortRun, Channel, FrameRefused, PeerError
 from trainers.roles.messages import Activation, BlockState, CutGradient, MessageMismatchError, ModelDownload, ModelUpload, NonFiniteError
 from trainers.roles.optim import OptimizerSpec
-from trainers.roles.protocol import EDGE, FED, Average, Blocks, Forward, RoundEnd, Send, Take
+from trainers.roles.protocol import EDGE, FED, Average, Blocks, Forward, GetState, RoundEnd, Send, State, Take, Upload
 from trainers.run.history import History, RoundRecord
 
 
@@ -391,6 +392,7 @@ def _expecting(net: RankNetwork, rows: dict[int, int], width: int = 3) -> RankNe
     net.engine = SimpleNamespace(cuts=[1] * net.layout.num_devices, upload_schema={})
     net.rules = {1: ActivationRule((width,), torch.float32, 3)}
     net.asked.update(rows)
+    net.expected.update({d: Activation for d in rows})
     return net
 
 
@@ -1482,7 +1484,7 @@ def test_a_device_ranks_message_is_checked_before_rank_0_uses_it(capsys) -> None
     for msg, rows, why in [
         (Activation(0, 2, 1, torch.zeros(4, 3), torch.zeros(4, dtype=torch.long)), {0: 4},
          "device 0's activation: device: 0 is not a device rank 3 hosts"),
-        (good, {}, "device 1's activation: device: no forward was asked of it"),
+        (good, {}, "device 1's reply: type: is Activation, but it was asked for nothing"),
         (Activation(1, 2, 1, torch.zeros(4, 5), torch.zeros(4, dtype=torch.long)), {1: 4},
          "device 1's activation: tensor.shape: is [4, 5], expected [4, 3] (4 samples asked for)"),
     ]:
@@ -1523,3 +1525,95 @@ def test_rank_0_names_the_device_rank_the_fed_server_reports_and_gives_it_time_t
     net = _network({1: [_envelope(Report({}))], 2: [_envelope(Report({}))], 3: [_envelope(Report({}))]})
     net.end_round(1)
     assert net.channel.recv_calls[0] == (1, (1 + FED_ALLOWANCE) * net.channel.timeout) and FED_ALLOWANCE >= 1
+
+
+# ---- issue 67 item 1: every other message a device rank sends rank 0 ---------------------------------------------
+def test_a_reply_of_another_type_than_asked_is_the_ranks_failure() -> None:
+    """A device rank answering a Forward with a Report (or an upload request with an activation) is refused before
+    the engine reads the message as what it asked for (it met an AttributeError there before)."""
+    asked = Activation(1, 2, 1, torch.zeros(4, 3), torch.zeros(4, dtype=torch.long))
+    net = _expecting(_network({3: [_envelope(Report({}))]}), {1: 4})
+    with pytest.raises(PeerError, match=r"^rank 3 \(device 1\) sent a message its role may not send: rank 3's reply "
+                                        r"\(Report\): device: None is not a device rank 3 hosts$"):
+        net.receive([1])
+    net = _network({3: [_envelope(asked)]})
+    net.engine = SimpleNamespace(cuts=[1, 1, 1], upload_schema={})
+    net.send(1, Upload(1, 2, [0], 5.0, to=EDGE))
+    with pytest.raises(PeerError, match=r"device 1's reply: type: is Activation, expected ModelUpload$"):
+        net.receive([1])
+    state = State(1, {"model": {}})
+    net = _network({3: [_envelope(state)]})
+    net.engine = SimpleNamespace(cuts=[1, 1, 1], upload_schema={})
+    net.send(1, GetState(1))
+    assert net.receive([1]) == [state]                    # a state is checked when a run resumes from it
+
+
+def test_blocks_are_checked_against_the_devices_cut_before_they_are_loaded() -> None:
+    chain = _chain()
+    states = [block.state_dict() for block in chain]
+    wrong = {name: torch.zeros(1) for name in states[0]}
+    for reply, why in [(Blocks(0, states[:1]), "device 0's blocks: states: holds 1 blocks, expected 2"),
+                       (Blocks(0, [wrong, states[1]]), "device 0's blocks: states[0].weight: is torch.float32[1], "
+                                                       f"expected float32{list(states[0]['weight'].shape)}"),
+                       (Blocks(2, states), "device 0's blocks: device: is 2, but this is device 0's reply"),
+                       (Report({}), "device 0's blocks: type: is Report, expected Blocks (the reply to GetBlocks)")]:
+        net = _network({2: [_envelope(reply)]})
+        net.template, net.engine = chain, SimpleNamespace(cuts=[2, 1, 1])
+        with pytest.raises(PeerError) as caught:
+            net.device_blocks(0)
+        assert (caught.value.rank, str(caught.value)) == (2, f"rank 2 (devices 0, 2) sent a message its role may not "
+                                                             f"send: {why}")
+    net = _tolerant({2: [_envelope(Blocks(0, states[:1]))]})
+    net.template, net.engine = chain, SimpleNamespace(cuts=[2, 1, 1])
+    assert net.device_blocks(0) is None and 2 in net.lost          # where absence is allowed: taken out
+    net = _network({2: [_envelope(Blocks(0, states))]})
+    net.template, net.engine = chain, SimpleNamespace(cuts=[2, 1, 1])
+    assert len(net.device_blocks(0)) == 2                          # exactly its cut's blocks: taken
+
+
+def test_a_report_speaks_only_for_the_ranks_own_devices() -> None:
+    """A device rank's measured seconds fit the system re-plans use: one naming another device or a server, or an
+    unknown stage, or seconds that are no duration, stops the run naming the rank (a tolerant run goes on without it)."""
+    for report, why in [(Report({"device FP": {1: 0.5}}), "seconds['device FP']: names 1, not one of its devices [0, 2]"),
+                        (Report({"server": {"edge": 0.5}}), "seconds['server']: names 'edge', not one of its devices "
+                                                            "[0, 2]"),
+                        (Report({"device FP": {0: math.inf}}), "seconds['device FP'][0]: is inf, expected a finite "
+                                                               "number of seconds in [0, 1e+06]"),
+                        (Ready([0, 2]), "type: is Ready, expected Report (the answer to RoundEnd)")]:
+        net = _network({1: [_envelope(Report({}))], 2: [_envelope(report)], 3: [_envelope(Report({}))]})
+        with pytest.raises(PeerError) as caught:
+            net.end_round(1)
+        assert (caught.value.rank, str(caught.value)) == (2, f"rank 2 (devices 0, 2) sent a message its role may not "
+                                                             f"send: rank 2's report: {why}")
+    net = _tolerant({1: [_envelope(Report({}))], 2: [_envelope(Report({"device FP": {1: 0.5}}))],
+                     3: [_envelope(Report({"device FP": {1: 0.25}}))]})
+    assert net.end_round(1) == {"device FP": {"1": 0.25}} and 2 in net.lost    # the lie is not merged
+
+
+def test_a_set_up_reply_must_be_ready_for_the_devices_given() -> None:
+    net = _network({2: [_envelope(Ready([0]))], 3: [_envelope(Ready([1]))]})
+    with pytest.raises(PeerError, match=r"^rank 2 \(devices 0, 2\) sent a message its role may not send: rank 2's "
+                                        r"set-up reply: devices: are \[0\], expected \[0, 2\] \(the devices it was given\)$"):
+        net.setup(_engine_view([1, 2, 1]), OptimizerSpec("sgd", 0.1), 7)
+
+
+def test_only_a_server_may_blame_another_rank(wire) -> None:
+    """A device rank's error naming another rank would make rank 0 stop the run blaming an honest device: it is the
+    sender's own failure; the fed server's (issue 67 M5) is still believed."""
+    fake, channel = wire
+    fake.deliver(2, RoleError("bad", "device 1 lied", 3))
+    with pytest.raises(PeerError) as info:
+        channel.recv(2)
+    assert (info.value.rank, str(info.value)) == (2, "rank 2 (device 0) sent a message its role may not send: an "
+                                                     "error blaming rank 3 (only the servers name another rank)")
+    fake.deliver(3, RoleError("lost", "sent nothing", 2))
+    with pytest.raises(PeerError) as info:
+        channel.recv(3)
+    assert info.value.rank == 3
+    fake.deliver(1, RoleError("bad", "device 1's model upload: weight: lied", 3))
+    with pytest.raises(PeerError) as info:
+        channel.recv(1)
+    assert info.value.rank == 3                                    # the fed server's word
+    fake.deliver(2, RoleError("mismatch", "its own", 2))            # naming itself: its own error, as before
+    with pytest.raises(MessageMismatchError, match="^its own$"):
+        channel.recv(2)

@@ -83,3 +83,15 @@ def test_a_robust_rule_reaches_the_fed_rank_and_trains_as_the_simulation(tmp_pat
     assert len(got) == 3 and max(abs(a - b) for a, b in zip(got, expected)) <= 1e-4
     mean = simulate(tmp_path, "mean", [a for a in argv if a not in ("--aggregation", "median")])
     assert mean[2] != expected[2]
+
+
+def test_a_rank_reporting_another_devices_seconds_is_stopped_naming_it(tmp_path: Path) -> None:
+    """R1: the measured seconds fit the system that distributed re-plans use (docs/model.md §11); device 0's rank
+    (rank 2 of 4, hosting device 0 only) reports device 1 as slow. Rank 0 refuses the report before merging it
+    (trainers.distributed.rank_checks). One runtime: the check is rank 0's, the same over both."""
+    run = lying_device(tmp_path, "R1 report of another device",
+                       [*ARGV, "--distributed", "--ranks", "4", "--out", str(tmp_path / "run")])
+    assert run.returncode == 3, run.stderr
+    assert ("adaptplan train: rank 0 (edge server) stopped: rank 2 (device 0) sent a message its role may not send: "
+            "rank 2's report: seconds['device FP']: names 1, not one of its devices [0]\n") in run.stderr, run.stderr
+    assert "internal error" not in run.stderr and "Traceback" not in run.stderr, run.stderr

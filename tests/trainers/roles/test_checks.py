@@ -109,3 +109,29 @@ def test_the_runtimes_rule_per_cut_is_the_models_activation_there() -> None:
     rules = activation_rules(model, torch.zeros(1, 2, 4), 3)
     assert rules[1] == ActivationRule((5,), torch.float32, 3) and rules[2] == ActivationRule((5,), torch.float32, 3)
     assert rules[3].shape == (3,)
+
+
+def test_blocks_hold_as_many_blocks_as_asked_each_like_the_template() -> None:
+    """check_blocks: exactly ``count`` blocks (the device's cut), or with no count 1..the template's; each block like an
+    upload's (entries, shape, dtype, finite)."""
+    from trainers.roles.checks import check_blocks
+    from trainers.roles.protocol import Blocks
+
+    chain = nn.Sequential(nn.Linear(2, 3), nn.Linear(3, 2), nn.Linear(2, 2))
+    states = [block.state_dict() for block in chain]
+    schema = schema_of(states)
+    check_blocks(Blocks(0, states[:2]), 0, 2, schema)
+    check_blocks(Blocks(0, states[:1]), 0, None, schema)                   # no count: 1 ...
+    check_blocks(Blocks(0, states), 0, None, schema)                       # ... to the template's 3
+    for msg, count, text in [(Blocks(0, states[:1]), 2, "states: holds 1 blocks, expected 2"),
+                             (Blocks(0, states), 2, "states: holds 3 blocks, expected 2"),
+                             (Blocks(0, []), None, "states: holds 0 blocks, expected 1..3"),
+                             (Blocks(0, [{**states[0], "bias": torch.full((3,), float("nan"))}]), 1,
+                              "states[0].bias: holds NaN or infinite values"),
+                             (Blocks(0, [{"weight": states[0]["weight"]}]), 1,
+                              "states[0]: holds entries ['weight'], expected ['bias', 'weight'] (differs at 'bias')"),
+                             (Blocks(0, [states[1]]), 1, "states[0].weight: is torch.float32[2, 3], expected float32[3, 2]"),
+                             (Blocks(1, states[:1]), 1, "device: is 1, but this is device 0's reply")]:
+        with pytest.raises(BadMessageError) as caught:
+            check_blocks(msg, 0, count, schema)
+        assert str(caught.value) == f"device 0's blocks: {text}"

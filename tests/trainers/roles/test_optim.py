@@ -76,3 +76,25 @@ def test_optimizer_states_move_as_copies() -> None:
     # a: buf 1 → 1.9, p = 0.9 − 0.19; b continues from a copy of buf = 1 (a's second step does not touch it)
     assert torch.allclose(p.detach(), torch.tensor([0.71], dtype=torch.float64))
     assert torch.allclose(q.detach(), torch.tensor([1.0 - 0.19], dtype=torch.float64))
+
+
+def test_an_optimizer_state_is_refused_at_the_hyperparameter_bound_and_for_an_integer_beyond_a_float() -> None:
+    """check_optimizer_state (a checkpoint's optimizer): |lr| = MAX_HYPERPARAMETER is taken, the next float is not, and
+    an integer of 400 digits (beyond a float, where math.isfinite raises OverflowError) is refused as a ValueError."""
+    import math
+
+    import pytest
+
+    from trainers.roles.optim import MAX_HYPERPARAMETER, check_optimizer_state
+
+    params = [nn.Parameter(torch.zeros(2))]
+    mine = torch.optim.SGD(params, lr=0.1).state_dict()
+
+    def with_lr(lr: object) -> dict:
+        return {"state": {}, "param_groups": [dict(mine["param_groups"][0], lr=lr)]}
+
+    check_optimizer_state(with_lr(MAX_HYPERPARAMETER), mine, params)
+    check_optimizer_state(with_lr(-MAX_HYPERPARAMETER), mine, params)
+    for lr in (math.nextafter(MAX_HYPERPARAMETER, math.inf), 10 ** 400, math.nan, True):
+        with pytest.raises(ValueError, match="^optimizer lr must be a finite number, got "):
+            check_optimizer_state(with_lr(lr), mine, params)
