@@ -10,8 +10,10 @@ from typing import Any
 
 import torch
 
+from adaptplan.fileio import is_int, show
 from trainers.engine.async_loop import AsyncLoopState
 from trainers.engine.state_schema import check_engine_state
+from trainers.roles.core import check_block_state
 from trainers.roles.protocol import FED, GetState, SetState
 
 Engine = Any      # trainers.engine.split_engine.SplitEngine (not imported: the engine imports this module)
@@ -48,6 +50,7 @@ def restore_engine(engine: Engine, state: dict[str, Any]) -> None:
     (a ValueError naming the part that does not fit this engine; the run turns it into one message about the
     checkpoint) before anything is restored."""
     state = check_engine_state(state, engine.num_devices, engine.strategy)
+    _check_global_blocks(engine, state["fed"].get("global_blocks", {}))
     period, stale, absent = state["period"], state["stale"], state["absent"]
     async_state = None if state["async"] is None else AsyncLoopState.from_dict(state["async"], engine.num_devices)
     engine.cuts = engine._check_cuts(state["cuts"])
@@ -68,6 +71,19 @@ def restore_engine(engine: Engine, state: dict[str, Any]) -> None:
     engine.async_state = async_state
     engine.period = None if period is None else list(period)
     engine.stale = set(stale) - set(absent)          # the absent ones came back with the global model above
+
+
+def _check_global_blocks(engine: Engine, blocks: Any) -> None:
+    """ValueError unless ``blocks`` (the fed server's global blocks, its last averages, eq. 7) maps block indices of
+    this model to states like the template's blocks, finite: a device that downloads one trains from it."""
+    if not isinstance(blocks, dict):
+        raise ValueError(f"the fed server's global blocks must map block indices to states, got {type(blocks).__name__}")
+    for j, block in blocks.items():
+        if not is_int(j) or not 0 <= j < engine.num_blocks:
+            raise ValueError(f"the fed server's global blocks name block {show(j)}, not one of 0..{engine.num_blocks - 1}")
+        check_block_state(engine.template[j], block, f"the fed server's global block {j}")
+        if not all(bool(torch.isfinite(t).all()) for t in block.values() if t.is_floating_point()):
+            raise ValueError(f"the fed server's global block {j} holds NaN or infinite values")
 
 
 def tensors_to(value: Any, device: torch.device) -> Any:

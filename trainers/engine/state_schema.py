@@ -70,6 +70,8 @@ def check_engine_state(state: Any, num_devices: int, strategy: Any) -> dict[str,
     cuts = state["cuts"]
     if not isinstance(cuts, list) or len(cuts) != num_devices or not all(is_int(c) for c in cuts):
         raise ValueError(f"engine cuts must list one integer cut per device ({num_devices}), got {str(cuts)[:80]}")
+    if not isinstance(state["edge"], dict) or state["edge"].get("cuts") != cuts:
+        raise ValueError(f"engine edge state must hold the engine's cuts {str(cuts)[:80]} (the edge server serves them)")
     for d, device in enumerate(state["devices"]):
         if device is not None:
             _check_device_state(d, device, cuts[d])

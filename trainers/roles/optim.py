@@ -13,7 +13,7 @@ from typing import Any, Iterable
 import torch
 from torch import nn
 
-from adaptplan.fileio import is_finite_number
+from adaptplan.fileio import is_finite_number, is_number
 from trainers.config.optimizer_spec import OPTIMIZERS, OptimizerSpec  # noqa: F401  (re-exported: the spec is torch-free)
 
 
@@ -94,8 +94,10 @@ def check_optimizer_state(state: Any, mine: dict[str, Any], params: list[nn.Para
     if not isinstance(groups, list) or len(groups) != len(own):
         raise ValueError(f"an optimizer state must hold {len(own)} parameter group(s)")
     for group, ref in zip(groups, own):
-        if not isinstance(group, dict) or not {"params", "lr"} <= set(group) <= set(ref):   # another torch may lack flags
-            raise ValueError(f"an optimizer parameter group must hold params, lr and only keys of {sorted(ref)}")
+        needed = {"params", "lr"} | {k for k, v in ref.items() if is_number(v) or isinstance(v, (tuple, list))}
+        # another torch may lack flags (its __setstate__ sets them), never a number the step reads
+        if not isinstance(group, dict) or not needed <= set(group) <= set(ref):
+            raise ValueError(f"an optimizer parameter group must hold {sorted(needed)} and only keys of {sorted(ref)}")
         for key, value in group.items():
             expected = ref[key]
             if key == "params" or isinstance(expected, (bool, str)) or expected is None:
@@ -115,8 +117,9 @@ def check_optimizer_state(state: Any, mine: dict[str, Any], params: list[nn.Para
             raise ValueError(f"optimizer state of parameter {index} must be an object")
         for key, value in entry.items():
             if not torch.is_tensor(value):
-                if not _finite_number(value):
-                    raise ValueError(f"optimizer state {key} of parameter {index} must be a tensor or a number")
+                if key != "step" or not _finite_number(value):     # (a step count may be a number, in older torch)
+                    raise ValueError(f"optimizer state {key} of parameter {index} must be a tensor"
+                                     f"{' or a number' if key == 'step' else ''}, got {str(value)[:60]}")
                 continue
             wanted = torch.Size([]) if key == "step" else shapes[index]
             if value.shape != wanted or not (value.is_floating_point() and bool(torch.isfinite(value).all())):

@@ -135,3 +135,14 @@ def test_blocks_hold_as_many_blocks_as_asked_each_like_the_template() -> None:
         with pytest.raises(BadMessageError) as caught:
             check_blocks(msg, 0, count, schema)
         assert str(caught.value) == f"device 0's blocks: {text}"
+
+
+def test_one_value_just_above_the_magnitude_bound_is_refused_among_small_ones() -> None:
+    """The bound is on the largest |value| (one outlier suffices), and just above 10¹⁰ is refused (a float64 model:
+    a float32 cannot hold a value between 10¹⁰ and 10¹⁰ + 1024)."""
+    x = torch.zeros(3, 4, 2, dtype=torch.float64)
+    x[1, 2, 1] = -(MAX_MAGNITUDE + 0.5)
+    with pytest.raises(BadMessageError, match=r"^device 1's activation: tensor: holds 1e\+10: NaN, infinite or above"):
+        check_activation(activation(tensor=x), 1, 3, ActivationRule((4, 2), torch.float64, 10))
+    x[1, 2, 1] = -MAX_MAGNITUDE
+    check_activation(activation(tensor=x), 1, 3, ActivationRule((4, 2), torch.float64, 10))

@@ -346,3 +346,49 @@ def test_gas_state_that_does_not_fit_is_refused_on_resume(tmp_path, capsys) -> N
         err = capsys.readouterr().err
         assert "does not fit this run" in err and "internal error" not in err, (name, err)
     assert resume_edited(out, copy.deepcopy(base), tmp_path / "unchanged") == 0          # the real state resumes
+
+
+def test_hostile_files_findings_of_2026_12_04_are_refused_on_resume(tmp_path, capsys) -> None:
+    """Found by tools/hostile_files.py (issue 67 item 5): a momentum buffer that is a number, a parameter group without
+    its momentum (the step read group['momentum']: KeyError), the edge server's cuts shorter than the engine's
+    (IndexError rounds later) were internal errors; the fed server's global blocks of any value (text, NaN, another
+    shape, another block) were taken."""
+    import copy
+
+    import torch
+
+    from adaptplan.cli import main
+    from trainers.run.checkpoint import load_checkpoint
+
+    out = tmp_path / "run"
+    assert main(["train", "--dataset", "synthetic", "--devices", "2", "--rounds", "2", "--interval", "1",
+                 "--checkpoint-every", "1", "--out", str(out), "--no-progress"]) == 0
+    base = load_checkpoint(out)
+    engine = base["engine"]
+    (block, entries), = [(j, s) for j, s in engine["fed"]["global_blocks"].items()][:1]
+    name = next(iter(entries))
+    edits = {
+        "momentum buffer a number": (lambda e: e["devices"][0]["optimizer"]["state"][0].update(momentum_buffer=1.5),
+                                     "optimizer state momentum_buffer of parameter 0 must be a tensor, got 1.5"),
+        "no momentum": (lambda e: e["devices"][0]["optimizer"]["param_groups"][0].pop("momentum"),
+                        "an optimizer parameter group must hold ['dampening', 'lr', 'momentum', 'params', "
+                        "'weight_decay']"),
+        "edge cuts short": (lambda e: e["edge"]["cuts"].pop(), "engine edge state must hold the engine's cuts"),
+        "global block text": (lambda e: e["fed"]["global_blocks"][block].update({name: "x"}),
+                              f"the fed server's global block {block}['{name}'] must be a torch.float32 tensor"),
+        "global block NaN": (lambda e: e["fed"]["global_blocks"][block].update(
+            {name: torch.full_like(entries[name], float("nan"))}),
+            f"the fed server's global block {block} holds NaN or infinite values"),
+        "global block 99": (lambda e: e["fed"]["global_blocks"].update({99: entries}),
+                            "the fed server's global blocks name block 99, not one of 0..4"),
+    }
+    for label, (edit, text) in edits.items():
+        state = copy.deepcopy(base)
+        edit(state["engine"])
+        assert resume_edited(out, state, tmp_path / label.replace(" ", "_")) == 2, label
+        err = capsys.readouterr().err
+        assert "does not fit this run" in err and text in err and "internal error" not in err, (label, err)
+    state = copy.deepcopy(base)
+    state["engine"]["devices"][0]["optimizer"]["param_groups"][0].pop("nesterov")   # a flag torch sets itself
+    state["engine"]["devices"][0]["optimizer"]["state"][0].pop("momentum_buffer")   # as at a fresh optimizer
+    assert resume_edited(out, state, tmp_path / "flag_and_buffer_absent") == 0
