@@ -75,18 +75,11 @@ class RoleOptimizer:
         self.torch.load_state_dict(state)
 
 
-MAX_HYPERPARAMETER = 1e6
-"""The largest magnitude of an optimizer hyperparameter a checkpoint may hold (lr, momentum, betas, eps...)."""
-
-
-def _finite_number(value: Any) -> bool:
-    return is_finite_number(value) and abs(value) <= MAX_HYPERPARAMETER
-
-
 def check_optimizer_state(state: Any, mine: dict[str, Any], params: list[nn.Parameter]) -> None:
     """ValueError unless ``state`` is a state of this optimizer (``mine``, its own state_dict, over ``params``): the
-    same parameter groups, their keys among its own (``params`` and ``lr`` at least), numbers where it has numbers (finite, at most
-    :data:`MAX_HYPERPARAMETER`), the same flags; per-parameter entries only for its parameters, each tensor of
+    same parameter groups, their keys among its own (``params`` and every number its step reads at least), numbers where it
+    has numbers, equal to its own (the run's configuration sets the learning rate and the rest, and nothing changes
+    them during a run), the same flags; per-parameter entries only for its parameters, each tensor of
     the parameter's shape (a step count a scalar) and finite."""
     if not isinstance(state, dict) or set(state) != {"state", "param_groups"}:
         raise ValueError("an optimizer state must hold exactly 'state' and 'param_groups'")
@@ -104,10 +97,12 @@ def check_optimizer_state(state: Any, mine: dict[str, Any], params: list[nn.Para
                 if value != expected:
                     raise ValueError(f"optimizer {key} must be {expected!r}, got {str(value)[:60]}")
             elif isinstance(expected, (tuple, list)):
-                if not (isinstance(value, (tuple, list)) and len(value) == len(expected) and all(map(_finite_number, value))):
-                    raise ValueError(f"optimizer {key} must be {len(expected)} finite numbers, got {str(value)[:60]}")
-            elif not _finite_number(value):
-                raise ValueError(f"optimizer {key} must be a finite number, got {str(value)[:60]}")
+                if not (isinstance(value, (tuple, list)) and all(map(is_number, value)) and list(value) == list(expected)):
+                    raise ValueError(f"optimizer {key} must be {expected!r}, as the run's configuration sets it, got "
+                                     f"{str(value)[:60]}")
+            elif not is_number(value) or value != expected:
+                raise ValueError(f"optimizer {key} must be {expected!r}, as the run's configuration sets it, got "
+                                 f"{str(value)[:60]}")
     shapes = dict(enumerate(p.shape for p in params))
     entries = state["state"]
     if not isinstance(entries, dict) or not set(entries) <= set(shapes):
@@ -117,7 +112,7 @@ def check_optimizer_state(state: Any, mine: dict[str, Any], params: list[nn.Para
             raise ValueError(f"optimizer state of parameter {index} must be an object")
         for key, value in entry.items():
             if not torch.is_tensor(value):
-                if key != "step" or not _finite_number(value):     # (a step count may be a number, in older torch)
+                if key != "step" or not is_finite_number(value) or value < 0:   # (a number in older torch)
                     raise ValueError(f"optimizer state {key} of parameter {index} must be a tensor"
                                      f"{' or a number' if key == 'step' else ''}, got {str(value)[:60]}")
                 continue

@@ -78,23 +78,37 @@ def test_optimizer_states_move_as_copies() -> None:
     assert torch.allclose(q.detach(), torch.tensor([1.0 - 0.19], dtype=torch.float64))
 
 
-def test_an_optimizer_state_is_refused_at_the_hyperparameter_bound_and_for_an_integer_beyond_a_float() -> None:
-    """check_optimizer_state (a checkpoint's optimizer): |lr| = MAX_HYPERPARAMETER is taken, the next float is not, and
-    an integer of 400 digits (beyond a float, where math.isfinite raises OverflowError) is refused as a ValueError."""
+def test_a_resumed_optimizers_numbers_must_be_the_runs_own() -> None:
+    """check_optimizer_state (a checkpoint's optimizer): the learning rate and momentum are the run's configuration's,
+    which nothing changes during a run; another value (−1 trains uphill), NaN, a flag, an integer of 400 digits
+    (beyond a float: math.isfinite raised OverflowError) is refused as a ValueError naming the expected value."""
     import math
 
     import pytest
 
-    from trainers.roles.optim import MAX_HYPERPARAMETER, check_optimizer_state
+    from trainers.roles.optim import check_optimizer_state
 
     params = [nn.Parameter(torch.zeros(2))]
-    mine = torch.optim.SGD(params, lr=0.1).state_dict()
+    mine = torch.optim.SGD(params, lr=0.1, momentum=0.9).state_dict()
+    adam = torch.optim.Adam(params, lr=0.1).state_dict()
 
-    def with_lr(lr: object) -> dict:
-        return {"state": {}, "param_groups": [dict(mine["param_groups"][0], lr=lr)]}
+    def group(ref: dict, **change: object) -> dict:
+        return {"state": {}, "param_groups": [dict(ref["param_groups"][0], **change)]}
 
-    check_optimizer_state(with_lr(MAX_HYPERPARAMETER), mine, params)
-    check_optimizer_state(with_lr(-MAX_HYPERPARAMETER), mine, params)
-    for lr in (math.nextafter(MAX_HYPERPARAMETER, math.inf), 10 ** 400, math.nan, True):
-        with pytest.raises(ValueError, match="^optimizer lr must be a finite number, got "):
-            check_optimizer_state(with_lr(lr), mine, params)
+    check_optimizer_state(group(mine), mine, params)
+    check_optimizer_state(group(adam, betas=list(adam["param_groups"][0]["betas"])), adam, params)   # a list: JSON's
+    for change in ({"lr": -1}, {"lr": math.nextafter(0.1, 1)}, {"lr": 10 ** 400}, {"lr": math.nan}, {"lr": True},
+                   {"momentum": 0.0}):
+        (key, value), = change.items()
+        with pytest.raises(ValueError, match=rf"^optimizer {key} must be {mine['param_groups'][0][key]!r}, as the "
+                                             "run's configuration sets it, got "):
+            check_optimizer_state(group(mine, **change), mine, params)
+    for betas in ((0.9, 0.99), (0.9,), (True, 0.999), "x"):
+        with pytest.raises(ValueError, match=r"^optimizer betas must be \(0\.9, 0\.999\), as the run's"):
+            check_optimizer_state(group(adam, betas=betas), adam, params)
+    stepped = {"state": {0: {"step": -1, "exp_avg": torch.zeros(2), "exp_avg_sq": torch.zeros(2)}},
+               "param_groups": adam["param_groups"]}
+    with pytest.raises(ValueError, match=r"^optimizer state step of parameter 0 must be a tensor or a number, got -1"):
+        check_optimizer_state(stepped, adam, params)
+    stepped["state"][0]["step"] = 3                                                          # older torch's count
+    check_optimizer_state(stepped, adam, params)
