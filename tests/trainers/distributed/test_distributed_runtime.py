@@ -1617,3 +1617,21 @@ def test_only_a_server_may_blame_another_rank(wire) -> None:
     fake.deliver(2, RoleError("mismatch", "its own", 2))            # naming itself: its own error, as before
     with pytest.raises(MessageMismatchError, match="^its own$"):
         channel.recv(2)
+
+
+def test_rank_0_reads_an_activations_rule_from_the_model_it_set_up() -> None:
+    """The rules per cut come from one sample through the template (trainers.roles.checks.activation_rules) on the
+    first activation: at cut 1 of Linear(3, 4) → Linear(4, 2) a row holds 4 float32 values, labels in 0..2."""
+    view = SimpleNamespace(template=_chain(), data=SimpleNamespace(x_train=torch.randn(5, 3), parts=[[0], [1], [2]]),
+                           cuts=[1, 1, 1], batch_size=1, num_classes=3,
+                           strategy=SimpleNamespace(allows_absence=False, name="sfl-v1"))
+    good = Activation(1, 2, 1, torch.zeros(2, 4), torch.tensor([0, 2]))
+    net = _network({2: [_envelope(Ready([0, 2]))], 3: [_envelope(Ready([1])), _envelope(good),
+                                                       _envelope(Activation(1, 2, 1, torch.zeros(2, 4),
+                                                                            torch.tensor([0, 3])))]})
+    assert net.setup(view, OptimizerSpec("sgd", 0.1), 7).engine is view
+    net.send(1, Forward(2, [(1, 2)]))
+    assert net.receive([1]) == [good] and net.rules[1].shape == (4,)
+    net.send(1, Forward(2, [(1, 2)]))
+    with pytest.raises(PeerError, match=r"device 1's activation: labels: span 0\.\.3, outside 0\.\.2$"):
+        net.receive([1])
