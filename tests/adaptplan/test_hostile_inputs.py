@@ -395,13 +395,34 @@ def test_free_form_parts_are_accepted_as_written(tmp_path):
     loaded = Plan.load(write(tmp_path / "plan.json", json.dumps(plan)))
     assert loaded.solver == plan["solver"]
     history = base_documents()["history"]
-    history.update(events=[{"round": 10**400}], summary={"rounds": "many"})
+    events = [{"round": 3, "event": "replan", "solver": {"method": -2.5}, "note": [None, {"deep": True}]}]
+    history.update(events=events, summary={"rounds": "many"})
     history["meta"]["config"]["devices"] = [1.5]
     history["records"][0].update(train_loss=float("nan"), test_loss=float("inf"))
     path = write(tmp_path / "history.json", json.dumps(history))
     code, out, err = run_cli(["plot", str(path), "-o", str(tmp_path / "p.png")])
     assert code == 0, err
-    assert History.load(path).events == [{"round": 10**400}]
+    assert History.load(path).events == events
+
+
+@pytest.mark.parametrize("event, message", [
+    ({"round": 10 ** 400, "event": "plan"}, "history.events[0].round: must be an integer in 0..1,000,000,000,000, got an "
+                                            "integer of about 401 digits"),
+    ({"round": 1}, "history.events[0].event: must be one of plan, replan, replan-infeasible, got None"),
+    ({"round": 0, "event": "plan", "source": "me"}, "history.events[0].source: must be one of cuts, plan, planner, "
+                                                    "default, policy, got 'me'"),
+    ({"round": 2, "event": "replan", "old_cuts": [0]}, "history.events[0].old_cuts[0]: must be"),
+    ({"round": 2, "event": "replan", "interval": 0}, "history.events[0].interval: must be"),
+    ({"round": 0, "event": "plan", "plan": {"total_latency_s": "x"}}, "history.events[0].plan.total_latency_s: must be"),
+])
+def test_a_historys_plan_events_are_checked_where_they_are_read(files, tmp_path, event, message):
+    """A calibrated run's summary divides by its first plan's predicted seconds (History.to_target): an event of
+    another kind, round, source, plan or prediction is refused naming the field (tools/hostile_files.py)."""
+    history = base_documents()["history"]
+    history["events"] = [event]
+    bad = write(tmp_path / "history.json", json.dumps(history))
+    code, _, err = run_cli(["plot", str(bad), "-o", str(tmp_path / "out.png")])
+    assert one_error(code, err, "plot").startswith(f"{bad}: {message}")
 
 
 def test_clip_message_shortens_only_words_longer_than_the_limit() -> None:

@@ -210,6 +210,8 @@ class History:
         events = data.get("events", [])
         if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
             raise InputError(f"must be a list of objects, got {show(events)}", field="history.events")
+        for k, event in enumerate(events):
+            _check_event(event, f"history.events[{k}]")
         mapping_value(data.get("summary", {}), "history.summary")
         records = [_record_from_json(r, f"history.records[{k}]") for k, r in enumerate(data["records"])]
         return cls(records, meta, list(events))
@@ -255,6 +257,33 @@ def history_text(data: dict[str, Any]) -> str:
     lines = ",\n".join("    " + _ONE_LINE_JSON(r) for r in records)
     body = f'"records": [\n{lines}\n  ]' if records else '"records": []'
     return (text[:-2] + ",\n  " if head else "{\n  ") + body + "\n}\n"
+
+
+EVENT_KINDS = ("plan", "replan", "replan-infeasible")
+PLAN_SOURCES = ("cuts", "plan", "planner", "default", "policy")
+
+
+def _check_event(event: dict[str, Any], field: str) -> None:
+    """A plan event as the run writes it (docs/formats.md "history.json"): its kind and round, and where present its
+    source and plans (cuts, interval; the plan's predicted rounds and seconds, which a calibrated run's summary divides
+    by); the other keys (solver details, constants, reasons) are kept as they are."""
+    kind = event.get("event")
+    if kind not in EVENT_KINDS:
+        raise InputError(f"must be one of {', '.join(EVENT_KINDS)}, got {show(kind)}", field=f"{field}.event")
+    int_in_range(event.get("round"), f"{field}.round", 0, MAX_ROUNDS)
+    if "source" in event and event["source"] not in PLAN_SOURCES:
+        raise InputError(f"must be one of {', '.join(PLAN_SOURCES)}, got {show(event['source'])}", field=f"{field}.source")
+    for key in ("cuts", "old_cuts"):
+        if key in event:
+            _cuts(event[key], f"{field}.{key}")
+    for key in ("interval", "old_interval"):
+        if key in event:
+            positive_int(event[key], f"{field}.{key}", MAX_ROUNDS)
+    if "plan" in event:
+        plan = mapping_value(event["plan"], f"{field}.plan")
+        for key in ("rounds", "total_latency_s"):
+            if key in plan:
+                non_negative_number(plan[key], f"{field}.plan.{key}")
 
 
 def _number(value: Any, field: str) -> float:
