@@ -85,6 +85,7 @@ class RankNetwork:
         self.asked: dict[int, int] = {}              # device → the rows its last Forward asked for
         self.uploads: dict[int, list[int]] = {}      # device → the blocks its last Upload (to the edge) asked for
         self.expected: dict[int, type] = {}          # device → the message type its rank's next reply must be
+        self.asked_round: dict[int, int] = {}        # device → the round its last Forward was for
         self.block_schema: Schema | None = None      # the template's blocks (trainers.roles.checks.schema_of)
 
     # ---- setting the device ranks up -------------------------------------------------------------------
@@ -217,6 +218,7 @@ class RankNetwork:
         if isinstance(msg, Forward):
             self.asked.update(dict(msg.items))
             self.expected.update({d: Activation for d, _ in msg.items})
+            self.asked_round.update({d: msg.round for d, _ in msg.items})
         elif isinstance(msg, Upload) and msg.to == EDGE:
             self.uploads[msg.device] = list(msg.blocks)
             self.expected[msg.device] = ModelUpload
@@ -276,6 +278,9 @@ class RankNetwork:
                 self.rules = activation_rules(self.engine.template, self.engine.data.x_train[:1],
                                               int(self.engine.num_classes))
             check_activation(msg, device, self.asked.pop(device), self.rules[self.engine.cuts[device]])
+            if msg.round != self.asked_round.get(device, msg.round):
+                raise BadMessageError(device, "activation", "round", f"is {show(msg.round)}, but it was asked for round "
+                                                                     f"{self.asked_round[device]}")
         else:
             check_upload(msg, device, self.uploads.pop(device, []), self.engine.upload_schema)
 

@@ -14,8 +14,8 @@ dicts with int/str/tuple keys, tensors, numpy arrays and the message dataclasses
 entry per tensor: its dtype (a fixed list), shape and byte range. Decoding builds only those types,
 by name from :data:`MESSAGE_TYPES`: nothing in a frame names a module or a function to call, so a
 crafted frame cannot run code. A frame that does not parse, names an unknown tag or dtype, has byte
-ranges outside the frame, is longer than :data:`MAX_FRAME_BYTES`, or whose tag does not match the
-run's secret is refused with :class:`WireError`.
+ranges outside the frame or that do not tile the rest of it, carries a tensor its value does not refer to, is longer
+than :data:`MAX_FRAME_BYTES`, or whose tag does not match the run's secret is refused with :class:`WireError`.
 """
 
 from __future__ import annotations
@@ -163,6 +163,13 @@ class _Decoder:
         self.data = data
         self.specs = [self._checked(i, spec) for i, spec in enumerate(specs)]
         self.used: set[int] = set()
+        end = 0                              # the tensors' bytes, one after another, are the rest of the frame
+        for _, _, offset, length in sorted(self.specs, key=lambda spec: (spec[2], spec[3])):
+            if offset != end:
+                raise WireError("its tensors' byte ranges overlap or leave a gap")
+            end += length
+        if end != len(data):
+            raise WireError(f"it carries {len(data) - end:,} bytes beyond its tensors")
 
     def _checked(self, index: int, spec: Any) -> tuple[str, tuple[int, ...], int, int]:
         """A tensor entry [dtype, shape, offset, length] whose byte range lies in the frame."""
@@ -334,5 +341,7 @@ def decode(frame: bytes | bytearray | memoryview, key: bytes) -> Frame:
         value = decoder.value(header.get("v"))
     except RecursionError:
         raise WireError("its value is nested too deeply") from None
+    if len(decoder.used) != len(decoder.specs):
+        raise WireError(f"it carries {len(decoder.specs) - len(decoder.used)} tensor(s) its value does not refer to")
     return Frame(header["src"], header["dst"], header["seq"], value,
                  tuple((name, shape) for name, shape, _, _ in decoder.specs), *sessions)

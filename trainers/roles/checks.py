@@ -91,9 +91,12 @@ def check_upload(msg: ModelUpload, device: int, blocks: Sequence[int], schema: S
 
     if msg.device != device:
         raise bad("device", f"is {msg.device}, but this is device {device}'s upload")
-    extra = sorted(set(msg.blocks) - set(blocks))
-    if extra:
-        raise bad("blocks", f"holds block {extra[0]}, which it was not asked for ({sorted(blocks)})")
+    if msg.sender != "device":               # an edge server's upload is booked to the edge server's links
+        raise bad("sender", f"is {msg.sender!r}, but a device sends as 'device'")
+    if set(msg.blocks) != set(blocks):
+        extra = sorted(set(msg.blocks) - set(blocks))
+        raise bad("blocks", f"holds block {extra[0]}, which it was not asked for ({sorted(blocks)})" if extra else
+              f"holds blocks {sorted(msg.blocks)}, but it was asked for {sorted(blocks)}")
     for j, block in msg.blocks.items():
         _check_state(bad, f"blocks[{j}]", block.state, schema.get(j, {}))
 

@@ -1635,3 +1635,17 @@ def test_rank_0_reads_an_activations_rule_from_the_model_it_set_up() -> None:
     net.send(1, Forward(2, [(1, 2)]))
     with pytest.raises(PeerError, match=r"device 1's activation: labels: span 0\.\.3, outside 0\.\.2$"):
         net.receive([1])
+
+
+def test_an_activation_for_another_round_than_asked_is_refused() -> None:
+    """tools/hostile_frames.py: an activation naming round −1 or 0 when round 2 was asked was taken (the device met
+    the mismatch only when the gradient came back)."""
+    net = _network({3: [_envelope(Activation(1, 0, 1, torch.zeros(4, 3), torch.zeros(4, dtype=torch.long)))]})
+    net = _expecting(net, {})
+    net.send(1, Forward(2, [(1, 4)]))
+    with pytest.raises(PeerError, match=r"device 1's activation: round: is 0, but it was asked for round 2$"):
+        net.receive([1])
+    good = Activation(1, 2, 1, torch.zeros(4, 3), torch.zeros(4, dtype=torch.long))
+    net = _expecting(_network({3: [_envelope(good)]}), {})
+    net.send(1, Forward(2, [(1, 4)]))
+    assert net.receive([1]) == [good]

@@ -157,9 +157,10 @@ def test_a_frame_listing_more_tensors_or_dimensions_than_any_message_has_is_refu
     with pytest.raises(wire.WireError, match=f"it lists {wire.MAX_TENSORS + 1:,} tensors, more than the "
                                              f"{wire.MAX_TENSORS:,} a frame may carry"):
         wire.decode(craft(over), KEY)
-    at = wire.decode(craft({**over, "t": [entry] * wire.MAX_TENSORS}), KEY)     # at the cap: taken
+    at = wire.decode(craft({**over, "v": [{"X": i} for i in range(wire.MAX_TENSORS)],
+                            "t": [entry] * wire.MAX_TENSORS}), KEY)          # at the cap: taken
     assert len(at.tensors) == wire.MAX_TENSORS
-    deep = {"src": 0, "dst": 1, "seq": 0, "v": 1, "t": [["uint8", [1] * (wire.MAX_DIMS + 1), 0, 1]]}
+    deep = {"src": 0, "dst": 1, "seq": 0, "v": {"X": 0}, "t": [["uint8", [1] * (wire.MAX_DIMS + 1), 0, 1]]}
     with pytest.raises(wire.WireError, match="has the shape"):
         wire.decode(craft(deep, b"x"), KEY)
     assert wire.decode(craft({**deep, "t": [["uint8", [1] * wire.MAX_DIMS, 0, 1]]}, b"x"), KEY).tensors[0][1] == \
@@ -343,3 +344,22 @@ def test_a_bool_tensor_holding_bytes_other_than_0_and_1_is_refused() -> None:
     assert wire.decode(craft(header, bytes([0, 1, 1, 0])), KEY).value.tolist() == [False, True, True, False]
     with pytest.raises(wire.WireError, match="bool but holds bytes other than 0 and 1"):
         wire.decode(craft(header, bytes([0, 1, 255, 0])), KEY)
+
+
+def test_a_frames_tensor_bytes_are_exactly_its_tensors_each_referred_to() -> None:
+    """tools/hostile_frames.py: bytes after the last tensor, a gap or an overlap between two, and a listed tensor the
+    value never refers to were taken (junk carried along); each is refused, and the honest layout at its edge (two
+    tensors back to back, an empty one anywhere) is taken."""
+    two = {"src": 0, "dst": 1, "seq": 0, "v": [{"X": 0}, {"X": 1}, {"X": 2}],
+           "t": [["uint8", [2], 0, 2], ["uint8", [0], 2, 0], ["uint8", [3], 2, 3]]}
+    assert [t.tolist() for t in wire.decode(craft(two, b"abcde"), KEY).value] == [[97, 98], [], [99, 100, 101]]
+    for header, payload, message in [
+        (two, b"abcdef", "it carries 1 bytes beyond its tensors"),
+        ({**two, "t": [["uint8", [2], 0, 2], ["uint8", [0], 2, 0], ["uint8", [3], 3, 3]]}, b"abcdef",
+         "its tensors' byte ranges overlap or leave a gap"),
+        ({**two, "t": [["uint8", [2], 0, 2], ["uint8", [0], 2, 0], ["uint8", [3], 1, 3]]}, b"abcde",
+         "its tensors' byte ranges overlap or leave a gap"),
+        ({**two, "v": [{"X": 0}, {"X": 2}]}, b"abcde", "it carries 1 tensor(s) its value does not refer to"),
+    ]:
+        with pytest.raises(wire.WireError, match=f"^{re.escape(message)}$"):
+            wire.decode(craft(header, payload), KEY)

@@ -78,6 +78,7 @@ def test_the_schema_is_each_blocks_entries_shapes_and_dtypes() -> None:
     ({0: {**STATES[0], "bias": torch.zeros(2, dtype=torch.float64)}}, 0, "blocks[0].bias", "is torch.float64[2]"),
     ({0: {**STATES[0], "bias": torch.tensor([0.0, float("inf")])}}, 0, "blocks[0].bias", "holds NaN or infinite values"),
     ({0: {**STATES[0], "bias": [0.0, 1.0]}}, 0, "blocks[0].bias", "is list, expected float32[2]"),
+    ({}, 0, "blocks", "holds blocks [], but it was asked for [0]"),                    # (hostile_frames: taken)
 ])
 def test_a_lying_upload_is_refused_naming_the_device_and_the_field(blocks, device, field, text) -> None:
     with pytest.raises(BadMessageError) as caught:
@@ -146,3 +147,12 @@ def test_one_value_just_above_the_magnitude_bound_is_refused_among_small_ones() 
         check_activation(activation(tensor=x), 1, 3, ActivationRule((4, 2), torch.float64, 10))
     x[1, 2, 1] = -MAX_MAGNITUDE
     check_activation(activation(tensor=x), 1, 3, ActivationRule((4, 2), torch.float64, 10))
+
+
+def test_a_devices_upload_is_sent_as_a_device() -> None:
+    """An upload sent as the edge server's ("edge") is booked to the edge server's links in the measured seconds that
+    fit re-plans (trainers.distributed.timing.book_transfer): a device may only send as "device"."""
+    honest = upload({0: STATES[0]})
+    check_upload(honest, 0, [0], SCHEMA)
+    with pytest.raises(BadMessageError, match=r"^device 0's model upload: sender: is 'edge', but a device sends as "):
+        check_upload(ModelUpload(0, 1, "edge", honest.blocks, 5.0), 0, [0], SCHEMA)
