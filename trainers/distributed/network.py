@@ -282,7 +282,8 @@ class RankNetwork:
                 raise BadMessageError(device, "activation", "round", f"is {show(msg.round)}, but it was asked for round "
                                                                      f"{self.asked_round[device]}")
         else:
-            check_upload(msg, device, self.uploads.pop(device, []), self.engine.upload_schema)
+            cut = self.engine.cuts[device]           # a device sends the blocks asked for that it holds (below its cut)
+            check_upload(msg, device, [j for j in self.uploads.pop(device, []) if j < cut], self.engine.upload_schema)
 
     def device_blocks(self, device: int) -> nn.ModuleList | None:
         if device not in self._blocks:

@@ -1649,3 +1649,24 @@ def test_an_activation_for_another_round_than_asked_is_refused() -> None:
     net = _expecting(_network({3: [_envelope(good)]}), {})
     net.send(1, Forward(2, [(1, 4)]))
     assert net.receive([1]) == [good]
+
+
+def test_an_upload_holds_the_blocks_asked_for_below_the_devices_cut() -> None:
+    """GAS asks every block of a device's model; the device sends those it holds (below its cut): exactly those are
+    taken, one fewer is refused (a device must not leave a block out of the average)."""
+    from trainers.roles.checks import schema_of
+
+    chain = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 4), nn.Linear(4, 2))
+    states = [block.state_dict() for block in chain]
+
+    def sent(blocks: list[int]) -> RankNetwork:
+        msg = ModelUpload(1, 2, "device", {j: BlockState(states[j]) for j in blocks}, 1.0)
+        net = _network({3: [_envelope(msg)]})
+        net.engine = SimpleNamespace(cuts=[2, 2, 2], upload_schema=schema_of(states))
+        net.send(1, Upload(1, 2, [0, 1, 2], 5.0, to=EDGE))
+        return net
+
+    assert list(sent([0, 1]).receive([1])[0].blocks) == [0, 1]
+    with pytest.raises(PeerError, match=r"device 1's model upload: blocks: holds blocks \[0\], but it was asked for "
+                                        r"\[0, 1\]$"):
+        sent([0]).receive([1])
