@@ -166,7 +166,9 @@ def test_a_pilot_that_cannot_calibrate_is_one_message_naming_the_pilots(tmp_path
     cases = [(tmp_path / "none", "holds no history.json"),
              (tmp_path / "low", "never reached 30.0% test accuracy (at best 25.0% in 10 rounds)"),
              (tmp_path / "moved", "changed its plan before reaching 30.0% (2 plans)"),
-             (tmp_path / "other", "trained with lr = 0.1, this run with 0.05")]
+             (tmp_path / "other", "trained with lr = 0.1, this run with 0.05"),
+             (tmp_path / "no cut", "records no device's cut before reaching 30.0%")]      # (hostile_files: max([]))
+    write_run(tmp_path / "no cut", {5: 0.2, 10: 0.4}, plans=[([], 4)] * 10)
     for folder, words in cases:
         with pytest.raises(InputError) as info:
             read_pilot(folder, 0.3, {"lr": 0.05, "devices": 2})

@@ -443,3 +443,13 @@ def test_a_huge_value_is_not_echoed_whole(argv, capsys) -> None:
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and len(err) < 600, err[:300]
     assert "xxxxxxxxxx… (100,0" in err
+
+
+def test_a_history_with_a_class_count_beyond_a_float_plots(files, tmp_path):
+    """tools/hostile_files.py: meta.num_classes of 400 digits (a free-form meta key) made the convergence floor
+    2/M raise OverflowError; an implausible count is read as unknown (floor 0)."""
+    history = base_documents()["history"]
+    history["meta"]["num_classes"] = 10 ** 400
+    path = write(tmp_path / "history.json", json.dumps(history))
+    code, out, err = run_cli(["plot", str(path), "-o", str(tmp_path / "p.png")])
+    assert code == 0, err

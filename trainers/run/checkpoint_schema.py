@@ -12,14 +12,14 @@ run or met later as an internal error. The engine's own state is checked against
 
 from __future__ import annotations
 
-import math
 import re
+import sys
 from typing import Any
 
 import torch
 
 from adaptplan.errors import InputError
-from adaptplan.fileio import is_int, is_number, show
+from adaptplan.fileio import is_finite_number, is_int, show
 from adaptplan.limits import MAX_STEPS
 
 REQUIRED = ("round", "engine", "torch_rng", "numpy_rng", "clock_seconds", "last_replan", "wall_seconds", "history",
@@ -50,7 +50,7 @@ def check_state(state: dict[str, Any], where: str) -> None:
         raise refuse("round", f"must be an integer in [0, {MAX_STEPS}], got {show(round_index)}")
     for name in ("clock_seconds", "wall_seconds"):
         value = state[name]
-        if not is_number(value) or not (math.isfinite(value) and 0 <= value <= MAX_SECONDS):
+        if not is_finite_number(value) or not 0 <= value <= MAX_SECONDS:
             raise refuse(name, f"must be a finite number of seconds in [0, {MAX_SECONDS:g}], got {show(value)}")
     if not is_int(state["last_replan"]) or not 0 <= state["last_replan"] <= round_index:
         raise refuse("last_replan", f"must be an integer in [0, round = {round_index}], got {show(state['last_replan'])}")
@@ -133,7 +133,7 @@ def _check_rngs(state: dict[str, Any], refuse) -> None:
     ok = (isinstance(numpy_rng, (list, tuple)) and len(numpy_rng) == 5 and numpy_rng[0] == "MT19937"
           and torch.is_tensor(numpy_rng[1]) and tuple(numpy_rng[1].shape) == (624,) and _mt19937_keys(numpy_rng[1])
           and is_int(numpy_rng[2]) and 0 <= numpy_rng[2] <= 624 and numpy_rng[3] in (0, 1) and is_int(numpy_rng[3])
-          and is_number(numpy_rng[4]) and math.isfinite(numpy_rng[4]))
+          and is_finite_number(numpy_rng[4]) and abs(numpy_rng[4]) <= sys.float_info.max)
     if not ok:
         raise refuse("numpy_rng", "must be numpy's MT19937 state [name, 624 keys, position, has_gauss, cached]")
     for name in ("torch_rng", "cuda_rng"):

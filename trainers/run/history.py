@@ -29,7 +29,7 @@ from adaptplan.fileio import (
     show,
     text_value,
 )
-from adaptplan.limits import MAX_CUT_POINTS, MAX_DEVICES, MAX_ROUNDS, MAX_STEPS
+from adaptplan.limits import MAX_CUT_POINTS, MAX_DEVICES, MAX_NUM_CLASSES, MAX_ROUNDS, MAX_STEPS
 
 MAX_BYTES = 2**63 - 1   # bytes of one round's traffic in a history file
 
@@ -121,7 +121,7 @@ class History:
         near chance is not "converged"."""
         if floor is None:
             classes = self.meta.get("num_classes")
-            floor = 2.0 / classes if isinstance(classes, int) and classes > 0 else 0.0
+            floor = 2.0 / classes if isinstance(classes, int) and 0 < classes <= MAX_NUM_CLASSES else 0.0
         ev = self.evaluated
         streak = 0
         for prev, cur in zip(ev, ev[1:]):

@@ -52,4 +52,7 @@ def read_pilot(folder: str | os.PathLike, target: float, setting: dict[str, Any]
                          "must train one plan (give it --cuts and --interval, without --replan-every)",
                          field="--pilots")
     cuts, interval = plans.pop()
+    if not cuts:
+        raise InputError(f"{str(path)!r} records no device's cut before reaching {target:.1%}: its history.json was "
+                         "cut short or edited", field="--pilots")
     return PilotRun(str(path), int(interval), max(cuts), float(target), float(rounds))

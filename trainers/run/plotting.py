@@ -15,6 +15,7 @@ from typing import Any, Iterable, Sequence
 
 from adaptplan.errors import InputError
 from adaptplan.fileio import atomic_write, output_path, show
+from adaptplan.limits import MAX_NUM_CLASSES
 from trainers.run.history import History
 
 
@@ -68,8 +69,8 @@ def run_label(name: str, history: History) -> str:
 
 def chance_accuracy(num_classes: Any) -> float | None:
     """1/M: the accuracy of guessing one of M classes uniformly (None where M is unknown: a history that recorded no
-    ``meta["num_classes"]``)."""
-    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
+    ``meta["num_classes"]``, or one beyond :data:`adaptplan.limits.MAX_NUM_CLASSES`)."""
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or not 2 <= num_classes <= MAX_NUM_CLASSES:
         return None
     return 1.0 / num_classes
 

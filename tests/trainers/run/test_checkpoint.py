@@ -392,3 +392,26 @@ def test_hostile_files_findings_of_2026_12_04_are_refused_on_resume(tmp_path, ca
     state["engine"]["devices"][0]["optimizer"]["param_groups"][0].pop("nesterov")   # a flag torch sets itself
     state["engine"]["devices"][0]["optimizer"]["state"][0].pop("momentum_buffer")   # as at a fresh optimizer
     assert resume_edited(out, state, tmp_path / "flag_and_buffer_absent") == 0
+
+
+def test_an_integer_beyond_a_float_in_a_checkpoints_numbers_is_refused(tmp_path, capsys) -> None:
+    """tools/hostile_files.py: an integer of 400 digits as the clock's or the wall clock's seconds or numpy's cached
+    Gaussian raised OverflowError (an internal error); each is refused naming the field."""
+    import copy
+
+    from adaptplan.cli import main
+    from trainers.run.checkpoint import load_checkpoint
+
+    out = tmp_path / "run"
+    assert main(["train", "--dataset", "synthetic", "--devices", "2", "--rounds", "1", "--checkpoint-every", "1",
+                 "--out", str(out), "--no-progress"]) == 0
+    base = load_checkpoint(out)
+    for field in ("clock_seconds", "wall_seconds", "numpy_rng"):
+        state = copy.deepcopy(base)
+        if field == "numpy_rng":
+            state["numpy_rng"] = [*state["numpy_rng"][:4], 10 ** 400]
+        else:
+            state[field] = 10 ** 400
+        assert resume_edited(out, state, tmp_path / field) == 2, field
+        err = capsys.readouterr().err
+        assert f"not a valid run state: {field}: " in err and "internal error" not in err, (field, err)
