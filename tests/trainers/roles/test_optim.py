@@ -110,5 +110,10 @@ def test_a_resumed_optimizers_numbers_must_be_the_runs_own() -> None:
                "param_groups": adam["param_groups"]}
     with pytest.raises(ValueError, match=r"^optimizer state step of parameter 0 must be a tensor or a number, got -1"):
         check_optimizer_state(stepped, adam, params)
-    stepped["state"][0]["step"] = 3                                                          # older torch's count
-    check_optimizer_state(stepped, adam, params)
+    for count in (3, 0):                                                        # older torch's count, from 0
+        stepped["state"][0]["step"] = count
+        check_optimizer_state(stepped, adam, params)
+    for buffer in (torch.tensor([0.0, math.nan]), torch.tensor([1, 2]), torch.zeros(3)):  # one NaN, ints, a shape
+        with pytest.raises(ValueError, match=r"^optimizer state momentum_buffer of parameter 0 must be a finite float "):
+            check_optimizer_state({"state": {0: {"momentum_buffer": buffer}}, "param_groups": mine["param_groups"]},
+                                  mine, params)
