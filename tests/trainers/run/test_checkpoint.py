@@ -381,6 +381,13 @@ def test_hostile_files_findings_of_2026_12_04_are_refused_on_resume(tmp_path, ca
             f"the fed server's global block {block} holds NaN or infinite values"),
         "global block 99": (lambda e: e["fed"]["global_blocks"].update({99: entries}),
                             "the fed server's global blocks name block 99, not one of 0..4"),
+        "global block 5": (lambda e: e["fed"]["global_blocks"].update({5: entries}),     # one past the last
+                           "the fed server's global blocks name block 5, not one of 0..4"),
+        "global blocks a list": (lambda e: e["fed"].update(global_blocks=[]),
+                                 "the fed server's global blocks must map block indices to states, got list"),
+        "global block one NaN": (lambda e: e["fed"]["global_blocks"][block].update(
+            {name: entries[name].clone().index_fill_(0, torch.tensor([0]), float("nan"))}),
+            f"the fed server's global block {block} holds NaN or infinite values"),
     }
     for label, (edit, text) in edits.items():
         state = copy.deepcopy(base)
