@@ -1484,6 +1484,8 @@ def test_a_device_ranks_message_is_checked_before_rank_0_uses_it(capsys) -> None
     for msg, rows, why in [
         (Activation(0, 2, 1, torch.zeros(4, 3), torch.zeros(4, dtype=torch.long)), {0: 4},
          "device 0's activation: device: 0 is not a device rank 3 hosts"),
+        (Activation(3, 2, 1, torch.zeros(4, 3), torch.zeros(4, dtype=torch.long)), {3: 4},      # one past the last
+         "device 3's activation: device: 3 is not a device rank 3 hosts"),
         (good, {}, "device 1's reply: type: is Activation, but it was asked for nothing"),
         (Activation(1, 2, 1, torch.zeros(4, 5), torch.zeros(4, dtype=torch.long)), {1: 4},
          "device 1's activation: tensor.shape: is [4, 5], expected [4, 3] (4 samples asked for)"),
