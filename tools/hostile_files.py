@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
-import copy
 import hashlib
 import io
 import json
@@ -35,17 +34,17 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from hostile_edits import DELETE, at, edited, paths  # noqa: E402
 
 from adaptplan.cli import main as cli  # noqa: E402
 from trainers.run.checkpoint import CHECKPOINT_NAME, decode, encode  # noqa: E402
 
-DELETE = object()
 HOSTILE: list[Any] = [DELETE, True, -1, 0, 10 ** 30, 10 ** 400, "x", [], {}, math.nan, math.inf, 1.5, [1, 2],
                       {"value": {}}]
 BASE_FLAGS = ["--dataset", "synthetic", "--devices", "2", "--rounds", "4", "--eval-every", "1", "--interval", "1",
@@ -64,41 +63,6 @@ def tensor_values(t: torch.Tensor) -> list[Any]:
         out += [t.double(), torch.full_like(t, math.nan), torch.full_like(t, 1e38)]
     else:
         out += [t.float(), torch.full_like(t, -1)]
-    return out
-
-
-def paths(value: Any, path: tuple = ()) -> Iterator[tuple]:
-    """Every key path of a nested value; of a list, the first and the last item's (the rest are alike)."""
-    if isinstance(value, dict):
-        items = list(value.items())
-    elif isinstance(value, (list, tuple)):
-        items = list(enumerate(value))
-        items = items[:1] + items[-1:] if len(items) > 2 else items
-    else:
-        items = []
-    for key, inner in items:
-        yield path + (key,)
-        yield from paths(inner, path + (key,))
-
-
-def at(document: Any, path: tuple) -> Any:
-    for key in path:
-        document = document[key]
-    return document
-
-
-def edited(document: Any, path: tuple, value: Any) -> Any:
-    out = copy.deepcopy(document)
-    holder = at(out, path[:-1])
-    if isinstance(holder, tuple):                              # tuples in a checkpoint: edited as lists
-        parent = at(out, path[:-2]) if len(path) > 1 else None
-        holder = list(holder)
-        if parent is not None:
-            parent[path[-2]] = holder
-    if value is DELETE:
-        del holder[path[-1]]
-    else:
-        holder[path[-1]] = value
     return out
 
 
@@ -180,7 +144,7 @@ class Harness:
         for label, data in [("empty", b""), ("truncated", whole[: len(whole) // 2]), ("foreign", b"\x80" * 4096),
                             ("deep", _deep_checkpoint(state)), ("not a dict", encode([1, 2]))]:
             self.case("checkpoint", label, write(data))
-        for path in paths(state):
+        for path in paths(state, every_item=False):
             original = at(state, path)
             values = HOSTILE + (tensor_values(original) if torch.is_tensor(original) else [])
             for value in values:
@@ -202,7 +166,7 @@ class Harness:
         for label, text in [("empty", ""), ("truncated", json.dumps(doc)[:200]), ("foreign", "\x00" * 100),
                             ("deep", "[" * 100_000 + "]" * 100_000), ("a list", "[1, 2]")]:
             self.case("history", label, write(text))
-        for path in paths(doc):
+        for path in paths(doc, every_item=False):
             for value in HOSTILE:
                 new = edited(doc, path, value)
                 self.case("history", f"{_show(path)} = {_value(value)}", write(json.dumps(new)))
@@ -240,7 +204,7 @@ class Harness:
                 return train(folder)
             return prepare
 
-        for path in paths(manifest):
+        for path in paths(manifest, every_item=False):
             for value in HOSTILE:
                 self.case("device-folder", f"manifest {_show(path)} = {_value(value)}",
                           write_manifest(edited(manifest, path, value)))

@@ -19,31 +19,28 @@ edit of ``seq``, ``src`` or a session is accepted here and refused there).
 from __future__ import annotations
 
 import collections
-import copy
 import hashlib
 import hmac
 import json
-import math
 import struct
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
+from hostile_edits import DELETE, edited, paths  # noqa: E402
 from torch import nn  # noqa: E402
 
 from trainers.distributed.control import Ready, Report, RoleError  # noqa: E402
 from trainers.distributed.rank_checks import check_ready, check_report  # noqa: E402
 from trainers.distributed.wire import MAGIC, TAG_BYTES, WireError, decode, encode  # noqa: E402
-from trainers.roles.checks import (ActivationRule, BadMessageError, check_activation, check_blocks,  # noqa: E402
-                                   check_upload, schema_of)
+from trainers.roles.checks import ActivationRule, BadMessageError, check_activation, check_blocks, check_upload, schema_of  # noqa: E402
 from trainers.roles.messages import Activation, BlockState, ModelUpload  # noqa: E402
 from trainers.roles.protocol import Blocks  # noqa: E402
 
 KEY = b"k" * 32
-DELETE = object()
 HOSTILE: list[Any] = [DELETE, True, -1, 0, 10 ** 30, 10 ** 400, "x", [], {}, 1.5, [1, 2], {"value": {}}, None,
                       {"M": "Activation", "f": {}}, {"X": 0}, {"X": 99}, {"F": "nan"}, {"T": [1]}, {"S": [[1]]},
                       {"D": [[[1], 2]]}, "float64", "complex64", [2 ** 40], [-1], [0, 2 ** 62]]
@@ -81,25 +78,6 @@ def _as(msg: Any, kind: type) -> Any:
     if type(msg) is not kind:
         raise BadMessageError(0, "reply", "type", f"is {type(msg).__name__}, expected {kind.__name__}")
     return msg
-
-
-def paths(value: Any, path: tuple = ()) -> Iterator[tuple]:
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else []
-    for key, inner in items:
-        yield path + (key,)
-        yield from paths(inner, path + (key,))
-
-
-def edited(document: Any, path: tuple, value: Any) -> Any:
-    out = copy.deepcopy(document)
-    holder = out
-    for key in path[:-1]:
-        holder = holder[key]
-    if value is DELETE:
-        del holder[path[-1]]
-    else:
-        holder[path[-1]] = value
-    return out
 
 
 def split(frame: bytes) -> tuple[dict[str, Any], bytes]:

@@ -11,42 +11,22 @@ kinds of internal error; ``--accepted`` lists which keys took which values.
 from __future__ import annotations
 
 import collections
-import copy
 import math
 import sys
 import tomllib
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from hostile_edits import DELETE, edited, paths  # noqa: E402
 
 import adaptplan.benches.recipes as recipes  # noqa: E402
 from adaptplan.errors import InputError  # noqa: E402
 from trainers.config.train_config import TrainConfig  # noqa: E402
 
-DELETE = object()
 HOSTILE: list[Any] = [DELETE, True, -1, 0, 10 ** 30, "x", [], {}, math.nan, math.inf, 1.5, [1, 2], {"value": {}}]
-
-
-def paths(value: Any, path: tuple = ()) -> Iterator[tuple]:
-    """Every key path of a parsed TOML document (tables and arrays included; not the document itself)."""
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else []
-    for key, inner in items:
-        yield path + (key,)
-        yield from paths(inner, path + (key,))
-
-
-def edited(document: dict, path: tuple, value: Any) -> dict:
-    out = copy.deepcopy(document)
-    holder = out
-    for key in path[:-1]:
-        holder = holder[key]
-    if value is DELETE:
-        del holder[path[-1]]
-    else:
-        holder[path[-1]] = value
-    return out
 
 
 def use(document: dict) -> None:
