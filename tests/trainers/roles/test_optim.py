@@ -117,3 +117,36 @@ def test_a_resumed_optimizers_numbers_must_be_the_runs_own() -> None:
         with pytest.raises(ValueError, match=r"^optimizer state momentum_buffer of parameter 0 must be a finite float "):
             check_optimizer_state({"state": {0: {"momentum_buffer": buffer}}, "param_groups": mine["param_groups"]},
                                   mine, params)
+
+
+def test_an_optimizer_states_structure_is_refused_naming_what_is_wrong() -> None:
+    """check_optimizer_state's structural rules, each with its message (the resume tests of test_checkpoint.py reach
+    them through a whole run)."""
+    import pytest
+
+    from trainers.roles.optim import check_optimizer_state
+
+    params = [nn.Parameter(torch.zeros(2))]
+    mine = torch.optim.SGD(params, lr=0.1, momentum=0.9).state_dict()
+    group = mine["param_groups"][0]
+    cases = [({"state": {}}, "an optimizer state must hold exactly 'state' and 'param_groups'"),
+             ([], "an optimizer state must hold exactly 'state' and 'param_groups'"),
+             ({"state": {}, "param_groups": []}, "an optimizer state must hold 1 parameter group(s)"),
+             ({"state": {}, "param_groups": {}}, "an optimizer state must hold 1 parameter group(s)"),
+             ({"state": {}, "param_groups": [{k: v for k, v in group.items() if k != "dampening"}]},
+              "an optimizer parameter group must hold ['dampening', 'lr', 'momentum', 'params', 'weight_decay']"),
+             ({"state": {}, "param_groups": ["x"]}, "an optimizer parameter group must hold"),
+             ({"state": {}, "param_groups": [dict(group, nesterov=True)]}, "optimizer nesterov must be False, got True"),
+             ({"state": {1: {}}, "param_groups": [group]}, "an optimizer state's entries must be for its parameters 0..0"),
+             ({"state": [], "param_groups": [group]}, "an optimizer state's entries must be for its parameters 0..0"),
+             ({"state": {0: 1.5}, "param_groups": [group]}, "optimizer state of parameter 0 must be an object")]
+    for state, message in cases:
+        with pytest.raises(ValueError) as caught:
+            check_optimizer_state(state, mine, params)
+        assert str(caught.value).startswith(message), (state, str(caught.value))
+    bare = {k: v for k, v in group.items() if k in ("params", "lr", "momentum", "dampening", "weight_decay")}
+    check_optimizer_state({"state": {}, "param_groups": [bare]}, mine, params)   # every flag absent: torch sets them
+    adam = torch.optim.Adam(params, lr=0.1).state_dict()
+    without_betas = {k: v for k, v in adam["param_groups"][0].items() if k != "betas"}
+    with pytest.raises(ValueError, match=r"^an optimizer parameter group must hold \['betas', "):
+        check_optimizer_state({"state": {}, "param_groups": [without_betas]}, adam, params)   # a tuple is a number too
