@@ -36,7 +36,7 @@ from trainers.distributed.rank_checks import check_ready, check_report
 from trainers.distributed.timing import book_transfer, link_rate
 from trainers.distributed.transport import FrameChannel, PeerError
 from trainers.engine.clock import StageLedger
-from trainers.roles.checks import ActivationRule, BadMessageError, Schema, check_activation, check_blocks, check_upload, schema_of
+from trainers.roles.checks import ActivationRule, BadMessageError, check_activation, check_blocks, check_upload
 from trainers.roles.messages import Activation, CutGradient, ModelUpload
 from trainers.roles.optim import OptimizerSpec
 from trainers.roles.protocol import EDGE, FED, Address, Forward, GetBlocks, GetState, RoundEnd, State, Upload
@@ -86,7 +86,6 @@ class RankNetwork:
         self.uploads: dict[int, list[int]] = {}      # device → the blocks its last Upload (to the edge) asked for
         self.expected: dict[int, type] = {}          # device → the message type its rank's next reply must be
         self.asked_round: dict[int, int] = {}        # device → the round its last Forward was for
-        self.block_schema: Schema | None = None      # the template's blocks (trainers.roles.checks.schema_of)
 
     # ---- setting the device ranks up -------------------------------------------------------------------
     def setup(self, engine: "SplitEngine", optimizer: OptimizerSpec, seed: int) -> "RankNetwork":
@@ -247,12 +246,11 @@ class RankNetwork:
             msg = book_transfer(self.ledger, envelope, EDGE)
             try:
                 if rank != FED_RANK:
-                    self._check(msg, rank)
-            except BadMessageError as exc:        # the device rank is at fault: as if it had failed
-                refused = PeerError(rank, self.layout.describe(rank), f"sent a message its role may not send: {exc}")
+                    self._refuse_bad(rank, self._check, msg, rank)
+            except PeerError as refused:          # the device rank is at fault: as if it had failed
                 if allow_absent and self._may_lose(refused):
                     continue
-                raise refused from None
+                raise
             if isinstance(msg, Activation):
                 self.served_from = time.time()
             out.append(msg)
@@ -278,9 +276,10 @@ class RankNetwork:
                 self.rules = activation_rules(self.engine.template, self.engine.data.x_train[:1],
                                               int(self.engine.num_classes))
             check_activation(msg, device, self.asked.pop(device), self.rules[self.engine.cuts[device]])
-            if msg.round != self.asked_round.get(device, msg.round):
+            asked_round = self.asked_round.pop(device)
+            if msg.round != asked_round:
                 raise BadMessageError(device, "activation", "round", f"is {show(msg.round)}, but it was asked for round "
-                                                                     f"{self.asked_round[device]}")
+                                                                     f"{asked_round}")
         else:
             cut = self.engine.cuts[device]           # a device sends the blocks asked for that it holds (below its cut)
             check_upload(msg, device, [j for j in self.uploads.pop(device, []) if j < cut], self.engine.upload_schema)
@@ -293,11 +292,9 @@ class RankNetwork:
                 return None
             try:
                 reply = self._recv(rank).msg
-                assert self.template is not None, "set up before the first round"
-                if self.block_schema is None:
-                    self.block_schema = schema_of([block.state_dict() for block in self.template])
-                count = int(self.engine.cuts[device]) if self.engine is not None else None
-                self._refuse_bad(rank, check_blocks, reply, device, count, self.block_schema)
+                assert self.template is not None and self.engine is not None, "set up before the first round"
+                self._refuse_bad(rank, check_blocks, reply, device, int(self.engine.cuts[device]),
+                                 self.engine.upload_schema)
             except PeerError as exc:
                 if exc.rank == rank and self._may_lose(exc):
                     return None

@@ -101,10 +101,10 @@ def check_upload(msg: ModelUpload, device: int, blocks: Sequence[int], schema: S
         _check_state(bad, f"blocks[{j}]", block.state, schema.get(j, {}))
 
 
-def check_blocks(msg: object, device: int, count: int | None, schema: Schema) -> None:
+def check_blocks(msg: object, device: int, count: int, schema: Schema) -> None:
     """Raise :class:`BadMessageError` unless ``msg`` is device ``device``'s :class:`~trainers.roles.protocol.Blocks`
-    reply (to the edge server's GetBlocks, for evaluation): its first ``count`` blocks (its cut; None: at most the
-    ``schema``'s), each with exactly the template's entries, shapes and dtypes, finite."""
+    reply (to the edge server's GetBlocks, for evaluation): its first ``count`` blocks (its cut), each with exactly the
+    template's entries, shapes and dtypes, finite."""
     def bad(field: str, why: str) -> BadMessageError:
         return BadMessageError(device, "blocks", field, why)
 
@@ -112,9 +112,8 @@ def check_blocks(msg: object, device: int, count: int | None, schema: Schema) ->
         raise bad("type", f"is {type(msg).__name__}, expected Blocks (the reply to GetBlocks)")
     if msg.device != device:
         raise bad("device", f"is {msg.device}, but this is device {device}'s reply")
-    expected = len(schema) if count is None else count
-    if not (len(msg.states) == expected if count is not None else 1 <= len(msg.states) <= expected):
-        raise bad("states", f"holds {len(msg.states)} blocks, expected {expected if count is not None else f'1..{expected}'}")
+    if len(msg.states) != count:
+        raise bad("states", f"holds {len(msg.states)} blocks, expected {count}")
     for j, state in enumerate(msg.states):
         _check_state(bad, f"states[{j}]", state, schema.get(j, {}))
 

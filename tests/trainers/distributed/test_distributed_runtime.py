@@ -36,6 +36,7 @@ from trainers.distributed.layout import EDGE_RANK, FED_RANK, RankLayout, default
 from trainers.distributed.network import RankNetwork
 from trainers.distributed.serve import RankLoop
 from trainers.distributed.transport import AbortRun, Channel, FrameRefused, PeerError
+from trainers.roles.checks import schema_of
 from trainers.roles.messages import Activation, BlockState, CutGradient, MessageMismatchError, ModelDownload, ModelUpload, NonFiniteError
 from trainers.roles.optim import OptimizerSpec
 from trainers.roles.protocol import EDGE, FED, Average, Blocks, Forward, GetState, RoundEnd, Send, State, Take, Upload
@@ -384,15 +385,16 @@ def _network(replies: dict | None = None, emulate: bool = False, world: int = 4,
                        {"dataset": "synthetic", "model": "mlp", "model_width": 4})
 
 
-def _expecting(net: RankNetwork, rows: dict[int, int], width: int = 3) -> RankNetwork:
+def _expecting(net: RankNetwork, rows: dict[int, int], width: int = 3, round_index: int = 2) -> RankNetwork:
     """``net`` as rank 0's network after set-up and after asking ``rows`` of devices (at cut 1, ``width`` features
-    an activation), so that it takes their activations (trainers.roles.checks)."""
+    an activation) in round ``round_index``, so that it takes their activations (trainers.roles.checks)."""
     from trainers.roles.checks import ActivationRule
 
     net.engine = SimpleNamespace(cuts=[1] * net.layout.num_devices, upload_schema={})
     net.rules = {1: ActivationRule((width,), torch.float32, 3)}
     net.asked.update(rows)
     net.expected.update({d: Activation for d in rows})
+    net.asked_round.update({d: round_index for d in rows})
     return net
 
 
@@ -486,10 +488,11 @@ def test_device_blocks_are_fetched_once_until_a_message_changes_the_device() -> 
     chain = _chain()
     states = [block.state_dict() for block in chain]
     net = _network({2: [_envelope(Blocks(0, states[:1])), _envelope(Blocks(0, states[:2]))]})
-    net.template = chain
+    net.template, net.engine = chain, SimpleNamespace(cuts=[1, 1, 1], upload_schema=schema_of(states))
     first = net.device_blocks(0)
     assert len(first) == 1 and net.device_blocks(0) is first
     assert torch.equal(first[0].weight, chain[0].weight) and first[0] is not chain[0]
+    net.engine.cuts[0] = 2                              # (the engine's cuts change before their downloads go out)
     net.send(0, ModelDownload(0, 1, "device", {}, cut=2))
     assert len(net.device_blocks(0)) == 2
     assert [type(obj).__name__ for _, obj, *_ in net.channel.sent] == ["GetBlocks", "ModelDownload", "GetBlocks"]
@@ -1275,7 +1278,7 @@ def _gone(rank: int, what: str = "sent nothing for 12 s (--rank-timeout): it han
 
 def test_where_absence_is_allowed_a_lost_device_rank_is_passed_over_and_named_once(capsys) -> None:
     act = Activation(0, 1, 1, torch.zeros(2, 3), torch.zeros(2, dtype=torch.long))
-    net = _expecting(_tolerant({2: [_envelope(act)], 3: [_gone(3)]}), {0: 2})
+    net = _expecting(_tolerant({2: [_envelope(act)], 3: [_gone(3)]}), {0: 2}, round_index=1)
     got = net.receive([0, 1], allow_absent=True)                   # device 0 on rank 2, device 1 on rank 3
     assert got == [act] and net.lost == {3: f"rank 3 (role 3) sent nothing for 12 s (--rank-timeout): it hangs or is too slow"}
     assert net.absent_devices() == {1} and net.channel.forgotten == [3]
@@ -1560,16 +1563,16 @@ def test_blocks_are_checked_against_the_devices_cut_before_they_are_loaded() -> 
                        (Blocks(2, states), "device 0's blocks: device: is 2, but this is device 0's reply"),
                        (Report({}), "device 0's blocks: type: is Report, expected Blocks (the reply to GetBlocks)")]:
         net = _network({2: [_envelope(reply)]})
-        net.template, net.engine = chain, SimpleNamespace(cuts=[2, 1, 1])
+        net.template, net.engine = chain, SimpleNamespace(cuts=[2, 1, 1], upload_schema=schema_of(states))
         with pytest.raises(PeerError) as caught:
             net.device_blocks(0)
         assert (caught.value.rank, str(caught.value)) == (2, f"rank 2 (devices 0, 2) sent a message its role may not "
                                                              f"send: {why}")
     net = _tolerant({2: [_envelope(Blocks(0, states[:1]))]})
-    net.template, net.engine = chain, SimpleNamespace(cuts=[2, 1, 1])
+    net.template, net.engine = chain, SimpleNamespace(cuts=[2, 1, 1], upload_schema=schema_of(states))
     assert net.device_blocks(0) is None and 2 in net.lost          # where absence is allowed: taken out
     net = _network({2: [_envelope(Blocks(0, states))]})
-    net.template, net.engine = chain, SimpleNamespace(cuts=[2, 1, 1])
+    net.template, net.engine = chain, SimpleNamespace(cuts=[2, 1, 1], upload_schema=schema_of(states))
     assert len(net.device_blocks(0)) == 2                          # exactly its cut's blocks: taken
 
 
@@ -1656,8 +1659,6 @@ def test_an_activation_for_another_round_than_asked_is_refused() -> None:
 def test_an_upload_holds_the_blocks_asked_for_below_the_devices_cut() -> None:
     """GAS asks every block of a device's model; the device sends those it holds (below its cut): exactly those are
     taken, one fewer is refused (a device must not leave a block out of the average)."""
-    from trainers.roles.checks import schema_of
-
     chain = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 4), nn.Linear(4, 2))
     states = [block.state_dict() for block in chain]
 

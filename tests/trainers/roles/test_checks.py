@@ -113,8 +113,8 @@ def test_the_runtimes_rule_per_cut_is_the_models_activation_there() -> None:
 
 
 def test_blocks_hold_as_many_blocks_as_asked_each_like_the_template() -> None:
-    """check_blocks: exactly ``count`` blocks (the device's cut), or with no count 1..the template's; each block like an
-    upload's (entries, shape, dtype, finite)."""
+    """check_blocks: exactly ``count`` blocks (the device's cut, 1 up to the template's), each block like an upload's
+    (entries, shape, dtype, finite)."""
     from trainers.roles.checks import check_blocks
     from trainers.roles.protocol import Blocks
 
@@ -122,11 +122,11 @@ def test_blocks_hold_as_many_blocks_as_asked_each_like_the_template() -> None:
     states = [block.state_dict() for block in chain]
     schema = schema_of(states)
     check_blocks(Blocks(0, states[:2]), 0, 2, schema)
-    check_blocks(Blocks(0, states[:1]), 0, None, schema)                   # no count: 1 ...
-    check_blocks(Blocks(0, states), 0, None, schema)                       # ... to the template's 3
+    check_blocks(Blocks(0, states[:1]), 0, 1, schema)                      # a cut of 1 ...
+    check_blocks(Blocks(0, states), 0, 3, schema)                          # ... to the template's 3
     for msg, count, text in [(Blocks(0, states[:1]), 2, "states: holds 1 blocks, expected 2"),
                              (Blocks(0, states), 2, "states: holds 3 blocks, expected 2"),
-                             (Blocks(0, []), None, "states: holds 0 blocks, expected 1..3"),
+                             (Blocks(0, []), 1, "states: holds 0 blocks, expected 1"),
                              (Blocks(0, [{**states[0], "bias": torch.full((3,), float("nan"))}]), 1,
                               "states[0].bias: holds NaN or infinite values"),
                              (Blocks(0, [{"weight": states[0]["weight"]}]), 1,
