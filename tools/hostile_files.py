@@ -43,6 +43,7 @@ import torch  # noqa: E402
 from hostile_edits import DELETE, at, edited, paths  # noqa: E402
 
 from adaptplan.cli import main as cli  # noqa: E402
+from adaptplan.fileio import toml_value  # noqa: E402
 from trainers.run.checkpoint import CHECKPOINT_NAME, decode, encode  # noqa: E402
 
 HOSTILE: list[Any] = [DELETE, True, -1, 0, 10 ** 30, 10 ** 400, "x", [], {}, math.nan, math.inf, 1.5, [1, 2],
@@ -285,19 +286,10 @@ def _toml(doc: dict[str, Any]) -> str:
 
 
 def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float) and math.isnan(value):
-        return "nan"
-    if isinstance(value, float) and math.isinf(value):
-        return "inf"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    return "{" + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + "}"
+    """adaptplan.fileio.toml_value, and a table (a hostile value) inline."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + "}"
+    return toml_value(value)
 
 
 def _show(path: tuple) -> str:
