@@ -45,6 +45,12 @@ def latency_ratio(interval: float | np.ndarray, a: float, b: float, c: float, d:
     return float(value) if value.ndim == 0 else value
 
 
+def whole_rounds(rounds: float) -> int:
+    """⌈R⌉, the rounds a plan reports (docs/formats.md), at least 1; a relative 1e-12 guard keeps an R that is an
+    integer up to rounding from gaining a round."""
+    return max(1, math.ceil(rounds * (1 - 1e-12)))
+
+
 def mu5_bound(c: float, k_drift: float, interval: float, eta: float) -> float:
     """Largest A_{L_c} feasible at interval I: A < c/(4β²γ²I²), shrunk by the relative margin ``eta``
     (the μ₅ constraint of §4.3/§5.1); ``inf`` when 4β²γ² = 0."""
@@ -90,9 +96,8 @@ class ConvergenceModel:
         return 2.0 * k.theta / (k.gamma * margin)
 
     def integer_rounds(self, interval: int, deepest_cut: int) -> int:
-        """⌈R⌉ of eq. (15), the rounds a plan reports (docs/formats.md); a relative 1e-12 guard keeps an R
-        that is an integer up to rounding from gaining a round. Raises InfeasibleError like ``rounds``."""
-        return max(1, math.ceil(self.rounds(interval, deepest_cut) * (1 - 1e-12)))
+        """:func:`whole_rounds` of eq. (15)'s R. Raises InfeasibleError like ``rounds``."""
+        return whole_rounds(self.rounds(interval, deepest_cut))
 
     def objective(self, interval: int | float, deepest_cut: int, t_split: float, t_agg: float) -> float:
         """Relaxed objective (28) in seconds: (2ϑ/γ)·:func:`latency_ratio`; +∞ when infeasible."""

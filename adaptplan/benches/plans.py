@@ -11,6 +11,10 @@ trains with AdaptSFL's algorithm
   the deepest cut the planner may choose (L − 1) at the grid's smallest interval and at its largest interval that
   reached the target, the pair whose drift loads 4β²γ²A_{L_c}I² differ most; its prediction is to the target
   accuracy, and the same fit predicts every fixed plan's time too (:func:`attach_fit`);
+* the calibrated planner linear in I: rounds to the target R(I) = R₁(1 + κ(I − 1)) fitted to the same two pilots,
+  the same at every cut, and at each I the latency-best cuts (:mod:`adaptplan.linear_rounds`, docs/model.md §12);
+  the bench plans it on the seed's round-1 system and trains it as a fixed plan; its law predicts every fixed plan
+  too (``linear_fit_by_seed`` in the JSON);
 * a grid of fixed plans: every device at cut j, for each cut point j of the model, × each interval I of the grid;
   and each device at its own latency-best cut for that I (:func:`latency_best_cuts`) × each I;
 
@@ -33,8 +37,10 @@ import numpy as np
 from adaptplan.benches.comparison import Setting
 from adaptplan.benches.runs import RunResult, not_reached, run_jobs
 from adaptplan.constants import ConvergenceConstants
+from adaptplan.convergence import whole_rounds
 from adaptplan.crossing import first_crossing
 from adaptplan.latency import LatencyModel, total_latency
+from adaptplan.linear_rounds import LinearRounds, fit_linear_rounds, plan_linear_rounds
 from adaptplan.model_profile import ModelProfile
 from adaptplan.report import Empty, format_table
 from adaptplan.system import SystemSpec
@@ -53,8 +59,9 @@ INTERPOLATION_NOTE = ("time to target: simulated seconds at which the test accur
 
 # ---- the plans -----------------------------------------------------------------------------------------------
 
-PLANNERS = {"planner": "planner", "calibrated": "calibrated planner"}
-"""The kinds of plan the planner makes (their labels): the paper's, and the one calibrated on pilots."""
+PLANNERS = {"planner": "planner", "calibrated": "calibrated planner", "linear": "calibrated, linear in I"}
+"""The kinds of plan the planner makes (their labels): the paper's, the one calibrated on pilots (eq. 15), and the one
+whose rounds are linear in I (:mod:`adaptplan.linear_rounds`)."""
 
 @dataclass(frozen=True)
 class PlanSpec:
@@ -161,7 +168,9 @@ class BenchSetting:
                 f"  every plan trains {ALGORITHM}; the planner planned once before round 1 (round 1's generated "
                 "system, placeholder constants, γ = lr); the calibrated planner the same with constants estimated from "
                 "the run and fitted to two pilots of the grid (every device at cut L − 1, the smallest and the largest "
-                "I; its predictions are to the target); the system trace is the same in every seed; "
+                "I; its predictions are to the target); the planner linear in I the rounds R₁(1 + κ(I − 1)) fitted to "
+                "the same pilots, latency-best cuts at each I, I up to the pilots' longest (docs/model.md §12); "
+                "the system trace is the same in every seed; "
                 f"evaluation every {self.eval_every} rounds on "
                 f"{'every' if self.test_samples is None else self.test_samples} test samples",
                 f"  {INTERPOLATION_NOTE}"]
@@ -226,7 +235,7 @@ def run_grid(jobs: Sequence[dict[str, Any]], workers: int | None = None, progres
     unique: dict[str, dict[str, Any]] = {}
     for job in jobs:
         unique.setdefault(_config_key(job["config"]), job)
-    runnable = [{k: v for k, v in job.items() if k != "plan"} for job in unique.values()]   # picklable, plain
+    runnable = [{k: v for k, v in job.items() if k not in ("plan", "prediction")} for job in unique.values()]
     done = dict(zip(unique, run_jobs(runnable, workers, "bench plans", progress)))
     return [replace(done[_config_key(job["config"])], label=job["label"]) for job in jobs]
 
@@ -294,13 +303,14 @@ class PlanResult:
     predictions: dict[int, Prediction | None] = field(default_factory=dict)
     seed_cuts: dict[int, list[int]] = field(default_factory=dict)     # a fixed plan's cuts per seed (default: plan's)
     fit: dict[int, tuple[int, float] | None] = field(default_factory=dict)   # per seed: the calibrated fit's (⌈R⌉, s)
+    linear_fit: dict[int, tuple[int, float]] = field(default_factory=dict)  # per seed: the linear law's (⌈R⌉, s)
 
     def predicted(self) -> tuple[float | None, float | None, str]:
         """(mean predicted seconds, mean predicted rounds, what to): a planner's own prediction, else the calibrated
         fit's for this plan, over the seeds; Nones where a seed has none."""
         if self.plan.kind in PLANNERS:
             pairs = [(p.latency_s, p.rounds) if p else (None, None) for p in self.predictions.values()]
-            to = "target" if self.plan.kind == "calibrated" else "ε"
+            to = "ε" if self.plan.kind == "planner" else "target"
         else:
             pairs = [(f[1], f[0]) if f else (None, None) for f in self.fit.values()]
             to = "target"
@@ -365,7 +375,7 @@ def collect(jobs: Sequence[dict[str, Any]], results: Sequence[RunResult], target
         entry = grouped.setdefault(plan.label, PlanResult(plan, {}, target))
         entry.runs[job["seed"]] = result
         if plan.kind in PLANNERS:
-            entry.predictions[job["seed"]] = read_prediction(job["folder"])
+            entry.predictions[job["seed"]] = job["prediction"] if "prediction" in job else read_prediction(job["folder"])
         else:
             entry.seed_cuts[job["seed"]] = list(plan.cuts or ())
     return list(grouped.values())
@@ -444,8 +454,8 @@ def _row(r: PlanResult, results: Sequence[PlanResult]) -> list[str]:
     seconds, rounds, to = r.predicted()
     if r.plan.kind == "planner":
         no_prediction = "the planner's prediction is missing in a seed (fallback plan)"
-    elif r.plan.kind == "calibrated":
-        no_prediction = "the calibrated planner's prediction is missing in a seed"
+    elif r.plan.kind in ("calibrated", "linear"):
+        no_prediction = f"the {r.plan.label} planner's prediction is missing in a seed"
     else:
         no_prediction = "no calibrated fit (no calibrated planner run), or the fit says the plan cannot reach the target"
     mark_to = "" if to == "target" else " (to ε)"
@@ -512,7 +522,8 @@ def to_json(results: Sequence[PlanResult], bench: BenchSetting, seeds: Sequence[
                      for s, run in r.runs.items() for c in [crossings[s]]],
             **({"predictions": {str(s): (vars(p) if p else None) for s, p in r.predictions.items()}}
                if r.plan.kind in PLANNERS else
-               {"fit_by_seed": {str(s): (list(f) if f else None) for s, f in r.fit.items()}})})
+               {"fit_by_seed": {str(s): (list(f) if f else None) for s, f in r.fit.items()},
+                "linear_fit_by_seed": {str(s): list(f) for s, f in r.linear_fit.items()}})})
     standings = {r.plan.kind: standing(r, results) for r in results if r.plan.kind in PLANNERS}
     return {"target_accuracy": bench.target, "time_to_target": INTERPOLATION_NOTE, "seeds": list(seeds),
             "intervals": list(intervals), "algorithm": ALGORITHM,
@@ -593,7 +604,8 @@ def heat_map(results: Sequence[PlanResult], intervals: Sequence[int]) -> Any:
     if finite.size:
         fig.colorbar(image, ax=ax, label="mean simulated s to target")
     titles = []
-    for kind, colour, style, inset in (("planner", "red", "solid", 0.0), ("calibrated", "orange", "dashed", 0.08)):
+    for kind, colour, style, inset in (("planner", "red", "solid", 0.0), ("calibrated", "orange", "dashed", 0.08),
+                                       ("linear", "magenta", "dotted", 0.16)):
         planner = next((r for r in results if r.plan.kind == kind), None)
         if planner is None:
             continue
@@ -614,14 +626,13 @@ def heat_map(results: Sequence[PlanResult], intervals: Sequence[int]) -> Any:
 
 # ---- the bench -----------------------------------------------------------------------------------------------
 
-def calibrated_jobs(bench: BenchSetting, seeds: Sequence[int], grid: Sequence[dict[str, Any]],
-                    results: Sequence[RunResult], num_cuts: int, intervals: Sequence[int],
-                    runs_dir: str | os.PathLike) -> tuple[list[dict[str, Any]], list[str]]:
-    """(one job per seed whose pilots reached the target: the calibrated planner's run, in
-    ``runs_dir/seed<s>/calibrated``; a line for each seed without). The pilots are two of the grid's runs of the seed
-    at cut L − 1 (:func:`pilot_plans`): the smallest interval, and the largest interval whose run reached the target
-    (the largest of the grid where it did; a longer one that never reached it has no rounds to fit)."""
-    jobs, missing = [], []
+def pilot_pairs(bench: BenchSetting, seeds: Sequence[int], grid: Sequence[dict[str, Any]],
+                results: Sequence[RunResult], num_cuts: int,
+                intervals: Sequence[int]) -> tuple[dict[int, tuple[str, str]], list[str]]:
+    """({seed: the folders of its two pilots}, a line for each seed without). The pilots are two of the grid's runs of
+    the seed at cut L − 1 (:func:`pilot_plans`): the smallest interval, and the largest interval whose run reached the
+    target (the largest of the grid where it did; a longer one that never reached it has no rounds to fit)."""
+    pairs, missing = {}, []
     candidates = [p.label for p in pilot_plans(num_cuts, intervals, bench.devices)]
     for seed in seeds:
         runs = {job["label"]: (job, result) for job, result in zip(grid, results)
@@ -629,16 +640,62 @@ def calibrated_jobs(bench: BenchSetting, seeds: Sequence[int], grid: Sequence[di
         reached = [label for label in candidates if time_to_target(runs[label][1].curve, bench.target) is not None]
         if candidates[0] not in reached or len(reached) < 2:
             missed = [candidates[0]] if candidates[0] not in reached else candidates[1:]
-            missing.append(f"calibrated planner: no run in seed {seed}: its pilot{'s' if len(missed) > 1 else ''} "
+            missing.append(f"calibrated planners: no run in seed {seed}: their pilot{'s' if len(missed) > 1 else ''} "
                            f"{', '.join(missed)} did not reach {bench.target:.0%}")
             continue
-        plan = PlanSpec("calibrated")
-        config = {**bench.config(seed, plan), "pilots": ",".join(runs[label][0]["folder"] for label in
-                                                                 (reached[0], reached[-1])),
-                  "target_accuracy": bench.target}
+        pairs[seed] = (runs[reached[0]][0]["folder"], runs[reached[-1]][0]["folder"])
+    return pairs, missing
+
+
+def calibrated_jobs(bench: BenchSetting, pairs: Mapping[int, tuple[str, str]],
+                    runs_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """One job per seed of ``pairs`` (:func:`pilot_pairs`): the calibrated planner's run (``train --pilots``), in
+    ``runs_dir/seed<s>/calibrated``."""
+    plan = PlanSpec("calibrated")
+    return [{"group": "plans", "label": plan.label, "seed": seed, "plan": plan, "target": bench.target,
+             "config": {**bench.config(seed, plan), "pilots": ",".join(folders), "target_accuracy": bench.target},
+             "folder": str(Path(runs_dir) / f"seed{seed}" / plan.slug)}
+            for seed, folders in pairs.items()]
+
+
+def linear_laws(bench: BenchSetting, pairs: Mapping[int, tuple[str, str]]) -> dict[int, LinearRounds]:
+    """Per seed of ``pairs``, the rounds law linear in I fitted to its two pilots (read as ``train --pilots`` reads
+    them: rounds to the target interpolated between evaluations)."""
+    from trainers.run.pilots import read_pilot
+
+    return {seed: fit_linear_rounds([read_pilot(folder, bench.target) for folder in folders])
+            for seed, folders in pairs.items()}
+
+
+def linear_jobs(bench: BenchSetting, laws: Mapping[int, LinearRounds], probes: Mapping[int, Probe],
+                runs_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """One job per seed of ``laws``: the plan of the law on the seed's round-1 system
+    (:func:`adaptplan.linear_rounds.plan_linear_rounds`), trained as a fixed plan in ``runs_dir/seed<s>/linear``,
+    with its prediction (⌈R(I)⌉ rounds, eq. 26's seconds) in the job's ``prediction``."""
+    plan = PlanSpec("linear")
+    jobs = []
+    for seed, law in laws.items():
+        chosen = plan_linear_rounds(law, probes[seed].profile, probes[seed].system)
+        prediction = Prediction(list(chosen.cuts), chosen.interval, chosen.integer_rounds, chosen.total_latency_s,
+                                calibrated=True)
         jobs.append({"group": "plans", "label": plan.label, "seed": seed, "plan": plan, "target": bench.target,
-                     "config": config, "folder": str(Path(runs_dir) / f"seed{seed}" / plan.slug)})
-    return jobs, missing
+                     "config": {**bench.config(seed, plan), "cuts": list(chosen.cuts), "interval": chosen.interval},
+                     "folder": str(Path(runs_dir) / f"seed{seed}" / plan.slug), "prediction": prediction})
+    return jobs
+
+
+def attach_linear_fit(results: Sequence[PlanResult], laws: Mapping[int, LinearRounds],
+                      probes: Mapping[int, Probe]) -> None:
+    """Each fixed plan's ``linear_fit`` per seed: ⌈R(I)⌉ of that seed's law and eq. (26)'s seconds for its cuts on the
+    seed's round-1 system."""
+    for seed, law in laws.items():
+        model = LatencyModel(probes[seed].profile, probes[seed].system)
+        for r in results:
+            if r.plan.kind not in PLANNERS and r.plan.interval is not None and seed in r.runs:
+                cuts = r.cuts_by_seed()[seed] or ()
+                rounds = whole_rounds(law.rounds(r.plan.interval))
+                r.linear_fit[seed] = (rounds, total_latency(rounds, r.plan.interval, model.t_split(cuts),
+                                                            model.t_agg(cuts)))
 
 
 def attach_fit(results: Sequence[PlanResult], probes: Mapping[int, Probe]) -> None:
@@ -660,17 +717,21 @@ def attach_fit(results: Sequence[PlanResult], probes: Mapping[int, Probe]) -> No
 def run_plans_bench(bench: BenchSetting, seeds: Sequence[int] = DEFAULT_SEEDS,
                     intervals: Sequence[int] = DEFAULT_INTERVALS, runs_dir: str | os.PathLike = "bench-plans-runs",
                     workers: int | None = None, progress: bool = True) -> tuple[list[PlanResult], list[str]]:
-    """Train every plan of :func:`plan_grid` for every seed, then the calibrated planner on two of them
-    (:func:`calibrated_jobs`; runs in ``runs_dir``: a run that ended there is read back, a stopped one continues);
+    """Train every plan of :func:`plan_grid` for every seed, then the calibrated planners on two of them
+    (:func:`pilot_pairs`, :func:`calibrated_jobs`, :func:`linear_jobs`; runs in ``runs_dir``: a run that ended there
+    is read back, a stopped one continues);
     return them grouped by plan, with the calibrated fit's predictions of the fixed plans (:func:`attach_fit`), and
     the lines saying why a seed has no calibrated run."""
     probes = {seed: probe(bench, seed, intervals) for seed in seeds}
     num_cuts = next(iter(probes.values())).profile.num_cuts
     jobs = grid_jobs(bench, seeds, num_cuts, {seed: p.latency_best for seed, p in probes.items()}, intervals, runs_dir)
     results = run_grid(jobs, workers, progress)
-    more, missing = calibrated_jobs(bench, seeds, jobs, results, num_cuts, intervals, runs_dir)
+    pairs, missing = pilot_pairs(bench, seeds, jobs, results, num_cuts, intervals)
+    laws = linear_laws(bench, pairs)
+    more = calibrated_jobs(bench, pairs, runs_dir) + linear_jobs(bench, laws, probes, runs_dir)
     if more:
         jobs, results = [*jobs, *more], [*results, *run_grid(more, workers, progress)]
     grouped = collect(jobs, results, bench.target)
     attach_fit(grouped, probes)
+    attach_linear_fit(grouped, laws, probes)
     return grouped, missing

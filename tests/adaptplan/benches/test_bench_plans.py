@@ -3,7 +3,9 @@ latency-best cuts, the planner's rank and ratio, and one small end-to-end run wh
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -157,7 +159,8 @@ def test_bench_plans_end_to_end_table_json_and_heat_map_agree(tmp_path, capsys) 
     data = json.loads((out / "results.json").read_text())
     labels = [p["label"] for p in data["plans"]]
     assert labels == ["planner", "cut 1, I=1", "cut 1, I=2", "cut 2, I=1", "cut 2, I=2", "cut 3, I=1", "cut 3, I=2",
-                      "latency-best, I=1", "latency-best, I=2", "calibrated planner"]   # mlp: 3 cut points
+                      "latency-best, I=1", "latency-best, I=2", "calibrated planner",
+                      "calibrated, linear in I"]   # mlp: 3 cut points
     rows = {line.split("  ")[0].strip(): line for line in printed.out.splitlines() if line.split("  ")[0].strip() in labels}
     assert set(rows) == set(labels)
     history = json.loads((out / "runs" / "seed0" / "planner" / "history.json").read_text())
@@ -177,7 +180,7 @@ def test_bench_plans_end_to_end_table_json_and_heat_map_agree(tmp_path, capsys) 
         mean = plan["mean_time_to_target_s"]
         row = rows[plan["label"]]
         assert (f"{mean:.3g}" in row) if mean is not None else plan["not_reached"]
-        assert plan["rank"] is None or f"{plan['rank']} of 10" in row
+        assert plan["rank"] is None or f"{plan['rank']} of 11" in row
     assert data["planner"]["rank"] == planner["rank"] and data["setting"]["rounds"] == 4
     # the calibrated planner: fitted to the grid's runs at cut L - 1 = 2 with the smallest and the largest I
     calibrated = json.loads((out / "runs" / "seed0" / "calibrated" / "history.json").read_text())
@@ -191,8 +194,29 @@ def test_bench_plans_end_to_end_table_json_and_heat_map_agree(tmp_path, capsys) 
     assert first["fit_by_seed"]["0"] == list(alone.predict(fit, [1, 1], 1))        # the fit scores each fixed plan
     assert first["predicted_over_measured"] == pytest.approx(first["fit_by_seed"]["0"][1] / first["mean_time_to_target_s"])
     event = calibrated["events"][0]["plan"]
-    assert data["plans"][-1]["predictions"]["0"]["latency_s"] == event["total_latency_s"]
-    assert data["calibrated"]["rank"] == data["plans"][-1]["rank"]
+    assert data["plans"][-2]["predictions"]["0"]["latency_s"] == event["total_latency_s"]
+    assert data["calibrated"]["rank"] == data["plans"][-2]["rank"]
+    # the planner linear in I: R(I) = R1 (1 + κ (I − 1)) through the same two pilots, read back and written out here
+    from trainers.run.pilots import read_pilot
+    measured = [read_pilot(out / "runs" / "seed0" / name, 0.3).rounds for name in ("cut2-I1", "cut2-I2")]
+    slope = max(measured[1] - measured[0], 0.0)
+    law = lambda interval: measured[0] + slope * (interval - 1) if slope > 0 else sum(measured) / 2  # noqa: E731
+    per_round = {(I, cuts): alone_model.t_split(cuts) + alone_model.t_agg(cuts) / I
+                 for alone_model in [bench.LatencyModel(alone.profile, alone.system)]
+                 for I in (1, 2) for cuts in itertools.product((1, 2), repeat=2)}
+    best = min(per_round, key=lambda key: (law(key[0]) * per_round[key], key[0]))
+    linear = data["plans"][-1]
+    assert (linear["interval_by_seed"]["0"], tuple(linear["cuts_by_seed"]["0"])) == (best[0], best[1]) or \
+        law(linear["interval_by_seed"]["0"]) * per_round[(linear["interval_by_seed"]["0"],
+                                                           tuple(linear["cuts_by_seed"]["0"]))] == \
+        pytest.approx(law(best[0]) * per_round[best])                               # a tie between cut vectors
+    trained = json.loads((out / "runs" / "seed0" / "linear" / "history.json").read_text())["meta"]["config"]
+    assert trained["interval"] == linear["interval_by_seed"]["0"] and trained["cuts"] == linear["cuts_by_seed"]["0"]
+    rounds = math.ceil(law(1))
+    model = bench.LatencyModel(alone.profile, alone.system)
+    assert first["linear_fit_by_seed"]["0"] == [rounds, pytest.approx(rounds * model.t_split([1, 1])
+                                                                      + rounds * model.t_agg([1, 1]))]
+    assert data["linear"]["rank"] == linear["rank"] and "(to ε)" not in rows["calibrated, linear in I"]
     assert "(to ε)" in rows["planner"] and "(to ε)" not in rows["calibrated planner"]
     said = {line.split(":")[0]: line for line in printed.out.splitlines() if ": rank " in line}
     assert said["calibrated planner"].endswith(
@@ -285,8 +309,9 @@ def test_the_calibrated_planners_pilots_are_cut_l_minus_1_at_the_smallest_and_th
     # seed 0: every run reaches the target; seed 1: cut 2 at I = 4 never does; seed 2: only cut 2 at I = 1 does
     missed = {(1, "cut 2, I=4"), (2, "cut 2, I=2"), (2, "cut 2, I=4")}
     results = [_run(j["label"], None if (j["seed"], j["label"]) in missed else [1.0]) for j in grid]
-    jobs, missing = bench.calibrated_jobs(_setting(), seeds, grid, results, cuts, intervals, tmp_path)
-    assert missing == ["calibrated planner: no run in seed 2: its pilots cut 2, I=2, cut 2, I=4 did not reach 40%"]
+    pairs, missing = bench.pilot_pairs(_setting(), seeds, grid, results, cuts, intervals)
+    assert missing == ["calibrated planners: no run in seed 2: their pilots cut 2, I=2, cut 2, I=4 did not reach 40%"]
+    jobs = bench.calibrated_jobs(_setting(), pairs, tmp_path)
     assert [j["seed"] for j in jobs] == [0, 1]
     assert [j["config"]["pilots"] for j in jobs] == [f"{tmp_path / 'seed0' / 'cut2-I1'},{tmp_path / 'seed0' / 'cut2-I4'}",
                                                      f"{tmp_path / 'seed1' / 'cut2-I1'},{tmp_path / 'seed1' / 'cut2-I2'}"]
@@ -296,6 +321,6 @@ def test_the_calibrated_planners_pilots_are_cut_l_minus_1_at_the_smallest_and_th
     assert job["folder"] == str(tmp_path / "seed0" / "calibrated")
     # the smallest interval's pilot missing: no calibration in that seed
     results = [_run(j["label"], None if j["label"] == "cut 2, I=1" else [1.0]) for j in grid]
-    jobs, missing = bench.calibrated_jobs(_setting(), [0], grid, results, cuts, intervals, tmp_path)
-    assert jobs == [] and missing == ["calibrated planner: no run in seed 0: its pilot cut 2, I=1 did not reach 40%"]
+    pairs, missing = bench.pilot_pairs(_setting(), [0], grid, results, cuts, intervals)
+    assert pairs == {} and missing == ["calibrated planners: no run in seed 0: their pilot cut 2, I=1 did not reach 40%"]
     assert [p.label for p in bench.pilot_plans(1, [8, 1], 2)] == ["cut 1, I=1", "cut 1, I=8"]    # L = 1: cut 1

@@ -1,0 +1,152 @@
+"""Rounds to a target accuracy linear in the aggregation interval, fitted to pilot runs, and the plan that minimises
+the simulated seconds under it (docs/model.md §12 "A rounds law linear in I").
+
+Eq. (15) grows the rounds with the drift term 4γ²I²A_{L_c}: quadratic in I and ordered by the cut through A_{L_c}
+(eq. 29, estimated at w⁰). What `adaptplan bench plans` measured (docs/measured.md, issue 66) is neither: with label
+skew the rounds to 30 % grew about linearly in I (2 label shards per device, every device at cut 4: 50, 80, 142 rounds
+at I = 1, 2, 4), and cuts 2–4 drifted alike while A_{L_c} differed 10 ×. This module models exactly that, and no more:
+
+    R(I) = R₁ · (1 + κ (I − 1))                                    (rounds to the target accuracy)
+
+with R₁ the rounds at I = 1 and κ ≥ 0 the relative cost of one more round between averages, the same at every cut.
+It is the form of the local-SGD bounds whose step size is tuned to the horizon (there the heterogeneity term of the
+rounds grows as I, not I²), not a bound of the paper's; it is adaptplan's addition and a claim only as far as the
+bench's held-out settings measured it.
+
+* **Fit** (:func:`fit_linear_rounds`): least squares of the pilots' measured rounds R_k on their intervals I_k,
+  R_k ≈ p + q·I_k; R₁ = p + q, κ = q / R₁. Where q ≤ 0 (the pilots show no cost of a longer interval) κ = 0 and R₁ is
+  the mean R_k (also where q = 0). The pilots must span two intervals.
+* **Plan** (:func:`plan_linear_rounds`): the rounds do not depend on the cuts, so at each interval I the best cuts
+  are the latency-best ones, the MS step (34) with no drift term (its ratio's denominator I·c is then the same for
+  every cut vector, and Dinkelbach's MILP, or the threshold sweep, minimises I·T_split + T_agg exactly). The plan is
+  the I of 1..I_max (with its cuts) that minimises the relaxed seconds Θ(I) = R(I)·(T_split + T_agg / I), eq. (28)'s
+  form with the law's rounds: every I is tried, so the plan is the exact optimum of Θ over that range. I_max is the
+  pilots' longest interval: the law is not extrapolated past what the pilots measured (without that cap, on the IID
+  bench the law's small κ sent two seeds to I = 22 and 31 at cut 4, far past the pilots' I = 8). Its prediction is
+  eq. (26) with ⌈R(I)⌉ rounds.
+
+Units: rounds, seconds (T_split, T_agg of §2.4), κ per round of interval (dimensionless).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from adaptplan.calibration import PilotRun
+from adaptplan.constants import ConvergenceConstants
+from adaptplan.convergence import whole_rounds
+from adaptplan.errors import InputError
+from adaptplan.latency import total_latency
+from adaptplan.model_profile import ModelProfile
+from adaptplan.system import SystemSpec
+from solvers.bcd import choose_ms_method
+from solvers.dinkelbach import solve_dinkelbach
+from solvers.problem import PlanningProblem
+from solvers.threshold import solve_ms_exact
+
+
+@dataclass(frozen=True)
+class LinearRounds:
+    """R(I) = ``rounds_at_one``·(1 + ``kappa``·(I − 1)) rounds to ``target_accuracy`` (module docstring), fitted to
+    ``pilots``; ``message`` says how."""
+
+    rounds_at_one: float
+    kappa: float
+    target_accuracy: float
+    pilots: tuple[PilotRun, ...]
+    message: str
+
+    def rounds(self, interval: float) -> float:
+        """R(I), real-valued rounds."""
+        return self.rounds_at_one * (1.0 + self.kappa * (interval - 1.0))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"law": "linear", "target_accuracy": self.target_accuracy, "rounds_at_one": self.rounds_at_one,
+                "kappa": self.kappa, "message": self.message,
+                "pilots": [{"source": p.source, "interval": p.interval, "deepest_cut": p.deepest_cut,
+                            "measured_rounds": p.rounds, "fitted_rounds": self.rounds(p.interval)}
+                           for p in self.pilots]}
+
+
+def fit_linear_rounds(pilots: Sequence[PilotRun]) -> LinearRounds:
+    """The law fitted to ``pilots`` (module docstring "Fit"); :class:`InputError` naming ``--pilots`` where they do
+    not span two intervals, are read for different targets, or give no positive R₁."""
+    if len({p.interval for p in pilots}) < 2:
+        raise InputError(f"a rounds law linear in I needs pilots at two intervals at least, got "
+                         f"{sorted({p.interval for p in pilots})}: add a pilot with another --interval", field="--pilots")
+    if len({p.target_accuracy for p in pilots}) != 1:
+        raise InputError("the pilots must be read for one target accuracy", field="--pilots")
+    intervals = np.array([float(p.interval) for p in pilots])
+    rounds = np.array([float(p.rounds) for p in pilots])
+    centred = intervals - intervals.mean()
+    q = float(centred @ (rounds - rounds.mean()) / (centred @ centred))     # R ≈ p + q·I, least squares
+    p = float(rounds.mean() - q * intervals.mean())
+    if q <= 0:
+        at_one, kappa = float(np.mean(rounds)), 0.0
+        message = (f"the {len(pilots)} pilots show no cost of a longer interval, so κ = 0: the rounds are "
+                   f"{at_one:.4g} at every I and the plan's I is the longest tried")
+    else:
+        at_one = float(p + q)
+        if at_one <= 0:
+            raise InputError(f"the pilots' line R = {p:.4g} + {q:.4g}·I gives no positive rounds at I = 1: add a "
+                             "pilot at --interval 1", field="--pilots")
+        kappa = float(q / at_one)
+        message = (f"R(I) = {at_one:.4g}·(1 + {kappa:.3g}·(I − 1)) rounds to {pilots[0].target_accuracy:.1%}, "
+                   f"fitted to {len(pilots)} pilots")
+    return LinearRounds(at_one, kappa, pilots[0].target_accuracy, tuple(pilots), message)
+
+
+@dataclass(frozen=True)
+class LinearRoundsPlan:
+    """The plan under a :class:`LinearRounds` law: ``cuts`` (1-based, one per device) and ``interval`` I; the law's
+    ``rounds`` R(I) (real) and ``total_latency_s`` eq. (26) with ⌈R(I)⌉ rounds; ``objective_s`` Θ(I) and, per I
+    tried, ``by_interval`` (I, Θ(I) in seconds, its cuts)."""
+
+    cuts: tuple[int, ...]
+    interval: int
+    rounds: float
+    total_latency_s: float
+    objective_s: float
+    by_interval: tuple[tuple[int, float, tuple[int, ...]], ...]
+
+    @property
+    def integer_rounds(self) -> int:
+        """⌈R(I)⌉ (:func:`adaptplan.convergence.whole_rounds`)."""
+        return whole_rounds(self.rounds)
+
+
+def latency_problem(profile: ModelProfile, system: SystemSpec, candidates: Sequence[int] | None = None) -> PlanningProblem:
+    """The MS step's instance without a drift term: constants with every σ_j², G_j² zero and c = 1, 2ϑ/γ = 1, so
+    that its objective (28) at (I, x) is T_split(x) + T_agg(x)/I, the seconds per round."""
+    L = profile.num_cuts
+    constants = ConvergenceConstants(beta=1.0, gamma=1.0, theta=0.5, epsilon=1.0, sigma2=(0.0,) * L, G2=(0.0,) * L)
+    return PlanningProblem.from_parts(profile, system, constants, candidates)
+
+
+def plan_linear_rounds(law: LinearRounds, profile: ModelProfile, system: SystemSpec, *,
+                       candidates: Sequence[int] | None = None,
+                       max_interval: int | None = None) -> LinearRoundsPlan:
+    """The plan minimising Θ(I) = R(I)·(T_split + T_agg/I) over I = 1..``max_interval`` (default: the pilots'
+    longest interval) with each I's latency-best cuts (module docstring "Plan"); ties go to the smaller I."""
+    if max_interval is None:
+        max_interval = max(p.interval for p in law.pilots)
+    if max_interval < 1:
+        raise InputError(f"must be at least 1, got {max_interval}", field="max_interval")
+    problem = latency_problem(profile, system, candidates)
+    method = choose_ms_method(problem)
+    cache: dict = {}
+    cuts: tuple[int, ...] = problem.initial_cuts()
+    tried: list[tuple[int, float, tuple[int, ...]]] = []
+    for interval in range(1, max_interval + 1):
+        ms = (solve_dinkelbach(problem, interval, warm_cuts=cuts) if method == "milp"
+              else solve_ms_exact(problem, interval, warm_cuts=cuts, cache=cache))
+        cuts = tuple(int(c) for c in ms.cuts)
+        tried.append((interval, law.rounds(interval) * problem.objective(interval, cuts), cuts))
+    interval, objective, cuts = min(tried, key=lambda t: (t[1], t[0]))
+    rounds = law.rounds(interval)
+    t_split, t_agg = problem.stage_latencies(cuts)
+    seconds = total_latency(whole_rounds(rounds), interval, t_split, t_agg)
+    return LinearRoundsPlan(cuts, interval, rounds, seconds, objective, tuple(tried))

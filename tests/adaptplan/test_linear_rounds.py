@@ -1,0 +1,112 @@
+"""The rounds law linear in I (docs/model.md §12): its least-squares fit written out, its refusals, and its plan
+against brute force over every cut vector and interval of small systems."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+import adaptplan.linear_rounds as linear
+from adaptplan.calibration import PilotRun
+from adaptplan.errors import InputError
+from adaptplan.latency import LatencyModel
+from adaptplan.scenarios import default_profile
+from adaptplan.system import generate_system
+
+
+def _pilot(interval: int, rounds: float, target: float = 0.3, cut: int = 4) -> PilotRun:
+    return PilotRun(f"p{interval}", interval, cut, target, rounds)
+
+
+def test_the_fit_is_least_squares_of_rounds_on_the_interval_with_r1_its_value_at_one() -> None:
+    law = linear.fit_linear_rounds([_pilot(1, 50.0), _pilot(2, 80.0), _pilot(4, 142.0)])
+    # R ≈ p + q·I by least squares: I = (1, 2, 4), mean 7/3; R mean 272/3
+    i, r = np.array([1.0, 2.0, 4.0]), np.array([50.0, 80.0, 142.0])
+    q = float(((i - i.mean()) * (r - r.mean())).sum() / ((i - i.mean()) ** 2).sum())
+    p = float(r.mean() - q * i.mean())
+    assert law.rounds_at_one == pytest.approx(p + q) and law.kappa == pytest.approx(q / (p + q))
+    assert law.rounds(4) == pytest.approx(p + 4 * q) and law.rounds(1) == pytest.approx(p + q)
+    assert q == pytest.approx(30.7142857) and law.target_accuracy == 0.3
+    assert law.message.startswith(f"R(I) = {p + q:.4g}·(1 + {q / (p + q):.3g}·(I − 1)) rounds to 30.0%")
+    two = linear.fit_linear_rounds([_pilot(1, 43.0), _pilot(8, 64.0)])          # two pilots: the line through them
+    assert (two.rounds_at_one, two.kappa) == (pytest.approx(43.0), pytest.approx(3.0 / 43.0))
+    data = two.to_json()
+    assert data["law"] == "linear" and [p["fitted_rounds"] for p in data["pilots"]] == \
+        [pytest.approx(43.0), pytest.approx(64.0)]
+
+
+def test_pilots_showing_no_cost_of_a_longer_interval_give_kappa_zero_and_the_mean_rounds() -> None:
+    law = linear.fit_linear_rounds([_pilot(1, 60.0), _pilot(8, 50.0)])
+    assert (law.kappa, law.rounds_at_one) == (0.0, 55.0) and law.rounds(8) == 55.0
+    assert "κ = 0" in law.message
+    flat = linear.fit_linear_rounds([_pilot(1, 60.0), _pilot(8, 60.0)])             # a zero slope is no cost either
+    assert flat.kappa == 0.0 and flat.rounds(5) == pytest.approx(60.0)
+
+
+@pytest.mark.parametrize("pilots, said", [
+    ([_pilot(4, 50.0)], "needs pilots at two intervals at least, got [4]"),
+    ([_pilot(2, 50.0), _pilot(2, 70.0)], "got [2]"),
+    ([_pilot(1, 50.0), _pilot(2, 70.0, target=0.4)], "one target accuracy"),
+    ([_pilot(4, 10.0), _pilot(8, 100.0)], "gives no positive rounds at I = 1"),     # R = −80 + 22.5·I
+])
+def test_pilots_the_law_cannot_be_fitted_to_are_refused_naming_pilots(pilots, said) -> None:
+    with pytest.raises(InputError) as caught:
+        linear.fit_linear_rounds(pilots)
+    assert caught.value.field == "--pilots" and said in caught.value.message
+
+
+def _brute_force(law: linear.LinearRounds, model: LatencyModel, cuts_range, intervals):
+    """min over every cut vector and interval of R(I)·(T_split + T_agg/I), ties to the smaller I."""
+    best = None
+    for interval in intervals:
+        for cuts in itertools.product(cuts_range, repeat=model.num_devices):
+            value = law.rounds(interval) * (model.t_split(cuts) + model.t_agg(cuts) / interval)
+            if best is None or value < best[0] * (1 - 1e-12):
+                best = (value, interval, cuts)
+    return best
+
+
+@pytest.mark.parametrize("seed, pilots", [
+    (0, [(1, 50.0), (8, 64.0)]), (1, [(1, 43.0), (4, 147.0)]), (2, [(1, 57.0), (4, 123.0)]),
+    (3, [(1, 40.0), (2, 41.0)]), (4, [(1, 45.0), (6, 45.5)]),
+])
+def test_the_plan_is_the_brute_force_optimum_over_every_cut_vector_and_interval_up_to_the_longest_pilot(
+        seed, pilots) -> None:
+    profile, system = default_profile(), generate_system(3, seed)
+    law = linear.fit_linear_rounds([_pilot(i, r) for i, r in pilots])
+    model = LatencyModel(profile, system)
+    top = max(i for i, _ in pilots)
+    value, interval, cuts = _brute_force(law, model, range(1, profile.num_cuts), range(1, top + 1))
+    plan = linear.plan_linear_rounds(law, profile, system)
+    assert plan.objective_s == pytest.approx(value, rel=1e-9) and plan.interval == interval
+    assert [i for i, _, _ in plan.by_interval] == list(range(1, top + 1))            # never past the pilots
+    # the prediction: eq. (26) with ⌈R(I)⌉ rounds on the plan's own cuts
+    rounds = math.ceil(law.rounds(plan.interval) * (1 - 1e-12))          # ⌈R⌉, an R whole up to rounding kept
+    assert plan.integer_rounds == rounds and plan.rounds == pytest.approx(law.rounds(plan.interval))
+    assert plan.total_latency_s == pytest.approx(rounds * model.t_split(plan.cuts)
+                                                 + (rounds // plan.interval) * model.t_agg(plan.cuts))
+
+
+def test_kappa_zero_plans_the_longest_interval_and_kappa_one_or_more_plans_every_round() -> None:
+    profile, system = default_profile(), generate_system(4, 7)
+    flat = linear.fit_linear_rounds([_pilot(1, 50.0), _pilot(6, 50.0)])
+    assert linear.plan_linear_rounds(flat, profile, system).interval == 6
+    assert linear.plan_linear_rounds(flat, profile, system, max_interval=9).interval == 9
+    steep = linear.fit_linear_rounds([_pilot(1, 50.0), _pilot(3, 150.0)])           # κ = 1: R = 50·I
+    assert steep.kappa == pytest.approx(1.0) and linear.plan_linear_rounds(steep, profile, system).interval == 1
+    with pytest.raises(InputError) as caught:
+        linear.plan_linear_rounds(flat, profile, system, max_interval=0)
+    assert caught.value.field == "max_interval"
+
+
+def test_the_threshold_sweep_and_the_milp_give_the_same_plan(monkeypatch) -> None:
+    profile, system = default_profile(), generate_system(12, 3)
+    law = linear.fit_linear_rounds([_pilot(1, 45.0), _pilot(8, 70.0)])
+    milp = linear.plan_linear_rounds(law, profile, system)
+    monkeypatch.setattr(linear, "choose_ms_method", lambda problem: "threshold")
+    sweep = linear.plan_linear_rounds(law, profile, system)
+    assert sweep.interval == milp.interval
+    assert [v for _, v, _ in sweep.by_interval] == pytest.approx([v for _, v, _ in milp.by_interval], rel=1e-9)
