@@ -39,8 +39,9 @@ from adaptplan.calibration import PilotRun
 from adaptplan.constants import ConvergenceConstants
 from adaptplan.convergence import whole_rounds
 from adaptplan.errors import InputError
-from adaptplan.latency import total_latency
+from adaptplan.latency import LatencyModel, total_latency
 from adaptplan.model_profile import ModelProfile
+from adaptplan.plan import Plan
 from adaptplan.system import SystemSpec
 from solvers.bcd import choose_ms_method
 from solvers.dinkelbach import solve_dinkelbach
@@ -102,13 +103,12 @@ def fit_linear_rounds(pilots: Sequence[PilotRun]) -> LinearRounds:
 @dataclass(frozen=True)
 class LinearRoundsPlan:
     """The plan under a :class:`LinearRounds` law: ``cuts`` (1-based, one per device) and ``interval`` I; the law's
-    ``rounds`` R(I) (real) and ``total_latency_s`` eq. (26) with ⌈R(I)⌉ rounds; ``objective_s`` Θ(I) and, per I
-    tried, ``by_interval`` (I, Θ(I) in seconds, its cuts)."""
+    ``rounds`` R(I) (real); ``objective_s`` Θ(I) and, per I tried, ``by_interval`` (I, Θ(I) in seconds, its cuts).
+    :func:`as_plan` scores it as a :class:`~adaptplan.plan.Plan` (eq. 26's seconds)."""
 
     cuts: tuple[int, ...]
     interval: int
     rounds: float
-    total_latency_s: float
     objective_s: float
     by_interval: tuple[tuple[int, float, tuple[int, ...]], ...]
 
@@ -146,7 +146,27 @@ def plan_linear_rounds(law: LinearRounds, profile: ModelProfile, system: SystemS
         cuts = tuple(int(c) for c in ms.cuts)
         tried.append((interval, law.rounds(interval) * problem.objective(interval, cuts), cuts))
     interval, objective, cuts = min(tried, key=lambda t: (t[1], t[0]))
-    rounds = law.rounds(interval)
-    t_split, t_agg = problem.stage_latencies(cuts)
-    seconds = total_latency(whole_rounds(rounds), interval, t_split, t_agg)
-    return LinearRoundsPlan(cuts, interval, rounds, seconds, objective, tuple(tried))
+    return LinearRoundsPlan(cuts, interval, law.rounds(interval), objective, tuple(tried))
+
+
+def score(law: LinearRounds, profile: ModelProfile, system: SystemSpec, cuts: Sequence[int], interval: int,
+          solver: dict[str, Any] | None = None) -> Plan:
+    """The :class:`~adaptplan.plan.Plan` of (``cuts``, ``interval``) under ``law`` (docs/formats.md "Plan"): ⌈R(I)⌉
+    rounds, ⌊rounds/I⌋ aggregations, eq. (26)'s seconds, Θ(I) = R(I)·(T_split + T_agg/I) as ``objective_s``, the stage
+    breakdown of §2.4; ``solver`` default: a given plan scored by the law."""
+    breakdown = LatencyModel(profile, system).breakdown(cuts)
+    rounds = whole_rounds(law.rounds(interval))
+    t_split, t_agg = breakdown.t_split, breakdown.t_agg
+    return Plan(interval=int(interval), cuts=tuple(int(c) for c in cuts), rounds=rounds,
+                aggregations=rounds // int(interval), round_latency_s=t_split, aggregation_latency_s=t_agg,
+                total_latency_s=total_latency(rounds, int(interval), t_split, t_agg),
+                objective_s=law.rounds(interval) * (t_split + t_agg / interval),
+                solver=solver or {"method": "given", "rounds_law": "linear"}, breakdown=breakdown.stages())
+
+
+def as_plan(chosen: LinearRoundsPlan, law: LinearRounds, profile: ModelProfile, system: SystemSpec) -> Plan:
+    """``chosen`` scored by :func:`score`, with the law in ``solver`` (``method`` "linear-rounds", R₁, κ, the
+    longest interval tried)."""
+    return score(law, profile, system, chosen.cuts, chosen.interval,
+                 {"method": "linear-rounds", "rounds_at_one": law.rounds_at_one, "kappa": law.kappa,
+                  "max_interval": len(chosen.by_interval), "message": law.message})

@@ -18,10 +18,11 @@ import dataclasses
 import math
 from typing import Any, Sequence
 
-from adaptplan.calibration import Calibration, PilotRun, calibrate
+from adaptplan.calibration import ROUNDS_LAWS, Calibration, PilotRun, calibrate
 from adaptplan.constants import ConvergenceConstants
 from adaptplan.errors import InfeasibleError, InputError
 from adaptplan.latency import total_latency
+from adaptplan.linear_rounds import LinearRounds, as_plan, fit_linear_rounds, plan_linear_rounds, score
 from adaptplan.model_profile import ModelProfile
 from adaptplan.plan import Plan
 from adaptplan.plannable import check_plannable
@@ -61,7 +62,7 @@ class Planner:
         self._problem: PlanningProblem | None = PlanningProblem.from_parts(profile, system, self.constants,
                                                                          candidates=self.candidates)
         self.last_result: SolveResult | None = None
-        self.calibration: Calibration | None = None
+        self.calibration: Calibration | LinearRounds | None = None
 
     @property
     def problem(self) -> PlanningProblem:
@@ -73,7 +74,12 @@ class Planner:
         return self._problem
 
     def plan(self, initial_cuts: Sequence[int] | None = None) -> Plan:
-        """Solve problem (28) with BCD and return the Plan (raises InfeasibleError with the reason)."""
+        """Solve problem (28) with BCD and return the Plan (raises InfeasibleError with the reason); after
+        :meth:`calibrate` with ``law="linear"``, the plan under that law instead (docs/model.md §12)."""
+        if isinstance(self.calibration, LinearRounds):
+            chosen = plan_linear_rounds(self.calibration, self.profile, self.system, candidates=self.candidates)
+            return dataclasses.replace(as_plan(chosen, self.calibration, self.profile, self.system),
+                                       model=self.profile.identity())
         result = solve_bcd(self.problem, backend=self.backend, initial_cuts=initial_cuts)
         self.last_result = result
         if not result.success:
@@ -95,8 +101,12 @@ class Planner:
         return self.plan(initial_cuts=initial)
 
     def evaluate(self, cuts: Sequence[int], interval: int, solver: dict | None = None) -> Plan:
-        """The Plan for a given decision (cuts, I): ⌈R⌉ of eq. (15), eq. (26) and objective (28)."""
-        plan = build_plan(self.problem, cuts, interval, solver or {"method": "given"})
+        """The Plan for a given decision (cuts, I): ⌈R⌉ of eq. (15), eq. (26) and objective (28); under a linear
+        rounds law (:meth:`calibrate`), ⌈R(I)⌉ of the law instead (:func:`adaptplan.linear_rounds.score`)."""
+        if isinstance(self.calibration, LinearRounds):
+            plan = score(self.calibration, self.profile, self.system, cuts, interval, solver)
+        else:
+            plan = build_plan(self.problem, cuts, interval, solver or {"method": "given"})
         return dataclasses.replace(plan, model=self.profile.identity())
 
     def estimate(self, model: Any, batches: Sequence[Any], *, gamma: float, epsilon: float | None = None,
@@ -115,7 +125,7 @@ class Planner:
             raise InputError(f"the model has {estimated.num_cuts} blocks but the profile {self.profile.num_cuts} cut "
                              "points. Fix: estimate on the model that was profiled (the same blocks)", field="model")
         num_devices = self.system.num_devices
-        if self.calibration is not None:
+        if isinstance(self.calibration, Calibration):
             constants = self.calibration.apply(estimated, num_devices)
         else:
             constants = estimated if epsilon is not None else dataclasses.replace(
@@ -123,10 +133,16 @@ class Planner:
         self._use(constants=constants)
         return constants
 
-    def calibrate(self, pilots: Sequence[PilotRun]) -> Calibration:
-        """Fit the planner's constants to ``pilots`` (runs of this setting, one plan each, with the rounds at which
-        each first reached one target accuracy; docs/model.md §10), and plan with the fitted ones from now on, so
-        that plans and predictions are to that accuracy."""
+    def calibrate(self, pilots: Sequence[PilotRun], law: str = "eq15") -> Calibration | LinearRounds:
+        """Fit the planner to ``pilots`` (runs of this setting, one plan each, with the rounds at which each first
+        reached one target accuracy), and plan with the fit from now on, so that plans and predictions are to that
+        accuracy: ``law`` "eq15" fits the constants (docs/model.md §10), "linear" the rounds law linear in I (§12;
+        the constants are then not used)."""
+        if law not in ROUNDS_LAWS:
+            raise InputError(f"must be one of {', '.join(ROUNDS_LAWS)}, got {law!r}", field="law")
+        if law == "linear":
+            self.calibration = fit_linear_rounds(pilots)
+            return self.calibration
         fit = calibrate(self.constants, pilots, self.system.num_devices)
         self._use(constants=fit.constants)
         self.calibration = fit

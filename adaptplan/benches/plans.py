@@ -37,10 +37,9 @@ import numpy as np
 from adaptplan.benches.comparison import Setting
 from adaptplan.benches.runs import RunResult, not_reached, run_jobs
 from adaptplan.constants import ConvergenceConstants
-from adaptplan.convergence import whole_rounds
 from adaptplan.crossing import first_crossing
 from adaptplan.latency import LatencyModel, total_latency
-from adaptplan.linear_rounds import LinearRounds, fit_linear_rounds, plan_linear_rounds
+from adaptplan.linear_rounds import LinearRounds, as_plan, fit_linear_rounds, plan_linear_rounds, score
 from adaptplan.model_profile import ModelProfile
 from adaptplan.report import Empty, format_table
 from adaptplan.system import SystemSpec
@@ -675,8 +674,9 @@ def linear_jobs(bench: BenchSetting, laws: Mapping[int, LinearRounds], probes: M
     plan = PlanSpec("linear")
     jobs = []
     for seed, law in laws.items():
-        chosen = plan_linear_rounds(law, probes[seed].profile, probes[seed].system)
-        prediction = Prediction(list(chosen.cuts), chosen.interval, chosen.integer_rounds, chosen.total_latency_s,
+        chosen = as_plan(plan_linear_rounds(law, probes[seed].profile, probes[seed].system), law,
+                         probes[seed].profile, probes[seed].system)
+        prediction = Prediction(list(chosen.cuts), chosen.interval, chosen.rounds, chosen.total_latency_s,
                                 calibrated=True)
         jobs.append({"group": "plans", "label": plan.label, "seed": seed, "plan": plan, "target": bench.target,
                      "config": {**bench.config(seed, plan), "cuts": list(chosen.cuts), "interval": chosen.interval},
@@ -687,15 +687,13 @@ def linear_jobs(bench: BenchSetting, laws: Mapping[int, LinearRounds], probes: M
 def attach_linear_fit(results: Sequence[PlanResult], laws: Mapping[int, LinearRounds],
                       probes: Mapping[int, Probe]) -> None:
     """Each fixed plan's ``linear_fit`` per seed: ⌈R(I)⌉ of that seed's law and eq. (26)'s seconds for its cuts on the
-    seed's round-1 system."""
+    seed's round-1 system (:func:`adaptplan.linear_rounds.score`)."""
     for seed, law in laws.items():
-        model = LatencyModel(probes[seed].profile, probes[seed].system)
         for r in results:
             if r.plan.kind not in PLANNERS and r.plan.interval is not None and seed in r.runs:
-                cuts = r.cuts_by_seed()[seed] or ()
-                rounds = whole_rounds(law.rounds(r.plan.interval))
-                r.linear_fit[seed] = (rounds, total_latency(rounds, r.plan.interval, model.t_split(cuts),
-                                                            model.t_agg(cuts)))
+                scored = score(law, probes[seed].profile, probes[seed].system, r.cuts_by_seed()[seed] or (),
+                               r.plan.interval)
+                r.linear_fit[seed] = (scored.rounds, scored.total_latency_s)
 
 
 def attach_fit(results: Sequence[PlanResult], probes: Mapping[int, Probe]) -> None:

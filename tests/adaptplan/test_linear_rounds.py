@@ -86,8 +86,13 @@ def test_the_plan_is_the_brute_force_optimum_over_every_cut_vector_and_interval_
     # the prediction: eq. (26) with ⌈R(I)⌉ rounds on the plan's own cuts
     rounds = math.ceil(law.rounds(plan.interval) * (1 - 1e-12))          # ⌈R⌉, an R whole up to rounding kept
     assert plan.integer_rounds == rounds and plan.rounds == pytest.approx(law.rounds(plan.interval))
-    assert plan.total_latency_s == pytest.approx(rounds * model.t_split(plan.cuts)
-                                                 + (rounds // plan.interval) * model.t_agg(plan.cuts))
+    scored = linear.as_plan(plan, law, profile, system)
+    assert (scored.rounds, scored.aggregations, scored.cuts, scored.interval) == \
+        (rounds, rounds // plan.interval, plan.cuts, plan.interval)
+    assert scored.total_latency_s == pytest.approx(rounds * model.t_split(plan.cuts)
+                                                   + (rounds // plan.interval) * model.t_agg(plan.cuts))
+    assert scored.objective_s == pytest.approx(value) and scored.solver["method"] == "linear-rounds"
+    assert scored.solver["max_interval"] == top and scored.solver["kappa"] == law.kappa
 
 
 def test_kappa_zero_plans_the_longest_interval_and_kappa_one_or_more_plans_every_round() -> None:

@@ -96,7 +96,7 @@ PACKAGES = ("adaptplan", "profilers", "solvers", "trainers")
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("adaptplan",),                                   # 0 the world model: adaptplan/ but what is named below
     ("solvers", "profilers"),                         # 1
-    ("adaptplan/planner.py",),                        # 2 the planner
+    ("adaptplan/planner.py", "adaptplan/linear_rounds.py"),   # 2 the planners
     ("trainers",),                                    # 3
     ("adaptplan/cli", "adaptplan/benches", "adaptplan/distributed.py"),   # 4 the roof
 )

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from os import PathLike
 from typing import Any, Mapping
 
+from adaptplan.calibration import ROUNDS_LAWS
 from adaptplan.errors import InputError
 from adaptplan.fileio import finite_number, int_in_range, positive_int, positive_number
 from adaptplan.limits import MAX_BATCH_SIZE, MAX_CUT_POINTS, MAX_DEVICES, MAX_MODEL_WIDTH, MAX_NOISE_CV, MAX_ROUNDS, MAX_SEED, MAX_STEPS, MAX_THREADS
@@ -96,7 +97,7 @@ EVAL_BATCH_SIZE = 256
 LOCAL_TEST_FRACTION = 0.1
 """Default share of each device's samples held out for its local test split (CycleSL §4.1: 90 %–10 %)."""
 MAX_LOCAL_TEST_FRACTION = 0.5
-SAVED_BEFORE = {"local_test_fraction": 0.0, "pilots": None, "aggregation": "mean", "trim": 0.1}
+SAVED_BEFORE = {"local_test_fraction": 0.0, "pilots": None, "aggregation": "mean", "trim": 0.1, "rounds_law": "eq15"}
 """Options a configuration saved before they existed ran with: no local test split, no pilots."""
 
 POLICIES = ("adaptsfl", "rma+ms", "ma+rms", "rma+rms", "dama+rms", "rma+ams", "sfl", "psl", "fixed-cut")
@@ -249,6 +250,10 @@ class PlanConfig:
                                 "(--cuts, --interval): the planner's constants are estimated from this run's model and "
                                 "data and fitted to the rounds the pilots took to --target-accuracy (docs/model.md §10), "
                                 "so the plan predicts rounds and seconds to that accuracy", metavar="RUN[,RUN...]")
+    rounds_law: str = option("eq15", "with --pilots, the rounds to the target they are fitted to: eq15 (eq. 15's "
+                             "constants, docs/model.md §10) or linear (R(I) = R1 (1 + kappa (I - 1)) at every cut, the "
+                             "latency-best cuts at each I up to the pilots' longest; §12; needs pilots at two intervals)",
+                             choices=ROUNDS_LAWS)
     allow_fallback: bool = option(False, "when the planner finds no feasible plan, train every device at cut "
                                   "ceil(L/2) with I = 1 (printed) instead of stopping with the reason")
 
@@ -269,6 +274,8 @@ class PlanConfig:
             raise InputError("give either a plan file or explicit cuts, not both", field="cuts")
         if self.pilots is not None:
             self._check_pilots()
+        elif self.rounds_law != "eq15":
+            raise InputError("a rounds law is fitted to pilot runs: add --pilots RUN,RUN", field="rounds_law")
         if self.reestimate and self.replan_every is None and self.policy not in REDRAWING_POLICIES:
             raise InputError("re-estimation happens at re-planning points: add --replan-every Q (or a random --policy)",
                              field="reestimate")
@@ -302,6 +309,11 @@ class PlanConfig:
         if clash is not None:
             raise InputError(f"the pilots calibrate the planner's constants; {clash} leaves nothing to calibrate "
                              f"(drop one of them)", field="pilots")
+        if self.rounds_law == "linear" and (self.reestimate or self.policy not in (None, "adaptsfl")):
+            raise InputError("the linear rounds law is fitted to the pilots alone: it plans with no constants to "
+                             "re-estimate and no other policy; drop " + ("--reestimate" if self.reestimate else
+                                                                        f"--policy {self.policy}"),
+                             field="rounds_law")
 
 
 @dataclass

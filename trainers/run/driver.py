@@ -32,9 +32,11 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from adaptplan.calibration import Calibration
 from adaptplan.constants import ConvergenceConstants
 from adaptplan.convergence import step_note
 from adaptplan.errors import InfeasibleError, InputError
+from adaptplan.linear_rounds import LinearRounds
 from adaptplan.measured_system import MeasuredRates
 from adaptplan.plan import Plan
 from adaptplan.system import SystemProcess, SystemRanges, SystemSpec, generate_system, scaled_ranges
@@ -58,7 +60,7 @@ from trainers.run.checkpoint import file_digest, load_checkpoint, save_checkpoin
 from trainers.run.estimation import RunData, pilot_calibration, run_constants
 from trainers.run.folder import Interrupted, RunFolder, StopRequest
 from trainers.run.history import History, RoundRecord
-from trainers.run.planning import Planner, ReplanRequest, default_planner  # noqa: F401  (re-exported)
+from trainers.run.planning import Planner, ReplanRequest, default_planner, linear_planner  # noqa: F401  (re-exported)
 from trainers.run.tracking import MlflowLog, TensorBoardLog
 from trainers.strategies import make_strategy
 
@@ -106,7 +108,7 @@ class Trainer:
         self._build_model()
         self.constants = self._checked_constants(constants)
         self.calibration = pilot_calibration(self.run_data, self.blocks) if config.plan.pilots else None
-        if self.calibration is not None:
+        if isinstance(self.calibration, Calibration):
             self.constants = self.calibration.constants
         self.planner, self.replan_every = self._planner(planner)
         self.process, self.clock = self._system_clock(system)
@@ -188,6 +190,8 @@ class Trainer:
     def _planner(self, planner: Planner | None) -> tuple[Planner, int | None]:
         """(the planner, re-plan every Q rounds): a planning policy's, or the AdaptSFL planner."""
         c = self.config
+        if isinstance(self.calibration, LinearRounds):
+            return planner or linear_planner(self.calibration), c.plan.replan_every
         if c.plan.policy is None:
             return planner or default_planner(self.constants, gamma=self.lr), c.plan.replan_every
         from trainers.run.policies import REDRAWING, policy_planner
@@ -612,7 +616,7 @@ class Trainer:
         estimated = self.reestimate_constants(t) if self.config.plan.reestimate else None
         if estimated is not None:     # calibrated: the pilots' c and κ; else a reachable ε (twice the noise floor)
             devices = self.config.data.devices
-            estimated = self.calibration.apply(estimated, devices) if self.calibration is not None \
+            estimated = self.calibration.apply(estimated, devices) if isinstance(self.calibration, Calibration) \
                 else estimated.reachable(devices)
         try:
             cuts, interval, details = _decision(self.planner(ReplanRequest(t, system, self.profile, *old, estimated)))

@@ -2,7 +2,9 @@
 
 :func:`run_constants` estimates β, σ_j², G_j² and ϑ (:func:`profilers.estimate_constants`) from a model of the run on
 8 mini-batches of its own training data, with γ = the run's learning rate; :func:`pilot_calibration` fits them to the
-pilots of ``--pilots`` (:func:`adaptplan.calibration.calibrate`) for the run's ``--target-accuracy``.
+pilots of ``--pilots`` (:func:`adaptplan.calibration.calibrate`) for the run's ``--target-accuracy``, or, with
+``--rounds-law linear``, fits the rounds law of §12 to the pilots alone (:func:`adaptplan.linear_rounds.fit_linear_rounds`;
+nothing estimated).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from torch import nn
 
 from adaptplan.calibration import Calibration, calibrate
 from adaptplan.constants import ConvergenceConstants
+from adaptplan.linear_rounds import LinearRounds, fit_linear_rounds
 from trainers.config.train_config import TrainConfig
 from trainers.run.pilots import read_pilot
 
@@ -46,13 +49,16 @@ def run_constants(run: RunData, model: nn.Sequential, seed: int, epsilon: float)
                               num_batches=ESTIMATE_BATCHES, seed=seed, device=run.device)
 
 
-def pilot_calibration(run: RunData, model: nn.Sequential) -> Calibration:
-    """The calibration of the run's constants, estimated from ``model`` (its initial blocks), to the pilots of its
-    ``--pilots`` (run folders that trained the same setting) at its ``--target-accuracy``."""
+def pilot_calibration(run: RunData, model: nn.Sequential) -> Calibration | LinearRounds:
+    """The fit to the pilots of ``--pilots`` (run folders that trained the same setting) at the run's
+    ``--target-accuracy``: of the run's constants, estimated from ``model`` (its initial blocks), or, with
+    ``--rounds-law linear``, of the rounds law linear in I."""
     config = run.config
     target = config.run.target_accuracy
     assert target is not None, "TrainConfig requires --target-accuracy with --pilots"
     setting = config.to_json()
     pilots = [read_pilot(folder, target, setting) for folder in config.plan.pilot_folders]
+    if config.plan.rounds_law == "linear":
+        return fit_linear_rounds(pilots)
     estimated = run_constants(run, model, config.run.seed, epsilon=1.0)      # ε is what the fit sets
     return calibrate(estimated, pilots, config.data.devices)

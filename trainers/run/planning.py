@@ -1,6 +1,7 @@
 """What a planner sees and returns inside the training loop (Algorithm 1's planning points):
 :class:`ReplanRequest`, the :data:`Planner` signature, and :func:`default_planner`, the AdaptSFL
-planner (BCD, Algorithm 3) that :mod:`trainers.run.driver` and :mod:`trainers.run.policies` use."""
+planner (BCD, Algorithm 3) that :mod:`trainers.run.driver` and :mod:`trainers.run.policies` use, and
+:func:`linear_planner`, the plan under the rounds law linear in I (docs/model.md §12)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from adaptplan.constants import ConvergenceConstants
+from adaptplan.linear_rounds import LinearRounds, as_plan, plan_linear_rounds
 from adaptplan.model_profile import ModelProfile
 from adaptplan.plan import Plan
 from adaptplan.system import SystemSpec
@@ -48,5 +50,17 @@ def default_planner(constants: ConvergenceConstants | None = None, gamma: float 
         consts = request.constants or constants or \
             ConvergenceConstants.training_placeholder(request.profile.num_cuts, gamma, request.system.num_devices)
         return _Planner(request.profile, request.system, consts).plan(initial_cuts=request.cuts or None)
+
+    return plan
+
+
+def linear_planner(law: LinearRounds) -> Planner:
+    """A :data:`Planner` under the rounds law ``law`` (docs/model.md §12): at each call the latency-best cuts at each
+    I up to the pilots' longest on ``request.system``, the I that minimises R(I)·(T_split + T_agg/I); the law is the
+    pilots' and stays (``request.constants`` are never set with it: TrainConfig refuses --reestimate)."""
+
+    def plan(request: ReplanRequest) -> Plan:
+        chosen = plan_linear_rounds(law, request.profile, request.system)
+        return as_plan(chosen, law, request.profile, request.system)
 
     return plan

@@ -9,13 +9,16 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from adaptplan.calibration import ROUNDS_LAWS
 from adaptplan.cli.flags import float_flag, int_flag
 from adaptplan.errors import InputError
 from adaptplan.fileio import show
 from adaptplan.limits import MAX_DEVICES, MAX_SEED
 
 if TYPE_CHECKING:  # pragma: no cover
+    from adaptplan.calibration import Calibration
     from adaptplan.constants import ConvergenceConstants
+    from adaptplan.linear_rounds import LinearRounds
     from adaptplan.model_profile import ModelProfile
     from adaptplan.system import SystemSpec
 
@@ -58,6 +61,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                              "--epsilon")
     parser.add_argument("--target-accuracy", type=float_flag(0.0, 1.0, low_open=True), metavar="A",
                         help="with --pilots: the test accuracy (a fraction) the plan's rounds and seconds are to")
+    parser.add_argument("--rounds-law", choices=ROUNDS_LAWS, default="eq15",
+                        help="with --pilots, what they are fitted to: eq15 (eq. 15's constants, docs/model.md §10; "
+                             "default) or linear (R(I) = R1 (1 + kappa (I - 1)) at every cut, the latency-best cuts at "
+                             "each I up to the pilots' longest, §12)")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON (docs/formats.md) instead of a table")
     parser.add_argument("-o", "--output", metavar="FILE", help="also write the plan JSON to FILE")
     parser.set_defaults(func=run)
@@ -136,15 +143,17 @@ def measured_system(args: argparse.Namespace) -> tuple[SystemSpec, str] | None:
                     f"{rounds} rounds; the rest as its round-1 system)")
 
 
-def pilot_instance(args: argparse.Namespace) -> tuple[ModelProfile, SystemSpec, ConvergenceConstants, str, str]:
-    """(profile, system, constants, title, what the rounds are to) of the pilots' setting (``--pilots``): a trainer
-    built from the first pilot's configuration (nothing trained) estimates and calibrates the constants."""
+def pilot_instance(args: argparse.Namespace) -> tuple[ModelProfile, SystemSpec, Calibration | LinearRounds, str, str]:
+    """(profile, system, the pilots' fit, title, what the rounds are to) of the pilots' setting (``--pilots``): a
+    trainer built from the first pilot's configuration (nothing trained) estimates and calibrates the constants, or
+    fits the rounds law linear in I (``--rounds-law linear``)."""
     for flag in ("profile", "system", "constants", "epsilon"):
         if getattr(args, flag, None) is not None:
             raise InputError("the pilots' run gives the profile, system and constants; drop it", field=f"--{flag}")
     if args.target_accuracy is None:
         raise InputError("the pilots are fitted to the rounds they took to a test accuracy: give --target-accuracy A",
                          field="--pilots")
+    from adaptplan.calibration import Calibration
     from trainers.config.train_config import TrainConfig, as_saved_run_trained
     from trainers.run.driver import Trainer
     from trainers.run.history import History
@@ -157,41 +166,52 @@ def pilot_instance(args: argparse.Namespace) -> tuple[ModelProfile, SystemSpec, 
     saved = as_saved_run_trained(History.load(folders[0]).meta.get("config", {}))
     unplanned = {"rounds": 1, "cuts": None, "interval": None, "plan_path": None, "policy": None, "replan_every": None,
                  "reestimate": False, "constants_path": None, "pilots": ",".join(folders),
-                 "target_accuracy": args.target_accuracy, "out": None, "resume": False, "overwrite": False,
+                 "target_accuracy": args.target_accuracy, "rounds_law": args.rounds_law, "out": None, "resume": False,
+                 "overwrite": False,
                  "mlflow": None, "progress": False}
     trainer = Trainer(TrainConfig.from_json({**saved, **unplanned}))
     calibration = trainer.calibration
     assert calibration is not None, "pilots given"
     c = trainer.config
+    fitted = ("constants estimated from its model and data, calibrated" if isinstance(calibration, Calibration)
+              else "rounds linear in I (docs/model.md §12), fitted")
     title = (f"Plan for {c.model.name} on {c.data.dataset}, {c.data.devices} devices ({c.data.partition}), lr {c.optim.lr:g}, "
-             f"batch {c.data.batch_size}: the setting of {folders[0]}; its round-1 system; constants estimated from "
-             f"its model and data, calibrated on {len(folders)} pilot{'s' if len(folders) > 1 else ''}: "
-             f"{calibration.message}")
+             f"batch {c.data.batch_size}: the setting of {folders[0]}; its round-1 system; {fitted} on "
+             f"{len(folders)} pilot{'s' if len(folders) > 1 else ''}: {calibration.message}")
     measured = measured_system(args)
     if measured is not None:
         title += f"; {measured[1]}"
-    return trainer.profile, measured[0] if measured else trainer.clock.system(1), calibration.constants, title, \
-        f"to {args.target_accuracy:.1%} test accuracy, Corollary 1 calibrated"
+    law = "Corollary 1 calibrated" if isinstance(calibration, Calibration) else "the rounds law linear in I"
+    return trainer.profile, measured[0] if measured else trainer.clock.system(1), calibration, title, \
+        f"to {args.target_accuracy:.1%} test accuracy, {law}"
 
 
 def run(args: argparse.Namespace) -> int:
     from adaptplan.convergence import step_note
+    from adaptplan.linear_rounds import LinearRounds, as_plan, plan_linear_rounds
     from adaptplan.planner import Planner
     from adaptplan.report import DEVICE_ROWS, format_plan
 
     rounds_to = "Corollary 1"
+    fit: Calibration | LinearRounds | None = None
     if args.pilots is not None:
-        profile, system, constants, title, rounds_to = pilot_instance(args)
+        profile, system, fit, title, rounds_to = pilot_instance(args)
     else:
-        if args.target_accuracy is not None:
-            raise InputError("a plan's rounds are to a test accuracy only when calibrated on pilot runs: add "
-                             "--pilots RUN[,RUN...]", field="--target-accuracy")
+        for flag, value, given in (("--target-accuracy", args.target_accuracy, args.target_accuracy is not None),
+                                   ("--rounds-law", args.rounds_law, args.rounds_law != "eq15")):
+            if given:
+                raise InputError(f"{flag} {value} goes with pilot runs: add --pilots RUN[,RUN...] (a plan's rounds are "
+                                 "to a test accuracy only when fitted to them)", field=flag)
         profile, system, constants, title = load_instance(args)
     candidates = check_candidates(parse_cuts(args.cuts), profile.num_cuts) if args.cuts else None
     start = time.perf_counter()
-    plan = Planner(profile, system, constants, candidates=candidates, backend=args.backend).plan()
+    if isinstance(fit, LinearRounds):
+        plan = as_plan(plan_linear_rounds(fit, profile, system, candidates=candidates), fit, profile, system)
+    else:
+        constants = fit.constants if fit is not None else constants
+        plan = Planner(profile, system, constants, candidates=candidates, backend=args.backend).plan()
     elapsed = time.perf_counter() - start
-    note = step_note(constants)
+    note = step_note(constants) if not isinstance(fit, LinearRounds) else None
     if note:                                     # said once, about a plan that exists
         print(f"note: {note}", file=sys.stderr)
     if args.output:

@@ -30,9 +30,10 @@ OLD_FLAGS = ["--algorithm", "sfl-v1", "--dataset", "synthetic", "--model", "mlp"
 
 ADDED_SINCE = {"mlflow"}
 """Run options added after the parts (train --mlflow, issue 37)."""
-TRAINED_WITHOUT = {"pilots", "aggregation", "trim"}
-"""Options added after the parts (train --pilots, issue 66; --aggregation and --trim, issue 67): a folder of before
-trained without them (SAVED_BEFORE: no pilots, FedAvg's mean), and a resumed run may not change them."""
+TRAINED_WITHOUT = {"pilots", "aggregation", "trim", "rounds_law"}
+"""Options added after the parts (train --pilots and --rounds-law, issue 66; --aggregation and --trim, issue 67): a
+folder of before trained without them (SAVED_BEFORE: no pilots, eq. 15's law, FedAvg's mean), and a resumed run may
+not change them."""
 
 
 def _records(folder: Path) -> list[tuple]:

@@ -4,6 +4,7 @@ records and says, that ``adaptplan plan --pilots`` plans the same, and the refus
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -71,7 +72,8 @@ def test_plan_with_pilots_plans_what_the_run_plans(pilots, tmp_path, capsys) -> 
 
 
 @pytest.mark.parametrize("argv, flag, words", [
-    (["--target-accuracy", "0.4"], "--target-accuracy", "only when calibrated on pilot runs"),
+    (["--target-accuracy", "0.4"], "--target-accuracy", "goes with pilot runs: add --pilots"),
+    (["--rounds-law", "linear"], "--rounds-law", "--rounds-law linear goes with pilot runs"),
     (["--pilots", "PILOTS"], "--pilots", "give --target-accuracy A"),
     (["--pilots", "PILOTS", "--target-accuracy", "0.4", "--epsilon", "0.5"], "--epsilon", "the pilots' run gives"),
     (["--pilots", "PILOTS,nowhere", "--target-accuracy", "0.4"], "--pilots", "'nowhere' holds no history.json"),
@@ -89,7 +91,15 @@ def test_a_run_refuses_pilots_it_cannot_use(pilots, tmp_path) -> None:
              (dict(pilots=joined, target_accuracy=TARGET, cuts=(1,)), "pilots", "cuts leaves nothing to calibrate"),
              (dict(pilots=" , ", target_accuracy=TARGET), "pilots", "must name at least one run folder"),
              (dict(pilots=joined, target_accuracy=TARGET, lr=0.1), "--pilots", "trained with lr = 0.05, this run with 0.1"),
-             (dict(pilots=joined, target_accuracy=0.99), "--pilots", "never reached 99.0% test accuracy")]
+             (dict(pilots=joined, target_accuracy=0.99), "--pilots", "never reached 99.0% test accuracy"),
+             (dict(rounds_law="linear"), "rounds_law", "a rounds law is fitted to pilot runs"),
+             (dict(pilots=joined, target_accuracy=TARGET, rounds_law="linear", reestimate=True, replan_every=4),
+              "rounds_law", "drop --reestimate"),
+             (dict(pilots=joined, target_accuracy=TARGET, rounds_law="linear", policy="rma+ms"), "rounds_law",
+              "drop --policy rma+ms"),
+             (dict(pilots=pilots[0], target_accuracy=TARGET, rounds_law="linear"), "--pilots",
+              "needs pilots at two intervals at least, got [1]"),
+             (dict(pilots=joined, target_accuracy=TARGET, rounds_law="quadratic"), "rounds_law", "eq15")]
     for extra, field, words in cases:
         with pytest.raises(InputError) as info:
             Trainer(TrainConfig.flat(**{**SMALL, "rounds": 8, **extra}))
@@ -106,3 +116,44 @@ def test_train_says_the_measured_beside_the_predicted_at_the_end(pilots, tmp_pat
     line = next(line for line in captured.err.splitlines() if line.startswith("to 40.0% test accuracy: "))
     assert f"predicted {found['predicted_rounds']} rounds, {found['predicted_seconds']:.4g} s" in line
     assert f"{found['rounds']:.4g} rounds" in line and f"(measured/predicted {found['measured_over_predicted']:.2f})" in line
+
+
+def test_the_linear_rounds_law_is_fitted_to_the_pilots_alone_and_train_plan_and_planner_plan_the_same(
+        pilots, tmp_path, capsys) -> None:
+    from adaptplan.linear_rounds import as_plan, fit_linear_rounds, plan_linear_rounds
+    from adaptplan.planner import Planner
+
+    config = TrainConfig.flat(**SMALL, rounds=8, pilots=",".join(pilots), target_accuracy=TARGET, rounds_law="linear",
+                              out=str(tmp_path / "r"))
+    trainer = Trainer(config)
+    law = fit_linear_rounds([read_pilot(p, TARGET) for p in pilots])       # the line through the two pilots
+    assert trainer.calibration == law and trainer.constants is None         # nothing estimated
+    expected = as_plan(plan_linear_rounds(law, trainer.profile, trainer.clock.system(1)), law, trainer.profile,
+                       trainer.clock.system(1))
+    event = trainer.history.events[0]
+    assert (event["cuts"], event["interval"]) == (list(expected.cuts), expected.interval)
+    assert event["plan"]["rounds"] == expected.rounds and event["plan"]["solver"]["method"] == "linear-rounds"
+    assert trainer.describe_plan().endswith(f"to 40.0% test accuracy (eq. 26, calibrated on 2 pilots: {law.message})")
+    history = trainer.run()
+    assert history.meta["calibration"]["law"] == "linear" and history.meta["calibration"]["kappa"] == law.kappa
+    found = history.summary(TARGET)["to_target"]
+    assert found["predicted_seconds"] == pytest.approx(expected.total_latency_s)
+    # `adaptplan plan --pilots ... --rounds-law linear` plans the same, and so does the Planner API
+    assert main(["plan", "--pilots", ",".join(pilots), "--target-accuracy", str(TARGET), "--rounds-law", "linear",
+                 "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert (plan["cuts"], plan["interval"], plan["rounds"]) == (event["cuts"], event["interval"], event["plan"]["rounds"])
+    assert main(["plan", "--pilots", ",".join(pilots), "--target-accuracy", str(TARGET), "--rounds-law", "linear"]) == 0
+    text = capsys.readouterr().out
+    assert "(to 40.0% test accuracy, the rounds law linear in I)" in text and "rounds linear in I" in text
+    planner = Planner(trainer.profile, trainer.clock.system(1))
+    assert planner.calibrate([read_pilot(p, TARGET) for p in pilots], law="linear") == law
+    api = planner.plan()
+    assert (list(api.cuts), api.interval, api.rounds) == (event["cuts"], event["interval"], event["plan"]["rounds"])
+    other = planner.evaluate([1, 1], 3)                                         # a given plan, scored by the law
+    assert other.rounds == math.ceil(law.rounds(3) * (1 - 1e-12)) and other.solver["rounds_law"] == "linear"
+    prediction = planner.predict(api)
+    assert (prediction.rounds, prediction.target_accuracy) == (api.rounds, TARGET)
+    with pytest.raises(InputError) as info:
+        planner.calibrate([read_pilot(p, TARGET) for p in pilots], law="cubic")
+    assert info.value.field == "law" and "eq15, linear" in info.value.message
