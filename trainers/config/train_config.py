@@ -235,8 +235,9 @@ class PlanConfig:
         None, f"planning policy deciding cuts and interval in the loop: {', '.join(POLICIES)} (random ones re-draw at "
         "every aggregation; adaptsfl re-plans every --replan-every rounds; fixed-cut uses --cuts J); default: plan once "
         "with the built-in planner", choices=POLICIES)
-    reestimate: bool = option(False, "at every re-planning point, re-estimate beta, sigma_j^2, G_j^2 and theta from the "
-                              "run's own model and data (Algorithm 1) instead of keeping the constants fixed")
+    reestimate: bool = option(False, "before the first plan (from the initial model) and at every re-planning point "
+                              "(from the global model), estimate beta, sigma_j^2, G_j^2 and theta from the run's own "
+                              "model and data (Algorithm 1) instead of the constants given or the placeholders")
     replan_every: int | None = option(None, "re-plan every Q rounds at aggregation rounds (Algorithm 1), in rounds",
                                       high=MAX_STEPS, unit="rounds")
     interval: int | None = option(None, "client-side model-averaging interval I, in rounds (overrides the plan and "

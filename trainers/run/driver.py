@@ -246,8 +246,10 @@ class Trainer:
                 raise InputError(f"cut {outside[0]} is outside 1..{L}, the cut points of {c.model.name}", field="plan.cuts")
             self._check_plan_model(plan)
             return list(plan.cuts), c.plan.interval or plan.interval, {"source": "plan", "plan": plan.to_json()}
+        estimated = self.planning_constants(0, self.blocks) if c.plan.reestimate else None
         try:
-            cuts, interval, details = _decision(self.planner(ReplanRequest(0, self.clock.system(1), self.profile, [], 1)))
+            cuts, interval, details = _decision(self.planner(ReplanRequest(0, self.clock.system(1), self.profile, [], 1,
+                                                                           estimated)))
         except InfeasibleError as exc:
             if not c.plan.allow_fallback:
                 raise InfeasibleError(f"the planner found no plan: {exc.message}. Give the plan yourself (--cuts, --plan), "
@@ -255,13 +257,17 @@ class Trainer:
                                       f"at cut {math.ceil(L / 2)} of {L} with I = 1", field=exc.field) from None
             return [math.ceil(L / 2)] * c.data.devices, c.plan.interval or 1, {"source": "default", "reason": str(exc)}
         source = {"source": "planner"} if c.plan.policy is None else {"source": "policy", "policy": c.plan.policy}
+        if estimated is not None:
+            details = {**details, "constants": estimated.to_json()}
         return self._one_client_model(cuts), c.plan.interval or self._planned_interval(interval), {**source, **details}
 
     def _step_note(self, event: dict[str, Any]) -> str | None:
         """:func:`adaptplan.convergence.step_note` for the constants the planner planned with (γ > 1/β)."""
-        if event["source"] not in ("planner", "policy") or self.constants is None:
+        if event["source"] not in ("planner", "policy"):
             return None
-        return step_note(self.constants)
+        if "constants" in event:
+            return step_note(ConvergenceConstants.from_json(event["constants"]))
+        return step_note(self.constants) if self.constants is not None else None
 
     def _interval_note(self, interval: int) -> str | None:
         """One line where the algorithm averages the devices' models every I rounds and I exceeds the run's
@@ -305,17 +311,18 @@ class Trainer:
                      f"{len(calibration.pilots)} pilot{'s' if len(calibration.pilots) > 1 else ''}: {calibration.message})")
         elif "plan" in event:
             extra = (f"; predicted {event['plan']['rounds']} rounds, {event['plan']['total_latency_s']:.4g} s (eq. 26, "
-                     f"to an ε-stationary point of {self._constants_origin()}; --pilots and --target-accuracy predict "
+                     f"to an ε-stationary point of {self._constants_origin(event)}; --pilots and --target-accuracy predict "
                      "to an accuracy)")
         return f"plan from {source}: {spread} of {len(self.blocks)} cut points, {self._describe_interval(event)}{extra}"
 
-    def _constants_origin(self) -> str:
+    def _constants_origin(self, event: dict[str, Any]) -> str:
         """Where the constants of an uncalibrated plan come from, said in the plan's line (issue 66 item 2: never
         silently the placeholders)."""
+        if "constants" in event:
+            return "the constants estimated from this run's initial model and data (--reestimate, Algorithm 1)"
         if self.constants is None:
-            later = "; --reestimate re-plans with this run's own" if self.config.plan.reestimate else ""
-            return (f"docs/model.md §6.1's placeholder constants, not this run's{later} (--pilots N fits them to this "
-                    "run)")
+            return ("docs/model.md §6.1's placeholder constants, not this run's (--reestimate estimates them from this "
+                    "run; --pilots N fits them to this run)")
         return f"the constants of {self.config.value('constants_path')}" if self.config.value("constants_path") \
             else "the constants given"
 
@@ -613,11 +620,7 @@ class Trainer:
             system = self.measured_rates.fitted(system)
         old = (list(self.engine.cuts), self.engine.interval)
         self.last_replan = t
-        estimated = self.reestimate_constants(t) if self.config.plan.reestimate else None
-        if estimated is not None:     # calibrated: the pilots' c and κ; else a reachable ε (twice the noise floor)
-            devices = self.config.data.devices
-            estimated = self.calibration.apply(estimated, devices) if isinstance(self.calibration, Calibration) \
-                else estimated.reachable(devices)
+        estimated = self.planning_constants(t, self.engine.global_model()) if self.config.plan.reestimate else None
         try:
             cuts, interval, details = _decision(self.planner(ReplanRequest(t, system, self.profile, *old, estimated)))
         except InfeasibleError as exc:             # keep the plan in force, say why
@@ -635,14 +638,18 @@ class Trainer:
                                     "cuts": cuts, "interval": interval, **details})
         return True
 
-    def reestimate_constants(self, t: int) -> ConvergenceConstants:
-        """Algorithm 1 (docs/model.md §5.4): β, σ_j², G_j² and ϑ estimated again from the run's own model (the
-        global model of this aggregation round) on 8 mini-batches of its training data (seed t), with
-        γ = --lr and the target ε in force (the constants file's, else the placeholder's); the caller applies the
-        calibration's fit (--pilots), else raises an unreachable ε to twice the noise floor (as for placeholders)."""
+    def planning_constants(self, t: int, model: torch.nn.Sequential) -> ConvergenceConstants:
+        """Algorithm 1 (docs/model.md §5.4) with ``--reestimate``: β, σ_j², G_j² and ϑ estimated from the run's own
+        ``model`` — its initial blocks before round 1 (the algorithm's first line), the global model of the
+        aggregation round at a re-plan — on 8 mini-batches of its training data (seed t), with γ = --lr and the
+        target ε in force (the constants file's, else the placeholder's); then the calibration's fit (--pilots),
+        else an unreachable ε raised to twice the noise floor (as for placeholders)."""
         epsilon = (self.constants.epsilon if self.constants is not None
                    else ConvergenceConstants.placeholder(self.profile.num_cuts).epsilon)
-        return run_constants(self.run_data, self.engine.global_model(), t, epsilon)
+        estimated = run_constants(self.run_data, model, t, epsilon)
+        devices = self.config.data.devices
+        return self.calibration.apply(estimated, devices) if isinstance(self.calibration, Calibration) \
+            else estimated.reachable(devices)
 
 
 def run(config: TrainConfig, **kwargs: Any) -> History:

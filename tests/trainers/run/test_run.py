@@ -12,6 +12,8 @@ import torch
 
 from adaptplan.constants import ConvergenceConstants
 from adaptplan.errors import InfeasibleError, InputError
+from profilers.chain import Chain
+from profilers.gradstats import estimate_constants, iterate_batches
 from trainers.config.train_config import TrainConfig
 from trainers.run.driver import ReplanRequest, Trainer
 
@@ -76,10 +78,13 @@ def test_describe_plan_names_the_source_the_spread_and_the_prediction() -> None:
     assert text.startswith("plan from the built-in planner: ")
     assert text.endswith(f"interval I = {event['interval']}; predicted {event['plan']['rounds']} rounds, "
                          f"{event['plan']['total_latency_s']:.4g} s (eq. 26, to an ε-stationary point of docs/model.md "
-                         "§6.1's placeholder constants, not this run's (--pilots N fits them to this run); --pilots and "
+                         "§6.1's placeholder constants, not this run's (--reestimate estimates them from this run; "
+                         "--pilots N fits them to this run); --pilots and "
                          "--target-accuracy predict to an accuracy)")                     # issue 66: never silently
+    assert "placeholder constants, not this run's (--reestimate estimates them from this run; --pilots N" in text
     again = Trainer(TrainConfig.flat(**{**TINY, "lr": 0.01}, rounds=1, reestimate=True, replan_every=1)).describe_plan()
-    assert "placeholder constants, not this run's; --reestimate re-plans with this run's own (--pilots N" in again
+    assert ("to an ε-stationary point of the constants estimated from this run's initial model and data "
+            "(--reestimate, Algorithm 1); --pilots") in again and "placeholder" not in again
     given = Trainer(TrainConfig.flat(**{**TINY, "lr": 0.01}, rounds=1),
                     constants=ConvergenceConstants.training_placeholder(L, 0.01, 2)).describe_plan()
     assert "to an ε-stationary point of the constants given;" in given
@@ -352,8 +357,13 @@ def test_reestimated_constants_reach_the_planner_with_the_runs_lr_and_target(giv
         constants = dataclasses.replace(ConvergenceConstants.training_placeholder(L, 0.05, 2), epsilon=given_epsilon)
     trainer = Trainer(TrainConfig.flat(**TINY, rounds=2, replan_every=2, reestimate=True), planner=planner,
                       constants=constants)
+    # Algorithm 1's first line: the first plan, before training, on constants of the initial model (seed 0)
+    chain = Chain(trainer.blocks, list(trainer.block_names))
+    batches = iterate_batches(trainer.dataset.x_train, trainer.dataset.y_train, TINY["batch_size"], 8, seed=0)
+    initial = estimate_constants(chain, batches, gamma=0.05, epsilon=given_epsilon or 0.1, seed=0)
+    assert seen[0] == initial.reachable(2) and seen[0].beta != ConvergenceConstants.placeholder(L).beta
+    assert trainer.history.events[0]["constants"] == seen[0].to_json()
     history = trainer.run()
-    assert seen[0] is None                                    # the first plan, before training: nothing measured yet
     (estimated,) = seen[1:]
     assert isinstance(estimated, ConvergenceConstants) and len(estimated.sigma2) == L
     # γ = --lr; ε = the constants' target, else the placeholder's (docs/model.md §6.1: 0.1); one at or below the
