@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from adaptplan.constants import ConvergenceConstants
+from adaptplan.convergence import step_note
 from adaptplan.errors import InfeasibleError, InputError
 from profilers.chain import Chain
 from profilers.gradstats import estimate_constants, iterate_batches
@@ -88,6 +89,22 @@ def test_describe_plan_names_the_source_the_spread_and_the_prediction() -> None:
     given = Trainer(TrainConfig.flat(**{**TINY, "lr": 0.01}, rounds=1),
                     constants=ConvergenceConstants.training_placeholder(L, 0.01, 2)).describe_plan()
     assert "to an ε-stationary point of the constants given;" in given
+
+
+def test_the_step_note_is_for_the_constants_the_first_plan_used() -> None:
+    """γ > 1/β is said once (docs/model.md §10 item 5) for the constants the plan was made with: the ones given, or
+    with --reestimate the ones estimated from the initial model (recorded in the plan event)."""
+    L = Trainer(TrainConfig.flat(**TINY, rounds=1, cuts=(1,))).profile.num_cuts
+    given = ConvergenceConstants.training_placeholder(L, 0.5, 2)             # β = 5: 1/β = 0.2 < γ = 0.5
+    notes = Trainer(TrainConfig.flat(**{**TINY, "lr": 0.5}, rounds=1), constants=given).notes
+    assert [n for n in notes if "1/beta" in n] == [step_note(given)] and "1/beta = 0.2 (beta = 5)" in step_note(given)
+    estimated = Trainer(TrainConfig.flat(**{**TINY, "lr": 0.5}, rounds=1, reestimate=True, replan_every=1))
+    constants = ConvergenceConstants.from_json(estimated.history.events[0]["constants"])
+    assert constants.beta != 5 and 1 / constants.beta < 0.5
+    assert [n for n in estimated.notes if "1/beta" in n] == [step_note(constants)]
+    # a plan not made with the constants (--cuts) gets no note about them
+    cut = Trainer(TrainConfig.flat(**{**TINY, "lr": 0.5}, rounds=1, cuts=(1,)), constants=given)
+    assert cut.history.events[0]["source"] == "cuts" and not any("1/beta" in n for n in cut.notes)
 
 
 def test_a_planner_answer_is_taken_per_algorithm() -> None:
@@ -349,6 +366,8 @@ def test_reestimated_constants_reach_the_planner_with_the_runs_lr_and_target(giv
 
     def planner(request: ReplanRequest):
         seen.append(request.constants)
+        if not request.round:            # before training: no plan in force (ReplanRequest's docstring)
+            assert (request.cuts, request.interval) == ([], 1)
         return [2, 2], 2
 
     L = Trainer(TrainConfig.flat(**TINY, rounds=1, cuts=(1,))).profile.num_cuts
