@@ -4,8 +4,8 @@ An :class:`Algorithm` names where its strategy lives (imported only when a run m
 everything that reads it — the CLI's choices and flags, the configuration's checks, the benches — stay
 torch-free), its options (flag, default, unit, help, choices), its paper's training defaults and its traits:
 whether every device trains one client model in turn (SL), whether it takes the planner's aggregation interval
-(AdaptSFL), whether a device lost in a real runtime may leave while the others go on, and the evaluation protocol
-its paper reports. :data:`REGISTRY` lists them in the order the CLI shows them.
+(AdaptSFL) and whether a device lost in a real runtime may leave while the others go on (the evaluation
+protocol a paper reports is its recipe's, adaptplan/benches/recipes). :data:`REGISTRY` lists them in the order the CLI shows them.
 
 Adding an algorithm is one strategy file under ``trainers/strategies/`` and one entry here
 (docs/algorithms.md "Adding an algorithm"); the CLI's ``--algorithm`` choices, its option flags, the defaults
@@ -108,7 +108,6 @@ class Algorithm:
     one_client_model: bool = False     # one client model handed from device to device: all at the deepest cut
     planned_interval: bool = False     # takes the planner's aggregation interval I (the others: I = 1)
     allows_absence: bool = False       # a device lost in a real runtime leaves and the run goes on
-    protocol: str = "global"           # the evaluation its paper reports: the test set, or each device's own split
     active_option: str | None = None   # the option that counts the devices taking part (GAS's C), if not ρ
     local_rounds_option: str | None = None   # the option of its local rounds between averages, if not the interval I
 
@@ -227,7 +226,7 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
               "then returns the clients' gradients", TrainingDefaults(
                   **_CYCLESL_ADAM, source="CycleSL's paper: Adam on both sides with one learning rate, 5% attendance; 1e-3 from its grid "
                          "{1e-5..1e-1} (spec A.9's CPU-scale value)"),
-              CYCLESL_OPTIONS, allows_absence=True, protocol="local"),
+              CYCLESL_OPTIONS, allows_absence=True),
     Algorithm("gas", "trainers.strategies.gas:GAS", "GAS: asynchronous SFL with generated activations for the "
               "stragglers' labels", TrainingDefaults(
                   **_SCALA_CODE, interval=None, source="GAS's paper: lr 0.01, E = 20 local iterations, C = 10 of 20 "
@@ -238,7 +237,7 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
               "gradient to a share of the participants", TrainingDefaults(
                   **_CYCLESL_ADAM, source="CycleSL's paper, its SGLR baseline: Adam with one rate for clients and server (its set-up and "
                          "Table 10), 5% attendance; SGLR's own rate per side is --client-lr/--server-lr"),
-              SGLR_OPTIONS, protocol="local"),
+              SGLR_OPTIONS),
 )}
 
 ALGORITHMS: tuple[str, ...] = tuple(REGISTRY)

@@ -31,7 +31,6 @@ def test_traits_of_the_papers() -> None:
     assert [n for n, a in REGISTRY.items() if a.one_client_model] == ["sl"]
     assert [n for n, a in REGISTRY.items() if a.planned_interval] == ["adaptsfl"]
     assert sorted(n for n, a in REGISTRY.items() if a.allows_absence) == ["cyclesl", "gas", "scala"]
-    assert [n for n, a in REGISTRY.items() if a.protocol == "local"] == ["cyclesl", "sglr"]   # CycleSL §4.1
 
 
 def test_the_flag_table_has_one_row_per_option_name_with_each_algorithms_default() -> None:

@@ -116,7 +116,8 @@ class GAPSL(Strategy):
         if not (gda_lambda >= 0 and math.isfinite(gda_lambda)):
             raise InputError(f"must be a finite number ≥ 0, got {gda_lambda!r}", field="--gda-lambda")
         self.gda, self.k_min, self.k_max, self.eta_th, self.lam = gda, k_min, k_max, eta_th, gda_lambda
-        self.excluded_update, self.server_step, self.leader = excluded_update, server_step, leader
+        # the option --server-step weighs eq. (8)'s terms; the class trait server_step = "own" says who serves
+        self.excluded_update, self.term_weighting, self.leader = excluded_update, server_step, leader
         self.horizon = int(horizon)      # T of eq. (2); 0: the run's rounds
         self.nu_min, self.nu_max = math.inf, -math.inf
 
@@ -257,7 +258,7 @@ class GAPSL(Strategy):
     def term_weights(self, ctx: RoundContext, chosen: Sequence[int]) -> list[float]:
         """The weight of each aligned device's term of eq. (8) (``server_step``): ``mean`` |𝒟_i|/Σ_{Ŝ}|𝒟_j|
         (PSL's eq. 4 over Ŝ), ``sum`` 1 (eq. 8 literally)."""
-        if self.server_step == "sum":
+        if self.term_weighting == "sum":
             return [1.0] * len(chosen)
         total = sum(float(ctx.data_sizes[d]) for d in chosen)
         return [float(ctx.data_sizes[d]) / total for d in chosen]

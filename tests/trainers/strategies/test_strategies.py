@@ -6,6 +6,7 @@ uses (a shared block followed by per-device blocks: a concatenated stream must s
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -211,7 +212,11 @@ def test_strategy_defaults_are_the_specs() -> None:
 
     g = GAPSL()      # docs/algorithms.md GAPSL: K = [0.2, 0.8], η_th = 0.5, λ = 5e-4, the detached GDA, every device steps
     assert (g.k_min, g.k_max, g.eta_th, g.lam, g.gda, g.excluded_update) == (0.2, 0.8, 0.5, 5e-4, "detached", "plain")
-    assert (g.server_step, g.leader) == ("mean", "lgi")                 # PSL's step over Ŝ, eqs. 1-3's leaders
+    assert (g.term_weighting, g.leader) == ("mean", "lgi")              # PSL's step over Ŝ, eqs. 1-3's leaders
+    # the option --server-step weighs eq. (8)'s terms; it never replaces the trait that says GAPSL serves itself
+    assert g.server_step == GAPSL(server_step="sum").server_step == "own"
+    assert GAPSL(server_step="sum").term_weights(SimpleNamespace(data_sizes=[3, 1, 4]), [0, 2]) == [1.0, 1.0]
+    assert g.term_weights(SimpleNamespace(data_sizes=[3, 1, 4]), [0, 2]) == [3 / 7, 4 / 7]
     assert (g.nu_min, g.nu_max) == (math.inf, -math.inf)               # no ν seen yet
     s = SCALA()      # τ = 1, the concatenated batch's labels as the server prior, the paper's ρ = 10%, ≥ 2 devices
     assert (s.tau, s.server_prior, s.participation, s.min_participants) == (1.0, "batch", 0.1, 2)
