@@ -1,4 +1,4 @@
-"""`Planner`: (ModelProfile, SystemSpec, ConvergenceConstants) → Plan (docs/architecture.md data flow).
+"""`Planner`: (ModelProfile, SystemSpec, ConvergenceConstants) → Plan (docs/architecture.md "Package map").
 
 ``Planner.plan()`` runs BCD (docs/model.md §5.3, Algorithm 3: Theorem-2 MA step ⇄ Dinkelbach
 MS step). ``Planner.replan(system=..., constants=..., warm_start=plan)`` is the call Algorithm 1

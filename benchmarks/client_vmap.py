@@ -12,7 +12,7 @@ Measured on 2 shared CPU cores, torch 2.14, 1 thread, 20 devices × 16 samples: 
 ≈ 100–130 ms vs vmapped ≈ 230–360 ms; cut 3 ≈ 320–470 ms vs 500–580 ms (vmap of a conv with
 per-device weights becomes a grouped convolution, slow on CPU); gradients agree to ≈ 3e-6
 relative. So on a CPU the engine keeps per-device client passes; ``--client-batching auto`` batches
-them with this vmap only on CUDA (trainers/roles/batching.py, docs/architecture.md "Devices and batching").
+them with this vmap only on CUDA (trainers/roles/batching.py, docs/engine.md "Batched client passes").
 """
 
 from __future__ import annotations

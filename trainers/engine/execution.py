@@ -1,7 +1,7 @@
 """How a run is executed, apart from what it computes: one :class:`Execution` resolved once from the options
 (``--device``, ``--client-batching``, ``--server-pass-samples``, ``--client-recompute``, concatenation at shared
 server instances) and handed to the runtime (:class:`trainers.engine.split_engine.SplitEngine`). Nothing here changes a
-number of the run, only where and in which pieces it is computed (docs/architecture.md "Memory"); a strategy
+number of the run, only where and in which pieces it is computed (docs/engine.md "Memory"); a strategy
 never sees it.
 """
 

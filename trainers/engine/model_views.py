@@ -43,7 +43,7 @@ class EngineModels:
     def block(self, device: int, block: int) -> nn.Module:
         """The live module of block ``block`` (0-based) of device ``device``'s model;
         :class:`DeviceAbsent` for a device lost meanwhile. Its tensors may be shared with other
-        devices' (those that loaded the same download, docs/architecture.md "Memory"): read them,
+        devices' (those that loaded the same download, docs/engine.md "One copy of equal models"): read them,
         and change a model only through the roles' messages."""
         e = self.engine
         if block < e.cuts[device]:

@@ -1,4 +1,4 @@
-"""Batched client computation (docs/architecture.md "Devices and batching").
+"""Batched client computation (docs/engine.md "Batched client passes").
 
 Devices that hold the same client blocks (the same cut) run them with different weights, so their
 mini-batches cannot simply be concatenated. :class:`ClientBatcher` runs them as ONE call instead:

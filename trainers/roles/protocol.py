@@ -45,7 +45,7 @@ Address = Any
 @dataclass
 class Forward:
     """Run eq. (2) for each (device, batch size) of ``items``; each device replies an Activation.
-    ``recompute``: the devices recompute their forward at backward time (docs/architecture.md "Memory")."""
+    ``recompute``: the devices recompute their forward at backward time (docs/engine.md "Recomputed client forwards")."""
 
     round: int
     items: list[tuple[int, int]]
