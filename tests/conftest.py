@@ -48,6 +48,7 @@ SLOW_TESTS = (
     "tests/solvers/test_bcd.py::test_bcd_vgg16_default_scenario_matches_exact",
     "tests/project/test_device_check.py::",
     "tests/project/test_paper_scale_bench.py::",
+    "tests/project/test_new_algorithm.py::",                # a copy of the repository, a toy algorithm: ~20 s
     "tests/project/test_examples.py::",
     "tests/project/test_engine_ab.py::test_head_against_the_working_tree_in_lock_step",
     "tests/trainers/run/test_run_folder.py::test_resuming_imports_only_a_user_model_named_on_the_command_line",

@@ -19,6 +19,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from adaptplan.errors import InputError
+from adaptplan.fileio import value_in_limits
+from adaptplan.limits import MAX_DEVICES, MAX_STEPS
 
 
 def check_choice(value: str, valid: tuple[str, ...], field_name: str) -> str:
@@ -31,9 +33,11 @@ def check_choice(value: str, valid: tuple[str, ...], field_name: str) -> str:
 @dataclass(frozen=True)
 class Option:
     """One hyperparameter of an algorithm: stored in ``TrainConfig.extra[name]``, set by the flag
-    ``--name-with-dashes``, checked by the strategy that takes it (an InputError names the flag). ``choices``
-    for a categorical option; ``unit`` says what a number counts. An option several algorithms share is one
-    object; :meth:`with_default` gives an algorithm its paper's value."""
+    ``--name-with-dashes``. ``choices`` for a categorical option; ``unit`` says what a number counts; ``low`` and
+    ``high`` a number's limits (None: 1 and :data:`~adaptplan.limits.MAX_STEPS` for an integer, ±10³⁰ for a
+    number), ``low_open``/``high_open`` exclude them. :func:`algorithm_options` checks every value against them (an
+    InputError names the flag); a strategy checks only what relates two options. An option several algorithms
+    share is one object; :meth:`with_default` gives an algorithm its paper's value."""
 
     name: str
     type: type
@@ -41,6 +45,10 @@ class Option:
     help: str
     choices: tuple[str, ...] = ()
     unit: str = ""
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
 
     @property
     def flag(self) -> str:
@@ -48,6 +56,16 @@ class Option:
 
     def with_default(self, default: Any) -> "Option":
         return replace(self, default=default)
+
+    def check(self, value: Any) -> None:
+        """Raise InputError naming the flag unless ``value`` is one of the choices, or a number of the option's
+        type within its limits."""
+        if self.choices:
+            check_choice(value, self.choices, self.flag)
+        elif self.type in (int, float):
+            high = MAX_STEPS if self.high is None and self.type is int else self.high
+            value_in_limits(value, self.flag, self.type.__name__, self.low, high, self.unit, low_open=self.low_open,
+                            high_open=self.high_open)
 
 
 @dataclass(frozen=True)
@@ -125,16 +143,19 @@ class Algorithm:
 PARTICIPATION = Option(
     "participation", float, 1.0, "fraction ρ of the devices that take part, drawn uniformly without replacement "
     "(per round; SCALA: per global iteration of I rounds); 1 = all; SCALA and CycleSL take at least 2 devices "
-    "(concatenating or pooling one device's activations is plain SFL/PSL)", unit="fraction of the devices")
-LA_TAU = Option("la_tau", float, 1.0, "logit-adjustment temperature τ (eqs. 12-13, GAS-9), ≥ 0")
+    "(concatenating or pooling one device's activations is plain SFL/PSL)", unit="fraction of the devices", low=0,
+    low_open=True, high=1)
+LA_TAU = Option("la_tau", float, 1.0, "logit-adjustment temperature τ (eqs. 12-13, GAS-9), ≥ 0", low=0)
 GAPSL_OPTIONS = (
     PARTICIPATION,
     Option("gda", str, "detached", "GAPSL's GDA mode (spec A.3.1): detached = the paper's filter, double_backprop = "
            "exact eq. 7, gradient_step = first-order surrogate", ("detached", "double_backprop", "gradient_step")),
-    Option("k_min", float, 0.2, "GAPSL's smallest leader fraction K_min (eq. 2), in (0, 1]", unit="fraction"),
-    Option("k_max", float, 0.8, "GAPSL's largest leader fraction K_max (eq. 2), in [K_min, 1]", unit="fraction"),
-    Option("eta_th", float, 0.5, "GAPSL's threshold sensitivity η_th of eq. 6 (≥ 0)"),
-    Option("gda_lambda", float, 5e-4, "GAPSL's GDA coefficient λ of eq. 7 (≥ 0)"),
+    Option("k_min", float, 0.2, "GAPSL's smallest leader fraction K_min (eq. 2), in (0, 1]", unit="fraction", low=0,
+           low_open=True, high=1),
+    Option("k_max", float, 0.8, "GAPSL's largest leader fraction K_max (eq. 2), in [K_min, 1]", unit="fraction", low=0,
+           high=1),
+    Option("eta_th", float, 0.5, "GAPSL's threshold sensitivity η_th of eq. 6 (≥ 0)", low=0),
+    Option("gda_lambda", float, 5e-4, "GAPSL's GDA coefficient λ of eq. 7 (≥ 0)", low=0),
     Option("excluded_update", str, "plain", "what devices outside GAPSL's aligned set get: plain (their own cut "
            "gradient, §III-A: the server sends all generated gradients) or none (no update, eq. 8 read literally)",
            ("plain", "none")),
@@ -145,7 +166,7 @@ GAPSL_OPTIONS = (
            "ablation: the mean of every device's) or random (Rand-LGI: a random subset of the same size)",
            ("lgi", "all", "random")),
     Option("horizon", int, 0, "GAPSL's T of eq. 2 (K^t grows with t/T), in rounds; 0 = the run's --rounds (a run "
-           "that is the first part of a longer one gives the longer one's)", unit="rounds"),
+           "that is the first part of a longer one gives the longer one's)", unit="rounds", low=0),
 )
 SCALA_OPTIONS = (
     PARTICIPATION.with_default(0.1), LA_TAU,
@@ -166,15 +187,15 @@ SGLR_OPTIONS = (
     PARTICIPATION.with_default(0.05),
     Option("averaged_fraction", float, 0.5, "the share φ of SGLR's participants that receive the one averaged "
            "cut-gradient row (CSL-8): 0.5 as in CycleSL's SGLR baseline, 1 = every participant (SGLR's broadcast)",
-           unit="fraction of the participants"),
+           unit="fraction of the participants", low=0, low_open=True, high=1),
 )
 GAS_OPTIONS = (
     LA_TAU,
     Option("active", int, 0, "GAS's active devices C (capped at --devices); 0 = half the devices, ⌈N/2⌉ (the "
-           "paper's 10 of 20)", unit="devices"),
+           "paper's 10 of 20)", unit="devices", low=0, high=MAX_DEVICES),
     Option("local_steps", int, 20, "GAS's local iterations E per participation, ≥ 1 (the paper's 20)", unit="rounds"),
     Option("buffer", int, 0, "GAS's activation buffer Q_s in mini-batches (0 = C, the paper's choice)",
-           unit="mini-batches"),
+           unit="mini-batches", low=0),
     Option("generation", str, "on", "GAS's generated activations (off = asynchronous SFL without them, the ablation)",
            ("on", "off")),
     Option("covariance", str, "diag", "GAS's per-label Gaussian: diag or full covariance (GAS-5)", ("diag", "full")),
@@ -274,7 +295,7 @@ def algorithm(name: str) -> Algorithm:
 
 def algorithm_options(name: str, extra: Mapping[str, Any]) -> dict[str, Any]:
     """The options of algorithm ``name``: its defaults overridden by ``extra``. An option of another
-    algorithm, or an unknown name, is an InputError naming its flag."""
+    algorithm, an unknown name or a value outside the option's choices or limits is an InputError naming its flag."""
     for key in extra:
         row = OPTION_BY_NAME.get(key)
         if row is None:
@@ -284,7 +305,6 @@ def algorithm_options(name: str, extra: Mapping[str, Any]) -> dict[str, Any]:
     out = {}
     for option in algorithm(name).options:
         value = extra.get(option.name, option.default)
-        if option.choices:
-            check_choice(value, option.choices, option.flag)
+        option.check(value)
         out[option.name] = value
     return out

@@ -46,7 +46,7 @@ from torch import nn
 
 from adaptplan.errors import InputError
 from adaptplan.fileio import is_finite_number, is_int
-from trainers.algorithms import REGISTRY
+from trainers.algorithms import PARTICIPATION, REGISTRY
 from trainers.roles.core import ServerPass
 from trainers.roles.messages import Activation, CutGradient, ModelUpload, NonFiniteError
 from trainers.roles.optim import OptimizerSpec
@@ -418,8 +418,7 @@ class Strategy:
             cls.allows_absence = entry.allows_absence
 
     def __init__(self, participation: float = 1.0) -> None:
-        if not (isinstance(participation, (int, float)) and 0 < participation <= 1):
-            raise InputError(f"must be a fraction in (0, 1], got {participation!r}", field="--participation")
+        PARTICIPATION.check(participation)        # the other options are checked by make_strategy (their entry's limits)
         self.participation = float(participation)
 
     # ---- layout and set-up ----------------------------------------------------------------------

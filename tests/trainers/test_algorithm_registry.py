@@ -3,6 +3,7 @@ derived from it, so that an algorithm is one strategy file and one entry."""
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 
@@ -10,6 +11,7 @@ import pytest
 
 from adaptplan.benches.comparison import Setting
 from adaptplan.errors import InputError
+from adaptplan.limits import MAX_DEVICES
 from trainers import algorithms
 from trainers.algorithms import REGISTRY, Algorithm, Option, TrainingDefaults
 
@@ -37,7 +39,11 @@ def test_the_flag_table_has_one_row_per_option_name_with_each_algorithms_default
     rows = {o.name: o for o in algorithms.ALGORITHM_OPTIONS}
     assert len(rows) == len(algorithms.ALGORITHM_OPTIONS)
     p = rows["participation"]
-    assert p.algorithms == ("psl", "sfl-v1", "sfl-v2", "adaptsfl", "gapsl", "scala", "cyclesl", "sglr")
+    # the algorithms whose entries list it, in the registry's order (a new algorithm with it joins them) ...
+    assert p.algorithms == tuple(name for name, entry in REGISTRY.items() if "participation" in entry.option_names)
+    # ... among them the papers' (SL trains one device at a time; GAS counts its active devices with its own C)
+    assert {"psl", "sfl-v1", "sfl-v2", "adaptsfl", "gapsl", "scala", "cyclesl", "sglr"} <= set(p.algorithms)
+    assert not {"sl", "gas"} & set(p.algorithms)
     assert p.default == 1.0 and dict(p.per_algorithm) == {"scala": 0.1, "cyclesl": 0.05, "sglr": 0.05}
     assert p.default_for("cyclesl") == 0.05 and p.default_for("psl") == 1.0
     assert p.describe_default() == "1.0; scala 0.1; cyclesl 0.05; sglr 0.05"
@@ -90,3 +96,57 @@ def test_the_registry_loads_without_torch() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(len(REGISTRY))
+
+
+# ---- the options' limits: declared once in the registry, checked from there ----------------------------------------
+DOCUMENTED_LIMITS = {     # (low, high, low_open, high_open) as docs/algorithms.md and each option's help state them
+    "participation": (0, 1, True, False),         # ρ in (0, 1]
+    "la_tau": (0, None, False, False),            # τ ≥ 0 (SCALA eqs. 12–13, GAS-9)
+    "k_min": (0, 1, True, False),                 # K_min in (0, 1] (GAPSL eq. 2)
+    "k_max": (0, 1, False, False),                # K_max in [K_min, 1]: the lower end is the strategy's (K_min ≤ K_max)
+    "eta_th": (0, None, False, False),            # η_th ≥ 0 (eq. 6)
+    "gda_lambda": (0, None, False, False),        # λ ≥ 0 (eq. 7)
+    "horizon": (0, None, False, False),           # T ≥ 0 rounds, 0 = the run's --rounds
+    "server_epochs": (None, None, False, False),  # E ≥ 1 (an integer's default lower end)
+    "averaged_fraction": (0, 1, True, False),     # φ in (0, 1]
+    "active": (0, MAX_DEVICES, False, False),     # C ≥ 0, 0 = ⌈N/2⌉; at most the devices a run may have
+    "local_steps": (None, None, False, False),    # E ≥ 1
+    "buffer": (0, None, False, False),            # Q_s ≥ 0, 0 = C
+}
+
+
+def test_every_numeric_option_declares_the_documented_limits() -> None:
+    numeric = {o.name: o for entry in REGISTRY.values() for o in entry.options if o.type in (int, float)}
+    assert set(DOCUMENTED_LIMITS) <= set(numeric)
+    for name, limits in DOCUMENTED_LIMITS.items():
+        option = numeric[name]
+        assert (option.low, option.high, option.low_open, option.high_open) == limits, name
+
+
+def _edge_cases(option: Option) -> list[tuple[object, bool]]:
+    """(value, accepted) at and just beyond each end of ``option``'s declared limits, written from the Option's
+    documented defaults: an integer in 1..10⁹ (MAX_STEPS) unless declared, a number finite within ±10³⁰."""
+    if option.type is int:
+        low = 1 if option.low is None else int(option.low)
+        high = 10**9 if option.high is None else int(option.high)
+        return [(low, True), (low - 1, False), (high, True), (high + 1, False), (float(low), False), (True, False),
+                (str(low), False)]
+    low = -1e30 if option.low is None else float(option.low)
+    high = 1e30 if option.high is None else float(option.high)
+    return [(low, not option.low_open), (math.nextafter(low, -math.inf), False), (math.nextafter(low, math.inf), True),
+            (high, not option.high_open), (math.nextafter(high, math.inf), False),
+            (math.nextafter(high, -math.inf), True), (math.nan, False), (math.inf, False), ("0.5", False), (None, False)]
+
+
+@pytest.mark.parametrize("name", algorithms.ALGORITHMS)
+def test_every_numeric_option_is_taken_just_inside_its_limits_and_refused_just_outside(name: str) -> None:
+    for option in REGISTRY[name].options:
+        if option.type not in (int, float):
+            continue
+        for value, accepted in _edge_cases(option):
+            if accepted:
+                assert algorithms.algorithm_options(name, {option.name: value})[option.name] == value
+            else:
+                with pytest.raises(InputError) as info:
+                    algorithms.algorithm_options(name, {option.name: value})
+                assert info.value.field == option.flag, (option.name, value)

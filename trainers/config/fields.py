@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from adaptplan.errors import InputError
-from adaptplan.fileio import MAX_COUNT, MAX_MAGNITUDE, int_in_range, number_in_range, positive_int, show
+from adaptplan.fileio import MAX_COUNT, show, value_in_limits
 from trainers.algorithms import check_choice
 
 META = "adaptplan"
@@ -124,18 +124,11 @@ def check_fields(part: Any) -> None:
                 raise InputError(f"must be {words}, got {type(value).__name__}", field=d.key)
             if d.meta.choices:                     # text fields only
                 check_choice(str(value), d.meta.choices, d.key)
-        elif d.base == "int":
-            low, high = d.int_limits
-            if d.meta.auto and isinstance(value, str):
+        elif d.base in ("int", "float"):
+            if d.meta.auto and isinstance(value, str) and d.base == "int":
                 raise InputError(f"must be auto or an integer, got {show(value)}", field=d.key)
-            if low == 1:
-                positive_int(value, d.key, high, d.meta.unit)
-            else:
-                int_in_range(value, d.key, low, high, d.meta.unit)
-        elif d.base == "float":
-            number_in_range(value, d.key, -MAX_MAGNITUDE if d.meta.low is None else d.meta.low,
-                            MAX_MAGNITUDE if d.meta.high is None else d.meta.high, d.meta.unit,
-                            low_open=d.meta.low_open, high_open=d.meta.high_open)
+            value_in_limits(value, d.key, d.base, d.meta.low, d.meta.high, d.meta.unit, low_open=d.meta.low_open,
+                            high_open=d.meta.high_open)
 
 
 def resumable_keys(*parts: Any) -> tuple[str, ...]:

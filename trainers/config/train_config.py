@@ -26,7 +26,7 @@ from typing import Any, Mapping
 
 from adaptplan.calibration import ROUNDS_LAWS
 from adaptplan.errors import InputError
-from adaptplan.fileio import finite_number, int_in_range, positive_int, positive_number
+from adaptplan.fileio import positive_int, positive_number
 from adaptplan.limits import MAX_BATCH_SIZE, MAX_CUT_POINTS, MAX_DEVICES, MAX_MODEL_WIDTH, MAX_NOISE_CV, MAX_ROUNDS, MAX_SEED, MAX_STEPS, MAX_THREADS
 from adaptplan.plan import Plan
 from trainers.algorithms import (  # noqa: F401  (the registry's tables, re-exported for the configuration's readers)
@@ -78,7 +78,7 @@ CPU_PASS_SAMPLES = 128
 """Most samples per edge-server pass (``server_pass_samples = "auto"``) on a CPU, where passes that fit the
 caches are faster per sample: measured (CIFAR CNN cut 1, 200 devices × 16, 1 thread, AdaptSFL / PSL,
 2026-11-26) 0.69 / 0.70 × centralized batch-16 throughput with 1,024-sample passes, 1.01 / 1.06 × with 128,
-1.06 / 1.04 × with 64, and 644 → 139 MiB peak (docs/architecture.md "Memory")."""
+1.06 / 1.04 × with 64, and 644 → 139 MiB peak (docs/measured.md "The engine and its memory")."""
 
 
 def pass_samples(value: int | str | None, device_type: str) -> int | None:
@@ -388,7 +388,7 @@ class RuntimeConfig:
 @dataclass
 class ExecutionConfig:
     """How the run is executed, never what it computes: a resumed run may change every one of them (results then
-    agree up to floating-point rounding; docs/architecture.md "Devices and batching")."""
+    agree up to floating-point rounding; docs/engine.md "Batched client passes")."""
 
     device: str = option("auto", "where models and data live: auto (default: cuda when torch sees a GPU, else cpu), "
                          "cpu or cuda (an error where there is no GPU)", choices=DEVICES, resumable=True)
@@ -560,12 +560,7 @@ class TrainConfig:
         if not isinstance(self.extra, dict) or not all(isinstance(k, str) for k in self.extra):
             raise InputError("must be an object whose option names are text", field="extra")
         check_choice(self.algorithm, ALGORITHMS, "algorithm")
-        for name, value in algorithm_options(self.algorithm, self.extra).items():
-            option_ = OPTION_BY_NAME[name]   # numbers finite and bounded here; their own ranges in the strategy
-            if option_.type is float:
-                finite_number(value, option_.flag)
-            elif option_.type is int:
-                int_in_range(value, option_.flag, 0, MAX_STEPS)
+        algorithm_options(self.algorithm, self.extra)      # each option within its choices and limits (the registry's)
         check_fields(self.data)
         check_fields(self.model)
         check_model(self.model.name, "model")

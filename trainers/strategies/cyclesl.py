@@ -52,8 +52,6 @@ class CycleSL(Strategy):
     def __init__(self, participation: float = 0.05, cycle_base: str = "psl", server_epochs: int = 1,
                  server_phase: str = "epochs", sample_weight: str = "data_size") -> None:
         super().__init__(participation)
-        if not (isinstance(server_epochs, int) and server_epochs >= 1):
-            raise InputError(f"must be an integer ≥ 1, got {server_epochs!r}", field="--server-epochs")
         self.base, self.epochs, self.phase, self.sample_weight = cycle_base, server_epochs, server_phase, sample_weight
         self.averages_clients = cycle_base == "sfl"           # CyclePSL and CycleSGLR never average
 

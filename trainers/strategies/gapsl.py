@@ -107,14 +107,8 @@ class GAPSL(Strategy):
                  eta_th: float = 0.5, gda_lambda: float = 5e-4, excluded_update: str = "plain",
                  server_step: str = "mean", leader: str = "lgi", horizon: int = 0) -> None:
         super().__init__(participation)
-        if not 0 < k_min <= 1:
-            raise InputError(f"must be in (0, 1], got {k_min!r}", field="--k-min")
-        if not k_min <= k_max <= 1:
+        if k_max < k_min:                 # each in its limits (the registry's); together K_min ≤ K_max (eq. 2)
             raise InputError(f"must be in [K_min = {k_min}, 1], got {k_max!r}", field="--k-max")
-        if not (eta_th >= 0 and math.isfinite(eta_th)):
-            raise InputError(f"must be a finite number ≥ 0, got {eta_th!r}", field="--eta-th")
-        if not (gda_lambda >= 0 and math.isfinite(gda_lambda)):
-            raise InputError(f"must be a finite number ≥ 0, got {gda_lambda!r}", field="--gda-lambda")
         self.gda, self.k_min, self.k_max, self.eta_th, self.lam = gda, k_min, k_max, eta_th, gda_lambda
         # the option --server-step weighs eq. (8)'s terms; the class trait server_step = "own" says who serves
         self.excluded_update, self.term_weighting, self.leader = excluded_update, server_step, leader

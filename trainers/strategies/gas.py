@@ -154,14 +154,6 @@ class GAS(AsyncStrategy):
     def __init__(self, active: int = 0, local_steps: int = 20, buffer: int = 0, generation: str = "on",
                  covariance: str = "diag", la_tau: float = 1.0) -> None:
         super().__init__()
-        if not (isinstance(active, int) and active >= 0):
-            raise InputError(f"must be an integer ≥ 0 (0 = half the devices), got {active!r}", field="--active")
-        if not (isinstance(local_steps, int) and local_steps >= 1):
-            raise InputError(f"must be an integer ≥ 1, got {local_steps!r}", field="--local-steps")
-        if not (isinstance(buffer, int) and buffer >= 0):
-            raise InputError(f"must be an integer ≥ 0 (0 = the number of active devices), got {buffer!r}", field="--buffer")
-        if not (la_tau >= 0 and math.isfinite(la_tau)):
-            raise InputError(f"must be a finite number ≥ 0, got {la_tau!r}", field="--la-tau")
         self.active, self.local_steps, self.buffer_size = active, local_steps, buffer
         self.generation, self.full, self.tau = generation == "on", covariance == "full", float(la_tau)
         self.buffer: list[tuple[torch.Tensor, torch.Tensor, float]] = []

@@ -22,7 +22,6 @@ from the run (the authors' code: SGD 0.01, momentum 0.9, weight decay 5e-4, clip
 
 from __future__ import annotations
 
-import math
 from typing import Sequence, cast
 
 import numpy as np
@@ -32,7 +31,6 @@ from trainers.api import (
     Activation,
     Aggregation,
     CutGradient,
-    InputError,
     RoundContext,
     ServerPasses,
     Strategy,
@@ -54,8 +52,6 @@ class SCALA(Strategy):
 
     def __init__(self, participation: float = 0.1, la_tau: float = 1.0, server_prior: str = "batch") -> None:
         super().__init__(participation)
-        if not (la_tau >= 0 and math.isfinite(la_tau)):
-            raise InputError(f"must be a finite number ≥ 0, got {la_tau!r}", field="--la-tau")
         self.tau, self.server_prior = float(la_tau), server_prior
 
     def batch_size(self, ctx: RoundContext, device: int) -> int:

@@ -24,7 +24,6 @@ from torch import nn
 from trainers.api import (
     Activation,
     CutGradient,
-    InputError,
     ModelViews,
     RoundContext,
     ServerPasses,
@@ -42,8 +41,6 @@ class SGLR(Strategy):
 
     def __init__(self, participation: float = 0.05, averaged_fraction: float = 0.5) -> None:
         super().__init__(participation)
-        if not (isinstance(averaged_fraction, (int, float)) and 0 < averaged_fraction <= 1):
-            raise InputError(f"must be a fraction in (0, 1], got {averaged_fraction!r}", field="--averaged-fraction")
         self.averaged_fraction = float(averaged_fraction)
 
     def serve(self, edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Activation]) -> list[CutGradient]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from adaptplan.errors import InputError
+from trainers.algorithms import REGISTRY
 from trainers.config.train_config import TrainConfig
 
 BASE = dict(dataset="synthetic", devices=4)
@@ -126,11 +127,8 @@ def test_each_algorithm_trains_with_its_papers_settings_unless_told() -> None:
     assert (g.client_lr, g.server_lr, g.momentum, g.weight_decay, g.clip_norm) == (0.01, 0.01, 0.9, 5e-4, 10.0)
     sglr = TrainConfig.flat(**base, algorithm="sglr")              # CycleSL's SGLR baseline: its one Adam rate
     assert (sglr.optim.client_optimizer, sglr.optim.server_optimizer, sglr.optim.client_lr, sglr.optim.server_lr) == ("adam", "adam", 1e-3, 1e-3)
-    assert set(ALGORITHM_DEFAULTS) == set(ALGORITHMS_ALL)
+    assert set(ALGORITHM_DEFAULTS) == set(REGISTRY)                   # every registered algorithm has defaults
     assert all(d.source for d in ALGORITHM_DEFAULTS.values())
-
-
-ALGORITHMS_ALL = ("sl", "psl", "sfl-v1", "sfl-v2", "adaptsfl", "gapsl", "scala", "cyclesl", "gas", "sglr")
 
 
 def test_lr_sets_both_roles_and_each_role_its_own() -> None:

@@ -804,11 +804,17 @@ def test_repartition_merges_the_old_instances_weighted_by_how_many_devices_used_
     assert engine.edge.instances[(None, 6)] is untouched     # used by the same devices as before: kept as is
 
 
-@pytest.mark.parametrize("rho", [0, -0.5, 1.0001, float("nan"), "0.5", None])
-def test_participation_must_be_a_fraction_in_the_half_open_unit_interval(rho) -> None:
-    with pytest.raises(InputError, match=r"fraction in \(0, 1\]") as info:
+@pytest.mark.parametrize("rho,message", [
+    (0, "must be in (0, 1] fraction of the devices, got 0"), (-0.5, "must be in (0, 1] fraction of the devices, got -0.5"),
+    (1.0001, "must be in (0, 1] fraction of the devices, got 1.0001"),
+    (float("nan"), "must be a finite number in fraction of the devices, got nan"),
+    ("0.5", "must be a number in fraction of the devices, got '0.5'"),
+    (None, "must be a number in fraction of the devices, got None")])
+def test_participation_must_be_a_fraction_in_the_half_open_unit_interval(rho, message) -> None:
+    with pytest.raises(InputError) as info:
         Strategy(participation=rho)
-    assert info.value.field == "--participation"
+    assert (info.value.field, info.value.message) == ("--participation", message)
+    assert Strategy(participation=1).participation == 1.0                   # the closed end
 
 
 def test_a_participation_fraction_draws_ceil_rho_n_distinct_devices() -> None:

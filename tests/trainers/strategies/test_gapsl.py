@@ -274,16 +274,20 @@ def test_bad_gapsl_flags_exit_2(argv, flag, capsys) -> None:
 
 
 def test_option_ranges_include_their_closed_ends() -> None:
-    """docs: K_min in (0, 1], K_max in [K_min, 1], η_th ≥ 0, λ ≥ 0 — the closed ends are accepted."""
+    """docs: K_min in (0, 1], K_max in [K_min, 1], η_th ≥ 0, λ ≥ 0 — the closed ends are accepted (the options'
+    limits are the registry's, checked by make_strategy; K_min ≤ K_max by the strategy)."""
     from adaptplan.errors import InputError
-    from trainers.strategies import GAPSL
+    from trainers.strategies import make_strategy
 
-    edge = GAPSL(k_min=1.0, k_max=1.0, eta_th=0.0, gda_lambda=0.0)
+    edge = make_strategy("gapsl", dict(k_min=1.0, k_max=1.0, eta_th=0.0, gda_lambda=0.0))
     assert (edge.k_min, edge.k_max, edge.eta_th, edge.lam) == (1.0, 1.0, 0.0, 0.0)
-    assert GAPSL(k_min=0.3, k_max=0.3).k_max == 0.3
-    for bad in (dict(k_min=0.0), dict(k_min=0.5, k_max=1.0000001), dict(eta_th=float("inf")), dict(gda_lambda=-1e-9)):
-        with pytest.raises(InputError):
-            GAPSL(**bad)
+    assert make_strategy("gapsl", dict(k_min=0.3, k_max=0.3)).k_max == 0.3
+    for bad, flag in ((dict(k_min=0.0), "--k-min"), (dict(k_min=0.5, k_max=1.0000001), "--k-max"),
+                      (dict(k_min=0.5, k_max=0.4999), "--k-max"), (dict(eta_th=float("inf")), "--eta-th"),
+                      (dict(gda_lambda=-1e-9), "--gda-lambda")):
+        with pytest.raises(InputError) as info:
+            make_strategy("gapsl", bad)
+        assert info.value.field == flag
 
 
 def test_tied_scores_lead_in_device_order() -> None:
