@@ -245,6 +245,45 @@ def test_the_simulation_engine_is_a_facade_under_300_lines():
     assert engine.end_lineno - engine.lineno + 1 < 300
 
 
+ENGINE_PARTS = ("sync_round", "async_loop", "aggregation", "repartition", "model_views", "state")
+
+
+def _engine_reads(tree: ast.AST) -> set[str]:
+    """The attributes read or written on ``engine`` or ``self.engine`` in ``tree``."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            owner = node.value
+            if (isinstance(owner, ast.Name) and owner.id == "engine") or (
+                    isinstance(owner, ast.Attribute) and owner.attr == "engine" and isinstance(owner.value, ast.Name)
+                    and owner.value.id == "self"):
+                names.add(node.attr)
+    return names
+
+
+def test_the_engine_parts_see_the_engine_only_through_its_declared_seam() -> None:
+    """Issue 68 item 1: each part of the engine annotates the engine as trainers.engine.seams.EngineParts (never Any)
+    and uses only what that Protocol declares, none of it private; the facade declares each of them."""
+    seam = ast.parse((ROOT / "trainers" / "engine" / "seams.py").read_text(encoding="utf-8"))
+    (protocol,) = [n for n in seam.body if isinstance(n, ast.ClassDef) and n.name == "EngineParts"]
+    declared = {n.target.id for n in protocol.body if isinstance(n, ast.AnnAssign)} | \
+        {n.name for n in protocol.body if isinstance(n, ast.FunctionDef)}
+    assert not {name for name in declared if name.startswith("_")}
+    for part in ENGINE_PARTS:
+        source = (ROOT / "trainers" / "engine" / f"{part}.py").read_text(encoding="utf-8")
+        assert "Engine = Any" not in source and "Engine = EngineParts" in source, part
+        used = _engine_reads(ast.parse(source))
+        assert used and used <= declared, (part, used - declared)
+    facade = ast.parse((ROOT / "trainers" / "engine" / "split_engine.py").read_text(encoding="utf-8"))
+    (engine,) = [n for n in facade.body if isinstance(n, ast.ClassDef) and n.name == "SplitEngine"]
+    has = {n.name for n in engine.body if isinstance(n, ast.FunctionDef)} | {
+        t.attr for n in ast.walk(engine) if isinstance(n, (ast.Assign, ast.AnnAssign))
+        for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+        for t in ([*t.elts] if isinstance(t, ast.Tuple) else [t])
+        if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"}
+    assert declared <= has, declared - has
+
+
 def test_no_test_module_imports_another() -> None:
     """Shared builders live in helper modules (tests/*.py without the test_ prefix) or conftest fixtures: a test
     module imported by another would run its tests' module-level set-up there and tie the two together."""

@@ -8,9 +8,10 @@ the engine's byte counters.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from trainers.engine.clock import StageLedger, StageTimes
+from trainers.engine.seams import EngineParts
 from trainers.roles.core import robust_flops
 from trainers.roles.messages import ModelDownload, ModelUpload
 from trainers.roles.protocol import EDGE, FED, Average, Send, Take, Upload
@@ -18,7 +19,7 @@ from trainers.roles.protocol import EDGE, FED, Average, Send, Take, Upload
 if TYPE_CHECKING:  # pragma: no cover
     from trainers.api import Aggregation, RoundContext
 
-Engine = Any
+Engine = EngineParts   # the engine as its parts see it (trainers.engine.seams)
 """A :class:`trainers.engine.split_engine.SplitEngine` (not imported: the engine imports this module)."""
 
 
@@ -50,8 +51,8 @@ def aggregate(engine: Engine, agg: "Aggregation", ctx: "RoundContext", participa
         uploaded.update(mine, e.blocks)
         for j in {*mine, *e.blocks}:
             holders[j] = holders.get(j, 0) + 1
-        engine.bytes_up += engine.blocks_bytes(mine)
-        engine.bytes_server += e.num_bytes
+        engine.tally.up += engine.blocks_bytes(mine)
+        engine.tally.server += e.num_bytes
         edge_up_bits += 8.0 * e.num_bytes
         if mine:
             ledger.add(d, "model upload", float(times.model_up[d]))
@@ -101,7 +102,7 @@ def download_global(engine: Engine, devices: Sequence[int], round_index: int, bl
             engine.net.send(FED, Send(d, d, round_index, "device", {j: (ref, j) for j in mine},
                                       fresh_optimizer=engine.strategy.reset_client_optimizer))
             engine.net.send(d, Take(FED))
-            engine.bytes_down += engine.blocks_bytes(mine)
+            engine.tally.down += engine.blocks_bytes(mine)
             ledger.add(d, "model download", float(times.model_down[d]))
             end = max(end, start + float(times.model_down[d]))
     theirs = {d: [j for j in blocks if j >= engine.cuts[d] and engine.edge.key(d, j)[0] is not None]
@@ -115,7 +116,7 @@ def download_global(engine: Engine, devices: Sequence[int], round_index: int, bl
             if js:
                 msg = ModelDownload(d, round_index, "edge", {j: got.blocks[j] for j in js})
                 edge_down_bits += 8.0 * msg.num_bytes
-                engine.bytes_server += msg.num_bytes
+                engine.tally.server += msg.num_bytes
                 edge_msgs.append(msg)
         engine.edge.download(edge_msgs)
     edge_down = times.edge_down_seconds(edge_down_bits) if edge_down_bits else 0.0

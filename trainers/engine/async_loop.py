@@ -23,6 +23,7 @@ from adaptplan.fileio import is_finite_number, is_int
 from adaptplan.limits import MAX_ROUNDS
 from trainers.engine.aggregation import average_at_fed, load_global
 from trainers.engine.clock import StageLedger, StageTimes
+from trainers.engine.seams import EngineParts
 from trainers.engine.state_schema import is_device_list
 from trainers.engine.sync_round import charged_server_seconds, take_replies
 from trainers.roles.messages import Activation, CutGradient, DevicesLost, MessageMismatchError
@@ -31,7 +32,7 @@ from trainers.roles.protocol import EDGE, FED, Forward, Upload
 if TYPE_CHECKING:  # pragma: no cover
     from trainers.api import AsyncStrategy, RoundContext
 
-Engine = Any
+Engine = EngineParts   # the engine as its parts see it (trainers.engine.seams)
 """A :class:`trainers.engine.split_engine.SplitEngine` (not imported: the engine imports this module)."""
 
 
@@ -163,8 +164,8 @@ def _local_step(engine: Engine, ctx: "RoundContext", st: AsyncLoopState, d: int,
     if not got:
         return False
     (msg,) = got
-    engine.bytes_up += msg.num_bytes
-    engine.samples += int(msg.tensor.shape[0])
+    engine.tally.up += msg.num_bytes
+    engine.tally.samples += int(msg.tensor.shape[0])
     begin = max(arrive, st.server_free)
     answered = begin + float(times.server[d]) * k                 # the reply is computed first (GAS-10) ...
     waiting.add(msg)
@@ -203,7 +204,7 @@ def _serve_waiting(engine: Engine, ctx: "RoundContext", waiting: Waiting, times:
         raise MessageMismatchError(f"the asynchronous strategy {s.name} did not answer devices {sorted(pending)}")
     for a in arrivals:
         reply = replies[a.device][1]
-        engine.bytes_down += reply.num_bytes
+        engine.tally.down += reply.num_bytes
         engine.net.send(a.device, reply)
     return charged
 
@@ -218,7 +219,7 @@ def _upload(engine: Engine, ctx: "RoundContext", st: AsyncLoopState, d: int, tim
     if not got:
         return False, False
     (upload,) = got
-    engine.bytes_up += upload.num_bytes
+    engine.tally.up += upload.num_bytes
     st.clock[d] += float(times.model_up[d])
     ledger.add(d, "model upload", float(times.model_up[d]))
     flushed = s.on_model(ctx, upload)
@@ -248,6 +249,6 @@ def _refill(engine: Engine, ctx: "RoundContext", st: AsyncLoopState, d: int, tim
         return
     st.active[slot] = new
     st.steps[new] = 0
-    engine.bytes_down += load_global(engine, new, ctx.round, s.reset_client_optimizer)
+    engine.tally.down += load_global(engine, new, ctx.round, s.reset_client_optimizer)
     st.clock[new] = join + float(times.model_down[new])
     ledger.add(new, "model download", float(times.model_down[new]))

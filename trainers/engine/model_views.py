@@ -17,11 +17,12 @@ import torch
 from torch import nn
 
 from trainers.config.train_config import EVAL_BATCH_SIZE
+from trainers.engine.seams import EngineParts
 from trainers.roles.core import weighted_mean
 from trainers.roles.messages import BlockState, DeviceAbsent
 from trainers.roles.protocol import EDGE, FED, Send
 
-Engine = Any
+Engine = EngineParts   # the engine as its parts see it (trainers.engine.seams)
 """A :class:`trainers.engine.split_engine.SplitEngine` (not imported: the engine imports this module)."""
 
 

@@ -4,14 +4,13 @@ state, through model messages — one part of the simulation runtime.
 
 from __future__ import annotations
 
-from typing import Any
-
+from trainers.engine.seams import EngineParts
 from trainers.roles.core import weighted_mean
 from trainers.roles.messages import BlockState, ModelDownload
 from trainers.roles.optim import mean_param_state
 from trainers.roles.protocol import EDGE, Upload
 
-Engine = Any
+Engine = EngineParts   # the engine as its parts see it (trainers.engine.seams)
 """A :class:`trainers.engine.split_engine.SplitEngine` (not imported: the engine imports this module)."""
 
 

@@ -41,6 +41,7 @@ from trainers.engine.execution import Execution, graph_bytes_per_sample
 from trainers.engine.model_views import EngineModels
 from trainers.engine.network import LocalNetwork, Network
 from trainers.engine.repartition import repartition
+from trainers.engine.seams import RoundTally
 from trainers.engine.state import engine_state, restore_engine
 from trainers.engine.sync_round import handoff, run_group
 from trainers.roles.batching import ClientBatcher
@@ -213,7 +214,7 @@ class SplitEngine:
         self.interval = int(interval)
         self.clock = clock
         self.total_rounds = total_rounds
-        self.cuts = self._check_cuts(cuts)
+        self.cuts = self.check_cuts(cuts)
         self.rng = np.random.default_rng([seed, STRATEGY_STREAM])
         self.rounds_since_aggregation = 0
         self.absent: set[int] = set()
@@ -238,11 +239,11 @@ class SplitEngine:
         self.models = EngineModels(self)
         """The models' views and their evaluation (:class:`trainers.engine.model_views.EngineModels`)."""
         self.global_sizes: dict[int, int] = {}        # the fed server's global blocks (bytes each)
-        self._awaiting: set[int] = set()               # devices whose activation is not answered yet
+        self.awaiting: set[int] = set()                # devices whose activation is not answered yet
         self._next_key = 0
         self._measured: dict[str, dict[str, float]] | None = None
         self._graph_bytes: dict[int, float] = {}      # a client graph's bytes per sample, per cut (recompute)
-        self._reset_counters()
+        self.tally = RoundTally()
 
     # ---- the simulator's own views of the roles (tests, inspection; not on other runtimes) ------------------
     @property
@@ -261,7 +262,7 @@ class SplitEngine:
         return self.net
 
     # ---- context ------------------------------------------------------------------------------------
-    def _check_cuts(self, cuts: Sequence[int]) -> list[int]:
+    def check_cuts(self, cuts: Sequence[int]) -> list[int]:
         return check_cut_vector(cuts, self.num_devices, self.num_blocks).tolist()
 
     @property
@@ -294,9 +295,6 @@ class SplitEngine:
             return StageTimes.zeros(self.num_devices, self.batch_size)
         return self.clock.stage_times(round_index, self.cuts)
 
-    def _reset_counters(self) -> None:
-        self.bytes_up = self.bytes_down = self.bytes_server = self.samples = 0
-
     # ---- one synchronous round ----------------------------------------------------------------------
     def run_round(self, round_index: int) -> RoundStats:
         """Round t: participants step once each (in the strategy's groups), then the strategy's
@@ -316,7 +314,7 @@ class SplitEngine:
         return stats
 
     def _run_round(self, round_index: int) -> RoundStats:
-        self._reset_counters()
+        self.tally = RoundTally()
         if self.strategy.asynchronous:
             return run_async_round(self, round_index)
         s = self.strategy
@@ -357,12 +355,13 @@ class SplitEngine:
         if ctx.losses and not math.isfinite(loss):      # finite models can still give an infinite loss (issue 67 E7)
             worst = max(ctx.losses, key=lambda d: not math.isfinite(float(ctx.losses[d])))
             raise NonFiniteError(f"training loss {float(ctx.losses[worst])} at round {ctx.round}, device {worst}")
-        return RoundStats(loss, self.bytes_up, self.bytes_down, self.bytes_server, aggregated, participants,
-                          float(seconds), ledger.summary(), dict(ctx.metrics), samples=self.samples,
+        tally = self.tally
+        return RoundStats(loss, tally.up, tally.down, tally.server, aggregated, participants,
+                          float(seconds), ledger.summary(), dict(ctx.metrics), samples=tally.samples,
                           seconds_by_role=ledger.by_role())
 
     @property
-    def _may_stream(self) -> bool:
+    def may_stream(self) -> bool:
         """Whether a group's devices may forward chunk by chunk as the server goes (no device that may
         be lost midway, no random layer whose masks would be drawn in another order)."""
         return not self.strategy.allows_absence and not self._random_layers
@@ -385,7 +384,7 @@ class SplitEngine:
         """Bytes of one copy of ``blocks``."""
         return sum(self.block_bytes[j] for j in blocks)
 
-    def _key(self) -> int:
+    def next_key(self) -> int:
         self._next_key += 1
         return self._next_key
 
@@ -405,11 +404,11 @@ class SplitEngine:
     def set_cuts(self, new_cuts: Sequence[int], round_index: int = 0) -> None:
         """Move layers between devices and the edge server without losing state (:func:`trainers.engine.repartition.
         repartition`)."""
-        new = self._check_cuts(new_cuts)
+        new = self.check_cuts(new_cuts)
         if new == list(self.cuts):
             return
-        if self._awaiting:
-            raise MessageMismatchError(f"cannot re-partition with unanswered activations from devices {sorted(self._awaiting)}")
+        if self.awaiting:
+            raise MessageMismatchError(f"cannot re-partition with unanswered activations from devices {sorted(self.awaiting)}")
         start_from_global(self, sorted(self.stale), round_index, StageTimes.zeros(self.num_devices, self.batch_size),
                           StageLedger())
         repartition(self, new, round_index)

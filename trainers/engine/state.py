@@ -12,11 +12,12 @@ import torch
 
 from adaptplan.fileio import is_int, show
 from trainers.engine.async_loop import AsyncLoopState
+from trainers.engine.seams import EngineParts
 from trainers.engine.state_schema import check_engine_state
 from trainers.roles.core import check_block_state
 from trainers.roles.protocol import FED, GetState, SetState
 
-Engine = Any      # trainers.engine.split_engine.SplitEngine (not imported: the engine imports this module)
+Engine = EngineParts   # the engine as its parts see it (trainers.engine.seams)
 
 
 def engine_state(engine: Engine) -> dict[str, Any]:
@@ -53,7 +54,7 @@ def restore_engine(engine: Engine, state: dict[str, Any]) -> None:
     _check_global_blocks(engine, state["fed"].get("global_blocks", {}))
     period, stale, absent = state["period"], state["stale"], state["absent"]
     async_state = None if state["async"] is None else AsyncLoopState.from_dict(state["async"], engine.num_devices)
-    engine.cuts = engine._check_cuts(state["cuts"])
+    engine.cuts = engine.check_cuts(state["cuts"])
     engine.interval = int(state["interval"])
     engine.rounds_since_aggregation = int(state["rounds_since_aggregation"])
     engine.absent = set()

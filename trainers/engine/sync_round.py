@@ -13,17 +13,18 @@ on the round's :class:`~trainers.engine.clock.StageLedger` and the engine's byte
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from trainers.engine.aggregation import expected_upload
 from trainers.engine.clock import StageLedger, StageTimes
+from trainers.engine.seams import EngineParts
 from trainers.roles.messages import Activation, CutGradient, MessageMismatchError
 from trainers.roles.protocol import FED, Forward, Send, Take, Upload
 
 if TYPE_CHECKING:  # pragma: no cover
     from trainers.api import BarrierStep, Handoff, RoundContext
 
-Engine = Any
+Engine = EngineParts   # the engine as its parts see it (trainers.engine.seams)
 """A :class:`trainers.engine.split_engine.SplitEngine` (not imported: the engine imports this module)."""
 
 
@@ -62,7 +63,7 @@ class GroupRun:
         stream = chunk_server(engine, self.ctx, self.group)
         if stream is not None:
             return self._streamed_barrier(stream)
-        if s.server_mode == "arrival" and engine._may_stream:
+        if s.server_mode == "arrival" and engine.may_stream:
             return self._streamed_arrivals()
         return self._whole()
 
@@ -209,8 +210,8 @@ class GroupRun:
         return arrival
 
     def _count(self, msg: Activation) -> None:
-        self.engine.bytes_up += msg.num_bytes
-        self.engine.samples += int(msg.tensor.shape[0])
+        self.engine.tally.up += msg.num_bytes
+        self.engine.tally.samples += int(msg.tensor.shape[0])
 
     def _server_busy(self) -> float:
         """Seconds the edge server works on a barrier: every device's share (eqs. 18, 19) and the work the strategy
@@ -239,7 +240,7 @@ class GroupRun:
         for d in self.group:
             at, size, grad = self.answered[d]
             k = self.times.scale(d, self.batch[d])
-            self.engine.bytes_down += size
+            self.engine.tally.down += size
             down = float(self.times.download[d]) * k if grad else 0.0
             bp = float(self.times.client_bp[d]) * k if grad else 0.0
             self.ledger.add(d, "downlink", down)
@@ -252,10 +253,10 @@ def chunk_server(engine: Engine, ctx: "RoundContext", group: list[int]) -> "Barr
     """How the runtime serves this barrier chunk by chunk as its devices forward: the strategy's step in parts
     (``barrier_step``: a :class:`~trainers.api.ParallelStep` for the default parallel one, whose chunks are
     independent until the final step; GAPSL's) where it has one and the runtime may (a barrier,
-    :attr:`_may_stream`, no BatchNorm: ``EdgeServer.concatenate``); else None (the whole barrier is forwarded
+    :attr:`may_stream`, no BatchNorm: ``EdgeServer.concatenate``); else None (the whole barrier is forwarded
     first)."""
     s = engine.strategy
-    if s.server_mode != "barrier" or not engine._may_stream or not engine.edge.concatenate:
+    if s.server_mode != "barrier" or not engine.may_stream or not engine.edge.concatenate:
         return None
     return s.barrier_step(engine.edge, ctx, group)
 
@@ -277,14 +278,14 @@ def forward_all(engine: Engine, round_index: int, group: Sequence[int], batch: d
     out = {}
     for msg in engine.net.receive(list(group), allow_absent=engine.strategy.allows_absence):
         out[msg.device] = msg
-    engine._awaiting.update(out)
+    engine.awaiting.update(out)
     return {d: out[d] for d in group if d in out}
 
 
 def backward_all(engine: Engine, replies: dict[int, CutGradient]) -> None:
     """Deliver each reply to its device, which back-propagates and steps (eq. 6)."""
     for d, reply in replies.items():
-        engine._awaiting.discard(d)
+        engine.awaiting.discard(d)
         engine.net.send(d, reply)
 
 
@@ -308,12 +309,12 @@ def handoff(engine: Engine, h: "Handoff", round_index: int, times: StageTimes, s
     """Device ``h.source`` → fed server → device ``h.target``: client blocks with their optimizer state."""
     moved = list(range(engine.cuts[h.source]))
     engine.net.send(h.source, Upload(h.source, round_index, moved, 1.0, with_optimizer=True))
-    key = engine._key()
+    key = engine.next_key()
     engine.net.send(FED, Take(h.source, keep=key, expect=expected_upload(engine, h.source, moved)))
     engine.net.send(FED, Send(h.target, h.target, round_index, "device", {j: ("kept", key, j) for j in moved}))
     engine.net.send(h.target, Take(FED))
-    engine.bytes_up += engine.blocks_bytes(moved)
-    engine.bytes_down += engine.blocks_bytes(moved)           # the same blocks, on to the next device
+    engine.tally.up += engine.blocks_bytes(moved)
+    engine.tally.down += engine.blocks_bytes(moved)           # the same blocks, on to the next device
     ledger.add(h.source, "model upload", float(times.model_up[h.source]))
     ledger.add(h.target, "model download", float(times.model_down[h.target]))
     return start + float(times.model_up[h.source]) + float(times.model_down[h.target])

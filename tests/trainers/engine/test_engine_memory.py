@@ -335,7 +335,7 @@ def streamed_run(algorithm: str, whole: bool, monkeypatch, cuts=None, rounds: in
 
     if whole:
         monkeypatch.setitem(STRATEGIES, algorithm, whole_barrier(algorithm))
-        monkeypatch.setattr(SplitEngine, "_may_stream", property(lambda self: False))
+        monkeypatch.setattr(SplitEngine, "may_stream", property(lambda self: False))
     torch.manual_seed(0)
     model = model or cnn(1, 8, 3, width=4)
     chain = build_chain(model, torch.zeros(2, 1, 8, 8))
