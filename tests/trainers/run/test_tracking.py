@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,19 @@ import pytest
 from adaptplan.cli import main
 
 pytest.importorskip("tensorboard")
+
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def documented_tags() -> set[str]:
+    """The tags docs/formats.md "Tracking" names (``<stage>``, ``<name>`` standing for any one word)."""
+    section = (ROOT / "docs" / "formats.md").read_text(encoding="utf-8").split("## Tracking", 1)[1].split("**MLflow**")[0]
+    return set(re.findall(r"`([a-z_]+/[a-z_<>]+)`", section))
+
+
+def matches(tag: str, documented: set[str]) -> bool:
+    return any(re.fullmatch(re.sub(r"<[a-z]+>", "[^/]+", re.escape(d)), tag) for d in documented)
 
 
 def events(folder: Path):
@@ -60,6 +74,34 @@ def test_every_history_field_of_every_round_is_in_the_event_file(tmp_path) -> No
     assert [s for s, _ in texts["plan/events/text_summary"]] == [2, 4]
     assert "re-planned, cuts [1, 1, 1], interval 1" in texts["plan/events/text_summary"][0][1]
     assert '"algorithm": "adaptsfl"' in texts["config/text_summary"][0][1]
+    # the names are docs/formats.md's, literally: every tag written is documented, every documented one written
+    # (but a distributed run's measured seconds)
+    documented = documented_tags()
+    assert len(documented) == 21, sorted(documented)
+    assert all(matches(tag, documented) for tag in tags), sorted(t for t in tags if not matches(t, documented))
+    literal = {t for t in documented if "<" not in t} - {"time/measured_round_seconds", "plan/cuts", "plan/events"}
+    assert literal <= tags, literal - tags
+    assert any(matches(t, {"stage_seconds/<stage>"}) for t in tags) and any(t.startswith("metrics/") for t in tags) \
+        or not history[0]["metrics"]
+    assert "plan/cuts" in found.Tags()["histograms"] and "plan/events/text_summary" in found.Tags()["tensors"]
+
+
+def test_the_cut_tag_is_the_mean_of_unequal_cuts_and_participants_a_count() -> None:
+    """docs/formats.md: ``plan/cut_mean`` the mean cut in force, ``participants/count`` how many trained."""
+    from trainers.run.history import RoundRecord
+    from trainers.run.tracking import record_tags
+
+    record = RoundRecord(3, 1.5, None, None, 2.0, 0.5, 9.0, 10, 20, 0, False, True, [1, 2, 4, 4], 2,
+                         participants=[0, 3], stage_seconds={"server": 0.25}, metrics={"aligned": 3, "note": "x"})
+    tags = record_tags(record)
+    assert tags["plan/cut_mean"] == 11 / 4 and tags["participants/count"] == 2.0
+    assert (tags["loss/train"], tags["time/sim_seconds"], tags["time/round_sim_seconds"], tags["time/wall_seconds"]) \
+        == (1.5, 2.0, 0.5, 9.0)
+    assert (tags["bytes/up"], tags["bytes/down"], tags["bytes/server"]) == (10.0, 20.0, 0.0)
+    assert (tags["plan/interval"], tags["plan/aggregated"], tags["plan/replanned"]) == (2.0, 0.0, 1.0)
+    assert tags["stage_seconds/server"] == 0.25 and tags["metrics/aligned"] == 3.0 and "metrics/note" not in tags
+    assert not {"accuracy/global", "loss/test", "accuracy/local", "time/measured_round_seconds"} & set(tags)
+    assert all(matches(tag, documented_tags()) for tag in tags)
 
 
 def test_a_resumed_run_logs_its_new_rounds_after_the_checkpoints(tmp_path) -> None:
