@@ -663,6 +663,36 @@ def _lagrangian(problem: PlanningProblem, interval: float, cols: np.ndarray, tar
                             float(sys.edge_to_fed_bps), float(sys.fed_to_edge_bps), target=target)
 
 
+def _admissible(problem: PlanningProblem, interval: int, max_cut: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """(the candidate cuts the sweep considers at ``interval``: up to ``max_cut``, with A_j within the μ₅ bound
+    of (34); D_L of (34) for every L among them). InfeasibleError where none is left."""
+    conv = problem.convergence
+    A, k_drift = conv.constants.cumulative_G2, drift_coefficient(conv.constants)
+    cand = problem.candidates
+    if max_cut is not None:
+        cand = cand[cand <= max_cut]
+    cand = cand[A[cand - 1] <= mu5_bound(conv.c, k_drift, float(interval), ETA_RELATIVE)]
+    if cand.size == 0:
+        raise InfeasibleError(conv.infeasibility_reason(int(interval), int(problem.candidates[0])))
+    return cand, interval_denominator(conv.c, k_drift * A[cand - 1], float(interval))
+
+
+def _incumbent(problem: PlanningProblem, interval: int, cand: np.ndarray,
+               warm_cuts: Sequence[int] | None) -> tuple[float, tuple[int, ...] | None]:
+    """(ratio N/D, cuts) of the best starting point for pruning: the warm start where its cuts are candidates,
+    and every uniform vector (ℓ, …, ℓ) made admissible (cheap extra incumbents)."""
+    best_ratio, best_cuts = math.inf, None
+    if warm_cuts is not None and set(int(c) for c in warm_cuts) <= set(cand.tolist()):
+        best_cuts = tuple(int(c) for c in warm_cuts)
+        best_ratio = problem.objective(int(interval), best_cuts) / problem.scale
+    for c in cand.tolist():
+        x = problem.start_cuts(int(c), cand)
+        value = problem.objective(int(interval), x) / problem.scale
+        if value < best_ratio:
+            best_ratio, best_cuts = value, x
+    return best_ratio, best_cuts
+
+
 def solve_ms_exact(problem: PlanningProblem, interval: int, *, max_cut: int | None = None,
                    warm_cuts: Sequence[int] | None = None, cache: dict | None = None,
                    max_sweeps: int | str | None = "auto") -> SolveResult:
@@ -698,29 +728,13 @@ def solve_ms_exact(problem: PlanningProblem, interval: int, *, max_cut: int | No
                          "use the MILP (ms_method='milp')", field="ms_method")
     conv = problem.convergence
     I = float(interval)
-    k_drift = drift_coefficient(conv.constants)
-    A = conv.constants.cumulative_G2
-    cand = problem.candidates
-    if max_cut is not None:
-        cand = cand[cand <= max_cut]
-    cand = cand[A[cand - 1] <= mu5_bound(conv.c, k_drift, I, ETA_RELATIVE)]
-    if cand.size == 0:
-        raise InfeasibleError(conv.infeasibility_reason(int(interval), int(problem.candidates[0])))
+    cand, den = _admissible(problem, interval, max_cut)       # den: D_L of (34) for every L = cand[k]
     if max_sweeps == "auto":
         max_sweeps = int(np.clip(SWEEP_ENTRIES / (problem.num_devices * cand.size), SWEEP_MIN, SWEEP_BUDGET))
     budget: float = math.inf if max_sweeps is None else float(max_sweeps)
     if cache is not None and problem.num_devices * cand.size > CACHE_SIZE:
         cache = None
-    best_ratio, best_cuts = math.inf, None
-    if warm_cuts is not None and set(int(c) for c in warm_cuts) <= set(cand.tolist()):
-        best_cuts = tuple(int(c) for c in warm_cuts)  # incumbent: the warm start's ratio N/D
-        best_ratio = problem.objective(int(interval), best_cuts) / problem.scale
-    for c in cand.tolist():  # uniform vectors (ℓ, …, ℓ), made admissible: cheap extra incumbents
-        x = problem.start_cuts(int(c), cand)
-        value = problem.objective(int(interval), x) / problem.scale
-        if value < best_ratio:
-            best_ratio, best_cuts = value, x
-    den = interval_denominator(conv.c, k_drift * A[cand - 1], I)  # D_L of (34) for every L = cand[k]
+    best_ratio, best_cuts = _incumbent(problem, interval, cand, warm_cuts)
     cheap = np.where(den > 0, _cheap_bounds(problem, I, cand) / np.where(den > 0, den, 1.0), np.inf)
     open_bound, nodes, sweeps, history = math.inf, 0, 0, []  # open_bound: min bound of what was not searched
     for pos in np.argsort(cheap, kind="stable"):
@@ -756,13 +770,21 @@ def solve_ms_exact(problem: PlanningProblem, interval: int, *, max_cut: int | No
         history.append({"deepest_cut": L, "D": D, "sweeps": sub.sweeps})
     if best_cuts is None:
         raise InfeasibleError(conv.infeasibility_reason(int(interval), int(problem.candidates[0])))
-    objective = problem.objective(int(interval), best_cuts)
-    lower = problem.scale * min(best_ratio, open_bound) * (1 - 1e-12)
-    finished = open_bound >= best_ratio * (1 - _REL)
-    status = "converged" if finished else "budget"
-    return SolveResult(cuts=best_cuts, interval=int(interval), objective=objective, success=math.isfinite(objective),
-                       status=status, message=f"threshold sweep at I={interval}: "
+    return _sweep_result(problem, interval, best_cuts, best_ratio, open_bound, nodes, history,
+                         time.perf_counter() - start)
+
+
+def _sweep_result(problem: PlanningProblem, interval: int, cuts: tuple[int, ...], ratio: float, open_bound: float,
+                  nodes: int, history: list[dict], seconds: float) -> SolveResult:
+    """The sweep's SolveResult: exact ("converged") where no unsearched bound is below the incumbent's ratio, else
+    the best found ("budget") with the lower bound min(ratio, open bound) (seconds, like the objective)."""
+    objective = problem.objective(int(interval), cuts)
+    lower = problem.scale * min(ratio, open_bound) * (1 - 1e-12)
+    finished = open_bound >= ratio * (1 - _REL)
+    sweeps = sum(entry["sweeps"] for entry in history)
+    return SolveResult(cuts=cuts, interval=int(interval), objective=objective, success=math.isfinite(objective),
+                       status="converged" if finished else "budget", message=f"threshold sweep at I={interval}: "
                        f"{'exact MS optimum' if finished else 'sweep budget reached, best found'} "
                        f"({nodes} t1 nodes, {sweeps} sweeps over {len(history)} deepest-cut bounds)", method="threshold",
-                       iterations=sweeps, milp_solves=0, seconds=time.perf_counter() - start, backend="threshold",
+                       iterations=sweeps, milp_solves=0, seconds=seconds, backend="threshold",
                        history=history, lower_bound=min(lower, objective), nodes=nodes)

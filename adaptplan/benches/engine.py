@@ -82,7 +82,7 @@ class HandSplit:
     """:data:`HAND_SPLIT`: ``blocks`` cut after block ``cut``, a copy of the client blocks per device, one server
     model, each with plain SGD at ``lr`` (the reference the engine's algorithms are measured against)."""
 
-    def __init__(self, blocks: Sequence[nn.Module], cut: int, devices: int, lr: float,
+    def __init__(self, blocks: nn.Sequential | Sequence[nn.Module], cut: int, devices: int, lr: float,
                  device: torch.device | str = "cpu") -> None:
         self.server = nn.Sequential(*blocks[cut:]).to(device)
         self.clients = [copy.deepcopy(nn.Sequential(*blocks[:cut])).to(device) for _ in range(devices)]
@@ -315,102 +315,106 @@ class SideMemory:
             self.high_water = max(self.high_water, high * 1024)
 
 
-def run_engine_bench(devices: int = 20, batch_size: int = 16, rounds: int = 10, cut: int = 1,
-                     algorithm: str | Sequence[str] = "adaptsfl", width: int = 32, threads: int | None = None,
-                     warmup: int = 2, repeats: int = 3, seed: int = 0, model: str = "cnn",
-                     device: torch.device | str = "cpu", client_batching: str = "auto",
-                     client_recompute: str = "auto", server_pass_samples: int | str = "auto",
-                     count_flops: bool = False, clock: str = "zero") -> EngineBenchResult:
-    """Measure and return an :class:`EngineBenchResult` (see the module docstring); ``clock``: a key of
-    :data:`CLOCKS` (the system: :func:`adaptplan.system.generate_system` of ``devices`` at ``seed``, fixed
-    resources, over the model's FLOP profile);
-    ``server_pass_samples``: ``"auto"`` (the engine's default for ``device``) or a number of samples;
-    ``count_flops``: after the timed rounds, one more round of each side under
-    :class:`profilers.flops.TotalFlops` (FlopCounterMode's formulas; not timed): the FLOPs per trained sample,
-    so that a ratio below 1 can be told apart from the algorithm's own arithmetic."""
-    from adaptplan.errors import InputError
-    from profilers import build_chain
-    from profilers.flops import TotalFlops
-    from trainers.config.devices import describe, synchronize
-    from trainers.engine.execution import Execution
-    from trainers.engine.split_engine import DeviceData, SplitEngine
-    from trainers.inputs.models import build_model
-    from trainers.inputs.partition import partition_indices
-    from trainers.strategies import make_strategy
+def _system_clock(model: str, chain: Any, devices: int, batch_size: int, seed: int) -> Any:
+    """The simulated clock of ``--clock system``: :func:`adaptplan.system.generate_system` of ``devices`` at
+    ``seed``, fixed resources, over the FLOP profile of ``chain`` (a :class:`profilers.chain.Chain`)."""
+    from adaptplan.system import SystemProcess, generate_system
+    from profilers import profile_model
+    from trainers.engine.clock import SimClock
 
-    algorithms = (algorithm,) if isinstance(algorithm, str) else tuple(algorithm)
-    execution = Execution.resolve(device, client_batching, server_pass_samples, client_recompute)
-    device, per_pass = execution.device, execution.server_pass_samples
-    if threads:
-        torch.set_num_threads(threads)
-    g = torch.Generator().manual_seed(seed)
-    n = devices * batch_size * BATCHES_PER_DEVICE
-    x = torch.randn(n, *INPUT_SHAPE, generator=g)
-    y = torch.randint(0, NUM_CLASSES, (n,), generator=g)
-    parts = partition_indices(y.numpy(), devices, "iid", seed)
-    x, y = x.to(device), y.to(device)
-    total = devices * batch_size * rounds
+    profile = profile_model(chain, INPUT_SHAPE, model_name=model, batch_size=batch_size, num_classes=NUM_CLASSES)
+    return SimClock(profile, SystemProcess(generate_system(devices, seed), seed=seed, redraw=False), batch_size)
 
-    def fresh_model() -> nn.Module:
-        torch.manual_seed(seed)
-        return build_model(model, INPUT_SHAPE, NUM_CLASSES, width)
 
-    blocks = build_chain(fresh_model(), x[:2].cpu()).blocks
-    if not 1 <= cut <= len(blocks):
-        raise InputError(f"{model} has {len(blocks)} cut points; the cut must be in 1..{len(blocks)}, got {cut}",
-                         field="--cut")
-    per_device: dict[str, str] = {}
-    per_round: dict[str, float] = {}
-    flops: dict[str, float] = {}
+class _Sides:
+    """The sides one engine bench measures over the same random samples (module docstring): each algorithm's engine
+    (:meth:`split`), the split written by hand (:meth:`split_by_hand`) and centralized SGD (:meth:`central`); beside
+    each side's samples/s it keeps the split's best seconds per round, the FLOPs per trained sample
+    (``count_flops``) and why an algorithm's client passes ran per device."""
 
-    if clock not in CLOCKS:
-        raise InputError(f"must be one of {', '.join(CLOCKS)}, got {clock!r}", field="--clock")
-    sim_clock = None
-    if clock == "system":
-        from adaptplan.system import SystemProcess, generate_system
-        from profilers import profile_model
-        from trainers.engine.clock import SimClock
+    def __init__(self, model: str, width: int, devices: int, batch_size: int, rounds: int, cut: int, warmup: int,
+                 seed: int, execution: Any, count_flops: bool, clock: Any) -> None:
+        from trainers.inputs.partition import partition_indices
 
-        profile = profile_model(build_chain(fresh_model(), x[:2].cpu()), INPUT_SHAPE, model_name=model,
-                                batch_size=batch_size, num_classes=NUM_CLASSES)
-        sim_clock = SimClock(profile, SystemProcess(generate_system(devices, seed), seed=seed, redraw=False), batch_size)
+        self.model, self.width, self.devices, self.batch_size, self.rounds, self.cut = model, width, devices, \
+            batch_size, rounds, cut
+        self.warmup, self.seed, self.execution, self.count_flops, self.clock = warmup, seed, execution, count_flops, clock
+        self.device = execution.device
+        g = torch.Generator().manual_seed(seed)
+        self.n = devices * batch_size * BATCHES_PER_DEVICE
+        x = torch.randn(self.n, *INPUT_SHAPE, generator=g)
+        y = torch.randint(0, NUM_CLASSES, (self.n,), generator=g)
+        self.parts = partition_indices(y.numpy(), devices, "iid", seed)
+        self.x, self.y = x.to(self.device), y.to(self.device)
+        self.total = devices * batch_size * rounds
+        self.per_device: dict[str, str] = {}
+        self.per_round: dict[str, float] = {}
+        self.flops: dict[str, float] = {}
 
-    def sfl(name: str) -> float:
-        chain = build_chain(fresh_model(), x[:2].cpu())
-        engine = SplitEngine(chain.blocks, [cut] * devices, make_strategy(name), DeviceData(x, y, x[:1], y[:1], parts),
-                             {"lr": 0.01}, batch_size, seed=seed, execution=execution, clock=sim_clock)
+    def fresh_model(self) -> nn.Module:
+        from trainers.inputs.models import build_model
+
+        torch.manual_seed(self.seed)
+        return build_model(self.model, INPUT_SHAPE, NUM_CLASSES, self.width)
+
+    def chain(self) -> Any:
+        """The model as ``adaptplan train`` cuts it (:func:`profilers.build_chain`), freshly initialised."""
+        from profilers import build_chain
+
+        return build_chain(self.fresh_model(), self.x[:2].cpu())
+
+    def blocks(self) -> nn.Sequential:
+        return self.chain().blocks
+
+    def split(self, name: str) -> float:
+        """Samples/s of ``rounds`` rounds of algorithm ``name``'s engine after ``warmup`` untimed ones."""
+        from profilers.flops import TotalFlops
+        from trainers.config.devices import synchronize
+        from trainers.engine.split_engine import DeviceData, SplitEngine
+        from trainers.strategies import make_strategy
+
+        x, y, cut, warmup = self.x, self.y, self.cut, self.warmup
+        engine = SplitEngine(self.blocks(), [cut] * self.devices, make_strategy(name),
+                             DeviceData(x, y, x[:1], y[:1], self.parts), {"lr": 0.01}, self.batch_size, seed=self.seed,
+                             execution=self.execution, clock=self.clock)
         for t in range(1, warmup + 1):
             engine.run_round(t)
-        synchronize(device)
+        synchronize(self.device)
         start = time.perf_counter()
-        samples = sum(engine.run_round(t).samples for t in range(warmup + 1, warmup + rounds + 1))
-        synchronize(device)
+        samples = sum(engine.run_round(t).samples for t in range(warmup + 1, warmup + self.rounds + 1))
+        synchronize(self.device)
         seconds = time.perf_counter() - start
-        per_round[name] = min(per_round.get(name, math.inf), seconds / rounds)
-        if count_flops and name not in flops:
+        self.per_round[name] = min(self.per_round.get(name, math.inf), seconds / self.rounds)
+        if self.count_flops and name not in self.flops:
             with TotalFlops() as counter:
-                counted = engine.run_round(warmup + rounds + 1).samples
-            flops[name] = counter.total / max(counted, 1)
+                counted = engine.run_round(warmup + self.rounds + 1).samples
+            self.flops[name] = counter.total / max(counted, 1)
         if engine.batcher is not None and engine.batcher.reasons.get(cut):
-            per_device[name] = str(engine.batcher.reasons[cut])
+            self.per_device[name] = str(engine.batcher.reasons[cut])
         elif engine.batcher is not None and cut not in engine.batcher.reasons:
-            per_device[name] = "the algorithm runs one device at a time"
+            self.per_device[name] = "the algorithm runs one device at a time"
         return samples / seconds
 
-    def timed_steps(step_batch: int, step: Callable[[int, torch.Tensor, torch.Tensor], None]) -> float:
+    def timed_steps(self, step_batch: int, step: Callable[[int, torch.Tensor, torch.Tensor], None]) -> float:
         """Samples/s of ``step(k, x_k, y_k)`` over the cycled mini-batches of ``step_batch`` samples: ``warmup``
         untimed steps, then ``total`` samples timed."""
+        from trainers.config.devices import synchronize
+
+        x, y, n = self.x, self.y, self.n
         begin = 0.0
-        for k, s in enumerate(range(0, total + warmup * step_batch, step_batch)):
-            if k == warmup:
-                synchronize(device)
+        for k, s in enumerate(range(0, self.total + self.warmup * step_batch, step_batch)):
+            if k == self.warmup:
+                synchronize(self.device)
                 begin = time.perf_counter()
             step(k, x[s % n:s % n + step_batch], y[s % n:s % n + step_batch])
-        synchronize(device)
-        return total / (time.perf_counter() - begin)
+        synchronize(self.device)
+        return self.total / (time.perf_counter() - begin)
 
-    def central(step_batch: int) -> float:
-        net = fresh_model().to(device)
+    def central(self, step_batch: int) -> float:
+        """Samples/s of centralized SGD in steps of ``step_batch`` samples."""
+        from profilers.flops import TotalFlops
+
+        net = self.fresh_model().to(self.device)
         opt = torch.optim.SGD(net.parameters(), lr=0.01)
 
         def step(k: int, xb: torch.Tensor, yb: torch.Tensor) -> None:
@@ -419,23 +423,32 @@ def run_engine_bench(devices: int = 20, batch_size: int = 16, rounds: int = 10, 
             loss.backward()
             opt.step()
 
-        speed = timed_steps(step_batch, step)
-        if count_flops and f"central_{step_batch}" not in flops:
+        speed = self.timed_steps(step_batch, step)
+        if self.count_flops and f"central_{step_batch}" not in self.flops:
             with TotalFlops() as counter:
-                step(0, x[:step_batch], y[:step_batch])
-            flops[f"central_{step_batch}"] = counter.total / step_batch
+                step(0, self.x[:step_batch], self.y[:step_batch])
+            self.flops[f"central_{step_batch}"] = counter.total / step_batch
         return speed
 
-    def split_by_hand() -> float:
+    def split_by_hand(self) -> float:
         """HAND_SPLIT on the engine's blocks, over the same mini-batches as ``central``, device k mod N at step k."""
-        split = HandSplit(build_chain(fresh_model(), x[:2].cpu()).blocks, cut, devices, 0.01, device)
-        return timed_steps(batch_size, lambda k, xb, yb: split.step(k % devices, xb, yb))
+        split = HandSplit(self.blocks(), self.cut, self.devices, 0.01, self.device)
+        return self.timed_steps(self.batch_size, lambda k, xb, yb: split.step(k % self.devices, xb, yb))
 
-    sides: dict[str, Callable[[], float]] = {a: functools.partial(sfl, a) for a in algorithms}
-    sides["split_b"] = split_by_hand
-    sides["central_b"] = lambda: central(batch_size)
-    if devices * batch_size <= CENTRAL_NB_LIMIT:
-        sides["central_Nb"] = lambda: central(devices * batch_size)
+    def measures(self, algorithms: Sequence[str]) -> dict[str, Callable[[], float]]:
+        """Every side by name: the algorithms, ``split_b``, ``central_b`` and (up to CENTRAL_NB_LIMIT) ``central_Nb``."""
+        sides: dict[str, Callable[[], float]] = {a: functools.partial(self.split, a) for a in algorithms}
+        sides["split_b"] = self.split_by_hand
+        sides["central_b"] = lambda: self.central(self.batch_size)
+        if self.devices * self.batch_size <= CENTRAL_NB_LIMIT:
+            sides["central_Nb"] = lambda: self.central(self.devices * self.batch_size)
+        return sides
+
+
+def _measure_interleaved(sides: dict[str, Callable[[], float]], repeats: int,
+                         device: torch.device) -> tuple[dict[str, list[float]], dict[str, int], int]:
+    """(each side's samples/s per repeat, its peak memory in bytes, the CPU's high-water mark): the sides run one
+    after another, ``repeats`` times (module docstring: memory on CUDA, on a Linux CPU and elsewhere)."""
     each: dict[str, list[float]] = {side: [] for side in sides}
     peak: dict[str, int] = {}
     high_water = 0
@@ -453,14 +466,50 @@ def run_engine_bench(devices: int = 20, batch_size: int = 16, rounds: int = 10, 
             if memory.peak is not None:
                 peak[side] = max(peak.get(side, 0), memory.peak)
                 high_water = max(high_water, memory.high_water)
+    return each, peak, high_water
+
+
+def run_engine_bench(devices: int = 20, batch_size: int = 16, rounds: int = 10, cut: int = 1,
+                     algorithm: str | Sequence[str] = "adaptsfl", width: int = 32, threads: int | None = None,
+                     warmup: int = 2, repeats: int = 3, seed: int = 0, model: str = "cnn",
+                     device: torch.device | str = "cpu", client_batching: str = "auto",
+                     client_recompute: str = "auto", server_pass_samples: int | str = "auto",
+                     count_flops: bool = False, clock: str = "zero") -> EngineBenchResult:
+    """Measure and return an :class:`EngineBenchResult` (see the module docstring); ``clock``: a key of
+    :data:`CLOCKS` (the system: :func:`adaptplan.system.generate_system` of ``devices`` at ``seed``, fixed
+    resources, over the model's FLOP profile);
+    ``server_pass_samples``: ``"auto"`` (the engine's default for ``device``) or a number of samples;
+    ``count_flops``: after the timed rounds, one more round of each side under
+    :class:`profilers.flops.TotalFlops` (FlopCounterMode's formulas; not timed): the FLOPs per trained sample,
+    so that a ratio below 1 can be told apart from the algorithm's own arithmetic."""
+    from adaptplan.errors import InputError
+    from trainers.config.devices import describe
+    from trainers.engine.execution import Execution
+
+    algorithms = (algorithm,) if isinstance(algorithm, str) else tuple(algorithm)
+    execution = Execution.resolve(device, client_batching, server_pass_samples, client_recompute)
+    if threads:
+        torch.set_num_threads(threads)
+    run = _Sides(model, width, devices, batch_size, rounds, cut, warmup, seed, execution, count_flops, None)
+    chain = run.chain()
+    blocks = chain.blocks
+    if not 1 <= cut <= len(blocks):
+        raise InputError(f"{model} has {len(blocks)} cut points; the cut must be in 1..{len(blocks)}, got {cut}",
+                         field="--cut")
+    if clock not in CLOCKS:
+        raise InputError(f"must be one of {', '.join(CLOCKS)}, got {clock!r}", field="--clock")
+    if clock == "system":
+        run.clock = _system_clock(model, chain, devices, batch_size, seed)
+    each, peak, high_water = _measure_interleaved(run.measures(algorithms), repeats, execution.device)
     best = {side: max(values) for side, values in each.items()}
-    return EngineBenchResult(algorithms, model, describe(device),
+    flops = run.flops
+    return EngineBenchResult(algorithms, model, describe(execution.device),
                              ("on" if execution.client_batching else "off") + (" (auto)" if client_batching == "auto" else ""),
                              devices, batch_size, cut, rounds, repeats, torch.get_num_threads(),
                              {a: best[a] for a in algorithms}, best["central_b"], best.get("central_Nb"), peak,
-                             max(high_water, _peak_rss_bytes() or 0) or None, per_device, per_round,
-                             "cuda" if device.type == "cuda" else "rss" if peak else "",
-                             client_recompute, per_pass,
+                             max(high_water, _peak_rss_bytes() or 0) or None, run.per_device, run.per_round,
+                             "cuda" if execution.device.type == "cuda" else "rss" if peak else "",
+                             client_recompute, execution.server_pass_samples,
                              {**{a: flops[a] for a in algorithms if a in flops},
                               **({"central_b": flops[f"central_{batch_size}"]} if f"central_{batch_size}" in flops else {})},
                              clock, best["split_b"], each)

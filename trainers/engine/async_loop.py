@@ -16,15 +16,12 @@ iteration. Nothing waits between iterations, so a checkpoint never holds a waiti
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from adaptplan.fileio import is_finite_number, is_int
-from adaptplan.limits import MAX_ROUNDS
 from trainers.engine.aggregation import average_at_fed, load_global
 from trainers.engine.clock import StageLedger, StageTimes
+from trainers.engine.round_data import AsyncLoopState
 from trainers.engine.seams import EngineParts
-from trainers.engine.state_schema import is_device_list
 from trainers.engine.sync_round import charged_server_seconds, take_replies
 from trainers.roles.messages import Activation, CutGradient, DevicesLost, MessageMismatchError
 from trainers.roles.protocol import EDGE, FED, Forward, Upload
@@ -34,50 +31,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 Engine = EngineParts   # the engine as its parts see it (trainers.engine.seams)
 """A :class:`trainers.engine.split_engine.SplitEngine` (not imported: the engine imports this module)."""
-
-
-@dataclass
-class AsyncLoopState:
-    """Where the loop stands between global iterations: ``now`` (simulated s at the last aggregation), the
-    ``active`` slots' devices in slot order, each active device's local ``steps`` so far and its ``clock`` (the
-    simulated s at which it is ready to forward), and when the edge server is next free (``server_free``)."""
-
-    now: float
-    active: list[int]
-    steps: dict[int, int]
-    clock: dict[int, float]
-    server_free: float
-
-    @classmethod
-    def start(cls, first: list[int]) -> "AsyncLoopState":
-        return cls(0.0, list(first), {d: 0 for d in first}, {d: 0.0 for d in first}, 0.0)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The checkpoint's ``async`` part."""
-        return {"now": self.now, "active": list(self.active), "steps": dict(self.steps), "clock": dict(self.clock),
-                "server_free": self.server_free}
-
-    @classmethod
-    def from_dict(cls, state: Any, num_devices: int) -> "AsyncLoopState":
-        """The state a checkpoint holds; ValueError naming what does not fit ``num_devices`` devices: the active
-        devices distinct devices of the run, a step count (an integer in [0, MAX_ROUNDS]) and a clock per active
-        device, every time a finite number of simulated seconds ≥ 0."""
-        keys = {"now", "active", "steps", "clock", "server_free"}
-        if not isinstance(state, dict) or set(state) != keys:
-            raise ValueError(f"engine async state must hold exactly {sorted(keys)}")
-        active = state["active"]
-        if not active or not is_device_list(active, num_devices):
-            raise ValueError(f"engine async active must list distinct devices of 0..{num_devices - 1}")
-        for name in ("steps", "clock"):
-            if not isinstance(state[name], dict) or set(state[name]) != set(active):
-                raise ValueError(f"engine async {name} must hold one value per active device")
-        if not all(is_int(v) and 0 <= v <= MAX_ROUNDS for v in state["steps"].values()):
-            raise ValueError(f"engine async steps must be integers in [0, {MAX_ROUNDS:,}]")
-        times = [state["now"], state["server_free"], *state["clock"].values()]
-        if not all(is_finite_number(t) and t >= 0 for t in times):
-            raise ValueError("engine async now, server_free and clock must be finite simulated seconds ≥ 0")
-        return cls(float(state["now"]), list(active), {int(d): int(v) for d, v in state["steps"].items()},
-                   {int(d): float(v) for d, v in state["clock"].items()}, float(state["server_free"]))
 
 
 class Waiting:

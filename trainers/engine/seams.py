@@ -13,7 +13,6 @@ below are for the type checker only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -22,25 +21,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from torch import nn
 
     from trainers.api import RoundContext, Strategy
-    from trainers.engine.async_loop import AsyncLoopState
     from trainers.engine.clock import SimClock, StageLedger, StageTimes
     from trainers.engine.execution import Execution
     from trainers.engine.network import Network
-    from trainers.engine.split_engine import DeviceData, RoundStats
+    from trainers.engine.round_data import AsyncLoopState, DeviceData, RoundStats, RoundTally
     from trainers.roles.checks import Schema
     from trainers.roles.core import EdgeServer
-
-
-@dataclass
-class RoundTally:
-    """What one round moved and trained on, in bytes per link and in samples: device→edge ``up`` (activations,
-    labels, client-model uploads), edge→device ``down`` (gradients, downloads), edge↔fed ``server``, and the
-    training ``samples`` the devices' activations carried. Reset at each round's start (``SplitEngine.run_round``)."""
-
-    up: int = 0
-    down: int = 0
-    server: int = 0
-    samples: int = 0
 
 
 class EngineParts(Protocol):

@@ -25,7 +25,6 @@ import copy
 import dataclasses
 import math
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -35,13 +34,13 @@ from torch import nn
 from adaptplan.plan import check_cut_vector
 from trainers.config.train_config import EVAL_BATCH_SIZE
 from trainers.engine.aggregation import aggregate, load_global, start_from_global
-from trainers.engine.async_loop import AsyncLoopState, run_async_round
+from trainers.engine.async_loop import run_async_round
 from trainers.engine.clock import StageLedger, StageTimes, stage_maxima
 from trainers.engine.execution import Execution, graph_bytes_per_sample
 from trainers.engine.model_views import EngineModels
 from trainers.engine.network import LocalNetwork, Network
 from trainers.engine.repartition import repartition
-from trainers.engine.seams import RoundTally
+from trainers.engine.round_data import AsyncLoopState, DeviceData, RoundStats, RoundTally  # noqa: F401  (DeviceData, RoundStats re-exported)
 from trainers.engine.state import engine_state, restore_engine
 from trainers.engine.sync_round import handoff, run_group
 from trainers.roles.batching import ClientBatcher
@@ -66,47 +65,6 @@ if TYPE_CHECKING:  # pragma: no cover
 #: Stream word of the strategy's generator, seeded ``[seed, STRATEGY_STREAM]``. Device i's sampler is seeded
 #: ``[seed, i]`` with i < MAX_DEVICES (adaptplan.limits), so no device ever shares the strategy's stream.
 STRATEGY_STREAM = 2 ** 32 - 1
-
-
-@dataclass
-class DeviceData:
-    """Training data and its partition: ``parts[i]`` are device i's sample indices into x_train that it trains
-    on, ``local_test[i]`` those it holds out for the local evaluation protocol (none by default)."""
-
-    x_train: torch.Tensor
-    y_train: torch.Tensor
-    x_test: torch.Tensor
-    y_test: torch.Tensor
-    parts: list[np.ndarray]
-    num_classes: int | None = None
-    local_test: list[np.ndarray] = field(default_factory=list)
-
-
-@dataclass
-class RoundStats:
-    """What one round did: mean training loss over the devices that reported one, bytes
-    (device→server ``bytes_up``, server→device ``bytes_down``, edge↔fed ``bytes_server``),
-    whether client-side averaging happened, the participants, the round's simulated seconds,
-    the seconds of each stage (the longest device's, per stage; ``server`` = the edge server's busy
-    time) and the strategy's metrics; a real runtime adds the measured seconds per stage and of the round;
-    ``samples``: the training samples the devices' activation messages carried (GAS: the active devices' steps);
-    ``seconds_by_role`` the simulated and ``measured_seconds_by_role`` the measured seconds per stage and role
-    (``StageLedger.by_role``: what a measured system is fitted to, :mod:`adaptplan.measured_system`)."""
-
-    loss: float
-    bytes_up: int
-    bytes_down: int
-    bytes_server: int
-    aggregated: bool
-    participants: list[int] = field(default_factory=list)
-    sim_seconds: float = 0.0
-    stage_seconds: dict[str, float] = field(default_factory=dict)
-    metrics: dict[str, float] = field(default_factory=dict)
-    measured_stage_seconds: dict[str, float] = field(default_factory=dict)
-    measured_round_seconds: float | None = None
-    samples: int = 0
-    seconds_by_role: dict[str, dict[str, float]] = field(default_factory=dict)
-    measured_seconds_by_role: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def local_network(engine: "SplitEngine", optimizer: OptimizerSpec, seed: int) -> LocalNetwork:

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from adaptplan.fileio import is_int, show
-from trainers.engine.async_loop import AsyncLoopState
+from trainers.engine.round_data import AsyncLoopState
 from trainers.engine.seams import EngineParts
 from trainers.engine.state_schema import check_engine_state
 from trainers.roles.core import check_block_state

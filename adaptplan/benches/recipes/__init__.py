@@ -20,7 +20,7 @@ import math
 import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from adaptplan.benches.comparison import Setting
 from adaptplan.errors import InputError
@@ -222,9 +222,7 @@ def parse(text: str, where: str) -> Recipe:
         return InputError(f"{where}: {key}: {why}", field="recipe")
 
     def table(value: Any, key: str) -> dict[str, Any]:
-        if not isinstance(value, dict):
-            raise fail(key, f"must be a table, got {type(value).__name__}")
-        return value
+        return _table(value, key, fail)
 
     def array(value: Any, key: str) -> list[Any]:
         if not isinstance(value, list):
@@ -232,19 +230,7 @@ def parse(text: str, where: str) -> Recipe:
         return value
 
     def sourced(block: dict[str, Any], prefix: str) -> tuple[dict[str, Any], dict[str, str]]:
-        values, sources = {}, {}
-        for key, entry in block.items():
-            entry = table(entry, f"{prefix}.{key}")
-            if set(entry) - {"value", "source", "rule"} or "value" not in entry or \
-                    len({"source", "rule"} & set(entry)) != 1:
-                raise fail(f"{prefix}.{key}", "must be { value = ..., source = \"the paper's section or table\" } "
-                                              "or { value = ..., rule = \"the scaling rule\" }")
-            text_of = entry.get("source") or entry.get("rule")
-            if not isinstance(text_of, str) or not text_of.strip():
-                raise fail(f"{prefix}.{key}", "its source or rule must be a sentence")
-            values[key] = entry["value"]
-            sources[key] = ("" if "source" in entry else "rule: ") + text_of
-        return values, sources
+        return _sourced(block, prefix, fail)
 
     for key in ("key", "title", "paper"):
         if not isinstance(data.get(key), str):
@@ -283,31 +269,62 @@ def parse(text: str, where: str) -> Recipe:
     labels = [m.label for m in methods]
     if len(methods) < 2 or len(set(labels)) != len(labels):
         raise fail("method", "needs two or more methods with distinct labels")
-    claims = []
-    for i, entry in enumerate(array(data.get("claim", []), "claim")):
-        entry = table(entry, f"claim[{i}]")
-        bad = sorted(set(entry) - set(CLAIM_KEYS))
-        if bad:
-            raise fail(f"claim[{i}].{bad[0]}", f"unknown key; valid: {', '.join(CLAIM_KEYS)}")
-        texts = [k for k, v in entry.items() if not isinstance(v, str)]
-        if texts:
-            raise fail(f"claim[{i}].{texts[0]}", "must be a text")
-        claim = Claim(str(entry.get("text", "")), str(entry.get("a", "")), str(entry.get("b", "")),
-                      str(entry.get("metric", "")), str(entry.get("paper", "")), str(entry.get("protocol", protocol)),
-                      str(entry.get("partition", partitions[0].label)))
-        if claim.a not in labels or claim.b not in labels:
-            raise fail(f"claim[{i}]", f"a and b must name methods ({', '.join(labels)})")
-        if claim.metric not in METRICS or claim.protocol not in PROTOCOLS:
-            raise fail(f"claim[{i}]", f"metric must be one of {', '.join(METRICS)}, protocol one of {', '.join(PROTOCOLS)}")
-        if claim.partition not in [p.label for p in partitions]:
-            raise fail(f"claim[{i}].partition", f"must name a partition ({', '.join(p.label for p in partitions)})")
-        claims.append(claim)
+    claims = [_claim(table(entry, f"claim[{i}]"), f"claim[{i}]", protocol, labels, partitions, fail)
+              for i, entry in enumerate(array(data.get("claim", []), "claim"))]
     if not claims:
         raise fail("claim", "a recipe states at least one claim")
     recipe = Recipe(data["key"], data["title"], data["paper"], protocol, setting, run, sources, partitions, methods,
                     tuple(claims), scale, scale_sources, hour, hour_rules)
     _check_jobs(recipe, fail)
     return recipe
+
+
+def _table(value: Any, key: str, fail: Callable[[str, str], InputError]) -> dict[str, Any]:
+    """``value`` if it is a TOML table, else the recipe's error naming ``key``."""
+    if not isinstance(value, dict):
+        raise fail(key, f"must be a table, got {type(value).__name__}")
+    return value
+
+
+def _sourced(block: dict[str, Any], prefix: str,
+             fail: Callable[[str, str], InputError]) -> tuple[dict[str, Any], dict[str, str]]:
+    """(values, sources) of a block of ``{ value = ..., source = "..." }`` or ``{ value = ..., rule = "..." }``
+    entries; a rule's text is kept as ``"rule: ..."``."""
+    values, sources = {}, {}
+    for key, entry in block.items():
+        entry = _table(entry, f"{prefix}.{key}", fail)
+        if set(entry) - {"value", "source", "rule"} or "value" not in entry or \
+                len({"source", "rule"} & set(entry)) != 1:
+            raise fail(f"{prefix}.{key}", "must be { value = ..., source = \"the paper's section or table\" } "
+                                          "or { value = ..., rule = \"the scaling rule\" }")
+        text_of = entry.get("source") or entry.get("rule")
+        if not isinstance(text_of, str) or not text_of.strip():
+            raise fail(f"{prefix}.{key}", "its source or rule must be a sentence")
+        values[key] = entry["value"]
+        sources[key] = ("" if "source" in entry else "rule: ") + text_of
+    return values, sources
+
+
+def _claim(entry: dict[str, Any], where: str, protocol: str, labels: Sequence[str], partitions: Sequence[Any],
+           fail: Callable[[str, str], InputError]) -> Claim:
+    """One ``[[claim]]``: its keys known, each a text, naming two methods, a metric, a protocol (default the
+    recipe's) and a partition (default the first)."""
+    bad = sorted(set(entry) - set(CLAIM_KEYS))
+    if bad:
+        raise fail(f"{where}.{bad[0]}", f"unknown key; valid: {', '.join(CLAIM_KEYS)}")
+    texts = [k for k, v in entry.items() if not isinstance(v, str)]
+    if texts:
+        raise fail(f"{where}.{texts[0]}", "must be a text")
+    claim = Claim(str(entry.get("text", "")), str(entry.get("a", "")), str(entry.get("b", "")),
+                  str(entry.get("metric", "")), str(entry.get("paper", "")), str(entry.get("protocol", protocol)),
+                  str(entry.get("partition", partitions[0].label)))
+    if claim.a not in labels or claim.b not in labels:
+        raise fail(where, f"a and b must name methods ({', '.join(labels)})")
+    if claim.metric not in METRICS or claim.protocol not in PROTOCOLS:
+        raise fail(where, f"metric must be one of {', '.join(METRICS)}, protocol one of {', '.join(PROTOCOLS)}")
+    if claim.partition not in [p.label for p in partitions]:
+        raise fail(f"{where}.partition", f"must name a partition ({', '.join(p.label for p in partitions)})")
+    return claim
 
 
 def _hour_tier(block: tuple[dict[str, Any], dict[str, str]], setting: Setting,

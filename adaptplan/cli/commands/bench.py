@@ -28,6 +28,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                             "of fixed plans)")
     which = parser.add_subparsers(dest="bench", metavar="BENCH")
     which.required = True
+    for add in (_solvers_parser, _engine_parser, _algorithms_parser, _training_parser, _papers_parser,
+                _plans_parser):
+        add(which)
+
+
+def _solvers_parser(which: argparse._SubParsersAction) -> None:
+    """``bench solvers``: the planner against baselines and exact optima, and its solve time."""
     solvers = which.add_parser("solvers", help="AdaptSFL vs baselines vs exact optimum; solve time vs devices and cut points")
     solvers.add_argument("--quick", action="store_true", help="smaller sizes, for CI (about 70 s on one idle core). "
                          "Every MILP stops at a node limit, never a wall-clock one: each run prints the same objectives")
@@ -43,6 +50,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     solvers.add_argument("--devices", type=int_flag(1, MAX_DEVICES, "devices"), default=20,
                          help="generated devices when --system is not given (default 20)")
     solvers.set_defaults(func=run_solvers)
+
+
+def _engine_parser(which: argparse._SubParsersAction) -> None:
+    """``bench engine``: samples/s of the simulated engine against centralized training."""
     engine = which.add_parser("engine", help="samples/s of simulated SFL (20 devices) vs centralized training, same "
                               "process and device")
     engine.add_argument("--devices", type=device_counts, default=[20], metavar="N[,N...]",
@@ -72,6 +83,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "zero (every stage 0 s, the default) or system (a generated system's latency model, as "
                         "adaptplan train runs it: GAS's active devices interleave)")
     engine.set_defaults(func=run_engine)
+
+
+def _algorithms_parser(which: argparse._SubParsersAction) -> None:
+    """``bench algorithms``: every registered algorithm on one setting."""
     algos = which.add_parser("algorithms", help="every split algorithm on one data set and plan, IID and non-IID: "
                              "accuracy at equal rounds and equal simulated time, time to a target")
     algos.add_argument("--algorithms", default=",".join(ALGORITHMS), help="comma-separated (default: every registered algorithm)")
@@ -83,6 +98,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="samples per device per step (default 16)")
     algos.add_argument("--out", metavar="DIR", help="write table.txt, results.json and accuracy.png into DIR")
     algos.set_defaults(func=run_algorithms)
+
+
+def _training_parser(which: argparse._SubParsersAction) -> None:
+    """``bench training``: the planning policies in the training loop."""
     training = which.add_parser("training", help="planning policies in the training loop (AdaptSFL vs the paper's "
                                 "benchmarks): time to accuracy, converged time, IID and non-IID")
     training.add_argument("--policies", default="adaptsfl,rma+ms,ma+rms,rma+rms,dama+rms,rma+ams,sfl,psl",
@@ -104,6 +123,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                           "to FILE")
     training.add_argument("--out", metavar="DIR", help="write table.txt and accuracy.png (one panel per partition) into DIR")
     training.set_defaults(func=run_training)
+
+
+def _papers_parser(which: argparse._SubParsersAction) -> None:
+    """``bench papers``: each paper's claims from its recipe."""
     papers = which.add_parser("papers", help="the comparison each source paper headlines (GAPSL, SCALA, CycleSL, GAS, "
                               "AdaptSFL), run from its recipe file over seeds: claim, measured difference, spread, "
                               "verdict")
@@ -136,12 +159,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                              "each run's file and folder into DIR/runs: the same command run again continues a stopped "
                              "bench (runs that ended are read back, stopped ones resume from their checkpoints)")
     papers.set_defaults(func=run_papers)
+
+
+def _plans_parser(which: argparse._SubParsersAction) -> None:
+    """``bench plans``: the planner's plan against a grid of fixed plans."""
     plans = which.add_parser("plans", help="the planner's plan against a grid of fixed plans (every device at cut j × "
                              "interval I, each device's latency-best cut × I) over seeds: simulated time to a target "
                              "accuracy, the planner's rank and ratio to the best, beside what it predicted; a heat-map")
     _plans_options(plans)
     plans.set_defaults(func=run_plans)
-
 
 def _plans_options(parser: argparse.ArgumentParser) -> None:
     """``bench plans``' flags: the setting of ``train`` (one for every plan), the seeds, the target, the grid of

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def documented_tags() -> set[str]:
     """The tags docs/formats.md "Tracking" names (``<stage>``, ``<name>`` standing for any one word)."""
-    section = (ROOT / "docs" / "formats.md").read_text(encoding="utf-8").split("## Tracking", 1)[1].split("**MLflow**")[0]
+    section = (ROOT / "docs/formats.md").read_text(encoding="utf-8").split("## Tracking", 1)[1].split("**MLflow**")[0]
     return set(re.findall(r"`([a-z_]+/[a-z_<>]+)`", section))
 
 

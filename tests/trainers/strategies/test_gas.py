@@ -602,7 +602,7 @@ def test_the_evaluated_global_model_takes_every_global_client_block() -> None:
 def test_the_async_loop_state_is_checkpointed_as_its_documented_dict_and_checked_when_loaded() -> None:
     """docs/formats.md's ``async`` part: now, active, steps, clock, server_free; loaded back into the typed
     state, and refused (ValueError naming the part) where it does not fit the engine."""
-    from trainers.engine.async_loop import AsyncLoopState
+    from trainers.engine.round_data import AsyncLoopState
 
     N = 6
     engine = make_gas_engine(make_data(N, "dirichlet"), active=3, local_steps=2)
