@@ -237,6 +237,21 @@ def test_no_function_in_trainers_grows_over_sixty_lines():
     assert found == LONG_FUNCTIONS
 
 
+LONG_CLASSES = {("trainers/roles/core.py", "EdgeServer")}
+"""The classes of trainers/ over 300 lines (issue 68 item 4): EdgeServer, not split yet (the Trainer was: its plan is
+trainers/run/run_planning.py, its resume checks resume_check.py, its files output.py)."""
+
+
+def test_no_class_in_trainers_grows_over_three_hundred_lines():
+    """A ratchet: no class of trainers/ is over 300 lines but the listed ones, and each listed one still is."""
+    found = set()
+    for path in sources("trainers"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > 300:
+                found.add((path.relative_to(ROOT).as_posix(), node.name))
+    assert found == LONG_CLASSES
+
+
 def test_no_function_in_the_project_is_over_eighty_lines():
     """Issue 68 item 3: no function or method of the four packages is over 80 lines, docstring included (trainers/
     keeps its 60, above)."""

@@ -30,11 +30,11 @@ def test_ci_runs_the_readme_commands_verbatim():
 
 def test_the_readmes_resume_list_is_the_options_a_resumed_run_may_change() -> None:
     """Issue 25, first-hour item 6: docs/usage.md's list of flags allowed with --resume is
-    trainers.run.driver.RESUMABLE."""
+    trainers.config.train_config.RESUMABLE (what trainers.run.resume_check lets a resumed run change)."""
     import re
 
     from adaptplan.cli.commands.train import flag_of
-    from trainers.run.driver import RESUMABLE
+    from trainers.config.train_config import RESUMABLE
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "usage.md").read_text(encoding="utf-8")
     sentence = text[text.index("only `--rounds`"):text.index("may be given anew")]

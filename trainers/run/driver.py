@@ -4,9 +4,11 @@ Builds data, model, chain, profile, system process, clock, plan and engine from 
 :class:`~trainers.config.train_config.TrainConfig`, then runs rounds t = 1..R (docs/model.md §5.4, Algorithm 1):
 engine round → (at aggregation rounds, every Q rounds) re-plan and re-partition → charge the
 simulated clock for the cuts in force during the round → evaluate every ``eval_every`` rounds →
-checkpoint every K rounds. ``Trainer`` exposes the engine for tests.
+checkpoint every K rounds. ``Trainer`` exposes the engine for tests. It is the set-up and the loop; the plan (first
+plan, its line, re-plans) is :class:`trainers.run.run_planning.RunPlanning`, whether a checkpoint may be continued
+:mod:`trainers.run.resume_check`, the files beside the checkpoints :mod:`trainers.run.output`.
 
-Plan resolution, in order: explicit ``cuts`` (+ ``interval``, default 1); ``plan_path``; the
+Plan resolution (``RunPlanning.initial_plan``), in order: explicit ``cuts`` (+ ``interval``, default 1); ``plan_path``; the
 built-in planner (``adaptplan.planner.Planner`` on the model profile and the round-1 system, with
 the constants of ``constants_path`` or the placeholders of docs/model.md §6.1); only if that plan is
 infeasible (:class:`~adaptplan.errors.InfeasibleError`), the documented default: every device at
@@ -20,13 +22,9 @@ engine, the clock and the planner.
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import math
 import time
 import uuid
 import warnings
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -34,20 +32,15 @@ import torch
 
 from adaptplan.calibration import Calibration
 from adaptplan.constants import ConvergenceConstants
-from adaptplan.convergence import step_note
-from adaptplan.errors import InfeasibleError, InputError
-from adaptplan.linear_rounds import LinearRounds
+from adaptplan.errors import InputError
 from adaptplan.measured_system import MeasuredRates
-from adaptplan.plan import Plan
 from adaptplan.system import SystemProcess, SystemRanges, SystemSpec, generate_system, scaled_ranges
 from profilers import build_chain, profile_model
 from profilers.models import check_model_output
 from profilers.profile import StemWarning, stem_note
 from trainers.algorithms import algorithm
 from trainers.config.devices import resolve_device
-from trainers.config.run_file import FILE_NAME as RUN_FILE
-from trainers.config.run_file import run_file_text
-from trainers.config.train_config import RESUMABLE, TrainConfig, as_saved_run_trained
+from trainers.config.train_config import TrainConfig
 from trainers.engine.clock import SimClock
 from trainers.engine.execution import Execution
 from trainers.engine.split_engine import DeviceData, RoundStats, SplitEngine
@@ -56,23 +49,16 @@ from trainers.inputs.device_data import read_manifest
 from trainers.inputs.models import build_model
 from trainers.inputs.partition import local_test_split, partition_indices, samples_before_split
 from trainers.roles.messages import NonFiniteError
-from trainers.run.checkpoint import file_digest, load_checkpoint, save_checkpoint, write_atomic
-from trainers.run.estimation import RunData, pilot_calibration, run_constants
+from trainers.run.checkpoint import file_digest, load_checkpoint, save_checkpoint
+from trainers.run.estimation import RunData, pilot_calibration
 from trainers.run.folder import Interrupted, RunFolder, StopRequest
 from trainers.run.history import History, RoundRecord
+from trainers.run.output import keep_history, save_history, save_plot, save_run_file
 from trainers.run.planning import Planner, ReplanRequest, default_planner, linear_planner  # noqa: F401  (re-exported)
+from trainers.run.resume_check import check_run_identity, check_same_run, checked_partitions
+from trainers.run.run_planning import RunPlanning, checked_constants
 from trainers.run.tracking import MlflowLog, TensorBoardLog
 from trainers.strategies import make_strategy
-
-
-# ---- planning ---------------------------------------------------------------------------------------------
-def _decision(result: "tuple[list[int], int] | Plan") -> tuple[list[int], int, dict[str, Any]]:
-    """(cuts, interval, event fields) of a planner's answer: ``{"plan": Plan JSON}`` for a Plan,
-    nothing more for a bare (cuts, interval)."""
-    if isinstance(result, Plan):
-        return list(result.cuts), int(result.interval), {"plan": result.to_json()}
-    cuts, interval = result
-    return [int(c) for c in cuts], int(interval), {}
 
 
 # ---- the trainer -------------------------------------------------------------------------------------------
@@ -106,15 +92,16 @@ class Trainer:
         if config.run.max_test_samples:
             x_test, y_test = x_test[:config.run.max_test_samples], y_test[:config.run.max_test_samples]
         self._build_model()
-        self.constants = self._checked_constants(constants)
+        self.constants = checked_constants(config, self.profile, constants)
         self.calibration = pilot_calibration(self.run_data, self.blocks) if config.plan.pilots else None
         if isinstance(self.calibration, Calibration):
             self.constants = self.calibration.constants
-        self.planner, self.replan_every = self._planner(planner)
+        self.planning = RunPlanning(config, self.profile, self.blocks, self.run_data, self.algorithm, self.strategy,
+                                    self.constants, self.calibration, planner)
         self.process, self.clock = self._system_clock(system)
         parts, local_test = self._partition(manifest)
-        cuts, interval, event = self._initial_plan()
-        self.notes += [note for note in [self._interval_note(interval), self._step_note(event)] if note]
+        cuts, interval, event = self.planning.initial_plan(self.clock)
+        self.notes += self.planning.notes(interval, event)
         self.engine = engine_factory(self.blocks, cuts, self.strategy,
                                   DeviceData(self.dataset.x_train, self.dataset.y_train, x_test, y_test, parts,
                                              self.dataset.num_classes, local_test),
@@ -131,7 +118,6 @@ class Trainer:
                                      **({"calibration": self.calibration.to_json()} if self.calibration else {})})
         self.history.events.append({"round": 0, "event": "plan", **event, "cuts": cuts, "interval": interval})
         self.start_round = 0
-        self.last_replan = 0
         self.wall_offset = 0.0
         self.measured_rates = MeasuredRates()
         self.input_digests = {name: file_digest(config.value(f"{name}_path"))
@@ -172,34 +158,6 @@ class Trainer:
         """What constants are estimated from: the configuration, the training samples, the blocks' names, the device."""
         return RunData(self.config, self.dataset.x_train, self.dataset.y_train, self.block_names, self.device)
 
-    def _checked_constants(self, constants: ConvergenceConstants | None) -> ConvergenceConstants | None:
-        """The convergence constants given or read from ``--constants``, checked against the model's cut points
-        and the learning rate (Corollary 1 plans with the rate that trains)."""
-        c = self.config
-        if constants is None and c.plan.constants_path:
-            constants = ConvergenceConstants.load(c.plan.constants_path)
-        if constants is not None and len(constants.sigma2) != self.profile.num_cuts:
-            raise InputError(f"the constants have {len(constants.sigma2)} cut points but {c.model.name} has "
-                             f"{self.profile.num_cuts}; estimate them for this model (adaptplan profile --grad-stats)",
-                             field="constants_path")
-        if constants is not None and not math.isclose(constants.gamma, self.lr, rel_tol=1e-9):
-            raise InputError(f"the constants' gamma = {constants.gamma:g} is not the learning rate --lr {c.optim.lr:g}; "
-                             f"the plan (Corollary 1) must use the learning rate that trains", field="constants_path")
-        return constants
-
-    def _planner(self, planner: Planner | None) -> tuple[Planner, int | None]:
-        """(the planner, re-plan every Q rounds): a planning policy's, or the AdaptSFL planner."""
-        c = self.config
-        if isinstance(self.calibration, LinearRounds):
-            return planner or linear_planner(self.calibration), c.plan.replan_every
-        if c.plan.policy is None:
-            return planner or default_planner(self.constants, gamma=self.lr), c.plan.replan_every
-        from trainers.run.policies import REDRAWING, policy_planner
-
-        fixed = c.plan.cuts[0] if c.plan.cuts else None
-        chosen = planner or policy_planner(c.plan.policy, self.constants, self.lr, c.run.seed, fixed)
-        return chosen, 1 if c.plan.policy in REDRAWING else (c.plan.replan_every if c.plan.policy == "adaptsfl" else None)
-
     def _system_clock(self, system: SystemSpec | None) -> tuple[SystemProcess, SimClock]:
         """The system process (given, read from ``--system`` or generated; re-drawn each round only where
         generated: a system the user gave keeps its resources) and the simulated clock over it."""
@@ -232,122 +190,9 @@ class Trainer:
                              f"({c.data.partition} partition over {c.data.devices} devices)", field="batch_size")
         return parts, local_test
 
-    def _initial_plan(self) -> tuple[list[int], int, dict[str, Any]]:
-        """(cuts, interval, event fields) of the plan in force from round 1 (module docstring)."""
-        c, L = self.config, len(self.blocks)
-        if c.plan.cuts is not None and c.plan.policy is None:
-            return list(c.plan.cuts), c.plan.interval or 1, {"source": "cuts"}   # c.plan.interval: --interval or the algorithm's
-        if c.plan.path is not None:
-            plan = Plan.load(c.plan.path)
-            if len(plan.cuts) != c.data.devices:
-                raise InputError(f"plan has {len(plan.cuts)} cuts but devices = {c.data.devices}", field="plan.cuts")
-            outside = [cut for cut in plan.cuts if not 1 <= cut <= L]
-            if outside:
-                raise InputError(f"cut {outside[0]} is outside 1..{L}, the cut points of {c.model.name}", field="plan.cuts")
-            self._check_plan_model(plan)
-            return list(plan.cuts), c.plan.interval or plan.interval, {"source": "plan", "plan": plan.to_json()}
-        estimated = self.planning_constants(0, self.blocks) if c.plan.reestimate else None
-        try:
-            cuts, interval, details = _decision(self.planner(ReplanRequest(0, self.clock.system(1), self.profile, [], 1,
-                                                                           estimated)))
-        except InfeasibleError as exc:
-            if not c.plan.allow_fallback:
-                raise InfeasibleError(f"the planner found no plan: {exc.message}. Give the plan yourself (--cuts, --plan), "
-                                      f"change the target (--constants), or pass --allow-fallback to train every device "
-                                      f"at cut {math.ceil(L / 2)} of {L} with I = 1", field=exc.field) from None
-            return [math.ceil(L / 2)] * c.data.devices, c.plan.interval or 1, {"source": "default", "reason": str(exc)}
-        source = {"source": "planner"} if c.plan.policy is None else {"source": "policy", "policy": c.plan.policy}
-        if estimated is not None:
-            details = {**details, "constants": estimated.to_json()}
-        return self._one_client_model(cuts), c.plan.interval or self._planned_interval(interval), {**source, **details}
-
-    def _step_note(self, event: dict[str, Any]) -> str | None:
-        """:func:`adaptplan.convergence.step_note` for the constants the planner planned with (γ > 1/β)."""
-        if event["source"] not in ("planner", "policy"):
-            return None
-        if "constants" in event:
-            return step_note(ConvergenceConstants.from_json(event["constants"]))
-        return step_note(self.constants) if self.constants is not None else None
-
-    def _interval_note(self, interval: int) -> str | None:
-        """One line where the algorithm averages the devices' models every I rounds and I exceeds the run's
-        rounds: the run would end without ever averaging them (SCALA's default I = 20 in a 10-round run)."""
-        rounds = self.config.run.rounds
-        if not self.strategy.averages_clients or interval <= rounds:
-            return None
-        return (f"{self.config.algorithm} averages the devices' models every I = {interval} rounds, more than the run's "
-                f"{rounds} (--rounds): this run never averages them; give --interval {rounds} or less to see it do so")
-
-    def _check_plan_model(self, plan: Plan) -> None:
-        """The plan must record its model (``plan.model``, written by every plan the planner makes) and
-        have been made for this model's structure; a hand-written plan is given as ``--cuts`` and
-        ``--interval`` instead, which the message spells out."""
-        if plan.model is None:
-            raise InputError(f"the plan does not say which model it was made for, so it cannot be checked against "
-                             f"--model {self.config.model.name}: make it with adaptplan plan --profile (which records the "
-                             f"model), or give it as --cuts {','.join(map(str, plan.cuts))} --interval {plan.interval}",
-                             field="plan.model")
-        mine = self.profile.identity()
-        if plan.model["num_cuts"] != mine["num_cuts"] or plan.model["structure_sha256"] != mine["structure_sha256"]:
-            raise InputError(f"the plan was made for model {plan.model['name']!r} ({plan.model['num_cuts']} cut points, "
-                             f"structure {plan.model['structure_sha256'][:12]}…) but --model {self.config.model.name} on "
-                             f"{self.config.data.dataset} has {mine['num_cuts']} cut points (structure "
-                             f"{mine['structure_sha256'][:12]}…); plan for this model (adaptplan profile + adaptplan plan)",
-                             field="plan_path")
-
     def describe_plan(self) -> str:
-        """One line saying which plan the run starts with."""
-        event = self.history.events[0]
-        cuts = event["cuts"]
-        counts = {c: cuts.count(c) for c in sorted(set(cuts))}
-        spread = ", ".join(f"{n}× cut {c}" for c, n in counts.items())
-        source = {"cuts": "--cuts", "plan": f"plan file {self.config.plan.path}", "planner": "the built-in planner",
-                  "default": "the fallback (no feasible plan)", "policy": f"policy {self.config.plan.policy}"}[event["source"]]
-        extra = ""
-        if "plan" in event and self.calibration is not None:
-            calibration = self.calibration
-            extra = (f"; predicted {event['plan']['rounds']} rounds, {event['plan']['total_latency_s']:.4g} simulated s "
-                     f"to {self.config.run.target_accuracy:.1%} test accuracy (eq. 26, calibrated on "
-                     f"{len(calibration.pilots)} pilot{'s' if len(calibration.pilots) > 1 else ''}: {calibration.message})")
-        elif "plan" in event:
-            extra = (f"; predicted {event['plan']['rounds']} rounds, {event['plan']['total_latency_s']:.4g} s (eq. 26, "
-                     f"to an ε-stationary point of {self._constants_origin(event)}; --pilots and --target-accuracy predict "
-                     "to an accuracy)")
-        return f"plan from {source}: {spread} of {len(self.blocks)} cut points, {self._describe_interval(event)}{extra}"
-
-    def _constants_origin(self, event: dict[str, Any]) -> str:
-        """Where the constants of an uncalibrated plan come from, said in the plan's line (issue 66 item 2: never
-        silently the placeholders)."""
-        if "constants" in event:
-            return "the constants estimated from this run's initial model and data (--reestimate, Algorithm 1)"
-        if self.constants is None:
-            return ("docs/model.md §6.1's placeholder constants, not this run's (--reestimate estimates them from this "
-                    "run; --pilots N fits them to this run)")
-        return f"the constants of {self.config.value('constants_path')}" if self.config.value("constants_path") \
-            else "the constants given"
-
-    def _describe_interval(self, event: dict[str, Any]) -> str:
-        """What the interval means for this algorithm: none for those that never average client models, GAS's
-        own buffer, and where AdaptSFL's I = 1 comes from when --cuts replaced the plan."""
-        if self.strategy.asynchronous:
-            return "asynchronous: a round is one global iteration (its model buffer decides the averaging)"
-        if not self.strategy.averages_clients:
-            return "client models never averaged"
-        text = f"interval I = {event['interval']}"
-        if event["source"] == "cuts" and self.config.plan.interval is None and self.algorithm.planned_interval:
-            text += " (--cuts without --interval: give --interval I, or leave out --cuts for the planner's I)"
-        return text
-
-    def _planned_interval(self, interval: int) -> int:
-        """The planner's I is the decision of an algorithm that takes it (AdaptSFL, the registry's
-        ``planned_interval``); SplitFed and the others aggregate every round (I = 1) unless ``--interval`` says
-        otherwise — only the cuts are taken from the plan. A ``--policy`` decides the interval for every algorithm."""
-        return interval if self.algorithm.planned_interval or self.config.plan.policy is not None else 1
-
-    def _one_client_model(self, cuts: list[int]) -> list[int]:
-        """An algorithm of one client model (vanilla SL) hands it from device to device: all devices at the
-        deepest planned cut."""
-        return [max(cuts)] * len(cuts) if self.algorithm.one_client_model else list(cuts)
+        """One line saying which plan the run starts with (:meth:`RunPlanning.describe`)."""
+        return self.planning.describe(self.history.events[0])
 
     # ---- checkpoint ---------------------------------------------------------------------------------------
     def state_dict(self, round_index: int, wall: float) -> dict[str, Any]:
@@ -356,7 +201,7 @@ class Trainer:
         extra = {"cuda_rng": torch.cuda.get_rng_state(self.device)} if self.device.type == "cuda" else {}
         return {**extra, "round": round_index, "engine": self.engine.state_dict(), "torch_rng": torch.get_rng_state(),
                 "numpy_rng": [name, keys, int(pos), int(has_gauss), float(cached)], "clock_seconds": self.clock.seconds,
-                "last_replan": self.last_replan, "wall_seconds": wall, "history": self.history.to_json(),
+                "last_replan": self.planning.last_replan, "wall_seconds": wall, "history": self.history.to_json(),
                 "run_id": self.history.meta.get("run_id"), "history_beside": True,
                 "config": self.config.to_json(), "partitions": [p.copy() for p in self.engine.data.parts],
                 "local_test": [p.copy() for p in self.engine.data.local_test],
@@ -368,33 +213,13 @@ class Trainer:
             raise InputError("--resume needs --out (the run folder holding checkpoint.pt)", field="resume")
         state = load_checkpoint(self.config.run.out)
         where = f"checkpoint in {self.config.run.out!r}"
-        saved, now = as_saved_run_trained(state["config"]), self.config.to_json()   # fields checked on load
-        if self.strategy.uses_total_rounds and saved.get("rounds") != now["rounds"]:
-            raise InputError(f"{self.config.algorithm}'s schedule depends on the run's total rounds T (GAPSL's eq. 2: "
-                             f"K^t grows with t/T), so a resumed run keeps --rounds {saved.get('rounds')} (asked: "
-                             f"{now['rounds']}); start a new run for more rounds", field="rounds")
-        for key in now:
-            if key in RESUMABLE:
-                continue
-            if saved.get(key) != now[key]:
-                raise InputError(f"differs from the checkpointed run ({saved.get(key)!r} vs {now[key]!r})", field=key)
-        for name, digest in (state["inputs"] or {}).items():
-            if digest != self.input_digests.get(name):
-                raise InputError(f"the {name} file {now.get(name + '_path')!r} changed since the run started (its SHA-256 "
-                                 "differs from the checkpoint's); resume with the same file, or start again with "
-                                 "--overwrite", field=f"{name}_path")
-        self._check_run_identity(state, where)
+        now = check_same_run(self.config, state, self.input_digests, self.strategy.uses_total_rounds)
+        check_run_identity(state, self.config.run.out, where)
         round_index = state["round"]
-        n_train = int(self.engine.data.x_train.shape[0])
-        local_test = state.get("local_test", [np.zeros(0, dtype=np.int64)] * len(state["partitions"]))
-        for i, part in enumerate([*state["partitions"], *local_test]):
-            if len(part) and int(part.max()) >= n_train:
-                raise InputError(f"the {where} gives device {i % len(state['partitions'])} sample index "
-                                 f"{int(part.max())}, beyond the {n_train} training samples of {self.config.data.dataset}; "
-                                 "start the run again with --overwrite", field="--resume")
+        parts, local_test = checked_partitions(state, int(self.engine.data.x_train.shape[0]), self.config.data.dataset,
+                                               where)
         try:
-            self.engine.data.parts = [np.asarray(p) for p in state["partitions"]]
-            self.engine.data.local_test = [np.asarray(p) for p in local_test]
+            self.engine.data.parts, self.engine.data.local_test = parts, local_test
             self.engine.load_state_dict(state["engine"])
             torch.set_rng_state(state["torch_rng"])
             if self.device.type == "cuda" and "cuda_rng" in state:
@@ -406,7 +231,7 @@ class Trainer:
             raise InputError(f"the {where} does not fit this run ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
                              "start the run again with --overwrite", field="--resume") from None
         self.clock.seconds = float(state["clock_seconds"])
-        self.last_replan = int(state["last_replan"])
+        self.planning.last_replan = int(state["last_replan"])
         self.wall_offset = float(state["wall_seconds"])
         self.history = History.from_json(state["history"])
         self.history.meta["config"] = now
@@ -414,39 +239,6 @@ class Trainer:
         self.measured_rates = MeasuredRates.from_json(measured["rates"], "history.json meta.measured_system.rates") \
             if isinstance(measured, dict) and "rates" in measured else MeasuredRates()
         self.start_round = int(state["round"])
-
-    def _check_run_identity(self, state: dict[str, Any], where: str) -> None:
-        """A checkpoint continues the run whose history is in its folder: the run id (drawn when the run
-        started, kept in history.json and every checkpoint) must match; a checkpoint copied from another run
-        is refused. Since every checkpoint is written after the history (``history_beside``), a folder without
-        history.json holds no run to continue: its checkpoint is refused, as is a checkpoint without a run id
-        (one written before ids existed could come from any run) and one with an id beside a history without
-        one. The id ties a checkpoint to its run against mistakes and copies, not against someone who can
-        write the folder: the files carry no secret (docs/formats.md, the checkpoint fields)."""
-        mine = state.get("run_id")                           # its form was checked on load
-        if mine is None:
-            raise InputError(f"the {where} carries no run id (it was written before adaptplan gave runs one), so "
-                             "nothing ties it to this folder's run; start again with --overwrite", field="--resume")
-        history_path = Path(str(self.config.run.out)) / "history.json"
-        if not history_path.is_file():
-            raise InputError(f"the folder has no history.json, which the run that wrote the {where} keeps beside "
-                             "every checkpoint: the checkpoint was copied from another run folder, or the history "
-                             "was removed; copy the whole folder, or start again with --overwrite",
-                             field="--resume")
-        try:
-            theirs = json.loads(history_path.read_text(encoding="utf-8")).get("meta", {}).get("run_id")
-        except (OSError, ValueError, AttributeError, RecursionError) as exc:   # atomic: no torn write of this run
-            raise InputError(f"history.json beside the {where} cannot be read ({type(exc).__name__}), so nothing ties "
-                             "the checkpoint to this folder's run; restore the folder's history.json, or start again "
-                             "with --overwrite", field="--resume") from None
-        if theirs is None:                       # a run that gives its checkpoints an id writes it into its history
-            raise InputError(f"the {where} has a run id (run id {str(mine)[:12]}…) and the history beside it none: "
-                             "the history comes from another run, or was edited; copy the whole folder, or start "
-                             "again with --overwrite", field="--resume")
-        if theirs != mine:
-            raise InputError(f"the {where} belongs to another run (run id {str(mine)[:12]}…) than the history beside it "
-                             f"(run id {str(theirs)[:12]}…): a checkpoint copied from another run folder is not "
-                             "continued; copy the whole folder, or start again with --overwrite", field="--resume")
 
     # ---- the loop -----------------------------------------------------------------------------------------
     def run(self) -> History:
@@ -466,7 +258,7 @@ class Trainer:
         c = self.config
         if c.run.resume:
             self.resume()
-        self._save_run_file(out)
+        save_run_file(out, self.config)
         tracking = TensorBoardLog(out, c.to_json()) if out else None
         mlflow = MlflowLog(c.run.mlflow, out, c.to_json(), resume=c.run.resume) if c.run.mlflow else None
         status = "FAILED"
@@ -492,15 +284,15 @@ class Trainer:
                         bar.update(1)
                     signum = stop.signum if t < c.run.rounds else None      # a stop asked for before the last round
                     if out and (signum is not None or (c.run.checkpoint_every and t % c.run.checkpoint_every == 0)):
-                        self._save_history(out)          # first: a folder with a checkpoint always has its history
+                        save_history(out, self.history)          # first: a folder with a checkpoint always has its history
                         save_checkpoint(self.state_dict(t, wall), out)
                     if signum is not None:
                         status = "KILLED"
                         raise Interrupted(signum, t, out, c.runtime.resume_command(out) if out else "")
             self._final_evaluation()
             self.engine.release()                # the other ranks end now, not after the files below
-            self._save_history(out)
-            self._save_plot(out)
+            save_history(out, self.history)
+            save_plot(out, self.history)
             status = "FINISHED"
         except Interrupted:
             # its history and checkpoint were written just before it was raised (writing a 16,000-round history
@@ -509,7 +301,7 @@ class Trainer:
         except Exception:
             # a lost rank (in a round, a checkpoint's state fetch or an evaluation), a full disk...:
             # the rounds finished so far are kept (diverged runs saved theirs already)
-            self._keep_history(out)
+            keep_history(out, self.history)
             raise
         finally:
             if bar is not None:
@@ -528,13 +320,14 @@ class Trainer:
         try:
             stats = engine.run_round(t)
             if stats.measured_seconds_by_role:
-                self._measure(t, stats)
-            replanned = self._maybe_replan(t, stats.aggregated)
+                record_measured(self.history, self.measured_rates, self.clock, t, stats)
+            replanned = self.planning.maybe_replan(t, stats.aggregated, engine, self.clock, self.measured_rates,
+                                                   self.history.events)
             acc = test_loss = local = None
             if t % c.run.eval_every == 0:
                 acc, test_loss, local = self.evaluate()
         except NonFiniteError as exc:
-            self._save_history(out)
+            save_history(out, self.history)
             kept = f"; the history up to round {t - 1} is in {out!r}" if out else ""
             raise InputError(f"training diverged at round {t}: {exc}{kept}; lower --lr or check the model",
                              field="lr") from None
@@ -556,41 +349,6 @@ class Trainer:
         else:
             self.history.meta.pop("final_evaluation", None)
 
-    def _keep_history(self, out: str | None) -> None:
-        """Write the history on the way out of a failed round; a failure to write is not allowed
-        to hide the failure that stopped the run."""
-        try:
-            self._save_history(out)
-        except InputError:
-            pass
-
-    def _save_run_file(self, out: str | None) -> None:
-        """``config.toml``: the run as a file (trainers/config/run_file.py), written before the first round (again
-        on a resume, with the options it gave anew)."""
-        if not out:
-            return
-        try:
-            write_atomic(Path(out) / RUN_FILE, run_file_text(self.config).encode())
-        except OSError as exc:
-            raise InputError(f"cannot write {RUN_FILE} into {out!r}: {exc.strerror or exc}", field="--out") from None
-
-    def _save_plot(self, out: str | None) -> None:
-        """``accuracy.png`` in ``out``: the run's accuracy curves (trainers/run/plotting.py)."""
-        if not out:
-            return
-        from trainers.run.plotting import plot_histories, run_label
-
-        plot_histories([(run_label(Path(out).name, self.history), self.history)], Path(out) / "accuracy.png")
-
-    def _save_history(self, out: str | None) -> None:
-        """history.json/.csv into ``out``; a write failure is one InputError naming the path and the cause."""
-        if not out:
-            return
-        try:
-            self.history.save(out)
-        except OSError as exc:
-            raise InputError(f"cannot write the history into {out!r}: {exc.strerror or exc}", field="--out") from None
-
     def evaluate(self) -> tuple[float, float, float | None]:
         """Both evaluation protocols: global test accuracy and loss, the mean over the strategy's
         ``eval_models`` (the global model, or every device's model for PSL) on the test set; and the local
@@ -599,57 +357,14 @@ class Trainer:
         local = self.engine.evaluate_local(self.config.execution.eval_batch_size) if self.local_evaluation else None
         return float(np.mean([r[0] for r in results])), float(np.mean([r[1] for r in results])), local
 
-    def _measure(self, t: int, stats: RoundStats) -> None:
-        """A runtime of processes measured round ``t``: its rates join the run's (adaptplan.measured_system), and
-        history.json's ``meta.measured_system`` holds them, the base (round 1's system) and the system fitted so far."""
-        self.measured_rates.add_round(self.clock.system(t), stats.seconds_by_role, stats.measured_seconds_by_role)
-        base = self.clock.system(1)
-        self.history.meta["measured_system"] = {"base": base.to_json(), "rates": self.measured_rates.to_json(),
-                                                "system": self.measured_rates.fitted(base).to_json()}
 
-    def _maybe_replan(self, t: int, aggregated: bool) -> bool:
-        """Algorithm 1: at an aggregation round, if Q rounds passed since the last
-        re-plan, call the planner with the measured system of the next round and re-partition without
-        losing state. ``config.plan.interval``, if set, overrides the planner's I here too. An infeasible
-        re-plan keeps the plan in force and records a ``replan-infeasible`` event with the reason."""
-        Q = self.replan_every
-        if not Q or not aggregated or t - self.last_replan < Q:
-            return False
-        system = dataclasses.replace(self.clock.process.measured(t + 1), batch_size=self.config.data.batch_size)
-        if self.measured_rates.rates:              # a runtime of processes: the rates it measured so far
-            system = self.measured_rates.fitted(system)
-        old = (list(self.engine.cuts), self.engine.interval)
-        self.last_replan = t
-        estimated = self.planning_constants(t, self.engine.global_model()) if self.config.plan.reestimate else None
-        try:
-            cuts, interval, details = _decision(self.planner(ReplanRequest(t, system, self.profile, *old, estimated)))
-        except InfeasibleError as exc:             # keep the plan in force, say why
-            self.history.events.append({"round": t, "event": "replan-infeasible", "reason": str(exc),
-                                        "cuts": old[0], "interval": old[1]})
-            return False
-        cuts, interval = self._one_client_model(cuts), self.config.plan.interval or self._planned_interval(interval)
-        self.engine.set_cuts(cuts, t)
-        self.engine.interval = interval
-        if estimated is not None:
-            details = {**details, "constants": estimated.to_json()}
-        if self.measured_rates.rates:
-            details = {**details, "system_from": "measured"}
-        self.history.events.append({"round": t, "event": "replan", "old_cuts": old[0], "old_interval": old[1],
-                                    "cuts": cuts, "interval": interval, **details})
-        return True
-
-    def planning_constants(self, t: int, model: torch.nn.Sequential) -> ConvergenceConstants:
-        """Algorithm 1 (docs/model.md §5.4) with ``--reestimate``: β, σ_j², G_j² and ϑ estimated from the run's own
-        ``model`` — its initial blocks before round 1 (the algorithm's first line), the global model of the
-        aggregation round at a re-plan — on 8 mini-batches of its training data (seed t), with γ = --lr and the
-        target ε in force (the constants file's, else the placeholder's); then the calibration's fit (--pilots),
-        else an unreachable ε raised to twice the noise floor (as for placeholders)."""
-        epsilon = (self.constants.epsilon if self.constants is not None
-                   else ConvergenceConstants.placeholder(self.profile.num_cuts).epsilon)
-        estimated = run_constants(self.run_data, model, t, epsilon)
-        devices = self.config.data.devices
-        return self.calibration.apply(estimated, devices) if isinstance(self.calibration, Calibration) \
-            else estimated.reachable(devices)
+def record_measured(history: History, rates: MeasuredRates, clock: SimClock, t: int, stats: RoundStats) -> None:
+    """A runtime of processes measured round ``t``: its rates join the run's ``rates`` (adaptplan.measured_system), and
+    history.json's ``meta.measured_system`` holds them, the base (round 1's system) and the system fitted so far."""
+    rates.add_round(clock.system(t), stats.seconds_by_role, stats.measured_seconds_by_role)
+    base = clock.system(1)
+    history.meta["measured_system"] = {"base": base.to_json(), "rates": rates.to_json(),
+                                       "system": rates.fitted(base).to_json()}
 
 
 def run(config: TrainConfig, **kwargs: Any) -> History:
