@@ -43,7 +43,21 @@ def test_pilots_showing_no_cost_of_a_longer_interval_give_kappa_zero_and_the_mea
     assert (law.kappa, law.rounds_at_one) == (0.0, 55.0) and law.rounds(8) == 55.0
     assert "κ = 0" in law.message
     flat = linear.fit_linear_rounds([_pilot(1, 60.0), _pilot(8, 60.0)])             # a zero slope is no cost either
-    assert flat.kappa == 0.0 and flat.rounds(5) == pytest.approx(60.0)
+    assert flat.kappa == 0.0 and flat.rounds(5) == pytest.approx(60.0) and "show no cost" in flat.message
+    # the edge just above: a slope of 5/7 round per interval step is a cost, κ = (5/7)/R₁ with R₁ = 50
+    small = linear.fit_linear_rounds([_pilot(1, 50.0), _pilot(8, 55.0)])
+    assert (small.rounds_at_one, small.kappa) == (pytest.approx(50.0), pytest.approx(5 / 7 / 50))
+    assert small.message.startswith("R(I) = 50·(1 + 0.0143·(I − 1))")
+
+
+def test_r1_must_be_positive_refused_at_zero_and_taken_just_above() -> None:
+    """R₁ = p + q: the line through (2, 10) and (4, 30) is R = −10 + 10·I, zero at I = 1 (refused); through (2, 10.5)
+    and (4, 30.5) R₁ = 0.5 > 0 is taken, κ = q/R₁ = 20."""
+    with pytest.raises(InputError) as caught:
+        linear.fit_linear_rounds([_pilot(2, 10.0), _pilot(4, 30.0)])
+    assert caught.value.field == "--pilots" and "gives no positive rounds at I = 1" in caught.value.message
+    law = linear.fit_linear_rounds([_pilot(2, 10.5), _pilot(4, 30.5)])
+    assert (law.rounds_at_one, law.kappa) == (pytest.approx(0.5), pytest.approx(20.0))
 
 
 @pytest.mark.parametrize("pilots, said", [
@@ -105,6 +119,7 @@ def test_kappa_zero_plans_the_longest_interval_and_kappa_one_or_more_plans_every
     with pytest.raises(InputError) as caught:
         linear.plan_linear_rounds(flat, profile, system, max_interval=0)
     assert caught.value.field == "max_interval"
+    assert linear.plan_linear_rounds(flat, profile, system, max_interval=1).interval == 1      # the edge: I = 1 only
 
 
 def test_the_threshold_sweep_and_the_milp_give_the_same_plan(monkeypatch) -> None:
