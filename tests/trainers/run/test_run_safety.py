@@ -420,6 +420,7 @@ def test_a_stopped_run_writes_its_history_once(tmp_path, monkeypatch) -> None:
     import os
     import signal
 
+    import trainers.run.driver as driver
     from trainers.config.train_config import TrainConfig
     from trainers.run.driver import Trainer
     from trainers.run.folder import Interrupted
@@ -427,7 +428,7 @@ def test_a_stopped_run_writes_its_history_once(tmp_path, monkeypatch) -> None:
     out = tmp_path / "run"
     trainer = Trainer(TrainConfig.flat(dataset="synthetic", devices=3, batch_size=8, cuts=(3,), rounds=6, progress=False,
                                        out=str(out), threads=1, checkpoint_every=4))
-    saved, real_round, real_save = [], Trainer._round, Trainer._save_history
+    saved, real_round, real_save = [], Trainer._round, driver.save_history
 
     def stop_after_2(self, t, out_, wall):
         record = real_round(self, t, out_, wall)
@@ -436,7 +437,7 @@ def test_a_stopped_run_writes_its_history_once(tmp_path, monkeypatch) -> None:
         return record
 
     monkeypatch.setattr(Trainer, "_round", stop_after_2)
-    monkeypatch.setattr(Trainer, "_save_history", lambda self, o: saved.append(len(self.history.records)) or real_save(self, o))
+    monkeypatch.setattr(driver, "save_history", lambda o, history: saved.append(len(history.records)) or real_save(o, history))
     with pytest.raises(Interrupted, match="after round 2"):
         trainer.run()
     assert saved == [2]
