@@ -33,6 +33,7 @@ import torch
 from adaptplan.calibration import Calibration
 from adaptplan.constants import ConvergenceConstants
 from adaptplan.errors import InputError
+from adaptplan.linear_rounds import LinearRounds
 from adaptplan.measured_system import MeasuredRates
 from adaptplan.system import SystemProcess, SystemRanges, SystemSpec, generate_system, scaled_ranges
 from profilers import build_chain, profile_model
@@ -50,13 +51,13 @@ from trainers.inputs.models import build_model
 from trainers.inputs.partition import local_test_split, partition_indices, samples_before_split
 from trainers.roles.messages import NonFiniteError
 from trainers.run.checkpoint import file_digest, load_checkpoint, save_checkpoint
-from trainers.run.estimation import RunData, pilot_calibration
+from trainers.run.estimation import RunData
 from trainers.run.folder import Interrupted, RunFolder, StopRequest
 from trainers.run.history import History, RoundRecord
 from trainers.run.output import keep_history, save_history, save_plot, save_run_file
 from trainers.run.planning import Planner, ReplanRequest, default_planner, linear_planner  # noqa: F401  (re-exported)
 from trainers.run.resume_check import check_run_identity, check_same_run, checked_partitions
-from trainers.run.run_planning import RunPlanning, checked_constants
+from trainers.run.run_planning import RunPlanning
 from trainers.run.tracking import MlflowLog, TensorBoardLog
 from trainers.strategies import make_strategy
 
@@ -77,9 +78,7 @@ class Trainer:
                  constants: ConvergenceConstants | None = None, data: Dataset | None = None,
                  engine_factory: Callable[..., SplitEngine] = SplitEngine) -> None:
         config.validate()
-        assert config.optim.lr is not None, "TrainConfig resolves the learning rate"
         self.config = config
-        self.lr: float = config.optim.lr
         self.device = resolve_device(config.execution.device, field="device")       # no GPU for --device cuda: before any work
         self.algorithm = algorithm(config.algorithm)                       # the registry's entry: its traits
         self.strategy = make_strategy(config.algorithm, config.extra)     # its options are checked before any work
@@ -92,12 +91,8 @@ class Trainer:
         if config.run.max_test_samples:
             x_test, y_test = x_test[:config.run.max_test_samples], y_test[:config.run.max_test_samples]
         self._build_model()
-        self.constants = checked_constants(config, self.profile, constants)
-        self.calibration = pilot_calibration(self.run_data, self.blocks) if config.plan.pilots else None
-        if isinstance(self.calibration, Calibration):
-            self.constants = self.calibration.constants
         self.planning = RunPlanning(config, self.profile, self.blocks, self.run_data, self.algorithm, self.strategy,
-                                    self.constants, self.calibration, planner)
+                                    constants, planner)
         self.process, self.clock = self._system_clock(system)
         parts, local_test = self._partition(manifest)
         cuts, interval, event = self.planning.initial_plan(self.clock)
@@ -115,7 +110,8 @@ class Trainer:
                                      "num_blocks": len(self.blocks), "block_names": self.block_names,
                                      "target_accuracy": config.run.target_accuracy,
                                      "num_classes": self.dataset.num_classes,
-                                     **({"calibration": self.calibration.to_json()} if self.calibration else {})})
+                                     **({"calibration": self.planning.calibration.to_json()}
+                                        if self.planning.calibration else {})})
         self.history.events.append({"round": 0, "event": "plan", **event, "cuts": cuts, "interval": interval})
         self.start_round = 0
         self.wall_offset = 0.0
@@ -189,6 +185,16 @@ class Trainer:
             raise InputError(f"{c.data.batch_size} exceeds the smallest device's {smallest} training samples "
                              f"({c.data.partition} partition over {c.data.devices} devices)", field="batch_size")
         return parts, local_test
+
+    @property
+    def constants(self) -> ConvergenceConstants | None:
+        """The constants the run plans with (given, read, or the --pilots fit's; :class:`RunPlanning`)."""
+        return self.planning.constants
+
+    @property
+    def calibration(self) -> Calibration | LinearRounds | None:
+        """The fit to --pilots, if any (:class:`RunPlanning`)."""
+        return self.planning.calibration
 
     def describe_plan(self) -> str:
         """One line saying which plan the run starts with (:meth:`RunPlanning.describe`)."""

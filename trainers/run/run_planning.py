@@ -22,7 +22,7 @@ from adaptplan.measured_system import MeasuredRates
 from adaptplan.model_profile import ModelProfile
 from adaptplan.plan import Plan
 from trainers.config.train_config import TrainConfig
-from trainers.run.estimation import RunData, run_constants
+from trainers.run.estimation import RunData, pilot_calibration, run_constants
 from trainers.run.planning import Planner, ReplanRequest, default_planner, linear_planner
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -60,16 +60,20 @@ def checked_constants(config: TrainConfig, profile: ModelProfile,
 
 class RunPlanning:
     """The plan of one run (module docstring). ``planner`` replaces the configured one (tests, the Python API);
-    ``constants`` and ``calibration`` are the run's (checked by :func:`checked_constants`, fitted to --pilots)."""
+    ``constants`` the ones given (else ``--constants``', checked by :func:`checked_constants`). ``calibration`` is
+    the fit to ``--pilots`` (eq. 15's constants or the rounds law linear in I), whose constants replace the given."""
 
     def __init__(self, config: TrainConfig, profile: ModelProfile, blocks: torch.nn.Sequential, run_data: RunData,
-                 algorithm: "Algorithm", strategy: "Strategy", constants: ConvergenceConstants | None,
-                 calibration: Calibration | LinearRounds | None, planner: Planner | None = None) -> None:
+                 algorithm: "Algorithm", strategy: "Strategy", constants: ConvergenceConstants | None = None,
+                 planner: Planner | None = None) -> None:
         assert config.optim.lr is not None, "TrainConfig resolves the learning rate"
         self.config, self.profile, self.blocks, self.run_data = config, profile, blocks, run_data
         self.algorithm, self.strategy = algorithm, strategy
         self.lr: float = config.optim.lr
-        self.constants, self.calibration = constants, calibration
+        self.constants = checked_constants(config, profile, constants)
+        self.calibration = pilot_calibration(run_data, blocks) if config.plan.pilots else None
+        if isinstance(self.calibration, Calibration):
+            self.constants = self.calibration.constants
         self.planner, self.replan_every = self._planner(planner)
         self.last_replan = 0
 
