@@ -274,13 +274,18 @@ def number_in_range(value: Any, field: str, low: float, high: float, unit: str =
     return float(number)
 
 
+def int_limits(low: float | None, high: float | None) -> tuple[int, int]:
+    """An integer's declared limits with their defaults: ``low`` else 1, ``high`` else :data:`MAX_COUNT`."""
+    return 1 if low is None else int(low), MAX_COUNT if high is None else int(high)
+
+
 def value_in_limits(value: Any, field: str, kind: str, low: float | None = None, high: float | None = None,
                     unit: str = "", *, low_open: bool = False, high_open: bool = False) -> int | float:
     """``value`` checked against declared limits (a configuration field's, an algorithm option's): ``kind``
     ``"int"`` an integer in ``low``..``high`` (None: 1 and :data:`MAX_COUNT`), ``"float"`` a finite number within
     them (None: ±:data:`MAX_MAGNITUDE`; an open end excludes the bound). InputError naming ``field`` otherwise."""
     if kind == "int":
-        least, most = 1 if low is None else int(low), MAX_COUNT if high is None else int(high)
+        least, most = int_limits(low, high)
         return positive_int(value, field, most, unit) if least == 1 else int_in_range(value, field, least, most, unit)
     return number_in_range(value, field, -MAX_MAGNITUDE if low is None else low, MAX_MAGNITUDE if high is None else high,
                            unit, low_open=low_open, high_open=high_open)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from adaptplan.errors import InputError
-from adaptplan.fileio import MAX_COUNT, show, value_in_limits
+from adaptplan.fileio import int_limits, show, value_in_limits
 from trainers.algorithms import check_choice
 
 META = "adaptplan"
@@ -85,8 +85,7 @@ class Described:
     @property
     def int_limits(self) -> tuple[int, int]:
         """An integer field's limits: its ``low`` (default 1) and ``high`` (default :data:`MAX_COUNT`)."""
-        return (1 if self.meta.low is None else int(self.meta.low),
-                MAX_COUNT if self.meta.high is None else int(self.meta.high))
+        return int_limits(self.meta.low, self.meta.high)
 
     @property
     def on_command_line(self) -> bool:
