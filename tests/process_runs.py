@@ -103,14 +103,18 @@ leaves (an :class:`Activation` for E1–E5 and E7, a :class:`ModelUpload` for E6
 measured seconds for R1)."""
 
 
-def lying_device(tmp_path: Path, lie: str, argv: list[str], timeout: float = 240) -> subprocess.CompletedProcess:
-    """``adaptplan train ARGV`` whose device 0 sends, from round 2 on, the message :data:`LIES` ``[lie]`` makes of
-    its honest one (a ``sitecustomize`` module on ``PYTHONPATH`` wraps ``Device.forward`` or ``Device.upload`` in
-    every rank but 0 and 1, the servers)."""
-    method = "upload" if lie.startswith(("E6", "E8")) else "forward"
+def lying_device(tmp_path: Path, lie: str, argv: list[str], timeout: float = 240, code: str | None = None,
+                 message: str | None = None) -> subprocess.CompletedProcess:
+    """``adaptplan train ARGV`` whose device 0 sends, from round 2 on, the message :data:`LIES` ``[lie]`` (or
+    ``code``) makes of its honest one (a ``sitecustomize`` module on ``PYTHONPATH`` wraps ``Device.forward`` or
+    ``Device.upload`` in every rank but 0 and 1, the servers). ``message``: "forward", "upload" or "report" (default:
+    from the lie's name, R… a report, E6 and E8 an upload)."""
+    code = LIES[lie] if code is None else code
+    message = message or ("report" if lie.startswith("R") else "upload" if lie.startswith(("E6", "E8")) else "forward")
+    method = message
     hook = tmp_path / "lying_device"
     hook.mkdir(exist_ok=True)
-    if lie.startswith("R"):                       # the rank's own message: every one device 0's rank sends
+    if message == "report":                       # the rank's own message: every one device 0's rank sends
         (hook / "sitecustomize.py").write_text(textwrap.dedent(f"""\
             import os
             if os.environ.get("RANK") == "2":
@@ -119,7 +123,7 @@ def lying_device(tmp_path: Path, lie: str, argv: list[str], timeout: float = 240
                 _honest = FrameChannel.send
                 def lying(self, msg, *args, **kwargs):
                     if isinstance(msg, Report):
-                        {LIES[lie]}
+                        {code}
                     return _honest(self, msg, *args, **kwargs)
                 FrameChannel.send = lying
             """))
@@ -133,7 +137,7 @@ def lying_device(tmp_path: Path, lie: str, argv: list[str], timeout: float = 240
             def lying(self, round_index, *args, **kwargs):
                 msg = _honest(self, round_index, *args, **kwargs)
                 if self.index == 0 and round_index >= 2:
-                    {LIES[lie]}
+                    {code}
                 return msg
             Device.{method} = lying
         """))

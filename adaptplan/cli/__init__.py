@@ -49,7 +49,8 @@ class _Parser(argparse.ArgumentParser):
     """ArgumentParser whose errors are one line and exit code 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, clip_message(f"{self.prog}: error: {message}") + "\n")
+        one_line = message.replace("\r", "\\r").replace("\n", "\\n")   # a value holding a line break stays one line
+        self.exit(2, clip_message(f"{self.prog}: error: {one_line}") + "\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

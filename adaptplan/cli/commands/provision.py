@@ -63,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
     if world - 2 > args.devices:
         raise InputError(f"{world} ranks give {world - 2} device hosts for {args.devices} devices: at most "
                          f"{args.devices + 2} ranks (a kit per host that has devices)", field="--ranks")
+    if not args.out.strip():
+        raise InputError("is empty: give the new folder to write", field="--out")
     deployment = provision(Path(args.out).expanduser(), args.broker, args.devices, world, train_args, args.run,
                            args.days, largest_frame=lambda: _largest_frame(config))
     roles = RankLayout(world, args.devices)

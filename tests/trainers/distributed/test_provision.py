@@ -118,11 +118,22 @@ def _has_user(name: str) -> bool:
     (["--broker", "h:1", "--devices", "3", "--run", ""], "--run: '' is not a run name"),     # the second harness
     (["--broker", "h:1", "--devices", "3", "--", "--resume"], "--resume: needs --out"),      # run found these taken
     (["--broker", "h:1", "--devices", "3", "--", "--checkpoint-every", "2"], "--checkpoint-every: needs --out"),
-])
+    (["--broker", "h:1", "--devices", "3", "--out", ""], "--out: is empty"),    # tools/hostile_provision.py: ''
+])                                                                                 # wrote into the working folder
 def test_a_wrong_option_is_named_in_one_line_with_exit_code_2(tmp_path, capsys, argv, field) -> None:
     assert main(["provision", "--out", str(tmp_path / "d"), *argv]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and field in err and "Traceback" not in err, err
+    assert not (tmp_path / "d").exists()
+
+
+def test_a_training_option_holding_a_line_break_is_one_line(tmp_path, capsys) -> None:
+    """tools/hostile_provision.py: argparse's own message echoed the value's line break (two lines)."""
+    with pytest.raises(SystemExit) as stop:
+        main(["provision", "--out", str(tmp_path / "d"), "--broker", "h:1", "--devices", "3", "--",
+              "--data-dir", "x\ntouch y"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err == "adaptplan: error: unrecognized arguments: --data-dir x\\ntouch y\n", err
     assert not (tmp_path / "d").exists()
 
 
