@@ -95,6 +95,7 @@ LIES = {
     "E6 upload shape": "first = next(iter(msg.blocks.values())); name = next(iter(first.state)); "
                        "first.state[name] = torch.zeros(2)",
     "E8 weight 1e30": "msg.weight = 1e30",
+    "S1 the next step's number": "msg.step = msg.step + 1",
     "none": "pass",
     "R1 report of another device": "msg.seconds = {'device FP': {1: 1e5}}",
 }

@@ -86,6 +86,7 @@ class RankNetwork:
         self.uploads: dict[int, list[int]] = {}      # device → the blocks its last Upload (to the edge) asked for
         self.expected: dict[int, type] = {}          # device → the message type its rank's next reply must be
         self.asked_round: dict[int, int] = {}        # device → the round its last Forward was for
+        self.last_step: dict[int, int] = {}          # device → the step of its last activation (steps count by one)
 
     # ---- setting the device ranks up -------------------------------------------------------------------
     def setup(self, engine: "SplitEngine", optimizer: OptimizerSpec, seed: int) -> "RankNetwork":
@@ -185,6 +186,8 @@ class RankNetwork:
                     continue
                 raise
             devices = self.layout.devices_of(rank)
+            for device in devices:                  # a new process numbers its steps anew
+                self.last_step.pop(device, None)
             print(f"adaptplan train: rank {rank} ({self.layout.describe(rank)}) came back as a new process; "
                   f"{self.algorithm} takes devices {', '.join(map(str, devices))} back (from the global client model "
                   "where there is one, else the initial weights)", file=sys.stderr, flush=True)
@@ -280,6 +283,12 @@ class RankNetwork:
             if msg.round != asked_round:
                 raise BadMessageError(device, "activation", "round", f"is {show(msg.round)}, but it was asked for round "
                                                                      f"{asked_round}")
+            last = self.last_step.get(device)
+            if not is_int(msg.step) or msg.step < 1 or (last is not None and msg.step != last + 1):
+                raise BadMessageError(device, "activation", "step", f"is {show(msg.step)}, but its last was {last}: a "
+                                      "device counts its steps by one" if last is not None else
+                                      f"is {show(msg.step)}, not a step number")
+            self.last_step[device] = msg.step
         else:
             cut = self.engine.cuts[device]           # a device sends the blocks asked for that it holds (below its cut)
             check_upload(msg, device, [j for j in self.uploads.pop(device, []) if j < cut], self.engine.upload_schema)

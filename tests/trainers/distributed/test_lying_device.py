@@ -34,6 +34,8 @@ REFUSED = {
                 "[16, 128] (16 samples asked for)",
     "E7 3e38": "a message its role may not send: device 0's activation: tensor: holds 3e+38: NaN, infinite or above "
                "1e+10 in absolute value",
+    "S1 the next step's number": "a message its role may not send: device 0's activation: step: is 3, but its last "
+                                 "was 1: a device counts its steps by one",   # hostile_device.py: was an internal error
     "E6 upload shape": "rank 1 (fed server) a message its role may not send: device 0's model upload: "
                        "blocks[0].0.1.weight: is torch.float32[2], expected float32[128, 64]",
 }
