@@ -8,7 +8,8 @@ lying device leave and trains on), over both runtimes.
 
 Each case ends as one of: clean (the run stopped with exit 3 naming device 0's rank and the field, or — GAS — went
 on without device 0 naming it), accepted (exit 0: judged by comparing the losses with the honest simulation;
-"accepted, harmless" when they are equal to 1e-4), internal (exit 1, a traceback, an internal error), wrong rank
+"accepted, harmless" when every round's loss is equal to 1e-4 — the lies start in round 2, and round 3 trains on
+round 2's average), internal (exit 1, a traceback, an internal error), wrong rank
 (exit 3 blaming another rank) or hang (no end in ``--timeout`` s). Prints the counts per runtime and algorithm, and
 each case that is not clean.
 
@@ -86,7 +87,7 @@ REPORT = {
 COMMON = ["--devices", "2", "--dataset", "synthetic", "--model", "mlp", "--seed", "5", "--no-progress", "--cuts",
           "2", "--client-batching", "off"]
 ALGORITHMS = {
-    "sfl-v1": ["--algorithm", "sfl-v1", "--rounds", "2", "--eval-every", "2"],
+    "sfl-v1": ["--algorithm", "sfl-v1", "--rounds", "3", "--eval-every", "3"],   # round 3 trains on round 2's average
     "gas": ["--algorithm", "gas", "--rounds", "4", "--eval-every", "2", "--active", "2", "--local-steps", "1"],
 }
 RUNTIMES = {"distributed": ["--distributed"], "mqtt": ["--runtime", "mqtt"]}

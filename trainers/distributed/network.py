@@ -36,7 +36,7 @@ from trainers.distributed.rank_checks import check_ready, check_report
 from trainers.distributed.timing import book_transfer, link_rate
 from trainers.distributed.transport import FrameChannel, PeerError
 from trainers.engine.clock import StageLedger
-from trainers.roles.checks import ActivationRule, BadMessageError, check_activation, check_blocks, check_upload
+from trainers.roles.checks import ActivationRule, BadMessageError, check_activation, check_blocks, check_step, check_upload
 from trainers.roles.messages import Activation, CutGradient, ModelUpload
 from trainers.roles.optim import OptimizerSpec
 from trainers.roles.protocol import EDGE, FED, Address, Forward, GetBlocks, GetState, RoundEnd, State, Upload
@@ -283,12 +283,7 @@ class RankNetwork:
             if msg.round != asked_round:
                 raise BadMessageError(device, "activation", "round", f"is {show(msg.round)}, but it was asked for round "
                                                                      f"{asked_round}")
-            last = self.last_step.get(device)
-            if not is_int(msg.step) or msg.step < 1 or (last is not None and msg.step != last + 1):
-                raise BadMessageError(device, "activation", "step", f"is {show(msg.step)}, but its last was {last}: a "
-                                      "device counts its steps by one" if last is not None else
-                                      f"is {show(msg.step)}, not a step number")
-            self.last_step[device] = msg.step
+            self.last_step[device] = check_step(msg, device, self.last_step.get(device))
         else:
             cut = self.engine.cuts[device]           # a device sends the blocks asked for that it holds (below its cut)
             check_upload(msg, device, [j for j in self.uploads.pop(device, []) if j < cut], self.engine.upload_schema)

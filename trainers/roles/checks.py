@@ -24,6 +24,7 @@ from typing import Callable, Mapping, Sequence
 
 import torch
 
+from adaptplan.fileio import is_int, show
 from trainers.roles.messages import Activation, MessageMismatchError, ModelUpload
 from trainers.roles.protocol import Blocks
 
@@ -78,6 +79,15 @@ def check_activation(msg: Activation, device: int, rows: int, rule: ActivationRu
             raise bad("tensor", f"holds {largest:.3g}: NaN, infinite or above {MAX_MAGNITUDE:.0e} in absolute value")
 
 
+def check_step(msg: Activation, device: int, last: int | None) -> int:
+    """``msg.step``, unless it is not the step after device ``device``'s ``last`` (a device counts its steps by one;
+    None: its first activation since it started) → :class:`BadMessageError`."""
+    if not is_int(msg.step) or msg.step < 1 or (last is not None and msg.step != last + 1):
+        raise BadMessageError(device, "activation", "step", f"is {show(msg.step)}, but its last was {last}: a device "
+                              "counts its steps by one" if last is not None else f"is {show(msg.step)}, not a step number")
+    return int(msg.step)
+
+
 def schema_of(states: Sequence[Mapping[str, torch.Tensor]]) -> dict[int, dict[str, tuple[tuple[int, ...], str]]]:
     """The :data:`Schema` of blocks 0.. whose state dicts are ``states`` (the template's)."""
     return {j: {name: (tuple(int(s) for s in t.shape), str(t.dtype).removeprefix("torch.")) for name, t in state.items()}
@@ -121,7 +131,8 @@ def check_blocks(msg: object, device: int, count: int, schema: Schema) -> None:
 def _check_state(bad: Callable[[str, str], BadMessageError], where: str, state: Mapping[str, object],
                  expected: Mapping[str, tuple[tuple[int, ...], str]]) -> None:
     """One block's state against its template ``expected`` (:data:`Schema`'s entry): the same entries, each a tensor of
-    the template's shape and dtype, finite."""
+    the template's shape and dtype, finite and within :data:`MAX_MAGNITUDE` (as an activation: a finite 10³⁸ averaged
+    in is a model as lost as a NaN)."""
     if set(state) != set(expected):
         missing = sorted(set(expected) - set(state)) or sorted(set(state) - set(expected))
         raise bad(where, f"holds entries {sorted(state)[:5]}, expected {sorted(expected)[:5]} (differs at {missing[0]!r})")
@@ -131,5 +142,8 @@ def _check_state(bad: Callable[[str, str], BadMessageError], where: str, state: 
                 or str(tensor.dtype).removeprefix("torch.") != dtype:
             got = f"{tensor.dtype}{list(tensor.shape)}" if isinstance(tensor, torch.Tensor) else type(tensor).__name__
             raise bad(f"{where}.{name}", f"is {got}, expected {dtype}{list(shape)}")
-        if tensor.is_floating_point() and tensor.numel() and not bool(torch.isfinite(tensor).all()):
-            raise bad(f"{where}.{name}", "holds NaN or infinite values")
+        if tensor.is_floating_point() and tensor.numel():
+            largest = float(tensor.detach().abs().amax())
+            if not largest <= MAX_MAGNITUDE:            # NaN fails this too
+                raise bad(f"{where}.{name}", f"holds {largest:.3g}: NaN, infinite or above {MAX_MAGNITUDE:.0e} in "
+                                             "absolute value")
