@@ -128,6 +128,7 @@ class Algorithm:
     allows_absence: bool = False       # a device lost in a real runtime leaves and the run goes on
     active_option: str | None = None   # the option that counts the devices taking part (GAS's C), if not ρ
     local_rounds_option: str | None = None   # the option of its local rounds between averages, if not the interval I
+    whole_model: bool = False          # federated learning, no split: every device holds all L blocks (cut L)
 
     @property
     def option_names(self) -> tuple[str, ...]:
@@ -183,6 +184,12 @@ CYCLESL_OPTIONS = (
            "steps = E single resampled mini-batches (Algorithm 1 literally)", ("epochs", "steps")),
     Option("sample_weight", str, "data_size", "CycleSL's server-loss sample weights (CSL-3)", ("data_size", "uniform")),
 )
+FEDLC_OPTIONS = (
+    PARTICIPATION.with_default(0.1),
+    Option("lc_tau", float, 1.0, "FedLC's calibration strength τ: the logit of class y is lowered by τ·n_y^(-1/4), n_y "
+           "the device's samples of y (≥ 0; 0 = FedAvg)", low=0),
+)
+LLA_SFL_OPTIONS = (PARTICIPATION.with_default(0.1), LA_TAU)
 SGLR_OPTIONS = (
     PARTICIPATION.with_default(0.05),
     Option("averaged_fraction", float, 0.5, "the share φ of SGLR's participants that receive the one averaged "
@@ -211,6 +218,10 @@ _CYCLESL_ADAM: dict[str, Any] = dict(optimizer="adam", lr=1e-3, client_lr=1e-3, 
 _SPLITFED = TrainingDefaults(**_SCALA_CODE, interval=None, source="SCALA's paper, its SplitFedV1/SplitFedV2 baselines "
                              "(§5.1: SGD, learning rate 0.01); its code: momentum 0.9, weight decay 5e-4, clipping at "
                              "10; aggregation every round (SplitFed's I = 1)")
+
+_SCALA_BASELINE = TrainingDefaults(**_SCALA_CODE, interval=20, source="SCALA's paper, its baselines share its setting "
+                                   "(§5.1: SGD 0.01, I = 20 local iterations, ρ = 0.1); its code: momentum 0.9, weight "
+                                   "decay 5e-4, clipping at 10")
 
 # ---- the registry ---------------------------------------------------------------------------------------------
 REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
@@ -259,6 +270,13 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
                   **_CYCLESL_ADAM, source="CycleSL's paper, its SGLR baseline: Adam with one rate for clients and server (its set-up and "
                          "Table 10), 5% attendance; SGLR's own rate per side is --client-lr/--server-lr"),
               SGLR_OPTIONS),
+    Algorithm("fedavg", "trainers.strategies.fedavg:FedAvg", "FedAvg: federated learning, the whole model on every "
+              "device, averaged every I local steps (no split)", _SCALA_BASELINE, (PARTICIPATION.with_default(0.1),),
+              whole_model=True),
+    Algorithm("fedlc", "trainers.strategies.fedlc:FedLC", "FedLC: FedAvg whose devices train on logits calibrated "
+              "by their label counts (no split)", _SCALA_BASELINE, FEDLC_OPTIONS, whole_model=True),
+    Algorithm("lla-sfl", "trainers.strategies.lla_sfl:LLASFL", "LLA-SFL: SplitFed V1 with each device's loss "
+              "logit-adjusted by its own label distribution (SCALA's ablation)", _SCALA_BASELINE, LLA_SFL_OPTIONS),
 )}
 
 ALGORITHMS: tuple[str, ...] = tuple(REGISTRY)

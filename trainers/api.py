@@ -54,7 +54,7 @@ from trainers.roles.optim import OptimizerSpec
 __all__ = ["Activation", "CutGradient", "ModelUpload", "NonFiniteError", "ServerPasses", "ModelViews", "ServerPass",
            "OptimizerSpec", "InputError",
            "RoundContext", "Aggregation", "Handoff", "Strategy", "AsyncStrategy", "answer", "skip", "mean_ce",
-           "logit_adjusted_ce", "label_prior", "BarrierStep", "ParallelStep", "parallel_step", "serve_in_passes",
+           "logit_adjusted_ce", "calibrated_ce", "label_prior", "DeviceLoss", "BarrierStep", "ParallelStep", "parallel_step", "serve_in_passes",
            "every_interval", "sample_devices",
            "is_int", "is_finite_number"]
 
@@ -298,6 +298,10 @@ def common_gradient_rows(ctx: RoundContext, arrivals: Sequence[Activation], grad
     return {**grads, **{a.device: row.expand_as(grads[a.device]).clone() for a in active}}
 
 
+DeviceLoss = Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor]
+"""F_i of device ``i`` from its server logits and labels (a scalar)."""
+
+
 def mean_ce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """F_i: mean cross-entropy over the mini-batch (docs/model.md §1)."""
     return nn.functional.cross_entropy(logits, labels)
@@ -307,6 +311,16 @@ def label_prior(counts: np.ndarray | torch.Tensor) -> torch.Tensor:
     """A label distribution π (float32) from class counts (a tensor stays on its device)."""
     c = counts.to(torch.float32) if torch.is_tensor(counts) else torch.as_tensor(np.asarray(counts), dtype=torch.float32)
     return c / c.sum().clamp_min(1.0)
+
+
+def calibrated_ce(logits: torch.Tensor, labels: torch.Tensor, counts: np.ndarray | torch.Tensor, tau: float = 1.0,
+                  floor: float = 1e-8) -> torch.Tensor:
+    """FedLC's logit-calibrated cross-entropy (Zhang et al., ICML 2022, docs/algorithms.md FedLC): mean over the
+    batch of −log softmax(s − τ·n^(−1/4))_y, n the device's samples per class (a class it lacks counted as
+    ``floor``, FL-bench's FedLC client)."""
+    n = torch.as_tensor(np.asarray(counts) if not torch.is_tensor(counts) else counts, dtype=logits.dtype,
+                        device=logits.device).clamp_min(floor)
+    return nn.functional.cross_entropy(logits - tau * n.pow(-0.25), labels)
 
 
 def logit_adjusted_ce(logits: torch.Tensor, labels: torch.Tensor, prior: torch.Tensor, tau: float = 1.0,
@@ -342,8 +356,10 @@ class ParallelStep:
     is ``"parallel"``: as the devices forward, or in passes of its size, each part's replies delivered at once),
     which gives the same parameters bit for bit."""
 
-    def __init__(self, edge: ServerPasses, ctx: RoundContext, devices: Sequence[int]) -> None:
+    def __init__(self, edge: ServerPasses, ctx: RoundContext, devices: Sequence[int],
+                 loss_of: "DeviceLoss | None" = None) -> None:
         self.edge, self.ctx = edge, ctx
+        self.loss_of: DeviceLoss = loss_of or (lambda d, z, y: mean_ce(z, y))
         sizes = {int(d): float(ctx.data_sizes[d]) for d in devices}
         total = sum(sizes.values())
         # shared instances receive Σ_i (|D_i|/Σ|D|)·g_{s,i}; per-device instances g_{n,i}: scale each
@@ -356,7 +372,7 @@ class ParallelStep:
         (final: taken at the pre-update w_s)."""
         edge, weights = self.edge, self.weights
         p = edge.run(part)
-        losses = {d: mean_ce(p.logits[d], p.labels[d]) for d in p.devices}
+        losses = {d: self.loss_of(d, p.logits[d], p.labels[d]) for d in p.devices}
         for d, loss in losses.items():
             self.ctx.record_loss(d, loss)
         # each device's ∂F_i/∂a_i (the part's input gradients are released with it)
@@ -373,12 +389,13 @@ class ParallelStep:
         self.edge.step([o for o in self.edge.owners(self.weights) if o is None])
 
 
-def parallel_step(edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Activation]) -> list[CutGradient]:
-    """All arrivals at the same server weights (eqs. 3–5, :class:`ParallelStep`); reply ∂F_i/∂a_i to every
-    device."""
+def parallel_step(edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Activation],
+                  loss_of: "DeviceLoss | None" = None) -> list[CutGradient]:
+    """All arrivals at the same server weights (eqs. 3–5, :class:`ParallelStep`; F_i = ``loss_of``, mean CE by
+    default); reply ∂F_i/∂a_i to every device."""
     if not arrivals:
         return []
-    return serve_in_passes(edge, ParallelStep(edge, ctx, [a.device for a in arrivals]), arrivals)
+    return serve_in_passes(edge, ParallelStep(edge, ctx, [a.device for a in arrivals], loss_of), arrivals)
 
 
 def serve_in_passes(edge: ServerPasses, step: BarrierStep, arrivals: Sequence[Activation]) -> list[CutGradient]:
@@ -404,6 +421,7 @@ class Strategy:
     reset_client_optimizer = False   # a device that loads a global client model restarts its optimizer state
     uses_total_rounds = False   # the schedule reads t/R (ctx.total_rounds): a resumed run must keep --rounds
     allows_absence = False      # the registry's trait (set from trainers.algorithms for a registered ``name``)
+    whole_model = False         # the registry's trait: every device holds all L blocks (no split; the engine checks)
     legacy_period_key: str | None = None   # a key of old checkpoints' strategy state that held the period's participants
     optional_state: frozenset[str] = frozenset()   # keys of state_dict() absent from checkpoints written before them
 
@@ -416,6 +434,7 @@ class Strategy:
         entry = REGISTRY.get(cls.__dict__.get("name", ""))
         if entry is not None:
             cls.allows_absence = entry.allows_absence
+            cls.whole_model = entry.whole_model
 
     def __init__(self, participation: float = 1.0) -> None:
         PARTICIPATION.check(participation)        # the other options are checked by make_strategy (their entry's limits)
@@ -447,13 +466,18 @@ class Strategy:
         return [list(participants)]
 
     def serve(self, edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Activation]) -> list[CutGradient]:
-        return parallel_step(edge, ctx, arrivals)
+        return parallel_step(edge, ctx, arrivals, self.device_loss(ctx))
+
+    def device_loss(self, ctx: RoundContext) -> "DeviceLoss | None":
+        """Device i's loss F_i(logits, labels) in the parallel step (eqs. 3–5); None: the mean cross-entropy
+        (:func:`mean_ce`). FedLC's calibrated loss, LLA-SFL's logit-adjusted one."""
+        return None
 
     def barrier_step(self, edge: ServerPasses, ctx: RoundContext, devices: Sequence[int]) -> BarrierStep | None:
         """This barrier's server step in parts (``devices``: all of the barrier's, before any part), which the
         runtime may feed a part at a time as the devices forward; None: :meth:`serve` takes the whole barrier.
         The default parallel step (``server_step = "parallel"``) is a :class:`ParallelStep`."""
-        return ParallelStep(edge, ctx, devices) if self.server_step == "parallel" else None
+        return ParallelStep(edge, ctx, devices, self.device_loss(ctx)) if self.server_step == "parallel" else None
 
     def flush(self, edge: ServerPasses, ctx: RoundContext) -> list[CutGradient]:
         """Replies still owed after the group's arrivals were all served."""

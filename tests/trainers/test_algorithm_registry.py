@@ -44,10 +44,10 @@ def test_the_flag_table_has_one_row_per_option_name_with_each_algorithms_default
     # ... among them the papers' (SL trains one device at a time; GAS counts its active devices with its own C)
     assert {"psl", "sfl-v1", "sfl-v2", "adaptsfl", "gapsl", "scala", "cyclesl", "sglr"} <= set(p.algorithms)
     assert not {"sl", "gas"} & set(p.algorithms)
-    assert p.default == 1.0 and dict(p.per_algorithm) == {"scala": 0.1, "cyclesl": 0.05, "sglr": 0.05}
+    assert p.default == 1.0 and {"scala": 0.1, "cyclesl": 0.05, "sglr": 0.05}.items() <= dict(p.per_algorithm).items()
     assert p.default_for("cyclesl") == 0.05 and p.default_for("psl") == 1.0
-    assert p.describe_default() == "1.0; scala 0.1; cyclesl 0.05; sglr 0.05"
-    assert rows["la_tau"].algorithms == ("scala", "gas") and rows["la_tau"].per_algorithm == ()
+    assert p.describe_default().startswith("1.0; scala 0.1; cyclesl 0.05; sglr 0.05")     # then later algorithms'
+    assert rows["la_tau"].algorithms[:2] == ("scala", "gas") and rows["la_tau"].per_algorithm == ()
     for entry in REGISTRY.values():               # every option of every entry is in the table, under its flag
         for option in entry.options:
             assert entry.name in rows[option.name].algorithms
@@ -60,7 +60,9 @@ def test_algorithm_options_fill_defaults_and_name_the_flag_of_a_foreign_or_unkno
     assert algorithms.algorithm_options("gas", {"active": 3})["active"] == 3
     with pytest.raises(InputError) as err:
         algorithms.algorithm_options("psl", {"la_tau": 2.0})
-    assert err.value.field == "--la-tau" and "applies to scala, gas, not --algorithm psl" in err.value.message
+    users = ", ".join(n for n, entry in REGISTRY.items() if "la_tau" in entry.option_names)
+    assert err.value.field == "--la-tau" and users.startswith("scala, gas")
+    assert err.value.message == f"applies to {users}, not --algorithm psl"
     with pytest.raises(InputError) as err:
         algorithms.algorithm_options("psl", {"nope": 1})
     assert err.value.field == "extra"
@@ -68,7 +70,7 @@ def test_algorithm_options_fill_defaults_and_name_the_flag_of_a_foreign_or_unkno
         algorithms.algorithm_options("scala", {"server_prior": "epoch"})
     assert err.value.field == "--server-prior" and "valid: batch, round" in err.value.message
     with pytest.raises(InputError) as err:
-        algorithms.algorithm("fedavg")
+        algorithms.algorithm("fedsgd")
     assert err.value.field == "algorithm" and "valid: sl, psl," in err.value.message
 
 

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from adaptplan.errors import InputError
 from adaptplan.plan import check_cut_vector
 from trainers.config.train_config import EVAL_BATCH_SIZE
 from trainers.engine.aggregation import aggregate, load_global, start_from_global
@@ -221,7 +222,13 @@ class SplitEngine:
 
     # ---- context ------------------------------------------------------------------------------------
     def check_cuts(self, cuts: Sequence[int]) -> list[int]:
-        return check_cut_vector(cuts, self.num_devices, self.num_blocks).tolist()
+        """``cuts`` as a list after :func:`check_cut_vector`; a strategy of the whole model (the registry's
+        ``whole_model``: federated learning) takes cut L on every device only."""
+        checked: list[int] = check_cut_vector(cuts, self.num_devices, self.num_blocks).tolist()
+        if getattr(self.strategy, "whole_model", False) and set(checked) != {self.num_blocks}:
+            raise InputError(f"{self.strategy.name} trains the whole model on every device (no split): every cut "
+                             f"must be {self.num_blocks}, got {sorted(set(checked))}", field="cuts")
+        return checked
 
     @property
     def deepest_cut(self) -> int:

@@ -77,6 +77,20 @@ class RunPlanning:
         self.planner, self.replan_every = self._planner(planner)
         self.last_replan = 0
 
+    def _check_no_split(self) -> None:
+        """An algorithm of the whole model (the registry's ``whole_model``) has no cut to plan: cut L on every
+        device; a planning option is refused, naming it."""
+        c, L = self.config, len(self.blocks)
+        given = [(flag, value) for flag, value in (("--plan", c.plan.path), ("--policy", c.plan.policy),
+                                                   ("--pilots", c.plan.pilots), ("--replan-every", c.plan.replan_every))
+                 if value is not None] + ([("--reestimate", True)] if c.plan.reestimate else [])
+        if given:
+            raise InputError(f"{c.algorithm} trains the whole model on every device (no split): there is no cut to "
+                             "plan; leave it out", field=given[0][0])
+        if c.plan.cuts is not None and set(c.plan.cuts) != {L}:
+            raise InputError(f"{c.algorithm} trains the whole model on every device (no split): its cut is {L} of "
+                             f"{L}; leave --cuts out", field="--cuts")
+
     def notes(self, interval: int, event: dict[str, Any]) -> list[str]:
         """What the run says once about its first plan: an interval it never reaches, γ > 1/β."""
         return [note for note in [self._interval_note(interval), self._step_note(event)] if note]
@@ -97,6 +111,9 @@ class RunPlanning:
     def initial_plan(self, clock: SimClock) -> tuple[list[int], int, dict[str, Any]]:
         """(cuts, interval, event fields) of the plan in force from round 1 (module docstring)."""
         c, L = self.config, len(self.blocks)
+        if self.algorithm.whole_model:
+            self._check_no_split()
+            return [L] * c.data.devices, c.plan.interval or 1, {"source": "whole model"}
         if c.plan.cuts is not None and c.plan.policy is None:
             return list(c.plan.cuts), c.plan.interval or 1, {"source": "cuts"}   # c.plan.interval: --interval or the algorithm's
         if c.plan.path is not None:
@@ -163,7 +180,8 @@ class RunPlanning:
         counts = {c: cuts.count(c) for c in sorted(set(cuts))}
         spread = ", ".join(f"{n}× cut {c}" for c, n in counts.items())
         source = {"cuts": "--cuts", "plan": f"plan file {self.config.plan.path}", "planner": "the built-in planner",
-                  "default": "the fallback (no feasible plan)", "policy": f"policy {self.config.plan.policy}"}[event["source"]]
+                  "default": "the fallback (no feasible plan)", "policy": f"policy {self.config.plan.policy}",
+                  "whole model": f"{self.config.algorithm} (no split: the whole model on every device)"}[event["source"]]
         extra = ""
         if "plan" in event and self.calibration is not None:
             calibration = self.calibration

@@ -1,0 +1,58 @@
+"""Federated averaging with client sampling and a per-device loss, written out with plain SGD and sharing no code
+with the engine: the reference of the algorithms whose every block is the device's own — FedAvg and FedLC (the
+whole model on the device) and SplitFed V1 and LLA-SFL (client blocks and a per-device server copy). Each period of
+I rounds draws ⌈ρN⌉ devices (the strategy's stream, seeded [seed, 2³²−1]); a drawn device that missed the last
+average first loads the global model; each round every participant takes one step w_k ← w_k − η∇F_k(w_k) on a
+mini-batch of b samples, F_k = ``loss_of(k, logits, labels)``; every I rounds the participants' models are
+|𝒟_k|-averaged into the global model, which they load."""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Callable, Iterator
+
+import numpy as np
+import torch
+from torch import nn
+
+from trainers.engine.split_engine import STRATEGY_STREAM
+from trainers.inputs.partition import DeviceSampler
+
+Loss = Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def federated_reference(template: nn.Sequential, data, loss_of: Loss, rounds: int, rho: float, interval: int,
+                        lr: float, batch: int) -> Iterator[tuple[int, list[int], list[nn.Sequential], nn.Sequential]]:
+    """Yield (t, participants, every device's model, the global model) after each round t."""
+    n = len(data.parts)
+    models = [copy.deepcopy(template) for _ in range(n)]
+    global_model = copy.deepcopy(template)
+    sizes = [float(len(p)) for p in data.parts]
+    samplers = [DeviceSampler(data.parts[i], batch, [0, i]) for i in range(n)]
+    rng = np.random.default_rng([0, STRATEGY_STREAM])
+    stale: set[int] = set()
+    participants: list[int] = []
+    for t in range(1, rounds + 1):
+        if (t - 1) % interval == 0:
+            participants = list(range(n)) if rho >= 1 else sorted(
+                int(d) for d in rng.choice(n, size=math.ceil(rho * n), replace=False))
+            for i in [i for i in participants if i in stale]:
+                models[i].load_state_dict(global_model.state_dict())
+                stale.discard(i)
+        for i in participants:
+            idx = torch.from_numpy(samplers[i].next())
+            loss = loss_of(i, models[i](data.x_train[idx]), data.y_train[idx])
+            grads = torch.autograd.grad(loss, list(models[i].parameters()))
+            with torch.no_grad():
+                for p, g in zip(models[i].parameters(), grads):
+                    p -= lr * g
+        if t % interval == 0:
+            total = sum(sizes[i] for i in participants)
+            states = [models[i].state_dict() for i in participants]
+            average = {k: sum(sizes[i] * s[k] for i, s in zip(participants, states)) / total for k in states[0]}
+            global_model.load_state_dict(average)
+            for i in participants:
+                models[i].load_state_dict(average)
+            stale = set(range(n)) - set(participants)
+        yield t, participants, models, global_model
