@@ -68,3 +68,11 @@ class FixedClock:
     def stage_times(self, round_index, cuts):
         self.rounds.append(round_index)
         return self.times
+
+
+def cuts_for(algorithm: str, cuts: list[int], num_blocks: int) -> list[int]:
+    """``cuts`` for a split algorithm; cut L on every device for one of the whole model (the registry's
+    ``whole_model``: FedAvg, FedLC), so that registry-driven tests give every algorithm a cut it takes."""
+    from trainers.algorithms import REGISTRY
+
+    return [num_blocks] * len(cuts) if REGISTRY[algorithm].whole_model else list(cuts)

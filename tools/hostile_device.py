@@ -9,7 +9,8 @@ lying device leave and trains on), over both runtimes.
 Each case ends as one of: clean (the run stopped with exit 3 naming device 0's rank and the field, or — GAS — went
 on without device 0 naming it), accepted (exit 0: judged by comparing the losses with the honest simulation;
 "accepted, harmless" when every round's loss is equal to 1e-4 — the lies start in round 2, and round 3 trains on
-round 2's average), internal (exit 1, a traceback, an internal error), wrong rank
+round 2's average), diverged (the lie taken, the run stopped as a divergence: exit 2 blaming --lr),
+internal (exit 1, a traceback, an internal error), wrong rank
 (exit 3 blaming another rank) or hang (no end in ``--timeout`` s). Prints the counts per runtime and algorithm, and
 each case that is not clean.
 
@@ -112,6 +113,8 @@ def outcome(run: subprocess.CompletedProcess, argv: list[str], algorithm: str, t
         return "internal"
     if run.returncode == 3:
         return "clean" if "rank 2 (device 0) sent" in err or "rank 2 (devices 0" in err else "wrong rank"
+    if run.returncode == 2 and "training diverged" in err:
+        return "diverged"                      # stopped, but blamed on the learning rate
     if run.returncode == 0 and algorithm == "gas" and "goes on without devices 0" in err:
         return "clean"
     if run.returncode == 0:
@@ -119,7 +122,7 @@ def outcome(run: subprocess.CompletedProcess, argv: list[str], algorithm: str, t
         got = losses(tmp / "run")
         same = len(got) == len(honest) and max(abs(a - b) for a, b in zip(got, honest)) <= 1e-4
         return "accepted, harmless" if same else "accepted"
-    return "clean" if run.returncode == 2 else "internal"
+    return "diverged" if "training diverged" in err else "clean" if run.returncode == 2 else "internal"
 
 
 def main() -> None:
@@ -149,10 +152,10 @@ def main() -> None:
             print(f"{runtime:11s} {algorithm:6s} {kind:7s} {name:28s} {result}", flush=True)
             if result != "clean":
                 notes.append(f"{runtime} {algorithm} {kind} {name}: {result}: {line}")
-    print("\nruntime      algorithm  cases  clean  accepted (harmless)  internal  wrong rank  hang")
+    print("\nruntime      algorithm  cases  clean  accepted (harmless)  diverged  internal  wrong rank  hang")
     for (runtime, algorithm), c in sorted(counts.items()):
         print(f"{runtime:12s} {algorithm:9s} {sum(c.values()):6d} {c['clean']:6d} {c['accepted']:9d} "
-              f"({c['accepted, harmless']}) {c['internal']:9d} {c['wrong rank']:11d} {c['hang']:5d}")
+              f"({c['accepted, harmless']}) {c['diverged']:9d} {c['internal']:9d} {c['wrong rank']:11d} {c['hang']:5d}")
     for note in notes:
         print("  " + note)
 

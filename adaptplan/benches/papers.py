@@ -274,6 +274,20 @@ class Comparison:
     a_at_budget: list[float | None] = field(default_factory=list)  # test accuracy at that budget
     b_at_budget: list[float | None] = field(default_factory=list)
     b_rise: float | None = None         # the plateau check of B (points; module docstring)
+    bounds: list[str] = field(default_factory=list)   # time claims, per seed: "≥", "≤", "?" (a side's time bounded by
+                                                       # its first evaluation) or ""
+
+    @property
+    def bounded(self) -> str:
+        """How the grid bounds the measured ratio: "" (resolved in every seed), "≥"/"≤" (every seed with a value is a
+        lower/upper bound), or a clause naming the bounded seeds."""
+        marks = [m for m, v in zip(self.bounds, self.values) if v is not None and 0 < v < math.inf]
+        if not any(marks):
+            return ""
+        if all(m == marks[0] for m in marks) and marks[0] in "≥≤":
+            return marks[0]
+        named = ", ".join(f"{m} in seed {s}" for s, m, v in zip(self.seeds, self.bounds, self.values) if m and v)
+        return f" ({named}: a side crossed at its first evaluation)"
 
     @property
     def b_plateaued(self) -> bool | None:
@@ -302,7 +316,10 @@ class Comparison:
     def measured(self) -> str:
         if self.mean is None:
             return Empty(self.missing)
-        return f"{self.mean:+.1f} pts" if self.claim.metric == "accuracy" else f"{self.mean:.2f}×"
+        if self.claim.metric == "accuracy":
+            return f"{self.mean:+.1f} pts"
+        bound = self.bounded
+        return f"{bound} {self.mean:.2f}×" if bound in ("≥", "≤") else f"{self.mean:.2f}×{bound}"
 
     @property
     def spread(self) -> str:
@@ -331,6 +348,7 @@ class Comparison:
             row: dict[str, Any] = {"seed": seed, "value": finite(self.values[i]), "sign": self.signs[i]}
             if self.claim.metric == "time":
                 row.update(a_seconds_to_target=self.a_times[i], b_seconds_to_target=self.b_times[i],
+                           value_bound={"≥": "lower", "≤": "upper", "?": "unresolved", "": None}[self.bounds[i]],
                            equal_time_budget_s=self.budgets[i], a_accuracy_at_budget=self.a_at_budget[i],
                            b_accuracy_at_budget=self.b_at_budget[i])
             per_seed.append(row)
@@ -381,12 +399,30 @@ def compare(claim: Claim, a_runs: Sequence[RunResult], b_runs: Sequence[RunResul
         comparison.b_times = [b.time_to(target, claim.protocol) for b in b_runs]
         comparison.a_missed = sum(t is None for t in comparison.a_times)
         comparison.b_missed = sum(t is None for t in comparison.b_times)
+        comparison.bounds = [grid_bound(a.time_is_a_bound(target, claim.protocol), b.time_is_a_bound(target, claim.protocol))
+                             for a, b in zip(a_runs, b_runs)]
         comparison.budgets = [min(a.sim_seconds, b.sim_seconds) for a, b in zip(a_runs, b_runs)]
         comparison.a_at_budget = [a.accuracy_at(t, claim.protocol) for a, t in zip(a_runs, comparison.budgets)]
         comparison.b_at_budget = [b.accuracy_at(t, claim.protocol) for b, t in zip(b_runs, comparison.budgets)]
     comparison.verdict = verdict(values, claim.metric, mean)
     comparison.b_rise = rise(b_runs, claim.protocol)
     return comparison
+
+
+def grid_bound(a_bounded: bool, b_bounded: bool) -> str:
+    """What B/A is when a side's time is its first evaluation's (an upper bound on its crossing): A's → the ratio is a
+    lower bound "≥", B's → an upper bound "≤", both → "?" (neither), neither → ""."""
+    return {(True, False): "≥", (False, True): "≤", (True, True): "?"}.get((a_bounded, b_bounded), "")
+
+
+def agreeing(value: float, threshold: float, decimals: int = 1) -> str:
+    """``value`` signed, with the fewest decimals (from ``decimals``) at which it rounds to the same side of
+    ``threshold`` as it is (1.99 against 2 prints +1.99, not +2.0)."""
+    for d in range(decimals, 10):
+        text = f"{value:+.{d}f}"
+        if (float(text) < threshold) == (value < threshold):
+            return text
+    return f"{value:+.10g}"
 
 
 def rise(runs: Sequence[RunResult], protocol: str = "global") -> float | None:
@@ -405,7 +441,7 @@ def plateau_line(found: Sequence[Comparison], paper: str) -> str:
     for c in found:
         if c.claim.paper == paper:
             seen.setdefault((c.claim.group.split("/", 1)[1], c.claim.b, c.claim.protocol), c.b_rise)
-    clauses = [f"{b} ({group}, {protocol}) {'-' if r is None else f'{r:+.1f} pts'}: "
+    clauses = [f"{b} ({group}, {protocol}) {'-' if r is None else f'{agreeing(r, PLATEAU_RISE)} pts'}: "
                f"{'too few evaluations' if r is None else 'plateaued' if r < PLATEAU_RISE else 'STILL RISING'}"
                for (group, b, protocol), r in seen.items()]
     return (f"  plateau check (each baseline's mean accuracy over the last third of its evaluations minus the middle "

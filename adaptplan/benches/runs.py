@@ -53,6 +53,12 @@ class RunResult:
         found = first_crossing([(acc, t) for t, acc in self.points(protocol)], target)
         return None if found is None else found.at[0]
 
+    def time_is_a_bound(self, target: float, protocol: str = "global") -> bool:
+        """True when :meth:`time_to` is its first evaluation's seconds (it already had the target there): the time
+        is an upper bound, the crossing unresolved by the evaluation grid."""
+        found = first_crossing([(acc, t) for t, acc in self.points(protocol)], target)
+        return found is not None and found.upper_bound
+
     def accuracy_at(self, seconds: float, protocol: str = "global") -> float | None:
         """Accuracy of the last evaluation at or before ``seconds`` simulated seconds."""
         reached = [acc for t, acc in self.points(protocol) if t <= seconds + 1e-12]

@@ -131,8 +131,9 @@ def check_blocks(msg: object, device: int, count: int, schema: Schema) -> None:
 def _check_state(bad: Callable[[str, str], BadMessageError], where: str, state: Mapping[str, object],
                  expected: Mapping[str, tuple[tuple[int, ...], str]]) -> None:
     """One block's state against its template ``expected`` (:data:`Schema`'s entry): the same entries, each a tensor of
-    the template's shape and dtype, finite and within :data:`MAX_MAGNITUDE` (as an activation: a finite 10³⁸ averaged
-    in is a model as lost as a NaN)."""
+    the template's shape and dtype, finite. Not bounded in magnitude: an honest run's weights grow without bound as it
+    diverges, and are stopped as a divergence when they overflow (a device's finite 10³⁸ averaged in ends the same way;
+    ``--aggregation median`` or ``trimmed`` keeps one device's values out of the average, docs/distributed.md)."""
     if set(state) != set(expected):
         missing = sorted(set(expected) - set(state)) or sorted(set(state) - set(expected))
         raise bad(where, f"holds entries {sorted(state)[:5]}, expected {sorted(expected)[:5]} (differs at {missing[0]!r})")
@@ -142,8 +143,5 @@ def _check_state(bad: Callable[[str, str], BadMessageError], where: str, state: 
                 or str(tensor.dtype).removeprefix("torch.") != dtype:
             got = f"{tensor.dtype}{list(tensor.shape)}" if isinstance(tensor, torch.Tensor) else type(tensor).__name__
             raise bad(f"{where}.{name}", f"is {got}, expected {dtype}{list(shape)}")
-        if tensor.is_floating_point() and tensor.numel():
-            largest = float(tensor.detach().abs().amax())
-            if not largest <= MAX_MAGNITUDE:            # NaN fails this too
-                raise bad(f"{where}.{name}", f"holds {largest:.3g}: NaN, infinite or above {MAX_MAGNITUDE:.0e} in "
-                                             "absolute value")
+        if tensor.is_floating_point() and tensor.numel() and not bool(torch.isfinite(tensor).all()):
+            raise bad(f"{where}.{name}", "holds NaN or infinite values")

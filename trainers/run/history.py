@@ -260,7 +260,7 @@ def history_text(data: dict[str, Any]) -> str:
 
 
 EVENT_KINDS = ("plan", "replan", "replan-infeasible")
-PLAN_SOURCES = ("cuts", "plan", "planner", "default", "policy")
+PLAN_SOURCES = ("cuts", "plan", "planner", "default", "policy", "whole-model")
 
 
 def _check_event(event: dict[str, Any], field: str) -> None:

@@ -113,7 +113,7 @@ class RunPlanning:
         c, L = self.config, len(self.blocks)
         if self.algorithm.whole_model:
             self._check_no_split()
-            return [L] * c.data.devices, c.plan.interval or 1, {"source": "whole model"}
+            return [L] * c.data.devices, c.plan.interval or 1, {"source": "whole-model"}
         if c.plan.cuts is not None and c.plan.policy is None:
             return list(c.plan.cuts), c.plan.interval or 1, {"source": "cuts"}   # c.plan.interval: --interval or the algorithm's
         if c.plan.path is not None:
@@ -181,7 +181,7 @@ class RunPlanning:
         spread = ", ".join(f"{n}× cut {c}" for c, n in counts.items())
         source = {"cuts": "--cuts", "plan": f"plan file {self.config.plan.path}", "planner": "the built-in planner",
                   "default": "the fallback (no feasible plan)", "policy": f"policy {self.config.plan.policy}",
-                  "whole model": f"{self.config.algorithm} (no split: the whole model on every device)"}[event["source"]]
+                  "whole-model": f"{self.config.algorithm} (no split: the whole model on every device)"}[event["source"]]
         extra = ""
         if "plan" in event and self.calibration is not None:
             calibration = self.calibration

@@ -3,6 +3,7 @@ command's files, and its flag errors (exit 2, one line naming the flag)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -65,7 +66,7 @@ def test_time_ratio_counts_runs_that_never_reach_the_target() -> None:
     # seed 0: 4.5 / (5/3) = 2.7; seed 2: mid's first evaluation already above, 3 s (an upper bound) / (5/3) = 1.8
     assert c.mean == pytest.approx(math.sqrt(2.7 * 1.8)) and (c.low, c.high) == pytest.approx((1.8, 2.7))  # geometric
     assert (c.a_missed, c.b_missed) == (0, 1) and c.spread == "1.80..2.70×; B not reached in 1/3 seeds"
-    assert c.measured == "2.20×"
+    assert c.measured == "2.20× (≤ in seed 2: a side crossed at its first evaluation)"    # mid's 3 s: a bound
     assert c.budgets == [2.0, 2.0, 2.0] and c.a_at_budget == [0.35] * 3 and c.b_at_budget == [None] * 3
     assert c.equal_time == ("at equal simulated time (the shorter run's, mean 2 s): a 35.0% vs b no evaluation by then "
                             "(mean over seeds)")
@@ -92,6 +93,32 @@ def test_time_ratio_counts_runs_that_never_reach_the_target() -> None:
     assert c.spread == "-; A and B not reached in 2/2 seeds"
     only_a = bp.compare(TIME, [fast, fast], [never, never], [0, 1], 0.3)   # no finite ratio, every seed agrees
     assert only_a.mean is None and only_a.verdict == "holds"
+
+
+def test_a_ratio_the_evaluation_grid_bounds_is_reported_as_a_bound() -> None:
+    """Issue 69: a side that already had the target at its first evaluation has an upper bound for its time (2 s
+    here), so B/A is a lower bound when it is A (≥) and an upper bound when it is B (≤); both: neither."""
+    first, slow = run(0.5, [(2.0, 0.4), (4.0, 0.5)]), run(0.5, [(3.0, 0.2), (6.0, 0.4)])     # slow: 4.5 s
+    c = bp.compare(TIME, [first, first], [slow, slow], [0, 1], 0.3)
+    assert c.bounds == ["≥", "≥"] and c.measured == "≥ 2.25×" and c.verdict == "holds"
+    assert [row["value_bound"] for row in c.to_json()["per_seed"]] == ["lower", "lower"]
+    assert bp.compare(TIME, [slow], [first], [0], 0.3).measured == "≤ 0.44×"
+    both = bp.compare(TIME, [first], [first], [0], 0.3)
+    assert both.measured == "1.00× (? in seed 0: a side crossed at its first evaluation)"
+    assert both.to_json()["per_seed"][0]["value_bound"] == "unresolved"
+    resolved = bp.compare(TIME, [run(0.5, [(1.0, 0.2), (2.0, 0.35)])], [slow], [0], 0.3)
+    assert resolved.bounds == [""] and resolved.measured == "2.70×"
+
+
+def test_the_plateau_check_prints_enough_digits_to_agree_with_its_label() -> None:
+    """Issue 69: a rise of 1.99 points printed "+2.0 pts: plateaued" under its own "< 2 points" rule."""
+    assert [bp.agreeing(v, 2.0) for v in (1.99, 1.94, 2.0, 2.04, 1.9999, -0.3)] == \
+        ["+1.99", "+1.9", "+2.0", "+2.0", "+1.9999", "-0.3"]
+    flat_b = run(0.5, [(t, a) for t, a in zip(range(1, 7), (0.1, 0.2, 0.3, 0.3, 0.3199, 0.32))])
+    c = bp.compare(ACC, [flat_b], [flat_b], [0], 0.3)
+    assert c.b_rise == pytest.approx(1.995) and c.b_plateaued
+    line = bp.plateau_line([dataclasses.replace(c, claim=dataclasses.replace(ACC, paper="p", group="p/iid"))], "p")
+    assert "b (iid, global) +1.995 pts: plateaued" in line
 
 
 def test_every_method_of_a_recipe_trains_with_its_one_setting_and_gas_gets_equal_device_steps() -> None:

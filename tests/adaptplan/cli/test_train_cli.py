@@ -37,8 +37,8 @@ def all_params(trainer: Trainer) -> list[torch.Tensor]:
 # its interrupted run resumes identically: test_interrupted_run_resumes_identically)
 @pytest.mark.parametrize("algorithm", [a for a in ALGORITHMS if not STRATEGIES[a].uses_total_rounds])
 def test_resume_is_identical_to_uninterrupted(tmp_path: Path, algorithm: str) -> None:
-    common = dict(FAST, algorithm=algorithm, cuts=(1, 2, 2, 4) if algorithm == "adaptsfl" else (2,), interval=2,
-                  momentum=0.9, checkpoint_every=3)
+    common = dict(FAST, algorithm=algorithm, interval=2, momentum=0.9, checkpoint_every=3,
+                  cuts=(1, 2, 2, 4) if algorithm == "adaptsfl" else None if REGISTRY[algorithm].whole_model else (2,))
     full = Trainer(TrainConfig.flat(**common, rounds=6, out=str(tmp_path / "full")))
     full_history = full.run()
     Trainer(TrainConfig.flat(**common, rounds=3, out=str(tmp_path / "part"))).run()
@@ -585,7 +585,7 @@ def test_every_algorithm_stops_a_diverging_run_with_the_message_and_its_history(
         extra += ["--optimizer", "sgd"]                                                    # Adam's steps stay ≤ lr
     out = tmp_path / algorithm
     code = main(["train", "--algorithm", algorithm, "--dataset", "synthetic", "--model", "mlp", "--devices", "4",
-                 "--cuts", "1", "--rounds", "40", "--lr", "1e5", "--clip-norm", "0", "--batch-size", "8",
+                 *([] if REGISTRY[algorithm].whole_model else ["--cuts", "1"]), "--rounds", "40", "--lr", "1e5", "--clip-norm", "0", "--batch-size", "8",
                  "--eval-every", "1", "--threads", "1", "--no-progress", "--out", str(out), *extra])
     err = [line for line in capsys.readouterr().err.strip().splitlines() if not line.startswith("plan from")]
     assert code == 2 and len(err) == 1 and "error: --lr: training diverged at round" in err[0], err

@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch import nn
 
+from tests.engine_builders import cuts_for
 from trainers.config.train_config import ALGORITHMS, RECOMPUTE_BYTES
 from trainers.engine.split_engine import DeviceData, SplitEngine
 from trainers.inputs.models import cnn
@@ -37,8 +38,8 @@ def trained(algorithm: str, rounds: int = 4, options: dict | None = None, whole_
     """``whole_gas_step``: GAS-8 as one pass over real ∪ generated at the flush (a BatchNorm model's way)."""
     torch.manual_seed(0)
     model = cnn(1, 8, 3, width=4)
-    engine = SplitEngine(model, [2] * DEVICES, make_strategy(algorithm, options), data(), {"lr": 0.05, "momentum": 0.9},
-                         BATCH, seed=3, **memory)
+    engine = SplitEngine(model, cuts_for(algorithm, [2] * DEVICES, len(model)), make_strategy(algorithm, options),
+                         data(), {"lr": 0.05, "momentum": 0.9}, BATCH, seed=3, **memory)
     engine.edge.batch_independent = not whole_gas_step
     for t in range(1, rounds + 1):
         engine.run_round(t)
@@ -440,7 +441,9 @@ def test_only_the_default_serve_and_gapsls_plain_step_are_streamed(algorithm) ->
     from trainers.strategies.gapsl import GradientRowsStep
 
     def stream_of(strategy):
-        engine = SplitEngine(cnn(1, 8, 3, width=4), [2] * DEVICES, strategy, data(), {"lr": 0.1}, BATCH)
+        model = cnn(1, 8, 3, width=4)
+        engine = SplitEngine(model, cuts_for(strategy.name, [2] * DEVICES, len(model)), strategy, data(), {"lr": 0.1},
+                             BATCH)
         return chunk_server(engine, engine.context(1), list(range(DEVICES)))
 
     strategy = make_strategy(algorithm)

@@ -69,8 +69,9 @@ def test_the_schema_is_each_blocks_entries_shapes_and_dtypes() -> None:
                       1: {"weight": ((2, 2), "float32"), "bias": ((2,), "float32")}}
 
 
-def test_an_upload_at_the_magnitude_bound_is_taken() -> None:
-    check_upload(upload({0: {**STATES[0], "bias": torch.tensor([MAX_MAGNITUDE, -MAX_MAGNITUDE])}}), 0, [0], SCHEMA)
+def test_an_upload_of_any_finite_magnitude_is_taken() -> None:
+    """An honest diverging run's weights pass 10¹⁰ before they overflow (and stop it as a divergence)."""
+    check_upload(upload({0: {**STATES[0], "bias": torch.tensor([3e38, -3e38])}}), 0, [0], SCHEMA)
 
 
 @pytest.mark.parametrize(("blocks", "device", "field", "text"), [
@@ -80,10 +81,7 @@ def test_an_upload_at_the_magnitude_bound_is_taken() -> None:
     ({0: {**STATES[0], "extra": torch.zeros(1)}}, 0, "blocks[0]", "differs at 'extra'"),
     ({0: {**STATES[0], "weight": torch.zeros(3, 2)}}, 0, "blocks[0].weight", "is torch.float32[3, 2], expected float32[2, 3]"),
     ({0: {**STATES[0], "bias": torch.zeros(2, dtype=torch.float64)}}, 0, "blocks[0].bias", "is torch.float64[2]"),
-    ({0: {**STATES[0], "bias": torch.tensor([0.0, float("inf")])}}, 0, "blocks[0].bias",
-     "holds inf: NaN, infinite or above 1e+10 in absolute value"),
-    ({0: {**STATES[0], "bias": torch.tensor([0.0, -MAX_MAGNITUDE * 1.01])}}, 0, "blocks[0].bias",   # hostile_device.py:
-     "holds 1.01e+10: NaN, infinite or above 1e+10 in absolute value"),                          # 1e38 was averaged in
+    ({0: {**STATES[0], "bias": torch.tensor([0.0, float("inf")])}}, 0, "blocks[0].bias", "holds NaN or infinite values"),
     ({0: {**STATES[0], "bias": [0.0, 1.0]}}, 0, "blocks[0].bias", "is list, expected float32[2]"),
     ({}, 0, "blocks", "holds blocks [], but it was asked for [0]"),                    # (hostile_frames: taken)
 ])
@@ -135,7 +133,7 @@ def test_blocks_hold_as_many_blocks_as_asked_each_like_the_template() -> None:
                              (Blocks(0, states), 2, "states: holds 3 blocks, expected 2"),
                              (Blocks(0, []), 1, "states: holds 0 blocks, expected 1"),
                              (Blocks(0, [{**states[0], "bias": torch.full((3,), float("nan"))}]), 1,
-                              "states[0].bias: holds nan: NaN, infinite or above 1e+10 in absolute value"),
+                              "states[0].bias: holds NaN or infinite values"),
                              (Blocks(0, [{"weight": states[0]["weight"]}]), 1,
                               "states[0]: holds entries ['weight'], expected ['bias', 'weight'] (differs at 'bias')"),
                              (Blocks(0, [states[1]]), 1, "states[0].weight: is torch.float32[2, 3], expected float32[3, 2]"),
