@@ -3,7 +3,8 @@ with the engine: the reference of the algorithms whose every block is the device
 whole model on the device) and SplitFed V1 and LLA-SFL (client blocks and a per-device server copy). Each period of
 I rounds draws ⌈ρN⌉ devices (the strategy's stream, seeded [seed, 2³²−1]); a drawn device that missed the last
 average first loads the global model; each round every participant takes one step w_k ← w_k − η∇F_k(w_k) on a
-mini-batch of b samples, F_k = ``loss_of(k, logits, labels)``; every I rounds the participants' models are
+mini-batch of b samples, F_k = ``loss_of(k, logits, labels)`` (with ``mu``, FedProx's step: the gradient plus
+μ(w_k − w^t), w^t the model the device last loaded, or started from); every I rounds the participants' models are
 |𝒟_k|-averaged into the global model, which they load."""
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ Loss = Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def federated_reference(template: nn.Sequential, data, loss_of: Loss, rounds: int, rho: float, interval: int,
-                        lr: float, batch: int) -> Iterator[tuple[int, list[int], list[nn.Sequential], nn.Sequential]]:
+                        lr: float, batch: int, mu: float = 0.0) -> Iterator[tuple[int, list[int], list[nn.Sequential], nn.Sequential]]:
     """Yield (t, participants, every device's model, the global model) after each round t."""
     n = len(data.parts)
     models = [copy.deepcopy(template) for _ in range(n)]
@@ -33,20 +34,22 @@ def federated_reference(template: nn.Sequential, data, loss_of: Loss, rounds: in
     rng = np.random.default_rng([0, STRATEGY_STREAM])
     stale: set[int] = set()
     participants: list[int] = []
+    anchors = [[p.detach().clone() for p in m.parameters()] for m in models]
     for t in range(1, rounds + 1):
         if (t - 1) % interval == 0:
             participants = list(range(n)) if rho >= 1 else sorted(
                 int(d) for d in rng.choice(n, size=math.ceil(rho * n), replace=False))
             for i in [i for i in participants if i in stale]:
                 models[i].load_state_dict(global_model.state_dict())
+                anchors[i] = [p.detach().clone() for p in models[i].parameters()]
                 stale.discard(i)
         for i in participants:
             idx = torch.from_numpy(samplers[i].next())
             loss = loss_of(i, models[i](data.x_train[idx]), data.y_train[idx])
             grads = torch.autograd.grad(loss, list(models[i].parameters()))
             with torch.no_grad():
-                for p, g in zip(models[i].parameters(), grads):
-                    p -= lr * g
+                for p, g, anchor in zip(models[i].parameters(), grads, anchors[i]):
+                    p -= lr * (g + mu * (p - anchor))
         if t % interval == 0:
             total = sum(sizes[i] for i in participants)
             states = [models[i].state_dict() for i in participants]
@@ -54,5 +57,6 @@ def federated_reference(template: nn.Sequential, data, loss_of: Loss, rounds: in
             global_model.load_state_dict(average)
             for i in participants:
                 models[i].load_state_dict(average)
+                anchors[i] = [p.detach().clone() for p in models[i].parameters()]
             stale = set(range(n)) - set(participants)
         yield t, participants, models, global_model

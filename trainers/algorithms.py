@@ -189,6 +189,11 @@ FEDLC_OPTIONS = (
     Option("lc_tau", float, 1.0, "FedLC's calibration strength τ: the logit of class y is lowered by τ·n_y^(-1/4), n_y "
            "the device's samples of y (≥ 0; 0 = FedAvg)", low=0),
 )
+FEDPROX_OPTIONS = (
+    PARTICIPATION.with_default(0.1),
+    Option("prox_mu", float, 1.0, "FedProx's proximal coefficient μ: each local step adds μ(w − w^t), w^t the global "
+           "model the device downloaded (≥ 0; 0 = FedAvg)", low=0),
+)
 LLA_SFL_OPTIONS = (PARTICIPATION.with_default(0.1), LA_TAU)
 SGLR_OPTIONS = (
     PARTICIPATION.with_default(0.05),
@@ -272,6 +277,9 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
               SGLR_OPTIONS),
     Algorithm("fedavg", "trainers.strategies.fedavg:FedAvg", "FedAvg: federated learning, the whole model on every "
               "device, averaged every I local steps (no split)", _SCALA_BASELINE, (PARTICIPATION.with_default(0.1),),
+              whole_model=True),
+    Algorithm("fedprox", "trainers.strategies.fedprox:FedProx", "FedProx: FedAvg whose local steps are pulled "
+              "towards the downloaded global model by μ/2·‖w − w^t‖² (no split)", _SCALA_BASELINE, FEDPROX_OPTIONS,
               whole_model=True),
     Algorithm("fedlc", "trainers.strategies.fedlc:FedLC", "FedLC: FedAvg whose devices train on logits calibrated "
               "by their label counts (no split)", _SCALA_BASELINE, FEDLC_OPTIONS, whole_model=True),

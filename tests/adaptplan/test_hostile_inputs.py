@@ -410,7 +410,7 @@ def test_free_form_parts_are_accepted_as_written(tmp_path):
                                             "integer of about 401 digits"),
     ({"round": 1}, "history.events[0].event: must be one of plan, replan, replan-infeasible, got None"),
     ({"round": 0, "event": "plan", "source": "me"}, "history.events[0].source: must be one of cuts, plan, planner, "
-                                                    "default, policy, got 'me'"),
+                                                    "default, policy, whole-model, got 'me'"),
     ({"round": 2, "event": "replan", "old_cuts": [0]}, "history.events[0].old_cuts[0]: must be"),
     ({"round": 2, "event": "replan", "interval": 0}, "history.events[0].interval: must be"),
     ({"round": 0, "event": "plan", "plan": {"total_latency_s": "x"}}, "history.events[0].plan.total_latency_s: must be"),

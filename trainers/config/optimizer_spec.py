@@ -17,13 +17,16 @@ OPTIMIZERS = ("sgd", "adam")
 @dataclass(frozen=True)
 class OptimizerSpec:
     """``name`` in :data:`OPTIMIZERS`; ``lr`` step size; ``momentum`` (SGD) / betas default (Adam);
-    ``weight_decay`` L2 coefficient; ``clip_norm`` maximum gradient 2-norm (None = no clipping)."""
+    ``weight_decay`` L2 coefficient; ``clip_norm`` maximum gradient 2-norm (None = no clipping);
+    ``proximal_mu`` μ of FedProx's proximal term μ/2·‖w − w_anchor‖², w_anchor the weights the role last
+    downloaded (or started from): its gradient μ(w − w_anchor) is added before the step (0 = none)."""
 
     name: str = "sgd"
     lr: float = 0.01
     momentum: float = 0.0
     weight_decay: float = 0.0
     clip_norm: float | None = None
+    proximal_mu: float = 0.0
 
     def build(self, params: Sequence["nn.Parameter"]) -> "torch.optim.Optimizer":
         """The torch optimizer over ``params`` (torch is imported here, not with the spec)."""

@@ -337,11 +337,15 @@ class Device:
                     self.optimizer.reset(self.blocks[j].parameters())
                 if bs.optimizer is not None:
                     self.optimizer.load_param_states(self.blocks[j].parameters(), bs.optimizer)
+                self.optimizer.reanchor(self.blocks[j].parameters())      # FedProx: the model downloaded
 
     # ---- checkpoint ---------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {"cut": self.cut, "blocks": [b.state_dict() for b in self.blocks], "optimizer": self.optimizer.state_dict(),
-                "sampler": self.sampler.state(), "step": self.step}
+        state = {"cut": self.cut, "blocks": [b.state_dict() for b in self.blocks], "optimizer": self.optimizer.state_dict(),
+                 "sampler": self.sampler.state(), "step": self.step}
+        if self.optimizer.anchors is not None:
+            state["anchor"] = [a.clone() for a in self.optimizer.anchors]
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.blocks = nn.ModuleList(copy.deepcopy(self.template[j]) for j in range(int(state["cut"])))
@@ -352,6 +356,7 @@ class Device:
             block.load_state_dict(sd)
         self.optimizer = RoleOptimizer(self.optimizer_spec, self.blocks.parameters())
         self.optimizer.load_state_dict(state["optimizer"])
+        self.optimizer.load_anchors(state.get("anchor"), f"device {self.index}'s state")
         self.sampler.load_state(state["sampler"])
         self.step = int(state["step"])
         self.pending = None

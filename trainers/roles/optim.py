@@ -24,9 +24,33 @@ class RoleOptimizer:
         self.spec = spec
         self.params = list(params)
         self.torch = spec.build(self.params) if self.params else None
+        self.anchors: list[torch.Tensor] | None = [p.detach().clone() for p in self.params] \
+            if spec.proximal_mu else None
+        """FedProx's w_anchor per parameter (``spec.proximal_mu`` > 0): the weights at construction, then at every
+        :meth:`reanchor`."""
+
+    def reanchor(self, params: Iterable[nn.Parameter]) -> None:
+        """Take ``params``' current values as their proximal anchor (a download of the global model)."""
+        if self.anchors is None:
+            return
+        index = {id(p): k for k, p in enumerate(self.params)}
+        for p in params:
+            self.anchors[index[id(p)]] = p.detach().clone()
+
+    def load_anchors(self, anchors: object, where: str) -> None:
+        """Restore :attr:`anchors` from a checkpoint (ValueError naming ``where`` unless one finite float tensor of
+        each parameter's shape)."""
+        if self.anchors is None:
+            return
+        if not isinstance(anchors, list) or len(anchors) != len(self.params) or not all(
+                torch.is_tensor(a) and a.shape == p.shape and a.is_floating_point() and bool(torch.isfinite(a).all())
+                for a, p in zip(anchors, self.params)):
+            raise ValueError(f"{where} must hold the proximal anchor: one finite tensor of each parameter's shape")
+        self.anchors = [a.detach().clone().to(p.dtype) for a, p in zip(anchors, self.params)]
 
     def step(self, scale: float = 1.0) -> None:
-        """Multiply the gradients by ``scale``, clip (if asked), step, clear the gradients."""
+        """Multiply the gradients by ``scale``, add the proximal term's μ(w − w_anchor) (FedProx), clip (if asked),
+        step, clear the gradients."""
         if self.torch is None:
             return
         grads = [p.grad for p in self.params if p.grad is not None]
@@ -34,6 +58,10 @@ class RoleOptimizer:
             return
         if scale != 1.0:
             torch._foreach_mul_(grads, scale)
+        if self.anchors is not None:
+            for p, anchor in zip(self.params, self.anchors):
+                if p.grad is not None:
+                    p.grad.add_(p.detach() - anchor, alpha=self.spec.proximal_mu)
         if self.spec.clip_norm is not None:
             nn.utils.clip_grad_norm_(self.params, self.spec.clip_norm)
         self.torch.step()
