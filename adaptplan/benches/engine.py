@@ -208,7 +208,8 @@ class EngineBenchResult:
         def ratio(value: float | None) -> str:
             return f"{value:14.2f}" if value is not None else f"{'-':>14}"
 
-        lines = [f"{self.model} on {self.device}, {self.devices} devices, b = {self.batch_size}, cut {self.cut}, "
+        lines = [f"{self.model} on {self.device}, {self.devices} devices, b = {self.batch_size}, cut {self.cut} (the "
+                 "whole-model algorithms, FedAvg's kind: cut L), "
                  f"client batching {self.client_batching}, client recompute {self.client_recompute}, server passes of "
                  f"{'any size' if self.server_pass_samples is None else f'≤ {self.server_pass_samples} samples'}, "
                  f"{self.rounds} rounds, best of {self.repeats} (ratios: median of each repeat's), "
@@ -369,12 +370,15 @@ class _Sides:
     def split(self, name: str) -> float:
         """Samples/s of ``rounds`` rounds of algorithm ``name``'s engine after ``warmup`` untimed ones."""
         from profilers.flops import TotalFlops
+        from trainers.algorithms import REGISTRY
         from trainers.config.devices import synchronize
         from trainers.engine.split_engine import DeviceData, SplitEngine
         from trainers.strategies import make_strategy
 
-        x, y, cut, warmup = self.x, self.y, self.cut, self.warmup
-        engine = SplitEngine(self.blocks(), [cut] * self.devices, make_strategy(name),
+        blocks = self.blocks()
+        x, y, warmup = self.x, self.y, self.warmup
+        cut = len(blocks) if REGISTRY[name].whole_model else self.cut     # FedAvg's kind: the whole model, cut L
+        engine = SplitEngine(blocks, [cut] * self.devices, make_strategy(name),
                              DeviceData(x, y, x[:1], y[:1], self.parts), {"lr": 0.01}, self.batch_size, seed=self.seed,
                              execution=self.execution, clock=self.clock)
         for t in range(1, warmup + 1):

@@ -20,6 +20,7 @@ import pytest
 
 from adaptplan.cli import main
 from tests.process_runs import adaptplan, after_loss, finished_slowly, losses, rank_pids, simulate, wait_for
+from trainers.algorithms import REGISTRY
 from trainers.config.train_config import ALGORITHMS
 from trainers.run.checkpoint import load_checkpoint
 from trainers.run.history import History
@@ -50,7 +51,7 @@ def test_done_when_sfl_v1_on_cifar10_subset_equals_the_simulation(tmp_path: Path
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_every_algorithm_runs_distributed_with_the_simulations_losses(tmp_path: Path, algorithm: str) -> None:
-    extra = ALGORITHM_ARGS.get(algorithm, ["--cuts", "2"])
+    extra = ALGORITHM_ARGS.get(algorithm, [] if REGISTRY[algorithm].whole_model else ["--cuts", "2"])
     argv = ["--algorithm", algorithm, "--devices", "3", "--rounds", "3", *SMALL, *extra]
     # 3 ranks: edge, fed, and one rank hosting all three devices
     run = adaptplan("train", "--distributed", "--ranks", "3", *argv, "--out", str(tmp_path / "dist"))

@@ -22,6 +22,7 @@ import torch
 from adaptplan.cli import main
 from adaptplan.errors import InputError
 from tests.process_runs import finished_slowly
+from trainers.algorithms import REGISTRY
 from trainers.config.train_config import ALGORITHMS
 from trainers.distributed import broker as broker_module
 from trainers.distributed.broker import acl_text, start_local_broker
@@ -413,7 +414,8 @@ ALGORITHM_ARGS = {"adaptsfl": ["--cuts", "1,2,2", "--interval", "2"], "gas": ["-
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_every_algorithm_over_mqtt_has_the_simulations_losses(tmp_path: Path, algorithm: str) -> None:
-    argv = ["--algorithm", algorithm, "--devices", "3", "--rounds", "3", *SMALL, *ALGORITHM_ARGS.get(algorithm, ["--cuts", "2"])]
+    argv = ["--algorithm", algorithm, "--devices", "3", "--rounds", "3", *SMALL, *ALGORITHM_ARGS.get(
+        algorithm, [] if REGISTRY[algorithm].whole_model else ["--cuts", "2"])]
     assert main(["train", "--runtime", "mqtt", "--ranks", "3", *argv, "--out", str(tmp_path / "mqtt")]) == 0
     assert main(["train", *argv, "--out", str(tmp_path / "sim")]) == 0
     got = [r.train_loss for r in History.load(tmp_path / "mqtt").records]
