@@ -5,7 +5,8 @@ I rounds draws ⌈ρN⌉ devices (the strategy's stream, seeded [seed, 2³²−1
 average first loads the global model; each round every participant takes one step w_k ← w_k − η∇F_k(w_k) on a
 mini-batch of b samples, F_k = ``loss_of(k, logits, labels)`` (with ``mu``, FedProx's step: the gradient plus
 μ(w_k − w^t), w^t the model the device last loaded, or started from); every I rounds the participants' models are
-|𝒟_k|-averaged into the global model, which they load."""
+|𝒟_k|-averaged into the global model, which they load. Each round also yields every participant's F_k (the
+round's record reports their mean)."""
 
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ Loss = Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def federated_reference(template: nn.Sequential, data, loss_of: Loss, rounds: int, rho: float, interval: int,
-                        lr: float, batch: int, mu: float = 0.0) -> Iterator[tuple[int, list[int], list[nn.Sequential], nn.Sequential]]:
-    """Yield (t, participants, every device's model, the global model) after each round t."""
+                        lr: float, batch: int, mu: float = 0.0) -> Iterator[tuple[int, list[int], list[nn.Sequential], nn.Sequential, dict[int, float]]]:
+    """Yield (t, participants, every device's model, the global model, each participant's loss) after round t."""
     n = len(data.parts)
     models = [copy.deepcopy(template) for _ in range(n)]
     global_model = copy.deepcopy(template)
@@ -43,9 +44,11 @@ def federated_reference(template: nn.Sequential, data, loss_of: Loss, rounds: in
                 models[i].load_state_dict(global_model.state_dict())
                 anchors[i] = [p.detach().clone() for p in models[i].parameters()]
                 stale.discard(i)
+        losses: dict[int, float] = {}
         for i in participants:
             idx = torch.from_numpy(samplers[i].next())
             loss = loss_of(i, models[i](data.x_train[idx]), data.y_train[idx])
+            losses[i] = loss.item()
             grads = torch.autograd.grad(loss, list(models[i].parameters()))
             with torch.no_grad():
                 for p, g, anchor in zip(models[i].parameters(), grads, anchors[i]):
@@ -59,4 +62,4 @@ def federated_reference(template: nn.Sequential, data, loss_of: Loss, rounds: in
                 models[i].load_state_dict(average)
                 anchors[i] = [p.detach().clone() for p in models[i].parameters()]
             stale = set(range(n)) - set(participants)
-        yield t, participants, models, global_model
+        yield t, participants, models, global_model, losses

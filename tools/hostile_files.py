@@ -52,8 +52,9 @@ BASE_FLAGS = ["--dataset", "synthetic", "--devices", "2", "--rounds", "4", "--ev
               "--no-progress", "--quiet"]
 
 
-class Hang(Exception):
-    pass
+class Hang(BaseException):
+    """The harness's time-out, raised into the command: a BaseException, so that the CLI's own handler of internal
+    errors (``except Exception``) does not report it as one."""
 
 
 def tensor_values(t: torch.Tensor) -> list[Any]:
@@ -178,13 +179,15 @@ class Harness:
         text = (self.base / "config.toml").read_text()
         doc = tomllib.loads(text)
 
-        def write(body: str) -> Callable[[Path], list[list[str]]]:
+        def write(body: str, *flags: str) -> Callable[[Path], list[list[str]]]:
             def prepare(folder: Path) -> list[list[str]]:
                 (folder / "run.toml").write_text(body)
-                return [["train", "--config", str(folder / "run.toml"), "--out", str(folder / "new")]]
+                return [["train", "--config", str(folder / "run.toml"), "--out", str(folder / "new"), *flags]]
             return prepare
 
-        for label, body in [("empty", ""), ("foreign", "\x80\x81"), ("deep", "a = " + "[" * 100_000 + "]" * 100_000),
+        # an empty run file is valid: the default run, here with BASE_FLAGS (the whole default run outlasts --timeout)
+        self.case("run-file", "empty", write("", *BASE_FLAGS))
+        for label, body in [("foreign", "\x80\x81"), ("deep", "a = " + "[" * 100_000 + "]" * 100_000),
                             ("truncated", text[: len(text) // 2] + '"')]:
             self.case("run-file", label, write(body))
         for key in doc:

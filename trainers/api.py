@@ -313,13 +313,12 @@ def label_prior(counts: np.ndarray | torch.Tensor) -> torch.Tensor:
     return c / c.sum().clamp_min(1.0)
 
 
-def calibrated_ce(logits: torch.Tensor, labels: torch.Tensor, counts: np.ndarray | torch.Tensor, tau: float = 1.0,
+def calibrated_ce(logits: torch.Tensor, labels: torch.Tensor, counts: np.ndarray | torch.Tensor, tau: float,
                   floor: float = 1e-8) -> torch.Tensor:
     """FedLC's logit-calibrated cross-entropy (Zhang et al., ICML 2022, docs/algorithms.md FedLC): mean over the
     batch of −log softmax(s − τ·n^(−1/4))_y, n the device's samples per class (a class it lacks counted as
     ``floor``, FL-bench's FedLC client)."""
-    n = torch.as_tensor(np.asarray(counts) if not torch.is_tensor(counts) else counts, dtype=logits.dtype,
-                        device=logits.device).clamp_min(floor)
+    n = torch.as_tensor(counts, dtype=logits.dtype, device=logits.device).clamp_min(floor)
     return nn.functional.cross_entropy(logits - tau * n.pow(-0.25), labels)
 
 

@@ -225,7 +225,7 @@ class SplitEngine:
         """``cuts`` as a list after :func:`check_cut_vector`; a strategy of the whole model (the registry's
         ``whole_model``: federated learning) takes cut L on every device only."""
         checked: list[int] = check_cut_vector(cuts, self.num_devices, self.num_blocks).tolist()
-        if getattr(self.strategy, "whole_model", False) and set(checked) != {self.num_blocks}:
+        if self.strategy.whole_model and set(checked) != {self.num_blocks}:
             raise InputError(f"{self.strategy.name} trains the whole model on every device (no split): every cut "
                              f"must be {self.num_blocks}, got {sorted(set(checked))}", field="cuts")
         return checked

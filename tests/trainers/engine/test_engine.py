@@ -53,6 +53,11 @@ def test_one_device_sl_equals_centralized_sgd(cut: int) -> None:
         assert torch.allclose(a, b, atol=1e-6, rtol=0)
 
 
+def test_an_empty_barrier_is_served_with_no_replies_and_no_step() -> None:
+    """parallel_step over no arrivals touches neither the edge server nor the round (nothing to step)."""
+    assert parallel_step(None, None, []) == []          # type: ignore[arg-type]
+
+
 def test_wrong_gradient_raises() -> None:
     engine = make_engine("psl", [3, 3], devices=2)
     device = engine.devices[0]

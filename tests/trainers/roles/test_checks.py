@@ -8,7 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from trainers.roles.checks import MAX_MAGNITUDE, ActivationRule, BadMessageError, check_activation, check_upload, schema_of
+from trainers.roles.checks import (MAX_MAGNITUDE, ActivationRule, BadMessageError, check_activation, check_step,
+                                   check_upload, schema_of)
 from trainers.roles.hosts import FedHost, take
 from trainers.roles.messages import Activation, BlockState, ModelUpload
 from trainers.roles.protocol import Average, Take
@@ -26,6 +27,19 @@ def refused(msg: Activation, rows: int = 3) -> BadMessageError:
     with pytest.raises(BadMessageError) as caught:
         check_activation(msg, 1, rows, RULE)
     return caught.value
+
+
+def test_a_step_is_the_one_after_the_devices_last() -> None:
+    """A device counts its steps by one from 1 (rank 0 knows its last; None: its first since it started)."""
+    assert check_step(activation(step=1), 1, None) == 1 and check_step(activation(step=7), 1, None) == 7
+    assert check_step(activation(step=5), 1, 4) == 5
+    for step, last, why in [(6, 4, "step: is 6, but its last was 4: a device counts its steps by one"),
+                            (4, 4, "step: is 4, but its last was 4"), (3, 4, "step: is 3, but its last was 4"),
+                            (0, None, "step: is 0, not a step number"), (True, None, "step: is True, not a step number"),
+                            (1.5, 0, "step: is 1.5, but its last was 0")]:
+        with pytest.raises(BadMessageError) as caught:
+            check_step(activation(step=step), 1, last)
+        assert str(caught.value).startswith(f"device 1's activation: {why}"), str(caught.value)
 
 
 def test_an_honest_activation_passes_at_every_edge_of_the_rules() -> None:

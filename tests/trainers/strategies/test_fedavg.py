@@ -27,10 +27,11 @@ def test_fedavg_is_federated_averaging_with_sampling(rho: float, interval: int) 
     data = make_data(N, "dirichlet")
     engine = SplitEngine(small_model(), [L] * N, make_strategy("fedavg", {"participation": rho}), data, {"lr": LR},
                          batch_size=B, seed=0, interval=interval)
-    for t, participants, models, global_model in federated_reference(small_model(), data, plain_ce, 5, rho, interval,
+    for t, participants, models, global_model, losses in federated_reference(small_model(), data, plain_ce, 5, rho, interval,
                                                                       LR, B):
         stats = engine.run_round(t)
         assert stats.participants == participants and stats.aggregated == (t % interval == 0), t
+        assert stats.loss == pytest.approx(sum(losses.values()) / len(losses), rel=1e-5), t     # the record's F
         for i in range(N):
             mine = flat(*[engine.block(i, j) for j in range(L)])
             assert torch.allclose(mine, flat(models[i]), atol=1e-6, rtol=0), (t, i)

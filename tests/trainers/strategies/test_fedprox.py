@@ -30,10 +30,11 @@ def engine(mu: float, rho: float, interval: int, data) -> SplitEngine:
 def test_fedprox_is_federated_averaging_with_a_proximal_pull(mu: float, rho: float, interval: int) -> None:
     data = make_data(N, "dirichlet")
     run = engine(mu, rho, interval, data)
-    for t, participants, models, global_model in federated_reference(small_model(), data, plain_ce, 6, rho, interval,
+    for t, participants, models, global_model, losses in federated_reference(small_model(), data, plain_ce, 6, rho, interval,
                                                                       LR, B, mu=mu):
         stats = run.run_round(t)
         assert stats.participants == participants, t
+        assert stats.loss == pytest.approx(sum(losses.values()) / len(losses), rel=1e-5), t     # the record's F
         for i in range(N):
             assert torch.allclose(flat(*[run.block(i, j) for j in range(L)]), flat(models[i]), atol=1e-6,
                                   rtol=0), (t, i)
@@ -71,7 +72,7 @@ def test_the_anchor_is_checkpointed_with_the_device() -> None:
 
 def test_a_checkpointed_anchor_of_the_wrong_shape_is_refused() -> None:
     optimizer = RoleOptimizer(OptimizerSpec(proximal_mu=1.0), nn.Linear(3, 2).parameters())
-    for bad in (None, [torch.zeros(2, 3)], [torch.zeros(2, 3), torch.zeros(3)], [torch.zeros(2, 3), torch.full((2,),
-                                                                                                       float("nan"))]):
+    for bad in (None, [torch.zeros(2, 3)], [torch.zeros(2, 3), torch.zeros(3)],
+                [torch.zeros(2, 3), torch.tensor([0.0, float("nan")])], [torch.zeros(2, 3), torch.zeros(2).long()]):
         with pytest.raises(ValueError, match="device 0's state must hold the proximal anchor"):
             optimizer.load_anchors(bad, "device 0's state")
