@@ -417,12 +417,13 @@ def grid_bound(a_bounded: bool, b_bounded: bool) -> str:
 
 def agreeing(value: float, threshold: float, decimals: int = 1) -> str:
     """``value`` signed, with the fewest decimals (from ``decimals``) at which it rounds to the same side of
-    ``threshold`` as it is (1.99 against 2 prints +1.99, not +2.0)."""
-    for d in range(decimals, 10):
+    ``threshold`` as it is (1.99 against 2 prints +1.99, not +2.0); the shortest exact form (``repr``) where no
+    fixed number of decimals up to 12 does."""
+    for d in range(decimals, 13):
         text = f"{value:+.{d}f}"
         if (float(text) < threshold) == (value < threshold):
             return text
-    return f"{value:+.10g}"
+    return f"{value:+}"
 
 
 def rise(runs: Sequence[RunResult], protocol: str = "global") -> float | None:

@@ -108,12 +108,17 @@ def test_a_ratio_the_evaluation_grid_bounds_is_reported_as_a_bound() -> None:
     assert both.to_json()["per_seed"][0]["value_bound"] == "unresolved"
     resolved = bp.compare(TIME, [run(0.5, [(1.0, 0.2), (2.0, 0.35)])], [slow], [0], 0.3)
     assert resolved.bounds == [""] and resolved.measured == "2.70×"
+    never = run(0.2, [(9.0, 0.2)])            # seed 0: B never reached it (∞, left out of the mean): no bound to say
+    mixed = bp.compare(TIME, [first, run(0.5, [(1.0, 0.2), (2.0, 0.35)])], [never, slow], [0, 1], 0.3)
+    assert mixed.bounds == ["≥", ""] and mixed.measured == "2.70×"
+    mixed = bp.compare(TIME, [never, run(0.5, [(1.0, 0.2), (2.0, 0.35)])], [first, slow], [0, 1], 0.3)
+    assert mixed.bounds == ["≤", ""] and mixed.measured == "2.70×"     # A never reached it: 0, left out too
 
 
 def test_the_plateau_check_prints_enough_digits_to_agree_with_its_label() -> None:
     """Issue 69: a rise of 1.99 points printed "+2.0 pts: plateaued" under its own "< 2 points" rule."""
-    assert [bp.agreeing(v, 2.0) for v in (1.99, 1.94, 2.0, 2.04, 1.9999, -0.3)] == \
-        ["+1.99", "+1.9", "+2.0", "+2.0", "+1.9999", "-0.3"]
+    assert [bp.agreeing(v, 2.0) for v in (1.99, 1.94, 2.0, 2.04, 1.9999, -0.3, 2 - 1e-12, 2 - 1e-14)] == \
+        ["+1.99", "+1.9", "+2.0", "+2.0", "+1.9999", "-0.3", "+1.999999999999", "+1.99999999999999"]
     flat_b = run(0.5, [(t, a) for t, a in zip(range(1, 7), (0.1, 0.2, 0.3, 0.3, 0.3199, 0.32))])
     c = bp.compare(ACC, [flat_b], [flat_b], [0], 0.3)
     assert c.b_rise == pytest.approx(1.995) and c.b_plateaued

@@ -452,3 +452,11 @@ def test_sigterm_while_a_bench_waits_on_its_workers_raises_bench_stopped() -> No
         os.kill(os.getpid(), signal.SIGTERM)
     assert info.value.signum == signal.SIGTERM and info.value.code == 143
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_an_argparse_error_holding_a_line_break_is_one_line_with_exit_code_2(capsys) -> None:
+    """tools/hostile_provision.py: argparse echoed a value's line break, two lines; it is shown as \\n."""
+    from adaptplan.cli import main
+
+    assert main(["plan", "x\ny"]) == 2
+    assert capsys.readouterr().err == "adaptplan: error: unrecognized arguments: x\\ny\n"

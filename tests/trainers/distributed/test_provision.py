@@ -110,6 +110,7 @@ def _has_user(name: str) -> bool:
     (["--broker", "256.1.1.1:1", "--devices", "3"], "--broker"),
     (["--broker", "host name:1", "--devices", "3"], "--broker"),
     (["--broker", "h:1", "--devices", "3", "--ranks", "100"], "--ranks"),      # 98 device hosts for 3 devices
+    (["--broker", "h:1", "--devices", "3", "--ranks", "6"], "6 ranks give 4 device hosts for 3 devices: at most 5"),
     (["--broker", "h:1", "--devices", "3", "--", "--runtime", "mqtt"], "--runtime"),
     (["--broker", "h:1", "--devices", "3", "--", "--ranks", "4"], "--ranks"),
     (["--broker", "h:1", "--devices", "3", "--", "--devices", "4"], "--devices"),
