@@ -91,6 +91,10 @@ def test_time_ratio_counts_runs_that_never_reach_the_target() -> None:
     c = bp.compare(TIME, [never, never], [never, never], [0, 1], 0.3)
     assert c.mean is None and c.verdict == "does not hold at this scale"
     assert c.spread == "-; A and B not reached in 2/2 seeds"
+    assert c.measured == "-" and c.measured.why == "no seed where both A and B reached the target"
+    none = bp.compare(ACC, [run(None)], [run(None)], [0], 0.3)
+    assert none.measured == "-" and none.measured.why == "no final accuracy of A and B in any seed"
+    assert none.spread == "-" and none.spread.why == none.measured.why
     only_a = bp.compare(TIME, [fast, fast], [never, never], [0, 1], 0.3)   # no finite ratio, every seed agrees
     assert only_a.mean is None and only_a.verdict == "holds"
 
