@@ -208,8 +208,11 @@ class EngineBenchResult:
         def ratio(value: float | None) -> str:
             return f"{value:14.2f}" if value is not None else f"{'-':>14}"
 
-        lines = [f"{self.model} on {self.device}, {self.devices} devices, b = {self.batch_size}, cut {self.cut} (the "
-                 "whole-model algorithms, FedAvg's kind: cut L), "
+        from trainers.algorithms import REGISTRY
+
+        whole = [a for a in self.algorithms if a in REGISTRY and REGISTRY[a].whole_model]
+        cut = f"cut {self.cut}" + (f" ({', '.join(whole)}: the whole model, cut L)" if whole else "")
+        lines = [f"{self.model} on {self.device}, {self.devices} devices, b = {self.batch_size}, {cut}, "
                  f"client batching {self.client_batching}, client recompute {self.client_recompute}, server passes of "
                  f"{'any size' if self.server_pass_samples is None else f'≤ {self.server_pass_samples} samples'}, "
                  f"{self.rounds} rounds, best of {self.repeats} (ratios: median of each repeat's), "

@@ -414,6 +414,12 @@ def _result(**kw) -> EngineBenchResult:
     return EngineBenchResult(**fields)
 
 
+def test_the_engine_report_says_which_algorithms_train_the_whole_model() -> None:
+    """FedAvg's kind has no split: bench engine times it at cut L, and its header says so."""
+    header = _result(algorithms=("fedavg", "psl"), sfl_samples_per_s={"fedavg": 900.0, "psl": 800.0}).report()
+    assert header.splitlines()[0].startswith("cnn on cpu, 20 devices, b = 16, cut 2 (fedavg: the whole model, cut L), ")
+
+
 def test_engine_result_json_and_report() -> None:
     r = _result(process_peak_rss_bytes=300 * 2**20, per_device_cuts={"psl": "BatchNorm2d in block 1"},
                 sfl_seconds_per_round={"psl": 0.32})
