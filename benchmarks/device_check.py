@@ -36,7 +36,11 @@ def engines(algorithm: str, device: str, batching: str, rounds: int,
     options = {"gas": {"active": 2, "local_steps": 2}}.get(algorithm, {})
     if participation < 1:
         options = {**options, "participation": participation}
-    e = SplitEngine(cnn(1, 8, 10, width=4), [3] * 4, make_strategy(algorithm, options), data,
+    from trainers.algorithms import REGISTRY
+
+    model = cnn(1, 8, 10, width=4)
+    cuts = [len(model)] * 4 if REGISTRY[algorithm].whole_model else [3] * 4     # FedAvg's kind: the whole model
+    e = SplitEngine(model, cuts, make_strategy(algorithm, options), data,
                     {"lr": 0.05, "momentum": 0.9, "weight_decay": 5e-4}, batch_size=16, interval=2, total_rounds=rounds,
                     device=device, client_batching=batching)
     losses = [e.run_round(t).loss for t in range(1, rounds + 1)]

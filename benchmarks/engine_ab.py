@@ -71,7 +71,9 @@ def _worker_engine(devices: int, algorithm: str, options: dict):
         return build_model("cnn", (3, 32, 32), 10, 32)
 
     strategy = make_strategy(algorithm, options) if options else make_strategy(algorithm)
-    engine = SplitEngine(build_chain(fresh(), x[:2]).blocks, [1] * devices, strategy,
+    blocks = build_chain(fresh(), x[:2]).blocks
+    whole = getattr(strategy, "whole_model", False)        # FedAvg's kind (a trait since 2026-12-05): cut L
+    engine = SplitEngine(blocks, [len(blocks) if whole else 1] * devices, strategy,
                          DeviceData(x, y, x[:1], y[:1], partition_indices(y.numpy(), devices, "iid", 0)),
                          {"lr": 0.01}, BATCH, seed=0, **extra)
     return engine, fresh(), x, y

@@ -27,6 +27,7 @@ from typing import Any, Sequence
 from adaptplan.benches.comparison import GAPSL_SETTING, Setting
 from adaptplan.benches.runs import RunResult, no_evaluation, no_local, not_reached, pct, run_jobs, seconds
 from adaptplan.report import empty_notes
+from trainers.algorithms import algorithm as registry_entry
 from trainers.config.train_config import ALGORITHMS
 
 PARTITIONS: dict[str, dict[str, Any]] = {"iid": {"partition": "iid"}, "dirichlet-0.1": {"partition": "dirichlet", "dirichlet_alpha": 0.1},
@@ -49,7 +50,7 @@ def run_algorithm_bench(algorithms: Sequence[str] = ALGORITHMS, partitions: Sequ
                                           max_test_samples=test_samples, device=device,
                                           client_batching=client_batching, **PARTITIONS[partition],
                                           **setting.fields(algorithm, devices))
-            if cuts is not None:
+            if cuts is not None and not registry_entry(algorithm).whole_model:     # FedAvg's kind: its cut is L
                 config["cuts"] = tuple(cuts)
             jobs.append({"group": partition, "label": algorithm, "target": target, "config": config})
     return run_jobs(jobs, workers, "bench algorithms", progress)

@@ -34,9 +34,9 @@ def test_the_cpu_half_checks_the_algorithms_asked_for() -> None:
 
 
 def test_an_unknown_algorithm_is_refused() -> None:
-    done = run("--algorithm", "psl,fedavg")
+    done = run("--algorithm", "psl,fedsgd")
     assert done.returncode == 2
-    assert "--algorithm: unknown fedavg (choose from sl, psl," in done.stderr
+    assert "--algorithm: unknown fedsgd (choose from sl, psl," in done.stderr
 
 
 def test_a_participation_outside_the_unit_interval_is_refused() -> None:
