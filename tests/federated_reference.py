@@ -6,15 +6,17 @@ average first loads the global model; each round every participant takes one ste
 mini-batch of b samples, F_k = ``loss_of(k, logits, labels)`` (with ``mu``, FedProx's step: the gradient plus
 μ(w_k − w^t), w^t the model the device last loaded, or started from); every I rounds the participants' models are
 |𝒟_k|-averaged into the global model, which they load. Each round also yields every participant's F_k (the
-round's record reports their mean)."""
+round's record reports their mean). :func:`check_round` compares an engine's round with the reference's."""
 
 from __future__ import annotations
 
 import copy
 import math
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import numpy as np
+import pytest
 import torch
 from torch import nn
 
@@ -24,9 +26,35 @@ from trainers.inputs.partition import DeviceSampler
 Loss = Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
+@dataclass
+class ReferenceRound:
+    """The reference after round ``t``: its participants, every device's model, the global model, each
+    participant's loss F_k, and whether the round ended a period of I rounds (an average)."""
+
+    t: int
+    participants: list[int]
+    models: list[nn.Sequential]
+    global_model: nn.Sequential
+    losses: dict[int, float]
+    aggregated: bool
+
+
+def check_round(engine, ref: ReferenceRound) -> None:
+    """Run the engine's round ``ref.t`` and check it against the reference: the participants, whether it averaged,
+    the recorded loss (the participants' mean F_k) and every device's parameters, all its blocks wherever they live
+    (on the device or in its server copy), to 10⁻⁶."""
+    stats = engine.run_round(ref.t)
+    assert stats.participants == ref.participants and stats.aggregated == ref.aggregated, ref.t
+    assert stats.loss == pytest.approx(sum(ref.losses.values()) / len(ref.losses), rel=1e-5), ref.t
+    for i, model in enumerate(ref.models):
+        mine = torch.cat([p.detach().reshape(-1) for j in range(len(model)) for p in engine.block(i, j).parameters()])
+        theirs = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+        assert torch.allclose(mine, theirs, atol=1e-6, rtol=0), (ref.t, i)
+
+
 def federated_reference(template: nn.Sequential, data, loss_of: Loss, rounds: int, rho: float, interval: int,
-                        lr: float, batch: int, mu: float = 0.0) -> Iterator[tuple[int, list[int], list[nn.Sequential], nn.Sequential, dict[int, float]]]:
-    """Yield (t, participants, every device's model, the global model, each participant's loss) after round t."""
+                        lr: float, batch: int, mu: float = 0.0) -> Iterator[ReferenceRound]:
+    """Yield the :class:`ReferenceRound` after each round t."""
     n = len(data.parts)
     models = [copy.deepcopy(template) for _ in range(n)]
     global_model = copy.deepcopy(template)
@@ -62,4 +90,4 @@ def federated_reference(template: nn.Sequential, data, loss_of: Loss, rounds: in
                 models[i].load_state_dict(average)
                 anchors[i] = [p.detach().clone() for p in models[i].parameters()]
             stale = set(range(n)) - set(participants)
-        yield t, participants, models, global_model, losses
+        yield ReferenceRound(t, participants, models, global_model, losses, t % interval == 0)

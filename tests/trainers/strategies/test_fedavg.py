@@ -11,7 +11,7 @@ from torch import nn
 from adaptplan.cli import main
 from adaptplan.errors import InputError
 from tests.engine_builders import flat, make_data, small_model
-from tests.federated_reference import federated_reference
+from tests.federated_reference import check_round, federated_reference
 from trainers.engine.split_engine import SplitEngine
 from trainers.strategies import make_strategy
 
@@ -27,17 +27,11 @@ def test_fedavg_is_federated_averaging_with_sampling(rho: float, interval: int) 
     data = make_data(N, "dirichlet")
     engine = SplitEngine(small_model(), [L] * N, make_strategy("fedavg", {"participation": rho}), data, {"lr": LR},
                          batch_size=B, seed=0, interval=interval)
-    for t, participants, models, global_model, losses in federated_reference(small_model(), data, plain_ce, 5, rho, interval,
-                                                                      LR, B):
-        stats = engine.run_round(t)
-        assert stats.participants == participants and stats.aggregated == (t % interval == 0), t
-        assert stats.loss == pytest.approx(sum(losses.values()) / len(losses), rel=1e-5), t     # the record's F
-        for i in range(N):
-            mine = flat(*[engine.block(i, j) for j in range(L)])
-            assert torch.allclose(mine, flat(models[i]), atol=1e-6, rtol=0), (t, i)
+    for ref in federated_reference(small_model(), data, plain_ce, 5, rho, interval, LR, B):
+        check_round(engine, ref)
         (evaluated,) = engine.strategy.eval_models(engine)
-        expected = global_model if t >= interval else small_model()
-        assert torch.allclose(flat(evaluated), flat(expected), atol=1e-6, rtol=0), t
+        expected = ref.global_model if ref.t >= interval else small_model()
+        assert torch.allclose(flat(evaluated), flat(expected), atol=1e-6, rtol=0), ref.t
 
 
 def test_a_round_sends_logits_and_labels_and_an_average_the_whole_model() -> None:

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tests.engine_builders import flat, make_data, small_model
-from tests.federated_reference import federated_reference
+from tests.federated_reference import check_round, federated_reference
 from trainers.api import calibrated_ce
 from trainers.engine.split_engine import SplitEngine
 from trainers.strategies import make_strategy
@@ -38,14 +38,8 @@ def test_fedlc_is_federated_averaging_of_calibrated_losses(tau: float, rho: floa
     assert any((counts_of(data, i) == 0).any() for i in range(N))
     engine = SplitEngine(small_model(), [L] * N, make_strategy("fedlc", {"participation": rho, "lc_tau": tau}), data,
                          {"lr": LR}, batch_size=B, seed=0, interval=interval)
-    for t, participants, models, _, losses in federated_reference(small_model(), data, calibrated(data, tau), 4,
-                                                                      rho, interval, LR, B):
-        stats = engine.run_round(t)
-        assert stats.participants == participants, t
-        assert stats.loss == pytest.approx(sum(losses.values()) / len(losses), rel=1e-5), t     # the record's F
-        for i in range(N):
-            assert torch.allclose(flat(*[engine.block(i, j) for j in range(L)]), flat(models[i]), atol=1e-6,
-                                  rtol=0), (t, i)
+    for ref in federated_reference(small_model(), data, calibrated(data, tau), 4, rho, interval, LR, B):
+        check_round(engine, ref)
 
 
 def test_tau_zero_is_fedavg() -> None:

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from tests.engine_builders import flat, make_data, small_model
-from tests.federated_reference import federated_reference
+from tests.federated_reference import check_round, federated_reference
 from trainers.engine.split_engine import SplitEngine
 from trainers.strategies import make_strategy
 
@@ -30,17 +30,11 @@ def test_lla_sfl_is_splitfed_v1_with_locally_adjusted_losses(tau: float, rho: fl
     data = make_data(N, "shards")
     engine = SplitEngine(small_model(), [CUT] * N, make_strategy("lla-sfl", {"participation": rho, "la_tau": tau}),
                          data, {"lr": LR}, batch_size=B, seed=0, interval=interval)
-    for t, participants, models, global_model, losses in federated_reference(small_model(), data, adjusted(data, tau), 4, rho,
-                                                                      interval, LR, B):
-        stats = engine.run_round(t)
-        assert stats.participants == participants, t
-        assert stats.loss == pytest.approx(sum(losses.values()) / len(losses), rel=1e-5), t     # the record's F
-        for i in range(N):                # client blocks on the device, blocks CUT.. the edge server's copy of i's
-            assert torch.allclose(flat(*[engine.block(i, j) for j in range(11)]), flat(models[i]), atol=1e-6,
-                                  rtol=0), (t, i)
+    for ref in federated_reference(small_model(), data, adjusted(data, tau), 4, rho, interval, LR, B):
+        check_round(engine, ref)      # every block: the client's on the device, the others in the edge's copy of i's
         (evaluated,) = engine.strategy.eval_models(engine)
-        if t >= interval:
-            assert torch.allclose(flat(evaluated), flat(global_model), atol=1e-6, rtol=0), t
+        if ref.t >= interval:
+            assert torch.allclose(flat(evaluated), flat(ref.global_model), atol=1e-6, rtol=0), ref.t
 
 
 def test_tau_zero_is_splitfed_v1() -> None:
