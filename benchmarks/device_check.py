@@ -39,7 +39,7 @@ def engines(algorithm: str, device: str, batching: str, rounds: int,
     from trainers.algorithms import REGISTRY
 
     model = cnn(1, 8, 10, width=4)
-    cuts = [len(model)] * 4 if REGISTRY[algorithm].whole_model else [3] * 4     # FedAvg's kind: the whole model
+    cuts = [REGISTRY[algorithm].cut_for(3, len(model))] * 4          # FedAvg's kind: the whole model, cut L
     e = SplitEngine(model, cuts, make_strategy(algorithm, options), data,
                     {"lr": 0.05, "momentum": 0.9, "weight_decay": 5e-4}, batch_size=16, interval=2, total_rounds=rounds,
                     device=device, client_batching=batching)

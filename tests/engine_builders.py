@@ -75,4 +75,4 @@ def cuts_for(algorithm: str, cuts: list[int], num_blocks: int) -> list[int]:
     ``whole_model``: FedAvg, FedLC), so that registry-driven tests give every algorithm a cut it takes."""
     from trainers.algorithms import REGISTRY
 
-    return [num_blocks] * len(cuts) if REGISTRY[algorithm].whole_model else list(cuts)
+    return [REGISTRY[algorithm].cut_for(cut, num_blocks) for cut in cuts]

@@ -130,6 +130,11 @@ class Algorithm:
     local_rounds_option: str | None = None   # the option of its local rounds between averages, if not the interval I
     whole_model: bool = False          # federated learning, no split: every device holds all L blocks (cut L)
 
+    def cut_for(self, cut: int, num_blocks: int) -> int:
+        """The cut its devices train at when ``cut`` is asked of a model of ``num_blocks`` blocks: L for an algorithm
+        of the whole model (no split), else ``cut``."""
+        return num_blocks if self.whole_model else cut
+
     @property
     def option_names(self) -> tuple[str, ...]:
         return tuple(o.name for o in self.options)

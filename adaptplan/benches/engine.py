@@ -380,7 +380,7 @@ class _Sides:
 
         blocks = self.blocks()
         x, y, warmup = self.x, self.y, self.warmup
-        cut = len(blocks) if REGISTRY[name].whole_model else self.cut     # FedAvg's kind: the whole model, cut L
+        cut = REGISTRY[name].cut_for(self.cut, len(blocks))              # FedAvg's kind: the whole model, cut L
         engine = SplitEngine(blocks, [cut] * self.devices, make_strategy(name),
                              DeviceData(x, y, x[:1], y[:1], self.parts), {"lr": 0.01}, self.batch_size, seed=self.seed,
                              execution=self.execution, clock=self.clock)

@@ -152,3 +152,9 @@ def test_every_numeric_option_is_taken_just_inside_its_limits_and_refused_just_o
                 with pytest.raises(InputError) as info:
                     algorithms.algorithm_options(name, {option.name: value})
                 assert info.value.field == option.flag, (option.name, value)
+
+
+def test_a_whole_model_algorithm_trains_at_cut_l_whatever_cut_is_asked() -> None:
+    assert [REGISTRY[n].cut_for(2, 11) for n in ("fedavg", "fedprox", "fedlc", "psl", "lla-sfl")] == [11, 11, 11, 2, 2]
+    assert {n for n, entry in REGISTRY.items() if entry.cut_for(1, 5) == 5} == \
+        {n for n, entry in REGISTRY.items() if entry.whole_model}
