@@ -47,9 +47,9 @@ from torch import nn
 from adaptplan.errors import InputError
 from adaptplan.fileio import is_finite_number, is_int
 from trainers.algorithms import PARTICIPATION, REGISTRY
-from trainers.roles.core import ServerPass
 from trainers.roles.messages import Activation, CutGradient, ModelUpload, NonFiniteError
 from trainers.roles.optim import OptimizerSpec
+from trainers.roles.passes import ServerPass
 
 __all__ = ["Activation", "CutGradient", "ModelUpload", "NonFiniteError", "ServerPasses", "ModelViews", "ServerPass",
            "OptimizerSpec", "InputError",
@@ -60,7 +60,7 @@ __all__ = ["Activation", "CutGradient", "ModelUpload", "NonFiniteError", "Server
 
 
 class ServerPasses(Protocol):
-    """What a strategy may do with the edge server (trainers.roles.core.EdgeServer implements it; the
+    """What a strategy may do with the edge server (trainers.roles.passes.EdgePasses implements it; the
     strategy never sees the class): forward passes, gradients, optimizer steps."""
 
     def run(self, arrivals: Sequence[Activation], concatenate: bool = True) -> ServerPass:

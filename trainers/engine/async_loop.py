@@ -122,9 +122,9 @@ def _local_step(engine: Engine, ctx: "RoundContext", st: AsyncLoopState, d: int,
     begin = max(arrive, st.server_free)
     answered = begin + float(times.server[d]) * k                 # the reply is computed first (GAS-10) ...
     waiting.add(msg)
-    budget = engine.edge.pass_samples
+    budget = engine.passes.pass_samples
     charged = 0.0
-    if not s.defer(engine.edge, ctx, waiting.arrivals) or (budget is not None and waiting.samples >= budget):
+    if not s.defer(engine.passes, ctx, waiting.arrivals) or (budget is not None and waiting.samples >= budget):
         charged = _serve_waiting(engine, ctx, waiting, times, last=True)
     busy = answered - begin + charged                               # ... then the server works on (GAS-5b–8)
     st.server_free = begin + busy
@@ -146,7 +146,7 @@ def _serve_waiting(engine: Engine, ctx: "RoundContext", waiting: Waiting, times:
     if not arrivals:
         return 0.0
     s = cast("AsyncStrategy", engine.strategy)
-    out = s.serve(engine.edge, ctx, arrivals)
+    out = s.serve(engine.passes, ctx, arrivals)
     charged = charged_server_seconds(ctx, times)
     if charged and not last:
         raise RuntimeError(f"the asynchronous strategy {s.name} charged server work for arrivals it let wait")

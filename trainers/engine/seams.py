@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from trainers.engine.round_data import AsyncLoopState, DeviceData, RoundStats, RoundTally
     from trainers.roles.checks import Schema
     from trainers.roles.core import EdgeServer
+    from trainers.roles.passes import EdgePasses
 
 
 class EngineParts(Protocol):
@@ -49,6 +50,7 @@ class EngineParts(Protocol):
     clock: SimClock | None
     net: Network
     edge: EdgeServer
+    passes: EdgePasses                   # the edge server's passes, as the strategy is handed them
     rng: np.random.Generator
 
     # ---- state the parts change (checkpointed by trainers.engine.state)

@@ -57,6 +57,7 @@ from trainers.roles.messages import (
     tensor_bytes,
 )
 from trainers.roles.optim import OptimizerSpec
+from trainers.roles.passes import EdgePasses
 from trainers.roles.protocol import FED, AggregationRule
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -191,8 +192,8 @@ class SplitEngine:
         self.net: Network = (network or local_network)(self, strategy.optimizer("client", self.optimizer), seed)
         if self.aggregation[0] != "mean":
             self.net.send(FED, AggregationRule(*self.aggregation))
-        self.edge = EdgeServer(chain, self.cuts, strategy.server_owner, strategy.optimizer("server", self.server_optimizer),
-                               concatenate=self.execution.concatenate, pass_samples=self.execution.server_pass_samples)
+        self.edge = EdgeServer(chain, self.cuts, strategy.server_owner, strategy.optimizer("server", self.server_optimizer))
+        self.passes = EdgePasses(self.edge, self.execution.concatenate, self.execution.server_pass_samples)  # strategy's
         self._random_layers = random_layer(chain) is not None
         self.async_state: AsyncLoopState | None = None
         self.models = EngineModels(self)

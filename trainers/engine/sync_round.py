@@ -94,7 +94,7 @@ class GroupRun:
 
     def _streamed_arrivals(self) -> float:
         """A group served one arrival at a time (SplitFed V2), its devices forwarding in arrival order one server
-        chunk's worth at a time (``EdgeServer.chunked``), each chunk's replies delivered once its arrivals are
+        chunk's worth at a time (``EdgePasses.chunked``), each chunk's replies delivered once its arrivals are
         served: a device's forward reads only its own model and data, so this is bit for bit forwarding every
         device first, with the same simulated times, and the round holds one chunk's activations instead of every
         participant's."""
@@ -111,7 +111,7 @@ class GroupRun:
 
     def _streamed_barrier(self, stream: "BarrierStep") -> float:
         """A barrier served as its devices forward: the devices, in their simulated arrival order, cut into the
-        server's chunks (``EdgeServer.chunked``, each device's min(b_i, |𝒟_i|) samples); a chunk's devices forward
+        server's chunks (``EdgePasses.chunked``, each device's min(b_i, |𝒟_i|) samples); a chunk's devices forward
         only once the chunk before is served and answered, so the round holds one chunk's activations and client
         graphs. The same computations as serving the whole barrier (the forwards are independent of the server's
         pass) and the same simulated times: every reply arrives at the barrier's time."""
@@ -132,7 +132,7 @@ class GroupRun:
         """A whole barrier: the strategy's step in parts (``barrier_step``; the default parallel step) in the server's
         passes, each pass's replies delivered at once (:meth:`_answer_early`), so the round holds one pass's replies
         and graphs; else its own ``serve`` with every arrival. The replies still to take."""
-        s, edge = self.engine.strategy, self.engine.edge
+        s, edge = self.engine.strategy, self.engine.passes
         step = s.barrier_step(edge, self.ctx, [a.device for a in arrivals])
         if step is None:
             return list(s.serve(edge, self.ctx, arrivals))
@@ -146,7 +146,7 @@ class GroupRun:
         share (eqs. 18, 19, and what the strategy charged); it is free again after that."""
         d = msg.device
         begin = max(at, self.server_free)
-        out = self.engine.strategy.serve(self.engine.edge, self.ctx, [msg])
+        out = self.engine.strategy.serve(self.engine.passes, self.ctx, [msg])
         share = float(self.times.server[d]) * self.times.scale(d, self.batch[d]) + charged_server_seconds(self.ctx,
                                                                                                         self.times)
         self.ledger.add("edge", "server", share)
@@ -176,10 +176,10 @@ class GroupRun:
 
     def _chunks_by_arrival(self) -> tuple[dict[int, float], list[list[int]]]:
         """Each device's arrival time and the group in arrival order cut into the server's chunks
-        (``EdgeServer.chunked``), each device counted by the min(b_i, |𝒟_i|) samples it will draw."""
+        (``EdgePasses.chunked``), each device counted by the min(b_i, |𝒟_i|) samples it will draw."""
         arrival = self._arrivals(self.group)
         order = sorted(self.group, key=lambda d: (arrival[d], d))
-        return arrival, self.engine.edge.chunked(order, self._drawn)
+        return arrival, self.engine.passes.chunked(order, self._drawn)
 
     def _drawn(self, device: int) -> int:
         """The samples ``device`` draws for a step of ``batch[device]``: min(b_i, |𝒟_i|) (its sampler's rule)."""
@@ -225,7 +225,7 @@ class GroupRun:
     def _flush(self) -> None:
         """The strategy's replies still owed once the group's arrivals are served; every activation must be
         answered by then. The server is free after the work the strategy charged for them."""
-        out = self.engine.strategy.flush(self.engine.edge, self.ctx)
+        out = self.engine.strategy.flush(self.engine.passes, self.ctx)
         extra = charged_server_seconds(self.ctx, self.times)
         self.server_free += extra
         self.ledger.add("edge", "server", extra)
@@ -253,12 +253,12 @@ def chunk_server(engine: Engine, ctx: "RoundContext", group: list[int]) -> "Barr
     """How the runtime serves this barrier chunk by chunk as its devices forward: the strategy's step in parts
     (``barrier_step``: a :class:`~trainers.api.ParallelStep` for the default parallel one, whose chunks are
     independent until the final step; GAPSL's) where it has one and the runtime may (a barrier,
-    :attr:`may_stream`, no BatchNorm: ``EdgeServer.concatenate``); else None (the whole barrier is forwarded
+    :attr:`may_stream`, no BatchNorm: ``EdgePasses.concatenate``); else None (the whole barrier is forwarded
     first)."""
     s = engine.strategy
-    if s.server_mode != "barrier" or not engine.may_stream or not engine.edge.concatenate:
+    if s.server_mode != "barrier" or not engine.may_stream or not engine.passes.concatenate:
         return None
-    return s.barrier_step(engine.edge, ctx, group)
+    return s.barrier_step(engine.passes, ctx, group)
 
 
 def _never_answered(engine: Engine, pending: dict) -> None:

@@ -32,13 +32,13 @@ share one cut (the g_i must live in one space). Evaluation: mean over devices of
 Per-round metrics: K^t, |Ŝ|, the mean pairwise angle (A.3.6).
 
 Memory (``detached`` and ``gradient_step``): the round holds one S × P matrix of the g_i, each written
-into its row as its device's pass ends (:meth:`EdgeServer.gradient_rows`); the angles come from its
+into its row as its device's pass ends (:meth:`EdgePasses.gradient_rows`); the angles come from its
 Gram products and norms, g_lead and the server step from weighted sums of its rows, so no part of
 it is copied. With ``excluded_update = plain`` each reply is the device's own ∂L_i/∂a_i at the pre-update w_s,
 taken from the backward that gave its g_i and final whatever Ŝ turns out to be, so the runtime may serve the
 barrier a part at a time as the devices forward (:class:`GradientRowsStep`, :meth:`GAPSL.barrier_step`): a round
 then holds the matrix and one part's activations and replies, whatever N. With ``none`` the replies (Ŝ's alone)
-come from the runtime after the selection (:meth:`EdgeServer.cut_gradients`: kept from the per-device passes
+come from the runtime after the selection (:meth:`EdgePasses.cut_gradients`: kept from the per-device passes
 when few; else one more server pass over the devices answered where that is harmless). The results equal the
 per-device formulas up to float rounding (tests/trainers/strategies/test_gapsl.py). ``double_backprop`` keeps
 every device's g_i with its graph, as eq. (7) needs.

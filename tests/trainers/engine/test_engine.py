@@ -258,8 +258,8 @@ def test_batchnorm_keeps_devices_apart_at_the_server() -> None:
                             nn.Linear(4 * 8 * 8, 10))
     assert not has_batch_coupling(plain) and has_batch_coupling(with_bn)
     assert has_batch_coupling(nn.Sequential(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))))   # nested
-    assert make_engine("psl", [3, 3], devices=2).edge.concatenate
-    assert not make_engine("psl", [1, 1], devices=2, model=with_bn).edge.concatenate
+    assert make_engine("psl", [3, 3], devices=2).passes.concatenate
+    assert not make_engine("psl", [1, 1], devices=2, model=with_bn).passes.concatenate
 
 
 def test_label_prior_and_an_empty_server_step() -> None:
@@ -270,7 +270,7 @@ def test_label_prior_and_an_empty_server_step() -> None:
     assert label_prior([1, 1]).dtype == torch.float32
     engine = make_engine("psl", [3, 3], devices=2)
     before = flat(*engine.edge.instances.values())
-    assert parallel_step(engine.edge, engine.context(1), []) == []                # nothing arrived: no replies, no step
+    assert parallel_step(engine.passes, engine.context(1), []) == []                # nothing arrived: no replies, no step
     assert torch.equal(flat(*engine.edge.instances.values()), before)
 
 
@@ -281,7 +281,7 @@ class BlowUpStrategy(Strategy):
     def serve(self, edge, ctx, arrivals):
         replies = parallel_step(edge, ctx, arrivals)
         with torch.no_grad():
-            next(edge.instances[(None, 10)].parameters())[0, 0] = float("inf")
+            next(edge.server.instances[(None, 10)].parameters())[0, 0] = float("inf")
         return replies
 
 
@@ -393,10 +393,10 @@ def test_scala_evaluates_the_global_model_of_the_last_iteration() -> None:
 def test_edge_server_api_edges() -> None:
     """An empty server pass, and zero_grad clearing the server's accumulated gradients."""
     engine = make_engine("psl", [3, 3], devices=2)
-    empty = engine.edge.run([])
+    empty = engine.passes.run([])
     assert empty.devices == [] and empty.logits == {} and empty.inputs == {}
     arrivals = [engine.devices[d].forward(1) for d in (0, 1)]
-    p = engine.edge.run(arrivals)
+    p = engine.passes.run(arrivals)
     p.backward(sum(nn.functional.cross_entropy(p.logits[d], p.labels[d]) for d in (0, 1)))
     server = [q for m in engine.edge.instances.values() for q in m.parameters()]
     assert all(q.grad is not None for q in server)
@@ -587,7 +587,7 @@ def test_one_server_pass_takes_one_activation_per_device() -> None:
     engine = psl()
     a = engine.devices[0].forward(1)
     with pytest.raises(MessageMismatchError, match="two activations from device 0 in one server pass"):
-        engine.edge.run([a, a])
+        engine.passes.run([a, a])
 
 
 class AnswersOthers(Strategy):
@@ -882,7 +882,7 @@ def test_devices_meeting_at_a_batchnorm_server_block_are_normalised_apart() -> N
     arrivals = [engine.devices[d].forward(1) for d in range(2)]
     server = torch.nn.Sequential(*[copy.deepcopy(engine.edge.instances[(None, j)]) for j in range(1, 5)])
     expected = {a.device: server(a.tensor) for a in arrivals}        # one device at a time, in training mode
-    p = engine.edge.run(arrivals)
+    p = engine.passes.run(arrivals)
     for d in range(2):
         assert torch.allclose(p.logits[d], expected[d], atol=1e-5, rtol=0), d
 
@@ -972,7 +972,7 @@ def test_per_device_gradients_by_hand(cut) -> None:
     # block: logits = a, no server gradient, ∂L/∂a = (P − Y) / b
     engine = SplitEngine(small_model(), [cut, cut], make_strategy("psl"), make_data(2), {"lr": 0.05}, batch_size=B)
     arrivals = [engine.devices[d].forward(1) for d in range(2)]
-    per = engine.edge.per_device_gradients(arrivals, lambda d, logits, y: torch.nn.functional.cross_entropy(logits, y))
+    per = engine.passes.per_device_gradients(arrivals, lambda d, logits, y: torch.nn.functional.cross_entropy(logits, y))
     for a in arrivals:
         g, cut_grad, loss, leaf = per[a.device]
         x = a.tensor.detach()

@@ -15,6 +15,7 @@ from trainers.inputs.models import cnn
 from trainers.inputs.partition import partition_indices
 from trainers.roles.core import Device, EdgeServer
 from trainers.roles.messages import Activation
+from trainers.roles.passes import EdgePasses
 from trainers.strategies import make_strategy
 
 torch.set_num_threads(1)
@@ -40,7 +41,7 @@ def trained(algorithm: str, rounds: int = 4, options: dict | None = None, whole_
     model = cnn(1, 8, 3, width=4)
     engine = SplitEngine(model, cuts_for(algorithm, [2] * DEVICES, len(model)), make_strategy(algorithm, options),
                          data(), {"lr": 0.05, "momentum": 0.9}, BATCH, seed=3, **memory)
-    engine.edge.batch_independent = not whole_gas_step
+    engine.passes.batch_independent = not whole_gas_step
     for t in range(1, rounds + 1):
         engine.run_round(t)
     devices = [p.detach().clone() for d in engine.devices for p in d.blocks.parameters()]
@@ -80,10 +81,10 @@ def test_a_barrier_served_in_chunks_trains_the_same_parameters(algorithm) -> Non
 ])
 def test_scala_gas_and_cyclesl_server_passes_in_chunks_train_the_same_parameters(algorithm, options, rounds, monkeypatch) -> None:
     passes: list[int] = []
-    run, run_features = EdgeServer.run, EdgeServer.run_features
-    monkeypatch.setattr(EdgeServer, "run", lambda self, arrivals, concatenate=True: passes.append(
+    run, run_features = EdgePasses.run, EdgePasses.run_features
+    monkeypatch.setattr(EdgePasses, "run", lambda self, arrivals, concatenate=True: passes.append(
         sum(int(a.tensor.shape[0]) for a in arrivals)) or run(self, arrivals, concatenate))
-    monkeypatch.setattr(EdgeServer, "run_features", lambda self, x, d: passes.append(x.shape[0]) or run_features(self, x, d))
+    monkeypatch.setattr(EdgePasses, "run_features", lambda self, x, d: passes.append(x.shape[0]) or run_features(self, x, d))
     whole_step = algorithm == "gas"
     one_pass = trained(algorithm, rounds, options, whole_step, server_pass_samples=None, client_recompute="off")
     whole = list(passes)
@@ -97,18 +98,18 @@ def test_scala_gas_and_cyclesl_server_passes_in_chunks_train_the_same_parameters
 
 def test_spans_cover_the_rows_in_order_within_the_budget() -> None:
     template = cnn(1, 8, 3, width=4)
-    edge = EdgeServer(template, [2] * 5, lambda d, j, lc: None, _sgd(), pass_samples=20)
+    edge = EdgePasses(EdgeServer(template, [2] * 5, lambda d, j, lc: None, _sgd()), pass_samples=20)
     assert edge.spans(45) == [slice(0, 20), slice(20, 40), slice(40, 45)]
     assert edge.spans(20) == [slice(0, 20)] and edge.spans(0) == [slice(0, 0)]
     edge.pass_samples = None
     assert edge.spans(45) == [slice(0, 45)]
     batch_norm = nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2), nn.Flatten(), nn.LazyLinear(3))
-    assert EdgeServer(batch_norm, [1] * 5, lambda d, j, lc: None, _sgd(), pass_samples=1).spans(45) == [slice(0, 45)]
+    assert EdgePasses(EdgeServer(batch_norm, [1] * 5, lambda d, j, lc: None, _sgd()), pass_samples=1).spans(45) == [slice(0, 45)]
 
 
 def test_chunks_hold_at_most_the_budget_in_order() -> None:
     template = cnn(1, 8, 3, width=4)
-    edge = EdgeServer(template, [2] * 5, lambda d, j, lc: None, _sgd(), pass_samples=20)
+    edge = EdgePasses(EdgeServer(template, [2] * 5, lambda d, j, lc: None, _sgd()), pass_samples=20)
     arrivals = [Activation(d, 1, 1, torch.zeros(n, 4, 8, 8), torch.zeros(n, dtype=torch.long))
                 for d, n in enumerate([8, 8, 8, 30, 4])]
     chunks = edge.chunks(arrivals)
@@ -117,19 +118,19 @@ def test_chunks_hold_at_most_the_budget_in_order() -> None:
     assert [[a.device for a in c] for c in edge.chunks(arrivals)] == [[0, 1, 2, 3, 4]]
     assert edge.chunks([]) == []
     batch_norm = nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.Flatten(), nn.Linear(144, 3))
-    coupled = EdgeServer(batch_norm, [1] * 5, lambda d, j, lc: None, _sgd(), pass_samples=1)
+    coupled = EdgePasses(EdgeServer(batch_norm, [1] * 5, lambda d, j, lc: None, _sgd()), pass_samples=1)
     assert len(coupled.chunks(arrivals)) == 1       # batch statistics span the pass: never chunked
 
 
 @pytest.mark.parametrize("budget", [None, 20, 1])
 def test_arrival_gradients_in_chunks_are_each_devices_cut_gradient_and_the_summed_server_gradient(budget) -> None:
-    """EdgeServer.arrival_gradients over arrivals of one shared server, in passes of ``budget`` samples (20: [0, 1],
+    """EdgePasses.arrival_gradients over arrivals of one shared server, in passes of ``budget`` samples (20: [0, 1],
     [2, 3]; 1: one arrival each): ∂cut_loss_i/∂a_i by device and ∂Σ server_loss/∂w_s summed over the passes, the
     plain reference's — each device's loss alone through a copy of the server, the server loss over all samples at
     once — to float rounding; nothing accumulated into ``.grad``."""
     torch.manual_seed(0)
     template = cnn(1, 8, 3, width=4)
-    edge = EdgeServer(template, [2] * 4, lambda d, j, lc: None, _sgd(), pass_samples=budget)
+    edge = EdgePasses(EdgeServer(template, [2] * 4, lambda d, j, lc: None, _sgd()), pass_samples=budget)
     g = torch.Generator().manual_seed(2)
     arrivals = [Activation(d, 1, 1, torch.randn(n, 4, 8, 8, generator=g), torch.randint(0, 3, (n,), generator=g))
                 for d, n in enumerate([8, 8, 8, 6])]
@@ -142,7 +143,7 @@ def test_arrival_gradients_in_chunks_are_each_devices_cut_gradient_and_the_summe
         return nn.functional.cross_entropy(logits, labels, reduction="sum")
 
     cut, summed = edge.arrival_gradients(arrivals, cut_loss, server_loss)
-    server = nn.Sequential(*[edge.instances[(None, j)] for j in range(2, len(template))])
+    server = nn.Sequential(*[edge.server.instances[(None, j)] for j in range(2, len(template))])
     params = list(server.parameters())
     assert all(p.grad is None for p in params)
     for a in arrivals:
@@ -284,8 +285,8 @@ def test_a_chunked_barrier_lets_each_chunks_devices_go_on_before_the_next_chunk(
     from trainers.strategies import STRATEGIES
 
     log: list[str] = []
-    run, send = EdgeServer.run, LocalNetwork.send
-    monkeypatch.setattr(EdgeServer, "run", lambda self, arrivals, *a, **k: log.append("pass") or run(self, arrivals, *a, **k))
+    run, send = EdgePasses.run, LocalNetwork.send
+    monkeypatch.setattr(EdgePasses, "run", lambda self, arrivals, *a, **k: log.append("pass") or run(self, arrivals, *a, **k))
     monkeypatch.setattr(LocalNetwork, "send", lambda self, to, msg: (
         log.append("reply") if type(msg).__name__ == "CutGradient" else None) or send(self, to, msg))
     early = trained(algorithm, rounds=3, server_pass_samples=2 * BATCH, client_recompute="on")
@@ -374,9 +375,9 @@ def test_each_chunks_devices_forward_only_once_the_chunk_before_is_answered(monk
     from trainers.engine.network import LocalNetwork
 
     log: list[str] = []
-    forward, run, send = Device.forward, EdgeServer.run, LocalNetwork.send
+    forward, run, send = Device.forward, EdgePasses.run, LocalNetwork.send
     monkeypatch.setattr(Device, "forward", lambda self, *a, **k: log.append("fwd") or forward(self, *a, **k))
-    monkeypatch.setattr(EdgeServer, "run", lambda self, arrivals, *a, **k: log.append("pass") or run(self, arrivals, *a, **k))
+    monkeypatch.setattr(EdgePasses, "run", lambda self, arrivals, *a, **k: log.append("pass") or run(self, arrivals, *a, **k))
     monkeypatch.setattr(LocalNetwork, "send", lambda self, to, msg: (
         log.append("reply") if type(msg).__name__ == "CutGradient" else None) or send(self, to, msg))
     streamed_run("sfl-v1", False, monkeypatch, rounds=1)
@@ -485,8 +486,8 @@ def test_a_broadcast_global_model_is_one_copy_until_a_device_trains(monkeypatch)
         for j, block in enumerate(d.blocks):
             assert all(torch.equal(v, engine.fed.global_blocks[j][k]) for k, v in block.state_dict().items())
     seen: dict[int, set[int]] = {}
-    run = EdgeServer.run
-    monkeypatch.setattr(EdgeServer, "run", lambda self, arrivals, *a, **k: seen.update(
+    run = EdgePasses.run
+    monkeypatch.setattr(EdgePasses, "run", lambda self, arrivals, *a, **k: seen.update(
         {d.index: storages(d.blocks) for d in engine.devices}) or run(self, arrivals, *a, **k))
     engine.run_round(2)
     trained = set(engine.period)
@@ -587,7 +588,7 @@ def test_the_server_pass_budget_follows_the_device_unless_given() -> None:
     assert [pass_samples("auto", "cpu"), pass_samples("auto", "cuda"), pass_samples(64, "cuda"), pass_samples(None, "cpu")] \
         == [128, 1024, 64, None]
     engine = SplitEngine(cnn(1, 8, 3, width=4), [2] * DEVICES, make_strategy("psl"), data(), {"lr": 0.1}, BATCH)
-    assert engine.edge.pass_samples == 128
+    assert engine.passes.pass_samples == 128
     assert TrainConfig().execution.server_pass_samples == "auto" and TrainConfig.flat(server_pass_samples=7).execution.server_pass_samples == 7
     for bad in ("often", 0, 2.5):
         with pytest.raises(InputError) as info:

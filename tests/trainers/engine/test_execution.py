@@ -80,7 +80,7 @@ def test_the_engine_runs_the_policy_it_is_given() -> None:
     engine = SplitEngine(small_model(), [2, 2, 3], make_strategy("psl"), make_data(3), {"lr": 0.05}, batch_size=4,
                          execution=policy)
     assert engine.execution is policy and engine.batcher is not None
-    assert (engine.edge.pass_samples, engine.edge.concatenate, engine.recompute({0: 1})) == (8, False, True)
+    assert (engine.passes.pass_samples, engine.passes.concatenate, engine.recompute({0: 1})) == (8, False, True)
     by_options = SplitEngine(small_model(), [2, 2, 3], make_strategy("psl"), make_data(3), {"lr": 0.05}, batch_size=4,
                              client_batching="on", server_pass_samples=8, client_recompute="on", batch_devices=False)
     assert by_options.execution == policy

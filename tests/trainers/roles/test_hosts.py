@@ -14,6 +14,7 @@ from trainers.roles.core import Device, EdgeServer, FedServer
 from trainers.roles.hosts import DeviceHost, FedHost, take
 from trainers.roles.messages import Activation, BlockState, CutGradient, MessageMismatchError, ModelDownload, ModelUpload, NonFiniteError
 from trainers.roles.optim import OptimizerSpec
+from trainers.roles.passes import EdgePasses
 from trainers.roles.protocol import EDGE, FED, Average, Blocks, Forward, GetBlocks, GetState, RoundEnd, Send, SetState, State, Take, Upload
 
 SGD = OptimizerSpec("sgd", 0.1, 0.9)
@@ -214,7 +215,7 @@ def test_the_edges_check_reads_every_instance_at_first_then_those_run_stepped_or
     _poison(edge, 1)
     edge.check_finite(4)                                                  # touched by no method since: not read
     a = Activation(1, 5, 0, torch.zeros(2, 4), torch.tensor([0, 1]))
-    edge.run([a])                                                         # device 1's instances run
+    EdgePasses(edge).run([a])                                             # device 1's instances run
     with pytest.raises(NonFiniteError, match="round 5, device 1"):
         edge.check_finite(5)
 

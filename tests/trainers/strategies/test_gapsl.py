@@ -397,16 +397,16 @@ def test_server_passes_per_round(with_bn: bool, keep_limit: int | None, excluded
     without buffers it runs the |Ŝ| replies once more (one pass of all of them, excluded_update = none), but not
     when every device is answered (excluded_update = plain: the replies hold every cut gradient anyway); with
     BatchNorm it always runs each device exactly once (its running statistics see each device's batch once, A.3.4)."""
-    from trainers.roles import core
+    from trainers.roles import passes
 
     if keep_limit is not None:
-        monkeypatch.setattr(core, "KEEP_CUT_VALUES", keep_limit)
+        monkeypatch.setattr(passes, "KEEP_CUT_VALUES", keep_limit)
     data = make_data(S, "dirichlet")
     model = bn_server_model() if with_bn else small_model()
     cut = 6
     engine = SplitEngine(model, [cut] * S, GAPSL(k_min=0.25, k_max=0.75, eta_th=0.5, excluded_update=excluded), data,
                          {"lr": LR}, batch_size=B, seed=0, total_rounds=2)
-    assert engine.edge.replayable(0) is not with_bn
+    assert engine.passes.replayable(0) is not with_bn
     first = engine.edge.instances[(None, cut)]
     batches: list[int] = []
     first.register_forward_hook(lambda module, args, out: batches.append(int(args[0].shape[0])))
@@ -427,32 +427,32 @@ def test_server_passes_per_round(with_bn: bool, keep_limit: int | None, excluded
 @pytest.mark.parametrize("with_bn, replayed", [(False, False), (False, True), (True, False)])
 def test_gradient_rows_and_cut_gradients_are_the_per_device_gradients(with_bn: bool, replayed: bool,
                                                                      monkeypatch) -> None:
-    """EdgeServer.gradient_rows: row i is arrival i's g_i flattened in parameter order, with its L_i, as
-    per_device_gradients gives them one by one; EdgeServer.cut_gradients then gives each ∂L_i/∂a_i at the same
+    """EdgePasses.gradient_rows: row i is arrival i's g_i flattened in parameter order, with its L_i, as
+    per_device_gradients gives them one by one; EdgePasses.cut_gradients then gives each ∂L_i/∂a_i at the same
     (pre-update) w_s: kept from the rows' passes (equal to the per-device values bit for bit, one pass per device
     in all) while they fit the kept-gradient budget or BatchNorm makes a second pass change the statistics, else
     (``replayed``: a budget of 0) from one more pass. It needs one shared w_s."""
-    from trainers.roles import core
+    from trainers.roles import passes
 
     if replayed:
-        monkeypatch.setattr(core, "KEEP_CUT_VALUES", 0)
+        monkeypatch.setattr(passes, "KEEP_CUT_VALUES", 0)
     model = bn_server_model() if with_bn else small_model()
     engine = SplitEngine(model, [6] * 3, GAPSL(), make_data(3), {"lr": LR}, batch_size=B, seed=0)
-    assert engine.edge.replayable(0) is not with_bn
+    assert engine.passes.replayable(0) is not with_bn
     arrivals = [engine.devices[d].forward(1) for d in (2, 0, 1)]
     ce = lambda d, logits, y: nn.functional.cross_entropy(logits, y)   # noqa: E731
     reference = SplitEngine(model, [6] * 3, GAPSL(), make_data(3), {"lr": LR}, batch_size=B, seed=0)
-    per = reference.edge.per_device_gradients([reference.devices[d].forward(1) for d in (2, 0, 1)], ce)
+    per = reference.passes.per_device_gradients([reference.devices[d].forward(1) for d in (2, 0, 1)], ce)
     first = engine.edge.instances[(None, 6)]
     passes: list[int] = []
     first.register_forward_hook(lambda module, args, out: passes.append(int(args[0].shape[0])))
-    rows, losses = engine.edge.gradient_rows(arrivals, ce)
+    rows, losses = engine.passes.gradient_rows(arrivals, ce)
     params = engine.edge.parameters(0)
     assert rows.shape == (3, sum(p.numel() for p in params))
     for i, a in enumerate(arrivals):
         assert torch.equal(rows[i], torch.cat([g.reshape(-1) for g in per[a.device][0]]))
         assert torch.equal(losses[i], per[a.device][2].detach())
-    cut = engine.edge.cut_gradients(arrivals[:2], ce)
+    cut = engine.passes.cut_gradients(arrivals[:2], ce)
     assert set(cut) == {2, 0}
     for a in arrivals[:2]:
         if not replayed:
@@ -461,12 +461,12 @@ def test_gradient_rows_and_cut_gradients_are_the_per_device_gradients(with_bn: b
             assert torch.allclose(cut[a.device], per[a.device][1], rtol=1e-5, atol=1e-8)
     assert passes == [B] * 3 + ([2 * B] if replayed else [])
     assert all(p.grad is None for p in params)
-    empty = engine.edge.gradient_rows([], ce)
+    empty = engine.passes.gradient_rows([], ce)
     assert empty[0].shape == (0, 0) and empty[1] == []
     from trainers.strategies import make_strategy
     copies = SplitEngine(small_model(), [6] * 2, make_strategy("sfl-v1"), make_data(2), {"lr": LR}, batch_size=B)
     with pytest.raises(ValueError, match="device 1 does not pass through device 0's server parameters"):
-        copies.edge.gradient_rows([copies.devices[d].forward(1) for d in (0, 1)], ce)
+        copies.passes.gradient_rows([copies.devices[d].forward(1) for d in (0, 1)], ce)
 
 
 def test_replayable_server_blocks() -> None:
@@ -476,9 +476,9 @@ def test_replayable_server_blocks() -> None:
                             (nn.Sequential(*small_model()[:8], nn.Dropout(0.5), *small_model()[8:]), False),
                             (nn.Sequential(*small_model(), nn.Dropout(0.5)), False)):     # in the last block
         engine = SplitEngine(model, [6, 6], make_strategy("psl"), make_data(2), {"lr": LR}, batch_size=B)
-        assert engine.edge.replayable(1) is expected
+        assert engine.passes.replayable(1) is expected
     engine = SplitEngine(bn_server_model(), [8, 8], make_strategy("psl"), make_data(2), {"lr": LR}, batch_size=B)
-    assert engine.edge.replayable(0)          # the BatchNorm (block 7) is on the devices
+    assert engine.passes.replayable(0)          # the BatchNorm (block 7) is on the devices
 
 
 def test_a_diverged_gradient_matrix_is_named() -> None:
@@ -537,13 +537,13 @@ def test_gradient_rows_of_unused_parameters_and_of_no_server_block() -> None:
     model = nn.Sequential(*small_model()[:10], Unused(), small_model()[10])
     engine = SplitEngine(model, [10] * 2, GAPSL(), make_data(2), {"lr": LR}, batch_size=B, seed=0)
     arrivals = [engine.devices[d].forward(1) for d in range(2)]
-    rows, _ = engine.edge.gradient_rows(arrivals, ce)
+    rows, _ = engine.passes.gradient_rows(arrivals, ce)
     assert rows.shape == (2, 3 + 10 * 128 + 10) and torch.equal(rows[:, :3], torch.zeros(2, 3))
     assert bool((rows[:, 3:] != 0).any())
     engine = SplitEngine(small_model(), [11] * 2, GAPSL(), make_data(2), {"lr": LR}, batch_size=B, seed=0)
     arrivals = [engine.devices[d].forward(1) for d in range(2)]
-    rows, losses = engine.edge.gradient_rows(arrivals, ce)
-    cut = engine.edge.cut_gradients(arrivals, ce)
+    rows, losses = engine.passes.gradient_rows(arrivals, ce)
+    cut = engine.passes.cut_gradients(arrivals, ce)
     assert rows.shape == (2, 0)
     for a, loss in zip(arrivals, losses):
         Y = nn.functional.one_hot(a.labels, 10).to(a.tensor.dtype)

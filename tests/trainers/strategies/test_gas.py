@@ -214,7 +214,7 @@ def test_gas_matches_reference_from_the_spec(buffer: int, generation: str, clock
     spec = OptimizerSpec("sgd", LR, 0.9, 5e-4, 1.0) if defaults else None
     engine = make_gas_engine(data, clock=clock, optimizer=spec, active=C, local_steps=E, buffer=buffer,
                              generation=generation)
-    engine.edge.batch_independent = split
+    engine.passes.batch_independent = split
     Q = buffer or C
     flushes = 0
     for t, clients, server, global_model, log, served in reference_gas(data, max(rounds, 3 if defaults else 2), C, E,
@@ -276,13 +276,13 @@ def spy(engine: SplitEngine, defer: bool = False):
 
     def serve_spy(edge, ctx, arrivals):
         st = engine.async_state
-        server_before = flat(*edge.instances.values())
+        server_before = flat(*edge.server.instances.values())
         out = serve(edge, ctx, arrivals)
         events.append({"device": arrivals[0].device, "devices": [a.device for a in arrivals],
                        "samples": sum(int(a.tensor.shape[0]) for a in arrivals),
                        "clock": dict(st.clock), "active": list(st.active),
                        "buffer": len(s.buffer), "updates": s.server_updates,
-                       "server_moved": not torch.equal(server_before, flat(*edge.instances.values())),
+                       "server_moved": not torch.equal(server_before, flat(*edge.server.instances.values())),
                        "models": len(s.models)})
         return out
 
@@ -314,7 +314,7 @@ def test_generation_counts_once_all_labels_are_seen(batch_independent: bool, mon
     """n̂_y per label; the flush's pass holds the generated rows alone where the real ones were differentiated at
     arrival (no BatchNorm), real ∪ generated where samples interact in a pass."""
     engine, _ = spy_engine(N=6, C=3, E=3, buffer=1)
-    engine.edge.batch_independent = batch_independent
+    engine.passes.batch_independent = batch_independent
     s = engine.strategy
     flushes, draws = [], []
     sample = LabelStatistics.sample
@@ -399,9 +399,9 @@ def test_serving_arrivals_together_across_a_flush_equals_serving_them_one_by_one
         arrivals = [engine.devices[d].forward(2, B) for d in range(5)]
         ctx = engine.context(2)
         if engine is together:
-            replies.append(engine.strategy.serve(engine.edge, ctx, arrivals))
+            replies.append(engine.strategy.serve(engine.passes, ctx, arrivals))
         else:
-            replies.append([r for a in arrivals for r in engine.strategy.serve(engine.edge, ctx, [a])])
+            replies.append([r for a in arrivals for r in engine.strategy.serve(engine.passes, ctx, [a])])
     assert [r.device for r in replies[0]] == [r.device for r in replies[1]] == list(range(5))
     assert all(torch.allclose(a.tensor, b.tensor, atol=1e-7, rtol=0) for a, b in zip(*replies))
     assert together.strategy.server_updates == alone.strategy.server_updates == 3     # round 1's and two flushes

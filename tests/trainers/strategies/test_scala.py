@@ -173,7 +173,7 @@ def test_cut_gradients_from_pre_update_server_and_step_on_concatenated_batch() -
     serve = engine.strategy.serve
 
     def spy(edge, ctx, arrivals):
-        captured["pre"] = copy.deepcopy(nn.Sequential(*[edge.instances[(None, j)] for j in range(CUT, 11)]))
+        captured["pre"] = copy.deepcopy(nn.Sequential(*[edge.server.instances[(None, j)] for j in range(CUT, 11)]))
         captured["arrivals"] = list(arrivals)
         captured["replies"] = serve(edge, ctx, arrivals)
         return captured["replies"]

@@ -118,7 +118,7 @@ def test_a_concatenated_stream_splits_by_device_at_per_device_blocks() -> None:
             for p in engine.edge.instances[(d, 10)].parameters():
                 p.add_(0.5 * (d + 1))
     arrivals = [engine.devices[d].forward(1) for d in range(3)]
-    p = engine.edge.run(arrivals)
+    p = engine.passes.run(arrivals)
     for a in arrivals:
         # device d's logits = its activation through ITS server blocks, one module after the other
         h = a.tensor
@@ -333,22 +333,23 @@ def test_sampling_never_asks_more_devices_than_there_are() -> None:
 
 
 def test_strategies_see_server_passes_and_model_views_not_the_runtime_classes() -> None:
-    """The two protocols of trainers.api are what EdgeServer and SplitEngine offer strategies:
+    """The two protocols of trainers.api are what EdgePasses and SplitEngine offer strategies:
     every protocol method exists there with the same parameters; the classes themselves are not
     part of the strategy API."""
     import inspect
 
     import trainers.api as api
     from trainers.engine.split_engine import SplitEngine
-    from trainers.roles.core import EdgeServer
+    from trainers.roles.passes import EdgePasses
 
-    for protocol, cls in ((api.ServerPasses, EdgeServer), (api.ModelViews, SplitEngine)):
+    for protocol, cls in ((api.ServerPasses, EdgePasses), (api.ModelViews, SplitEngine)):
         methods = [n for n, v in vars(protocol).items() if inspect.isfunction(v) and not n.startswith("_")]
         assert methods, protocol
         for name in methods:
             wanted = list(inspect.signature(getattr(protocol, name)).parameters)
             assert list(inspect.signature(getattr(cls, name)).parameters)[:len(wanted)] == wanted, (cls, name)
-    assert "EdgeServer" not in api.__all__ and not hasattr(api, "EdgeServer") and not hasattr(api, "SplitEngine")
+    assert not {"EdgeServer", "EdgePasses", "SplitEngine"} & set(api.__all__)
+    assert not any(hasattr(api, name) for name in ("EdgeServer", "EdgePasses", "SplitEngine"))
     assert {"ServerPasses", "ModelViews"} <= set(api.__all__)
 
 
