@@ -70,6 +70,16 @@ class FixedClock:
         return self.times
 
 
+def random_times(n: int, seed: int = 0) -> StageTimes:
+    """Chosen per-device stage seconds for ``n`` devices (what a SimClock would give a heterogeneous network), drawn
+    once from ``seed``: devices interleave on the asynchronous loop (GAS, FedBuff) with no ties."""
+    r = np.random.default_rng(seed)
+    return StageTimes(client_fp=r.uniform(0.1, 3.0, n), upload=r.uniform(0.1, 3.0, n), server=r.uniform(0.01, 0.3, n),
+                      download=r.uniform(0.1, 1.0, n), client_bp=r.uniform(0.1, 2.0, n),
+                      model_up=r.uniform(0.5, 2.0, n), model_down=r.uniform(0.5, 2.0, n), edge_to_fed_bps=1e9,
+                      fed_to_edge_bps=1e9, batch_size=B)
+
+
 def cuts_for(algorithm: str, cuts: list[int], num_blocks: int) -> list[int]:
     """``cuts`` for a split algorithm; cut L on every device for one of the whole model (the registry's
     ``whole_model``: FedAvg, FedLC), so that registry-driven tests give every algorithm a cut it takes."""

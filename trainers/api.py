@@ -55,7 +55,7 @@ __all__ = ["Activation", "CutGradient", "ModelUpload", "NonFiniteError", "Server
            "OptimizerSpec", "InputError",
            "RoundContext", "Aggregation", "Handoff", "Strategy", "AsyncStrategy", "answer", "skip", "mean_ce",
            "logit_adjusted_ce", "calibrated_ce", "label_prior", "DeviceLoss", "BarrierStep", "ParallelStep", "parallel_step", "serve_in_passes",
-           "every_interval", "sample_devices",
+           "every_interval", "sample_devices", "proportional_batch", "concatenated_step",
            "is_int", "is_finite_number"]
 
 
@@ -397,6 +397,28 @@ def parallel_step(edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Acti
     return serve_in_passes(edge, ParallelStep(edge, ctx, [a.device for a in arrivals], loss_of), arrivals)
 
 
+def proportional_batch(ctx: RoundContext, device: int) -> int:
+    """B_k = max(⌊|𝒟_k|·b·|𝒞| / Σ_{𝒞}|𝒟_j|⌋, 1): the participants' mini-batches in proportion to their data, about
+    b·|𝒞| samples in all (SCALA's eq. 3; MiniBatch-SFL as GAS's authors run it)."""
+    total = sum(ctx.data_sizes[d] for d in ctx.participants)
+    return max(int(ctx.data_sizes[device] * ctx.batch_size * len(ctx.participants) / total), 1)
+
+
+def concatenated_step(edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Activation], device_loss: "DeviceLoss",
+                      pooled_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> list[CutGradient]:
+    """One forward of the arrivals at the pre-update server weights gives both losses: each device's cut gradient
+    from its own ``device_loss`` and the server's gradient from ``pooled_loss`` over the concatenated batch; then
+    one server step (SCALA's eqs. 5–6 and 12–13; MiniBatch-SFL with plain cross-entropy). The second backward (the
+    cut gradients) is charged on the clock as eq. (19), its upper bound."""
+    grads, losses = edge.pooled_pass(arrivals, device_loss, pooled_loss)
+    for d, loss in losses.items():
+        ctx.record_loss(d, loss)
+    for a in arrivals:
+        ctx.charge_server(a.device, backward=a.batch_size)
+    edge.step(edge.owners([a.device for a in arrivals]))
+    return [answer(a, grads[a.device]) for a in arrivals]
+
+
 def serve_in_passes(edge: ServerPasses, step: BarrierStep, arrivals: Sequence[Activation]) -> list[CutGradient]:
     """A whole barrier's ``arrivals`` through a step in parts: each of the server's passes a part (the shared
     gradients accumulate over them), then ``finish``; every reply."""
@@ -526,11 +548,16 @@ class AsyncStrategy(Strategy):
     active: int = 10
     local_steps: int = 20
 
+    def active_count(self, ctx: RoundContext) -> int:
+        """C: ``active`` capped at the devices, or with 0 half of them, ⌈N/2⌉ (GAS's 10 of 20)."""
+        return min(self.active, ctx.num_devices) if self.active else math.ceil(ctx.num_devices / 2)
+
     def first_devices(self, ctx: RoundContext) -> list[int]:
         """The initial active set 𝒞 (C devices, uniform without replacement; only present ones)."""
         present = ctx.present()
         pool: Any = ctx.num_devices if len(present) == ctx.num_devices else present
-        return sorted(int(d) for d in ctx.rng.choice(pool, size=min(self.active, len(present)), replace=False))
+        return sorted(int(d) for d in ctx.rng.choice(pool, size=min(self.active_count(ctx), len(present)),
+                                                      replace=False))
 
     def replace(self, ctx: RoundContext, finished: int, active: Sequence[int]) -> int:
         """The device that takes ``finished``'s slot (uniform over the inactive devices present;

@@ -32,7 +32,6 @@ drawn uniformly from the idle ones, which downloads the current global client mo
 
 from __future__ import annotations
 
-import math
 from typing import Any, Sequence
 
 import numpy as np
@@ -128,11 +127,6 @@ def summed_ce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return nn.functional.cross_entropy(logits, labels, reduction="sum")
 
 
-def active_devices(active: int, num_devices: int) -> int:
-    """C: ``active`` capped at the devices, or with 0 half of them, ⌈N/2⌉ (the paper's 10 of 20)."""
-    return min(active, num_devices) if active else math.ceil(num_devices / 2)
-
-
 def flush_flops(real: int, dim: int, generated: list[int], full: bool) -> float:
     """FLOPs (2 per multiply–add, the profiles' convention) of one flush outside the server model
     (docs/algorithms.md "What the clock charges"): statistics of ``real`` flattened activations of ``dim``
@@ -178,7 +172,7 @@ class GAS(AsyncStrategy):
         return self.buffer_size or min(self.active, ctx.num_devices)
 
     def first_devices(self, ctx: RoundContext) -> list[int]:
-        self.active = active_devices(self.active, ctx.num_devices)
+        self.active = self.active_count(ctx)
         first = super().first_devices(ctx)
         for d in first:
             self.join[d], self.local[d] = 0, 0

@@ -34,10 +34,11 @@ from trainers.api import (
     RoundContext,
     ServerPasses,
     Strategy,
-    answer,
+    concatenated_step,
     every_interval,
     label_prior,
     logit_adjusted_ce,
+    proportional_batch,
 )
 
 
@@ -56,28 +57,21 @@ class SCALA(Strategy):
 
     def batch_size(self, ctx: RoundContext, device: int) -> int:
         """Eq. (3): B_k = |𝒟_k|·B / Σ_{𝒞^t}|𝒟_j| with B = b·|𝒞^t| (at least 1)."""
-        total = sum(ctx.data_sizes[d] for d in ctx.participants)
-        return max(int(ctx.data_sizes[device] * ctx.batch_size * len(ctx.participants) / total), 1)
+        return proportional_batch(ctx, device)
 
     def serve(self, edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Activation]) -> list[CutGradient]:
-        """One forward of the concatenated activations at the pre-update w_s gives both losses: each device's
-        cut gradient from its own logit-adjusted loss (eqs. 6, 13) and the server's gradient from the LA-CE of
-        the concatenated batch (eqs. 5, 12); then one server step."""
+        """One forward of the concatenated activations at the pre-update w_s gives both losses: each device's cut
+        gradient from its own logit-adjusted loss (eqs. 6, 13) and the server's gradient from the LA-CE of the
+        concatenated batch (eqs. 5, 12); then one server step."""
         labels = torch.cat([a.labels for a in arrivals])
         if self.server_prior == "batch":
             prior = label_prior(torch.bincount(labels, minlength=ctx.num_classes))
         else:
             prior = label_prior(cast(np.ndarray, sum(ctx.label_counts[a.device] for a in arrivals)))
-        grads, losses = edge.pooled_pass(
-            arrivals,
+        return concatenated_step(
+            edge, ctx, arrivals,
             lambda d, z, y: logit_adjusted_ce(z, y, label_prior(ctx.label_counts[d]), self.tau),   # eq. (13)
             lambda z, y: logit_adjusted_ce(z, y, prior, self.tau))                                 # eq. (12)
-        for d, loss in losses.items():
-            ctx.record_loss(d, loss)
-        for a in arrivals:        # the second backward (cut gradients, eq. 13), charged as (19): its upper bound
-            ctx.charge_server(a.device, backward=a.batch_size)
-        edge.step(edge.owners([a.device for a in arrivals]))                                       # eq. (5)
-        return [answer(a, grads[a.device]) for a in arrivals]
 
     def aggregation(self, ctx: RoundContext) -> Aggregation | None:
         return every_interval(ctx, range(ctx.deepest_cut), recipients="none")    # eq. (8); downloaded at B.2 step 2

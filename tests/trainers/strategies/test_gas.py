@@ -18,9 +18,9 @@ from torch import nn
 from adaptplan.system import SystemProcess, generate_system
 from profilers import build_chain, profile_model
 from tests.cli_checks import assert_train_flag_error
-from tests.engine_builders import flat, make_data, small_model
+from tests.engine_builders import FixedClock, flat, make_data, random_times, small_model
 from tests.reference_optim import HandSGD
-from trainers.engine.clock import SimClock, StageTimes
+from trainers.engine.clock import SimClock
 from trainers.engine.split_engine import STRATEGY_STREAM, DeviceData, SplitEngine
 from trainers.inputs.partition import DeviceSampler
 from trainers.roles.optim import OptimizerSpec
@@ -244,19 +244,9 @@ def test_gas_matches_reference_from_the_spec(buffer: int, generation: str, clock
 
 
 # ---- invariants (B.4.9) under a heterogeneous clock -------------------------------------------------------
-class FakeClock:
+def FakeClock(n: int, seed: int = 0) -> FixedClock:
     """Chosen per-device stage seconds (what a SimClock would give), the same every round."""
-
-    def __init__(self, n: int, seed: int = 0) -> None:
-        r = np.random.default_rng(seed)
-        self.times = StageTimes(client_fp=r.uniform(0.1, 3.0, n), upload=r.uniform(0.1, 3.0, n),
-                                server=r.uniform(0.01, 0.3, n), download=r.uniform(0.1, 1.0, n),
-                                client_bp=r.uniform(0.1, 2.0, n), model_up=r.uniform(0.5, 2.0, n),
-                                model_down=r.uniform(0.5, 2.0, n), edge_to_fed_bps=1e9, fed_to_edge_bps=1e9,
-                                batch_size=B)
-
-    def stage_times(self, round_index, cuts):
-        return self.times
+    return FixedClock(random_times(n, seed))
 
 
 def spy_engine(N: int, C: int, E: int, buffer: int = 0, clock=None, generation: str = "on", defer: bool = False):

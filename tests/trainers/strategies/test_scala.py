@@ -8,7 +8,6 @@ properties (B.3) and the flags' bad-input handling."""
 from __future__ import annotations
 
 import copy
-import math
 
 import numpy as np
 import pytest
@@ -16,24 +15,13 @@ import torch
 from torch import nn
 
 from tests.cli_checks import assert_train_flag_error
+from tests.concatenated_reference import CUT, LR, B, M, N, la_ce, reference_scala
 from tests.engine_builders import flat, make_data, small_model
 from tests.reference_optim import HandSGD
 from trainers.api import label_prior, logit_adjusted_ce
-from trainers.engine.split_engine import STRATEGY_STREAM, DeviceData, SplitEngine
-from trainers.inputs.partition import DeviceSampler
+from trainers.engine.split_engine import DeviceData, SplitEngine
 from trainers.roles.optim import OptimizerSpec
 from trainers.strategies import SCALA
-
-CUT, B, LR, N, M = 9, 16, 0.1, 6, 10
-
-
-
-
-def la_ce(logits: torch.Tensor, y: torch.Tensor, prior: np.ndarray, tau: float = 1.0) -> torch.Tensor:
-    """eqs. (12)–(13), written out: mean_b −log softmax(s + τ·log(π + 1e-12))_y."""
-    shift = torch.tensor(tau * np.log(prior + 1e-12), dtype=logits.dtype)
-    z = logits + shift
-    return (torch.logsumexp(z, 1) - z.gather(1, y[:, None])[:, 0]).mean()
 
 
 def sgd(module: nn.Module) -> None:
@@ -42,59 +30,6 @@ def sgd(module: nn.Module) -> None:
             if p.grad is not None:
                 p -= LR * p.grad
                 p.grad = None
-
-
-def reference_scala(data: DeviceData, rounds: int, interval: int, rho: float, server_prior: str = "batch",
-                    opt: HandSGD | None = None):
-    """B.2 with ``opt`` (plain SGD at LR by default; per-model momentum restarted when a device loads the
-    global model, docs/algorithms.md "Optimizer state"); yields (round, clients, server) after every round."""
-    opt = opt or HandSGD(LR)
-    model = small_model()
-    clients = [copy.deepcopy(nn.Sequential(*model[:CUT])) for _ in range(N)]
-    server = copy.deepcopy(nn.Sequential(*model[CUT:]))
-    samplers = [DeviceSampler(data.parts[k], B, [0, k]) for k in range(N)]
-    sizes = [len(p) for p in data.parts]
-    priors = [np.bincount(data.y_train[torch.from_numpy(p)].numpy(), minlength=M) / len(p) for p in data.parts]
-    rng = np.random.default_rng([0, STRATEGY_STREAM])
-    global_client: list[torch.Tensor] | None = None      # w_c^t: none before the first average (all hold w⁰)
-    for t in range(1, rounds + 1):
-        if (t - 1) % interval == 0:                                                     # step 0
-            n = max(1, math.ceil(rho * N))
-            C = list(range(N)) if rho >= 1 else sorted(int(d) for d in rng.choice(N, size=n, replace=False))
-            total = sum(sizes[k] for k in C)
-            batch = {k: max(int(sizes[k] * B * len(C) / total), 1) for k in C}          # eq. 3, B = b·|C|
-            for k in C if global_client is not None else ():                            # step 2: C^t downloads w_c^t
-                opt.restart(clients[k])
-                with torch.no_grad():
-                    for p, a in zip(clients[k].parameters(), global_client):
-                        p.copy_(a)
-        acts, leaves, labels = {}, {}, {}
-        for k in C:                                                                      # step 3a
-            idx = torch.from_numpy(samplers[k].next(batch[k]))
-            acts[k] = clients[k](data.x_train[idx])
-            leaves[k] = acts[k].detach().requires_grad_(True)
-            labels[k] = data.y_train[idx]
-        G = {}
-        for k in C:                                                                      # step 3c, pre-update w_s
-            loss = la_ce(server(leaves[k]), labels[k], priors[k])
-            G[k] = torch.autograd.grad(loss, leaves[k])[0]
-        A = torch.cat([leaves[k].detach() for k in C])                                   # step 3b
-        Y = torch.cat([labels[k] for k in C])
-        if server_prior == "batch":
-            P_s = np.bincount(Y.numpy(), minlength=M) / len(Y)
-        else:
-            counts = sum(priors[k] * sizes[k] for k in C)
-            P_s = counts / counts.sum()
-        la_ce(server(A), Y, P_s).backward()                                             # step 3d
-        opt.step(server)
-        for k in C:                                                                      # step 3e
-            acts[k].backward(G[k])
-            opt.step(clients[k])
-        if t % interval == 0:                                                            # steps 4–5 (eq. 8)
-            w = [float(sizes[k]) for k in C]
-            global_client = [sum(wk * p.detach() for wk, p in zip(w, ps)) / sum(w)
-                             for ps in zip(*[clients[k].parameters() for k in C])]
-        yield t, C, batch, clients, server, global_client
 
 
 def make_scala_engine(data: DeviceData, interval: int, optimizer=None, **options) -> SplitEngine:
