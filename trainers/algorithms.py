@@ -206,11 +206,14 @@ SGLR_OPTIONS = (
            "cut-gradient row (CSL-8): 0.5 as in CycleSL's SGLR baseline, 1 = every participant (SGLR's broadcast)",
            unit="fraction of the participants", low=0, low_open=True, high=1),
 )
+ACTIVE = Option("active", int, 0, "an asynchronous algorithm's active devices C (capped at --devices); 0 = half the "
+                "devices, ⌈N/2⌉ (GAS's 10 of 20)", unit="devices", low=0, high=MAX_DEVICES)
+LOCAL_STEPS = Option("local_steps", int, 20, "an asynchronous algorithm's local iterations E per participation, ≥ 1 "
+                     "(GAS's 20)", unit="rounds")
 GAS_OPTIONS = (
     LA_TAU,
-    Option("active", int, 0, "GAS's active devices C (capped at --devices); 0 = half the devices, ⌈N/2⌉ (the "
-           "paper's 10 of 20)", unit="devices", low=0, high=MAX_DEVICES),
-    Option("local_steps", int, 20, "GAS's local iterations E per participation, ≥ 1 (the paper's 20)", unit="rounds"),
+    ACTIVE,
+    LOCAL_STEPS,
     Option("buffer", int, 0, "GAS's activation buffer Q_s in mini-batches (0 = C, the paper's choice)",
            unit="mini-batches", low=0),
     Option("generation", str, "on", "GAS's generated activations (off = asynchronous SFL without them, the ablation)",
@@ -232,6 +235,10 @@ _SPLITFED = TrainingDefaults(**_SCALA_CODE, interval=None, source="SCALA's paper
 _SCALA_BASELINE = TrainingDefaults(**_SCALA_CODE, interval=20, source="SCALA's paper, its baselines share its setting "
                                    "(§5.1: SGD 0.01, I = 20 local iterations, ρ = 0.1); its code: momentum 0.9, weight "
                                    "decay 5e-4, clipping at 10")
+
+_GAS_SETTING = TrainingDefaults(**_SCALA_CODE, interval=None, source="GAS's paper: lr 0.01, E = 20 local iterations, "
+                                "C = 10 of 20 clients active, its baselines in its setting; its code: SGD momentum 0.9, "
+                                "weight decay 5e-4, clipping at 10")
 
 # ---- the registry ---------------------------------------------------------------------------------------------
 REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
@@ -270,11 +277,8 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
                          "{1e-5..1e-1} (spec A.9's CPU-scale value)"),
               CYCLESL_OPTIONS, allows_absence=True),
     Algorithm("gas", "trainers.strategies.gas:GAS", "GAS: asynchronous SFL with generated activations for the "
-              "stragglers' labels", TrainingDefaults(
-                  **_SCALA_CODE, interval=None, source="GAS's paper: lr 0.01, E = 20 local iterations, C = 10 of 20 "
-                                                       "clients active; its code: SGD momentum 0.9, weight decay 5e-4, "
-                                                       "clipping at 10"),
-              GAS_OPTIONS, allows_absence=True, active_option="active", local_rounds_option="local_steps"),
+              "stragglers' labels", _GAS_SETTING, GAS_OPTIONS, allows_absence=True, active_option="active",
+              local_rounds_option="local_steps"),
     Algorithm("sglr", "trainers.strategies.sglr:SGLR", "SGLR: PSL whose server returns one averaged cut-layer "
               "gradient to a share of the participants", TrainingDefaults(
                   **_CYCLESL_ADAM, source="CycleSL's paper, its SGLR baseline: Adam with one rate for clients and server (its set-up and "
@@ -288,6 +292,15 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
               whole_model=True),
     Algorithm("fedlc", "trainers.strategies.fedlc:FedLC", "FedLC: FedAvg whose devices train on logits calibrated "
               "by their label counts (no split)", _SCALA_BASELINE, FEDLC_OPTIONS, whole_model=True),
+    Algorithm("fedbuff", "trainers.strategies.fedbuff:FedBuff", "FedBuff: asynchronous federated learning, C devices "
+              "training the whole model, every C finished models averaged (no split)", _GAS_SETTING,
+              (ACTIVE, LOCAL_STEPS), allows_absence=True, active_option="active", local_rounds_option="local_steps",
+              whole_model=True),
+    Algorithm("minibatch-sfl", "trainers.strategies.minibatch_sfl:MiniBatchSFL", "MiniBatch-SFL: the server steps on "
+              "the participants' concatenated activations, plain cross-entropy on both sides", TrainingDefaults(
+                  **_SCALA_CODE, interval=20, source="GAS's paper, its SFL baseline in its setting (lr 0.01, E = 20 local "
+                  "iterations, 10 of 20 clients); its authors' code: SGD momentum 0.9, weight decay 5e-4, clipping at "
+                  "10"), (PARTICIPATION.with_default(0.5),), allows_absence=True),
     Algorithm("lla-sfl", "trainers.strategies.lla_sfl:LLASFL", "LLA-SFL: SplitFed V1 with each device's loss "
               "logit-adjusted by its own label distribution (SCALA's ablation)", _SCALA_BASELINE, LLA_SFL_OPTIONS),
 )}

@@ -32,7 +32,10 @@ def test_the_strategy_table_and_each_strategys_name_follow_the_registry() -> Non
 def test_traits_of_the_papers() -> None:
     assert [n for n, a in REGISTRY.items() if a.one_client_model] == ["sl"]
     assert [n for n, a in REGISTRY.items() if a.planned_interval] == ["adaptsfl"]
-    assert sorted(n for n, a in REGISTRY.items() if a.allows_absence) == ["cyclesl", "gas", "scala"]
+    # the papers' sampling algorithms let a lost device go; the six that need every device of a round stop (a
+    # baseline joins either side by its entry, e.g. FedBuff and MiniBatch-SFL, which sample as GAS and SCALA do)
+    absent = {n for n, a in REGISTRY.items() if a.allows_absence}
+    assert {"cyclesl", "gas", "scala"} <= absent and not {"sl", "psl", "sfl-v1", "sfl-v2", "adaptsfl", "gapsl", "sglr"} & absent
 
 
 def test_the_flag_table_has_one_row_per_option_name_with_each_algorithms_default() -> None:

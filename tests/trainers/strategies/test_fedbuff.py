@@ -1,0 +1,124 @@
+"""FedBuff (trainers/strategies/fedbuff.py) against buffered asynchronous federated averaging written out from the
+GAS authors' baseline (baseline/FedBuff.py; docs/algorithms.md "FedBuff"): C devices training the whole model
+from the global model they joined with, the device whose step arrives first going next (a heterogeneous clock: the
+devices interleave), E local SGD steps, then its model buffered and its slot given to an idle device drawn from the
+strategy's stream, which loads the current global model; every C buffered models averaged by |𝒟_k|."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from adaptplan.cli import main
+from tests.engine_builders import FixedClock, flat, make_data, random_times, small_model
+from trainers.engine.split_engine import STRATEGY_STREAM, SplitEngine
+from trainers.inputs.partition import DeviceSampler
+from trainers.strategies import make_strategy
+
+B, LR, L = 16, 0.1, 11            # small_model: 11 blocks
+
+
+def reference_fedbuff(data, rounds: int, C: int, E: int, times):
+    """Yield (t, every device's model, the global model, the devices in the order they stepped) after each average.
+    The clock as the engine's asynchronous loop keeps it (docs/engine.md): device k's step arrives at r_k + T^F_k +
+    T^A_k, the earliest goes (ties: the first slot), served T^S_k from max(arrival, server free), k ready again
+    T^D_k + T^B_k after; an upload adds T^mU_k and the replacement is ready T^mD after it."""
+    T = (lambda name, j: float(getattr(times, name)[j]))
+    N = len(data.parts)
+    models = [small_model() for _ in range(N)]
+    samplers = [DeviceSampler(data.parts[k], B, [0, k]) for k in range(N)]
+    sizes = [len(p) for p in data.parts]
+    rng = np.random.default_rng([0, STRATEGY_STREAM])
+    active = sorted(int(k) for k in rng.choice(N, size=C, replace=False))
+    clock, free, steps, order = {k: 0.0 for k in active}, 0.0, {k: 0 for k in active}, []
+    buffered, global_model = [], None
+    for t in range(1, rounds + 1):
+        while True:
+            arrive = {j: clock[j] + T("client_fp", j) + T("upload", j) for j in active}
+            k = min(active, key=lambda j: (arrive[j], active.index(j)))
+            free = max(arrive[k], free) + T("server", k)
+            clock[k] = free + T("download", k) + T("client_bp", k)
+            order.append(k)
+            idx = torch.from_numpy(samplers[k].next())
+            nn.functional.cross_entropy(models[k](data.x_train[idx]), data.y_train[idx]).backward()
+            with torch.no_grad():
+                for p in models[k].parameters():
+                    p -= LR * p.grad
+                    p.grad = None
+            steps[k] += 1
+            if steps[k] < E:
+                continue
+            buffered.append((sizes[k], [p.detach().clone() for p in models[k].parameters()]))   # its upload
+            finished = clock[k] + T("model_up", k)
+            done = len(buffered) == C
+            if done:                                            # every C models: the |D_k|-weighted average
+                total = sum(size for size, _ in buffered)
+                global_model = [sum(size * ps[i] for size, ps in buffered) / total for i in range(len(buffered[0][1]))]
+                buffered = []
+            new = int(rng.choice([j for j in range(N) if j not in active]))
+            active[active.index(k)] = new
+            del clock[k], steps[k]
+            clock[new], steps[new] = finished + T("model_down", new), 0
+            if global_model is not None:
+                with torch.no_grad():
+                    for p, g in zip(models[new].parameters(), global_model):
+                        p.copy_(g)
+            if done:
+                break
+        yield t, models, global_model, list(order)
+
+
+def test_fedbuff_is_buffered_asynchronous_averaging_of_the_whole_model() -> None:
+    N, C, E = 6, 3, 2
+    data = make_data(N, "dirichlet")
+    clock = FixedClock(random_times(N, seed=3))
+    engine = SplitEngine(small_model(), [L] * N, make_strategy("fedbuff", {"active": C, "local_steps": E}), data,
+                         {"lr": LR}, batch_size=B, seed=0, clock=clock)
+    for t, models, global_model, order in reference_fedbuff(data, 3, C, E, clock.times):
+        stats = engine.run_round(t)
+        assert stats.aggregated and engine.strategy.models == []
+        for k in range(N):
+            assert torch.allclose(flat(engine.devices[k].blocks), flat(models[k]), atol=1e-6, rtol=0), (t, k)
+        (evaluated,) = engine.strategy.eval_models(engine)
+        assert torch.allclose(flat(evaluated), torch.cat([g.reshape(-1) for g in global_model]), atol=1e-6, rtol=0), t
+    assert len(set(order[:E])) > 1                              # the clock interleaves the devices' steps
+
+
+def test_the_buffer_holds_c_models_and_a_resumed_buffer_is_checked() -> None:
+    """C = ⌈N/2⌉ when ``--active`` is 0; a round ends at the C-th finished model; a restored buffer of C or more, or
+    of something other than model uploads, is refused."""
+    N = 5
+    engine = SplitEngine(small_model(), [L] * N, make_strategy("fedbuff", {"local_steps": 1}), make_data(N),
+                         {"lr": LR}, batch_size=B, seed=0)
+    stats = engine.run_round(1)
+    ctx = engine.context(1)
+    assert engine.strategy.active_count(ctx) == 3 and len(stats.participants) == 3
+    strategy = engine.strategy
+    upload = strategy.on_model(ctx, engine.devices[0].upload(1, range(L), 1.0))
+    assert upload is None and len(strategy.models) == 1
+    strategy.check_state(ctx)
+    strategy.load_state_dict({"models": [strategy.models[0]] * 3})
+    with pytest.raises(ValueError, match="fewer than C = 3 model uploads"):
+        strategy.check_state(ctx)
+    strategy.load_state_dict({"models": ["not an upload"]})
+    with pytest.raises(ValueError, match="fewer than C = 3 model uploads"):
+        strategy.check_state(ctx)
+
+
+def test_train_resumes_fedbuff_to_the_same_rounds(tmp_path) -> None:
+    """A run stopped after round 2 and resumed to 4 trains the rounds a run of 4 trains: the same participants,
+    losses, accuracies, bytes and simulated seconds (the buffer and the loop's state in the checkpoint)."""
+    base = ["train", "--algorithm", "fedbuff", "--devices", "4", "--dataset", "synthetic", "--model", "mlp",
+            "--no-progress", "--local-steps", "2", "--active", "2", "--eval-every", "1", "--threads", "1",
+            "--checkpoint-every", "1"]
+    assert main([*base, "--rounds", "4", "--out", str(tmp_path / "whole")]) == 0
+    assert main([*base, "--rounds", "2", "--out", str(tmp_path / "part")]) == 0
+    assert main([*base, "--rounds", "4", "--resume", "--out", str(tmp_path / "part")]) == 0
+    keys = ("round", "participants", "train_loss", "accuracy", "bytes_up", "bytes_down", "sim_seconds")
+    whole, part = ([{k: r[k] for k in keys} for r in json.loads((tmp_path / run / "history.json").read_text())["records"]]
+                   for run in ("whole", "part"))
+    assert len(whole) == 4 and whole == part

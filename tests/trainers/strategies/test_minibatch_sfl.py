@@ -1,0 +1,50 @@
+"""MiniBatch-SFL (trainers/strategies/minibatch_sfl.py) against its round written out (tests/concatenated_reference.py
+with τ = 0: GAS's authors' baseline/Minibatch-SFL.py — per-device mini-batches in proportion to |𝒟_k|, each
+device's cut gradient from its own plain cross-entropy at the pre-update server, one server step on the
+concatenated activations, |𝒟_k|-weighted client averages every I rounds), its defaults, and its equality with
+SCALA at τ = 0."""
+
+from __future__ import annotations
+
+import torch
+
+from tests.concatenated_reference import B, CUT, LR, N, reference_scala
+from tests.engine_builders import flat, make_data, small_model
+from trainers.algorithms import REGISTRY
+from trainers.engine.split_engine import SplitEngine
+from trainers.strategies import make_strategy
+
+
+def engine_for(name: str, options: dict, data, interval: int) -> SplitEngine:
+    return SplitEngine(small_model(), [CUT] * N, make_strategy(name, options), data, {"lr": LR, "momentum": 0.0},
+                       batch_size=B, seed=0, interval=interval)
+
+
+def test_minibatch_sfl_is_the_concatenated_step_with_plain_cross_entropy() -> None:
+    data, interval, rho = make_data(N, "dirichlet"), 2, 0.5
+    engine = engine_for("minibatch-sfl", {"participation": rho}, data, interval)
+    for t, C, batch, clients, server, global_client in reference_scala(data, 4, interval, rho, tau=0.0):
+        stats = engine.run_round(t)
+        assert stats.participants == C and stats.aggregated == (t % interval == 0)
+        assert {k: engine.strategy.batch_size(engine.context(t), k) for k in C} == batch
+        assert torch.allclose(flat(*[engine.edge.instances[(None, j)] for j in range(CUT, 11)]), flat(server),
+                              atol=1e-5, rtol=0), t
+        for k in range(N):
+            assert torch.allclose(flat(engine.devices[k].blocks), flat(clients[k]), atol=1e-5, rtol=0), (t, k)
+    assert len(set(batch.values())) > 1                     # unequal B_k exercised
+
+
+def test_it_is_scala_at_tau_zero_and_takes_gas_setting_by_default() -> None:
+    """The same parameters as SCALA with --la-tau 0 round by round (SCALA's ablation CA-SFL); its defaults are GAS's
+    setting: 10 of 20 devices (ρ = 0.5), I = 20, SGD 0.01 with momentum 0.9, weight decay 5·10⁻⁴, clipping at 10."""
+    data = make_data(N, "dirichlet")
+    ours = engine_for("minibatch-sfl", {"participation": 0.5}, data, 2)
+    scala = engine_for("scala", {"participation": 0.5, "la_tau": 0.0}, data, 2)
+    for t in range(1, 4):
+        ours.run_round(t)
+        scala.run_round(t)
+        assert torch.equal(flat(*ours.eval_models()[0]), flat(*scala.eval_models()[0])), t      # bit for bit
+    entry = REGISTRY["minibatch-sfl"]
+    assert make_strategy("minibatch-sfl").participation == 0.5
+    d = entry.defaults
+    assert (d.lr, d.momentum, d.weight_decay, d.clip_norm, d.interval) == (0.01, 0.9, 5e-4, 10.0, 20)
