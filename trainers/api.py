@@ -55,7 +55,7 @@ __all__ = ["Activation", "CutGradient", "ModelUpload", "NonFiniteError", "Server
            "OptimizerSpec", "InputError",
            "RoundContext", "Aggregation", "Handoff", "Strategy", "AsyncStrategy", "answer", "skip", "mean_ce",
            "logit_adjusted_ce", "calibrated_ce", "label_prior", "DeviceLoss", "BarrierStep", "ParallelStep", "parallel_step", "serve_in_passes",
-           "every_interval", "sample_devices", "proportional_batch", "concatenated_step",
+           "every_interval", "sample_devices", "proportional_batch", "concatenated_step", "GradientRowsStep",
            "is_int", "is_finite_number"]
 
 
@@ -386,6 +386,35 @@ class ParallelStep:
     def finish(self) -> None:
         """Step the shared instances w_s: the average over every part (eq. 4)."""
         self.edge.step([o for o in self.edge.owners(self.weights) if o is None])
+
+
+class GradientRowsStep:
+    """A barrier's server step built on the devices' own server gradients g_i (GAPSL, A.3.4), served in parts: each
+    part's g_i written into its rows of the barrier's S × P matrix (the rows in the order the parts come in, as
+    one whole-barrier part would have them) with its L_i = ``loss_of``, and its replies, each device's own
+    ∂L_i/∂a_i at the pre-step server weights; once every part is in, ``step_on(rows, devices)`` does the server
+    step on the whole matrix. How the parts are cut (the runtime's pass budget) changes no number."""
+
+    def __init__(self, edge: ServerPasses, ctx: RoundContext, devices: Sequence[int], loss_of: "DeviceLoss",
+                 step_on: Callable[[torch.Tensor, list[int]], None]) -> None:
+        self.edge, self.ctx, self.size, self.loss_of, self.step_on = edge, ctx, len(devices), loss_of, step_on
+        self.rows: torch.Tensor | None = None       # S × P, allocated with the first part's rows
+        self.order: list[int] = []                  # the devices of the rows written so far
+
+    def serve_part(self, part: Sequence[Activation]) -> list[CutGradient]:
+        rows, losses = self.edge.gradient_rows(part, self.loss_of, answers_all=True)   # every device answered
+        if self.rows is None:
+            self.rows = rows.new_zeros(self.size, rows.shape[1])
+        self.rows[len(self.order):len(self.order) + len(part)] = rows
+        for a, loss in zip(part, losses):
+            self.ctx.record_loss(a.device, loss)
+            self.order.append(a.device)
+        cut = self.edge.cut_gradients(part, self.loss_of)                     # ∂L_i/∂a_i at the pre-step weights
+        return [answer(a, cut[a.device]) for a in part]
+
+    def finish(self) -> None:
+        if self.rows is not None:
+            self.step_on(self.rows[:len(self.order)], list(self.order))
 
 
 def parallel_step(edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Activation],

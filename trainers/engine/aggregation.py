@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Sequence
 
-from trainers.engine.clock import StageLedger, StageTimes
+from trainers.engine.clock import StageTimes
 from trainers.engine.seams import EngineParts
 from trainers.roles.core import robust_flops
 from trainers.roles.messages import ModelDownload, ModelUpload
@@ -24,7 +24,7 @@ Engine = EngineParts   # the engine as its parts see it (trainers.engine.seams)
 
 
 def aggregate(engine: Engine, agg: "Aggregation", ctx: "RoundContext", participants: list[int], times: StageTimes,
-              start: float, ledger: StageLedger) -> float:
+              start: float) -> float:
     """Client-side model averaging through model messages: devices and the edge server upload
     device-specific blocks, the fed server averages (|𝒟_i| or equal weights), the averages are
     downloaded. Times: device uploads T_i^{mU} (22), the edge server's by the size it sends
@@ -51,19 +51,19 @@ def aggregate(engine: Engine, agg: "Aggregation", ctx: "RoundContext", participa
         uploaded.update(mine, e.blocks)
         for j in {*mine, *e.blocks}:
             holders[j] = holders.get(j, 0) + 1
-        engine.tally.up += engine.blocks_bytes(mine)
-        engine.tally.server += e.num_bytes
+        engine.timeline.tally.up += engine.blocks_bytes(mine)
+        engine.timeline.tally.server += e.num_bytes
         edge_up_bits += 8.0 * e.num_bytes
         if mine:
-            ledger.add(d, "model upload", float(times.model_up[d]))
+            engine.timeline.ledger.add(d, "model upload", float(times.model_up[d]))
             up_done = max(up_done, start + float(times.model_up[d]))
     edge_up = times.edge_up_seconds(edge_up_bits) if edge_up_bits else 0.0
-    ledger.add("edge", "model upload", edge_up)
+    engine.timeline.ledger.add("edge", "model upload", edge_up)
     up_done = max(up_done, start + edge_up)
     averaged = average_at_fed(engine, ctx.round, uploaded)
     combined = sum(robust_flops(engine.aggregation[0], n, engine.block_values[j]) for j, n in holders.items())
     if combined:            # the fed server's sorts, at f_s (the system gives the fed server no FLOP/s of its own)
-        ledger.add("edge", "server", combined / times.server_flops)
+        engine.timeline.ledger.add("edge", "server", combined / times.server_flops)
         up_done += combined / times.server_flops
     present = engine.present()
     recipients = {"participants": devices, "all": present, "none": []}[agg.recipients]
@@ -72,11 +72,10 @@ def aggregate(engine: Engine, agg: "Aggregation", ctx: "RoundContext", participa
     if not recipients:     # the next participants download the global model at the start of their round
         return up_done
     return download_global(engine, recipients, ctx.round, [j for j in blocks if j in averaged], "avg", times,
-              up_done, ledger, edge_devices=devices)
+              up_done, edge_devices=devices)
 
 
-def start_from_global(engine: Engine, participants: Sequence[int], round_index: int, times: StageTimes,
-                      ledger: StageLedger) -> float:
+def start_from_global(engine: Engine, participants: Sequence[int], round_index: int, times: StageTimes) -> float:
     """FedAvg under sampling: a participant that missed the last aggregation (``engine.stale``) downloads the
     global model first: its client blocks, and its server copies where the edge server keeps one per device
     (SplitFed V1's, AdaptSFL's non-common part), all averaged blocks. The round's devices start when the last of
@@ -85,11 +84,11 @@ def start_from_global(engine: Engine, participants: Sequence[int], round_index: 
     engine.stale -= set(late)
     if not late:
         return 0.0
-    return download_global(engine, late, round_index, sorted(engine.global_sizes), "global", times, 0.0, ledger)
+    return download_global(engine, late, round_index, sorted(engine.global_sizes), "global", times, 0.0)
 
 
 def download_global(engine: Engine, devices: Sequence[int], round_index: int, blocks: Sequence[int], ref: str,
-                    times: StageTimes, start: float, ledger: StageLedger,
+                    times: StageTimes, start: float,
                     edge_devices: Sequence[int] | None = None) -> float:
     """The fed server sends ``blocks`` (``ref``: the average just finished, or the global model) to
     ``devices``: each device its client blocks among them (T_i^{mD}, eq. 24), and the edge server the
@@ -102,8 +101,8 @@ def download_global(engine: Engine, devices: Sequence[int], round_index: int, bl
             engine.net.send(FED, Send(d, d, round_index, "device", {j: (ref, j) for j in mine},
                                       fresh_optimizer=engine.strategy.reset_client_optimizer))
             engine.net.send(d, Take(FED))
-            engine.tally.down += engine.blocks_bytes(mine)
-            ledger.add(d, "model download", float(times.model_down[d]))
+            engine.timeline.tally.down += engine.blocks_bytes(mine)
+            engine.timeline.ledger.add(d, "model download", float(times.model_down[d]))
             end = max(end, start + float(times.model_down[d]))
     theirs = {d: [j for j in blocks if j >= engine.cuts[d] and engine.edge.key(d, j)[0] is not None]
               for d in (devices if edge_devices is None else edge_devices)}
@@ -116,11 +115,11 @@ def download_global(engine: Engine, devices: Sequence[int], round_index: int, bl
             if js:
                 msg = ModelDownload(d, round_index, "edge", {j: got.blocks[j] for j in js})
                 edge_down_bits += 8.0 * msg.num_bytes
-                engine.tally.server += msg.num_bytes
+                engine.timeline.tally.server += msg.num_bytes
                 edge_msgs.append(msg)
         engine.edge.download(edge_msgs)
     edge_down = times.edge_down_seconds(edge_down_bits) if edge_down_bits else 0.0
-    ledger.add("edge", "model download", edge_down)
+    engine.timeline.ledger.add("edge", "model download", edge_down)
     return max(end, start + edge_down)
 
 

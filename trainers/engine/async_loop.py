@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, cast
 
 from trainers.engine.aggregation import average_at_fed, load_global
-from trainers.engine.clock import StageLedger, StageTimes
+from trainers.engine.clock import StageTimes
 from trainers.engine.round_data import AsyncLoopState
 from trainers.engine.seams import EngineParts
 from trainers.engine.sync_round import charged_server_seconds, take_replies
@@ -63,7 +63,6 @@ def run_async_round(engine: Engine, round_index: int) -> Any:
     if engine.async_state is None:
         engine.async_state = AsyncLoopState.start(s.first_devices(ctx))
     st = engine.async_state
-    ledger = StageLedger()
     round_start = st.now
     lead: dict[int, float] = {}                # device → T^F + T^A of its batch this round (simulated s)
     waiting = Waiting()
@@ -71,23 +70,23 @@ def run_async_round(engine: Engine, round_index: int) -> Any:
         d, arrive = _next_arrival(st, s, ctx, times, lead)
         if d in waiting:                       # its reply first: it forwards with the model its backward leaves
             _serve_waiting(engine, ctx, waiting, times)
-        if not _local_step(engine, ctx, st, d, arrive, times, ledger, waiting):
-            _refill(engine, ctx, st, d, times, ledger)            # lost (a real runtime): its slot goes on
+        if not _local_step(engine, ctx, st, d, arrive, times, waiting):
+            _refill(engine, ctx, st, d, times)            # lost (a real runtime): its slot goes on
             continue
         if st.steps[d] < s.local_steps:
             continue
         if d in waiting:                       # it uploads the model its last backward leaves
             _serve_waiting(engine, ctx, waiting, times)
-        uploaded, aggregated = _upload(engine, ctx, st, d, times, ledger)
+        uploaded, aggregated = _upload(engine, ctx, st, d, times)
         finished_at = st.clock.get(d, 0.0)
-        _refill(engine, ctx, st, d, times, ledger)
+        _refill(engine, ctx, st, d, times)
         if uploaded and aggregated:
             _serve_waiting(engine, ctx, waiting, times)
             st.now = max(st.now, finished_at)
             break
     engine.check_models_finite(round_index)
-    stepped = sorted(int(d) for d in ledger.seconds["device FP"])    # device indices
-    return engine.round_stats(ctx, True, stepped, st.now - round_start, ledger)
+    stepped = sorted(int(d) for d in engine.timeline.ledger.seconds["device FP"])    # device indices
+    return engine.round_stats(ctx, True, stepped, st.now - round_start)
 
 
 def _next_arrival(st: AsyncLoopState, s: "AsyncStrategy", ctx: "RoundContext", times: StageTimes,
@@ -106,7 +105,7 @@ def _next_arrival(st: AsyncLoopState, s: "AsyncStrategy", ctx: "RoundContext", t
 
 
 def _local_step(engine: Engine, ctx: "RoundContext", st: AsyncLoopState, d: int, arrive: float,
-                times: StageTimes, ledger: StageLedger, waiting: Waiting) -> bool:
+                times: StageTimes, waiting: Waiting) -> bool:
     """Device ``d``'s step, its activation arriving at ``arrive``: forward, the arrival served at once (or left
     waiting, module docstring), the reply, its backward; False if it was lost."""
     s = cast("AsyncStrategy", engine.strategy)
@@ -117,9 +116,9 @@ def _local_step(engine: Engine, ctx: "RoundContext", st: AsyncLoopState, d: int,
     if not got:
         return False
     (msg,) = got
-    engine.tally.up += msg.num_bytes
-    engine.tally.samples += int(msg.tensor.shape[0])
-    begin = max(arrive, st.server_free)
+    engine.timeline.tally.up += msg.num_bytes
+    engine.timeline.tally.samples += int(msg.tensor.shape[0])
+    begin = max(arrive, engine.timeline.server_free)
     answered = begin + float(times.server[d]) * k                 # the reply is computed first (GAS-10) ...
     waiting.add(msg)
     budget = engine.passes.pass_samples
@@ -127,12 +126,12 @@ def _local_step(engine: Engine, ctx: "RoundContext", st: AsyncLoopState, d: int,
     if not s.defer(engine.passes, ctx, waiting.arrivals) or (budget is not None and waiting.samples >= budget):
         charged = _serve_waiting(engine, ctx, waiting, times, last=True)
     busy = answered - begin + charged                               # ... then the server works on (GAS-5b–8)
-    st.server_free = begin + busy
+    engine.timeline.server_free = begin + busy
     st.clock[d] = answered + (float(times.download[d]) + float(times.client_bp[d])) * k
     for stage, sec in (("device FP", times.client_fp[d] * k), ("uplink", times.upload[d] * k),
                        ("downlink", times.download[d] * k), ("device BP", times.client_bp[d] * k)):
-        ledger.add(d, stage, float(sec))
-    ledger.add("edge", "server", busy)
+        engine.timeline.ledger.add(d, stage, float(sec))
+    engine.timeline.ledger.add("edge", "server", busy)
     st.steps[d] += 1
     return True
 
@@ -157,13 +156,12 @@ def _serve_waiting(engine: Engine, ctx: "RoundContext", waiting: Waiting, times:
         raise MessageMismatchError(f"the asynchronous strategy {s.name} did not answer devices {sorted(pending)}")
     for a in arrivals:
         reply = replies[a.device][1]
-        engine.tally.down += reply.num_bytes
+        engine.timeline.tally.down += reply.num_bytes
         engine.net.send(a.device, reply)
     return charged
 
 
-def _upload(engine: Engine, ctx: "RoundContext", st: AsyncLoopState, d: int, times: StageTimes,
-            ledger: StageLedger) -> tuple[bool, bool]:
+def _upload(engine: Engine, ctx: "RoundContext", st: AsyncLoopState, d: int, times: StageTimes) -> tuple[bool, bool]:
     """Device ``d``'s model to the edge server, which buffers whole models (GAS-11) and sends the flushed ones on
     to the fed server: (uploaded, aggregated); not uploaded if the device was lost meanwhile."""
     s = cast("AsyncStrategy", engine.strategy)
@@ -172,9 +170,9 @@ def _upload(engine: Engine, ctx: "RoundContext", st: AsyncLoopState, d: int, tim
     if not got:
         return False, False
     (upload,) = got
-    engine.tally.up += upload.num_bytes
+    engine.timeline.tally.up += upload.num_bytes
     st.clock[d] += float(times.model_up[d])
-    ledger.add(d, "model upload", float(times.model_up[d]))
+    engine.timeline.ledger.add(d, "model upload", float(times.model_up[d]))
     flushed = s.on_model(ctx, upload)
     if not flushed:
         return True, False
@@ -183,8 +181,7 @@ def _upload(engine: Engine, ctx: "RoundContext", st: AsyncLoopState, d: int, tim
     return True, bool(average_at_fed(engine, ctx.round, {j for u in flushed for j in u.blocks}))
 
 
-def _refill(engine: Engine, ctx: "RoundContext", st: AsyncLoopState, d: int, times: StageTimes,
-            ledger: StageLedger) -> None:
+def _refill(engine: Engine, ctx: "RoundContext", st: AsyncLoopState, d: int, times: StageTimes) -> None:
     """Device ``d`` leaves its active slot (its local steps done, or lost): the strategy's replacement takes it,
     downloading the global client model when there is one; a lost device with no device present to replace it
     frees its slot (:class:`DevicesLost` when none is left)."""
@@ -202,6 +199,6 @@ def _refill(engine: Engine, ctx: "RoundContext", st: AsyncLoopState, d: int, tim
         return
     st.active[slot] = new
     st.steps[new] = 0
-    engine.tally.down += load_global(engine, new, ctx.round, s.reset_client_optimizer)
+    engine.timeline.tally.down += load_global(engine, new, ctx.round, s.reset_client_optimizer)
     st.clock[new] = join + float(times.model_down[new])
-    ledger.add(new, "model download", float(times.model_down[new]))
+    engine.timeline.ledger.add(new, "model download", float(times.model_down[new]))

@@ -1,6 +1,7 @@
 """The data the engine's facade and its parts exchange (trainers.engine.seams): the partitioned
-:class:`DeviceData`, a round's :class:`RoundStats` and :class:`RoundTally`, and the asynchronous loop's
-:class:`AsyncLoopState` between global iterations. Imports nothing of the engine's parts."""
+:class:`DeviceData`, a round's :class:`RoundStats`, the simulated clock's :class:`RoundTimeline` of the running round
+(its :class:`RoundTally` of bytes and samples) and the asynchronous loop's :class:`AsyncLoopState` between global
+iterations. Imports nothing of the engine's parts."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from adaptplan.fileio import is_finite_number, is_int
 from adaptplan.limits import MAX_ROUNDS
+from trainers.engine.clock import StageLedger
 from trainers.engine.state_schema import is_device_list
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -70,31 +72,48 @@ class RoundTally:
 
 
 @dataclass
+class RoundTimeline:
+    """The simulated clock's account of the running round, in one owner: the seconds each role spent in each stage
+    (``ledger``), when the edge server is next free (``server_free``, simulated s) and what the round moved and
+    trained on (``tally``). The engine starts one at each round (:meth:`next_round`); its parts add to it; the
+    round's record reads it (``SplitEngine.round_stats``). ``server_free`` outlives the round, for the asynchronous
+    loop, whose time runs on across global iterations (a synchronous group sets it to its start)."""
+
+    ledger: StageLedger = field(default_factory=StageLedger)
+    tally: RoundTally = field(default_factory=RoundTally)
+    server_free: float = 0.0
+
+    def next_round(self) -> "RoundTimeline":
+        """An empty account for the next round, the edge server free when it was."""
+        return RoundTimeline(server_free=self.server_free)
+
+
+@dataclass
 class AsyncLoopState:
     """Where the loop stands between global iterations: ``now`` (simulated s at the last aggregation), the
     ``active`` slots' devices in slot order, each active device's local ``steps`` so far and its ``clock`` (the
-    simulated s at which it is ready to forward), and when the edge server is next free (``server_free``)."""
+    simulated s at which it is ready to forward). When the edge server is next free is the engine's
+    :class:`RoundTimeline`'s, written beside them in the checkpoint."""
 
     now: float
     active: list[int]
     steps: dict[int, int]
     clock: dict[int, float]
-    server_free: float
 
     @classmethod
     def start(cls, first: list[int]) -> "AsyncLoopState":
-        return cls(0.0, list(first), {d: 0 for d in first}, {d: 0.0 for d in first}, 0.0)
+        return cls(0.0, list(first), {d: 0 for d in first}, {d: 0.0 for d in first})
 
-    def to_dict(self) -> dict[str, Any]:
-        """The checkpoint's ``async`` part."""
+    def to_dict(self, server_free: float) -> dict[str, Any]:
+        """The checkpoint's ``async`` part, with the edge server's ``server_free``."""
         return {"now": self.now, "active": list(self.active), "steps": dict(self.steps), "clock": dict(self.clock),
-                "server_free": self.server_free}
+                "server_free": server_free}
 
     @classmethod
-    def from_dict(cls, state: Any, num_devices: int) -> "AsyncLoopState":
-        """The state a checkpoint holds; ValueError naming what does not fit ``num_devices`` devices: the active
-        devices distinct devices of the run, a step count (an integer in [0, MAX_ROUNDS]) and a clock per active
-        device, every time a finite number of simulated seconds ≥ 0."""
+    def from_dict(cls, state: Any, num_devices: int) -> "tuple[AsyncLoopState, float]":
+        """The state a checkpoint holds and its ``server_free``; ValueError naming what does not fit
+        ``num_devices`` devices: the active devices distinct devices of the run, a step count (an integer in
+        [0, MAX_ROUNDS]) and a clock per active device, every time a finite number of simulated seconds ≥ 0."""
         keys = {"now", "active", "steps", "clock", "server_free"}
         if not isinstance(state, dict) or set(state) != keys:
             raise ValueError(f"engine async state must hold exactly {sorted(keys)}")
@@ -109,5 +128,5 @@ class AsyncLoopState:
         times = [state["now"], state["server_free"], *state["clock"].values()]
         if not all(is_finite_number(t) and t >= 0 for t in times):
             raise ValueError("engine async now, server_free and clock must be finite simulated seconds ≥ 0")
-        return cls(float(state["now"]), list(active), {int(d): int(v) for d, v in state["steps"].items()},
-                   {int(d): float(v) for d, v in state["clock"].items()}, float(state["server_free"]))
+        return (cls(float(state["now"]), list(active), {int(d): int(v) for d, v in state["steps"].items()},
+                    {int(d): float(v) for d, v in state["clock"].items()}), float(state["server_free"]))

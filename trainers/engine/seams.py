@@ -4,8 +4,9 @@ the asynchronous loop, aggregation, re-partitioning, the models' views, checkpoi
 
 The facade passes itself to each part; the part reads and writes the engine only through the attributes and methods
 declared here, so mypy checks every access at the seam (the facade conforms structurally: it is passed where an
-:class:`EngineParts` is asked). What a round counts — bytes per link and training samples — is one
-:class:`RoundTally` the facade resets at each round's start and the parts add to.
+:class:`EngineParts` is asked). What a round takes and moves — each role's
+seconds per stage, when the edge server is free, bytes per link and training samples — is one
+:class:`~trainers.engine.round_data.RoundTimeline` the facade starts at each round and the parts add to.
 
 Imports nothing of the engine at run time (the facade imports the parts, which import this module); the types
 below are for the type checker only.
@@ -21,10 +22,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from torch import nn
 
     from trainers.api import RoundContext, Strategy
-    from trainers.engine.clock import SimClock, StageLedger, StageTimes
+    from trainers.engine.clock import SimClock, StageTimes
     from trainers.engine.execution import Execution
     from trainers.engine.network import Network
-    from trainers.engine.round_data import AsyncLoopState, DeviceData, RoundStats, RoundTally
+    from trainers.engine.round_data import AsyncLoopState, DeviceData, RoundStats, RoundTimeline
     from trainers.roles.checks import Schema
     from trainers.roles.core import EdgeServer
     from trainers.roles.passes import EdgePasses
@@ -63,7 +64,7 @@ class EngineParts(Protocol):
     global_sizes: dict[int, int]
     async_state: AsyncLoopState | None
     awaiting: set[int]                   # devices whose activation is not answered yet
-    tally: RoundTally                    # this round's bytes and samples
+    timeline: RoundTimeline              # the running round's stage seconds, server free time, bytes and samples
 
     # ---- what the facade answers
     @property
@@ -87,5 +88,4 @@ class EngineParts(Protocol):
 
     def check_models_finite(self, round_index: int) -> None: ...
 
-    def round_stats(self, ctx: RoundContext, aggregated: bool, participants: list[int], seconds: float,
-                    ledger: StageLedger) -> RoundStats: ...
+    def round_stats(self, ctx: RoundContext, aggregated: bool, participants: list[int], seconds: float) -> RoundStats: ...

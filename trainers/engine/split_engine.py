@@ -36,12 +36,12 @@ from adaptplan.plan import check_cut_vector
 from trainers.config.train_config import EVAL_BATCH_SIZE
 from trainers.engine.aggregation import aggregate, load_global, start_from_global
 from trainers.engine.async_loop import run_async_round
-from trainers.engine.clock import StageLedger, StageTimes, stage_maxima
+from trainers.engine.clock import StageTimes, stage_maxima
 from trainers.engine.execution import Execution, graph_bytes_per_sample
 from trainers.engine.model_views import EngineModels
 from trainers.engine.network import LocalNetwork, Network
 from trainers.engine.repartition import repartition
-from trainers.engine.round_data import AsyncLoopState, DeviceData, RoundStats, RoundTally  # noqa: F401  (DeviceData, RoundStats re-exported)
+from trainers.engine.round_data import AsyncLoopState, DeviceData, RoundStats, RoundTimeline  # noqa: F401  (DeviceData, RoundStats re-exported)
 from trainers.engine.state import engine_state, restore_engine
 from trainers.engine.sync_round import handoff, run_group
 from trainers.roles.batching import ClientBatcher
@@ -203,7 +203,8 @@ class SplitEngine:
         self._next_key = 0
         self._measured: dict[str, dict[str, float]] | None = None
         self._graph_bytes: dict[int, float] = {}      # a client graph's bytes per sample, per cut (recompute)
-        self.tally = RoundTally()
+        self.timeline = RoundTimeline()
+        """The running round's stage seconds, when the edge server is free, bytes and samples."""
 
     # ---- the simulator's own views of the roles (tests, inspection; not on other runtimes) ------------------
     @property
@@ -280,7 +281,7 @@ class SplitEngine:
         return stats
 
     def _run_round(self, round_index: int) -> RoundStats:
-        self.tally = RoundTally()
+        self.timeline = self.timeline.next_round()
         if self.strategy.asynchronous:
             return run_async_round(self, round_index)
         s = self.strategy
@@ -288,19 +289,18 @@ class SplitEngine:
         times = self.stage_times(round_index)
         participants = ctx.participants = self.present(self._participants(ctx))
         batch = {d: int(s.batch_size(ctx, d)) for d in participants}
-        ledger = StageLedger()
-        now = start_from_global(self, participants, ctx.round, times, ledger)
+        now = start_from_global(self, participants, ctx.round, times)
         for group in s.schedule(ctx, participants):
-            now = run_group(self, ctx, list(group), batch, times, now, ledger)
+            now = run_group(self, ctx, list(group), batch, times, now)
             for passed in s.after_group(ctx, group):
-                now = handoff(self, passed, round_index, times, now, ledger)
+                now = handoff(self, passed, round_index, times, now)
         aggregation = s.aggregation(ctx)
         self.rounds_since_aggregation += 1
         if aggregation is not None:
-            now = aggregate(self, aggregation, ctx, participants, times, now, ledger)
+            now = aggregate(self, aggregation, ctx, participants, times, now)
             self.rounds_since_aggregation = 0
         self.check_models_finite(round_index)
-        return self.round_stats(ctx, aggregation is not None, self.present(participants), now, ledger)
+        return self.round_stats(ctx, aggregation is not None, self.present(participants), now)
 
     def _participants(self, ctx: "RoundContext") -> list[int]:
         """The round's participants (the strategy's draw). A strategy that averages client models draws
@@ -311,9 +311,9 @@ class SplitEngine:
         self.period = [int(d) for d in self.strategy.participants(ctx)]
         return list(self.period)
 
-    def round_stats(self, ctx: "RoundContext", aggregated: bool, participants: list[int], seconds: float,
-                    ledger: StageLedger) -> RoundStats:
-        """The round's figures (loss, bytes, participants, simulated seconds, stage summary, metrics)."""
+    def round_stats(self, ctx: "RoundContext", aggregated: bool, participants: list[int], seconds: float) -> RoundStats:
+        """The round's figures (loss, bytes, participants, simulated seconds, stage summary, metrics), the bytes and
+        stage seconds from the round's :class:`~trainers.engine.round_data.RoundTimeline`."""
         self.absent |= self.net.absent_devices()
         if self.absent:
             ctx.metrics["absent_devices"] = float(len(self.absent))
@@ -321,7 +321,7 @@ class SplitEngine:
         if ctx.losses and not math.isfinite(loss):      # finite models can still give an infinite loss (issue 67 E7)
             worst = max(ctx.losses, key=lambda d: not math.isfinite(float(ctx.losses[d])))
             raise NonFiniteError(f"training loss {float(ctx.losses[worst])} at round {ctx.round}, device {worst}")
-        tally = self.tally
+        tally, ledger = self.timeline.tally, self.timeline.ledger
         return RoundStats(loss, tally.up, tally.down, tally.server, aggregated, participants,
                           float(seconds), ledger.summary(), dict(ctx.metrics), samples=tally.samples,
                           seconds_by_role=ledger.by_role())
@@ -375,8 +375,7 @@ class SplitEngine:
             return
         if self.awaiting:
             raise MessageMismatchError(f"cannot re-partition with unanswered activations from devices {sorted(self.awaiting)}")
-        start_from_global(self, sorted(self.stale), round_index, StageTimes.zeros(self.num_devices, self.batch_size),
-                          StageLedger())
+        start_from_global(self, sorted(self.stale), round_index, StageTimes.zeros(self.num_devices, self.batch_size))
         repartition(self, new, round_index)
 
     # ---- the models, as strategies, the trainer and tests read them (trainers.engine.model_views) -------------------

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from adaptplan.fileio import is_int, show
-from trainers.engine.round_data import AsyncLoopState
+from trainers.engine.round_data import AsyncLoopState, RoundTimeline
 from trainers.engine.seams import EngineParts
 from trainers.engine.state_schema import check_engine_state
 from trainers.roles.core import check_block_state
@@ -31,7 +31,7 @@ def engine_state(engine: Engine) -> dict[str, Any]:
             "devices": [states.get(d) for d in range(engine.num_devices)], "edge": engine.edge.state_dict(),
             "fed": role_states(engine, [FED])[FED], "rng": engine.rng.bit_generator.state,
             "strategy": engine.strategy.state_dict(),
-            "async": None if engine.async_state is None else engine.async_state.to_dict(),
+            "async": None if engine.async_state is None else engine.async_state.to_dict(engine.timeline.server_free),
             "absent": sorted(engine.absent), "period": None if engine.period is None else list(engine.period),
             "stale": sorted(engine.stale)}
 
@@ -53,7 +53,8 @@ def restore_engine(engine: Engine, state: dict[str, Any]) -> None:
     state = check_engine_state(state, engine.num_devices, engine.strategy)
     _check_global_blocks(engine, state["fed"].get("global_blocks", {}))
     period, stale, absent = state["period"], state["stale"], state["absent"]
-    async_state = None if state["async"] is None else AsyncLoopState.from_dict(state["async"], engine.num_devices)
+    async_state, server_free = (None, 0.0) if state["async"] is None else \
+        AsyncLoopState.from_dict(state["async"], engine.num_devices)
     engine.cuts = engine.check_cuts(state["cuts"])
     engine.interval = int(state["interval"])
     engine.rounds_since_aggregation = int(state["rounds_since_aggregation"])
@@ -70,6 +71,7 @@ def restore_engine(engine: Engine, state: dict[str, Any]) -> None:
     engine.strategy.load_state_dict(tensors_to(state["strategy"], engine.device))
     engine.strategy.check_state(engine.context(0))
     engine.async_state = async_state
+    engine.timeline = RoundTimeline(server_free=server_free)
     engine.period = None if period is None else list(period)
     engine.stale = set(stale) - set(absent)          # the absent ones came back with the global model above
 

@@ -7,7 +7,7 @@ server serves them as the strategy's ``server_mode`` says (``barrier``: all at o
 forward only once the chunk before is answered), a strategy's own ``serve`` with the whole barrier; the replies go
 back and the devices back-propagate. A strategy's step in parts (``barrier_step``: the default parallel step, GAPSL's)
 is fed a chunk at a time, each chunk's replies delivered at once. SL's hand-offs pass a client model on between groups. Every stage is charged
-on the round's :class:`~trainers.engine.clock.StageLedger` and the engine's byte counters.
+on the round's :class:`~trainers.engine.round_data.RoundTimeline` (its stage ledger, server free time and bytes).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
 from trainers.engine.aggregation import expected_upload
-from trainers.engine.clock import StageLedger, StageTimes
+from trainers.engine.clock import StageTimes
 from trainers.engine.seams import EngineParts
 from trainers.roles.messages import Activation, CutGradient, MessageMismatchError
 from trainers.roles.protocol import FED, Forward, Send, Take, Upload
@@ -29,18 +29,18 @@ Engine = EngineParts   # the engine as its parts see it (trainers.engine.seams)
 
 
 def run_group(engine: Engine, ctx: "RoundContext", group: list[int], batch: dict[int, int], times: StageTimes,
-              start: float, ledger: StageLedger) -> float:
+              start: float) -> float:
     """Run one group of the round from ``start`` (simulated s); when its last device is done."""
-    return GroupRun(engine, ctx, list(group), batch, times, start, ledger).run()
+    return GroupRun(engine, ctx, list(group), batch, times, start).run()
 
 
 @dataclass
 class GroupRun:
     """One synchronous group as the runtime serves it: what it was given, and its state as messages go — the
     activations not answered yet (``pending``), the replies taken but not yet delivered (``replies``: when each
-    was ready), those delivered (``answered``: when, bytes, whether with a gradient), and when the edge server is
-    free (``server_free``, simulated s). Every path of the group (a barrier or arrivals, served whole or chunk by
-    chunk) works on this one state."""
+    was ready), those delivered (``answered``: when, bytes, whether with a gradient); when the edge server is
+    free (``server_free``, simulated s) is the round's timeline's. Every path of the group (a barrier or arrivals,
+    served whole or chunk by chunk) works on this one state."""
 
     engine: Engine
     ctx: "RoundContext"
@@ -48,15 +48,22 @@ class GroupRun:
     batch: dict[int, int]
     times: StageTimes
     start: float
-    ledger: StageLedger
     pending: dict[int, Activation] = field(default_factory=dict)
     replies: dict[int, tuple[float, CutGradient]] = field(default_factory=dict)
     answered: dict[int, tuple[float, int, bool]] = field(default_factory=dict)
     early: dict[int, tuple[int, bool]] = field(default_factory=dict)   # delivered during a barrier: (bytes, gradient)
-    server_free: float = field(init=False)
 
     def __post_init__(self) -> None:
         self.server_free = self.start       # the server is free when the group starts
+
+    @property
+    def server_free(self) -> float:
+        """When the edge server is next free (simulated s): the round's timeline's (``RoundTimeline.server_free``)."""
+        return self.engine.timeline.server_free
+
+    @server_free.setter
+    def server_free(self, at: float) -> None:
+        self.engine.timeline.server_free = at
 
     def run(self) -> float:
         s, engine = self.engine.strategy, self.engine
@@ -149,7 +156,7 @@ class GroupRun:
         out = self.engine.strategy.serve(self.engine.passes, self.ctx, [msg])
         share = float(self.times.server[d]) * self.times.scale(d, self.batch[d]) + charged_server_seconds(self.ctx,
                                                                                                         self.times)
-        self.ledger.add("edge", "server", share)
+        self.engine.timeline.ledger.add("edge", "server", share)
         take_replies(out, self.pending, self.replies, begin + share)
         self.server_free = begin + share
 
@@ -204,14 +211,14 @@ class GroupRun:
         for d in devices:
             k = self.times.scale(d, self.batch[d])
             fp, up = float(self.times.client_fp[d]) * k, float(self.times.upload[d]) * k
-            self.ledger.add(d, "device FP", fp)
-            self.ledger.add(d, "uplink", up)
+            self.engine.timeline.ledger.add(d, "device FP", fp)
+            self.engine.timeline.ledger.add(d, "uplink", up)
             arrival[d] = self.start + fp + up
         return arrival
 
     def _count(self, msg: Activation) -> None:
-        self.engine.tally.up += msg.num_bytes
-        self.engine.tally.samples += int(msg.tensor.shape[0])
+        self.engine.timeline.tally.up += msg.num_bytes
+        self.engine.timeline.tally.samples += int(msg.tensor.shape[0])
 
     def _server_busy(self) -> float:
         """Seconds the edge server works on a barrier: every device's share (eqs. 18, 19) and the work the strategy
@@ -219,7 +226,7 @@ class GroupRun:
         times = self.times
         busy = sum(float(times.server[d]) * times.scale(d, self.batch[d]) for d in self.group) + \
             charged_server_seconds(self.ctx, times)
-        self.ledger.add("edge", "server", busy)
+        self.engine.timeline.ledger.add("edge", "server", busy)
         return busy
 
     def _flush(self) -> None:
@@ -228,7 +235,7 @@ class GroupRun:
         out = self.engine.strategy.flush(self.engine.passes, self.ctx)
         extra = charged_server_seconds(self.ctx, self.times)
         self.server_free += extra
-        self.ledger.add("edge", "server", extra)
+        self.engine.timeline.ledger.add("edge", "server", extra)
         take_replies(out, self.pending, self.replies, self.server_free)
         if self.pending:
             _never_answered(self.engine, self.pending)
@@ -240,11 +247,11 @@ class GroupRun:
         for d in self.group:
             at, size, grad = self.answered[d]
             k = self.times.scale(d, self.batch[d])
-            self.engine.tally.down += size
+            self.engine.timeline.tally.down += size
             down = float(self.times.download[d]) * k if grad else 0.0
             bp = float(self.times.client_bp[d]) * k if grad else 0.0
-            self.ledger.add(d, "downlink", down)
-            self.ledger.add(d, "device BP", bp)
+            self.engine.timeline.ledger.add(d, "downlink", down)
+            self.engine.timeline.ledger.add(d, "device BP", bp)
             end = max(end, at + down + bp)
         return end
 
@@ -305,7 +312,7 @@ def take_replies(out: Sequence[CutGradient], pending: dict, replies: dict, at: f
         replies[reply.device] = (at, reply)
 
 
-def handoff(engine: Engine, h: "Handoff", round_index: int, times: StageTimes, start: float, ledger: StageLedger) -> float:
+def handoff(engine: Engine, h: "Handoff", round_index: int, times: StageTimes, start: float) -> float:
     """Device ``h.source`` → fed server → device ``h.target``: client blocks with their optimizer state."""
     moved = list(range(engine.cuts[h.source]))
     engine.net.send(h.source, Upload(h.source, round_index, moved, 1.0, with_optimizer=True))
@@ -313,10 +320,10 @@ def handoff(engine: Engine, h: "Handoff", round_index: int, times: StageTimes, s
     engine.net.send(FED, Take(h.source, keep=key, expect=expected_upload(engine, h.source, moved)))
     engine.net.send(FED, Send(h.target, h.target, round_index, "device", {j: ("kept", key, j) for j in moved}))
     engine.net.send(h.target, Take(FED))
-    engine.tally.up += engine.blocks_bytes(moved)
-    engine.tally.down += engine.blocks_bytes(moved)           # the same blocks, on to the next device
-    ledger.add(h.source, "model upload", float(times.model_up[h.source]))
-    ledger.add(h.target, "model download", float(times.model_down[h.target]))
+    engine.timeline.tally.up += engine.blocks_bytes(moved)
+    engine.timeline.tally.down += engine.blocks_bytes(moved)           # the same blocks, on to the next device
+    engine.timeline.ledger.add(h.source, "model upload", float(times.model_up[h.source]))
+    engine.timeline.ledger.add(h.target, "model download", float(times.model_down[h.target]))
     return start + float(times.model_up[h.source]) + float(times.model_down[h.target])
 
 # ---- aggregation ----------------------------------------------------------------------------------

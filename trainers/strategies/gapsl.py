@@ -36,7 +36,7 @@ into its row as its device's pass ends (:meth:`EdgePasses.gradient_rows`); the a
 Gram products and norms, g_lead and the server step from weighted sums of its rows, so no part of
 it is copied. With ``excluded_update = plain`` each reply is the device's own ∂L_i/∂a_i at the pre-update w_s,
 taken from the backward that gave its g_i and final whatever Ŝ turns out to be, so the runtime may serve the
-barrier a part at a time as the devices forward (:class:`GradientRowsStep`, :meth:`GAPSL.barrier_step`): a round
+barrier a part at a time as the devices forward (the API's :class:`~trainers.api.GradientRowsStep`, :meth:`GAPSL.barrier_step`): a round
 then holds the matrix and one part's activations and replies, whatever N. With ``none`` the replies (Ŝ's alone)
 come from the runtime after the selection (:meth:`EdgePasses.cut_gradients`: kept from the per-device passes
 when few; else one more server pass over the devices answered where that is harmless). The results equal the
@@ -57,6 +57,7 @@ from trainers.api import (
     Activation,
     BarrierStep,
     CutGradient,
+    GradientRowsStep,
     InputError,
     ModelViews,
     NonFiniteError,
@@ -159,7 +160,16 @@ class GAPSL(Strategy):
         """With ``excluded_update = plain`` every device's reply is its own ∂L_i/∂a_i at the pre-update w_s, whatever
         Ŝ turns out to be, so the barrier may be served in parts (:class:`GradientRowsStep`; ``detached`` and
         ``gradient_step`` GDA); ``none`` answers Ŝ alone and ``double_backprop`` needs every graph: None."""
-        return GradientRowsStep(self, edge, ctx, devices) if self.answers_each_alone else None
+        return self._rows_step(edge, ctx, devices) if self.answers_each_alone else None
+
+    def _rows_step(self, edge: ServerPasses, ctx: RoundContext, devices: Sequence[int]) -> GradientRowsStep:
+        """The barrier's g_i rows and replies, then LGI, GDA and the server step on the whole matrix (eqs. 1–8)."""
+        def step_on(flat: torch.Tensor, order: list[int]) -> None:
+            aligned, lead = self._select(flat, order, ctx)
+            self.add_server_gradient(edge, ctx, flat, order, aligned, lead)
+            edge.step(edge.owners(order))
+            self.charge(ctx, order[0], flat.shape, [])     # no double backprop in parts: the algebra alone
+        return GradientRowsStep(edge, ctx, devices, _loss, step_on)
 
     @property
     def answers_each_alone(self) -> bool:
@@ -168,7 +178,7 @@ class GAPSL(Strategy):
 
     def serve(self, edge: ServerPasses, ctx: RoundContext, arrivals: Sequence[Activation]) -> list[CutGradient]:
         if self.answers_each_alone:                                              # the whole barrier, its parts in turn
-            return serve_in_passes(edge, GradientRowsStep(self, edge, ctx, [a.device for a in arrivals]), arrivals)
+            return serve_in_passes(edge, self._rows_step(edge, ctx, [a.device for a in arrivals]), arrivals)
         if self.gda == "double_backprop":
             return self._serve_double_backprop(edge, ctx, arrivals)
         devices = [a.device for a in arrivals]                                    # excluded_update = none
@@ -285,39 +295,6 @@ class GAPSL(Strategy):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.nu_min, self.nu_max = float(state["nu_min"]), float(state["nu_max"])
-
-
-class GradientRowsStep:
-    """GAPSL's server step for a barrier in parts (:meth:`GAPSL.barrier_step`): each part's g_i written into its rows of
-    the barrier's S × P matrix and its L_i, from per-device passes (A.3.4), and its replies, each device's own
-    ∂L_i/∂a_i at the pre-update w_s from the same backward; once every part is in, LGI and GDA on the whole
-    matrix (eqs. 1–6) and the server step (eq. 8). Rows follow the order the parts come in (arrival order), as
-    one whole-barrier part would have them."""
-
-    def __init__(self, strategy: GAPSL, edge: ServerPasses, ctx: RoundContext, devices: Sequence[int]) -> None:
-        self.strategy, self.edge, self.ctx, self.size = strategy, edge, ctx, len(devices)
-        self.rows: torch.Tensor | None = None       # S × P, allocated with the first part's rows
-        self.order: list[int] = []                  # the devices of the rows written so far
-
-    def serve_part(self, part: Sequence[Activation]) -> list[CutGradient]:
-        rows, losses = self.edge.gradient_rows(part, _loss, answers_all=True)   # every device answered: cuts kept
-        if self.rows is None:
-            self.rows = rows.new_zeros(self.size, rows.shape[1])
-        self.rows[len(self.order):len(self.order) + len(part)] = rows
-        for a, loss in zip(part, losses):
-            self.ctx.record_loss(a.device, loss)
-            self.order.append(a.device)
-        cut = self.edge.cut_gradients(part, _loss)                                 # ∂L_i/∂a_i at w_s^{t−1}
-        return [answer(a, cut[a.device]) for a in part]
-
-    def finish(self) -> None:
-        if self.rows is None:
-            return
-        s, flat = self.strategy, self.rows[:len(self.order)]
-        aligned, lead = s._select(flat, self.order, self.ctx)
-        s.add_server_gradient(self.edge, self.ctx, flat, self.order, aligned, lead)
-        self.edge.step(self.edge.owners(self.order))
-        s.charge(self.ctx, self.order[0], flat.shape, [])     # no double backprop in parts: the algebra alone
 
 
 def _loss(device: int, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

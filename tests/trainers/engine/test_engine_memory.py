@@ -404,9 +404,8 @@ def test_a_barrier_served_whole_still_answers_each_chunk_at_once(algorithm, monk
     """A model with Dropout is served whole (every device forwards first, so its masks keep their order); a step in
     parts (the default parallel step, GAPSL's) still gets the barrier a server chunk at a time and each chunk's
     replies go out before the next chunk is served."""
-    from trainers.api import ParallelStep
+    from trainers.api import GradientRowsStep, ParallelStep
     from trainers.engine.network import LocalNetwork
-    from trainers.strategies.gapsl import GradientRowsStep
 
     log: list[str] = []
     forward, send = Device.forward, LocalNetwork.send
@@ -437,9 +436,8 @@ def test_only_the_default_serve_and_gapsls_plain_step_are_streamed(algorithm) ->
     parallel one, and GAPSL's step in parts where each reply is its device's own (excluded_update = plain, not
     double_backprop); an algorithm with its own serve (SCALA, CycleSL, GAS, SGLR, and SFL-V2's arrival mode) gets
     the whole barrier."""
-    from trainers.api import ParallelStep, Strategy
+    from trainers.api import GradientRowsStep, ParallelStep, Strategy
     from trainers.engine.sync_round import chunk_server
-    from trainers.strategies.gapsl import GradientRowsStep
 
     def stream_of(strategy):
         model = cnn(1, 8, 3, width=4)

@@ -185,18 +185,17 @@ def test_after_a_replan_moves_a_block_back_to_the_server_the_global_model_takes_
 def test_an_infinite_training_loss_of_finite_models_stops_the_round_naming_the_device() -> None:
     """Issue 67 E7: finite activations of 3·10³⁸ gave every later round an infinite loss and the run exited 0; the
     round's loss is checked as the models are (a divergence: the driver stops the run with one line)."""
-    from trainers.engine.clock import StageLedger
     from trainers.roles.messages import NonFiniteError
 
     engine = Trainer(TrainConfig.flat(**TINY, rounds=1, cuts=(2,))).engine
     ctx = engine.context(1)
     ctx.losses = {0: torch.tensor(1.0), 1: torch.tensor(float("inf"))}
     with pytest.raises(NonFiniteError, match=r"^training loss inf at round 1, device 1$"):
-        engine.round_stats(ctx, False, [0, 1], 0.0, StageLedger())
+        engine.round_stats(ctx, False, [0, 1], 0.0)
     ctx.losses = {0: torch.tensor(1.0), 1: torch.tensor(3.0)}
-    assert engine.round_stats(ctx, False, [0, 1], 0.0, StageLedger()).loss == 2.0
+    assert engine.round_stats(ctx, False, [0, 1], 0.0).loss == 2.0
     ctx.losses = {}                                                  # nobody reported a loss: NaN, not a divergence
-    assert math.isnan(engine.round_stats(ctx, False, [0, 1], 0.0, StageLedger()).loss)
+    assert math.isnan(engine.round_stats(ctx, False, [0, 1], 0.0).loss)
 
 
 def test_no_plan_without_fallback_says_what_the_fallback_would_be() -> None:

@@ -363,11 +363,11 @@ def test_a_barrier_served_two_devices_at_a_time_matches_the_reference(mode: str,
     """excluded_update = plain: the runtime feeds GAPSL's step a part of 2 devices at a time as they forward
     (GradientRowsStep), and the S × P matrix, the selection and the server step are still the whole barrier's (the
     reference's); that each part is answered before the next forwards is test_engine_memory.py's."""
-    from trainers.strategies import gapsl
+    from trainers import api
 
     parts: list[int] = []
-    serve_part = gapsl.GradientRowsStep.serve_part
-    monkeypatch.setattr(gapsl.GradientRowsStep, "serve_part", lambda self, part: parts.append(len(part)) or serve_part(self, part))
+    serve_part = api.GradientRowsStep.serve_part
+    monkeypatch.setattr(api.GradientRowsStep, "serve_part", lambda self, part: parts.append(len(part)) or serve_part(self, part))
     data, rounds = make_data(S, "dirichlet"), 3
     engine = make_gapsl_engine(data, rounds, pass_samples=2 * B, k_min=0.25, k_max=0.75, eta_th=0.5, gda=mode,
                                gda_lambda=0.5)

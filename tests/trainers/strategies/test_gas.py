@@ -362,6 +362,7 @@ def test_arrivals_left_waiting_train_and_time_as_if_each_were_served_at_once(bud
         eager.run_round(t), waited.run_round(t)
         assert torch.allclose(everything_of(eager), everything_of(waited), atol=1e-6, rtol=0), f"round {t}"
         assert waited.async_state == eager.async_state, f"round {t}"
+        assert waited.timeline.server_free == eager.timeline.server_free, f"round {t}"
     order = [d for e in waited_events if "devices" in e for d in e["devices"]]
     assert order == [e["device"] for e in eager_events if "device" in e]
     passes = [e for e in waited_events if "devices" in e]
@@ -600,7 +601,7 @@ def test_the_async_loop_state_is_checkpointed_as_its_documented_dict_and_checked
     saved = engine.state_dict()["async"]
     assert set(saved) == {"now", "active", "steps", "clock", "server_free"}
     assert saved["active"] == engine.async_state.active and set(saved["steps"]) == set(saved["active"])
-    assert AsyncLoopState.from_dict(saved, N) == engine.async_state
+    assert AsyncLoopState.from_dict(saved, N) == (engine.async_state, engine.timeline.server_free)
     for broken, message in (({**saved, "now": None} | {"extra": 1}, "must hold exactly"),
                             ({**saved, "active": [0, N]}, f"distinct devices of 0..{N - 1}"),
                             ({**saved, "active": saved["active"][:1]}, "one value per active device")):
