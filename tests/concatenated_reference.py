@@ -30,15 +30,15 @@ def la_ce(logits: torch.Tensor, y: torch.Tensor, prior: np.ndarray, tau: float =
 
 
 def reference_scala(data: DeviceData, rounds: int, interval: int, rho: float, server_prior: str = "batch",
-                    opt: HandSGD | None = None, tau: float = 1.0):
+                    opt: HandSGD | None = None, tau: float = 1.0, cut: int = CUT):
     """B.2 with ``opt`` (plain SGD at LR by default; per-model momentum restarted when a device loads the
     global model, docs/algorithms.md "Optimizer state") and adjustment strength ``tau`` on both sides (0: plain
-    cross-entropy, MiniBatch-SFL); yields (round, participants, B_k, clients, server, global client model) after
+    cross-entropy, MiniBatch-SFL), every device cut at ``cut``; yields (round, participants, B_k, clients, server, global client model) after
     every round."""
     opt = opt or HandSGD(LR)
     model = small_model()
-    clients = [copy.deepcopy(nn.Sequential(*model[:CUT])) for _ in range(N)]
-    server = copy.deepcopy(nn.Sequential(*model[CUT:]))
+    clients = [copy.deepcopy(nn.Sequential(*model[:cut])) for _ in range(N)]
+    server = copy.deepcopy(nn.Sequential(*model[cut:]))
     samplers = [DeviceSampler(data.parts[k], B, [0, k]) for k in range(N)]
     sizes = [len(p) for p in data.parts]
     priors = [np.bincount(data.y_train[torch.from_numpy(p)].numpy(), minlength=M) / len(p) for p in data.parts]

@@ -520,8 +520,9 @@ def run_table(todo: Sequence[Mapping[str, Any]], results: Sequence[RunResult]) -
     seeds = list(dict.fromkeys(j["seed"] for j in todo))
     cell = {(j["group"], j["label"], j["seed"]): (j, r) for j, r in zip(todo, results)}
     width = max([len(g) for g, _, _ in cell] + [9])
+    runs = max([len(label) for _, label, _ in cell] + [10])
     lines = ["Final accuracy per run, global / local (seconds: simulated s to the target, [-] = not reached)",
-             f"  {'comparison':<{width}} {'run':<10} " + " ".join(f"{'seed ' + str(s):>22}" for s in seeds)
+             f"  {'comparison':<{width}} {'run':<{runs}} " + " ".join(f"{'seed ' + str(s):>22}" for s in seeds)
              + f" {'mean':>15}"]
     empty: list[list[str]] = []
     for group, label in dict.fromkeys((j["group"], j["label"]) for j in todo):
@@ -541,7 +542,7 @@ def run_table(todo: Sequence[Mapping[str, Any]], results: Sequence[RunResult]) -
             finals = [cell[group, label, s][1].final(protocol) for s in seeds]
             present = [f for f in finals if f is not None]
             means.append(pct(statistics.fmean(present)) if present else "-")
-        lines.append(f"  {group:<{width}} {label:<10} " + " ".join(row) + f" {' / '.join(means):>15}")
+        lines.append(f"  {group:<{width}} {label:<{runs}} " + " ".join(row) + f" {' / '.join(means):>15}")
     return "\n".join(lines + empty_notes(["global", "local"], empty, indent="  "))
 
 

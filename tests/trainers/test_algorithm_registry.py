@@ -29,6 +29,18 @@ def test_the_strategy_table_and_each_strategys_name_follow_the_registry() -> Non
         assert type(make_strategy(name)) is cls
 
 
+def test_each_strategys_own_defaults_are_its_entrys() -> None:
+    """A strategy built directly (a test, a script: ``GAS()``) has the defaults its registry entry declares (what the
+    CLI and make_strategy give): every option of the entry is a parameter of the class with the same default, and
+    the class takes no other option."""
+    import inspect
+
+    for name, entry in REGISTRY.items():
+        parameters = inspect.signature(entry.strategy_class().__init__).parameters
+        declared = {n: p.default for n, p in parameters.items() if n != "self"}
+        assert declared == {o.name: o.default for o in entry.options}, name
+
+
 def test_traits_of_the_papers() -> None:
     assert [n for n, a in REGISTRY.items() if a.one_client_model] == ["sl"]
     assert [n for n, a in REGISTRY.items() if a.planned_interval] == ["adaptsfl"]

@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from adaptplan.benches.comparison import Setting
 from adaptplan.errors import InputError
+from trainers.algorithms import algorithm as registered
 
 NAMES = ("gapsl", "scala", "cyclesl", "gas", "adaptsfl")
 """The recipes shipped with the package, one per source paper, in the order ``bench papers`` runs them."""
@@ -158,8 +159,8 @@ class Recipe:
                             config["replan_every"] = method.replan_every
                         if method.reestimate:
                             config["reestimate"] = True
-                    elif self.run.get("cut") is not None:
-                        config["cuts"] = (int(self.run["cut"]),)
+                    elif self.run.get("cut") is not None and not registered(method.algorithm).whole_model:
+                        config["cuts"] = (int(self.run["cut"]),)      # a federated baseline trains the whole model
                     out.append({"group": f"{self.key}/{partition.label}", "label": method.label, "seed": seed,
                                 "target": self.target_accuracy, "config": config})
         return out

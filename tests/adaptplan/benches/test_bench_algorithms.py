@@ -53,6 +53,7 @@ def test_every_algorithm_of_a_comparison_gets_the_same_setting() -> None:
     """The jobs of one comparison differ only in what makes each algorithm itself: the optimizer, rates,
     momentum, decay, clipping, batch, participation (GAS: C = ⌈ρN⌉) and local rounds are the setting's."""
     from adaptplan.benches.comparison import GAPSL_SETTING
+    from trainers.algorithms import REGISTRY
     from trainers.config.train_config import ALGORITHMS, TrainConfig
 
     setting = GAPSL_SETTING.with_overrides(participation=0.5, local_steps=2, rounds=3)
@@ -61,8 +62,9 @@ def test_every_algorithm_of_a_comparison_gets_the_same_setting() -> None:
     for a, c in configs.items():
         assert (c.optim.optimizer, c.optim.client_lr, c.optim.server_lr, c.optim.momentum, c.optim.weight_decay, c.optim.clip_norm, c.data.batch_size,
                 c.run.rounds) == ("sgd", 0.005, 0.01, 0.9, 0.0, 0.0, 16, 3), a
-        if a == "gas":
-            assert c.extra == {"active": 5, "local_steps": 2}
+        entry = REGISTRY[a]
+        if entry.active_option is not None:             # it counts its active devices (GAS, FedBuff: C = ⌈ρN⌉)
+            assert c.extra == {entry.active_option: 5, entry.local_rounds_option: 2}, a
         else:
             assert c.extra == {"participation": 0.5} and c.plan.interval == 2, a
     assert setting.sources["participation"] == "given on the command line"

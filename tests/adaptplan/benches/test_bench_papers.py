@@ -423,7 +423,8 @@ def test_a_recipes_own_hour_tier_sets_the_first_rounds_and_their_evaluations_wit
     # CycleSL at 48,000 and GAS at 19,200 rounds: their hour tiers are the first halves of the earlier 3,000 and 1,200
     # (the same rounds, evaluated at the same rounds), so that the table's hour-tier figures stay theirs
     expected = {("cyclesl", label): (48000, 400, 1500, 100) for label in ("cyclepsl", "psl", "cyclesfl", "sfl-v1")}
-    expected |= {("gas", "gas"): (960, 16, 30, 2), ("gas", "sfl-v1"): (19200, 320, 600, 40)}
+    expected |= {("gas", label): (960, 16, 30, 2) for label in ("gas", "fedbuff")}                # asynchronous
+    expected |= {("gas", label): (19200, 320, 600, 40) for label in ("sfl-v1", "fedavg", "minibatch-sfl")}
     for name in ("cyclesl", "gas"):
         full = recipes.load(name)
         for a, b in zip(full.jobs([0, 1]), bp.hour_tier(full).jobs([0, 1])):
@@ -712,3 +713,16 @@ def test_a_recipe_at_the_edges_of_its_ranges_is_taken() -> None:
     every = recipes.parse(text.replace('evaluations = { value = 30,', 'evaluations = { value = 1200,')
                           .replace('[setting]\n', '[setting]\ntarget_accuracy = { value = 1, rule = "r" }\n'), "gapsl.toml")
     assert every.jobs([0])[0]["config"]["eval_every"] == 1 and every.target_accuracy == 1.0
+
+
+def test_the_run_table_keeps_its_columns_for_long_method_labels() -> None:
+    """A method label longer than the column's 10 characters (minibatch-sfl) widens the column: every row's seed
+    figure starts where the header's does."""
+    from adaptplan.benches.papers import run_table
+
+    todo = [{"group": "scala/quantity α=2", "label": label, "seed": 0, "target": 0.3} for label in ("scala", "minibatch-sfl")]
+    results = [run(0.4, [(1.0, 0.2), (2.0, 0.4)]), run(0.3, [(1.0, 0.1), (2.0, 0.3)])]
+    lines = run_table(todo, results).splitlines()
+    header, rows = lines[1], lines[2:4]
+    end = header.index("seed 0") + len("seed 0")
+    assert [row[:end].split()[-3:] for row in rows] == [["40.0%", "/", "-"], ["30.0%", "/", "-"]], rows

@@ -15,15 +15,18 @@ from torch import nn
 
 from adaptplan.cli import main
 from tests.engine_builders import FixedClock, flat, make_data, random_times, small_model
+from tests.reference_optim import HandSGD
 from trainers.engine.split_engine import STRATEGY_STREAM, SplitEngine
 from trainers.inputs.partition import DeviceSampler
+from trainers.roles.optim import OptimizerSpec
 from trainers.strategies import make_strategy
 
 B, LR, L = 16, 0.1, 11            # small_model: 11 blocks
 
 
-def reference_fedbuff(data, rounds: int, C: int, E: int, times):
-    """Yield (t, every device's model, the global model, the devices in the order they stepped) after each average.
+def reference_fedbuff(data, rounds: int, C: int, E: int, times, opt: HandSGD):
+    """Yield (t, every device's model, the global model, the devices in the order they stepped) after each average;
+    ``opt`` steps the devices (a joining device that loads the global model restarts its momentum).
     The clock as the engine's asynchronous loop keeps it (docs/engine.md): device k's step arrives at r_k + T^F_k +
     T^A_k, the earliest goes (ties: the first slot), served T^S_k from max(arrival, server free), k ready again
     T^D_k + T^B_k after; an upload adds T^mU_k and the replacement is ready T^mD after it."""
@@ -45,10 +48,7 @@ def reference_fedbuff(data, rounds: int, C: int, E: int, times):
             order.append(k)
             idx = torch.from_numpy(samplers[k].next())
             nn.functional.cross_entropy(models[k](data.x_train[idx]), data.y_train[idx]).backward()
-            with torch.no_grad():
-                for p in models[k].parameters():
-                    p -= LR * p.grad
-                    p.grad = None
+            opt.step(models[k])
             steps[k] += 1
             if steps[k] < E:
                 continue
@@ -64,6 +64,7 @@ def reference_fedbuff(data, rounds: int, C: int, E: int, times):
             del clock[k], steps[k]
             clock[new], steps[new] = finished + T("model_down", new), 0
             if global_model is not None:
+                opt.restart(models[new])
                 with torch.no_grad():
                     for p, g in zip(models[new].parameters(), global_model):
                         p.copy_(g)
@@ -72,13 +73,17 @@ def reference_fedbuff(data, rounds: int, C: int, E: int, times):
         yield t, models, global_model, list(order)
 
 
-def test_fedbuff_is_buffered_asynchronous_averaging_of_the_whole_model() -> None:
+@pytest.mark.parametrize("momentum", [False, True])
+def test_fedbuff_is_buffered_asynchronous_averaging_of_the_whole_model(momentum: bool) -> None:
+    """Plain SGD, and SGD with momentum 0.9 (weight decay, clipping) that a joining device restarts."""
     N, C, E = 6, 3, 2
     data = make_data(N, "dirichlet")
     clock = FixedClock(random_times(N, seed=3))
+    spec = OptimizerSpec("sgd", LR, 0.9, 5e-4, 1.0) if momentum else OptimizerSpec("sgd", LR, 0.0)
+    hand = HandSGD(LR, 0.9, 5e-4, 1.0) if momentum else HandSGD(LR)
     engine = SplitEngine(small_model(), [L] * N, make_strategy("fedbuff", {"active": C, "local_steps": E}), data,
-                         {"lr": LR}, batch_size=B, seed=0, clock=clock)
-    for t, models, global_model, order in reference_fedbuff(data, 3, C, E, clock.times):
+                         spec, batch_size=B, seed=0, clock=clock)
+    for t, models, global_model, order in reference_fedbuff(data, 4, C, E, clock.times, hand):
         stats = engine.run_round(t)
         assert stats.aggregated and engine.strategy.models == []
         for k in range(N):

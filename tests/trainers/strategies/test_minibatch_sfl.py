@@ -6,32 +6,47 @@ SCALA at τ = 0."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from tests.concatenated_reference import B, CUT, LR, N, reference_scala
 from tests.engine_builders import flat, make_data, small_model
+from tests.reference_optim import HandSGD
 from trainers.algorithms import REGISTRY
 from trainers.engine.split_engine import SplitEngine
+from trainers.roles.optim import OptimizerSpec
 from trainers.strategies import make_strategy
 
 
-def engine_for(name: str, options: dict, data, interval: int) -> SplitEngine:
-    return SplitEngine(small_model(), [CUT] * N, make_strategy(name, options), data, {"lr": LR, "momentum": 0.0},
-                       batch_size=B, seed=0, interval=interval)
+def engine_for(name: str, options: dict, data, interval: int, cut: int = CUT, optimizer=None) -> SplitEngine:
+    return SplitEngine(small_model(), [cut] * N, make_strategy(name, options), data,
+                       optimizer or {"lr": LR, "momentum": 0.0}, batch_size=B, seed=0, interval=interval)
 
 
-def test_minibatch_sfl_is_the_concatenated_step_with_plain_cross_entropy() -> None:
+@pytest.mark.parametrize("cut,momentum", [(7, False), (CUT, True)])
+def test_minibatch_sfl_is_the_concatenated_step_with_plain_cross_entropy(cut: int, momentum: bool) -> None:
+    """Plain SGD with the last client block holding weights (cut 7: a block left out of the average would show), and
+    SGD with momentum 0.9 (weight decay, clipping) restarted when a participant loads the global model."""
     data, interval, rho = make_data(N, "dirichlet"), 2, 0.5
-    engine = engine_for("minibatch-sfl", {"participation": rho}, data, interval)
-    for t, C, batch, clients, server, global_client in reference_scala(data, 4, interval, rho, tau=0.0):
+    spec = OptimizerSpec("sgd", LR, 0.9, 5e-4, 1.0) if momentum else None
+    engine = engine_for("minibatch-sfl", {"participation": rho}, data, interval, cut, spec)
+    hand = HandSGD(LR, 0.9, 5e-4, 1.0) if momentum else None
+    for t, C, batch, clients, server, global_client in reference_scala(data, 6, interval, rho, opt=hand, tau=0.0,
+                                                                       cut=cut):
         stats = engine.run_round(t)
         assert stats.participants == C and stats.aggregated == (t % interval == 0)
         assert {k: engine.strategy.batch_size(engine.context(t), k) for k in C} == batch
-        assert torch.allclose(flat(*[engine.edge.instances[(None, j)] for j in range(CUT, 11)]), flat(server),
+        assert torch.allclose(flat(*[engine.edge.instances[(None, j)] for j in range(cut, 11)]), flat(server),
                               atol=1e-5, rtol=0), t
         for k in range(N):
             assert torch.allclose(flat(engine.devices[k].blocks), flat(clients[k]), atol=1e-5, rtol=0), (t, k)
     assert len(set(batch.values())) > 1                     # unequal B_k exercised
+
+
+def test_a_global_iteration_has_at_least_two_participants() -> None:
+    """⌈ρN⌉ = 1 at ρ = 0.1 of 6 devices: two take part (one device's activations concatenated would be SplitFed)."""
+    engine = engine_for("minibatch-sfl", {"participation": 0.1}, make_data(N), 2)
+    assert len(engine.run_round(1).participants) == 2
 
 
 def test_it_is_scala_at_tau_zero_and_takes_gas_setting_by_default() -> None:
