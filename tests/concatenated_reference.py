@@ -34,7 +34,7 @@ def reference_scala(data: DeviceData, rounds: int, interval: int, rho: float, se
     """B.2 with ``opt`` (plain SGD at LR by default; per-model momentum restarted when a device loads the
     global model, docs/algorithms.md "Optimizer state") and adjustment strength ``tau`` on both sides (0: plain
     cross-entropy, MiniBatch-SFL), every device cut at ``cut``; yields (round, participants, B_k, clients, server, global client model) after
-    every round."""
+    every round, and each participant's loss ℓ_k (the round's record reports their mean)."""
     opt = opt or HandSGD(LR)
     model = small_model()
     clients = [copy.deepcopy(nn.Sequential(*model[:cut])) for _ in range(N)]
@@ -61,10 +61,11 @@ def reference_scala(data: DeviceData, rounds: int, interval: int, rho: float, se
             acts[k] = clients[k](data.x_train[idx])
             leaves[k] = acts[k].detach().requires_grad_(True)
             labels[k] = data.y_train[idx]
-        G = {}
+        G, losses = {}, {}
         for k in C:                                                                      # step 3c, pre-update w_s
             loss = la_ce(server(leaves[k]), labels[k], priors[k], tau)
             G[k] = torch.autograd.grad(loss, leaves[k])[0]
+            losses[k] = float(loss)
         A = torch.cat([leaves[k].detach() for k in C])                                   # step 3b
         Y = torch.cat([labels[k] for k in C])
         if server_prior == "batch":
@@ -81,4 +82,4 @@ def reference_scala(data: DeviceData, rounds: int, interval: int, rho: float, se
             w = [float(sizes[k]) for k in C]
             global_client = [sum(wk * p.detach() for wk, p in zip(w, ps)) / sum(w)
                              for ps in zip(*[clients[k].parameters() for k in C])]
-        yield t, C, batch, clients, server, global_client
+        yield t, C, batch, clients, server, global_client, losses

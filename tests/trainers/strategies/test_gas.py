@@ -593,6 +593,7 @@ def test_the_evaluated_global_model_takes_every_global_client_block() -> None:
 def test_the_async_loop_state_is_checkpointed_as_its_documented_dict_and_checked_when_loaded() -> None:
     """docs/formats.md's ``async`` part: now, active, steps, clock, server_free; loaded back into the typed
     state, and refused (ValueError naming the part) where it does not fit the engine."""
+    from adaptplan.limits import MAX_ROUNDS
     from trainers.engine.round_data import AsyncLoopState
 
     N = 6
@@ -602,6 +603,12 @@ def test_the_async_loop_state_is_checkpointed_as_its_documented_dict_and_checked
     assert set(saved) == {"now", "active", "steps", "clock", "server_free"}
     assert saved["active"] == engine.async_state.active and set(saved["steps"]) == set(saved["active"])
     assert AsyncLoopState.from_dict(saved, N) == (engine.async_state, engine.timeline.server_free)
+    first, *rest = saved["active"]
+    top = {**saved, "steps": {**saved["steps"], first: MAX_ROUNDS}}
+    assert AsyncLoopState.from_dict(top, N)[0].steps[first] == MAX_ROUNDS          # the documented end, inside
+    for bad in (-1, MAX_ROUNDS + 1, 1.5, "2"):                                     # one device's count, the others fine
+        with pytest.raises(ValueError, match=f"steps must be integers in \\[0, {MAX_ROUNDS:,}\\]"):
+            AsyncLoopState.from_dict({**saved, "steps": {**saved["steps"], first: bad}}, N)
     for broken, message in (({**saved, "now": None} | {"extra": 1}, "must hold exactly"),
                             ({**saved, "active": [0, N]}, f"distinct devices of 0..{N - 1}"),
                             ({**saved, "active": saved["active"][:1]}, "one value per active device")):

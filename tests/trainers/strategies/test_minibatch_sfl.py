@@ -31,9 +31,10 @@ def test_minibatch_sfl_is_the_concatenated_step_with_plain_cross_entropy(cut: in
     spec = OptimizerSpec("sgd", LR, 0.9, 5e-4, 1.0) if momentum else None
     engine = engine_for("minibatch-sfl", {"participation": rho}, data, interval, cut, spec)
     hand = HandSGD(LR, 0.9, 5e-4, 1.0) if momentum else None
-    for t, C, batch, clients, server, global_client in reference_scala(data, 6, interval, rho, opt=hand, tau=0.0,
-                                                                       cut=cut):
+    for t, C, batch, clients, server, global_client, losses in reference_scala(data, 6, interval, rho, opt=hand,
+                                                                               tau=0.0, cut=cut):
         stats = engine.run_round(t)
+        assert stats.loss == pytest.approx(sum(losses.values()) / len(losses), rel=1e-5), t
         assert stats.participants == C and stats.aggregated == (t % interval == 0)
         assert {k: engine.strategy.batch_size(engine.context(t), k) for k in C} == batch
         assert torch.allclose(flat(*[engine.edge.instances[(None, j)] for j in range(cut, 11)]), flat(server),
@@ -41,6 +42,16 @@ def test_minibatch_sfl_is_the_concatenated_step_with_plain_cross_entropy(cut: in
         for k in range(N):
             assert torch.allclose(flat(engine.devices[k].blocks), flat(clients[k]), atol=1e-5, rtol=0), (t, k)
     assert len(set(batch.values())) > 1                     # unequal B_k exercised
+
+
+def test_a_device_with_a_sliver_of_the_data_still_draws_one_sample() -> None:
+    """B_k = max(⌊|𝒟_k|·b·|𝒞| / Σ|𝒟_j|⌋, 1): 1 sample of 2,000 would give 0; it gives 1, the others their share."""
+    from types import SimpleNamespace
+
+    from trainers.api import proportional_batch
+
+    ctx = SimpleNamespace(data_sizes=[1, 999, 1000], participants=[0, 1, 2], batch_size=16)
+    assert [proportional_batch(ctx, k) for k in range(3)] == [1, 23, 24]        # ⌊999·48/2000⌋, ⌊1000·48/2000⌋
 
 
 def test_a_global_iteration_has_at_least_two_participants() -> None:
@@ -63,3 +74,24 @@ def test_it_is_scala_at_tau_zero_and_takes_gas_setting_by_default() -> None:
     assert make_strategy("minibatch-sfl").participation == 0.5
     d = entry.defaults
     assert (d.lr, d.momentum, d.weight_decay, d.clip_norm, d.interval) == (0.01, 0.9, 5e-4, 10.0, 20)
+
+
+def test_the_clock_charges_each_participants_forward_backward_and_its_second_backward() -> None:
+    """The edge server's seconds of a round: each participant's pass over its B_k samples, (T^S_k: eqs. 18 + 19) ×
+    B_k / b, and the second backward that gives its cut gradient from the same forward, charged as eq. (19) alone,
+    T^{S,bwd}_k × B_k / b, written out from the stage times."""
+    import dataclasses
+
+    import numpy as np
+
+    from tests.engine_builders import FixedClock, random_times
+
+    times = random_times(N, seed=5)
+    times = dataclasses.replace(times, server_backward=np.random.default_rng(6).uniform(0.01, 0.2, N))
+    engine = SplitEngine(small_model(), [CUT] * N, make_strategy("minibatch-sfl", {"participation": 0.5}),
+                         make_data(N, "dirichlet"), {"lr": LR}, batch_size=B, seed=0, interval=2,
+                         clock=FixedClock(times))
+    stats = engine.run_round(1)
+    batch = {k: engine.strategy.batch_size(engine.context(1), k) for k in stats.participants}
+    expected = sum((times.server[k] + times.server_backward[k]) * batch[k] / B for k in stats.participants)
+    assert stats.stage_seconds["server"] == pytest.approx(expected, rel=1e-12)

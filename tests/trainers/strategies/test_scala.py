@@ -50,8 +50,10 @@ def test_scala_matches_reference_from_the_spec(server_prior: str, defaults: bool
     spec = OptimizerSpec("sgd", LR, 0.9, 5e-4, 1.0) if defaults else None
     engine = make_scala_engine(data, interval, spec, participation=rho, server_prior=server_prior)
     drawn = []
-    for t, C, batch, clients, server, global_client in reference_scala(data, 6, interval, rho, server_prior, hand):
+    for t, C, batch, clients, server, global_client, losses in reference_scala(data, 6, interval, rho, server_prior,
+                                                                               hand):
         stats = engine.run_round(t)
+        assert stats.loss == pytest.approx(sum(losses.values()) / len(losses), rel=1e-5), t     # eq. (13)'s ℓ_k
         drawn.append(tuple(C))
         assert stats.participants == C
         assert stats.aggregated == (t % interval == 0)
