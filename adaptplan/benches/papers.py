@@ -45,7 +45,9 @@ tie, or neither reaching the target). Then, in this order:
 * "within noise" otherwise (the mean has the claimed sign, but the seeds disagree).
 
 "holds" says only that the sign agrees in every seed; the size of the effect is in the table next to the
-paper's.
+paper's. Where the recipe gives the paper's figure as a number (a claim's ``margin``: points, or a ratio), the last
+column sets the measured mean against it: "as large" (at least the paper's), "weaker" (the claimed direction,
+smaller), "opposite" (no effect or the other way); a ratio bounded by the evaluation grid says it is a bound.
 """
 
 from __future__ import annotations
@@ -87,6 +89,7 @@ class Claim:
     protocol: str = "global"
     group: str = ""
     source: str = ""    # the paper's figure
+    margin: float | None = None   # the paper's figure as a number (points; a ratio), where it gives one
 
 
 def catalogue(selected: Sequence[str], tier: str = "full", data_root: str | None = None) -> dict[str, Recipe]:
@@ -135,8 +138,8 @@ def quick_tier(recipe: Recipe) -> Recipe:
 
 
 def claims(recipe: Recipe) -> list[Claim]:
-    return [Claim(recipe.key, c.text, c.a, c.b, c.metric, c.protocol, f"{recipe.key}/{c.partition}", c.paper)
-            for c in recipe.claims]
+    return [Claim(recipe.key, c.text, c.a, c.b, c.metric, c.protocol, f"{recipe.key}/{c.partition}", c.paper,
+                  c.margin) for c in recipe.claims]
 
 
 def parse_papers(text: str) -> list[str]:
@@ -306,6 +309,21 @@ class Comparison:
                 f"{pct(statistics.fmean(b)) if b else none} (mean over seeds)")
 
     @property
+    def against_paper(self) -> str:
+        """The measured mean against the paper's figure (the claim's ``margin``): "as large" (at least the paper's),
+        "weaker" (the claimed direction, smaller), "opposite" (no effect or the other way); "" without a figure or a
+        mean. A ratio bounded by the evaluation grid says so: a lower bound under the figure is "weaker or more"."""
+        margin, mean = self.claim.margin, self.mean
+        if margin is None or mean is None:
+            return ""
+        none = 1.0 if self.claim.metric == "time" else 0.0
+        if mean <= none:
+            return "opposite"
+        if mean >= margin:
+            return "as large" if self.bounded != "≤" else "as large or less (a bound)"
+        return "weaker or more (a bound)" if self.bounded == "≥" else "weaker"
+
+    @property
     def missing(self) -> str:
         """Why the claim has no measured value (its table cells read ``-``: :class:`adaptplan.report.Empty`)."""
         if self.claim.metric == "accuracy":
@@ -354,7 +372,8 @@ class Comparison:
             per_seed.append(row)
         return {**asdict(self.claim), "measured": finite(self.mean), "low": finite(self.low), "high": finite(self.high),
                 "std": self.std, "a_not_reached": self.a_missed, "b_not_reached": self.b_missed,
-                "per_seed": per_seed, "verdict": self.verdict, "b_rise_pts": self.b_rise,
+                "per_seed": per_seed, "verdict": self.verdict, "paper_margin": self.claim.margin,
+                "against_paper": self.against_paper or None, "b_rise_pts": self.b_rise,
                 "b_plateaued": self.b_plateaued,
                 "units": "percentage points, A - B" if self.claim.metric == "accuracy"
                 else "simulated seconds to target, B / A (> 1: A faster); measured: geometric mean over the seeds where "
@@ -465,7 +484,7 @@ def comparisons(todo: Sequence[Mapping[str, Any]], results: Sequence[RunResult],
 
 # ---- output --------------------------------------------------------------------------------------------------------
 
-COLUMNS = ("claim", "the paper's figure", "metric", "measured (mean)", "spread over seeds", "verdict")
+COLUMNS = ("claim", "the paper's figure", "metric", "measured (mean)", "spread over seeds", "verdict", "vs the figure")
 
 
 def _aligned(rows: Sequence[Sequence[str]]) -> list[str]:
@@ -496,7 +515,9 @@ def table(found: Sequence[Comparison], book: Mapping[str, Recipe], todo: Sequenc
                   + (f", cut {recipe.run['cut']}" if recipe.run.get("cut") is not None else ", cuts by each policy")
                   + f"; partitions: {', '.join(p.label for p in recipe.partitions)}",
                   f"  setting — {recipe.setting.describe()}"]
-        lines += _aligned([[c.claim.claim, c.claim.source, metric_name(c, goal), c.measured, c.spread, c.verdict]
+        lines += _aligned([[c.claim.claim, c.claim.source, metric_name(c, goal), c.measured, c.spread, c.verdict,
+                            c.against_paper or ("no number in the paper" if c.claim.margin is None
+                                                else "no measured mean")]
                            for c in found if c.claim.paper == key])
         lines.append(plateau_line(found, key))
     failing = [c for c in found if c.verdict != "holds"]

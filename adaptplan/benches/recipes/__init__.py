@@ -44,7 +44,7 @@ KEY_KINDS = {"optimizer": TEXT, "client_lr": NUMBER, "server_lr": NUMBER, "momen
 METRICS = ("accuracy", "time")
 PROTOCOLS = ("global", "local")
 METHOD_KEYS = ("label", "algorithm", "options", "policy", "replan_every", "reestimate", "rounds", "note")
-CLAIM_KEYS = ("text", "a", "b", "metric", "paper", "protocol", "partition")
+CLAIM_KEYS = ("text", "a", "b", "metric", "paper", "protocol", "partition", "margin")
 HOUR_TIER_KEYS = ("rounds", "evaluations")
 
 
@@ -69,7 +69,8 @@ class Method:
 @dataclass(frozen=True)
 class Claim:
     """A claim of the paper: ``a`` beats ``b``. ``metric``: ``accuracy`` (final accuracy, A − B in points) or
-    ``time`` (simulated seconds to the target accuracy, B / A); judged by ``protocol`` on ``partition``."""
+    ``time`` (simulated seconds to the target accuracy, B / A); judged by ``protocol`` on ``partition``. ``margin``:
+    the paper's figure as a number in the metric's unit (points > 0; a ratio > 1), where the paper gives one."""
 
     text: str
     a: str
@@ -78,6 +79,7 @@ class Claim:
     paper: str
     protocol: str
     partition: str
+    margin: float | None = None
 
 
 @dataclass(frozen=True)
@@ -313,12 +315,12 @@ def _claim(entry: dict[str, Any], where: str, protocol: str, labels: Sequence[st
     bad = sorted(set(entry) - set(CLAIM_KEYS))
     if bad:
         raise fail(f"{where}.{bad[0]}", f"unknown key; valid: {', '.join(CLAIM_KEYS)}")
-    texts = [k for k, v in entry.items() if not isinstance(v, str)]
+    texts = [k for k, v in entry.items() if k != "margin" and not isinstance(v, str)]
     if texts:
         raise fail(f"{where}.{texts[0]}", "must be a text")
     claim = Claim(str(entry.get("text", "")), str(entry.get("a", "")), str(entry.get("b", "")),
                   str(entry.get("metric", "")), str(entry.get("paper", "")), str(entry.get("protocol", protocol)),
-                  str(entry.get("partition", partitions[0].label)))
+                  str(entry.get("partition", partitions[0].label)), _margin(entry, where, fail))
     if claim.a not in labels or claim.b not in labels:
         raise fail(where, f"a and b must name methods ({', '.join(labels)})")
     if claim.metric not in METRICS or claim.protocol not in PROTOCOLS:
@@ -326,6 +328,18 @@ def _claim(entry: dict[str, Any], where: str, protocol: str, labels: Sequence[st
     if claim.partition not in [p.label for p in partitions]:
         raise fail(f"{where}.partition", f"must name a partition ({', '.join(p.label for p in partitions)})")
     return claim
+
+
+def _margin(entry: dict[str, Any], where: str, fail: Callable[[str, str], InputError]) -> float | None:
+    """A claim's ``margin``, the paper's figure: points in (0, 100] for an accuracy claim, a ratio in (1, 10⁶] for a
+    time claim (A faster than B); absent where the paper gives no number."""
+    if "margin" not in entry:
+        return None
+    value, time = entry["margin"], entry.get("metric") == "time"
+    low, high, unit = (1.0, 1e6, "a ratio B/A") if time else (0.0, 100.0, "percentage points A − B")
+    if not _kind_of(value, NUMBER) or not low < value <= high:
+        raise fail(f"{where}.margin", f"must be {unit} in ({low:g}, {high:g}], the paper's figure; got {value!r}")
+    return float(value)
 
 
 def _hour_tier(block: tuple[dict[str, Any], dict[str, str]], setting: Setting,

@@ -13,6 +13,7 @@ import pytest
 from adaptplan.benches import papers as bp
 from adaptplan.benches.runs import RunResult
 from adaptplan.cli import main
+from adaptplan.errors import InputError
 
 PNG = b"\x89PNG\r\n\x1a\n"
 ACC = bp.Claim("x", "A beats B", "a", "b", "accuracy")
@@ -225,13 +226,16 @@ def test_quick_run_writes_the_printed_table_json_and_plot(tmp_path, capsys) -> N
         head = next(i for i, line in enumerate(lines) if line.startswith("  claim "))
         rule, rows = lines[head + 1], lines[head + 2:-1]
         starts = [i for i in range(1, len(rule)) if rule[i] == "-" and rule[i - 1] == " "]
-        assert len(starts) == 6 and len(rows) >= 2
+        assert len(starts) == len(bp.COLUMNS) and len(rows) >= 2
         for row in rows:                                   # every cell begins where its column does, none too wide
             assert all(row[i - 2:i] == "  " and row[i] != " " for i in starts[1:])
         assert all(line == line.rstrip() for line in lines[head:])    # no padding left at a line's end
     assert table.count("  plateau check (") == 2                          # and each paper's baselines checked
     assert "sl (dirichlet α=0.1, global)" in table and "sfl-v1 (dirichlet-equal α=0.1, local)" in table
     assert all("b_rise_pts" in c and "b_plateaued" in c for c in data["claims"])
+    margins = [(c["paper_margin"], c["against_paper"]) for c in data["claims"]]     # the recipes' figures, compared
+    assert [m for m, _ in margins] == [16.0, 6.0, 2.6, None, None, 9.1, 13.4]
+    assert all((m is None) == (v is None) for m, v in margins) and "no number in the paper" in table
     assert "model cnn, cut 1;" in table and "For context" not in table  # no time claim: no equal-time line
     assert "setting — every method: ADAM, lr 0.0003" in table
     assert runs["gapsl", "psl"]["config"]["dataset"] == "synthetic"
@@ -726,3 +730,37 @@ def test_the_run_table_keeps_its_columns_for_long_method_labels() -> None:
     header, rows = lines[1], lines[2:4]
     end = header.index("seed 0") + len("seed 0")
     assert [row[:end].split()[-3:] for row in rows] == [["40.0%", "/", "-"], ["30.0%", "/", "-"]], rows
+
+
+@pytest.mark.parametrize("metric,margin,mean,bound,expected", [
+    ("accuracy", 5.0, 6.0, "", "as large"), ("accuracy", 5.0, 5.0, "", "as large"), ("accuracy", 5.0, 4.9, "", "weaker"),
+    ("accuracy", 5.0, 0.0, "", "opposite"), ("accuracy", 5.0, -1.0, "", "opposite"), ("accuracy", None, 6.0, "", ""),
+    ("time", 2.0, 2.5, "", "as large"), ("time", 2.0, 1.5, "", "weaker"), ("time", 2.0, 1.0, "", "opposite"),
+    ("time", 2.0, 0.5, "", "opposite"), ("time", 2.0, 1.5, "≥", "weaker or more (a bound)"),
+    ("time", 2.0, 2.5, "≤", "as large or less (a bound)"), ("time", 2.0, None, "", "")])
+def test_a_measured_margin_is_set_against_the_papers_figure(metric, margin, mean, bound, expected) -> None:
+    """The paper's figure as data (a claim's ``margin``): the measured mean at least as large, weaker in the claimed
+    direction, or opposite (no effect or the other way: d ≤ 0, r ≤ 1); a ratio bounded by the evaluation grid says
+    it is a bound; nothing without a figure or a mean."""
+    claim = bp.Claim("x", "A beats B", "a", "b", metric, margin=margin)
+    values = [mean, mean]
+    c = bp.Comparison(claim, [0, 1], values, [bp.agreement(v, metric) for v in values], mean, mean, mean, None,
+                      bounds=[bound, bound] if metric == "time" else [])
+    assert c.against_paper == expected
+
+
+@pytest.mark.parametrize("metric,margin,message", [
+    ("accuracy", 0, "must be percentage points A − B in (0, 100]"), ("accuracy", 100.5, "in (0, 100]"),
+    ("time", 1.0, "must be a ratio B/A in (1, 1e+06]"), ("accuracy", "9.9", "got '9.9'"), ("accuracy", True, "got True")])
+def test_a_claims_margin_outside_its_units_range_is_refused_naming_it(metric, margin, message) -> None:
+    from adaptplan.benches import recipes
+
+    text = (recipes.resources.files("adaptplan.benches.recipes") / "gas.toml").read_text(encoding="utf-8")
+    head, _, _ = text.partition("[[claim]]")
+    value = f'"{margin}"' if isinstance(margin, str) else str(margin).lower()
+    claim = f'[[claim]]\ntext = "x"\na = "gas"\nb = "sfl-v1"\nmetric = "{metric}"\npaper = "y"\nmargin = {value}\n'
+    with pytest.raises(InputError) as err:
+        recipes.parse(head + claim, "gas.toml")
+    assert "gas.toml: claim[0].margin: " in err.value.message and message in err.value.message
+    recipes.parse(head + claim.replace(f"margin = {value}", "margin = 100" if metric == "accuracy" else "margin = 1e6"),
+                  "gas.toml")                                                             # the top end, inside
