@@ -26,6 +26,7 @@ from typing import Any, Sequence
 
 from adaptplan.benches.comparison import GAPSL_SETTING, Setting
 from adaptplan.benches.runs import RunResult, no_evaluation, no_local, not_reached, pct, run_jobs, seconds
+from adaptplan.benches.workload import Workload
 from adaptplan.report import empty_notes
 from trainers.algorithms import algorithm as registry_entry
 from trainers.config.train_config import ALGORITHMS
@@ -34,25 +35,24 @@ PARTITIONS: dict[str, dict[str, Any]] = {"iid": {"partition": "iid"}, "dirichlet
               "shards-2": {"partition": "shards"}}
 
 
+WORKLOAD = Workload(GAPSL_SETTING, target=0.3)
+"""``bench algorithms``' workload: the command's defaults, GAPSL's setting (module docstring)."""
+
+
 def run_algorithm_bench(algorithms: Sequence[str] = ALGORITHMS, partitions: Sequence[str] = tuple(PARTITIONS),
-                        setting: Setting = GAPSL_SETTING, devices: int = 20, dataset: str = "cifar10-subset",
-                        model: str = "cnn", eval_every: int = 10,
-                        seed: int = 0, target: float = 0.3, workers: int | None = None, cuts: Sequence[int] | None = None,
-                        test_samples: int | None = 500,
-                        progress: bool = True,
-                        device: str = "auto", client_batching: str = "auto") -> list[RunResult]:
-    """Run every (partition, algorithm) pair with ``setting`` and return their results (module docstring)."""
+                        workload: Workload = WORKLOAD, seed: int = 0, cuts: Sequence[int] | None = None,
+                        workers: int | None = None,
+                        progress: bool = True) -> list[RunResult]:
+    """Run every (partition, algorithm) pair of ``workload`` with ``seed`` (its partition replaced by each of
+    ``partitions``, keys of :data:`PARTITIONS`), every device at ``cuts`` when given (a whole-model algorithm's cut
+    is L), in ``workers`` processes, and return their results (module docstring)."""
     jobs = []
     for partition in partitions:
         for algorithm in algorithms:
-            config: dict[str, Any] = dict(algorithm=algorithm, dataset=dataset, model=model, devices=devices,
-                                          eval_every=eval_every, seed=seed, threads=1, progress=False,
-                                          max_test_samples=test_samples, device=device,
-                                          client_batching=client_batching, **PARTITIONS[partition],
-                                          **setting.fields(algorithm, devices))
+            config = {**workload.config(algorithm, seed), **PARTITIONS[partition]}
             if cuts is not None and not registry_entry(algorithm).whole_model:     # FedAvg's kind: its cut is L
                 config["cuts"] = tuple(cuts)
-            jobs.append({"group": partition, "label": algorithm, "target": target, "config": config})
+            jobs.append({"group": partition, "label": algorithm, "target": workload.target, "config": config})
     return run_jobs(jobs, workers, "bench algorithms", progress)
 
 

@@ -45,11 +45,13 @@ import functools
 import math
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
+
+from trainers.config.train_config import ExecutionConfig
 
 INPUT_SHAPE = (3, 32, 32)
 NUM_CLASSES = 10
@@ -261,13 +263,12 @@ class EngineBenchResult:
         return "\n".join(lines)
 
 
-def header(devices: int, batch_size: int, rounds: int, algorithms: Sequence[str], repeats: int, model: str = "cnn",
-           device: str = "cpu", cut: int = 1) -> str:
+def header(w: EngineWorkload, device: str = "cpu") -> str:
     """One line saying what is timed, printed before the (minute-long) measurement starts."""
-    return (f"bench engine: wall-clock samples/s of {rounds} rounds of simulated {', '.join(algorithms)} split training "
-            f"({devices} devices x {batch_size} samples, {model} cut {cut}) vs centralized training of the same model "
-            f"on the same samples (batch {batch_size} and {devices}x{batch_size}) on {device}; best of {repeats} "
-            f"interleaved repeats, each ratio the median of the repeats' side-by-side ratios")
+    return (f"bench engine: wall-clock samples/s of {w.rounds} rounds of simulated {', '.join(w.algorithms)} split "
+            f"training ({w.devices} devices x {w.batch_size} samples, {w.model} cut {w.cut}) vs centralized training "
+            f"of the same model on the same samples (batch {w.batch_size} and {w.devices}x{w.batch_size}) on {device}; "
+            f"best of {w.repeats} interleaved repeats, each ratio the median of the repeats' side-by-side ratios")
 
 
 def _peak_rss_bytes() -> int | None:
@@ -476,61 +477,92 @@ def _measure_interleaved(sides: dict[str, Callable[[], float]], repeats: int,
     return each, peak, high_water
 
 
-def run_engine_bench(devices: int = 20, batch_size: int = 16, rounds: int = 10, cut: int = 1,
-                     algorithm: str | Sequence[str] = "adaptsfl", width: int = 32, threads: int | None = None,
-                     warmup: int = 2, repeats: int = 3, seed: int = 0, model: str = "cnn",
-                     device: torch.device | str = "cpu", client_batching: str = "auto",
-                     client_recompute: str = "auto", server_pass_samples: int | str = "auto",
-                     count_flops: bool = False, clock: str = "zero") -> EngineBenchResult:
-    """Measure and return an :class:`EngineBenchResult` (see the module docstring); ``clock``: a key of
-    :data:`CLOCKS` (the system: :func:`adaptplan.system.generate_system` of ``devices`` at ``seed``, fixed
-    resources, over the model's FLOP profile);
-    ``server_pass_samples``: ``"auto"`` (the engine's default for ``device``) or a number of samples;
-    ``count_flops``: after the timed rounds, one more round of each side under
-    :class:`profilers.flops.TotalFlops` (FlopCounterMode's formulas; not timed): the FLOPs per trained sample,
-    so that a ratio below 1 can be told apart from the algorithm's own arithmetic."""
+@dataclass(frozen=True)
+class EngineWorkload:
+    """What ``bench engine`` times (module docstring): ``devices`` N simulated devices of ``batch_size`` samples
+    each, every one at ``cut`` (1-based on the model's cut points), ``rounds`` measured rounds per side after
+    ``warmup`` untimed ones, ``repeats`` interleaved repeats, each of ``algorithms``; ``model`` (a built-in's
+    ``width``) on random CIFAR-shaped data from ``seed``; ``clock`` a key of :data:`CLOCKS` (the system:
+    :func:`adaptplan.system.generate_system` of N devices at ``seed``, fixed resources, over the model's FLOP
+    profile); ``count_flops``: after the timed rounds, one more round of each side under
+    :class:`profilers.flops.TotalFlops` (FlopCounterMode's formulas; not timed), so that a ratio below 1 can be told
+    apart from the algorithm's own arithmetic."""
+
+    devices: int = 20
+    batch_size: int = 16
+    rounds: int = 10
+    cut: int = 1
+    algorithms: tuple[str, ...] = ("adaptsfl",)
+    model: str = "cnn"
+    width: int = 32
+    warmup: int = 2
+    repeats: int = 3
+    seed: int = 0
+    clock: str = "zero"
+    count_flops: bool = False
+
+
+def run_engine_bench(workload: EngineWorkload = EngineWorkload(),
+                     execution: ExecutionConfig | None = None) -> EngineBenchResult:
+    """Measure ``workload`` under ``execution`` (the run's :class:`~trainers.config.train_config.ExecutionConfig`:
+    ``device`` ``"auto"`` resolved here, ``client_batching``, ``client_recompute``, ``server_pass_samples``
+    ``"auto"`` = the engine's default for the device, ``threads``; None: train's defaults) and return an :class:`EngineBenchResult`
+    (module docstring)."""
     from adaptplan.errors import InputError
-    from trainers.config.devices import describe
+    from trainers.config.devices import resolve_device
     from trainers.engine.execution import Execution
 
-    algorithms = (algorithm,) if isinstance(algorithm, str) else tuple(algorithm)
-    execution = Execution.resolve(device, client_batching, server_pass_samples, client_recompute)
-    if threads:
-        torch.set_num_threads(threads)
-    run = _Sides(model, width, devices, batch_size, rounds, cut, warmup, seed, execution, count_flops, None)
+    w = workload
+    ex = execution if execution is not None else ExecutionConfig()
+    execution_policy = Execution.resolve(resolve_device(ex.device), ex.client_batching,
+                                         ex.server_pass_samples, ex.client_recompute)
+    if ex.threads:
+        torch.set_num_threads(ex.threads)
+    run = _Sides(w.model, w.width, w.devices, w.batch_size, w.rounds, w.cut, w.warmup, w.seed, execution_policy,
+                 w.count_flops, None)
     chain = run.chain()
-    blocks = chain.blocks
-    if not 1 <= cut <= len(blocks):
-        raise InputError(f"{model} has {len(blocks)} cut points; the cut must be in 1..{len(blocks)}, got {cut}",
-                         field="--cut")
-    if clock not in CLOCKS:
-        raise InputError(f"must be one of {', '.join(CLOCKS)}, got {clock!r}", field="--clock")
-    if clock == "system":
-        run.clock = _system_clock(model, chain, devices, batch_size, seed)
-    each, peak, high_water = _measure_interleaved(run.measures(algorithms), repeats, execution.device)
+    if not 1 <= w.cut <= len(chain.blocks):
+        raise InputError(f"{w.model} has {len(chain.blocks)} cut points; the cut must be in 1..{len(chain.blocks)}, "
+                         f"got {w.cut}", field="--cut")
+    if w.clock not in CLOCKS:
+        raise InputError(f"must be one of {', '.join(CLOCKS)}, got {w.clock!r}", field="--clock")
+    if w.clock == "system":
+        run.clock = _system_clock(w.model, chain, w.devices, w.batch_size, w.seed)
+    each, peak, high_water = _measure_interleaved(run.measures(w.algorithms), w.repeats, execution_policy.device)
+    return _result(w, ex, execution_policy, run, each, peak, high_water)
+
+
+def _result(w: EngineWorkload, execution: ExecutionConfig, policy: Any, run: "_Sides",
+            each: dict[str, list[float]], peak: dict[str, int], high_water: int) -> EngineBenchResult:
+    """The :class:`EngineBenchResult` of the measured samples/s ``each`` (per side and repeat) and memory."""
+    from trainers.config.devices import describe
+
     best = {side: max(values) for side, values in each.items()}
     flops = run.flops
-    return EngineBenchResult(algorithms, model, describe(execution.device),
-                             ("on" if execution.client_batching else "off") + (" (auto)" if client_batching == "auto" else ""),
-                             devices, batch_size, cut, rounds, repeats, torch.get_num_threads(),
-                             {a: best[a] for a in algorithms}, best["central_b"], best.get("central_Nb"), peak,
+    central = f"central_{w.batch_size}"
+    return EngineBenchResult(w.algorithms, w.model, describe(policy.device),
+                             ("on" if policy.client_batching else "off")
+                             + (" (auto)" if execution.client_batching == "auto" else ""),
+                             w.devices, w.batch_size, w.cut, w.rounds, w.repeats, torch.get_num_threads(),
+                             {a: best[a] for a in w.algorithms}, best["central_b"], best.get("central_Nb"), peak,
                              max(high_water, _peak_rss_bytes() or 0) or None, run.per_device, run.per_round,
-                             "cuda" if execution.device.type == "cuda" else "rss" if peak else "",
-                             client_recompute, execution.server_pass_samples,
-                             {**{a: flops[a] for a in algorithms if a in flops},
-                              **({"central_b": flops[f"central_{batch_size}"]} if f"central_{batch_size}" in flops else {})},
-                             clock, best["split_b"], each)
+                             "cuda" if policy.device.type == "cuda" else "rss" if peak else "",
+                             execution.client_recompute, policy.server_pass_samples,
+                             {**{a: flops[a] for a in w.algorithms if a in flops},
+                              **({"central_b": flops[central]} if central in flops else {})},
+                             w.clock, best["split_b"], each)
 
 
-def run_engine_sweep(device_counts: Sequence[int], plot_path: str | None = None,
-                     progress: Callable[[str], None] | None = None, **options: Any) -> list[EngineBenchResult]:
-    """:func:`run_engine_bench` at every N of ``device_counts`` (``options`` as there), and optionally
-    a plot of seconds per round and peak memory of each algorithm against N (``plot_path``)."""
+def run_engine_sweep(device_counts: Sequence[int], workload: EngineWorkload = EngineWorkload(),
+                     execution: ExecutionConfig | None = None, plot_path: str | None = None,
+                     progress: Callable[[str], None] | None = None) -> list[EngineBenchResult]:
+    """:func:`run_engine_bench` of ``workload`` at every N of ``device_counts``, and optionally a plot of seconds
+    per round and peak memory of each algorithm against N (``plot_path``)."""
     results = []
     for count in device_counts:
         if progress is not None:
             progress(f"{count} devices ...")
-        results.append(run_engine_bench(devices=int(count), **options))
+        results.append(run_engine_bench(replace(workload, devices=int(count)), execution))
     if plot_path:
         plot_sweep(results, plot_path)
     return results

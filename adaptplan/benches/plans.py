@@ -34,8 +34,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from adaptplan.benches.comparison import Setting
 from adaptplan.benches.runs import RunResult, not_reached, run_jobs
+from adaptplan.benches.workload import Workload
 from adaptplan.constants import ConvergenceConstants
 from adaptplan.crossing import first_crossing
 from adaptplan.latency import LatencyModel, total_latency
@@ -125,33 +125,15 @@ def pilot_plans(num_cuts: int, intervals: Sequence[int], devices: int) -> list[P
 
 
 @dataclass(frozen=True)
-class BenchSetting:
-    """What every run of the bench trains on besides its plan and seed: data, model, devices, evaluation
-    (``eval_every`` rounds; ``test_samples`` test images per evaluation), ``target`` accuracy (a fraction) and
-    the one training setting (:class:`adaptplan.benches.comparison.Setting`)."""
+class BenchSetting(Workload):
+    """What every run of the bench trains on besides its plan and seed (:class:`adaptplan.benches.workload.Workload`),
+    evaluated every 5 rounds by default (the time to target is interpolated between evaluations)."""
 
-    setting: Setting
-    dataset: str = "cifar10-subset"
-    model: str = "cnn"
-    devices: int = 20
-    partition: str = "iid"
-    alpha: float = 0.5                          # Dirichlet α (partition dirichlet / dirichlet-equal)
     eval_every: int = 5
-    test_samples: int | None = 500
-    model_width: int | None = None             # the model's width (None: its default)
-    target: float = 0.4
-    device: str = "auto"
-    client_batching: str = "auto"
 
-    def config(self, seed: int, plan: PlanSpec | None = None) -> dict[str, Any]:
+    def run_config(self, seed: int, plan: PlanSpec | None = None) -> dict[str, Any]:
         """TrainConfig flat keys of ``plan``'s run with ``seed`` (the planner's without ``plan`` or for it)."""
-        config: dict[str, Any] = dict(algorithm=ALGORITHM, dataset=self.dataset, model=self.model,
-                                      devices=self.devices, partition=self.partition, dirichlet_alpha=self.alpha,
-                                      eval_every=self.eval_every, seed=seed, threads=1, progress=False,
-                                      max_test_samples=self.test_samples, device=self.device,
-                                      client_batching=self.client_batching,
-                                      **({"model_width": self.model_width} if self.model_width else {}),
-                                      **self.setting.fields(ALGORITHM, self.devices, planned=True))
+        config = self.config(ALGORITHM, seed, planned=True)
         if plan is not None and plan.kind not in PLANNERS:
             config.update(cuts=list(plan.cuts or ()), interval=plan.interval)
         return config
@@ -203,7 +185,7 @@ def probe(bench: BenchSetting, seed: int, intervals: Sequence[int]) -> Probe:
     from trainers.config.train_config import TrainConfig
     from trainers.run.driver import Trainer
 
-    config = {**bench.config(seed), "rounds": 1, "cuts": [1], "interval": 1}
+    config = {**bench.run_config(seed), "rounds": 1, "cuts": [1], "interval": 1}
     trainer = Trainer(TrainConfig.flat(**config))
     model = trainer.clock.latency_model(1)
     return Probe(trainer.profile, trainer.clock.system(1),
@@ -219,7 +201,7 @@ def grid_jobs(bench: BenchSetting, seeds: Sequence[int], num_cuts: int,
     for seed in seeds:
         for plan in plan_grid(num_cuts, intervals, latency_best[seed]):
             jobs.append({"group": "plans", "label": plan.label, "seed": seed, "plan": plan, "target": bench.target,
-                         "config": bench.config(seed, plan),
+                         "config": bench.run_config(seed, plan),
                          "folder": str(Path(runs_dir) / f"seed{seed}" / plan.slug)})
     return jobs
 
@@ -652,7 +634,7 @@ def calibrated_jobs(bench: BenchSetting, pairs: Mapping[int, tuple[str, str]],
     ``runs_dir/seed<s>/calibrated``."""
     plan = PlanSpec("calibrated")
     return [{"group": "plans", "label": plan.label, "seed": seed, "plan": plan, "target": bench.target,
-             "config": {**bench.config(seed, plan), "pilots": ",".join(folders), "target_accuracy": bench.target},
+             "config": {**bench.run_config(seed, plan), "pilots": ",".join(folders), "target_accuracy": bench.target},
              "folder": str(Path(runs_dir) / f"seed{seed}" / plan.slug)}
             for seed, folders in pairs.items()]
 
@@ -679,7 +661,7 @@ def linear_jobs(bench: BenchSetting, laws: Mapping[int, LinearRounds], probes: M
         prediction = Prediction(list(chosen.cuts), chosen.interval, chosen.rounds, chosen.total_latency_s,
                                 calibrated=True)
         jobs.append({"group": "plans", "label": plan.label, "seed": seed, "plan": plan, "target": bench.target,
-                     "config": {**bench.config(seed, plan), "cuts": list(chosen.cuts), "interval": chosen.interval},
+                     "config": {**bench.run_config(seed, plan), "cuts": list(chosen.cuts), "interval": chosen.interval},
                      "folder": str(Path(runs_dir) / f"seed{seed}" / plan.slug), "prediction": prediction})
     return jobs
 

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 from adaptplan.benches.comparison import Setting
 from adaptplan.benches.runs import RunResult, no_evaluation, not_converged, not_reached, pct, run_jobs, seconds
+from adaptplan.benches.workload import Workload
 from adaptplan.report import Empty, empty_notes
 
 DEFAULT_POLICIES = ("adaptsfl", "rma+ms", "ma+rms", "rma+rms", "dama+rms", "rma+ams", "sfl", "psl")
@@ -39,33 +41,40 @@ ADAPTSFL_SETTING = Setting(
 """``bench training``'s setting: every policy trains AdaptSFL's algorithm with it."""
 
 
+WORKLOAD = Workload(ADAPTSFL_SETTING, target=0.4)
+"""``bench training``'s workload: the command's defaults, AdaptSFL's setting."""
+
+
+@dataclass(frozen=True)
+class Planning:
+    """What ``bench training`` varies besides the policy: AdaptSFL re-plans every ``replan_every`` rounds
+    (Algorithm 1), the planners measure with Gaussian noise of coefficient of variation ``noise_cv``, and a
+    ``sweep`` (NAME, values) repeats the comparison on the first partition for each value of a key of
+    :data:`SWEEPS`."""
+
+    replan_every: int = 50
+    noise_cv: float = 0.0
+    sweep: tuple[str, Sequence[float]] | None = None
+
+
 def run_training_bench(policies: Sequence[str] = DEFAULT_POLICIES, partitions: Sequence[str] = PARTITIONS,
-                       setting: Setting = ADAPTSFL_SETTING, devices: int = 20, dataset: str = "cifar10-subset",
-                       model: str = "cnn", eval_every: int = 10,
-                       seed: int = 0, target: float = 0.4, replan_every: int = 50, workers: int | None = None,
-                       test_samples: int | None = 500,
-                       progress: bool = True,
-                       noise_cv: float = 0.0,
-                       sweep: tuple[str, Sequence[float]] | None = None, device: str = "auto",
-                       client_batching: str = "auto") -> list[RunResult]:
-    """Run every (partition, policy) pair, or with ``sweep = (NAME, values)`` every (value, policy)
-    pair on the first partition (the run's group is then ``NAME=value``)."""
+                       workload: Workload = WORKLOAD, planning: Planning = Planning(), seed: int = 0,
+                       workers: int | None = None,
+                       progress: bool = True) -> list[RunResult]:
+    """Run every (partition, policy) pair of ``workload`` with ``seed``, or with ``planning.sweep = (NAME, values)``
+    every (value, policy) pair on the first partition (the run's group is then ``NAME=value``)."""
     jobs = []
     settings: list[tuple[str, str, dict[str, float]]] = [(p, p, {}) for p in partitions]
-    if sweep is not None:
-        name, values = sweep
+    if planning.sweep is not None:
+        name, values = planning.sweep
         settings = [(f"{name}={v:g}", partitions[0], {SWEEPS[name]: float(v)}) for v in values]
     for group, partition, override in settings:
         for policy in policies:
-            config: dict[str, Any] = dict(algorithm="adaptsfl", policy=policy, dataset=dataset, model=model,
-                                          devices=devices, partition=partition, eval_every=eval_every, seed=seed,
-                                          threads=1, progress=False, max_test_samples=test_samples, noise_cv=noise_cv,
-                                          device=device, client_batching=client_batching,
-                                          **setting.fields("adaptsfl", devices, planned=True))
-            config.update(override)
+            config: dict[str, Any] = {**workload.config("adaptsfl", seed, planned=True), "policy": policy,
+                                      "partition": partition, "noise_cv": planning.noise_cv, **override}
             if policy == "adaptsfl":
-                config["replan_every"] = replan_every
-            jobs.append({"group": group, "label": policy, "target": target, "config": config})
+                config["replan_every"] = planning.replan_every
+            jobs.append({"group": group, "label": policy, "target": workload.target, "config": config})
     return run_jobs(jobs, workers, "bench training", progress)
 
 

@@ -254,7 +254,7 @@ def test_interrupted_write_leaves_no_temporary_file(tmp_path):
      "--input: 3x100000x100000 is 30,000,000,000 values per sample, more than the 16,777,216 that can be profiled"),
     (["profile", "cnn", "--input", "3x8x8", "--bits", "0"], "argument --bits: must be an integer in 1..64 bits, got 0"),
     (["bench", "engine", "--threads", "0"], "argument --threads: must be an integer in 1..1,024 threads, got 0"),
-    (["bench", "engine", "--rounds", "0"], "argument --rounds: must be an integer in 1..10,000 rounds, got 0"),
+    (["bench", "engine", "--rounds", "0"], "argument --rounds: must be an integer in 1..1,000,000,000 rounds, got 0"),
     (["bench", "engine", "--repeats", "0"], "argument --repeats: must be an integer in 1..10,000 repeats, got 0"),
     (["bench", "engine", "--devices", "10001"], "argument --devices: must be an integer in 1..10,000 devices, got 10001"),
     (["bench", "engine", "--batch-size", "0"], "argument --batch-size: must be an integer in 1..1,000,000 samples, got 0"),

@@ -224,7 +224,7 @@ def check_bench(args: argparse.Namespace, out: str, context: dict) -> None:
         assert (Path(args.out) / "table.txt").read_text() in out and is_png(Path(args.out) / "accuracy.png")
     elif args.bench == "training":
         figures = json.loads(Path(args.json).read_text())
-        partitions = ["iid", "shards"] if args.partition == "both" else [args.partition]
+        partitions = ["iid", "shards"] if args.partitions == "both" else [args.partitions]
         assert list(figures["partitions"]) == partitions
         for partition in partitions:
             assert set(figures["partitions"][partition]) == set(args.policies.split(","))

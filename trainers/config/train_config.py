@@ -189,7 +189,7 @@ class OptimConfig:
     trim: float = option(0.1, "share β of the largest and of the smallest values the trimmed mean drops per entry "
                          "(default 0.1; below 0.5)", low=0.0, high=0.5, high_open=True)
     clip_norm: float | None = option(None, "clip each role's gradient 2-norm at this value before every step; 0 = no "
-                                     "clipping (default: the algorithm's, 10 for SCALA and GAS as in their code)")
+                                     "clipping (default: the algorithm's, 10 for SCALA and GAS as in their code)", low=0.0)
 
     def resolve(self, defaults: TrainingDefaults) -> None:
         """Fill the options left None with ``defaults``: ``client_lr`` and ``server_lr`` default to ``lr`` when

@@ -5,17 +5,20 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from adaptplan.cli.commands.train import add_device_options, add_memory_options
-from adaptplan.cli.flags import float_flag, int_flag
+from adaptplan.cli.config_flags import add_field
+from adaptplan.cli.flags import int_flag
 from adaptplan.errors import InputError
-from adaptplan.limits import MAX_BATCH_SIZE, MAX_CUT_POINTS, MAX_DEVICES, MAX_MODEL_WIDTH, MAX_NOISE_CV, MAX_SEED, MAX_STEPS, MAX_THREADS
-from trainers.config.optimizer_spec import OPTIMIZERS
-from trainers.config.train_config import ALGORITHMS, MAX_ALPHA, MAX_LR, MAX_WEIGHT_DECAY
+from adaptplan.limits import MAX_CUT_POINTS, MAX_DEVICES, MAX_SEED, MAX_STEPS, MAX_THREADS
+from trainers.config.train_config import ALGORITHMS
 
 if TYPE_CHECKING:  # pragma: no cover
     from adaptplan.benches.comparison import Setting
+    from adaptplan.benches.workload import Workload
+
+    W = TypeVar("W", bound=Workload)
 
 MAX_BENCH_DEVICES = MAX_DEVICES    # simulated devices of `bench engine` (CycleSL's FEMNIST has 3,550 clients)
 MAX_BENCH_ROUNDS = 10_000   # measured rounds / repeats of `bench engine`
@@ -61,15 +64,15 @@ def _engine_parser(which: argparse._SubParsersAction) -> None:
                              "of seconds per round and peak memory against N (and a plot with --plot)")
     engine.add_argument("--plot", metavar="FILE", help="with several --devices: seconds per round and peak memory "
                         "against N, as an image")
-    engine.add_argument("--rounds", type=int_flag(1, MAX_BENCH_ROUNDS, "rounds"), default=10, help="measured rounds per side (default 10)")
-    engine.add_argument("--batch-size", type=int_flag(1, MAX_BATCH_SIZE, "samples"), default=16, help="samples per device per round (default 16)")
+    add_field(engine, "rounds", default=10, help="measured rounds per side (default 10)")
+    add_field(engine, "batch_size", help="samples per device per round (default 16)")
     engine.add_argument("--algorithm", default="adaptsfl",
                         help="split algorithm(s) to time, comma-separated, or all (default adaptsfl)")
-    engine.add_argument("--model", default="cnn", help="model of both sides on 3x32x32 inputs, 10 classes: cnn (default), "
-                        "vgg16-cifar, mlp, or any --model of adaptplan train")
+    add_field(engine, "model", help="model of both sides on 3x32x32 inputs, 10 classes: cnn (default), vgg16-cifar, mlp, "
+              "or any --model of adaptplan train")
     engine.add_argument("--cut", type=int_flag(1, MAX_CUT_POINTS, "cut points"), default=1,
                         help="every device's cut, 1-based on the model's cut points (default 1)")
-    engine.add_argument("--threads", type=int_flag(1, MAX_THREADS, "threads"), help="torch CPU threads (default: torch's choice)")
+    add_field(engine, "threads")
     add_device_options(engine)
     add_memory_options(engine)
     engine.add_argument("--repeats", type=int_flag(1, MAX_BENCH_ROUNDS, "repeats"), default=3,
@@ -94,8 +97,7 @@ def _algorithms_parser(which: argparse._SubParsersAction) -> None:
                        help="comma-separated: iid, dirichlet-0.1 (Dirichlet α = 0.1), shards-2 (2 label shards per device)")
     _training_options(algos, rounds=100, target=0.3)
     algos.add_argument("--cuts", help="one cut for every device (default: the planner's plan)")
-    algos.add_argument("--batch-size", type=int_flag(1, MAX_BATCH_SIZE, "samples"), default=16,
-                       help="samples per device per step (default 16)")
+    add_field(algos, "batch_size")
     algos.add_argument("--out", metavar="DIR", help="write table.txt, results.json and accuracy.png into DIR")
     algos.set_defaults(func=run_algorithms)
 
@@ -106,12 +108,11 @@ def _training_parser(which: argparse._SubParsersAction) -> None:
                                 "benchmarks): time to accuracy, converged time, IID and non-IID")
     training.add_argument("--policies", default="adaptsfl,rma+ms,ma+rms,rma+rms,dama+rms,rma+ams,sfl,psl",
                           help="comma-separated policies (trainers.run.policies; default: AdaptSFL, the paper's five, SFL, PSL)")
-    training.add_argument("--partition", default="both", help="iid, shards (2 label shards per device) or both (default)")
+    training.add_argument("--partition", dest="partitions", default="both", help="iid, shards (2 label shards per device) or both (default)")
     _training_options(training, rounds=600, target=0.4)
-    training.add_argument("--replan-every", type=int_flag(1, MAX_STEPS, "rounds"), default=50,
-                          help="AdaptSFL re-plans every Q rounds (default 50)")
-    training.add_argument("--noise-cv", type=float_flag(0.0, MAX_NOISE_CV), default=0.0,
-                          help="coefficient of variation of the Gaussian noise on what planners measure (default 0)")
+    add_field(training, "replan_every", default=50, help="AdaptSFL re-plans every Q rounds (default 50)")
+    add_field(training, "noise_cv", flag="--noise-cv", help="coefficient of variation of the Gaussian noise on what "
+              "planners measure (default 0)")
     training.add_argument("--sweep", metavar="NAME=V1,V2,...",
                           help="repeat on the first partition for each value: device-flops (scale of the device FLOP/s "
                                "range), bandwidth (scale of every link rate) or noise-cv; prints a table and, with "
@@ -136,11 +137,10 @@ def _papers_parser(which: argparse._SubParsersAction) -> None:
     papers.add_argument("--seeds", type=int_flag(1, MAX_SEED + 1, "seeds"),
                         help="seeds 0..n-1 per run (default 3; --tier test: 1). The spread needs ≥ 2: 1 seed only "
                              "with --tier test")
-    papers.add_argument("--target-accuracy", type=float_flag(0.0, 1.0, low_open=True),
-                        help="replace the recipes' target accuracy of the time-to-target claims (a fraction)")
-    papers.add_argument("--data-root", metavar="DIR",
-                        help="run each recipe at its paper's scale ([paper_scale]: the paper's own data set, read from "
-                             "DIR, and model), nothing else changed; with --device cuda on a GPU")
+    add_field(papers, "target_accuracy", help="replace the recipes' target accuracy of the time-to-target claims (a "
+              "fraction)")
+    add_field(papers, "data_root", help="run each recipe at its paper's scale ([paper_scale]: the paper's own data set, "
+              "read from DIR, and model), nothing else changed; with --device cuda on a GPU")
     papers.add_argument("--workers", type=int_flag(1, MAX_THREADS, "processes"),
                         help="worker processes, one torch thread each (default: all cores)")
     papers.add_argument("--tier", choices=("full", "hour", "test"), default="full",
@@ -172,28 +172,23 @@ def _plans_parser(which: argparse._SubParsersAction) -> None:
 def _plans_options(parser: argparse.ArgumentParser) -> None:
     """``bench plans``' flags: the setting of ``train`` (one for every plan), the seeds, the target, the grid of
     intervals and the outputs."""
-    parser.add_argument("--dataset", default="cifar10-subset", help="dataset (default cifar10-subset)")
-    parser.add_argument("--model", default="cnn", help="model (default cnn); its cut points are the grid's cuts")
-    parser.add_argument("--model-width", type=int_flag(1, MAX_MODEL_WIDTH, "channels"),
-                        help="the model's width (default: its own; the AdaptSFL recipe trains the cnn at 16)")
-    parser.add_argument("--devices", type=int_flag(1, MAX_DEVICES, "devices"), default=20, help="devices N (default 20)")
-    parser.add_argument("--partition", default="iid", help="iid (default), shards, dirichlet or dirichlet-equal")
-    parser.add_argument("--alpha", type=float_flag(0.0, MAX_ALPHA, low_open=True), default=0.5,
-                        help="Dirichlet concentration α for --partition dirichlet and dirichlet-equal (default 0.5)")
-    parser.add_argument("--rounds", type=int_flag(1, MAX_STEPS, "rounds"), default=600,
-                        help="rounds per run (default 600)")
-    parser.add_argument("--batch-size", type=int_flag(1, MAX_BATCH_SIZE, "samples"),
-                        help="samples per device per round (default 16, AdaptSFL's)")
+    add_field(parser, "dataset")
+    add_field(parser, "model", help="model (default cnn); its cut points are the grid's cuts")
+    add_field(parser, "model_width", default=None, flag="--model-width",
+              help="the model's width (default: its own; the AdaptSFL recipe trains the cnn at 16)")
+    add_field(parser, "devices")
+    add_field(parser, "partition")
+    add_field(parser, "dirichlet_alpha", dest="alpha")
+    add_field(parser, "rounds", default=600)
+    add_field(parser, "batch_size", default=None, shown="16, AdaptSFL's")
     setting_options(parser)
-    parser.add_argument("--eval-every", type=int_flag(1, MAX_STEPS, "rounds"), default=5,
-                        help="evaluate every K rounds (default 5; the time to target is interpolated between "
-                             "evaluations)")
-    parser.add_argument("--test-samples", type=int_flag(1, MAX_STEPS, "samples"), default=500,
-                        help="test images per evaluation (default 500)")
+    add_field(parser, "eval_every", default=5, help="evaluate every K rounds (default 5; the time to target is "
+              "interpolated between evaluations)")
+    add_field(parser, "max_test_samples", default=500, flag="--test-samples", dest="test_samples",
+              help="test images per evaluation (default 500)")
     parser.add_argument("--seeds", default="0,1,2", metavar="S,S,...",
                         help="seeds of data, model and samplers, one run of every plan each (default 0,1,2)")
-    parser.add_argument("--target-accuracy", type=float_flag(0.0, 1.0, low_open=True), default=0.4,
-                        help="target test accuracy, a fraction (default 0.4)")
+    add_field(parser, "target_accuracy", default=0.4, help="target test accuracy, a fraction (default 0.4)")
     parser.add_argument("--intervals", default="1,2,4,8", metavar="I,I,...",
                         help="the grid's aggregation intervals I, in rounds (default 1,2,4,8)")
     parser.add_argument("--workers", type=int_flag(1, MAX_THREADS, "processes"),
@@ -210,18 +205,16 @@ def _plans_options(parser: argparse.ArgumentParser) -> None:
 
 def _training_options(parser: argparse.ArgumentParser, rounds: int, target: float) -> None:
     """The options both training benchmarks share (what every run of the benchmark trains with)."""
-    parser.add_argument("--rounds", type=int_flag(1, MAX_STEPS, "rounds"), default=rounds, help=f"rounds per run (default {rounds})")
-    parser.add_argument("--devices", type=int_flag(1, MAX_DEVICES, "devices"), default=20, help="devices N (default 20)")
-    parser.add_argument("--dataset", default="cifar10-subset", help="dataset (default cifar10-subset)")
-    parser.add_argument("--model", default="cnn", help="model (default cnn)")
-    parser.add_argument("--seed", type=int_flag(0, MAX_SEED), default=0,
-                        help="seed of data, model, samplers and system trace (default 0)")
+    add_field(parser, "rounds", default=rounds, help=f"rounds per run (default {rounds})")
+    add_field(parser, "devices")
+    add_field(parser, "dataset")
+    add_field(parser, "model")
+    add_field(parser, "seed", help="seed of data, model, samplers and system trace (default 0)")
     setting_options(parser)
-    parser.add_argument("--eval-every", type=int_flag(1, MAX_STEPS, "rounds"), default=10, help="evaluate every K rounds (default 10)")
-    parser.add_argument("--test-samples", type=int_flag(1, MAX_STEPS, "samples"), default=500,
-                        help="test images per evaluation (default 500)")
-    parser.add_argument("--target-accuracy", type=float_flag(0.0, 1.0, low_open=True), default=target,
-                        help=f"target test accuracy, a fraction (default {target})")
+    add_field(parser, "eval_every", help="evaluate every K rounds (default 10)")
+    add_field(parser, "max_test_samples", default=500, flag="--test-samples", dest="test_samples",
+              help="test images per evaluation (default 500)")
+    add_field(parser, "target_accuracy", default=target, help=f"target test accuracy, a fraction (default {target})")
     parser.add_argument("--workers", type=int_flag(1, MAX_THREADS, "processes"),
                         help="worker processes, one torch thread each (default: all cores)")
     add_device_options(parser)
@@ -232,18 +225,12 @@ def setting_options(parser: argparse.ArgumentParser) -> None:
     comparison's own, printed above its table; adaptplan.benches.comparison)."""
     group = parser.add_argument_group("the one training setting of every method (default: the comparison's, "
                                       "printed above its table)")
-    group.add_argument("--optimizer", choices=OPTIMIZERS, help="both roles' optimizer")
-    group.add_argument("--lr", type=float_flag(0.0, MAX_LR, low_open=True),
-                       help="learning rate of both roles (also the planner's γ)")
-    group.add_argument("--client-lr", type=float_flag(0.0, MAX_LR, low_open=True), help="the devices' learning rate")
-    group.add_argument("--server-lr", type=float_flag(0.0, MAX_LR, low_open=True), help="the edge server's learning rate")
-    group.add_argument("--momentum", type=float_flag(0.0, 1.0, high_open=True), help="SGD momentum")
-    group.add_argument("--weight-decay", type=float_flag(0.0, MAX_WEIGHT_DECAY), help="L2 weight decay")
-    group.add_argument("--clip-norm", type=float_flag(0.0, MAX_LR), help="gradient-norm clipping (0 = off)")
-    group.add_argument("--participation", type=float_flag(0.0, 1.0, low_open=True),
-                       help="fraction ρ of the devices per round (GAS: C = ⌈ρN⌉ active)")
-    group.add_argument("--local-steps", type=int_flag(1, MAX_STEPS, "rounds"),
-                       help="local rounds between two averages: the interval I of every averaging algorithm, GAS's E")
+    for key in ("optimizer", "lr", "client_lr", "server_lr", "momentum", "weight_decay", "clip_norm"):
+        add_field(group, key, default=None, shown="the comparison's")
+    add_field(group, "participation", default=None, shown="the comparison's",
+              help="fraction ρ of the devices per round (GAS: C = ⌈ρN⌉ active)")
+    add_field(group, "local_steps", default=None, shown="the comparison's",
+              help="local rounds between two averages: the interval I of every averaging algorithm, GAS's E")
 
 
 def setting_from(args: argparse.Namespace, base: "Setting") -> "Setting":
@@ -253,15 +240,17 @@ def setting_from(args: argparse.Namespace, base: "Setting") -> "Setting":
     return base.with_overrides(**{n: getattr(args, n, None) for n in names})
 
 
-def _check_training_options(args: argparse.Namespace, *more: str) -> None:
-    """Counts ≥ 1 and the target a fraction, each error naming its flag. A second line of defence: the
-    parser's int_flag/float_flag refuse these values first (unreachable from the command line: listed in tools/mutation_skip.txt)."""
-    for flag in ("--rounds", "--devices", "--eval-every", "--test-samples", "--workers", *more):
-        value = getattr(args, flag.lstrip("-").replace("-", "_"))
-        if value is not None and value < 1:
-            raise InputError(f"must be ≥ 1, got {value}", field=flag)
-    if not 0 < args.target_accuracy <= 1:
-        raise InputError(f"must be a fraction in (0, 1], got {args.target_accuracy}", field="--target-accuracy")
+def workload_from(args: argparse.Namespace, setting: "Setting", kind: "type[W]") -> "W":
+    """The bench's workload of class ``kind`` (:class:`adaptplan.benches.workload.Workload` or a subclass) from its
+    flags: every field that the command has a flag of (``target`` from ``--target-accuracy``; the rest keep the
+    class's defaults), with ``setting``."""
+    from dataclasses import fields
+
+    def flag(name: str) -> str:
+        return "target_accuracy" if name == "target" else name
+
+    return kind(setting, **{f.name: getattr(args, flag(f.name)) for f in fields(kind)
+                            if f.name != "setting" and hasattr(args, flag(f.name))})
 
 
 def _check_device(args: argparse.Namespace) -> None:
@@ -308,25 +297,22 @@ def run_engine(args: argparse.Namespace) -> int:
         from trainers.run.plotting import image_path
 
         plot_path = str(image_path(args.plot)[0])   # an unknown format or a folder fails before the benchmark runs
-    from adaptplan.benches.engine import header, run_engine_bench  # torch: once the flags are checked
+    from adaptplan.benches.engine import EngineWorkload, header, run_engine_bench, run_engine_sweep, sweep_table
     from trainers.config.devices import resolve_device
+    from trainers.config.train_config import ExecutionConfig
 
-    device = resolve_device(args.device)
-    options = dict(batch_size=args.batch_size, rounds=args.rounds, cut=args.cut, algorithm=algorithms,
-                   threads=args.threads, repeats=args.repeats, model=args.model, device=device,
-                   client_batching=args.client_batching, client_recompute=args.client_recompute,
-                   server_pass_samples=args.server_pass_samples, count_flops=args.flops,
-                   clock=clock)
+    workload = EngineWorkload(args.devices[0], args.batch_size, args.rounds, args.cut, tuple(algorithms), args.model,
+                              repeats=args.repeats, clock=clock, count_flops=args.flops)
+    execution = ExecutionConfig(args.device, args.client_batching, args.client_recompute, args.server_pass_samples,
+                                args.threads)
+    device = resolve_device(args.device)           # no GPU for --device cuda: one message before any work
     if len(args.devices) == 1:
-        print(header(args.devices[0], args.batch_size, args.rounds, algorithms, args.repeats, args.model, device.type,
-                     args.cut), file=sys.stderr, flush=True)
-        result = run_engine_bench(devices=args.devices[0], **options)
+        print(header(workload, device.type), file=sys.stderr, flush=True)
+        result = run_engine_bench(workload, execution)
         print(json.dumps(result.to_json(), indent=2) if args.json else result.report())
         return 0
-    from adaptplan.benches.engine import run_engine_sweep, sweep_table
-
-    results = run_engine_sweep(args.devices, plot_path=plot_path,
-                               progress=lambda text: print(f"[bench] {text}", file=sys.stderr, flush=True), **options)
+    results = run_engine_sweep(args.devices, workload, execution, plot_path=plot_path,
+                               progress=lambda text: print(f"[bench] {text}", file=sys.stderr, flush=True))
     if args.json:
         print(json.dumps([r.to_json() for r in results], indent=2))
     else:
@@ -347,12 +333,12 @@ def device_counts(text: str) -> list[int]:
 
 def run_algorithms(args: argparse.Namespace) -> int:
     from adaptplan.benches import algorithms as bench
+    from adaptplan.benches.workload import Workload
     from trainers.config.train_config import check_choice
 
     algorithms = [check_choice(a.strip(), ALGORITHMS, "--algorithms") for a in args.algorithms.split(",") if a.strip()]
     partitions = [check_choice(p.strip(), tuple(bench.PARTITIONS), "--partitions") for p in args.partitions.split(",")
                   if p.strip()]
-    _check_training_options(args, "--batch-size")
     if not algorithms or not partitions:
         raise InputError("name at least one algorithm and one partition", field="--algorithms")
     _check_device(args)
@@ -368,11 +354,8 @@ def run_algorithms(args: argparse.Namespace) -> int:
     setting = setting_from(args, bench.GAPSL_SETTING)
     for algorithm in algorithms:
         setting.fields(algorithm, args.devices)          # one message naming the flag before any run starts
-    results = bench.run_algorithm_bench(algorithms, partitions, setting, devices=args.devices,
-                                        dataset=args.dataset, model=args.model, eval_every=args.eval_every,
-                                        seed=args.seed, target=args.target_accuracy, workers=args.workers, cuts=cuts,
-                                        test_samples=args.test_samples, device=args.device,
-                                        client_batching=args.client_batching)
+    results = bench.run_algorithm_bench(algorithms, partitions, workload_from(args, setting, Workload), seed=args.seed,
+                                        cuts=cuts, workers=args.workers)
     text = bench.table(results, args.target_accuracy, setting)
     print(text)
     if out is not None:
@@ -388,32 +371,28 @@ def run_algorithms(args: argparse.Namespace) -> int:
 def run_training(args: argparse.Namespace) -> int:
     from adaptplan.benches import training as bench
     from adaptplan.benches.runs import plot
+    from adaptplan.benches.workload import Workload
     from trainers.config.train_config import POLICIES, check_choice
 
     policies = [check_choice(p.strip(), POLICIES, "--policies") for p in args.policies.split(",") if p.strip()]
     if "fixed-cut" in policies:
         raise InputError("fixed-cut needs a cut; compare it with adaptplan train --policy fixed-cut --cuts J", field="--policies")
-    partitions = list(bench.PARTITIONS) if args.partition == "both" else [check_choice(args.partition, bench.PARTITIONS + ("both",), "--partition")]
-    _check_training_options(args, "--replan-every")
+    partitions = list(bench.PARTITIONS) if args.partitions == "both" else [
+        check_choice(args.partitions, bench.PARTITIONS + ("both",), "--partition")]
     _check_device(args)
     if not policies:
         raise InputError("name at least one policy", field="--policies")
     out = Path(args.out) if args.out else None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-    if not (args.noise_cv >= 0 and args.noise_cv < float("inf")):
-        raise InputError(f"must be a finite number ≥ 0, got {args.noise_cv}", field="--noise-cv")
     sweep = _sweep(args.sweep, bench.SWEEPS) if args.sweep else None
     more = _fractions(args.more_targets, "--more-targets")
     setting = setting_from(args, bench.ADAPTSFL_SETTING)
     if setting.local_steps is not None:
         raise InputError("the planning policies decide the interval; drop --local-steps", field="--local-steps")
-    results = bench.run_training_bench(policies, partitions, setting, devices=args.devices,
-                                       dataset=args.dataset, model=args.model,
-                                       eval_every=args.eval_every, seed=args.seed, target=args.target_accuracy,
-                                       replan_every=args.replan_every, workers=args.workers,
-                                       test_samples=args.test_samples, noise_cv=args.noise_cv, sweep=sweep,
-                                       device=args.device, client_batching=args.client_batching)
+    planning = bench.Planning(replan_every=args.replan_every, noise_cv=args.noise_cv, sweep=sweep)
+    results = bench.run_training_bench(policies, partitions, workload_from(args, setting, Workload), planning, seed=args.seed,
+                                       workers=args.workers)
     text = bench.table(results, args.target_accuracy, more, setting)
     if sweep is not None:
         text += "\n" + bench.sweep_table(results, sweep[0])
@@ -519,7 +498,6 @@ def run_plans(args: argparse.Namespace) -> int:
     check_choice(args.partition, PARTITIONS, "--partition")
     seeds = _whole_numbers(args.seeds, "--seeds", 0, MAX_SEED)
     intervals = _whole_numbers(args.intervals, "--intervals", 1, MAX_STEPS)
-    _check_training_options(args, "--batch-size")
     if max(intervals) > args.rounds:
         raise InputError(f"I = {max(intervals)} exceeds --rounds {args.rounds}: those runs would never average the "
                          "devices' models; give intervals up to the rounds", field="--intervals")
@@ -538,10 +516,7 @@ def run_plans(args: argparse.Namespace) -> int:
         except InputError as exc:
             raise InputError(exc.message, field="--plot" if args.plot else "--out") from None
     _check_device(args)
-    setup = bench.BenchSetting(setting, dataset=args.dataset, model=args.model, devices=args.devices,
-                               partition=args.partition, alpha=args.alpha, eval_every=args.eval_every,
-                               test_samples=args.test_samples, target=args.target_accuracy, device=args.device,
-                               client_batching=args.client_batching, model_width=args.model_width)
+    setup = workload_from(args, setting, bench.BenchSetting)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="adaptplan-bench-plans-") as scratch:

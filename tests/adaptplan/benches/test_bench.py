@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from adaptplan.benches import engine as bench_engine
+from trainers.config.train_config import ExecutionConfig
 from adaptplan.benches import solvers as bench_solvers
 from adaptplan.benches.engine import EngineBenchResult
 from solvers.baselines import BASELINES
@@ -272,13 +273,21 @@ class _ScriptedClock:
         return self.readings.pop(0)
 
 
+def _engine_bench(algorithm: str | list[str] = "adaptsfl", threads: int | None = None, client_batching: str = "auto",
+                  **workload) -> "bench_engine.EngineBenchResult":
+    """run_engine_bench of an EngineWorkload of ``workload`` under train's execution defaults but these."""
+    algorithms = (algorithm,) if isinstance(algorithm, str) else tuple(algorithm)
+    return bench_engine.run_engine_bench(bench_engine.EngineWorkload(algorithms=algorithms, **workload),
+                                         ExecutionConfig(device="cpu", client_batching=client_batching, threads=threads))
+
+
 def test_engine_bench_keeps_each_sides_best_repeat(monkeypatch) -> None:
     # per repeat: simulated side (start, stop), split by hand, centralized b, centralized N·b (begin, stop each)
     # repeat 1 takes 2, 4, 4, 8 s; repeat 2 takes 1, 2, 8, 2 s → best 1, 2, 4, 2 s for 2 devices × 2 samples × 1 round;
     # the ratios pair the sides of one repeat: × central b = median(2/1, 4/0.5) = 5, not the bests' 4 / 1
     clock = _ScriptedClock([0, 2, 10, 14, 20, 24, 30, 38, 40, 41, 50, 52, 60, 68, 70, 72])
     monkeypatch.setattr(bench_engine, "time", clock)
-    r = bench_engine.run_engine_bench(devices=2, batch_size=2, rounds=1, warmup=1, repeats=2, model="mlp", width=4,
+    r = _engine_bench(devices=2, batch_size=2, rounds=1, warmup=1, repeats=2, model="mlp", width=4,
                                       algorithm="sfl-v2", threads=1, seed=3)
     assert clock.readings == []
     assert r.algorithms == ("sfl-v2",) and (r.model, r.device, r.devices, r.batch_size, r.cut) == ("mlp", "cpu", 2, 2, 1)
@@ -300,7 +309,7 @@ def test_engine_bench_keeps_each_sides_best_repeat(monkeypatch) -> None:
 
 
 def test_engine_bench_names_the_algorithms_that_ran_per_device() -> None:
-    r = bench_engine.run_engine_bench(devices=2, batch_size=2, rounds=1, warmup=0, repeats=1, model="mlp", width=4,
+    r = _engine_bench(devices=2, batch_size=2, rounds=1, warmup=0, repeats=1, model="mlp", width=4,
                                       algorithm=["sfl-v2", "sl"], threads=1, client_batching="on")
     assert r.algorithms == ("sfl-v2", "sl") and set(r.sfl_samples_per_s) == {"sfl-v2", "sl"}
     assert r.client_batching == "on"
@@ -314,7 +323,7 @@ def test_engine_bench_counts_flops_per_trained_sample_against_centralized_traini
     backward through the server blocks (its cut gradients at the pre-update weights), so it counts more; the mlp's
     FLOPs written out: Linear layers 3072→16→16→10 (width 4: hidden 16; forward 2·m·n per sample, backward twice
     that except the first layer's input gradient, which nobody needs)."""
-    r = bench_engine.run_engine_bench(devices=4, batch_size=4, rounds=1, warmup=0, repeats=1, model="mlp", width=4,
+    r = _engine_bench(devices=4, batch_size=4, rounds=1, warmup=0, repeats=1, model="mlp", width=4,
                                       algorithm=["sfl-v1", "scala"], threads=1, count_flops=True)
     forward = 2 * (3072 * 16 + 16 * 16 + 16 * 10)
     assert r.flops_per_sample["central_b"] == pytest.approx(forward + forward + 2 * (16 * 16 + 16 * 10))
@@ -363,7 +372,7 @@ def test_engine_bench_clock_orders_the_arrivals_gas_may_serve_together(clock, mo
     serve = GAS.serve
     monkeypatch.setattr(GAS, "serve", lambda self, edge, ctx, arrivals: sizes.append(len(arrivals))
                         or serve(self, edge, ctx, arrivals))
-    r = bench_engine.run_engine_bench(devices=8, batch_size=4, rounds=1, warmup=0, repeats=1, model="mlp", width=4,
+    r = _engine_bench(devices=8, batch_size=4, rounds=1, warmup=0, repeats=1, model="mlp", width=4,
                                       algorithm="gas", threads=1, clock=clock)
     assert r.clock == clock and bench_engine.CLOCKS[clock] in r.report()
     assert sizes and (max(sizes) > 1) == (clock == "system")
@@ -383,10 +392,10 @@ def test_engine_bench_cut_must_be_a_cut_point(cut, ok, monkeypatch) -> None:
 
         monkeypatch.setattr(bench_engine, "time", types.SimpleNamespace(perf_counter=stop))
         with pytest.raises(Measured):
-            bench_engine.run_engine_bench(devices=1, batch_size=1, rounds=1, warmup=0, repeats=1, width=4, cut=cut)
+            _engine_bench(devices=1, batch_size=1, rounds=1, warmup=0, repeats=1, width=4, cut=cut)
         return
     with pytest.raises(InputError) as info:
-        bench_engine.run_engine_bench(devices=1, batch_size=1, rounds=1, warmup=0, repeats=1, width=4, cut=cut)
+        _engine_bench(devices=1, batch_size=1, rounds=1, warmup=0, repeats=1, width=4, cut=cut)
     assert info.value.field == "--cut"
     assert info.value.message == f"cnn has 5 cut points; the cut must be in 1..5, got {cut}"
 
@@ -506,16 +515,19 @@ def test_side_memory_is_the_high_water_mark_above_the_start() -> None:
 def test_the_sweep_table_and_plot(tmp_path, monkeypatch) -> None:
     made = []
 
-    def fake_bench(devices, **options):
-        made.append((devices, options))
+    def fake_bench(workload, execution):
+        made.append((workload, execution))
+        devices = workload.devices
         return _result(devices=devices, sfl_seconds_per_round={"psl": devices / 100, "sfl-v2": devices / 50},
                        peak_memory_bytes={"psl": devices * 2**20, "central_b": 2**20}, memory_measure="rss")
 
     monkeypatch.setattr(bench_engine, "run_engine_bench", fake_bench)
     said = []
-    results = bench_engine.run_engine_sweep([20, 200], plot_path=str(tmp_path / "s.png"), progress=said.append,
-                                            rounds=2, model="mlp")
-    assert made == [(20, {"rounds": 2, "model": "mlp"}), (200, {"rounds": 2, "model": "mlp"})]
+    workload = bench_engine.EngineWorkload(rounds=2, model="mlp")
+    execution = ExecutionConfig(threads=1)
+    results = bench_engine.run_engine_sweep([20, 200], workload, execution, plot_path=str(tmp_path / "s.png"),
+                                            progress=said.append)
+    assert made == [(replace(workload, devices=20), execution), (replace(workload, devices=200), execution)]
     assert said == ["20 devices ...", "200 devices ..."] and [r.devices for r in results] == [20, 200]
     assert (tmp_path / "s.png").stat().st_size > 10_000
     figure = bench_engine.sweep_figure(results)
@@ -547,7 +559,8 @@ def test_the_sweep_table_and_plot(tmp_path, monkeypatch) -> None:
 
 
 def test_engine_header_names_what_is_timed() -> None:
-    assert bench_engine.header(20, 16, 10, ["psl", "gas"], 3, "mlp", "cuda", 2) == (
+    workload = bench_engine.EngineWorkload(20, 16, 10, 2, ("psl", "gas"), "mlp", repeats=3)
+    assert bench_engine.header(workload, "cuda") == (
         "bench engine: wall-clock samples/s of 10 rounds of simulated psl, gas split training (20 devices x 16 samples, "
         "mlp cut 2) vs centralized training of the same model on the same samples (batch 16 and 20x16) on cuda; best "
         "of 3 interleaved repeats, each ratio the median of the repeats' side-by-side ratios")

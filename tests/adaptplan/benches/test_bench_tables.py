@@ -14,6 +14,8 @@ from adaptplan.benches import runs as bench_runs
 from adaptplan.benches import training as bench_training
 from adaptplan.benches.comparison import Setting
 from adaptplan.benches.runs import RunResult
+from adaptplan.benches.workload import Workload
+from trainers.config.train_config import ExecutionConfig
 from tests.plot_checks import drawn, spy_figures
 
 
@@ -163,13 +165,13 @@ def test_jobs_of_the_benchmarks(monkeypatch) -> None:
 
     monkeypatch.setattr(bench_algorithms, "run_jobs", fake_run_jobs)
     setting = Setting("sgd", 0.01, 0.02, 0.5, 0.0, 0.0, 8, 0.4, 3, 7)
-    bench_algorithms.run_algorithm_bench(["psl", "gas"], ["iid", "dirichlet-0.1"], setting, devices=5,
-                                         dataset="synthetic", eval_every=2,
-                                         seed=3, target=0.25, workers=2, cuts=[2] * 5, test_samples=50, progress=False)
+    workload = Workload(setting, dataset="synthetic", devices=5, eval_every=2, test_samples=50, target=0.25)
+    bench_algorithms.run_algorithm_bench(["psl", "gas"], ["iid", "dirichlet-0.1"], workload, seed=3, cuts=[2] * 5,
+                                         workers=2, progress=False)
     common = dict(dataset="synthetic", model="cnn", devices=5, rounds=7, optimizer="sgd", lr=0.02, client_lr=0.01,
                   server_lr=0.02, momentum=0.5, weight_decay=0.0, clip_norm=0.0, batch_size=8,
                   eval_every=2, seed=3, threads=1, progress=False, max_test_samples=50, cuts=(2, 2, 2, 2, 2),
-                  device="auto", client_batching="auto")
+                  device="auto", client_batching="auto", dirichlet_alpha=0.5)
     assert seen["jobs"] == [
         {"group": "iid", "label": "psl", "target": 0.25,
          "config": dict(common, algorithm="psl", extra={"participation": 0.4}, interval=3, partition="iid")},
@@ -186,13 +188,14 @@ def test_jobs_of_the_benchmarks(monkeypatch) -> None:
 
     monkeypatch.setattr(bench_training, "run_jobs", fake_run_jobs)
     nine = bench_training.ADAPTSFL_SETTING.with_overrides(rounds=9)
-    bench_training.run_training_bench(["adaptsfl", "sfl"], ["iid", "shards"], nine, devices=4, dataset="synthetic",
-                                      eval_every=3, seed=1, target=0.3, replan_every=6, workers=1, test_samples=40,
-                                      progress=False, noise_cv=0.1, sweep=("device-flops", [0.5, 2.0]))
+    four = Workload(nine, dataset="synthetic", devices=4, eval_every=3, test_samples=40, target=0.3)
+    bench_training.run_training_bench(["adaptsfl", "sfl"], ["iid", "shards"], four,
+                                      bench_training.Planning(6, 0.1, ("device-flops", [0.5, 2.0])), seed=1,
+                                      workers=1, progress=False)
     base = dict(algorithm="adaptsfl", dataset="synthetic", model="cnn", devices=4, partition="iid", rounds=9,
                 optimizer="sgd", lr=0.05, client_lr=0.05, server_lr=0.05, momentum=0.9, weight_decay=0.0, clip_norm=0.0,
                 extra={"participation": 1.0}, batch_size=16, eval_every=3, seed=1, threads=1, progress=False,
-                max_test_samples=40, noise_cv=0.1, device="auto", client_batching="auto")
+                max_test_samples=40, noise_cv=0.1, device="auto", client_batching="auto", dirichlet_alpha=0.5)
     # a sweep runs on the first partition only, one group per value
     assert seen["jobs"] == [
         {"group": "device-flops=0.5", "label": "adaptsfl", "target": 0.3,
@@ -202,7 +205,7 @@ def test_jobs_of_the_benchmarks(monkeypatch) -> None:
          "config": dict(base, policy="adaptsfl", flops_scale=2.0, replan_every=6)},
         {"group": "device-flops=2", "label": "sfl", "target": 0.3, "config": dict(base, policy="sfl", flops_scale=2.0)},
     ]
-    bench_training.run_training_bench(["psl"], ["iid", "shards"], nine, devices=4, workers=1, progress=False)
+    bench_training.run_training_bench(["psl"], ["iid", "shards"], four, workers=1, progress=False)
     assert [(j["group"], j["config"]["partition"], j["config"].get("replan_every")) for j in seen["jobs"]] == [
         ("iid", "iid", None), ("shards", "shards", None)]
 
@@ -246,17 +249,22 @@ def test_python_defaults_are_the_commands(bench, function) -> None:
 
     from adaptplan.cli import build_parser
 
-    args = vars(build_parser().parse_args(["bench", bench]))
-    names = {"target": "target_accuracy"}
+    parsed = build_parser().parse_args(["bench", bench])
+    args = vars(parsed)
     parameters = inspect.signature(function).parameters
-    shared = [p for p in parameters if names.get(p, p) in args and p not in ("workers", "algorithms", "policies", "partitions")]
-    assert len(shared) >= 10
-    for name in shared:
-        assert parameters[name].default == args[names.get(name, name)], name
-    from adaptplan.cli.commands.bench import setting_from
+    from adaptplan.cli.commands.bench import setting_from, workload_from
 
-    setting = parameters["setting"].default                 # the setting flags' absence leaves the default's values
-    assert setting_from(argparse.Namespace(**args), setting) == setting
+    default = parameters["workload"].default
+    setting = default.setting                  # the setting flags' absence leaves the default's values
+    assert setting_from(parsed, setting) == setting
+    # every field of the workload the command has a flag of, at the flag's default (none left to the class's)
+    assert workload_from(parsed, setting, Workload) == default
+    assert parameters["seed"].default == args["seed"] == 0
+    assert default.target == args["target_accuracy"] and default.devices == args["devices"] == 20
+    if bench == "training":
+        planning = parameters["planning"].default
+        assert (planning.replan_every, planning.noise_cv, planning.sweep) == (args["replan_every"], args["noise_cv"],
+                                                                              args["sweep"])
     if bench == "algorithms":
         assert list(parameters["algorithms"].default) == args["algorithms"].split(",")
         assert list(parameters["partitions"].default) == args["partitions"].split(",")
@@ -327,28 +335,28 @@ def test_bench_solvers_and_engine_hand_their_options_on(tmp_path, monkeypatch, c
             return "report text"
 
     seen = {}
-    monkeypatch.setattr(bench_engine, "run_engine_bench", lambda **kw: seen.update(kw) or Result())
+
+    def fake(workload, execution):
+        seen.update(workload=workload, execution=execution)
+        return Result()
+
+    monkeypatch.setattr(bench_engine, "run_engine_bench", fake)
     capsys.readouterr()
     assert main(["bench", "engine", "--devices", "3", "--rounds", "2", "--batch-size", "4", "--algorithm", "psl",
                  "--threads", "1", "--repeats", "5", "--json"]) == 0
-    assert {k: v for k, v in seen.items() if k != "device"} == {
-        "devices": 3, "batch_size": 4, "rounds": 2, "algorithm": ["psl"], "threads": 1, "repeats": 5, "cut": 1,
-        "model": "cnn", "client_batching": "auto", "client_recompute": "auto", "server_pass_samples": "auto",
-        "count_flops": False, "clock": "zero"}
-    assert seen["device"].type == "cpu"
+    assert seen["workload"] == bench_engine.EngineWorkload(devices=3, batch_size=4, rounds=2, cut=1,
+                                                           algorithms=("psl",), model="cnn", repeats=5)
+    assert seen["execution"] == ExecutionConfig(device="auto", threads=1)       # "auto": resolved in the bench
     out, err = capsys.readouterr()
     assert json.loads(out) == {"samples_per_s": 12.5}
-    assert err == bench_engine.header(3, 4, 2, ["psl"], 5, "cnn", "cpu", 1) + "\n"
+    assert err == bench_engine.header(seen["workload"], "cpu") + "\n"
     assert main(["bench", "engine"]) == 0
     assert capsys.readouterr().out == "report text\n"
-    assert {k: v for k, v in seen.items() if k != "device"} == {
-        "devices": 20, "batch_size": 16, "rounds": 10, "algorithm": ["adaptsfl"], "threads": None, "repeats": 3,
-        "cut": 1, "model": "cnn", "client_batching": "auto", "client_recompute": "auto", "server_pass_samples": "auto",
-        "count_flops": False, "clock": "zero"}
+    assert seen["workload"] == bench_engine.EngineWorkload() and seen["execution"] == ExecutionConfig()
     assert main(["bench", "engine", "--client-recompute", "on", "--server-pass-samples", "64", "--flops",
                  "--clock", "system"]) == 0
-    assert (seen["client_recompute"], seen["server_pass_samples"], seen["count_flops"], seen["clock"]) == (
-        "on", 64, True, "system")
+    assert (seen["execution"].client_recompute, seen["execution"].server_pass_samples, seen["workload"].count_flops,
+            seen["workload"].clock) == ("on", 64, True, "system")
     capsys.readouterr()
     # a sweep: several --devices; a plot needs one, and an unwritable image name fails before any work
     assert main(["bench", "engine", "--plot", "x.png"]) == 2
@@ -359,7 +367,7 @@ def test_bench_solvers_and_engine_hand_their_options_on(tmp_path, monkeypatch, c
     assert "--devices" in capsys.readouterr().err
     assert main(["bench", "engine", "--clock", "wall"]) == 2
     assert "--clock: unknown value 'wall'; valid: zero, system" in capsys.readouterr().err
-    assert seen["devices"] == 20                     # nothing ran
+    assert seen["workload"].clock == "system"       # nothing ran since the --clock system run
 
 
 def test_bench_commands_write_their_files_into_new_or_used_folders(tmp_path, monkeypatch, capsys) -> None:

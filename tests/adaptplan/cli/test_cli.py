@@ -310,33 +310,39 @@ def test_bench_engine_needs_an_algorithm_and_knows_all(monkeypatch, capsys) -> N
         def report(self):
             return "report"
 
-    monkeypatch.setattr(bench_engine, "run_engine_bench", lambda **kw: seen.update(kw) or Result())
+    monkeypatch.setattr(bench_engine, "run_engine_bench", lambda w, e: seen.update(algorithms=w.algorithms) or Result())
     assert main(["bench", "engine", "--algorithm", " , ,"]) == 2
     assert capsys.readouterr().err == "adaptplan bench: error: --algorithm: name at least one algorithm\n"
     assert seen == {}
-    assert main(["bench", "engine", "--algorithm", "all"]) == 0 and seen["algorithm"] == list(ALGORITHMS)
-    assert main(["bench", "engine", "--algorithm", "psl, gas,"]) == 0 and seen["algorithm"] == ["psl", "gas"]
+    assert main(["bench", "engine", "--algorithm", "all"]) == 0 and seen["algorithms"] == tuple(ALGORITHMS)
+    assert main(["bench", "engine", "--algorithm", "psl, gas,"]) == 0 and seen["algorithms"] == ("psl", "gas")
     assert main(["bench", "engine", "--algorithm", "psl,nope"]) == 2
     assert "--algorithm: unknown value 'nope'" in capsys.readouterr().err
 
 
 def test_bench_engine_python_defaults_are_the_commands() -> None:
+    """run_engine_bench() with no arguments times what `adaptplan bench engine` times with no flags: every field of
+    EngineWorkload at the flag's default, train's execution defaults."""
+    import dataclasses
     import inspect
 
     from adaptplan.benches import engine as bench_engine
     from adaptplan.cli import build_parser
+    from trainers.config.train_config import ExecutionConfig
 
     args = vars(build_parser().parse_args(["bench", "engine"]))
-    parameters = inspect.signature(bench_engine.run_engine_bench).parameters
-    shared = [p for p in parameters if p in args]
-    assert set(shared) >= {"devices", "batch_size", "rounds", "cut", "repeats", "threads", "model", "client_batching",
-                           "client_recompute", "server_pass_samples"}
-    assert args["devices"] == [parameters["devices"].default]              # one count: no sweep
-    assert args["server_pass_samples"] == "auto" == parameters["server_pass_samples"].default   # the engine's, per device
-    for name in shared:
-        if name not in ("device", "devices"):                          # device: "auto", resolved before the call
-            assert parameters[name].default == args[name], name
-    assert parameters["algorithm"].default == args["algorithm"]
+    workload = inspect.signature(bench_engine.run_engine_bench).parameters["workload"].default
+    flags = {"algorithms": "algorithm", "count_flops": "flops"}
+    shared = [f.name for f in dataclasses.fields(workload) if flags.get(f.name, f.name) in args]
+    assert set(shared) == {"devices", "batch_size", "rounds", "cut", "algorithms", "model", "repeats", "clock",
+                           "count_flops"}                                    # width, warmup, seed: Python only
+    assert args["devices"] == [workload.devices]                             # one count: no sweep
+    assert (args["algorithm"],) == workload.algorithms
+    for name in set(shared) - {"devices", "algorithms"}:
+        assert getattr(workload, name) == args[flags.get(name, name)], name
+    for f in dataclasses.fields(ExecutionConfig):
+        if f.name in args:
+            assert f.default == args[f.name], f.name     # the engine's own per-device choice: "auto"
 
 
 # ---- train --resume from the folder alone ----------------------------------------------------------------------
