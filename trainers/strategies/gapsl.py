@@ -71,6 +71,7 @@ from trainers.api import (
 )
 
 EPS = 1e-12
+ANGLE_RESOLUTION = 1e-6   # rad: eq. (5)'s angles below it read 0 (angles_to)
 GRAM_BLOCK = 128   # rows per band of gram(): 128 was the fastest of 32–256 for 1,000 × 187,914 on one CPU thread
 
 
@@ -85,6 +86,29 @@ def angles(vectors: torch.Tensor, others: torch.Tensor | None = None) -> torch.T
     else:
         dots, other_norm = vectors @ others.T, others.norm(dim=1) + EPS
     return torch.arccos((dots / torch.outer(norm, other_norm)).clamp(-1.0, 1.0))
+
+
+def leader_mean(rows: torch.Tensor, leaders: torch.Tensor, block: int = GRAM_BLOCK) -> torch.Tensor:
+    """Eq. (4)'s g_lead in float64, summed ``block`` leader rows at a time (for :func:`angles_to`)."""
+    total = torch.zeros(rows.shape[1], dtype=torch.float64, device=rows.device)
+    for start in range(0, len(leaders), block):
+        total += rows[leaders[start:start + block]].double().sum(0)
+    return total / len(leaders)
+
+
+def angles_to(rows: torch.Tensor, lead: torch.Tensor, block: int = GRAM_BLOCK) -> torch.Tensor:
+    """Eq. (5)'s θ_i: the angle of every row of ``rows`` to ``lead`` (float64), computed in float64 ``block`` rows at
+    a time (S·P multiply–adds; the rows are not copied whole). In float32 a row identical to g_lead reads an angle of
+    about √(2·2⁻²³) ≈ 5·10⁻⁴ rad instead of 0, and g_lead itself is off by rounding: enough to move rows across
+    eq. (6)'s threshold when all rows agree. An angle below :data:`ANGLE_RESOLUTION` reads 0 (float64's arccos
+    near a cosine of 1 resolves about 2·10⁻⁸ rad): rows along g_lead are aligned whatever the rounding."""
+    lead64 = lead.double()
+    lead_norm = lead64.norm() + EPS
+    out = torch.empty(rows.shape[0], dtype=torch.float64, device=rows.device)
+    for start in range(0, rows.shape[0], block):
+        band = rows[start:start + block].double()
+        out[start:start + block] = torch.arccos(((band @ lead64) / ((band.norm(dim=1) + EPS) * lead_norm)).clamp(-1, 1))
+    return torch.where(out < ANGLE_RESOLUTION, 0.0, out)
 
 
 def gram(rows: torch.Tensor, block: int = GRAM_BLOCK) -> torch.Tensor:
@@ -148,7 +172,7 @@ class GAPSL(Strategy):
         else:
             leaders = torch.argsort(score, stable=True)[:n_sel]                   # eq. (3)
         lead = (_indicator(S, leaders, grads) / n_sel) @ grads                    # eq. (4), no copy of the rows
-        theta = angles(grads, lead[None, :])[:, 0]                               # eq. (5)
+        theta = angles_to(grads, leader_mean(grads, leaders))                     # eq. (5)
         th = max(min(float(theta.mean()) - self.eta_th * float(theta.std(unbiased=False)), math.pi / 2), 0.0)  # (6)
         aligned = [i for i in range(S) if float(theta[i]) <= th] or [int(torch.argmin(theta))]
         off_diag = pairwise[~torch.eye(S, dtype=torch.bool, device=pairwise.device)]

@@ -621,3 +621,22 @@ def test_the_schedule_of_eq_2_runs_over_the_horizon_or_the_runs_rounds(horizon, 
     ctx = SimpleNamespace(round=3, total_rounds=total, metrics={}, rng=np.random.default_rng(0))
     strategy._select(torch.ones(3, 4), [5, 7, 9], ctx)
     assert seen == [pytest.approx(expected)]
+
+
+def test_eq5_angles_read_zero_along_the_leader_whatever_the_rounding() -> None:
+    """θ_i of rows identical to g_lead is 0 for 200 random float32 rows (the float32 cosine read ~5·10⁻⁴ rad and
+    split agreeing rows at eq. 6's threshold); a known angle is kept: [1, 0] to [1, 1] is π/4, [0, 1] to [1, 0] π/2."""
+    from trainers.strategies.gapsl import ANGLE_RESOLUTION, angles_to, leader_mean
+
+    for seed in range(200):
+        g = torch.randn(1, 50, generator=torch.Generator().manual_seed(seed)).repeat(5, 1)
+        theta = angles_to(g, leader_mean(g, torch.arange(5)))
+        assert theta.tolist() == [0.0] * 5, seed
+    rows = torch.tensor([[1e3, 0.0], [0.0, 1e3]])       # norms of 10³: A.3.3's ε = 1e-12 on them moves no angle
+    assert angles_to(rows, torch.tensor([1e3, 1e3], dtype=torch.float64)).tolist() == pytest.approx(
+        [math.pi / 4, math.pi / 4], abs=1e-12)
+    assert angles_to(rows, torch.tensor([1e3, 0.0], dtype=torch.float64)).tolist() == pytest.approx([0.0, math.pi / 2])
+    tilt = 10 * ANGLE_RESOLUTION      # an angle above the resolution stays what it is
+    tilted = torch.tensor([[1e3 * math.cos(tilt), 1e3 * math.sin(tilt)]], dtype=torch.float64)
+    assert angles_to(tilted, torch.tensor([1e3, 0.0], dtype=torch.float64)).item() == pytest.approx(tilt, rel=1e-3)
+    assert leader_mean(torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]), torch.tensor([0, 2])).tolist() == [3.0, 4.0]
