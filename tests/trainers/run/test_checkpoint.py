@@ -125,6 +125,11 @@ def edits(state: dict[str, Any]) -> Iterator[Edit]:
     yield "an input digest for no file", setter(["inputs", "system"], "0" * 64)
     for value in ["abc", "z" * 32, 5, ["a"]]:
         yield f"run_id = {value!r}", setter(["run_id"], value)
+    yield from _engine_edits(state)
+
+
+def _engine_edits(state: dict[str, Any]) -> Iterator[Edit]:
+    """The edits of the engine's part of the checkpoint (and, last, of its history)."""
     engine = state["engine"]
     for key in list(engine):
         if key not in ("absent", "period", "stale"):          # a checkpoint from before has none: none absent, all fresh

@@ -107,6 +107,32 @@ def merge_diag(stat: dict | None, rows: torch.Tensor, w: torch.Tensor) -> dict:
 
 
 # ---- the event loop ------------------------------------------------------------------------------------
+def _reference_flush(buffer, stats, generation: bool, rng, server, opt, shape) -> tuple[dict[int, int], int]:
+    """A flush of B.2's buffer: the per-label statistics merged (GAS-5b), B − n_y features generated for each label
+    short of B once every label has statistics (GAS-6/7), one server step on the buffer and them (GAS-8). Returns
+    the samples generated per label and the rows the server stepped on."""
+    rows = torch.cat([r for r, _, _ in buffer])
+    labels = torch.cat([y for _, y, _ in buffer])
+    weights = torch.cat([torch.full((len(y),), w) for _, y, w in buffer])
+    for y in sorted(set(labels.tolist())):                                         # GAS-5b
+        stats[y] = merge_diag(stats.get(y), rows[labels == y], weights[labels == y])
+    feats, targets, made = [rows], [labels], {}
+    if generation and len(stats) == M:
+        counts = np.bincount(labels.numpy(), minlength=M)
+        made = {y: B - int(counts[y]) for y in range(M) if counts[y] < B}                 # GAS-6
+        if made:      # one seed off the strategy stream per flush; float32 normals, label by label
+            g = torch.Generator().manual_seed(int(rng.integers(2 ** 63)))
+            z = torch.randn((sum(made.values()), rows.shape[1]), generator=g).double()
+        for y, n in made.items():
+            z_y, z = z[:n], z[n:]
+            feats.append((stats[y]["mu"] + z_y * torch.sqrt(stats[y]["var"] + LAM)).float())  # GAS-7
+            targets.append(torch.full((n,), y, dtype=labels.dtype))
+    x = torch.cat(feats).reshape(-1, *shape)
+    nn.functional.cross_entropy(server(x), torch.cat(targets)).backward()         # GAS-8
+    opt.step(server)
+    return made, x.shape[0]
+
+
 def reference_gas(data: DeviceData, rounds: int, C: int, E: int, Q: int, generation: bool, times=None,
                   opt: HandSGD | None = None):
     """B.2 with ``opt`` (plain SGD at LR by default; a joining device restarts its momentum when it loads the
@@ -144,26 +170,8 @@ def reference_gas(data: DeviceData, rounds: int, C: int, E: int, Q: int, generat
             buffer.append((A.detach().reshape(len(Y), -1), Y, float(E * join[k] + local[k] + 1)))  # GAS-2/3
             local[k] += 1
             if len(buffer) == Q:                                                              # flush
-                rows = torch.cat([r for r, _, _ in buffer])
-                labels = torch.cat([y for _, y, _ in buffer])
-                weights = torch.cat([torch.full((len(y),), w) for _, y, w in buffer])
-                for y in sorted(set(labels.tolist())):                                         # GAS-5b
-                    stats[y] = merge_diag(stats.get(y), rows[labels == y], weights[labels == y])
-                feats, targets, made = [rows], [labels], {}
-                if generation and len(stats) == M:
-                    counts = np.bincount(labels.numpy(), minlength=M)
-                    made = {y: B - int(counts[y]) for y in range(M) if counts[y] < B}                 # GAS-6
-                    if made:      # one seed off the strategy stream per flush; float32 normals, label by label
-                        g = torch.Generator().manual_seed(int(rng.integers(2 ** 63)))
-                        z = torch.randn((sum(made.values()), rows.shape[1]), generator=g).double()
-                    for y, n in made.items():
-                        z_y, z = z[:n], z[n:]
-                        feats.append((stats[y]["mu"] + z_y * torch.sqrt(stats[y]["var"] + LAM)).float())  # GAS-7
-                        targets.append(torch.full((n,), y, dtype=labels.dtype))
-                x = torch.cat(feats).reshape(-1, *A.shape[1:])
-                nn.functional.cross_entropy(server(x), torch.cat(targets)).backward()         # GAS-8
-                opt.step(server)
-                free += x.shape[0] * T("server", k) / B      # the flush's pass, after k's reply (the zero FLOP/s term)
+                made, flushed = _reference_flush(buffer, stats, generation, rng, server, opt, A.shape[1:])
+                free += flushed * T("server", k) / B      # the flush's pass, after k's reply (the zero FLOP/s term)
                 log.append(made)
                 buffer = []
             A.backward(G)                                                                     # GAS-11
