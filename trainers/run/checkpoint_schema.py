@@ -67,7 +67,8 @@ def check_state(state: dict[str, Any], where: str) -> None:
         raise refuse("config", "differs from the configuration its history recorded")
     records = history.get("records")
     rounds = [r.get("round") if isinstance(r, dict) else None for r in records] if isinstance(records, list) else None
-    if rounds != list(range(1, round_index + 1)):
+    # the length first: a checkpoint claiming round 10⁹ must not build a list of 10⁹ rounds to be refused
+    if rounds is None or len(rounds) != round_index or rounds != list(range(1, round_index + 1)):
         raise refuse("history.records", f"must hold exactly rounds 1..{round_index} (the checkpoint's round)")
     _check_inputs(state["inputs"], config, refuse)
     fraction = config.get("local_test_fraction", 0.0)    # absent from configurations saved before it: no split
