@@ -29,19 +29,21 @@ from trainers.config.train_config import MODELS, check_model  # noqa: F401  (che
 from trainers.inputs.pooling import MaxPool2d
 
 
-def cnn(in_channels: int, image_size: int, num_classes: int, width: int = 32) -> nn.Sequential:
+def cnn(in_channels: int, image_size: int | tuple[int, int], num_classes: int, width: int = 32) -> nn.Sequential:
     """Three conv stages (conv 3×3 → ReLU → max-pool 2) and two linear layers: 5 cut points when
-    traced (conv1, conv2, conv3 + flatten, fc1, fc2); 11 children when chunked by hand.
+    traced (conv1, conv2, conv3 + flatten, fc1, fc2); 11 children when chunked by hand. ``image_size``: the
+    input's side, or its (height, width) — the three pools leave ⌊H/8⌋ × ⌊W/8⌋ positions for fc1.
 
     For CIFAR-10 (3×32×32) with ``width`` = 32: 32/64/64 channels, ≈ 0.12 M parameters.
     """
     w = width
-    side = image_size // 8
+    height, across = (image_size, image_size) if isinstance(image_size, int) else image_size
+    positions = (height // 8) * (across // 8)
     return nn.Sequential(
         nn.Conv2d(in_channels, w, 3, padding=1), nn.ReLU(), MaxPool2d(2),
         nn.Conv2d(w, 2 * w, 3, padding=1), nn.ReLU(), MaxPool2d(2),
         nn.Conv2d(2 * w, 2 * w, 3, padding=1), nn.ReLU(), MaxPool2d(2),
-        nn.Sequential(nn.Flatten(), nn.Linear(2 * w * side * side, 128), nn.ReLU()),
+        nn.Sequential(nn.Flatten(), nn.Linear(2 * w * positions, 128), nn.ReLU()),
         nn.Linear(128, num_classes),
     )
 
@@ -106,7 +108,7 @@ def _features(shape: tuple[int, ...]) -> int:
 
 # name → builder(input_shape (C, H, W), num_classes, width)
 BUILTINS: dict[str, Callable[[tuple[int, ...], int, int], nn.Module]] = {
-    "cnn": lambda shape, classes, width: cnn(shape[0], shape[-1], classes, width),
+    "cnn": lambda shape, classes, width: cnn(shape[0], (shape[-2], shape[-1]), classes, width),
     "mlp": lambda shape, classes, width: mlp(_features(shape), classes, 4 * width),
     "vgg16-cifar": lambda shape, classes, width: vgg16_cifar(classes, shape[0]),
     "resnet18-cifar": lambda shape, classes, width: resnet_cifar(18, classes, shape[0]),

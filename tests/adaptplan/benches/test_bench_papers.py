@@ -129,6 +129,10 @@ def test_the_plateau_check_prints_enough_digits_to_agree_with_its_label() -> Non
     assert c.b_rise == pytest.approx(1.995) and c.b_plateaued
     line = bp.plateau_line([dataclasses.replace(c, claim=dataclasses.replace(ACC, paper="p", group="p/iid"))], "p")
     assert "b (iid, global) +1.995 pts: plateaued" in line
+    # exactly at the rule's 2 points: not "< 2", so still rising, in the line as in the flag
+    at_two = dataclasses.replace(c, claim=dataclasses.replace(ACC, paper="p", group="p/iid"), b_rise=2.0)
+    assert at_two.b_plateaued is False
+    assert bp.plateau_line([at_two], "p").endswith("b (iid, global) +2.0 pts: STILL RISING")
 
 
 def test_every_method_of_a_recipe_trains_with_its_one_setting_and_gas_gets_equal_device_steps() -> None:

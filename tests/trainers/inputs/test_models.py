@@ -57,3 +57,17 @@ def test_model_builders_default_to_the_documented_sizes() -> None:
     vgg = vgg16_cifar()
     assert n_params(vgg) == 15_245_130
     assert next(vgg.parameters()).shape[1] == 3
+
+
+def test_the_builtin_cnn_takes_a_non_square_input() -> None:
+    """3 × 24 × 40 images (a device-data folder's shape need not be square): fc1 takes 2w·⌊24/8⌋·⌊40/8⌋ = 2w·15
+    inputs, and the model runs; a square 28 × 28 input keeps ⌊28/8⌋² = 9 positions, as before."""
+    from trainers.inputs.models import build_model
+
+    model = build_model("cnn", (3, 24, 40), 10, width=4)
+    fc1 = model[9][1]
+    assert fc1.in_features == 2 * 4 * 3 * 5
+    assert model(torch.zeros(2, 3, 24, 40)).shape == (2, 10)
+    assert build_model("cnn", (1, 28, 28), 10, width=4)[9][1].in_features == 2 * 4 * 9
+    tall = build_model("cnn", (3, 40, 24), 10, width=4)
+    assert tall(torch.zeros(1, 3, 40, 24)).shape == (1, 10)

@@ -117,3 +117,28 @@ def test_the_local_test_split_holds_out_floor_of_the_fraction_of_each_device_rep
     assert [t.tolist() for t in again] == [t.tolist() for t in test] and other[0].tolist() != test[0].tolist()
     assert [len(t) for t in local_test_split(parts, 0.0, seed=4)[1]] == [0, 0, 0]
     assert (samples_before_split(16, 0.1), samples_before_split(16, 0.0), samples_before_split(18, 0.1)) == (18, 16, 20)
+
+
+def test_the_held_out_count_is_the_floor_of_the_exact_product() -> None:
+    """⌊f·|D_i|⌋ on the decimal product, not the float one: 0.29 × 100 is 28.999… in floating point and holds out
+    29; 0.1 × 30 holds out 3; a device of 9 samples at f = 0.1 (0.9) holds none out and trains on all 9."""
+    from trainers.inputs.partition import local_test_split
+
+    parts = [np.arange(100), np.arange(100, 130), np.arange(130, 139)]
+    assert 0.29 * 100 < 29                                          # the float product, below the whole number
+    train, test = local_test_split(parts, 0.29, seed=0)
+    assert [len(t) for t in test] == [29, 8, 2]                      # ⌊29⌋, ⌊8.7⌋, ⌊2.61⌋
+    train, test = local_test_split(parts, 0.1, seed=0)
+    assert [len(t) for t in test] == [10, 3, 0] and len(train[2]) == 9 and train[2].tolist() == list(range(130, 139))
+
+
+def test_the_samples_a_device_needs_before_its_split() -> None:
+    """⌈b / (1 − f)⌉: b = 21 at f = 0.3 needs exactly 30 (21 / 0.7 = 30.000…04 in floating point); b = 16 at
+    f = 0.1 needs 18."""
+    from trainers.inputs.partition import local_test_split, samples_before_split
+
+    assert 21 / (1 - 0.3) > 30
+    assert samples_before_split(21, 0.3) == 30 and samples_before_split(16, 0.1) == 18
+    assert samples_before_split(16, 0.0) == 16 and samples_before_split(1, 0.5) == 2
+    train, _ = local_test_split([np.arange(30)], 0.3, seed=3)
+    assert len(train[0]) == 21                                       # 30 samples leave exactly b = 21 to train on
