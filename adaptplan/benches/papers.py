@@ -44,6 +44,14 @@ tie, or neither reaching the target). Then, in this order:
 * "holds" if every seed's sign is +;
 * "within noise" otherwise (the mean has the claimed sign, but the seeds disagree).
 
+**Convergence claims** (``metric = "convergence"``: the paper states that B does not converge where A does, e.g.
+SCALA's Table III, "SplitFedV1 and V2 fail to converge" under Dirichlet skew). The rule is the paper's own
+convergence criterion (AdaptSFL §VII; docs/model.md §6.1, :func:`trainers.run.history.first_converged`): a run has
+converged when its accuracy (by the claim's protocol) has gained less than 2 points from one evaluation to the next
+for 5 evaluations in a row, evaluations below twice chance not counting; a diverged run has not. Per seed the value
+is +1 when A converged and B did not, −1 when B converged, 0 when neither did; the verdict rule below reads these
+signs, so "holds" means B failed to converge in every seed while A converged.
+
 "holds" says only that the sign agrees in every seed; the size of the effect is in the table next to the
 paper's. Where the recipe gives the paper's figure as a number (a claim's ``margin``: points, or a ratio), the last
 column sets the measured mean against it: "as large" (at least the paper's), "weaker" (the claimed direction,
@@ -326,6 +334,8 @@ class Comparison:
     @property
     def missing(self) -> str:
         """Why the claim has no measured value (its table cells read ``-``: :class:`adaptplan.report.Empty`)."""
+        if self.claim.metric == "convergence":
+            return "no seed"
         if self.claim.metric == "accuracy":
             return "no final accuracy of A and B in any seed"
         return "no seed where both A and B reached the target"
@@ -334,6 +344,10 @@ class Comparison:
     def measured(self) -> str:
         if self.mean is None:
             return Empty(self.missing)
+        if self.claim.metric == "convergence":
+            n = len(self.seeds)
+            return (f"{self.claim.b} did not converge in {self.b_missed}/{n} seeds, {self.claim.a} converged in "
+                    f"{n - self.a_missed}/{n}")
         if self.claim.metric == "accuracy":
             return f"{self.mean:+.1f} pts"
         bound = self.bounded
@@ -342,6 +356,9 @@ class Comparison:
     @property
     def spread(self) -> str:
         n = len(self.seeds)
+        if self.claim.metric == "convergence":
+            return Empty("no final accuracy of B in any seed") if self.low is None else \
+                f"{self.claim.b} final {self.low:.1f}..{self.high:.1f} %"
         if self.claim.metric == "accuracy":
             if self.low is None:
                 return Empty(self.missing)
@@ -375,9 +392,16 @@ class Comparison:
                 "per_seed": per_seed, "verdict": self.verdict, "paper_margin": self.claim.margin,
                 "against_paper": self.against_paper or None, "b_rise_pts": self.b_rise,
                 "b_plateaued": self.b_plateaued,
-                "units": "percentage points, A - B" if self.claim.metric == "accuracy"
-                else "simulated seconds to target, B / A (> 1: A faster); measured: geometric mean over the seeds where "
-                     "both reached the target"}
+                "units": UNITS[self.claim.metric]}
+
+
+UNITS = {"accuracy": "percentage points, A - B",
+         "time": "simulated seconds to target, B / A (> 1: A faster); measured: geometric mean over the seeds where "
+                 "both reached the target",
+         "convergence": "per seed +1 (A converged, B did not), -1 (B converged), 0 (neither), by the paper's "
+                        "criterion (gain < 2 points over 5 evaluations, counted above twice chance); measured: their "
+                        "mean; low..high: B's final accuracy in percent"}
+"""What a claim's figures are, by metric (results.json's ``units``)."""
 
 
 def verdict(values: Sequence[float | None], metric: str, mean: float | None) -> str:
@@ -399,6 +423,8 @@ def compare(claim: Claim, a_runs: Sequence[RunResult], b_runs: Sequence[RunResul
     """Measure ``claim`` from the A and B runs of each seed (``a_runs[i]``, ``b_runs[i]``: seed ``seeds[i]``)."""
     if not (len(a_runs) == len(b_runs) == len(seeds)):
         raise ValueError("one A run and one B run per seed")
+    if claim.metric == "convergence":
+        return _convergence(claim, a_runs, b_runs, seeds)
     if claim.metric == "accuracy":
         values = [accuracy_difference(a, b, claim.protocol) for a, b in zip(a_runs, b_runs)]
         present = [v for v in values if v is not None]
@@ -423,6 +449,29 @@ def compare(claim: Claim, a_runs: Sequence[RunResult], b_runs: Sequence[RunResul
         comparison.budgets = [min(a.sim_seconds, b.sim_seconds) for a, b in zip(a_runs, b_runs)]
         comparison.a_at_budget = [a.accuracy_at(t, claim.protocol) for a, t in zip(a_runs, comparison.budgets)]
         comparison.b_at_budget = [b.accuracy_at(t, claim.protocol) for b, t in zip(b_runs, comparison.budgets)]
+    comparison.verdict = verdict(values, claim.metric, mean)
+    comparison.b_rise = rise(b_runs, claim.protocol)
+    return comparison
+
+
+def convergence_sign(a: RunResult, b: RunResult, protocol: str) -> float:
+    """A seed's value of a convergence claim: +1 when A converged and B did not, −1 when B converged, 0 otherwise
+    (module docstring)."""
+    if b.converged(protocol):
+        return -1.0
+    return 1.0 if a.converged(protocol) else 0.0
+
+
+def _convergence(claim: Claim, a_runs: Sequence[RunResult], b_runs: Sequence[RunResult],
+                 seeds: Sequence[int]) -> Comparison:
+    """A convergence claim measured per seed (:func:`convergence_sign`); low..high: B's final accuracy (points)."""
+    values: list[float | None] = [convergence_sign(a, b, claim.protocol) for a, b in zip(a_runs, b_runs)]
+    finals = [100.0 * f for f in (b.final(claim.protocol) for b in b_runs) if f is not None]
+    mean = statistics.fmean(v for v in values if v is not None) if values else None
+    comparison = Comparison(claim, list(seeds), values, [agreement(v, claim.metric) for v in values], mean,
+                            min(finals) if finals else None, max(finals) if finals else None, None)
+    comparison.a_missed = sum(not a.converged(claim.protocol) for a in a_runs)      # seeds where A did not converge
+    comparison.b_missed = sum(not b.converged(claim.protocol) for b in b_runs)      # seeds where B did not
     comparison.verdict = verdict(values, claim.metric, mean)
     comparison.b_rise = rise(b_runs, claim.protocol)
     return comparison
@@ -494,6 +543,8 @@ def _aligned(rows: Sequence[Sequence[str]]) -> list[str]:
 
 
 def metric_name(c: Comparison, target: float) -> str:
+    if c.claim.metric == "convergence":
+        return f"convergence ({c.claim.protocol}): A yes, B no"
     return (f"final acc. ({c.claim.protocol}), A−B" if c.claim.metric == "accuracy"
             else f"s to {target:.0%} ({c.claim.protocol}), B/A")
 
@@ -516,7 +567,8 @@ def table(found: Sequence[Comparison], book: Mapping[str, Recipe], todo: Sequenc
                   + f"; partitions: {', '.join(p.label for p in recipe.partitions)}",
                   f"  setting — {recipe.setting.describe()}"]
         lines += _aligned([[c.claim.claim, c.claim.source, metric_name(c, goal), c.measured, c.spread, c.verdict,
-                            c.against_paper or ("no number in the paper" if c.claim.margin is None
+                            c.against_paper or ("a statement: judged by the verdict" if c.claim.metric == "convergence"
+                                                else "no number in the paper" if c.claim.margin is None
                                                 else "no measured mean")]
                            for c in found if c.claim.paper == key])
         lines.append(plateau_line(found, key))

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator, Sequence, TypeGuard
 
 from adaptplan.crossing import first_crossing
 from adaptplan.errors import InputError
+from trainers.run.history import chance_floor, first_converged
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,15 @@ class RunResult:
         is an upper bound, the crossing unresolved by the evaluation grid."""
         found = first_crossing([(acc, t) for t, acc in self.points(protocol)], target)
         return found is not None and found.upper_bound
+
+    def converged(self, protocol: str = "global") -> bool | None:
+        """Whether the run converged by the paper's criterion (:func:`trainers.run.history.first_converged`: the
+        accuracy by ``protocol`` gaining less than 2 points from one evaluation to the next for 5 evaluations in a row,
+        counted only above twice chance) and did not diverge; None without evaluations."""
+        accuracies = [acc for _, acc in self.points(protocol)]
+        if not accuracies and self.diverged_round is None:
+            return None
+        return self.diverged_round is None and first_converged(accuracies, chance_floor(self.num_classes)) is not None
 
     def accuracy_at(self, seconds: float, protocol: str = "global") -> float | None:
         """Accuracy of the last evaluation at or before ``seconds`` simulated seconds."""

@@ -11,7 +11,7 @@ import json
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from adaptplan.crossing import first_crossing
 from adaptplan.errors import InputError
@@ -80,6 +80,27 @@ OPTIONAL_RECORD_FIELDS = ("participants", "stage_seconds", "metrics",     # abse
                           "measured_stage_seconds", "measured_round_seconds",   # set by the torch.distributed runtime
                           "local_accuracy")                                     # absent before the local protocol
 
+def chance_floor(num_classes: int | None) -> float:
+    """Twice chance, 2/M for M classes (0 when M is unknown): evaluations below it do not count towards convergence."""
+    return 2.0 / num_classes if num_classes else 0.0
+
+
+def first_converged(accuracies: Sequence[float], floor: float, min_gain: float = 0.02, patience: int = 5) -> int | None:
+    """The paper's convergence criterion (AdaptSFL, docs/model.md §6.1) over a run's evaluations in order: the index
+    of the first evaluation after which the accuracy's increase from one evaluation to the next has stayed below
+    ``min_gain`` (a fraction) for ``patience`` consecutive evaluations; None if never. Evaluations below ``floor``
+    neither count nor start a streak, so a run still near chance is not "converged"."""
+    streak = 0
+    for k in range(1, len(accuracies)):
+        if accuracies[k] < floor:
+            streak = 0
+            continue
+        streak = streak + 1 if accuracies[k] - accuracies[k - 1] < min_gain else 0
+        if streak >= patience:
+            return k
+    return None
+
+
 @dataclass
 class History:
     """All rounds of a run plus run metadata (config, events)."""
@@ -114,25 +135,16 @@ class History:
         return ev[-1].local_accuracy if ev else None
 
     def converged_round(self, min_gain: float = 0.02, patience: int = 5, floor: float | None = None) -> int | None:
-        """The paper's criterion (docs/model.md §6.1): the first evaluated round after which the test-accuracy
-        increase stays below ``min_gain`` for ``patience`` consecutive evaluations; None if never.
-        Evaluations below ``floor`` (default: twice chance, 2/M for the run's M classes in
-        ``meta["num_classes"]``; 0 when unknown) neither count nor start a streak, so a run still
-        near chance is not "converged"."""
+        """The paper's criterion (docs/model.md §6.1, :func:`first_converged`) on the test accuracy: the first
+        evaluated round after which the increase stays below ``min_gain`` for ``patience`` consecutive evaluations;
+        None if never. ``floor`` default: twice chance, 2/M for the run's M classes in ``meta["num_classes"]`` (0
+        when unknown)."""
         if floor is None:
             classes = self.meta.get("num_classes")
-            floor = 2.0 / classes if isinstance(classes, int) and 0 < classes <= MAX_NUM_CLASSES else 0.0
+            floor = chance_floor(classes if isinstance(classes, int) and 0 < classes <= MAX_NUM_CLASSES else None)
         ev = self.evaluated
-        streak = 0
-        for prev, cur in zip(ev, ev[1:]):
-            accuracy, before = float(cur.accuracy or 0.0), float(prev.accuracy or 0.0)   # evaluated: never None
-            if accuracy < floor:
-                streak = 0
-                continue
-            streak = streak + 1 if accuracy - before < min_gain else 0
-            if streak >= patience:
-                return cur.round
-        return None
+        k = first_converged([float(r.accuracy or 0.0) for r in ev], floor, min_gain, patience)   # evaluated: never None
+        return None if k is None else ev[k].round
 
     def time_to_accuracy(self, target: float) -> float | None:
         """Simulated seconds at which test accuracy first reaches ``target`` (None if never)."""

@@ -41,7 +41,7 @@ KEY_KINDS = {"optimizer": TEXT, "client_lr": NUMBER, "server_lr": NUMBER, "momen
              "dirichlet_alpha": NUMBER, "local_test_fraction": NUMBER, "evaluations": WHOLE, "test_samples": WHOLE,
              "target_accuracy": NUMBER}
 """What each key of ``[setting]`` and ``[paper_scale]`` holds (its range is TrainConfig's, checked on every job)."""
-METRICS = ("accuracy", "time")
+METRICS = ("accuracy", "time", "convergence")
 PROTOCOLS = ("global", "local")
 METHOD_KEYS = ("label", "algorithm", "options", "policy", "replan_every", "reestimate", "rounds", "note")
 CLAIM_KEYS = ("text", "a", "b", "metric", "paper", "protocol", "partition", "margin")
@@ -68,9 +68,11 @@ class Method:
 
 @dataclass(frozen=True)
 class Claim:
-    """A claim of the paper: ``a`` beats ``b``. ``metric``: ``accuracy`` (final accuracy, A − B in points) or
-    ``time`` (simulated seconds to the target accuracy, B / A); judged by ``protocol`` on ``partition``. ``margin``:
-    the paper's figure as a number in the metric's unit (points > 0; a ratio > 1), where the paper gives one."""
+    """A claim of the paper: ``a`` beats ``b``. ``metric``: ``accuracy`` (final accuracy, A − B in points),
+    ``time`` (simulated seconds to the target accuracy, B / A) or ``convergence`` (the paper's statement that A
+    converges and B does not, judged by the convergence rule of :mod:`adaptplan.benches.papers`); judged by
+    ``protocol`` on ``partition``. ``margin``: the paper's figure as a number in the metric's unit (points > 0; a
+    ratio > 1), where the paper gives one (a convergence claim is a statement: it has none)."""
 
     text: str
     a: str
@@ -335,6 +337,8 @@ def _margin(entry: dict[str, Any], where: str, fail: Callable[[str, str], InputE
     time claim (A faster than B); absent where the paper gives no number."""
     if "margin" not in entry:
         return None
+    if entry.get("metric") == "convergence":
+        raise fail(f"{where}.margin", "a convergence claim states that B does not converge: it has no figure")
     value, time = entry["margin"], entry.get("metric") == "time"
     low, high, unit = (1.0, 1e6, "a ratio B/A") if time else (0.0, 100.0, "percentage points A − B")
     if not _kind_of(value, NUMBER) or not low < value <= high:
