@@ -3,7 +3,6 @@ tables' figures, the JSON, the plots' points, and the jobs each benchmark hands 
 
 from __future__ import annotations
 
-import argparse
 import json
 from typing import Any
 
@@ -15,8 +14,8 @@ from adaptplan.benches import training as bench_training
 from adaptplan.benches.comparison import Setting
 from adaptplan.benches.runs import RunResult
 from adaptplan.benches.workload import Workload
-from trainers.config.train_config import ExecutionConfig
 from tests.plot_checks import drawn, spy_figures
+from trainers.config.train_config import ExecutionConfig
 
 
 def result(group, label, **kw) -> RunResult:
