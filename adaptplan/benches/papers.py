@@ -52,6 +52,12 @@ for 5 evaluations in a row, evaluations below twice chance not counting; a diver
 is +1 when A converged and B did not, −1 when B converged, 0 when neither did; the verdict rule below reads these
 signs, so "holds" means B failed to converge in every seed while A converged.
 
+**Ordering claims** (``metric = "ordering"``, ``order``: the paper's ranking of several methods by final accuracy,
+best first, e.g. SCALA's Table III column). Per seed the value is Kendall's τ (τ-a) between the claimed order and the
+one the methods' final accuracies give (1: the claimed order exactly; a tie counts as neither agreeing nor not);
+its sign is + only at τ = 1, − at τ ≤ 0; so "holds" means the claimed order in every seed, "does not hold" a mean
+τ ≤ 0. A and B are the order's first and last (the plateau check watches the last).
+
 "holds" says only that the sign agrees in every seed; the size of the effect is in the table next to the
 paper's. Where the recipe gives the paper's figure as a number (a claim's ``margin``: points, or a ratio), the last
 column sets the measured mean against it: "as large" (at least the paper's), "weaker" (the claimed direction,
@@ -98,6 +104,7 @@ class Claim:
     group: str = ""
     source: str = ""    # the paper's figure
     margin: float | None = None   # the paper's figure as a number (points; a ratio), where it gives one
+    order: tuple[str, ...] = ()   # an ordering claim's methods, best first (a and b: its first and last)
 
 
 def catalogue(selected: Sequence[str], tier: str = "full", data_root: str | None = None) -> dict[str, Recipe]:
@@ -147,7 +154,7 @@ def quick_tier(recipe: Recipe) -> Recipe:
 
 def claims(recipe: Recipe) -> list[Claim]:
     return [Claim(recipe.key, c.text, c.a, c.b, c.metric, c.protocol, f"{recipe.key}/{c.partition}", c.paper,
-                  c.margin) for c in recipe.claims]
+                  c.margin, c.order) for c in recipe.claims]
 
 
 def parse_papers(text: str) -> list[str]:
@@ -257,9 +264,12 @@ def time_ratio(a: RunResult, b: RunResult, target: float, protocol: str = "globa
 
 
 def agreement(value: float | None, metric: str) -> int:
-    """+1 when a seed's value agrees with the claim, −1 when it contradicts it, 0 otherwise."""
+    """+1 when a seed's value agrees with the claim, −1 when it contradicts it, 0 otherwise (an ordering: +1 only for
+    the claimed order itself, τ = 1; −1 for τ ≤ 0)."""
     if value is None:
         return 0
+    if metric == "ordering":
+        return 1 if value >= 1.0 - 1e-12 else -1 if value <= 0 else 0
     centre = 1.0 if metric == "time" else 0.0
     return (value > centre) - (value < centre)
 
@@ -287,6 +297,7 @@ class Comparison:
     b_rise: float | None = None         # the plateau check of B (points; module docstring)
     bounds: list[str] = field(default_factory=list)   # time claims, per seed: "≥", "≤", "?" (a side's time bounded by
                                                        # its first evaluation) or ""
+    orders: list[str] = field(default_factory=list)   # ordering claims, per seed: the measured order, best first
 
     @property
     def bounded(self) -> str:
@@ -336,6 +347,8 @@ class Comparison:
         """Why the claim has no measured value (its table cells read ``-``: :class:`adaptplan.report.Empty`)."""
         if self.claim.metric == "convergence":
             return "no seed"
+        if self.claim.metric == "ordering":
+            return "no seed where every method has a final accuracy"
         if self.claim.metric == "accuracy":
             return "no final accuracy of A and B in any seed"
         return "no seed where both A and B reached the target"
@@ -348,6 +361,9 @@ class Comparison:
             n = len(self.seeds)
             return (f"{self.claim.b} did not converge in {self.b_missed}/{n} seeds, {self.claim.a} converged in "
                     f"{n - self.a_missed}/{n}")
+        if self.claim.metric == "ordering":
+            exact = self.signs.count(1)
+            return f"τ {self.mean:+.2f}; the claimed order in {exact}/{len(self.seeds)} seeds"
         if self.claim.metric == "accuracy":
             return f"{self.mean:+.1f} pts"
         bound = self.bounded
@@ -359,6 +375,11 @@ class Comparison:
         if self.claim.metric == "convergence":
             return Empty("no final accuracy of B in any seed") if self.low is None else \
                 f"{self.claim.b} final {self.low:.1f}..{self.high:.1f} %"
+        if self.claim.metric == "ordering":
+            if self.low is None:
+                return Empty(self.missing)
+            return f"τ {self.low:+.2f}..{self.high:+.2f}; seed {self.seeds[0]}: {self.orders[0]}" if self.orders \
+                else f"τ {self.low:+.2f}..{self.high:+.2f}"
         if self.claim.metric == "accuracy":
             if self.low is None:
                 return Empty(self.missing)
@@ -381,6 +402,8 @@ class Comparison:
         per_seed = []
         for i, seed in enumerate(self.seeds):
             row: dict[str, Any] = {"seed": seed, "value": finite(self.values[i]), "sign": self.signs[i]}
+            if self.orders:
+                row["measured_order"] = self.orders[i]
             if self.claim.metric == "time":
                 row.update(a_seconds_to_target=self.a_times[i], b_seconds_to_target=self.b_times[i],
                            value_bound={"≥": "lower", "≤": "upper", "?": "unresolved", "": None}[self.bounds[i]],
@@ -400,7 +423,9 @@ UNITS = {"accuracy": "percentage points, A - B",
                  "both reached the target",
          "convergence": "per seed +1 (A converged, B did not), -1 (B converged), 0 (neither), by the paper's "
                         "criterion (gain < 2 points over 5 evaluations, counted above twice chance); measured: their "
-                        "mean; low..high: B's final accuracy in percent"}
+                        "mean; low..high: B's final accuracy in percent",
+         "ordering": "per seed Kendall's tau between the claimed order (best first) and the methods' final "
+                     "accuracies: 1 = the claimed order; measured: its mean"}
 """What a claim's figures are, by metric (results.json's ``units``)."""
 
 
@@ -477,6 +502,33 @@ def _convergence(claim: Claim, a_runs: Sequence[RunResult], b_runs: Sequence[Run
     return comparison
 
 
+def kendall_tau(claimed: Sequence[str], finals: Mapping[str, float]) -> float:
+    """Kendall's τ (τ-a) between the ``claimed`` order (best first) and the one the ``finals`` (accuracy per method)
+    give: (concordant − discordant pairs) / all pairs, a tie in accuracy neither; 1 = the claimed order exactly."""
+    pairs = [(claimed[i], claimed[j]) for i in range(len(claimed)) for j in range(i + 1, len(claimed))]
+    score = sum((finals[better] > finals[worse]) - (finals[better] < finals[worse]) for better, worse in pairs)
+    return score / len(pairs)
+
+
+def compare_ordering(claim: Claim, runs: Mapping[str, Sequence[RunResult]], seeds: Sequence[int]) -> Comparison:
+    """An ordering claim measured per seed: Kendall's τ between the claimed order and the methods' final accuracies
+    (by the claim's protocol); None for a seed where a method has none. low..high: the seeds' τ."""
+    values: list[float | None] = []
+    for i in range(len(seeds)):
+        finals = {m: runs[m][i].final(claim.protocol) for m in claim.order}
+        values.append(None if any(f is None for f in finals.values())
+                      else kendall_tau(claim.order, {m: float(f) for m, f in finals.items() if f is not None}))
+    present = [v for v in values if v is not None]
+    mean = statistics.fmean(present) if present else None
+    comparison = Comparison(claim, list(seeds), values, [agreement(v, claim.metric) for v in values], mean,
+                            min(present) if present else None, max(present) if present else None, None)
+    comparison.verdict = verdict(values, claim.metric, mean)
+    comparison.b_rise = rise(runs[claim.b], claim.protocol)
+    comparison.orders = [" > ".join(sorted(claim.order, key=lambda m: -(runs[m][i].final(claim.protocol) or 0.0)))
+                         for i in range(len(seeds))]
+    return comparison
+
+
 def grid_bound(a_bounded: bool, b_bounded: bool) -> str:
     """What B/A is when a side's time is its first evaluation's (an upper bound on its crossing): A's → the ratio is a
     lower bound "≥", B's → an upper bound "≤", both → "?" (neither), neither → ""."""
@@ -526,6 +578,10 @@ def comparisons(todo: Sequence[Mapping[str, Any]], results: Sequence[RunResult],
     for recipe in book.values():
         goal = recipe.target_accuracy if target is None else target
         for claim in claims(recipe):
+            if claim.metric == "ordering":
+                out.append(compare_ordering(claim, {m: [cell[claim.group, m, s] for s in seeds] for m in claim.order},
+                                            seeds))
+                continue
             out.append(compare(claim, [cell[claim.group, claim.a, s] for s in seeds],
                                [cell[claim.group, claim.b, s] for s in seeds], seeds, goal))
     return out
@@ -545,6 +601,8 @@ def _aligned(rows: Sequence[Sequence[str]]) -> list[str]:
 def metric_name(c: Comparison, target: float) -> str:
     if c.claim.metric == "convergence":
         return f"convergence ({c.claim.protocol}): A yes, B no"
+    if c.claim.metric == "ordering":
+        return f"order of final acc. ({c.claim.protocol}), Kendall τ"
     return (f"final acc. ({c.claim.protocol}), A−B" if c.claim.metric == "accuracy"
             else f"s to {target:.0%} ({c.claim.protocol}), B/A")
 
@@ -567,7 +625,8 @@ def table(found: Sequence[Comparison], book: Mapping[str, Recipe], todo: Sequenc
                   + f"; partitions: {', '.join(p.label for p in recipe.partitions)}",
                   f"  setting — {recipe.setting.describe()}"]
         lines += _aligned([[c.claim.claim, c.claim.source, metric_name(c, goal), c.measured, c.spread, c.verdict,
-                            c.against_paper or ("a statement: judged by the verdict" if c.claim.metric == "convergence"
+                            c.against_paper or ("a statement: judged by the verdict"
+                                                if c.claim.metric in ("convergence", "ordering")
                                                 else "no number in the paper" if c.claim.margin is None
                                                 else "no measured mean")]
                            for c in found if c.claim.paper == key])

@@ -41,10 +41,10 @@ KEY_KINDS = {"optimizer": TEXT, "client_lr": NUMBER, "server_lr": NUMBER, "momen
              "dirichlet_alpha": NUMBER, "local_test_fraction": NUMBER, "evaluations": WHOLE, "test_samples": WHOLE,
              "target_accuracy": NUMBER}
 """What each key of ``[setting]`` and ``[paper_scale]`` holds (its range is TrainConfig's, checked on every job)."""
-METRICS = ("accuracy", "time", "convergence")
+METRICS = ("accuracy", "time", "convergence", "ordering")
 PROTOCOLS = ("global", "local")
 METHOD_KEYS = ("label", "algorithm", "options", "policy", "replan_every", "reestimate", "rounds", "note")
-CLAIM_KEYS = ("text", "a", "b", "metric", "paper", "protocol", "partition", "margin")
+CLAIM_KEYS = ("text", "a", "b", "metric", "paper", "protocol", "partition", "margin", "order")
 HOUR_TIER_KEYS = ("rounds", "evaluations")
 
 
@@ -70,9 +70,11 @@ class Method:
 class Claim:
     """A claim of the paper: ``a`` beats ``b``. ``metric``: ``accuracy`` (final accuracy, A − B in points),
     ``time`` (simulated seconds to the target accuracy, B / A) or ``convergence`` (the paper's statement that A
-    converges and B does not, judged by the convergence rule of :mod:`adaptplan.benches.papers`); judged by
-    ``protocol`` on ``partition``. ``margin``: the paper's figure as a number in the metric's unit (points > 0; a
-    ratio > 1), where the paper gives one (a convergence claim is a statement: it has none)."""
+    converges and B does not, judged by the convergence rule of :mod:`adaptplan.benches.papers`) or ``ordering``
+    (the paper's ranking of several methods by final accuracy, best first: ``order``; ``a`` and ``b`` are then its
+    first and last); judged by ``protocol`` on ``partition``. ``margin``: the paper's figure as a number in the
+    metric's unit (points > 0; a ratio > 1), where the paper gives one (a convergence or ordering claim is a
+    statement: it has none)."""
 
     text: str
     a: str
@@ -82,6 +84,7 @@ class Claim:
     protocol: str
     partition: str
     margin: float | None = None
+    order: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -317,12 +320,14 @@ def _claim(entry: dict[str, Any], where: str, protocol: str, labels: Sequence[st
     bad = sorted(set(entry) - set(CLAIM_KEYS))
     if bad:
         raise fail(f"{where}.{bad[0]}", f"unknown key; valid: {', '.join(CLAIM_KEYS)}")
-    texts = [k for k, v in entry.items() if k != "margin" and not isinstance(v, str)]
+    texts = [k for k, v in entry.items() if k not in ("margin", "order") and not isinstance(v, str)]
     if texts:
         raise fail(f"{where}.{texts[0]}", "must be a text")
-    claim = Claim(str(entry.get("text", "")), str(entry.get("a", "")), str(entry.get("b", "")),
-                  str(entry.get("metric", "")), str(entry.get("paper", "")), str(entry.get("protocol", protocol)),
-                  str(entry.get("partition", partitions[0].label)), _margin(entry, where, fail))
+    order = _order(entry, where, labels, fail)
+    claim = Claim(str(entry.get("text", "")), str(entry.get("a", order[0] if order else "")),
+                  str(entry.get("b", order[-1] if order else "")), str(entry.get("metric", "")),
+                  str(entry.get("paper", "")), str(entry.get("protocol", protocol)),
+                  str(entry.get("partition", partitions[0].label)), _margin(entry, where, fail), order)
     if claim.a not in labels or claim.b not in labels:
         raise fail(where, f"a and b must name methods ({', '.join(labels)})")
     if claim.metric not in METRICS or claim.protocol not in PROTOCOLS:
@@ -332,6 +337,29 @@ def _claim(entry: dict[str, Any], where: str, protocol: str, labels: Sequence[st
     return claim
 
 
+def _order(entry: dict[str, Any], where: str, labels: Sequence[str],
+           fail: Callable[[str, str], InputError]) -> tuple[str, ...]:
+    """An ordering claim's ``order``: at least three distinct methods, best first, and no ``a``/``b`` (they are its
+    ends); other claims have none."""
+    ordering = entry.get("metric") == "ordering"
+    if "order" not in entry:
+        if ordering:
+            raise fail(f"{where}.order", "an ordering claim lists its methods, best first")
+        return ()
+    order = entry["order"]
+    if not ordering:
+        raise fail(f"{where}.order", "only an ordering claim (metric = \"ordering\") lists an order")
+    if not isinstance(order, list) or len(order) < 3 or not all(isinstance(m, str) for m in order) \
+            or len(set(order)) != len(order):
+        raise fail(f"{where}.order", "must list at least three distinct methods, best first")
+    unknown = [m for m in order if m not in labels]
+    if unknown:
+        raise fail(f"{where}.order", f"{unknown[0]!r} is not a method ({', '.join(labels)})")
+    if {"a", "b"} & set(entry):
+        raise fail(where, "an ordering claim's A and B are its order's first and last: give no a or b")
+    return tuple(order)
+
+
 def _margin(entry: dict[str, Any], where: str, fail: Callable[[str, str], InputError]) -> float | None:
     """A claim's ``margin``, the paper's figure: points in (0, 100] for an accuracy claim, a ratio in (1, 10⁶] for a
     time claim (A faster than B); absent where the paper gives no number."""
@@ -339,6 +367,8 @@ def _margin(entry: dict[str, Any], where: str, fail: Callable[[str, str], InputE
         return None
     if entry.get("metric") == "convergence":
         raise fail(f"{where}.margin", "a convergence claim states that B does not converge: it has no figure")
+    if entry.get("metric") == "ordering":
+        raise fail(f"{where}.margin", "an ordering claim states a ranking: it has no figure")
     value, time = entry["margin"], entry.get("metric") == "time"
     low, high, unit = (1.0, 1e6, "a ratio B/A") if time else (0.0, 100.0, "percentage points A − B")
     if not _kind_of(value, NUMBER) or not low < value <= high:
