@@ -11,6 +11,9 @@ How one setting maps onto each algorithm (:meth:`Setting.fields`):
 
 * ``participation`` ρ: the ``--participation`` of every algorithm that samples devices; GAS keeps
   C = ⌈ρN⌉ devices active; vanilla SL trains every device in turn and takes only ρ = 1.
+* ``client_state``: whether a device that loads the global client model keeps its optimizer state (momentum) or
+  restarts it — one convention for every method (``--client-state keep|restart``; the papers' codes differ: SCALA's
+  and GAS's restart, their SplitFed baselines and CycleSL keep).
 * ``local_steps``: the local rounds between two averages — the aggregation interval I of the synchronous
   algorithms (it changes nothing for those that never average: SL, PSL, GAPSL, CyclePSL), GAS's local
   iterations E. A method whose planning policy decides the interval (AdaptSFL's) is left to it.
@@ -27,6 +30,10 @@ from typing import Any, Mapping
 from adaptplan.errors import InputError
 from trainers.algorithms import algorithm as registered
 
+COMPARISON_CLIENT_STATES = ("keep", "restart")
+"""A comparison's one convention for a device's optimizer state when it loads the global client model (the run option
+``--client-state``; its third value, each algorithm's own, would differ inside one table)."""
+
 
 @dataclass(frozen=True)
 class Setting:
@@ -42,6 +49,7 @@ class Setting:
     participation: float              # ρ, fraction of the devices per round (GAS: active C = ⌈ρN⌉)
     local_steps: int | None           # local rounds between averages (I; GAS's E); None = each algorithm's own
     rounds: int
+    client_state: str = "keep"        # a device that loads the global client model: "keep" or "restart" its optimizer state
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -49,13 +57,17 @@ class Setting:
             raise InputError(f"must be a fraction in (0, 1], got {self.participation!r}", field="--participation")
         if self.local_steps is not None and self.local_steps < 1:
             raise InputError(f"must be an integer ≥ 1, got {self.local_steps!r}", field="--local-steps")
+        if self.client_state not in COMPARISON_CLIENT_STATES:
+            raise InputError(f"a comparison gives every method one convention: keep or restart, got "
+                             f"{self.client_state!r}", field="--client-state")
 
     def fields(self, algorithm: str, devices: int, planned: bool = False) -> dict[str, Any]:
         """TrainConfig fields (``extra`` included) that make ``algorithm`` on ``devices`` devices train with this
         setting; ``planned``: a planning policy decides the interval (not set here)."""
         out: dict[str, Any] = dict(optimizer=self.optimizer, lr=self.server_lr, client_lr=self.client_lr,
                                    server_lr=self.server_lr, momentum=self.momentum, weight_decay=self.weight_decay,
-                                   clip_norm=self.clip_norm, batch_size=self.batch_size, rounds=self.rounds, extra={})
+                                   clip_norm=self.clip_norm, batch_size=self.batch_size, rounds=self.rounds,
+                                   client_state=self.client_state, extra={})
         entry = registered(algorithm)
         if entry.active_option is not None:              # it counts its active devices (GAS's C = ⌈ρN⌉)
             out["extra"][entry.active_option] = max(1, math.ceil(self.participation * devices - 1e-9))
@@ -78,7 +90,9 @@ class Setting:
         steps = "each algorithm's own" if self.local_steps is None else str(self.local_steps)
         return (f"every method: {self.optimizer.upper()}, {rates}{momentum}, weight decay {self.weight_decay:g}, "
                 f"clipping {'off' if not self.clip_norm else format(self.clip_norm, 'g')}, batch {self.batch_size}, "
-                f"participation {self.participation:g}, local rounds between averages {steps}, {self.rounds} rounds")
+                f"participation {self.participation:g}, local rounds between averages {steps}, {self.rounds} rounds, "
+                f"a device's optimizer state {'kept' if self.client_state == 'keep' else 'restarted'} when it loads "
+                f"the global model")
 
     def to_json(self) -> dict[str, Any]:
         return {**{f.name: getattr(self, f.name) for f in fields(self) if f.name != "sources"},

@@ -19,7 +19,10 @@ class OptimizerSpec:
     """``name`` in :data:`OPTIMIZERS`; ``lr`` step size; ``momentum`` (SGD) / betas default (Adam);
     ``weight_decay`` L2 coefficient; ``clip_norm`` maximum gradient 2-norm (None = no clipping);
     ``proximal_mu`` μ of FedProx's proximal term μ/2·‖w − w_anchor‖², w_anchor the weights the role last
-    downloaded (or started from): its gradient μ(w − w_anchor) is added before the step (0 = none)."""
+    downloaded (or started from): its gradient μ(w − w_anchor) is added before the step (0 = none).
+    ``restart_on_download``: whether a device that loads a global client model restarts this optimizer's state
+    (momentum, Adam's moments) — True, False, or None for the algorithm's own choice (its strategy's
+    ``reset_client_optimizer``; docs/algorithms.md "Optimizer state")."""
 
     name: str = "sgd"
     lr: float = 0.01
@@ -27,6 +30,7 @@ class OptimizerSpec:
     weight_decay: float = 0.0
     clip_norm: float | None = None
     proximal_mu: float = 0.0
+    restart_on_download: bool | None = None
 
     def build(self, params: Sequence["nn.Parameter"]) -> "torch.optim.Optimizer":
         """The torch optimizer over ``params`` (torch is imported here, not with the spec)."""

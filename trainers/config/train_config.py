@@ -97,9 +97,12 @@ EVAL_BATCH_SIZE = 256
 LOCAL_TEST_FRACTION = 0.1
 """Default share of each device's samples held out for its local test split (CycleSL §4.1: 90 %–10 %)."""
 MAX_LOCAL_TEST_FRACTION = 0.5
-SAVED_BEFORE = {"local_test_fraction": 0.0, "pilots": None, "aggregation": "mean", "trim": 0.1, "rounds_law": "eq15"}
+SAVED_BEFORE = {"local_test_fraction": 0.0, "pilots": None, "aggregation": "mean", "trim": 0.1, "rounds_law": "eq15",
+                "client_state": "algorithm"}
 """Options a configuration saved before they existed ran with: no local test split, no pilots."""
 
+CLIENT_STATES = ("algorithm", "keep", "restart")
+"""``--client-state``: a device's optimizer state when it loads the global client model."""
 POLICIES = ("adaptsfl", "rma+ms", "ma+rms", "rma+rms", "dama+rms", "rma+ams", "sfl", "psl", "fixed-cut")
 REDRAWING_POLICIES = ("rma+ms", "ma+rms", "rma+rms", "dama+rms", "rma+ams")   # re-drawn at every aggregation
 
@@ -188,6 +191,10 @@ class OptimConfig:
         "are charged to the clock", choices=("mean", "median", "trimmed-mean"))
     trim: float = option(0.1, "share β of the largest and of the smallest values the trimmed mean drops per entry "
                          "(default 0.1; below 0.5)", low=0.0, high=0.5, high_open=True)
+    client_state: str = option(
+        "algorithm", "a device that loads the global client model keeps its optimizer state (momentum, Adam's "
+        "moments) or restarts it: keep, restart, or algorithm (default: each algorithm's own, docs/algorithms.md "
+        "\"Optimizer state\"); a comparison gives every method one of keep or restart", choices=CLIENT_STATES)
     clip_norm: float | None = option(None, "clip each role's gradient 2-norm at this value before every step; 0 = no "
                                      "clipping (default: the algorithm's, 10 for SCALA and GAS as in their code)", low=0.0)
 
@@ -218,7 +225,9 @@ class OptimConfig:
         lr, name = (self.client_lr, self.client_optimizer) if role == "client" else (self.server_lr, self.server_optimizer)
         assert name is not None and lr is not None and self.momentum is not None and self.weight_decay is not None, \
             "filled by resolve"
-        return OptimizerSpec(name, lr, self.momentum, self.weight_decay, self.clip_norm or None)
+        restart = None if role != "client" or self.client_state == "algorithm" else self.client_state == "restart"
+        return OptimizerSpec(name, lr, self.momentum, self.weight_decay, self.clip_norm or None,
+                             restart_on_download=restart)
 
 
 @dataclass

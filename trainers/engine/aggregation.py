@@ -99,7 +99,7 @@ def download_global(engine: Engine, devices: Sequence[int], round_index: int, bl
         mine = [j for j in blocks if j < engine.cuts[d]]
         if mine:
             engine.net.send(FED, Send(d, d, round_index, "device", {j: (ref, j) for j in mine},
-                                      fresh_optimizer=engine.strategy.reset_client_optimizer))
+                                      fresh_optimizer=engine.fresh_client_state))
             engine.net.send(d, Take(FED))
             engine.timeline.tally.down += engine.blocks_bytes(mine)
             engine.timeline.ledger.add(d, "model download", float(times.model_down[d]))

@@ -199,6 +199,6 @@ def _refill(engine: Engine, ctx: "RoundContext", st: AsyncLoopState, d: int, tim
         return
     st.active[slot] = new
     st.steps[new] = 0
-    engine.timeline.tally.down += load_global(engine, new, ctx.round, s.reset_client_optimizer)
+    engine.timeline.tally.down += load_global(engine, new, ctx.round, engine.fresh_client_state)
     st.clock[new] = join + float(times.model_down[new])
     engine.timeline.ledger.add(new, "model download", float(times.model_down[new]))

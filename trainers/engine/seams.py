@@ -84,6 +84,9 @@ class EngineParts(Protocol):
 
     def next_key(self) -> int: ...
 
+    @property
+    def fresh_client_state(self) -> bool: ...           # a device loading the global model restarts its optimizer state
+
     def load_global(self, device: int, round_index: int, fresh_optimizer: bool) -> int: ...
 
     def check_models_finite(self, round_index: int) -> None: ...

@@ -346,13 +346,16 @@ class SplitEngine:
             self._graph_bytes[cut] = graph_bytes_per_sample(self.template[:cut], self.data.x_train[rows])
         return self._graph_bytes[cut]
 
-    def blocks_bytes(self, blocks: Sequence[int]) -> int:
-        """Bytes of one copy of ``blocks``."""
+    def blocks_bytes(self, blocks: Sequence[int]) -> int:   # bytes of one copy of ``blocks``
         return sum(self.block_bytes[j] for j in blocks)
 
     def next_key(self) -> int:
         self._next_key += 1
         return self._next_key
+
+    @property
+    def fresh_client_state(self) -> bool:   # a loading device restarts its optimizer: --client-state, else the strategy's
+        return self.strategy.reset_client_optimizer if self.optimizer.restart_on_download is None else self.optimizer.restart_on_download
 
     def load_global(self, device: int, round_index: int, fresh_optimizer: bool) -> int:
         return load_global(self, device, round_index, fresh_optimizer)

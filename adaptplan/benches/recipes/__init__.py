@@ -29,13 +29,13 @@ from trainers.algorithms import algorithm as registered
 NAMES = ("gapsl", "scala", "cyclesl", "gas", "adaptsfl")
 """The recipes shipped with the package, one per source paper, in the order ``bench papers`` runs them."""
 SETTING_KEYS = ("optimizer", "client_lr", "server_lr", "momentum", "weight_decay", "clip_norm", "batch_size",
-                "participation", "local_steps", "rounds")
+                "participation", "local_steps", "rounds", "client_state")
 """The keys of ``[setting]`` that form the methods' one training setting (:class:`~adaptplan.benches.comparison.Setting`)."""
 RUN_KEYS = ("dataset", "model", "model_width", "cut", "devices", "partition", "dirichlet_alpha", "local_test_fraction",
             "evaluations", "test_samples", "target_accuracy")
 """The other keys of ``[setting]``: what every run of the comparison shares besides its training setting."""
 TEXT, NUMBER, WHOLE = "a text", "a finite number", "a whole number"
-KEY_KINDS = {"optimizer": TEXT, "client_lr": NUMBER, "server_lr": NUMBER, "momentum": NUMBER, "weight_decay": NUMBER,
+KEY_KINDS = {"client_state": TEXT, "optimizer": TEXT, "client_lr": NUMBER, "server_lr": NUMBER, "momentum": NUMBER, "weight_decay": NUMBER,
              "clip_norm": NUMBER, "batch_size": WHOLE, "participation": NUMBER, "local_steps": WHOLE, "rounds": WHOLE,
              "dataset": TEXT, "model": TEXT, "model_width": WHOLE, "cut": WHOLE, "devices": WHOLE, "partition": TEXT,
              "dirichlet_alpha": NUMBER, "local_test_fraction": NUMBER, "evaluations": WHOLE, "test_samples": WHOLE,

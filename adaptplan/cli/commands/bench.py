@@ -231,12 +231,15 @@ def setting_options(parser: argparse.ArgumentParser) -> None:
               help="fraction ρ of the devices per round (GAS: C = ⌈ρN⌉ active)")
     add_field(group, "local_steps", default=None, shown="the comparison's",
               help="local rounds between two averages: the interval I of every averaging algorithm, GAS's E")
+    add_field(group, "client_state", default=None, shown="the comparison's",
+              help="a device that loads the global client model keeps (keep) or restarts (restart) its optimizer "
+                   "state, for every method")
 
 
 def setting_from(args: argparse.Namespace, base: "Setting") -> "Setting":
     """``base`` with the setting flags given on the command line (and ``--rounds``, ``--batch-size``) applied."""
     names = ("optimizer", "lr", "client_lr", "server_lr", "momentum", "weight_decay", "clip_norm", "participation",
-             "local_steps", "rounds", "batch_size")
+             "local_steps", "rounds", "batch_size", "client_state")
     return base.with_overrides(**{n: getattr(args, n, None) for n in names})
 
 

@@ -37,14 +37,16 @@ def test_bench_json_matches_a_plain_training_run(tmp_path, capsys) -> None:
                  "--eval-every", "2", "--cuts", "3", "--threads", "1", "--optimizer", "sgd", "--lr", "0.01",
                  "--client-lr", "0.005", "--server-lr", "0.01", "--momentum", "0.9", "--weight-decay", "0",
                  "--clip-norm", "0", "--participation", "1", "--interval", "1", "--batch-size", "16",
-                 "--no-progress", "--out", str(run_dir)]) == 0
+                 "--client-state", "keep", "--no-progress", "--out", str(run_dir)]) == 0
     history = json.loads((run_dir / "history.json").read_text())
     curve = [[r["sim_seconds"], r["accuracy"]] for r in history["records"] if r["accuracy"] is not None]
     assert runs["scala"]["curve"] == curve
+    assert data["setting"]["client_state"] == "keep"         # SCALA's own convention would restart: not this table's
     table = (out / "table.txt").read_text()
     assert "psl" in table and f"{100 * runs['psl']['final_accuracy']:.1f}%" in table
     assert table.count("setting — every method: SGD, lr client 0.005 / server 0.01, momentum 0.9, weight decay 0, "
-                       "clipping off, batch 16, participation 1, local rounds between averages 1, 4 rounds") == 1
+                       "clipping off, batch 16, participation 1, local rounds between averages 1, 4 rounds, a device's "
+                       "optimizer state kept when it loads the global model") == 1
     assert printed.startswith(table)                          # the table is printed too, then the files written
     assert printed.endswith(f"wrote {out / 'table.txt'}, {out / 'results.json'}, {out / 'accuracy.png'}\n")
 

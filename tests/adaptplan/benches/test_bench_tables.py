@@ -45,7 +45,7 @@ def test_algorithms_table_and_json(tmp_path) -> None:
     # iid: budget 1.5 s → psl's last evaluation by then is 0.2 (at 1 s), gas's 0.5; wall per round 1.5/30, 6/30
     setting = Setting("adam", 1e-3, 1e-3, 0.0, 5e-4, 10.0, 8, 0.5, 2, 30)
     line = ("  setting — every method: ADAM, lr 0.001, weight decay 0.0005, clipping 10, batch 8, participation 0.5, "
-            "local rounds between averages 2, 30 rounds")
+            "local rounds between averages 2, 30 rounds, a device's optimizer state kept when it loads the global model")
     assert bench_algorithms.table(ALGORITHM_RUNS, 0.3, setting).splitlines() == [
         "iid: accuracy after 30 rounds, at the equal budget of 1.5 simulated s, simulated s to 30%", line,
         "  algorithm  acc@rounds acc@budget local acc s to target     sim s wall s/round",
@@ -81,7 +81,8 @@ POLICY_RUNS = [
 def test_training_table_and_json(tmp_path) -> None:
     # × AdaptSFL: time to target over AdaptSFL's of the same partition (none in "shards": "-")
     setting_line = ("  setting — every method: SGD, lr 0.05, momentum 0.9, weight decay 0, clipping off, batch 16, "
-                    "participation 1, local rounds between averages each algorithm's own, 600 rounds")
+                    "participation 1, local rounds between averages each algorithm's own, 600 rounds, a device's "
+                    "optimizer state kept when it loads the global model")
     assert bench_training.table(POLICY_RUNS, 0.4).splitlines() == [
         "iid: target 40%, 30 rounds", setting_line,
         "  policy    rounds→target  s→target × AdaptSFL   final conv. round  conv. s conv. acc",
@@ -167,7 +168,8 @@ def test_jobs_of_the_benchmarks(monkeypatch) -> None:
     workload = Workload(setting, dataset="synthetic", devices=5, eval_every=2, test_samples=50, target=0.25)
     bench_algorithms.run_algorithm_bench(["psl", "gas"], ["iid", "dirichlet-0.1"], workload, seed=3, cuts=[2] * 5,
                                          workers=2, progress=False)
-    common = dict(dataset="synthetic", model="cnn", devices=5, rounds=7, optimizer="sgd", lr=0.02, client_lr=0.01,
+    common = dict(dataset="synthetic", model="cnn", devices=5, rounds=7, client_state="keep", optimizer="sgd", lr=0.02,
+                  client_lr=0.01,
                   server_lr=0.02, momentum=0.5, weight_decay=0.0, clip_norm=0.0, batch_size=8,
                   eval_every=2, seed=3, threads=1, progress=False, max_test_samples=50, cuts=(2, 2, 2, 2, 2),
                   device="auto", client_batching="auto", dirichlet_alpha=0.5)
@@ -192,6 +194,7 @@ def test_jobs_of_the_benchmarks(monkeypatch) -> None:
                                       bench_training.Planning(6, 0.1, ("device-flops", [0.5, 2.0])), seed=1,
                                       workers=1, progress=False)
     base = dict(algorithm="adaptsfl", dataset="synthetic", model="cnn", devices=4, partition="iid", rounds=9,
+                client_state="keep",
                 optimizer="sgd", lr=0.05, client_lr=0.05, server_lr=0.05, momentum=0.9, weight_decay=0.0, clip_norm=0.0,
                 extra={"participation": 1.0}, batch_size=16, eval_every=3, seed=1, threads=1, progress=False,
                 max_test_samples=40, noise_cv=0.1, device="auto", client_batching="auto", dirichlet_alpha=0.5)

@@ -30,10 +30,10 @@ OLD_FLAGS = ["--algorithm", "sfl-v1", "--dataset", "synthetic", "--model", "mlp"
 
 ADDED_SINCE = {"mlflow"}
 """Run options added after the parts (train --mlflow, issue 37)."""
-TRAINED_WITHOUT = {"pilots", "aggregation", "trim", "rounds_law"}
-"""Options added after the parts (train --pilots and --rounds-law, issue 66; --aggregation and --trim, issue 67): a
-folder of before trained without them (SAVED_BEFORE: no pilots, eq. 15's law, FedAvg's mean), and a resumed run may
-not change them."""
+TRAINED_WITHOUT = {"pilots", "aggregation", "trim", "rounds_law", "client_state"}
+"""Options added after the parts (train --pilots and --rounds-law, issue 66; --aggregation and --trim, issue 67;
+--client-state, issue 69): a folder of before trained without them (SAVED_BEFORE: no pilots, eq. 15's law, FedAvg's
+mean, each algorithm's own optimizer state), and a resumed run may not change them."""
 
 
 def _records(folder: Path) -> list[tuple]:
