@@ -27,20 +27,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
-import time
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mutate import IGNORE  # noqa: E402
+from mutate import IGNORE, run_pytest  # noqa: E402
 
 CLASSES = {
     "edge": "a documented limit tested at its edge (just inside, just outside)",
@@ -108,22 +105,8 @@ def problems(root: Path, mutants: list[HandMutant]) -> list[str]:
 def run_tests(copy_root: Path, python: str, test_args: list[str], timeout: float) -> tuple[str, float]:
     """pytest on ``copy_root``: "fail" only where a test failed (exit code 1), "pass", "timeout" (counted as
     killed), or "error" (collection errors, no tests: the mutant's tests say nothing, so it counts as not killed)."""
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PYTHONPATH=str(copy_root))
-    command = [python, "-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider", *test_args]
-    start = time.perf_counter()
-    proc = subprocess.Popen(command, cwd=copy_root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    try:
-        code = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        return "timeout", time.perf_counter() - start
-    except BaseException:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        raise
-    return {0: "pass", 1: "fail"}.get(code, "error"), time.perf_counter() - start
+    code, seconds = run_pytest(copy_root, python, test_args, timeout)
+    return ("timeout" if code is None else {0: "pass", 1: "fail"}.get(code, "error")), seconds
 
 
 def run(root: Path, mutants: list[HandMutant], python: str, timeout: float) -> list[tuple[HandMutant, str, float]]:

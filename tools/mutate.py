@@ -371,8 +371,8 @@ def python_files(root: Path, targets: list[str]) -> list[str]:
     return list(dict.fromkeys(files))
 
 
-def run_tests(copy_root: Path, python: str, test_args: list[str], timeout: float) -> tuple[str, float]:
-    """Run pytest in ``copy_root``; return ("pass" | "fail" | "timeout", seconds)."""
+def run_pytest(copy_root: Path, python: str, test_args: list[str], timeout: float) -> tuple[int | None, float]:
+    """Run pytest in ``copy_root``: (its exit code, None on a time-out; seconds)."""
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PYTHONPATH=str(copy_root))
     # -n 0: one process (pyproject's addopts would start a pytest-xdist worker per core for every mutant)
     command = [python, "-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider", *test_args]
@@ -384,12 +384,18 @@ def run_tests(copy_root: Path, python: str, test_args: list[str], timeout: float
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        return "timeout", time.perf_counter() - start
+        return None, time.perf_counter() - start
     except BaseException:  # interrupted (Ctrl-C, SIGTERM): take the test run down with us
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         raise
-    return ("pass" if code == 0 else "fail"), time.perf_counter() - start
+    return code, time.perf_counter() - start
+
+
+def run_tests(copy_root: Path, python: str, test_args: list[str], timeout: float) -> tuple[str, float]:
+    """Run pytest in ``copy_root``; return ("pass" | "fail" | "timeout", seconds)."""
+    code, seconds = run_pytest(copy_root, python, test_args, timeout)
+    return ("timeout" if code is None else "pass" if code == 0 else "fail"), seconds
 
 
 def load_equivalents(path: Path | None) -> set[str]:
