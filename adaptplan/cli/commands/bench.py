@@ -41,17 +41,16 @@ def _solvers_parser(which: argparse._SubParsersAction) -> None:
     solvers = which.add_parser("solvers", help="AdaptSFL vs baselines vs exact optimum; solve time vs devices and cut points")
     solvers.add_argument("--quick", action="store_true", help="smaller sizes, for CI (about 70 s on one idle core). "
                          "Every MILP stops at a node limit, never a wall-clock one: each run prints the same objectives")
-    solvers.add_argument("--seed", type=int_flag(0, MAX_SEED), default=0, help="seed of generated scenarios (default 0)")
+    add_field(solvers, "seed", help="seed of generated scenarios (default 0)")
     solvers.add_argument("--plot", metavar="PNG", help="also write a plot to PNG (objective vs baselines; planning "
                          "time vs devices on random and adversarial instances, with an N log N reference)")
     solvers.add_argument("--profile", metavar="FILE", help="benchmark on your instance: model profile JSON/TOML "
                          "(default: the shipped VGG-16/CIFAR-10 profile)")
-    solvers.add_argument("--system", metavar="FILE", help="your system JSON/TOML (FLOP/s, bit/s, optional memory_bytes); "
-                         "default: --devices generated devices")
-    solvers.add_argument("--constants", metavar="FILE", help="your training constants JSON/TOML (default: placeholder "
-                         "constants of docs/model.md §6.1)")
-    solvers.add_argument("--devices", type=int_flag(1, MAX_DEVICES, "devices"), default=20,
-                         help="generated devices when --system is not given (default 20)")
+    add_field(solvers, "system_path", dest="system", help="your system JSON/TOML (FLOP/s, bit/s, optional "
+              "memory_bytes); default: --devices generated devices")
+    add_field(solvers, "constants_path", dest="constants", help="your training constants JSON/TOML (default: "
+              "placeholder constants of docs/model.md §6.1)")
+    add_field(solvers, "devices", help="generated devices when --system is not given (default 20)")
     solvers.set_defaults(func=run_solvers)
 
 
