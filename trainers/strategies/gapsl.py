@@ -72,6 +72,7 @@ from trainers.api import (
 
 EPS = 1e-12
 ANGLE_RESOLUTION = 1e-6   # rad: eq. (5)'s angles below it read 0 (angles_to)
+NEAR_LEAD = 1e-2          # rad: eq. (5)'s angles below it in float32 are taken again in float64 (eq5_angles)
 GRAM_BLOCK = 128   # rows per band of gram(): 128 was the fastest of 32–256 for 1,000 × 187,914 on one CPU thread
 
 
@@ -86,6 +87,17 @@ def angles(vectors: torch.Tensor, others: torch.Tensor | None = None) -> torch.T
     else:
         dots, other_norm = vectors @ others.T, others.norm(dim=1) + EPS
     return torch.arccos((dots / torch.outer(norm, other_norm)).clamp(-1.0, 1.0))
+
+
+def eq5_angles(rows: torch.Tensor, lead: torch.Tensor, leaders: torch.Tensor) -> torch.Tensor:
+    """Eq. (5)'s θ_i in the rows' precision (S·P multiply–adds), the rows within :data:`NEAR_LEAD` rad of g_lead
+    again in float64 (:func:`angles_to`): float32 reads identical rows ~5·10⁻⁴ rad apart, which moves them across
+    eq. (6)'s threshold; real gradients are rarely that close, so the float64 pass costs nothing as a rule."""
+    theta = angles(rows, lead[None, :])[:, 0].double()
+    near = torch.nonzero(theta < NEAR_LEAD).flatten()
+    if len(near):
+        theta[near] = angles_to(rows[near], leader_mean(rows, leaders))
+    return theta
 
 
 def leader_mean(rows: torch.Tensor, leaders: torch.Tensor, block: int = GRAM_BLOCK) -> torch.Tensor:
@@ -172,7 +184,7 @@ class GAPSL(Strategy):
         else:
             leaders = torch.argsort(score, stable=True)[:n_sel]                   # eq. (3)
         lead = (_indicator(S, leaders, grads) / n_sel) @ grads                    # eq. (4), no copy of the rows
-        theta = angles_to(grads, leader_mean(grads, leaders))                     # eq. (5)
+        theta = eq5_angles(grads, lead, leaders)                                  # eq. (5)
         th = max(min(float(theta.mean()) - self.eta_th * float(theta.std(unbiased=False)), math.pi / 2), 0.0)  # (6)
         aligned = [i for i in range(S) if float(theta[i]) <= th] or [int(torch.argmin(theta))]
         off_diag = pairwise[~torch.eye(S, dtype=torch.bool, device=pairwise.device)]

@@ -640,3 +640,17 @@ def test_eq5_angles_read_zero_along_the_leader_whatever_the_rounding() -> None:
     tilted = torch.tensor([[1e3 * math.cos(tilt), 1e3 * math.sin(tilt)]], dtype=torch.float64)
     assert angles_to(tilted, torch.tensor([1e3, 0.0], dtype=torch.float64)).item() == pytest.approx(tilt, rel=1e-3)
     assert leader_mean(torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]), torch.tensor([0, 2])).tolist() == [3.0, 4.0]
+
+
+def test_eq5_takes_only_the_rows_near_the_leader_again_in_float64() -> None:
+    """A row along g_lead reads 0 (float64 again); a row at π/4 keeps its float32 angle."""
+    from trainers.strategies.gapsl import eq5_angles
+
+    g = torch.randn(60, generator=torch.Generator().manual_seed(3))
+    other = torch.randn(60, generator=torch.Generator().manual_seed(4))
+    other = other - (other @ g) / (g @ g) * g                      # orthogonal to g
+    tilted = g / g.norm() + other / other.norm()                    # at π/4 from g
+    rows = torch.stack([g, g, g, tilted])
+    theta = eq5_angles(rows, g, torch.arange(3))
+    assert theta[:3].tolist() == [0.0, 0.0, 0.0]
+    assert theta[3].item() == pytest.approx(math.pi / 4, abs=1e-5)
