@@ -82,6 +82,7 @@ def test_the_shared_flags_say_the_fields_help_and_the_benchs_default() -> None:
     assert helps["lr"] == ("learning rate γ of both roles, also the planner's γ (default the comparison's)", None)
     assert _with_default("a count", 3) == "a count (default 3)"            # none to replace: appended
     assert _with_default("x (default 0.5) and (y)", 0.25) == "x (default 0.25) and (y)"
+    assert _with_default("a (default 1) or (default 2)", 3) == "a (default 3) or (default 2)"     # the first only
 
 
 def test_an_algorithm_option_takes_the_registrys_limits(capsys) -> None:
@@ -106,3 +107,9 @@ def test_a_choice_field_keeps_its_choices(capsys) -> None:
 def test_add_field_refuses_a_name_nothing_declares() -> None:
     with pytest.raises(KeyError, match="no configuration field or algorithm option named 'nope'"):
         add_field(argparse.ArgumentParser(), "nope")
+
+
+def test_a_generated_flag_shows_its_own_name_or_the_declared_metavar() -> None:
+    """train's --alpha (field dirichlet_alpha) reads ALPHA, not its key; --data-root its declared DIR."""
+    text = build_parser()._subparsers._group_actions[0].choices["train"].format_help()
+    assert "--alpha ALPHA" in text and "DIRICHLET_ALPHA" not in text and "--data-root DIR" in text
