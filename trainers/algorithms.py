@@ -57,14 +57,18 @@ class Option:
     def with_default(self, default: Any) -> "Option":
         return replace(self, default=default)
 
+    @property
+    def limits(self) -> tuple[float | None, float | None]:
+        """(low, high) as declared, an integer's missing high :data:`~adaptplan.limits.MAX_STEPS`."""
+        return self.low, MAX_STEPS if self.high is None and self.type is int else self.high
+
     def check(self, value: Any) -> None:
         """Raise InputError naming the flag unless ``value`` is one of the choices, or a number of the option's
         type within its limits."""
         if self.choices:
             check_choice(value, self.choices, self.flag)
         elif self.type in (int, float):
-            high = MAX_STEPS if self.high is None and self.type is int else self.high
-            value_in_limits(value, self.flag, self.type.__name__, self.low, high, self.unit, low_open=self.low_open,
+            value_in_limits(value, self.flag, self.type.__name__, *self.limits, self.unit, low_open=self.low_open,
                             high_open=self.high_open)
 
 

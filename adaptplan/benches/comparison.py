@@ -29,8 +29,9 @@ from typing import Any, Mapping
 
 from adaptplan.errors import InputError
 from trainers.algorithms import algorithm as registered
+from trainers.config.train_config import CLIENT_STATES
 
-COMPARISON_CLIENT_STATES = ("keep", "restart")
+COMPARISON_CLIENT_STATES = tuple(s for s in CLIENT_STATES if s != "algorithm")
 """A comparison's one convention for a device's optimizer state when it loads the global client model (the run option
 ``--client-state``; its third value, each algorithm's own, would differ inside one table)."""
 

@@ -46,12 +46,15 @@ import math
 import statistics
 import time
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 from torch import nn
 
 from trainers.config.train_config import ExecutionConfig
+
+if TYPE_CHECKING:  # pragma: no cover
+    from trainers.engine.execution import Execution
 
 INPUT_SHAPE = (3, 32, 32)
 NUM_CLASSES = 10
@@ -532,7 +535,7 @@ def run_engine_bench(workload: EngineWorkload = EngineWorkload(),
     return _result(w, ex, execution_policy, run, each, peak, high_water)
 
 
-def _result(w: EngineWorkload, execution: ExecutionConfig, policy: Any, run: "_Sides",
+def _result(w: EngineWorkload, execution: ExecutionConfig, policy: "Execution", run: "_Sides",
             each: dict[str, list[float]], peak: dict[str, int], high_water: int) -> EngineBenchResult:
     """The :class:`EngineBenchResult` of the measured samples/s ``each`` (per side and repeat) and memory."""
     from trainers.config.devices import describe

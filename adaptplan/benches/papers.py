@@ -479,24 +479,18 @@ def compare(claim: Claim, a_runs: Sequence[RunResult], b_runs: Sequence[RunResul
     return comparison
 
 
-def convergence_sign(a: RunResult, b: RunResult, protocol: str) -> float:
-    """A seed's value of a convergence claim: +1 when A converged and B did not, −1 when B converged, 0 otherwise
-    (module docstring)."""
-    if b.converged(protocol):
-        return -1.0
-    return 1.0 if a.converged(protocol) else 0.0
-
-
 def _convergence(claim: Claim, a_runs: Sequence[RunResult], b_runs: Sequence[RunResult],
                  seeds: Sequence[int]) -> Comparison:
-    """A convergence claim measured per seed (:func:`convergence_sign`); low..high: B's final accuracy (points)."""
-    values: list[float | None] = [convergence_sign(a, b, claim.protocol) for a, b in zip(a_runs, b_runs)]
+    """A convergence claim measured per seed: +1 when A converged and B did not, −1 when B converged, 0 otherwise
+    (module docstring); low..high: B's final accuracy (points)."""
+    a_conv = [bool(a.converged(claim.protocol)) for a in a_runs]
+    b_conv = [bool(b.converged(claim.protocol)) for b in b_runs]
+    values: list[float | None] = [-1.0 if b else 1.0 if a else 0.0 for a, b in zip(a_conv, b_conv)]
     finals = [100.0 * f for f in (b.final(claim.protocol) for b in b_runs) if f is not None]
     mean = statistics.fmean(v for v in values if v is not None) if values else None
     comparison = Comparison(claim, list(seeds), values, [agreement(v, claim.metric) for v in values], mean,
                             min(finals) if finals else None, max(finals) if finals else None, None)
-    comparison.a_missed = sum(not a.converged(claim.protocol) for a in a_runs)      # seeds where A did not converge
-    comparison.b_missed = sum(not b.converged(claim.protocol) for b in b_runs)      # seeds where B did not
+    comparison.a_missed, comparison.b_missed = a_conv.count(False), b_conv.count(False)   # seeds not converged
     comparison.verdict = verdict(values, claim.metric, mean)
     comparison.b_rise = rise(b_runs, claim.protocol)
     return comparison
@@ -513,19 +507,17 @@ def kendall_tau(claimed: Sequence[str], finals: Mapping[str, float]) -> float:
 def compare_ordering(claim: Claim, runs: Mapping[str, Sequence[RunResult]], seeds: Sequence[int]) -> Comparison:
     """An ordering claim measured per seed: Kendall's τ between the claimed order and the methods' final accuracies
     (by the claim's protocol); None for a seed where a method has none. low..high: the seeds' τ."""
-    values: list[float | None] = []
-    for i in range(len(seeds)):
-        finals = {m: runs[m][i].final(claim.protocol) for m in claim.order}
-        values.append(None if any(f is None for f in finals.values())
-                      else kendall_tau(claim.order, {m: float(f) for m, f in finals.items() if f is not None}))
+    finals = [{m: runs[m][i].final(claim.protocol) for m in claim.order} for i in range(len(seeds))]
+    values: list[float | None] = [None if any(f is None for f in seed.values())
+                                  else kendall_tau(claim.order, {m: float(f or 0.0) for m, f in seed.items()})
+                                  for seed in finals]
     present = [v for v in values if v is not None]
     mean = statistics.fmean(present) if present else None
     comparison = Comparison(claim, list(seeds), values, [agreement(v, claim.metric) for v in values], mean,
                             min(present) if present else None, max(present) if present else None, None)
     comparison.verdict = verdict(values, claim.metric, mean)
     comparison.b_rise = rise(runs[claim.b], claim.protocol)
-    comparison.orders = [" > ".join(sorted(claim.order, key=lambda m: -(runs[m][i].final(claim.protocol) or 0.0)))
-                         for i in range(len(seeds))]
+    comparison.orders = [" > ".join(sorted(claim.order, key=lambda m: -(seed[m] or 0.0))) for seed in finals]
     return comparison
 
 

@@ -11,7 +11,6 @@ from typing import Any, Callable, Iterable
 
 from adaptplan.cli.flags import auto_or_int_flag, float_flag, int_flag
 from adaptplan.fileio import MAX_MAGNITUDE, int_limits
-from adaptplan.limits import MAX_STEPS
 from trainers.config.fields import Described, described
 
 
@@ -93,8 +92,7 @@ def add_field(parser: Any, key: str, *, default: Any = KEEP, shown: str | None =
     else:
         base, choices, text, own, name = option.type.__name__, option.choices, option.help, option.default, \
             flag or option.flag
-        high = MAX_STEPS if option.high is None and base == "int" else option.high
-        limits = (option.low, high, option.unit, option.low_open, option.high_open)
+        limits = (*option.limits, option.unit, option.low_open, option.high_open)
         auto, metavar = False, None
     name = name or "--" + key.replace("_", "-")
     value = own if default is KEEP else default

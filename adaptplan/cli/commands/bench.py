@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
     W = TypeVar("W", bound=Workload)
 
 MAX_BENCH_DEVICES = MAX_DEVICES    # simulated devices of `bench engine` (CycleSL's FEMNIST has 3,550 clients)
-MAX_BENCH_ROUNDS = 10_000   # measured rounds / repeats of `bench engine`
+MAX_BENCH_ROUNDS = 10_000   # interleaved repeats of `bench engine` (its rounds: train's --rounds limit)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
