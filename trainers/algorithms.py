@@ -300,6 +300,10 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
               "training the whole model, every C finished models averaged (no split)", _GAS_SETTING,
               (ACTIVE, LOCAL_STEPS), allows_absence=True, active_option="active", local_rounds_option="local_steps",
               whole_model=True),
+    Algorithm("ca2fl", "trainers.strategies.ca2fl:CA2FL", "CA²FL: FedBuff's asynchronous loop whose server steps "
+              "by every device's cached update, weighted by its data share (no split)", _GAS_SETTING,
+              (ACTIVE, LOCAL_STEPS), allows_absence=True, active_option="active", local_rounds_option="local_steps",
+              whole_model=True),
     Algorithm("minibatch-sfl", "trainers.strategies.minibatch_sfl:MiniBatchSFL", "MiniBatch-SFL: the server steps on "
               "the participants' concatenated activations, plain cross-entropy on both sides", TrainingDefaults(
                   **_SCALA_CODE, interval=20, source="GAS's paper, its SFL baseline in its setting (lr 0.01, E = 20 local "

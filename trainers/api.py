@@ -47,7 +47,7 @@ from torch import nn
 from adaptplan.errors import InputError
 from adaptplan.fileio import is_finite_number, is_int
 from trainers.algorithms import PARTICIPATION, REGISTRY
-from trainers.roles.messages import Activation, CutGradient, ModelUpload, NonFiniteError
+from trainers.roles.messages import Activation, BlockState, CutGradient, ModelUpload, NonFiniteError
 from trainers.roles.optim import OptimizerSpec
 from trainers.roles.passes import ServerPass
 
@@ -56,7 +56,7 @@ __all__ = ["Activation", "CutGradient", "ModelUpload", "NonFiniteError", "Server
            "RoundContext", "Aggregation", "Handoff", "Strategy", "AsyncStrategy", "answer", "skip", "mean_ce",
            "logit_adjusted_ce", "calibrated_ce", "label_prior", "DeviceLoss", "BarrierStep", "ParallelStep", "parallel_step", "serve_in_passes",
            "every_interval", "sample_devices", "proportional_batch", "concatenated_step", "GradientRowsStep",
-           "is_int", "is_finite_number"]
+           "is_int", "is_finite_number", "BufferedAsyncStrategy", "BlockState"]
 
 
 class ServerPasses(Protocol):
@@ -581,6 +581,11 @@ class AsyncStrategy(Strategy):
         """C: ``active`` capped at the devices, or with 0 half of them, ⌈N/2⌉ (GAS's 10 of 20)."""
         return min(self.active, ctx.num_devices) if self.active else math.ceil(ctx.num_devices / 2)
 
+    def begin(self, ctx: RoundContext, initial: dict[int, dict[str, torch.Tensor]]) -> None:
+        """Called once, before the run's first global iteration (not on a resume: the checkpointed state holds
+        what it kept), with ``initial`` the blocks' initial states w⁰ every device starts from (copies the
+        strategy may keep). Default: nothing."""
+
     def first_devices(self, ctx: RoundContext) -> list[int]:
         """The initial active set 𝒞 (C devices, uniform without replacement; only present ones)."""
         present = ctx.present()
@@ -609,3 +614,39 @@ class AsyncStrategy(Strategy):
         """A device's client model arrived; return the uploads the fed server averages into the
         new global client model (|𝒟_k|-weighted; ends the round), or None to keep buffering."""
         return None
+
+
+class BufferedAsyncStrategy(AsyncStrategy):
+    """Asynchronous federated learning with a buffer (FedBuff's, K = C; GAS-11's): every device's whole model is
+    buffered as it finishes, and every C of them the buffer is flushed to the fed server (:meth:`flush_buffer`, ending
+    the global iteration). A joining device starts from the global model with fresh optimizer state. The buffer
+    is the strategy's checkpointed state."""
+
+    reset_client_optimizer = True
+
+    def __init__(self, active: int = 0, local_steps: int = 20) -> None:
+        super().__init__()
+        self.active, self.local_steps = active, local_steps
+        self.models: list[ModelUpload] = []
+
+    def on_model(self, ctx: RoundContext, upload: ModelUpload) -> list[ModelUpload] | None:
+        self.models.append(upload)
+        if len(self.models) < self.active_count(ctx):
+            return None
+        flushed, self.models = self.models, []
+        return self.flush_buffer(ctx, flushed)
+
+    def flush_buffer(self, ctx: RoundContext, buffered: list[ModelUpload]) -> list[ModelUpload]:
+        """The uploads the fed server averages (|𝒟_k|-weighted) when the buffer is full. Default: the buffer."""
+        return buffered
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"models": list(self.models)}
+
+    def check_state(self, ctx: RoundContext) -> None:
+        """The buffer restored must hold fewer than C model uploads (ValueError otherwise)."""
+        if not all(isinstance(m, ModelUpload) for m in self.models) or len(self.models) >= self.active_count(ctx):
+            raise ValueError(f"{self.name}'s buffer must hold fewer than C = {self.active_count(ctx)} model uploads")
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.models = list(state["models"])

@@ -61,6 +61,8 @@ def run_async_round(engine: Engine, round_index: int) -> Any:
     ctx = engine.context(round_index)
     times = engine.stage_times(round_index)
     if engine.async_state is None:
+        s.begin(ctx, {j: {k: v.detach().clone() for k, v in engine.template[j].state_dict().items()}
+                      for j in range(engine.num_blocks)})
         engine.async_state = AsyncLoopState.start(s.first_devices(ctx))
     st = engine.async_state
     round_start = st.now

@@ -21,35 +21,10 @@ local training bit for bit; docs/algorithms.md states what that costs on the clo
 
 from __future__ import annotations
 
-from typing import Any
-
-from trainers.api import AsyncStrategy, ModelUpload, RoundContext
+from trainers.api import BufferedAsyncStrategy
 
 
-class FedBuff(AsyncStrategy):
+class FedBuff(BufferedAsyncStrategy):
+    """The buffer's models averaged as they are (the strategy API's default :meth:`flush_buffer`)."""
+
     name = "fedbuff"
-    reset_client_optimizer = True    # a joining device starts from the global model with fresh optimizer state
-
-    def __init__(self, active: int = 0, local_steps: int = 20) -> None:
-        super().__init__()
-        self.active, self.local_steps = active, local_steps
-        self.models: list[ModelUpload] = []
-
-    def on_model(self, ctx: RoundContext, upload: ModelUpload) -> list[ModelUpload] | None:
-        """Buffer the finished device's model; every C of them go to the fed server's |𝒟_k|-weighted average."""
-        self.models.append(upload)
-        if len(self.models) < self.active_count(ctx):
-            return None
-        flushed, self.models = self.models, []
-        return flushed
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"models": list(self.models)}
-
-    def check_state(self, ctx: RoundContext) -> None:
-        """The buffer restored must hold fewer than C model uploads (ValueError otherwise)."""
-        if not all(isinstance(m, ModelUpload) for m in self.models) or len(self.models) >= self.active_count(ctx):
-            raise ValueError(f"FedBuff's buffer must hold fewer than C = {self.active_count(ctx)} model uploads")
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.models = list(state["models"])

@@ -133,11 +133,14 @@ class Recipe:
 
     def method_rounds(self, method: Method) -> int:
         """Rounds of ``method``: the setting's, or for ``rounds = "device-steps"`` (GAS) the global iterations of
-        C·E device steps (C = ⌈ρN⌉ active, E = the local rounds) that hold the device steps of the synchronous
-        methods' R rounds of ⌈ρN⌉ devices: ⌈R / E⌉."""
+        C·E device steps (C = ⌈ρN⌉ active, E = the local rounds: the setting's, or the method's own where its
+        options set its algorithm's local rounds, as GAS's Fig. 4 runs CA²FL at E = 50) that hold the device steps
+        of the synchronous methods' R rounds of ⌈ρN⌉ devices: ⌈R / E⌉."""
         if method.rounds != "device-steps":
             return self.setting.rounds
-        return max(1, math.ceil(self.setting.rounds / (self.setting.local_steps or 1)))
+        own = registered(method.algorithm).local_rounds_option
+        local = method.options.get(own, self.setting.local_steps) if own is not None else self.setting.local_steps
+        return max(1, math.ceil(self.setting.rounds / (local or 1)))
 
     def jobs(self, seeds: Sequence[int], device: str = "auto", client_batching: str = "auto") -> list[dict[str, Any]]:
         """One job per (partition, method, seed): ``{"group", "label", "seed", "target", "config"}`` with

@@ -56,7 +56,7 @@ def _recipe_text() -> str:
 def test_the_recipes_state_the_papers_orderings() -> None:
     gas = parse(_recipe_text(), "gas.toml")
     (claim,) = [c for c in gas.claims if c.metric == "ordering"]
-    assert claim.order == ("gas", "fedbuff", "fedavg") and (claim.a, claim.b) == ("gas", "fedavg")
+    assert claim.order == ("gas", "ca2fl", "fedbuff", "fedavg") and (claim.a, claim.b) == ("gas", "fedavg")
     scala = parse(resources.files("adaptplan.benches.recipes").joinpath("scala.toml").read_text(encoding="utf-8"),
                   "scala.toml")
     orders = {c.partition: c.order for c in scala.claims if c.metric == "ordering"}
@@ -65,21 +65,21 @@ def test_the_recipes_state_the_papers_orderings() -> None:
 
 
 @pytest.mark.parametrize("edit, message", [
-    ('order = ["gas", "fedbuff", "fedavg"]', "order: an ordering claim lists its methods, best first"),
+    ('order = ["gas", "ca2fl", "fedbuff", "fedavg"]', "order: an ordering claim lists its methods, best first"),
     ('order = ["gas", "fedbuff"]', "order: must list at least three distinct methods, best first"),
     ('order = ["gas", "gas", "fedavg"]', "order: must list at least three distinct methods, best first"),
-    ('order = ["gas", "fedbuff", "ca2fl"]', "order: 'ca2fl' is not a method"),
-    ('order = ["gas", "fedbuff", "fedavg"]\na = "gas"', "an ordering claim's A and B are its order's first and last"),
-    ('order = ["gas", "fedbuff", "fedavg"]\nmargin = 3.0', "margin: an ordering claim states a ranking: it has no figure"),
+    ('order = ["gas", "fedbuff", "s2fl"]', "order: 's2fl' is not a method"),
+    ('order = ["gas", "ca2fl", "fedbuff", "fedavg"]\na = "gas"', "an ordering claim's A and B are its order's first and last"),
+    ('order = ["gas", "ca2fl", "fedbuff", "fedavg"]\nmargin = 3.0', "margin: an ordering claim states a ranking: it has no figure"),
 ])
 def test_a_malformed_ordering_claim_is_refused_naming_its_key(edit: str, message: str) -> None:
     text = _recipe_text()
-    replaced = text.replace('order = ["gas", "fedbuff", "fedavg"]', "" if "lists its" in message else edit)
+    replaced = text.replace('order = ["gas", "ca2fl", "fedbuff", "fedavg"]', "" if "lists its" in message else edit)
     with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)")):
         parse(replaced, "gas.toml")
 
 
 def test_an_order_belongs_to_an_ordering_claim_only() -> None:
-    text = _recipe_text().replace('metric = "accuracy"', 'metric = "accuracy"\norder = ["gas", "fedbuff", "fedavg"]', 1)
+    text = _recipe_text().replace('metric = "accuracy"', 'metric = "accuracy"\norder = ["gas", "ca2fl", "fedbuff", "fedavg"]', 1)
     with pytest.raises(InputError, match='only an ordering claim'):
         parse(text, "gas.toml")

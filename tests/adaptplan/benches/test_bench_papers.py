@@ -431,7 +431,8 @@ def test_a_recipes_own_hour_tier_sets_the_first_rounds_and_their_evaluations_wit
     # CycleSL at 48,000 and GAS at 19,200 rounds: their hour tiers are the first halves of the earlier 3,000 and 1,200
     # (the same rounds, evaluated at the same rounds), so that the table's hour-tier figures stay theirs
     expected = {("cyclesl", label): (48000, 400, 1500, 100) for label in ("cyclepsl", "psl", "cyclesfl", "sfl-v1")}
-    expected |= {("gas", label): (960, 16, 30, 2) for label in ("gas", "fedbuff")}                # asynchronous
+    expected |= {("gas", label): (960, 16, 30, 2) for label in ("gas", "fedbuff", "ca2fl")}       # asynchronous
+    expected |= {("gas", "ca2fl-e50"): (384, 6, 12, 1)}           # Fig. 4's E = 50: the same device steps
     expected |= {("gas", label): (19200, 320, 600, 40) for label in ("sfl-v1", "fedavg", "minibatch-sfl")}
     for name in ("cyclesl", "gas"):
         full = recipes.load(name)

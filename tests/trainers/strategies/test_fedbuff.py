@@ -8,69 +8,18 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 import torch
-from torch import nn
 
 from adaptplan.cli import main
+from tests.async_fl_reference import reference_buffered
 from tests.engine_builders import FixedClock, flat, make_data, random_times, small_model
 from tests.reference_optim import HandSGD
-from trainers.engine.split_engine import STRATEGY_STREAM, SplitEngine
-from trainers.inputs.partition import DeviceSampler
+from trainers.engine.split_engine import SplitEngine
 from trainers.roles.optim import OptimizerSpec
 from trainers.strategies import make_strategy
 
 B, LR, L = 16, 0.1, 11            # small_model: 11 blocks
-
-
-def reference_fedbuff(data, rounds: int, C: int, E: int, times, opt: HandSGD):
-    """Yield (t, every device's model, the global model, the devices in the order they stepped) after each average;
-    ``opt`` steps the devices (a joining device that loads the global model restarts its momentum).
-    The clock as the engine's asynchronous loop keeps it (docs/engine.md): device k's step arrives at r_k + T^F_k +
-    T^A_k, the earliest goes (ties: the first slot), served T^S_k from max(arrival, server free), k ready again
-    T^D_k + T^B_k after; an upload adds T^mU_k and the replacement is ready T^mD after it."""
-    T = (lambda name, j: float(getattr(times, name)[j]))
-    N = len(data.parts)
-    models = [small_model() for _ in range(N)]
-    samplers = [DeviceSampler(data.parts[k], B, [0, k]) for k in range(N)]
-    sizes = [len(p) for p in data.parts]
-    rng = np.random.default_rng([0, STRATEGY_STREAM])
-    active = sorted(int(k) for k in rng.choice(N, size=C, replace=False))
-    clock, free, steps, order = {k: 0.0 for k in active}, 0.0, {k: 0 for k in active}, []
-    buffered, global_model = [], None
-    for t in range(1, rounds + 1):
-        while True:
-            arrive = {j: clock[j] + T("client_fp", j) + T("upload", j) for j in active}
-            k = min(active, key=lambda j: (arrive[j], active.index(j)))
-            free = max(arrive[k], free) + T("server", k)
-            clock[k] = free + T("download", k) + T("client_bp", k)
-            order.append(k)
-            idx = torch.from_numpy(samplers[k].next())
-            nn.functional.cross_entropy(models[k](data.x_train[idx]), data.y_train[idx]).backward()
-            opt.step(models[k])
-            steps[k] += 1
-            if steps[k] < E:
-                continue
-            buffered.append((sizes[k], [p.detach().clone() for p in models[k].parameters()]))   # its upload
-            finished = clock[k] + T("model_up", k)
-            done = len(buffered) == C
-            if done:                                            # every C models: the |D_k|-weighted average
-                total = sum(size for size, _ in buffered)
-                global_model = [sum(size * ps[i] for size, ps in buffered) / total for i in range(len(buffered[0][1]))]
-                buffered = []
-            new = int(rng.choice([j for j in range(N) if j not in active]))
-            active[active.index(k)] = new
-            del clock[k], steps[k]
-            clock[new], steps[new] = finished + T("model_down", new), 0
-            if global_model is not None:
-                opt.restart(models[new])
-                with torch.no_grad():
-                    for p, g in zip(models[new].parameters(), global_model):
-                        p.copy_(g)
-            if done:
-                break
-        yield t, models, global_model, list(order)
 
 
 @pytest.mark.parametrize("momentum", [False, True])
@@ -83,7 +32,7 @@ def test_fedbuff_is_buffered_asynchronous_averaging_of_the_whole_model(momentum:
     hand = HandSGD(LR, 0.9, 5e-4, 1.0) if momentum else HandSGD(LR)
     engine = SplitEngine(small_model(), [L] * N, make_strategy("fedbuff", {"active": C, "local_steps": E}), data,
                          spec, batch_size=B, seed=0, clock=clock)
-    for t, models, global_model, order in reference_fedbuff(data, 4, C, E, clock.times, hand):
+    for t, models, global_model, order in reference_buffered(data, 4, C, E, clock.times, hand):
         stats = engine.run_round(t)
         assert stats.aggregated and engine.strategy.models == []
         for k in range(N):

@@ -1,0 +1,98 @@
+"""CA²FL (trainers/strategies/ca2fl.py) against cached-update calibration written out from the GAS authors'
+baseline (baseline/CA2FL.py; docs/algorithms.md "CA²FL"): FedBuff's loop, and every C uploads the global model steps
+by every device's latest cached update weighted by its data share — the stale caches of devices that did not upload
+since included."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from adaptplan.cli import main
+from tests.async_fl_reference import reference_buffered
+from tests.engine_builders import FixedClock, flat, make_data, random_times, small_model
+from tests.reference_optim import HandSGD
+from trainers.engine.split_engine import SplitEngine
+from trainers.roles.optim import OptimizerSpec
+from trainers.strategies import make_strategy
+
+LR, L = 0.1, 11            # small_model: 11 blocks
+
+
+def _engine(N: int, C: int, E: int, spec: OptimizerSpec, clock: FixedClock | None = None) -> SplitEngine:
+    return SplitEngine(small_model(), [L] * N, make_strategy("ca2fl", {"active": C, "local_steps": E}),
+                       make_data(N, "dirichlet"), spec, batch_size=16, seed=0, clock=clock)
+
+
+@pytest.mark.parametrize(("N", "C", "momentum"), [(6, 3, False), (6, 3, True), (4, 3, False)])
+def test_ca2fl_steps_the_global_model_by_every_cached_update(N: int, C: int, momentum: bool) -> None:
+    """Plain SGD and SGD with momentum that a joining device restarts; with N = 4 and C = 3 a device that uploaded
+    is drawn again before the first average (it starts from its own upload, downloading nothing)."""
+    E = 2
+    clock = FixedClock(random_times(N, seed=3))
+    spec = OptimizerSpec("sgd", LR, 0.9, 5e-4, 1.0) if momentum else OptimizerSpec("sgd", LR, 0.0)
+    hand = HandSGD(LR, 0.9, 5e-4, 1.0) if momentum else HandSGD(LR)
+    engine = _engine(N, C, E, spec, clock)
+    data = make_data(N, "dirichlet")
+    for t, models, global_model, _ in reference_buffered(data, 5, C, E, clock.times, hand, calibrated=True):
+        stats = engine.run_round(t)
+        assert stats.aggregated and engine.strategy.models == []
+        for k in range(N):
+            assert torch.allclose(flat(engine.devices[k].blocks), flat(models[k]), atol=1e-6, rtol=0), (t, k)
+        (evaluated,) = engine.strategy.eval_models(engine)
+        assert torch.allclose(flat(evaluated), torch.cat([g.reshape(-1) for g in global_model]), atol=1e-6, rtol=0), t
+    assert len(engine.strategy.cache) == N       # by round 5 every device has uploaded once at least: N caches
+
+
+def test_ca2fl_differs_from_fedbuff_once_a_cache_is_stale() -> None:
+    """At the first average every update started from w⁰, so w⁰ + Σ_B p_k h_k = w⁰ + (Σ_B |𝒟_k| / Σ|𝒟|)·(FedBuff's
+    average − w⁰): the calibrated step is FedBuff's scaled by the buffer's share of the data (< 1 with N > C)."""
+    N, C, E = 6, 3, 2
+    spec = OptimizerSpec("sgd", LR, 0.0)
+    ca2fl, fedbuff = _engine(N, C, E, spec), SplitEngine(
+        small_model(), [L] * N, make_strategy("fedbuff", {"active": C, "local_steps": E}), make_data(N, "dirichlet"),
+        spec, batch_size=16, seed=0)
+    ca2fl.run_round(1)
+    fedbuff.run_round(1)
+    w0 = flat(small_model())
+    calibrated, averaged = (flat(*e.strategy.eval_models(e)) for e in (ca2fl, fedbuff))
+    share = sum(ca2fl.data.parts[k].size for k in ca2fl.strategy.cache) / sum(p.size for p in ca2fl.data.parts)
+    assert 0 < share < 1
+    assert torch.allclose(calibrated - w0, share * (averaged - w0), atol=1e-6, rtol=0)
+
+
+def test_a_restored_ca2fl_state_is_checked() -> None:
+    """Starts, caches and pre-average uploads must be whole models of devices of the run."""
+    N = 4
+    engine = _engine(N, 2, 1, OptimizerSpec("sgd", LR, 0.0))
+    engine.run_round(1)
+    ctx = engine.context(2)
+    strategy = engine.strategy
+    strategy.check_state(ctx)
+    state = strategy.state_dict()
+    some = next(iter(state["cache"].values()))
+    for name, bad, message in (("cache", {N: some}, "cache must map devices of 0..3"),
+                               ("start", {0: {0: {}}}, "start must map devices of 0..3 to whole models"),
+                               ("global", {0: {}}, "global model must hold the 11 blocks")):
+        strategy.load_state_dict({**state, name: bad})
+        with pytest.raises(ValueError, match=message):
+            strategy.check_state(ctx)
+    strategy.load_state_dict(state)
+    strategy.check_state(ctx)
+
+
+def test_train_resumes_ca2fl_to_the_same_rounds(tmp_path) -> None:
+    """A run stopped after round 2 and resumed to 4 trains the rounds a run of 4 trains (the caches, starts and the
+    calibrated global model in the checkpoint)."""
+    base = ["train", "--algorithm", "ca2fl", "--devices", "4", "--dataset", "synthetic", "--model", "mlp",
+            "--no-progress", "--local-steps", "2", "--active", "2", "--eval-every", "1", "--threads", "1",
+            "--checkpoint-every", "1"]
+    assert main([*base, "--rounds", "4", "--out", str(tmp_path / "whole")]) == 0
+    assert main([*base, "--rounds", "2", "--out", str(tmp_path / "part")]) == 0
+    assert main([*base, "--rounds", "4", "--resume", "--out", str(tmp_path / "part")]) == 0
+    keys = ("round", "participants", "train_loss", "accuracy", "bytes_up", "bytes_down", "sim_seconds")
+    whole, part = ([{k: r[k] for k in keys} for r in json.loads((tmp_path / run / "history.json").read_text())["records"]]
+                   for run in ("whole", "part"))
+    assert len(whole) == 4 and whole == part
