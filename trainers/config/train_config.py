@@ -27,7 +27,18 @@ from typing import Any, Mapping
 from adaptplan.calibration import ROUNDS_LAWS
 from adaptplan.errors import InputError
 from adaptplan.fileio import positive_int, positive_number
-from adaptplan.limits import MAX_BATCH_SIZE, MAX_CUT_POINTS, MAX_DEVICES, MAX_MODEL_WIDTH, MAX_NOISE_CV, MAX_ROUNDS, MAX_SEED, MAX_STEPS, MAX_THREADS
+from adaptplan.limits import (
+    MAX_BATCH_SIZE,
+    MAX_CUT_POINTS,
+    MAX_DEVICES,
+    MAX_MODEL_WIDTH,
+    MAX_NOISE_CV,
+    MAX_NUM_CLASSES,
+    MAX_ROUNDS,
+    MAX_SEED,
+    MAX_STEPS,
+    MAX_THREADS,
+)
 from adaptplan.plan import Plan
 from trainers.algorithms import (  # noqa: F401  (the registry's tables, re-exported for the configuration's readers)
     ALGORITHM_DEFAULTS,
@@ -45,6 +56,7 @@ from trainers.config.optimizer_spec import OPTIMIZERS, OptimizerSpec
 MAX_LR = 1e6               # step size γ; a diverging run stops with a message, this only keeps γ sane
 MAX_WEIGHT_DECAY = 1.0     # L2 coefficient
 MAX_ALPHA = 1e6            # Dirichlet concentration (large = iid)
+MAX_SIZE_EXPONENT = 10.0   # power-law size skew: beyond 10 one device takes ~all samples
 MAX_SCALE = 1e6            # --flops-scale / --bandwidth-scale: a million times the generator's ranges
 DATASETS = ("cifar10-subset", "mnist-subset", "mnist", "cifar10", "cifar100", "fashion-mnist", "synthetic")
 """Valid values of ``--dataset``: each has its loader in trainers.inputs.datasets.LOADERS (tests/trainers/inputs/test_datasets.py)."""
@@ -58,7 +70,7 @@ OWN_MODEL_HELP = ("package.module:factory, your own function returning an nn.Mod
                   "width, and any other parameter needs a default), imported with the working directory on the "
                   "import path (appended, after PYTHONPATH and the installed packages): run from the folder that "
                   "holds the module, or put that folder on PYTHONPATH")
-PARTITIONS = ("iid", "shards", "dirichlet", "dirichlet-equal")
+PARTITIONS = ("iid", "shards", "dirichlet", "dirichlet-equal", "quantity", "labels", "power-law")
 TRANSPORTS = ("gloo", "mqtt")
 """What carries a distributed run's frames: torch.distributed's gloo, or an MQTT broker."""
 DEVICES = ("auto", "cpu", "cuda")          # auto = cuda when torch sees a GPU, else cpu (trainers.config.devices)
@@ -98,8 +110,9 @@ LOCAL_TEST_FRACTION = 0.1
 """Default share of each device's samples held out for its local test split (CycleSL §4.1: 90 %–10 %)."""
 MAX_LOCAL_TEST_FRACTION = 0.5
 SAVED_BEFORE = {"local_test_fraction": 0.0, "pilots": None, "aggregation": "mean", "trim": 0.1, "rounds_law": "eq15",
-                "client_state": "algorithm"}
-"""Options a configuration saved before they existed ran with: no local test split, no pilots."""
+                "client_state": "algorithm", "labels_per_device": 2, "size_exponent": 1.0}
+"""Options a configuration saved before they existed ran with: no local test split, no pilots; the partition
+options of issue 70 at their defaults (no partition of before read them)."""
 
 CLIENT_STATES = ("algorithm", "keep", "restart")
 """``--client-state``: a device's optimizer state when it loads the global client model."""
@@ -134,6 +147,11 @@ class DataConfig:
     partition: str = option("iid", f"one of {', '.join(PARTITIONS)} (default iid)", choices=PARTITIONS)
     dirichlet_alpha: float = option(0.5, "Dirichlet concentration α for --partition dirichlet and dirichlet-equal "
                                     "(default 0.5)", flag="--alpha", low=0.0, high=MAX_ALPHA, low_open=True)
+    labels_per_device: int = option(2, "labels per device for --partition quantity (SCALA's α: K·α/M portions per "
+                                    "label, α to each device) and labels (the pathological k) (default 2)",
+                                    low=1, high=MAX_NUM_CLASSES, unit="labels")
+    size_exponent: float = option(1.0, "power-law exponent γ of the device sizes for --partition power-law "
+                                  "(n_i ∝ rank^−γ; 0 = equal sizes; default 1)", low=0.0, high=MAX_SIZE_EXPONENT)
     batch_size: int = option(16, "mini-batch size b per device per round, in samples (default 16)",
                              high=MAX_BATCH_SIZE, unit="samples")
     local_test_fraction: float = option(

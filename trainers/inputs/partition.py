@@ -8,6 +8,15 @@
   classes (Hsu et al. 2019, the partition CycleSL's CIFAR-100 runs cite; SCALA's distribution-based skew
   draws each client's mix the same way). Unlike ``dirichlet`` it never leaves a device without a
   mini-batch, so many devices fit a small data set (100 devices at α = 0.1 on 5,085 images).
+* ``quantity``: SCALA's quantity-based label skew (SCALA §V-A, after NIID-Bench): the samples of each label cut
+  into K·α/M equal portions (K devices, M labels, α = ``labels_per_device``), the K·α portions shuffled and α of
+  them given to each device, so that a device holds at most α labels. Where M does not divide K·α, the
+  K·α mod M labels that get one portion more are drawn at random (SCALA assumes it divides).
+* ``labels``: the pathological k-label split (NIID-Bench's #C = k): device i holds label i mod M and k − 1 other
+  distinct labels drawn uniformly (k = ``labels_per_device``); each label's samples are split evenly over the
+  devices that hold it (a label nobody holds is left out).
+* ``power-law``: size skew with IID labels: device sizes ∝ r_i^(−γ) (γ = ``size_exponent``, r a random
+  permutation of the ranks 1..N), each at least ``min_size``; the shuffled samples cut at those sizes.
 
 All randomness comes from a ``numpy.random.Generator`` seeded by the caller, so a fixed seed gives
 the same partition.
@@ -25,8 +34,8 @@ from adaptplan.errors import InputError
 from trainers.config.train_config import PARTITIONS, check_choice
 
 
-def partition_indices(labels: np.ndarray, num_devices: int, method: str, seed: int,
-                      alpha: float = 0.5, min_size: int = 1) -> list[np.ndarray]:
+def partition_indices(labels: np.ndarray, num_devices: int, method: str, seed: int, alpha: float = 0.5,
+                      min_size: int = 1, labels_per_device: int = 2, size_exponent: float = 1.0) -> list[np.ndarray]:
     """Return one sorted int64 index array per device (disjoint, covering ≤ all samples)."""
     check_choice(method, PARTITIONS, "partition")
     labels = np.asarray(labels)
@@ -43,6 +52,12 @@ def partition_indices(labels: np.ndarray, num_devices: int, method: str, seed: i
         parts = [np.concatenate([shards[shard_ids[2 * i]], shards[shard_ids[2 * i + 1]]]) for i in range(num_devices)]
     elif method == "dirichlet-equal":
         parts = _dirichlet_equal(labels, num_devices, alpha, rng)
+    elif method == "quantity":
+        parts = _quantity(labels, num_devices, labels_per_device, rng)
+    elif method == "labels":
+        parts = _k_labels(labels, num_devices, labels_per_device, rng)
+    elif method == "power-law":
+        parts = _power_law(n, num_devices, size_exponent, min_size, rng)
     else:
         parts = _dirichlet(labels, num_devices, alpha, rng, min_size=min_size)
     return [np.sort(p).astype(np.int64) for p in parts]
@@ -67,6 +82,57 @@ def _dirichlet_equal(labels: np.ndarray, num_devices: int, alpha: float, rng: np
             taken.append(pools[int(rng.choice(classes.size, p=weights))].pop())
         parts.append(np.asarray(taken, dtype=np.int64))
     return parts
+
+
+def _quantity(labels: np.ndarray, num_devices: int, alpha: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """SCALA's quantity-based skew (module docstring): K·α portions, label c cut into P_c of them (P_c = ⌊K·α/M⌋,
+    one more for K·α mod M labels drawn at random), sizes within a label differing by one at most; the portions
+    shuffled and dealt α to each device in turn."""
+    classes = np.unique(labels)
+    total = num_devices * alpha
+    counts = np.full(classes.size, total // classes.size)
+    counts[rng.permutation(classes.size)[: total % classes.size]] += 1
+    portions = [piece for c, count in zip(classes, counts) if count
+                for piece in np.array_split(rng.permutation(np.flatnonzero(labels == c)), int(count))]
+    dealt = rng.permutation(total)
+    return [np.concatenate([portions[j] for j in dealt[i * alpha:(i + 1) * alpha]]) for i in range(num_devices)]
+
+
+def _k_labels(labels: np.ndarray, num_devices: int, k: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """NIID-Bench's #C = k (module docstring): device i's labels are classes[i mod M] and k − 1 others drawn
+    without replacement; each label's shuffled samples split evenly over its holders in device order."""
+    classes = np.unique(labels)
+    if not 1 <= k <= classes.size:
+        raise InputError(f"must be in 1..{classes.size} (the data set's labels) for --partition labels, got {k}",
+                         field="--labels-per-device")
+    held = []
+    for i in range(num_devices):
+        first = i % classes.size
+        others = rng.choice([c for c in range(classes.size) if c != first], size=k - 1, replace=False)
+        held.append({first, *(int(c) for c in others)})
+    buckets: list[list[np.ndarray]] = [[] for _ in range(num_devices)]
+    for c in range(classes.size):
+        holders = [i for i in range(num_devices) if c in held[i]]
+        if holders:
+            pieces = np.array_split(rng.permutation(np.flatnonzero(labels == classes[c])), len(holders))
+            for i, piece in zip(holders, pieces):
+                buckets[i].append(piece)
+    return [np.concatenate(b) for b in buckets]
+
+
+def _power_law(n: int, num_devices: int, gamma: float, min_size: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Size skew (module docstring): n_i = m + ⌊s_i·(n − N·m)⌋ with s_i = r_i^(−γ) / Σ_j r_j^(−γ), m =
+    ``min_size``, and the samples left by the floors given one each to the largest remainders; IID labels."""
+    spare = n - num_devices * max(min_size, 1)
+    if spare < 0:
+        raise InputError(f"{n} samples cannot give {num_devices} devices {min_size} each", field="devices")
+    ranks = rng.permutation(num_devices) + 1.0
+    shares = ranks ** -gamma / np.sum(ranks ** -gamma)
+    exact = shares * spare
+    sizes = np.floor(exact).astype(np.int64)
+    sizes[np.argsort(-(exact - sizes), kind="stable")[: spare - int(sizes.sum())]] += 1
+    sizes += max(min_size, 1)
+    return np.split(rng.permutation(n), np.cumsum(sizes)[:-1])
 
 
 def _dirichlet(labels: np.ndarray, num_devices: int, alpha: float, rng: np.random.Generator,

@@ -49,6 +49,7 @@ from trainers.inputs.datasets import Dataset, load_dataset
 from trainers.inputs.device_data import read_manifest
 from trainers.inputs.models import build_model
 from trainers.inputs.partition import local_test_split, partition_indices, samples_before_split
+from trainers.inputs.skew import PartitionSkew
 from trainers.roles.messages import NonFiniteError
 from trainers.run.checkpoint import file_digest, load_checkpoint, save_checkpoint
 from trainers.run.estimation import RunData
@@ -106,10 +107,11 @@ class Trainer:
                                   aggregation=(config.optim.aggregation, config.optim.trim),
                                   execution=Execution.resolve(self.device, config.execution.client_batching, config.execution.server_pass_samples,
                                                               config.execution.client_recompute, config.execution.batch_devices))
+        M = self.dataset.num_classes
         self.history = History(meta={"config": config.to_json(), "plan_source": event["source"], "run_id": uuid.uuid4().hex,
-                                     "num_blocks": len(self.blocks), "block_names": self.block_names,
+                                     "num_blocks": len(self.blocks), "block_names": self.block_names, "num_classes": M,
                                      "target_accuracy": config.run.target_accuracy,
-                                     "num_classes": self.dataset.num_classes,
+                                     "partition_skew": PartitionSkew.of_parts(parts, self.dataset.y_train.numpy(), M).to_json(),
                                      **({"calibration": self.planning.calibration.to_json()}
                                         if self.planning.calibration else {})})
         self.history.events.append({"round": 0, "event": "plan", **event, "cuts": cuts, "interval": interval})
@@ -176,7 +178,7 @@ class Trainer:
         c = self.config
         parts = manifest.parts() if manifest is not None else partition_indices(
             self.dataset.y_train.numpy(), c.data.devices, c.data.partition, c.run.seed, c.data.dirichlet_alpha,
-            min_size=samples_before_split(c.data.batch_size, c.data.local_test_fraction))
+            samples_before_split(c.data.batch_size, c.data.local_test_fraction), c.data.labels_per_device, c.data.size_exponent)
         parts, local_test = local_test_split(parts, c.data.local_test_fraction, c.run.seed)
         # rank 0 of a distributed run over per-device files holds no device's samples: no local evaluation there
         self.local_evaluation = c.data.local_test_fraction > 0 and not (manifest is not None and c.runtime.distributed)

@@ -12,11 +12,14 @@ from adaptplan.crossing import first_crossing
 from adaptplan.errors import InputError
 from trainers.run.history import History
 
-PILOT_SETTING_KEYS = ("algorithm", "extra", "dataset", "partition", "dirichlet_alpha", "local_test_fraction", "model",
-                      "model_width", "devices", "batch_size", "lr", "client_lr", "server_lr", "optimizer",
-                      "client_optimizer", "server_optimizer", "momentum", "weight_decay", "clip_norm")
+PILOT_SETTING_KEYS = ("algorithm", "extra", "dataset", "partition", "dirichlet_alpha", "labels_per_device",
+                      "size_exponent", "local_test_fraction", "model", "model_width", "devices", "batch_size", "lr",
+                      "client_lr", "server_lr", "optimizer", "client_optimizer", "server_optimizer", "momentum",
+                      "weight_decay", "clip_norm")
 """The training settings a pilot must share with the run it calibrates (a history's ``meta.config`` keys): all that
 shape the rounds to an accuracy but the plan and the seed."""
+ADDED_LATER = ("labels_per_device", "size_exponent")
+"""Setting keys absent from histories written before them: such a history trained as :data:`SAVED_BEFORE` says."""
 
 
 def read_pilot(folder: str | os.PathLike, target: float, setting: dict[str, Any] | None = None) -> PilotRun:
@@ -30,7 +33,11 @@ def read_pilot(folder: str | os.PathLike, target: float, setting: dict[str, Any]
         raise InputError(f"{str(path)!r} holds no history.json: give the folder of a finished run (--out of "
                          "adaptplan train)", field="--pilots")
     history = History.load(path)
-    config = history.meta.get("config", {})
+    from trainers.config.train_config import SAVED_BEFORE
+
+    before = {k: SAVED_BEFORE[k] for k in ADDED_LATER}
+    config = {**before, **history.meta.get("config", {})}
+    setting = None if setting is None else {**before, **setting}
     differs = [key for key in PILOT_SETTING_KEYS if setting is not None and config.get(key) != setting.get(key)]
     if differs and setting is not None:
         key = differs[0]

@@ -15,6 +15,7 @@ from adaptplan.limits import MAX_BATCH_SIZE, MAX_DEVICES, MAX_SEED
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from adaptplan.cli.config_flags import add_field
     from trainers.config.train_config import PARTITIONS
     from trainers.inputs.datasets import dataset_names
 
@@ -24,7 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Split a data set over N devices (the partition adaptplan train draws with the same "
                     "--partition, --alpha, --seed and --batch-size) and write one file per device, the test set "
                     "and a manifest with each device's sample count, label counts and SHA-256 "
-                    "(docs/distributed.md \"Data on the devices\"). Give each device machine the manifest and its "
+                    "(docs/distributed.md \"Data on the devices\"), and print how skewed the partition is "
+                    "(trainers/inputs/skew.py). Give each device machine the manifest and its "
                     "own device-<i>.npz; the edge server the manifest and test.npz.",
     )
     parser.add_argument("--dataset", default="cifar10-subset", help=f"one of {', '.join(dataset_names())} (default cifar10-subset)")
@@ -33,6 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--partition", default="iid", help=f"one of {', '.join(PARTITIONS)} (default iid)")
     parser.add_argument("--alpha", type=positive_float_flag(""), default=0.5,
                         help="Dirichlet concentration α for --partition dirichlet (default 0.5)")
+    add_field(parser, "labels_per_device")
+    add_field(parser, "size_exponent")
     parser.add_argument("--seed", type=int_flag(0, MAX_SEED), default=0, help="the partition's seed (default 0)")
     parser.add_argument("--batch-size", type=int_flag(1, MAX_BATCH_SIZE, "samples"), default=16,
                         help="every device gets at least this many samples (the training batch size b; default 16)")
@@ -59,12 +63,16 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"{str(out)!r} holds other files and no device-data folder: name a new or empty folder",
                          field="--out")
 
+    import numpy as np
+
     from trainers.inputs.datasets import load_dataset
     from trainers.inputs.partition import partition_indices
+    from trainers.inputs.skew import PartitionSkew
 
     data = load_dataset(args.dataset, args.data_root)
     parts = partition_indices(data.y_train.numpy(), args.devices, args.partition, args.seed, args.alpha,
-                              min_size=args.batch_size)
+                              min_size=args.batch_size, labels_per_device=args.labels_per_device,
+                              size_exponent=args.size_exponent)
     smallest = min(len(p) for p in parts)
     if smallest < args.batch_size:
         raise InputError(f"the smallest device gets {smallest} samples, fewer than --batch-size {args.batch_size}",
@@ -73,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
     sizes = [e.samples for e in manifest.devices]
     print(f"wrote {out}: {manifest.name}, {len(sizes)} devices ({min(sizes)}-{max(sizes)} samples each, "
           f"{manifest.total} in all), test.npz, manifest.json", file=sys.stderr)
+    skew = PartitionSkew.of(np.asarray([e.label_counts for e in manifest.devices]))
+    print(f"{args.partition} partition, {skew.line()}", file=sys.stderr)
     return 0
 
 

@@ -410,7 +410,8 @@ def test_every_train_flag_reaches_its_config_field(tmp_path) -> None:
             "--client-batching", "on", "--distributed", "--ranks", "4", "--emulate-links", "--rank-timeout", "7",
             "--client-recompute", "off", "--server-pass-samples", "256", "--device-data", "devdata",
             "--local-test-fraction", "0.2", "--mlflow", "http://127.0.0.1:5000", "--pilots", "p1,p2",
-            "--aggregation", "trimmed-mean", "--trim", "0.2", "--rounds-law", "linear", "--client-state", "restart"]
+            "--aggregation", "trimmed-mean", "--trim", "0.2", "--rounds-law", "linear", "--client-state", "restart",
+            "--labels-per-device", "3", "--size-exponent", "0.5"]
     args = build_parser().parse_args(argv)
     assert fields_from_args(args) == dict(
         algorithm="gapsl", dataset="synthetic", model="mlp", devices=6, partition="dirichlet", dirichlet_alpha=0.3,
@@ -424,7 +425,8 @@ def test_every_train_flag_reaches_its_config_field(tmp_path) -> None:
         client_batching="on", distributed=True, ranks=4, emulate_links=True, rank_timeout=7.0,
         client_recompute="off", server_pass_samples=256, extra={"k_min": 0.3, "gda": "double_backprop"},
         device_data="devdata", transport="gloo", local_test_fraction=0.2, mlflow="http://127.0.0.1:5000",
-        pilots="p1,p2", aggregation="trimmed-mean", trim=0.2, rounds_law="linear", client_state="restart")
+        pilots="p1,p2", aggregation="trimmed-mean", trim=0.2, rounds_law="linear", client_state="restart",
+            labels_per_device=3, size_exponent=0.5)
     mqtt = fields_from_args(build_parser().parse_args(["train", "--runtime", "mqtt"]))
     assert (mqtt["distributed"], mqtt["transport"]) == (True, "mqtt")
     torch_runtime = fields_from_args(build_parser().parse_args(["train", "--runtime", "torch"]))
