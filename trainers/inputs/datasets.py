@@ -7,6 +7,9 @@
 * ``cifar10``, ``cifar100``, ``mnist``, ``fashion-mnist``: torchvision datasets read from a
   user-given ``root``; downloaded into it only when the user asks (``download=True``, the
   ``--download`` flag). ``mnist`` without ``--data-root`` falls back to ``mnist-subset``.
+  ``fashion-mnist`` is also read from the four gzip-compressed idx files of Debian's package
+  ``dataset-fashion-mnist`` (60,000 + 10,000 images, :data:`DEBIAN_FASHION_MNIST`), where they are installed
+  and no ``--data-root`` is given, or in a ``--data-root`` that holds those files.
 * ``synthetic``: generated, no files — learnable Gaussian class clusters of shape 1×8×8, 10
   classes, 2,000 train / 400 test samples (fixed seed :data:`SYNTHETIC_SEED`); for fast tests.
 
@@ -189,6 +192,31 @@ def _torchvision(class_name: str, name: str, num_classes: int) -> Loader:
     return load
 
 
+DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
+"""Where Debian's ``dataset-fashion-mnist`` installs the data set (``apt-get install dataset-fashion-mnist``)."""
+FASHION_MNIST_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+                       "t10k-labels-idx1-ubyte.gz")
+
+
+def _fashion_mnist(root: Path | None, download: bool = False) -> Dataset:
+    """Fashion-MNIST from the idx files in ``root`` or, without ``root``, Debian's folder; else torchvision's
+    files under ``root``; one message naming the package when neither is there."""
+    from trainers.inputs.idx_files import read_idx
+
+    folder = root if root is not None else DEBIAN_FASHION_MNIST
+    if all((folder / f).is_file() for f in FASHION_MNIST_FILES):
+        x_train, y_train, x_test, y_test = (read_idx(folder / f, 3 if "images" in f else 1) for f in FASHION_MNIST_FILES)
+        if len(x_train) != len(y_train) or len(x_test) != len(y_test) or max(y_train.max(), y_test.max()) >= 10:
+            raise InputError(f"the idx files in {str(folder)!r} do not pair one label in 0..9 with each image",
+                             field="--data-root")
+        return _make("fashion-mnist", x_train[:, None], y_train, x_test[:, None], y_test, 10)
+    if root is None:
+        raise InputError(f"fashion-mnist is not installed: run `apt-get install dataset-fashion-mnist` (Debian's "
+                         f"package, read from {DEBIAN_FASHION_MNIST}), or pass --data-root DIR with its idx files or "
+                         "torchvision's", field="--data-root")
+    return _torchvision("FashionMNIST", "fashion-mnist", 10)(root, download)
+
+
 def _mnist(root: Path | None, download: bool = False) -> Dataset:
     return _torchvision("MNIST", "mnist", 10)(root, download) if root is not None else _mnist_subset(None)
 
@@ -212,7 +240,7 @@ LOADERS: dict[str, Loader] = {
     "mnist": _mnist,
     "cifar10": _torchvision("CIFAR10", "cifar10", 10),
     "cifar100": _torchvision("CIFAR100", "cifar100", 100),
-    "fashion-mnist": _torchvision("FashionMNIST", "fashion-mnist", 10),
+    "fashion-mnist": _fashion_mnist,
     "synthetic": _synthetic,
 }
 
