@@ -76,7 +76,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from adaptplan.benches import recipes
-from adaptplan.benches.recipes import Recipe
+from adaptplan.benches.recipes import PROTOCOLS, Recipe
 from adaptplan.benches.runs import RunResult, no_evaluation, no_local, pct, run_jobs, run_state, seconds
 from adaptplan.errors import InputError
 from adaptplan.report import Empty, empty_notes, format_table
@@ -608,7 +608,7 @@ def table(found: Sequence[Comparison], book: Mapping[str, Recipe], todo: Sequenc
              f"({', '.join(map(str, seeds))}). A = the claimed winner, B = its baseline; final acc.: A − B in "
              f"percentage points; s to target: simulated seconds, B's over A's (> 1: A faster; mean: geometric, over "
              f"the seeds where both reached it); (global) = the test set, (local) = each device's model on its own "
-             f"held-out samples"]
+             f"held-out samples, (local-sampled) = the same over the round's participants only"]
     for key, recipe in book.items():
         goal = recipe.target_accuracy if target is None else target
         lines += ["", f"{recipe.title} — paper: {recipe.paper}",
@@ -639,35 +639,38 @@ def table(found: Sequence[Comparison], book: Mapping[str, Recipe], todo: Sequenc
 
 
 def run_table(todo: Sequence[Mapping[str, Any]], results: Sequence[RunResult]) -> str:
-    """Final accuracy of every run (paper/partition, method × seed), global / local; for runs with a target also
+    """Final accuracy of every run (paper/partition, method × seed), global / local / local over the last round's
+    participants (the local protocol the CycleSL authors' code runs); for runs with a target also
     the simulated seconds to it in brackets (``[-]``: never reached); under it, why any other figure reads ``-``."""
     seeds = list(dict.fromkeys(j["seed"] for j in todo))
     cell = {(j["group"], j["label"], j["seed"]): (j, r) for j, r in zip(todo, results)}
     width = max([len(g) for g, _, _ in cell] + [9])
     runs = max([len(label) for _, label, _ in cell] + [10])
-    lines = ["Final accuracy per run, global / local (seconds: simulated s to the target, [-] = not reached)",
-             f"  {'comparison':<{width}} {'run':<{runs}} " + " ".join(f"{'seed ' + str(s):>22}" for s in seeds)
-             + f" {'mean':>15}"]
+    lines = ["Final accuracy per run, global / local / local over the round's participants (seconds: simulated s to "
+             "the target, [-] = not reached)",
+             f"  {'comparison':<{width}} {'run':<{runs}} " + " ".join(f"{'seed ' + str(s):>30}" for s in seeds)
+             + f" {'mean':>23}"]
     empty: list[list[str]] = []
     for group, label in dict.fromkeys((j["group"], j["label"]) for j in todo):
         row = []
         for s in seeds:
             job, r = cell[group, label, s]
-            figures = [pct(r.final_accuracy, no_evaluation(r)), pct(r.final_local_accuracy, no_local(r))]
+            figures = [pct(r.final_accuracy, no_evaluation(r)), pct(r.final_local_accuracy, no_local(r)),
+                       pct(r.final_local_sampled_accuracy, no_local(r))]
             empty.append(figures)
             text = " / ".join(figures)
             if group.startswith(("gas/", "adaptsfl/")):
                 text += f" [{seconds(r.time_to(job['target']))}]"
             if r.diverged_round:
                 text += f" NaN@{r.diverged_round}"
-            row.append(f"{text:>22}")
+            row.append(f"{text:>30}")
         means = []
-        for protocol in ("global", "local"):
+        for protocol in PROTOCOLS:
             finals = [cell[group, label, s][1].final(protocol) for s in seeds]
             present = [f for f in finals if f is not None]
             means.append(pct(statistics.fmean(present)) if present else "-")
-        lines.append(f"  {group:<{width}} {label:<{runs}} " + " ".join(row) + f" {' / '.join(means):>15}")
-    return "\n".join(lines + empty_notes(["global", "local"], empty, indent="  "))
+        lines.append(f"  {group:<{width}} {label:<{runs}} " + " ".join(row) + f" {' / '.join(means):>23}")
+    return "\n".join(lines + empty_notes(list(PROTOCOLS), empty, indent="  "))
 
 
 def save_json(found: Sequence[Comparison], book: Mapping[str, Recipe], todo: Sequence[Mapping[str, Any]],

@@ -39,13 +39,17 @@ class RunResult:
     final_local_accuracy: float | None = None  # the local protocol's (each device's model on its held-out samples)
     local_curve: list[tuple[float, float]] = field(default_factory=list)   # (simulated s, local accuracy)
     num_classes: int | None = None             # the data set's M (the history's meta): the plots' chance line 1/M
+    final_local_sampled_accuracy: float | None = None   # the local protocol over each round's participants only
+    local_sampled_curve: list[tuple[float, float]] = field(default_factory=list)
 
     def final(self, protocol: str = "global") -> float | None:
-        """The final accuracy by ``protocol``: ``global`` (the test set) or ``local`` (held-out samples)."""
-        return self.final_accuracy if protocol == "global" else self.final_local_accuracy
+        """The final accuracy by ``protocol``: ``global`` (the test set), ``local`` (every device's held-out samples,
+        pooled) or ``local-sampled`` (the round's participants' only, the CycleSL authors' protocol)."""
+        return {"global": self.final_accuracy, "local": self.final_local_accuracy,
+                "local-sampled": self.final_local_sampled_accuracy}[protocol]
 
     def points(self, protocol: str = "global") -> list[tuple[float, float]]:
-        return self.curve if protocol == "global" else self.local_curve
+        return {"global": self.curve, "local": self.local_curve, "local-sampled": self.local_sampled_curve}[protocol]
 
     def time_to(self, target: float, protocol: str = "global") -> float | None:
         """Simulated seconds at which the accuracy first reached ``target``, interpolated between the evaluations
@@ -216,7 +220,8 @@ def summarise(job: dict[str, Any], history: Any, diverged: int | None = None, ro
     holds only its evaluations (:func:`evaluations_only`)."""
     target = job["target"]
     curve = [(r.sim_seconds, r.accuracy) for r in history.evaluated if r.accuracy is not None]   # all evaluated
-    local_curve = [(r.sim_seconds, r.local_accuracy) for r in history.evaluated if r.local_accuracy is not None]
+    local_curve, sampled_curve = ([(r.sim_seconds, getattr(r, name)) for r in history.evaluated
+                                   if getattr(r, name) is not None] for name in ("local_accuracy", "local_sampled_accuracy"))
     reached = history.to_target(target)          # interpolated between evaluations (adaptplan.crossing)
     conv = history.converged_round()
     conv_record = next((r for r in history.records if r.round == conv), None)
@@ -227,7 +232,8 @@ def summarise(job: dict[str, Any], history: Any, diverged: int | None = None, ro
                      reached["seconds"], reached["rounds"],
                      conv, conv_record.sim_seconds if conv_record else None,
                      conv_record.accuracy if conv_record else None, curve, diverged,
-                     history.final_local_accuracy, local_curve, _classes(history.meta.get("num_classes")))
+                     history.final_local_accuracy, local_curve, _classes(history.meta.get("num_classes")),
+                     history.final_local_sampled_accuracy, sampled_curve)
 
 
 def _classes(value: Any) -> int | None:

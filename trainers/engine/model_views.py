@@ -124,12 +124,13 @@ class EngineModels:
         """The strategy's ``eval_models`` (the global protocol's models)."""
         return self.read(self.engine.strategy.eval_models)
 
-    def evaluate_local(self, batch_size: int = EVAL_BATCH_SIZE) -> float | None:
+    def evaluate_local(self, batch_size: int = EVAL_BATCH_SIZE, devices: Sequence[int] | None = None) -> float | None:
         """The local protocol (CycleSL §4.1): each present device's model (the strategy's ``local_models``) on
-        the samples it holds out (``data.local_test``), correct predictions pooled over all of them; None when no
-        device holds any out. Devices sharing one model object are evaluated in one pass."""
+        the samples it holds out (``data.local_test``), correct predictions pooled over all of them — or over
+        ``devices`` only (the CycleSL authors' protocol: the round's sampled clients, right after their update);
+        None when none of them holds any out. Devices sharing one model object are evaluated in one pass."""
         data = self.engine.data
-        held = {d: data.local_test[d] for d in self.present() if d < len(data.local_test) and len(data.local_test[d])}
+        held = {d: data.local_test[d] for d in self.present(devices) if d < len(data.local_test) and len(data.local_test[d])}
         if not held:
             return None
         models = self.read(self.engine.strategy.local_models)

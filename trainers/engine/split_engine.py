@@ -401,8 +401,8 @@ class SplitEngine:
                  data: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[float, float]:
         return self.models.evaluate(model, batch_size, max_samples, data)
 
-    def evaluate_local(self, batch_size: int = EVAL_BATCH_SIZE) -> float | None:
-        return self.models.evaluate_local(batch_size)
+    def evaluate_local(self, batch_size: int = EVAL_BATCH_SIZE, devices: Sequence[int] | None = None) -> float | None:
+        return self.models.evaluate_local(batch_size, devices)
 
     def release(self) -> None:
         """Training is over: the network's hosts may end (:meth:`~trainers.engine.network.Network.release`)."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 import uuid
 import warnings
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -115,9 +115,7 @@ class Trainer:
                                      **({"calibration": self.planning.calibration.to_json()}
                                         if self.planning.calibration else {})})
         self.history.events.append({"round": 0, "event": "plan", **event, "cuts": cuts, "interval": interval})
-        self.start_round = 0
-        self.wall_offset = 0.0
-        self.measured_rates = MeasuredRates()
+        self.start_round, self.wall_offset, self.measured_rates = 0, 0.0, MeasuredRates()
         self.input_digests = {name: file_digest(config.value(f"{name}_path"))
                               for name in ("system", "plan", "constants") if config.value(f"{name}_path")}
 
@@ -161,10 +159,8 @@ class Trainer:
         generated: a system the user gave keeps its resources) and the simulated clock over it."""
         c = self.config
         self.ranges = scaled_ranges(SystemRanges(), c.system.flops_scale, c.system.bandwidth_scale)
-        base = system
-        if base is None:
-            base = SystemSpec.load(c.system.path) if c.system.path else \
-                generate_system(c.data.devices, c.system.seed, self.ranges)
+        base = system if system is not None else (SystemSpec.load(c.system.path) if c.system.path else
+                                                  generate_system(c.data.devices, c.system.seed, self.ranges))
         if base.num_devices != c.data.devices:
             raise InputError(f"system has {base.num_devices} devices but devices = {c.data.devices}", field="devices")
         generated = system is None and not c.system.path
@@ -331,9 +327,9 @@ class Trainer:
                 record_measured(self.history, self.measured_rates, self.clock, t, stats)
             replanned = self.planning.maybe_replan(t, stats.aggregated, engine, self.clock, self.measured_rates,
                                                    self.history.events)
-            acc = test_loss = local = None
+            acc = test_loss = local = sampled = None
             if t % c.run.eval_every == 0:
-                acc, test_loss, local = self.evaluate()
+                acc, test_loss, local, sampled = self.evaluate(stats.participants)
         except NonFiniteError as exc:
             save_history(out, self.history)
             kept = f"; the history up to round {t - 1} is in {out!r}" if out else ""
@@ -343,7 +339,7 @@ class Trainer:
         return RoundRecord(t, stats.loss, acc, test_loss, self.clock.seconds, stats.sim_seconds, wall(),
                            stats.bytes_up, stats.bytes_down, stats.bytes_server, stats.aggregated, replanned,
                            cuts_in_force, interval_in_force, stats.participants, stats.stage_seconds, stats.metrics,
-                           stats.measured_stage_seconds, stats.measured_round_seconds, local)
+                           stats.measured_stage_seconds, stats.measured_round_seconds, local, sampled)
 
     def _final_evaluation(self) -> None:
         """Evaluate a run that does not end on an evaluation round, into ``history.meta["final_evaluation"]``:
@@ -351,19 +347,21 @@ class Trainer:
         uninterrupted one."""
         last = self.history.records[-1] if self.history.records else None
         if last is not None and last.accuracy is None:
-            acc, test_loss, local = self.evaluate()
-            self.history.meta["final_evaluation"] = {"round": last.round, "accuracy": acc, "test_loss": test_loss,
-                                                     "local_accuracy": local, "sim_seconds": last.sim_seconds}
+            acc, test_loss, local, sampled = self.evaluate(last.participants)
+            self.history.meta["final_evaluation"] = {"round": last.round, "accuracy": acc, "test_loss": test_loss, "local_accuracy":
+                                                     local, "local_sampled_accuracy": sampled, "sim_seconds": last.sim_seconds}
         else:
             self.history.meta.pop("final_evaluation", None)
 
-    def evaluate(self) -> tuple[float, float, float | None]:
-        """Both evaluation protocols: global test accuracy and loss, the mean over the strategy's
-        ``eval_models`` (the global model, or every device's model for PSL) on the test set; and the local
-        accuracy, each device's model on its own held-out samples, pooled (None without a local split)."""
+    def evaluate(self, sampled: Sequence[int] = ()) -> tuple[float, float, float | None, float | None]:
+        """Both evaluation protocols: global test accuracy and loss, the mean over the strategy's ``eval_models``
+        (the global model, or every device's model for PSL) on the test set; the local accuracy, each device's
+        model on its own held-out samples, pooled, and the same over the round's ``sampled`` devices only (the
+        CycleSL authors' protocol; both None without a local split)."""
         results = [self.engine.evaluate(m, self.config.execution.eval_batch_size) for m in self.engine.eval_models()]
-        local = self.engine.evaluate_local(self.config.execution.eval_batch_size) if self.local_evaluation else None
-        return float(np.mean([r[0] for r in results])), float(np.mean([r[1] for r in results])), local
+        local = [self.engine.evaluate_local(self.config.execution.eval_batch_size, devices) if self.local_evaluation
+                 and (devices is None or devices) else None for devices in (None, list(sampled))]
+        return float(np.mean([r[0] for r in results])), float(np.mean([r[1] for r in results])), local[0], local[1]
 
 
 def record_measured(history: History, rates: MeasuredRates, clock: SimClock, t: int, stats: RoundStats) -> None:

@@ -38,7 +38,8 @@ MAX_BYTES = 2**63 - 1   # bytes of one round's traffic in a history file
 class RoundRecord:
     """One round t. ``accuracy``/``test_loss`` are None on rounds without evaluation (global protocol: the test
     set); ``local_accuracy`` the local protocol's (each device's model on its own held-out samples, pooled; None
-    without a local split). Seconds are
+    without a local split), ``local_sampled_accuracy`` the same over the round's participants only (the CycleSL
+    authors' protocol). Seconds are
     cumulative at the end of round t; bytes are this round's (device→server ``bytes_up``,
     server→device ``bytes_down``, edge↔fed ``bytes_server``). ``cuts``/``interval`` = the plan in force.
     ``participants`` the devices that trained; ``stage_seconds`` the round's seconds per stage (the
@@ -66,6 +67,7 @@ class RoundRecord:
     measured_stage_seconds: dict[str, float] = field(default_factory=dict)
     measured_round_seconds: float | None = None
     local_accuracy: float | None = None
+    local_sampled_accuracy: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The record as a JSON object: what ``dataclasses.asdict`` gives, built field by field — its fields are
@@ -78,7 +80,8 @@ class RoundRecord:
 RECORD_FIELDS = tuple(f.name for f in fields(RoundRecord))
 OPTIONAL_RECORD_FIELDS = ("participants", "stage_seconds", "metrics",     # absent in histories written before Engine v2
                           "measured_stage_seconds", "measured_round_seconds",   # set by the torch.distributed runtime
-                          "local_accuracy")                                     # absent before the local protocol
+                          "local_accuracy",                                     # absent before the local protocol
+                          "local_sampled_accuracy")                             # absent before its sampled variant
 
 def chance_floor(num_classes: int | None) -> float:
     """Twice chance, 2/M for M classes (0 when M is unknown): evaluations below it do not count towards convergence."""
@@ -128,11 +131,20 @@ class History:
     @property
     def final_local_accuracy(self) -> float | None:
         """The last local-protocol accuracy (None without a local split)."""
+        return self.final_local("local_accuracy")
+
+    @property
+    def final_local_sampled_accuracy(self) -> float | None:
+        """The last local-protocol accuracy over the round's participants (None without a local split)."""
+        return self.final_local("local_sampled_accuracy")
+
+    def final_local(self, name: str) -> float | None:
+        """The last value of the record field ``name`` (the final evaluation's where the run did not end on one)."""
         final = self.meta.get("final_evaluation")
         if final is not None:
-            return final.get("local_accuracy")
+            return final.get(name)
         ev = self.evaluated
-        return ev[-1].local_accuracy if ev else None
+        return getattr(ev[-1], name) if ev else None
 
     def converged_round(self, min_gain: float = 0.02, patience: int = 5, floor: float | None = None) -> int | None:
         """The paper's criterion (docs/model.md §6.1, :func:`first_converged`) on the test accuracy: the first
@@ -359,6 +371,7 @@ _OPTIONAL_RECORD_CHECKS: dict[str, Callable[[Any, str], Any]] = {
     "participants": _participants, "stage_seconds": _numbers_by_name(_seconds), "metrics": _numbers_by_name(_number),
     "measured_stage_seconds": _numbers_by_name(_seconds), "measured_round_seconds": _optional(_seconds),
     "local_accuracy": _optional(_fraction),
+    "local_sampled_accuracy": _optional(_fraction),
 }
 assert set(_OPTIONAL_RECORD_CHECKS) == set(OPTIONAL_RECORD_FIELDS)
 
@@ -380,6 +393,7 @@ def _meta_from_json(value: Any) -> dict[str, Any]:
     if meta.get("final_evaluation") is not None:
         final = mapping_value(meta["final_evaluation"], "history.meta.final_evaluation")
         _optional(_fraction)(final.get("accuracy"), "history.meta.final_evaluation.accuracy")
-        _optional(_fraction)(final.get("local_accuracy"), "history.meta.final_evaluation.local_accuracy")
+        for name in ("local_accuracy", "local_sampled_accuracy"):
+            _optional(_fraction)(final.get(name), f"history.meta.final_evaluation.{name}")
     _optional(_fraction)(meta.get("target_accuracy"), "history.meta.target_accuracy")
     return meta

@@ -27,7 +27,8 @@ from trainers.run.checkpoint import CHECKPOINT_NAME
 from trainers.run.folder import RUN_FILES
 from trainers.run.folder import TRACKING_FOLDER as FOLDER  # the event files' folder in a run folder
 
-SCALARS = {"accuracy": "accuracy/global", "local_accuracy": "accuracy/local", "train_loss": "loss/train",
+SCALARS = {"accuracy": "accuracy/global", "local_accuracy": "accuracy/local",
+           "local_sampled_accuracy": "accuracy/local_sampled", "train_loss": "loss/train",
            "test_loss": "loss/test", "sim_seconds": "time/sim_seconds", "round_sim_seconds": "time/round_sim_seconds",
            "wall_seconds": "time/wall_seconds", "measured_round_seconds": "time/measured_round_seconds",
            "bytes_up": "bytes/up", "bytes_down": "bytes/down", "bytes_server": "bytes/server",

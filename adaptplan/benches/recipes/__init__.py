@@ -26,23 +26,29 @@ from adaptplan.benches.comparison import Setting
 from adaptplan.errors import InputError
 from trainers.algorithms import algorithm as registered
 
-NAMES = ("gapsl", "scala", "cyclesl", "gas", "adaptsfl")
-"""The recipes shipped with the package, one per source paper, in the order ``bench papers`` runs them."""
+NAMES = ("gapsl", "scala", "cyclesl", "gas", "adaptsfl", "gas-fmnist")
+"""The recipes shipped with the package, one per source paper (GAS's twice: the built-in scale and its own full
+Fashion-MNIST), in the order ``bench papers`` runs them."""
+DEFAULT_NAMES = ("gapsl", "scala", "cyclesl", "gas", "adaptsfl")
+"""What ``bench papers`` runs unless told: one recipe per paper at the built-in scale (gas-fmnist reads Debian's
+Fashion-MNIST package and runs when named)."""
 SETTING_KEYS = ("optimizer", "client_lr", "server_lr", "momentum", "weight_decay", "clip_norm", "batch_size",
                 "participation", "local_steps", "rounds", "client_state")
 """The keys of ``[setting]`` that form the methods' one training setting (:class:`~adaptplan.benches.comparison.Setting`)."""
-RUN_KEYS = ("dataset", "model", "model_width", "cut", "devices", "partition", "dirichlet_alpha", "local_test_fraction",
-            "evaluations", "test_samples", "target_accuracy")
+RUN_KEYS = ("dataset", "model", "model_width", "cut", "devices", "partition", "dirichlet_alpha", "labels_per_device",
+            "local_test_fraction", "evaluations", "test_samples", "target_accuracy")
 """The other keys of ``[setting]``: what every run of the comparison shares besides its training setting."""
+PARTITION_OPTIONS = ("dirichlet_alpha", "labels_per_device")
+"""A partition's own options (TrainConfig fields), in ``[setting]`` or a ``[[partition]]`` entry."""
 TEXT, NUMBER, WHOLE = "a text", "a finite number", "a whole number"
 KEY_KINDS = {"client_state": TEXT, "optimizer": TEXT, "client_lr": NUMBER, "server_lr": NUMBER, "momentum": NUMBER, "weight_decay": NUMBER,
              "clip_norm": NUMBER, "batch_size": WHOLE, "participation": NUMBER, "local_steps": WHOLE, "rounds": WHOLE,
              "dataset": TEXT, "model": TEXT, "model_width": WHOLE, "cut": WHOLE, "devices": WHOLE, "partition": TEXT,
-             "dirichlet_alpha": NUMBER, "local_test_fraction": NUMBER, "evaluations": WHOLE, "test_samples": WHOLE,
+             "dirichlet_alpha": NUMBER, "labels_per_device": WHOLE, "local_test_fraction": NUMBER, "evaluations": WHOLE, "test_samples": WHOLE,
              "target_accuracy": NUMBER}
 """What each key of ``[setting]`` and ``[paper_scale]`` holds (its range is TrainConfig's, checked on every job)."""
 METRICS = ("accuracy", "time", "convergence", "ordering")
-PROTOCOLS = ("global", "local")
+PROTOCOLS = ("global", "local", "local-sampled")
 METHOD_KEYS = ("label", "algorithm", "options", "policy", "replan_every", "reestimate", "rounds", "note")
 CLAIM_KEYS = ("text", "a", "b", "metric", "paper", "protocol", "partition", "margin", "order")
 HOUR_TIER_KEYS = ("rounds", "evaluations")
@@ -403,21 +409,24 @@ def _partitions(entries: Any, run: dict[str, Any], sources: dict[str, str], fail
     """``[[partition]]`` entries (label, partition, dirichlet_alpha, source|rule), or the one of ``[setting]``."""
     if entries is None:
         fields = {"partition": run.pop("partition", "iid")}
-        if "dirichlet_alpha" in run:
-            fields["dirichlet_alpha"] = run.pop("dirichlet_alpha")
-        label = fields["partition"] + (f" α={fields['dirichlet_alpha']:g}" if "dirichlet_alpha" in fields else "")
+        for key in PARTITION_OPTIONS:
+            if key in run:
+                fields[key] = run.pop(key)
+        label = fields["partition"] + (f" α={fields['dirichlet_alpha']:g}" if "dirichlet_alpha" in fields else "") \
+            + (f" {fields['labels_per_device']} labels" if "labels_per_device" in fields else "")
         return (Partition(label, fields, sources.get("partition", "")),)
     out = []
     if not isinstance(entries, list) or not entries:
         raise fail("partition", "must be an array of one or more tables ([[partition]])")
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict) or not {"label", "partition"} <= set(entry) or \
-                set(entry) - {"label", "partition", "dirichlet_alpha", "source", "rule"}:
-            raise fail(f"partition[{i}]", "must hold label, partition, optionally dirichlet_alpha, and a source or rule")
+                set(entry) - {"label", "partition", *PARTITION_OPTIONS, "source", "rule"}:
+            raise fail(f"partition[{i}]", "must hold label, partition, optionally dirichlet_alpha or labels_per_device, "
+                       "and a source or rule")
         if not all(isinstance(entry[k], str) for k in ("label", "partition", "source", "rule") if k in entry):
             raise fail(f"partition[{i}]", "its label, partition and source or rule must be texts")
         _check_kinds(entry, f"partition[{i}]", fail)          # its partition and dirichlet_alpha
-        fields = {k: entry[k] for k in ("partition", "dirichlet_alpha") if k in entry}
+        fields = {k: entry[k] for k in ("partition", *PARTITION_OPTIONS) if k in entry}
         out.append(Partition(str(entry["label"]), fields, str(entry.get("source") or "rule: " + str(entry.get("rule")))))
     return tuple(out)
 

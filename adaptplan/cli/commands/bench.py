@@ -127,12 +127,15 @@ def _training_parser(which: argparse._SubParsersAction) -> None:
 
 def _papers_parser(which: argparse._SubParsersAction) -> None:
     """``bench papers``: each paper's claims from its recipe."""
+    from adaptplan.benches.recipes import DEFAULT_NAMES, NAMES
+
     papers = which.add_parser("papers", help="the comparison each source paper headlines (GAPSL, SCALA, CycleSL, GAS, "
                               "AdaptSFL), run from its recipe file over seeds: claim, measured difference, spread, "
                               "verdict")
-    papers.add_argument("--paper", "--papers", dest="papers", default="gapsl,scala,cyclesl,gas,adaptsfl",
-                        help="comma-separated subset of gapsl, scala, cyclesl, gas, adaptsfl (default: all five); each "
-                             "runs its recipe, adaptplan/benches/recipes/NAME.toml")
+    papers.add_argument("--paper", "--papers", dest="papers", default=",".join(DEFAULT_NAMES),
+                        help=f"comma-separated subset of {', '.join(NAMES)} (default: {', '.join(DEFAULT_NAMES)}; "
+                             "gas-fmnist is GAS's Table 1 on the full Fashion-MNIST of Debian's dataset-fashion-mnist); "
+                             "each runs its recipe, adaptplan/benches/recipes/NAME.toml")
     papers.add_argument("--seeds", type=int_flag(1, MAX_SEED + 1, "seeds"),
                         help="seeds 0..n-1 per run (default 3; --tier test: 1). The spread needs ≥ 2: 1 seed only "
                              "with --tier test")

@@ -15,6 +15,7 @@ from adaptplan.benches import papers as bp
 from adaptplan.benches import runs as bench_runs
 from adaptplan.benches import training as bench_training
 from adaptplan.benches.comparison import Setting
+from adaptplan.benches.recipes import DEFAULT_NAMES
 from adaptplan.benches.runs import RunResult
 from adaptplan.report import Empty, empty_notes, format_table
 from tests.plot_checks import drawn, spy_figures
@@ -26,7 +27,8 @@ def result(group, label, curve=(), classes: int | None = 10, **kw) -> RunResult:
     fields = dict(rounds=10, final_accuracy=curve[-1][1] if curve else None, sim_seconds=curve[-1][0] if curve else 1.0,
                   wall_seconds=1.0, time_to_target_s=None, rounds_to_target=None, converged_round=None,
                   converged_time_s=None, converged_accuracy=None, curve=curve, local_curve=curve,
-                  final_local_accuracy=curve[-1][1] if curve else None, num_classes=classes)
+                  final_local_accuracy=curve[-1][1] if curve else None, num_classes=classes,
+                  local_sampled_curve=curve, final_local_sampled_accuracy=curve[-1][1] if curve else None)
     fields.update(kw)
     return RunResult(group, label, **fields)
 
@@ -112,7 +114,7 @@ def test_the_papers_figure_is_a_grid_of_readable_panels_each_with_its_own_axes(t
     the methods' lengths differ 5-fold or more, chance and the target drawn, the legends beside the panels."""
     import matplotlib.pyplot as plt
 
-    book = bp.catalogue(bp.PAPERS, "test")
+    book = bp.catalogue(DEFAULT_NAMES, "test")
     todo = bp.jobs(book, [0])
     results = paper_results(todo, {"gapsl": 10.0, "adaptsfl": 8.0})
     figures = spy_figures(monkeypatch)

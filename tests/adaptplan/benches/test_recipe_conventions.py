@@ -8,7 +8,8 @@ import pytest
 from adaptplan.benches.recipes import NAMES, load
 from adaptplan.errors import InputError
 
-STATED = {"gapsl": "keep", "scala": "restart", "cyclesl": "keep", "gas": "restart", "adaptsfl": "keep"}
+STATED = {"gapsl": "keep", "scala": "restart", "cyclesl": "keep", "gas": "restart", "adaptsfl": "keep",
+          "gas-fmnist": "restart"}
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -535,7 +535,7 @@ def test_reported_accuracy_and_loss_are_the_means_over_the_evaluated_models() ->
     trainer = Trainer(TrainConfig.flat(**FAST, algorithm="psl", cuts=(2,), rounds=1))
     trainer.run()
     per_device = [trainer.engine.evaluate(trainer.engine.device_model(d)) for d in range(4)]
-    accuracy, loss, _ = trainer.evaluate()
+    accuracy, loss, _, _ = trainer.evaluate()
     assert accuracy == pytest.approx(sum(a for a, _ in per_device) / 4, rel=1e-12)
     assert loss == pytest.approx(sum(l for _, l in per_device) / 4, rel=1e-12)
     assert len({a for a, _ in per_device}) > 1 or len({l for _, l in per_device}) > 1     # the devices differ
@@ -553,7 +553,7 @@ def test_the_local_protocol_pools_each_devices_model_on_its_own_held_out_samples
     assert [len(q) for q in data.local_test] == [int(0.1 * n) for n in sizes] and min(sizes) > 10
     for train, held in zip(data.parts, data.local_test):
         assert not set(train.tolist()) & set(held.tolist())
-    correct = total = 0
+    correct, total = {}, {}
     for d, held in enumerate(data.local_test):
         model = {"psl": lambda: engine.device_model(d), "sl": lambda: engine.device_model(engine.strategy.holder),
                  "sfl-v1": lambda: engine.global_model()}[algorithm]()
@@ -561,10 +561,16 @@ def test_the_local_protocol_pools_each_devices_model_on_its_own_held_out_samples
             model.eval()
             predictions = model(data.x_train[torch.from_numpy(held)]).argmax(1)
             model.train()
-        correct += int((predictions == data.y_train[torch.from_numpy(held)]).sum())
-        total += len(held)
-    assert trainer.evaluate()[2] == pytest.approx(correct / total, abs=1e-12)
+        correct[d], total[d] = int((predictions == data.y_train[torch.from_numpy(held)]).sum()), len(held)
+    assert trainer.evaluate()[2] == pytest.approx(sum(correct.values()) / sum(total.values()), abs=1e-12)
     assert trainer.history.evaluated[-1].local_accuracy is not None
+    # the CycleSL authors' protocol: the same, pooled over the round's participants only (here two of the four)
+    sampled = [1, 3]
+    assert trainer.evaluate(sampled)[3] == pytest.approx(sum(correct[d] for d in sampled) /
+                                                         sum(total[d] for d in sampled), abs=1e-12)
+    last = trainer.history.evaluated[-1]
+    assert last.local_sampled_accuracy == pytest.approx(sum(correct[d] for d in last.participants) /
+                                                        sum(total[d] for d in last.participants), abs=1e-12)
 
 
 def test_no_local_split_trains_on_every_sample_and_reports_no_local_accuracy() -> None:
@@ -576,6 +582,7 @@ def test_no_local_split_trains_on_every_sample_and_reports_no_local_accuracy() -
     split = Trainer(TrainConfig.flat(**FAST, algorithm="psl", cuts=(2,), rounds=1))
     assert sum(len(p) for p in split.engine.data.parts) < n_train
     assert trainer.evaluate()[2] is None and history.final_local_accuracy is None
+    assert trainer.evaluate([0, 1])[3] is None and history.final_local_sampled_accuracy is None
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)

@@ -83,11 +83,11 @@ def test_csv_has_one_row_per_record_with_lists_and_objects_spelled_out(tmp_path)
     assert rows[0] == ["round", "train_loss", "accuracy", "test_loss", "sim_seconds", "round_sim_seconds",
                        "wall_seconds", "bytes_up", "bytes_down", "bytes_server", "aggregated", "replanned", "cuts",
                        "interval", "participants", "stage_seconds", "metrics", "measured_stage_seconds",
-                       "measured_round_seconds", "local_accuracy"]
+                       "measured_round_seconds", "local_accuracy", "local_sampled_accuracy"]
     assert rows[1] == ["1", "2.0", "", "", "1.5", "1.5", "0.25", "100", "50", "7", "False", "False", "1 3", "2", "0 2",
-                       '{"device FP": 1.0, "uplink": 0.5}', '{"selected": 0.5}', "{}", "", ""]
+                       '{"device FP": 1.0, "uplink": 0.5}', '{"selected": 0.5}', "{}", "", "", ""]
     assert rows[2] == ["2", "1.0", "0.25", "0.5", "3.0", "1.5", "0.5", "200", "100", "7", "True", "False", "1 3", "2", "",
-                       "{}", "{}", "{}", "", ""]
+                       "{}", "{}", "{}", "", "", ""]
     assert len(rows) == 3
     assert History.load(tmp_path).records == h.records
 

@@ -220,9 +220,10 @@ def test_a_run_not_ending_on_an_eval_round_gets_a_final_evaluation() -> None:
     history = trainer.run()
     assert [r.round for r in history.evaluated] == [2]
     final = history.meta["final_evaluation"]
-    acc, loss, local = trainer.evaluate()                         # evaluation leaves the models untouched
+    acc, loss, local, sampled = trainer.evaluate(history.records[-1].participants)   # leaves the models untouched
     assert final == {"round": 3, "accuracy": acc, "test_loss": loss, "local_accuracy": local,
-                     "sim_seconds": history.records[-1].sim_seconds}
+                     "local_sampled_accuracy": sampled, "sim_seconds": history.records[-1].sim_seconds}
+    assert history.final_local_sampled_accuracy == sampled is not None
     assert history.final_local_accuracy == local and 0.0 <= local <= 1.0
     assert history.final_accuracy == acc and 0.0 <= acc <= 1.0
     # a run ending on an evaluation round has none (and drops a stale one)

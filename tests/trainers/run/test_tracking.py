@@ -77,7 +77,7 @@ def test_every_history_field_of_every_round_is_in_the_event_file(tmp_path) -> No
     # the names are docs/formats.md's, literally: every tag written is documented, every documented one written
     # (but a distributed run's measured seconds)
     documented = documented_tags()
-    assert len(documented) == 21, sorted(documented)
+    assert len(documented) == 22, sorted(documented)
     assert all(matches(tag, documented) for tag in tags), sorted(t for t in tags if not matches(t, documented))
     literal = {t for t in documented if "<" not in t} - {"time/measured_round_seconds", "plan/cuts", "plan/events"}
     assert literal <= tags, literal - tags
