@@ -244,6 +244,10 @@ _GAS_SETTING = TrainingDefaults(**_SCALA_CODE, interval=None, source="GAS's pape
                                 "C = 10 of 20 clients active, its baselines in its setting; its code: SGD momentum 0.9, "
                                 "weight decay 5e-4, clipping at 10")
 
+SERVER_COPIES = Option("server_copies", str, "device", "SplitFed V1's server-side copies: device (one per device, "
+                       "trained and averaged when it is drawn) or slot (one per participant slot of the round, each "
+                       "filled every aggregation period: the CycleSL authors' code)", ("device", "slot"))
+
 # ---- the registry ---------------------------------------------------------------------------------------------
 REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
     Algorithm("sl", "trainers.strategies.sl:SL", "vanilla split learning: one client model handed from device to "
@@ -255,7 +259,7 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
                   **_PSL_FAMILY, source="GAPSL's paper, its PSL baseline: SGD, momentum 0.9, client 0.005, server 0.01"),
               (PARTICIPATION,)),
     Algorithm("sfl-v1", "trainers.strategies.sfl:SFLV1", "SplitFed V1: a server copy per device, client and server "
-              "copies FedAvg'd every I rounds", _SPLITFED, (PARTICIPATION,)),
+              "copies FedAvg'd every I rounds", _SPLITFED, (PARTICIPATION, SERVER_COPIES)),
     Algorithm("sfl-v2", "trainers.strategies.sfl:SFLV2", "SplitFed V2: one server model stepped per device in "
               "arrival order, client models FedAvg'd", _SPLITFED, (PARTICIPATION,)),
     Algorithm("adaptsfl", "trainers.strategies.adaptsfl:AdaptSFL", "AdaptSFL: per-device cuts, the planner's "

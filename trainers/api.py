@@ -55,7 +55,7 @@ __all__ = ["Activation", "CutGradient", "ModelUpload", "NonFiniteError", "Server
            "OptimizerSpec", "InputError",
            "RoundContext", "Aggregation", "Handoff", "Strategy", "AsyncStrategy", "answer", "skip", "mean_ce",
            "logit_adjusted_ce", "calibrated_ce", "label_prior", "DeviceLoss", "BarrierStep", "ParallelStep", "parallel_step", "serve_in_passes",
-           "every_interval", "sample_devices", "proportional_batch", "concatenated_step", "GradientRowsStep",
+           "every_interval", "sample_devices", "sample_count", "proportional_batch", "concatenated_step", "GradientRowsStep",
            "is_int", "is_finite_number", "BufferedAsyncStrategy", "BlockState"]
 
 
@@ -259,6 +259,12 @@ def every_interval(ctx: RoundContext, blocks: Sequence[int], recipients: str = "
     return Aggregation(tuple(blocks), "data_size", None, recipients) if ctx.aggregation_due() else None
 
 
+def sample_count(ctx: RoundContext, fraction: float, minimum: int = 1) -> int:
+    """How many devices :func:`sample_devices` draws: ⌈fraction·N⌉, at least ``minimum``, at most those present."""
+    present = len(ctx.present())
+    return present if fraction >= 1 else min(present, max(minimum, math.ceil(fraction * ctx.num_devices)))
+
+
 def sample_devices(ctx: RoundContext, fraction: float, minimum: int = 1) -> list[int]:
     """⌈fraction·N⌉ devices (at least ``minimum``, at most the devices present), uniform without
     replacement from ``ctx.rng`` over the devices not ``absent`` (the same draws as over all N while
@@ -266,7 +272,7 @@ def sample_devices(ctx: RoundContext, fraction: float, minimum: int = 1) -> list
     present = ctx.present()
     if fraction >= 1:
         return present
-    n = min(len(present), max(minimum, math.ceil(fraction * ctx.num_devices)))
+    n = sample_count(ctx, fraction, minimum)
     if len(present) == ctx.num_devices:
         return sorted(int(d) for d in ctx.rng.choice(ctx.num_devices, size=n, replace=False))
     return sorted(int(d) for d in ctx.rng.choice(present, size=n, replace=False)) if n else []
@@ -379,8 +385,9 @@ class ParallelStep:
         grads = {d: g / weights[d] for d, g in p.backward(total_loss).items()}
         # a per-device instance's gradient is complete once its device's part is done: step it now (eq. 5)
         # and free the gradient, rather than holding every device's until the end
-        own = [cast(int, o) for o in edge.owners(p.devices) if o is not None]   # per-device owners: device indices
-        edge.step(own, {o: 1.0 / weights[o] for o in own})
+        # per-device owners (a device's own copy, or the slot it fills): each belongs to one device of the barrier
+        scale = {o: 1.0 / weights[d] for d in p.devices for o in edge.owners([d]) if o is not None}
+        edge.step(list(scale), scale)
         return [answer(a, grads[a.device]) for a in part]
 
     def finish(self) -> None:
