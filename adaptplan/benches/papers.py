@@ -107,21 +107,28 @@ class Claim:
     order: tuple[str, ...] = ()   # an ordering claim's methods, best first (a and b: its first and last)
 
 
-def catalogue(selected: Sequence[str], tier: str = "full", data_root: str | None = None) -> dict[str, Recipe]:
+def catalogue(selected: Sequence[str], tier: str = "full", data_root: str | None = None,
+              fashion_mnist: bool = False) -> dict[str, Recipe]:
     """The recipes of the ``selected`` papers at ``tier`` (:data:`TIERS`, module docstring), at the paper's scale
-    when ``data_root`` is given."""
+    when ``data_root`` is given, on the whole Fashion-MNIST with ``fashion_mnist`` (the papers' images per device,
+    :meth:`Recipe.on_full_fashion_mnist`)."""
     if tier not in TIERS:
         raise InputError(f"unknown tier {tier!r}; valid: {', '.join(TIERS)}", field="--tier")
+    if data_root is not None and fashion_mnist:
+        raise InputError("--full-fashion-mnist and --data-root each replace the recipes' data set: give one",
+                         field="--full-fashion-mnist")
     out = {}
     for name in selected:
         recipe = recipes.load(name)
         if data_root is not None:
             recipe = recipe.at_paper_scale(data_root)
+        if fashion_mnist:
+            recipe = recipe.on_full_fashion_mnist()
         if tier == "hour":
             recipe = hour_tier(recipe)
         elif tier == "test":
             recipe = quick_tier(recipe)
-        out[name] = recipe
+        out[recipe.key] = recipe
     return out
 
 
