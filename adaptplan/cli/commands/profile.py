@@ -45,6 +45,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     timing.add_argument("--time-batch-size", type=int_flag(1, MAX_PROFILE_BATCH, "samples"), default=16, help="samples per timed batch (default: 16)")
     timing.add_argument("--repeats", type=int_flag(1, MAX_REPEATS, "passes"), default=5,
                         help="timed passes per block; the median is kept (default: 5)")
+    leak = parser.add_argument_group("leakage per cut (docs/privacy.md; needs --dataset)")
+    leak.add_argument("--leakage", action="store_true",
+                      help="also measure, per cut, the distance correlation between inputs and activations and the "
+                           "AUC of inferring labels from the returned gradients (norm and direction attacks), at the "
+                           "model's initial weights on --dataset's training samples")
+    leak.add_argument("--leakage-samples", type=int_flag(2, MAX_PROFILE_BATCH, "samples"), default=256,
+                      help="samples the leakage is measured on (the first ones of the training split; default: 256)")
     grads = parser.add_argument_group("training constants (beta, sigma_j^2, G_j^2, theta; dimensionless)")
     grads.add_argument("--grad-stats", action="store_true", help="estimate the constants from real data (needs --dataset and --constants-out)")
     grads.add_argument("--dataset", metavar="NAME", help="dataset for --grad-stats, e.g. cifar10-subset, mnist, cifar10 (with --data-root)")
@@ -97,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
                              field="--input")
     if args.grad_stats and (not args.dataset or not args.constants_out):
         raise InputError("--grad-stats needs --dataset NAME and --constants-out FILE", field="--grad-stats")
+    if args.leakage and not args.dataset:
+        raise InputError("--leakage needs --dataset NAME (the samples it is measured on)", field="--leakage")
     if args.grad_stats:
         from trainers.config.devices import resolve_device
 
@@ -107,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     from profilers.tracing import example_batch
     from trainers.inputs.models import build_model
 
-    data = _grad_stats_data(args, shape) if args.grad_stats else None   # a data problem fails before profiling
+    data = _grad_stats_data(args, shape) if args.grad_stats or args.leakage else None   # data problems first
     model = build_model(args.model, shape, args.num_classes, field="MODEL")
     check_model_output(model, args.model, shape, args.num_classes)
     with warnings.catch_warnings(record=True) as caught:
@@ -133,6 +142,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(profile.to_json(), indent=2))
     else:
         print(format_table(profile, chain.output_shapes))
+    if args.leakage:
+        print(leakage_table(chain, data, args.leakage_samples, args.dataset))
     if args.grad_stats:
         constants = _grad_stats(args, chain, data)
         constants.save(args.constants_out)
@@ -161,6 +172,21 @@ def _grad_stats(args: argparse.Namespace, chain: Any, data: Any) -> Any:
     batches = iterate_batches(data.x_train, data.y_train, args.batch_size, args.batches)
     return estimate_constants(chain, batches, gamma=args.gamma, epsilon=args.epsilon, num_batches=args.batches,
                               progress=True, device=args.torch_device)
+
+
+def leakage_table(chain: Any, data: Any, samples: int, dataset: str) -> str:
+    """Per cut: dCor(inputs, activations) and the label-inference AUCs (profilers/leakage.py), on the first
+    ``samples`` training samples of ``data`` at the chain's initial weights."""
+    from profilers.leakage import leakage_per_cut
+
+    n = min(samples, int(data.x_train.shape[0]))
+    rows = leakage_per_cut(chain.blocks, data.x_train[:n], data.y_train[:n])
+    lines = [f"leakage per cut ({n} samples of {dataset}, the model's initial weights; docs/privacy.md): "
+             "dCor = distance correlation of inputs and activations (1: an isometry of the input); AUC of "
+             "inferring labels from the returned gradients, one-vs-rest (0.5: nothing learnt)",
+             f"{'j':>3}  {'dCor':>6}  {'norm AUC':>8}  {'direction AUC':>13}"]
+    lines += [f"{r.cut:>3}  {r.dcor:>6.3f}  {r.norm_auc:>8.3f}  {r.direction_auc:>13.3f}" for r in rows]
+    return "\n".join(lines)
 
 
 def format_table(profile: Any, shapes: list[tuple[int, ...]]) -> str:

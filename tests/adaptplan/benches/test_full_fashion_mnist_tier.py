@@ -8,7 +8,7 @@ import pytest
 
 from adaptplan.benches import papers as bp
 from adaptplan.cli import main
-from tests.trainers.inputs.test_fashion_mnist import needs_package
+from tests.installed_data import needs_fashion_mnist
 
 NAMES = ["gapsl", "scala", "cyclesl"]
 
@@ -34,7 +34,7 @@ def test_the_paper_scale_and_the_full_fashion_mnist_are_one_or_the_other(tmp_pat
     assert "--full-fashion-mnist" in capsys.readouterr().err
 
 
-@needs_package
+@needs_fashion_mnist
 def test_at_one_hundred_devices_each_holds_the_papers_600_images() -> None:
     from trainers.inputs.datasets import load_dataset
     from trainers.inputs.partition import partition_indices

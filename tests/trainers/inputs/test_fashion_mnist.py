@@ -13,13 +13,10 @@ import pytest
 
 from adaptplan.cli import main
 from adaptplan.errors import InputError
+from tests.installed_data import needs_fashion_mnist
 from trainers.inputs import datasets
 from trainers.inputs.datasets import DEBIAN_FASHION_MNIST, FASHION_MNIST_FILES, load_dataset
 from trainers.inputs.idx_files import read_idx
-
-INSTALLED = all((DEBIAN_FASHION_MNIST / f).is_file() for f in FASHION_MNIST_FILES)
-needs_package = pytest.mark.skipif(not INSTALLED, reason="Debian's dataset-fashion-mnist is not installed "
-                                                         "(apt-get install dataset-fashion-mnist; .ci/run installs it)")
 
 
 def _idx(values: np.ndarray) -> bytes:
@@ -86,7 +83,7 @@ def test_labels_that_do_not_pair_with_the_images_are_refused(tmp_path, labels: n
     assert load_dataset("fashion-mnist", tmp_path).y_train.tolist() == [0, 1, 2, 3, 4, 9]       # 9: the last class
 
 
-@needs_package
+@needs_fashion_mnist
 def test_train_reads_the_full_set_from_the_package_and_trains(tmp_path) -> None:
     """The 60,000 + 10,000 images, the first labels and the per-pixel statistics Fashion-MNIST is known by; a
     run of `adaptplan train --dataset fashion-mnist` with no --data-root trains on them (2 rounds, 4 devices)."""

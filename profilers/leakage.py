@@ -1,0 +1,110 @@
+"""What a cut gives away to an honest-but-curious edge server (issue 71 item 1, parts b and c), per valid cut of a
+chain, measured on samples of a stated data set at the model's given weights (docs/privacy.md):
+
+* **distance correlation** dCor(X, A_j) between the inputs X and the cut-layer activations A_j the server receives
+  (Székely, Rizzo & Bakirov 2007; the quantity NoPeek penalises, Vepakomma et al. 2020): with a_{kl} = ‖x_k − x_l‖
+  and b_{kl} = ‖a_k − a_l‖ (Euclidean, each sample flattened), double-centred A_{kl} = a_{kl} − ā_{k·} − ā_{·l} + ā_{··}
+  (likewise B), dCov²(X, Y) = (1/n²) Σ_{kl} A_{kl} B_{kl} and dCor² = dCov²(X, Y) / √(dCov²(X, X) · dCov²(Y, Y))
+  (the V-statistic; 1 for Y an isometry of X, 0 in the limit for independent X and Y, biased upwards at small n);
+* **label inference from the returned gradients** (Li et al., "Label leakage and protection in two-party split
+  learning", ICLR 2022), for algorithms whose server returns ∂F/∂a_j per sample: the *norm* attack scores sample k
+  by ‖g_k‖, the *direction* attack by cos(g_k, g_r) with g_r the gradient of one sample of the class the attacker
+  knows; each as the AUC of separating class c from the rest, averaged over the classes (one-vs-rest; Li et al.
+  state the binary case). 0.5 = no leakage, 1 = every label read off.
+
+The AUC is the Mann–Whitney statistic: P(score of a positive > score of a negative) + ½ P(tie).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from scipy.stats import rankdata
+from torch import nn
+
+
+def _double_centred(x: torch.Tensor) -> torch.Tensor:
+    d = torch.cdist(x, x)
+    return d - d.mean(dim=0, keepdim=True) - d.mean(dim=1, keepdim=True) + d.mean()
+
+
+def distance_correlation(x: torch.Tensor, y: torch.Tensor) -> float:
+    """dCor(X, Y) ∈ [0, 1] of n paired samples (module docstring), each flattened, in float64."""
+    if x.shape[0] != y.shape[0] or x.shape[0] < 2:
+        raise ValueError(f"distance correlation needs ≥ 2 paired samples, got {x.shape[0]} and {y.shape[0]}")
+    a, b = (_double_centred(t.reshape(t.shape[0], -1).double()) for t in (x, y))
+    dcov_xy, dcov_xx, dcov_yy = (a * b).mean(), (a * a).mean(), (b * b).mean()
+    if dcov_xx <= 0 or dcov_yy <= 0:
+        return 0.0                                # a constant sample: no dependence can be measured
+    return float(torch.sqrt(torch.clamp(dcov_xy, min=0.0) / torch.sqrt(dcov_xx * dcov_yy)))
+
+
+def auc(scores: np.ndarray, positive: np.ndarray) -> float:
+    """The AUC of ``scores`` separating ``positive`` (booleans) from the rest (module docstring); 0.5 when either
+    side is empty."""
+    positive = np.asarray(positive, dtype=bool)
+    n_pos, n_neg = int(positive.sum()), int((~positive).sum())
+    if n_pos == 0 or n_neg == 0:
+        return 0.5
+    ranks = rankdata(np.asarray(scores, dtype=np.float64))          # ties get their mean rank
+    return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def label_inference_auc(gradients: torch.Tensor, labels: torch.Tensor) -> tuple[float, float]:
+    """(norm attack AUC, direction attack AUC) over the per-sample gradients ``gradients`` (n × …), one-vs-rest
+    averaged over the classes present; the direction attack's reference for class c is its first sample."""
+    g = gradients.reshape(gradients.shape[0], -1).double()
+    y = labels.cpu().numpy()
+    norms = g.norm(dim=1).cpu().numpy()
+    unit = g / g.norm(dim=1, keepdim=True).clamp_min(1e-300)
+    norm_aucs, direction_aucs = [], []
+    for c in np.unique(y):
+        positive = y == c
+        norm_aucs.append(auc(norms, positive))
+        reference = int(np.flatnonzero(positive)[0])
+        others = np.arange(len(y)) != reference                   # the known sample itself is not scored
+        cosine = (unit @ unit[reference]).cpu().numpy()
+        direction_aucs.append(auc(cosine[others], positive[others]))
+    return float(np.mean(norm_aucs)), float(np.mean(direction_aucs))
+
+
+@dataclass(frozen=True)
+class CutLeakage:
+    """One cut's figures: ``cut`` j (1-based), ``dcor`` dCor(X, A_j), the label-inference AUCs from ∂F/∂A_j."""
+
+    cut: int
+    dcor: float
+    norm_auc: float
+    direction_auc: float
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def leakage_per_cut(blocks: nn.Sequential, x: torch.Tensor, y: torch.Tensor) -> list[CutLeakage]:
+    """The figures of every cut j = 1..L−1 of ``blocks`` (a chain) on samples ``x`` with labels ``y``, at the
+    blocks' current weights in eval mode (no dropout, BatchNorm's running statistics: samples stay independent).
+    The gradient is that of the mean cross-entropy over the n samples, times n (each sample's own ∂F_k/∂a_k)."""
+    was_training = blocks.training
+    blocks.eval()
+    out = []
+    try:
+        h = x
+        with torch.no_grad():
+            activations = []
+            for block in blocks[:-1]:
+                h = block(h)
+                activations.append(h)
+        for j, a in enumerate(activations, start=1):
+            a = a.detach().requires_grad_(True)
+            logits = blocks[j:](a)
+            loss = nn.functional.cross_entropy(logits, y, reduction="sum")
+            (grad,) = torch.autograd.grad(loss, a)
+            norm_auc, direction_auc = label_inference_auc(grad, y)
+            out.append(CutLeakage(j, distance_correlation(x, a.detach()), norm_auc, direction_auc))
+    finally:
+        blocks.train(was_training)
+    return out
