@@ -80,6 +80,7 @@ from adaptplan.benches.recipes import PROTOCOLS, Recipe
 from adaptplan.benches.runs import RunResult, no_evaluation, no_local, pct, run_jobs, run_state, seconds
 from adaptplan.errors import InputError
 from adaptplan.report import Empty, empty_notes, format_table
+from trainers.algorithms import algorithm as registered
 
 PAPERS = recipes.NAMES
 DEFAULT_SEEDS = 3
@@ -150,13 +151,15 @@ def hour_tier(recipe: Recipe) -> Recipe:
 
 
 def quick_tier(recipe: Recipe) -> Recipe:
-    """The test tier: the synthetic data set, 4 devices, 4 rounds (2 evaluations), 100 test images, its hour tier
-    the first half ([hour_tier] states a part of the full run); every other value of the recipe kept. Its verdicts
-    mean nothing."""
+    """The test tier: the synthetic data set, 4 devices, 4 rounds (2 evaluations), 100 test images, at most 2 local
+    steps (a method's own too), its hour tier the first half ([hour_tier] states a part of the full run); every
+    other value of the recipe kept. Its verdicts mean nothing."""
     setting = replace(recipe.setting, rounds=4, local_steps=None if recipe.setting.local_steps is None
                       else min(recipe.setting.local_steps, 2))
     run = {**recipe.run, "dataset": "synthetic", "devices": 4, "evaluations": 2, "test_samples": 100}
-    return replace(recipe, setting=setting, run=run, hour_tier={}, hour_tier_rules={})
+    methods = tuple(replace(m, options={k: min(v, 2) if k == registered(m.algorithm).local_rounds_option else v
+                                        for k, v in m.options.items()}) for m in recipe.methods)
+    return replace(recipe, setting=setting, run=run, methods=methods, hour_tier={}, hour_tier_rules={})
 
 
 def claims(recipe: Recipe) -> list[Claim]:

@@ -156,7 +156,7 @@ def test_every_method_of_a_recipe_trains_with_its_one_setting_and_gas_gets_equal
     cyclesl = {j["label"]: j["config"] for j in bp.jobs({"cyclesl": book["cyclesl"]}, [0])}
     assert {c["extra"]["participation"] for c in cyclesl.values()} == {0.05} and cyclesl["psl"]["devices"] == 100
     assert {c["optimizer"] for c in cyclesl.values()} == {"adam"}
-    assert book["cyclesl"].claims[0].protocol == "local" and book["gapsl"].claims[0].protocol == "global"
+    assert book["cyclesl"].claims[0].protocol == "local-sampled" and book["gapsl"].claims[0].protocol == "global"
 
 
 def test_every_recipe_value_says_where_it_comes_from() -> None:
@@ -214,12 +214,13 @@ def test_quick_run_writes_the_printed_table_json_and_plot(tmp_path, capsys) -> N
     assert [(c["paper"], c["a"], c["b"], c["protocol"]) for c in data["claims"]] == [
         ("gapsl", "gapsl", "psl", "global"), ("gapsl", "gapsl", "sl", "global"), ("gapsl", "gapsl", "sfl", "global"),
         ("gapsl", "gapsl", "non-lgi", "global"), ("gapsl", "gapsl", "rand-lgi", "global"),
-        ("cyclesl", "cyclepsl", "psl", "local"), ("cyclesl", "cyclesfl", "sfl-v1", "local")]
+        ("cyclesl", "cyclepsl", "psl", "local-sampled"), ("cyclesl", "cyclesfl", "sfl-v1", "local-sampled")]
     runs = {(r["paper"], r["label"]): r for r in data["runs"]}
     assert len(runs) == len(data["runs"]) == 10 and data["seeds"] == [0]
     for claim in data["claims"]:                          # each claim's figure is its runs' figure, by its protocol
         a, b = runs[claim["paper"], claim["a"]], runs[claim["paper"], claim["b"]]
-        key = "final_accuracy" if claim["protocol"] == "global" else "final_local_accuracy"
+        key = {"global": "final_accuracy", "local": "final_local_accuracy",
+               "local-sampled": "final_local_sampled_accuracy"}[claim["protocol"]]
         assert claim["verdict"] in bp.VERDICTS and claim["verdict"] in table
         assert claim["measured"] == pytest.approx(100 * (a[key] - b[key]))
         assert f"{claim['measured']:+.1f} pts" in table
@@ -228,14 +229,15 @@ def test_quick_run_writes_the_printed_table_json_and_plot(tmp_path, capsys) -> N
     for block in table.split("\n\n")[1:3]:             # each paper's claims: one column start per header name
         lines = block.splitlines()
         head = next(i for i, line in enumerate(lines) if line.startswith("  claim "))
-        rule, rows = lines[head + 1], lines[head + 2:-1]
+        plateau = next(i for i, line in enumerate(lines) if line.startswith("  plateau check ("))
+        rule, rows = lines[head + 1], lines[head + 2:plateau]          # the claims (not the layout table below)
         starts = [i for i in range(1, len(rule)) if rule[i] == "-" and rule[i - 1] == " "]
         assert len(starts) == len(bp.COLUMNS) and len(rows) >= 2
         for row in rows:                                   # every cell begins where its column does, none too wide
             assert all(row[i - 2:i] == "  " and row[i] != " " for i in starts[1:])
         assert all(line == line.rstrip() for line in lines[head:])    # no padding left at a line's end
     assert table.count("  plateau check (") == 2                          # and each paper's baselines checked
-    assert "sl (dirichlet α=0.1, global)" in table and "sfl-v1 (dirichlet-equal α=0.1, local)" in table
+    assert "sl (dirichlet α=0.1, global)" in table and "sfl-v1 (dirichlet-equal α=0.1, local-sampled)" in table
     assert all("b_rise_pts" in c and "b_plateaued" in c for c in data["claims"])
     margins = [(c["paper_margin"], c["against_paper"]) for c in data["claims"]]     # the recipes' figures, compared
     assert [m for m, _ in margins] == [16.0, 6.0, 2.6, None, None, 9.1, 13.4]
@@ -290,7 +292,8 @@ def test_the_hour_tier_is_the_first_half_of_every_full_run() -> None:
     (the same losses and accuracies), for every method (at the test tier's size, where every recipe's hour tier is
     the first half: the 4 rounds of the test tier are not SCALA's 14,400)."""
     full, hour = bp.catalogue(bp.PAPERS), bp.catalogue(bp.PAPERS, tier="hour")
-    assert sorted(name for name in bp.PAPERS if full[name].hour_tier) == ["cyclesl", "gapsl", "gas", "scala"]
+    assert sorted(name for name in bp.PAPERS if full[name].hour_tier) == ["cyclesl", "gapsl", "gas", "gas-fmnist",
+                                                                         "scala"]
     for name in bp.PAPERS:
         if full[name].hour_tier:
             continue
@@ -734,7 +737,7 @@ def test_the_run_table_keeps_its_columns_for_long_method_labels() -> None:
     lines = run_table(todo, results).splitlines()
     header, rows = lines[1], lines[2:4]
     end = header.index("seed 0") + len("seed 0")
-    assert [row[:end].split()[-3:] for row in rows] == [["40.0%", "/", "-"], ["30.0%", "/", "-"]], rows
+    assert [row[:end].split()[-5:] for row in rows] == [["40.0%", "/", "-", "/", "-"], ["30.0%", "/", "-", "/", "-"]], rows
 
 
 @pytest.mark.parametrize("metric,margin,mean,bound,expected", [

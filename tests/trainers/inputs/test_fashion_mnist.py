@@ -59,12 +59,12 @@ def test_without_the_package_one_message_names_it(tmp_path, monkeypatch, capsys)
 
 
 @pytest.mark.parametrize(("content", "message"), [
-    (gzip.compress(bytes((0, 0, 8, 1)) + (5).to_bytes(4, "big") + bytes(4)), "holds 4 values where its header says"),
+    (gzip.compress(bytes((0, 0, 8, 1)) + (5).to_bytes(4, "big") + bytes(4), mtime=0), "holds 4 values where its header says"),
     (gzip.compress(bytes((0, 0, 8, 1)) + (4).to_bytes(4, "big") + bytes(5)), "holds 5 values where its header says"),
     (gzip.compress(bytes((0, 0, 13, 1)) + (1).to_bytes(4, "big") + bytes(4)), "not an idx file of unsigned bytes"),
     (gzip.compress(bytes((0, 0, 8, 3)) + (1).to_bytes(4, "big")), "not an idx file of unsigned bytes"),
     (b"not gzip at all", "could not be read"),
-])
+], ids=["short", "long", "int32", "no sizes", "not gzip"])
 def test_a_damaged_idx_file_is_one_message_naming_it(tmp_path, content: bytes, message: str) -> None:
     path = tmp_path / "train-labels-idx1-ubyte.gz"
     path.write_bytes(content)

@@ -407,7 +407,7 @@ def test_a_failure_while_checkpointing_or_evaluating_keeps_the_history_too(tmp_p
         checkpointing.run()
     assert [r["round"] for r in records(tmp_path / "checkpoint")] == [1, 2, 3, 4]
     evaluating = trainer("evaluate")
-    monkeypatch.setattr(Trainer, "evaluate", lambda self: (_ for _ in ()).throw(ConnectionError("rank 2 lost")))
+    monkeypatch.setattr(Trainer, "evaluate", lambda self, *a: (_ for _ in ()).throw(ConnectionError("rank 2 lost")))
     with pytest.raises(ConnectionError, match="rank 2 lost"):
         evaluating.run()
     assert [r["round"] for r in records(tmp_path / "evaluate")] == [1, 2]
