@@ -5,12 +5,9 @@ since included."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
-from adaptplan.cli import main
 from tests.async_fl_reference import reference_buffered
 from tests.engine_builders import FixedClock, flat, make_data, random_times, small_model
 from tests.reference_optim import HandSGD
@@ -81,18 +78,3 @@ def test_a_restored_ca2fl_state_is_checked() -> None:
             strategy.check_state(ctx)
     strategy.load_state_dict(state)
     strategy.check_state(ctx)
-
-
-def test_train_resumes_ca2fl_to_the_same_rounds(tmp_path) -> None:
-    """A run stopped after round 2 and resumed to 4 trains the rounds a run of 4 trains (the caches, starts and the
-    calibrated global model in the checkpoint)."""
-    base = ["train", "--algorithm", "ca2fl", "--devices", "4", "--dataset", "synthetic", "--model", "mlp",
-            "--no-progress", "--local-steps", "2", "--active", "2", "--eval-every", "1", "--threads", "1",
-            "--checkpoint-every", "1"]
-    assert main([*base, "--rounds", "4", "--out", str(tmp_path / "whole")]) == 0
-    assert main([*base, "--rounds", "2", "--out", str(tmp_path / "part")]) == 0
-    assert main([*base, "--rounds", "4", "--resume", "--out", str(tmp_path / "part")]) == 0
-    keys = ("round", "participants", "train_loss", "accuracy", "bytes_up", "bytes_down", "sim_seconds")
-    whole, part = ([{k: r[k] for k in keys} for r in json.loads((tmp_path / run / "history.json").read_text())["records"]]
-                   for run in ("whole", "part"))
-    assert len(whole) == 4 and whole == part

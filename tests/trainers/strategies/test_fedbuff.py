@@ -63,10 +63,12 @@ def test_the_buffer_holds_c_models_and_a_resumed_buffer_is_checked() -> None:
         strategy.check_state(ctx)
 
 
-def test_train_resumes_fedbuff_to_the_same_rounds(tmp_path) -> None:
+@pytest.mark.parametrize("algorithm", ["fedbuff", "ca2fl"])
+def test_train_resumes_a_buffered_algorithm_to_the_same_rounds(tmp_path, algorithm: str) -> None:
     """A run stopped after round 2 and resumed to 4 trains the rounds a run of 4 trains: the same participants,
-    losses, accuracies, bytes and simulated seconds (the buffer and the loop's state in the checkpoint)."""
-    base = ["train", "--algorithm", "fedbuff", "--devices", "4", "--dataset", "synthetic", "--model", "mlp",
+    losses, accuracies, bytes and simulated seconds (the buffer and the loop's state in the checkpoint; CA²FL's
+    caches, start models and calibrated global model too)."""
+    base = ["train", "--algorithm", algorithm, "--devices", "4", "--dataset", "synthetic", "--model", "mlp",
             "--no-progress", "--local-steps", "2", "--active", "2", "--eval-every", "1", "--threads", "1",
             "--checkpoint-every", "1"]
     assert main([*base, "--rounds", "4", "--out", str(tmp_path / "whole")]) == 0
