@@ -348,20 +348,21 @@ class Trainer:
         last = self.history.records[-1] if self.history.records else None
         if last is not None and last.accuracy is None:
             acc, test_loss, local, sampled = self.evaluate(last.participants)
-            self.history.meta["final_evaluation"] = {"round": last.round, "accuracy": acc, "test_loss": test_loss, "local_accuracy":
-                                                     local, "local_sampled_accuracy": sampled, "sim_seconds": last.sim_seconds}
+            self.history.meta["final_evaluation"] = {"round": last.round, "accuracy": acc, "test_loss": test_loss,
+                                                     "local_accuracy": local, "local_sampled_accuracy": sampled,
+                                                     "sim_seconds": last.sim_seconds}
         else:
             self.history.meta.pop("final_evaluation", None)
 
     def evaluate(self, sampled: Sequence[int] = ()) -> tuple[float, float, float | None, float | None]:
-        """Both evaluation protocols: global test accuracy and loss, the mean over the strategy's ``eval_models``
-        (the global model, or every device's model for PSL) on the test set; the local accuracy, each device's
-        model on its own held-out samples, pooled, and the same over the round's ``sampled`` devices only (the
-        CycleSL authors' protocol; both None without a local split)."""
-        results = [self.engine.evaluate(m, self.config.execution.eval_batch_size) for m in self.engine.eval_models()]
-        local = [self.engine.evaluate_local(self.config.execution.eval_batch_size, devices) if self.local_evaluation
-                 and (devices is None or devices) else None for devices in (None, list(sampled))]
-        return float(np.mean([r[0] for r in results])), float(np.mean([r[1] for r in results])), local[0], local[1]
+        """Global test accuracy and loss (the mean over the strategy's ``eval_models`` on the test set); the local
+        accuracy, each device's model on its own held-out samples pooled, and the same over the round's ``sampled``
+        devices only (the CycleSL authors' protocol); both None without a local split."""
+        batch = self.config.execution.eval_batch_size
+        results = [self.engine.evaluate(m, batch) for m in self.engine.eval_models()]
+        local = self.engine.evaluate_local(batch) if self.local_evaluation else None
+        among = self.engine.evaluate_local(batch, list(sampled)) if self.local_evaluation and sampled else None
+        return float(np.mean([r[0] for r in results])), float(np.mean([r[1] for r in results])), local, among
 
 
 def record_measured(history: History, rates: MeasuredRates, clock: SimClock, t: int, stats: RoundStats) -> None:
