@@ -18,15 +18,25 @@ from trainers.inputs.partition import DeviceSampler
 B = 16
 
 
+def serve_next(active: list[int], clock: dict[int, float], free: float, T) -> tuple[int, float]:
+    """The engine's asynchronous clock, one step (docs/engine.md): device k's step arrives at r_k + T^F_k + T^A_k,
+    the earliest goes (ties: the first slot), served T^S_k from max(arrival, server free); k is ready again
+    T^D_k + T^B_k after (``clock[k]`` set). Returns (k, when the server is free again)."""
+    arrive = {j: clock[j] + T("client_fp", j) + T("upload", j) for j in active}
+    k = min(active, key=lambda j: (arrive[j], active.index(j)))
+    free = max(arrive[k], free) + T("server", k)
+    clock[k] = free + T("download", k) + T("client_bp", k)
+    return k, free
+
+
 def reference_buffered(data, rounds: int, C: int, E: int, times, opt: HandSGD, calibrated: bool = False):
     """Yield (t, every device's model, the global model, the devices in the order they stepped) after each average;
     ``opt`` steps the devices (a joining device that loads the global model restarts its momentum). Every C uploads
     the global model becomes the buffered models' |𝒟_k|-weighted average (FedBuff), or with ``calibrated`` steps by
     every device's cached update (CA²FL: h_k = its model at upload − its model when it joined, w ← w + Σ_i p_i h_i
     over all N devices, p_i = |𝒟_i| / Σ|𝒟|, 0 for a device that never uploaded; w starts as the initial model).
-    The clock as the engine's asynchronous loop keeps it (docs/engine.md): device k's step arrives at r_k + T^F_k +
-    T^A_k, the earliest goes (ties: the first slot), served T^S_k from max(arrival, server free), k ready again
-    T^D_k + T^B_k after; an upload adds T^mU_k and the replacement is ready T^mD after it."""
+    The clock as the engine's asynchronous loop keeps it (:func:`serve_next`); an upload adds T^mU_k and the
+    replacement is ready T^mD after it."""
     T = (lambda name, j: float(getattr(times, name)[j]))
     N = len(data.parts)
     models = [small_model() for _ in range(N)]
@@ -41,10 +51,7 @@ def reference_buffered(data, rounds: int, C: int, E: int, times, opt: HandSGD, c
     w = params(models[0])                                   # every device starts from the same w⁰
     for t in range(1, rounds + 1):
         while True:
-            arrive = {j: clock[j] + T("client_fp", j) + T("upload", j) for j in active}
-            k = min(active, key=lambda j: (arrive[j], active.index(j)))
-            free = max(arrive[k], free) + T("server", k)
-            clock[k] = free + T("download", k) + T("client_bp", k)
+            k, free = serve_next(active, clock, free, T)
             order.append(k)
             idx = torch.from_numpy(samplers[k].next())
             nn.functional.cross_entropy(models[k](data.x_train[idx]), data.y_train[idx]).backward()

@@ -1,4 +1,5 @@
-"""FedBuff (trainers/strategies/fedbuff.py) against buffered asynchronous federated averaging written out from the
+"""FedBuff (trainers/strategies/fedbuff.py) — and CA²FL (trainers/strategies/ca2fl.py), the same loop with a
+calibrated step — against buffered asynchronous federated averaging written out from the
 GAS authors' baseline (baseline/FedBuff.py; docs/algorithms.md "FedBuff"): C devices training the whole model
 from the global model they joined with, the device whose step arrives first going next (a heterogeneous clock: the
 devices interleave), E local SGD steps, then its model buffered and its slot given to an idle device drawn from the
@@ -22,17 +23,21 @@ from trainers.strategies import make_strategy
 B, LR, L = 16, 0.1, 11            # small_model: 11 blocks
 
 
-@pytest.mark.parametrize("momentum", [False, True])
-def test_fedbuff_is_buffered_asynchronous_averaging_of_the_whole_model(momentum: bool) -> None:
-    """Plain SGD, and SGD with momentum 0.9 (weight decay, clipping) that a joining device restarts."""
-    N, C, E = 6, 3, 2
+@pytest.mark.parametrize(("algorithm", "N", "momentum"), [("fedbuff", 6, False), ("fedbuff", 6, True),
+                                                         ("ca2fl", 6, False), ("ca2fl", 6, True), ("ca2fl", 4, False)])
+def test_buffered_algorithms_train_as_their_reference(algorithm: str, N: int, momentum: bool) -> None:
+    """Plain SGD, and SGD with momentum 0.9 (weight decay, clipping) that a joining device restarts; FedBuff's
+    average of the buffer, CA²FL's step by every device's cached update (tests/async_fl_reference.py). With N = 4 and
+    C = 3 a device that uploaded is drawn again before the first average (it starts from its own upload)."""
+    C, E = 3, 2
     data = make_data(N, "dirichlet")
     clock = FixedClock(random_times(N, seed=3))
     spec = OptimizerSpec("sgd", LR, 0.9, 5e-4, 1.0) if momentum else OptimizerSpec("sgd", LR, 0.0)
     hand = HandSGD(LR, 0.9, 5e-4, 1.0) if momentum else HandSGD(LR)
-    engine = SplitEngine(small_model(), [L] * N, make_strategy("fedbuff", {"active": C, "local_steps": E}), data,
+    engine = SplitEngine(small_model(), [L] * N, make_strategy(algorithm, {"active": C, "local_steps": E}), data,
                          spec, batch_size=B, seed=0, clock=clock)
-    for t, models, global_model, order in reference_buffered(data, 4, C, E, clock.times, hand):
+    calibrated = algorithm == "ca2fl"
+    for t, models, global_model, order in reference_buffered(data, 5, C, E, clock.times, hand, calibrated):
         stats = engine.run_round(t)
         assert stats.aggregated and engine.strategy.models == []
         for k in range(N):
@@ -40,6 +45,8 @@ def test_fedbuff_is_buffered_asynchronous_averaging_of_the_whole_model(momentum:
         (evaluated,) = engine.strategy.eval_models(engine)
         assert torch.allclose(flat(evaluated), torch.cat([g.reshape(-1) for g in global_model]), atol=1e-6, rtol=0), t
     assert len(set(order[:E])) > 1                              # the clock interleaves the devices' steps
+    if calibrated:
+        assert len(engine.strategy.cache) == N      # by round 5 every device has uploaded once at least: N caches
 
 
 def test_the_buffer_holds_c_models_and_a_resumed_buffer_is_checked() -> None:

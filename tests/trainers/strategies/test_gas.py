@@ -17,6 +17,7 @@ from torch import nn
 
 from adaptplan.system import SystemProcess, generate_system
 from profilers import build_chain, profile_model
+from tests.async_fl_reference import serve_next
 from tests.cli_checks import assert_train_flag_error
 from tests.engine_builders import FixedClock, flat, make_data, random_times, small_model
 from tests.reference_optim import HandSGD
@@ -157,10 +158,7 @@ def reference_gas(data: DeviceData, rounds: int, C: int, E: int, Q: int, generat
     buffer, models, stats, version, global_model, log = [], [], {}, 0, None, []
     for t in range(1, rounds + 1):
         while True:
-            arrive = {j: clock[j] + T("client_fp", j) + T("upload", j) for j in active}
-            k = min(active, key=lambda j: (arrive[j], active.index(j)))
-            free = max(arrive[k], free) + T("server", k)
-            clock[k] = free + T("download", k) + T("client_bp", k)
+            k, free = serve_next(active, clock, free, T)
             served.append(k)
             idx = torch.from_numpy(samplers[k].next())
             A, Y = clients[k](data.x_train[idx]), data.y_train[idx]                           # GAS-1
