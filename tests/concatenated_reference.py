@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import math
+from typing import Callable
 
 import numpy as np
 import torch
@@ -30,11 +31,15 @@ def la_ce(logits: torch.Tensor, y: torch.Tensor, prior: np.ndarray, tau: float =
 
 
 def reference_scala(data: DeviceData, rounds: int, interval: int, rho: float, server_prior: str = "batch",
-                    opt: HandSGD | None = None, tau: float = 1.0, cut: int = CUT):
+                    opt: HandSGD | None = None, tau: float = 1.0, cut: int = CUT,
+                    server_groups: Callable[[list[int]], list[list[int]]] | None = None):
     """B.2 with ``opt`` (plain SGD at LR by default; per-model momentum restarted when a device loads the
     global model, docs/algorithms.md "Optimizer state") and adjustment strength ``tau`` on both sides (0: plain
-    cross-entropy, MiniBatch-SFL), every device cut at ``cut``; yields (round, participants, B_k, clients, server, global client model) after
-    every round, and each participant's loss ℓ_k (the round's record reports their mean)."""
+    cross-entropy, MiniBatch-SFL), every device cut at ``cut``; with ``server_groups`` (S²FL, τ = 0: GAS's authors'
+    baseline/S2FL.py) the server steps once on the mean over the groups of the participants of each group's
+    gradient of its concatenated batch's mean loss, each clipped at ``opt.clip`` first; yields (round, participants,
+    B_k, clients, server, global client model) after every round, and each participant's loss ℓ_k (the round's
+    record reports their mean)."""
     opt = opt or HandSGD(LR)
     model = small_model()
     clients = [copy.deepcopy(nn.Sequential(*model[:cut])) for _ in range(N)]
@@ -73,7 +78,10 @@ def reference_scala(data: DeviceData, rounds: int, interval: int, rho: float, se
         else:
             counts = sum(priors[k] * sizes[k] for k in C)
             P_s = counts / counts.sum()
-        la_ce(server(A), Y, P_s, tau).backward()                                             # step 3d
+        if server_groups is None:
+            la_ce(server(A), Y, P_s, tau).backward()                                         # step 3d
+        else:
+            server_step_on_groups(server, server_groups(C), leaves, labels, opt.clip)
         opt.step(server)
         for k in C:                                                                      # step 3e
             acts[k].backward(G[k])
@@ -83,3 +91,20 @@ def reference_scala(data: DeviceData, rounds: int, interval: int, rho: float, se
             global_client = [sum(wk * p.detach() for wk, p in zip(w, ps)) / sum(w)
                              for ps in zip(*[clients[k].parameters() for k in C])]
         yield t, C, batch, clients, server, global_client, losses
+
+
+def server_step_on_groups(server: nn.Module, groups: list[list[int]], leaves: dict, labels: dict,
+                          clip: float | None) -> None:
+    """S²FL's server gradient into ``server``'s ``.grad``: (1/G)·Σ_g clip(∇ mean CE of group g's concatenated batch),
+    every group at the same weights (for plain SGD the authors' G steps from one w_s, averaged)."""
+    params = list(server.parameters())
+    total = [torch.zeros_like(p) for p in params]
+    for group in groups:
+        A = torch.cat([leaves[k].detach() for k in group])
+        Y = torch.cat([labels[k] for k in group])
+        grads = torch.autograd.grad(nn.functional.cross_entropy(server(A), Y), params)
+        norm = float(torch.sqrt(sum((g.double() ** 2).sum() for g in grads)))
+        factor = 1.0 if clip is None else min(1.0, clip / (norm + 1e-6))
+        total = [t + g * factor / len(groups) for t, g in zip(total, grads)]
+    for p, g in zip(params, total):
+        p.grad = g

@@ -204,6 +204,11 @@ FEDPROX_OPTIONS = (
            "model the device downloaded (≥ 0; 0 = FedAvg)", low=0),
 )
 LLA_SFL_OPTIONS = (PARTICIPATION.with_default(0.1), LA_TAU)
+S2FL_OPTIONS = (
+    PARTICIPATION.with_default(0.5),
+    Option("groups", int, 2, "S²FL's activation groups G: the participants split into G label-balanced groups, the "
+           "server stepping on the mean of their gradients (GAS's authors' code: 2)", unit="groups", low=1, high=64),
+)
 SGLR_OPTIONS = (
     PARTICIPATION.with_default(0.05),
     Option("averaged_fraction", float, 0.5, "the share φ of SGLR's participants that receive the one averaged "
@@ -313,6 +318,11 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
                   **_SCALA_CODE, interval=20, source="GAS's paper, its SFL baseline in its setting (lr 0.01, E = 20 local "
                   "iterations, 10 of 20 clients); its authors' code: SGD momentum 0.9, weight decay 5e-4, clipping at "
                   "10"), (PARTICIPATION.with_default(0.5),), allows_absence=True),
+    Algorithm("s2fl", "trainers.strategies.s2fl:S2FL", "S²FL: MiniBatch-SFL whose server steps on the mean of its "
+              "label-balanced activation groups' gradients", TrainingDefaults(
+                  **_SCALA_CODE, interval=20, source="GAS's paper, its synchronous SFL baseline in its setting (lr 0.01, "
+                  "E = 20 local iterations, 10 of 20 clients); its authors' baseline/S2FL.py: SGD momentum 0.9, weight "
+                  "decay 5e-4, clipping at 10, 2 groups"), S2FL_OPTIONS, allows_absence=True),
     Algorithm("lla-sfl", "trainers.strategies.lla_sfl:LLASFL", "LLA-SFL: SplitFed V1 with each device's loss "
               "logit-adjusted by its own label distribution (SCALA's ablation)", _SCALA_BASELINE, LLA_SFL_OPTIONS),
 )}

@@ -436,7 +436,7 @@ def test_a_recipes_own_hour_tier_sets_the_first_rounds_and_their_evaluations_wit
     expected = {("cyclesl", label): (48000, 400, 1500, 100) for label in ("cyclepsl", "psl", "cyclesfl", "sfl-v1")}
     expected |= {("gas", label): (960, 16, 30, 2) for label in ("gas", "fedbuff", "ca2fl")}       # asynchronous
     expected |= {("gas", "ca2fl-e50"): (384, 6, 12, 1)}           # Fig. 4's E = 50: the same device steps
-    expected |= {("gas", label): (19200, 320, 600, 40) for label in ("sfl-v1", "fedavg", "minibatch-sfl")}
+    expected |= {("gas", label): (19200, 320, 600, 40) for label in ("sfl-v1", "fedavg", "minibatch-sfl", "s2fl")}
     for name in ("cyclesl", "gas"):
         full = recipes.load(name)
         for a, b in zip(full.jobs([0, 1]), bp.hour_tier(full).jobs([0, 1])):
