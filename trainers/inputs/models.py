@@ -1,8 +1,9 @@
 """Models for split training, and the ONE model resolver (:func:`build_model`).
 
 Built-ins (:data:`trainers.config.train_config.MODELS`): ``cnn``, ``mlp``, ``vgg16-cifar``, written as
-``nn.Sequential``, and the CIFAR-style ResNets ``resnet18-cifar``, ``resnet34-cifar``,
-``resnet50-cifar`` (torchvision's ResNet with a 3×3 stride-1 stem and no max-pool); every other
+``nn.Sequential``, the CIFAR-style ResNets ``resnet18-cifar``, ``resnet34-cifar``,
+``resnet50-cifar`` (torchvision's ResNet with a 3×3 stride-1 stem and no max-pool), and LEAF's Shakespeare model
+``leaf-lstm`` (:func:`leaf_lstm`, for the ``shakespeare`` data set's 80-character windows); every other
 name goes to :func:`profilers.models.resolve_model` (any torchvision
 classification model name, or ``package.module:factory``). The engine does not use the children
 of a Sequential as its blocks: the driver cuts every model with ``profilers.build_chain``
@@ -23,6 +24,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Callable
 
+import torch
 from torch import nn
 
 from trainers.config.train_config import MODELS, check_model  # noqa: F401  (check_model re-exported)
@@ -99,6 +101,48 @@ def resnet_cifar(depth: int, num_classes: int = 10, in_channels: int = 3) -> nn.
     return model
 
 
+class TokenEmbedding(nn.Module):
+    """Character ids → vectors. Ids arrive as numbers of any dtype (the data sets hold them as floats, as every
+    input; a profiler feeds random floats) and are taken as integers modulo the vocabulary, so that ids 0..V−1 pass
+    unchanged and any probe input is a valid one."""
+
+    def __init__(self, vocabulary: int, dim: int) -> None:
+        super().__init__()
+        self.vocabulary = vocabulary
+        self.embed = nn.Embedding(vocabulary, dim)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.embed(torch.remainder(ids.long(), self.vocabulary))
+
+
+class Recurrent(nn.Module):
+    """One LSTM layer over (batch, time, features); ``last``: only the last step's output (the next-character
+    head reads it). A layer is one block: the planner cuts between layers, never inside the recurrence."""
+
+    def __init__(self, input_size: int, hidden: int, last: bool = False) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(input_size, hidden, batch_first=True)
+        self.last = last
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.lstm(x)[0]
+        return out[:, -1] if self.last else out
+
+
+def leaf_lstm(vocabulary: int = 80, embedding: int = 8, hidden: int = 256) -> nn.Sequential:
+    """LEAF's Shakespeare model (CycleSL's Table 12): a character embedding of 8, two LSTM layers of 256 and a dense
+    output over the 80 characters, predicting the character after an 80-character window. LEAF's one two-layer
+    ``nn.LSTM`` is written as two one-layer LSTMs (the same function without dropout between layers), so that the
+    cut after the first layer exists; the embedding (no FLOPs) joins the first layer's block. CycleSL cuts after
+    the recurrent layers (cut 2 of 3)."""
+    return nn.Sequential(OrderedDict([
+        ("embed", TokenEmbedding(vocabulary, embedding)),
+        ("lstm1", Recurrent(embedding, hidden)),
+        ("lstm2", Recurrent(hidden, hidden, last=True)),
+        ("head", nn.Linear(hidden, vocabulary)),
+    ]))
+
+
 def _features(shape: tuple[int, ...]) -> int:
     n = 1
     for s in shape:
@@ -114,6 +158,7 @@ BUILTINS: dict[str, Callable[[tuple[int, ...], int, int], nn.Module]] = {
     "resnet18-cifar": lambda shape, classes, width: resnet_cifar(18, classes, shape[0]),
     "resnet34-cifar": lambda shape, classes, width: resnet_cifar(34, classes, shape[0]),
     "resnet50-cifar": lambda shape, classes, width: resnet_cifar(50, classes, shape[0]),
+    "leaf-lstm": lambda shape, classes, width: leaf_lstm(classes),
 }
 assert tuple(BUILTINS) == MODELS
 

@@ -35,9 +35,13 @@ from trainers.config.train_config import PARTITIONS, check_choice
 
 
 def partition_indices(labels: np.ndarray, num_devices: int, method: str, seed: int, alpha: float = 0.5,
-                      min_size: int = 1, labels_per_device: int = 2, size_exponent: float = 1.0) -> list[np.ndarray]:
-    """Return one sorted int64 index array per device (disjoint, covering ≤ all samples)."""
+                      min_size: int = 1, labels_per_device: int = 2, size_exponent: float = 1.0,
+                      groups: np.ndarray | None = None) -> list[np.ndarray]:
+    """Return one sorted int64 index array per device (disjoint, covering ≤ all samples). ``groups``: a natural
+    owner per sample, which ``roles`` needs (:func:`natural_groups`)."""
     check_choice(method, PARTITIONS, "partition")
+    if method == "roles":
+        return natural_groups(groups, num_devices, seed)
     labels = np.asarray(labels)
     n = labels.shape[0]
     if n < num_devices:
@@ -61,6 +65,21 @@ def partition_indices(labels: np.ndarray, num_devices: int, method: str, seed: i
     else:
         parts = _dirichlet(labels, num_devices, alpha, rng, min_size=min_size)
     return [np.sort(p).astype(np.int64) for p in parts]
+
+
+def natural_groups(groups: np.ndarray | None, num_devices: int, seed: int) -> list[np.ndarray]:
+    """The ``roles`` partition (LEAF's natural one): device i holds every sample of the i-th of ``num_devices``
+    owners drawn without replacement, uniformly from the data set's owners by ``seed``. InputError naming the field
+    for a data set without owners, or fewer owners than devices."""
+    if groups is None:
+        raise InputError("the roles partition needs a data set with natural owners (shakespeare: one speaking role "
+                         "per device)", field="partition")
+    owners = np.unique(groups)
+    if len(owners) < num_devices:
+        raise InputError(f"the data set has {len(owners)} owners (roles), fewer than {num_devices} devices",
+                         field="devices")
+    chosen = np.random.default_rng(seed).choice(owners, size=num_devices, replace=False)
+    return [np.flatnonzero(groups == owner).astype(np.int64) for owner in chosen]
 
 
 def _dirichlet_equal(labels: np.ndarray, num_devices: int, alpha: float, rng: np.random.Generator) -> list[np.ndarray]:

@@ -129,8 +129,7 @@ class Trainer:
         return manifest
 
     def _load_data(self, manifest: Any) -> Dataset:
-        """The data set: from the manifest's files (a distributed run's edge server never holds the devices'
-        samples) or by name."""
+        """The data set: from the manifest's files (a distributed run's edge server never holds the devices' samples) or by name."""
         c = self.config
         if manifest is not None:
             return manifest.dataset(with_samples=not c.runtime.distributed)
@@ -174,7 +173,8 @@ class Trainer:
         c = self.config
         parts = manifest.parts() if manifest is not None else partition_indices(
             self.dataset.y_train.numpy(), c.data.devices, c.data.partition, c.run.seed, c.data.dirichlet_alpha,
-            samples_before_split(c.data.batch_size, c.data.local_test_fraction), c.data.labels_per_device, c.data.size_exponent)
+            samples_before_split(c.data.batch_size, c.data.local_test_fraction), c.data.labels_per_device, c.data.size_exponent,
+            self.dataset.groups)
         parts, local_test = local_test_split(parts, c.data.local_test_fraction, c.run.seed)
         # rank 0 of a distributed run over per-device files holds no device's samples: no local evaluation there
         self.local_evaluation = c.data.local_test_fraction > 0 and not (manifest is not None and c.runtime.distributed)

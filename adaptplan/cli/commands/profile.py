@@ -7,6 +7,7 @@ torch is imported only when the command runs, so ``adaptplan plan`` stays torch-
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import warnings
 from typing import Any
@@ -33,7 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help=f"built-in {', '.join(MODELS)}, a torchvision model name (vgg16, resnet18, mobilenet_v2, ...; "
                              f"random weights) or {OWN_MODEL_HELP}")
     parser.add_argument("--input", required=True, metavar="CxHxW",
-                        help="per-sample input shape, e.g. 3x32x32 (channels x height x width, in values)")
+                        help="per-sample input shape, e.g. 3x32x32 (channels x height x width, in values), or T for a "
+                             "text model's window of T character ids (leaf-lstm: 80)")
     parser.add_argument("--num-classes", type=int_flag(1, MAX_NUM_CLASSES, "classes"), default=10, help="number of output classes (default: 10)")
     parser.add_argument("-o", "--output", metavar="FILE", help="write the profile JSON (docs/formats.md) to FILE")
     parser.add_argument("--bits", type=int_flag(1, MAX_BITS_PER_VALUE, "bits"), default=32,
@@ -73,16 +75,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
-    """``"3x32x32"`` → ``(3, 32, 32)``; anything else but C×H×W positive integers with at most
-    :data:`MAX_INPUT_VALUES` values per sample is an InputError (refused before anything is allocated)."""
+    """``"3x32x32"`` → ``(3, 32, 32)``, ``"80"`` → ``(80,)`` (a text model's window of 80 character ids); anything
+    else but C×H×W or T positive integers with at most :data:`MAX_INPUT_VALUES` values per sample is an InputError
+    (refused before anything is allocated)."""
     parts = text.lower().replace("×", "x").split("x")
     try:
         shape = tuple(int(p) for p in parts)
     except ValueError:
         shape = ()
-    if len(shape) != 3 or any(s <= 0 for s in shape):
-        raise InputError(f"expected CxHxW with three positive integers, e.g. 3x32x32; got {show(text)}", field="--input")
-    values = shape[0] * shape[1] * shape[2]
+    if len(shape) not in (1, 3) or any(s <= 0 for s in shape):
+        raise InputError(f"expected CxHxW with three positive integers, e.g. 3x32x32 (or T, one: a text model's "
+                         f"window, e.g. 80); got {show(text)}", field="--input")
+    values = math.prod(shape)
     if values > MAX_INPUT_VALUES:
         raise InputError(f"{text} is {values:,} values per sample, more than the {MAX_INPUT_VALUES:,} that can be "
                          f"profiled", field="--input")

@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     data = load_dataset(args.dataset, args.data_root)
     parts = partition_indices(data.y_train.numpy(), args.devices, args.partition, args.seed, args.alpha,
                               min_size=args.batch_size, labels_per_device=args.labels_per_device,
-                              size_exponent=args.size_exponent)
+                              size_exponent=args.size_exponent, groups=data.groups)
     smallest = min(len(p) for p in parts)
     if smallest < args.batch_size:
         raise InputError(f"the smallest device gets {smallest} samples, fewer than --batch-size {args.batch_size}",

@@ -148,10 +148,13 @@ def test_parse_shape_edges() -> None:
 
     assert parse_shape("3x32x32") == (3, 32, 32) and parse_shape("1X28×28") == (1, 28, 28)
     assert parse_shape("1x4096x4096") == (1, 4096, 4096)                        # 2²⁴ values: the limit
-    for bad in ("3x32", "3x32x32x1", "0x32x32", "3x-1x32", "axbxc", ""):
+    assert parse_shape("80") == (80,) and parse_shape(str(2**24)) == (2**24,)   # a text model's window
+    for bad in ("3x32", "3x32x32x1", "0x32x32", "3x-1x32", "axbxc", "", "0"):
         with pytest.raises(InputError) as info:
             parse_shape(bad)
         assert info.value.field == "--input" and "expected CxHxW with three positive integers" in info.value.message
+    with pytest.raises(InputError):
+        parse_shape(str(2**24 + 1))
     with pytest.raises(InputError) as info:
         parse_shape("1x4096x4097")
     assert info.value.message == ("1x4096x4097 is 16,781,312 values per sample, more than the 16,777,216 that can be "
