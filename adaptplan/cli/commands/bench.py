@@ -134,7 +134,9 @@ def _papers_parser(which: argparse._SubParsersAction) -> None:
                               "verdict")
     papers.add_argument("--paper", "--papers", dest="papers", default=",".join(DEFAULT_NAMES),
                         help=f"comma-separated subset of {', '.join(NAMES)} (default: {', '.join(DEFAULT_NAMES)}; "
-                             "gas-fmnist is GAS's Table 1 on the full Fashion-MNIST of Debian's dataset-fashion-mnist); "
+                             "gas-fmnist is GAS's Table 1 on the full Fashion-MNIST of Debian's dataset-fashion-mnist, "
+                             "cyclesl-shakespeare CycleSL's Table 3 on LEAF's Shakespeare, its texts under "
+                             "$ADAPTPLAN_SHAKESPEARE_DIR); "
                              "each runs its recipe, adaptplan/benches/recipes/NAME.toml")
     papers.add_argument("--seeds", type=int_flag(1, MAX_SEED + 1, "seeds"),
                         help="seeds 0..n-1 per run (default 3; --tier test: 1). The spread needs ≥ 2: 1 seed only "

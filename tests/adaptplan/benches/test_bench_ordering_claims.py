@@ -68,7 +68,7 @@ def test_the_recipes_state_the_papers_orderings() -> None:
     ('order = ["gas", "ca2fl", "fedbuff", "fedavg"]', "order: an ordering claim lists its methods, best first"),
     ('order = ["gas", "fedbuff"]', "order: must list at least three distinct methods, best first"),
     ('order = ["gas", "gas", "fedavg"]', "order: must list at least three distinct methods, best first"),
-    ('order = ["gas", "fedbuff", "s2fl"]', "order: 's2fl' is not a method"),
+    ('order = ["gas", "fedbuff", "fedconcat"]', "order: 'fedconcat' is not a method"),
     ('order = ["gas", "ca2fl", "fedbuff", "fedavg"]\na = "gas"', "an ordering claim's A and B are its order's first and last"),
     ('order = ["gas", "ca2fl", "fedbuff", "fedavg"]\nmargin = 3.0', "margin: an ordering claim states a ranking: it has no figure"),
 ])

@@ -9,7 +9,7 @@ from adaptplan.benches.recipes import NAMES, load
 from adaptplan.errors import InputError
 
 STATED = {"gapsl": "keep", "scala": "restart", "cyclesl": "keep", "gas": "restart", "adaptsfl": "keep",
-          "gas-fmnist": "restart"}
+          "gas-fmnist": "restart", "cyclesl-shakespeare": "keep"}
 
 
 @pytest.mark.parametrize("name", NAMES)

