@@ -53,7 +53,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                            "AUC of inferring labels from the returned gradients (norm and direction attacks), at the "
                            "model's initial weights on --dataset's training samples")
     leak.add_argument("--leakage-samples", type=int_flag(2, MAX_PROFILE_BATCH, "samples"), default=256,
-                      help="samples the leakage is measured on (the first ones of the training split; default: 256)")
+                      help="samples the leakage is measured on (the first ones of the training split; default: 256); "
+                           "as many of the test split are the model-inversion attacker's auxiliary data")
+    leak.add_argument("--leakage-figure", metavar="FILE",
+                      help="with --leakage on images: write a PNG of 8 originals above their reconstructions at each cut")
     grads = parser.add_argument_group("training constants (beta, sigma_j^2, G_j^2, theta; dimensionless)")
     grads.add_argument("--grad-stats", action="store_true", help="estimate the constants from real data (needs --dataset and --constants-out)")
     grads.add_argument("--dataset", metavar="NAME", help="dataset for --grad-stats, e.g. cifar10-subset, mnist, cifar10 (with --data-root)")
@@ -110,6 +113,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--grad-stats needs --dataset NAME and --constants-out FILE", field="--grad-stats")
     if args.leakage and not args.dataset:
         raise InputError("--leakage needs --dataset NAME (the samples it is measured on)", field="--leakage")
+    if args.leakage_figure and not args.leakage:
+        raise InputError("--leakage-figure draws the leakage measurement: add --leakage", field="--leakage-figure")
     if args.grad_stats:
         from trainers.config.devices import resolve_device
 
@@ -147,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_table(profile, chain.output_shapes))
     if args.leakage:
-        print(leakage_table(chain, data, args.leakage_samples, args.dataset))
+        print(leakage_table(chain, data, args.leakage_samples, args.dataset, args.leakage_figure))
     if args.grad_stats:
         constants = _grad_stats(args, chain, data)
         constants.save(args.constants_out)
@@ -178,18 +183,40 @@ def _grad_stats(args: argparse.Namespace, chain: Any, data: Any) -> Any:
                               progress=True, device=args.torch_device)
 
 
-def leakage_table(chain: Any, data: Any, samples: int, dataset: str) -> str:
+def leakage_table(chain: Any, data: Any, samples: int, dataset: str, figure: str | None = None) -> str:
     """Per cut: dCor(inputs, activations) and the label-inference AUCs (profilers/leakage.py), on the first
-    ``samples`` training samples of ``data`` at the chain's initial weights."""
+    ``samples`` training samples of ``data`` at the chain's initial weights; for images (C×H×W of at least 11×11)
+    also the model-inversion attacker's reconstructions (profilers/inversion.py), its decoder fitted on as many
+    test samples, and with ``figure`` their PNG."""
+    from profilers.inversion import SSIM_WINDOW, invert_per_cut, mean_image_figures, save_figure, to_pixels
     from profilers.leakage import leakage_per_cut
 
     n = min(samples, int(data.x_train.shape[0]))
     rows = leakage_per_cut(chain.blocks, data.x_train[:n], data.y_train[:n])
+    shape = tuple(data.x_train.shape[1:])
+    images = len(shape) == 3 and min(shape[1:]) >= SSIM_WINDOW
+    inverted = invert_per_cut(chain.blocks, data.x_test[:n], data.x_train[:n], data.mean, data.std) if images else None
     lines = [f"leakage per cut ({n} samples of {dataset}, the model's initial weights; docs/privacy.md): "
              "dCor = distance correlation of inputs and activations (1: an isometry of the input); AUC of "
-             "inferring labels from the returned gradients, one-vs-rest (0.5: nothing learnt)",
-             f"{'j':>3}  {'dCor':>6}  {'norm AUC':>8}  {'direction AUC':>13}"]
-    lines += [f"{r.cut:>3}  {r.dcor:>6.3f}  {r.norm_auc:>8.3f}  {r.direction_auc:>13.3f}" for r in rows]
+             "inferring labels from the returned gradients, one-vs-rest (0.5: nothing learnt)"
+             + (f"; inversion: a decoder fitted on {min(n, int(data.x_test.shape[0]))} test samples reconstructs "
+                "the inputs from the activations (MSE and PSNR in [0, 1] pixels, SSIM; 1: exact; the auxiliary mean "
+                "image, an attacker who learnt nothing, scores PSNR {0.psnr:.2f} dB, SSIM {0.ssim:.3f})".format(
+                    mean_image_figures(data.x_test[:n], data.x_train[:n], data.mean, data.std))
+                if images else "; inversion: images only"),
+             f"{'j':>3}  {'dCor':>6}  {'norm AUC':>8}  {'direction AUC':>13}" + ("  {:>8}  {:>7}  {:>6}".format(
+                 "MSE", "PSNR dB", "SSIM") if images else "")]
+    for k, r in enumerate(rows):
+        line = f"{r.cut:>3}  {r.dcor:>6.3f}  {r.norm_auc:>8.3f}  {r.direction_auc:>13.3f}"
+        if inverted is not None:
+            rec = inverted[0][k]
+            line += f"  {rec.mse:>8.5f}  {rec.psnr:>7.2f}  {rec.ssim:>6.3f}"
+        lines.append(line)
+    if figure and inverted is not None:
+        save_figure(figure, to_pixels(data.x_train[:n], data.mean, data.std), inverted[1])
+        lines.append(f"wrote {figure}: originals above their reconstructions at cuts 1..{len(rows)}")
+    elif figure:
+        lines.append(f"no figure: {dataset}'s samples are not images")
     return "\n".join(lines)
 
 
