@@ -30,6 +30,7 @@ from adaptplan.prediction import Comparison, Prediction, compare
 from adaptplan.system import SystemSpec
 from solvers.bcd import solve_bcd
 from solvers.certificate import GAP_TOLERANCE
+from solvers.leakage_budget import LeakageBudget
 from solvers.milfp import check_backend
 from solvers.problem import PlanningProblem
 from solvers.result import SolveResult
@@ -45,10 +46,13 @@ class Planner:
             of docs/model.md §6.1 (labelled as such, not the paper's values).
         candidates: allowed 1-based cut indices (default 1..L−1, docs/formats.md ``--cuts``).
         backend: MILP backend of the Dinkelbach MS step, ``"highs"`` or ``"cbc"``.
+        leakage: a per-device leakage budget (:class:`solvers.leakage_budget.LeakageBudget`, e.g. from
+            :meth:`adaptplan.leakage_table.LeakageTable.budget`): each device only at cuts within its limit.
     """
 
     def __init__(self, profile: ModelProfile, system: SystemSpec, constants: ConvergenceConstants | None = None,
-                 *, candidates: Sequence[int] | None = None, backend: str = "highs") -> None:
+                 *, candidates: Sequence[int] | None = None, backend: str = "highs",
+                 leakage: LeakageBudget | None = None) -> None:
         if profile.num_cuts < 2:
             raise InputError(f"{profile.model} has no cut point but its output (L = 1), so it cannot be split between "
                              "devices and the server. Fix: profile a model with at least one interior cut (an "
@@ -59,8 +63,9 @@ class Planner:
         check_plannable(profile, system, self.constants)
         self.candidates = None if candidates is None else tuple(int(c) for c in candidates)
         self.backend = check_backend(backend)
+        self.leakage = leakage
         self._problem: PlanningProblem | None = PlanningProblem.from_parts(profile, system, self.constants,
-                                                                         candidates=self.candidates)
+                                                                         candidates=self.candidates, leakage=leakage)
         self.last_result: SolveResult | None = None
         self.calibration: Calibration | LinearRounds | None = None
 
@@ -70,7 +75,7 @@ class Planner:
         shallowest cut at I = 1 cannot reach ε); built when first needed after :meth:`estimate` or :meth:`calibrate`."""
         if self._problem is None:
             self._problem = PlanningProblem.from_parts(self.profile, self.system, self.constants,
-                                                       candidates=self.candidates)
+                                                       candidates=self.candidates, leakage=self.leakage)
         return self._problem
 
     def plan(self, initial_cuts: Sequence[int] | None = None) -> Plan:

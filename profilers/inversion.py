@@ -70,11 +70,16 @@ class Decoder(nn.Module):
     def __init__(self, support: torch.Tensor, alpha: torch.Tensor, a_mean: torch.Tensor, x_mean: torch.Tensor,
                  hidden: int = 512) -> None:
         super().__init__()
+        self.support: torch.Tensor
+        self.alpha: torch.Tensor
+        self.a_mean: torch.Tensor
+        self.x_mean: torch.Tensor
         for name, value in (("support", support), ("alpha", alpha), ("a_mean", a_mean), ("x_mean", x_mean)):
             self.register_buffer(name, value.float())
-        self.mlp = nn.Sequential(nn.Linear(support.shape[1], hidden), nn.ReLU(), nn.Linear(hidden, alpha.shape[1]))
-        nn.init.zeros_(self.mlp[2].weight)
-        nn.init.zeros_(self.mlp[2].bias)
+        last = nn.Linear(hidden, alpha.shape[1])
+        nn.init.zeros_(last.weight)
+        nn.init.zeros_(last.bias)
+        self.mlp = nn.Sequential(nn.Linear(support.shape[1], hidden), nn.ReLU(), last)
 
     def forward(self, a: torch.Tensor) -> torch.Tensor:
         return ((a - self.a_mean) @ self.support.T) @ self.alpha + self.x_mean + self.mlp(a)

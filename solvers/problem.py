@@ -22,6 +22,7 @@ from adaptplan.errors import InfeasibleError, InputError
 from adaptplan.latency import LatencyModel, total_latency
 from adaptplan.model_profile import ModelProfile
 from adaptplan.system import SystemSpec
+from solvers.leakage_budget import LeakageBudget, check_every_device_within
 from solvers.memory import admissible_cuts, check_every_device_fits
 
 
@@ -33,13 +34,16 @@ class PlanningProblem:
         latency: eqs. (16)–(26) for the (profile, system) pair.
         convergence: Corollary 1 for the constants and N devices.
         candidates: sorted 1-based cut indices a device may use (default 1..L−1, §8 A10).
+        leakage: a per-device leakage budget (:mod:`solvers.leakage_budget`), or None.
         admissible: derived, boolean (N, L): device i may cut at j iff its client part fits its
-            memory (:func:`solvers.memory.admissible_cuts`); ``None`` when there are no budgets.
+            memory (:func:`solvers.memory.admissible_cuts`) and cut j is within its leakage budget;
+            ``None`` when there are no budgets.
     """
 
     latency: LatencyModel
     convergence: ConvergenceModel
     candidates: np.ndarray = field(default=None)  # type: ignore[arg-type]  # None: every cut point (__post_init__)
+    leakage: LeakageBudget | None = None
     admissible: np.ndarray | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
@@ -57,12 +61,17 @@ class PlanningProblem:
         admissible = admissible_cuts(self.latency.profile, self.latency.system)
         if admissible is not None:
             check_every_device_fits(admissible, self.latency.profile, self.latency.system, cand)
+        if self.leakage is not None:
+            within = self.leakage.admissible(self.latency.num_devices, L)
+            combined = within if admissible is None else within & admissible
+            check_every_device_within(self.leakage, combined, cand, admissible)
+            admissible = combined
         object.__setattr__(self, "admissible", admissible)
 
     # ---- construction --------------------------------------------------------------------------
     @classmethod
     def from_parts(cls, profile: ModelProfile, system: SystemSpec, constants: ConvergenceConstants,
-                   candidates: Sequence[int] | None = None) -> "PlanningProblem":
+                   candidates: Sequence[int] | None = None, leakage: LeakageBudget | None = None) -> "PlanningProblem":
         """Validate and bundle one instance.
 
         Raises:
@@ -71,8 +80,9 @@ class PlanningProblem:
                 (A_ℓ ≥ c/(4β²γ²) for every candidate, §8 A7); the message says what to change.
         """
         check_lengths(profile.num_cuts, constants)
-        chosen = () if candidates is None else (np.asarray(candidates, dtype=int),)
-        problem = cls(LatencyModel(profile, system), ConvergenceModel(constants, system.num_devices), *chosen)
+        chosen = None if candidates is None else np.asarray(candidates, dtype=int)
+        problem = cls(LatencyModel(profile, system), ConvergenceModel(constants, system.num_devices), chosen,  # type: ignore[arg-type]
+                      leakage)
         problem.check_feasible()
         return problem
 
@@ -88,8 +98,9 @@ class PlanningProblem:
             fits = self.admissible[:, feasible - 1].any(axis=1)
             if not fits.all():
                 i = int(np.flatnonzero(~fits)[0])
-                raise InfeasibleError(f"device {i}'s memory admits only cuts too deep for the target epsilon "
-                                      f"(feasible cuts with I=1: {feasible.tolist()}); give it more memory or raise epsilon")
+                raise InfeasibleError(f"device {i}'s memory or leakage budget admits only cuts too deep for the target "
+                                      f"epsilon (feasible cuts with I=1: {feasible.tolist()}); give it more memory, a "
+                                      "looser budget, or raise epsilon")
 
     # ---- sizes and derived sets ----------------------------------------------------------------
     @property

@@ -114,4 +114,4 @@ def test_profile_prints_the_inversion_columns_and_draws_them(tmp_path, capsys) -
     assert "the auxiliary mean image, an attacker who learnt nothing, scores PSNR" in out
     assert figure.is_file() and f"wrote {figure}" in out
     assert main(["profile", "mlp", "--input", "1x28x28", "--leakage-figure", str(figure)]) == 2
-    assert "--leakage-figure draws the leakage measurement: add --leakage" in capsys.readouterr().err
+    assert "--leakage-figure records the leakage measurement: add --leakage" in capsys.readouterr().err

@@ -7,7 +7,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from adaptplan.calibration import ROUNDS_LAWS
 from adaptplan.cli.flags import float_flag, int_flag
@@ -65,6 +65,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="with --pilots, what they are fitted to: eq15 (eq. 15's constants, docs/model.md §10; "
                              "default) or linear (R(I) = R1 (1 + kappa (I - 1)) at every cut, the latency-best cuts at "
                              "each I up to the pilots' longest, §12)")
+    parser.add_argument("--leakage-table", metavar="FILE", help="the model's leakage per cut, from `adaptplan profile "
+                        "MODEL --leakage --leakage-out FILE` (docs/privacy.md); with --max-leakage")
+    parser.add_argument("--max-leakage", metavar="METRIC=LIMIT", help="plan every device within this leakage budget: "
+                        "dcor, norm_auc, direction_auc, psnr or ssim at most LIMIT, or mse at least LIMIT, per the "
+                        "--leakage-table (cut L, the whole model on the device, is not admitted)")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON (docs/formats.md) instead of a table")
     parser.add_argument("-o", "--output", metavar="FILE", help="also write the plan JSON to FILE")
     parser.set_defaults(func=run)
@@ -204,12 +209,15 @@ def run(args: argparse.Namespace) -> int:
                                  "to a test accuracy only when fitted to them)", field=flag)
         profile, system, constants, title = load_instance(args)
     candidates = check_candidates(parse_cuts(args.cuts), profile.num_cuts) if args.cuts else None
+    leakage = leakage_budget(args, profile, system.num_devices)
+    if leakage is not None and isinstance(fit, LinearRounds):
+        raise InputError("a leakage budget plans with Corollary 1's rounds, not --rounds-law linear", field="--max-leakage")
     start = time.perf_counter()
     if isinstance(fit, LinearRounds):
         plan = as_plan(plan_linear_rounds(fit, profile, system, candidates=candidates), fit, profile, system)
     else:
         constants = fit.constants if fit is not None else constants
-        plan = Planner(profile, system, constants, candidates=candidates, backend=args.backend).plan()
+        plan = Planner(profile, system, constants, candidates=candidates, backend=args.backend, leakage=leakage).plan()
     elapsed = time.perf_counter() - start
     note = step_note(constants) if not isinstance(fit, LinearRounds) else None
     if note:                                     # said once, about a plan that exists
@@ -222,5 +230,22 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_plan(plan, profile, system, title=title, max_devices=None if args.all_devices else DEVICE_ROWS,
                           rounds_to=rounds_to))
+        if leakage is not None:
+            print(f"leakage budget: {args.max_leakage} per {args.leakage_table}: every device within it "
+                  f"(cuts {sorted(set(plan.cuts))} planned)")
         print(f"\nplanned in {elapsed:.2f} s wall-clock")
     return 0
+
+
+def leakage_budget(args: argparse.Namespace, profile: Any, num_devices: int) -> Any:
+    """The budget of ``--max-leakage`` over ``--leakage-table`` (both or neither), or None."""
+    if args.leakage_table is None and args.max_leakage is None:
+        return None
+    if args.leakage_table is None or args.max_leakage is None:
+        missing = "--leakage-table FILE" if args.leakage_table is None else "--max-leakage METRIC=LIMIT"
+        given = "--max-leakage" if args.leakage_table is None else "--leakage-table"
+        raise InputError(f"{given} needs {missing}", field=given)
+    from adaptplan.leakage_table import LeakageTable, parse_budget
+
+    metric, limit = parse_budget(args.max_leakage)
+    return LeakageTable.load(args.leakage_table).budget(profile, metric, limit, num_devices)

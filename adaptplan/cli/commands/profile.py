@@ -57,6 +57,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                            "as many of the test split are the model-inversion attacker's auxiliary data")
     leak.add_argument("--leakage-figure", metavar="FILE",
                       help="with --leakage on images: write a PNG of 8 originals above their reconstructions at each cut")
+    leak.add_argument("--leakage-out", metavar="FILE",
+                      help="with --leakage: write the figures per cut as a leakage table (docs/formats.md), which "
+                           "`adaptplan plan --leakage-table FILE --max-leakage METRIC=LIMIT` plans within")
     grads = parser.add_argument_group("training constants (beta, sigma_j^2, G_j^2, theta; dimensionless)")
     grads.add_argument("--grad-stats", action="store_true", help="estimate the constants from real data (needs --dataset and --constants-out)")
     grads.add_argument("--dataset", metavar="NAME", help="dataset for --grad-stats, e.g. cifar10-subset, mnist, cifar10 (with --data-root)")
@@ -113,8 +116,9 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--grad-stats needs --dataset NAME and --constants-out FILE", field="--grad-stats")
     if args.leakage and not args.dataset:
         raise InputError("--leakage needs --dataset NAME (the samples it is measured on)", field="--leakage")
-    if args.leakage_figure and not args.leakage:
-        raise InputError("--leakage-figure draws the leakage measurement: add --leakage", field="--leakage-figure")
+    for flag, value in (("--leakage-figure", args.leakage_figure), ("--leakage-out", args.leakage_out)):
+        if value and not args.leakage:
+            raise InputError(f"{flag} records the leakage measurement: add --leakage", field=flag)
     if args.grad_stats:
         from trainers.config.devices import resolve_device
 
@@ -152,7 +156,15 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_table(profile, chain.output_shapes))
     if args.leakage:
-        print(leakage_table(chain, data, args.leakage_samples, args.dataset, args.leakage_figure))
+        assert data is not None, "--leakage needs --dataset (checked above)"
+        text, figures = leakage_table(chain, data, args.leakage_samples, args.dataset, args.leakage_figure)
+        print(text)
+        if args.leakage_out:
+            from adaptplan.leakage_table import LeakageTable
+
+            LeakageTable(profile.identity(), args.dataset, min(args.leakage_samples, int(data.x_train.shape[0])),
+                         figures).save(args.leakage_out)
+            print(f"wrote {args.leakage_out} (leakage per cut: {', '.join(figures)})", file=sys.stderr)
     if args.grad_stats:
         constants = _grad_stats(args, chain, data)
         constants.save(args.constants_out)
@@ -183,11 +195,13 @@ def _grad_stats(args: argparse.Namespace, chain: Any, data: Any) -> Any:
                               progress=True, device=args.torch_device)
 
 
-def leakage_table(chain: Any, data: Any, samples: int, dataset: str, figure: str | None = None) -> str:
+def leakage_table(chain: Any, data: Any, samples: int, dataset: str, figure: str | None = None
+                  ) -> tuple[str, dict[str, list[float]]]:
     """Per cut: dCor(inputs, activations) and the label-inference AUCs (profilers/leakage.py), on the first
     ``samples`` training samples of ``data`` at the chain's initial weights; for images (C×H×W of at least 11×11)
     also the model-inversion attacker's reconstructions (profilers/inversion.py), its decoder fitted on as many
-    test samples, and with ``figure`` their PNG."""
+    test samples, and with ``figure`` their PNG. Returns the table's text and its figures per cut (for the
+    leakage table file)."""
     from profilers.inversion import SSIM_WINDOW, invert_per_cut, mean_image_figures, save_figure, to_pixels
     from profilers.leakage import leakage_per_cut
 
@@ -217,7 +231,12 @@ def leakage_table(chain: Any, data: Any, samples: int, dataset: str, figure: str
         lines.append(f"wrote {figure}: originals above their reconstructions at cuts 1..{len(rows)}")
     elif figure:
         lines.append(f"no figure: {dataset}'s samples are not images")
-    return "\n".join(lines)
+    figures = {"dcor": [r.dcor for r in rows], "norm_auc": [r.norm_auc for r in rows],
+               "direction_auc": [r.direction_auc for r in rows]}
+    if inverted is not None:
+        figures |= {name: [min(getattr(rec, name), 999.0) for rec in inverted[0]] for name in ("mse", "psnr", "ssim")}
+        # an exact reconstruction's PSNR (∞) is kept as 999 dB, so that the file holds finite numbers
+    return "\n".join(lines), figures
 
 
 def format_table(profile: Any, shapes: list[tuple[int, ...]]) -> str:

@@ -1,0 +1,91 @@
+"""The leakage table file (docs/formats.md "Leakage table"): what each cut of a model gives away, as ``adaptplan
+profile MODEL --leakage --leakage-out FILE`` measured it, and the planner's budget over it (``adaptplan plan
+--leakage-table FILE --max-leakage METRIC=LIMIT``; :class:`solvers.leakage_budget.LeakageBudget`).
+
+JSON::
+
+    {"format": "adaptplan-leakage", "version": 1,
+     "model": {"name": ..., "num_cuts": L, "structure_sha256": ...},     # the profile's identity()
+     "dataset": "cifar10-subset", "samples": 256,
+     "figures": {"dcor": [d_1, ..., d_{L-1}], "norm_auc": [...], ...}}   # one value per cut 1..L−1
+
+Each figure is one of :data:`solvers.leakage_budget.METRICS`; a plan checks that the table was measured on the
+profile's model (the same structure hash).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from adaptplan.errors import InputError
+from adaptplan.fileio import check_keys, load_file, save_json
+from adaptplan.model_profile import ModelProfile
+from solvers.leakage_budget import METRICS, LeakageBudget
+
+FORMAT, VERSION = "adaptplan-leakage", 1
+
+
+@dataclass(frozen=True)
+class LeakageTable:
+    """``figures[metric]``: the values at cuts 1..L−1 of the model ``model`` (a profile's identity)."""
+
+    model: dict[str, Any]
+    dataset: str
+    samples: int
+    figures: dict[str, list[float]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": FORMAT, "version": VERSION, "model": dict(self.model), "dataset": self.dataset,
+                "samples": self.samples, "figures": {k: list(v) for k, v in self.figures.items()}}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "LeakageTable":
+        check_keys(data, ("format", "version", "model", "dataset", "samples", "figures"), (), "leakage")
+        if data["format"] != FORMAT or data["version"] != VERSION:
+            raise InputError(f"must be {FORMAT!r} version {VERSION}", field="leakage.format")
+        model, figures = data["model"], data["figures"]
+        if not isinstance(model, dict) or not isinstance(model.get("num_cuts"), int) or "structure_sha256" not in model:
+            raise InputError("must be a profile's identity (name, num_cuts, structure_sha256)", field="leakage.model")
+        if not isinstance(figures, dict) or not figures:
+            raise InputError(f"must map figures ({', '.join(METRICS)}) to one value per cut", field="leakage.figures")
+        for name, values in figures.items():
+            if name not in METRICS:
+                raise InputError(f"unknown figure {name!r}; valid: {', '.join(METRICS)}", field="leakage.figures")
+            if not isinstance(values, list) or len(values) != model["num_cuts"] - 1 or not all(
+                    isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values):
+                raise InputError(f"must be {model['num_cuts'] - 1} finite numbers, one per cut 1..L−1",
+                                 field=f"leakage.figures.{name}")
+        return cls(dict(model), str(data["dataset"]), int(data["samples"]),
+                   {k: [float(v) for v in vs] for k, vs in figures.items()})
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "LeakageTable":
+        return load_file(path, "leakage table", cls.from_json)
+
+    def save(self, path: str | os.PathLike) -> None:
+        save_json(self.to_json(), path)
+
+    def budget(self, profile: ModelProfile, metric: str, limit: float, num_devices: int) -> LeakageBudget:
+        """Every device's budget ``metric`` within ``limit``, over this table, which must be the profile's model's."""
+        if self.model.get("structure_sha256") != profile.identity()["structure_sha256"]:
+            raise InputError(f"was measured on {self.model.get('name')!r} ({self.model.get('num_cuts')} cuts), not on "
+                             f"the profile's {profile.model!r} ({profile.num_cuts} cuts)", field="--leakage-table")
+        if metric not in self.figures:
+            raise InputError(f"the table has no {metric!r} (it has {', '.join(self.figures)})", field="--max-leakage")
+        return LeakageBudget.uniform(metric, self.figures[metric], limit, num_devices)
+
+
+def parse_budget(text: str) -> tuple[str, float]:
+    """``"dcor=0.9"`` → ("dcor", 0.9); InputError naming --max-leakage otherwise."""
+    name, sep, value = text.partition("=")
+    try:
+        limit = float(value)
+    except ValueError:
+        limit = math.nan
+    if not sep or name.strip() not in METRICS or not math.isfinite(limit):
+        raise InputError(f"expected METRIC=LIMIT with METRIC one of {', '.join(METRICS)} and a finite limit, e.g. "
+                         f"dcor=0.9; got {text!r}", field="--max-leakage")
+    return name.strip(), limit
