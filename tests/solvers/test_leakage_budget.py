@@ -136,3 +136,35 @@ def test_profile_writes_the_table_and_plan_keeps_every_device_within_it(tmp_path
     assert "admits no candidate cut" in err and "is feasible" in err
     assert main(["plan", "--profile", str(profile), "--max-leakage", "dcor=0.5"]) == 2
     assert "--max-leakage needs --leakage-table FILE" in capsys.readouterr().err
+
+
+def test_memory_and_budget_both_bind() -> None:
+    """A device's admissible cuts are those that fit its memory and are within its budget, not either: the plan's
+    cuts satisfy both, and the matrix is the conjunction of the two written out."""
+    from solvers.instances import adversarial_problem
+
+    for seed in range(40):
+        try:
+            base = adversarial_problem(3, 6, seed, memory_bytes=(1e6, 1e9))
+        except InputError:                      # a device that fits no cut: another seed
+            continue
+        memory = base.admissible
+        if memory is None or memory[:, :-1].all():
+            continue
+        values = np.linspace(0.9, 0.4, base.num_cuts - 1)
+        limit = float(values[1:][memory[:, 1:-1].all(axis=0)].max()) if memory[:, 1:-1].all(axis=0).any() else None
+        if limit is None:
+            continue
+        budget = LeakageBudget.uniform("dcor", values, limit, 3)
+        try:
+            problem = PlanningProblem.from_parts(base.latency.profile, base.latency.system, base.convergence.constants,
+                                                 leakage=budget)
+        except InputError:
+            continue
+        expected = memory & budget.admissible(3, base.num_cuts)
+        assert problem.admissible is not None and problem.admissible.tolist() == expected.tolist()
+        assert (expected != memory).any() and (expected != budget.admissible(3, base.num_cuts)).any()
+        plan = solve_bcd(problem)
+        assert all(expected[i, c - 1] for i, c in enumerate(plan.cuts))
+        return
+    pytest.fail("no seed gave memory and budget that both bind")

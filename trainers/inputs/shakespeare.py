@@ -105,8 +105,8 @@ def windows(text: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def split_role(lines: list[str]) -> tuple[str, str]:
-    """(train text, test text): the first ⌊0.9·n⌋ lines (at most n − 1), the rest."""
-    cut = min(int(TRAIN_FRACTION * len(lines)), len(lines) - 1)
+    """(train text, test text): the first ⌊0.9·n⌋ lines, the rest (⌊0.9·n⌋ ≤ n − 1: one line at least is left)."""
+    cut = int(TRAIN_FRACTION * len(lines))
     return clean(lines[:cut]), clean(lines[cut:])
 
 
