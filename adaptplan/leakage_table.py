@@ -9,8 +9,8 @@ JSON::
      "dataset": "cifar10-subset", "samples": 256,
      "figures": {"dcor": [d_1, ..., d_{L-1}], "norm_auc": [...], ...}}   # one value per cut 1..L−1
 
-Each figure is one of :data:`solvers.leakage_budget.METRICS`; a plan checks that the table was measured on the
-profile's model (the same structure hash).
+Each figure is one of :data:`METRICS`; a plan checks that the table was measured on the profile's model (the same
+structure hash).
 """
 
 from __future__ import annotations
@@ -23,9 +23,13 @@ from typing import Any, Mapping
 from adaptplan.errors import InputError
 from adaptplan.fileio import check_keys, load_file, save_json
 from adaptplan.model_profile import ModelProfile
-from solvers.leakage_budget import METRICS, LeakageBudget
 
 FORMAT, VERSION = "adaptplan-leakage", 1
+AT_MOST = ("dcor", "norm_auc", "direction_auc", "psnr", "ssim")
+"""Figures where a smaller value leaks less: a budget is an upper limit."""
+AT_LEAST = ("mse",)
+"""Figures where a larger value leaks less (reconstruction error): a budget is a lower limit."""
+METRICS = AT_MOST + AT_LEAST
 
 
 @dataclass(frozen=True)
@@ -68,14 +72,15 @@ class LeakageTable:
     def save(self, path: str | os.PathLike) -> None:
         save_json(self.to_json(), path)
 
-    def budget(self, profile: ModelProfile, metric: str, limit: float, num_devices: int) -> LeakageBudget:
-        """Every device's budget ``metric`` within ``limit``, over this table, which must be the profile's model's."""
+    def figure(self, profile: ModelProfile, metric: str) -> list[float]:
+        """``metric``'s values at cuts 1..L−1, from a table that must be of the profile's model (a budget over them:
+        ``solvers.leakage_budget.LeakageBudget.uniform(metric, table.figure(profile, metric), limit, N)``)."""
         if self.model.get("structure_sha256") != profile.identity()["structure_sha256"]:
             raise InputError(f"was measured on {self.model.get('name')!r} ({self.model.get('num_cuts')} cuts), not on "
                              f"the profile's {profile.model!r} ({profile.num_cuts} cuts)", field="--leakage-table")
         if metric not in self.figures:
             raise InputError(f"the table has no {metric!r} (it has {', '.join(self.figures)})", field="--max-leakage")
-        return LeakageBudget.uniform(metric, self.figures[metric], limit, num_devices)
+        return list(self.figures[metric])
 
 
 def parse_budget(text: str) -> tuple[str, float]:

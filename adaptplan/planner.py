@@ -46,8 +46,8 @@ class Planner:
             of docs/model.md §6.1 (labelled as such, not the paper's values).
         candidates: allowed 1-based cut indices (default 1..L−1, docs/formats.md ``--cuts``).
         backend: MILP backend of the Dinkelbach MS step, ``"highs"`` or ``"cbc"``.
-        leakage: a per-device leakage budget (:class:`solvers.leakage_budget.LeakageBudget`, e.g. from
-            :meth:`adaptplan.leakage_table.LeakageTable.budget`): each device only at cuts within its limit.
+        leakage: a per-device leakage budget (:class:`solvers.leakage_budget.LeakageBudget`, e.g. over
+            :meth:`adaptplan.leakage_table.LeakageTable.figure`): each device only at cuts within its limit.
     """
 
     def __init__(self, profile: ModelProfile, system: SystemSpec, constants: ConvergenceConstants | None = None,

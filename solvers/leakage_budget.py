@@ -19,12 +19,7 @@ from typing import Sequence
 import numpy as np
 
 from adaptplan.errors import InputError
-
-AT_MOST = ("dcor", "norm_auc", "direction_auc", "psnr", "ssim")
-"""Figures where a smaller value leaks less: the budget is an upper limit."""
-AT_LEAST = ("mse",)
-"""Figures where a larger value leaks less (reconstruction error): the budget is a lower limit."""
-METRICS = AT_MOST + AT_LEAST
+from adaptplan.leakage_table import AT_LEAST, METRICS
 
 
 @dataclass(frozen=True)
@@ -53,7 +48,7 @@ class LeakageBudget:
         return cls(metric, np.asarray(values, dtype=float), np.full(num_devices, float(limit)))
 
     def within(self, value: np.ndarray | float, limit: np.ndarray | float) -> np.ndarray:
-        """Whether ``value`` respects ``limit`` (≤ for :data:`AT_MOST`, ≥ for :data:`AT_LEAST`)."""
+        """Whether ``value`` respects ``limit`` (≥ for the figures of ``AT_LEAST``, ≤ for the others)."""
         return np.asarray(value) >= limit if self.metric in AT_LEAST else np.asarray(value) <= limit
 
     def admissible(self, num_devices: int, num_cuts: int) -> np.ndarray:

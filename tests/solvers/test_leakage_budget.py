@@ -104,7 +104,7 @@ def test_parse_budget_and_a_table_of_another_model() -> None:
     table = LeakageTable({"name": "other", "num_cuts": profile.num_cuts, "structure_sha256": "0" * 64}, "synthetic", 8,
                          {"dcor": [0.5] * (profile.num_cuts - 1)})
     with pytest.raises(InputError) as info:
-        table.budget(profile, "dcor", 0.9, 2)
+        table.figure(profile, "dcor")
     assert info.value.field == "--leakage-table" and "not on the profile's" in info.value.message
     assert LeakageTable.from_json(table.to_json()) == table
     broken = table.to_json() | {"figures": {"dcor": [0.5]}}

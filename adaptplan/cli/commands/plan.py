@@ -246,6 +246,7 @@ def leakage_budget(args: argparse.Namespace, profile: Any, num_devices: int) -> 
         given = "--max-leakage" if args.leakage_table is None else "--leakage-table"
         raise InputError(f"{given} needs {missing}", field=given)
     from adaptplan.leakage_table import LeakageTable, parse_budget
+    from solvers.leakage_budget import LeakageBudget
 
     metric, limit = parse_budget(args.max_leakage)
-    return LeakageTable.load(args.leakage_table).budget(profile, metric, limit, num_devices)
+    return LeakageBudget.uniform(metric, LeakageTable.load(args.leakage_table).figure(profile, metric), limit, num_devices)
