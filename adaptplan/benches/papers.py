@@ -151,12 +151,15 @@ def hour_tier(recipe: Recipe) -> Recipe:
 
 
 def quick_tier(recipe: Recipe) -> Recipe:
-    """The test tier: the synthetic data set, 4 devices, 4 rounds (2 evaluations), 100 test images, at most 2 local
+    """The test tier: the synthetic data set (synthetic-text for a text recipe), 4 devices, 4 rounds (2 evaluations), 100
+    test samples, at most 2 local
     steps (a method's own too), its hour tier the first half ([hour_tier] states a part of the full run); every
     other value of the recipe kept. Its verdicts mean nothing."""
     setting = replace(recipe.setting, rounds=4, local_steps=None if recipe.setting.local_steps is None
                       else min(recipe.setting.local_steps, 2))
-    run = {**recipe.run, "dataset": "synthetic", "devices": 4, "evaluations": 2, "test_samples": 100}
+    text = int(recipe.run.get("model") == "leaf-lstm")          # a text recipe: generated windows, not images
+    run = {**recipe.run, "dataset": ("synthetic", "synthetic-text")[text], "devices": 4, "evaluations": 2,
+           "test_samples": 100}
     methods = tuple(replace(m, options={k: min(v, 2) if k == registered(m.algorithm).local_rounds_option else v
                                         for k, v in m.options.items()}) for m in recipe.methods)
     return replace(recipe, setting=setting, run=run, methods=methods, hour_tier={}, hour_tier_rules={})

@@ -59,7 +59,7 @@ MAX_ALPHA = 1e6            # Dirichlet concentration (large = iid)
 MAX_SIZE_EXPONENT = 10.0   # power-law size skew: beyond 10 one device takes ~all samples
 MAX_SCALE = 1e6            # --flops-scale / --bandwidth-scale: a million times the generator's ranges
 DATASETS = ("cifar10-subset", "mnist-subset", "mnist", "cifar10", "cifar100", "fashion-mnist", "shakespeare",
-            "synthetic")
+            "synthetic", "synthetic-text")
 """Valid values of ``--dataset``: each has its loader in trainers.inputs.datasets.LOADERS (tests/trainers/inputs/test_datasets.py)."""
 # built-ins; any torchvision name or package.module:factory is valid too
 MODELS = ("cnn", "mlp", "vgg16-cifar", "resnet18-cifar", "resnet34-cifar", "resnet50-cifar", "leaf-lstm")

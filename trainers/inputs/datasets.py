@@ -15,6 +15,8 @@
   (:mod:`trainers.inputs.shakespeare`; x float32 (N, 80) character ids, not normalised).
 * ``synthetic``: generated, no files — learnable Gaussian class clusters of shape 1×8×8, 10
   classes, 2,000 train / 400 test samples (fixed seed :data:`SYNTHETIC_SEED`); for fast tests.
+* ``synthetic-text``: generated next-character windows of 8 owners (:func:`_synthetic_text`), the text tasks'
+  stand-in for tests (``--partition roles``, ``leaf-lstm``).
 
 Tensors: ``x`` float32 (N, C, H, W), pixel values scaled to [0, 1] and then normalised per
 channel with the **training split's** mean and standard deviation (``synthetic`` is generated
@@ -270,6 +272,32 @@ def _synthetic(root: Path | None, download: bool = False) -> Dataset:
                    num_classes=classes, input_shape=(1, 8, 8), name="synthetic")
 
 
+def _synthetic_text(root: Path | None, download: bool = False) -> Dataset:
+    """Generated next-character windows, no files (the text tasks' stand-in for tests): 8 owners ("roles"), each a
+    text over LEAF's 80 ids in which every character is the previous one plus the owner's own step (mod 80), so the
+    label of a window is its last id plus that step — learnable, and different per owner; 64 training and 16 test
+    windows per owner, windows of 80 (fixed seed :data:`SYNTHETIC_SEED`)."""
+    import torch
+
+    from trainers.inputs.shakespeare import WINDOW
+
+    rng = np.random.default_rng(SYNTHETIC_SEED)
+    steps = rng.permutation(np.arange(1, 80))[:8]
+    xs, ys, groups, test_x, test_y = [], [], [], [], []
+    for owner, step in enumerate(steps):
+        starts = rng.integers(0, 80, 80)
+        ids = (starts[:, None] + step * np.arange(WINDOW + 1)[None, :]) % 80
+        xs.append(ids[:64, :WINDOW])
+        ys.append(ids[:64, WINDOW])
+        groups.append(np.full(64, owner))
+        test_x.append(ids[64:, :WINDOW])
+        test_y.append(ids[64:, WINDOW])
+    return Dataset(x_train=torch.from_numpy(np.concatenate(xs)).float(), y_train=torch.from_numpy(np.concatenate(ys)),
+                   x_test=torch.from_numpy(np.concatenate(test_x)).float(), y_test=torch.from_numpy(np.concatenate(test_y)),
+                   num_classes=80, input_shape=(WINDOW,), name="synthetic-text", groups=np.concatenate(groups),
+                   group_names=tuple(f"owner{k}" for k in range(8)))
+
+
 LOADERS: dict[str, Loader] = {
     "cifar10-subset": _cifar10_subset,
     "mnist-subset": _mnist_subset,
@@ -279,6 +307,7 @@ LOADERS: dict[str, Loader] = {
     "fashion-mnist": _fashion_mnist,
     "shakespeare": _shakespeare,
     "synthetic": _synthetic,
+    "synthetic-text": _synthetic_text,
 }
 
 TORCHVISION_DATASETS = ("cifar10", "cifar100", "mnist", "fashion-mnist")

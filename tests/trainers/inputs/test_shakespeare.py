@@ -227,3 +227,21 @@ def test_the_sdist_gives_leafs_scale() -> None:
     assert sum(len(r.train) - 80 for r in roles) == 3_583_979 and sum(len(r.test) - 80 for r in roles) == 352_145
     hamlet = shk.speeches(shk.play_texts(root)["hamlet"])
     assert hamlet["Hor"][0] == "Friends to this ground." and hamlet["Fran"][0] == "Nay, answer me: stand, and unfold yourself."
+
+
+def test_the_synthetic_text_stand_in_is_its_definition() -> None:
+    """synthetic-text (the text recipes' test tier): 8 owners of 64 training and 16 test windows; within an owner
+    every id is the previous plus the owner's own step (mod 80), the label included; the steps differ."""
+    d = load_dataset("synthetic-text")
+    x, y = d.x_train.long().numpy(), d.y_train.numpy()
+    assert (d.num_classes, d.input_shape, len(d.group_names)) == (80, (80,), 8) and len(y) == 8 * 64
+    assert len(d.y_test) == 8 * 16
+    steps = []
+    for owner in range(8):
+        rows = np.flatnonzero(d.groups == owner)
+        assert rows.size == 64
+        whole = np.concatenate([x[rows], y[rows, None]], axis=1)
+        step = np.unique((whole[:, 1:] - whole[:, :-1]) % 80)
+        assert step.size == 1
+        steps.append(int(step[0]))
+    assert len(set(steps)) == 8
