@@ -21,8 +21,8 @@ samples).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 from torch import nn
@@ -147,9 +147,6 @@ class Reconstruction:
     mse: float
     psnr: float
     ssim: float
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def to_pixels(x: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:
