@@ -134,10 +134,10 @@ class LatencyModel:
         b = float(system.batch_size)
         f = system.device_array("flops")[:, None]
         rho, varpi, psi, chi, delta = profile.rho, profile.varpi, profile.psi, profile.chi, profile.delta
-        self.client_fp = b * rho[None, :] / f                                           # (16)
+        self.client_fp = b * (rho + profile.defence_fp)[None, :] / f                    # (16), with a defence's ο^F_j
         self.upload = b * psi[None, :] / system.device_array("up_bps")[:, None]         # (17)
         self.download = b * chi[None, :] / system.device_array("down_bps")[:, None]     # (20)
-        self.client_bp = b * varpi[None, :] / f                                         # (21)
+        self.client_bp = b * (varpi + profile.defence_bp)[None, :] / f                  # (21), with a defence's ο^B_j
         self.fp_up = self.client_fp + self.upload
         self.down_bp = self.download + self.client_bp
         self.model_up = delta[None, :] / system.device_array("fed_up_bps")[:, None]

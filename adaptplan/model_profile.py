@@ -35,7 +35,8 @@ from adaptplan.limits import MAX_BITS_PER_VALUE, MAX_CUT_POINTS, MAX_INPUT_VALUE
 FLOP_CONVENTION = "2 per multiply-add"
 
 _CUT_REQUIRED = ("index", "name", "fp_flops", "bp_flops", "activation_bits", "gradient_bits", "client_param_bits")
-_CUT_OPTIONAL = ("server_bp_flops", "fp_seconds", "bp_seconds", "client_memory_bytes")
+_CUT_OPTIONAL = ("server_bp_flops", "fp_seconds", "bp_seconds", "client_memory_bytes", "defence_fp_flops",
+                 "defence_bp_flops")
 _TOP_REQUIRED = ("model", "input_shape", "bits_per_value", "cut_points")
 _TOP_OPTIONAL = ("flop_convention", "timing", "memory", "flop_counting")
 #: Optimizer names of the profile's ``memory`` object → optimizer state per parameter (× parameter bytes).
@@ -44,7 +45,7 @@ OPTIMIZER_STATE = {"sgd": 0, "sgd-momentum": 1, "adam": 2}
 # a tensor of at least one value crosses every cut
 _CUT_UNITS = {"fp_flops": "FLOPs", "bp_flops": "FLOPs", "activation_bits": "bits", "gradient_bits": "bits",
               "client_param_bits": "bits", "server_bp_flops": "FLOPs", "fp_seconds": "s", "bp_seconds": "s",
-              "client_memory_bytes": "bytes"}
+              "client_memory_bytes": "bytes", "defence_fp_flops": "FLOPs", "defence_bp_flops": "FLOPs"}
 _CUT_POSITIVE = ("activation_bits", "gradient_bits")
 
 
@@ -80,6 +81,9 @@ class CutPoint:
             the profiling machine (median of repeats).
         client_memory_bytes: optional bytes the device needs to train blocks 1..j on one
             mini-batch (the profile's ``memory`` says which batch size and optimizer).
+        defence_fp_flops, defence_bp_flops: optional FLOPs per sample a device cutting at j spends on the defence of
+            its activations, forward and backward (:func:`adaptplan.defence_cost.defence_flops`; not cumulative:
+            charged at the cut only, eqs. (16) and (21)).
     """
 
     index: int
@@ -93,6 +97,8 @@ class CutPoint:
     fp_seconds: float | None = None
     bp_seconds: float | None = None
     client_memory_bytes: float | None = None
+    defence_fp_flops: float | None = None
+    defence_bp_flops: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -189,6 +195,16 @@ class ModelProfile:
     def varpi(self) -> np.ndarray:
         """ϖ_j, cumulative BP FLOPs per sample, shape (L,)."""
         return self._array("bp_flops")
+
+    @property
+    def defence_fp(self) -> np.ndarray:
+        """ο^F_j, the defence's forward FLOPs per sample at cut j (0 where none is given), shape (L,)."""
+        return np.array([float(c.defence_fp_flops or 0.0) for c in self.cut_points])
+
+    @property
+    def defence_bp(self) -> np.ndarray:
+        """ο^B_j, the defence's backward FLOPs per sample at cut j (0 where none is given), shape (L,)."""
+        return np.array([float(c.defence_bp_flops or 0.0) for c in self.cut_points])
 
     @property
     def psi(self) -> np.ndarray:

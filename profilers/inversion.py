@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 from torch import nn
@@ -159,10 +159,13 @@ def to_pixels(x: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> t
 
 
 def invert_per_cut(blocks: nn.Sequential, auxiliary: torch.Tensor, targets: torch.Tensor,
-                   mean: Sequence[float] = (), std: Sequence[float] = (), steps: int = DECODER_STEPS
+                   mean: Sequence[float] = (), std: Sequence[float] = (), steps: int = DECODER_STEPS,
+                   release: Callable[[torch.Tensor], torch.Tensor] | None = None, cuts: Sequence[int] | None = None
                    ) -> tuple[list[Reconstruction], list[torch.Tensor]]:
-    """For every cut j = 1..L−1 of ``blocks`` (at their weights, eval mode): the decoder fitted on ``auxiliary``
-    inputs and applied to the activations of ``targets``; the figures and each cut's reconstructions in pixels."""
+    """For every cut j = 1..L−1 of ``blocks`` (``cuts``: those only; at their weights, eval mode): the decoder fitted
+    on ``auxiliary`` inputs and applied to the activations of ``targets``, both as ``release`` turns them out (a
+    defence: the attacker knows it and draws its own noise for the auxiliary data); the figures and each cut's
+    reconstructions in pixels."""
     was_training = blocks.training
     blocks.eval()
     figures, images = [], []
@@ -170,11 +173,13 @@ def invert_per_cut(blocks: nn.Sequential, auxiliary: torch.Tensor, targets: torc
         with torch.no_grad():
             h_aux, h_target = auxiliary, targets
             pairs = []
-            for block in blocks[:-1]:
+            for j, block in enumerate(blocks[:-1], start=1):
                 h_aux, h_target = block(h_aux), block(h_target)
-                pairs.append((h_aux.flatten(1), h_target.flatten(1)))
+                if cuts is None or j in cuts:
+                    shown = (h_aux, h_target) if release is None else (release(h_aux), release(h_target))
+                    pairs.append((j, shown[0].flatten(1), shown[1].flatten(1)))
         original = to_pixels(targets, mean, std)
-        for j, (a_aux, a_target) in enumerate(pairs, start=1):
+        for j, a_aux, a_target in pairs:
             decoder = fit_decoder(a_aux, auxiliary.flatten(1), steps, seed=j)
             with torch.no_grad():
                 rebuilt = to_pixels(decoder(a_target.float()).reshape(targets.shape), mean, std)

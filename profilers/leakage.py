@@ -18,7 +18,7 @@ The AUC is the Mann–Whitney statistic: P(score of a positive > score of a nega
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -31,15 +31,24 @@ def _double_centred(x: torch.Tensor) -> torch.Tensor:
     return d - d.mean(dim=0, keepdim=True) - d.mean(dim=1, keepdim=True) + d.mean()
 
 
-def distance_correlation(x: torch.Tensor, y: torch.Tensor) -> float:
-    """dCor(X, Y) ∈ [0, 1] of n paired samples (module docstring), each flattened, in float64."""
+def distance_correlation_tensor(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """dCor(X, Y) ∈ [0, 1] of n paired samples (module docstring), each flattened, as a 0-d tensor in the inputs'
+    dtype that autograd differentiates (NoPeek's penalty, trainers/roles/defences.py); 0 when either sample is
+    constant (no dependence can be measured). The square root is taken of max(dCor², 10⁻¹²), so its gradient stays
+    finite at independence."""
     if x.shape[0] != y.shape[0] or x.shape[0] < 2:
         raise ValueError(f"distance correlation needs ≥ 2 paired samples, got {x.shape[0]} and {y.shape[0]}")
-    a, b = (_double_centred(t.reshape(t.shape[0], -1).double()) for t in (x, y))
+    a, b = (_double_centred(t.reshape(t.shape[0], -1)) for t in (x, y))
     dcov_xy, dcov_xx, dcov_yy = (a * b).mean(), (a * a).mean(), (b * b).mean()
     if dcov_xx <= 0 or dcov_yy <= 0:
-        return 0.0                                # a constant sample: no dependence can be measured
-    return float(torch.sqrt(torch.clamp(dcov_xy, min=0.0) / torch.sqrt(dcov_xx * dcov_yy)))
+        return torch.zeros((), dtype=a.dtype, device=a.device)
+    return torch.sqrt(torch.clamp(dcov_xy / torch.sqrt(dcov_xx * dcov_yy), min=1e-12))
+
+
+def distance_correlation(x: torch.Tensor, y: torch.Tensor) -> float:
+    """dCor(X, Y) ∈ [0, 1] of n paired samples (module docstring), each flattened, in float64."""
+    value = distance_correlation_tensor(x.detach().double(), y.detach().double())
+    return 0.0 if float(value) <= 1e-6 else float(value)
 
 
 def auc(scores: np.ndarray, positive: np.ndarray) -> float:
@@ -84,10 +93,17 @@ class CutLeakage:
         return asdict(self)
 
 
-def leakage_per_cut(blocks: nn.Sequential, x: torch.Tensor, y: torch.Tensor) -> list[CutLeakage]:
-    """The figures of every cut j = 1..L−1 of ``blocks`` (a chain) on samples ``x`` with labels ``y``, at the
-    blocks' current weights in eval mode (no dropout, BatchNorm's running statistics: samples stay independent).
-    The gradient is that of the mean cross-entropy over the n samples, times n (each sample's own ∂F_k/∂a_k)."""
+Release = Callable[[torch.Tensor], torch.Tensor]
+"""What a device does to its cut activation before the server sees it (a defence, trainers/roles/defences.py)."""
+
+
+def leakage_per_cut(blocks: nn.Sequential, x: torch.Tensor, y: torch.Tensor, release: Release | None = None,
+                    cuts: Sequence[int] | None = None) -> list[CutLeakage]:
+    """The figures of every cut j = 1..L−1 of ``blocks`` (a chain; ``cuts``: those only) on samples ``x`` with
+    labels ``y``, at the blocks' current weights in eval mode (no dropout, BatchNorm's running statistics: samples
+    stay independent), of the activations as ``release`` turns them out (default: as computed). The gradient is
+    that of the mean cross-entropy over the n samples, times n (each sample's own ∂F_k/∂a_k), at the released
+    activation."""
     was_training = blocks.training
     blocks.eval()
     out = []
@@ -99,6 +115,10 @@ def leakage_per_cut(blocks: nn.Sequential, x: torch.Tensor, y: torch.Tensor) -> 
                 h = block(h)
                 activations.append(h)
         for j, a in enumerate(activations, start=1):
+            if cuts is not None and j not in cuts:
+                continue
+            with torch.no_grad():
+                a = a if release is None else release(a)
             a = a.detach().requires_grad_(True)
             logits = blocks[j:](a)
             loss = nn.functional.cross_entropy(logits, y, reduction="sum")

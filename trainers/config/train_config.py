@@ -111,9 +111,10 @@ LOCAL_TEST_FRACTION = 0.1
 """Default share of each device's samples held out for its local test split (CycleSL §4.1: 90 %–10 %)."""
 MAX_LOCAL_TEST_FRACTION = 0.5
 SAVED_BEFORE = {"local_test_fraction": 0.0, "pilots": None, "aggregation": "mean", "trim": 0.1, "rounds_law": "eq15",
-                "client_state": "algorithm", "labels_per_device": 2, "size_exponent": 1.0}
+                "client_state": "algorithm", "labels_per_device": 2, "size_exponent": 1.0, "activation_clip": 0.0,
+                "activation_noise": 0.0, "nopeek": 0.0, "privacy_delta": 1e-5}
 """Options a configuration saved before they existed ran with: no local test split, no pilots; the partition
-options of issue 70 at their defaults (no partition of before read them)."""
+options of issue 70 at their defaults (no partition of before read them); no defence of the activations (issue 71)."""
 
 CLIENT_STATES = ("algorithm", "keep", "restart")
 """``--client-state``: a device's optimizer state when it loads the global client model."""
@@ -487,6 +488,29 @@ class RunConfig:
                              f"of the schemes {', '.join(MLFLOW_SCHEMES)} (e.g. http://127.0.0.1:5000)", field="mlflow")
 
 
+@dataclass
+class PrivacyConfig:
+    """What each device does to its activations before sending them (trainers/roles/defences.py, docs/privacy.md
+    "Defences"): ``activation_clip`` C and ``activation_noise`` σ (the Gaussian mechanism per sample, σ·C the noise's
+    standard deviation), ``nopeek`` α (NoPeek's distance-correlation weight), ``privacy_delta`` the δ its ε is
+    reported at."""
+
+    activation_clip: float = option(0.0, "clip each sample's cut-layer activation to this L2 norm C on the device "
+                                    "before sending it (default 0: no clip)", low=0.0, high=1e12)
+    activation_noise: float = option(0.0, "noise multiplier σ: the device adds Gaussian noise of standard deviation "
+                                     "σ·C to each clipped activation, and the run records each device's (ε, δ) "
+                                     "(default 0: none; needs --activation-clip)", low=0.0, high=1e6)
+    nopeek: float = option(0.0, "NoPeek's weight α: the device's objective gains α·dCor(inputs, activations) over "
+                           "its mini-batch (default 0: none)", low=0.0, high=1e6)
+    privacy_delta: float = option(1e-5, "δ of the (ε, δ) recorded under --activation-noise (default 1e-5)", low=0.0,
+                                  high=1.0, low_open=True, high_open=True)
+
+    def check(self) -> None:
+        check_fields(self)
+        if self.activation_noise > 0 and self.activation_clip <= 0:
+            raise InputError("the noise's scale is σ·C: give --activation-clip C > 0 too", field="activation_noise")
+
+
 MLFLOW_LOCAL = "local"
 """``--mlflow local``: MLflow's store in the run folder (trainers/run/tracking.py)."""
 MLFLOW_SCHEMES = ("http", "https", "sqlite", "postgresql", "mysql", "mssql", "file", "databricks")
@@ -494,7 +518,7 @@ MLFLOW_SCHEMES = ("http", "https", "sqlite", "postgresql", "mysql", "mssql", "fi
 
 
 PARTS = {"data": DataConfig, "model": ModelConfig, "optim": OptimConfig, "plan": PlanConfig, "system": SystemConfig,
-         "runtime": RuntimeConfig, "execution": ExecutionConfig, "run": RunConfig}
+         "runtime": RuntimeConfig, "execution": ExecutionConfig, "run": RunConfig, "privacy": PrivacyConfig}
 """The parts of :class:`TrainConfig`, by attribute name."""
 TOP_LEVEL = ("algorithm", "extra")
 """The flat keys that are :class:`TrainConfig`'s own fields."""
@@ -535,6 +559,7 @@ class TrainConfig:
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     execution: ExecutionConfig = field(default_factory=ExecutionConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
 
     def __post_init__(self) -> None:
         for name, cls in PARTS.items():
@@ -599,6 +624,7 @@ class TrainConfig:
         check_fields(self.execution)
         check_fields(self.run)
         self.run.check_tracking()
+        self.privacy.check()
         if self.plan.pilots is not None and self.run.target_accuracy is None:
             raise InputError("the pilots are fitted to the rounds they took to a test accuracy: give "
                              "--target-accuracy A", field="pilots")

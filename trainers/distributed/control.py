@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from trainers.roles.defences import ActivationDefence
 from trainers.roles.optim import OptimizerSpec
 
 
@@ -43,6 +44,7 @@ class DeviceSpec:
     batch_size: int
     seed: list[int]
     optimizer: OptimizerSpec
+    defence: ActivationDefence = field(default_factory=ActivationDefence)
 
 
 @dataclass

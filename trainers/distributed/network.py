@@ -103,7 +103,8 @@ class RankNetwork:
         by_rank: dict[int, dict[int, DeviceSpec]] = {}
         for i, part in enumerate(data.parts):
             by_rank.setdefault(self.layout.rank_of(i), {})[i] = DeviceSpec(
-                engine.cuts[i], torch.as_tensor(np.asarray(part), dtype=torch.long), engine.batch_size, [seed, i], optimizer)
+                engine.cuts[i], torch.as_tensor(np.asarray(part), dtype=torch.long), engine.batch_size, [seed, i], optimizer,
+                engine.defence)
         for rank, devices in by_rank.items():
             self._setups[rank] = Setup(source, initial, devices)
             self.channel.send(self._setups[rank], rank)

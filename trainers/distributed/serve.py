@@ -163,7 +163,7 @@ class RankLoop:
         devices = {}
         for i, spec in msg.devices.items():
             x, y, positions = samples(i, np.asarray(spec.positions.numpy(), dtype=np.int64))
-            devices[i] = Device(i, template, spec.cut, x, y, positions, spec.batch_size, spec.seed, spec.optimizer)
+            devices[i] = Device(i, template, spec.cut, x, y, positions, spec.batch_size, spec.seed, spec.optimizer, spec.defence)
         self.host = DeviceHost(devices)
         if devices:
             warm = copy.deepcopy(template).eval()

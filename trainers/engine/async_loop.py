@@ -118,8 +118,7 @@ def _local_step(engine: Engine, ctx: "RoundContext", st: AsyncLoopState, d: int,
     if not got:
         return False
     (msg,) = got
-    engine.timeline.tally.up += msg.num_bytes
-    engine.timeline.tally.samples += int(msg.tensor.shape[0])
+    engine.timeline.count(msg)
     begin = max(arrive, engine.timeline.server_free)
     answered = begin + float(times.server[d]) * k                 # the reply is computed first (GAS-10) ...
     waiting.add(msg)

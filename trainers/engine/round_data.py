@@ -77,15 +77,25 @@ class RoundTimeline:
     (``ledger``), when the edge server is next free (``server_free``, simulated s) and what the round moved and
     trained on (``tally``). The engine starts one at each round (:meth:`next_round`); its parts add to it; the
     round's record reads it (``SplitEngine.round_stats``). ``server_free`` outlives the round, for the asynchronous
-    loop, whose time runs on across global iterations (a synchronous group sets it to its start)."""
+    loop, whose time runs on across global iterations (a synchronous group sets it to its start); so does
+    ``releases``, each device's count of activations sent so far (the step its latest activation carries: what a
+    privacy accountant composes over, trainers/engine/privacy_account.py)."""
 
     ledger: StageLedger = field(default_factory=StageLedger)
     tally: RoundTally = field(default_factory=RoundTally)
     server_free: float = 0.0
+    releases: dict[int, int] = field(default_factory=dict)
 
     def next_round(self) -> "RoundTimeline":
-        """An empty account for the next round, the edge server free when it was."""
-        return RoundTimeline(server_free=self.server_free)
+        """An empty account for the next round, the edge server free when it was, the releases as they were."""
+        return RoundTimeline(server_free=self.server_free, releases=self.releases)
+
+    def count(self, msg: Any) -> None:
+        """An :class:`~trainers.roles.messages.Activation` reached the edge server: its bytes and samples, and its
+        device's releases so far."""
+        self.tally.up += msg.num_bytes
+        self.tally.samples += int(msg.tensor.shape[0])
+        self.releases[int(msg.device)] = max(self.releases.get(int(msg.device), 0), int(msg.step))
 
 
 @dataclass

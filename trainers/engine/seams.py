@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from trainers.engine.round_data import AsyncLoopState, DeviceData, RoundStats, RoundTimeline
     from trainers.roles.checks import Schema
     from trainers.roles.core import EdgeServer
+    from trainers.roles.defences import ActivationDefence
     from trainers.roles.passes import EdgePasses
 
 
@@ -53,6 +54,7 @@ class EngineParts(Protocol):
     edge: EdgeServer
     passes: EdgePasses                   # the edge server's passes, as the strategy is handed them
     rng: np.random.Generator
+    defence: ActivationDefence           # what every device does to its activations (trainers/roles/defences.py)
 
     # ---- state the parts change (checkpointed by trainers.engine.state)
     cuts: list[int]                      # written by re-partitioning and a restore
@@ -71,6 +73,8 @@ class EngineParts(Protocol):
     def may_stream(self) -> bool: ...
 
     def check_cuts(self, cuts: Sequence[int]) -> list[int]: ...
+
+    def data_sizes(self) -> list[int]: ...
 
     def context(self, round_index: int) -> RoundContext: ...
 

@@ -40,6 +40,7 @@ from trainers.engine.clock import StageTimes, stage_maxima
 from trainers.engine.execution import Execution, graph_bytes_per_sample
 from trainers.engine.model_views import EngineModels
 from trainers.engine.network import LocalNetwork, Network
+from trainers.engine.privacy_account import privacy_metrics
 from trainers.engine.repartition import repartition
 from trainers.engine.round_data import AsyncLoopState, DeviceData, RoundStats, RoundTimeline  # noqa: F401  (DeviceData, RoundStats re-exported)
 from trainers.engine.state import engine_state, restore_engine
@@ -47,6 +48,7 @@ from trainers.engine.sync_round import handoff, run_group
 from trainers.roles.batching import ClientBatcher
 from trainers.roles.checks import Schema, schema_of
 from trainers.roles.core import Device, EdgeServer, FedServer, random_layer
+from trainers.roles.defences import ActivationDefence
 from trainers.roles.hosts import DeviceHost, FedHost, device_finite_items
 from trainers.roles.messages import (
     DevicesLost,
@@ -74,7 +76,7 @@ def local_network(engine: "SplitEngine", optimizer: OptimizerSpec, seed: int) ->
     ``[seed, i]``, the client ``optimizer``; the engine's batcher runs groups of them."""
     data = engine.data
     devices = {i: Device(i, engine.template, engine.cuts[i], data.x_train, data.y_train, p, engine.batch_size, [seed, i],
-                         optimizer) for i, p in enumerate(data.parts)}
+                         optimizer, engine.defence) for i, p in enumerate(data.parts)}
     return LocalNetwork(DeviceHost(devices, engine.batcher), FedHost())
 
 
@@ -143,6 +145,7 @@ class SplitEngine:
             number of the run, only where and in which pieces it is computed.
         network: ``network(engine, client optimizer, seed)`` builds the :class:`~trainers.engine.network.Network`
             that hosts the devices and the fed server (default :func:`local_network`: this process).
+        defence: what every device does to its activations before sending them (trainers/roles/defences.py).
     """
 
     def __init__(self, chain: nn.Sequential, cuts: Sequence[int], strategy: "Strategy", data: DeviceData,
@@ -152,7 +155,8 @@ class SplitEngine:
                  server_optimizer: OptimizerSpec | dict[str, Any] | None = None,
                  server_pass_samples: int | str | None = "auto", client_recompute: str = "auto",
                  network: "Callable[[SplitEngine, OptimizerSpec, int], Network] | None" = None,
-                 execution: Execution | None = None, aggregation: tuple[str, float] = ("mean", 0.0)) -> None:
+                 execution: Execution | None = None, aggregation: tuple[str, float] = ("mean", 0.0),
+                 defence: ActivationDefence | None = None) -> None:
         self.execution = execution or Execution.resolve(device, client_batching, server_pass_samples, client_recompute,
                                                         batch_devices)
         self.device = self.execution.device
@@ -178,15 +182,14 @@ class SplitEngine:
         self.rng = np.random.default_rng([seed, STRATEGY_STREAM])
         self.rounds_since_aggregation = 0
         self.absent: set[int] = set()
-        """Devices lost for the rest of the run (a real runtime, where the strategy ``allows_absence``);
-        checkpointed; never asked for anything again."""
+        """Devices lost for the rest of the run (a real runtime, where the strategy ``allows_absence``); checkpointed."""
         self.period: list[int] | None = None
         """The participants of the running aggregation period (strategies that average client models keep
         them from one aggregation to the next); checkpointed."""
         self.stale: set[int] = set()
-        """Devices that did not receive the last average (partial participation): drawn again, they download
-        the global model before they train; checkpointed."""
+        """Devices that missed the last average (partial participation): drawn again, they first download it."""
         self.label_counts = _label_counts(data, self.num_classes)
+        self.defence = defence or ActivationDefence()
         strategy.validate(self.context(0))
         self.batcher = ClientBatcher(chain) if self.execution.client_batching else None
         self.net: Network = (network or local_network)(self, strategy.optimizer("client", self.optimizer), seed)
@@ -196,8 +199,7 @@ class SplitEngine:
         self.passes = EdgePasses(self.edge, self.execution.concatenate, self.execution.server_pass_samples)  # strategy's
         self._random_layers = random_layer(chain) is not None
         self.async_state: AsyncLoopState | None = None
-        self.models = EngineModels(self)
-        """The models' views and their evaluation (:class:`trainers.engine.model_views.EngineModels`)."""
+        self.models = EngineModels(self)                # the models' views and their evaluation
         self.global_sizes: dict[int, int] = {}        # the fed server's global blocks (bytes each)
         self.awaiting: set[int] = set()                # devices whose activation is not answered yet
         self._next_key = 0
@@ -323,7 +325,7 @@ class SplitEngine:
             raise NonFiniteError(f"training loss {float(ctx.losses[worst])} at round {ctx.round}, device {worst}")
         tally, ledger = self.timeline.tally, self.timeline.ledger
         return RoundStats(loss, tally.up, tally.down, tally.server, aggregated, participants,
-                          float(seconds), ledger.summary(), dict(ctx.metrics), samples=tally.samples,
+                          float(seconds), ledger.summary(), {**ctx.metrics, **privacy_metrics(self)}, samples=tally.samples,
                           seconds_by_role=ledger.by_role())
 
     @property

@@ -71,7 +71,8 @@ def restore_engine(engine: Engine, state: dict[str, Any]) -> None:
     engine.strategy.load_state_dict(tensors_to(state["strategy"], engine.device))
     engine.strategy.check_state(engine.context(0))
     engine.async_state = async_state
-    engine.timeline = RoundTimeline(server_free=server_free)
+    engine.timeline = RoundTimeline(server_free=server_free,           # releases: what each device's step counts
+                                    releases={d: int(s["step"]) for d, s in enumerate(state["devices"]) if s is not None})
     engine.period = None if period is None else list(period)
     engine.stale = set(stale) - set(absent)          # the absent ones came back with the global model above
 

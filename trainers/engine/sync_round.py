@@ -83,7 +83,7 @@ class GroupRun:
             return self.start
         arrival = self._arrivals(self.group)
         for d in self.group:
-            self._count(activations[d])
+            self.engine.timeline.count(activations[d])
         events = sorted((arrival[d], d, activations[d]) for d in self.group)
         self.pending = {d: msg for _, d, msg in events}
         if s.server_mode == "barrier":
@@ -201,7 +201,7 @@ class GroupRun:
             if n != expected:
                 raise MessageMismatchError(f"device {d} sent {n} samples in round {self.ctx.round}, expected "
                                            f"{expected} (min(b_i, |D_i|))")
-            self._count(activations[d])
+            self.engine.timeline.count(activations[d])
         return [activations[d] for d in devices]
 
     def _arrivals(self, devices: list[int]) -> dict[int, float]:
@@ -215,10 +215,6 @@ class GroupRun:
             self.engine.timeline.ledger.add(d, "uplink", up)
             arrival[d] = self.start + fp + up
         return arrival
-
-    def _count(self, msg: Activation) -> None:
-        self.engine.timeline.tally.up += msg.num_bytes
-        self.engine.timeline.tally.samples += int(msg.tensor.shape[0])
 
     def _server_busy(self) -> float:
         """Seconds the edge server works on a barrier: every device's share (eqs. 18, 19) and the work the strategy

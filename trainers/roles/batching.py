@@ -24,7 +24,9 @@ that vmap cannot run exactly fall back to the per-device path, decided once per 
   vmapped call could not update in place);
 * random modules (Dropout and its variants): per-device masks would come from another random stream;
 * any other operation vmap rejects (random functional calls, data-dependent control flow...): the
-  first batched forward raises, nothing has changed yet, and that cut stays per-device.
+  first batched forward raises, nothing has changed yet, and that cut stays per-device;
+* devices with a defence of their activations (trainers/roles/defences.py), which each clip, noise and penalise
+  their own.
 """
 
 from __future__ import annotations
@@ -134,14 +136,15 @@ class ClientBatcher:
             groups.setdefault((dev.cut, drawn[dev.index].size), []).append(dev)
         out: dict[int, Activation] = {}
         for (cut, _), members in groups.items():
-            if len(members) > 1 and self.reason(cut) is None and self._forward_batch(members, drawn, round_index, out):
+            if len(members) > 1 and self.reason(cut) is None and not any(dev.defence.active for dev in members) \
+                    and self._forward_batch(members, drawn, round_index, out):
                 continue
             for dev in members:
                 x, y = dev.samples(drawn[dev.index])
                 h = x
                 for block in dev.blocks:
                     h = block(h)
-                out[dev.index] = dev.send(round_index, h, y)
+                out[dev.index] = dev.send(round_index, h, y, x=x)
         return {dev.index: out[dev.index] for dev in devices}
 
     def _forward_batch(self, members: list["Device"], drawn: dict[int, np.ndarray], round_index: int,

@@ -28,6 +28,7 @@ from torch import nn
 from torch.nn.parameter import is_lazy
 
 from trainers.inputs.partition import DeviceSampler
+from trainers.roles.defences import ActivationDefence
 from trainers.roles.messages import (
     Activation,
     BlockState,
@@ -149,7 +150,7 @@ class _Replay:
         cuda = torch.cuda.get_rng_state(idx.device) if idx.device.type == "cuda" else None
         return cls(idx, torch.get_rng_state(), cuda)
 
-    def run(self, forward: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    def run(self, forward: Callable[[torch.Tensor], Any]) -> Any:
         """``forward(idx)`` again, with autograd, from the random state it first ran from (the run's own random
         state is left as it was)."""
         devices = [self.idx.device] if self.cuda_rng is not None else []
@@ -167,6 +168,7 @@ class _Pending:
     activation: torch.Tensor
     batch: Any = None       # the trainers.roles.batching.ClientBatch that computed it, if batched with other devices
     replay: _Replay | None = None   # a recomputed forward: the activation has no graph; backward runs it again
+    penalty: torch.Tensor | None = None   # NoPeek's α·dCor(X, A) of this step, with its graph (a defence's)
 
 
 class Device:
@@ -179,10 +181,12 @@ class Device:
         x, y: the training tensors; ``indices`` are device i's samples (its local dataset 𝒟_i).
         batch_size: b, samples per step; ``seed`` seeds the sampler.
         optimizer: the client optimizer spec.
+        defence: what the device does to its activations before sending them (trainers/roles/defences.py).
     """
 
     def __init__(self, index: int, template: nn.Sequential, cut: int, x: torch.Tensor, y: torch.Tensor,
-                 indices: np.ndarray, batch_size: int, seed: Any, optimizer: OptimizerSpec) -> None:
+                 indices: np.ndarray, batch_size: int, seed: Any, optimizer: OptimizerSpec,
+                 defence: ActivationDefence | None = None) -> None:
         self.index = index
         self.template = template
         self.x, self.y = x, y
@@ -192,6 +196,8 @@ class Device:
         self.optimizer = RoleOptimizer(optimizer, self.blocks.parameters())
         self.step = 0
         self.pending: _Pending | None = None
+        self.defence = defence if defence is not None else ActivationDefence()
+        self.noise_rng = self.defence.generator(seed, x.device)
         self.shared: set[int] = set(range(cut))
         """Blocks whose tensors are the template's or a download's, shared with every device that starts
         from the template or loaded the same message (no copy); a device takes its own copy when it next
@@ -229,8 +235,8 @@ class Device:
             replay = _Replay.before(idx)
             with torch.no_grad():
                 h = self._forward_samples(idx)
-            return self.send(round_index, h, y, replay=replay)
-        return self.send(round_index, self._forward_samples(idx), y)
+            return self.send(round_index, h, y, replay=replay, x=self.x[idx])
+        return self.send(round_index, self._forward_samples(idx), y, x=self.x[idx])
 
     @property
     def can_recompute(self) -> bool:
@@ -264,14 +270,35 @@ class Device:
         return self.x[idx], self.y[idx]
 
     def send(self, round_index: int, h: torch.Tensor, y: torch.Tensor, batch: Any = None,
-             replay: _Replay | None = None) -> Activation:
+             replay: _Replay | None = None, x: torch.Tensor | None = None) -> Activation:
         """Keep ``h`` (with its graph) as the pending activation of the next step and emit its message;
         ``batch`` is the :class:`trainers.roles.batching.ClientBatch` that computed ``h``, if any; ``replay``
-        how to compute it again with its graph (a recomputed forward)."""
+        how to compute it again with its graph (a recomputed forward); ``x`` the inputs it was computed from. The
+        device's defence (:attr:`defence`) is applied here, to what leaves the device."""
         check_finite(h.detach(), "client activation", round_index, self.index)
+        penalty = None
+        if self.defence.active:
+            if x is None or batch is not None:
+                raise ValueError("a defended activation is computed per device from its inputs")
+            h, penalty = self._defended(h, x, noise=True)
         self.step += 1
-        self.pending = _Pending(round_index, self.step, h, batch, replay)
+        self.pending = _Pending(round_index, self.step, h, batch, replay, penalty)
         return Activation(self.index, round_index, self.step, h.detach(), y)
+
+    def _defended(self, h: torch.Tensor, x: torch.Tensor, noise: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """What the device sends of ``h`` (clipped, noised when ``noise``) and NoPeek's penalty on it (with the
+        graph where ``h`` has one)."""
+        penalty = self.defence.penalty(x, h) if h.requires_grad else None
+        sent = self.defence.clipped(h)
+        if noise and self.noise_rng is not None:
+            sent = sent + self.defence.noise(sent.detach(), self.noise_rng)
+        return sent, penalty
+
+    def _replayed(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """A recomputed forward with its graph: the clipped activation (its noise is a constant of the graph) and
+        the penalty."""
+        h = self._forward_samples(idx)
+        return self._defended(h, self.x[idx], noise=False) if self.defence.active else (h, None)
 
     def backward(self, msg: CutGradient) -> None:
         """Eq. (6): back-propagate the cut gradient and step w_{c,i}; ``msg.tensor is None`` drops
@@ -294,9 +321,11 @@ class Device:
             return
         if msg.tensor is None:
             return
-        activation = pending.activation if pending.replay is None else pending.replay.run(self._forward_samples)
+        activation, penalty = (pending.activation, pending.penalty) if pending.replay is None \
+            else pending.replay.run(self._replayed)
         if activation.requires_grad:
-            activation.backward(msg.tensor)
+            torch.autograd.backward([activation] + ([penalty] if penalty is not None else []),
+                                    [msg.tensor] + ([torch.ones_like(penalty)] if penalty is not None else []))
         self.optimizer.step()
 
     # ---- model messages -----------------------------------------------------------------------------
@@ -337,6 +366,8 @@ class Device:
     def state_dict(self) -> dict[str, Any]:
         state = {"cut": self.cut, "blocks": [b.state_dict() for b in self.blocks], "optimizer": self.optimizer.state_dict(),
                  "sampler": self.sampler.state(), "step": self.step}
+        if self.noise_rng is not None:
+            state["noise_rng"] = self.noise_rng.get_state()
         if self.optimizer.anchors is not None:
             state["anchor"] = [a.clone() for a in self.optimizer.anchors]
         return state
@@ -353,6 +384,12 @@ class Device:
         self.optimizer.load_anchors(state.get("anchor"), f"device {self.index}'s state")
         self.sampler.load_state(state["sampler"])
         self.step = int(state["step"])
+        if self.noise_rng is not None:
+            rng = state.get("noise_rng")
+            if not torch.is_tensor(rng) or rng.dtype != torch.uint8 or rng.shape != self.noise_rng.get_state().shape:
+                raise ValueError(f"device {self.index}'s state must hold its noise generator's state (noise_rng), as a "
+                                 "run with noise on the activations writes it")
+            self.noise_rng.set_state(rng)
         self.pending = None
         self.shared = set()
 

@@ -44,12 +44,14 @@ from trainers.config.devices import resolve_device
 from trainers.config.train_config import TrainConfig
 from trainers.engine.clock import SimClock
 from trainers.engine.execution import Execution
+from trainers.engine.privacy_account import privacy_summary
 from trainers.engine.split_engine import DeviceData, RoundStats, SplitEngine
 from trainers.inputs.datasets import Dataset, load_dataset
 from trainers.inputs.device_data import read_manifest
 from trainers.inputs.models import build_model
 from trainers.inputs.partition import local_test_split, partition_indices, samples_before_split
 from trainers.inputs.skew import PartitionSkew
+from trainers.roles.defences import ActivationDefence
 from trainers.roles.messages import NonFiniteError
 from trainers.run.checkpoint import file_digest, load_checkpoint, save_checkpoint
 from trainers.run.estimation import RunData
@@ -104,7 +106,7 @@ class Trainer:
                                   config.optimizer_spec("client"), config.data.batch_size, seed=config.run.seed,
                                   interval=interval, clock=self.clock,
                                   total_rounds=config.run.rounds, server_optimizer=config.optimizer_spec("server"),
-                                  aggregation=(config.optim.aggregation, config.optim.trim),
+                                  aggregation=(config.optim.aggregation, config.optim.trim), defence=ActivationDefence.of(config.privacy),
                                   execution=Execution.resolve(self.device, config.execution.client_batching, config.execution.server_pass_samples,
                                                               config.execution.client_recompute, config.execution.batch_devices))
         M = self.dataset.num_classes
@@ -145,7 +147,8 @@ class Trainer:
         self.blocks, self.block_names = chain.blocks, list(chain.names)
         with warnings.catch_warnings():   # said once, by name, in self.notes
             warnings.simplefilter("ignore", StemWarning)
-            self.profile = profile_model(chain, input_shape, model_name=f"{c.model.name}-{c.data.dataset}")
+            profile = profile_model(chain, input_shape, model_name=f"{c.model.name}-{c.data.dataset}")
+        self.profile = ActivationDefence.of(c.privacy).charged(profile, c.data.batch_size)    # its FLOPs, eqs. (16), (21)
         self.notes = [note for note in [stem_note(c.model.name, input_shape, chain.output_shapes)] if note]
 
     @property
@@ -154,8 +157,7 @@ class Trainer:
         return RunData(self.config, self.dataset.x_train, self.dataset.y_train, self.block_names, self.device)
 
     def _system_clock(self, system: SystemSpec | None) -> tuple[SystemProcess, SimClock]:
-        """The system process (given, read from ``--system`` or generated; re-drawn each round only where
-        generated: a system the user gave keeps its resources) and the simulated clock over it."""
+        """The system process (given, from ``--system``, or generated and then re-drawn each round) and its clock."""
         c = self.config
         self.ranges = scaled_ranges(SystemRanges(), c.system.flops_scale, c.system.bandwidth_scale)
         base = system if system is not None else (SystemSpec.load(c.system.path) if c.system.path else
@@ -294,6 +296,7 @@ class Trainer:
                         status = "KILLED"
                         raise Interrupted(signum, t, out, c.runtime.resume_command(out) if out else "")
             self._final_evaluation()
+            self.history.meta.update(privacy_summary(self.engine))
             self.engine.release()                # the other ranks end now, not after the files below
             save_history(out, self.history)
             save_plot(out, self.history)

@@ -48,6 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         ModelConfig,
         OptimConfig,
         PlanConfig,
+        PrivacyConfig,
         RunConfig,
         RuntimeConfig,
         SystemConfig,
@@ -75,6 +76,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                           help=f"[{', '.join(option.algorithms)}]{choices} {option.help} (default "
                                f"{option.describe_default()})")
     add_part(p.add_argument_group("the simulated system"), SystemConfig)
+    add_part(p.add_argument_group("defences: what each device does to its activations before sending them "
+                                  "(docs/privacy.md \"Defences\")"), PrivacyConfig)
     folder = p.add_argument_group(f"the run: length, evaluation, folder (a resumed run may give anew only "
                                   f"{', '.join(resumable_flags())})")
     add_part(folder, RunConfig)

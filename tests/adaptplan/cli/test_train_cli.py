@@ -411,7 +411,8 @@ def test_every_train_flag_reaches_its_config_field(tmp_path) -> None:
             "--client-recompute", "off", "--server-pass-samples", "256", "--device-data", "devdata",
             "--local-test-fraction", "0.2", "--mlflow", "http://127.0.0.1:5000", "--pilots", "p1,p2",
             "--aggregation", "trimmed-mean", "--trim", "0.2", "--rounds-law", "linear", "--client-state", "restart",
-            "--labels-per-device", "3", "--size-exponent", "0.5"]
+            "--labels-per-device", "3", "--size-exponent", "0.5", "--activation-clip", "2.5", "--activation-noise", "0.75",
+            "--nopeek", "0.125", "--privacy-delta", "1e-6"]
     args = build_parser().parse_args(argv)
     assert fields_from_args(args) == dict(
         algorithm="gapsl", dataset="synthetic", model="mlp", devices=6, partition="dirichlet", dirichlet_alpha=0.3,
@@ -426,7 +427,8 @@ def test_every_train_flag_reaches_its_config_field(tmp_path) -> None:
         client_recompute="off", server_pass_samples=256, extra={"k_min": 0.3, "gda": "double_backprop"},
         device_data="devdata", transport="gloo", local_test_fraction=0.2, mlflow="http://127.0.0.1:5000",
         pilots="p1,p2", aggregation="trimmed-mean", trim=0.2, rounds_law="linear", client_state="restart",
-            labels_per_device=3, size_exponent=0.5)
+            labels_per_device=3, size_exponent=0.5, activation_clip=2.5, activation_noise=0.75, nopeek=0.125,
+        privacy_delta=1e-6)
     mqtt = fields_from_args(build_parser().parse_args(["train", "--runtime", "mqtt"]))
     assert (mqtt["distributed"], mqtt["transport"]) == (True, "mqtt")
     torch_runtime = fields_from_args(build_parser().parse_args(["train", "--runtime", "torch"]))

@@ -60,6 +60,19 @@ def test_every_algorithm_runs_distributed_with_the_simulations_losses(tmp_path: 
     assert len(got) == 3 and max(abs(a - b) for a, b in zip(got, expected)) <= 1e-4
 
 
+def test_a_defended_run_adds_its_noise_on_the_device_ranks_with_the_simulations_numbers(tmp_path: Path) -> None:
+    """Clipping, noise and NoPeek run in the device role on its own rank (the edge server's rank receives the noised
+    activation only): the losses and every device's ε equal the simulator's."""
+    argv = ["--algorithm", "sfl-v1", "--devices", "3", "--rounds", "3", "--cuts", "2", "--activation-clip", "1.0",
+            "--activation-noise", "0.7", "--nopeek", "0.2", *SMALL]
+    run = adaptplan("train", "--distributed", "--ranks", "4", *argv, "--out", str(tmp_path / "dist"))
+    assert run.returncode == 0, run.stderr
+    got, expected = losses(tmp_path / "dist"), simulate(tmp_path, "sim", argv)
+    assert len(got) == 3 and max(abs(a - b) for a, b in zip(got, expected)) <= 1e-4
+    dist, sim = History.load(tmp_path / "dist").meta["privacy"], History.load(tmp_path / "sim").meta["privacy"]
+    assert dist == sim and dist["releases"] == [3, 3, 3]
+
+
 @pytest.mark.parametrize("algorithm", ["sfl-v1", "adaptsfl"])
 def test_partial_participation_runs_distributed_with_the_simulations_losses(tmp_path: Path, algorithm: str) -> None:
     """FedAvg under sampling over real processes: a device drawn after missing an average downloads the

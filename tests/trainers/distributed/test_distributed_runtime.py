@@ -37,6 +37,7 @@ from trainers.distributed.network import RankNetwork
 from trainers.distributed.serve import RankLoop
 from trainers.distributed.transport import AbortRun, Channel, FrameRefused, PeerError
 from trainers.roles.checks import schema_of
+from trainers.roles.defences import ActivationDefence
 from trainers.roles.messages import Activation, BlockState, CutGradient, MessageMismatchError, ModelDownload, ModelUpload, NonFiniteError
 from trainers.roles.optim import OptimizerSpec
 from trainers.roles.protocol import EDGE, FED, Average, Blocks, Forward, GetState, RoundEnd, Send, State, Take, Upload
@@ -402,7 +403,7 @@ def _engine_view(cuts: list[int]):
     """What RankNetwork.setup reads from the engine."""
     x = torch.randn(12, 1, 2, 2)
     data = SimpleNamespace(x_train=x, parts=[[0, 1, 2], [3, 4, 5, 6], [7, 8]])
-    return SimpleNamespace(template=_chain(), data=data, cuts=cuts, batch_size=2, num_classes=3,
+    return SimpleNamespace(template=_chain(), data=data, cuts=cuts, batch_size=2, num_classes=3, defence=ActivationDefence(),
                            strategy=SimpleNamespace(allows_absence=True, name="scala"))
 
 
@@ -1280,7 +1281,7 @@ def test_where_absence_is_allowed_a_lost_device_rank_is_passed_over_and_named_on
     act = Activation(0, 1, 1, torch.zeros(2, 3), torch.zeros(2, dtype=torch.long))
     net = _expecting(_tolerant({2: [_envelope(act)], 3: [_gone(3)]}), {0: 2}, round_index=1)
     got = net.receive([0, 1], allow_absent=True)                   # device 0 on rank 2, device 1 on rank 3
-    assert got == [act] and net.lost == {3: f"rank 3 (role 3) sent nothing for 12 s (--rank-timeout): it hangs or is too slow"}
+    assert got == [act] and net.lost == {3: "rank 3 (role 3) sent nothing for 12 s (--rank-timeout): it hangs or is too slow"}
     assert net.absent_devices() == {1} and net.channel.forgotten == [3]
     assert capsys.readouterr().err == ("adaptplan train: rank 3 (role 3) sent nothing for 12 s (--rank-timeout): it hangs "
                                        "or is too slow; scala goes on without devices 1 (partial participation: they "
@@ -1628,7 +1629,7 @@ def test_rank_0_reads_an_activations_rule_from_the_model_it_set_up() -> None:
     """The rules per cut come from one sample through the template (trainers.roles.checks.activation_rules) on the
     first activation: at cut 1 of Linear(3, 4) → Linear(4, 2) a row holds 4 float32 values, labels in 0..2."""
     view = SimpleNamespace(template=_chain(), data=SimpleNamespace(x_train=torch.randn(5, 3), parts=[[0], [1], [2]]),
-                           cuts=[1, 1, 1], batch_size=1, num_classes=3,
+                           cuts=[1, 1, 1], batch_size=1, num_classes=3, defence=ActivationDefence(),
                            strategy=SimpleNamespace(allows_absence=False, name="sfl-v1"))
     good = Activation(1, 2, 1, torch.zeros(2, 4), torch.tensor([0, 2]))
     net = _network({2: [_envelope(Ready([0, 2]))], 3: [_envelope(Ready([1])), _envelope(good),

@@ -436,6 +436,18 @@ def test_partial_participation_over_mqtt_has_the_simulations_losses(tmp_path: Pa
     assert {f"devices[{i}].up_bps" for i in range(4)} <= set(measured["rates"]) and "server_flops" in measured["rates"]
 
 
+def test_a_defended_run_over_mqtt_has_the_simulations_losses_and_epsilons(tmp_path: Path) -> None:
+    """Clipping, noise and NoPeek on the device ranks behind the broker, with the simulator's numbers."""
+    argv = ["--algorithm", "sfl-v2", "--devices", "3", "--rounds", "3", "--cuts", "2", "--activation-clip", "1.0",
+            "--activation-noise", "0.7", "--nopeek", "0.2", *SMALL]
+    assert main(["train", "--runtime", "mqtt", "--ranks", "3", *argv, "--out", str(tmp_path / "mqtt")]) == 0
+    assert main(["train", *argv, "--out", str(tmp_path / "sim")]) == 0
+    mqtt, sim = History.load(tmp_path / "mqtt"), History.load(tmp_path / "sim")
+    got, expected = [r.train_loss for r in mqtt.records], [r.train_loss for r in sim.records]
+    assert len(got) == 3 and max(abs(a - b) for a, b in zip(got, expected)) <= 1e-4
+    assert mqtt.meta["privacy"] == sim.meta["privacy"]
+
+
 def test_a_finished_run_over_mqtt_exits_0_on_every_rank_however_long_rank_0_writes_its_files(tmp_path: Path) -> None:
     """Issue 65: as over torch.distributed, rank 0's slow history write (8 s against 1.5 x 2 s of silence allowed)
     comes after the other ranks were released: every rank exits 0."""

@@ -1,0 +1,45 @@
+"""What a defence of the activations costs a device, in FLOPs per sample at each cut (issue 71 item 2; the defences:
+trainers/roles/defences.py, docs/privacy.md "Defences"), for the latency model's eqs. (16) and (21) (the profile's
+``defence_fp_flops`` / ``defence_bp_flops``). Counted by hand at 2 FLOPs per multiply–add, with d_j the values of
+the activation at cut j, n the input's values and b the batch size:
+
+* clipping: the norm ‖a_k‖ (d multiply–adds) and the scaling (d): 3d forward; back through the scaling and the
+  norm (the dot product ⟨g_k, a_k⟩ and two scalings): 4d backward;
+* Gaussian noise: one addition per value, d forward (drawing the normals is not counted as FLOPs); nothing backward;
+* NoPeek: the two b × b distance matrices (a subtraction, a square and an addition per pair and value: 3b(n + d)
+  per sample), their double centring and the three products (about 10b per sample) forward; backward only through
+  the activations' matrix, twice its forward: 6bd + 20b.
+
+No defence here changes what is sent: the bytes of eqs. (17) and (20) stay as they are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from adaptplan.model_profile import ModelProfile
+
+
+def defence_flops(clip: bool, noise: bool, nopeek: bool, batch_size: int, input_values: float,
+                  activation_values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) FLOPs per sample at each cut (module docstring); ``activation_values`` d_j per cut."""
+    d = np.asarray(activation_values, dtype=float)
+    b, n = float(batch_size), float(input_values)
+    fp = (3.0 * d if clip else 0.0) + (d if noise else 0.0) + ((3.0 * b * (n + d) + 10.0 * b) if nopeek else 0.0)
+    bp = (4.0 * d if clip else 0.0) + ((6.0 * b * d + 20.0 * b) if nopeek else 0.0)
+    return np.broadcast_to(fp, d.shape).astype(float), np.broadcast_to(bp, d.shape).astype(float)
+
+
+def with_defence_cost(profile: ModelProfile, clip: bool, noise: bool, nopeek: bool, batch_size: int) -> ModelProfile:
+    """``profile`` with the defence's FLOPs per sample at each cut but the last (the model's output is never sent),
+    or ``profile`` itself without a defence."""
+    if not (clip or noise or nopeek):
+        return profile
+    values = profile.psi / profile.bits_per_value
+    fp, bp = defence_flops(clip, noise, nopeek, batch_size, float(np.prod(profile.input_shape)), values)
+    last = profile.num_cuts - 1
+    cuts = tuple(replace(c, defence_fp_flops=float(fp[k]) if k < last else None,
+                         defence_bp_flops=float(bp[k]) if k < last else None) for k, c in enumerate(profile.cut_points))
+    return replace(profile, cut_points=cuts)

@@ -1,0 +1,72 @@
+"""A run with a defence of the activations (docs/privacy.md "Defences"): the (ε, δ) each device has spent is in the
+history (every record's ``epsilon_max``, the meta's per-device figures), each equal to the accountant at the device's
+sends; a resumed run goes on as the uninterrupted one (the noise stream is checkpointed); the batched client path
+gives way to the per-device one; bad settings are one message naming the flag (exit 2)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from adaptplan.cli import main
+from trainers.roles.defences import activation_epsilon
+from trainers.run.history import History
+
+RUN = ["--algorithm", "sfl-v2", "--dataset", "synthetic", "--model", "mlp", "--devices", "3", "--cuts", "1",
+       "--batch-size", "8", "--seed", "4", "--eval-every", "2", "--no-progress", "--threads", "1"]
+NOISE = ["--activation-clip", "1.5", "--activation-noise", "0.8", "--nopeek", "0.3"]
+
+
+def test_the_history_records_each_devices_epsilon_from_its_sends(tmp_path: Path) -> None:
+    argv = [*RUN, *NOISE, "--rounds", "5", "--algorithm", "sfl-v1", "--devices", "4", "--participation", "0.5", "--out", str(tmp_path)]
+    assert main(["train", *argv]) == 0
+    history = History.load(tmp_path)
+    privacy = history.meta["privacy"]
+    sent = [sum(d in r.participants for r in history.records) for d in range(4)]   # one send a round
+    assert privacy["releases"] == sent and sum(sent) == 10
+    for d in range(4):
+        q = privacy["sample_rate"][d]
+        assert privacy["epsilon"][d] == pytest.approx(activation_epsilon(0.8, q, sent[d], 1e-5), rel=1e-12)
+    assert history.records[-1].metrics["epsilon_max"] == pytest.approx(max(privacy["epsilon"]), rel=1e-12)
+    running = [r.metrics["epsilon_max"] for r in history.records]
+    assert running == sorted(running) and running[0] > 0
+    assert (privacy["activation_clip"], privacy["activation_noise"], privacy["nopeek"], privacy["delta"]) == \
+        (1.5, 0.8, 0.3, 1e-5)
+
+
+def test_a_resumed_defended_run_goes_on_as_the_uninterrupted_one(tmp_path: Path) -> None:
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    assert main(["train", *RUN, *NOISE, "--rounds", "6", "--out", str(whole)]) == 0
+    assert main(["train", *RUN, *NOISE, "--rounds", "3", "--checkpoint-every", "3", "--out", str(cut)]) == 0
+    assert main(["train", "--out", str(cut), "--resume", "--rounds", "6", "--no-progress"]) == 0
+    a, b = History.load(whole), History.load(cut)
+    assert [r.train_loss for r in a.records] == [r.train_loss for r in b.records]
+    assert [r.metrics["epsilon_max"] for r in a.records] == [r.metrics["epsilon_max"] for r in b.records]
+    assert a.meta["privacy"]["epsilon"] == b.meta["privacy"]["epsilon"]
+
+
+def test_the_batched_client_path_gives_way_to_the_defence(tmp_path: Path) -> None:
+    argv = [*RUN, *NOISE, "--rounds", "3"]
+    assert main(["train", *argv, "--client-batching", "on", "--out", str(tmp_path / "on")]) == 0
+    assert main(["train", *argv, "--client-batching", "off", "--out", str(tmp_path / "off")]) == 0
+    on, off = History.load(tmp_path / "on"), History.load(tmp_path / "off")
+    assert [r.train_loss for r in on.records] == [r.train_loss for r in off.records]
+
+
+def test_an_undefended_run_records_no_privacy(tmp_path: Path) -> None:
+    assert main(["train", *RUN, "--rounds", "2", "--out", str(tmp_path)]) == 0
+    history = History.load(tmp_path)
+    assert "privacy" not in history.meta and all("epsilon_max" not in r.metrics for r in history.records)
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--activation-noise", "1"], "--activation-noise"),
+    (["--activation-clip", "-1"], "--activation-clip"),
+    (["--nopeek", "-0.5"], "--nopeek"),
+    (["--privacy-delta", "1"], "--privacy-delta"),
+])
+def test_bad_defence_settings_are_one_message_and_exit_2(argv: list[str], flag: str, capsys) -> None:
+    assert main(["train", *RUN, "--rounds", "1", *argv]) == 2
+    err = capsys.readouterr().err
+    assert flag in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

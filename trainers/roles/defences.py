@@ -1,0 +1,136 @@
+"""What a device does to its cut-layer activations before it sends them (issue 71 item 2; docs/privacy.md
+"Defences"). Applied by the device role itself (:meth:`trainers.roles.core.Device.send`), so the simulator, a device
+rank of torch.distributed and an MQTT device run the same code and the edge server only ever receives the defended
+tensor.
+
+* **Clipping and Gaussian noise** (the Gaussian mechanism on each sample's activation): sample k's activation
+  a_k (flattened) is scaled to ā_k = a_k · min(1, C / ‖a_k‖₂) and sent as ã_k = ā_k + σ·C·z_k, z_k ~ N(0, I), drawn
+  from the device's own noise stream (never the run's: Dropout masks and samplers stay as without the defence).
+  The device back-propagates the returned gradient through the clipping (the noise is a constant of its graph).
+  :func:`activation_epsilon` turns σ, the device's sampling rate and its number of sends into (ε, δ).
+* **NoPeek** (Vepakomma, Singh, Gupta & Raskar 2020, "NoPeek: information leakage reduction to share activations in
+  distributed deep learning"): the device's objective gains α · dCor(X, A) over its mini-batch (inputs X, the
+  activations A before clipping and noise), so its step follows ∂F/∂w_c + α ∂dCor/∂w_c; the distance correlation is
+  :func:`profilers.leakage.distance_correlation_tensor`, the figure ``profile --leakage`` reports.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from adaptplan.defence_cost import with_defence_cost
+from adaptplan.model_profile import ModelProfile
+from profilers.leakage import distance_correlation_tensor
+
+if TYPE_CHECKING:  # pragma: no cover
+    from trainers.config.train_config import PrivacyConfig
+
+NOISE_STREAM = 2 ** 32 - 2
+"""Stream word of a device's noise generator, seeded ``[*sampler seed, NOISE_STREAM]``."""
+
+
+@dataclass(frozen=True)
+class ActivationDefence:
+    """A device's defence of its activations (module docstring): ``clip`` C (per-sample L2 bound, 0 = none),
+    ``noise_multiplier`` σ (noise std σ·C; needs C > 0), ``nopeek`` α (weight of dCor(X, A) in the device's
+    objective, 0 = none); ``delta`` the δ of the (ε, δ) the run reports under noise (:func:`activation_epsilon`)."""
+
+    clip: float = 0.0
+    noise_multiplier: float = 0.0
+    nopeek: float = 0.0
+    delta: float = 1e-5
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.delta, float) or not 0 < self.delta < 1:
+            raise ValueError(f"delta must be a number in (0, 1), got {self.delta!r}")
+        for name in ("clip", "noise_multiplier", "nopeek"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"{name} must be a finite number ≥ 0, got {value!r}")
+        if self.noise_multiplier > 0 and self.clip <= 0:
+            raise ValueError("noise on the activations needs a clip C > 0 (the noise's scale is σ·C)")
+
+    @classmethod
+    def of(cls, privacy: "PrivacyConfig") -> "ActivationDefence":
+        """The defence a run's ``--activation-clip``, ``--activation-noise``, ``--nopeek`` and ``--privacy-delta``
+        set."""
+        return cls(float(privacy.activation_clip), float(privacy.activation_noise), float(privacy.nopeek),
+                   float(privacy.privacy_delta))
+
+    def charged(self, profile: ModelProfile, batch_size: int) -> ModelProfile:
+        """``profile`` with this defence's FLOPs per sample at each cut (:mod:`adaptplan.defence_cost`), so the
+        simulated clock and the planner charge them."""
+        return with_defence_cost(profile, self.clip > 0, self.noisy, self.nopeek > 0, batch_size)
+
+    @property
+    def active(self) -> bool:
+        """True if the device changes what it sends or how it steps."""
+        return self.clip > 0 or self.nopeek > 0
+
+    @property
+    def noisy(self) -> bool:
+        return self.noise_multiplier > 0
+
+    def clipped(self, h: torch.Tensor) -> torch.Tensor:
+        """Each sample's activation scaled to an L2 norm of at most C (differentiable; unchanged without a clip)."""
+        if self.clip <= 0:
+            return h
+        norms = h.reshape(h.shape[0], -1).norm(dim=1)
+        factor = torch.clamp(self.clip / norms.clamp_min(1e-12), max=1.0)
+        return h * factor.reshape(-1, *([1] * (h.dim() - 1)))
+
+    def noise(self, h: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """σ·C·z, z ~ N(0, I) of ``h``'s shape, drawn from ``generator``."""
+        z = torch.randn(h.shape, generator=generator, device=h.device, dtype=h.dtype)
+        return (self.noise_multiplier * self.clip) * z
+
+    def penalty(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor | None:
+        """α · dCor(X, A) over the batch (None without NoPeek, or with a single sample)."""
+        if self.nopeek <= 0 or h.shape[0] < 2:
+            return None
+        return self.nopeek * distance_correlation_tensor(x.to(h.dtype), h)
+
+    def generator(self, seed: Any, device: torch.device) -> torch.Generator | None:
+        """The device's noise stream, seeded from its sampler's seed words (None without noise)."""
+        if not self.noisy:
+            return None
+        words = list(seed) if isinstance(seed, (list, tuple)) else [seed]
+        state = np.random.SeedSequence([*(int(w) for w in words), NOISE_STREAM]).generate_state(2, dtype=np.uint32)
+        g = torch.Generator(device=device)
+        g.manual_seed(int(state[0]) << 31 ^ int(state[1]))
+        return g
+
+
+@functools.lru_cache(maxsize=4096)
+def _rdp_per_step(noise_multiplier: float, sample_rate: float) -> tuple[tuple[float, ...], np.ndarray]:
+    """Opacus' default RDP orders and the subsampled Gaussian's RDP of one step at each (composition over steps is
+    their multiple: what ``RDPAccountant`` sums over its history)."""
+    from opacus.accountants import RDPAccountant
+    from opacus.accountants.analysis.rdp import compute_rdp
+
+    orders = tuple(float(a) for a in RDPAccountant.DEFAULT_ALPHAS)
+    return orders, np.asarray(compute_rdp(q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=list(orders)))
+
+
+def activation_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float) -> float:
+    """ε of (ε, δ)-DP of one device's activations after ``steps`` sends of a ``sample_rate`` q = b_i/|𝒟_i| share of
+    its samples, each clipped and noised with σ = ``noise_multiplier`` (module docstring): the subsampled Gaussian
+    mechanism's Rényi DP (Mironov 2017; Mironov, Talwar & Zhang 2019, computed by Opacus), composed over the steps
+    and converted to (ε, δ) by Opacus' ``get_privacy_spent``; the neighbouring data sets differ in one sample's
+    activation replaced by zero (sensitivity C). 0 before the first send, ∞ without noise. docs/privacy.md states
+    what this covers and what it does not."""
+    if steps <= 0:
+        return 0.0
+    if noise_multiplier <= 0:
+        return math.inf
+    from opacus.accountants.analysis.rdp import get_privacy_spent
+
+    orders, per_step = _rdp_per_step(float(noise_multiplier), min(1.0, float(sample_rate)))
+    eps, _ = get_privacy_spent(orders=list(orders), rdp=per_step * int(steps), delta=float(delta))
+    return float(eps)
