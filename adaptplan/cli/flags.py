@@ -60,3 +60,18 @@ def float_flag(low: float, high: float = MAX_MAGNITUDE, unit: str = "", *, low_o
 def positive_float_flag(unit: str = "") -> Callable[[str], float]:
     """An argparse ``type`` for a positive quantity in [:data:`MIN_POSITIVE`, :data:`MAX_MAGNITUDE`]."""
     return float_flag(MIN_POSITIVE, MAX_MAGNITUDE, unit)
+
+
+def whole_numbers(text: str, flag: str, low: int, high: int) -> list[int]:
+    """``A,B,...`` → distinct integers in ``low``..``high``, in order; one message naming ``flag`` otherwise."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise InputError(f"must be integers separated by commas, got {text!r}", field=flag) from None
+    if not values:
+        raise InputError(f"name at least one, got {text!r}", field=flag)
+    if any(not low <= v <= high for v in values):
+        raise InputError(f"each must be in {low}..{high}, got {text!r}", field=flag)
+    if len(set(values)) != len(values):
+        raise InputError(f"each may appear once, got {text!r}", field=flag)
+    return values

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from adaptplan.cli.commands.train import add_device_options, add_memory_options
 from adaptplan.cli.config_flags import add_field
-from adaptplan.cli.flags import int_flag
+from adaptplan.cli.flags import int_flag, whole_numbers
 from adaptplan.errors import InputError
 from adaptplan.limits import MAX_CUT_POINTS, MAX_DEVICES, MAX_SEED, MAX_STEPS, MAX_THREADS
 from trainers.config.train_config import ALGORITHMS
@@ -27,12 +27,14 @@ MAX_BENCH_ROUNDS = 10_000   # interleaved repeats of `bench engine` (its rounds:
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("bench", help="benchmarks: solvers (latency vs baselines and exact, solve time), engine "
                             "(samples/s), algorithms (every registered algorithm side by side), training (planning policies in the loop), "
-                            "papers (each paper's claim at this scale) and plans (the planner's plan against a grid "
-                            "of fixed plans)")
+                            "papers (each paper's claim at this scale), plans (the planner's plan against a grid "
+                            "of fixed plans) and privacy (accuracy and time beside leakage, per cut and defence)")
     which = parser.add_subparsers(dest="bench", metavar="BENCH")
     which.required = True
+    from adaptplan.cli.commands.bench_privacy import privacy_parser
+
     for add in (_solvers_parser, _engine_parser, _algorithms_parser, _training_parser, _papers_parser,
-                _plans_parser):
+                _plans_parser, privacy_parser):
         add(which)
 
 
@@ -482,19 +484,6 @@ def _sweep(text: str, names: dict[str, str]) -> tuple[str, list[float]]:
     return name, numbers
 
 
-def _whole_numbers(text: str, flag: str, low: int, high: int) -> list[int]:
-    """``A,B,...`` → distinct integers in ``low``..``high``, in order; one message naming ``flag`` otherwise."""
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise InputError(f"must be integers separated by commas, got {text!r}", field=flag) from None
-    if not values:
-        raise InputError(f"name at least one, got {text!r}", field=flag)
-    if any(not low <= v <= high for v in values):
-        raise InputError(f"each must be in {low}..{high}, got {text!r}", field=flag)
-    if len(set(values)) != len(values):
-        raise InputError(f"each may appear once, got {text!r}", field=flag)
-    return values
 
 
 def run_plans(args: argparse.Namespace) -> int:
@@ -507,8 +496,8 @@ def run_plans(args: argparse.Namespace) -> int:
     check_choice(args.dataset, DATASETS, "--dataset")
     check_model(args.model, "--model")
     check_choice(args.partition, PARTITIONS, "--partition")
-    seeds = _whole_numbers(args.seeds, "--seeds", 0, MAX_SEED)
-    intervals = _whole_numbers(args.intervals, "--intervals", 1, MAX_STEPS)
+    seeds = whole_numbers(args.seeds, "--seeds", 0, MAX_SEED)
+    intervals = whole_numbers(args.intervals, "--intervals", 1, MAX_STEPS)
     if max(intervals) > args.rounds:
         raise InputError(f"I = {max(intervals)} exceeds --rounds {args.rounds}: those runs would never average the "
                          "devices' models; give intervals up to the rounds", field="--intervals")

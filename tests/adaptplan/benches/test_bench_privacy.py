@@ -1,0 +1,80 @@
+"""``adaptplan bench privacy`` (adaptplan/benches/privacy.py): its defence settings as written, the attack on the
+released activations (noise that swamps the activation leaves the attacker less dependence than none; a clip that
+never binds changes nothing), the files it writes and its rerun that reads the finished runs back, and one message
+naming the flag for bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from adaptplan.benches.privacy import DefenceSetting, parse_defences
+from adaptplan.cli import main
+from adaptplan.errors import InputError
+
+TINY = ["bench", "privacy", "--dataset", "synthetic", "--model", "mlp", "--devices", "2", "--rounds", "2",
+        "--eval-every", "2", "--seeds", "0", "--cuts", "1", "--workers", "1", "--leakage-samples", "128"]
+
+
+def test_settings_read_as_written() -> None:
+    assert parse_defences("none; clip=2,noise=0.5 ;nopeek=0.25") == [
+        DefenceSetting(), DefenceSetting(clip=2.0, noise=0.5), DefenceSetting(nopeek=0.25)]
+    assert [d.name for d in parse_defences("none;noise=1,clip=3;nopeek=1")] == ["none", "clip=3,noise=1", "nopeek=1"]
+    assert DefenceSetting(clip=3, noise=1).config() == {"activation_clip": 3, "activation_noise": 1, "nopeek": 0.0}
+    for bad, words in (("noise=1", "needs a clip"), ("clip=x", "must be a number"), ("size=1", "is not"),
+                       ("clip=-1", "≥ 0"), ("", "at least one")):
+        with pytest.raises(InputError, match=words) as info:
+            parse_defences(bad)
+        assert info.value.field == "--defences"
+
+
+def test_the_bench_attacks_the_released_activations_and_reads_finished_runs_back(tmp_path: Path, monkeypatch,
+                                                                               capsys) -> None:
+    out = tmp_path / "bench"
+    argv = [*TINY, "--defences", "none;clip=1000;clip=1,noise=100", "--out", str(out)]
+    assert main(argv) == 0
+    first = capsys.readouterr().out
+    rows = {r["defence"]: r["mean"] for r in json.loads((out / "results.json").read_text())["rows"]}
+    assert list(rows) == ["none", "clip=1000", "clip=1,noise=100"]
+    assert rows["clip=1000"]["dcor"] == rows["none"]["dcor"]              # a clip that never binds changes nothing
+    # noise 100× the clip swamps the activation: the dCor of inputs and independent noise of the activation's shape
+    # (the V-statistic's bias at 128 samples, about 0.70 here), well below the undefended figure
+    assert abs(rows["clip=1,noise=100"]["dcor"] - _independent_dcor()) < 0.02 < rows["none"]["dcor"] - 0.2
+    assert rows["clip=1,noise=100"]["epsilon"] > 0 and rows["none"]["epsilon"] is None
+    assert (out / "table.txt").read_text().strip() == first.strip() and (out / "tradeoff.png").stat().st_size > 0
+    import trainers.run.driver as driver
+
+    monkeypatch.setattr(driver, "Trainer", None)                          # a rerun trains nothing
+    assert main(argv) == 0
+    assert capsys.readouterr().out == first
+
+
+def _independent_dcor() -> float:
+    """dCor of the first 128 synthetic training inputs and standard normal noise shaped as the mlp's cut-1 activation
+    (mean of 5 draws)."""
+    import torch
+
+    from profilers import build_chain
+    from profilers.leakage import distance_correlation
+    from trainers.inputs.datasets import load_dataset
+    from trainers.inputs.models import build_model
+
+    data = load_dataset("synthetic")
+    x = data.x_train[:128]
+    width = build_chain(build_model("mlp", tuple(x.shape[1:]), data.num_classes), x[:2]).blocks[0](x).shape[1]
+    g = torch.Generator().manual_seed(0)
+    return sum(distance_correlation(x, torch.randn(128, width, generator=g)) for _ in range(5)) / 5
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--defences", "noise=1"], "--defences"),
+    (["--cuts", "9"], "--cuts"),
+    (["--seeds", "a"], "--seeds"),
+    (["--algorithm", "nope"], "--algorithm"),
+])
+def test_bad_bench_privacy_flags_are_one_message_and_exit_2(argv: list[str], flag: str, capsys) -> None:
+    assert main([*TINY, *argv]) == 2
+    err = capsys.readouterr().err
+    assert flag in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
