@@ -98,12 +98,13 @@ Release = Callable[[torch.Tensor], torch.Tensor]
 
 
 def leakage_per_cut(blocks: nn.Sequential, x: torch.Tensor, y: torch.Tensor, release: Release | None = None,
-                    cuts: Sequence[int] | None = None) -> list[CutLeakage]:
+                    cuts: Sequence[int] | None = None, sent_labels: torch.Tensor | None = None) -> list[CutLeakage]:
     """The figures of every cut j = 1..L−1 of ``blocks`` (a chain; ``cuts``: those only) on samples ``x`` with
     labels ``y``, at the blocks' current weights in eval mode (no dropout, BatchNorm's running statistics: samples
     stay independent), of the activations as ``release`` turns them out (default: as computed). The gradient is
     that of the mean cross-entropy over the n samples, times n (each sample's own ∂F_k/∂a_k), at the released
-    activation."""
+    activation, on the labels the devices sent (``sent_labels``, under randomised response; default ``y``); the
+    attacks are scored against the true ``y``."""
     was_training = blocks.training
     blocks.eval()
     out = []
@@ -121,7 +122,7 @@ def leakage_per_cut(blocks: nn.Sequential, x: torch.Tensor, y: torch.Tensor, rel
                 a = a if release is None else release(a)
             a = a.detach().requires_grad_(True)
             logits = blocks[j:](a)
-            loss = nn.functional.cross_entropy(logits, y, reduction="sum")
+            loss = nn.functional.cross_entropy(logits, y if sent_labels is None else sent_labels, reduction="sum")
             (grad,) = torch.autograd.grad(loss, a)
             norm_auc, direction_auc = label_inference_auc(grad, y)
             out.append(CutLeakage(j, distance_correlation(x, a.detach()), norm_auc, direction_auc))

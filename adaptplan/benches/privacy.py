@@ -6,7 +6,9 @@ Each run trains the setting (every device at cut j, the defence on every device:
 then attacks the model it evaluates (the global model, the devices' client blocks its average) at cut j, as
 ``profile --leakage`` does at initial weights (profilers/leakage.py, profilers/inversion.py) but on the activations
 as the defence releases them: clipped and noised (the attacker knows the mechanism and draws its own noise for its
-auxiliary data), so the figures are the defended channel's. NoPeek changes the weights, not the release. The
+auxiliary data), so the figures are the defended channel's. NoPeek changes the weights, not the release; under
+randomised labels the gradients attacked are computed on labels drawn by the same response (the attack scored
+against the true ones). The
 attacked samples are the first ``leakage_samples`` training samples (the devices' data), the attacker's auxiliary
 data as many test samples (disjoint).
 """
@@ -30,12 +32,13 @@ FIGURES = ("accuracy", "sim_seconds", "epsilon", "dcor", "norm_auc", "direction_
 
 @dataclass(frozen=True)
 class DefenceSetting:
-    """One defence of the bench: ``clip`` C, ``noise`` σ, ``nopeek`` α (0: off), written ``clip=C,noise=σ,nopeek=α``
-    (any of them; ``none`` for no defence)."""
+    """One defence of the bench: ``clip`` C, ``noise`` σ, ``nopeek`` α (0: off), ``labels`` ε of the randomised
+    response (None: off), written ``clip=C,noise=σ,nopeek=α,labels=ε`` (any of them; ``none`` for no defence)."""
 
     clip: float = 0.0
     noise: float = 0.0
     nopeek: float = 0.0
+    labels: float | None = None
 
     @classmethod
     def parse(cls, text: str, field: str = "--defences") -> "DefenceSetting":
@@ -45,8 +48,8 @@ class DefenceSetting:
         values: dict[str, float] = {}
         for item in text.split(","):
             key, _, value = item.partition("=")
-            if key.strip() not in ("clip", "noise", "nopeek") or not value:
-                raise InputError(f"{item.strip()!r} is not clip=C, noise=σ or nopeek=α (or none)", field=field)
+            if key.strip() not in ("clip", "noise", "nopeek", "labels") or not value:
+                raise InputError(f"{item.strip()!r} is not clip=C, noise=σ, nopeek=α or labels=ε (or none)", field=field)
             try:
                 number = float(value)
             except ValueError:
@@ -62,11 +65,13 @@ class DefenceSetting:
     @property
     def name(self) -> str:
         parts = [f"{k}={v:g}" for k, v in (("clip", self.clip), ("noise", self.noise), ("nopeek", self.nopeek)) if v]
+        parts += [f"labels={self.labels:g}"] if self.labels is not None else []
         return ",".join(parts) or "none"
 
-    def config(self) -> dict[str, float]:
+    def config(self) -> dict[str, float | None]:
         """The run's flat keys (trainers/config/train_config.py ``PrivacyConfig``)."""
-        return {"activation_clip": self.clip, "activation_noise": self.noise, "nopeek": self.nopeek}
+        return {"activation_clip": self.clip, "activation_noise": self.noise, "nopeek": self.nopeek,
+                "label_epsilon": self.labels}
 
 
 def parse_defences(text: str) -> list[DefenceSetting]:
@@ -126,9 +131,8 @@ def attack(trainer: Any, cut: int, samples: int) -> dict[str, float]:
 
     from profilers.inversion import SSIM_WINDOW, invert_per_cut
     from profilers.leakage import leakage_per_cut
-    from trainers.roles.defences import ActivationDefence
 
-    defence = ActivationDefence.of(trainer.config.privacy)
+    defence = trainer.engine.defence
     generator = torch.Generator().manual_seed(2 ** 31 - 1 - int(trainer.config.run.seed))
 
     def release(a: torch.Tensor) -> torch.Tensor:
@@ -139,7 +143,9 @@ def attack(trainer: Any, cut: int, samples: int) -> dict[str, float]:
     data = trainer.dataset
     n = min(samples, int(data.x_train.shape[0]), int(data.x_test.shape[0]))
     x, y = data.x_train[:n], data.y_train[:n]
-    (row,) = leakage_per_cut(model, x, y, release, cuts=[cut])
+    sent = None if defence.label_epsilon is None else \
+        torch.from_numpy(defence.randomised(y.numpy(), [int(trainer.config.run.seed), 2 ** 31 - 1]))
+    (row,) = leakage_per_cut(model, x, y, release, cuts=[cut], sent_labels=sent)
     out = {"dcor": row.dcor, "norm_auc": row.norm_auc, "direction_auc": row.direction_auc}
     shape = tuple(x.shape[1:])
     if len(shape) == 3 and min(shape[1:]) >= SSIM_WINDOW:

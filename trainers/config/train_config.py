@@ -112,7 +112,7 @@ LOCAL_TEST_FRACTION = 0.1
 MAX_LOCAL_TEST_FRACTION = 0.5
 SAVED_BEFORE = {"local_test_fraction": 0.0, "pilots": None, "aggregation": "mean", "trim": 0.1, "rounds_law": "eq15",
                 "client_state": "algorithm", "labels_per_device": 2, "size_exponent": 1.0, "activation_clip": 0.0,
-                "activation_noise": 0.0, "nopeek": 0.0, "privacy_delta": 1e-5}
+                "activation_noise": 0.0, "nopeek": 0.0, "privacy_delta": 1e-5, "label_epsilon": None}
 """Options a configuration saved before they existed ran with: no local test split, no pilots; the partition
 options of issue 70 at their defaults (no partition of before read them); no defence of the activations (issue 71)."""
 
@@ -493,7 +493,7 @@ class PrivacyConfig:
     """What each device does to its activations before sending them (trainers/roles/defences.py, docs/privacy.md
     "Defences"): ``activation_clip`` C and ``activation_noise`` σ (the Gaussian mechanism per sample, σ·C the noise's
     standard deviation), ``nopeek`` α (NoPeek's distance-correlation weight), ``privacy_delta`` the δ its ε is
-    reported at."""
+    reported at, ``label_epsilon`` ε of the randomised response on the labels."""
 
     activation_clip: float = option(0.0, "clip each sample's cut-layer activation to this L2 norm C on the device "
                                     "before sending it (default 0: no clip)", low=0.0, high=1e12)
@@ -504,6 +504,10 @@ class PrivacyConfig:
                            "its mini-batch (default 0: none)", low=0.0, high=1e6)
     privacy_delta: float = option(1e-5, "δ of the (ε, δ) recorded under --activation-noise (default 1e-5)", low=0.0,
                                   high=1.0, low_open=True, high_open=True)
+    label_epsilon: float | None = option(None, "randomised response on the labels: each device sends, for each of its "
+                                         "samples, a label drawn once (its own with probability e^ε/(e^ε+M−1), else "
+                                         "another uniformly): ε-label-DP (default: the true labels)", low=0.0,
+                                         high=1e3)
 
     def check(self) -> None:
         check_fields(self)

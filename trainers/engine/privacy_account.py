@@ -37,7 +37,10 @@ def privacy_summary(engine: EngineParts) -> dict[str, Any]:
     d = engine.defence
     if not d.active:
         return {}
-    summary: dict[str, Any] = {"activation_clip": d.clip, "activation_noise": d.noise_multiplier, "nopeek": d.nopeek}
+    summary: dict[str, Any] = {"activation_clip": d.clip, "activation_noise": d.noise_multiplier, "nopeek": d.nopeek,
+                               "label_epsilon": d.label_epsilon}
+    if d.label_epsilon is not None:
+        summary["label_keep_probability"] = d.keep_probability()
     if d.noisy:
         summary.update(delta=d.delta, accountant="opacus RDP (subsampled Gaussian, zero-out neighbours)",
                        releases=[engine.timeline.releases.get(i, 0) for i in range(engine.num_devices)],

@@ -189,7 +189,7 @@ class SplitEngine:
         self.stale: set[int] = set()
         """Devices that missed the last average (partial participation): drawn again, they first download it."""
         self.label_counts = _label_counts(data, self.num_classes)
-        self.defence = defence or ActivationDefence()
+        self.defence = dataclasses.replace(defence or ActivationDefence(), classes=self.num_classes)   # M, for randomised labels
         strategy.validate(self.context(0))
         self.batcher = ClientBatcher(chain) if self.execution.client_batching else None
         self.net: Network = (network or local_network)(self, strategy.optimizer("client", self.optimizer), seed)

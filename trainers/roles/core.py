@@ -198,6 +198,7 @@ class Device:
         self.pending: _Pending | None = None
         self.defence = defence if defence is not None else ActivationDefence()
         self.noise_rng = self.defence.generator(seed, x.device)
+        self._sent_labels = self._randomised_labels(seed)
         self.shared: set[int] = set(range(cut))
         """Blocks whose tensors are the template's or a download's, shared with every device that starts
         from the template or loaded the same message (no copy); a device takes its own copy when it next
@@ -229,8 +230,9 @@ class Device:
         plain step: 5.1 ms). Blocks with buffers (BatchNorm statistics, updated by every forward)
         never recompute."""
         self.begin_step(round_index)
-        idx = index_tensor(self.sampler.next(batch_size), self.x.device)
-        y = self.y[idx]
+        drawn = self.sampler.next(batch_size)
+        idx = index_tensor(drawn, self.x.device)
+        y = self.labels(drawn, idx)
         if recompute and self.can_recompute:
             replay = _Replay.before(idx)
             with torch.no_grad():
@@ -267,7 +269,24 @@ class Device:
     def samples(self, indices: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         """The inputs and labels of sample ``indices`` (drawn by the sampler), on the data's device."""
         idx = index_tensor(indices, self.x.device)
-        return self.x[idx], self.y[idx]
+        return self.x[idx], self.labels(indices, idx)
+
+    def _randomised_labels(self, seed: Any) -> tuple[np.ndarray, torch.Tensor] | None:
+        """Under randomised response: the device's indices sorted and the labels it sends for them, in that order
+        (drawn once; None otherwise)."""
+        if self.defence.label_epsilon is None:
+            return None
+        ordered = np.sort(self.sampler.indices)
+        true = self.y[index_tensor(ordered, self.y.device)].cpu().numpy()
+        return ordered, torch.from_numpy(self.defence.randomised(true, seed)).to(self.y.device)
+
+    def labels(self, indices: np.ndarray, idx: torch.Tensor) -> torch.Tensor:
+        """The labels the device sends for samples ``indices`` (``idx`` on the data's device): the true ones, or
+        under randomised response the ones it drew for them once (trainers/roles/defences.py)."""
+        if self._sent_labels is None:
+            return self.y[idx]
+        ordered, sent = self._sent_labels
+        return sent[index_tensor(np.searchsorted(ordered, indices), self.y.device)]
 
     def send(self, round_index: int, h: torch.Tensor, y: torch.Tensor, batch: Any = None,
              replay: _Replay | None = None, x: torch.Tensor | None = None) -> Activation:

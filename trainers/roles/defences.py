@@ -8,6 +8,11 @@ tensor.
   from the device's own noise stream (never the run's: Dropout masks and samplers stay as without the defence).
   The device back-propagates the returned gradient through the clipping (the noise is a constant of its graph).
   :func:`activation_epsilon` turns σ, the device's sampling rate and its number of sends into (ε, δ).
+* **Randomised response on the labels** (Warner 1965; the RR baseline of Ghazi, Golowich, Kumar, Manurangsi & Zhang
+  2021, "Deep learning with label differential privacy"): the device sends, for each of its samples, a label drawn
+  once from its own stream — the true one with probability e^ε/(e^ε + M − 1), else one of the M − 1 others
+  uniformly — and always the same one for that sample, so everything the server derives from the labels is
+  ε-label-DP (post-processing), however often the sample is drawn.
 * **NoPeek** (Vepakomma, Singh, Gupta & Raskar 2020, "NoPeek: information leakage reduction to share activations in
   distributed deep learning"): the device's objective gains α · dCor(X, A) over its mini-batch (inputs X, the
   activations A before clipping and noise), so its step follows ∂F/∂w_c + α ∂dCor/∂w_c; the distance correlation is
@@ -33,18 +38,23 @@ if TYPE_CHECKING:  # pragma: no cover
 
 NOISE_STREAM = 2 ** 32 - 2
 """Stream word of a device's noise generator, seeded ``[*sampler seed, NOISE_STREAM]``."""
+LABEL_STREAM = 2 ** 32 - 3
+"""Stream word of a device's randomised labels, drawn once from ``[*sampler seed, LABEL_STREAM]``."""
 
 
 @dataclass(frozen=True)
 class ActivationDefence:
     """A device's defence of its activations (module docstring): ``clip`` C (per-sample L2 bound, 0 = none),
     ``noise_multiplier`` σ (noise std σ·C; needs C > 0), ``nopeek`` α (weight of dCor(X, A) in the device's
-    objective, 0 = none); ``delta`` the δ of the (ε, δ) the run reports under noise (:func:`activation_epsilon`)."""
+    objective, 0 = none); ``delta`` the δ of the (ε, δ) the run reports under noise (:func:`activation_epsilon`);
+    ``label_epsilon`` ε of the randomised response on the labels (None = the true labels) over ``classes`` M."""
 
     clip: float = 0.0
     noise_multiplier: float = 0.0
     nopeek: float = 0.0
     delta: float = 1e-5
+    label_epsilon: float | None = None
+    classes: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.delta, float) or not 0 < self.delta < 1:
@@ -55,13 +65,16 @@ class ActivationDefence:
                 raise ValueError(f"{name} must be a finite number ≥ 0, got {value!r}")
         if self.noise_multiplier > 0 and self.clip <= 0:
             raise ValueError("noise on the activations needs a clip C > 0 (the noise's scale is σ·C)")
+        if self.label_epsilon is not None and not (isinstance(self.label_epsilon, float) and self.label_epsilon >= 0):
+            raise ValueError(f"label_epsilon must be a number ≥ 0, got {self.label_epsilon!r}")
 
     @classmethod
     def of(cls, privacy: "PrivacyConfig") -> "ActivationDefence":
         """The defence a run's ``--activation-clip``, ``--activation-noise``, ``--nopeek`` and ``--privacy-delta``
         set."""
+        labels = None if privacy.label_epsilon is None else float(privacy.label_epsilon)
         return cls(float(privacy.activation_clip), float(privacy.activation_noise), float(privacy.nopeek),
-                   float(privacy.privacy_delta))
+                   float(privacy.privacy_delta), labels)
 
     def charged(self, profile: ModelProfile, batch_size: int) -> ModelProfile:
         """``profile`` with this defence's FLOPs per sample at each cut (:mod:`adaptplan.defence_cost`), so the
@@ -71,7 +84,27 @@ class ActivationDefence:
     @property
     def active(self) -> bool:
         """True if the device changes what it sends or how it steps."""
-        return self.clip > 0 or self.nopeek > 0
+        return self.clip > 0 or self.nopeek > 0 or self.label_epsilon is not None
+
+    def keep_probability(self) -> float:
+        """e^ε/(e^ε + M − 1): the chance a sample's sent label is its own (1 without the response)."""
+        if self.label_epsilon is None:
+            return 1.0
+        if self.classes < 2:
+            raise ValueError("randomised labels need the number of classes M ≥ 2")
+        return 1.0 / (1.0 + (self.classes - 1) * math.exp(-self.label_epsilon))
+
+    def randomised(self, labels: np.ndarray, seed: Any) -> np.ndarray:
+        """The labels a device sends for its samples of true ``labels`` (module docstring), drawn once from its
+        stream: kept with :meth:`keep_probability`, else uniform over the other M − 1 classes."""
+        if self.label_epsilon is None:
+            return labels
+        words = list(seed) if isinstance(seed, (list, tuple)) else [seed]
+        rng = np.random.default_rng([*(int(w) for w in words), LABEL_STREAM])
+        keep = rng.random(labels.size) < self.keep_probability()
+        other = rng.integers(0, self.classes - 1, labels.size)
+        other = other + (other >= labels)                       # uniform over the classes but the true one
+        return np.where(keep, labels, other).astype(labels.dtype)
 
     @property
     def noisy(self) -> bool:

@@ -49,6 +49,11 @@ def test_the_bench_attacks_the_released_activations_and_reads_finished_runs_back
     monkeypatch.setattr(driver, "Trainer", None)                          # a rerun trains nothing
     assert main(argv) == 0
     assert capsys.readouterr().out == first
+    monkeypatch.undo()
+    before = {r["defence"]: r["mean"]["sim_seconds"] for r in json.loads((out / "results.json").read_text())["rows"]}
+    assert main([*argv, "--rounds", "4"]) == 0                              # another setting: trained again, longer
+    after = {r["defence"]: r["mean"]["sim_seconds"] for r in json.loads((out / "results.json").read_text())["rows"]}
+    assert all(after[k] > before[k] for k in before)
 
 
 def _independent_dcor() -> float:

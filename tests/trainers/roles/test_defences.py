@@ -159,3 +159,34 @@ def test_the_accountant_grows_with_steps_and_shrinks_with_noise_and_sampling() -
     eps = [activation_epsilon(1.0, 0.1, t, 1e-5) for t in (1, 10, 100)]
     assert eps[0] < eps[1] < eps[2]
     assert activation_epsilon(2.0, 0.1, 100, 1e-5) < eps[2] < activation_epsilon(1.0, 1.0, 100, 1e-5)
+
+
+def test_randomised_response_keeps_a_label_with_the_probability_written_out_and_spreads_the_rest_evenly() -> None:
+    eps, m, n = 1.2, 5, 200_000
+    defence = ActivationDefence(label_epsilon=eps, classes=m)
+    p = math.exp(eps) / (math.exp(eps) + m - 1)
+    assert defence.keep_probability() == pytest.approx(p, rel=1e-12)
+    true = np.random.default_rng(0).integers(0, m, n)
+    sent = defence.randomised(true, [7, 1])
+    assert abs(float(np.mean(sent == true)) - p) < 0.005
+    changed = sent[sent != true]
+    shift = (changed - true[sent != true]) % m                          # which other class, relative to the true one
+    assert np.allclose(np.bincount(shift, minlength=m)[1:] / changed.size, 1 / (m - 1), atol=0.01)
+    assert np.array_equal(defence.randomised(true, [7, 1]), sent)       # drawn from the device's seed
+    assert not np.array_equal(defence.randomised(true, [7, 2]), sent)
+    assert np.array_equal(ActivationDefence().randomised(true, [7, 1]), true)
+    assert ActivationDefence(label_epsilon=0.0, classes=4).keep_probability() == pytest.approx(0.25)
+
+
+def test_a_device_sends_one_randomised_label_per_sample_however_often_it_is_drawn() -> None:
+    defence = ActivationDefence(label_epsilon=0.5, classes=3)
+    dev = _device(defence, n=40, batch=8)
+    seen: dict[int, int] = {}
+    for t in range(1, 16):                                              # three epochs of the device's 40 samples
+        msg = dev.forward(t)
+        for i, label in zip(_drawn(dev, t).tolist(), msg.labels.tolist()):
+            assert seen.setdefault(i, label) == label
+        dev.backward(CutGradient(0, t, msg.step, None))
+    assert len(seen) == 40
+    true = dev.y[torch.tensor(sorted(seen))].tolist()
+    assert 0 < sum(a != b for a, b in zip(true, [seen[i] for i in sorted(seen)])) < 40

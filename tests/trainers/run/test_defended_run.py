@@ -5,6 +5,7 @@ gives way to the per-device one; bad settings are one message naming the flag (e
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -36,14 +37,16 @@ def test_the_history_records_each_devices_epsilon_from_its_sends(tmp_path: Path)
 
 
 def test_a_resumed_defended_run_goes_on_as_the_uninterrupted_one(tmp_path: Path) -> None:
+    """Half the devices take part in the last round: the others' sends before the checkpoint still count."""
     whole, cut = tmp_path / "whole", tmp_path / "cut"
-    assert main(["train", *RUN, *NOISE, "--rounds", "6", "--out", str(whole)]) == 0
-    assert main(["train", *RUN, *NOISE, "--rounds", "3", "--checkpoint-every", "3", "--out", str(cut)]) == 0
+    argv = [*RUN, *NOISE, "--algorithm", "sfl-v1", "--devices", "4", "--participation", "0.5"]
+    assert main(["train", *argv, "--rounds", "6", "--out", str(whole)]) == 0
+    assert main(["train", *argv, "--rounds", "5", "--checkpoint-every", "5", "--out", str(cut)]) == 0
     assert main(["train", "--out", str(cut), "--resume", "--rounds", "6", "--no-progress"]) == 0
     a, b = History.load(whole), History.load(cut)
     assert [r.train_loss for r in a.records] == [r.train_loss for r in b.records]
     assert [r.metrics["epsilon_max"] for r in a.records] == [r.metrics["epsilon_max"] for r in b.records]
-    assert a.meta["privacy"]["epsilon"] == b.meta["privacy"]["epsilon"]
+    assert a.meta["privacy"]["epsilon"] == b.meta["privacy"]["epsilon"] and min(a.meta["privacy"]["epsilon"]) > 0
 
 
 def test_the_batched_client_path_gives_way_to_the_defence(tmp_path: Path) -> None:
@@ -52,6 +55,20 @@ def test_the_batched_client_path_gives_way_to_the_defence(tmp_path: Path) -> Non
     assert main(["train", *argv, "--client-batching", "off", "--out", str(tmp_path / "off")]) == 0
     on, off = History.load(tmp_path / "on"), History.load(tmp_path / "off")
     assert [r.train_loss for r in on.records] == [r.train_loss for r in off.records]
+
+
+def test_randomised_labels_at_a_large_epsilon_train_as_the_true_ones_and_are_recorded(tmp_path: Path) -> None:
+    """ε = 1000 keeps every label (probability 1 − 9·e⁻¹⁰⁰⁰): the run equals the undefended one; ε = 0.5 does not."""
+    argv = [*RUN, "--rounds", "3"]
+    assert main(["train", *argv, "--out", str(tmp_path / "plain")]) == 0
+    assert main(["train", *argv, "--label-epsilon", "1000", "--out", str(tmp_path / "kept")]) == 0
+    assert main(["train", *argv, "--label-epsilon", "0.5", "--out", str(tmp_path / "noisy")]) == 0
+    plain, kept, noisy = (History.load(tmp_path / k) for k in ("plain", "kept", "noisy"))
+    assert [r.train_loss for r in kept.records] == [r.train_loss for r in plain.records]
+    assert [r.train_loss for r in noisy.records] != [r.train_loss for r in plain.records]
+    m = plain.meta["num_classes"]
+    assert noisy.meta["privacy"]["label_epsilon"] == 0.5 and noisy.meta["privacy"]["label_keep_probability"] == \
+        pytest.approx(math.exp(0.5) / (math.exp(0.5) + m - 1), rel=1e-12)
 
 
 def test_an_undefended_run_records_no_privacy(tmp_path: Path) -> None:
@@ -65,8 +82,18 @@ def test_an_undefended_run_records_no_privacy(tmp_path: Path) -> None:
     (["--activation-clip", "-1"], "--activation-clip"),
     (["--nopeek", "-0.5"], "--nopeek"),
     (["--privacy-delta", "1"], "--privacy-delta"),
+    (["--label-epsilon", "-1"], "--label-epsilon"),
 ])
 def test_bad_defence_settings_are_one_message_and_exit_2(argv: list[str], flag: str, capsys) -> None:
     assert main(["train", *RUN, "--rounds", "1", *argv]) == 2
     err = capsys.readouterr().err
     assert flag in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_devices_sampling_rate_is_its_batch_over_its_samples_at_most_one() -> None:
+    from types import SimpleNamespace
+
+    from trainers.engine.privacy_account import sample_rates
+
+    engine = SimpleNamespace(batch_size=16, data_sizes=lambda: [10, 40, 0, 16])
+    assert sample_rates(engine) == [1.0, 0.4, 1.0, 1.0]      # 10 samples: the whole set each step; none: never sends
