@@ -15,10 +15,12 @@ No defence here changes what is sent: the bytes of eqs. (17) and (20) stay as th
 
 from __future__ import annotations
 
-from dataclasses import replace
+import math
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from adaptplan.errors import InputError
 from adaptplan.model_profile import ModelProfile
 
 
@@ -43,3 +45,60 @@ def with_defence_cost(profile: ModelProfile, clip: bool, noise: bool, nopeek: bo
     cuts = tuple(replace(c, defence_fp_flops=float(fp[k]) if k < last else None,
                          defence_bp_flops=float(bp[k]) if k < last else None) for k, c in enumerate(profile.cut_points))
     return replace(profile, cut_points=cuts)
+
+
+@dataclass(frozen=True)
+class DefenceSetting:
+    """One defence setting as the command line writes it (``bench privacy --defences``, ``plan --defence``,
+    ``profile --leakage-defence``): ``clip`` C, ``noise`` σ, ``nopeek`` α (0: off), ``labels`` ε of the randomised
+    response (None: off), written ``clip=C,noise=σ,nopeek=α,labels=ε`` (any of them; ``none`` for no defence)."""
+
+    clip: float = 0.0
+    noise: float = 0.0
+    nopeek: float = 0.0
+    labels: float | None = None
+
+    @classmethod
+    def parse(cls, text: str, field: str = "--defences") -> "DefenceSetting":
+        text = text.strip()
+        if text == "none":
+            return cls()
+        values: dict[str, float] = {}
+        for item in text.split(","):
+            key, _, value = item.partition("=")
+            if key.strip() not in ("clip", "noise", "nopeek", "labels") or not value:
+                raise InputError(f"{item.strip()!r} is not clip=C, noise=σ, nopeek=α or labels=ε (or none)", field=field)
+            try:
+                number = float(value)
+            except ValueError:
+                raise InputError(f"{key.strip()} must be a number, got {value!r}", field=field) from None
+            if not math.isfinite(number) or number < 0:
+                raise InputError(f"{key.strip()} must be a finite number ≥ 0, got {value}", field=field)
+            values[key.strip()] = number
+        setting = cls(**values)
+        if setting.noise > 0 and setting.clip <= 0:
+            raise InputError(f"{text!r}: noise needs a clip (its scale is σ·C)", field=field)
+        return setting
+
+    @property
+    def name(self) -> str:
+        parts = [f"{k}={v:g}" for k, v in (("clip", self.clip), ("noise", self.noise), ("nopeek", self.nopeek)) if v]
+        parts += [f"labels={self.labels:g}"] if self.labels is not None else []
+        return ",".join(parts) or "none"
+
+    def charged(self, profile: ModelProfile, batch_size: int) -> ModelProfile:
+        """``profile`` with this setting's FLOPs per sample at each cut (:func:`with_defence_cost`)."""
+        return with_defence_cost(profile, self.clip > 0, self.noise > 0, self.nopeek > 0, batch_size)
+
+    def config(self) -> dict[str, float | None]:
+        """The run's flat keys (trainers/config/train_config.py ``PrivacyConfig``)."""
+        return {"activation_clip": self.clip, "activation_noise": self.noise, "nopeek": self.nopeek,
+                "label_epsilon": self.labels}
+
+
+def parse_defences(text: str) -> list[DefenceSetting]:
+    """``--defences``: settings separated by ``;`` (InputError naming the flag)."""
+    settings = [DefenceSetting.parse(part) for part in text.split(";") if part.strip()]
+    if not settings:
+        raise InputError("give at least one setting, e.g. 'none;clip=4,noise=1;nopeek=0.5'", field="--defences")
+    return settings

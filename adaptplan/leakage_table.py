@@ -40,14 +40,18 @@ class LeakageTable:
     dataset: str
     samples: int
     figures: dict[str, list[float]]
+    defence: str = "none"
+    """The defence setting the figures were measured under (``profile --leakage-defence``, as
+    :class:`adaptplan.defence_cost.DefenceSetting` names it)."""
 
     def to_json(self) -> dict[str, Any]:
         return {"format": FORMAT, "version": VERSION, "model": dict(self.model), "dataset": self.dataset,
-                "samples": self.samples, "figures": {k: list(v) for k, v in self.figures.items()}}
+                "samples": self.samples, "figures": {k: list(v) for k, v in self.figures.items()},
+                "defence": self.defence}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "LeakageTable":
-        check_keys(data, ("format", "version", "model", "dataset", "samples", "figures"), (), "leakage")
+        check_keys(data, ("format", "version", "model", "dataset", "samples", "figures"), ("defence",), "leakage")
         if data["format"] != FORMAT or data["version"] != VERSION:
             raise InputError(f"must be {FORMAT!r} version {VERSION}", field="leakage.format")
         model, figures = data["model"], data["figures"]
@@ -62,8 +66,11 @@ class LeakageTable:
                     isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values):
                 raise InputError(f"must be {model['num_cuts'] - 1} finite numbers, one per cut 1..L−1",
                                  field=f"leakage.figures.{name}")
+        defence = data.get("defence", "none")
+        if not isinstance(defence, str):
+            raise InputError("must be a defence setting's name, e.g. 'none' or 'clip=4,noise=1'", field="leakage.defence")
         return cls(dict(model), str(data["dataset"]), int(data["samples"]),
-                   {k: [float(v) for v in vs] for k, vs in figures.items()})
+                   {k: [float(v) for v in vs] for k, vs in figures.items()}, defence)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "LeakageTable":

@@ -23,63 +23,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from adaptplan.errors import InputError
+from adaptplan.defence_cost import DefenceSetting, parse_defences  # noqa: F401  (the bench's settings)
 
 RESULT_FILE = "privacy_result.json"
 """What a finished run of the bench leaves in its folder: its configuration and figures (read back on a rerun)."""
 FIGURES = ("accuracy", "sim_seconds", "epsilon", "dcor", "norm_auc", "direction_auc", "mse", "psnr", "ssim")
-
-
-@dataclass(frozen=True)
-class DefenceSetting:
-    """One defence of the bench: ``clip`` C, ``noise`` σ, ``nopeek`` α (0: off), ``labels`` ε of the randomised
-    response (None: off), written ``clip=C,noise=σ,nopeek=α,labels=ε`` (any of them; ``none`` for no defence)."""
-
-    clip: float = 0.0
-    noise: float = 0.0
-    nopeek: float = 0.0
-    labels: float | None = None
-
-    @classmethod
-    def parse(cls, text: str, field: str = "--defences") -> "DefenceSetting":
-        text = text.strip()
-        if text == "none":
-            return cls()
-        values: dict[str, float] = {}
-        for item in text.split(","):
-            key, _, value = item.partition("=")
-            if key.strip() not in ("clip", "noise", "nopeek", "labels") or not value:
-                raise InputError(f"{item.strip()!r} is not clip=C, noise=σ, nopeek=α or labels=ε (or none)", field=field)
-            try:
-                number = float(value)
-            except ValueError:
-                raise InputError(f"{key.strip()} must be a number, got {value!r}", field=field) from None
-            if not math.isfinite(number) or number < 0:
-                raise InputError(f"{key.strip()} must be a finite number ≥ 0, got {value}", field=field)
-            values[key.strip()] = number
-        setting = cls(**values)
-        if setting.noise > 0 and setting.clip <= 0:
-            raise InputError(f"{text!r}: noise needs a clip (its scale is σ·C)", field=field)
-        return setting
-
-    @property
-    def name(self) -> str:
-        parts = [f"{k}={v:g}" for k, v in (("clip", self.clip), ("noise", self.noise), ("nopeek", self.nopeek)) if v]
-        parts += [f"labels={self.labels:g}"] if self.labels is not None else []
-        return ",".join(parts) or "none"
-
-    def config(self) -> dict[str, float | None]:
-        """The run's flat keys (trainers/config/train_config.py ``PrivacyConfig``)."""
-        return {"activation_clip": self.clip, "activation_noise": self.noise, "nopeek": self.nopeek,
-                "label_epsilon": self.labels}
-
-
-def parse_defences(text: str) -> list[DefenceSetting]:
-    """``--defences``: settings separated by ``;`` (InputError naming the flag)."""
-    settings = [DefenceSetting.parse(part) for part in text.split(";") if part.strip()]
-    if not settings:
-        raise InputError("give at least one setting, e.g. 'none;clip=4,noise=1;nopeek=0.5'", field="--defences")
-    return settings
 
 
 def privacy_jobs(base: dict[str, Any], cuts: Sequence[int], defences: Sequence[DefenceSetting], seeds: Sequence[int],
@@ -135,16 +83,15 @@ def attack(trainer: Any, cut: int, samples: int) -> dict[str, float]:
     defence = trainer.engine.defence
     generator = torch.Generator().manual_seed(2 ** 31 - 1 - int(trainer.config.run.seed))
 
-    def release(a: torch.Tensor) -> torch.Tensor:
-        sent = defence.clipped(a)
-        return sent + defence.noise(sent, generator) if defence.noisy else sent
-
     model = trainer.engine.eval_models()[0]
     data = trainer.dataset
     n = min(samples, int(data.x_train.shape[0]), int(data.x_test.shape[0]))
     x, y = data.x_train[:n], data.y_train[:n]
     sent = None if defence.label_epsilon is None else \
         torch.from_numpy(defence.randomised(y.numpy(), [int(trainer.config.run.seed), 2 ** 31 - 1]))
+    def release(a: torch.Tensor) -> torch.Tensor:
+        return defence.released(a, generator)
+
     (row,) = leakage_per_cut(model, x, y, release, cuts=[cut], sent_labels=sent)
     out = {"dcor": row.dcor, "norm_auc": row.norm_auc, "direction_auc": row.direction_auc}
     shape = tuple(x.shape[1:])

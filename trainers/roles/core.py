@@ -308,10 +308,7 @@ class Device:
         """What the device sends of ``h`` (clipped, noised when ``noise``) and NoPeek's penalty on it (with the
         graph where ``h`` has one)."""
         penalty = self.defence.penalty(x, h) if h.requires_grad else None
-        sent = self.defence.clipped(h)
-        if noise and self.noise_rng is not None:
-            sent = sent + self.defence.noise(sent.detach(), self.noise_rng)
-        return sent, penalty
+        return self.defence.released(h, self.noise_rng if noise else None), penalty
 
     def _replayed(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """A recomputed forward with its graph: the clipped activation (its noise is a constant of the graph) and

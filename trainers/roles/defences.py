@@ -123,6 +123,11 @@ class ActivationDefence:
         z = torch.randn(h.shape, generator=generator, device=h.device, dtype=h.dtype)
         return (self.noise_multiplier * self.clip) * z
 
+    def released(self, h: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        """What leaves the device of activations ``h``: clipped, and noised from ``generator`` (none: not noised)."""
+        sent = self.clipped(h)
+        return sent + self.noise(sent.detach(), generator) if generator is not None and self.noisy else sent
+
     def penalty(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor | None:
         """α · dCor(X, A) over the batch (None without NoPeek, or with a single sample)."""
         if self.nopeek <= 0 or h.shape[0] < 2:

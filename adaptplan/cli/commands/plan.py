@@ -70,6 +70,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-leakage", metavar="METRIC=LIMIT", help="plan every device within this leakage budget: "
                         "dcor, norm_auc, direction_auc, psnr or ssim at most LIMIT, or mse at least LIMIT, per the "
                         "--leakage-table (cut L, the whole model on the device, is not admitted)")
+    parser.add_argument("--defence", metavar="SETTING", help="plan for devices that defend their activations "
+                        "(clip=C,noise=σ,nopeek=α, any of them; docs/privacy.md \"Defences\"): the defence's FLOPs per "
+                        "sample are charged at each cut (eqs. 16, 21), at the system's batch size; with --leakage-table, "
+                        "give a table measured under the same setting (profile --leakage-defence)")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON (docs/formats.md) instead of a table")
     parser.add_argument("-o", "--output", metavar="FILE", help="also write the plan JSON to FILE")
     parser.set_defaults(func=run)
@@ -209,6 +213,7 @@ def run(args: argparse.Namespace) -> int:
                                  "to a test accuracy only when fitted to them)", field=flag)
         profile, system, constants, title = load_instance(args)
     candidates = check_candidates(parse_cuts(args.cuts), profile.num_cuts) if args.cuts else None
+    profile = defended(args, profile, system.batch_size)
     leakage = leakage_budget(args, profile, system.num_devices)
     if leakage is not None and isinstance(fit, LinearRounds):
         raise InputError("a leakage budget plans with Corollary 1's rounds, not --rounds-law linear", field="--max-leakage")
@@ -235,6 +240,26 @@ def run(args: argparse.Namespace) -> int:
                   f"(cuts {sorted(set(plan.cuts))} planned)")
         print(f"\nplanned in {elapsed:.2f} s wall-clock")
     return 0
+
+
+def defended(args: argparse.Namespace, profile: ModelProfile, batch_size: int) -> ModelProfile:
+    """``profile`` with ``--defence``'s FLOPs charged (unchanged without it); a table of ``--leakage-table`` must have
+    been measured under the same setting (InputError naming the flag otherwise)."""
+    from adaptplan.defence_cost import DefenceSetting
+
+    setting = DefenceSetting.parse(args.defence, "--defence") if args.defence else DefenceSetting()
+    if setting.labels is not None:
+        raise InputError("randomised labels cost nothing on the clock; give them to `train --label-epsilon`",
+                         field="--defence")
+    if args.leakage_table is not None:
+        from adaptplan.leakage_table import LeakageTable
+
+        measured = LeakageTable.load(args.leakage_table).defence
+        if measured != setting.name:
+            raise InputError(f"{args.leakage_table} was measured under defence {measured!r}, the plan is for "
+                             f"{setting.name!r}: measure it under the same setting (profile --leakage-defence)",
+                             field="--defence")
+    return setting.charged(profile, batch_size)
 
 
 def leakage_budget(args: argparse.Namespace, profile: Any, num_devices: int) -> Any:

@@ -57,6 +57,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                            "as many of the test split are the model-inversion attacker's auxiliary data")
     leak.add_argument("--leakage-figure", metavar="FILE",
                       help="with --leakage on images: write a PNG of 8 originals above their reconstructions at each cut")
+    leak.add_argument("--leakage-defence", metavar="SETTING", default="none",
+                      help="measure the activations as a defence releases them (clip=C,noise=σ and labels=ε of "
+                           "`train --activation-clip/--activation-noise/--label-epsilon`; docs/privacy.md \"Defences\"): "
+                           "the attacker knows the mechanism and draws its own noise (default none)")
     leak.add_argument("--leakage-out", metavar="FILE",
                       help="with --leakage: write the figures per cut as a leakage table (docs/formats.md), which "
                            "`adaptplan plan --leakage-table FILE --max-leakage METRIC=LIMIT` plans within")
@@ -116,9 +120,16 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--grad-stats needs --dataset NAME and --constants-out FILE", field="--grad-stats")
     if args.leakage and not args.dataset:
         raise InputError("--leakage needs --dataset NAME (the samples it is measured on)", field="--leakage")
-    for flag, value in (("--leakage-figure", args.leakage_figure), ("--leakage-out", args.leakage_out)):
+    for flag, value in (("--leakage-figure", args.leakage_figure), ("--leakage-out", args.leakage_out),
+                        ("--leakage-defence", args.leakage_defence if args.leakage_defence != "none" else None)):
         if value and not args.leakage:
             raise InputError(f"{flag} records the leakage measurement: add --leakage", field=flag)
+    from adaptplan.defence_cost import DefenceSetting
+
+    setting = DefenceSetting.parse(args.leakage_defence, "--leakage-defence")
+    if setting.nopeek:
+        raise InputError("NoPeek changes the weights it trains, and a profile measures one model: compare it with "
+                         "`adaptplan bench privacy`", field="--leakage-defence")
     if args.grad_stats:
         from trainers.config.devices import resolve_device
 
@@ -157,13 +168,13 @@ def run(args: argparse.Namespace) -> int:
         print(format_table(profile, chain.output_shapes))
     if args.leakage:
         assert data is not None, "--leakage needs --dataset (checked above)"
-        text, figures = leakage_table(chain, data, args.leakage_samples, args.dataset, args.leakage_figure)
+        text, figures = leakage_table(chain, data, args.leakage_samples, args.dataset, args.leakage_figure, setting)
         print(text)
         if args.leakage_out:
             from adaptplan.leakage_table import LeakageTable
 
             LeakageTable(profile.identity(), args.dataset, min(args.leakage_samples, int(data.x_train.shape[0])),
-                         figures).save(args.leakage_out)
+                         figures, setting.name).save(args.leakage_out)
             print(f"wrote {args.leakage_out} (leakage per cut: {', '.join(figures)})", file=sys.stderr)
     if args.grad_stats:
         constants = _grad_stats(args, chain, data)
@@ -195,22 +206,34 @@ def _grad_stats(args: argparse.Namespace, chain: Any, data: Any) -> Any:
                               progress=True, device=args.torch_device)
 
 
-def leakage_table(chain: Any, data: Any, samples: int, dataset: str, figure: str | None = None
-                  ) -> tuple[str, dict[str, list[float]]]:
+def leakage_table(chain: Any, data: Any, samples: int, dataset: str, figure: str | None = None,
+                  setting: Any = None) -> tuple[str, dict[str, list[float]]]:
     """Per cut: dCor(inputs, activations) and the label-inference AUCs (profilers/leakage.py), on the first
     ``samples`` training samples of ``data`` at the chain's initial weights; for images (C×H×W of at least 11×11)
     also the model-inversion attacker's reconstructions (profilers/inversion.py), its decoder fitted on as many
-    test samples, and with ``figure`` their PNG. Returns the table's text and its figures per cut (for the
-    leakage table file)."""
+    test samples, and with ``figure`` their PNG; under a defence ``setting``
+    (:class:`adaptplan.defence_cost.DefenceSetting`) of the activations as it releases them. Returns the table's
+    text and its figures per cut (for the leakage table file)."""
+    import torch
+
     from profilers.inversion import SSIM_WINDOW, invert_per_cut, mean_image_figures, save_figure, to_pixels
     from profilers.leakage import leakage_per_cut
+    from trainers.roles.defences import ActivationDefence
 
     n = min(samples, int(data.x_train.shape[0]))
-    rows = leakage_per_cut(chain.blocks, data.x_train[:n], data.y_train[:n])
+    defence = ActivationDefence(setting.clip, setting.noise, 0.0, 1e-5, setting.labels, data.num_classes) \
+        if setting is not None else ActivationDefence()
+    generator = torch.Generator().manual_seed(0)
+    release = (lambda a: defence.released(a, generator)) if defence.clip > 0 else None      # noqa: E731
+    sent = None if defence.label_epsilon is None else \
+        torch.from_numpy(defence.randomised(data.y_train[:n].numpy(), [0]))
+    rows = leakage_per_cut(chain.blocks, data.x_train[:n], data.y_train[:n], release, sent_labels=sent)
     shape = tuple(data.x_train.shape[1:])
     images = len(shape) == 3 and min(shape[1:]) >= SSIM_WINDOW
-    inverted = invert_per_cut(chain.blocks, data.x_test[:n], data.x_train[:n], data.mean, data.std) if images else None
-    lines = [f"leakage per cut ({n} samples of {dataset}, the model's initial weights; docs/privacy.md): "
+    inverted = invert_per_cut(chain.blocks, data.x_test[:n], data.x_train[:n], data.mean, data.std,
+                              release=release) if images else None
+    shown = f", the activations as {setting.name} releases them" if setting is not None and setting.name != "none" else ""
+    lines = [f"leakage per cut ({n} samples of {dataset}, the model's initial weights{shown}; docs/privacy.md): "
              "dCor = distance correlation of inputs and activations (1: an isometry of the input); AUC of "
              "inferring labels from the returned gradients, one-vs-rest (0.5: nothing learnt)"
              + (f"; inversion: a decoder fitted on {min(n, int(data.x_test.shape[0]))} test samples reconstructs "

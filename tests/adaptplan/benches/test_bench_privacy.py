@@ -22,7 +22,9 @@ def test_settings_read_as_written() -> None:
     assert parse_defences("none; clip=2,noise=0.5 ;nopeek=0.25") == [
         DefenceSetting(), DefenceSetting(clip=2.0, noise=0.5), DefenceSetting(nopeek=0.25)]
     assert [d.name for d in parse_defences("none;noise=1,clip=3;nopeek=1")] == ["none", "clip=3,noise=1", "nopeek=1"]
-    assert DefenceSetting(clip=3, noise=1).config() == {"activation_clip": 3, "activation_noise": 1, "nopeek": 0.0}
+    assert DefenceSetting(clip=3, noise=1).config() == {"activation_clip": 3, "activation_noise": 1, "nopeek": 0.0,
+                                                        "label_epsilon": None}
+    assert DefenceSetting.parse("labels=2").name == "labels=2" and DefenceSetting.parse("labels=2").labels == 2.0
     for bad, words in (("noise=1", "needs a clip"), ("clip=x", "must be a number"), ("size=1", "is not"),
                        ("clip=-1", "≥ 0"), ("", "at least one")):
         with pytest.raises(InputError, match=words) as info:

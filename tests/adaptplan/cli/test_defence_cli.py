@@ -1,0 +1,68 @@
+"""A defence setting from the command line (adaptplan/defence_cost.py ``DefenceSetting``): ``profile --leakage
+--leakage-defence`` measures the released activations and names the setting in its leakage table, ``plan --defence``
+charges the defence's FLOPs (eqs. 16, 21) and plans only with a table measured under the same setting; bad input is
+one message naming the flag (exit 2)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from adaptplan.cli import main
+from adaptplan.defence_cost import DefenceSetting
+from adaptplan.latency import LatencyModel
+from adaptplan.leakage_table import LeakageTable
+from adaptplan.model_profile import ModelProfile
+from adaptplan.plan import Plan
+from adaptplan.system import generate_system
+
+PROFILE = ["profile", "mlp", "--input", "1x8x8"]
+
+
+def test_a_noised_leakage_table_names_its_setting_and_leaks_less_than_the_plain_one(tmp_path: Path) -> None:
+    for name, setting in (("plain", "none"), ("noised", "clip=1,noise=50")):
+        assert main([*PROFILE, "--leakage", "--dataset", "synthetic", "--leakage-samples", "128", "--leakage-defence",
+                     setting, "--leakage-out", str(tmp_path / f"{name}.json")]) == 0
+    plain, noised = (LeakageTable.load(tmp_path / f"{k}.json") for k in ("plain", "noised"))
+    assert (plain.defence, noised.defence) == ("none", "clip=1,noise=50")
+    assert all(n < p for n, p in zip(noised.figures["dcor"], plain.figures["dcor"]))
+    legacy = {k: v for k, v in json.loads((tmp_path / "plain.json").read_text()).items() if k != "defence"}
+    (tmp_path / "legacy.json").write_text(json.dumps(legacy))
+    assert LeakageTable.load(tmp_path / "legacy.json").defence == "none"     # a table written before the field
+
+
+def test_plan_charges_the_defence_and_checks_the_tables_setting(tmp_path: Path, capsys) -> None:
+    assert main([*PROFILE, "-o", str(tmp_path / "p.json")]) == 0
+    system = generate_system(4, 3)
+    system.save(tmp_path / "s.json")
+    common = ["plan", "--profile", str(tmp_path / "p.json"), "--system", str(tmp_path / "s.json"), "--json"]
+    assert main([*common, "--cuts", "1", "-o", str(tmp_path / "plain.json")]) == 0
+    assert main([*common, "--cuts", "1", "--defence", "clip=1,nopeek=0.5", "-o", str(tmp_path / "nopeek.json")]) == 0
+    capsys.readouterr()
+    profile = ModelProfile.load(tmp_path / "p.json")
+    charged = DefenceSetting(clip=1.0, nopeek=0.5).charged(profile, system.batch_size)
+    plain, nopeek = Plan.load(tmp_path / "plain.json"), Plan.load(tmp_path / "nopeek.json")
+    assert nopeek.round_latency_s == pytest.approx(LatencyModel(charged, system).t_split([1] * 4), rel=1e-9)
+    assert nopeek.round_latency_s > plain.round_latency_s == pytest.approx(
+        LatencyModel(profile, system).t_split([1] * 4), rel=1e-9)
+    assert main([*PROFILE, "--leakage", "--dataset", "synthetic", "--leakage-samples", "32",
+                 "--leakage-out", str(tmp_path / "leak.json")]) == 0
+    capsys.readouterr()
+    assert main([*common, "--leakage-table", str(tmp_path / "leak.json"), "--max-leakage", "dcor=1",
+                 "--defence", "clip=1,noise=1"]) == 2
+    err = capsys.readouterr().err
+    assert "--defence" in err and "'none'" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["plan", "--defence", "noise=1"], "--defence"),
+    (["plan", "--defence", "labels=1"], "--defence"),
+    ([*PROFILE, "--leakage", "--dataset", "synthetic", "--leakage-defence", "nopeek=1"], "--leakage-defence"),
+    ([*PROFILE, "--leakage-defence", "clip=1"], "--leakage-defence"),
+])
+def test_bad_defence_settings_are_one_message_and_exit_2(argv: list[str], flag: str, capsys) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert flag in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
