@@ -140,7 +140,10 @@ def _cell(row: PrivacyRow, name: str, fmt: str, scale: float = 1.0) -> str:
     m, s = row.mean[name], row.std[name]
     if m is None:
         return "-"
-    return f"{format(m * scale, fmt)} ± {format((s or 0.0) * scale, fmt)}" if row.seeds > 1 else format(m * scale, fmt)
+    if row.seeds == 1:
+        return format(m * scale, fmt)
+    spread = (s or 0.0) * scale
+    return f"{format(m * scale, fmt)} ± {format(spread, fmt) if spread >= 1e-9 * abs(m * scale) else '0'}"
 
 
 def table(rows: Sequence[PrivacyRow], header: str) -> str:
