@@ -57,7 +57,7 @@ def config_setter(name: str, value: Any) -> Callable[[dict[str, Any]], None]:
 
 
 OPTIONAL = {"plan_path", "policy", "system_path", "constants_path", "data_root", "device_data", "replan_every", "max_test_samples",
-            "interval", "target_accuracy", "ranks", "mlflow", "pilots"}       # None is a valid value of these
+            "interval", "target_accuracy", "ranks", "mlflow", "pilots", "label_epsilon"}   # None is a valid value of these
 
 
 def bad_config_values(name: str, value: Any) -> list[Any]:
@@ -70,7 +70,7 @@ def bad_config_values(name: str, value: Any) -> list[Any]:
         return [v for v in BAD_TEXT if not (v is None and name in OPTIONAL)]
     if isinstance(value, int) or name in ("replan_every", "max_test_samples", "interval"):
         return [-1, 1.5, "3", [], 10 ** 30] + ([] if name in OPTIONAL else [None])
-    if isinstance(value, float) or name == "target_accuracy":
+    if isinstance(value, float) or name in ("target_accuracy", "label_epsilon"):
         huge = [] if name == "clip_norm" else [10 ** 30]    # any clip norm > 0 is a clip norm
         return [-1.0, NAN, INF, "0.1", []] + huge + ([] if name in OPTIONAL else [None])
     if name == "cuts":
