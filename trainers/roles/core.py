@@ -237,8 +237,12 @@ class Device:
             replay = _Replay.before(idx)
             with torch.no_grad():
                 h = self._forward_samples(idx)
-            return self.send(round_index, h, y, replay=replay, x=self.x[idx])
-        return self.send(round_index, self._forward_samples(idx), y, x=self.x[idx])
+            return self.send(round_index, h, y, replay=replay, x=self._penalised_inputs(idx))
+        return self.send(round_index, self._forward_samples(idx), y, x=self._penalised_inputs(idx))
+
+    def _penalised_inputs(self, idx: torch.Tensor) -> torch.Tensor | None:
+        """The inputs NoPeek's penalty needs (None without it: no copy of them on the hot path)."""
+        return self.x[idx] if self.defence.nopeek > 0 else None
 
     @property
     def can_recompute(self) -> bool:
@@ -292,29 +296,29 @@ class Device:
              replay: _Replay | None = None, x: torch.Tensor | None = None) -> Activation:
         """Keep ``h`` (with its graph) as the pending activation of the next step and emit its message;
         ``batch`` is the :class:`trainers.roles.batching.ClientBatch` that computed ``h``, if any; ``replay``
-        how to compute it again with its graph (a recomputed forward); ``x`` the inputs it was computed from. The
-        device's defence (:attr:`defence`) is applied here, to what leaves the device."""
+        how to compute it again with its graph (a recomputed forward); ``x`` the inputs it was computed from (NoPeek's
+        penalty needs them). The device's defence (:attr:`defence`) is applied here, to what leaves the device."""
         check_finite(h.detach(), "client activation", round_index, self.index)
         penalty = None
         if self.defence.active:
-            if x is None or batch is not None:
-                raise ValueError("a defended activation is computed per device from its inputs")
+            if batch is not None or (self.defence.nopeek > 0 and x is None):
+                raise ValueError("a defended activation is computed per device, with its inputs under NoPeek")
             h, penalty = self._defended(h, x, noise=True)
         self.step += 1
         self.pending = _Pending(round_index, self.step, h, batch, replay, penalty)
         return Activation(self.index, round_index, self.step, h.detach(), y)
 
-    def _defended(self, h: torch.Tensor, x: torch.Tensor, noise: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _defended(self, h: torch.Tensor, x: torch.Tensor | None, noise: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         """What the device sends of ``h`` (clipped, noised when ``noise``) and NoPeek's penalty on it (with the
         graph where ``h`` has one)."""
-        penalty = self.defence.penalty(x, h) if h.requires_grad else None
+        penalty = self.defence.penalty(x, h) if h.requires_grad and x is not None else None
         return self.defence.released(h, self.noise_rng if noise else None), penalty
 
     def _replayed(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """A recomputed forward with its graph: the clipped activation (its noise is a constant of the graph) and
         the penalty."""
         h = self._forward_samples(idx)
-        return self._defended(h, self.x[idx], noise=False) if self.defence.active else (h, None)
+        return self._defended(h, self._penalised_inputs(idx), noise=False) if self.defence.active else (h, None)
 
     def backward(self, msg: CutGradient) -> None:
         """Eq. (6): back-propagate the cut gradient and step w_{c,i}; ``msg.tensor is None`` drops

@@ -70,8 +70,8 @@ class ActivationDefence:
 
     @classmethod
     def of(cls, privacy: "PrivacyConfig") -> "ActivationDefence":
-        """The defence a run's ``--activation-clip``, ``--activation-noise``, ``--nopeek`` and ``--privacy-delta``
-        set."""
+        """The defence a run's ``--activation-clip``, ``--activation-noise``, ``--nopeek``, ``--privacy-delta`` and
+        ``--label-epsilon`` set (M, the classes, is the engine's to fill in)."""
         labels = None if privacy.label_epsilon is None else float(privacy.label_epsilon)
         return cls(float(privacy.activation_clip), float(privacy.activation_noise), float(privacy.nopeek),
                    float(privacy.privacy_delta), labels)
@@ -99,8 +99,7 @@ class ActivationDefence:
         stream: kept with :meth:`keep_probability`, else uniform over the other M − 1 classes."""
         if self.label_epsilon is None:
             return labels
-        words = list(seed) if isinstance(seed, (list, tuple)) else [seed]
-        rng = np.random.default_rng([*(int(w) for w in words), LABEL_STREAM])
+        rng = np.random.default_rng(_stream(seed, LABEL_STREAM))
         keep = rng.random(labels.size) < self.keep_probability()
         other = rng.integers(0, self.classes - 1, labels.size)
         other = other + (other >= labels)                       # uniform over the classes but the true one
@@ -138,11 +137,15 @@ class ActivationDefence:
         """The device's noise stream, seeded from its sampler's seed words (None without noise)."""
         if not self.noisy:
             return None
-        words = list(seed) if isinstance(seed, (list, tuple)) else [seed]
-        state = np.random.SeedSequence([*(int(w) for w in words), NOISE_STREAM]).generate_state(2, dtype=np.uint32)
+        state = np.random.SeedSequence(_stream(seed, NOISE_STREAM)).generate_state(2, dtype=np.uint32)
         g = torch.Generator(device=device)
         g.manual_seed(int(state[0]) << 31 ^ int(state[1]))
         return g
+
+
+def _stream(seed: Any, word: int) -> list[int]:
+    """A device's seed words (its sampler's: an integer or a list of them) with a stream word appended."""
+    return [*(int(w) for w in (seed if isinstance(seed, (list, tuple)) else [seed])), word]
 
 
 @functools.lru_cache(maxsize=4096)
