@@ -75,23 +75,15 @@ def privacy_run(job: dict[str, Any]) -> dict[str, Any]:
 def attack(trainer: Any, cut: int, samples: int) -> dict[str, float]:
     """The leakage figures of ``trainer``'s evaluated model at ``cut`` on the released activations (module
     docstring); the inversion's only for image data of at least the SSIM window."""
-    import torch
-
     from profilers.inversion import SSIM_WINDOW, invert_per_cut
     from profilers.leakage import leakage_per_cut
-
-    defence = trainer.engine.defence
-    generator = torch.Generator().manual_seed(2 ** 31 - 1 - int(trainer.config.run.seed))
 
     model = trainer.engine.eval_models()[0]
     data = trainer.dataset
     n = min(samples, int(data.x_train.shape[0]), int(data.x_test.shape[0]))
     x, y = data.x_train[:n], data.y_train[:n]
-    sent = None if defence.label_epsilon is None else \
-        torch.from_numpy(defence.randomised(y.numpy(), [int(trainer.config.run.seed), 2 ** 31 - 1]))
-    def release(a: torch.Tensor) -> torch.Tensor:
-        return defence.released(a, generator)
-
+    seed = int(trainer.config.run.seed)
+    release, sent = trainer.engine.defence.attacker_view(y, 2 ** 31 - 1 - seed, [seed, 2 ** 31 - 1])
     (row,) = leakage_per_cut(model, x, y, release, cuts=[cut], sent_labels=sent)
     out = {"dcor": row.dcor, "norm_auc": row.norm_auc, "direction_auc": row.direction_auc}
     shape = tuple(x.shape[1:])

@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import torch
@@ -127,6 +127,17 @@ class ActivationDefence:
         sent = self.clipped(h)
         return sent + self.noise(sent.detach(), generator) if generator is not None and self.noisy else sent
 
+    def attacker_view(self, labels: torch.Tensor, noise_seed: int, label_seed: Any
+                      ) -> tuple[Callable[[torch.Tensor], torch.Tensor] | None, torch.Tensor | None]:
+        """What an attacker of this defence measures from (``profile --leakage-defence``, ``bench privacy``): the
+        release it applies to activations (clip and noise, the noise from its own generator seeded ``noise_seed``;
+        None without a clip) and the labels sent for ``labels`` (randomised response drawn from ``label_seed``; None:
+        the true ones)."""
+        generator = torch.Generator().manual_seed(int(noise_seed))
+        release = (lambda a: self.released(a, generator)) if self.clip > 0 else None   # noqa: E731
+        sent = None if self.label_epsilon is None else torch.from_numpy(self.randomised(labels.numpy(), label_seed))
+        return release, sent
+
     def penalty(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor | None:
         """α · dCor(X, A) over the batch (None without NoPeek, or with a single sample)."""
         if self.nopeek <= 0 or h.shape[0] < 2:
@@ -159,6 +170,7 @@ def _rdp_per_step(noise_multiplier: float, sample_rate: float) -> tuple[tuple[fl
     return orders, np.asarray(compute_rdp(q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=list(orders)))
 
 
+@functools.lru_cache(maxsize=1 << 16)     # every round asks again for the devices that did not send since
 def activation_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float) -> float:
     """ε of (ε, δ)-DP of one device's activations after ``steps`` sends of a ``sample_rate`` q = b_i/|𝒟_i| share of
     its samples, each clipped and noised with σ = ``noise_multiplier`` (module docstring): the subsampled Gaussian

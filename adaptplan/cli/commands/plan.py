@@ -213,8 +213,9 @@ def run(args: argparse.Namespace) -> int:
                                  "to a test accuracy only when fitted to them)", field=flag)
         profile, system, constants, title = load_instance(args)
     candidates = check_candidates(parse_cuts(args.cuts), profile.num_cuts) if args.cuts else None
-    profile = defended(args, profile, system.batch_size)
-    leakage = leakage_budget(args, profile, system.num_devices)
+    setting = defence_setting(args)
+    profile = setting.charged(profile, system.batch_size)
+    leakage = leakage_budget(args, profile, system.num_devices, setting.name)
     if leakage is not None and isinstance(fit, LinearRounds):
         raise InputError("a leakage budget plans with Corollary 1's rounds, not --rounds-law linear", field="--max-leakage")
     start = time.perf_counter()
@@ -242,28 +243,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def defended(args: argparse.Namespace, profile: ModelProfile, batch_size: int) -> ModelProfile:
-    """``profile`` with ``--defence``'s FLOPs charged (unchanged without it); a table of ``--leakage-table`` must have
-    been measured under the same setting (InputError naming the flag otherwise)."""
+def defence_setting(args: argparse.Namespace) -> Any:
+    """``--defence`` (none without it): a :class:`adaptplan.defence_cost.DefenceSetting` whose FLOPs the plan charges."""
     from adaptplan.defence_cost import DefenceSetting
 
     setting = DefenceSetting.parse(args.defence, "--defence") if args.defence else DefenceSetting()
     if setting.labels is not None:
         raise InputError("randomised labels cost nothing on the clock; give them to `train --label-epsilon`",
                          field="--defence")
-    if args.leakage_table is not None:
-        from adaptplan.leakage_table import LeakageTable
-
-        measured = LeakageTable.load(args.leakage_table).defence
-        if measured != setting.name:
-            raise InputError(f"{args.leakage_table} was measured under defence {measured!r}, the plan is for "
-                             f"{setting.name!r}: measure it under the same setting (profile --leakage-defence)",
-                             field="--defence")
-    return setting.charged(profile, batch_size)
+    return setting
 
 
-def leakage_budget(args: argparse.Namespace, profile: Any, num_devices: int) -> Any:
-    """The budget of ``--max-leakage`` over ``--leakage-table`` (both or neither), or None."""
+def leakage_budget(args: argparse.Namespace, profile: Any, num_devices: int, defence: str = "none") -> Any:
+    """The budget of ``--max-leakage`` over ``--leakage-table`` (both or neither), or None; the table must have been
+    measured under the plan's ``defence`` setting (its name; InputError naming ``--defence`` otherwise)."""
     if args.leakage_table is None and args.max_leakage is None:
         return None
     if args.leakage_table is None or args.max_leakage is None:
@@ -274,4 +267,8 @@ def leakage_budget(args: argparse.Namespace, profile: Any, num_devices: int) -> 
     from solvers.leakage_budget import LeakageBudget
 
     metric, limit = parse_budget(args.max_leakage)
-    return LeakageBudget.uniform(metric, LeakageTable.load(args.leakage_table).figure(profile, metric), limit, num_devices)
+    table = LeakageTable.load(args.leakage_table)
+    if table.defence != defence:
+        raise InputError(f"{args.leakage_table} was measured under defence {table.defence!r}, the plan is for "
+                         f"{defence!r}: measure it under the same setting (profile --leakage-defence)", field="--defence")
+    return LeakageBudget.uniform(metric, table.figure(profile, metric), limit, num_devices)

@@ -214,8 +214,6 @@ def leakage_table(chain: Any, data: Any, samples: int, dataset: str, figure: str
     test samples, and with ``figure`` their PNG; under a defence ``setting``
     (:class:`adaptplan.defence_cost.DefenceSetting`) of the activations as it releases them. Returns the table's
     text and its figures per cut (for the leakage table file)."""
-    import torch
-
     from profilers.inversion import SSIM_WINDOW, invert_per_cut, mean_image_figures, save_figure, to_pixels
     from profilers.leakage import leakage_per_cut
     from trainers.roles.defences import ActivationDefence
@@ -223,10 +221,7 @@ def leakage_table(chain: Any, data: Any, samples: int, dataset: str, figure: str
     n = min(samples, int(data.x_train.shape[0]))
     defence = ActivationDefence(setting.clip, setting.noise, 0.0, 1e-5, setting.labels, data.num_classes) \
         if setting is not None else ActivationDefence()
-    generator = torch.Generator().manual_seed(0)
-    release = (lambda a: defence.released(a, generator)) if defence.clip > 0 else None      # noqa: E731
-    sent = None if defence.label_epsilon is None else \
-        torch.from_numpy(defence.randomised(data.y_train[:n].numpy(), [0]))
+    release, sent = defence.attacker_view(data.y_train[:n], 0, [0])
     rows = leakage_per_cut(chain.blocks, data.x_train[:n], data.y_train[:n], release, sent_labels=sent)
     shape = tuple(data.x_train.shape[1:])
     images = len(shape) == 3 and min(shape[1:]) >= SSIM_WINDOW
