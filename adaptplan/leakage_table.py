@@ -90,14 +90,19 @@ class LeakageTable:
         return list(self.figures[metric])
 
 
-def parse_budget(text: str) -> tuple[str, float]:
-    """``"dcor=0.9"`` → ("dcor", 0.9); InputError naming --max-leakage otherwise."""
-    name, sep, value = text.partition("=")
+def parse_budget(text: str, num_devices: int | None = None) -> tuple[str, tuple[float, ...]]:
+    """``"dcor=0.9"`` → ("dcor", (0.9,)): one limit for every device; ``"dcor=0.9,0.5,0.7"`` → one limit per device,
+    device i's the i-th, as many as ``num_devices`` when it is given. InputError naming --max-leakage otherwise."""
+    name, sep, values = text.partition("=")
     try:
-        limit = float(value)
+        limits = tuple(float(v) for v in values.split(","))
     except ValueError:
-        limit = math.nan
-    if not sep or name.strip() not in METRICS or not math.isfinite(limit):
-        raise InputError(f"expected METRIC=LIMIT with METRIC one of {', '.join(METRICS)} and a finite limit, e.g. "
-                         f"dcor=0.9; got {text!r}", field="--max-leakage")
-    return name.strip(), limit
+        limits = (math.nan,)
+    if not sep or name.strip() not in METRICS or not all(math.isfinite(v) for v in limits):
+        raise InputError(f"expected METRIC=LIMIT (one limit for every device) or METRIC=L0,L1,… (one per device) with "
+                         f"METRIC one of {', '.join(METRICS)} and finite limits, e.g. dcor=0.9; got {text!r}",
+                         field="--max-leakage")
+    if num_devices is not None and len(limits) not in (1, num_devices):
+        raise InputError(f"{len(limits)} limits for {num_devices} devices: give one limit for every device or one per "
+                         f"device", field="--max-leakage")
+    return name.strip(), limits

@@ -94,8 +94,13 @@ def test_an_infeasible_budget_names_the_device_and_the_smallest_feasible_budget(
 
 
 def test_parse_budget_and_a_table_of_another_model() -> None:
-    assert parse_budget("dcor=0.9") == ("dcor", 0.9) and parse_budget(" mse =0.02") == ("mse", 0.02)
-    for bad in ("dcor", "dcor=x", "leak=1", "dcor=nan"):
+    assert parse_budget("dcor=0.9") == ("dcor", (0.9,)) and parse_budget(" mse =0.02") == ("mse", (0.02,))
+    assert parse_budget("psnr=12,14.5,9", 3) == ("psnr", (12.0, 14.5, 9.0))
+    assert parse_budget("psnr=12", 3) == ("psnr", (12.0,))
+    with pytest.raises(InputError, match="2 limits for 3 devices") as info:
+        parse_budget("psnr=12,14", 3)
+    assert info.value.field == "--max-leakage"
+    for bad in ("dcor", "dcor=x", "leak=1", "dcor=nan", "dcor=0.5,", "dcor=0.5,inf"):
         with pytest.raises(InputError) as info:
             parse_budget(bad)
         assert info.value.field == "--max-leakage"
@@ -136,6 +141,20 @@ def test_profile_writes_the_table_and_plan_keeps_every_device_within_it(tmp_path
     assert "admits no candidate cut" in err and "is feasible" in err
     assert main(["plan", "--profile", str(profile), "--max-leakage", "dcor=0.5"]) == 2
     assert "--max-leakage needs --leakage-table FILE" in capsys.readouterr().err
+    # one limit per device: device 2 alone held to the least-leaking cut, the others free
+    strict, loose = min(figures["dcor"]), max(figures["dcor"])
+    assert main(["plan", "--profile", str(profile), "--devices", "4", "--leakage-table", str(leak), "--max-leakage",
+                 f"dcor={loose},{loose},{strict},{loose}", "-o", str(plan)]) == 0
+    capsys.readouterr()
+    cuts = json.loads(plan.read_text())["cuts"]
+    assert figures["dcor"][cuts[2] - 1] <= strict
+    assert any(figures["dcor"][c - 1] > strict for c in cuts)     # the others are not held to device 2's limit
+    assert main(["plan", "--profile", str(profile), "--devices", "4", "--leakage-table", str(leak), "--max-leakage",
+                 f"dcor={loose},{loose},{strict / 2},{loose}"]) == 2
+    assert "device 2's budget" in capsys.readouterr().err
+    assert main(["plan", "--profile", str(profile), "--devices", "4", "--leakage-table", str(leak), "--max-leakage",
+                 f"dcor={loose},{loose}"]) == 2
+    assert "2 limits for 4 devices" in capsys.readouterr().err
 
 
 def test_memory_and_budget_both_bind() -> None:

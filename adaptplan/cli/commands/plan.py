@@ -69,7 +69,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "MODEL --leakage --leakage-out FILE` (docs/privacy.md); with --max-leakage")
     parser.add_argument("--max-leakage", metavar="METRIC=LIMIT", help="plan every device within this leakage budget: "
                         "dcor, norm_auc, direction_auc, psnr or ssim at most LIMIT, or mse at least LIMIT, per the "
-                        "--leakage-table (cut L, the whole model on the device, is not admitted)")
+                        "--leakage-table (cut L, the whole model on the device, is not admitted); METRIC=L0,L1,… gives "
+                        "device i the i-th limit (one per device)")
     parser.add_argument("--defence", metavar="SETTING", help="plan for devices that defend their activations "
                         "(clip=C,noise=σ,nopeek=α, any of them; docs/privacy.md \"Defences\"): the defence's FLOPs per "
                         "sample are charged at each cut (eqs. 16, 21), at the system's batch size; with --leakage-table, "
@@ -263,12 +264,15 @@ def leakage_budget(args: argparse.Namespace, profile: Any, num_devices: int, def
         missing = "--leakage-table FILE" if args.leakage_table is None else "--max-leakage METRIC=LIMIT"
         given = "--max-leakage" if args.leakage_table is None else "--leakage-table"
         raise InputError(f"{given} needs {missing}", field=given)
+    import numpy as np
+
     from adaptplan.leakage_table import LeakageTable, parse_budget
     from solvers.leakage_budget import LeakageBudget
 
-    metric, limit = parse_budget(args.max_leakage)
+    metric, limits = parse_budget(args.max_leakage, num_devices)
     table = LeakageTable.load(args.leakage_table)
     if table.defence != defence:
         raise InputError(f"{args.leakage_table} was measured under defence {table.defence!r}, the plan is for "
                          f"{defence!r}: measure it under the same setting (profile --leakage-defence)", field="--defence")
-    return LeakageBudget.uniform(metric, table.figure(profile, metric), limit, num_devices)
+    per_device = np.broadcast_to(np.asarray(limits, dtype=float), (num_devices,)).copy()   # one limit: every device's
+    return LeakageBudget(metric, np.asarray(table.figure(profile, metric), dtype=float), per_device)
