@@ -51,12 +51,14 @@ def with_defence_cost(profile: ModelProfile, clip: bool, noise: bool, nopeek: bo
 class DefenceSetting:
     """One defence setting as the command line writes it (``bench privacy --defences``, ``plan --defence``,
     ``profile --leakage-defence``): ``clip`` C, ``noise`` σ, ``nopeek`` α (0: off), ``labels`` ε of the randomised
-    response (None: off), written ``clip=C,noise=σ,nopeek=α,labels=ε`` (any of them; ``none`` for no defence)."""
+    response (None: off), written ``clip=C,noise=σ,nopeek=α,labels=ε`` (any of them; ``none`` for no defence);
+    ``clip_rms=c`` in place of ``clip=C`` bounds each sample by c·√d, c per value (``clip_per_value``)."""
 
     clip: float = 0.0
     noise: float = 0.0
     nopeek: float = 0.0
     labels: float | None = None
+    clip_per_value: bool = False
 
     @classmethod
     def parse(cls, text: str, field: str = "--defences") -> "DefenceSetting":
@@ -66,8 +68,9 @@ class DefenceSetting:
         values: dict[str, float] = {}
         for item in text.split(","):
             key, _, value = item.partition("=")
-            if key.strip() not in ("clip", "noise", "nopeek", "labels") or not value:
-                raise InputError(f"{item.strip()!r} is not clip=C, noise=σ, nopeek=α or labels=ε (or none)", field=field)
+            if key.strip() not in ("clip", "clip_rms", "noise", "nopeek", "labels") or not value:
+                raise InputError(f"{item.strip()!r} is not clip=C, clip_rms=c, noise=σ, nopeek=α or labels=ε (or none)",
+                                 field=field)
             try:
                 number = float(value)
             except ValueError:
@@ -75,14 +78,19 @@ class DefenceSetting:
             if not math.isfinite(number) or number < 0:
                 raise InputError(f"{key.strip()} must be a finite number ≥ 0, got {value}", field=field)
             values[key.strip()] = number
-        setting = cls(**values)
+        if "clip" in values and "clip_rms" in values:
+            raise InputError(f"{text!r}: clip=C or clip_rms=c, not both", field=field)
+        per_value = "clip_rms" in values
+        values["clip"] = values.pop("clip_rms", values.get("clip", 0.0))
+        setting = cls(**values, clip_per_value=per_value)
         if setting.noise > 0 and setting.clip <= 0:
             raise InputError(f"{text!r}: noise needs a clip (its scale is σ·C)", field=field)
         return setting
 
     @property
     def name(self) -> str:
-        parts = [f"{k}={v:g}" for k, v in (("clip", self.clip), ("noise", self.noise), ("nopeek", self.nopeek)) if v]
+        clip = "clip_rms" if self.clip_per_value else "clip"
+        parts = [f"{k}={v:g}" for k, v in ((clip, self.clip), ("noise", self.noise), ("nopeek", self.nopeek)) if v]
         parts += [f"labels={self.labels:g}"] if self.labels is not None else []
         return ",".join(parts) or "none"
 
@@ -93,7 +101,7 @@ class DefenceSetting:
     def config(self) -> dict[str, float | None]:
         """The run's flat keys (trainers/config/train_config.py ``PrivacyConfig``)."""
         return {"activation_clip": self.clip, "activation_noise": self.noise, "nopeek": self.nopeek,
-                "label_epsilon": self.labels}
+                "label_epsilon": self.labels, "clip_per_value": self.clip_per_value}
 
 
 def parse_defences(text: str) -> list[DefenceSetting]:

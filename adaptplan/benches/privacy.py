@@ -47,15 +47,18 @@ def privacy_jobs(base: dict[str, Any], cuts: Sequence[int], defences: Sequence[D
 
 def privacy_run(job: dict[str, Any]) -> dict[str, Any]:
     """Train ``job``'s run and attack its model at its cut (module docstring); its figures (:data:`FIGURES`). A run
-    whose folder holds the figures of the same configuration is read back instead."""
+    whose folder holds the figures of the same configuration is read back instead (a key it was saved without read
+    at the value runs of before had, ``SAVED_BEFORE``)."""
+    from trainers.config.train_config import SAVED_BEFORE, TrainConfig
+
     folder = Path(job["folder"]) if job.get("folder") else None
     if folder is not None and (folder / RESULT_FILE).is_file():
         saved = json.loads((folder / RESULT_FILE).read_text(encoding="utf-8"))
-        if saved.get("config") == _plain(job["config"]):
+        config = _plain(job["config"])
+        if {k: v for k, v in SAVED_BEFORE.items() if k in config} | saved.get("config", {}) == config:
             return saved["figures"]
     import torch
 
-    from trainers.config.train_config import TrainConfig
     from trainers.run.driver import Trainer
 
     torch.set_num_threads(1)

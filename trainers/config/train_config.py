@@ -112,7 +112,8 @@ LOCAL_TEST_FRACTION = 0.1
 MAX_LOCAL_TEST_FRACTION = 0.5
 SAVED_BEFORE = {"local_test_fraction": 0.0, "pilots": None, "aggregation": "mean", "trim": 0.1, "rounds_law": "eq15",
                 "client_state": "algorithm", "labels_per_device": 2, "size_exponent": 1.0, "activation_clip": 0.0,
-                "activation_noise": 0.0, "nopeek": 0.0, "privacy_delta": 1e-5, "label_epsilon": None}
+                "activation_noise": 0.0, "nopeek": 0.0, "privacy_delta": 1e-5, "label_epsilon": None,
+                "clip_per_value": False}
 """Options a configuration saved before they existed ran with: no local test split, no pilots; the partition
 options of issue 70 at their defaults (no partition of before read them); no defence of the activations (issue 71)."""
 
@@ -492,8 +493,9 @@ class RunConfig:
 class PrivacyConfig:
     """What each device does to its activations before sending them (trainers/roles/defences.py, docs/privacy.md
     "Defences"): ``activation_clip`` C and ``activation_noise`` σ (the Gaussian mechanism per sample, σ·C the noise's
-    standard deviation), ``nopeek`` α (NoPeek's distance-correlation weight), ``privacy_delta`` the δ its ε is
-    reported at, ``label_epsilon`` ε of the randomised response on the labels."""
+    standard deviation; ``clip_per_value``: C = c·√d, c the bound per value), ``nopeek`` α (NoPeek's
+    distance-correlation weight), ``privacy_delta`` the δ its ε is reported at, ``label_epsilon`` ε of the randomised
+    response on the labels."""
 
     activation_clip: float = option(0.0, "clip each sample's cut-layer activation to this L2 norm C on the device "
                                     "before sending it (default 0: no clip)", low=0.0, high=1e12)
@@ -508,11 +510,15 @@ class PrivacyConfig:
                                          "samples, a label drawn once (its own with probability e^ε/(e^ε+M−1), else "
                                          "another uniformly): ε-label-DP (default: the true labels)", low=0.0,
                                          high=1e3)
+    clip_per_value: bool = option(False, "--activation-clip is c, a bound per value: each sample's bound is c·√d for "
+                                  "the d values it sends at its cut (an RMS of c per value at every cut)")
 
     def check(self) -> None:
         check_fields(self)
         if self.activation_noise > 0 and self.activation_clip <= 0:
             raise InputError("the noise's scale is σ·C: give --activation-clip C > 0 too", field="activation_noise")
+        if self.clip_per_value and self.activation_clip <= 0:
+            raise InputError("a bound per value needs --activation-clip c > 0", field="clip_per_value")
 
 
 MLFLOW_LOCAL = "local"

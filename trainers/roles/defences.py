@@ -6,6 +6,11 @@ tensor.
 * **Clipping and Gaussian noise** (the Gaussian mechanism on each sample's activation): sample k's activation
   a_k (flattened) is scaled to ā_k = a_k · min(1, C / ‖a_k‖₂) and sent as ã_k = ā_k + σ·C·z_k, z_k ~ N(0, I), drawn
   from the device's own noise stream (never the run's: Dropout masks and samplers stay as without the defence).
+  Per value (``clip_per_value``), the bound is C = c·√d for the d values a sample sends at the device's cut: an
+  RMS of at most c per value, so one c follows the activations' norms as they grow with d, where one C binds hard
+  at a wide cut and not at all at a narrow one (noise of s.d. σ·C over a small activation). The guarantee is the
+  same (sensitivity C, noise σ·C). Whatever C, a sample whose clip binds is sent with noise of norm ≈ σ·C·√d over
+  a signal of norm C: the ratio σ·√d is the mechanism's, and no clip lowers it.
   The device back-propagates the returned gradient through the clipping (the noise is a constant of its graph).
   :func:`activation_epsilon` turns σ, the device's sampling rate and its number of sends into (ε, δ).
 * **Randomised response on the labels** (Warner 1965; the RR baseline of Ghazi, Golowich, Kumar, Manurangsi & Zhang
@@ -47,7 +52,8 @@ class ActivationDefence:
     """A device's defence of its activations (module docstring): ``clip`` C (per-sample L2 bound, 0 = none),
     ``noise_multiplier`` σ (noise std σ·C; needs C > 0), ``nopeek`` α (weight of dCor(X, A) in the device's
     objective, 0 = none); ``delta`` the δ of the (ε, δ) the run reports under noise (:func:`activation_epsilon`);
-    ``label_epsilon`` ε of the randomised response on the labels (None = the true labels) over ``classes`` M."""
+    ``label_epsilon`` ε of the randomised response on the labels (None = the true labels) over ``classes`` M;
+    ``clip_per_value``: ``clip`` is c, the bound per value, C = c·√d (module docstring)."""
 
     clip: float = 0.0
     noise_multiplier: float = 0.0
@@ -55,6 +61,7 @@ class ActivationDefence:
     delta: float = 1e-5
     label_epsilon: float | None = None
     classes: int = 0
+    clip_per_value: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.delta, float) or not 0 < self.delta < 1:
@@ -74,7 +81,7 @@ class ActivationDefence:
         ``--label-epsilon`` set (M, the classes, is the engine's to fill in)."""
         labels = None if privacy.label_epsilon is None else float(privacy.label_epsilon)
         return cls(float(privacy.activation_clip), float(privacy.activation_noise), float(privacy.nopeek),
-                   float(privacy.privacy_delta), labels)
+                   float(privacy.privacy_delta), labels, clip_per_value=bool(privacy.clip_per_value))
 
     def charged(self, profile: ModelProfile, batch_size: int) -> ModelProfile:
         """``profile`` with this defence's FLOPs per sample at each cut (:mod:`adaptplan.defence_cost`), so the
@@ -109,18 +116,22 @@ class ActivationDefence:
     def noisy(self) -> bool:
         return self.noise_multiplier > 0
 
+    def bound(self, h: torch.Tensor) -> float:
+        """C, the L2 bound of each sample of ``h`` (a batch): ``clip``, or c·√d per value (d = values per sample)."""
+        return self.clip * math.sqrt(h[0].numel()) if self.clip_per_value else self.clip
+
     def clipped(self, h: torch.Tensor) -> torch.Tensor:
         """Each sample's activation scaled to an L2 norm of at most C (differentiable; unchanged without a clip)."""
         if self.clip <= 0:
             return h
         norms = h.reshape(h.shape[0], -1).norm(dim=1)
-        factor = torch.clamp(self.clip / norms.clamp_min(1e-12), max=1.0)
+        factor = torch.clamp(self.bound(h) / norms.clamp_min(1e-12), max=1.0)
         return h * factor.reshape(-1, *([1] * (h.dim() - 1)))
 
     def noise(self, h: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """σ·C·z, z ~ N(0, I) of ``h``'s shape, drawn from ``generator``."""
         z = torch.randn(h.shape, generator=generator, device=h.device, dtype=h.dtype)
-        return (self.noise_multiplier * self.clip) * z
+        return (self.noise_multiplier * self.bound(h)) * z
 
     def released(self, h: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         """What leaves the device of activations ``h``: clipped, and noised from ``generator`` (none: not noised)."""

@@ -103,6 +103,10 @@ def parse_shape(text: str) -> tuple[int, ...]:
     return shape
 
 
+MODEL_SEED = 0
+"""torch's seed for the profiled model's initial weights (what ``--grad-stats`` and ``--leakage`` measure at)."""
+
+
 def run(args: argparse.Namespace) -> int:
     from trainers.config.train_config import MODELS, check_model
 
@@ -134,6 +138,8 @@ def run(args: argparse.Namespace) -> int:
         from trainers.config.devices import resolve_device
 
         args.torch_device = resolve_device(args.device)   # no GPU for --device cuda: before any work
+    import torch
+
     from profilers.chain import build_chain
     from profilers.models import check_model_output, describe
     from profilers.profile import profile_model
@@ -141,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
     from trainers.inputs.models import build_model
 
     data = _grad_stats_data(args, shape) if args.grad_stats or args.leakage else None   # data problems first
+    torch.manual_seed(MODEL_SEED)      # the initial weights --grad-stats and --leakage measure: the same every time
     model = build_model(args.model, shape, args.num_classes, field="MODEL")
     check_model_output(model, args.model, shape, args.num_classes)
     with warnings.catch_warnings(record=True) as caught:
@@ -219,7 +226,8 @@ def leakage_table(chain: Any, data: Any, samples: int, dataset: str, figure: str
     from trainers.roles.defences import ActivationDefence
 
     n = min(samples, int(data.x_train.shape[0]))
-    defence = ActivationDefence(setting.clip, setting.noise, 0.0, 1e-5, setting.labels, data.num_classes) \
+    defence = ActivationDefence(setting.clip, setting.noise, 0.0, 1e-5, setting.labels, data.num_classes,
+                                setting.clip_per_value) \
         if setting is not None else ActivationDefence()
     release, sent = defence.attacker_view(data.y_train[:n], 0, [0])
     rows = leakage_per_cut(chain.blocks, data.x_train[:n], data.y_train[:n], release, sent_labels=sent)

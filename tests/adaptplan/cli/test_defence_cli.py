@@ -33,6 +33,22 @@ def test_a_noised_leakage_table_names_its_setting_and_leaks_less_than_the_plain_
     assert LeakageTable.load(tmp_path / "legacy.json").defence == "none"     # a table written before the field
 
 
+def test_a_clip_per_value_is_attacked_as_the_bound_it_stands_for_at_each_cut(tmp_path: Path) -> None:
+    """``clip_rms=c`` at cut j releases as ``clip=c·√d_j`` (d_j the values a sample sends there): the attacker's
+    figures agree cut by cut, and the table names the per-value setting."""
+    assert main([*PROFILE, "-o", str(tmp_path / "profile.json")]) == 0
+    profile = ModelProfile.load(tmp_path / "profile.json")
+    widths = [int(v) for v in (profile.psi / profile.bits_per_value)[:-1]]     # d_j at the interior cuts
+    common = [*PROFILE, "--leakage", "--dataset", "synthetic", "--leakage-samples", "64", "--leakage-defence"]
+    assert main([*common, "clip_rms=0.02,noise=3", "--leakage-out", str(tmp_path / "rms.json")]) == 0
+    rms = LeakageTable.load(tmp_path / "rms.json")
+    assert rms.defence == "clip_rms=0.02,noise=3"
+    for j, d in enumerate(widths, 1):
+        out = tmp_path / f"cut{j}.json"
+        assert main([*common, f"clip={0.02 * d ** 0.5!r},noise=3", "--leakage-out", str(out)]) == 0
+        assert LeakageTable.load(out).figures["dcor"][j - 1] == pytest.approx(rms.figures["dcor"][j - 1], rel=1e-6)
+
+
 def test_plan_charges_the_defence_and_checks_the_tables_setting(tmp_path: Path, capsys) -> None:
     assert main([*PROFILE, "-o", str(tmp_path / "p.json")]) == 0
     system = generate_system(4, 3)

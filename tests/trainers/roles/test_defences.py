@@ -39,6 +39,21 @@ def test_the_clip_scales_each_row_to_at_most_c_and_keeps_the_short_ones() -> Non
     assert torch.allclose(norms, torch.minimum(images.reshape(16, -1).norm(dim=1), torch.tensor(2.0)))
 
 
+def test_a_bound_per_value_is_c_sqrt_d_at_every_cut_and_its_noise_sigma_c_sqrt_d() -> None:
+    """clip_per_value: C = c·√d for the d values a sample sends, so a wide and a narrow activation are clipped to the
+    same RMS c and noised with s.d. σ·C = σ·c·√d per value (the Gaussian mechanism at sensitivity C)."""
+    defence = ActivationDefence(clip=0.5, noise_multiplier=2.0, clip_per_value=True)
+    for shape in ((64, 3, 4, 4), (64, 7)):
+        h = torch.randn(*shape) * 10
+        d = h[0].numel()
+        assert defence.bound(h) == pytest.approx(0.5 * d ** 0.5)
+        rms = defence.clipped(h).reshape(64, -1).pow(2).mean(dim=1).sqrt()
+        assert torch.allclose(rms, torch.full((64,), 0.5), rtol=1e-5)
+        z = defence.noise(h, torch.Generator().manual_seed(1))
+        assert float(z.std()) == pytest.approx(d ** 0.5, rel=0.06)       # σ·c·√d, σ·c = 1
+    assert ActivationDefence(clip=0.5).bound(torch.zeros(2, 9)) == 0.5
+
+
 def _drawn(dev: Device, steps: int = 1) -> torch.Tensor:
     """The sample indices the device's sampler drew at its ``steps``-th draw (a twin sampler from the same seed)."""
     twin = DeviceSampler(dev.sampler.indices, dev.sampler.batch_size, [3, 0])

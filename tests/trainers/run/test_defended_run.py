@@ -83,6 +83,7 @@ def test_an_undefended_run_records_no_privacy(tmp_path: Path) -> None:
     (["--nopeek", "-0.5"], "--nopeek"),
     (["--privacy-delta", "1"], "--privacy-delta"),
     (["--label-epsilon", "-1"], "--label-epsilon"),
+    (["--clip-per-value"], "--clip-per-value"),
 ])
 def test_bad_defence_settings_are_one_message_and_exit_2(argv: list[str], flag: str, capsys) -> None:
     assert main(["train", *RUN, "--rounds", "1", *argv]) == 2
@@ -97,3 +98,20 @@ def test_a_devices_sampling_rate_is_its_batch_over_its_samples_at_most_one() -> 
 
     engine = SimpleNamespace(batch_size=16, data_sizes=lambda: [10, 40, 0, 16])
     assert sample_rates(engine) == [1.0, 0.4, 1.0, 1.0]      # 10 samples: the whole set each step; none: never sends
+
+
+def test_a_bound_per_value_trains_as_the_bound_it_stands_for(tmp_path: Path) -> None:
+    """--activation-clip c --clip-per-value is --activation-clip c·√d (d: the values a sample sends at the cut), and
+    the history says which it was."""
+    from trainers.inputs.datasets import load_dataset
+    from trainers.inputs.models import build_model
+
+    data = load_dataset("synthetic")
+    d = int(build_model("mlp", data.input_shape, data.num_classes)[0](data.x_train[:1]).numel())
+    argv = [*RUN, "--activation-noise", "0.8", "--rounds", "3"]
+    assert main(["train", *argv, "--activation-clip", "0.25", "--clip-per-value", "--out", str(tmp_path / "v")]) == 0
+    assert main(["train", *argv, "--activation-clip", str(0.25 * d ** 0.5), "--out", str(tmp_path / "s")]) == 0
+    per_value, per_sample = History.load(tmp_path / "v"), History.load(tmp_path / "s")
+    assert [r.train_loss for r in per_value.records] == pytest.approx([r.train_loss for r in per_sample.records],
+                                                                      rel=1e-6)
+    assert per_value.meta["privacy"]["clip_per_value"] is True and per_sample.meta["privacy"]["clip_per_value"] is False
