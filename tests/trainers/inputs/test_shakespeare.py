@@ -123,6 +123,34 @@ def test_the_data_set_has_one_owner_per_role_and_their_test_windows(plays: Path)
     assert roles[0].train == shk.clean([LINE.format(f"Ham {k}") for k in range(10)])     # ⌊0.9·12⌋ = 10 lines
 
 
+def test_a_run_tests_on_its_devices_roles_only_as_leaf_tests_its_sampled_users(plays: Path) -> None:
+    """LEAF's test set is the sampled users' test data: the test windows of the roles the devices drew (each
+    test window's role is ``test_groups``), in the data set's order; without owners, the whole test split."""
+    d = load_dataset("shakespeare", plays)
+    assert np.array_equal(d.test_groups, np.concatenate([np.full(len(shk.windows(r.test)[1]), k)
+                                                         for k, r in enumerate(shk.load_roles(plays))]))
+    parts = partition_indices(d.y_train.numpy(), 3, "roles", 7, groups=d.groups)
+    drawn = sorted(int(d.groups[p[0]]) for p in parts)
+    x, y = d.held_by(parts)
+    rows = np.flatnonzero(np.isin(d.test_groups, drawn))
+    assert 0 < len(rows) < len(d.y_test) and torch.equal(x, d.x_test[rows]) and torch.equal(y, d.y_test[rows])
+    whole = load_dataset("synthetic")
+    assert whole.held_by([np.arange(10)])[0] is whole.x_test
+
+
+def test_a_runs_evaluation_set_is_its_devices_roles_test_windows() -> None:
+    """synthetic-text: 3 of its 8 owners drawn, 16 test windows each — the run evaluates on those 48."""
+    from trainers.config.train_config import TrainConfig
+    from trainers.run.driver import Trainer
+
+    trainer = Trainer(TrainConfig.flat(algorithm="sfl-v1", dataset="synthetic-text", model="leaf-lstm", devices=3,
+                                       partition="roles", rounds=1, batch_size=4, progress=False, cuts=(2,)))
+    d = load_dataset("synthetic-text")
+    owners = {int(d.groups[p[0]]) for p in trainer.engine.data.parts}
+    assert len(owners) == 3 and len(trainer.engine.data.y_test) == 48
+    assert torch.equal(trainer.engine.data.y_test, d.y_test[torch.from_numpy(np.isin(d.test_groups, list(owners)))])
+
+
 def test_the_roles_partition_gives_each_device_one_drawn_role(plays: Path) -> None:
     """Device i holds exactly the samples of the i-th role drawn without replacement by the seed."""
     d = load_dataset("shakespeare", plays)
