@@ -143,8 +143,9 @@ class BenchSetting(Workload):
         partition = self.partition + (f" (α = {self.alpha:g})" if self.partition.startswith("dirichlet") else "")
         setting = self.setting.describe().replace("each algorithm's own", "each plan's I")
         model = self.model + (f" (width {self.model_width})" if self.model_width else "")
+        defended = "" if self.defence == "none" else f", every device defending its activations: {self.defence}"
         return [f"bench plans: {model} on {self.dataset}, {self.devices} devices, {partition} partition, "
-                f"seeds {','.join(map(str, seeds))}, target {self.target:.0%}",
+                f"seeds {','.join(map(str, seeds))}, target {self.target:.0%}{defended}",
                 f"  setting — {setting}",
                 f"  every plan trains {ALGORITHM}; the planner planned once before round 1 (round 1's generated "
                 "system, placeholder constants, γ = lr); the calibrated planner the same with constants estimated from "

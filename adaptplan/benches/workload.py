@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from adaptplan.benches.comparison import Setting
+from adaptplan.defence_cost import DefenceSetting
 
 
 @dataclass(frozen=True)
@@ -16,7 +17,9 @@ class Workload:
     ``model_width``, None: its own), ``devices`` N, the evaluation (every ``eval_every`` rounds on ``test_samples``
     test images, None: all), the ``target`` test accuracy (a fraction) a run's time is measured to, where it runs
     (``device``, ``client_batching``: how, never what) and the one training setting of every method
-    (:class:`adaptplan.benches.comparison.Setting`). The defaults are ``adaptplan train``'s."""
+    (:class:`adaptplan.benches.comparison.Setting`), with every device's ``defence`` of its activations (a
+    :class:`adaptplan.defence_cost.DefenceSetting` as written, ``clip=C,noise=σ,nopeek=α,labels=ε``; ``none``). The
+    defaults are ``adaptplan train``'s."""
 
     setting: Setting
     dataset: str = "cifar10-subset"
@@ -30,6 +33,7 @@ class Workload:
     target: float = 0.4
     device: str = "auto"
     client_batching: str = "auto"
+    defence: str = "none"
 
     def config(self, algorithm: str, seed: int, planned: bool = False) -> dict[str, Any]:
         """The TrainConfig flat keys of ``algorithm``'s run with ``seed`` (one torch thread, no progress bar; the
@@ -39,4 +43,5 @@ class Workload:
                     threads=1, progress=False, max_test_samples=self.test_samples, device=self.device,
                     client_batching=self.client_batching,
                     **({"model_width": self.model_width} if self.model_width else {}),
+                    **(DefenceSetting.parse(self.defence, "--defence").config() if self.defence != "none" else {}),
                     **self.setting.fields(algorithm, self.devices, planned=planned))

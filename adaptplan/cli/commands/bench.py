@@ -201,6 +201,10 @@ def _plans_options(parser: argparse.ArgumentParser) -> None:
     add_field(parser, "target_accuracy", default=0.4, help="target test accuracy, a fraction (default 0.4)")
     parser.add_argument("--intervals", default="1,2,4,8", metavar="I,I,...",
                         help="the grid's aggregation intervals I, in rounds (default 1,2,4,8)")
+    parser.add_argument("--defence", default="none", metavar="SETTING",
+                        help="every run's devices defend their activations (clip=C,noise=σ,nopeek=α,labels=ε, any of "
+                             "them, or clip_rms=c; docs/privacy.md \"Defences\"); the planners plan with its FLOPs "
+                             "charged (eqs. 16, 21), as `plan --defence` does (default none)")
     parser.add_argument("--workers", type=int_flag(1, MAX_THREADS, "processes"),
                         help="worker processes, one torch thread each (default: all cores)")
     add_device_options(parser)
@@ -498,6 +502,9 @@ def run_plans(args: argparse.Namespace) -> int:
     check_choice(args.partition, PARTITIONS, "--partition")
     seeds = whole_numbers(args.seeds, "--seeds", 0, MAX_SEED)
     intervals = whole_numbers(args.intervals, "--intervals", 1, MAX_STEPS)
+    from adaptplan.defence_cost import DefenceSetting
+
+    args.defence = DefenceSetting.parse(args.defence, "--defence").name    # one message naming the flag; its name
     if max(intervals) > args.rounds:
         raise InputError(f"I = {max(intervals)} exceeds --rounds {args.rounds}: those runs would never average the "
                          "devices' models; give intervals up to the rounds", field="--intervals")

@@ -15,6 +15,7 @@ from adaptplan.benches import plans as bench
 from adaptplan.benches.runs import RunResult
 from adaptplan.benches.training import ADAPTSFL_SETTING
 from adaptplan.cli import main
+from adaptplan.defence_cost import DefenceSetting
 from adaptplan.latency import LatencyModel
 from adaptplan.scenarios import default_profile
 from adaptplan.system import generate_system
@@ -69,6 +70,23 @@ def test_the_grid_has_every_cut_and_the_latency_best_cuts_for_every_interval_and
     # one training setting for every plan: the configs differ only in cuts, interval and seed
     plain = [{k: v for k, v in j["config"].items() if k not in ("cuts", "interval", "seed")} for j in jobs]
     assert all(p == plain[0] for p in plain)
+
+
+def test_under_a_defence_every_plan_trains_it_and_the_planners_see_its_cost(tmp_path) -> None:
+    """--defence: every job's configuration carries the setting (and none of it without one), and the probe the
+    planners plan on charges its FLOPs per sample at every interior cut (eqs. 16, 21)."""
+    defended = replace(_setting(), defence="nopeek=0.5")
+    best = {0: {1: [1, 1, 1]}}
+    plain_jobs = bench.grid_jobs(_setting(), [0], 3, best, [1], tmp_path)
+    jobs = bench.grid_jobs(defended, [0], 3, best, [1], tmp_path)
+    assert all(j["config"]["nopeek"] == 0.5 and j["config"]["activation_clip"] == 0.0 for j in jobs)
+    assert all("nopeek" not in j["config"] for j in plain_jobs)
+    assert [{k: v for k, v in j["config"].items() if k not in DefenceSetting().config()} for j in jobs] == \
+        [j["config"] for j in plain_jobs]
+    charged, plain = bench.probe(defended, 0, [1]).profile, bench.probe(_setting(), 0, [1]).profile
+    assert all(c.defence_fp_flops > 0 for c in charged.cut_points[:-1])
+    assert all(c.defence_fp_flops is None for c in plain.cut_points)
+    assert "every device defending its activations: nopeek=0.5" in defended.describe([0])[0]
 
 
 def _hand_per_round(profile, device, server_flops, batch, cut, interval) -> float:
@@ -230,7 +248,8 @@ def test_bench_plans_end_to_end_table_json_and_heat_map_agree(tmp_path, capsys) 
     (["--intervals", "2,2"], "--intervals"), (["--rounds", "4", "--intervals", "8"], "--intervals"),
     (["--seeds", "x"], "--seeds"), (["--seeds", ""], "--seeds"), (["--local-steps", "2"], "--local-steps"),
     (["--partition", "noniid"], "--partition"), (["--dataset", "nope"], "--dataset"),
-    (["--plot", "heat.xyz"], "--plot"), (["--workers", "0"], "--workers"),
+    (["--plot", "heat.xyz"], "--plot"), (["--workers", "0"], "--workers"), (["--defence", "noise=1"], "--defence"),
+    (["--defence", "clip=x"], "--defence"),
 ])
 def test_bad_flags_are_one_line_naming_the_flag_and_exit_2(flags, flag, capsys) -> None:
     assert main(["bench", "plans", *flags]) == 2
