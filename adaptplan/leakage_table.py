@@ -7,7 +7,8 @@ JSON::
     {"format": "adaptplan-leakage", "version": 1,
      "model": {"name": ..., "num_cuts": L, "structure_sha256": ...},     # the profile's identity()
      "dataset": "cifar10-subset", "samples": 256,
-     "figures": {"dcor": [d_1, ..., d_{L-1}], "norm_auc": [...], ...}}   # one value per cut 1..L−1
+     "figures": {"dcor": [d_1, ..., d_{L-1}], "norm_auc": [...], ...},  # one value per cut 1..L−1
+     "defence": "none", "weights": "initial"}                               # optional, these by default
 
 Each figure is one of :data:`METRICS`; a plan checks that the table was measured on the profile's model (the same
 structure hash).
@@ -43,15 +44,18 @@ class LeakageTable:
     defence: str = "none"
     """The defence setting the figures were measured under (``profile --leakage-defence``, as
     :class:`adaptplan.defence_cost.DefenceSetting` names it)."""
+    weights: str = "initial"
+    """The model's weights the figures were measured at: ``initial`` (``profile``) or ``trained, round R`` (``train
+    --leakage-out``)."""
 
     def to_json(self) -> dict[str, Any]:
         return {"format": FORMAT, "version": VERSION, "model": dict(self.model), "dataset": self.dataset,
                 "samples": self.samples, "figures": {k: list(v) for k, v in self.figures.items()},
-                "defence": self.defence}
+                "defence": self.defence, "weights": self.weights}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "LeakageTable":
-        check_keys(data, ("format", "version", "model", "dataset", "samples", "figures"), ("defence",), "leakage")
+        check_keys(data, ("format", "version", "model", "dataset", "samples", "figures"), ("defence", "weights"), "leakage")
         if data["format"] != FORMAT or data["version"] != VERSION:
             raise InputError(f"must be {FORMAT!r} version {VERSION}", field="leakage.format")
         model, figures = data["model"], data["figures"]
@@ -69,8 +73,11 @@ class LeakageTable:
         defence = data.get("defence", "none")
         if not isinstance(defence, str):
             raise InputError("must be a defence setting's name, e.g. 'none' or 'clip=4,noise=1'", field="leakage.defence")
+        weights = data.get("weights", "initial")
+        if not isinstance(weights, str):
+            raise InputError("must say which weights were measured, e.g. 'initial'", field="leakage.weights")
         return cls(dict(model), str(data["dataset"]), int(data["samples"]),
-                   {k: [float(v) for v in vs] for k, vs in figures.items()}, defence)
+                   {k: [float(v) for v in vs] for k, vs in figures.items()}, defence, weights)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "LeakageTable":

@@ -13,6 +13,7 @@ import warnings
 from typing import Any
 
 from adaptplan.cli.flags import int_flag, positive_float_flag
+from adaptplan.cli.leakage_report import MAX_LEAKAGE_SAMPLES
 from adaptplan.errors import InputError
 from adaptplan.fileio import show
 from adaptplan.limits import MAX_BITS_PER_VALUE, MAX_INPUT_VALUES, MAX_NUM_CLASSES
@@ -52,7 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                       help="also measure, per cut, the distance correlation between inputs and activations and the "
                            "AUC of inferring labels from the returned gradients (norm and direction attacks), at the "
                            "model's initial weights on --dataset's training samples")
-    leak.add_argument("--leakage-samples", type=int_flag(2, MAX_PROFILE_BATCH, "samples"), default=256,
+    leak.add_argument("--leakage-samples", type=int_flag(2, MAX_LEAKAGE_SAMPLES, "samples"), default=256,
                       help="samples the leakage is measured on (the first ones of the training split; default: 256); "
                            "as many of the test split are the model-inversion attacker's auxiliary data")
     leak.add_argument("--leakage-figure", metavar="FILE",
@@ -175,14 +176,7 @@ def run(args: argparse.Namespace) -> int:
         print(format_table(profile, chain.output_shapes))
     if args.leakage:
         assert data is not None, "--leakage needs --dataset (checked above)"
-        text, figures = leakage_table(chain, data, args.leakage_samples, args.dataset, args.leakage_figure, setting)
-        print(text)
-        if args.leakage_out:
-            from adaptplan.leakage_table import LeakageTable
-
-            LeakageTable(profile.identity(), args.dataset, min(args.leakage_samples, int(data.x_train.shape[0])),
-                         figures, setting.name).save(args.leakage_out)
-            print(f"wrote {args.leakage_out} (leakage per cut: {', '.join(figures)})", file=sys.stderr)
+        _leakage(args, chain, profile, data, setting)
     if args.grad_stats:
         constants = _grad_stats(args, chain, data)
         constants.save(args.constants_out)
@@ -205,64 +199,27 @@ def _grad_stats_data(args: argparse.Namespace, shape: tuple[int, ...]) -> Any:
     return data
 
 
+def _leakage(args: argparse.Namespace, chain: Any, profile: Any, data: Any, setting: Any) -> None:
+    """``--leakage``: the table at the model's initial weights under ``setting``, printed (and with ``--leakage-out``
+    written)."""
+    from adaptplan.cli.leakage_report import leakage_report, write_leakage_table
+    from trainers.roles.defences import ActivationDefence
+
+    defence = ActivationDefence(setting.clip, setting.noise, 0.0, 1e-5, setting.labels, data.num_classes,
+                                setting.clip_per_value)
+    text, figures = leakage_report(chain.blocks, data, args.leakage_samples, args.dataset, defence, setting.name,
+                                   args.leakage_figure)
+    print(text)
+    if args.leakage_out:
+        write_leakage_table(args.leakage_out, profile, args.dataset, args.leakage_samples, data, figures, setting.name)
+
+
 def _grad_stats(args: argparse.Namespace, chain: Any, data: Any) -> Any:
     from profilers.gradstats import estimate_constants, iterate_batches
 
     batches = iterate_batches(data.x_train, data.y_train, args.batch_size, args.batches)
     return estimate_constants(chain, batches, gamma=args.gamma, epsilon=args.epsilon, num_batches=args.batches,
                               progress=True, device=args.torch_device)
-
-
-def leakage_table(chain: Any, data: Any, samples: int, dataset: str, figure: str | None = None,
-                  setting: Any = None) -> tuple[str, dict[str, list[float]]]:
-    """Per cut: dCor(inputs, activations) and the label-inference AUCs (profilers/leakage.py), on the first
-    ``samples`` training samples of ``data`` at the chain's initial weights; for images (C×H×W of at least 11×11)
-    also the model-inversion attacker's reconstructions (profilers/inversion.py), its decoder fitted on as many
-    test samples, and with ``figure`` their PNG; under a defence ``setting``
-    (:class:`adaptplan.defence_cost.DefenceSetting`) of the activations as it releases them. Returns the table's
-    text and its figures per cut (for the leakage table file)."""
-    from profilers.inversion import SSIM_WINDOW, invert_per_cut, mean_image_figures, save_figure, to_pixels
-    from profilers.leakage import leakage_per_cut
-    from trainers.roles.defences import ActivationDefence
-
-    n = min(samples, int(data.x_train.shape[0]))
-    defence = ActivationDefence(setting.clip, setting.noise, 0.0, 1e-5, setting.labels, data.num_classes,
-                                setting.clip_per_value) \
-        if setting is not None else ActivationDefence()
-    release, sent = defence.attacker_view(data.y_train[:n], 0, [0])
-    rows = leakage_per_cut(chain.blocks, data.x_train[:n], data.y_train[:n], release, sent_labels=sent)
-    shape = tuple(data.x_train.shape[1:])
-    images = len(shape) == 3 and min(shape[1:]) >= SSIM_WINDOW
-    inverted = invert_per_cut(chain.blocks, data.x_test[:n], data.x_train[:n], data.mean, data.std,
-                              release=release) if images else None
-    shown = f", the activations as {setting.name} releases them" if setting is not None and setting.name != "none" else ""
-    lines = [f"leakage per cut ({n} samples of {dataset}, the model's initial weights{shown}; docs/privacy.md): "
-             "dCor = distance correlation of inputs and activations (1: an isometry of the input); AUC of "
-             "inferring labels from the returned gradients, one-vs-rest (0.5: nothing learnt)"
-             + (f"; inversion: a decoder fitted on {min(n, int(data.x_test.shape[0]))} test samples reconstructs "
-                "the inputs from the activations (MSE and PSNR in [0, 1] pixels, SSIM; 1: exact; the auxiliary mean "
-                "image, an attacker who learnt nothing, scores PSNR {0.psnr:.2f} dB, SSIM {0.ssim:.3f})".format(
-                    mean_image_figures(data.x_test[:n], data.x_train[:n], data.mean, data.std))
-                if images else "; inversion: images only"),
-             f"{'j':>3}  {'dCor':>6}  {'norm AUC':>8}  {'direction AUC':>13}" + ("  {:>8}  {:>7}  {:>6}".format(
-                 "MSE", "PSNR dB", "SSIM") if images else "")]
-    for k, r in enumerate(rows):
-        line = f"{r.cut:>3}  {r.dcor:>6.3f}  {r.norm_auc:>8.3f}  {r.direction_auc:>13.3f}"
-        if inverted is not None:
-            rec = inverted[0][k]
-            line += f"  {rec.mse:>8.5f}  {rec.psnr:>7.2f}  {rec.ssim:>6.3f}"
-        lines.append(line)
-    if figure and inverted is not None:
-        save_figure(figure, to_pixels(data.x_train[:n], data.mean, data.std), inverted[1])
-        lines.append(f"wrote {figure}: originals above their reconstructions at cuts 1..{len(rows)}")
-    elif figure:
-        lines.append(f"no figure: {dataset}'s samples are not images")
-    figures = {"dcor": [r.dcor for r in rows], "norm_auc": [r.norm_auc for r in rows],
-               "direction_auc": [r.direction_auc for r in rows]}
-    if inverted is not None:
-        figures |= {name: [min(getattr(rec, name), 999.0) for rec in inverted[0]] for name in ("mse", "psnr", "ssim")}
-        # an exact reconstruction's PSNR (∞) is kept as 999 dB, so that the file holds finite numbers
-    return "\n".join(lines), figures
 
 
 def format_table(profile: Any, shapes: list[tuple[int, ...]]) -> str:

@@ -11,6 +11,8 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from adaptplan.cli.config_flags import add_part, part_values
+from adaptplan.cli.flags import int_flag
+from adaptplan.cli.leakage_report import MAX_LEAKAGE_SAMPLES
 from adaptplan.errors import InputError
 from trainers.config.fields import described
 from trainers.config.train_config import ALGORITHM_OPTIONS, ALGORITHMS
@@ -87,6 +89,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                              "only code named on the command line: a run folder received from someone else runs no "
                              "code)")
     add_part(p.add_argument_group("execution: how, never what (a resumed run may change these)"), ExecutionConfig)
+    leak = p.add_argument_group("the trained model's leakage per cut (docs/privacy.md)")
+    leak.add_argument("--leakage-out", metavar="FILE",
+                      help="after the run, measure the trained model's leakage at every cut (dCor, the label-inference "
+                           "AUCs, the inversion attacker's MSE/PSNR/SSIM on images) under the run's defence, and write "
+                           "it as a leakage table (docs/formats.md) for `plan --leakage-table FILE --max-leakage …`; "
+                           "simulator runs")
+    leak.add_argument("--leakage-samples", type=int_flag(2, MAX_LEAKAGE_SAMPLES, "samples"), default=256,
+                      help="with --leakage-out: the training samples attacked, the first ones (default 256), and as "
+                           "many test samples for the inversion attacker's decoder")
     dist = p.add_argument_group("distributed runs (torch.distributed, gloo; docs/distributed.md)")
     add_part(dist, RuntimeConfig)
     dist.add_argument("--runtime", choices=("simulator", "torch", "mqtt"),
@@ -267,10 +278,13 @@ def _train(args: argparse.Namespace) -> int:
     else:
         config = _resumed_config(args)
     if config.runtime.distributed:
+        if args.leakage_out:
+            raise InputError("measures the trained model in this process: a simulator run (--runtime simulator)",
+                             field="--leakage-out")
         return _train_distributed(args, config)
     from trainers.engine.split_engine import SplitEngine  # torch: only once every flag and file has been checked
 
-    return _train_with(config, SplitEngine)
+    return _train_with(config, SplitEngine, (args.leakage_out, args.leakage_samples) if args.leakage_out else None)
 
 
 def _train_distributed(args: argparse.Namespace, config: "TrainConfig") -> int:
@@ -316,7 +330,8 @@ def _device_source(config: "TrainConfig") -> dict[str, Any]:
     return source
 
 
-def _train_with(config: "TrainConfig", engine_factory: Any) -> int:
+def _train_with(config: "TrainConfig", engine_factory: Any, leakage: tuple[str, int] | None = None) -> int:
+    """Train ``config``'s run (and with ``leakage``, (file, samples), write its trained model's leakage table)."""
     import sys
 
     from trainers.run.driver import Trainer
@@ -333,6 +348,8 @@ def _train_with(config: "TrainConfig", engine_factory: Any) -> int:
     except Interrupted as exc:
         print(f"adaptplan train: {exc}", file=sys.stderr)
         return 128 + exc.signum
+    if leakage is not None:
+        trained_leakage(trainer, *leakage)
     summary = history.summary(config.run.target_accuracy)
     if "to_target" in summary:
         print(target_line(summary["target_accuracy"], summary["to_target"]), file=sys.stderr)
@@ -354,3 +371,23 @@ def target_line(target: float, found: dict[str, Any]) -> str:
         if found["measured_over_predicted"] is not None:
             text += f" (measured/predicted {found['measured_over_predicted']:.2f})"
     return text
+
+
+def trained_leakage(trainer: Any, path: str, samples: int) -> None:
+    """The leakage table of ``trainer``'s trained model (the evaluated one: the averaged client blocks under the
+    server's) at every cut, its attacker seeing the run's defence of the activations; printed and written."""
+    import sys
+
+    from adaptplan.cli.leakage_report import leakage_report, write_leakage_table
+    from adaptplan.defence_cost import DefenceSetting
+
+    privacy = trainer.config.privacy
+    name = DefenceSetting(privacy.activation_clip, privacy.activation_noise, privacy.nopeek, privacy.label_epsilon,
+                          privacy.clip_per_value).name
+    rounds = trainer.history.records[-1].round if trainer.history.records else 0
+    blocks = trainer.engine.eval_models()[0]
+    text, figures = leakage_report(blocks, trainer.dataset, samples, trainer.config.data.dataset, trainer.engine.defence,
+                                   name, weights=f"the weights trained for {rounds} rounds")
+    print(text, file=sys.stderr)
+    write_leakage_table(path, trainer.profile, trainer.config.data.dataset, samples, trainer.dataset, figures, name,
+                        f"trained, round {rounds}")

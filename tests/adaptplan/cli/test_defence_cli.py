@@ -82,3 +82,32 @@ def test_bad_defence_settings_are_one_message_and_exit_2(argv: list[str], flag: 
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert flag in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_run_writes_its_trained_models_leakage_table_and_plan_budgets_with_it(tmp_path: Path, capsys) -> None:
+    """train --leakage-out: the trained model's figures at every cut under the run's defence, named as `plan
+    --defence` names it, at the trained weights; the table is the attack on the run's evaluated model written out
+    (profilers.leakage on the same samples), and plan takes it."""
+    from profilers.leakage import leakage_per_cut
+    from trainers.config.train_config import TrainConfig
+    from trainers.run.driver import Trainer
+
+    run = ["--algorithm", "sfl-v1", "--dataset", "synthetic", "--model", "mlp", "--devices", "2", "--cuts", "1",
+           "--batch-size", "8", "--seed", "3", "--rounds", "3", "--no-progress", "--threads", "1", "--nopeek", "0.5"]
+    table_path = tmp_path / "trained.json"
+    assert main(["train", *run, "--leakage-out", str(table_path), "--leakage-samples", "64"]) == 0
+    capsys.readouterr()
+    table = LeakageTable.load(table_path)
+    assert (table.defence, table.weights, table.samples) == ("nopeek=0.5", "trained, round 3", 64)
+    trainer = Trainer(TrainConfig.flat(algorithm="sfl-v1", dataset="synthetic", model="mlp", devices=2, cuts=[1],
+                                       batch_size=8, seed=3, rounds=3, progress=False, threads=1, nopeek=0.5))
+    trainer.run()
+    rows = leakage_per_cut(trainer.engine.eval_models()[0], trainer.dataset.x_train[:64], trainer.dataset.y_train[:64])
+    assert table.figures["dcor"] == pytest.approx([r.dcor for r in rows], rel=1e-9)
+    assert table.figures["direction_auc"] == pytest.approx([r.direction_auc for r in rows], rel=1e-9)
+    assert main(["profile", "mlp", "--input", "1x8x8", "-o", str(tmp_path / "p.json")]) == 0
+    capsys.readouterr()
+    assert main(["plan", "--profile", str(tmp_path / "p.json"), "--devices", "2", "--defence", "nopeek=0.5",
+                 "--leakage-table", str(table_path), "--max-leakage", f"dcor={max(table.figures['dcor'])}"]) == 0
+    assert main(["train", *run, "--runtime", "torch", "--leakage-out", str(table_path)]) == 2
+    assert "--leakage-out" in capsys.readouterr().err
