@@ -21,6 +21,7 @@ import torch
 from adaptplan.errors import InputError
 from trainers.distributed import wire
 from trainers.distributed.environment import run_key
+from trainers.roles.defences import ActivationDefence
 from trainers.roles.messages import Activation, BlockState, CutGradient, ModelDownload, ModelUpload
 from trainers.roles.optim import OptimizerSpec
 
@@ -66,7 +67,8 @@ def test_every_message_and_value_form_round_trips() -> None:
              "nonfinite": [float("nan"), float("inf"), float("-inf")], "rng": {"state": 2 ** 127 + 1},
              "order": np.array([5, 3, 9]), "empty": torch.empty(0, 4), "flags": torch.tensor([True, False]),
              "half": torch.tensor([1.0, 2.0], dtype=torch.bfloat16), "scalar": torch.tensor(3.0),
-             "strided": torch.arange(12.0).reshape(3, 4).t()}
+             "strided": torch.arange(12.0).reshape(3, 4).t(),
+             "defence": ActivationDefence(0.125, 1.0, 0.5, 1e-6, 2.0, 10, clip_per_value=True)}
     frame = roundtrip(value)
     back = frame.value
     assert (frame.src, frame.dst, frame.seq) == (1, 2, 7)
@@ -88,6 +90,7 @@ def test_every_message_and_value_form_round_trips() -> None:
     assert back["half"].dtype == torch.bfloat16 and back["half"].tolist() == [1.0, 2.0]
     assert back["scalar"].shape == () and float(back["scalar"]) == 3.0
     assert torch.equal(back["strided"], value["strided"])
+    assert back["defence"] == value["defence"]                  # a device rank's defence, every field of it
     assert frame.tensors[:2] == (("float32", (4, 5)), ("int64", (4,)))
 
 
