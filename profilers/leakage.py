@@ -34,14 +34,15 @@ def _double_centred(x: torch.Tensor) -> torch.Tensor:
 def distance_correlation_tensor(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """dCor(X, Y) ∈ [0, 1] of n paired samples (module docstring), each flattened, as a 0-d tensor in the inputs'
     dtype that autograd differentiates (NoPeek's penalty, trainers/roles/defences.py); 0 when either sample is
-    constant (no dependence can be measured). The square root is taken of max(dCor², 10⁻¹²), so its gradient stays
-    finite at independence."""
+    constant (no dependence can be measured), still on the inputs' graph with a zero gradient (a device whose
+    activations NoPeek has made constant steps on). The square root is taken of max(dCor², 10⁻¹²), so its
+    gradient stays finite at independence."""
     if x.shape[0] != y.shape[0] or x.shape[0] < 2:
         raise ValueError(f"distance correlation needs ≥ 2 paired samples, got {x.shape[0]} and {y.shape[0]}")
     a, b = (_double_centred(t.reshape(t.shape[0], -1)) for t in (x, y))
     dcov_xy, dcov_xx, dcov_yy = (a * b).mean(), (a * a).mean(), (b * b).mean()
     if dcov_xx <= 0 or dcov_yy <= 0:
-        return torch.zeros((), dtype=a.dtype, device=a.device)
+        return dcov_xy * 0.0
     return torch.sqrt(torch.clamp(dcov_xy / torch.sqrt(dcov_xx * dcov_yy), min=1e-12))
 
 

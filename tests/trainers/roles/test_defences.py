@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from profilers.leakage import distance_correlation
+from profilers.leakage import distance_correlation, distance_correlation_tensor
 from trainers.inputs.partition import DeviceSampler
 from trainers.roles.core import Device
 from trainers.roles.defences import ActivationDefence, activation_epsilon
@@ -115,6 +115,26 @@ def test_nopeeks_step_follows_the_distance_correlations_finite_differences() -> 
         minus[r, c] -= eps
         numeric = alpha * (dcor_at(plus) - dcor_at(minus)) / (2 * eps)
         assert float(step[r, c]) == pytest.approx(numeric, rel=2e-3, abs=1e-6)
+
+
+def test_a_device_whose_activations_nopeek_made_constant_steps_on_the_servers_gradient_alone() -> None:
+    """Dead units (every sample's activation the same, as NoPeek pushes them): dCor is 0 with a zero gradient, on the
+    graph, so the device steps on the server's gradient alone as an undefended one does (found by `bench plans
+    --defence nopeek=0.5`, which crashed there)."""
+    torch.manual_seed(0)
+    template = nn.Sequential(nn.Sequential(nn.Linear(6, 5), nn.ReLU()), nn.Linear(5, 3))
+    with torch.no_grad():
+        template[0][0].weight.zero_()
+        template[0][0].bias.fill_(-1.0)                                 # ReLU(−1) = 0 for every sample
+    x, y = torch.randn(40, 6), torch.randint(0, 3, (40,))
+    devices = [Device(0, template, 1, x, y, np.arange(40), 8, [3, 0], OptimizerSpec(lr=0.5), defence)
+               for defence in (ActivationDefence(nopeek=0.5), ActivationDefence())]
+    for dev in devices:
+        msg = dev.forward(1)
+        dev.backward(CutGradient(0, 1, msg.step, torch.ones_like(msg.tensor)))
+    assert torch.equal(devices[0].blocks[0][0].bias, devices[1].blocks[0][0].bias)
+    value = distance_correlation_tensor(x, torch.zeros(40, 5, requires_grad=True) * 1.0)
+    assert float(value) == 0.0 and value.requires_grad
 
 
 def test_a_recomputing_device_sends_and_steps_as_the_plain_one() -> None:
