@@ -87,6 +87,8 @@ def test_under_a_defence_every_plan_trains_it_and_the_planners_see_its_cost(tmp_
     assert all(c.defence_fp_flops > 0 for c in charged.cut_points[:-1])
     assert all(c.defence_fp_flops is None for c in plain.cut_points)
     assert "every device defending its activations: nopeek=0.5" in defended.describe([0])[0]
+    assert main(["bench", "plans", "--defence", "noise=1", "--out", str(tmp_path / "never")]) == 2
+    assert not (tmp_path / "never").exists()                    # refused before anything is written
 
 
 def _hand_per_round(profile, device, server_flops, batch, cut, interval) -> float:

@@ -40,13 +40,17 @@ def test_a_clip_per_value_is_attacked_as_the_bound_it_stands_for_at_each_cut(tmp
     profile = ModelProfile.load(tmp_path / "profile.json")
     widths = [int(v) for v in (profile.psi / profile.bits_per_value)[:-1]]     # d_j at the interior cuts
     common = [*PROFILE, "--leakage", "--dataset", "synthetic", "--leakage-samples", "64", "--leakage-defence"]
-    assert main([*common, "clip_rms=0.02,noise=3", "--leakage-out", str(tmp_path / "rms.json")]) == 0
-    rms = LeakageTable.load(tmp_path / "rms.json")
-    assert rms.defence == "clip_rms=0.02,noise=3"
+    # c = 1: c·√d = 11.3 lies above every sample's norm at both cuts (at most 7.8 here), C = 1 below every one, so
+    # the two bounds release differently (a clip that binds at both would release the same up to scale)
+    assert main([*common, "clip_rms=1,noise=0.3", "--leakage-out", str(tmp_path / "rms.json")]) == 0
+    assert main([*common, "clip=1,noise=0.3", "--leakage-out", str(tmp_path / "per_sample.json")]) == 0
+    rms, per_sample = LeakageTable.load(tmp_path / "rms.json"), LeakageTable.load(tmp_path / "per_sample.json")
+    assert rms.defence == "clip_rms=1,noise=0.3"
     for j, d in enumerate(widths, 1):
         out = tmp_path / f"cut{j}.json"
-        assert main([*common, f"clip={0.02 * d ** 0.5!r},noise=3", "--leakage-out", str(out)]) == 0
+        assert main([*common, f"clip={d ** 0.5!r},noise=0.3", "--leakage-out", str(out)]) == 0
         assert LeakageTable.load(out).figures["dcor"][j - 1] == pytest.approx(rms.figures["dcor"][j - 1], rel=1e-6)
+        assert abs(per_sample.figures["dcor"][j - 1] - rms.figures["dcor"][j - 1]) > 0.01
 
 
 def test_plan_charges_the_defence_and_checks_the_tables_setting(tmp_path: Path, capsys) -> None:
