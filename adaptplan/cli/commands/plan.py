@@ -216,7 +216,7 @@ def run(args: argparse.Namespace) -> int:
     candidates = check_candidates(parse_cuts(args.cuts), profile.num_cuts) if args.cuts else None
     setting = defence_setting(args)
     profile = setting.charged(profile, system.batch_size)
-    leakage = leakage_budget(args, profile, system.num_devices, setting.name)
+    leakage, weights = leakage_budget(args, profile, system.num_devices, setting.name)
     if leakage is not None and isinstance(fit, LinearRounds):
         raise InputError("a leakage budget plans with Corollary 1's rounds, not --rounds-law linear", field="--max-leakage")
     start = time.perf_counter()
@@ -238,8 +238,8 @@ def run(args: argparse.Namespace) -> int:
         print(format_plan(plan, profile, system, title=title, max_devices=None if args.all_devices else DEVICE_ROWS,
                           rounds_to=rounds_to))
         if leakage is not None:
-            print(f"leakage budget: {args.max_leakage} per {args.leakage_table}: every device within it "
-                  f"(cuts {sorted(set(plan.cuts))} planned)")
+            print(f"leakage budget: {args.max_leakage} per {args.leakage_table} ({weights} weights): every device "
+                  f"within it (cuts {sorted(set(plan.cuts))} planned)")
         print(f"\nplanned in {elapsed:.2f} s wall-clock")
     return 0
 
@@ -255,11 +255,12 @@ def defence_setting(args: argparse.Namespace) -> Any:
     return setting
 
 
-def leakage_budget(args: argparse.Namespace, profile: Any, num_devices: int, defence: str = "none") -> Any:
-    """The budget of ``--max-leakage`` over ``--leakage-table`` (both or neither), or None; the table must have been
-    measured under the plan's ``defence`` setting (its name; InputError naming ``--defence`` otherwise)."""
+def leakage_budget(args: argparse.Namespace, profile: Any, num_devices: int, defence: str = "none") -> tuple[Any, str]:
+    """The budget of ``--max-leakage`` over ``--leakage-table`` (both or neither; None without) and the weights the
+    table was measured at; the table must have been measured under the plan's ``defence`` setting (its name;
+    InputError naming ``--defence`` otherwise)."""
     if args.leakage_table is None and args.max_leakage is None:
-        return None
+        return None, ""
     if args.leakage_table is None or args.max_leakage is None:
         missing = "--leakage-table FILE" if args.leakage_table is None else "--max-leakage METRIC=LIMIT"
         given = "--max-leakage" if args.leakage_table is None else "--leakage-table"
@@ -275,4 +276,4 @@ def leakage_budget(args: argparse.Namespace, profile: Any, num_devices: int, def
         raise InputError(f"{args.leakage_table} was measured under defence {table.defence!r}, the plan is for "
                          f"{defence!r}: measure it under the same setting (profile --leakage-defence)", field="--defence")
     per_device = np.broadcast_to(np.asarray(limits, dtype=float), (num_devices,)).copy()   # one limit: every device's
-    return LeakageBudget(metric, np.asarray(table.figure(profile, metric), dtype=float), per_device)
+    return LeakageBudget(metric, np.asarray(table.figure(profile, metric), dtype=float), per_device), table.weights

@@ -113,5 +113,6 @@ def test_a_run_writes_its_trained_models_leakage_table_and_plan_budgets_with_it(
     capsys.readouterr()
     assert main(["plan", "--profile", str(tmp_path / "p.json"), "--devices", "2", "--defence", "nopeek=0.5",
                  "--leakage-table", str(table_path), "--max-leakage", f"dcor={max(table.figures['dcor'])}"]) == 0
+    assert "(trained, round 3 weights)" in capsys.readouterr().out
     assert main(["train", *run, "--runtime", "torch", "--leakage-out", str(table_path)]) == 2
     assert "--leakage-out" in capsys.readouterr().err
