@@ -374,8 +374,9 @@ def target_line(target: float, found: dict[str, Any]) -> str:
 
 
 def trained_leakage(trainer: Any, path: str, samples: int) -> None:
-    """The leakage table of ``trainer``'s trained model (the evaluated one: the averaged client blocks under the
-    server's) at every cut, its attacker seeing the run's defence of the activations; printed and written."""
+    """The leakage table of ``trainer``'s trained model at every cut — the first model its global protocol evaluates
+    (the strategy's ``eval_models``: the averaged one where the algorithm averages) — its attacker seeing the run's
+    defence of the activations; printed and written."""
     import sys
 
     from adaptplan.cli.leakage_report import leakage_report, write_leakage_table
