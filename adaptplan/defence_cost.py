@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -86,6 +87,12 @@ class DefenceSetting:
         if setting.noise > 0 and setting.clip <= 0:
             raise InputError(f"{text!r}: noise needs a clip (its scale is σ·C)", field=field)
         return setting
+
+    @classmethod
+    def of_run(cls, privacy: Any) -> "DefenceSetting":
+        """The setting a run's defence options hold (``PrivacyConfig``: the inverse of :meth:`config`)."""
+        return cls(privacy.activation_clip, privacy.activation_noise, privacy.nopeek, privacy.label_epsilon,
+                   privacy.clip_per_value)
 
     @property
     def name(self) -> str:

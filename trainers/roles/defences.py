@@ -39,6 +39,7 @@ from adaptplan.model_profile import ModelProfile
 from profilers.leakage import distance_correlation_tensor
 
 if TYPE_CHECKING:  # pragma: no cover
+    from adaptplan.defence_cost import DefenceSetting
     from trainers.config.train_config import PrivacyConfig
 
 NOISE_STREAM = 2 ** 32 - 2
@@ -82,6 +83,14 @@ class ActivationDefence:
         labels = None if privacy.label_epsilon is None else float(privacy.label_epsilon)
         return cls(float(privacy.activation_clip), float(privacy.activation_noise), float(privacy.nopeek),
                    float(privacy.privacy_delta), labels, clip_per_value=bool(privacy.clip_per_value))
+
+    @classmethod
+    def of_setting(cls, setting: "DefenceSetting", classes: int) -> "ActivationDefence":
+        """The defence a command line's setting (``clip=C,noise=σ,nopeek=α,labels=ε`` or ``clip_rms=c``) names, over
+        ``classes`` M, at the default δ."""
+        labels = None if setting.labels is None else float(setting.labels)
+        return cls(float(setting.clip), float(setting.noise), float(setting.nopeek), label_epsilon=labels,
+                   classes=classes, clip_per_value=setting.clip_per_value)
 
     def charged(self, profile: ModelProfile, batch_size: int) -> ModelProfile:
         """``profile`` with this defence's FLOPs per sample at each cut (:mod:`adaptplan.defence_cost`), so the

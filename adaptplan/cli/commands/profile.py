@@ -205,9 +205,8 @@ def _leakage(args: argparse.Namespace, chain: Any, profile: Any, data: Any, sett
     from adaptplan.cli.leakage_report import leakage_report, write_leakage_table
     from trainers.roles.defences import ActivationDefence
 
-    defence = ActivationDefence(setting.clip, setting.noise, 0.0, 1e-5, setting.labels, data.num_classes,
-                                setting.clip_per_value)
-    text, figures = leakage_report(chain.blocks, data, args.leakage_samples, args.dataset, defence, setting.name,
+    text, figures = leakage_report(chain.blocks, data, args.leakage_samples, args.dataset,
+                                   ActivationDefence.of_setting(setting, data.num_classes), setting.name,
                                    args.leakage_figure)
     print(text)
     if args.leakage_out:

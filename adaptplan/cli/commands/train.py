@@ -382,9 +382,7 @@ def trained_leakage(trainer: Any, path: str, samples: int) -> None:
     from adaptplan.cli.leakage_report import leakage_report, write_leakage_table
     from adaptplan.defence_cost import DefenceSetting
 
-    privacy = trainer.config.privacy
-    name = DefenceSetting(privacy.activation_clip, privacy.activation_noise, privacy.nopeek, privacy.label_epsilon,
-                          privacy.clip_per_value).name
+    name = DefenceSetting.of_run(trainer.config.privacy).name
     rounds = trainer.history.records[-1].round if trainer.history.records else 0
     blocks = trainer.engine.eval_models()[0]
     text, figures = leakage_report(blocks, trainer.dataset, samples, trainer.config.data.dataset, trainer.engine.defence,
