@@ -377,7 +377,7 @@ class ParallelStep:
         (final: taken at the pre-update w_s)."""
         edge, weights = self.edge, self.weights
         p = edge.run(part)
-        losses = {d: self.loss_of(d, p.logits[d], p.labels[d]) for d in p.devices}
+        losses = {d: p.loss(d, self.loss_of) for d in p.devices}
         for d, loss in losses.items():
             self.ctx.record_loss(d, loss)
         # each device's ∂F_i/∂a_i (the part's input gradients are released with it)

@@ -113,7 +113,7 @@ MAX_LOCAL_TEST_FRACTION = 0.5
 SAVED_BEFORE = {"local_test_fraction": 0.0, "pilots": None, "aggregation": "mean", "trim": 0.1, "rounds_law": "eq15",
                 "client_state": "algorithm", "labels_per_device": 2, "size_exponent": 1.0, "activation_clip": 0.0,
                 "activation_noise": 0.0, "nopeek": 0.0, "privacy_delta": 1e-5, "label_epsilon": None,
-                "clip_per_value": False}
+                "clip_per_value": False, "u_shaped": 0}
 """Options a configuration saved before they existed ran with: no local test split, no pilots; the partition
 options of issue 70 at their defaults (no partition of before read them); no defence of the activations (issue 71)."""
 
@@ -495,7 +495,7 @@ class PrivacyConfig:
     "Defences"): ``activation_clip`` C and ``activation_noise`` σ (the Gaussian mechanism per sample, σ·C the noise's
     standard deviation; ``clip_per_value``: C = c·√d, c the bound per value), ``nopeek`` α (NoPeek's
     distance-correlation weight), ``privacy_delta`` the δ its ε is reported at, ``label_epsilon`` ε of the randomised
-    response on the labels."""
+    response on the labels; ``u_shaped`` K, a U-shaped split: the last K blocks and the labels stay on the device."""
 
     activation_clip: float = option(0.0, "clip each sample's cut-layer activation to this L2 norm C on the device "
                                     "before sending it (default 0: no clip)", low=0.0, high=1e12)
@@ -512,6 +512,9 @@ class PrivacyConfig:
                                          high=1e3)
     clip_per_value: bool = option(False, "--activation-clip is c, a bound per value: each sample's bound is c·√d for "
                                   "the d values it sends at its cut (an RMS of c per value at every cut)")
+    u_shaped: int = option(0, "a U-shaped split: the model's last K blocks and the labels stay on the device, which "
+                           "gets the server's features and returns their gradient each step (default 0: the server "
+                           "computes the loss from the labels the devices send)", low=0, high=1000)
 
     def check(self) -> None:
         check_fields(self)

@@ -11,6 +11,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Sequence
 
 from trainers.engine.clock import StageTimes
+from trainers.engine.head_split import device_blocks, on_device, with_head
 from trainers.engine.seams import EngineParts
 from trainers.roles.core import robust_flops
 from trainers.roles.messages import ModelDownload, ModelUpload
@@ -30,7 +31,7 @@ def aggregate(engine: Engine, agg: "Aggregation", ctx: "RoundContext", participa
     downloaded. Times: device uploads T_i^{mU} (22), the edge server's by the size it sends
     over r_{e→f} (23); downloads T_i^{mD} (24) and over r_{f→e} (25). Absent devices take no part."""
     devices = engine.present(list(agg.devices) if agg.devices is not None else participants)
-    blocks = list(agg.blocks)
+    blocks = with_head(engine, agg.blocks)        # a U-shaped split's heads are averaged with the client blocks
     weight = {d: float(ctx.data_sizes[d]) if agg.weights == "data_size" else 1.0 for d in devices}
     relayed = relay_uploads(engine, devices, ctx.round, blocks, weight) if engine.strategy.allows_absence else None
     if relayed is not None:
@@ -47,7 +48,7 @@ def aggregate(engine: Engine, agg: "Aggregation", ctx: "RoundContext", participa
             engine.net.send(FED, dataclasses.replace(relayed[d], weight=w))
         e = engine.edge.upload(d, ctx.round, blocks, w)
         engine.net.send(FED, e)
-        mine = [j for j in blocks if j < engine.cuts[d]]
+        mine = device_blocks(engine, d, blocks)
         uploaded.update(mine, e.blocks)
         for j in {*mine, *e.blocks}:
             holders[j] = holders.get(j, 0) + 1
@@ -96,7 +97,7 @@ def download_global(engine: Engine, devices: Sequence[int], round_index: int, bl
     (eq. 25). Returns when the last download is done."""
     end, edge_down_bits, edge_msgs = start, 0.0, []
     for d in devices:
-        mine = [j for j in blocks if j < engine.cuts[d]]
+        mine = device_blocks(engine, d, blocks)
         if mine:
             engine.net.send(FED, Send(d, d, round_index, "device", {j: (ref, j) for j in mine},
                                       fresh_optimizer=engine.fresh_client_state))
@@ -104,7 +105,7 @@ def download_global(engine: Engine, devices: Sequence[int], round_index: int, bl
             engine.timeline.tally.down += engine.blocks_bytes(mine)
             engine.timeline.ledger.add(d, "model download", float(times.model_down[d]))
             end = max(end, start + float(times.model_down[d]))
-    theirs = {d: [j for j in blocks if j >= engine.cuts[d] and engine.edge.key(d, j)[0] is not None]
+    theirs = {d: [j for j in blocks if not on_device(engine, d, j) and engine.edge.key(d, j)[0] is not None]
               for d in (devices if edge_devices is None else edge_devices)}
     needed = sorted({j for js in theirs.values() for j in js})
     if needed:   # the edge server's blocks come once; it loads one copy per device instance (eq. 25)
@@ -125,9 +126,9 @@ def download_global(engine: Engine, devices: Sequence[int], round_index: int, bl
 
 def expected_upload(engine: Engine, device: int, blocks: Sequence[int]) -> dict[int, dict[str, tuple[tuple[int, ...], str]]]:
     """What device ``device``'s upload of ``blocks`` holds: those below its cut, with the template's entries, shapes
-    and dtypes (:func:`trainers.roles.checks.check_upload`)."""
+    and dtypes (:func:`trainers.roles.checks.check_upload`); under a U-shaped split its head's too."""
     schema = engine.upload_schema
-    return {j: dict(schema[j]) for j in blocks if j < engine.cuts[device]}
+    return {j: dict(schema[j]) for j in device_blocks(engine, device, blocks)}
 
 
 def relay_uploads(engine: Engine, devices: list[int], round_index: int, blocks: list[int],
@@ -152,7 +153,7 @@ def average_at_fed(engine: Engine, round_index: int, blocks: set[int]) -> dict[i
 def load_global(engine: Engine, device: int, round_index: int, fresh_optimizer: bool) -> int:
     """Device ``device`` loads the fed server's global client blocks (those averaged so far; with
     ``fresh_optimizer`` its optimizer state restarts); the bytes downloaded."""
-    mine = [j for j in range(engine.cuts[device]) if j in engine.global_sizes]
+    mine = [j for j in device_blocks(engine, device, range(engine.num_blocks)) if j in engine.global_sizes]
     if not mine:
         return 0
     engine.net.send(FED, Send(device, device, round_index, "device", {j: ("global", j) for j in mine},

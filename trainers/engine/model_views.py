@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from trainers.config.train_config import EVAL_BATCH_SIZE
+from trainers.engine.head_split import head_start, on_device, position
 from trainers.engine.seams import EngineParts
 from trainers.roles.core import weighted_mean
 from trainers.roles.messages import BlockState, DeviceAbsent
@@ -47,11 +48,11 @@ class EngineModels:
         devices' (those that loaded the same download, docs/engine.md "One copy of equal models"): read them,
         and change a model only through the roles' messages."""
         e = self.engine
-        if block < e.cuts[device]:
+        if on_device(e, device, block):
             blocks = e.net.device_blocks(device)
             if blocks is None:
                 raise DeviceAbsent(device)
-            return blocks[block]
+            return blocks[position(e, device, block)]
         return e.edge.instances[e.edge.key(device, block)]
 
     def device_model(self, device: int) -> nn.Sequential:
@@ -91,7 +92,7 @@ class EngineModels:
         blocks: list[nn.Module] = []
         for j in range(e.num_blocks):
             owners = {e.edge.key(d, j)[0] for d in range(e.num_devices) if j >= e.cuts[d]}
-            if j >= max(e.cuts) and owners == {None}:   # the shared server block, trained every round: a global
+            if max(e.cuts) <= j < head_start(e) and owners == {None}:   # the shared server block, trained every round: a global
                 blocks.append(e.edge.instances[(None, j)])   # state of it is from before a re-partition (stale)
                 continue
             target = self._eval_blocks.get(("global", j))

@@ -48,7 +48,8 @@ class Network(Protocol):
         """``devices`` grouped by the host that holds them, each group in ``devices``' order."""
 
     def device_blocks(self, device: int) -> nn.ModuleList | None:
-        """Device ``device``'s client blocks as modules, for evaluation: the live ones where they are
+        """Device ``device``'s client blocks (then its head's, under a U-shaped split) as modules, for evaluation: the
+        live ones where they are
         in this process, else a copy made once until a message changes them; None when the device
         is lost (only where the algorithm allows absence)."""
 
@@ -134,7 +135,9 @@ class LocalNetwork:
         return [list(devices)] if devices else []
 
     def device_blocks(self, device: int) -> nn.ModuleList:
-        return self.device_host.device(device).blocks
+        blocks = self.device_host.device(device).blocks
+        head = self.device_host.heads.get(device)
+        return blocks if head is None else nn.ModuleList([*blocks, *head.blocks])
 
     def begin_round(self, round_index: int, clock: "SimClock | None") -> None:
         pass

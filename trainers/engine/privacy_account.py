@@ -38,7 +38,7 @@ def privacy_summary(engine: EngineParts) -> dict[str, Any]:
     if not d.active:
         return {}
     summary: dict[str, Any] = {"activation_clip": d.clip, "activation_noise": d.noise_multiplier, "nopeek": d.nopeek,
-                               "label_epsilon": d.label_epsilon, "clip_per_value": d.clip_per_value}
+                               "label_epsilon": d.label_epsilon, "clip_per_value": d.clip_per_value, "u_shaped": d.head}
     if d.label_epsilon is not None:
         summary["label_keep_probability"] = d.keep_probability()
     if d.noisy:

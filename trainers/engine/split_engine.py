@@ -38,6 +38,7 @@ from trainers.engine.aggregation import aggregate, load_global, start_from_globa
 from trainers.engine.async_loop import run_async_round
 from trainers.engine.clock import StageTimes, stage_maxima
 from trainers.engine.execution import Execution, graph_bytes_per_sample
+from trainers.engine.head_split import check_u_shaped, head_exchange, head_start, server_chain
 from trainers.engine.model_views import EngineModels
 from trainers.engine.network import LocalNetwork, Network
 from trainers.engine.privacy_account import privacy_metrics
@@ -49,6 +50,7 @@ from trainers.roles.batching import ClientBatcher
 from trainers.roles.checks import Schema, schema_of
 from trainers.roles.core import Device, EdgeServer, FedServer, random_layer
 from trainers.roles.defences import ActivationDefence
+from trainers.roles.head import Head
 from trainers.roles.hosts import DeviceHost, FedHost, device_finite_items
 from trainers.roles.messages import (
     DevicesLost,
@@ -77,7 +79,9 @@ def local_network(engine: "SplitEngine", optimizer: OptimizerSpec, seed: int) ->
     data = engine.data
     devices = {i: Device(i, engine.template, engine.cuts[i], data.x_train, data.y_train, p, engine.batch_size, [seed, i],
                          optimizer, engine.defence) for i, p in enumerate(data.parts)}
-    return LocalNetwork(DeviceHost(devices, engine.batcher), FedHost())
+    server = engine.strategy.optimizer("server", engine.server_optimizer)      # the head's layers keep their settings
+    heads = {i: Head(i, engine.template, head_start(engine), server) for i in devices} if engine.defence.head else None
+    return LocalNetwork(DeviceHost(devices, engine.batcher, heads), FedHost())
 
 
 def check_device_finite(device: Device, round_index: int) -> None:
@@ -171,6 +175,7 @@ class SplitEngine:
         self.strategy = strategy
         self.data = data
         self.num_classes = data.num_classes or int(torch.cat([data.y_train, data.y_test]).max()) + 1
+        self.defence = dataclasses.replace(defence or ActivationDefence(), classes=self.num_classes)   # M, for randomised labels
         spec = lambda s: s if isinstance(s, OptimizerSpec) else OptimizerSpec(**s)   # noqa: E731
         self.optimizer = spec(optimizer)
         self.server_optimizer = self.optimizer if server_optimizer is None else spec(server_optimizer)
@@ -184,19 +189,18 @@ class SplitEngine:
         self.absent: set[int] = set()
         """Devices lost for the rest of the run (a real runtime, where the strategy ``allows_absence``); checkpointed."""
         self.period: list[int] | None = None
-        """The participants of the running aggregation period (strategies that average client models keep
-        them from one aggregation to the next); checkpointed."""
+        """The running aggregation period's participants (kept until its aggregation, where averaged); checkpointed."""
         self.stale: set[int] = set()
         """Devices that missed the last average (partial participation): drawn again, they first download it."""
         self.label_counts = _label_counts(data, self.num_classes)
-        self.defence = dataclasses.replace(defence or ActivationDefence(), classes=self.num_classes)   # M, for randomised labels
         strategy.validate(self.context(0))
         self.batcher = ClientBatcher(chain) if self.execution.client_batching else None
         self.net: Network = (network or local_network)(self, strategy.optimizer("client", self.optimizer), seed)
         if self.aggregation[0] != "mean":
             self.net.send(FED, AggregationRule(*self.aggregation))
-        self.edge = EdgeServer(chain, self.cuts, strategy.server_owner, strategy.optimizer("server", self.server_optimizer))
-        self.passes = EdgePasses(self.edge, self.execution.concatenate, self.execution.server_pass_samples)  # strategy's
+        self.edge = EdgeServer(server_chain(self), self.cuts, strategy.server_owner, strategy.optimizer("server", self.server_optimizer))
+        self.passes = EdgePasses(self.edge, self.execution.concatenate, self.execution.server_pass_samples,  # strategy's
+                                 head_exchange(self) if self.defence.head else None)
         self._random_layers = random_layer(chain) is not None
         self.async_state: AsyncLoopState | None = None
         self.models = EngineModels(self)                # the models' views and their evaluation
@@ -232,6 +236,7 @@ class SplitEngine:
         if self.strategy.whole_model and set(checked) != {self.num_blocks}:
             raise InputError(f"{self.strategy.name} trains the whole model on every device (no split): every cut "
                              f"must be {self.num_blocks}, got {sorted(set(checked))}", field="cuts")
+        check_u_shaped(self, checked)
         return checked
 
     @property
@@ -363,9 +368,8 @@ class SplitEngine:
         return load_global(self, device, round_index, fresh_optimizer)
 
     def _take_back(self, round_index: int) -> None:
-        """Devices whose host came back as a new process (a real runtime, partial participation)
-        are present again from this round, starting from the global client model where there is
-        one, with fresh optimizer state (their host was set up as at the start)."""
+        """Devices whose host came back as a new process (a real runtime, partial participation) are present again
+        from this round, from the global client model where there is one, with fresh optimizer state (as at start)."""
         for d in self.net.readmit():
             self.absent.discard(d)
             self.stale.discard(d)

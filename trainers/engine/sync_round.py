@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from trainers.engine.aggregation import expected_upload
 from trainers.engine.clock import StageTimes
+from trainers.engine.head_split import device_blocks
 from trainers.engine.seams import EngineParts
 from trainers.roles.messages import Activation, CutGradient, MessageMismatchError
 from trainers.roles.protocol import FED, Forward, Send, Take, Upload
@@ -309,8 +310,8 @@ def take_replies(out: Sequence[CutGradient], pending: dict, replies: dict, at: f
 
 
 def handoff(engine: Engine, h: "Handoff", round_index: int, times: StageTimes, start: float) -> float:
-    """Device ``h.source`` → fed server → device ``h.target``: client blocks with their optimizer state."""
-    moved = list(range(engine.cuts[h.source]))
+    """Device ``h.source`` → fed server → device ``h.target``: client blocks (and head) with their optimizer state."""
+    moved = device_blocks(engine, h.source, range(engine.num_blocks))
     engine.net.send(h.source, Upload(h.source, round_index, moved, 1.0, with_optimizer=True))
     key = engine.next_key()
     engine.net.send(FED, Take(h.source, keep=key, expect=expected_upload(engine, h.source, moved)))

@@ -25,7 +25,7 @@ from typing import Callable, Mapping, Sequence
 import torch
 
 from adaptplan.fileio import is_int, show
-from trainers.roles.messages import Activation, MessageMismatchError, ModelUpload
+from trainers.roles.messages import Activation, HeadForward, HeadGradient, MessageMismatchError, ModelUpload
 from trainers.roles.protocol import Blocks
 
 MAX_MAGNITUDE = 1e10
@@ -47,11 +47,13 @@ class BadMessageError(MessageMismatchError):
 
 @dataclass(frozen=True)
 class ActivationRule:
-    """What an activation at one cut holds: per-sample ``shape`` and ``dtype``; labels in 0..``num_classes``−1."""
+    """What an activation at one cut holds: per-sample ``shape`` and ``dtype``; labels in 0..``num_classes``−1, or
+    none at all where ``labels`` is False (a U-shaped split: they stay on the device)."""
 
     shape: tuple[int, ...]
     dtype: torch.dtype
     num_classes: int
+    labels: bool = True
 
 
 def check_activation(msg: Activation, device: int, rows: int, rule: ActivationRule) -> None:
@@ -69,14 +71,23 @@ def check_activation(msg: Activation, device: int, rows: int, rule: ActivationRu
     expected = (rows, *rule.shape)
     if tuple(x.shape) != expected:
         raise bad("tensor.shape", f"is {list(x.shape)}, expected {list(expected)} ({rows} samples asked for)")
-    if y.dtype != torch.int64 or tuple(y.shape) != (rows,):
+    if not rule.labels:
+        if y.dtype != torch.int64 or tuple(y.shape) != (0,):
+            raise bad("labels", f"are {y.dtype}{list(y.shape)}, expected none (torch.int64[0]): a U-shaped split's "
+                                "device keeps its labels")
+    elif y.dtype != torch.int64 or tuple(y.shape) != (rows,):
         raise bad("labels", f"are {y.dtype}{list(y.shape)}, expected torch.int64[{rows}] (one per row)")
-    if rows and not 0 <= int(y.min()) <= int(y.max()) < rule.num_classes:
+    elif rows and not 0 <= int(y.min()) <= int(y.max()) < rule.num_classes:
         raise bad("labels", f"span {int(y.min())}..{int(y.max())}, outside 0..{rule.num_classes - 1}")
-    if x.numel():
-        largest = float(x.detach().abs().amax())
+    _check_magnitude(bad, "tensor", x)
+
+
+def _check_magnitude(bad: Callable[[str, str], BadMessageError], field: str, t: torch.Tensor) -> None:
+    """``t``'s values finite and at most :data:`MAX_MAGNITUDE` in absolute value (``bad(field, why)`` otherwise)."""
+    if t.numel():
+        largest = float(t.detach().abs().amax())
         if not largest <= MAX_MAGNITUDE:          # NaN fails this too
-            raise bad("tensor", f"holds {largest:.3g}: NaN, infinite or above {MAX_MAGNITUDE:.0e} in absolute value")
+            raise bad(field, f"holds {largest:.3g}: NaN, infinite or above {MAX_MAGNITUDE:.0e} in absolute value")
 
 
 def check_step(msg: Activation, device: int, last: int | None) -> int:
@@ -111,10 +122,12 @@ def check_upload(msg: ModelUpload, device: int, blocks: Sequence[int], schema: S
         _check_state(bad, f"blocks[{j}]", block.state, schema.get(j, {}))
 
 
-def check_blocks(msg: object, device: int, count: int, schema: Schema) -> None:
+def check_blocks(msg: object, device: int, indices: Sequence[int], schema: Schema) -> None:
     """Raise :class:`BadMessageError` unless ``msg`` is device ``device``'s :class:`~trainers.roles.protocol.Blocks`
-    reply (to the edge server's GetBlocks, for evaluation): its first ``count`` blocks (its cut), each with exactly the
-    template's entries, shapes and dtypes, finite."""
+    reply (to the edge server's GetBlocks, for evaluation): the blocks it holds, ``indices`` in order (its first
+    blocks to its cut, then a U-shaped split's head), each with exactly the template's entries, shapes and dtypes,
+    finite."""
+    count = len(indices)
     def bad(field: str, why: str) -> BadMessageError:
         return BadMessageError(device, "blocks", field, why)
 
@@ -124,8 +137,30 @@ def check_blocks(msg: object, device: int, count: int, schema: Schema) -> None:
         raise bad("device", f"is {msg.device}, but this is device {device}'s reply")
     if len(msg.states) != count:
         raise bad("states", f"holds {len(msg.states)} blocks, expected {count}")
-    for j, state in enumerate(msg.states):
+    for j, state in zip(indices, msg.states):
         _check_state(bad, f"states[{j}]", state, schema.get(j, {}))
+
+
+def check_head_gradient(msg: object, device: int, asked: HeadForward) -> None:
+    """Raise :class:`BadMessageError` unless ``msg`` is device ``device``'s answer to the features ``asked`` (a U-shaped
+    split, :mod:`trainers.roles.head`): its tags, a gradient of the features' shape and dtype within
+    :data:`MAX_MAGNITUDE`, and a finite scalar loss of that dtype."""
+    def bad(field: str, why: str) -> BadMessageError:
+        return BadMessageError(device, "head gradient", field, why)
+
+    if not isinstance(msg, HeadGradient):
+        raise bad("type", f"is {type(msg).__name__}, expected HeadGradient")
+    if (msg.device, msg.round, msg.step) != (device, asked.round, asked.step):
+        raise bad("tags", f"are (device {show(msg.device)}, round {show(msg.round)}, step {show(msg.step)}), expected "
+                          f"(device {device}, round {asked.round}, step {asked.step})")
+    g, loss = msg.tensor, msg.loss
+    if not isinstance(g, torch.Tensor) or g.dtype != asked.tensor.dtype or g.shape != asked.tensor.shape:
+        got = f"{g.dtype}{list(g.shape)}" if isinstance(g, torch.Tensor) else type(g).__name__
+        raise bad("tensor", f"is {got}, expected {asked.tensor.dtype}{list(asked.tensor.shape)}")
+    if not isinstance(loss, torch.Tensor) or loss.dtype != g.dtype or loss.dim() != 0:
+        raise bad("loss", f"must be a scalar {g.dtype} tensor")
+    _check_magnitude(bad, "tensor", g)
+    _check_magnitude(bad, "loss", loss)
 
 
 def _check_state(bad: Callable[[str, str], BadMessageError], where: str, state: Mapping[str, object],

@@ -531,7 +531,7 @@ class EdgeServer:
         shared ones too when ``shared``) to the fed server."""
         out = {}
         for j in blocks:
-            if j < self.cuts[device]:
+            if j < self.cuts[device] or j >= self.num_blocks:     # the device's (below its cut, or its head)
                 continue
             key = self.key(device, j)
             if key[0] is None and not shared:

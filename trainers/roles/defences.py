@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 import torch
 
-from adaptplan.defence_cost import with_defence_cost
+from adaptplan.defence_cost import with_defence_cost, with_head_on_device
 from adaptplan.model_profile import ModelProfile
 from profilers.leakage import distance_correlation_tensor
 
@@ -54,7 +54,8 @@ class ActivationDefence:
     ``noise_multiplier`` σ (noise std σ·C; needs C > 0), ``nopeek`` α (weight of dCor(X, A) in the device's
     objective, 0 = none); ``delta`` the δ of the (ε, δ) the run reports under noise (:func:`activation_epsilon`);
     ``label_epsilon`` ε of the randomised response on the labels (None = the true labels) over ``classes`` M;
-    ``clip_per_value``: ``clip`` is c, the bound per value, C = c·√d (module docstring)."""
+    ``clip_per_value``: ``clip`` is c, the bound per value, C = c·√d (module docstring); ``head`` K: a U-shaped
+    split, the device keeps the model's last K blocks and its labels (:class:`trainers.roles.head.Head`)."""
 
     clip: float = 0.0
     noise_multiplier: float = 0.0
@@ -63,6 +64,7 @@ class ActivationDefence:
     label_epsilon: float | None = None
     classes: int = 0
     clip_per_value: bool = False
+    head: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.delta, float) or not 0 < self.delta < 1:
@@ -75,6 +77,8 @@ class ActivationDefence:
             raise ValueError("noise on the activations needs a clip C > 0 (the noise's scale is σ·C)")
         if self.label_epsilon is not None and not (isinstance(self.label_epsilon, float) and self.label_epsilon >= 0):
             raise ValueError(f"label_epsilon must be a number ≥ 0, got {self.label_epsilon!r}")
+        if isinstance(self.head, bool) or not isinstance(self.head, int) or self.head < 0:
+            raise ValueError(f"head must be a whole number of blocks ≥ 0, got {self.head!r}")
 
     @classmethod
     def of(cls, privacy: "PrivacyConfig") -> "ActivationDefence":
@@ -82,7 +86,8 @@ class ActivationDefence:
         ``--label-epsilon`` set (M, the classes, is the engine's to fill in)."""
         labels = None if privacy.label_epsilon is None else float(privacy.label_epsilon)
         return cls(float(privacy.activation_clip), float(privacy.activation_noise), float(privacy.nopeek),
-                   float(privacy.privacy_delta), labels, clip_per_value=bool(privacy.clip_per_value))
+                   float(privacy.privacy_delta), labels, clip_per_value=bool(privacy.clip_per_value),
+                   head=int(privacy.u_shaped))
 
     @classmethod
     def of_setting(cls, setting: "DefenceSetting", classes: int) -> "ActivationDefence":
@@ -90,17 +95,19 @@ class ActivationDefence:
         ``classes`` M, at the default δ."""
         labels = None if setting.labels is None else float(setting.labels)
         return cls(float(setting.clip), float(setting.noise), float(setting.nopeek), label_epsilon=labels,
-                   classes=classes, clip_per_value=setting.clip_per_value)
+                   classes=classes, clip_per_value=setting.clip_per_value, head=setting.head)
 
     def charged(self, profile: ModelProfile, batch_size: int) -> ModelProfile:
-        """``profile`` with this defence's FLOPs per sample at each cut (:mod:`adaptplan.defence_cost`), so the
-        simulated clock and the planner charge them."""
-        return with_defence_cost(profile, self.clip > 0, self.noisy, self.nopeek > 0, batch_size)
+        """``profile`` with this defence's FLOPs per sample at each cut (:mod:`adaptplan.defence_cost`) and its head on
+        the device (:func:`adaptplan.defence_cost.with_head_on_device`), so the simulated clock and the planner charge
+        them."""
+        costed = with_defence_cost(profile, self.clip > 0, self.noisy, self.nopeek > 0, batch_size)
+        return with_head_on_device(costed, self.head, "u_shaped")
 
     @property
     def active(self) -> bool:
         """True if the device changes what it sends or how it steps."""
-        return self.clip > 0 or self.nopeek > 0 or self.label_epsilon is not None
+        return self.clip > 0 or self.nopeek > 0 or self.label_epsilon is not None or self.head > 0
 
     def keep_probability(self) -> float:
         """e^ε/(e^ε + M − 1): the chance a sample's sent label is its own (1 without the response)."""

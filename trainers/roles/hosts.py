@@ -15,7 +15,16 @@ from typing import Any, Callable
 from trainers.roles.batching import ClientBatcher
 from trainers.roles.checks import BadMessageError, check_upload
 from trainers.roles.core import AGGREGATION_RULES, Device, FedServer
-from trainers.roles.messages import BlockState, CutGradient, MessageMismatchError, ModelDownload, ModelUpload, check_all_finite
+from trainers.roles.head import Head
+from trainers.roles.messages import (
+    BlockState,
+    CutGradient,
+    HeadForward,
+    MessageMismatchError,
+    ModelDownload,
+    ModelUpload,
+    check_all_finite,
+)
 from trainers.roles.protocol import (
     EDGE,
     FED,
@@ -57,11 +66,16 @@ class DeviceHost:
     A model changes only through the roles' messages, so the round's NaN/inf check
     (:class:`~trainers.roles.protocol.RoundEnd`) looks at the devices some message named since the last
     check passed, and at devices never checked; under partial participation the others, whose models no
-    message could have changed, are not read again (at 100 devices and ρ = 0.1 a tenth of the tensors)."""
+    message could have changed, are not read again (at 100 devices and ρ = 0.1 a tenth of the tensors).
 
-    def __init__(self, devices: dict[int, Device], batcher: ClientBatcher | None = None) -> None:
+    ``heads`` (a U-shaped split, :mod:`trainers.roles.head`): each device's head, which keeps its labels, answers
+    the edge server's features, steps when the device does and travels in its model messages."""
+
+    def __init__(self, devices: dict[int, Device], batcher: ClientBatcher | None = None,
+                 heads: dict[int, Head] | None = None) -> None:
         self.devices = devices
         self.batcher = batcher
+        self.heads = heads or {}
         self._checked: set[int] = set()  # devices found finite at the last check and named by no message since
 
     def device(self, index: int) -> Device:
@@ -77,26 +91,55 @@ class DeviceHost:
             self.forward(msg, emit)
         elif isinstance(msg, CutGradient):
             self.device(msg.device).backward(msg)                      # eq. (6)
+            if msg.device in self.heads:
+                self.heads[msg.device].finish(msg)
+        elif isinstance(msg, HeadForward):
+            emit(EDGE, self.head(msg.device).reply(msg))
         elif isinstance(msg, ModelDownload):
-            self.device(msg.device).download(msg)
+            self.device(msg.device).download(self.heads[msg.device].download(msg) if msg.device in self.heads else msg)
         elif isinstance(msg, Upload):
-            emit(msg.to, self.device(msg.device).upload(msg.round, msg.blocks, msg.weight, msg.with_optimizer))
+            emit(msg.to, self.upload(msg))
         elif isinstance(msg, GetBlocks):
             emit(EDGE, Blocks(msg.device, [block.state_dict() for block in self.device(msg.device).blocks]))
         elif isinstance(msg, GetState) and msg.device is not None:      # None: the fed server's (FedHost)
-            emit(EDGE, State(msg.device, self.device(msg.device).state_dict()))
+            emit(EDGE, State(msg.device, self.state(msg.device)))
         elif isinstance(msg, SetState) and msg.device is not None:
-            self.device(msg.device).load_state_dict(msg.state)
+            self.set_state(msg.device, msg.state)
         elif isinstance(msg, RoundEnd):
             self.check_finite(msg.round)
         else:
             raise MessageMismatchError(f"a device host cannot handle a {type(msg).__name__}")
 
+    def head(self, device: int) -> Head:
+        if device not in self.heads:
+            raise MessageMismatchError(f"features for device {device}, which keeps no head (no U-shaped split)")
+        return self.heads[device]
+
+    def upload(self, msg: Upload) -> ModelUpload:
+        """Device ``msg.device``'s blocks among ``msg.blocks``: its client blocks and its head's."""
+        up = self.device(msg.device).upload(msg.round, msg.blocks, msg.weight, msg.with_optimizer)
+        if msg.device in self.heads:
+            up.blocks.update(self.heads[msg.device].upload(msg.blocks, msg.with_optimizer))
+        return up
+
+    def state(self, device: int) -> dict[str, Any]:
+        state = self.device(device).state_dict()
+        return {**state, "head": self.heads[device].state_dict()} if device in self.heads else state
+
+    def set_state(self, device: int, state: dict[str, Any]) -> None:
+        if device in self.heads:
+            if "head" not in state:
+                raise ValueError(f"device {device}'s state must hold its head (a U-shaped split's run writes it)")
+            self.heads[device].load_state_dict(state["head"])
+            state = {k: v for k, v in state.items() if k != "head"}
+        self.device(device).load_state_dict(state)
+
     def check_finite(self, round_index: int) -> None:
         """:func:`check_all_finite` of the client models of the devices that may have changed (class
         docstring); a :class:`~trainers.roles.messages.NonFiniteError` names the first offending device."""
         changed = [d for d in self.devices if d not in self._checked]
-        check_all_finite([item for d in changed for item in device_finite_items(self.devices[d])], round_index)
+        check_all_finite([item for d in changed for item in device_finite_items(self.devices[d])
+                          + (self.heads[d].finite_items() if d in self.heads else [])], round_index)
         self._checked.update(changed)
 
     def forward(self, msg: Forward, emit: Emit) -> None:
@@ -106,10 +149,14 @@ class DeviceHost:
             batch = dict(msg.items)
             out = self.batcher.forward([self.device(d) for d, _ in msg.items], msg.round, batch)
             for d, _ in msg.items:
-                emit(EDGE, out[d])
+                emit(EDGE, self.leaving(out[d]))
             return
         for d, b in msg.items:
-            emit(EDGE, self.device(d).forward(msg.round, b, msg.recompute))
+            emit(EDGE, self.leaving(self.device(d).forward(msg.round, b, msg.recompute)))
+
+    def leaving(self, msg: Any) -> Any:
+        """An activation as it leaves the host: under a U-shaped split its labels stay with the device's head."""
+        return self.heads[msg.device].keep(msg) if msg.device in self.heads else msg
 
 
 class FedHost:

@@ -9,6 +9,8 @@ message              from → to                   payload
 ===================  ==========================  ==============================================
 :class:`Activation`  device → edge server        cut-layer activations a_i^t (eq. 2) + labels
 :class:`CutGradient` edge server → device        ∂loss/∂a_i^t (eq. 6), or ``None`` = no update
+:class:`HeadForward` edge server → device        a U-shaped split's features h_k for the device's head
+:class:`HeadGradient` device → edge server       its loss F_i and ∂F_i/∂h_k (the labels stay on the device)
 :class:`ModelUpload` device/edge → fed server    block states (+ optimizer state) of device i
 :class:`ModelDownload` fed server → device/edge  block states to load (aggregation, hand-off,
                                                  re-partition)
@@ -179,6 +181,37 @@ class CutGradient:
     @property
     def num_bytes(self) -> int:
         return tensor_bytes(self.tensor)
+
+
+@dataclass
+class HeadForward:
+    """Edge server → device (a U-shaped split, :mod:`trainers.roles.head`): the server blocks' output h_k for the
+    activation with the same tags, the input of the device's head."""
+
+    device: int
+    round: int
+    step: int
+    tensor: torch.Tensor
+
+    @property
+    def num_bytes(self) -> int:
+        return tensor_bytes(self.tensor)
+
+
+@dataclass
+class HeadGradient:
+    """Device → edge server: F_i, the mean cross-entropy of the head's output on the device's labels (a 0-d tensor),
+    and ∂F_i/∂h_k for the :class:`HeadForward` with the same tags."""
+
+    device: int
+    round: int
+    step: int
+    loss: torch.Tensor
+    tensor: torch.Tensor
+
+    @property
+    def num_bytes(self) -> int:
+        return tensor_bytes(self.tensor) + tensor_bytes(self.loss)
 
 
 @dataclass

@@ -29,20 +29,38 @@ they are recomputed by one more pass when they are needed (a forward and an inpu
 
 
 
+HeadLoss = Callable[[Activation, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+"""A U-shaped split's exchange with a device's head (the runtime's): the arrival and the server's output h_k for it →
+(F_i, ∂F_i/∂h_k) as the device answers them (:mod:`trainers.roles.head`)."""
+
+
 class ServerPass:
     """One forward of a set of arrivals through the edge server's blocks (eq. 3).
 
     ``inputs[d]`` is device d's received activation as a leaf that requires grad, ``logits[d]`` its
     output. :meth:`backward` back-propagates a scalar loss into the server parameters and returns
     the cut gradients; :meth:`cut_gradients` returns cut gradients only, leaving the server's
-    parameter gradients untouched (a pass at frozen server weights)."""
+    parameter gradients untouched (a pass at frozen server weights). Under a U-shaped split (``head``) the
+    output is the head's input h_k and the loss is the device's (:meth:`loss`)."""
 
     def __init__(self, arrivals: Sequence[Activation], inputs: dict[int, torch.Tensor],
-                 logits: dict[int, torch.Tensor]) -> None:
+                 logits: dict[int, torch.Tensor], head: HeadLoss | None = None) -> None:
         self.arrivals = list(arrivals)
         self.inputs = inputs
         self.logits = logits
         self.labels = {a.device: a.labels for a in arrivals}
+        self.head = head
+
+    def loss(self, device: int, loss_of: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        """F_i of ``device`` in this pass: ``loss_of(i, logits_i, labels_i)``, or under a U-shaped split the device's
+        own mean cross-entropy, which its head computes: F_i + ⟨h_k − sg(h_k), ∂F_i/∂h_k⟩ (sg: no gradient), whose
+        value is F_i and whose gradient with respect to anything h_k depends on (the server's weights, a_i) is
+        the chain rule's through the head."""
+        if self.head is None:
+            return loss_of(device, self.logits[device], self.labels[device])
+        h = self.logits[device]
+        value, grad = self.head(next(a for a in self.arrivals if a.device == device), h)
+        return value.to(h.dtype) + ((h - h.detach()) * grad.to(h.dtype)).sum()
 
     @property
     def devices(self) -> list[int]:
@@ -70,18 +88,22 @@ class EdgePasses:
         server: the edge server role whose instances the passes run and whose owners step.
         concatenate: run devices that meet at a shared instance as one batch (exact for models
             without batch-coupled layers; switched off when BatchNorm is present).
+        head: a U-shaped split's exchange with the devices' heads (:class:`ServerPass` computes their losses by it).
         pass_samples: the most samples one server pass holds (its autograd graph grows with them):
             a barrier over more arrivals is served in :meth:`chunks` (exact for a mean loss, the
             gradients accumulating; equal up to float rounding). ``None``: one pass.
     """
 
-    def __init__(self, server: EdgeServer, concatenate: bool = True, pass_samples: int | None = None) -> None:
+    def __init__(self, server: EdgeServer, concatenate: bool = True, pass_samples: int | None = None,
+                 head: HeadLoss | None = None) -> None:
         self.server = server
         self.batch_independent = not has_batch_coupling(server.template)
         """A sample's server outputs never depend on the other samples of its pass (no BatchNorm), so a loss summed
         over samples has one gradient however the samples are split into passes."""
         self.concatenate = concatenate and self.batch_independent
         self.pass_samples = pass_samples
+        self.head = head
+        """A U-shaped split's exchange with the devices' heads (the runtime's; None: the loss is the server's)."""
         self._kept_cut: dict[int, torch.Tensor] = {}
         """∂L_i/∂a_i kept from :meth:`gradient_rows`'s passes where a second pass would not be harmless, for
         :meth:`cut_gradients`."""
@@ -148,7 +170,7 @@ class EdgePasses:
                 raise MessageMismatchError(f"two activations from device {a.device} in one server pass (round {a.round})")
             check_finite(a.tensor, "activation message", a.round, a.device)
             inputs[a.device] = a.tensor.detach().requires_grad_(True)
-        return ServerPass(arrivals, inputs, self._forward(inputs, concatenate and self.concatenate))
+        return ServerPass(arrivals, inputs, self._forward(inputs, concatenate and self.concatenate), self.head)
 
     def _forward(self, inputs: dict[int, torch.Tensor], concatenate: bool) -> dict[int, torch.Tensor]:
         streams: list[tuple[list[int], torch.Tensor, list[int]]] = []
@@ -265,7 +287,7 @@ class EdgePasses:
         L_i, w_{s,i})`` (the graph of L_i lives until the caller moves on)."""
         for a in arrivals:
             p = self.run([a], concatenate=False)
-            yield a, p.inputs[a.device], loss_of(a.device, p.logits[a.device], a.labels), self.parameters(a.device)
+            yield a, p.inputs[a.device], p.loss(a.device, loss_of), self.parameters(a.device)
 
     def per_device_gradients(self, arrivals: Sequence[Activation],
                              loss_of: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor],
@@ -341,6 +363,6 @@ class EdgePasses:
         cut: dict[int, torch.Tensor] = {}
         for chunk in self.chunks(arrivals):
             p = self.run(chunk)
-            cut.update(p.cut_gradients(cast(torch.Tensor, sum(loss_of(d, p.logits[d], p.labels[d]) for d in p.devices))))
+            cut.update(p.cut_gradients(cast(torch.Tensor, sum(p.loss(d, loss_of) for d in p.devices))))
         return cut
 

@@ -19,7 +19,8 @@ from adaptplan.system import SystemSpec
 class ReplanRequest:
     """What a planner sees at a planning point (Algorithm 1): the round just finished (0 = before
     training), the system for the next round, the profile, and the plan in force (``cuts`` empty
-    before training)."""
+    before training); ``candidates`` the cuts a plan may use (None: 1..L−1; a U-shaped split's,
+    :func:`adaptplan.defence_cost.head_cuts`)."""
 
     round: int
     system: SystemSpec
@@ -27,6 +28,7 @@ class ReplanRequest:
     cuts: list[int]
     interval: int
     constants: ConvergenceConstants | None = None     # re-estimated from the run (--reestimate), else None
+    candidates: list[int] | None = None
 
 
 Planner = Callable[[ReplanRequest], "tuple[list[int], int] | Plan"]
@@ -49,7 +51,8 @@ def default_planner(constants: ConvergenceConstants | None = None, gamma: float 
 
         consts = request.constants or constants or \
             ConvergenceConstants.training_placeholder(request.profile.num_cuts, gamma, request.system.num_devices)
-        return _Planner(request.profile, request.system, consts).plan(initial_cuts=request.cuts or None)
+        return _Planner(request.profile, request.system, consts, candidates=request.candidates).plan(
+            initial_cuts=request.cuts or None)
 
     return plan
 
@@ -60,7 +63,7 @@ def linear_planner(law: LinearRounds) -> Planner:
     pilots' and stays (``request.constants`` are never set with it: TrainConfig refuses --reestimate)."""
 
     def plan(request: ReplanRequest) -> Plan:
-        chosen = plan_linear_rounds(law, request.profile, request.system)
+        chosen = plan_linear_rounds(law, request.profile, request.system, candidates=request.candidates)
         return as_plan(chosen, law, request.profile, request.system)
 
     return plan

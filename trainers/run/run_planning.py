@@ -16,6 +16,7 @@ import torch
 from adaptplan.calibration import Calibration
 from adaptplan.constants import ConvergenceConstants
 from adaptplan.convergence import step_note
+from adaptplan.defence_cost import head_cuts
 from adaptplan.errors import InfeasibleError, InputError
 from adaptplan.linear_rounds import LinearRounds
 from adaptplan.measured_system import MeasuredRates
@@ -76,6 +77,12 @@ class RunPlanning:
             self.constants = self.calibration.constants
         self.planner, self.replan_every = self._planner(planner)
         self.last_replan = 0
+        head = config.privacy.u_shaped
+        self.candidates = head_cuts(len(blocks), head) if head else None
+        """The cuts a plan may use: a U-shaped split's (the edge server keeps a block before the head), else all."""
+        if head and config.plan.policy not in (None, "adaptsfl"):
+            raise InputError(f"the {config.plan.policy} policy draws cuts over the whole model; a U-shaped split plans "
+                             "with the AdaptSFL planner (leave --policy out) or takes --cuts", field="--policy")
 
     def _check_no_split(self) -> None:
         """An algorithm of the whole model (the registry's ``whole_model``) has no cut to plan: cut L on every
@@ -128,7 +135,7 @@ class RunPlanning:
         estimated = self.planning_constants(0, self.blocks) if c.plan.reestimate else None
         try:
             cuts, interval, details = decision(self.planner(ReplanRequest(0, clock.system(1), self.profile, [], 1,
-                                                                           estimated)))
+                                                                           estimated, self.candidates)))
         except InfeasibleError as exc:
             if not c.plan.allow_fallback:
                 raise InfeasibleError(f"the planner found no plan: {exc.message}. Give the plan yourself (--cuts, --plan), "
@@ -244,7 +251,8 @@ class RunPlanning:
         self.last_replan = t
         estimated = self.planning_constants(t, engine.global_model()) if self.config.plan.reestimate else None
         try:
-            cuts, interval, details = decision(self.planner(ReplanRequest(t, system, self.profile, *old, estimated)))
+            cuts, interval, details = decision(self.planner(ReplanRequest(t, system, self.profile, *old, estimated,
+                                                                          self.candidates)))
         except InfeasibleError as exc:             # keep the plan in force, say why
             events.append({"round": t, "event": "replan-infeasible", "reason": str(exc),
                                         "cuts": old[0], "interval": old[1]})

@@ -216,6 +216,7 @@ def run(args: argparse.Namespace) -> int:
     candidates = check_candidates(parse_cuts(args.cuts), profile.num_cuts) if args.cuts else None
     setting = defence_setting(args)
     profile = setting.charged(profile, system.batch_size)
+    candidates = head_candidates(candidates, profile.num_cuts, setting.head)
     leakage, weights = leakage_budget(args, profile, system.num_devices, setting.name)
     if leakage is not None and isinstance(fit, LinearRounds):
         raise InputError("a leakage budget plans with Corollary 1's rounds, not --rounds-law linear", field="--max-leakage")
@@ -253,6 +254,21 @@ def defence_setting(args: argparse.Namespace) -> Any:
         raise InputError("randomised labels cost nothing on the clock; give them to `train --label-epsilon`",
                          field="--defence")
     return setting
+
+
+def head_candidates(candidates: list[int] | None, num_cuts: int, head: int) -> list[int] | None:
+    """The cuts a plan may use under a U-shaped split of a ``head`` of K blocks (``--defence head=K``): ``--cuts``' or
+    all, within 1..L−K−1 (:func:`adaptplan.defence_cost.head_cuts`); InputError naming ``--cuts`` when none is."""
+    if not head:
+        return candidates
+    from adaptplan.defence_cost import head_cuts
+
+    allowed = head_cuts(num_cuts, head)
+    kept = [c for c in (candidates or allowed) if c in allowed]
+    if not kept:
+        raise InputError(f"a head of {head} blocks leaves the cuts 1..{allowed[-1]}; none of {candidates} is one of them",
+                         field="--cuts")
+    return kept
 
 
 def leakage_budget(args: argparse.Namespace, profile: Any, num_devices: int, defence: str = "none") -> tuple[Any, str]:

@@ -140,9 +140,12 @@ def test_blocks_hold_as_many_blocks_as_asked_each_like_the_template() -> None:
     chain = nn.Sequential(nn.Linear(2, 3), nn.Linear(3, 2), nn.Linear(2, 2))
     states = [block.state_dict() for block in chain]
     schema = schema_of(states)
-    check_blocks(Blocks(0, states[:2]), 0, 2, schema)
-    check_blocks(Blocks(0, states[:1]), 0, 1, schema)                      # a cut of 1 ...
-    check_blocks(Blocks(0, states), 0, 3, schema)                          # ... to the template's 3
+    check_blocks(Blocks(0, states[:2]), 0, range(2), schema)
+    check_blocks(Blocks(0, states[:1]), 0, range(1), schema)               # a cut of 1 ...
+    check_blocks(Blocks(0, states), 0, range(3), schema)                   # ... to the template's 3
+    check_blocks(Blocks(0, [states[0], states[2]]), 0, [0, 2], schema)     # a cut of 1 and a head of 1 (U-shaped)
+    with pytest.raises(BadMessageError, match=r"states\[2\].weight: is torch.float32\[2, 3\], expected float32\[2, 2\]"):
+        check_blocks(Blocks(0, [states[0], states[1]]), 0, [0, 2], schema)  # the head's block checked as block 2
     for msg, count, text in [(Blocks(0, states[:1]), 2, "states: holds 1 blocks, expected 2"),
                              (Blocks(0, states), 2, "states: holds 3 blocks, expected 2"),
                              (Blocks(0, []), 1, "states: holds 0 blocks, expected 1"),
@@ -153,7 +156,7 @@ def test_blocks_hold_as_many_blocks_as_asked_each_like_the_template() -> None:
                              (Blocks(0, [states[1]]), 1, "states[0].weight: is torch.float32[2, 3], expected float32[3, 2]"),
                              (Blocks(1, states[:1]), 1, "device: is 1, but this is device 0's reply")]:
         with pytest.raises(BadMessageError) as caught:
-            check_blocks(msg, 0, count, schema)
+            check_blocks(msg, 0, range(count), schema)
         assert str(caught.value) == f"device 0's blocks: {text}"
 
 
