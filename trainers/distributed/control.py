@@ -37,7 +37,8 @@ class Layout:
 @dataclass
 class DeviceSpec:
     """One device a device rank builds: its cut, the positions of its samples in the data set (not
-    the samples), its batch size, sampler seed and optimizer."""
+    the samples), its batch size, sampler seed and optimizer, its defence, and under a U-shaped split
+    (``defence.head``) its head's optimizer (the server's settings, :mod:`trainers.roles.head`)."""
 
     cut: int
     positions: torch.Tensor
@@ -45,6 +46,7 @@ class DeviceSpec:
     seed: list[int]
     optimizer: OptimizerSpec
     defence: ActivationDefence = field(default_factory=ActivationDefence)
+    head_optimizer: OptimizerSpec | None = None
 
 
 @dataclass

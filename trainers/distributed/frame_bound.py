@@ -9,7 +9,8 @@ A frame carries one message of trainers/roles/messages.py or trainers/distribute
 * a Setup: the chain's initial weights and the positions of the samples of every device the rank hosts
   (int64, at most the training set's);
 * an Activation or a CutGradient: a batch of cut-layer activations (rows at most the batch size) and its labels,
-  at most the largest output of any layer of the model.
+  at most the largest output of any layer of the model; so are a U-shaped split's HeadForward and HeadGradient (the
+  head's input features and their gradient, and a scalar loss).
 
 The bound is the largest of these, times :data:`SAFETY` (headers, a batch larger than asked that the edge
 server then refuses by its check, tensors the estimate misses), plus :data:`HEADER_BYTES`.

@@ -36,8 +36,17 @@ from trainers.distributed.rank_checks import check_ready, check_report
 from trainers.distributed.timing import book_transfer, link_rate
 from trainers.distributed.transport import FrameChannel, PeerError
 from trainers.engine.clock import StageLedger
-from trainers.roles.checks import ActivationRule, BadMessageError, check_activation, check_blocks, check_step, check_upload
-from trainers.roles.messages import Activation, CutGradient, ModelUpload
+from trainers.engine.head_split import device_blocks
+from trainers.roles.checks import (
+    ActivationRule,
+    BadMessageError,
+    check_activation,
+    check_blocks,
+    check_head_gradient,
+    check_step,
+    check_upload,
+)
+from trainers.roles.messages import Activation, CutGradient, HeadForward, HeadGradient, ModelUpload
 from trainers.roles.optim import OptimizerSpec
 from trainers.roles.protocol import EDGE, FED, Address, Forward, GetBlocks, GetState, RoundEnd, State, Upload
 
@@ -46,16 +55,18 @@ if TYPE_CHECKING:  # pragma: no cover
     from trainers.engine.split_engine import SplitEngine
 
 
-def activation_rules(template: nn.Sequential, probe: torch.Tensor, num_classes: int) -> dict[int, ActivationRule]:
+def activation_rules(template: nn.Sequential, probe: torch.Tensor, num_classes: int,
+                     labels: bool = True) -> dict[int, ActivationRule]:
     """Per cut c = 1..L−1: the per-sample shape and dtype of the activation after block c (one sample of the data
-    through a copy of the template, evaluation mode, nothing recorded) and the labels' range."""
+    through a copy of the template, evaluation mode, nothing recorded) and the labels' range (none sent where
+    ``labels`` is False: a U-shaped split)."""
     rules = {}
     model = copy.deepcopy(template).eval()
     x = probe
     with torch.no_grad():
         for c, block in enumerate(model, start=1):
             x = block(x)
-            rules[c] = ActivationRule(tuple(int(s) for s in x.shape[1:]), x.dtype, num_classes)
+            rules[c] = ActivationRule(tuple(int(s) for s in x.shape[1:]), x.dtype, num_classes, labels)
     return rules
 
 
@@ -87,6 +98,7 @@ class RankNetwork:
         self.expected: dict[int, type] = {}          # device → the message type its rank's next reply must be
         self.asked_round: dict[int, int] = {}        # device → the round its last Forward was for
         self.last_step: dict[int, int] = {}          # device → the step of its last activation (steps count by one)
+        self.features: dict[int, HeadForward] = {}   # device → the features its head was last sent (a U-shaped split)
 
     # ---- setting the device ranks up -------------------------------------------------------------------
     def setup(self, engine: "SplitEngine", optimizer: OptimizerSpec, seed: int) -> "RankNetwork":
@@ -101,10 +113,11 @@ class RankNetwork:
         source = dict(self.source, num_train=int(data.x_train.shape[0]), num_classes=int(engine.num_classes))
         initial = [{k: v.detach().cpu().clone() for k, v in block.state_dict().items()} for block in engine.template]
         by_rank: dict[int, dict[int, DeviceSpec]] = {}
+        head = engine.strategy.optimizer("server", engine.server_optimizer) if engine.defence.head else None
         for i, part in enumerate(data.parts):
             by_rank.setdefault(self.layout.rank_of(i), {})[i] = DeviceSpec(
                 engine.cuts[i], torch.as_tensor(np.asarray(part), dtype=torch.long), engine.batch_size, [seed, i], optimizer,
-                engine.defence)
+                engine.defence, head)
         for rank, devices in by_rank.items():
             self._setups[rank] = Setup(source, initial, devices)
             self.channel.send(self._setups[rank], rank)
@@ -227,6 +240,9 @@ class RankNetwork:
             self.expected[msg.device] = ModelUpload
         elif isinstance(msg, GetState) and msg.device is not None:
             self.expected[msg.device] = State
+        elif isinstance(msg, HeadForward):
+            self.expected[msg.device] = HeadGradient
+            self.features[msg.device] = msg
         if isinstance(msg, CutGradient) and self.served_from is not None:
             self.ledger.add("edge", "server", time.time() - self.served_from)   # since the group's activations came
             self.served_from = None
@@ -273,12 +289,15 @@ class RankNetwork:
         if expected is None or type(msg) is not expected:
             raise BadMessageError(device, "reply", "type", f"is {type(msg).__name__}, expected {expected.__name__}"
                                   if expected else f"is {type(msg).__name__}, but it was asked for nothing")
+        if isinstance(msg, HeadGradient):
+            check_head_gradient(msg, device, self.features.pop(device))
+            return
         if not isinstance(msg, (Activation, ModelUpload)):
             return                  # a State: checked with the checkpoint it is written into, when a run resumes
         if isinstance(msg, Activation):
             if not self.rules:                     # once, from the model: one sample through the template
                 self.rules = activation_rules(self.engine.template, self.engine.data.x_train[:1],
-                                              int(self.engine.num_classes))
+                                              int(self.engine.num_classes), labels=not self.engine.defence.head)
             check_activation(msg, device, self.asked.pop(device), self.rules[self.engine.cuts[device]])
             asked_round = self.asked_round.pop(device)
             if msg.round != asked_round:
@@ -286,8 +305,9 @@ class RankNetwork:
                                                                      f"{asked_round}")
             self.last_step[device] = check_step(msg, device, self.last_step.get(device))
         else:
-            cut = self.engine.cuts[device]           # a device sends the blocks asked for that it holds (below its cut)
-            check_upload(msg, device, [j for j in self.uploads.pop(device, []) if j < cut], self.engine.upload_schema)
+            # a device sends the blocks asked for that it holds (below its cut, and a U-shaped split's head)
+            check_upload(msg, device, device_blocks(self.engine, device, self.uploads.pop(device, [])),
+                         self.engine.upload_schema)
 
     def device_blocks(self, device: int) -> nn.ModuleList | None:
         if device not in self._blocks:
@@ -298,14 +318,14 @@ class RankNetwork:
             try:
                 reply = self._recv(rank).msg
                 assert self.template is not None and self.engine is not None, "set up before the first round"
-                self._refuse_bad(rank, check_blocks, reply, device, int(self.engine.cuts[device]),
-                                 self.engine.upload_schema)
+                held = device_blocks(self.engine, device, range(self.engine.num_blocks))
+                self._refuse_bad(rank, check_blocks, reply, device, held, self.engine.upload_schema)
             except PeerError as exc:
                 if exc.rank == rank and self._may_lose(exc):
                     return None
                 raise
             modules = []
-            for j, state in enumerate(reply.states):
+            for j, state in zip(held, reply.states):
                 module = copy.deepcopy(self.template[j])
                 module.load_state_dict(state)
                 modules.append(module)

@@ -36,8 +36,9 @@ from trainers.distributed.transport import FrameChannel, PeerError, role_error
 from trainers.engine.clock import StageLedger
 from trainers.roles.checks import BadMessageError
 from trainers.roles.core import Device
+from trainers.roles.head import Head
 from trainers.roles.hosts import DeviceHost, FedHost, take
-from trainers.roles.messages import CutGradient, MessageMismatchError, ModelDownload, ModelUpload, NonFiniteError
+from trainers.roles.messages import CutGradient, HeadForward, MessageMismatchError, ModelDownload, ModelUpload, NonFiniteError
 from trainers.roles.protocol import EDGE, FED, Forward, RoundEnd, Send, Take
 
 IDLE_FACTOR = 1.5
@@ -143,6 +144,12 @@ class RankLoop:
                 start = time.perf_counter()
                 self.host.handle(Forward(msg.round, [item], msg.recompute), self.emit)
                 self.ledger.add(item[0], "device FP", time.perf_counter() - start)
+        elif isinstance(msg, HeadForward):          # a U-shaped split's head: its forward and backward timed
+            book_transfer(self.ledger, envelope, self.me)
+            self.host.handle(msg, self.emit)
+            forward, backward = self.host.heads[msg.device].seconds
+            self.ledger.add(msg.device, "device FP", forward)
+            self.ledger.add(msg.device, "device BP", backward)
         elif isinstance(msg, CutGradient):
             book_transfer(self.ledger, envelope, self.me)
             start = time.perf_counter()
@@ -164,7 +171,9 @@ class RankLoop:
         for i, spec in msg.devices.items():
             x, y, positions = samples(i, np.asarray(spec.positions.numpy(), dtype=np.int64))
             devices[i] = Device(i, template, spec.cut, x, y, positions, spec.batch_size, spec.seed, spec.optimizer, spec.defence)
-        self.host = DeviceHost(devices)
+        heads = {i: Head(i, template, len(template) - spec.defence.head, spec.head_optimizer or spec.optimizer)
+                 for i, spec in msg.devices.items() if spec.defence.head}
+        self.host = DeviceHost(devices, heads=heads)
         if devices:
             warm = copy.deepcopy(template).eval()
             with torch.no_grad():

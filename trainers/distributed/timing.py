@@ -22,7 +22,7 @@ from typing import Any
 
 from trainers.distributed.control import Envelope, LinkRates
 from trainers.engine.clock import StageLedger
-from trainers.roles.messages import Activation, CutGradient, ModelDownload, ModelUpload
+from trainers.roles.messages import Activation, CutGradient, HeadForward, HeadGradient, ModelDownload, ModelUpload
 from trainers.roles.protocol import EDGE, FED
 
 
@@ -46,9 +46,9 @@ def link_rate(rates: LinkRates | None, msg: Any, sender: Any, to: Any) -> float 
     ``FED`` or a device index); None for control messages or without emulation."""
     if rates is None:
         return None
-    if isinstance(msg, Activation):
+    if isinstance(msg, (Activation, HeadGradient)):
         return rates.devices[msg.device]["up_bps"]
-    if isinstance(msg, CutGradient):
+    if isinstance(msg, (CutGradient, HeadForward)):
         return rates.devices[msg.device]["down_bps"]
     if isinstance(msg, ModelUpload):
         if sender == EDGE:
@@ -60,7 +60,7 @@ def link_rate(rates: LinkRates | None, msg: Any, sender: Any, to: Any) -> float 
 
 
 TRANSFER_STAGES = {Activation: "uplink", CutGradient: "downlink", ModelUpload: "model upload",
-                   ModelDownload: "model download"}
+                   ModelDownload: "model download", HeadGradient: "uplink", HeadForward: "downlink"}
 """The stage a message's transfer time is booked to (the latency model's, docs/model.md §2)."""
 
 

@@ -39,7 +39,7 @@ from adaptplan.fileio import is_int, is_number, show
 from adaptplan.limits import MAX_DEVICES
 from trainers.distributed.control import RANK_MESSAGES
 from trainers.roles.defences import ActivationDefence
-from trainers.roles.messages import Activation, BlockState, CutGradient, ModelDownload, ModelUpload
+from trainers.roles.messages import Activation, BlockState, CutGradient, HeadForward, HeadGradient, ModelDownload, ModelUpload
 from trainers.roles.optim import OptimizerSpec
 from trainers.roles.protocol import CONTROL_MESSAGES
 
@@ -64,7 +64,7 @@ DTYPES: dict[str, torch.dtype] = {
     "bool": torch.bool}
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 
-MESSAGE_TYPES: dict[str, type] = {t.__name__: t for t in (Activation, CutGradient, BlockState, ModelUpload,
+MESSAGE_TYPES: dict[str, type] = {t.__name__: t for t in (Activation, CutGradient, HeadForward, HeadGradient, BlockState, ModelUpload,
                                                           ModelDownload, OptimizerSpec, ActivationDefence, *CONTROL_MESSAGES,
                                                           *RANK_MESSAGES)}
 """The dataclasses a frame may carry, by name (the roles' messages, the control messages, a rank's

@@ -16,6 +16,7 @@ layers to the device changes where they run, not how they train). The head is pa
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any, Iterable
 
 import torch
@@ -49,6 +50,7 @@ class Head:
         self.shared: set[int] = set(range(len(self.blocks)))      # positions still sharing the template's tensors
         self.pending: tuple[int, int, torch.Tensor] | None = None  # (round, step, labels) of the unanswered step
         self.grads: list[torch.Tensor] | None = None               # ∂F_i/∂w_head of that step's forward
+        self.seconds = (0.0, 0.0)                                  # the last reply's forward and backward (s, measured)
 
     @property
     def indices(self) -> range:
@@ -77,13 +79,16 @@ class Head:
         for j in sorted(self.shared):          # this step changes them: the head's own copy
             own_state(self.blocks[j])
         self.shared.clear()
+        start = time.perf_counter()
         h = msg.tensor.detach().requires_grad_(True)
         z = h
         for block in self.blocks:
             z = block(z)
         loss = nn.functional.cross_entropy(z, labels)
+        forward = time.perf_counter()
         params = list(self.blocks.parameters())
         grads = torch.autograd.grad(loss, [h, *params], allow_unused=True)
+        self.seconds = (forward - start, time.perf_counter() - forward)
         self.grads = [g if g is not None else torch.zeros_like(p) for g, p in zip(grads[1:], params)]
         return HeadGradient(self.index, msg.round, msg.step, loss.detach(),
                             grads[0] if grads[0] is not None else torch.zeros_like(h))

@@ -99,8 +99,9 @@ class DeviceHost:
             self.device(msg.device).download(self.heads[msg.device].download(msg) if msg.device in self.heads else msg)
         elif isinstance(msg, Upload):
             emit(msg.to, self.upload(msg))
-        elif isinstance(msg, GetBlocks):
-            emit(EDGE, Blocks(msg.device, [block.state_dict() for block in self.device(msg.device).blocks]))
+        elif isinstance(msg, GetBlocks):        # its client blocks, then its head's
+            held = [*self.device(msg.device).blocks, *(self.heads[msg.device].blocks if msg.device in self.heads else [])]
+            emit(EDGE, Blocks(msg.device, [block.state_dict() for block in held]))
         elif isinstance(msg, GetState) and msg.device is not None:      # None: the fed server's (FedHost)
             emit(EDGE, State(msg.device, self.state(msg.device)))
         elif isinstance(msg, SetState) and msg.device is not None:

@@ -278,9 +278,6 @@ def _train(args: argparse.Namespace) -> int:
     else:
         config = _resumed_config(args)
     if config.runtime.distributed:
-        if config.privacy.u_shaped:
-            raise InputError("a U-shaped split runs in the simulator only so far: the device ranks do not keep heads "
-                             "(--runtime simulator)", field="--u-shaped")
         if args.leakage_out:
             raise InputError("measures the trained model in this process: a simulator run (--runtime simulator)",
                              field="--leakage-out")

@@ -73,6 +73,26 @@ def test_a_defended_run_adds_its_noise_on_the_device_ranks_with_the_simulations_
     assert dist == sim and dist["releases"] == [3, 3, 3]
 
 
+@pytest.mark.parametrize("algorithm", ["psl", "sfl-v2"])
+def test_a_u_shaped_run_keeps_heads_and_labels_on_the_device_ranks_with_the_simulations_numbers(
+        tmp_path: Path, algorithm: str) -> None:
+    """The heads live on the device ranks: the edge rank sends them features and back-propagates their gradients
+    (PSL evaluates each device's own model, its head read from its rank; SplitFed V2 averages the heads every 2
+    rounds through the fed server's rank); losses, accuracies and bytes are the simulator's."""
+    argv = ["--algorithm", algorithm, "--devices", "3", "--rounds", "4", "--cuts", "1", "--u-shaped", "1",
+            "--interval", "2", *SMALL, "--eval-every", "2"]
+    run = adaptplan("train", "--distributed", "--ranks", "4", *argv, "--out", str(tmp_path / "dist"))
+    assert run.returncode == 0, run.stderr
+    got, expected = losses(tmp_path / "dist"), simulate(tmp_path, "sim", argv)
+    assert len(got) == 4 and max(abs(a - b) for a, b in zip(got, expected)) <= 1e-4
+    dist, sim = History.load(tmp_path / "dist"), History.load(tmp_path / "sim")
+    assert [r.accuracy for r in dist.records] == pytest.approx([r.accuracy for r in sim.records], abs=1e-9)
+    assert [(r.bytes_up, r.bytes_down) for r in dist.records] == [(r.bytes_up, r.bytes_down) for r in sim.records]
+    assert dist.meta["privacy"]["u_shaped"] == 1
+    measured = dist.records[-1].measured_stage_seconds
+    assert measured["device FP"] > 0 and measured["device BP"] > 0 and measured["uplink"] >= 0
+
+
 @pytest.mark.parametrize("algorithm", ["sfl-v1", "adaptsfl"])
 def test_partial_participation_runs_distributed_with_the_simulations_losses(tmp_path: Path, algorithm: str) -> None:
     """FedAvg under sampling over real processes: a device drawn after missing an average downloads the

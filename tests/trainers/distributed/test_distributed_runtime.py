@@ -391,7 +391,7 @@ def _expecting(net: RankNetwork, rows: dict[int, int], width: int = 3, round_ind
     an activation) in round ``round_index``, so that it takes their activations (trainers.roles.checks)."""
     from trainers.roles.checks import ActivationRule
 
-    net.engine = SimpleNamespace(cuts=[1] * net.layout.num_devices, upload_schema={})
+    net.engine = SimpleNamespace(num_blocks=2, defence=ActivationDefence(), cuts=[1] * net.layout.num_devices, upload_schema={})
     net.rules = {1: ActivationRule((width,), torch.float32, 3)}
     net.asked.update(rows)
     net.expected.update({d: Activation for d in rows})
@@ -403,8 +403,8 @@ def _engine_view(cuts: list[int]):
     """What RankNetwork.setup reads from the engine."""
     x = torch.randn(12, 1, 2, 2)
     data = SimpleNamespace(x_train=x, parts=[[0, 1, 2], [3, 4, 5, 6], [7, 8]])
-    return SimpleNamespace(template=_chain(), data=data, cuts=cuts, batch_size=2, num_classes=3, defence=ActivationDefence(),
-                           strategy=SimpleNamespace(allows_absence=True, name="scala"))
+    return SimpleNamespace(template=_chain(), num_blocks=len(_chain()), data=data, cuts=cuts, batch_size=2, num_classes=3,
+                           defence=ActivationDefence(), strategy=SimpleNamespace(allows_absence=True, name="scala"))
 
 
 def test_setup_sends_each_device_rank_sample_positions_and_weights_never_samples() -> None:
@@ -489,7 +489,7 @@ def test_device_blocks_are_fetched_once_until_a_message_changes_the_device() -> 
     chain = _chain()
     states = [block.state_dict() for block in chain]
     net = _network({2: [_envelope(Blocks(0, states[:1])), _envelope(Blocks(0, states[:2]))]})
-    net.template, net.engine = chain, SimpleNamespace(cuts=[1, 1, 1], upload_schema=schema_of(states))
+    net.template, net.engine = chain, SimpleNamespace(num_blocks=2, defence=ActivationDefence(), cuts=[1, 1, 1], upload_schema=schema_of(states))
     first = net.device_blocks(0)
     assert len(first) == 1 and net.device_blocks(0) is first
     assert torch.equal(first[0].weight, chain[0].weight) and first[0] is not chain[0]
@@ -1543,13 +1543,13 @@ def test_a_reply_of_another_type_than_asked_is_the_ranks_failure() -> None:
                                         r"\(Report\): device: None is not a device rank 3 hosts$"):
         net.receive([1])
     net = _network({3: [_envelope(asked)]})
-    net.engine = SimpleNamespace(cuts=[1, 1, 1], upload_schema={})
+    net.engine = SimpleNamespace(num_blocks=2, defence=ActivationDefence(), cuts=[1, 1, 1], upload_schema={})
     net.send(1, Upload(1, 2, [0], 5.0, to=EDGE))
     with pytest.raises(PeerError, match=r"device 1's reply: type: is Activation, expected ModelUpload$"):
         net.receive([1])
     state = State(1, {"model": {}})
     net = _network({3: [_envelope(state)]})
-    net.engine = SimpleNamespace(cuts=[1, 1, 1], upload_schema={})
+    net.engine = SimpleNamespace(num_blocks=2, defence=ActivationDefence(), cuts=[1, 1, 1], upload_schema={})
     net.send(1, GetState(1))
     assert net.receive([1]) == [state]                    # a state is checked when a run resumes from it
 
@@ -1564,16 +1564,16 @@ def test_blocks_are_checked_against_the_devices_cut_before_they_are_loaded() -> 
                        (Blocks(2, states), "device 0's blocks: device: is 2, but this is device 0's reply"),
                        (Report({}), "device 0's blocks: type: is Report, expected Blocks (the reply to GetBlocks)")]:
         net = _network({2: [_envelope(reply)]})
-        net.template, net.engine = chain, SimpleNamespace(cuts=[2, 1, 1], upload_schema=schema_of(states))
+        net.template, net.engine = chain, SimpleNamespace(num_blocks=2, defence=ActivationDefence(), cuts=[2, 1, 1], upload_schema=schema_of(states))
         with pytest.raises(PeerError) as caught:
             net.device_blocks(0)
         assert (caught.value.rank, str(caught.value)) == (2, f"rank 2 (devices 0, 2) sent a message its role may not "
                                                              f"send: {why}")
     net = _tolerant({2: [_envelope(Blocks(0, states[:1]))]})
-    net.template, net.engine = chain, SimpleNamespace(cuts=[2, 1, 1], upload_schema=schema_of(states))
+    net.template, net.engine = chain, SimpleNamespace(num_blocks=2, defence=ActivationDefence(), cuts=[2, 1, 1], upload_schema=schema_of(states))
     assert net.device_blocks(0) is None and 2 in net.lost          # where absence is allowed: taken out
     net = _network({2: [_envelope(Blocks(0, states))]})
-    net.template, net.engine = chain, SimpleNamespace(cuts=[2, 1, 1], upload_schema=schema_of(states))
+    net.template, net.engine = chain, SimpleNamespace(num_blocks=2, defence=ActivationDefence(), cuts=[2, 1, 1], upload_schema=schema_of(states))
     assert len(net.device_blocks(0)) == 2                          # exactly its cut's blocks: taken
 
 
@@ -1628,8 +1628,9 @@ def test_only_a_server_may_blame_another_rank(wire) -> None:
 def test_rank_0_reads_an_activations_rule_from_the_model_it_set_up() -> None:
     """The rules per cut come from one sample through the template (trainers.roles.checks.activation_rules) on the
     first activation: at cut 1 of Linear(3, 4) → Linear(4, 2) a row holds 4 float32 values, labels in 0..2."""
-    view = SimpleNamespace(template=_chain(), data=SimpleNamespace(x_train=torch.randn(5, 3), parts=[[0], [1], [2]]),
-                           cuts=[1, 1, 1], batch_size=1, num_classes=3, defence=ActivationDefence(),
+    view = SimpleNamespace(template=_chain(), num_blocks=len(_chain()),
+                           data=SimpleNamespace(x_train=torch.randn(5, 3), parts=[[0], [1], [2]]), cuts=[1, 1, 1], batch_size=1,
+                           num_classes=3, defence=ActivationDefence(),
                            strategy=SimpleNamespace(allows_absence=False, name="sfl-v1"))
     good = Activation(1, 2, 1, torch.zeros(2, 4), torch.tensor([0, 2]))
     net = _network({2: [_envelope(Ready([0, 2]))], 3: [_envelope(Ready([1])), _envelope(good),
@@ -1666,7 +1667,8 @@ def test_an_upload_holds_the_blocks_asked_for_below_the_devices_cut() -> None:
     def sent(blocks: list[int]) -> RankNetwork:
         msg = ModelUpload(1, 2, "device", {j: BlockState(states[j]) for j in blocks}, 1.0)
         net = _network({3: [_envelope(msg)]})
-        net.engine = SimpleNamespace(cuts=[2, 2, 2], upload_schema=schema_of(states))
+        net.engine = SimpleNamespace(num_blocks=3, defence=ActivationDefence(), cuts=[2, 2, 2],
+                                     upload_schema=schema_of(states))
         net.send(1, Upload(1, 2, [0, 1, 2], 5.0, to=EDGE))
         return net
 

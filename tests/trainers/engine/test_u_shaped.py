@@ -91,7 +91,6 @@ def test_a_resumed_u_shaped_run_goes_on_as_the_uninterrupted_one(tmp_path: Path)
     (["--algorithm", "gapsl"], "gapsl cannot keep its labels"),
     (["--algorithm", "sfl-v1", "--cuts", "2"], "needs every cut in 1..1"),
     (["--algorithm", "sfl-v1", "--u-shaped", "2"], "keeps 1..1 blocks"),
-    (["--algorithm", "sfl-v1", "--runtime", "torch"], "simulator only"),
     (["--algorithm", "adaptsfl", "--policy", "sfl"], "policy draws cuts"),
 ])
 def test_what_cannot_run_u_shaped_is_one_message(tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str],

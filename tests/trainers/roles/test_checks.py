@@ -4,6 +4,8 @@ per cut read from the model (tests/trainers/distributed/test_lying_device.py run
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from torch import nn
@@ -178,3 +180,35 @@ def test_a_devices_upload_is_sent_as_a_device() -> None:
     check_upload(honest, 0, [0], SCHEMA)
     with pytest.raises(BadMessageError, match=r"^device 0's model upload: sender: is 'edge', but a device sends as "):
         check_upload(ModelUpload(0, 1, "edge", honest.blocks, 5.0), 0, [0], SCHEMA)
+
+
+def test_a_u_shaped_devices_activation_carries_no_label_and_one_that_does_is_refused() -> None:
+    """Under a U-shaped split the rule is ``labels=False``: an int64[0] label tensor, whatever the rows; labels sent
+    anyway (the device role would never) are a lie about the protocol, refused naming the field."""
+    rule = ActivationRule((4, 2), torch.float32, 10, labels=False)
+    check_activation(activation(labels=torch.zeros(0, dtype=torch.int64)), 1, 3, rule)
+    for labels, why in [(torch.arange(3), "labels: are torch.int64[3], expected none (torch.int64[0])"),
+                        (torch.zeros(0), "labels: are torch.float32[0], expected none")]:
+        with pytest.raises(BadMessageError, match=re.escape(why)):
+            check_activation(activation(labels=labels), 1, 3, rule)
+
+
+def test_a_head_gradient_answers_its_features_tags_shape_dtype_and_magnitude() -> None:
+    from trainers.roles.checks import check_head_gradient
+    from trainers.roles.messages import HeadForward, HeadGradient
+
+    asked = HeadForward(1, 2, 5, torch.zeros(3, 6))
+    good = HeadGradient(1, 2, 5, torch.tensor(0.5), torch.ones(3, 6))
+    check_head_gradient(good, 1, asked)
+    big = torch.ones(3, 6)
+    big[2, 5] = MAX_MAGNITUDE * 1.001
+    for msg, why in [(Activation(1, 2, 5, torch.ones(3, 6), torch.arange(3)), "type: is Activation, expected HeadGradient"),
+                     (HeadGradient(1, 2, 4, torch.tensor(0.5), torch.ones(3, 6)), "tags: are (device 1, round 2, step 4)"),
+                     (HeadGradient(1, 2, 5, torch.tensor(0.5), torch.ones(4, 6)), "tensor: is torch.float32[4, 6], expected"),
+                     (HeadGradient(1, 2, 5, torch.tensor(0.5), torch.ones(3, 6, dtype=torch.float64)), "tensor: is torch.float64"),
+                     (HeadGradient(1, 2, 5, torch.ones(1), torch.ones(3, 6)), "loss: must be a scalar"),
+                     (HeadGradient(1, 2, 5, torch.tensor(float("nan")), torch.ones(3, 6)), "loss: holds nan"),
+                     (HeadGradient(1, 2, 5, torch.tensor(0.5), big), "tensor: holds 1e+10")]:
+        with pytest.raises(BadMessageError, match=re.escape(f"device 1's head gradient: {why}")):
+            check_head_gradient(msg, 1, asked)
+    check_head_gradient(HeadGradient(1, 2, 5, torch.tensor(0.5), torch.full((3, 6), MAX_MAGNITUDE)), 1, asked)   # at the limit
