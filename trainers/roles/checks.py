@@ -1,7 +1,7 @@
 """What a device may send, checked before its message is used (issue 67: a device that holds the run's secret but
 lies, or is buggy).
 
-A device sends three kinds of message its receiver computes with:
+A device sends these messages, which its receiver computes with:
 
 * an :class:`~trainers.roles.messages.Activation` to the edge server: exactly the rows the edge server asked for
   (its :class:`~trainers.roles.protocol.Forward`), each of the cut's shape and the model's dtype, finite and at most
@@ -10,7 +10,10 @@ A device sends three kinds of message its receiver computes with:
   the template's entries, shapes and dtypes, finite. Its FedAvg weight is never the device's word: the fed server
   takes the one the edge server's :class:`~trainers.roles.protocol.Take` states (|D_i|, from the partition);
 * a :class:`~trainers.roles.protocol.Blocks` reply to the edge server (its client blocks, for evaluation): as many
-  blocks as its cut, each like an upload's.
+  blocks as its cut, each like an upload's (and a U-shaped split's head blocks after them);
+* under a U-shaped split, a :class:`~trainers.roles.messages.HeadGradient` to the edge server: the gradient of the
+  features it was sent, of their shape and dtype, and a scalar loss, finite and within :data:`MAX_MAGNITUDE`; its
+  activations then carry no label.
 
 A message that breaks a rule raises :class:`BadMessageError` naming the device and the field; the runtimes turn
 it into the device rank's failure (docs/distributed.md "A device that lies"). In one process (the simulator) the
