@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from adaptplan.defence_cost import DefenceSetting, parse_defences  # noqa: F401  (the bench's settings)
+from adaptplan.defence_cost import DefenceSetting, head_cuts, parse_defences  # noqa: F401  (the bench's settings)
 
 RESULT_FILE = "privacy_result.json"
 """What a finished run of the bench leaves in its folder: its configuration and figures (read back on a rerun)."""
@@ -31,13 +31,16 @@ FIGURES = ("accuracy", "sim_seconds", "epsilon", "dcor", "norm_auc", "direction_
 
 
 def privacy_jobs(base: dict[str, Any], cuts: Sequence[int], defences: Sequence[DefenceSetting], seeds: Sequence[int],
-                 leakage_samples: int, out: Path | None) -> list[dict[str, Any]]:
+                 leakage_samples: int, out: Path | None, num_blocks: int | None = None) -> list[dict[str, Any]]:
     """One job per seed × cut × defence: the run's configuration (``base`` with the cut, the defence, the seed) and
-    its folder (``out/runs/seed<S>/cut<j>/<defence>``)."""
+    its folder (``out/runs/seed<S>/cut<j>/<defence>``). A U-shaped setting (``head=K``) runs only at the cuts it
+    leaves the edge server a block at (:func:`adaptplan.defence_cost.head_cuts` of the model's ``num_blocks``)."""
     jobs = []
     for seed in seeds:
         for cut in cuts:
             for defence in defences:
+                if defence.head and num_blocks is not None and cut not in head_cuts(num_blocks, defence.head):
+                    continue
                 config = {**base, "cuts": (int(cut),), "seed": int(seed), **defence.config()}
                 folder = None if out is None else out / "runs" / f"seed{seed}" / f"cut{cut}" / defence.name
                 jobs.append({"config": config, "cut": int(cut), "defence": defence.name, "seed": int(seed),

@@ -58,9 +58,17 @@ def run_privacy(args: argparse.Namespace) -> int:
     base = {"algorithm": args.algorithm, "dataset": args.dataset, "model": args.model, "devices": args.devices,
             "rounds": args.rounds, "batch_size": args.batch_size, "eval_every": args.eval_every,
             "max_test_samples": args.test_samples, "threads": 1}
-    cuts = _cuts(args, base)
+    cuts, blocks = _cuts(args, base)
+    for d in defences:
+        left = [c for c in cuts if c in bench.head_cuts(blocks, d.head)]
+        if d.head and not left:
+            raise InputError(f"{d.name} keeps {d.head} of the model's {blocks} blocks on the device: it runs at cuts "
+                             f"1..{blocks - d.head - 1}, none of {cuts}", field="--defences")
+        if d.head and left != cuts:
+            print(f"note: {d.name} runs at cuts {left} only (a cut from {blocks - d.head} on leaves the edge server "
+                  "nothing before the head)", file=sys.stderr)
     out = Path(args.out) if args.out else None
-    jobs = bench.privacy_jobs(base, cuts, defences, seeds, args.leakage_samples, out)
+    jobs = bench.privacy_jobs(base, cuts, defences, seeds, args.leakage_samples, out, blocks)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     figures = cast(list[dict[str, Any]], run_jobs(jobs, workers=args.workers, desc="bench privacy",
@@ -82,8 +90,9 @@ def run_privacy(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cuts(args: argparse.Namespace, base: dict[str, Any]) -> list[int]:
-    """``--cuts`` (checked against the model's cut points), or every cut of the model but its output."""
+def _cuts(args: argparse.Namespace, base: dict[str, Any]) -> tuple[list[int], int]:
+    """``--cuts`` (checked against the model's cut points), or every cut of the model but its output; and the model's
+    number of blocks."""
     from profilers import build_chain
     from trainers.inputs.datasets import load_dataset
     from trainers.inputs.models import build_model
@@ -92,8 +101,8 @@ def _cuts(args: argparse.Namespace, base: dict[str, Any]) -> list[int]:
     shape = tuple(int(s) for s in data.x_train.shape[1:])
     last = len(build_chain(build_model(base["model"], shape, data.num_classes), data.x_train[:2]).blocks)
     if args.cuts is None:
-        return list(range(1, last))
+        return list(range(1, last)), last
     cuts = whole_numbers(args.cuts, "--cuts", 1, MAX_CUT_POINTS)
     if max(cuts) >= last:
         raise InputError(f"the model has cuts 1..{last - 1} below its output, got {max(cuts)}", field="--cuts")
-    return cuts
+    return cuts, last

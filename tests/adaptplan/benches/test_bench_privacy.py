@@ -95,3 +95,23 @@ def test_bad_bench_privacy_flags_are_one_message_and_exit_2(argv: list[str], fla
     assert main([*TINY, *argv]) == 2
     err = capsys.readouterr().err
     assert flag in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_u_shaped_setting_runs_at_the_cuts_its_head_leaves_and_sees_the_plain_runs_leakage(
+        tmp_path: Path, capsys) -> None:
+    """SplitFed V1 trains the same model with its head on the devices (tests/trainers/engine/test_u_shaped.py), so the
+    attacker measures the same figures at the cut and the same accuracy; the run is longer (the head's exchange). The
+    mlp's 3 blocks leave head=1 cut 1 only: cut 2 is left out with a note, and a setting left no cut is refused."""
+    out = tmp_path / "bench"
+    argv = [*TINY[:-6], "--workers", "1", "--leakage-samples", "128", "--cuts", "1,2", "--defences", "none;head=1",
+            "--out", str(out)]
+    assert main(argv) == 0
+    assert "note: head=1 runs at cuts [1] only" in capsys.readouterr().err
+    rows = {(r["cut"], r["defence"]): r["mean"] for r in json.loads((out / "results.json").read_text())["rows"]}
+    assert set(rows) == {(1, "none"), (1, "head=1"), (2, "none")}
+    plain, shaped = rows[(1, "none")], rows[(1, "head=1")]
+    for figure in ("accuracy", "dcor", "norm_auc", "direction_auc"):
+        assert shaped[figure] == plain[figure], figure
+    assert shaped["sim_seconds"] > plain["sim_seconds"]
+    assert main([*TINY, "--defences", "head=1", "--cuts", "2"]) == 2
+    assert "--defences: head=1 keeps 1 of the model's 3 blocks on the device: it runs at cuts 1..1" in capsys.readouterr().err
