@@ -38,6 +38,7 @@ from adaptplan.benches.runs import RunResult, not_reached, run_jobs
 from adaptplan.benches.workload import Workload
 from adaptplan.constants import ConvergenceConstants
 from adaptplan.crossing import first_crossing
+from adaptplan.defence_cost import head_cuts
 from adaptplan.latency import LatencyModel, total_latency
 from adaptplan.linear_rounds import LinearRounds, as_plan, fit_linear_rounds, plan_linear_rounds, score
 from adaptplan.model_profile import ModelProfile
@@ -89,38 +90,47 @@ class PlanSpec:
         return f"cut{self.cut}-I{self.interval}" if self.kind == "uniform" else f"latency-best-I{self.interval}"
 
 
-def latency_best_cuts(model: LatencyModel, interval: int) -> list[int]:
+def latency_best_cuts(model: LatencyModel, interval: int, cuts: Sequence[int] | None = None) -> list[int]:
     """Each device's latency-best cut (1-based) for aggregation interval ``interval`` I: the cut j that minimises
     that device's mean per-round latency over one aggregation period, eq. (26) over I rounds divided by I, i.e.
     T_split + T_agg / I (docs/model.md §2.4: its forward, upload, share of the server stage, download and backward
     every round, its model upload and download every I rounds; seconds), with the latency model of ``model``'s
-    system on that device alone. Ties go to the shallower cut."""
-    cuts = np.arange(1, model.num_cuts + 1)[:, None]               # one single-device cut vector per cut point
+    system on that device alone, among ``cuts`` (default every cut point). Ties go to the shallower cut."""
+    allowed = np.asarray(cuts if cuts is not None else range(1, model.num_cuts + 1))
+    vectors = allowed[:, None]                                      # one single-device cut vector per cut
     best = []
     for device in model.system.devices:
         alone = LatencyModel(model.profile, replace(model.system, devices=(device,)))
-        t_split, t_agg = alone.stage_latencies(cuts)
+        t_split, t_agg = alone.stage_latencies(vectors)
         per_round = [total_latency(interval, interval, float(ts), float(ta)) / interval for ts, ta in zip(t_split, t_agg)]
-        best.append(int(np.argmin(per_round)) + 1)
+        best.append(int(allowed[int(np.argmin(per_round))]))
     return best
 
 
-def plan_grid(num_cuts: int, intervals: Sequence[int], latency_best: Mapping[int, Sequence[int]]) -> list[PlanSpec]:
-    """The bench's plans: the planner's, then every device at cut j for j = 1..``num_cuts`` × each I of
+def grid_cuts(num_cuts: int, head: int = 0) -> list[int]:
+    """The cuts the grid trains at: 1..L, or under a U-shaped split of a ``head`` of K blocks the ones that leave the
+    edge server a block before it, 1..L − K − 1 (:func:`adaptplan.defence_cost.head_cuts`)."""
+    return head_cuts(num_cuts, head) if head else list(range(1, num_cuts + 1))
+
+
+def plan_grid(num_cuts: int, intervals: Sequence[int], latency_best: Mapping[int, Sequence[int]],
+              head: int = 0) -> list[PlanSpec]:
+    """The bench's plans: the planner's, then every device at cut j for each j of :func:`grid_cuts` × each I of
     ``intervals``, then each I with ``latency_best[I]`` (one cut per device, :func:`latency_best_cuts`)."""
     devices = len(latency_best[intervals[0]])
     plans = [PlanSpec("planner")]
     plans += [PlanSpec("uniform", interval, cut, (cut,) * devices)
-              for cut in range(1, num_cuts + 1) for interval in intervals]
+              for cut in grid_cuts(num_cuts, head) for interval in intervals]
     plans += [PlanSpec("latency-best", interval, None, tuple(int(c) for c in latency_best[interval]))
               for interval in intervals]
     return plans
 
 
-def pilot_plans(num_cuts: int, intervals: Sequence[int], devices: int) -> list[PlanSpec]:
-    """The calibrated planner's candidate pilots (module docstring): every device at cut max(L − 1, 1), at each
-    interval of ``intervals`` from the smallest up."""
-    cut = max(num_cuts - 1, 1)
+def pilot_plans(num_cuts: int, intervals: Sequence[int], devices: int, head: int = 0) -> list[PlanSpec]:
+    """The calibrated planner's candidate pilots (module docstring): every device at cut max(L − 1, 1) (under a
+    U-shaped split of K blocks L − K − 1, the deepest it allows), at each interval of ``intervals`` from the smallest
+    up."""
+    cut = num_cuts - head - 1 if head else max(num_cuts - 1, 1)
     return [PlanSpec("uniform", interval, cut, (cut,) * devices) for interval in sorted(intervals)]
 
 
@@ -189,8 +199,9 @@ def probe(bench: BenchSetting, seed: int, intervals: Sequence[int]) -> Probe:
     config = {**bench.run_config(seed), "rounds": 1, "cuts": [1], "interval": 1}
     trainer = Trainer(TrainConfig.flat(**config))
     model = trainer.clock.latency_model(1)
+    cuts = grid_cuts(trainer.profile.num_cuts, bench.head)
     return Probe(trainer.profile, trainer.clock.system(1),
-                 {interval: latency_best_cuts(model, interval) for interval in intervals})
+                 {interval: latency_best_cuts(model, interval, cuts) for interval in intervals})
 
 
 def grid_jobs(bench: BenchSetting, seeds: Sequence[int], num_cuts: int,
@@ -200,7 +211,7 @@ def grid_jobs(bench: BenchSetting, seeds: Sequence[int], num_cuts: int,
     ``runs_dir/seed<s>/<plan slug>``; ``latency_best[seed][I]``: the latency-best cuts."""
     jobs = []
     for seed in seeds:
-        for plan in plan_grid(num_cuts, intervals, latency_best[seed]):
+        for plan in plan_grid(num_cuts, intervals, latency_best[seed], bench.head):
             jobs.append({"group": "plans", "label": plan.label, "seed": seed, "plan": plan, "target": bench.target,
                          "config": bench.run_config(seed, plan),
                          "folder": str(Path(runs_dir) / f"seed{seed}" / plan.slug)})
@@ -615,7 +626,7 @@ def pilot_pairs(bench: BenchSetting, seeds: Sequence[int], grid: Sequence[dict[s
     the seed at cut L − 1 (:func:`pilot_plans`): the smallest interval, and the largest interval whose run reached the
     target (the largest of the grid where it did; a longer one that never reached it has no rounds to fit)."""
     pairs, missing = {}, []
-    candidates = [p.label for p in pilot_plans(num_cuts, intervals, bench.devices)]
+    candidates = [p.label for p in pilot_plans(num_cuts, intervals, bench.devices, bench.head)]
     for seed in seeds:
         runs = {job["label"]: (job, result) for job, result in zip(grid, results)
                 if job["seed"] == seed and job["label"] in candidates}
@@ -657,7 +668,8 @@ def linear_jobs(bench: BenchSetting, laws: Mapping[int, LinearRounds], probes: M
     plan = PlanSpec("linear")
     jobs = []
     for seed, law in laws.items():
-        chosen = as_plan(plan_linear_rounds(law, probes[seed].profile, probes[seed].system), law,
+        allowed = head_cuts(probes[seed].profile.num_cuts, bench.head) if bench.head else None   # a U-shaped split's
+        chosen = as_plan(plan_linear_rounds(law, probes[seed].profile, probes[seed].system, candidates=allowed), law,
                          probes[seed].profile, probes[seed].system)
         prediction = Prediction(list(chosen.cuts), chosen.interval, chosen.rounds, chosen.total_latency_s,
                                 calibrated=True)

@@ -35,6 +35,11 @@ class Workload:
     client_batching: str = "auto"
     defence: str = "none"
 
+    @property
+    def head(self) -> int:
+        """K of a U-shaped ``defence`` (``head=K``; 0 without)."""
+        return DefenceSetting.parse(self.defence, "--defence").head if self.defence != "none" else 0
+
     def config(self, algorithm: str, seed: int, planned: bool = False) -> dict[str, Any]:
         """The TrainConfig flat keys of ``algorithm``'s run with ``seed`` (one torch thread, no progress bar; the
         setting's values for ``algorithm``, ``planned``: a planner decides its interval)."""

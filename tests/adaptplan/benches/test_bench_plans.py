@@ -91,6 +91,30 @@ def test_under_a_defence_every_plan_trains_it_and_the_planners_see_its_cost(tmp_
     assert not (tmp_path / "never").exists()                    # refused before anything is written
 
 
+def test_under_a_u_shaped_split_the_grid_pilots_and_latency_best_cuts_keep_a_block_before_the_head(tmp_path) -> None:
+    """--defence head=K: the grid trains cuts 1..L − K − 1 only (a deeper one is refused by every run), the calibrated
+    planner's pilots sit at the deepest of them, and each device's latency-best cut is the brute-force argmin among
+    them; the probe's profile charges the head (adaptplan.defence_cost.with_head_on_device)."""
+    shaped = replace(_setting(), defence="head=1")
+    assert shaped.head == 1 and _setting().head == 0
+    jobs = bench.grid_jobs(shaped, [0], 4, {0: {1: [1, 2, 1], 2: [1, 1, 1]}}, [1, 2], tmp_path)
+    assert sorted({j["config"]["cuts"][0] for j in jobs if j["plan"].kind == "uniform"}) == [1, 2]
+    assert all(j["config"]["u_shaped"] == 1 for j in jobs)
+    assert [p.cut for p in bench.pilot_plans(4, [2, 1], 3, head=1)] == [2, 2] and \
+        [p.cut for p in bench.pilot_plans(4, [1], 3)] == [3]
+    profile, system = default_profile(), generate_system(6, 1)
+    model = LatencyModel(profile, system)
+    for interval in (1, 8):
+        found = bench.latency_best_cuts(model, interval, [1, 2])
+        for i, device in enumerate(system.devices):
+            alone = LatencyModel(profile, replace(system, devices=(device,)))
+            per_round = [alone.t_split([j]) + alone.t_agg([j]) / interval for j in (1, 2)]
+            assert found[i] == 1 + min(range(2), key=per_round.__getitem__)
+    probed = bench.probe(shaped, 0, [1])
+    assert probed.profile.cut_points[0].fp_flops > bench.probe(_setting(), 0, [1]).profile.cut_points[0].fp_flops
+    assert set(c for cuts in probed.latency_best.values() for c in cuts) <= {1}      # the mlp's 3 blocks leave cut 1
+
+
 def _hand_per_round(profile, device, server_flops, batch, cut, interval) -> float:
     """One device's T_split + T_agg / I at cut ``cut`` (1-based), written out from docs/model.md eqs. (16)–(25)."""
     j = cut - 1
