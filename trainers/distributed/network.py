@@ -70,6 +70,24 @@ def activation_rules(template: nn.Sequential, probe: torch.Tensor, num_classes: 
     return rules
 
 
+def engine_rules(engine: "SplitEngine") -> dict[int, ActivationRule]:
+    """:func:`activation_rules` of ``engine``'s model: one training sample through its template; no labels under a
+    U-shaped split."""
+    return activation_rules(engine.template, engine.data.x_train[:1], int(engine.num_classes),
+                            labels=not engine.defence.head)
+
+
+def loaded_blocks(template: nn.Sequential, indices: Sequence[int], states: Sequence[dict[str, torch.Tensor]]
+                  ) -> nn.ModuleList:
+    """Copies of ``template``'s blocks ``indices`` loaded with ``states`` (a device's blocks, for evaluation)."""
+    modules = []
+    for j, state in zip(indices, states):
+        module = copy.deepcopy(template[j])
+        module.load_state_dict(state)
+        modules.append(module)
+    return nn.ModuleList(modules)
+
+
 class RankNetwork:
     """Messages to and from the ranks of ``layout`` over ``channel``; ``source`` names the data set
     and model the device ranks build (dataset, model, model_width)."""
@@ -295,9 +313,7 @@ class RankNetwork:
         if not isinstance(msg, (Activation, ModelUpload)):
             return                  # a State: checked with the checkpoint it is written into, when a run resumes
         if isinstance(msg, Activation):
-            if not self.rules:                     # once, from the model: one sample through the template
-                self.rules = activation_rules(self.engine.template, self.engine.data.x_train[:1],
-                                              int(self.engine.num_classes), labels=not self.engine.defence.head)
+            self.rules = self.rules or engine_rules(self.engine)     # once, from the model
             check_activation(msg, device, self.asked.pop(device), self.rules[self.engine.cuts[device]])
             asked_round = self.asked_round.pop(device)
             if msg.round != asked_round:
@@ -324,12 +340,7 @@ class RankNetwork:
                 if exc.rank == rank and self._may_lose(exc):
                     return None
                 raise
-            modules = []
-            for j, state in zip(held, reply.states):
-                module = copy.deepcopy(self.template[j])
-                module.load_state_dict(state)
-                modules.append(module)
-            self._blocks[device] = nn.ModuleList(modules)
+            self._blocks[device] = loaded_blocks(self.template, held, reply.states)
         return self._blocks[device]
 
     def begin_round(self, round_index: int, clock: "SimClock | None") -> None:
