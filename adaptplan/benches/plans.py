@@ -154,13 +154,14 @@ class BenchSetting(Workload):
         setting = self.setting.describe().replace("each algorithm's own", "each plan's I")
         model = self.model + (f" (width {self.model_width})" if self.model_width else "")
         defended = "" if self.defence == "none" else f", every device defending its activations: {self.defence}"
+        pilot = f"L − {self.head + 1}, the deepest before the head" if self.head else "L − 1"
         return [f"bench plans: {model} on {self.dataset}, {self.devices} devices, {partition} partition, "
                 f"seeds {','.join(map(str, seeds))}, target {self.target:.0%}{defended}",
                 f"  setting — {setting}",
                 f"  every plan trains {ALGORITHM}; the planner planned once before round 1 (round 1's generated "
                 "system, placeholder constants, γ = lr); the calibrated planner the same with constants estimated from "
-                "the run and fitted to two pilots of the grid (every device at cut L − 1, the smallest and the largest "
-                "I; its predictions are to the target); the planner linear in I the rounds R₁(1 + κ(I − 1)) fitted to "
+                f"the run and fitted to two pilots of the grid (every device at cut {pilot}, the smallest and the "
+                "largest I; its predictions are to the target); the planner linear in I the rounds R₁(1 + κ(I − 1)) fitted to "
                 "the same pilots, latency-best cuts at each I, I up to the pilots' longest (docs/model.md §12); "
                 "the system trace is the same in every seed; "
                 f"evaluation every {self.eval_every} rounds on "
