@@ -369,3 +369,18 @@ def test_the_calibrated_planners_pilots_are_cut_l_minus_1_at_the_smallest_and_th
     pairs, missing = bench.pilot_pairs(_setting(), [0], grid, results, cuts, intervals)
     assert pairs == {} and missing == ["calibrated planners: no run in seed 0: their pilot cut 2, I=1 did not reach 40%"]
     assert [p.label for p in bench.pilot_plans(1, [8, 1], 2)] == ["cut 1, I=1", "cut 1, I=8"]    # L = 1: cut 1
+
+
+def test_the_planner_linear_in_i_keeps_a_block_before_the_head() -> None:
+    """Under --defence head=K the linear planner's cuts come from 1..L − K − 1: with a head that leaves cuts 1..3 of the
+    VGG-16 profile it plans there, where without it it plans at cut 4."""
+    from adaptplan.calibration import PilotRun
+    from adaptplan.linear_rounds import LinearRounds
+
+    profile, system = default_profile(), generate_system(3, 1)
+    law = LinearRounds(50.0, 0.1, 0.3, (PilotRun("a", 1, 1, 0.3, 50.0), PilotRun("b", 4, 1, 0.3, 65.0)), "")
+    probes = {0: bench.Probe(profile, system, {})}
+    free = bench.linear_jobs(_setting(), {0: law}, probes, "runs")[0]["config"]["cuts"]
+    head = profile.num_cuts - 4
+    shaped = bench.linear_jobs(replace(_setting(), defence=f"head={head}"), {0: law}, probes, "runs")[0]["config"]["cuts"]
+    assert max(free) == 4 > 3 >= max(shaped)
