@@ -110,9 +110,12 @@ def test_under_a_u_shaped_split_the_grid_pilots_and_latency_best_cuts_keep_a_blo
             alone = LatencyModel(profile, replace(system, devices=(device,)))
             per_round = [alone.t_split([j]) + alone.t_agg([j]) / interval for j in (1, 2)]
             assert found[i] == 1 + min(range(2), key=per_round.__getitem__)
-    probed = bench.probe(shaped, 0, [1])
+    probed = bench.probe(shaped, 0, [1, 8])
     assert probed.profile.cut_points[0].fp_flops > bench.probe(_setting(), 0, [1]).profile.cut_points[0].fp_flops
-    assert set(c for cuts in probed.latency_best.values() for c in cuts) <= {1}      # the mlp's 3 blocks leave cut 1
+    # the mlp's 3 blocks leave cut 1; at I = 8 the charged profile's cut 3 (the whole model on the device) would be
+    # each device's latency-best among every cut
+    assert probed.latency_best == {1: [1, 1, 1], 8: [1, 1, 1]}
+    assert bench.latency_best_cuts(LatencyModel(probed.profile, probed.system), 8) == [3, 3, 3]
 
 
 def _hand_per_round(profile, device, server_flops, batch, cut, interval) -> float:
