@@ -133,6 +133,7 @@ class Algorithm:
     active_option: str | None = None   # the option that counts the devices taking part (GAS's C), if not ρ
     local_rounds_option: str | None = None   # the option of its local rounds between averages, if not the interval I
     whole_model: bool = False          # federated learning, no split: every device holds all L blocks (cut L)
+    labels_on_device: bool = False     # its server step needs only each device's mean CE: a U-shaped split runs it
 
     def cut_for(self, cut: int, num_blocks: int) -> int:
         """The cut its devices train at when ``cut`` is asked of a model of ``num_blocks`` blocks: L for an algorithm
@@ -258,22 +259,22 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
     Algorithm("sl", "trainers.strategies.sl:SL", "vanilla split learning: one client model handed from device to "
               "device", TrainingDefaults(**_PSL_FAMILY, source="GAPSL's paper, its vanilla-SL baseline "
                                          "(VGG-16/CIFAR-10): SGD, momentum 0.9, client 0.005, server 0.01"),
-              one_client_model=True),
+              one_client_model=True, labels_on_device=True),
     Algorithm("psl", "trainers.strategies.psl:PSL", "parallel split learning: per-device client models, one server "
               "model stepped on the |D_i|-weighted mean loss", TrainingDefaults(
                   **_PSL_FAMILY, source="GAPSL's paper, its PSL baseline: SGD, momentum 0.9, client 0.005, server 0.01"),
-              (PARTICIPATION,)),
+              (PARTICIPATION,), labels_on_device=True),
     Algorithm("sfl-v1", "trainers.strategies.sfl:SFLV1", "SplitFed V1: a server copy per device, client and server "
-              "copies FedAvg'd every I rounds", _SPLITFED, (PARTICIPATION, SERVER_COPIES)),
+              "copies FedAvg'd every I rounds", _SPLITFED, (PARTICIPATION, SERVER_COPIES), labels_on_device=True),
     Algorithm("sfl-v2", "trainers.strategies.sfl:SFLV2", "SplitFed V2: one server model stepped per device in "
-              "arrival order, client models FedAvg'd", _SPLITFED, (PARTICIPATION,)),
+              "arrival order, client models FedAvg'd", _SPLITFED, (PARTICIPATION,), labels_on_device=True),
     Algorithm("adaptsfl", "trainers.strategies.adaptsfl:AdaptSFL", "AdaptSFL: per-device cuts, the planner's "
               "aggregation interval I", TrainingDefaults(
                   optimizer="sgd", lr=0.05, client_lr=0.05, server_lr=0.05, momentum=0.9, weight_decay=0.0,
                   clip_norm=None, interval=None,
                   source="AdaptSFL's paper: b = 16 (§VII-A); its learning rate is lost from the text, so SGD 0.05 with "
                          "momentum 0.9 is the project's tested value, from none of the papers"),
-              (PARTICIPATION,), planned_interval=True),
+              (PARTICIPATION,), planned_interval=True, labels_on_device=True),
     Algorithm("gapsl", "trainers.strategies.gapsl:GAPSL", "GAPSL: leader gradient identification and gradient "
               "direction alignment on the server", TrainingDefaults(
                   **_PSL_FAMILY, source="GAPSL's paper (VGG-16/CIFAR-10): SGD, momentum 0.9, client 0.005, server "

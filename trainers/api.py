@@ -479,6 +479,7 @@ class Strategy:
     uses_total_rounds = False   # the schedule reads t/R (ctx.total_rounds): a resumed run must keep --rounds
     allows_absence = False      # the registry's trait (set from trainers.algorithms for a registered ``name``)
     whole_model = False         # the registry's trait: every device holds all L blocks (no split; the engine checks)
+    labels_on_device = False    # the registry's trait: a U-shaped split may keep the labels on the devices
     legacy_period_key: str | None = None   # a key of old checkpoints' strategy state that held the period's participants
     optional_state: frozenset[str] = frozenset()   # keys of state_dict() absent from checkpoints written before them
 
@@ -492,6 +493,7 @@ class Strategy:
         if entry is not None:
             cls.allows_absence = entry.allows_absence
             cls.whole_model = entry.whole_model
+            cls.labels_on_device = entry.labels_on_device
 
     def __init__(self, participation: float = 1.0) -> None:
         PARTICIPATION.check(participation)        # the other options are checked by make_strategy (their entry's limits)

@@ -15,15 +15,10 @@ from torch import nn
 
 from adaptplan.defence_cost import head_cuts
 from adaptplan.errors import InputError
+from trainers.algorithms import REGISTRY
 from trainers.engine.seams import EngineParts
 from trainers.roles.messages import Activation, HeadForward, HeadGradient, MessageMismatchError, check_finite
 from trainers.roles.passes import HeadLoss
-
-U_SHAPED = ("sl", "psl", "sfl-v1", "sfl-v2", "adaptsfl")
-"""The algorithms a U-shaped split runs: those whose server step is eqs. (3)–(5) on each device's mean cross-entropy
-(:class:`trainers.api.ParallelStep`), whose loss the device can compute alone. The others' servers use the labels
-themselves (SCALA's and LLA-SFL's adjusted logits, GAS's and CycleSL's feature resampling, GAPSL's and SGLR's
-gradient arithmetic over the devices, FedLC's calibration) or train no split (FedAvg...)."""
 
 
 def head_start(engine: EngineParts) -> int:
@@ -60,14 +55,19 @@ def position(engine: EngineParts, device: int, block: int) -> int:
 
 
 def check_u_shaped(engine: EngineParts, cuts: Sequence[int]) -> None:
-    """InputError naming ``u_shaped`` unless the algorithm runs a U-shaped split (:data:`U_SHAPED`) and each of
-    ``cuts`` leaves the edge server a block before the head (:func:`adaptplan.defence_cost.head_cuts`)."""
+    """InputError naming ``u_shaped`` unless the algorithm runs a U-shaped split and each of ``cuts`` leaves the edge
+    server a block before the head (:func:`adaptplan.defence_cost.head_cuts`). The algorithms that run one carry the
+    registry's trait ``labels_on_device``: their server step is eqs. (3)–(5) on each device's mean cross-entropy
+    (:class:`trainers.api.ParallelStep`), which the device can compute alone. The others' servers use the labels
+    themselves (SCALA's and LLA-SFL's adjusted logits, GAS's and CycleSL's feature resampling, GAPSL's and SGLR's
+    gradient arithmetic over the devices, FedLC's calibration) or train no split (FedAvg...)."""
     head = engine.defence.head
     if not head:
         return
-    if engine.strategy.name not in U_SHAPED:
+    if not engine.strategy.labels_on_device:
+        runs = ", ".join(a.name for a in REGISTRY.values() if a.labels_on_device)
         raise InputError(f"{engine.strategy.name} cannot keep its labels on the devices: its server uses them (a "
-                         f"U-shaped split runs {', '.join(U_SHAPED)})", field="u_shaped")
+                         f"U-shaped split runs {runs})", field="u_shaped")
     allowed = head_cuts(engine.num_blocks, head)
     if not allowed:
         raise InputError(f"a head of {_blocks(head)} leaves the edge server nothing of the {engine.num_blocks} blocks",
