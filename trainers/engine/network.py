@@ -49,9 +49,8 @@ class Network(Protocol):
 
     def device_blocks(self, device: int) -> nn.ModuleList | None:
         """Device ``device``'s client blocks (then its head's, under a U-shaped split) as modules, for evaluation: the
-        live ones where they are
-        in this process, else a copy made once until a message changes them; None when the device
-        is lost (only where the algorithm allows absence)."""
+        live ones where they are in this process, else a copy made once until a message changes them; None when the
+        device is lost (only where the algorithm allows absence)."""
 
     def begin_round(self, round_index: int, clock: "SimClock | None") -> None:
         """A round starts (the clock's system of the round sets the link rates where links are emulated)."""
@@ -135,9 +134,9 @@ class LocalNetwork:
         return [list(devices)] if devices else []
 
     def device_blocks(self, device: int) -> nn.ModuleList:
-        blocks = self.device_host.device(device).blocks
-        head = self.device_host.heads.get(device)
-        return blocks if head is None else nn.ModuleList([*blocks, *head.blocks])
+        if device not in self.device_host.heads:
+            return self.device_host.device(device).blocks          # the device's live list itself
+        return nn.ModuleList(self.device_host.held_blocks(device))
 
     def begin_round(self, round_index: int, clock: "SimClock | None") -> None:
         pass

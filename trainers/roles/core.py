@@ -120,6 +120,24 @@ def own_state(module: nn.Module) -> None:
             t.data = t.data.clone()
 
 
+def load_block(module: nn.Module, state: BlockState, optimizer: RoleOptimizer, fresh_optimizer: bool,
+               shared: set[int], position: int) -> None:
+    """A downloaded block into a device-side ``module`` (a client block, or a U-shaped split's head block): its
+    tensors shared with the message until the device trains (``position`` added to ``shared``; or copied where they do
+    not fit, then removed), the optimizer state of its parameters restarted (``fresh_optimizer``) or loaded from the
+    message, and FedProx's anchor moved to the model downloaded."""
+    with torch.no_grad():
+        if share_state(module, state.state):
+            shared.add(position)
+        else:
+            shared.discard(position)
+        if fresh_optimizer:
+            optimizer.reset(module.parameters())
+        if state.optimizer is not None:
+            optimizer.load_param_states(module.parameters(), state.optimizer)
+        optimizer.reanchor(module.parameters())
+
+
 def index_tensor(indices: np.ndarray, device: torch.device) -> torch.Tensor:
     """Sample indices as a tensor on ``device`` (on CUDA through pinned memory, without waiting for the GPU)."""
     idx = torch.from_numpy(np.ascontiguousarray(indices))
@@ -370,17 +388,8 @@ class Device:
             self.optimizer = RoleOptimizer(self.optimizer_spec, self.blocks.parameters())
             self.optimizer.load_param_states(kept, carried)
             self.shared = (self.shared & set(range(msg.cut))) | set(range(len(old), msg.cut))
-        with torch.no_grad():
-            for j, bs in msg.blocks.items():
-                if share_state(self.blocks[j], bs.state):      # the message's tensors, shared until this device trains
-                    self.shared.add(j)
-                else:
-                    self.shared.discard(j)
-                if msg.fresh_optimizer:
-                    self.optimizer.reset(self.blocks[j].parameters())
-                if bs.optimizer is not None:
-                    self.optimizer.load_param_states(self.blocks[j].parameters(), bs.optimizer)
-                self.optimizer.reanchor(self.blocks[j].parameters())      # FedProx: the model downloaded
+        for j, bs in msg.blocks.items():
+            load_block(self.blocks[j], bs, self.optimizer, msg.fresh_optimizer, self.shared, j)
 
     # ---- checkpoint ---------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from typing import Any, Iterable
 import torch
 from torch import nn
 
-from trainers.roles.core import block_state, check_block_state, own_state, share_state, shared_copy
+from trainers.roles.core import block_state, check_block_state, load_block, own_state, shared_copy
 from trainers.roles.messages import (
     Activation,
     BlockState,
@@ -114,20 +114,9 @@ class Head:
 
     def download(self, msg: ModelDownload) -> ModelDownload:
         """Load the head's blocks of ``msg``; the message with the others (the client blocks')."""
-        with torch.no_grad():
-            for j, bs in msg.blocks.items():
-                if j not in self.indices:
-                    continue
-                block, at = self.blocks[j - self.start], j - self.start
-                if share_state(block, bs.state):
-                    self.shared.add(at)
-                else:
-                    self.shared.discard(at)
-                if msg.fresh_optimizer:
-                    self.optimizer.reset(block.parameters())
-                if bs.optimizer is not None:
-                    self.optimizer.load_param_states(block.parameters(), bs.optimizer)
-                self.optimizer.reanchor(block.parameters())
+        for j, bs in msg.blocks.items():
+            if j in self.indices:
+                load_block(self.blocks[j - self.start], bs, self.optimizer, msg.fresh_optimizer, self.shared, j - self.start)
         return dataclasses.replace(msg, blocks={j: b for j, b in msg.blocks.items() if j not in self.indices})
 
     def finite_items(self) -> list[tuple[Any, str, int]]:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
+from torch import nn
+
 from trainers.roles.batching import ClientBatcher
 from trainers.roles.checks import BadMessageError, check_upload
 from trainers.roles.core import AGGREGATION_RULES, Device, FedServer
@@ -99,9 +101,8 @@ class DeviceHost:
             self.device(msg.device).download(self.heads[msg.device].download(msg) if msg.device in self.heads else msg)
         elif isinstance(msg, Upload):
             emit(msg.to, self.upload(msg))
-        elif isinstance(msg, GetBlocks):        # its client blocks, then its head's
-            held = [*self.device(msg.device).blocks, *(self.heads[msg.device].blocks if msg.device in self.heads else [])]
-            emit(EDGE, Blocks(msg.device, [block.state_dict() for block in held]))
+        elif isinstance(msg, GetBlocks):
+            emit(EDGE, Blocks(msg.device, [block.state_dict() for block in self.held_blocks(msg.device)]))
         elif isinstance(msg, GetState) and msg.device is not None:      # None: the fed server's (FedHost)
             emit(EDGE, State(msg.device, self.state(msg.device)))
         elif isinstance(msg, SetState) and msg.device is not None:
@@ -110,6 +111,10 @@ class DeviceHost:
             self.check_finite(msg.round)
         else:
             raise MessageMismatchError(f"a device host cannot handle a {type(msg).__name__}")
+
+    def held_blocks(self, device: int) -> list[nn.Module]:
+        """The blocks device ``device`` holds, in their order: its client blocks, then its head's (a U-shaped split)."""
+        return [*self.device(device).blocks, *(self.heads[device].blocks if device in self.heads else [])]
 
     def head(self, device: int) -> Head:
         if device not in self.heads:
