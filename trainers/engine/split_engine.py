@@ -38,7 +38,7 @@ from trainers.engine.aggregation import aggregate, load_global, start_from_globa
 from trainers.engine.async_loop import run_async_round
 from trainers.engine.clock import StageTimes, stage_maxima
 from trainers.engine.execution import Execution, graph_bytes_per_sample
-from trainers.engine.head_split import check_u_shaped, head_exchange, head_start, server_chain
+from trainers.engine.head_split import check_u_shaped, head_exchange, server_chain
 from trainers.engine.model_views import EngineModels
 from trainers.engine.network import LocalNetwork, Network
 from trainers.engine.privacy_account import privacy_metrics
@@ -80,7 +80,7 @@ def local_network(engine: "SplitEngine", optimizer: OptimizerSpec, seed: int) ->
     devices = {i: Device(i, engine.template, engine.cuts[i], data.x_train, data.y_train, p, engine.batch_size, [seed, i],
                          optimizer, engine.defence) for i, p in enumerate(data.parts)}
     server = engine.strategy.optimizer("server", engine.server_optimizer)      # the head's layers keep their settings
-    heads = {i: Head(i, engine.template, head_start(engine), server) for i in devices} if engine.defence.head else None
+    heads = {i: Head(i, engine.template, engine.defence.head, server) for i in devices} if engine.defence.head else None
     return LocalNetwork(DeviceHost(devices, engine.batcher, heads), FedHost())
 
 

@@ -130,7 +130,6 @@ def check_blocks(msg: object, device: int, indices: Sequence[int], schema: Schem
     reply (to the edge server's GetBlocks, for evaluation): the blocks it holds, ``indices`` in order (its first
     blocks to its cut, then a U-shaped split's head), each with exactly the template's entries, shapes and dtypes,
     finite."""
-    count = len(indices)
     def bad(field: str, why: str) -> BadMessageError:
         return BadMessageError(device, "blocks", field, why)
 
@@ -138,8 +137,8 @@ def check_blocks(msg: object, device: int, indices: Sequence[int], schema: Schem
         raise bad("type", f"is {type(msg).__name__}, expected Blocks (the reply to GetBlocks)")
     if msg.device != device:
         raise bad("device", f"is {msg.device}, but this is device {device}'s reply")
-    if len(msg.states) != count:
-        raise bad("states", f"holds {len(msg.states)} blocks, expected {count}")
+    if len(msg.states) != len(indices):
+        raise bad("states", f"holds {len(msg.states)} blocks, expected {len(indices)}")
     for j, state in zip(indices, msg.states):
         _check_state(bad, f"states[{j}]", state, schema.get(j, {}))
 

@@ -37,15 +37,15 @@ from trainers.roles.optim import OptimizerSpec, RoleOptimizer
 
 
 class Head:
-    """Device ``index``'s head: blocks ``start``..L−1 of ``template`` (module docstring), trained with ``optimizer``
-    (the server's settings)."""
+    """Device ``index``'s head: the last ``size`` K blocks of ``template``, k..L−1 with k = L − K (module docstring),
+    trained with ``optimizer`` (the server's settings)."""
 
-    def __init__(self, index: int, template: nn.Sequential, start: int, optimizer: OptimizerSpec) -> None:
-        if not 1 <= start < len(template):
-            raise ValueError(f"a head starts at a block 1..{len(template) - 1}, got {start}")
-        self.index, self.template, self.start = index, template, start
+    def __init__(self, index: int, template: nn.Sequential, size: int, optimizer: OptimizerSpec) -> None:
+        if not 1 <= size < len(template):
+            raise ValueError(f"a head holds 1..{len(template) - 1} blocks, got {size}")
+        self.index, self.template, self.start = index, template, len(template) - size
         self.optimizer_spec = optimizer
-        self.blocks = nn.ModuleList(shared_copy(template[j]) for j in range(start, len(template)))
+        self.blocks = nn.ModuleList(shared_copy(template[j]) for j in self.indices)
         self.optimizer = RoleOptimizer(optimizer, self.blocks.parameters())
         self.shared: set[int] = set(range(len(self.blocks)))      # positions still sharing the template's tensors
         self.pending: tuple[int, int, torch.Tensor] | None = None  # (round, step, labels) of the unanswered step

@@ -110,7 +110,7 @@ def test_what_cannot_run_u_shaped_is_one_message(tmp_path: Path, capsys: pytest.
 def _head() -> tuple[Head, torch.nn.Sequential]:
     torch.manual_seed(0)
     template = torch.nn.Sequential(torch.nn.Linear(4, 5), torch.nn.Linear(5, 3), torch.nn.Linear(3, 2))
-    return Head(7, template, 1, OptimizerSpec(name="sgd", lr=0.5)), template
+    return Head(7, template, 2, OptimizerSpec(name="sgd", lr=0.5)), template         # blocks 1 and 2
 
 
 def test_the_head_answers_the_loss_and_gradient_of_its_layers_on_the_kept_labels_and_steps_once() -> None:
