@@ -46,6 +46,7 @@ class ServerPass:
     def __init__(self, arrivals: Sequence[Activation], inputs: dict[int, torch.Tensor],
                  logits: dict[int, torch.Tensor], head: HeadLoss | None = None) -> None:
         self.arrivals = list(arrivals)
+        self.by_device = {a.device: a for a in self.arrivals}
         self.inputs = inputs
         self.logits = logits
         self.labels = {a.device: a.labels for a in arrivals}
@@ -59,7 +60,7 @@ class ServerPass:
         if self.head is None:
             return loss_of(device, self.logits[device], self.labels[device])
         h = self.logits[device]
-        value, grad = self.head(next(a for a in self.arrivals if a.device == device), h)
+        value, grad = self.head(self.by_device[device], h)
         return value.to(h.dtype) + ((h - h.detach()) * grad.to(h.dtype)).sum()
 
     @property
