@@ -13,7 +13,9 @@ the activation at cut j, n the input's values and b the batch size:
 No defence here changes what is sent: the bytes of eqs. (17) and (20) stay as they are.
 
 A **U-shaped split** (:func:`with_head_on_device`) does: the last K blocks (the head) and the labels stay on the
-device, so each step sends the head's input features h down and their gradient ∂F/∂h up besides the cut layer's.
+device, so each step sends the head's input features h down and their gradient ∂F/∂h up besides the cut layer's;
+clipping and noising that gradient per sample costs the device 3d_k + d_k FLOPs per sample (as on the activations,
+d_k the head input's values), charged with its backward.
 """
 
 from __future__ import annotations
@@ -57,13 +59,15 @@ def head_cuts(num_cuts: int, head: int) -> list[int]:
     return list(range(1, num_cuts - head if head else num_cuts))
 
 
-def with_head_on_device(profile: ModelProfile, head: int, field: str = "head") -> ModelProfile:
+def with_head_on_device(profile: ModelProfile, head: int, field: str = "head", gradient_clip: bool = False,
+                        gradient_noise: bool = False) -> ModelProfile:
     """``profile`` as a U-shaped split charges it: the last ``head`` = K blocks and the labels on the device (module
     docstring), or ``profile`` itself for K = 0. With L the cut points and k = L − K the head's input, each cut j of
     :func:`head_cuts` gains
 
     * ρ_j += ρ_L − ρ_k and ϖ_j += ϖ_L − ϖ_k (the head's forward and backward, its input gradient included, on the
-      device: eqs. (16), (21)); measured seconds (``fp_seconds``, ``bp_seconds``) the same way;
+      device: eqs. (16), (21)), ϖ_j also the clip (``gradient_clip``) and noise (``gradient_noise``) of that gradient
+      (:func:`defence_flops` at d_k); measured seconds (``fp_seconds``, ``bp_seconds``) the same way;
     * ψ_j += χ_k (the head's input gradient goes up beside the activation, eq. (17)) and χ_j += ψ_k (the features
       come down beside the cut gradient, eq. (20));
     * δ_j += δ_L − δ_k (the head is the device's model too: uploaded and downloaded with it, eqs. (22), (24));
@@ -84,12 +88,15 @@ def with_head_on_device(profile: ModelProfile, head: int, field: str = "head") -
                          f"the device its first), got {head}", field=field)
     c = profile.cut_points
     last, k = c[-1], c[num - head - 1]
+    released, _ = defence_flops(gradient_clip, gradient_noise, False, 1, 0.0,
+                                np.array([k.activation_bits / profile.bits_per_value]))
 
     def plus(value: float | None, top: float | None, at_k: float | None) -> float | None:
         return None if value is None or top is None or at_k is None else value + top - at_k
 
     cuts = tuple(replace(
-        p, fp_flops=p.fp_flops + last.fp_flops - k.fp_flops, bp_flops=p.bp_flops + last.bp_flops - k.bp_flops,
+        p, fp_flops=p.fp_flops + last.fp_flops - k.fp_flops,
+        bp_flops=p.bp_flops + last.bp_flops - k.bp_flops + float(released[0]),
         activation_bits=p.activation_bits + k.gradient_bits, gradient_bits=p.gradient_bits + k.activation_bits,
         client_param_bits=p.client_param_bits + last.client_param_bits - k.client_param_bits,
         server_bp_flops=plus(p.server_bp_flops, 0.0, k.server_bp_flops),
@@ -106,13 +113,18 @@ def with_head_on_device(profile: ModelProfile, head: int, field: str = "head") -
     return replace(profile, cut_points=cuts)
 
 
+KEYS = ("clip", "clip_rms", "noise", "nopeek", "labels", "head", "head_clip", "head_noise")
+"""The keys of a defence setting (:class:`DefenceSetting`)."""
+
+
 @dataclass(frozen=True)
 class DefenceSetting:
     """One defence setting as the command line writes it (``bench privacy --defences``, ``plan --defence``,
     ``profile --leakage-defence``): ``clip`` C, ``noise`` σ, ``nopeek`` α (0: off), ``labels`` ε of the randomised
     response (None: off), written ``clip=C,noise=σ,nopeek=α,labels=ε`` (any of them; ``none`` for no defence);
     ``clip_rms=c`` in place of ``clip=C`` bounds each sample by c·√d, c per value (``clip_per_value``); ``head=K``
-    a U-shaped split, the last K blocks and the labels on the device (:func:`with_head_on_device`; 0: off)."""
+    a U-shaped split, the last K blocks and the labels on the device (:func:`with_head_on_device`; 0: off), with
+    ``head_clip=C_g`` and ``head_noise=σ_g`` on the per-sample gradients its head sends."""
 
     clip: float = 0.0
     noise: float = 0.0
@@ -120,6 +132,8 @@ class DefenceSetting:
     labels: float | None = None
     clip_per_value: bool = False
     head: int = 0
+    head_clip: float = 0.0
+    head_noise: float = 0.0
 
     @classmethod
     def parse(cls, text: str, field: str = "--defences") -> "DefenceSetting":
@@ -129,9 +143,9 @@ class DefenceSetting:
         values: dict[str, float] = {}
         for item in text.split(","):
             key, _, value = item.partition("=")
-            if key.strip() not in ("clip", "clip_rms", "noise", "nopeek", "labels", "head") or not value:
-                raise InputError(f"{item.strip()!r} is not clip=C, clip_rms=c, noise=σ, nopeek=α, labels=ε or head=K "
-                                 "(or none)", field=field)
+            if key.strip() not in KEYS or not value:
+                raise InputError(f"{item.strip()!r} is not clip=C, clip_rms=c, noise=σ, nopeek=α, labels=ε, head=K, "
+                                 "head_clip=C_g or head_noise=σ_g (or none)", field=field)
             try:
                 number = float(value)
             except ValueError:
@@ -149,13 +163,17 @@ class DefenceSetting:
         setting = cls(**values, clip_per_value=per_value, head=head)
         if setting.noise > 0 and setting.clip <= 0:
             raise InputError(f"{text!r}: noise needs a clip (its scale is σ·C)", field=field)
+        if (setting.head_clip > 0 or setting.head_noise > 0) and not setting.head:
+            raise InputError(f"{text!r}: head_clip and head_noise need a U-shaped split (head=K)", field=field)
+        if setting.head_noise > 0 and setting.head_clip <= 0:
+            raise InputError(f"{text!r}: head_noise needs head_clip (its scale is σ_g·C_g)", field=field)
         return setting
 
     @classmethod
     def of_run(cls, privacy: Any) -> "DefenceSetting":
         """The setting a run's defence options hold (``PrivacyConfig``: the inverse of :meth:`config`)."""
         return cls(privacy.activation_clip, privacy.activation_noise, privacy.nopeek, privacy.label_epsilon,
-                   privacy.clip_per_value, privacy.u_shaped)
+                   privacy.clip_per_value, privacy.u_shaped, privacy.head_clip, privacy.head_noise)
 
     @property
     def name(self) -> str:
@@ -163,18 +181,20 @@ class DefenceSetting:
         parts = [f"{k}={v:g}" for k, v in ((clip, self.clip), ("noise", self.noise), ("nopeek", self.nopeek)) if v]
         parts += [f"labels={self.labels:g}"] if self.labels is not None else []
         parts += [f"head={self.head}"] if self.head else []
+        parts += [f"{k}={v:g}" for k, v in (("head_clip", self.head_clip), ("head_noise", self.head_noise)) if v]
         return ",".join(parts) or "none"
 
     def charged(self, profile: ModelProfile, batch_size: int, field: str = "--defence") -> ModelProfile:
         """``profile`` with this setting's FLOPs per sample at each cut (:func:`with_defence_cost`) and its head on the
         device (:func:`with_head_on_device`; a head too long for the model is an InputError naming ``field``)."""
         costed = with_defence_cost(profile, self.clip > 0, self.noise > 0, self.nopeek > 0, batch_size)
-        return with_head_on_device(costed, self.head, field)
+        return with_head_on_device(costed, self.head, field, self.head_clip > 0, self.head_noise > 0)
 
     def config(self) -> dict[str, float | None]:
         """The run's flat keys (trainers/config/train_config.py ``PrivacyConfig``)."""
         return {"activation_clip": self.clip, "activation_noise": self.noise, "nopeek": self.nopeek,
-                "label_epsilon": self.labels, "clip_per_value": self.clip_per_value, "u_shaped": self.head}
+                "label_epsilon": self.labels, "clip_per_value": self.clip_per_value, "u_shaped": self.head,
+                "head_clip": self.head_clip, "head_noise": self.head_noise}
 
 
 def parse_defences(text: str) -> list[DefenceSetting]:

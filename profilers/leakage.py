@@ -98,14 +98,31 @@ Release = Callable[[torch.Tensor], torch.Tensor]
 """What a device does to its cut activation before the server sees it (a defence, trainers/roles/defences.py)."""
 
 
+def _cut_gradient(blocks: nn.Sequential, j: int, a: torch.Tensor, labels: torch.Tensor,
+                  head: tuple[int, Release] | None) -> torch.Tensor:
+    """Each sample's ∂CE/∂a at cut j (the summed loss's gradient), through a U-shaped head's release if ``head``
+    (:func:`leakage_per_cut`)."""
+    if head is None or j > head[0]:
+        return torch.autograd.grad(nn.functional.cross_entropy(blocks[j:](a), labels, reduction="sum"), a)[0]
+    k, release = head
+    h = blocks[j:k](a)
+    top = h.detach().requires_grad_(True)
+    released = release(torch.autograd.grad(nn.functional.cross_entropy(blocks[k:](top), labels, reduction="sum"),
+                                           top)[0])
+    return released if j == k else torch.autograd.grad(h, a, grad_outputs=released)[0]
+
+
 def leakage_per_cut(blocks: nn.Sequential, x: torch.Tensor, y: torch.Tensor, release: Release | None = None,
-                    cuts: Sequence[int] | None = None, sent_labels: torch.Tensor | None = None) -> list[CutLeakage]:
+                    cuts: Sequence[int] | None = None, sent_labels: torch.Tensor | None = None,
+                    head: tuple[int, Release] | None = None) -> list[CutLeakage]:
     """The figures of every cut j = 1..L−1 of ``blocks`` (a chain; ``cuts``: those only) on samples ``x`` with
     labels ``y``, at the blocks' current weights in eval mode (no dropout, BatchNorm's running statistics: samples
     stay independent), of the activations as ``release`` turns them out (default: as computed). The gradient is
     that of the mean cross-entropy over the n samples, times n (each sample's own ∂F_k/∂a_k), at the released
     activation, on the labels the devices sent (``sent_labels``, under randomised response; default ``y``); the
-    attacks are scored against the true ``y``."""
+    attacks are scored against the true ``y``. ``head`` = (k, release) for a U-shaped split whose head (blocks k..)
+    sends its per-sample gradients at cut k as ``release`` turns them out: the gradient at cut j ≤ k is then the
+    released one back-propagated through blocks j..k−1, as the edge server computes it."""
     was_training = blocks.training
     blocks.eval()
     out = []
@@ -122,9 +139,7 @@ def leakage_per_cut(blocks: nn.Sequential, x: torch.Tensor, y: torch.Tensor, rel
             with torch.no_grad():
                 a = a if release is None else release(a)
             a = a.detach().requires_grad_(True)
-            logits = blocks[j:](a)
-            loss = nn.functional.cross_entropy(logits, y if sent_labels is None else sent_labels, reduction="sum")
-            (grad,) = torch.autograd.grad(loss, a)
+            grad = _cut_gradient(blocks, j, a, y if sent_labels is None else sent_labels, head)
             norm_auc, direction_auc = label_inference_auc(grad, y)
             out.append(CutLeakage(j, distance_correlation(x, a.detach()), norm_auc, direction_auc))
     finally:

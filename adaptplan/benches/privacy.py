@@ -27,7 +27,8 @@ from adaptplan.defence_cost import DefenceSetting, head_cuts, parse_defences  # 
 
 RESULT_FILE = "privacy_result.json"
 """What a finished run of the bench leaves in its folder: its configuration and figures (read back on a rerun)."""
-FIGURES = ("accuracy", "sim_seconds", "epsilon", "dcor", "norm_auc", "direction_auc", "mse", "psnr", "ssim")
+FIGURES = ("accuracy", "sim_seconds", "epsilon", "dcor", "norm_auc", "direction_auc", "mse", "psnr", "ssim",
+           "head_epsilon", "head_direction_auc")
 
 
 def privacy_jobs(base: dict[str, Any], cuts: Sequence[int], defences: Sequence[DefenceSetting], seeds: Sequence[int],
@@ -70,6 +71,7 @@ def privacy_run(job: dict[str, Any]) -> dict[str, Any]:
     history = trainer.run()
     figures = {"accuracy": history.final_accuracy, "sim_seconds": trainer.clock.seconds,
                "epsilon": history.records[-1].metrics.get("epsilon_max") if history.records else None,
+               "head_epsilon": history.records[-1].metrics.get("head_epsilon_max") if history.records else None,
                **attack(trainer, job["cut"], job["leakage_samples"])}
     if folder is not None:
         from adaptplan.fileio import save_json
@@ -80,7 +82,8 @@ def privacy_run(job: dict[str, Any]) -> dict[str, Any]:
 
 def attack(trainer: Any, cut: int, samples: int) -> dict[str, float]:
     """The leakage figures of ``trainer``'s evaluated model at ``cut`` on the released activations (module
-    docstring); the inversion's only for image data of at least the SSIM window."""
+    docstring), under a U-shaped split also the direction AUC at the head's input from the gradients it releases;
+    the inversion's only for image data of at least the SSIM window."""
     from profilers.inversion import SSIM_WINDOW, invert_per_cut
     from profilers.leakage import leakage_per_cut
 
@@ -89,9 +92,15 @@ def attack(trainer: Any, cut: int, samples: int) -> dict[str, float]:
     n = min(samples, int(data.x_train.shape[0]), int(data.x_test.shape[0]))
     x, y = data.x_train[:n], data.y_train[:n]
     seed = int(trainer.config.run.seed)
-    release, sent = trainer.engine.defence.attacker_view(y, 2 ** 31 - 1 - seed, [seed, 2 ** 31 - 1])
-    (row,) = leakage_per_cut(model, x, y, release, cuts=[cut], sent_labels=sent)
+    defence = trainer.engine.defence
+    view = defence.attacker_view(y, 2 ** 31 - 1 - seed, [seed, 2 ** 31 - 1])
+    release, start = view.release, len(model) - defence.head
+    head = (start, view.gradient) if view.gradient is not None else None
+    row, *at_head = leakage_per_cut(model, x, y, release, cuts=[cut, start] if defence.head else [cut],
+                                    sent_labels=view.labels, head=head)
     out = {"dcor": row.dcor, "norm_auc": row.norm_auc, "direction_auc": row.direction_auc}
+    if at_head:           # a U-shaped split: the gradient its head sends up, at its input (cut L − K)
+        out["head_direction_auc"] = at_head[0].direction_auc
     shape = tuple(x.shape[1:])
     if len(shape) == 3 and min(shape[1:]) >= SSIM_WINDOW:
         (rec,), _ = invert_per_cut(model, data.x_test[:n], x, data.mean, data.std, release=release, cuts=[cut])
@@ -152,6 +161,9 @@ def table(rows: Sequence[PrivacyRow], header: str) -> str:
                ("dCor", lambda r: _cell(r, "dcor", ".3f")), ("norm AUC", lambda r: _cell(r, "norm_auc", ".3f")),
                ("direction AUC", lambda r: _cell(r, "direction_auc", ".3f")),
                ("PSNR dB", lambda r: _cell(r, "psnr", ".2f")), ("SSIM", lambda r: _cell(r, "ssim", ".3f"))]
+    if any(r.mean["head_direction_auc"] is not None for r in rows):      # U-shaped settings: the head's channel
+        columns += [("head ε", lambda r: _cell(r, "head_epsilon", ".3g")),
+                    ("head-input dir. AUC", lambda r: _cell(r, "head_direction_auc", ".3f"))]
     cells = [[name for name, _ in columns]] + [[get(r) for _, get in columns] for r in rows]
     widths = [max(len(line[k]) for line in cells) for k in range(len(columns))]
     lines = [header, ""] + ["  ".join(c.rjust(w) if k != 1 else c.ljust(w) for k, (c, w) in enumerate(zip(line, widths)))

@@ -26,8 +26,10 @@ def leakage_report(blocks: Any, data: Any, samples: int, dataset: str, defence: 
     from profilers.leakage import leakage_per_cut
 
     n = min(samples, int(data.x_train.shape[0]))
-    release, sent = defence.attacker_view(data.y_train[:n], 0, [0])
-    rows = leakage_per_cut(blocks, data.x_train[:n], data.y_train[:n], release, sent_labels=sent)
+    view = defence.attacker_view(data.y_train[:n], 0, [0])
+    release = view.release
+    head = (len(blocks) - defence.head, view.gradient) if view.gradient is not None else None
+    rows = leakage_per_cut(blocks, data.x_train[:n], data.y_train[:n], release, sent_labels=view.labels, head=head)
     shape = tuple(data.x_train.shape[1:])
     images = len(shape) == 3 and min(shape[1:]) >= SSIM_WINDOW
     inverted = invert_per_cut(blocks, data.x_test[:n], data.x_train[:n], data.mean, data.std,

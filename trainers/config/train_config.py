@@ -113,7 +113,7 @@ MAX_LOCAL_TEST_FRACTION = 0.5
 SAVED_BEFORE = {"local_test_fraction": 0.0, "pilots": None, "aggregation": "mean", "trim": 0.1, "rounds_law": "eq15",
                 "client_state": "algorithm", "labels_per_device": 2, "size_exponent": 1.0, "activation_clip": 0.0,
                 "activation_noise": 0.0, "nopeek": 0.0, "privacy_delta": 1e-5, "label_epsilon": None,
-                "clip_per_value": False, "u_shaped": 0}
+                "clip_per_value": False, "u_shaped": 0, "head_clip": 0.0, "head_noise": 0.0}
 """Options a configuration saved before they existed ran with: no local test split, no pilots; the partition
 options of issue 70 at their defaults (no partition of before read them); no defence of the activations (issue 71)."""
 
@@ -495,7 +495,8 @@ class PrivacyConfig:
     "Defences"): ``activation_clip`` C and ``activation_noise`` σ (the Gaussian mechanism per sample, σ·C the noise's
     standard deviation; ``clip_per_value``: C = c·√d, c the bound per value), ``nopeek`` α (NoPeek's
     distance-correlation weight), ``privacy_delta`` the δ its ε is reported at, ``label_epsilon`` ε of the randomised
-    response on the labels; ``u_shaped`` K, a U-shaped split: the last K blocks and the labels stay on the device."""
+    response on the labels; ``u_shaped`` K, a U-shaped split: the last K blocks and the labels stay on the device,
+    ``head_clip`` C_g and ``head_noise`` σ_g the Gaussian mechanism on each sample's gradient the head sends."""
 
     activation_clip: float = option(0.0, "clip each sample's cut-layer activation to this L2 norm C on the device "
                                     "before sending it (default 0: no clip)", low=0.0, high=1e12)
@@ -515,6 +516,11 @@ class PrivacyConfig:
     u_shaped: int = option(0, "a U-shaped split: the model's last K blocks and the labels stay on the device, which "
                            "gets the server's features and returns their gradient each step (default 0: the server "
                            "computes the loss from the labels the devices send)", low=0, high=1000)
+    head_clip: float = option(0.0, "under --u-shaped: clip each sample's gradient the head sends (b times its row of "
+                              "∂F/∂h) to this L2 norm C_g (default 0: no clip)", low=0.0, high=1e12)
+    head_noise: float = option(0.0, "under --u-shaped: noise multiplier σ_g on the head's clipped per-sample "
+                               "gradients (standard deviation σ_g·C_g); the run records each device's (ε, δ) of them "
+                               "(default 0: none; needs --head-clip)", low=0.0, high=1e6)
 
     def check(self) -> None:
         check_fields(self)
@@ -522,6 +528,11 @@ class PrivacyConfig:
             raise InputError("the noise's scale is σ·C: give --activation-clip C > 0 too", field="activation_noise")
         if self.clip_per_value and self.activation_clip <= 0:
             raise InputError("a bound per value needs --activation-clip c > 0", field="clip_per_value")
+        if (self.head_clip > 0 or self.head_noise > 0) and self.u_shaped == 0:
+            raise InputError("the head's gradient is sent only under a U-shaped split: give --u-shaped K too",
+                             field="head_clip" if self.head_clip > 0 else "head_noise")
+        if self.head_noise > 0 and self.head_clip <= 0:
+            raise InputError("the noise's scale is σ_g·C_g: give --head-clip C_g > 0 too", field="head_noise")
 
 
 MLFLOW_LOCAL = "local"

@@ -171,7 +171,7 @@ class RankLoop:
         for i, spec in msg.devices.items():
             x, y, positions = samples(i, np.asarray(spec.positions.numpy(), dtype=np.int64))
             devices[i] = Device(i, template, spec.cut, x, y, positions, spec.batch_size, spec.seed, spec.optimizer, spec.defence)
-        heads = {i: Head(i, template, spec.defence.head, spec.head_optimizer or spec.optimizer)
+        heads = {i: Head(i, template, spec.defence.head, spec.head_optimizer or spec.optimizer, spec.defence, spec.seed)
                  for i, spec in msg.devices.items() if spec.defence.head}
         self.host = DeviceHost(devices, heads=heads)
         if devices:

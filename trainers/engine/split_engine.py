@@ -80,7 +80,8 @@ def local_network(engine: "SplitEngine", optimizer: OptimizerSpec, seed: int) ->
     devices = {i: Device(i, engine.template, engine.cuts[i], data.x_train, data.y_train, p, engine.batch_size, [seed, i],
                          optimizer, engine.defence) for i, p in enumerate(data.parts)}
     server = engine.strategy.optimizer("server", engine.server_optimizer)      # the head's layers keep their settings
-    heads = {i: Head(i, engine.template, engine.defence.head, server) for i in devices} if engine.defence.head else None
+    heads = {i: Head(i, engine.template, engine.defence.head, server, engine.defence, [seed, i]) for i in devices} \
+        if engine.defence.head else None
     return LocalNetwork(DeviceHost(devices, engine.batcher, heads), FedHost())
 
 

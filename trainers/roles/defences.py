@@ -18,6 +18,13 @@ tensor.
   once from its own stream — the true one with probability e^ε/(e^ε + M − 1), else one of the M − 1 others
   uniformly — and always the same one for that sample, so everything the server derives from the labels is
   ε-label-DP (post-processing), however often the sample is drawn.
+* **Noise on the head's gradient** (a U-shaped split's labels; the Gaussian mechanism on each sample's gradient
+  row, as on the activations): the head's per-sample gradient g_k = ∂CE(head(h_k), y_k)/∂h_k (b times its row of
+  ∂F_i/∂h_k, F_i the mean over the mini-batch of b) is scaled to ḡ_k = g_k · min(1, C_g/‖g_k‖₂) and sent as
+  (ḡ_k + σ_g·C_g·z_k)/b, z_k ~ N(0, I) from the head's own stream: what the edge server back-propagates and what
+  Li et al.'s attacks would read (:class:`trainers.roles.head.Head`). The head steps with its exact gradient (it
+  never leaves the device). :func:`activation_epsilon` at σ_g gives its (ε, δ) per device, with the row replaced by
+  zero as neighbour (sensitivity C_g); a changed label moves a clipped row by up to 2C_g, two such steps.
 * **NoPeek** (Vepakomma, Singh, Gupta & Raskar 2020, "NoPeek: information leakage reduction to share activations in
   distributed deep learning"): the device's objective gains α · dCor(X, A) over its mini-batch (inputs X, the
   activations A before clipping and noise), so its step follows ∂F/∂w_c + α ∂dCor/∂w_c; the distance correlation is
@@ -46,6 +53,8 @@ NOISE_STREAM = 2 ** 32 - 2
 """Stream word of a device's noise generator, seeded ``[*sampler seed, NOISE_STREAM]``."""
 LABEL_STREAM = 2 ** 32 - 3
 """Stream word of a device's randomised labels, drawn once from ``[*sampler seed, LABEL_STREAM]``."""
+HEAD_NOISE_STREAM = 2 ** 32 - 4
+"""Stream word of a device's head-gradient noise, seeded ``[*sampler seed, HEAD_NOISE_STREAM]``."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +64,8 @@ class ActivationDefence:
     objective, 0 = none); ``delta`` the δ of the (ε, δ) the run reports under noise (:func:`activation_epsilon`);
     ``label_epsilon`` ε of the randomised response on the labels (None = the true labels) over ``classes`` M;
     ``clip_per_value``: ``clip`` is c, the bound per value, C = c·√d (module docstring); ``head`` K: a U-shaped
-    split, the device keeps the model's last K blocks and its labels (:class:`trainers.roles.head.Head`)."""
+    split, the device keeps the model's last K blocks and its labels (:class:`trainers.roles.head.Head`), whose
+    per-sample gradients it clips to ``head_clip`` C_g (0 = none) and noises with σ_g = ``head_noise`` (needs C_g)."""
 
     clip: float = 0.0
     noise_multiplier: float = 0.0
@@ -65,16 +75,22 @@ class ActivationDefence:
     classes: int = 0
     clip_per_value: bool = False
     head: int = 0
+    head_clip: float = 0.0
+    head_noise: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.delta, float) or not 0 < self.delta < 1:
             raise ValueError(f"delta must be a number in (0, 1), got {self.delta!r}")
-        for name in ("clip", "noise_multiplier", "nopeek"):
+        for name in ("clip", "noise_multiplier", "nopeek", "head_clip", "head_noise"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"{name} must be a finite number ≥ 0, got {value!r}")
         if self.noise_multiplier > 0 and self.clip <= 0:
             raise ValueError("noise on the activations needs a clip C > 0 (the noise's scale is σ·C)")
+        if (self.head_clip > 0 or self.head_noise > 0) and self.head == 0:
+            raise ValueError("a clip or noise on the head's gradient needs a U-shaped split (head K > 0)")
+        if self.head_noise > 0 and self.head_clip <= 0:
+            raise ValueError("noise on the head's gradient needs a clip C_g > 0 (the noise's scale is σ_g·C_g)")
         if self.label_epsilon is not None and not (isinstance(self.label_epsilon, float) and self.label_epsilon >= 0):
             raise ValueError(f"label_epsilon must be a number ≥ 0, got {self.label_epsilon!r}")
         if isinstance(self.head, bool) or not isinstance(self.head, int) or self.head < 0:
@@ -87,7 +103,8 @@ class ActivationDefence:
         labels = None if privacy.label_epsilon is None else float(privacy.label_epsilon)
         return cls(float(privacy.activation_clip), float(privacy.activation_noise), float(privacy.nopeek),
                    float(privacy.privacy_delta), labels, clip_per_value=bool(privacy.clip_per_value),
-                   head=int(privacy.u_shaped))
+                   head=int(privacy.u_shaped), head_clip=float(privacy.head_clip),
+                   head_noise=float(privacy.head_noise))
 
     @classmethod
     def of_setting(cls, setting: "DefenceSetting", classes: int) -> "ActivationDefence":
@@ -95,14 +112,15 @@ class ActivationDefence:
         ``classes`` M, at the default δ."""
         labels = None if setting.labels is None else float(setting.labels)
         return cls(float(setting.clip), float(setting.noise), float(setting.nopeek), label_epsilon=labels,
-                   classes=classes, clip_per_value=setting.clip_per_value, head=setting.head)
+                   classes=classes, clip_per_value=setting.clip_per_value, head=setting.head,
+                   head_clip=float(setting.head_clip), head_noise=float(setting.head_noise))
 
     def charged(self, profile: ModelProfile, batch_size: int) -> ModelProfile:
         """``profile`` with this defence's FLOPs per sample at each cut (:mod:`adaptplan.defence_cost`) and its head on
         the device (:func:`adaptplan.defence_cost.with_head_on_device`), so the simulated clock and the planner charge
         them."""
         costed = with_defence_cost(profile, self.clip > 0, self.noisy, self.nopeek > 0, batch_size)
-        return with_head_on_device(costed, self.head, "u_shaped")
+        return with_head_on_device(costed, self.head, "u_shaped", self.head_clip > 0, self.head_noisy)
 
     @property
     def active(self) -> bool:
@@ -132,17 +150,28 @@ class ActivationDefence:
     def noisy(self) -> bool:
         return self.noise_multiplier > 0
 
+    @property
+    def head_noisy(self) -> bool:
+        return self.head_noise > 0
+
+    def released_gradient(self, rows: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        """What leaves the device of its head's per-sample gradients ``rows`` (a batch, module docstring): each
+        clipped to C_g, then noised with σ_g·C_g·z from ``generator`` (none: not noised); unchanged without a clip."""
+        if self.head_clip <= 0:
+            return rows
+        clipped = _clipped(rows, self.head_clip)
+        if generator is None or not self.head_noisy:
+            return clipped
+        z = torch.randn(rows.shape, generator=generator, device=rows.device, dtype=rows.dtype)
+        return clipped + (self.head_noise * self.head_clip) * z
+
     def bound(self, h: torch.Tensor) -> float:
         """C, the L2 bound of each sample of ``h`` (a batch): ``clip``, or c·√d per value (d = values per sample)."""
         return self.clip * math.sqrt(h[0].numel()) if self.clip_per_value else self.clip
 
     def clipped(self, h: torch.Tensor) -> torch.Tensor:
         """Each sample's activation scaled to an L2 norm of at most C (differentiable; unchanged without a clip)."""
-        if self.clip <= 0:
-            return h
-        norms = h.reshape(h.shape[0], -1).norm(dim=1)
-        factor = torch.clamp(self.bound(h) / norms.clamp_min(1e-12), max=1.0)
-        return h * factor.reshape(-1, *([1] * (h.dim() - 1)))
+        return h if self.clip <= 0 else _clipped(h, self.bound(h))
 
     def noise(self, h: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """σ·C·z, z ~ N(0, I) of ``h``'s shape, drawn from ``generator``."""
@@ -154,16 +183,17 @@ class ActivationDefence:
         sent = self.clipped(h)
         return sent + self.noise(sent.detach(), generator) if generator is not None and self.noisy else sent
 
-    def attacker_view(self, labels: torch.Tensor, noise_seed: int, label_seed: Any
-                      ) -> tuple[Callable[[torch.Tensor], torch.Tensor] | None, torch.Tensor | None]:
+    def attacker_view(self, labels: torch.Tensor, noise_seed: int, label_seed: Any) -> "AttackerView":
         """What an attacker of this defence measures from (``profile --leakage-defence``, ``bench privacy``): the
         release it applies to activations (clip and noise, the noise from its own generator seeded ``noise_seed``;
-        None without a clip) and the labels sent for ``labels`` (randomised response drawn from ``label_seed``; None:
-        the true ones)."""
+        None without a clip), the labels sent for ``labels`` (randomised response drawn from ``label_seed``; None:
+        the true ones) and the release of the head's per-sample gradients (None without a clip on them)."""
         generator = torch.Generator().manual_seed(int(noise_seed))
         release = (lambda a: self.released(a, generator)) if self.clip > 0 else None   # noqa: E731
         sent = None if self.label_epsilon is None else torch.from_numpy(self.randomised(labels.numpy(), label_seed))
-        return release, sent
+        head_generator = torch.Generator().manual_seed(int(noise_seed) ^ HEAD_NOISE_STREAM)
+        gradient = (lambda g: self.released_gradient(g, head_generator)) if self.head_clip > 0 else None  # noqa: E731
+        return AttackerView(release, sent, gradient)
 
     def penalty(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor | None:
         """α · dCor(X, A) over the batch (None without NoPeek, or with a single sample)."""
@@ -173,12 +203,36 @@ class ActivationDefence:
 
     def generator(self, seed: Any, device: torch.device) -> torch.Generator | None:
         """The device's noise stream, seeded from its sampler's seed words (None without noise)."""
-        if not self.noisy:
-            return None
-        state = np.random.SeedSequence(_stream(seed, NOISE_STREAM)).generate_state(2, dtype=np.uint32)
-        g = torch.Generator(device=device)
-        g.manual_seed(int(state[0]) << 31 ^ int(state[1]))
-        return g
+        return _generator(seed, NOISE_STREAM, device) if self.noisy else None
+
+    def head_generator(self, seed: Any, device: torch.device) -> torch.Generator | None:
+        """The device's head-gradient noise stream, seeded from its sampler's seed words (None without that noise)."""
+        return _generator(seed, HEAD_NOISE_STREAM, device) if self.head_noisy else None
+
+
+@dataclass(frozen=True)
+class AttackerView:
+    """What an attacker applies to reproduce a defence (:meth:`ActivationDefence.attacker_view`): ``release`` of the
+    activations, the ``labels`` sent, the release of the head's per-sample ``gradient`` rows (each None: none)."""
+
+    release: Callable[[torch.Tensor], torch.Tensor] | None
+    labels: torch.Tensor | None
+    gradient: Callable[[torch.Tensor], torch.Tensor] | None
+
+
+def _clipped(h: torch.Tensor, bound: float) -> torch.Tensor:
+    """Each sample (row) of ``h`` scaled to an L2 norm of at most ``bound`` (differentiable)."""
+    norms = h.reshape(h.shape[0], -1).norm(dim=1)
+    factor = torch.clamp(bound / norms.clamp_min(1e-12), max=1.0)
+    return h * factor.reshape(-1, *([1] * (h.dim() - 1)))
+
+
+def _generator(seed: Any, word: int, device: torch.device) -> torch.Generator:
+    """A torch generator seeded from a device's seed words and a stream word."""
+    state = np.random.SeedSequence(_stream(seed, word)).generate_state(2, dtype=np.uint32)
+    g = torch.Generator(device=device)
+    g.manual_seed(int(state[0]) << 31 ^ int(state[1]))
+    return g
 
 
 def _stream(seed: Any, word: int) -> list[int]:

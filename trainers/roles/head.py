@@ -10,7 +10,9 @@ from which the edge server back-propagates through its blocks exactly as from it
 :meth:`trainers.roles.passes.ServerPass.loss`). When the cut gradient comes the head steps with ∂F_i/∂w_head of
 the same forward, with the optimizer settings its layers have on the edge server (the server's rate: moving
 layers to the device changes where they run, not how they train). The head is part of the device's model
-(uploaded, averaged, handed on and checkpointed with its client blocks, block indices k..L−1).
+(uploaded, averaged, handed on and checkpointed with its client blocks, block indices k..L−1). Under noise on the
+head's gradient (``--head-clip``, ``--head-noise``) the gradient it sends is each sample's clipped and noised
+(:meth:`trainers.roles.defences.ActivationDefence.released_gradient`); its own step keeps the exact one.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import torch
 from torch import nn
 
 from trainers.roles.core import block_state, check_block_state, load_block, own_state, shared_copy
+from trainers.roles.defences import ActivationDefence
 from trainers.roles.messages import (
     Activation,
     BlockState,
@@ -38,9 +41,11 @@ from trainers.roles.optim import OptimizerSpec, RoleOptimizer
 
 class Head:
     """Device ``index``'s head: the last ``size`` K blocks of ``template``, k..L−1 with k = L − K (module docstring),
-    trained with ``optimizer`` (the server's settings)."""
+    trained with ``optimizer`` (the server's settings); ``defence``'s clip and noise on its gradient, the noise drawn
+    from the stream of the device's sampler ``seed``."""
 
-    def __init__(self, index: int, template: nn.Sequential, size: int, optimizer: OptimizerSpec) -> None:
+    def __init__(self, index: int, template: nn.Sequential, size: int, optimizer: OptimizerSpec,
+                 defence: ActivationDefence | None = None, seed: Any = None) -> None:
         if not 1 <= size < len(template):
             raise ValueError(f"a head holds 1..{len(template) - 1} blocks, got {size}")
         self.index, self.template, self.start = index, template, len(template) - size
@@ -51,6 +56,8 @@ class Head:
         self.pending: tuple[int, int, torch.Tensor] | None = None  # (round, step, labels) of the unanswered step
         self.grads: list[torch.Tensor] | None = None               # ∂F_i/∂w_head of that step's forward
         self.seconds = (0.0, 0.0)                                  # the last reply's forward and backward (s, measured)
+        self.defence = defence if defence is not None else ActivationDefence(head=size)
+        self.noise_rng = self.defence.head_generator(seed, next(template.parameters(), torch.empty(0)).device)
 
     @property
     def indices(self) -> range:
@@ -88,10 +95,17 @@ class Head:
         forward = time.perf_counter()
         params = list(self.blocks.parameters())
         grads = torch.autograd.grad(loss, [h, *params], allow_unused=True)
+        sent = self._released(grads[0] if grads[0] is not None else torch.zeros_like(h))
         self.seconds = (forward - start, time.perf_counter() - forward)
         self.grads = [g if g is not None else torch.zeros_like(p) for g, p in zip(grads[1:], params)]
-        return HeadGradient(self.index, msg.round, msg.step, loss.detach(),
-                            grads[0] if grads[0] is not None else torch.zeros_like(h))
+        return HeadGradient(self.index, msg.round, msg.step, loss.detach(), sent)
+
+    def _released(self, grad: torch.Tensor) -> torch.Tensor:
+        """∂F_i/∂h_k as it leaves the device: b per-sample rows b·∂F_i/∂h_k released by the defence, over b."""
+        if self.defence.head_clip <= 0:
+            return grad
+        b = grad.shape[0]
+        return self.defence.released_gradient(grad * b, self.noise_rng) / b
 
     def finish(self, msg: CutGradient) -> None:
         """The step's reply came: the head steps with ∂F_i/∂w_head, or drops it with the step (``msg.tensor`` None)."""
@@ -126,7 +140,8 @@ class Head:
 
     # ---- checkpoint ---------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {"blocks": [b.state_dict() for b in self.blocks], "optimizer": self.optimizer.state_dict()}
+        state = {"blocks": [b.state_dict() for b in self.blocks], "optimizer": self.optimizer.state_dict()}
+        return state if self.noise_rng is None else {**state, "noise_rng": self.noise_rng.get_state()}
 
     def load_state_dict(self, state: Any) -> None:
         if not isinstance(state, dict) or not isinstance(state.get("blocks"), list) \
@@ -138,4 +153,9 @@ class Head:
             block.load_state_dict(sd)
         self.optimizer = RoleOptimizer(self.optimizer_spec, self.blocks.parameters())
         self.optimizer.load_state_dict(state["optimizer"])
+        if self.noise_rng is not None:
+            rng = state.get("noise_rng")
+            if not torch.is_tensor(rng) or rng.dtype != torch.uint8 or rng.shape != self.noise_rng.get_state().shape:
+                raise ValueError(f"device {self.index}'s head must hold its noise generator's state (noise_rng)")
+            self.noise_rng.set_state(rng)
         self.shared, self.pending, self.grads = set(), None, None

@@ -23,7 +23,8 @@ def test_settings_read_as_written() -> None:
         DefenceSetting(), DefenceSetting(clip=2.0, noise=0.5), DefenceSetting(nopeek=0.25)]
     assert [d.name for d in parse_defences("none;noise=1,clip=3;nopeek=1")] == ["none", "clip=3,noise=1", "nopeek=1"]
     assert DefenceSetting(clip=3, noise=1).config() == {"activation_clip": 3, "activation_noise": 1, "nopeek": 0.0,
-                                                        "label_epsilon": None, "clip_per_value": False, "u_shaped": 0}
+                                                        "label_epsilon": None, "clip_per_value": False, "u_shaped": 0,
+                                                        "head_clip": 0.0, "head_noise": 0.0}
     rms = DefenceSetting.parse("noise=1,clip_rms=0.25")
     assert rms == DefenceSetting(clip=0.25, noise=1.0, clip_per_value=True) and rms.name == "clip_rms=0.25,noise=1"
     assert DefenceSetting.parse(rms.name) == rms and rms.config()["clip_per_value"] is True

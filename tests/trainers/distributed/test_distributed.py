@@ -73,14 +73,15 @@ def test_a_defended_run_adds_its_noise_on_the_device_ranks_with_the_simulations_
     assert dist == sim and dist["releases"] == [3, 3, 3]
 
 
-@pytest.mark.parametrize("algorithm", ["psl", "sfl-v2"])
+@pytest.mark.parametrize("algorithm, noise", [("psl", ["--head-clip", "0.05", "--head-noise", "1"]), ("sfl-v2", [])])
 def test_a_u_shaped_run_keeps_heads_and_labels_on_the_device_ranks_with_the_simulations_numbers(
-        tmp_path: Path, algorithm: str) -> None:
+        tmp_path: Path, algorithm: str, noise: list[str]) -> None:
     """The heads live on the device ranks: the edge rank sends them features and back-propagates their gradients
     (PSL evaluates each device's own model, its head read from its rank; SplitFed V2 averages the heads every 2
-    rounds through the fed server's rank); losses, accuracies and bytes are the simulator's."""
+    rounds through the fed server's rank); losses, accuracies and bytes are the simulator's, under noise on the
+    head gradients too (drawn on the device ranks from the simulator's streams)."""
     argv = ["--algorithm", algorithm, "--devices", "3", "--rounds", "4", "--cuts", "1", "--u-shaped", "1",
-            "--interval", "2", *SMALL, "--eval-every", "2"]
+            "--interval", "2", *SMALL, "--eval-every", "2", *noise]
     run = adaptplan("train", "--distributed", "--ranks", "4", *argv, "--out", str(tmp_path / "dist"))
     assert run.returncode == 0, run.stderr
     got, expected = losses(tmp_path / "dist"), simulate(tmp_path, "sim", argv)
@@ -89,6 +90,7 @@ def test_a_u_shaped_run_keeps_heads_and_labels_on_the_device_ranks_with_the_simu
     assert [r.accuracy for r in dist.records] == pytest.approx([r.accuracy for r in sim.records], abs=1e-9)
     assert [(r.bytes_up, r.bytes_down) for r in dist.records] == [(r.bytes_up, r.bytes_down) for r in sim.records]
     assert dist.meta["privacy"]["u_shaped"] == 1
+    assert dist.meta["privacy"].get("head_epsilon") == sim.meta["privacy"].get("head_epsilon")
     measured = dist.records[-1].measured_stage_seconds
     assert measured["device FP"] > 0 and measured["device BP"] > 0 and measured["uplink"] >= 0
 
