@@ -35,9 +35,9 @@ from adaptplan.constants import ConvergenceConstants
 from adaptplan.convergence import ConvergenceModel
 from adaptplan.errors import InfeasibleError, InputError
 
-ROUNDS_LAWS = ("eq15", "linear")
-"""What pilots are fitted to (``--rounds-law``): eq. (15)'s constants (this module) or the rounds law linear in I
-(:mod:`adaptplan.linear_rounds`, docs/model.md §12)."""
+ROUNDS_LAWS = ("eq15", "linear", "per-cut")
+"""What pilots are fitted to (``--rounds-law``): eq. (15)'s constants (this module), the rounds law linear in I
+(:mod:`adaptplan.linear_rounds`, docs/model.md §12) or that law with R₁ measured per cut (§12 "Per cut")."""
 
 
 @dataclass(frozen=True)

@@ -25,13 +25,24 @@ bench's held-out settings measured it.
   bench the law's small κ sent two seeds to I = 22 and 31 at cut 4, far past the pilots' I = 8). Its prediction is
   eq. (26) with ⌈R(I)⌉ rounds.
 
+**Per cut** (:class:`PerCutRounds`; docs/model.md §12 "Per cut"): where the rounds depend on the cut — a defence
+whose accuracy cost differs by cut (NoPeek on the IID bench: about 44 rounds at cut 1, 64–96 at cut 3, 110 to never
+at cuts 4–5) — R₁ is measured at each cut, R(x, I) = max_i R₁(x_i)·(1 + κ(I − 1)): the plan converges as its
+slowest-converging cut, one κ for all. Fitted (:func:`fit_per_cut_rounds`) to a pilot at I = 1 at each cut it may
+plan (each pilot counts for its deepest cut: every device of a pilot at one cut) and one or more at a longer interval
+at a cut piloted at I = 1, κ the mean of their (R_k/R₁(j_k) − 1)/(I_k − 1), at least 0. Planned
+(:func:`plan_per_cut_rounds`) exactly under the law: for each threshold r among the R₁ values, the latency-best cuts
+among the cuts with R₁(j) ≤ r at each I, scored at their own max R₁; a cut never piloted, or whose pilot missed the
+target, is never planned. It is adaptplan's addition, a claim only as far as the bench measured it
+(benchmarks/results/plans/README.md).
+
 Units: rounds, seconds (T_split, T_agg of §2.4), κ per round of interval (dimensionless).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
@@ -59,10 +70,24 @@ class LinearRounds:
     target_accuracy: float
     pilots: tuple[PilotRun, ...]
     message: str
+    law: ClassVar[str] = "linear"
 
     def rounds(self, interval: float) -> float:
         """R(I), real-valued rounds."""
         return self.rounds_at_one * (1.0 + self.kappa * (interval - 1.0))
+
+    def rounds_for(self, cuts: Sequence[int], interval: float) -> float:
+        """R(I), whatever the cuts."""
+        return self.rounds(interval)
+
+    def solver(self) -> dict[str, Any]:
+        return {"method": "linear-rounds", "rounds_at_one": self.rounds_at_one, "kappa": self.kappa,
+                "message": self.message}
+
+    def plan(self, profile: ModelProfile, system: SystemSpec, candidates: Sequence[int] | None = None
+             ) -> "LinearRoundsPlan":
+        """:func:`plan_linear_rounds` under this law."""
+        return plan_linear_rounds(self, profile, system, candidates=candidates)
 
     def to_json(self) -> dict[str, Any]:
         return {"law": "linear", "target_accuracy": self.target_accuracy, "rounds_at_one": self.rounds_at_one,
@@ -101,6 +126,77 @@ def fit_linear_rounds(pilots: Sequence[PilotRun]) -> LinearRounds:
 
 
 @dataclass(frozen=True)
+class PerCutRounds:
+    """R(x, I) = max_i ``rounds_at_one``[x_i]·(1 + ``kappa``·(I − 1)) rounds to ``target_accuracy`` (module docstring
+    "Per cut"), R₁ per 1-based cut, fitted to ``pilots``; ``message`` says how."""
+
+    rounds_at_one: dict[int, float]
+    kappa: float
+    target_accuracy: float
+    pilots: tuple[PilotRun, ...]
+    message: str
+    law: ClassVar[str] = "per-cut"
+
+    def rounds_for(self, cuts: Sequence[int], interval: float) -> float:
+        """R(x, I), real-valued rounds; :class:`InputError` naming ``cuts`` for a cut without a pilot at I = 1."""
+        missing = sorted({int(c) for c in cuts} - set(self.rounds_at_one))
+        if missing:
+            raise InputError(f"cut{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} had no pilot at I = 1 "
+                             f"that reached the target (piloted: {sorted(self.rounds_at_one)})", field="cuts")
+        return max(self.rounds_at_one[int(c)] for c in cuts) * (1.0 + self.kappa * (interval - 1.0))
+
+    def plan(self, profile: ModelProfile, system: SystemSpec, candidates: Sequence[int] | None = None
+             ) -> "LinearRoundsPlan":
+        """:func:`plan_per_cut_rounds` under this law."""
+        return plan_per_cut_rounds(self, profile, system, candidates=candidates)
+
+    def solver(self) -> dict[str, Any]:
+        return {"method": "per-cut-rounds", "rounds_at_one": {str(j): r for j, r in self.rounds_at_one.items()},
+                "kappa": self.kappa, "message": self.message}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"law": self.law, "target_accuracy": self.target_accuracy,
+                "rounds_at_one": {str(j): r for j, r in self.rounds_at_one.items()}, "kappa": self.kappa,
+                "message": self.message,
+                "pilots": [{"source": p.source, "interval": p.interval, "deepest_cut": p.deepest_cut,
+                            "measured_rounds": p.rounds} for p in self.pilots]}
+
+
+def fit_per_cut_rounds(pilots: Sequence[PilotRun]) -> PerCutRounds:
+    """The law per cut fitted to ``pilots`` (module docstring "Per cut"): R₁(j) the mean rounds of the pilots at
+    I = 1 at cut j, κ the mean of (R_k/R₁(j_k) − 1)/(I_k − 1) over the longer pilots at a cut piloted at I = 1 (0 where
+    negative); :class:`InputError` naming ``--pilots`` without either, or read for different targets."""
+    if len({p.target_accuracy for p in pilots}) != 1:
+        raise InputError("the pilots must be read for one target accuracy", field="--pilots")
+    by_cut: dict[int, list[float]] = {}
+    for p in pilots:
+        if p.interval == 1:
+            by_cut.setdefault(p.deepest_cut, []).append(float(p.rounds))
+    if not by_cut:
+        raise InputError("a rounds law per cut needs a pilot at --interval 1 at each cut it may plan", field="--pilots")
+    at_one = {j: float(np.mean(r)) for j, r in sorted(by_cut.items())}
+    longer = [p for p in pilots if p.interval > 1 and p.deepest_cut in at_one]
+    if not longer:
+        raise InputError(f"a rounds law per cut needs a pilot at a longer interval at a cut piloted at I = 1 "
+                         f"({', '.join(map(str, at_one))})", field="--pilots")
+    kappa = max(0.0, float(np.mean([(p.rounds / at_one[p.deepest_cut] - 1.0) / (p.interval - 1) for p in longer])))
+    shown = ", ".join(f"{r:.4g} at cut {j}" for j, r in at_one.items())
+    message = (f"R(x, I) = max_i R₁(x_i)·(1 + {kappa:.3g}·(I − 1)) rounds to {pilots[0].target_accuracy:.1%}, R₁ {shown}; "
+               f"fitted to {len(pilots)} pilots")
+    return PerCutRounds(at_one, kappa, pilots[0].target_accuracy, tuple(pilots), message)
+
+
+RoundsLaw = LinearRounds | PerCutRounds
+"""A rounds law fitted to pilots (``--rounds-law linear`` or ``per-cut``)."""
+ROUNDS_LAW_TYPES = (LinearRounds, PerCutRounds)
+
+
+def fit_rounds_law(pilots: Sequence[PilotRun], law: str) -> RoundsLaw:
+    """The law named ``law`` (``linear`` or ``per-cut``) fitted to ``pilots``."""
+    return fit_per_cut_rounds(pilots) if law == "per-cut" else fit_linear_rounds(pilots)
+
+
+@dataclass(frozen=True)
 class LinearRoundsPlan:
     """The plan under a :class:`LinearRounds` law: ``cuts`` (1-based, one per device) and ``interval`` I; the law's
     ``rounds`` R(I) (real); ``objective_s`` Θ(I) and, per I tried, ``by_interval`` (I, Θ(I) in seconds, its cuts).
@@ -135,7 +231,14 @@ def plan_linear_rounds(law: LinearRounds, profile: ModelProfile, system: SystemS
         max_interval = max(p.interval for p in law.pilots)
     if max_interval < 1:
         raise InputError(f"must be at least 1, got {max_interval}", field="max_interval")
-    problem = latency_problem(profile, system, candidates)
+    tried = _latency_best_by_interval(law, latency_problem(profile, system, candidates), max_interval)
+    interval, objective, cuts = min(tried, key=lambda t: (t[1], t[0]))
+    return LinearRoundsPlan(cuts, interval, law.rounds(interval), objective, tuple(tried))
+
+
+def _latency_best_by_interval(law: "LinearRounds | PerCutRounds", problem: PlanningProblem,
+                              max_interval: int) -> list[tuple[int, float, tuple[int, ...]]]:
+    """Per I = 1..``max_interval``: (I, R(x, I)·(T_split + T_agg/I), x) with x the latency-best cuts of ``problem``."""
     method = choose_ms_method(problem)
     cache: dict = {}
     cuts: tuple[int, ...] = problem.initial_cuts()
@@ -144,29 +247,56 @@ def plan_linear_rounds(law: LinearRounds, profile: ModelProfile, system: SystemS
         ms = (solve_dinkelbach(problem, interval, warm_cuts=cuts) if method == "milp"
               else solve_ms_exact(problem, interval, warm_cuts=cuts, cache=cache))
         cuts = tuple(int(c) for c in ms.cuts)
-        tried.append((interval, law.rounds(interval) * problem.objective(interval, cuts), cuts))
+        tried.append((interval, law.rounds_for(cuts, interval) * problem.objective(interval, cuts), cuts))
+    return tried
+
+
+def plan_per_cut_rounds(law: PerCutRounds, profile: ModelProfile, system: SystemSpec, *,
+                        candidates: Sequence[int] | None = None,
+                        max_interval: int | None = None) -> LinearRoundsPlan:
+    """The plan minimising R(x, I)·(T_split + T_agg/I) under the law per cut over I = 1..``max_interval`` (default:
+    the pilots' longest) and the cuts among ``candidates`` that were piloted (module docstring "Per cut"): for each
+    threshold r of the R₁ values, each I's latency-best cuts among those with R₁ ≤ r; ties go to the smaller I, then
+    the smaller threshold. Its ``by_interval`` holds each I's best."""
+    if max_interval is None:
+        max_interval = max(p.interval for p in law.pilots)
+    if max_interval < 1:
+        raise InputError(f"must be at least 1, got {max_interval}", field="max_interval")
+    allowed = [j for j in (candidates if candidates is not None else range(1, profile.num_cuts + 1))
+               if j in law.rounds_at_one]
+    if not allowed:
+        raise InputError(f"no cut the plan may use was piloted at I = 1 (piloted: {sorted(law.rounds_at_one)})",
+                         field="--pilots")
+    best: dict[int, tuple[int, float, tuple[int, ...]]] = {}
+    for threshold in sorted({law.rounds_at_one[j] for j in allowed}):
+        under = [j for j in allowed if law.rounds_at_one[j] <= threshold]
+        for entry in _latency_best_by_interval(law, latency_problem(profile, system, under), max_interval):
+            if entry[0] not in best or entry[1] < best[entry[0]][1]:
+                best[entry[0]] = entry
+    tried = [best[i] for i in sorted(best)]
     interval, objective, cuts = min(tried, key=lambda t: (t[1], t[0]))
-    return LinearRoundsPlan(cuts, interval, law.rounds(interval), objective, tuple(tried))
+    return LinearRoundsPlan(cuts, interval, law.rounds_for(cuts, interval), objective, tuple(tried))
 
 
-def score(law: LinearRounds, profile: ModelProfile, system: SystemSpec, cuts: Sequence[int], interval: int,
-          solver: dict[str, Any] | None = None) -> Plan:
+def score(law: "LinearRounds | PerCutRounds", profile: ModelProfile, system: SystemSpec, cuts: Sequence[int],
+          interval: int, solver: dict[str, Any] | None = None) -> Plan:
     """The :class:`~adaptplan.plan.Plan` of (``cuts``, ``interval``) under ``law`` (docs/formats.md "Plan"): ⌈R(I)⌉
     rounds, ⌊rounds/I⌋ aggregations, eq. (26)'s seconds, Θ(I) = R(I)·(T_split + T_agg/I) as ``objective_s``, the stage
     breakdown of §2.4; ``solver`` default: a given plan scored by the law."""
     breakdown = LatencyModel(profile, system).breakdown(cuts)
-    rounds = whole_rounds(law.rounds(interval))
+    real = law.rounds_for(cuts, interval)
+    rounds = whole_rounds(real)
     t_split, t_agg = breakdown.t_split, breakdown.t_agg
     return Plan(interval=int(interval), cuts=tuple(int(c) for c in cuts), rounds=rounds,
                 aggregations=rounds // int(interval), round_latency_s=t_split, aggregation_latency_s=t_agg,
                 total_latency_s=total_latency(rounds, int(interval), t_split, t_agg),
-                objective_s=law.rounds(interval) * (t_split + t_agg / interval),
-                solver=solver or {"method": "given", "rounds_law": "linear"}, breakdown=breakdown.stages())
+                objective_s=real * (t_split + t_agg / interval),
+                solver=solver or {"method": "given", "rounds_law": law.law}, breakdown=breakdown.stages())
 
 
-def as_plan(chosen: LinearRoundsPlan, law: LinearRounds, profile: ModelProfile, system: SystemSpec) -> Plan:
-    """``chosen`` scored by :func:`score`, with the law in ``solver`` (``method`` "linear-rounds", R₁, κ, the
-    longest interval tried)."""
+def as_plan(chosen: LinearRoundsPlan, law: "LinearRounds | PerCutRounds", profile: ModelProfile,
+            system: SystemSpec) -> Plan:
+    """``chosen`` scored by :func:`score`, with the law in ``solver`` (``method`` "linear-rounds" or
+    "per-cut-rounds", R₁, κ, the longest interval tried)."""
     return score(law, profile, system, chosen.cuts, chosen.interval,
-                 {"method": "linear-rounds", "rounds_at_one": law.rounds_at_one, "kappa": law.kappa,
-                  "max_interval": len(chosen.by_interval), "message": law.message})
+                 {**law.solver(), "max_interval": len(chosen.by_interval)})

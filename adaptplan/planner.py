@@ -22,7 +22,7 @@ from adaptplan.calibration import ROUNDS_LAWS, Calibration, PilotRun, calibrate
 from adaptplan.constants import ConvergenceConstants
 from adaptplan.errors import InfeasibleError, InputError
 from adaptplan.latency import total_latency
-from adaptplan.linear_rounds import LinearRounds, as_plan, fit_linear_rounds, plan_linear_rounds, score
+from adaptplan.linear_rounds import ROUNDS_LAW_TYPES, RoundsLaw, as_plan, fit_rounds_law, score
 from adaptplan.model_profile import ModelProfile
 from adaptplan.plan import Plan
 from adaptplan.plannable import check_plannable
@@ -67,7 +67,7 @@ class Planner:
         self._problem: PlanningProblem | None = PlanningProblem.from_parts(profile, system, self.constants,
                                                                          candidates=self.candidates, leakage=leakage)
         self.last_result: SolveResult | None = None
-        self.calibration: Calibration | LinearRounds | None = None
+        self.calibration: Calibration | RoundsLaw | None = None
 
     @property
     def problem(self) -> PlanningProblem:
@@ -80,9 +80,9 @@ class Planner:
 
     def plan(self, initial_cuts: Sequence[int] | None = None) -> Plan:
         """Solve problem (28) with BCD and return the Plan (raises InfeasibleError with the reason); after
-        :meth:`calibrate` with ``law="linear"``, the plan under that law instead (docs/model.md §12)."""
-        if isinstance(self.calibration, LinearRounds):
-            chosen = plan_linear_rounds(self.calibration, self.profile, self.system, candidates=self.candidates)
+        :meth:`calibrate` with ``law="linear"`` or ``"per-cut"``, the plan under that law instead (docs/model.md §12)."""
+        if isinstance(self.calibration, ROUNDS_LAW_TYPES):
+            chosen = self.calibration.plan(self.profile, self.system, candidates=self.candidates)
             return dataclasses.replace(as_plan(chosen, self.calibration, self.profile, self.system),
                                        model=self.profile.identity())
         result = solve_bcd(self.problem, backend=self.backend, initial_cuts=initial_cuts)
@@ -108,7 +108,7 @@ class Planner:
     def evaluate(self, cuts: Sequence[int], interval: int, solver: dict | None = None) -> Plan:
         """The Plan for a given decision (cuts, I): ⌈R⌉ of eq. (15), eq. (26) and objective (28); under a linear
         rounds law (:meth:`calibrate`), ⌈R(I)⌉ of the law instead (:func:`adaptplan.linear_rounds.score`)."""
-        if isinstance(self.calibration, LinearRounds):
+        if isinstance(self.calibration, ROUNDS_LAW_TYPES):
             plan = score(self.calibration, self.profile, self.system, cuts, interval, solver)
         else:
             plan = build_plan(self.problem, cuts, interval, solver or {"method": "given"})
@@ -138,15 +138,15 @@ class Planner:
         self._use(constants=constants)
         return constants
 
-    def calibrate(self, pilots: Sequence[PilotRun], law: str = "eq15") -> Calibration | LinearRounds:
+    def calibrate(self, pilots: Sequence[PilotRun], law: str = "eq15") -> Calibration | RoundsLaw:
         """Fit the planner to ``pilots`` (runs of this setting, one plan each, with the rounds at which each first
         reached one target accuracy), and plan with the fit from now on, so that plans and predictions are to that
         accuracy: ``law`` "eq15" fits the constants (docs/model.md §10), "linear" the rounds law linear in I (§12;
-        the constants are then not used)."""
+        the constants are then not used), "per-cut" that law with R₁ measured at each cut (§12 "Per cut")."""
         if law not in ROUNDS_LAWS:
             raise InputError(f"must be one of {', '.join(ROUNDS_LAWS)}, got {law!r}", field="law")
-        if law == "linear":
-            self.calibration = fit_linear_rounds(pilots)
+        if law != "eq15":
+            self.calibration = fit_rounds_law(pilots, law)
             return self.calibration
         fit = calibrate(self.constants, pilots, self.system.num_devices)
         self._use(constants=fit.constants)

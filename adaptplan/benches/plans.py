@@ -15,6 +15,10 @@ trains with AdaptSFL's algorithm
   the same at every cut, and at each I the latency-best cuts (:mod:`adaptplan.linear_rounds`, docs/model.md §12);
   the bench plans it on the seed's round-1 system and trains it as a fixed plan; its law predicts every fixed plan
   too (``linear_fit_by_seed`` in the JSON);
+* the calibrated planner linear per cut: R₁ measured at each cut, R(x, I) = max_i R₁(x_i)(1 + κ(I − 1))
+  (:class:`adaptplan.linear_rounds.PerCutRounds`), fitted to the grid's runs of the seed with every device at each
+  cut at the smallest interval (1) and to the cut fastest there at the grid's largest interval that reached the
+  target (:func:`per_cut_pilots`), planned and trained as the previous one (``per_cut_fit_by_seed``);
 * a grid of fixed plans: every device at cut j, for each cut point j of the model, × each interval I of the grid;
   and each device at its own latency-best cut for that I (:func:`latency_best_cuts`) × each I;
 
@@ -40,7 +44,7 @@ from adaptplan.constants import ConvergenceConstants
 from adaptplan.crossing import first_crossing
 from adaptplan.defence_cost import head_cuts
 from adaptplan.latency import LatencyModel, total_latency
-from adaptplan.linear_rounds import LinearRounds, as_plan, fit_linear_rounds, plan_linear_rounds, score
+from adaptplan.linear_rounds import RoundsLaw, as_plan, fit_linear_rounds, fit_per_cut_rounds, score
 from adaptplan.model_profile import ModelProfile
 from adaptplan.report import Empty, format_table
 from adaptplan.system import SystemSpec
@@ -59,9 +63,10 @@ INTERPOLATION_NOTE = ("time to target: simulated seconds at which the test accur
 
 # ---- the plans -----------------------------------------------------------------------------------------------
 
-PLANNERS = {"planner": "planner", "calibrated": "calibrated planner", "linear": "calibrated, linear in I"}
-"""The kinds of plan the planner makes (their labels): the paper's, the one calibrated on pilots (eq. 15), and the one
-whose rounds are linear in I (:mod:`adaptplan.linear_rounds`)."""
+PLANNERS = {"planner": "planner", "calibrated": "calibrated planner", "linear": "calibrated, linear in I",
+            "per_cut": "calibrated, linear per cut"}
+"""The kinds of plan the planner makes (their labels): the paper's, the one calibrated on pilots (eq. 15), the one
+whose rounds are linear in I (:mod:`adaptplan.linear_rounds`) and the one whose R₁ is measured per cut."""
 
 @dataclass(frozen=True)
 class PlanSpec:
@@ -163,6 +168,8 @@ class BenchSetting(Workload):
                 f"the run and fitted to two pilots of the grid (every device at cut {pilot}, the smallest and the "
                 "largest I; its predictions are to the target); the planner linear in I the rounds R₁(1 + κ(I − 1)) fitted to "
                 "the same pilots, latency-best cuts at each I, I up to the pilots' longest (docs/model.md §12); "
+                "the planner linear per cut R₁ at each cut from the grid's runs at I = 1 and κ from the cut fastest "
+                "there at the largest I that reached the target, as slow as its slowest cut (§12 \"Per cut\"); "
                 "the system trace is the same in every seed; "
                 f"evaluation every {self.eval_every} rounds on "
                 f"{'every' if self.test_samples is None else self.test_samples} test samples",
@@ -298,6 +305,7 @@ class PlanResult:
     seed_cuts: dict[int, list[int]] = field(default_factory=dict)     # a fixed plan's cuts per seed (default: plan's)
     fit: dict[int, tuple[int, float] | None] = field(default_factory=dict)   # per seed: the calibrated fit's (⌈R⌉, s)
     linear_fit: dict[int, tuple[int, float]] = field(default_factory=dict)  # per seed: the linear law's (⌈R⌉, s)
+    per_cut_fit: dict[int, tuple[int, float]] = field(default_factory=dict)  # per seed: the law per cut's (⌈R⌉, s)
 
     def predicted(self) -> tuple[float | None, float | None, str]:
         """(mean predicted seconds, mean predicted rounds, what to): a planner's own prediction, else the calibrated
@@ -448,7 +456,7 @@ def _row(r: PlanResult, results: Sequence[PlanResult]) -> list[str]:
     seconds, rounds, to = r.predicted()
     if r.plan.kind == "planner":
         no_prediction = "the planner's prediction is missing in a seed (fallback plan)"
-    elif r.plan.kind in ("calibrated", "linear"):
+    elif r.plan.kind in PLANNERS:
         no_prediction = f"the {r.plan.label} planner's prediction is missing in a seed"
     else:
         no_prediction = "no calibrated fit (no calibrated planner run), or the fit says the plan cannot reach the target"
@@ -517,7 +525,8 @@ def to_json(results: Sequence[PlanResult], bench: BenchSetting, seeds: Sequence[
             **({"predictions": {str(s): (vars(p) if p else None) for s, p in r.predictions.items()}}
                if r.plan.kind in PLANNERS else
                {"fit_by_seed": {str(s): (list(f) if f else None) for s, f in r.fit.items()},
-                "linear_fit_by_seed": {str(s): list(f) for s, f in r.linear_fit.items()}})})
+                "linear_fit_by_seed": {str(s): list(f) for s, f in r.linear_fit.items()},
+                "per_cut_fit_by_seed": {str(s): list(f) for s, f in r.per_cut_fit.items()}})})
     standings = {r.plan.kind: standing(r, results) for r in results if r.plan.kind in PLANNERS}
     return {"target_accuracy": bench.target, "time_to_target": INTERPOLATION_NOTE, "seeds": list(seeds),
             "intervals": list(intervals), "algorithm": ALGORITHM,
@@ -599,7 +608,7 @@ def heat_map(results: Sequence[PlanResult], intervals: Sequence[int]) -> Any:
         fig.colorbar(image, ax=ax, label="mean simulated s to target")
     titles = []
     for kind, colour, style, inset in (("planner", "red", "solid", 0.0), ("calibrated", "orange", "dashed", 0.08),
-                                       ("linear", "magenta", "dotted", 0.16)):
+                                       ("linear", "magenta", "dotted", 0.16), ("per_cut", "cyan", "dashdot", 0.24)):
         planner = next((r for r in results if r.plan.kind == kind), None)
         if planner is None:
             continue
@@ -652,7 +661,39 @@ def calibrated_jobs(bench: BenchSetting, pairs: Mapping[int, tuple[str, str]],
             for seed, folders in pairs.items()]
 
 
-def linear_laws(bench: BenchSetting, pairs: Mapping[int, tuple[str, str]]) -> dict[int, LinearRounds]:
+def per_cut_pilots(bench: BenchSetting, seeds: Sequence[int], grid: Sequence[dict[str, Any]],
+                   results: Sequence[RunResult], num_cuts: int,
+                   intervals: Sequence[int]) -> tuple[dict[int, list[str]], list[str]]:
+    """({seed: the folders of the planner per cut's pilots}, a line for each seed without): the grid's runs of the
+    seed with every device at each cut of :func:`grid_cuts` at I = 1 that reached the target, then the cut among them
+    that reached it soonest (simulated seconds) at the largest interval of the grid where it reached it too."""
+    pilots, missing = {}, []
+    longer = sorted((i for i in intervals if i > 1), reverse=True)
+    for seed in seeds:
+        runs = {job["label"]: (job["folder"], crossing) for job, result in zip(grid, results) if job["seed"] == seed
+                for crossing in [time_to_target(result.curve, bench.target)] if crossing is not None}
+        reached = {j: runs[label] for j in grid_cuts(num_cuts, bench.head)
+                   for label in [PlanSpec("uniform", 1, j).label] if label in runs}
+        fastest = min(reached, key=lambda j: reached[j][1].seconds, default=None)
+        found = [runs[label][0] for i in longer for label in [PlanSpec("uniform", i, fastest).label] if label in runs]
+        if not found:
+            why = (f"no cut reached {bench.target:.0%} at I = 1" if fastest is None else
+                   f"cut {fastest}, the fastest at I = 1, reached {bench.target:.0%} at no longer interval")
+            missing.append(f"calibrated planner per cut: no run in seed {seed}: {why}")
+            continue
+        pilots[seed] = [folder for folder, _ in reached.values()] + found[:1]
+    return pilots, missing
+
+
+def per_cut_laws(bench: BenchSetting, pilots: Mapping[int, Sequence[str]]) -> dict[int, RoundsLaw]:
+    """Per seed of ``pilots``, the rounds law per cut fitted to them (read as ``train --pilots`` reads them)."""
+    from trainers.run.pilots import read_pilot
+
+    return {seed: fit_per_cut_rounds([read_pilot(folder, bench.target) for folder in folders])
+            for seed, folders in pilots.items()}
+
+
+def linear_laws(bench: BenchSetting, pairs: Mapping[int, tuple[str, str]]) -> dict[int, RoundsLaw]:
     """Per seed of ``pairs``, the rounds law linear in I fitted to its two pilots (read as ``train --pilots`` reads
     them: rounds to the target interpolated between evaluations)."""
     from trainers.run.pilots import read_pilot
@@ -661,16 +702,16 @@ def linear_laws(bench: BenchSetting, pairs: Mapping[int, tuple[str, str]]) -> di
             for seed, folders in pairs.items()}
 
 
-def linear_jobs(bench: BenchSetting, laws: Mapping[int, LinearRounds], probes: Mapping[int, Probe],
-                runs_dir: str | os.PathLike) -> list[dict[str, Any]]:
-    """One job per seed of ``laws``: the plan of the law on the seed's round-1 system
-    (:func:`adaptplan.linear_rounds.plan_linear_rounds`), trained as a fixed plan in ``runs_dir/seed<s>/linear``,
-    with its prediction (⌈R(I)⌉ rounds, eq. 26's seconds) in the job's ``prediction``."""
-    plan = PlanSpec("linear")
+def linear_jobs(bench: BenchSetting, laws: Mapping[int, RoundsLaw], probes: Mapping[int, Probe],
+                runs_dir: str | os.PathLike, kind: str = "linear") -> list[dict[str, Any]]:
+    """One job per seed of ``laws``: the plan of the law on the seed's round-1 system (its ``plan``:
+    :func:`adaptplan.linear_rounds.plan_linear_rounds` or ``plan_per_cut_rounds``), trained as a fixed plan in
+    ``runs_dir/seed<s>/<kind>``, with its prediction (⌈R⌉ rounds, eq. 26's seconds) in the job's ``prediction``."""
+    plan = PlanSpec(kind)
     jobs = []
     for seed, law in laws.items():
         allowed = head_cuts(probes[seed].profile.num_cuts, bench.head) if bench.head else None   # a U-shaped split's
-        chosen = as_plan(plan_linear_rounds(law, probes[seed].profile, probes[seed].system, candidates=allowed), law,
+        chosen = as_plan(law.plan(probes[seed].profile, probes[seed].system, candidates=allowed), law,
                          probes[seed].profile, probes[seed].system)
         prediction = Prediction(list(chosen.cuts), chosen.interval, chosen.rounds, chosen.total_latency_s,
                                 calibrated=True)
@@ -680,16 +721,18 @@ def linear_jobs(bench: BenchSetting, laws: Mapping[int, LinearRounds], probes: M
     return jobs
 
 
-def attach_linear_fit(results: Sequence[PlanResult], laws: Mapping[int, LinearRounds],
-                      probes: Mapping[int, Probe]) -> None:
-    """Each fixed plan's ``linear_fit`` per seed: ⌈R(I)⌉ of that seed's law and eq. (26)'s seconds for its cuts on the
-    seed's round-1 system (:func:`adaptplan.linear_rounds.score`)."""
+def attach_linear_fit(results: Sequence[PlanResult], laws: Mapping[int, RoundsLaw],
+                      probes: Mapping[int, Probe], name: str = "linear_fit") -> None:
+    """Each fixed plan's ``linear_fit`` (or ``name``) per seed: ⌈R⌉ of that seed's law and eq. (26)'s seconds for its
+    cuts on the seed's round-1 system (:func:`adaptplan.linear_rounds.score`); none for cuts the law has no R₁ of."""
     for seed, law in laws.items():
         for r in results:
-            if r.plan.kind not in PLANNERS and r.plan.interval is not None and seed in r.runs:
-                scored = score(law, probes[seed].profile, probes[seed].system, r.cuts_by_seed()[seed] or (),
-                               r.plan.interval)
-                r.linear_fit[seed] = (scored.rounds, scored.total_latency_s)
+            cuts = r.cuts_by_seed().get(seed) or ()
+            known = law.rounds_at_one if isinstance(law.rounds_at_one, dict) else None     # the law per cut's R₁
+            if r.plan.kind not in PLANNERS and r.plan.interval is not None and seed in r.runs and \
+                    (known is None or set(cuts) <= set(known)):
+                scored = score(law, probes[seed].profile, probes[seed].system, cuts, r.plan.interval)
+                getattr(r, name)[seed] = (scored.rounds, scored.total_latency_s)
 
 
 def attach_fit(results: Sequence[PlanResult], probes: Mapping[int, Probe]) -> None:
@@ -722,10 +765,14 @@ def run_plans_bench(bench: BenchSetting, seeds: Sequence[int] = DEFAULT_SEEDS,
     results = run_grid(jobs, workers, progress)
     pairs, missing = pilot_pairs(bench, seeds, jobs, results, num_cuts, intervals)
     laws = linear_laws(bench, pairs)
-    more = calibrated_jobs(bench, pairs, runs_dir) + linear_jobs(bench, laws, probes, runs_dir)
+    per_cut, missing_per_cut = per_cut_pilots(bench, seeds, jobs, results, num_cuts, intervals)
+    cut_laws = per_cut_laws(bench, per_cut)
+    more = calibrated_jobs(bench, pairs, runs_dir) + linear_jobs(bench, laws, probes, runs_dir) \
+        + linear_jobs(bench, cut_laws, probes, runs_dir, "per_cut")
     if more:
         jobs, results = [*jobs, *more], [*results, *run_grid(more, workers, progress)]
     grouped = collect(jobs, results, bench.target)
     attach_fit(grouped, probes)
     attach_linear_fit(grouped, laws, probes)
-    return grouped, missing
+    attach_linear_fit(grouped, cut_laws, probes, "per_cut_fit")
+    return grouped, missing + missing_per_cut

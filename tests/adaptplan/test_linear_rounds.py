@@ -130,3 +130,74 @@ def test_the_threshold_sweep_and_the_milp_give_the_same_plan(monkeypatch) -> Non
     sweep = linear.plan_linear_rounds(law, profile, system)
     assert sweep.interval == milp.interval
     assert [v for _, v, _ in sweep.by_interval] == pytest.approx([v for _, v, _ in milp.by_interval], rel=1e-9)
+
+
+# ---- the law per cut (docs/model.md §12 "Per cut") ---------------------------------------------------------------
+
+def test_the_law_per_cut_takes_r1_at_each_cut_and_kappa_from_the_longer_pilots_written_out() -> None:
+    pilots = [_pilot(1, 40.0, cut=1), _pilot(1, 62.0, cut=2), _pilot(1, 58.0, cut=2), _pilot(1, 50.0, cut=3),
+              _pilot(8, 85.0, cut=3), _pilot(4, 72.0, cut=2)]
+    law = linear.fit_per_cut_rounds(pilots)
+    assert law.rounds_at_one == {1: 40.0, 2: 60.0, 3: 50.0}                  # the two cut-2 pilots averaged
+    kappa = ((85 / 50 - 1) / 7 + (72 / 60 - 1) / 3) / 2                      # 0.1 and 0.0667: their mean
+    assert law.kappa == pytest.approx(kappa, rel=1e-12)
+    assert law.rounds_for([1, 3, 3], 5) == pytest.approx(50.0 * (1 + 4 * kappa))     # as slow as its slowest cut
+    assert law.rounds_for([2, 1], 1) == 60.0 and law.rounds_for([1], 1) == 40.0
+    with pytest.raises(InputError) as caught:
+        law.rounds_for([1, 4], 2)
+    assert caught.value.field == "cuts" and "cut 4 had no pilot at I = 1" in caught.value.message
+    data = law.to_json()
+    assert data["law"] == "per-cut" and data["rounds_at_one"] == {"1": 40.0, "2": 60.0, "3": 50.0}
+    faster = linear.fit_per_cut_rounds([_pilot(1, 60.0, cut=2), _pilot(8, 50.0, cut=2)])   # no cost: κ = 0, not < 0
+    assert faster.kappa == 0.0 and faster.rounds_for([2], 8) == 60.0
+
+
+@pytest.mark.parametrize("pilots, said", [
+    ([_pilot(2, 50.0, cut=1), _pilot(4, 70.0, cut=1)], "needs a pilot at --interval 1"),
+    ([_pilot(1, 50.0, cut=1), _pilot(4, 70.0, cut=2)], "a longer interval at a cut piloted at I = 1 (1)"),
+    ([_pilot(1, 50.0, cut=1), _pilot(4, 70.0, cut=1, target=0.4)], "one target accuracy"),
+])
+def test_pilots_the_law_per_cut_cannot_be_fitted_to_are_refused_naming_pilots(pilots, said) -> None:
+    with pytest.raises(InputError) as caught:
+        linear.fit_per_cut_rounds(pilots)
+    assert caught.value.field == "--pilots" and said in caught.value.message
+
+
+def _brute_force_per_cut(law: linear.PerCutRounds, model: LatencyModel, cuts_range, intervals):
+    """min over every cut vector of piloted cuts and interval of R(x, I)·(T_split + T_agg/I), ties to the smaller I."""
+    best = None
+    for interval in intervals:
+        for cuts in itertools.product([c for c in cuts_range if c in law.rounds_at_one], repeat=model.num_devices):
+            value = law.rounds_for(cuts, interval) * (model.t_split(cuts) + model.t_agg(cuts) / interval)
+            if best is None or value < best[0] * (1 - 1e-12):
+                best = (value, interval, cuts)
+    return best
+
+
+@pytest.mark.parametrize("seed, at_one, longer", [
+    (0, {1: 44.0, 2: 65.0, 3: 64.0, 4: 130.0}, (3, 8, 74.0)),        # NoPeek's shape: deep cuts slow
+    (1, {1: 50.0, 2: 50.0, 3: 50.0, 4: 50.0, 5: 50.0}, (4, 8, 64.0)),  # no cost by cut: the linear law's plan
+    (2, {2: 90.0, 3: 45.0, 5: 40.0}, (3, 4, 120.0)),                  # cuts 1 and 4 never piloted
+    (3, {1: 30.0, 3: 80.0, 4: 81.0}, (1, 2, 31.0)),
+])
+def test_the_plan_per_cut_is_the_brute_force_optimum_over_every_piloted_cut_vector_and_interval(
+        seed, at_one, longer) -> None:
+    profile, system = default_profile(), generate_system(3, seed)
+    pilots = [_pilot(1, r, cut=j) for j, r in at_one.items()] + [_pilot(longer[1], longer[2], cut=longer[0])]
+    law = linear.fit_per_cut_rounds(pilots)
+    model = LatencyModel(profile, system)
+    value, interval, cuts = _brute_force_per_cut(law, model, range(1, profile.num_cuts + 1), range(1, longer[1] + 1))
+    plan = law.plan(profile, system)
+    assert plan.objective_s == pytest.approx(value, rel=1e-9) and plan.interval == interval
+    assert set(plan.cuts) <= set(at_one) and plan.rounds == pytest.approx(law.rounds_for(plan.cuts, plan.interval))
+    assert [i for i, _, _ in plan.by_interval] == list(range(1, longer[1] + 1))
+    scored = linear.as_plan(plan, law, profile, system)
+    assert scored.solver["method"] == "per-cut-rounds" and scored.objective_s == pytest.approx(value, rel=1e-9)
+    if seed == 1:         # the same R₁ everywhere: the plan of the linear law with that R₁ and κ
+        same = linear.plan_linear_rounds(linear.LinearRounds(50.0, law.kappa, 0.3, law.pilots, ""), profile, system)
+        assert (plan.cuts, plan.interval) == (same.cuts, same.interval)
+    restricted = law.plan(profile, system, candidates=[min(at_one)])       # candidates kept
+    assert set(restricted.cuts) == {min(at_one)}
+    with pytest.raises(InputError) as caught:
+        law.plan(profile, system, candidates=[c for c in range(1, profile.num_cuts + 1) if c not in at_one][:1] or [99])
+    assert caught.value.field == "--pilots"

@@ -283,7 +283,9 @@ class PlanConfig:
                                 "so the plan predicts rounds and seconds to that accuracy", metavar="RUN[,RUN...]")
     rounds_law: str = option("eq15", "with --pilots, the rounds to the target they are fitted to: eq15 (eq. 15's "
                              "constants, docs/model.md §10) or linear (R(I) = R1 (1 + kappa (I - 1)) at every cut, the "
-                             "latency-best cuts at each I up to the pilots' longest; §12; needs pilots at two intervals)",
+                             "latency-best cuts at each I up to the pilots' longest; §12; needs pilots at two intervals) "
+                             "or per-cut (R1 measured at each cut by a pilot at I = 1, R = max_i R1(cut_i) (1 + kappa "
+                             "(I - 1)), kappa from a pilot at a longer interval: for a defence whose cost differs by cut)",
                              choices=ROUNDS_LAWS)
     allow_fallback: bool = option(False, "when the planner finds no feasible plan, train every device at cut "
                                   "ceil(L/2) with I = 1 (printed) instead of stopping with the reason")
@@ -340,8 +342,8 @@ class PlanConfig:
         if clash is not None:
             raise InputError(f"the pilots calibrate the planner's constants; {clash} leaves nothing to calibrate "
                              f"(drop one of them)", field="pilots")
-        if self.rounds_law == "linear" and (self.reestimate or self.policy not in (None, "adaptsfl")):
-            raise InputError("the linear rounds law is fitted to the pilots alone: it plans with no constants to "
+        if self.rounds_law != "eq15" and (self.reestimate or self.policy not in (None, "adaptsfl")):
+            raise InputError(f"the {self.rounds_law} rounds law is fitted to the pilots alone: it plans with no constants to "
                              "re-estimate and no other policy; drop " + ("--reestimate" if self.reestimate else
                                                                         f"--policy {self.policy}"),
                              field="rounds_law")

@@ -33,7 +33,7 @@ import torch
 from adaptplan.calibration import Calibration
 from adaptplan.constants import ConvergenceConstants
 from adaptplan.errors import InputError
-from adaptplan.linear_rounds import LinearRounds
+from adaptplan.linear_rounds import RoundsLaw
 from adaptplan.measured_system import MeasuredRates
 from adaptplan.system import SystemProcess, SystemRanges, SystemSpec, generate_system, scaled_ranges
 from profilers import build_chain, profile_model
@@ -192,7 +192,7 @@ class Trainer:
         return self.planning.constants
 
     @property
-    def calibration(self) -> Calibration | LinearRounds | None:
+    def calibration(self) -> Calibration | RoundsLaw | None:
         """The fit to --pilots, if any (:class:`RunPlanning`)."""
         return self.planning.calibration
 

@@ -16,7 +16,7 @@ from torch import nn
 
 from adaptplan.calibration import Calibration, calibrate
 from adaptplan.constants import ConvergenceConstants
-from adaptplan.linear_rounds import LinearRounds, fit_linear_rounds
+from adaptplan.linear_rounds import RoundsLaw, fit_rounds_law
 from trainers.config.train_config import TrainConfig
 from trainers.run.pilots import read_pilot
 
@@ -49,16 +49,16 @@ def run_constants(run: RunData, model: nn.Sequential, seed: int, epsilon: float)
                               num_batches=ESTIMATE_BATCHES, seed=seed, device=run.device)
 
 
-def pilot_calibration(run: RunData, model: nn.Sequential) -> Calibration | LinearRounds:
+def pilot_calibration(run: RunData, model: nn.Sequential) -> Calibration | RoundsLaw:
     """The fit to the pilots of ``--pilots`` (run folders that trained the same setting) at the run's
     ``--target-accuracy``: of the run's constants, estimated from ``model`` (its initial blocks), or, with
-    ``--rounds-law linear``, of the rounds law linear in I."""
+    ``--rounds-law linear`` or ``per-cut``, of that rounds law."""
     config = run.config
     target = config.run.target_accuracy
     assert target is not None, "TrainConfig requires --target-accuracy with --pilots"
     setting = config.to_json()
     pilots = [read_pilot(folder, target, setting) for folder in config.plan.pilot_folders]
-    if config.plan.rounds_law == "linear":
-        return fit_linear_rounds(pilots)
+    if config.plan.rounds_law != "eq15":
+        return fit_rounds_law(pilots, config.plan.rounds_law)
     estimated = run_constants(run, model, config.run.seed, epsilon=1.0)      # ε is what the fit sets
     return calibrate(estimated, pilots, config.data.devices)

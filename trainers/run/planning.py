@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from adaptplan.constants import ConvergenceConstants
-from adaptplan.linear_rounds import LinearRounds, as_plan, plan_linear_rounds
+from adaptplan.linear_rounds import RoundsLaw, as_plan
 from adaptplan.model_profile import ModelProfile
 from adaptplan.plan import Plan
 from adaptplan.system import SystemSpec
@@ -57,13 +57,13 @@ def default_planner(constants: ConvergenceConstants | None = None, gamma: float 
     return plan
 
 
-def linear_planner(law: LinearRounds) -> Planner:
+def linear_planner(law: RoundsLaw) -> Planner:
     """A :data:`Planner` under the rounds law ``law`` (docs/model.md §12): at each call the latency-best cuts at each
     I up to the pilots' longest on ``request.system``, the I that minimises R(I)·(T_split + T_agg/I); the law is the
     pilots' and stays (``request.constants`` are never set with it: TrainConfig refuses --reestimate)."""
 
     def plan(request: ReplanRequest) -> Plan:
-        chosen = plan_linear_rounds(law, request.profile, request.system, candidates=request.candidates)
+        chosen = law.plan(request.profile, request.system, candidates=request.candidates)
         return as_plan(chosen, law, request.profile, request.system)
 
     return plan

@@ -18,7 +18,7 @@ from adaptplan.constants import ConvergenceConstants
 from adaptplan.convergence import step_note
 from adaptplan.defence_cost import head_cuts
 from adaptplan.errors import InfeasibleError, InputError
-from adaptplan.linear_rounds import LinearRounds
+from adaptplan.linear_rounds import ROUNDS_LAW_TYPES
 from adaptplan.measured_system import MeasuredRates
 from adaptplan.model_profile import ModelProfile
 from adaptplan.plan import Plan
@@ -105,7 +105,7 @@ class RunPlanning:
     def _planner(self, planner: Planner | None) -> tuple[Planner, int | None]:
         """(the planner, re-plan every Q rounds): a planning policy's, or the AdaptSFL planner."""
         c = self.config
-        if isinstance(self.calibration, LinearRounds):
+        if isinstance(self.calibration, ROUNDS_LAW_TYPES):
             return planner or linear_planner(self.calibration), c.plan.replan_every
         if c.plan.policy is None:
             return planner or default_planner(self.constants, gamma=self.lr), c.plan.replan_every

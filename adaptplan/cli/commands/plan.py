@@ -18,7 +18,7 @@ from adaptplan.limits import MAX_DEVICES, MAX_SEED
 if TYPE_CHECKING:  # pragma: no cover
     from adaptplan.calibration import Calibration
     from adaptplan.constants import ConvergenceConstants
-    from adaptplan.linear_rounds import LinearRounds
+    from adaptplan.linear_rounds import RoundsLaw
     from adaptplan.model_profile import ModelProfile
     from adaptplan.system import SystemSpec
 
@@ -63,8 +63,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="with --pilots: the test accuracy (a fraction) the plan's rounds and seconds are to")
     parser.add_argument("--rounds-law", choices=ROUNDS_LAWS, default="eq15",
                         help="with --pilots, what they are fitted to: eq15 (eq. 15's constants, docs/model.md §10; "
-                             "default) or linear (R(I) = R1 (1 + kappa (I - 1)) at every cut, the latency-best cuts at "
-                             "each I up to the pilots' longest, §12)")
+                             "default), linear (R(I) = R1 (1 + kappa (I - 1)) at every cut, the latency-best cuts at "
+                             "each I up to the pilots' longest, §12) or per-cut (R1 measured at each cut by a pilot at "
+                             "I = 1, the plan as slow as its slowest cut: for a defence whose cost differs by cut)")
     parser.add_argument("--leakage-table", metavar="FILE", help="the model's leakage per cut, from `adaptplan profile "
                         "MODEL --leakage --leakage-out FILE` (docs/privacy.md); with --max-leakage")
     parser.add_argument("--max-leakage", metavar="METRIC=LIMIT", help="plan every device within this leakage budget: "
@@ -153,10 +154,10 @@ def measured_system(args: argparse.Namespace) -> tuple[SystemSpec, str] | None:
                     f"{rounds} rounds; the rest as its round-1 system)")
 
 
-def pilot_instance(args: argparse.Namespace) -> tuple[ModelProfile, SystemSpec, Calibration | LinearRounds, str, str]:
+def pilot_instance(args: argparse.Namespace) -> tuple[ModelProfile, SystemSpec, Calibration | RoundsLaw, str, str]:
     """(profile, system, the pilots' fit, title, what the rounds are to) of the pilots' setting (``--pilots``): a
     trainer built from the first pilot's configuration (nothing trained) estimates and calibrates the constants, or
-    fits the rounds law linear in I (``--rounds-law linear``)."""
+    fits the rounds law linear in I (``--rounds-law linear``, or ``per-cut``: R₁ per cut)."""
     for flag in ("profile", "system", "constants", "epsilon"):
         if getattr(args, flag, None) is not None:
             raise InputError("the pilots' run gives the profile, system and constants; drop it", field=f"--{flag}")
@@ -184,26 +185,27 @@ def pilot_instance(args: argparse.Namespace) -> tuple[ModelProfile, SystemSpec, 
     assert calibration is not None, "pilots given"
     c = trainer.config
     fitted = ("constants estimated from its model and data, calibrated" if isinstance(calibration, Calibration)
-              else "rounds linear in I (docs/model.md §12), fitted")
+              else f"rounds linear in I{' per cut' if args.rounds_law == 'per-cut' else ''} (docs/model.md §12), fitted")
     title = (f"Plan for {c.model.name} on {c.data.dataset}, {c.data.devices} devices ({c.data.partition}), lr {c.optim.lr:g}, "
              f"batch {c.data.batch_size}: the setting of {folders[0]}; its round-1 system; {fitted} on "
              f"{len(folders)} pilot{'s' if len(folders) > 1 else ''}: {calibration.message}")
     measured = measured_system(args)
     if measured is not None:
         title += f"; {measured[1]}"
-    law = "Corollary 1 calibrated" if isinstance(calibration, Calibration) else "the rounds law linear in I"
+    law = "Corollary 1 calibrated" if isinstance(calibration, Calibration) else \
+        f"the rounds law linear in I{' per cut' if args.rounds_law == 'per-cut' else ''}"
     return trainer.profile, measured[0] if measured else trainer.clock.system(1), calibration, title, \
         f"to {args.target_accuracy:.1%} test accuracy, {law}"
 
 
 def run(args: argparse.Namespace) -> int:
     from adaptplan.convergence import step_note
-    from adaptplan.linear_rounds import LinearRounds, as_plan, plan_linear_rounds
+    from adaptplan.linear_rounds import ROUNDS_LAW_TYPES, as_plan
     from adaptplan.planner import Planner
     from adaptplan.report import DEVICE_ROWS, format_plan
 
     rounds_to = "Corollary 1"
-    fit: Calibration | LinearRounds | None = None
+    fit: Calibration | RoundsLaw | None = None
     if args.pilots is not None:
         profile, system, fit, title, rounds_to = pilot_instance(args)
     else:
@@ -218,16 +220,17 @@ def run(args: argparse.Namespace) -> int:
     profile = setting.charged(profile, system.batch_size)
     candidates = head_candidates(candidates, profile.num_cuts, setting.head)
     leakage, weights = leakage_budget(args, profile, system.num_devices, setting.name)
-    if leakage is not None and isinstance(fit, LinearRounds):
-        raise InputError("a leakage budget plans with Corollary 1's rounds, not --rounds-law linear", field="--max-leakage")
+    if leakage is not None and isinstance(fit, ROUNDS_LAW_TYPES):
+        raise InputError(f"a leakage budget plans with Corollary 1's rounds, not --rounds-law {args.rounds_law}",
+                         field="--max-leakage")
     start = time.perf_counter()
-    if isinstance(fit, LinearRounds):
-        plan = as_plan(plan_linear_rounds(fit, profile, system, candidates=candidates), fit, profile, system)
+    if isinstance(fit, ROUNDS_LAW_TYPES):
+        plan = as_plan(fit.plan(profile, system, candidates=candidates), fit, profile, system)
     else:
         constants = fit.constants if fit is not None else constants
         plan = Planner(profile, system, constants, candidates=candidates, backend=args.backend, leakage=leakage).plan()
     elapsed = time.perf_counter() - start
-    note = step_note(constants) if not isinstance(fit, LinearRounds) else None
+    note = step_note(constants) if not isinstance(fit, ROUNDS_LAW_TYPES) else None
     if note:                                     # said once, about a plan that exists
         print(f"note: {note}", file=sys.stderr)
     if args.output:

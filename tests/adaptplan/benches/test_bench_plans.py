@@ -207,7 +207,7 @@ def test_bench_plans_end_to_end_table_json_and_heat_map_agree(tmp_path, capsys) 
     labels = [p["label"] for p in data["plans"]]
     assert labels == ["planner", "cut 1, I=1", "cut 1, I=2", "cut 2, I=1", "cut 2, I=2", "cut 3, I=1", "cut 3, I=2",
                       "latency-best, I=1", "latency-best, I=2", "calibrated planner",
-                      "calibrated, linear in I"]   # mlp: 3 cut points
+                      "calibrated, linear in I", "calibrated, linear per cut"]   # mlp: 3 cut points
     rows = {line.split("  ")[0].strip(): line for line in printed.out.splitlines() if line.split("  ")[0].strip() in labels}
     assert set(rows) == set(labels)
     history = json.loads((out / "runs" / "seed0" / "planner" / "history.json").read_text())
@@ -227,7 +227,7 @@ def test_bench_plans_end_to_end_table_json_and_heat_map_agree(tmp_path, capsys) 
         mean = plan["mean_time_to_target_s"]
         row = rows[plan["label"]]
         assert (f"{mean:.3g}" in row) if mean is not None else plan["not_reached"]
-        assert plan["rank"] is None or f"{plan['rank']} of 11" in row
+        assert plan["rank"] is None or f"{plan['rank']} of 12" in row
     assert data["planner"]["rank"] == planner["rank"] and data["setting"]["rounds"] == 4
     # the calibrated planner: fitted to the grid's runs at cut L - 1 = 2 with the smallest and the largest I
     calibrated = json.loads((out / "runs" / "seed0" / "calibrated" / "history.json").read_text())
@@ -241,8 +241,8 @@ def test_bench_plans_end_to_end_table_json_and_heat_map_agree(tmp_path, capsys) 
     assert first["fit_by_seed"]["0"] == list(alone.predict(fit, [1, 1], 1))        # the fit scores each fixed plan
     assert first["predicted_over_measured"] == pytest.approx(first["fit_by_seed"]["0"][1] / first["mean_time_to_target_s"])
     event = calibrated["events"][0]["plan"]
-    assert data["plans"][-2]["predictions"]["0"]["latency_s"] == event["total_latency_s"]
-    assert data["calibrated"]["rank"] == data["plans"][-2]["rank"]
+    assert data["plans"][-3]["predictions"]["0"]["latency_s"] == event["total_latency_s"]
+    assert data["calibrated"]["rank"] == data["plans"][-3]["rank"]
     # the planner linear in I: R(I) = R1 (1 + κ (I − 1)) through the same two pilots, read back and written out here
     from trainers.run.pilots import read_pilot
     measured = [read_pilot(out / "runs" / "seed0" / name, 0.3).rounds for name in ("cut2-I1", "cut2-I2")]
@@ -252,7 +252,7 @@ def test_bench_plans_end_to_end_table_json_and_heat_map_agree(tmp_path, capsys) 
                  for alone_model in [bench.LatencyModel(alone.profile, alone.system)]
                  for I in (1, 2) for cuts in itertools.product((1, 2), repeat=2)}
     best = min(per_round, key=lambda key: (law(key[0]) * per_round[key], key[0]))
-    linear = data["plans"][-1]
+    linear = data["plans"][-2]
     assert (linear["interval_by_seed"]["0"], tuple(linear["cuts_by_seed"]["0"])) == (best[0], best[1]) or \
         law(linear["interval_by_seed"]["0"]) * per_round[(linear["interval_by_seed"]["0"],
                                                            tuple(linear["cuts_by_seed"]["0"]))] == \
@@ -270,6 +270,25 @@ def test_bench_plans_end_to_end_table_json_and_heat_map_agree(tmp_path, capsys) 
         f"it predicted {event['rounds']} rounds, {event['total_latency_s']:.3g} s to the target (mean over seeds, "
         "calibrated)")
     assert "not to the target" in said["planner"]
+    # the planner per cut: R₁ from every cut's run at I = 1, κ from the fastest of them at I = 2, written out here
+    by_label = {p["label"]: p for p in data["plans"]}
+    at_one = {j: read_pilot(out / "runs" / "seed0" / f"cut{j}-I1", 0.3).rounds for j in (1, 2, 3)
+              if by_label[f"cut {j}, I=1"]["runs"][0]["time_to_target_s"] is not None}
+    fastest = min(at_one, key=lambda j: by_label[f"cut {j}, I=1"]["runs"][0]["time_to_target_s"])
+    kappa = max(0.0, read_pilot(out / "runs" / "seed0" / f"cut{fastest}-I2", 0.3).rounds / at_one[fastest] - 1)
+    per_cut = data["plans"][-1]
+    cuts, interval = tuple(per_cut["cuts_by_seed"]["0"]), per_cut["interval_by_seed"]["0"]
+    value = max(at_one[c] for c in cuts) * (1 + kappa * (interval - 1)) * per_round[(interval, cuts)]
+    assert set(cuts) <= set(at_one) and value == pytest.approx(min(
+        max(at_one[c] for c in key[1]) * (1 + kappa * (key[0] - 1)) * per_round[key] for key in per_round
+        if set(key[1]) <= set(at_one)))
+    own = out / "runs" / "seed0" / "per_cut"         # the same plan as the linear planner's trains once, in its folder
+    trained = json.loads(((own if own.exists() else out / "runs" / "seed0" / "linear") / "history.json").read_text())
+    assert (trained["meta"]["config"]["interval"], tuple(trained["meta"]["config"]["cuts"])) == (interval, cuts)
+    rounds = math.ceil(at_one[1] * (1 - 1e-12)) if 1 in at_one else None
+    assert first["per_cut_fit_by_seed"].get("0") == (None if rounds is None else [rounds, pytest.approx(
+        rounds * model.t_split([1, 1]) + rounds * model.t_agg([1, 1]))])
+    assert data["per_cut"]["rank"] == per_cut["rank"]
 
 
 @pytest.mark.parametrize("flags, flag", [

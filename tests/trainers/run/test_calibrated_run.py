@@ -157,3 +157,44 @@ def test_the_linear_rounds_law_is_fitted_to_the_pilots_alone_and_train_plan_and_
     with pytest.raises(InputError) as info:
         planner.calibrate([read_pilot(p, TARGET) for p in pilots], law="cubic")
     assert info.value.field == "law" and "eq15, linear" in info.value.message
+
+
+def test_the_rounds_law_per_cut_is_fitted_to_pilots_at_each_cut_and_train_plan_and_planner_plan_the_same(
+        pilots, tmp_path, capsys) -> None:
+    """Pilots: cut 1 at I = 1, cut 2 at I = 4 (the module's) and cut 2 at I = 1: R₁ at cuts 1 and 2, κ from cut 2."""
+    from adaptplan.linear_rounds import as_plan, fit_per_cut_rounds
+    from adaptplan.planner import Planner
+
+    third = str(tmp_path / "cut2-I1")
+    Trainer(TrainConfig.flat(**SMALL, rounds=8, cuts=(2,), interval=1, out=third)).run()
+    folders = [*pilots, third]
+    law = fit_per_cut_rounds([read_pilot(p, TARGET) for p in folders])
+    assert set(law.rounds_at_one) == {1, 2}
+    config = TrainConfig.flat(**SMALL, rounds=8, pilots=",".join(folders), target_accuracy=TARGET, rounds_law="per-cut",
+                              out=str(tmp_path / "r"))
+    trainer = Trainer(config)
+    assert trainer.calibration == law and trainer.constants is None
+    system = trainer.clock.system(1)
+    expected = as_plan(law.plan(trainer.profile, system), law, trainer.profile, system)
+    event = trainer.history.events[0]
+    assert (event["cuts"], event["interval"]) == (list(expected.cuts), expected.interval)
+    assert set(event["cuts"]) <= {1, 2} and event["plan"]["solver"]["method"] == "per-cut-rounds"
+    assert trainer.run().meta["calibration"]["law"] == "per-cut"
+    assert main(["plan", "--pilots", ",".join(folders), "--target-accuracy", str(TARGET), "--rounds-law", "per-cut",
+                 "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert (plan["cuts"], plan["interval"], plan["rounds"]) == (event["cuts"], event["interval"], event["plan"]["rounds"])
+    assert main(["plan", "--pilots", ",".join(folders), "--target-accuracy", str(TARGET), "--rounds-law", "per-cut"]) == 0
+    assert "the rounds law linear in I per cut" in capsys.readouterr().out
+    planner = Planner(trainer.profile, system)
+    assert planner.calibrate([read_pilot(p, TARGET) for p in folders], law="per-cut") == law
+    api = planner.plan()
+    assert (list(api.cuts), api.interval, api.rounds) == (event["cuts"], event["interval"], event["plan"]["rounds"])
+    other = planner.evaluate([2, 1], 3)                                        # as slow as cut 2's R₁
+    assert other.rounds == math.ceil(max(law.rounds_at_one.values()) * (1 + 2 * law.kappa) * (1 - 1e-12))
+    assert other.solver["rounds_law"] == "per-cut"
+    with pytest.raises(InputError) as info:                                     # cut 3 was never piloted
+        planner.evaluate([3, 1], 1)
+    assert info.value.field == "cuts"
+    assert main(["plan", "--pilots", pilots[1], "--target-accuracy", str(TARGET), "--rounds-law", "per-cut"]) == 2
+    assert "--pilots" in capsys.readouterr().err
