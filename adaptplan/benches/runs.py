@@ -172,7 +172,7 @@ def _extends(folder: Path, job: dict[str, Any]) -> bool:
         stored = load_mapping(folder / RESULT_FILE, "bench result")
     except InputError:
         return False                              # _ended_run says what is wrong with it
-    saved, now = stored.get("config"), _plain(job["config"])
+    saved, now = _as_saved_now(stored.get("config"), _plain(job["config"])), _plain(job["config"])
     if not isinstance(saved, dict) or not (folder / CHECKPOINT_NAME).exists():
         return False
     strategy = STRATEGIES.get(str(now.get("algorithm")))
@@ -189,7 +189,8 @@ def _ended_run(folder: Path, job: dict[str, Any]) -> RunResult:
 
     where = folder / RESULT_FILE
     stored = load_mapping(where, "bench result")
-    saved, now, diverged = stored.get("config"), _plain(job["config"]), stored.get("diverged_round")
+    now, diverged = _plain(job["config"]), stored.get("diverged_round")
+    saved = _as_saved_now(stored.get("config"), now)
     saved = saved if isinstance(saved, dict) else {}
     if diverged is not None and not _whole(diverged):
         raise InputError(f"must be a round ≥ 1 or null, got {diverged!r}", field=f"{where}: diverged_round")
@@ -207,6 +208,16 @@ def _ended_run(folder: Path, job: dict[str, Any]) -> RunResult:
         raise InputError(f"must be the run's round count, at least its {len(history.records)} records, got "
                          f"{rounds!r}", field=f"{where}: rounds")
     return summarise(job, history, diverged, rounds)
+
+
+def _as_saved_now(saved: Any, now: dict[str, Any]) -> Any:
+    """A stored run's setting with the options it was saved before (``SAVED_BEFORE``: a key ``now`` has and it
+    lacks) at the value runs of before had, so a run finished before an option existed reads back as the same setting."""
+    from trainers.config.train_config import SAVED_BEFORE
+
+    if not isinstance(saved, dict):
+        return saved
+    return {**{k: v for k, v in SAVED_BEFORE.items() if k in now and k not in saved}, **saved}
 
 
 def _whole(value: Any) -> TypeGuard[int]:

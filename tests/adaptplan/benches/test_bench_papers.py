@@ -610,6 +610,12 @@ def test_an_ended_run_reads_back_from_its_result_file_alone_for_any_target(tmp_p
     with pytest.raises(InputError, match="must be the run's evaluations as a history object") as err:
         run_one(job)
     assert err.value.field.endswith("bench-result.json: history")
+    # a run stored before an option existed reads back where the job has the option's old value, and only there
+    older = {**stored, "config": {k: v for k, v in stored["config"].items() if k != "head_clip"}}
+    (folder / "bench-result.json").write_text(json.dumps(older))
+    assert run_one({**job, "config": {**job["config"], "head_clip": 0.0}}) == trained
+    with pytest.raises(InputError, match=r"another setting \(head_clip differ\)"):
+        run_one({**job, "config": {**job["config"], "head_clip": 1.0}})
 
 
 def test_what_the_result_file_keeps_of_a_history_summarises_as_the_whole_history() -> None:
