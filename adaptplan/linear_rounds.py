@@ -27,14 +27,13 @@ bench's held-out settings measured it.
 
 **Per cut** (:class:`PerCutRounds`; docs/model.md §12 "Per cut"): where the rounds depend on the cut — a defence
 whose accuracy cost differs by cut (NoPeek on the IID bench: about 44 rounds at cut 1, 64–96 at cut 3, 110 to never
-at cuts 4–5) — R₁ is measured at each cut, R(x, I) = max_i R₁(x_i)·(1 + κ(I − 1)): the plan converges as its
-slowest-converging cut, one κ for all. Fitted (:func:`fit_per_cut_rounds`) to a pilot at I = 1 at each cut it may
-plan (each pilot counts for its deepest cut: every device of a pilot at one cut) and one or more at a longer interval
-at a cut piloted at I = 1, κ the mean of their (R_k/R₁(j_k) − 1)/(I_k − 1), at least 0. Planned
-(:func:`plan_per_cut_rounds`) exactly under the law: for each threshold r among the R₁ values, the latency-best cuts
-among the cuts with R₁(j) ≤ r at each I, scored at their own max R₁; a cut never piloted, or whose pilot missed the
-target, is never planned. It is adaptplan's addition, a claim only as far as the bench measured it
-(benchmarks/results/plans/README.md).
+at cuts 4–5) — each cut gets its own law, R_j(I) = R₁(j)·(1 + κ_j(I − 1)) fitted to that cut's pilots, valid only
+across the intervals it was piloted at (a cut piloted at I = 1 alone plans only I = 1), and
+R(x, I) = max_i R_{x_i}(I): the plan converges as its slowest-converging cut. Each pilot counts for its deepest cut
+(train every device of a pilot at one cut). Planned (:func:`plan_per_cut_rounds`) exactly under the law: at each I,
+for each threshold r among the usable cuts' R_j(I), the latency-best cuts among those with R_j(I) ≤ r, scored at
+their own max; a cut never piloted (or whose pilots missed the target) is never planned. It is adaptplan's
+addition, a claim only as far as the bench measured it (benchmarks/results/plans/README.md).
 
 Units: rounds, seconds (T_split, T_agg of §2.4), κ per round of interval (dimensionless).
 """
@@ -127,63 +126,79 @@ def fit_linear_rounds(pilots: Sequence[PilotRun]) -> LinearRounds:
 
 @dataclass(frozen=True)
 class PerCutRounds:
-    """R(x, I) = max_i ``rounds_at_one``[x_i]·(1 + ``kappa``·(I − 1)) rounds to ``target_accuracy`` (module docstring
-    "Per cut"), R₁ per 1-based cut, fitted to ``pilots``; ``message`` says how."""
+    """R(x, I) = max_i R_{x_i}(I) rounds to ``target_accuracy`` (module docstring "Per cut"): ``laws[j]`` cut j's own
+    law R_j(I) = R₁(j)·(1 + κ_j(I − 1)) (:func:`fit_linear_rounds` of its pilots; a cut piloted at one interval I₀
+    only: its mean rounds there, κ_j = 0), valid on ``intervals[j]`` = (the cut's shortest, longest pilot interval);
+    fitted to ``pilots``; ``message`` says how."""
 
-    rounds_at_one: dict[int, float]
-    kappa: float
+    laws: dict[int, LinearRounds]
+    intervals: dict[int, tuple[int, int]]
     target_accuracy: float
     pilots: tuple[PilotRun, ...]
     message: str
     law: ClassVar[str] = "per-cut"
 
+    def usable(self, interval: int) -> list[int]:
+        """The cuts the law knows at ``interval`` (piloted across it), in order."""
+        return [j for j, (lo, hi) in sorted(self.intervals.items()) if lo <= interval <= hi]
+
     def rounds_for(self, cuts: Sequence[int], interval: float) -> float:
-        """R(x, I), real-valued rounds; :class:`InputError` naming ``cuts`` for a cut without a pilot at I = 1."""
-        missing = sorted({int(c) for c in cuts} - set(self.rounds_at_one))
-        if missing:
-            raise InputError(f"cut{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} had no pilot at I = 1 "
-                             f"that reached the target (piloted: {sorted(self.rounds_at_one)})", field="cuts")
-        return max(self.rounds_at_one[int(c)] for c in cuts) * (1.0 + self.kappa * (interval - 1.0))
+        """R(x, I), real-valued rounds; :class:`InputError` naming ``cuts`` for a cut not piloted across I."""
+        outside = sorted({int(c) for c in cuts if not (int(c) in self.intervals
+                                                        and self.intervals[int(c)][0] <= interval <= self.intervals[int(c)][1])})
+        if outside:
+            known = "; ".join(f"cut {j}: I {lo}–{hi}" if lo < hi else f"cut {j}: I = {lo}"
+                              for j, (lo, hi) in sorted(self.intervals.items()))
+            raise InputError(f"cut{'s' if len(outside) > 1 else ''} {', '.join(map(str, outside))} had no pilots across "
+                             f"I = {interval:g} (piloted: {known})", field="cuts")
+        return max(self.laws[int(c)].rounds(interval) for c in cuts)
 
     def plan(self, profile: ModelProfile, system: SystemSpec, candidates: Sequence[int] | None = None
              ) -> "LinearRoundsPlan":
         """:func:`plan_per_cut_rounds` under this law."""
         return plan_per_cut_rounds(self, profile, system, candidates=candidates)
 
+    def _by_cut(self) -> dict[str, dict[str, Any]]:
+        return {str(j): {"rounds_at_one": law.rounds_at_one, "kappa": law.kappa, "intervals": list(self.intervals[j])}
+                for j, law in sorted(self.laws.items())}
+
     def solver(self) -> dict[str, Any]:
-        return {"method": "per-cut-rounds", "rounds_at_one": {str(j): r for j, r in self.rounds_at_one.items()},
-                "kappa": self.kappa, "message": self.message}
+        return {"method": "per-cut-rounds", "by_cut": self._by_cut(), "message": self.message}
 
     def to_json(self) -> dict[str, Any]:
-        return {"law": self.law, "target_accuracy": self.target_accuracy,
-                "rounds_at_one": {str(j): r for j, r in self.rounds_at_one.items()}, "kappa": self.kappa,
+        return {"law": self.law, "target_accuracy": self.target_accuracy, "by_cut": self._by_cut(),
                 "message": self.message,
                 "pilots": [{"source": p.source, "interval": p.interval, "deepest_cut": p.deepest_cut,
-                            "measured_rounds": p.rounds} for p in self.pilots]}
+                            "measured_rounds": p.rounds,
+                            "fitted_rounds": self.laws[p.deepest_cut].rounds(p.interval)} for p in self.pilots]}
 
 
 def fit_per_cut_rounds(pilots: Sequence[PilotRun]) -> PerCutRounds:
-    """The law per cut fitted to ``pilots`` (module docstring "Per cut"): R₁(j) the mean rounds of the pilots at
-    I = 1 at cut j, κ the mean of (R_k/R₁(j_k) − 1)/(I_k − 1) over the longer pilots at a cut piloted at I = 1 (0 where
-    negative); :class:`InputError` naming ``--pilots`` without either, or read for different targets."""
+    """The law per cut fitted to ``pilots`` (module docstring "Per cut"), each pilot counted for its deepest cut: per
+    cut, :func:`fit_linear_rounds` of its pilots where they span two intervals, else their mean rounds at their one
+    interval; :class:`InputError` naming ``--pilots`` for pilots read for different targets (or a cut's line that
+    gives no positive R₁)."""
+    if not pilots:
+        raise InputError("a rounds law per cut needs pilots", field="--pilots")
     if len({p.target_accuracy for p in pilots}) != 1:
         raise InputError("the pilots must be read for one target accuracy", field="--pilots")
-    by_cut: dict[int, list[float]] = {}
+    by_cut: dict[int, list[PilotRun]] = {}
     for p in pilots:
-        if p.interval == 1:
-            by_cut.setdefault(p.deepest_cut, []).append(float(p.rounds))
-    if not by_cut:
-        raise InputError("a rounds law per cut needs a pilot at --interval 1 at each cut it may plan", field="--pilots")
-    at_one = {j: float(np.mean(r)) for j, r in sorted(by_cut.items())}
-    longer = [p for p in pilots if p.interval > 1 and p.deepest_cut in at_one]
-    if not longer:
-        raise InputError(f"a rounds law per cut needs a pilot at a longer interval at a cut piloted at I = 1 "
-                         f"({', '.join(map(str, at_one))})", field="--pilots")
-    kappa = max(0.0, float(np.mean([(p.rounds / at_one[p.deepest_cut] - 1.0) / (p.interval - 1) for p in longer])))
-    shown = ", ".join(f"{r:.4g} at cut {j}" for j, r in at_one.items())
-    message = (f"R(x, I) = max_i R₁(x_i)·(1 + {kappa:.3g}·(I − 1)) rounds to {pilots[0].target_accuracy:.1%}, R₁ {shown}; "
+        by_cut.setdefault(p.deepest_cut, []).append(p)
+    laws, intervals, said = {}, {}, []
+    for j, own in sorted(by_cut.items()):
+        spans = sorted({p.interval for p in own})
+        intervals[j] = (spans[0], spans[-1])
+        if len(spans) > 1:
+            laws[j] = fit_linear_rounds(own)
+            said.append(f"cut {j}: R₁ {laws[j].rounds_at_one:.4g}, κ {laws[j].kappa:.3g}, I {spans[0]}–{spans[-1]}")
+        else:
+            mean = float(np.mean([p.rounds for p in own]))
+            laws[j] = LinearRounds(mean, 0.0, own[0].target_accuracy, tuple(own), f"{mean:.4g} rounds at I = {spans[0]}")
+            said.append(f"cut {j}: {mean:.4g} rounds at I = {spans[0]}")
+    message = (f"R(x, I) = max_i R_(x_i)(I) rounds to {pilots[0].target_accuracy:.1%}, per cut ({'; '.join(said)}); "
                f"fitted to {len(pilots)} pilots")
-    return PerCutRounds(at_one, kappa, pilots[0].target_accuracy, tuple(pilots), message)
+    return PerCutRounds(laws, intervals, pilots[0].target_accuracy, tuple(pilots), message)
 
 
 RoundsLaw = LinearRounds | PerCutRounds
@@ -231,19 +246,19 @@ def plan_linear_rounds(law: LinearRounds, profile: ModelProfile, system: SystemS
         max_interval = max(p.interval for p in law.pilots)
     if max_interval < 1:
         raise InputError(f"must be at least 1, got {max_interval}", field="max_interval")
-    tried = _latency_best_by_interval(law, latency_problem(profile, system, candidates), max_interval)
+    tried = _latency_best_by_interval(law, latency_problem(profile, system, candidates), range(1, max_interval + 1))
     interval, objective, cuts = min(tried, key=lambda t: (t[1], t[0]))
     return LinearRoundsPlan(cuts, interval, law.rounds(interval), objective, tuple(tried))
 
 
 def _latency_best_by_interval(law: "LinearRounds | PerCutRounds", problem: PlanningProblem,
-                              max_interval: int) -> list[tuple[int, float, tuple[int, ...]]]:
-    """Per I = 1..``max_interval``: (I, R(x, I)·(T_split + T_agg/I), x) with x the latency-best cuts of ``problem``."""
+                              intervals: Sequence[int]) -> list[tuple[int, float, tuple[int, ...]]]:
+    """Per I of ``intervals``: (I, R(x, I)·(T_split + T_agg/I), x) with x the latency-best cuts of ``problem``."""
     method = choose_ms_method(problem)
     cache: dict = {}
     cuts: tuple[int, ...] = problem.initial_cuts()
     tried: list[tuple[int, float, tuple[int, ...]]] = []
-    for interval in range(1, max_interval + 1):
+    for interval in intervals:
         ms = (solve_dinkelbach(problem, interval, warm_cuts=cuts) if method == "milp"
               else solve_ms_exact(problem, interval, warm_cuts=cuts, cache=cache))
         cuts = tuple(int(c) for c in ms.cuts)
@@ -254,26 +269,33 @@ def _latency_best_by_interval(law: "LinearRounds | PerCutRounds", problem: Plann
 def plan_per_cut_rounds(law: PerCutRounds, profile: ModelProfile, system: SystemSpec, *,
                         candidates: Sequence[int] | None = None,
                         max_interval: int | None = None) -> LinearRoundsPlan:
-    """The plan minimising R(x, I)·(T_split + T_agg/I) under the law per cut over I = 1..``max_interval`` (default:
-    the pilots' longest) and the cuts among ``candidates`` that were piloted (module docstring "Per cut"): for each
-    threshold r of the R₁ values, each I's latency-best cuts among those with R₁ ≤ r; ties go to the smaller I, then
-    the smaller threshold. Its ``by_interval`` holds each I's best."""
+    """The plan minimising R(x, I)·(T_split + T_agg/I) under the law per cut (module docstring "Per cut") over
+    I = 1..``max_interval`` (default: the pilots' longest) and the cuts among ``candidates`` piloted across each I:
+    at each I, for each threshold r of the usable cuts' R_j(I), the latency-best cuts among those with R_j(I) ≤ r;
+    ties go to the smaller I, then the smaller threshold. Its ``by_interval`` holds each I's best (an I no candidate
+    was piloted across is left out); :class:`InputError` naming ``--pilots`` where there is none."""
     if max_interval is None:
-        max_interval = max(p.interval for p in law.pilots)
+        max_interval = max(hi for _, hi in law.intervals.values())
     if max_interval < 1:
         raise InputError(f"must be at least 1, got {max_interval}", field="max_interval")
-    allowed = [j for j in (candidates if candidates is not None else range(1, profile.num_cuts + 1))
-               if j in law.rounds_at_one]
-    if not allowed:
-        raise InputError(f"no cut the plan may use was piloted at I = 1 (piloted: {sorted(law.rounds_at_one)})",
+    allowed = set(candidates if candidates is not None else range(1, profile.num_cuts + 1))
+    problems: dict[tuple[int, ...], PlanningProblem] = {}
+    tried = []
+    for interval in range(1, max_interval + 1):
+        usable = [j for j in law.usable(interval) if j in allowed]
+        best: tuple[int, float, tuple[int, ...]] | None = None
+        for threshold in sorted({law.laws[j].rounds(interval) for j in usable}):
+            under = tuple(j for j in usable if law.laws[j].rounds(interval) <= threshold)
+            if under not in problems:
+                problems[under] = latency_problem(profile, system, under)
+            (entry,) = _latency_best_by_interval(law, problems[under], [interval])
+            if best is None or entry[1] < best[1]:
+                best = entry
+        if best is not None:
+            tried.append(best)
+    if not tried:
+        raise InputError(f"no cut the plan may use was piloted at an interval up to {max_interval} ({law.message})",
                          field="--pilots")
-    best: dict[int, tuple[int, float, tuple[int, ...]]] = {}
-    for threshold in sorted({law.rounds_at_one[j] for j in allowed}):
-        under = [j for j in allowed if law.rounds_at_one[j] <= threshold]
-        for entry in _latency_best_by_interval(law, latency_problem(profile, system, under), max_interval):
-            if entry[0] not in best or entry[1] < best[entry[0]][1]:
-                best[entry[0]] = entry
-    tried = [best[i] for i in sorted(best)]
     interval, objective, cuts = min(tried, key=lambda t: (t[1], t[0]))
     return LinearRoundsPlan(cuts, interval, law.rounds_for(cuts, interval), objective, tuple(tried))
 

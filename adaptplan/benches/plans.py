@@ -15,10 +15,10 @@ trains with AdaptSFL's algorithm
   the same at every cut, and at each I the latency-best cuts (:mod:`adaptplan.linear_rounds`, docs/model.md §12);
   the bench plans it on the seed's round-1 system and trains it as a fixed plan; its law predicts every fixed plan
   too (``linear_fit_by_seed`` in the JSON);
-* the calibrated planner linear per cut: R₁ measured at each cut, R(x, I) = max_i R₁(x_i)(1 + κ(I − 1))
-  (:class:`adaptplan.linear_rounds.PerCutRounds`), fitted to the grid's runs of the seed with every device at each
-  cut at the smallest interval (1) and to the cut fastest there at the grid's largest interval that reached the
-  target (:func:`per_cut_pilots`), planned and trained as the previous one (``per_cut_fit_by_seed``);
+* the calibrated planner linear per cut: each cut its own law R_j(I) = R₁(j)(1 + κ_j(I − 1)) across the intervals
+  it was piloted at, R(x, I) = max_i R_{x_i}(I) (:class:`adaptplan.linear_rounds.PerCutRounds`), fitted to the grid's
+  runs of the seed with every device at each cut at I = 1 and of the cut fastest there at the grid's largest interval
+  that reached the target (:func:`per_cut_pilots`), planned and trained as the previous one (``per_cut_fit_by_seed``);
 * a grid of fixed plans: every device at cut j, for each cut point j of the model, × each interval I of the grid;
   and each device at its own latency-best cut for that I (:func:`latency_best_cuts`) × each I;
 
@@ -43,6 +43,7 @@ from adaptplan.benches.workload import Workload
 from adaptplan.constants import ConvergenceConstants
 from adaptplan.crossing import first_crossing
 from adaptplan.defence_cost import head_cuts
+from adaptplan.errors import InputError
 from adaptplan.latency import LatencyModel, total_latency
 from adaptplan.linear_rounds import RoundsLaw, as_plan, fit_linear_rounds, fit_per_cut_rounds, score
 from adaptplan.model_profile import ModelProfile
@@ -168,8 +169,9 @@ class BenchSetting(Workload):
                 f"the run and fitted to two pilots of the grid (every device at cut {pilot}, the smallest and the "
                 "largest I; its predictions are to the target); the planner linear in I the rounds R₁(1 + κ(I − 1)) fitted to "
                 "the same pilots, latency-best cuts at each I, I up to the pilots' longest (docs/model.md §12); "
-                "the planner linear per cut R₁ at each cut from the grid's runs at I = 1 and κ from the cut fastest "
-                "there at the largest I that reached the target, as slow as its slowest cut (§12 \"Per cut\"); "
+                "the planner linear per cut a law per cut, fitted to the grid's runs of every cut at I = 1 and of the "
+                "cut fastest there at the largest I that reached the target, each cut only across its pilots' "
+                "intervals, as slow as its slowest cut (§12 \"Per cut\"); "
                 "the system trace is the same in every seed; "
                 f"evaluation every {self.eval_every} rounds on "
                 f"{'every' if self.test_samples is None else self.test_samples} test samples",
@@ -724,14 +726,16 @@ def linear_jobs(bench: BenchSetting, laws: Mapping[int, RoundsLaw], probes: Mapp
 def attach_linear_fit(results: Sequence[PlanResult], laws: Mapping[int, RoundsLaw],
                       probes: Mapping[int, Probe], name: str = "linear_fit") -> None:
     """Each fixed plan's ``linear_fit`` (or ``name``) per seed: ⌈R⌉ of that seed's law and eq. (26)'s seconds for its
-    cuts on the seed's round-1 system (:func:`adaptplan.linear_rounds.score`); none for cuts the law has no R₁ of."""
+    cuts on the seed's round-1 system (:func:`adaptplan.linear_rounds.score`); none where the law per cut has no
+    pilots of a cut at the plan's interval."""
     for seed, law in laws.items():
         for r in results:
             cuts = r.cuts_by_seed().get(seed) or ()
-            known = law.rounds_at_one if isinstance(law.rounds_at_one, dict) else None     # the law per cut's R₁
-            if r.plan.kind not in PLANNERS and r.plan.interval is not None and seed in r.runs and \
-                    (known is None or set(cuts) <= set(known)):
-                scored = score(law, probes[seed].profile, probes[seed].system, cuts, r.plan.interval)
+            if r.plan.kind not in PLANNERS and r.plan.interval is not None and seed in r.runs:
+                try:
+                    scored = score(law, probes[seed].profile, probes[seed].system, cuts, r.plan.interval)
+                except InputError:
+                    continue                           # a cut the law per cut has no pilots of at that interval
                 getattr(r, name)[seed] = (scored.rounds, scored.total_latency_s)
 
 

@@ -134,28 +134,36 @@ def test_the_threshold_sweep_and_the_milp_give_the_same_plan(monkeypatch) -> Non
 
 # ---- the law per cut (docs/model.md §12 "Per cut") ---------------------------------------------------------------
 
-def test_the_law_per_cut_takes_r1_at_each_cut_and_kappa_from_the_longer_pilots_written_out() -> None:
+def test_the_law_per_cut_fits_each_cuts_own_line_and_knows_it_only_across_its_pilots_intervals() -> None:
     pilots = [_pilot(1, 40.0, cut=1), _pilot(1, 62.0, cut=2), _pilot(1, 58.0, cut=2), _pilot(1, 50.0, cut=3),
               _pilot(8, 85.0, cut=3), _pilot(4, 72.0, cut=2)]
     law = linear.fit_per_cut_rounds(pilots)
-    assert law.rounds_at_one == {1: 40.0, 2: 60.0, 3: 50.0}                  # the two cut-2 pilots averaged
-    kappa = ((85 / 50 - 1) / 7 + (72 / 60 - 1) / 3) / 2                      # 0.1 and 0.0667: their mean
-    assert law.kappa == pytest.approx(kappa, rel=1e-12)
-    assert law.rounds_for([1, 3, 3], 5) == pytest.approx(50.0 * (1 + 4 * kappa))     # as slow as its slowest cut
-    assert law.rounds_for([2, 1], 1) == 60.0 and law.rounds_for([1], 1) == 40.0
-    with pytest.raises(InputError) as caught:
-        law.rounds_for([1, 4], 2)
-    assert caught.value.field == "cuts" and "cut 4 had no pilot at I = 1" in caught.value.message
+    assert law.intervals == {1: (1, 1), 2: (1, 4), 3: (1, 8)}
+    assert (law.laws[1].rounds_at_one, law.laws[1].kappa) == (40.0, 0.0)                # one interval: its mean
+    assert law.laws[2] == linear.fit_linear_rounds([pilots[1], pilots[2], pilots[5]])   # the cut's own least squares
+    assert (law.laws[3].rounds_at_one, law.laws[3].kappa) == (pytest.approx(50.0), pytest.approx(35 / 7 / 50))
+    assert law.rounds_for([1, 3, 3], 1) == pytest.approx(50.0)                           # as slow as its slowest cut
+    assert law.rounds_for([3], 5) == pytest.approx(70.0)
+    assert law.rounds_for([2, 3], 4) == pytest.approx(max(law.laws[2].rounds(4), 65.0))
+    assert law.usable(1) == [1, 2, 3] and law.usable(4) == [2, 3] and law.usable(5) == [3] and law.usable(9) == []
+    for cuts, interval, said in (([1, 3], 2, "cut 1 had no pilots across I = 2"), ([4], 1, "cut 4 had no pilots"),
+                                 ([2, 3], 6, "cut 2 had no pilots across I = 6 (piloted: cut 1: I = 1; cut 2: I 1–4")):
+        with pytest.raises(InputError) as caught:
+            law.rounds_for(cuts, interval)
+        assert caught.value.field == "cuts" and said in caught.value.message
     data = law.to_json()
-    assert data["law"] == "per-cut" and data["rounds_at_one"] == {"1": 40.0, "2": 60.0, "3": 50.0}
-    faster = linear.fit_per_cut_rounds([_pilot(1, 60.0, cut=2), _pilot(8, 50.0, cut=2)])   # no cost: κ = 0, not < 0
-    assert faster.kappa == 0.0 and faster.rounds_for([2], 8) == 60.0
+    assert data["law"] == "per-cut" and data["by_cut"]["3"] == {"rounds_at_one": pytest.approx(50.0),
+                                                               "kappa": pytest.approx(0.1), "intervals": [1, 8]}
+    assert [p["fitted_rounds"] for p in data["pilots"]][-2:] == [pytest.approx(85.0), pytest.approx(law.laws[2].rounds(4))]
+    assert "cut 1: 40 rounds at I = 1" in law.message and "cut 3: R₁ 50, κ 0.1, I 1–8" in law.message
+    faster = linear.fit_per_cut_rounds([_pilot(1, 60.0, cut=2), _pilot(8, 50.0, cut=2)])   # no cost: κ = 0, the mean
+    assert faster.laws[2].kappa == 0.0 and faster.rounds_for([2], 8) == 55.0
 
 
 @pytest.mark.parametrize("pilots, said", [
-    ([_pilot(2, 50.0, cut=1), _pilot(4, 70.0, cut=1)], "needs a pilot at --interval 1"),
-    ([_pilot(1, 50.0, cut=1), _pilot(4, 70.0, cut=2)], "a longer interval at a cut piloted at I = 1 (1)"),
+    ([], "needs pilots"),
     ([_pilot(1, 50.0, cut=1), _pilot(4, 70.0, cut=1, target=0.4)], "one target accuracy"),
+    ([_pilot(4, 10.0, cut=2), _pilot(8, 100.0, cut=2), _pilot(1, 30.0, cut=1)], "gives no positive rounds at I = 1"),
 ])
 def test_pilots_the_law_per_cut_cannot_be_fitted_to_are_refused_naming_pilots(pilots, said) -> None:
     with pytest.raises(InputError) as caught:
@@ -164,40 +172,50 @@ def test_pilots_the_law_per_cut_cannot_be_fitted_to_are_refused_naming_pilots(pi
 
 
 def _brute_force_per_cut(law: linear.PerCutRounds, model: LatencyModel, cuts_range, intervals):
-    """min over every cut vector of piloted cuts and interval of R(x, I)·(T_split + T_agg/I), ties to the smaller I."""
+    """min over every interval and every vector of cuts piloted across it of R(x, I)·(T_split + T_agg/I), ties to the
+    smaller I."""
     best = None
     for interval in intervals:
-        for cuts in itertools.product([c for c in cuts_range if c in law.rounds_at_one], repeat=model.num_devices):
+        usable = [c for c in cuts_range if c in law.usable(interval)]
+        for cuts in itertools.product(usable, repeat=model.num_devices):
             value = law.rounds_for(cuts, interval) * (model.t_split(cuts) + model.t_agg(cuts) / interval)
             if best is None or value < best[0] * (1 - 1e-12):
                 best = (value, interval, cuts)
     return best
 
 
-@pytest.mark.parametrize("seed, at_one, longer", [
-    (0, {1: 44.0, 2: 65.0, 3: 64.0, 4: 130.0}, (3, 8, 74.0)),        # NoPeek's shape: deep cuts slow
-    (1, {1: 50.0, 2: 50.0, 3: 50.0, 4: 50.0, 5: 50.0}, (4, 8, 64.0)),  # no cost by cut: the linear law's plan
-    (2, {2: 90.0, 3: 45.0, 5: 40.0}, (3, 4, 120.0)),                  # cuts 1 and 4 never piloted
-    (3, {1: 30.0, 3: 80.0, 4: 81.0}, (1, 2, 31.0)),
+@pytest.mark.parametrize("seed, pilots", [
+    (0, [(1, 1, 44.0), (2, 1, 65.0), (3, 1, 64.0), (4, 1, 130.0), (3, 8, 74.0)]),      # NoPeek's shape
+    (1, [(1, 1, 50.0), (2, 1, 50.0), (3, 1, 50.0), (4, 1, 50.0), (5, 1, 50.0), (4, 8, 64.0), (2, 4, 52.0)]),
+    (2, [(2, 1, 90.0), (3, 1, 45.0), (5, 1, 40.0), (3, 4, 120.0), (5, 2, 41.0)]),       # cuts 1 and 4 never piloted
+    (3, [(1, 1, 30.0), (3, 1, 80.0), (4, 1, 81.0), (1, 2, 31.0), (4, 3, 70.0), (4, 6, 85.0)]),
 ])
-def test_the_plan_per_cut_is_the_brute_force_optimum_over_every_piloted_cut_vector_and_interval(
-        seed, at_one, longer) -> None:
+def test_the_plan_per_cut_is_the_brute_force_optimum_over_every_piloted_cut_vector_and_interval(seed, pilots) -> None:
     profile, system = default_profile(), generate_system(3, seed)
-    pilots = [_pilot(1, r, cut=j) for j, r in at_one.items()] + [_pilot(longer[1], longer[2], cut=longer[0])]
-    law = linear.fit_per_cut_rounds(pilots)
+    law = linear.fit_per_cut_rounds([_pilot(i, r, cut=j) for j, i, r in pilots])
     model = LatencyModel(profile, system)
-    value, interval, cuts = _brute_force_per_cut(law, model, range(1, profile.num_cuts + 1), range(1, longer[1] + 1))
+    top = max(i for _, i, _ in pilots)
+    value, interval, cuts = _brute_force_per_cut(law, model, range(1, profile.num_cuts + 1), range(1, top + 1))
     plan = law.plan(profile, system)
     assert plan.objective_s == pytest.approx(value, rel=1e-9) and plan.interval == interval
-    assert set(plan.cuts) <= set(at_one) and plan.rounds == pytest.approx(law.rounds_for(plan.cuts, plan.interval))
-    assert [i for i, _, _ in plan.by_interval] == list(range(1, longer[1] + 1))
+    assert set(plan.cuts) <= set(law.usable(plan.interval))
+    assert plan.rounds == pytest.approx(law.rounds_for(plan.cuts, plan.interval))
+    assert [i for i, _, _ in plan.by_interval] == [i for i in range(1, top + 1) if law.usable(i)]
     scored = linear.as_plan(plan, law, profile, system)
     assert scored.solver["method"] == "per-cut-rounds" and scored.objective_s == pytest.approx(value, rel=1e-9)
-    if seed == 1:         # the same R₁ everywhere: the plan of the linear law with that R₁ and κ
-        same = linear.plan_linear_rounds(linear.LinearRounds(50.0, law.kappa, 0.3, law.pilots, ""), profile, system)
-        assert (plan.cuts, plan.interval) == (same.cuts, same.interval)
-    restricted = law.plan(profile, system, candidates=[min(at_one)])       # candidates kept
-    assert set(restricted.cuts) == {min(at_one)}
+    piloted = sorted(law.intervals)
+    restricted = law.plan(profile, system, candidates=[piloted[0]])                     # candidates kept
+    assert set(restricted.cuts) == {piloted[0]} and restricted.interval <= law.intervals[piloted[0]][1]
     with pytest.raises(InputError) as caught:
-        law.plan(profile, system, candidates=[c for c in range(1, profile.num_cuts + 1) if c not in at_one][:1] or [99])
+        law.plan(profile, system, candidates=[c for c in range(1, 30) if c not in law.intervals][:1])
     assert caught.value.field == "--pilots"
+
+
+def test_with_every_cut_piloted_alike_the_plan_per_cut_is_the_linear_laws_plan() -> None:
+    profile, system = default_profile(), generate_system(4, 5)
+    alike = [(j, i, r) for j in range(1, profile.num_cuts + 1) for i, r in ((1, 50.0), (6, 60.0))]
+    law = linear.fit_per_cut_rounds([_pilot(i, r, cut=j) for j, i, r in alike])
+    same = linear.plan_linear_rounds(linear.fit_linear_rounds([_pilot(1, 50.0), _pilot(6, 60.0)]), profile, system)
+    plan = law.plan(profile, system)
+    assert (plan.cuts, plan.interval) == (same.cuts, same.interval)
+    assert plan.objective_s == pytest.approx(same.objective_s, rel=1e-12)

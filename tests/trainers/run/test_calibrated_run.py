@@ -161,7 +161,8 @@ def test_the_linear_rounds_law_is_fitted_to_the_pilots_alone_and_train_plan_and_
 
 def test_the_rounds_law_per_cut_is_fitted_to_pilots_at_each_cut_and_train_plan_and_planner_plan_the_same(
         pilots, tmp_path, capsys) -> None:
-    """Pilots: cut 1 at I = 1, cut 2 at I = 4 (the module's) and cut 2 at I = 1: R₁ at cuts 1 and 2, κ from cut 2."""
+    """Pilots: cut 1 at I = 1, cut 2 at I = 4 (the module's) and cut 2 at I = 1: cut 1 known at I = 1 only, cut 2 its
+    own line across I = 1..4."""
     from adaptplan.linear_rounds import as_plan, fit_per_cut_rounds
     from adaptplan.planner import Planner
 
@@ -169,7 +170,7 @@ def test_the_rounds_law_per_cut_is_fitted_to_pilots_at_each_cut_and_train_plan_a
     Trainer(TrainConfig.flat(**SMALL, rounds=8, cuts=(2,), interval=1, out=third)).run()
     folders = [*pilots, third]
     law = fit_per_cut_rounds([read_pilot(p, TARGET) for p in folders])
-    assert set(law.rounds_at_one) == {1, 2}
+    assert law.intervals == {1: (1, 1), 2: (1, 4)}
     config = TrainConfig.flat(**SMALL, rounds=8, pilots=",".join(folders), target_accuracy=TARGET, rounds_law="per-cut",
                               out=str(tmp_path / "r"))
     trainer = Trainer(config)
@@ -190,11 +191,16 @@ def test_the_rounds_law_per_cut_is_fitted_to_pilots_at_each_cut_and_train_plan_a
     assert planner.calibrate([read_pilot(p, TARGET) for p in folders], law="per-cut") == law
     api = planner.plan()
     assert (list(api.cuts), api.interval, api.rounds) == (event["cuts"], event["interval"], event["plan"]["rounds"])
-    other = planner.evaluate([2, 1], 3)                                        # as slow as cut 2's R₁
-    assert other.rounds == math.ceil(max(law.rounds_at_one.values()) * (1 + 2 * law.kappa) * (1 - 1e-12))
-    assert other.solver["rounds_law"] == "per-cut"
-    with pytest.raises(InputError) as info:                                     # cut 3 was never piloted
-        planner.evaluate([3, 1], 1)
-    assert info.value.field == "cuts"
-    assert main(["plan", "--pilots", pilots[1], "--target-accuracy", str(TARGET), "--rounds-law", "per-cut"]) == 2
-    assert "--pilots" in capsys.readouterr().err
+    other = planner.evaluate([2, 2], 3)                                        # cut 2's own line at I = 3
+    assert other.rounds == math.ceil(law.laws[2].rounds(3) * (1 - 1e-12)) and other.solver["rounds_law"] == "per-cut"
+    assert planner.evaluate([2, 1], 1).rounds == math.ceil(max(law.laws[1].rounds(1), law.laws[2].rounds(1)) * (1 - 1e-12))
+    for cuts, interval in (([3, 1], 1), ([2, 1], 2)):                          # never piloted; cut 1 not across I = 2
+        with pytest.raises(InputError) as info:
+            planner.evaluate(cuts, interval)
+        assert info.value.field == "cuts"
+    assert main(["plan", "--pilots", pilots[1], "--target-accuracy", str(TARGET), "--rounds-law", "per-cut",
+                 "--json"]) == 0                                            # one pilot: its cut at its interval
+    assert (json.loads(capsys.readouterr().out)["cuts"], ) == ([2, 2], )
+    assert main(["plan", "--pilots", pilots[1], "--target-accuracy", str(TARGET), "--rounds-law", "per-cut",
+                 "--cuts", "1"]) == 2                                       # a candidate never piloted
+    assert "--pilots: no cut the plan may use was piloted" in capsys.readouterr().err
