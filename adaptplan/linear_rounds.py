@@ -138,14 +138,13 @@ class PerCutRounds:
     message: str
     law: ClassVar[str] = "per-cut"
 
-    def usable(self, interval: int) -> list[int]:
+    def usable(self, interval: float) -> list[int]:
         """The cuts the law knows at ``interval`` (piloted across it), in order."""
         return [j for j, (lo, hi) in sorted(self.intervals.items()) if lo <= interval <= hi]
 
     def rounds_for(self, cuts: Sequence[int], interval: float) -> float:
         """R(x, I), real-valued rounds; :class:`InputError` naming ``cuts`` for a cut not piloted across I."""
-        outside = sorted({int(c) for c in cuts if not (int(c) in self.intervals
-                                                        and self.intervals[int(c)][0] <= interval <= self.intervals[int(c)][1])})
+        outside = sorted({int(c) for c in cuts} - set(self.usable(interval)))
         if outside:
             known = "; ".join(f"cut {j}: I {lo}–{hi}" if lo < hi else f"cut {j}: I = {lo}"
                               for j, (lo, hi) in sorted(self.intervals.items()))
