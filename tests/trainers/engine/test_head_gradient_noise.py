@@ -2,7 +2,7 @@
 trainers/roles/defences.py; docs/privacy.md "A U-shaped split"): each sample's gradient b·∂F_i/∂h_k is clipped to
 C_g and noised with σ_g·C_g·z from the device's own stream before it leaves; the head steps with the exact gradient;
 the run records each device's (ε, δ) from Opacus' accountant; its cost is on the clock; the attacker's view reads
-the released rows."""
+the released rows. (A resumed run under it: tests/trainers/engine/test_u_shaped.py.)"""
 
 from __future__ import annotations
 
@@ -104,16 +104,6 @@ def test_a_clip_that_never_binds_trains_the_plain_u_shaped_run_and_noise_is_acco
         assert eps == pytest.approx(accountant.get_epsilon(1e-5), rel=1e-9)
     assert noisy.records[-1].metrics["head_epsilon_max"] == pytest.approx(max(privacy["head_epsilon"]), rel=1e-12)
     assert "epsilon_max" not in noisy.records[-1].metrics and "head_epsilon_max" not in plain.records[-1].metrics
-
-
-def test_a_resumed_run_under_head_noise_goes_on_as_the_uninterrupted_one(tmp_path: Path) -> None:
-    """The head's noise stream is in the checkpoint."""
-    argv = [*RUN, "--algorithm", "sfl-v2", "--interval", "2", "--head-clip", "0.5", "--head-noise", "1"]
-    assert main([*argv, "--rounds", "5", "--out", str(tmp_path / "whole")]) == 0
-    assert main([*argv, "--rounds", "3", "--checkpoint-every", "3", "--out", str(tmp_path / "cut")]) == 0
-    assert main(["train", "--out", str(tmp_path / "cut"), "--resume", "--rounds", "5", "--no-progress"]) == 0
-    a, b = History.load(tmp_path / "whole"), History.load(tmp_path / "cut")
-    assert [(r.train_loss, r.accuracy) for r in a.records] == [(r.train_loss, r.accuracy) for r in b.records]
 
 
 @pytest.mark.parametrize("extra, flag, message", [

@@ -79,10 +79,11 @@ def test_no_label_reaches_the_edge_server_and_the_heads_exchange_is_in_the_bytes
         assert b.bytes_server == a.bytes_server
 
 
-def test_a_resumed_u_shaped_run_goes_on_as_the_uninterrupted_one(tmp_path: Path) -> None:
+@pytest.mark.parametrize("noise", [[], ["--head-clip", "0.5", "--head-noise", "1"]])
+def test_a_resumed_u_shaped_run_goes_on_as_the_uninterrupted_one(tmp_path: Path, noise: list[str]) -> None:
     """SplitFed V2 averages the heads with the client blocks (every 2 rounds here) and steps them with momentum:
-    both are in the checkpoint."""
-    argv = ["train", *RUN, "--algorithm", "sfl-v2", "--u-shaped", "1", "--interval", "2"]
+    both are in the checkpoint, and so is the head's noise stream under noise on its gradients."""
+    argv = ["train", *RUN, "--algorithm", "sfl-v2", "--u-shaped", "1", "--interval", "2", *noise]
     assert main([*argv, "--rounds", "5", "--out", str(tmp_path / "whole")]) == 0
     assert main([*argv, "--rounds", "3", "--checkpoint-every", "3", "--out", str(tmp_path / "cut")]) == 0
     assert main(["train", "--out", str(tmp_path / "cut"), "--resume", "--rounds", "5", "--no-progress"]) == 0
