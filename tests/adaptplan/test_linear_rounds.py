@@ -158,6 +158,8 @@ def test_the_law_per_cut_fits_each_cuts_own_line_and_knows_it_only_across_its_pi
     assert "cut 1: 40 rounds at I = 1" in law.message and "cut 3: R₁ 50, κ 0.1, I 1–8" in law.message
     faster = linear.fit_per_cut_rounds([_pilot(1, 60.0, cut=2), _pilot(8, 50.0, cut=2)])   # no cost: κ = 0, the mean
     assert faster.laws[2].kappa == 0.0 and faster.rounds_for([2], 8) == 55.0
+    twice = linear.fit_per_cut_rounds([_pilot(4, 40.0, cut=1), _pilot(4, 44.0, cut=1)])     # one interval, two runs
+    assert twice.intervals == {1: (4, 4)} and twice.rounds_for([1], 4) == 42.0
 
 
 @pytest.mark.parametrize("pilots, said", [

@@ -395,6 +395,23 @@ def test_the_calibrated_planners_pilots_are_cut_l_minus_1_at_the_smallest_and_th
     assert [p.label for p in bench.pilot_plans(1, [8, 1], 2)] == ["cut 1, I=1", "cut 1, I=8"]    # L = 1: cut 1
 
 
+def test_the_planner_per_cuts_pilots_are_every_cut_at_i_1_and_the_fastest_at_the_longest_interval_that_reached(
+        tmp_path) -> None:
+    seeds, intervals, cuts = [0, 1, 2], [1, 2, 4], 3
+    best = {seed: {1: [1, 2, 3], 2: [1, 1, 3], 4: [1, 1, 1]} for seed in seeds}
+    grid = bench.grid_jobs(_setting(), seeds, cuts, best, intervals, tmp_path)
+    seconds = {(0, "cut 1, I=1"): 3.0, (0, "cut 2, I=1"): 1.0, (0, "cut 3, I=1"): None,    # seed 0: cut 2 fastest
+               (1, "cut 2, I=2"): None, (1, "cut 2, I=4"): None, (1, "cut 1, I=1"): 5.0,   # seed 1: cut 2 stops at I = 1
+               **{(2, f"cut {j}, I=1"): None for j in (1, 2, 3)}}                           # seed 2: nothing at I = 1
+    results = [_run(j["label"], [s] if (s := seconds.get((j["seed"], j["label"]), 2.0)) is not None else None)
+               for j in grid]
+    pilots, missing = bench.per_cut_pilots(_setting(), seeds, grid, results, cuts, intervals)
+    folder = lambda seed, slug: str(tmp_path / f"seed{seed}" / slug)   # noqa: E731
+    assert pilots == {0: [folder(0, "cut1-I1"), folder(0, "cut2-I1"), folder(0, "cut2-I4")]}
+    assert missing == ["calibrated planner per cut: no run in seed 1: cut 2, the fastest at I = 1, reached 40% at no "
+                       "longer interval", "calibrated planner per cut: no run in seed 2: no cut reached 40% at I = 1"]
+
+
 def test_the_planner_linear_in_i_keeps_a_block_before_the_head() -> None:
     """Under --defence head=K the linear planner's cuts come from 1..L − K − 1: with a head that leaves cuts 1..3 of the
     VGG-16 profile it plans there, where without it it plans at cut 4."""

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from adaptplan.benches import privacy as bench
 from adaptplan.benches.privacy import DefenceSetting, parse_defences
 from adaptplan.cli import main
 from adaptplan.errors import InputError
@@ -116,3 +117,24 @@ def test_a_u_shaped_setting_runs_at_the_cuts_its_head_leaves_and_sees_the_plain_
     assert shaped["sim_seconds"] > plain["sim_seconds"]
     assert main([*TINY, "--defences", "head=1", "--cuts", "2"]) == 2
     assert "--defences: head=1 keeps 1 of the model's 3 blocks on the device: it runs at cuts 1..1" in capsys.readouterr().err
+
+
+def test_under_a_head_the_attack_also_reads_the_gradient_at_the_heads_input() -> None:
+    """attack() on a U-shaped run's model with noise on its head's gradients: the direction AUC at the run's cut and at
+    the head's input (cut L − K), as profilers.leakage measures them on the evaluated model from the released rows
+    (the attacker's view drawn from the same seeds, in the same order)."""
+    from profilers.leakage import leakage_per_cut
+    from trainers.config.train_config import TrainConfig
+    from trainers.run.driver import Trainer
+
+    trainer = Trainer(TrainConfig.flat(algorithm="sfl-v1", dataset="synthetic", model="mlp", devices=2, rounds=1,
+                                       cuts=(1,), u_shaped=1, head_clip=0.05, head_noise=1.0, threads=1, progress=False,
+                                       eval_every=1, seed=3))
+    trainer.run()
+    out = bench.attack(trainer, 1, 64)
+    model = trainer.engine.eval_models()[0]
+    x, y = trainer.dataset.x_train[:64], trainer.dataset.y_train[:64]
+    view = trainer.engine.defence.attacker_view(y, 2 ** 31 - 1 - 3, [3, 2 ** 31 - 1])
+    at_cut, at_head = leakage_per_cut(model, x, y, cuts=[1, 2], head=(2, view.gradient))
+    assert (out["direction_auc"], out["head_direction_auc"]) == (at_cut.direction_auc, at_head.direction_auc)
+    assert at_cut.direction_auc != at_head.direction_auc
