@@ -450,14 +450,17 @@ def test_a_defended_run_over_mqtt_has_the_simulations_losses_and_epsilons(tmp_pa
 
 def test_a_u_shaped_sl_run_over_mqtt_hands_the_head_on_with_the_simulations_losses(tmp_path: Path) -> None:
     """SL hands the client blocks and the head (with their optimizer state) from device to device through the
-    broker; the labels never leave the device ranks."""
-    argv = ["--algorithm", "sl", "--devices", "3", "--rounds", "3", "--cuts", "1", "--u-shaped", "1", *SMALL]
+    broker; the labels never leave the device ranks; each device rank clips and noises its head's gradients from
+    its own stream, as the simulator does."""
+    argv = ["--algorithm", "sl", "--devices", "3", "--rounds", "3", "--cuts", "1", "--u-shaped", "1",
+            "--head-clip", "0.05", "--head-noise", "1", *SMALL]
     assert main(["train", "--runtime", "mqtt", "--ranks", "4", *argv, "--out", str(tmp_path / "mqtt")]) == 0
     assert main(["train", *argv, "--out", str(tmp_path / "sim")]) == 0
     mqtt, sim = History.load(tmp_path / "mqtt"), History.load(tmp_path / "sim")
     got, expected = [r.train_loss for r in mqtt.records], [r.train_loss for r in sim.records]
     assert len(got) == 3 and max(abs(a - b) for a, b in zip(got, expected)) <= 1e-4
     assert [r.accuracy for r in mqtt.records] == pytest.approx([r.accuracy for r in sim.records], abs=1e-9)
+    assert mqtt.meta["privacy"] == sim.meta["privacy"] and sim.meta["privacy"]["head_noise"] == 1.0
 
 
 def test_a_finished_run_over_mqtt_exits_0_on_every_rank_however_long_rank_0_writes_its_files(tmp_path: Path) -> None:
