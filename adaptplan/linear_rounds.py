@@ -48,13 +48,14 @@ import numpy as np
 from adaptplan.calibration import PilotRun
 from adaptplan.constants import ConvergenceConstants
 from adaptplan.convergence import whole_rounds
-from adaptplan.errors import InputError
+from adaptplan.errors import InfeasibleError, InputError
 from adaptplan.latency import LatencyModel, total_latency
 from adaptplan.model_profile import ModelProfile
 from adaptplan.plan import Plan
 from adaptplan.system import SystemSpec
 from solvers.bcd import choose_ms_method
 from solvers.dinkelbach import solve_dinkelbach
+from solvers.leakage_budget import LeakageBudget
 from solvers.problem import PlanningProblem
 from solvers.threshold import solve_ms_exact
 
@@ -83,10 +84,10 @@ class LinearRounds:
         return {"method": "linear-rounds", "rounds_at_one": self.rounds_at_one, "kappa": self.kappa,
                 "message": self.message}
 
-    def plan(self, profile: ModelProfile, system: SystemSpec, candidates: Sequence[int] | None = None
-             ) -> "LinearRoundsPlan":
+    def plan(self, profile: ModelProfile, system: SystemSpec, candidates: Sequence[int] | None = None,
+             leakage: LeakageBudget | None = None) -> "LinearRoundsPlan":
         """:func:`plan_linear_rounds` under this law."""
-        return plan_linear_rounds(self, profile, system, candidates=candidates)
+        return plan_linear_rounds(self, profile, system, candidates=candidates, leakage=leakage)
 
     def to_json(self) -> dict[str, Any]:
         return {"law": "linear", "target_accuracy": self.target_accuracy, "rounds_at_one": self.rounds_at_one,
@@ -152,10 +153,10 @@ class PerCutRounds:
                              f"I = {interval:g} (piloted: {known})", field="cuts")
         return max(self.laws[int(c)].rounds(interval) for c in cuts)
 
-    def plan(self, profile: ModelProfile, system: SystemSpec, candidates: Sequence[int] | None = None
-             ) -> "LinearRoundsPlan":
+    def plan(self, profile: ModelProfile, system: SystemSpec, candidates: Sequence[int] | None = None,
+             leakage: LeakageBudget | None = None) -> "LinearRoundsPlan":
         """:func:`plan_per_cut_rounds` under this law."""
-        return plan_per_cut_rounds(self, profile, system, candidates=candidates)
+        return plan_per_cut_rounds(self, profile, system, candidates=candidates, leakage=leakage)
 
     def _by_cut(self) -> dict[str, dict[str, Any]]:
         return {str(j): {"rounds_at_one": law.rounds_at_one, "kappa": law.kappa, "intervals": list(self.intervals[j])}
@@ -228,24 +229,28 @@ class LinearRoundsPlan:
         return whole_rounds(self.rounds)
 
 
-def latency_problem(profile: ModelProfile, system: SystemSpec, candidates: Sequence[int] | None = None) -> PlanningProblem:
+def latency_problem(profile: ModelProfile, system: SystemSpec, candidates: Sequence[int] | None = None,
+                    leakage: LeakageBudget | None = None) -> PlanningProblem:
     """The MS step's instance without a drift term: constants with every σ_j², G_j² zero and c = 1, 2ϑ/γ = 1, so
-    that its objective (28) at (I, x) is T_split(x) + T_agg(x)/I, the seconds per round."""
+    that its objective (28) at (I, x) is T_split(x) + T_agg(x)/I, the seconds per round; each device restricted to
+    the cuts its memory and ``leakage`` budget admit (:mod:`solvers.leakage_budget`)."""
     L = profile.num_cuts
     constants = ConvergenceConstants(beta=1.0, gamma=1.0, theta=0.5, epsilon=1.0, sigma2=(0.0,) * L, G2=(0.0,) * L)
-    return PlanningProblem.from_parts(profile, system, constants, candidates)
+    return PlanningProblem.from_parts(profile, system, constants, candidates, leakage)
 
 
 def plan_linear_rounds(law: LinearRounds, profile: ModelProfile, system: SystemSpec, *,
-                       candidates: Sequence[int] | None = None,
-                       max_interval: int | None = None) -> LinearRoundsPlan:
+                       candidates: Sequence[int] | None = None, max_interval: int | None = None,
+                       leakage: LeakageBudget | None = None) -> LinearRoundsPlan:
     """The plan minimising Θ(I) = R(I)·(T_split + T_agg/I) over I = 1..``max_interval`` (default: the pilots'
-    longest interval) with each I's latency-best cuts (module docstring "Plan"); ties go to the smaller I."""
+    longest interval) with each I's latency-best cuts (module docstring "Plan"), each device within its ``leakage``
+    budget; ties go to the smaller I."""
     if max_interval is None:
         max_interval = max(p.interval for p in law.pilots)
     if max_interval < 1:
         raise InputError(f"must be at least 1, got {max_interval}", field="max_interval")
-    tried = _latency_best_by_interval(law, latency_problem(profile, system, candidates), range(1, max_interval + 1))
+    problem = latency_problem(profile, system, candidates, leakage)
+    tried = _latency_best_by_interval(law, problem, range(1, max_interval + 1))
     interval, objective, cuts = min(tried, key=lambda t: (t[1], t[0]))
     return LinearRoundsPlan(cuts, interval, law.rounds(interval), objective, tuple(tried))
 
@@ -266,33 +271,43 @@ def _latency_best_by_interval(law: "LinearRounds | PerCutRounds", problem: Plann
 
 
 def plan_per_cut_rounds(law: PerCutRounds, profile: ModelProfile, system: SystemSpec, *,
-                        candidates: Sequence[int] | None = None,
-                        max_interval: int | None = None) -> LinearRoundsPlan:
+                        candidates: Sequence[int] | None = None, max_interval: int | None = None,
+                        leakage: LeakageBudget | None = None) -> LinearRoundsPlan:
     """The plan minimising R(x, I)·(T_split + T_agg/I) under the law per cut (module docstring "Per cut") over
     I = 1..``max_interval`` (default: the pilots' longest) and the cuts among ``candidates`` piloted across each I:
     at each I, for each threshold r of the usable cuts' R_j(I), the latency-best cuts among those with R_j(I) ≤ r;
-    ties go to the smaller I, then the smaller threshold. Its ``by_interval`` holds each I's best (an I no candidate
-    was piloted across is left out); :class:`InputError` naming ``--pilots`` where there is none."""
+    ties go to the smaller I, then the smaller threshold; each device within its ``leakage`` budget (a threshold
+    whose cuts leave a device none its budget or memory admits is skipped). Its ``by_interval`` holds each I's best
+    (an I no candidate was piloted across is left out); where there is none, the reason the last restriction was
+    refused, else an :class:`InputError` naming ``--pilots``."""
     if max_interval is None:
         max_interval = max(hi for _, hi in law.intervals.values())
     if max_interval < 1:
         raise InputError(f"must be at least 1, got {max_interval}", field="max_interval")
     allowed = set(candidates if candidates is not None else range(1, profile.num_cuts + 1))
-    problems: dict[tuple[int, ...], PlanningProblem] = {}
-    tried = []
+    problems: dict[tuple[int, ...], PlanningProblem | None] = {}
+    tried, refused = [], None
     for interval in range(1, max_interval + 1):
         usable = [j for j in law.usable(interval) if j in allowed]
         best: tuple[int, float, tuple[int, ...]] | None = None
         for threshold in sorted({law.laws[j].rounds(interval) for j in usable}):
             under = tuple(j for j in usable if law.laws[j].rounds(interval) <= threshold)
             if under not in problems:
-                problems[under] = latency_problem(profile, system, under)
-            (entry,) = _latency_best_by_interval(law, problems[under], [interval])
+                try:
+                    problems[under] = latency_problem(profile, system, under, leakage)
+                except (InputError, InfeasibleError) as exc:      # a device with no cut under this threshold
+                    problems[under], refused = None, exc
+            problem = problems[under]
+            if problem is None:
+                continue
+            (entry,) = _latency_best_by_interval(law, problem, [interval])
             if best is None or entry[1] < best[1]:
                 best = entry
         if best is not None:
             tried.append(best)
     if not tried:
+        if refused is not None:
+            raise refused
         raise InputError(f"no cut the plan may use was piloted at an interval up to {max_interval} ({law.message})",
                          field="--pilots")
     interval, objective, cuts = min(tried, key=lambda t: (t[1], t[0]))

@@ -82,7 +82,7 @@ class Planner:
         """Solve problem (28) with BCD and return the Plan (raises InfeasibleError with the reason); after
         :meth:`calibrate` with ``law="linear"`` or ``"per-cut"``, the plan under that law instead (docs/model.md §12)."""
         if isinstance(self.calibration, ROUNDS_LAW_TYPES):
-            chosen = self.calibration.plan(self.profile, self.system, candidates=self.candidates)
+            chosen = self.calibration.plan(self.profile, self.system, candidates=self.candidates, leakage=self.leakage)
             return dataclasses.replace(as_plan(chosen, self.calibration, self.profile, self.system),
                                        model=self.profile.identity())
         result = solve_bcd(self.problem, backend=self.backend, initial_cuts=initial_cuts)

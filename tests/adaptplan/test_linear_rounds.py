@@ -221,3 +221,39 @@ def test_with_every_cut_piloted_alike_the_plan_per_cut_is_the_linear_laws_plan()
     plan = law.plan(profile, system)
     assert (plan.cuts, plan.interval) == (same.cuts, same.interval)
     assert plan.objective_s == pytest.approx(same.objective_s, rel=1e-12)
+
+
+def test_under_a_leakage_budget_both_laws_plan_the_brute_force_optimum_over_the_cuts_each_device_may_use() -> None:
+    """Device i may cut at j only where the table's figure at j is within its limit (solvers/leakage_budget.py): the
+    plans keep to it and are the optimum over the admitted vectors; a budget that admits no piloted cut for a device
+    names it."""
+    from adaptplan.errors import InfeasibleError
+    from solvers.leakage_budget import LeakageBudget
+
+    profile, system = default_profile(), generate_system(3, 11)
+    L = profile.num_cuts
+    values = np.linspace(0.9, 0.3, L - 1)                                     # dCor falling with depth
+    budget = LeakageBudget("dcor", values, np.array([0.95, 0.6, 0.75]))       # device 1 only deep, device 2 middle
+    admitted = budget.admissible(3, L)
+    model = LatencyModel(profile, system)
+    per_cut = linear.fit_per_cut_rounds([_pilot(1, 40.0 + 5 * j, cut=j) for j in range(1, L)]
+                                        + [_pilot(8, 90.0, cut=L - 1), _pilot(4, 70.0, cut=2)])
+    flat = linear.fit_linear_rounds([_pilot(1, 50.0), _pilot(8, 64.0)])
+    for law in (per_cut, flat):
+        best = None
+        for interval in range(1, 9):
+            usable = per_cut.usable(interval) if law is per_cut else list(range(1, L + 1))
+            options = [[j for j in usable if admitted[i, j - 1]] for i in range(3)]
+            for cuts in itertools.product(*options):
+                value = law.rounds_for(cuts, interval) * (model.t_split(cuts) + model.t_agg(cuts) / interval)
+                if best is None or value < best[0] * (1 - 1e-12):
+                    best = (value, interval, cuts)
+        plan = law.plan(profile, system, leakage=budget)
+        assert all(admitted[i, c - 1] for i, c in enumerate(plan.cuts))
+        assert not all(admitted[i, c - 1] for i, c in enumerate(law.plan(profile, system).cuts))   # the budget binds
+        assert plan.objective_s == pytest.approx(best[0], rel=1e-9) and plan.interval == best[1]
+    tight = LeakageBudget("dcor", values, np.array([0.95, 0.1, 0.75]))       # device 1: no cut within 0.1
+    for law in (per_cut, flat):
+        with pytest.raises((InputError, InfeasibleError)) as caught:
+            law.plan(profile, system, leakage=tight)
+        assert "device 1" in str(caught.value)

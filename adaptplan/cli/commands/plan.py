@@ -220,12 +220,9 @@ def run(args: argparse.Namespace) -> int:
     profile = setting.charged(profile, system.batch_size)
     candidates = head_candidates(candidates, profile.num_cuts, setting.head)
     leakage, weights = leakage_budget(args, profile, system.num_devices, setting.name)
-    if leakage is not None and isinstance(fit, ROUNDS_LAW_TYPES):
-        raise InputError(f"a leakage budget plans with Corollary 1's rounds, not --rounds-law {args.rounds_law}",
-                         field="--max-leakage")
     start = time.perf_counter()
     if isinstance(fit, ROUNDS_LAW_TYPES):
-        plan = as_plan(fit.plan(profile, system, candidates=candidates), fit, profile, system)
+        plan = as_plan(fit.plan(profile, system, candidates=candidates, leakage=leakage), fit, profile, system)
     else:
         constants = fit.constants if fit is not None else constants
         plan = Planner(profile, system, constants, candidates=candidates, backend=args.backend, leakage=leakage).plan()
