@@ -195,20 +195,41 @@ def test_an_upper_bound_is_marked_and_no_fixed_plan_reaching_leaves_the_ratio_em
     assert "≤1" in row
 
 
-def test_bench_plans_end_to_end_table_json_and_heat_map_agree(tmp_path, capsys) -> None:
-    out = tmp_path / "bench"
-    assert main(["bench", "plans", "--dataset", "synthetic", "--model", "mlp", "--devices", "2", "--intervals", "1,2",
-                 "--seeds", "0", "--rounds", "4", "--eval-every", "2", "--test-samples", "200",
-                 "--target-accuracy", "0.3", "--workers", "1", "--out", str(out)]) == 0
-    printed = capsys.readouterr()
-    assert (out / "table.txt").read_text() == printed.out
+@pytest.fixture(scope="module")
+def bench_run(tmp_path_factory) -> tuple:
+    """One end-to-end `bench plans` (mlp, 2 devices, I = 1, 2, seed 0): its folder and what it printed."""
+    import contextlib
+    import io
+
+    out = tmp_path_factory.mktemp("bench-plans") / "bench"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main(["bench", "plans", "--dataset", "synthetic", "--model", "mlp", "--devices", "2", "--intervals",
+                     "1,2", "--seeds", "0", "--rounds", "4", "--eval-every", "2", "--test-samples", "200",
+                     "--target-accuracy", "0.3", "--workers", "1", "--out", str(out)]) == 0
+    return out, printed.getvalue()
+
+
+def _alone() -> tuple:
+    """The bench's probe of seed 0 and each (I, cut vector)'s seconds per round on its system."""
+    alone = bench.probe(bench.BenchSetting(ADAPTSFL_SETTING, dataset="synthetic", model="mlp", devices=2,
+                                           test_samples=200), 0, [1, 2])
+    model = bench.LatencyModel(alone.profile, alone.system)
+    per_round = {(I, cuts): model.t_split(cuts) + model.t_agg(cuts) / I
+                 for I in (1, 2) for cuts in itertools.product((1, 2, 3), repeat=2)}
+    return alone, model, per_round
+
+
+def test_bench_plans_end_to_end_table_json_and_heat_map_agree(bench_run) -> None:
+    out, text = bench_run
+    assert (out / "table.txt").read_text() == text
     assert (out / "heatmap.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     data = json.loads((out / "results.json").read_text())
     labels = [p["label"] for p in data["plans"]]
     assert labels == ["planner", "cut 1, I=1", "cut 1, I=2", "cut 2, I=1", "cut 2, I=2", "cut 3, I=1", "cut 3, I=2",
                       "latency-best, I=1", "latency-best, I=2", "calibrated planner",
                       "calibrated, linear in I", "calibrated, linear per cut"]   # mlp: 3 cut points
-    rows = {line.split("  ")[0].strip(): line for line in printed.out.splitlines() if line.split("  ")[0].strip() in labels}
+    rows = {line.split("  ")[0].strip(): line for line in text.splitlines() if line.split("  ")[0].strip() in labels}
     assert set(rows) == set(labels)
     history = json.loads((out / "runs" / "seed0" / "planner" / "history.json").read_text())
     event = history["events"][0]
@@ -265,12 +286,22 @@ def test_bench_plans_end_to_end_table_json_and_heat_map_agree(tmp_path, capsys) 
                                                                       + rounds * model.t_agg([1, 1]))]
     assert data["linear"]["rank"] == linear["rank"] and "(to ε)" not in rows["calibrated, linear in I"]
     assert "(to ε)" in rows["planner"] and "(to ε)" not in rows["calibrated planner"]
-    said = {line.split(":")[0]: line for line in printed.out.splitlines() if ": rank " in line}
+    said = {line.split(":")[0]: line for line in text.splitlines() if ": rank " in line}
     assert said["calibrated planner"].endswith(
         f"it predicted {event['rounds']} rounds, {event['total_latency_s']:.3g} s to the target (mean over seeds, "
         "calibrated)")
     assert "not to the target" in said["planner"]
-    # the planner per cut: every cut's run at I = 1, the fastest of them at I = 2 too (its own line), written out here
+
+
+def test_bench_plans_planner_per_cut_end_to_end(bench_run) -> None:
+    """The planner per cut of the same bench: every cut's run at I = 1, the fastest of them at I = 2 too (its own
+    line), written out here; its plan trained and scored, every fixed plan its pilots cover scored by its law."""
+    from trainers.run.pilots import read_pilot
+
+    out, _ = bench_run
+    data = json.loads((out / "results.json").read_text())
+    alone, model, per_round = _alone()
+    first = next(p for p in data["plans"] if p["label"] == "cut 1, I=1")
     by_label = {p["label"]: p for p in data["plans"]}
     at_one = {j: read_pilot(out / "runs" / "seed0" / f"cut{j}-I1", 0.3).rounds for j in (1, 2, 3)
               if by_label[f"cut {j}, I=1"]["runs"][0]["time_to_target_s"] is not None}
@@ -291,6 +322,8 @@ def test_bench_plans_end_to_end_table_json_and_heat_map_agree(tmp_path, capsys) 
     assert first["per_cut_fit_by_seed"].get("0") == (None if rounds is None else [rounds, pytest.approx(
         rounds * model.t_split([1, 1]) + rounds * model.t_agg([1, 1]))])
     assert data["per_cut"]["rank"] == per_cut["rank"]
+
+
 
 
 @pytest.mark.parametrize("flags, flag", [
