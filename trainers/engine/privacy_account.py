@@ -49,13 +49,12 @@ def privacy_summary(engine: EngineParts) -> dict[str, Any]:
                                "head_clip": d.head_clip, "head_noise": d.head_noise}
     if d.label_epsilon is not None:
         summary["label_keep_probability"] = d.keep_probability()
+    if d.noisy or d.head_noisy:
+        summary.update(delta=d.delta, accountant="opacus RDP (subsampled Gaussian, zero-out neighbours)",
+                       releases=[engine.timeline.releases.get(i, 0) for i in range(engine.num_devices)],
+                       sample_rate=sample_rates(engine))
     if d.noisy:
-        summary.update(delta=d.delta, accountant="opacus RDP (subsampled Gaussian, zero-out neighbours)",
-                       releases=[engine.timeline.releases.get(i, 0) for i in range(engine.num_devices)],
-                       sample_rate=sample_rates(engine),
-                       epsilon=[e if math.isfinite(e) else None for e in device_epsilons(engine)])
+        summary["epsilon"] = [e if math.isfinite(e) else None for e in device_epsilons(engine)]
     if d.head_noisy:
-        summary.update(delta=d.delta, accountant="opacus RDP (subsampled Gaussian, zero-out neighbours)",
-                       releases=[engine.timeline.releases.get(i, 0) for i in range(engine.num_devices)],
-                       sample_rate=sample_rates(engine), head_epsilon=device_epsilons(engine, d.head_noise))
+        summary["head_epsilon"] = device_epsilons(engine, d.head_noise)
     return {"privacy": summary}

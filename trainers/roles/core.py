@@ -138,6 +138,18 @@ def load_block(module: nn.Module, state: BlockState, optimizer: RoleOptimizer, f
         optimizer.reanchor(module.parameters())
 
 
+def load_noise_state(generator: torch.Generator | None, state: dict[str, Any], owner: str) -> None:
+    """Restore ``generator`` (a defence's noise stream; None: the role draws no noise) from ``state["noise_rng"]``;
+    ValueError naming ``owner`` where the state holds no generator state of its shape."""
+    if generator is None:
+        return
+    rng = state.get("noise_rng")
+    if not torch.is_tensor(rng) or rng.dtype != torch.uint8 or rng.shape != generator.get_state().shape:
+        raise ValueError(f"{owner}'s state must hold its noise generator's state (noise_rng), as a run with noise "
+                         "writes it")
+    generator.set_state(rng)
+
+
 def index_tensor(indices: np.ndarray, device: torch.device) -> torch.Tensor:
     """Sample indices as a tensor on ``device`` (on CUDA through pinned memory, without waiting for the GPU)."""
     idx = torch.from_numpy(np.ascontiguousarray(indices))
@@ -413,12 +425,7 @@ class Device:
         self.optimizer.load_anchors(state.get("anchor"), f"device {self.index}'s state")
         self.sampler.load_state(state["sampler"])
         self.step = int(state["step"])
-        if self.noise_rng is not None:
-            rng = state.get("noise_rng")
-            if not torch.is_tensor(rng) or rng.dtype != torch.uint8 or rng.shape != self.noise_rng.get_state().shape:
-                raise ValueError(f"device {self.index}'s state must hold its noise generator's state (noise_rng), as a "
-                                 "run with noise on the activations writes it")
-            self.noise_rng.set_state(rng)
+        load_noise_state(self.noise_rng, state, f"device {self.index}")
         self.pending = None
         self.shared = set()
 

@@ -24,7 +24,7 @@ from typing import Any, Iterable
 import torch
 from torch import nn
 
-from trainers.roles.core import block_state, check_block_state, load_block, own_state, shared_copy
+from trainers.roles.core import block_state, check_block_state, load_block, load_noise_state, own_state, shared_copy
 from trainers.roles.defences import ActivationDefence
 from trainers.roles.messages import (
     Activation,
@@ -153,9 +153,5 @@ class Head:
             block.load_state_dict(sd)
         self.optimizer = RoleOptimizer(self.optimizer_spec, self.blocks.parameters())
         self.optimizer.load_state_dict(state["optimizer"])
-        if self.noise_rng is not None:
-            rng = state.get("noise_rng")
-            if not torch.is_tensor(rng) or rng.dtype != torch.uint8 or rng.shape != self.noise_rng.get_state().shape:
-                raise ValueError(f"device {self.index}'s head must hold its noise generator's state (noise_rng)")
-            self.noise_rng.set_state(rng)
+        load_noise_state(self.noise_rng, state, f"device {self.index}'s head")
         self.shared, self.pending, self.grads = set(), None, None
