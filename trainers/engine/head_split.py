@@ -17,6 +17,7 @@ from adaptplan.defence_cost import head_cuts
 from adaptplan.errors import InputError
 from trainers.algorithms import REGISTRY
 from trainers.engine.seams import EngineParts
+from trainers.roles.core import has_batch_coupling
 from trainers.roles.messages import Activation, HeadForward, HeadGradient, MessageMismatchError, check_finite
 from trainers.roles.passes import HeadLoss
 
@@ -60,7 +61,9 @@ def check_u_shaped(engine: EngineParts, cuts: Sequence[int]) -> None:
     registry's trait ``labels_on_device``: their server step is eqs. (3)–(5) on each device's mean cross-entropy
     (:class:`trainers.api.ParallelStep`), which the device can compute alone. The others' servers use the labels
     themselves (SCALA's and LLA-SFL's adjusted logits, GAS's and CycleSL's feature resampling, GAPSL's and SGLR's
-    gradient arithmetic over the devices, FedLC's calibration) or train no split (FedAvg...)."""
+    gradient arithmetic over the devices, FedLC's calibration) or train no split (FedAvg...). A clip on the head's
+    gradients (``head_clip``) needs a head without BatchNorm: each sample's row is its own gradient only where no
+    layer of the head mixes the samples of a batch."""
     head = engine.defence.head
     if not head:
         return
@@ -75,6 +78,10 @@ def check_u_shaped(engine: EngineParts, cuts: Sequence[int]) -> None:
     if max(cuts) > allowed[-1]:
         raise InputError(f"a head of {_blocks(head)} needs every cut in 1..{allowed[-1]} (the edge server holds a "
                          f"block before it), got {max(cuts)}", field="u_shaped")
+    if engine.defence.head_clip > 0 and has_batch_coupling(engine.template[head_start(engine):]):
+        raise InputError(f"the head (the model's last {_blocks(head)}) holds BatchNorm, which mixes a batch's samples: "
+                         "its gradient has no row per sample to clip (keep a head without it, or drop --head-clip)",
+                         field="head_clip")
 
 
 def _blocks(count: int) -> str:

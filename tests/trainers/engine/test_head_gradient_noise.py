@@ -183,3 +183,22 @@ def test_the_attackers_view_of_a_head_defence_is_its_release_from_the_attackers_
     expected = defence.released_gradient(rows, torch.Generator().manual_seed(5 ^ (2 ** 32 - 4)))
     assert torch.equal(view.gradient(rows), expected)
     assert ActivationDefence(head=1).attacker_view(torch.tensor([0]), 5, [5]).gradient is None
+
+
+def test_a_clip_on_a_head_that_mixes_a_batchs_samples_is_refused_naming_head_clip() -> None:
+    """BatchNorm in the head couples the rows of ∂F/∂h: no row is one sample's gradient, so no clip bounds a sample."""
+    from types import SimpleNamespace
+
+    from trainers.engine.head_split import check_u_shaped
+
+    def engine(head_block: torch.nn.Module, clip: float) -> SimpleNamespace:
+        template = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Linear(6, 6), head_block)
+        return SimpleNamespace(template=template, num_blocks=3, strategy=SimpleNamespace(labels_on_device=True),
+                               defence=ActivationDefence(head=1, head_clip=clip))
+
+    coupled = torch.nn.Sequential(torch.nn.BatchNorm1d(6), torch.nn.Linear(6, 2))
+    with pytest.raises(InputError) as caught:
+        check_u_shaped(engine(coupled, 0.5), [1])
+    assert caught.value.field == "head_clip" and "holds BatchNorm" in caught.value.message
+    check_u_shaped(engine(coupled, 0.0), [1])                                  # no clip: nothing per sample needed
+    check_u_shaped(engine(torch.nn.Sequential(torch.nn.LayerNorm(6), torch.nn.Linear(6, 2)), 0.5), [1])  # per sample
