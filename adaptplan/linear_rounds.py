@@ -41,7 +41,7 @@ Units: rounds, seconds (T_split, T_agg of §2.4), κ per round of interval (dime
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
 
@@ -92,9 +92,13 @@ class LinearRounds:
     def to_json(self) -> dict[str, Any]:
         return {"law": "linear", "target_accuracy": self.target_accuracy, "rounds_at_one": self.rounds_at_one,
                 "kappa": self.kappa, "message": self.message,
-                "pilots": [{"source": p.source, "interval": p.interval, "deepest_cut": p.deepest_cut,
-                            "measured_rounds": p.rounds, "fitted_rounds": self.rounds(p.interval)}
-                           for p in self.pilots]}
+                "pilots": pilots_json(self.pilots, lambda p: self.rounds(p.interval))}
+
+
+def pilots_json(pilots: Sequence[PilotRun], fitted: Callable[[PilotRun], float]) -> list[dict[str, Any]]:
+    """Each pilot as a law's JSON keeps it: its source, interval, deepest cut, measured and ``fitted`` rounds."""
+    return [{"source": p.source, "interval": p.interval, "deepest_cut": p.deepest_cut, "measured_rounds": p.rounds,
+             "fitted_rounds": fitted(p)} for p in pilots]
 
 
 def fit_linear_rounds(pilots: Sequence[PilotRun]) -> LinearRounds:
@@ -168,9 +172,7 @@ class PerCutRounds:
     def to_json(self) -> dict[str, Any]:
         return {"law": self.law, "target_accuracy": self.target_accuracy, "by_cut": self._by_cut(),
                 "message": self.message,
-                "pilots": [{"source": p.source, "interval": p.interval, "deepest_cut": p.deepest_cut,
-                            "measured_rounds": p.rounds,
-                            "fitted_rounds": self.laws[p.deepest_cut].rounds(p.interval)} for p in self.pilots]}
+                "pilots": pilots_json(self.pilots, lambda p: self.laws[p.deepest_cut].rounds(p.interval))}
 
 
 def fit_per_cut_rounds(pilots: Sequence[PilotRun]) -> PerCutRounds:
@@ -255,7 +257,7 @@ def plan_linear_rounds(law: LinearRounds, profile: ModelProfile, system: SystemS
     return LinearRoundsPlan(cuts, interval, law.rounds(interval), objective, tuple(tried))
 
 
-def _latency_best_by_interval(law: "LinearRounds | PerCutRounds", problem: PlanningProblem,
+def _latency_best_by_interval(law: RoundsLaw, problem: PlanningProblem,
                               intervals: Sequence[int]) -> list[tuple[int, float, tuple[int, ...]]]:
     """Per I of ``intervals``: (I, R(x, I)·(T_split + T_agg/I), x) with x the latency-best cuts of ``problem``."""
     method = choose_ms_method(problem)
@@ -314,7 +316,7 @@ def plan_per_cut_rounds(law: PerCutRounds, profile: ModelProfile, system: System
     return LinearRoundsPlan(cuts, interval, law.rounds_for(cuts, interval), objective, tuple(tried))
 
 
-def score(law: "LinearRounds | PerCutRounds", profile: ModelProfile, system: SystemSpec, cuts: Sequence[int],
+def score(law: RoundsLaw, profile: ModelProfile, system: SystemSpec, cuts: Sequence[int],
           interval: int, solver: dict[str, Any] | None = None) -> Plan:
     """The :class:`~adaptplan.plan.Plan` of (``cuts``, ``interval``) under ``law`` (docs/formats.md "Plan"): ⌈R(I)⌉
     rounds, ⌊rounds/I⌋ aggregations, eq. (26)'s seconds, Θ(I) = R(I)·(T_split + T_agg/I) as ``objective_s``, the stage
@@ -330,7 +332,7 @@ def score(law: "LinearRounds | PerCutRounds", profile: ModelProfile, system: Sys
                 solver=solver or {"method": "given", "rounds_law": law.law}, breakdown=breakdown.stages())
 
 
-def as_plan(chosen: LinearRoundsPlan, law: "LinearRounds | PerCutRounds", profile: ModelProfile,
+def as_plan(chosen: LinearRoundsPlan, law: RoundsLaw, profile: ModelProfile,
             system: SystemSpec) -> Plan:
     """``chosen`` scored by :func:`score`, with the law in ``solver`` (``method`` "linear-rounds" or
     "per-cut-rounds", R₁, κ, the longest interval tried)."""

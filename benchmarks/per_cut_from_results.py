@@ -56,19 +56,20 @@ def main(argv: list[str]) -> int:
     intervals = data["intervals"]
     fixed = [p for p in data["plans"] if p["kind"] in ("uniform", "latency-best") and p["mean_time_to_target_s"]]
     best = min(fixed, key=lambda p: p["mean_time_to_target_s"])
-    times = []
+    times: list[float | None] = []
     for seed in data["seeds"]:
         run = {label: next(r for r in p["runs"] if r["seed"] == seed) for label, p in plans.items()
                if p["kind"] in ("uniform", "latency-best")}
         probe = bench.probe(setup, seed, intervals)
         cuts = bench.grid_cuts(probe.profile.num_cuts, setup.head)
-        reached = {j: run[f"cut {j}, I=1"] for j in cuts if run[f"cut {j}, I=1"]["time_to_target_s"] is not None}
-        fastest = min(reached, key=lambda j: reached[j]["time_to_target_s"])
-        longer = [i for i in sorted(intervals, reverse=True) if i > 1
-                  and run[f"cut {fastest}, I={i}"]["time_to_target_s"] is not None][:1]
-        pilots = [PilotRun(f"cut {j}, I=1", 1, j, setup.target, r["rounds_to_target"]) for j, r in reached.items()]
-        pilots += [PilotRun(f"cut {fastest}, I={i}", i, fastest, setup.target,
-                            run[f"cut {fastest}, I={i}"]["rounds_to_target"]) for i in longer]
+        seconds = {label: r["time_to_target_s"] for label, r in run.items() if r["time_to_target_s"] is not None}
+        labels, why = bench.per_cut_pilot_labels(seconds, cuts, intervals, setup.target)
+        if why is not None:
+            print(f"seed {seed}: no plan: {why}")
+            times.append(None)
+            continue
+        pilots = [PilotRun(label, plans[label]["interval"], plans[label]["cuts_by_seed"][str(seed)][0], setup.target,
+                           run[label]["rounds_to_target"]) for label in labels]
         law = fit_per_cut_rounds(pilots) if ours.rule == "per-cut" else one_kappa_law(pilots)
         allowed = head_cuts(probe.profile.num_cuts, setup.head) if setup.head else None
         chosen = as_plan(law.plan(probe.profile, probe.system, candidates=allowed), law, probe.profile, probe.system)

@@ -45,7 +45,7 @@ from adaptplan.crossing import first_crossing
 from adaptplan.defence_cost import head_cuts
 from adaptplan.errors import InputError
 from adaptplan.latency import LatencyModel, total_latency
-from adaptplan.linear_rounds import RoundsLaw, as_plan, fit_linear_rounds, fit_per_cut_rounds, score
+from adaptplan.linear_rounds import RoundsLaw, as_plan, fit_rounds_law, score
 from adaptplan.model_profile import ModelProfile
 from adaptplan.report import Empty, format_table
 from adaptplan.system import SystemSpec
@@ -663,45 +663,49 @@ def calibrated_jobs(bench: BenchSetting, pairs: Mapping[int, tuple[str, str]],
             for seed, folders in pairs.items()]
 
 
+def per_cut_pilot_labels(seconds: Mapping[str, float], cuts: Sequence[int], intervals: Sequence[int],
+                         target: float) -> tuple[list[str], str | None]:
+    """(the labels of the planner per cut's pilots, None) or ([], why there are none), from one seed's runs that
+    reached ``target`` (label → simulated seconds to it): every device at each of ``cuts`` at I = 1, then the cut among
+    them that reached it soonest at the largest of ``intervals`` where it reached it too."""
+    at_one = {j: PlanSpec("uniform", 1, j).label for j in cuts}
+    reached = [j for j in cuts if at_one[j] in seconds]
+    if not reached:
+        return [], f"no cut reached {target:.0%} at I = 1"
+    fastest = min(reached, key=lambda j: seconds[at_one[j]])
+    longest = next((label for i in sorted(intervals, reverse=True) if i > 1
+                    for label in [PlanSpec("uniform", i, fastest).label] if label in seconds), None)
+    if longest is None:
+        return [], f"cut {fastest}, the fastest at I = 1, reached {target:.0%} at no longer interval"
+    return [at_one[j] for j in reached] + [longest], None
+
+
 def per_cut_pilots(bench: BenchSetting, seeds: Sequence[int], grid: Sequence[dict[str, Any]],
                    results: Sequence[RunResult], num_cuts: int,
                    intervals: Sequence[int]) -> tuple[dict[int, list[str]], list[str]]:
     """({seed: the folders of the planner per cut's pilots}, a line for each seed without): the grid's runs of the
-    seed with every device at each cut of :func:`grid_cuts` at I = 1 that reached the target, then the cut among them
-    that reached it soonest (simulated seconds) at the largest interval of the grid where it reached it too."""
+    seed chosen by :func:`per_cut_pilot_labels` among the cuts of :func:`grid_cuts`."""
     pilots, missing = {}, []
-    longer = sorted((i for i in intervals if i > 1), reverse=True)
     for seed in seeds:
-        runs = {job["label"]: (job["folder"], crossing) for job, result in zip(grid, results) if job["seed"] == seed
-                for crossing in [time_to_target(result.curve, bench.target)] if crossing is not None}
-        reached = {j: runs[label] for j in grid_cuts(num_cuts, bench.head)
-                   for label in [PlanSpec("uniform", 1, j).label] if label in runs}
-        fastest = min(reached, key=lambda j: reached[j][1].seconds, default=None)
-        found = [runs[label][0] for i in longer for label in [PlanSpec("uniform", i, fastest).label] if label in runs]
-        if not found:
-            why = (f"no cut reached {bench.target:.0%} at I = 1" if fastest is None else
-                   f"cut {fastest}, the fastest at I = 1, reached {bench.target:.0%} at no longer interval")
+        runs = {job["label"]: (job["folder"], crossing.seconds) for job, result in zip(grid, results)
+                if job["seed"] == seed for crossing in [time_to_target(result.curve, bench.target)]
+                if crossing is not None}
+        labels, why = per_cut_pilot_labels({label: s for label, (_, s) in runs.items()},
+                                           grid_cuts(num_cuts, bench.head), intervals, bench.target)
+        if why is not None:
             missing.append(f"calibrated planner per cut: no run in seed {seed}: {why}")
             continue
-        pilots[seed] = [folder for folder, _ in reached.values()] + found[:1]
+        pilots[seed] = [runs[label][0] for label in labels]
     return pilots, missing
 
 
-def per_cut_laws(bench: BenchSetting, pilots: Mapping[int, Sequence[str]]) -> dict[int, RoundsLaw]:
-    """Per seed of ``pilots``, the rounds law per cut fitted to them (read as ``train --pilots`` reads them)."""
+def pilot_laws(bench: BenchSetting, pilots: Mapping[int, Sequence[str]], law: str) -> dict[int, RoundsLaw]:
+    """Per seed of ``pilots`` (run folders), the rounds law ``law`` (``linear`` or ``per-cut``) fitted to them, read
+    as ``train --pilots`` reads them (rounds to the target interpolated between evaluations)."""
     from trainers.run.pilots import read_pilot
 
-    return {seed: fit_per_cut_rounds([read_pilot(folder, bench.target) for folder in folders])
+    return {seed: fit_rounds_law([read_pilot(folder, bench.target) for folder in folders], law)
             for seed, folders in pilots.items()}
-
-
-def linear_laws(bench: BenchSetting, pairs: Mapping[int, tuple[str, str]]) -> dict[int, RoundsLaw]:
-    """Per seed of ``pairs``, the rounds law linear in I fitted to its two pilots (read as ``train --pilots`` reads
-    them: rounds to the target interpolated between evaluations)."""
-    from trainers.run.pilots import read_pilot
-
-    return {seed: fit_linear_rounds([read_pilot(folder, bench.target) for folder in folders])
-            for seed, folders in pairs.items()}
 
 
 def linear_jobs(bench: BenchSetting, laws: Mapping[int, RoundsLaw], probes: Mapping[int, Probe],
@@ -768,9 +772,9 @@ def run_plans_bench(bench: BenchSetting, seeds: Sequence[int] = DEFAULT_SEEDS,
     jobs = grid_jobs(bench, seeds, num_cuts, {seed: p.latency_best for seed, p in probes.items()}, intervals, runs_dir)
     results = run_grid(jobs, workers, progress)
     pairs, missing = pilot_pairs(bench, seeds, jobs, results, num_cuts, intervals)
-    laws = linear_laws(bench, pairs)
+    laws = pilot_laws(bench, pairs, "linear")
     per_cut, missing_per_cut = per_cut_pilots(bench, seeds, jobs, results, num_cuts, intervals)
-    cut_laws = per_cut_laws(bench, per_cut)
+    cut_laws = pilot_laws(bench, per_cut, "per-cut")
     more = calibrated_jobs(bench, pairs, runs_dir) + linear_jobs(bench, laws, probes, runs_dir) \
         + linear_jobs(bench, cut_laws, probes, runs_dir, "per_cut")
     if more:

@@ -172,7 +172,8 @@ def _extends(folder: Path, job: dict[str, Any]) -> bool:
         stored = load_mapping(folder / RESULT_FILE, "bench result")
     except InputError:
         return False                              # _ended_run says what is wrong with it
-    saved, now = _as_saved_now(stored.get("config"), _plain(job["config"])), _plain(job["config"])
+    now = _plain(job["config"])
+    saved = _as_saved_now(stored.get("config"), now)
     if not isinstance(saved, dict) or not (folder / CHECKPOINT_NAME).exists():
         return False
     strategy = STRATEGIES.get(str(now.get("algorithm")))

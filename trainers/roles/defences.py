@@ -162,8 +162,7 @@ class ActivationDefence:
         clipped = _clipped(rows, self.head_clip)
         if generator is None or not self.head_noisy:
             return clipped
-        z = torch.randn(rows.shape, generator=generator, device=rows.device, dtype=rows.dtype)
-        return clipped + (self.head_noise * self.head_clip) * z
+        return clipped + _gaussian(rows, self.head_noise * self.head_clip, generator)
 
     def bound(self, h: torch.Tensor) -> float:
         """C, the L2 bound of each sample of ``h`` (a batch): ``clip``, or c·√d per value (d = values per sample)."""
@@ -175,8 +174,7 @@ class ActivationDefence:
 
     def noise(self, h: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """σ·C·z, z ~ N(0, I) of ``h``'s shape, drawn from ``generator``."""
-        z = torch.randn(h.shape, generator=generator, device=h.device, dtype=h.dtype)
-        return (self.noise_multiplier * self.bound(h)) * z
+        return _gaussian(h, self.noise_multiplier * self.bound(h), generator)
 
     def released(self, h: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         """What leaves the device of activations ``h``: clipped, and noised from ``generator`` (none: not noised)."""
@@ -218,6 +216,11 @@ class AttackerView:
     release: Callable[[torch.Tensor], torch.Tensor] | None
     labels: torch.Tensor | None
     gradient: Callable[[torch.Tensor], torch.Tensor] | None
+
+
+def _gaussian(like: torch.Tensor, std: float, generator: torch.Generator) -> torch.Tensor:
+    """std·z, z ~ N(0, I) of ``like``'s shape, device and dtype, drawn from ``generator``."""
+    return std * torch.randn(like.shape, generator=generator, device=like.device, dtype=like.dtype)
 
 
 def _clipped(h: torch.Tensor, bound: float) -> torch.Tensor:
