@@ -198,14 +198,15 @@ def run_paper_bench(book: Mapping[str, Recipe], seeds: Sequence[int] = range(DEF
                     target: float | None = None,
                     runs_dir: Path | None = None) -> tuple[list[dict[str, Any]], list[RunResult]]:
     """Run every job and return the jobs with their results, in the jobs' order. A configuration two
-    comparisons share is trained once; the slowest runs start first. With ``runs_dir`` each run trains in its
+    comparisons share is trained once; every seed's runs train before the next seed's (so that a full tier stopped
+    after a sitting has whole tables for its first seeds), the slowest of a seed's runs first. With ``runs_dir`` each run trains in its
     folder there (:func:`run_folder`), so that the same bench run again loses nothing: runs that ended are read
     back, stopped ones continue from their checkpoints (:func:`adaptplan.benches.runs.run_one`)."""
     todo = jobs(book, list(seeds), device, client_batching, target)
     keys = [json.dumps(j["config"], sort_keys=True, default=list) for j in todo]
     unique = list(dict.fromkeys(keys))
     first = {k: todo[keys.index(k)] for k in unique}
-    unique.sort(key=lambda k: -cost(first[k]["config"]))
+    unique.sort(key=lambda k: (first[k]["seed"], -cost(first[k]["config"])))
     work = [{**{f: first[k][f] for f in ("group", "label", "target", "config")},
              **({"folder": str(run_folder(runs_dir, first[k]))} if runs_dir is not None else {})} for k in unique]
     if runs_dir is not None and progress:

@@ -778,3 +778,20 @@ def test_a_claims_margin_outside_its_units_range_is_refused_naming_it(metric, ma
     assert "gas.toml: claim[0].margin: " in err.value.message and message in err.value.message
     recipes.parse(head + claim.replace(f"margin = {value}", "margin = 100" if metric == "accuracy" else "margin = 1e6"),
                   "gas.toml")                                                             # the top end, inside
+
+
+def test_every_seeds_runs_train_before_the_next_seeds_the_slowest_of_a_seed_first(monkeypatch) -> None:
+    """A full tier over several sittings: a stopped bench has every method of its first seeds, so the training order
+    is by seed, then by falling cost (bp.cost) within a seed."""
+    book = bp.catalogue(["gas"], tier="test")
+    seen = []
+
+    def no_training(work, *args):
+        seen.extend(work)
+        return [run(0.5)] * len(work)
+
+    monkeypatch.setattr(bp, "run_jobs", no_training)
+    todo, _ = bp.run_paper_bench(book, [0, 1], workers=1, progress=False)
+    order = [(w["config"]["seed"], -bp.cost(w["config"])) for w in seen]
+    assert [s for s, _ in order] == [0] * (len(seen) // 2) + [1] * (len(seen) // 2)
+    assert order == sorted(order) and len({c for _, c in order}) > 1
