@@ -113,3 +113,4 @@ def parse_budget(text: str, num_devices: int | None = None) -> tuple[str, tuple[
         raise InputError(f"{len(limits)} limits for {num_devices} devices: give one limit for every device or one per "
                          f"device", field="--max-leakage")
     return name.strip(), limits
+

@@ -13,13 +13,15 @@ and the certificate are those of the restricted problem.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
 from adaptplan.errors import InputError
-from adaptplan.leakage_table import AT_LEAST, METRICS
+from adaptplan.leakage_table import AT_LEAST, METRICS, LeakageTable, parse_budget
+from adaptplan.model_profile import ModelProfile
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,22 @@ class LeakageBudget:
             raise InputError("must be one finite limit per device", field="max_leakage")
         object.__setattr__(self, "values", values)
         object.__setattr__(self, "limits", limits)
+
+    @classmethod
+    def from_table(cls, path: str | os.PathLike, text: str, profile: ModelProfile, num_devices: int, defence: str,
+                   defence_field: str) -> tuple["LeakageBudget", LeakageTable]:
+        """The budget ``text`` (METRIC=LIMIT or one limit per device, :func:`adaptplan.leakage_table.parse_budget`)
+        over the table at ``path``, which must be of the profile's model and measured under the ``defence`` setting the
+        plan is for (its name, :attr:`adaptplan.defence_cost.DefenceSetting.name`; InputError naming ``defence_field``
+        otherwise); with the table."""
+        metric, limits = parse_budget(text, num_devices)
+        table = LeakageTable.load(path)
+        if table.defence != defence:
+            raise InputError(f"{path} was measured under defence {table.defence!r}, the plan is for {defence!r}: "
+                             f"measure it under the same setting (profile --leakage --leakage-defence {defence})",
+                             field=defence_field)
+        per_device = np.broadcast_to(np.asarray(limits, dtype=float), (num_devices,)).copy()  # one limit: every device's
+        return cls(metric, np.asarray(table.figure(profile, metric), dtype=float), per_device), table
 
     @classmethod
     def uniform(cls, metric: str, values: Sequence[float], limit: float, num_devices: int) -> "LeakageBudget":

@@ -113,9 +113,10 @@ MAX_LOCAL_TEST_FRACTION = 0.5
 SAVED_BEFORE = {"local_test_fraction": 0.0, "pilots": None, "aggregation": "mean", "trim": 0.1, "rounds_law": "eq15",
                 "client_state": "algorithm", "labels_per_device": 2, "size_exponent": 1.0, "activation_clip": 0.0,
                 "activation_noise": 0.0, "nopeek": 0.0, "privacy_delta": 1e-5, "label_epsilon": None,
-                "clip_per_value": False, "u_shaped": 0, "head_clip": 0.0, "head_noise": 0.0}
+                "clip_per_value": False, "u_shaped": 0, "head_clip": 0.0, "head_noise": 0.0, "leakage_table": None,
+                "max_leakage": None}
 """Options a configuration saved before they existed ran with: no local test split, no pilots; the partition
-options of issue 70 at their defaults (no partition of before read them); no defence of the activations (issue 71)."""
+options of issue 70 at their defaults (no partition of before read them); no defence of the activations and no leakage budget (issue 71)."""
 
 CLIENT_STATES = ("algorithm", "keep", "restart")
 """``--client-state``: a device's optimizer state when it loads the global client model."""
@@ -284,11 +285,18 @@ class PlanConfig:
     rounds_law: str = option("eq15", "with --pilots, the rounds to the target they are fitted to: eq15 (eq. 15's "
                              "constants, docs/model.md §10) or linear (R(I) = R1 (1 + kappa (I - 1)) at every cut, the "
                              "latency-best cuts at each I up to the pilots' longest; §12; needs pilots at two intervals) "
-                             "or per-cut (R1 measured at each cut by a pilot at I = 1, R = max_i R1(cut_i) (1 + kappa "
-                             "(I - 1)), kappa from a pilot at a longer interval: for a defence whose cost differs by cut)",
+                             "or per-cut (each cut its own line R_j(I) through its pilots' intervals, R = max_i "
+                             "R_{cut_i}(I), §12 \"Per cut\": for a defence whose cost differs by cut)",
                              choices=ROUNDS_LAWS)
     allow_fallback: bool = option(False, "when the planner finds no feasible plan, train every device at cut "
                                   "ceil(L/2) with I = 1 (printed) instead of stopping with the reason")
+    leakage_table: str | None = option(None, "leakage table of the model (`adaptplan profile MODEL --leakage "
+                                       "--leakage-out FILE` under this run's defence setting, or `train --leakage-out`) "
+                                       "that --max-leakage reads", metavar="FILE")
+    max_leakage: str | None = option(None, "keep every plan of the run (the first and every re-plan; --cuts and --plan "
+                                     "are checked) within this leakage budget over --leakage-table: METRIC=LIMIT for "
+                                     "every device or METRIC=L0,L1,... one per device (docs/privacy.md)",
+                                     metavar="METRIC=LIMIT")
 
     def check(self, devices: int) -> None:
         """The fields' own checks, then cuts (one per device, or one for all), plan file, policy, interval and
@@ -309,6 +317,7 @@ class PlanConfig:
             self._check_pilots()
         elif self.rounds_law != "eq15":
             raise InputError("a rounds law is fitted to pilot runs: add --pilots RUN,RUN", field="rounds_law")
+        self._check_budget(devices)
         if self.reestimate and self.replan_every is None and self.policy not in REDRAWING_POLICIES:
             raise InputError("re-estimation happens at re-planning points: add --replan-every Q (or a random --policy)",
                              field="reestimate")
@@ -326,6 +335,22 @@ class PlanConfig:
         if self.policy != "adaptsfl" and self.replan_every is not None:
             raise InputError(f"--policy {self.policy} re-decides at every aggregation (random draws) or never; "
                              "--replan-every goes with --policy adaptsfl", field="replan_every")
+
+    def _check_budget(self, devices: int) -> None:
+        """A leakage budget names its table and a figure (:func:`adaptplan.leakage_table.parse_budget`), and plans
+        with the planner or checks the cuts given: a policy that draws cuts over the whole model is refused."""
+        if (self.leakage_table is None) != (self.max_leakage is None):
+            given, missing = (("leakage_table", "--max-leakage METRIC=LIMIT") if self.max_leakage is None
+                              else ("max_leakage", "--leakage-table FILE"))
+            raise InputError(f"a leakage budget needs both options: add {missing}", field=given)
+        if self.max_leakage is None:
+            return
+        from adaptplan.leakage_table import parse_budget
+
+        parse_budget(self.max_leakage, devices)
+        if self.policy not in (None, "adaptsfl", "fixed-cut"):
+            raise InputError(f"the {self.policy} policy chooses cuts without the leakage budget; plan within it with "
+                             "the AdaptSFL planner (leave --policy out) or give --cuts", field="policy")
 
     @property
     def pilot_folders(self) -> list[str]:

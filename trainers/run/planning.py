@@ -13,6 +13,7 @@ from adaptplan.linear_rounds import RoundsLaw, as_plan
 from adaptplan.model_profile import ModelProfile
 from adaptplan.plan import Plan
 from adaptplan.system import SystemSpec
+from solvers.leakage_budget import LeakageBudget
 
 
 @dataclass
@@ -20,7 +21,8 @@ class ReplanRequest:
     """What a planner sees at a planning point (Algorithm 1): the round just finished (0 = before
     training), the system for the next round, the profile, and the plan in force (``cuts`` empty
     before training); ``candidates`` the cuts a plan may use (None: 1..L−1; a U-shaped split's,
-    :func:`adaptplan.defence_cost.head_cuts`)."""
+    :func:`adaptplan.defence_cost.head_cuts`); ``leakage`` each device's leakage budget (``--max-leakage``; None:
+    none), which a plan keeps."""
 
     round: int
     system: SystemSpec
@@ -29,6 +31,7 @@ class ReplanRequest:
     interval: int
     constants: ConvergenceConstants | None = None     # re-estimated from the run (--reestimate), else None
     candidates: list[int] | None = None
+    leakage: LeakageBudget | None = None
 
 
 Planner = Callable[[ReplanRequest], "tuple[list[int], int] | Plan"]
@@ -51,7 +54,8 @@ def default_planner(constants: ConvergenceConstants | None = None, gamma: float 
 
         consts = request.constants or constants or \
             ConvergenceConstants.training_placeholder(request.profile.num_cuts, gamma, request.system.num_devices)
-        return _Planner(request.profile, request.system, consts, candidates=request.candidates).plan(
+        return _Planner(request.profile, request.system, consts, candidates=request.candidates,
+                        leakage=request.leakage).plan(
             initial_cuts=request.cuts or None)
 
     return plan
@@ -63,7 +67,7 @@ def linear_planner(law: RoundsLaw) -> Planner:
     pilots' and stays (``request.constants`` are never set with it: TrainConfig refuses --reestimate)."""
 
     def plan(request: ReplanRequest) -> Plan:
-        chosen = law.plan(request.profile, request.system, candidates=request.candidates)
+        chosen = law.plan(request.profile, request.system, candidates=request.candidates, leakage=request.leakage)
         return as_plan(chosen, law, request.profile, request.system)
 
     return plan

@@ -16,12 +16,14 @@ import torch
 from adaptplan.calibration import Calibration
 from adaptplan.constants import ConvergenceConstants
 from adaptplan.convergence import step_note
-from adaptplan.defence_cost import head_cuts
+from adaptplan.defence_cost import DefenceSetting, head_cuts
 from adaptplan.errors import InfeasibleError, InputError
+from adaptplan.leakage_table import AT_LEAST
 from adaptplan.linear_rounds import ROUNDS_LAW_TYPES
 from adaptplan.measured_system import MeasuredRates
 from adaptplan.model_profile import ModelProfile
 from adaptplan.plan import Plan
+from solvers.leakage_budget import LeakageBudget
 from trainers.config.train_config import TrainConfig
 from trainers.run.estimation import RunData, pilot_calibration, run_constants
 from trainers.run.planning import Planner, ReplanRequest, default_planner, linear_planner
@@ -80,6 +82,8 @@ class RunPlanning:
         head = config.privacy.u_shaped
         self.candidates = head_cuts(len(blocks), head) if head else None
         """The cuts a plan may use: a U-shaped split's (the edge server keeps a block before the head), else all."""
+        self.leakage = self._leakage_budget()
+        """Each device's leakage budget (``--max-leakage`` over ``--leakage-table``; None: none): every plan keeps it."""
         if head and config.plan.policy not in (None, "adaptsfl"):
             raise InputError(f"the {config.plan.policy} policy draws cuts over the whole model; a U-shaped split plans "
                              "with the AdaptSFL planner (leave --policy out) or takes --cuts", field="--policy")
@@ -89,7 +93,8 @@ class RunPlanning:
         device; a planning option is refused, naming it."""
         c, L = self.config, len(self.blocks)
         given = [(flag, value) for flag, value in (("--plan", c.plan.path), ("--policy", c.plan.policy),
-                                                   ("--pilots", c.plan.pilots), ("--replan-every", c.plan.replan_every))
+                                                   ("--pilots", c.plan.pilots), ("--replan-every", c.plan.replan_every),
+                                                   ("--max-leakage", c.plan.max_leakage))
                  if value is not None] + ([("--reestimate", True)] if c.plan.reestimate else [])
         if given:
             raise InputError(f"{c.algorithm} trains the whole model on every device (no split): there is no cut to "
@@ -115,8 +120,44 @@ class RunPlanning:
         chosen = planner or policy_planner(c.plan.policy, self.constants, self.lr, c.run.seed, fixed)
         return chosen, 1 if c.plan.policy in REDRAWING else (c.plan.replan_every if c.plan.policy == "adaptsfl" else None)
 
+    def _leakage_budget(self) -> LeakageBudget | None:
+        """``--max-leakage`` over ``--leakage-table``, which must be of this model and measured under this run's
+        defence setting (None without)."""
+        c = self.config
+        if c.plan.max_leakage is None or c.plan.leakage_table is None:
+            return None
+        return LeakageBudget.from_table(c.plan.leakage_table, c.plan.max_leakage, self.profile, c.data.devices,
+                                        DefenceSetting.of_run(c.privacy).name, "leakage_table")[0]
+
+    def over_budget(self, cuts: list[int]) -> str | None:
+        """One line naming the first device whose cut its leakage budget does not admit (None: every device within,
+        or no budget); cut L has no figure and is never admitted (:class:`solvers.leakage_budget.LeakageBudget`)."""
+        budget, L = self.leakage, len(self.blocks)
+        if budget is None:
+            return None
+        admissible = budget.admissible(len(cuts), L)
+        outside = [i for i, cut in enumerate(cuts) if not admissible[i, cut - 1]]
+        if not outside:
+            return None
+        i = outside[0]
+        figure = f"{budget.metric} {budget.values[cuts[i] - 1]:g}" if cuts[i] < L else "the whole model, no figure"
+        bound = "at least" if budget.metric in AT_LEAST else "at most"
+        return (f"device {i} at cut {cuts[i]} ({figure}) is outside its leakage budget ({budget.metric} {bound} "
+                f"{budget.limits[i]:g})")
+
     def initial_plan(self, clock: SimClock) -> tuple[list[int], int, dict[str, Any]]:
-        """(cuts, interval, event fields) of the plan in force from round 1 (module docstring)."""
+        """(cuts, interval, event fields) of the plan in force from round 1 (module docstring), within the leakage
+        budget: a plan given (``--cuts``, ``--plan``) or the fallback outside it is refused, naming its option."""
+        cuts, interval, event = self._first_plan(clock)
+        outside = self.over_budget(cuts)
+        if outside is not None:
+            given = "cuts" if self.config.plan.policy == "fixed-cut" else "max_leakage"
+            field = {"cuts": "cuts", "plan": "plan_path", "default": "allow_fallback"}.get(event["source"], given)
+            raise InputError(f"{outside}: give cuts within it, or leave the cuts to the planner", field=field)
+        return cuts, interval, event
+
+    def _first_plan(self, clock: SimClock) -> tuple[list[int], int, dict[str, Any]]:
+        """The plan in force from round 1, before the leakage budget's check."""
         c, L = self.config, len(self.blocks)
         if self.algorithm.whole_model:
             self._check_no_split()
@@ -135,7 +176,7 @@ class RunPlanning:
         estimated = self.planning_constants(0, self.blocks) if c.plan.reestimate else None
         try:
             cuts, interval, details = decision(self.planner(ReplanRequest(0, clock.system(1), self.profile, [], 1,
-                                                                           estimated, self.candidates)))
+                                                                           estimated, self.candidates, self.leakage)))
         except InfeasibleError as exc:
             if not c.plan.allow_fallback:
                 raise InfeasibleError(f"the planner found no plan: {exc.message}. Give the plan yourself (--cuts, --plan), "
@@ -199,7 +240,9 @@ class RunPlanning:
             extra = (f"; predicted {event['plan']['rounds']} rounds, {event['plan']['total_latency_s']:.4g} s (eq. 26, "
                      f"to an ε-stationary point of {self._constants_origin(event)}; --pilots and --target-accuracy predict "
                      "to an accuracy)")
-        return f"plan from {source}: {spread} of {len(self.blocks)} cut points, {self._describe_interval(event)}{extra}"
+        budget = f", every device within the leakage budget {self.config.plan.max_leakage}" if self.leakage else ""
+        return (f"plan from {source}: {spread} of {len(self.blocks)} cut points{budget}, "
+                f"{self._describe_interval(event)}{extra}")
 
     def _constants_origin(self, event: dict[str, Any]) -> str:
         """Where the constants of an uncalibrated plan come from, said in the plan's line (issue 66 item 2: never
@@ -252,12 +295,16 @@ class RunPlanning:
         estimated = self.planning_constants(t, engine.global_model()) if self.config.plan.reestimate else None
         try:
             cuts, interval, details = decision(self.planner(ReplanRequest(t, system, self.profile, *old, estimated,
-                                                                          self.candidates)))
+                                                                          self.candidates, self.leakage)))
+            cuts = self._one_client_model(cuts)
+            outside = self.over_budget(cuts)
+            if outside is not None:
+                raise InfeasibleError(outside)
         except InfeasibleError as exc:             # keep the plan in force, say why
             events.append({"round": t, "event": "replan-infeasible", "reason": str(exc),
                                         "cuts": old[0], "interval": old[1]})
             return False
-        cuts, interval = self._one_client_model(cuts), self.config.plan.interval or self._planned_interval(interval)
+        interval = self.config.plan.interval or self._planned_interval(interval)
         engine.set_cuts(cuts, t)
         engine.interval = interval
         if estimated is not None:

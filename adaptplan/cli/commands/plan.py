@@ -281,15 +281,8 @@ def leakage_budget(args: argparse.Namespace, profile: Any, num_devices: int, def
         missing = "--leakage-table FILE" if args.leakage_table is None else "--max-leakage METRIC=LIMIT"
         given = "--max-leakage" if args.leakage_table is None else "--leakage-table"
         raise InputError(f"{given} needs {missing}", field=given)
-    import numpy as np
-
-    from adaptplan.leakage_table import LeakageTable, parse_budget
     from solvers.leakage_budget import LeakageBudget
 
-    metric, limits = parse_budget(args.max_leakage, num_devices)
-    table = LeakageTable.load(args.leakage_table)
-    if table.defence != defence:
-        raise InputError(f"{args.leakage_table} was measured under defence {table.defence!r}, the plan is for "
-                         f"{defence!r}: measure it under the same setting (profile --leakage-defence)", field="--defence")
-    per_device = np.broadcast_to(np.asarray(limits, dtype=float), (num_devices,)).copy()   # one limit: every device's
-    return LeakageBudget(metric, np.asarray(table.figure(profile, metric), dtype=float), per_device), table.weights
+    budget, table = LeakageBudget.from_table(args.leakage_table, args.max_leakage, profile, num_devices, defence,
+                                             "--defence")
+    return budget, table.weights

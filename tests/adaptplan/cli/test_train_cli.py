@@ -413,7 +413,7 @@ def test_every_train_flag_reaches_its_config_field(tmp_path) -> None:
             "--aggregation", "trimmed-mean", "--trim", "0.2", "--rounds-law", "linear", "--client-state", "restart",
             "--labels-per-device", "3", "--size-exponent", "0.5", "--activation-clip", "2.5", "--activation-noise", "0.75",
             "--nopeek", "0.125", "--privacy-delta", "1e-6", "--label-epsilon", "2", "--clip-per-value", "--u-shaped", "2",
-            "--head-clip", "0.5", "--head-noise", "1.5"]
+            "--head-clip", "0.5", "--head-noise", "1.5", "--leakage-table", "leak.json", "--max-leakage", "dcor=0.9"]
     args = build_parser().parse_args(argv)
     assert fields_from_args(args) == dict(
         algorithm="gapsl", dataset="synthetic", model="mlp", devices=6, partition="dirichlet", dirichlet_alpha=0.3,
@@ -430,7 +430,7 @@ def test_every_train_flag_reaches_its_config_field(tmp_path) -> None:
         pilots="p1,p2", aggregation="trimmed-mean", trim=0.2, rounds_law="linear", client_state="restart",
             labels_per_device=3, size_exponent=0.5, activation_clip=2.5, activation_noise=0.75, nopeek=0.125,
         privacy_delta=1e-6, label_epsilon=2.0, clip_per_value=True, u_shaped=2, head_clip=0.5,
-        head_noise=1.5)
+        head_noise=1.5, leakage_table="leak.json", max_leakage="dcor=0.9")
     mqtt = fields_from_args(build_parser().parse_args(["train", "--runtime", "mqtt"]))
     assert (mqtt["distributed"], mqtt["transport"]) == (True, "mqtt")
     torch_runtime = fields_from_args(build_parser().parse_args(["train", "--runtime", "torch"]))

@@ -32,7 +32,7 @@ ADDED_SINCE = {"mlflow"}
 """Run options added after the parts (train --mlflow, issue 37)."""
 TRAINED_WITHOUT = {"pilots", "aggregation", "trim", "rounds_law", "client_state", "labels_per_device", "size_exponent",
                    "activation_clip", "activation_noise", "nopeek", "privacy_delta", "label_epsilon",
-                   "clip_per_value", "u_shaped", "head_clip", "head_noise"}
+                   "clip_per_value", "u_shaped", "head_clip", "head_noise", "leakage_table", "max_leakage"}
 """Options added after the parts (train --pilots and --rounds-law, issue 66; --aggregation and --trim, issue 67;
 --client-state, issue 69; --labels-per-device and --size-exponent, issue 70; the defences of issue 71): a folder of before trained without them (SAVED_BEFORE: no pilots, eq. 15's law, FedAvg's
 mean, each algorithm's own optimizer state), and a resumed run may not change them."""
