@@ -27,7 +27,7 @@ from adaptplan.benches.training import ADAPTSFL_SETTING
 from adaptplan.calibration import PilotRun
 from adaptplan.cli import build_parser
 from adaptplan.cli.commands.bench import setting_from, workload_from
-from adaptplan.defence_cost import DefenceSetting, head_cuts
+from adaptplan.defence_cost import DefenceSetting
 from adaptplan.linear_rounds import LinearRounds, as_plan, fit_per_cut_rounds
 
 
@@ -61,7 +61,7 @@ def main(argv: list[str]) -> int:
         run = {label: next(r for r in p["runs"] if r["seed"] == seed) for label, p in plans.items()
                if p["kind"] in ("uniform", "latency-best")}
         probe = bench.probe(setup, seed, intervals)
-        cuts = bench.grid_cuts(probe.profile.num_cuts, setup.head)
+        cuts = probe.cuts
         seconds = {label: r["time_to_target_s"] for label, r in run.items() if r["time_to_target_s"] is not None}
         labels, why = bench.per_cut_pilot_labels(seconds, cuts, intervals, setup.target)
         if why is not None:
@@ -71,8 +71,8 @@ def main(argv: list[str]) -> int:
         pilots = [PilotRun(label, plans[label]["interval"], plans[label]["cuts_by_seed"][str(seed)][0], setup.target,
                            run[label]["rounds_to_target"]) for label in labels]
         law = fit_per_cut_rounds(pilots) if ours.rule == "per-cut" else one_kappa_law(pilots)
-        allowed = head_cuts(probe.profile.num_cuts, setup.head) if setup.head else None
-        chosen = as_plan(law.plan(probe.profile, probe.system, candidates=allowed), law, probe.profile, probe.system)
+        chosen = as_plan(law.plan(probe.profile, probe.system, candidates=bench.law_candidates(setup, probe)), law,
+                         probe.profile, probe.system)
         key = (list(chosen.cuts), chosen.interval)
         grid = next((label for label, p in plans.items() if p["kind"] in ("uniform", "latency-best")
                      and (p["cuts_by_seed"][str(seed)], p["interval"]) == key), None)

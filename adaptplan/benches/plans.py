@@ -22,6 +22,10 @@ trains with AdaptSFL's algorithm
 * a grid of fixed plans: every device at cut j, for each cut point j of the model, × each interval I of the grid;
   and each device at its own latency-best cut for that I (:func:`latency_best_cuts`) × each I;
 
+under a leakage budget (``--leakage-table``, ``--max-leakage``: one limit for every device) the grid, the pilots and
+the latency-best cuts keep to the cuts within it (:meth:`BenchSetting.allowed_cuts`) and every planner plans within
+it, so the planners are measured against the plans a user could pick under the same budget;
+
 through the benchmarks' job runner (:func:`adaptplan.benches.runs.run_jobs`), and ranks them by the simulated
 seconds to a target test accuracy, interpolated between evaluations (:func:`time_to_target`). Times are simulated
 seconds (the latency model's clock), accuracies fractions.
@@ -119,24 +123,23 @@ def grid_cuts(num_cuts: int, head: int = 0) -> list[int]:
     return head_cuts(num_cuts, head) if head else list(range(1, num_cuts + 1))
 
 
-def plan_grid(num_cuts: int, intervals: Sequence[int], latency_best: Mapping[int, Sequence[int]],
-              head: int = 0) -> list[PlanSpec]:
-    """The bench's plans: the planner's, then every device at cut j for each j of :func:`grid_cuts` × each I of
-    ``intervals``, then each I with ``latency_best[I]`` (one cut per device, :func:`latency_best_cuts`)."""
+def plan_grid(cuts: Sequence[int], intervals: Sequence[int], latency_best: Mapping[int, Sequence[int]]) -> list[PlanSpec]:
+    """The bench's plans: the planner's, then every device at cut j for each j of ``cuts`` (the bench's
+    :meth:`BenchSetting.allowed_cuts`) × each I of ``intervals``, then each I with ``latency_best[I]`` (one cut per
+    device, :func:`latency_best_cuts`)."""
     devices = len(latency_best[intervals[0]])
     plans = [PlanSpec("planner")]
-    plans += [PlanSpec("uniform", interval, cut, (cut,) * devices)
-              for cut in grid_cuts(num_cuts, head) for interval in intervals]
+    plans += [PlanSpec("uniform", interval, cut, (cut,) * devices) for cut in cuts for interval in intervals]
     plans += [PlanSpec("latency-best", interval, None, tuple(int(c) for c in latency_best[interval]))
               for interval in intervals]
     return plans
 
 
-def pilot_plans(num_cuts: int, intervals: Sequence[int], devices: int, head: int = 0) -> list[PlanSpec]:
-    """The calibrated planner's candidate pilots (module docstring): every device at cut max(L − 1, 1) (under a
-    U-shaped split of K blocks L − K − 1, the deepest it allows), at each interval of ``intervals`` from the smallest
-    up."""
-    cut = num_cuts - head - 1 if head else max(num_cuts - 1, 1)
+def pilot_plans(cuts: Sequence[int], num_cuts: int, intervals: Sequence[int], devices: int) -> list[PlanSpec]:
+    """The calibrated planner's candidate pilots (module docstring): every device at the deepest of ``cuts`` (the
+    bench's allowed cuts) below L (L − 1 of every cut; under a U-shaped split of K blocks L − K − 1; under a budget the
+    deepest within it; cut L where it is the only one), at each interval of ``intervals`` from the smallest up."""
+    cut = max([c for c in cuts if c < num_cuts] or cuts)
     return [PlanSpec("uniform", interval, cut, (cut,) * devices) for interval in sorted(intervals)]
 
 
@@ -146,13 +149,39 @@ class BenchSetting(Workload):
     evaluated every 5 rounds by default (the time to target is interpolated between evaluations)."""
 
     eval_every: int = 5
+    leakage_table: str | None = None
+    max_leakage: str | None = None
+    """A leakage budget over ``leakage_table`` (``METRIC=LIMIT``, one limit for every device; None: none)."""
 
     def run_config(self, seed: int, plan: PlanSpec | None = None) -> dict[str, Any]:
-        """TrainConfig flat keys of ``plan``'s run with ``seed`` (the planner's without ``plan`` or for it)."""
+        """TrainConfig flat keys of ``plan``'s run with ``seed`` (the planner's without ``plan``; a planner's run
+        plans within the leakage budget)."""
         config = self.config(ALGORITHM, seed, planned=True)
         if plan is not None and plan.kind not in PLANNERS:
             config.update(cuts=list(plan.cuts or ()), interval=plan.interval)
+        elif plan is not None and self.max_leakage is not None:
+            config.update(leakage_table=self.leakage_table, max_leakage=self.max_leakage)
         return config
+
+    def allowed_cuts(self, profile: ModelProfile) -> list[int]:
+        """The cuts the bench's plans may use: :func:`grid_cuts`, and of them those within the leakage budget where
+        there is one (InputError naming --max-leakage when it gives devices different limits or admits none)."""
+        cuts = grid_cuts(profile.num_cuts, self.head)
+        if self.max_leakage is None or self.leakage_table is None:
+            return cuts
+        from solvers.leakage_budget import LeakageBudget
+
+        budget, _ = LeakageBudget.from_table(self.leakage_table, self.max_leakage, profile, self.devices,
+                                             self.defence, "--leakage-table")
+        if len(set(budget.limits.tolist())) > 1:
+            raise InputError("the grid puts every device at one cut: give one limit for every device", field="--max-leakage")
+        admitted = budget.admissible(self.devices, profile.num_cuts)[0]
+        kept = [c for c in cuts if admitted[c - 1]]
+        if not kept:
+            figure, cut = budget.least(np.asarray([c for c in cuts if c < profile.num_cuts] or [1]))
+            raise InputError(f"no cut the bench may use is within {self.max_leakage}: the least-leaking is cut {cut} "
+                             f"with {budget.metric} {figure:g}", field="--max-leakage")
+        return kept
 
     def describe(self, seeds: Sequence[int]) -> list[str]:
         """The lines printed above the table: the data, the training setting, the plans, the measure."""
@@ -160,7 +189,11 @@ class BenchSetting(Workload):
         setting = self.setting.describe().replace("each algorithm's own", "each plan's I")
         model = self.model + (f" (width {self.model_width})" if self.model_width else "")
         defended = "" if self.defence == "none" else f", every device defending its activations: {self.defence}"
+        if self.max_leakage is not None:
+            defended += (f", every plan within the leakage budget {self.max_leakage} of {self.leakage_table} (the grid "
+                         "at the cuts within it)")
         pilot = f"L − {self.head + 1}, the deepest before the head" if self.head else "L − 1"
+        pilot = "the deepest within the budget" if self.max_leakage is not None else pilot
         return [f"bench plans: {model} on {self.dataset}, {self.devices} devices, {partition} partition, "
                 f"seeds {','.join(map(str, seeds))}, target {self.target:.0%}{defended}",
                 f"  setting — {setting}",
@@ -181,11 +214,12 @@ class BenchSetting(Workload):
 @dataclass(frozen=True)
 class Probe:
     """What the bench needs of a seed's setting before any run: the model's profile, round 1's system (the one the
-    planners plan on) and each I's latency-best cuts."""
+    planners plan on), each I's latency-best cuts and the cuts the plans may use (:meth:`BenchSetting.allowed_cuts`)."""
 
     profile: ModelProfile
     system: SystemSpec
     latency_best: dict[int, list[int]]
+    cuts: list[int]
 
     def predict(self, constants: ConvergenceConstants, cuts: Sequence[int], interval: int) -> tuple[int, float] | None:
         """(⌈R⌉ of eq. 15, eq. 26's seconds) of the plan (``cuts``, ``interval``) under ``constants`` on this
@@ -209,19 +243,19 @@ def probe(bench: BenchSetting, seed: int, intervals: Sequence[int]) -> Probe:
     config = {**bench.run_config(seed), "rounds": 1, "cuts": [1], "interval": 1}
     trainer = Trainer(TrainConfig.flat(**config))
     model = trainer.clock.latency_model(1)
-    cuts = grid_cuts(trainer.profile.num_cuts, bench.head)
+    cuts = bench.allowed_cuts(trainer.profile)
     return Probe(trainer.profile, trainer.clock.system(1),
-                 {interval: latency_best_cuts(model, interval, cuts) for interval in intervals})
+                 {interval: latency_best_cuts(model, interval, cuts) for interval in intervals}, cuts)
 
 
-def grid_jobs(bench: BenchSetting, seeds: Sequence[int], num_cuts: int,
+def grid_jobs(bench: BenchSetting, seeds: Sequence[int], cuts: Sequence[int],
               latency_best: Mapping[int, Mapping[int, Sequence[int]]], intervals: Sequence[int],
               runs_dir: str | os.PathLike) -> list[dict[str, Any]]:
-    """One :func:`~adaptplan.benches.runs.run_jobs` job per (seed, plan of :func:`plan_grid`), each run in
-    ``runs_dir/seed<s>/<plan slug>``; ``latency_best[seed][I]``: the latency-best cuts."""
+    """One :func:`~adaptplan.benches.runs.run_jobs` job per (seed, plan of :func:`plan_grid` over ``cuts``), each run
+    in ``runs_dir/seed<s>/<plan slug>``; ``latency_best[seed][I]``: the latency-best cuts."""
     jobs = []
     for seed in seeds:
-        for plan in plan_grid(num_cuts, intervals, latency_best[seed], bench.head):
+        for plan in plan_grid(cuts, intervals, latency_best[seed]):
             jobs.append({"group": "plans", "label": plan.label, "seed": seed, "plan": plan, "target": bench.target,
                          "config": bench.run_config(seed, plan),
                          "folder": str(Path(runs_dir) / f"seed{seed}" / plan.slug)})
@@ -632,13 +666,13 @@ def heat_map(results: Sequence[PlanResult], intervals: Sequence[int]) -> Any:
 # ---- the bench -----------------------------------------------------------------------------------------------
 
 def pilot_pairs(bench: BenchSetting, seeds: Sequence[int], grid: Sequence[dict[str, Any]],
-                results: Sequence[RunResult], num_cuts: int,
+                results: Sequence[RunResult], cuts: Sequence[int], num_cuts: int,
                 intervals: Sequence[int]) -> tuple[dict[int, tuple[str, str]], list[str]]:
     """({seed: the folders of its two pilots}, a line for each seed without). The pilots are two of the grid's runs of
     the seed at cut L − 1 (:func:`pilot_plans`): the smallest interval, and the largest interval whose run reached the
     target (the largest of the grid where it did; a longer one that never reached it has no rounds to fit)."""
     pairs, missing = {}, []
-    candidates = [p.label for p in pilot_plans(num_cuts, intervals, bench.devices, bench.head)]
+    candidates = [p.label for p in pilot_plans(cuts, num_cuts, intervals, bench.devices)]
     for seed in seeds:
         runs = {job["label"]: (job, result) for job, result in zip(grid, results)
                 if job["seed"] == seed and job["label"] in candidates}
@@ -681,17 +715,17 @@ def per_cut_pilot_labels(seconds: Mapping[str, float], cuts: Sequence[int], inte
 
 
 def per_cut_pilots(bench: BenchSetting, seeds: Sequence[int], grid: Sequence[dict[str, Any]],
-                   results: Sequence[RunResult], num_cuts: int,
+                   results: Sequence[RunResult], cuts: Sequence[int],
                    intervals: Sequence[int]) -> tuple[dict[int, list[str]], list[str]]:
     """({seed: the folders of the planner per cut's pilots}, a line for each seed without): the grid's runs of the
-    seed chosen by :func:`per_cut_pilot_labels` among the cuts of :func:`grid_cuts`."""
+    seed chosen by :func:`per_cut_pilot_labels` among ``cuts`` (the bench's allowed cuts)."""
     pilots, missing = {}, []
     for seed in seeds:
         runs = {job["label"]: (job["folder"], crossing.seconds) for job, result in zip(grid, results)
                 if job["seed"] == seed for crossing in [time_to_target(result.curve, bench.target)]
                 if crossing is not None}
         labels, why = per_cut_pilot_labels({label: s for label, (_, s) in runs.items()},
-                                           grid_cuts(num_cuts, bench.head), intervals, bench.target)
+                                           cuts, intervals, bench.target)
         if why is not None:
             missing.append(f"calibrated planner per cut: no run in seed {seed}: {why}")
             continue
@@ -708,6 +742,12 @@ def pilot_laws(bench: BenchSetting, pilots: Mapping[int, Sequence[str]], law: st
             for seed, folders in pilots.items()}
 
 
+def law_candidates(bench: BenchSetting, probe: Probe) -> list[int] | None:
+    """The cuts a rounds law's plan may use: the probe's allowed cuts under a U-shaped split or a leakage budget, else
+    the law's own (None: every cut)."""
+    return probe.cuts if bench.head or bench.max_leakage is not None else None
+
+
 def linear_jobs(bench: BenchSetting, laws: Mapping[int, RoundsLaw], probes: Mapping[int, Probe],
                 runs_dir: str | os.PathLike, kind: str = "linear") -> list[dict[str, Any]]:
     """One job per seed of ``laws``: the plan of the law on the seed's round-1 system (its ``plan``:
@@ -716,9 +756,9 @@ def linear_jobs(bench: BenchSetting, laws: Mapping[int, RoundsLaw], probes: Mapp
     plan = PlanSpec(kind)
     jobs = []
     for seed, law in laws.items():
-        allowed = head_cuts(probes[seed].profile.num_cuts, bench.head) if bench.head else None   # a U-shaped split's
-        chosen = as_plan(law.plan(probes[seed].profile, probes[seed].system, candidates=allowed), law,
-                         probes[seed].profile, probes[seed].system)
+        found = probes[seed]
+        chosen = as_plan(law.plan(found.profile, found.system, candidates=law_candidates(bench, found)), law,
+                         found.profile, found.system)
         prediction = Prediction(list(chosen.cuts), chosen.interval, chosen.rounds, chosen.total_latency_s,
                                 calibrated=True)
         jobs.append({"group": "plans", "label": plan.label, "seed": seed, "plan": plan, "target": bench.target,
@@ -768,12 +808,12 @@ def run_plans_bench(bench: BenchSetting, seeds: Sequence[int] = DEFAULT_SEEDS,
     return them grouped by plan, with the calibrated fit's predictions of the fixed plans (:func:`attach_fit`), and
     the lines saying why a seed has no calibrated run."""
     probes = {seed: probe(bench, seed, intervals) for seed in seeds}
-    num_cuts = next(iter(probes.values())).profile.num_cuts
-    jobs = grid_jobs(bench, seeds, num_cuts, {seed: p.latency_best for seed, p in probes.items()}, intervals, runs_dir)
+    num_cuts, cuts = next(iter(probes.values())).profile.num_cuts, next(iter(probes.values())).cuts
+    jobs = grid_jobs(bench, seeds, cuts, {seed: p.latency_best for seed, p in probes.items()}, intervals, runs_dir)
     results = run_grid(jobs, workers, progress)
-    pairs, missing = pilot_pairs(bench, seeds, jobs, results, num_cuts, intervals)
+    pairs, missing = pilot_pairs(bench, seeds, jobs, results, cuts, num_cuts, intervals)
     laws = pilot_laws(bench, pairs, "linear")
-    per_cut, missing_per_cut = per_cut_pilots(bench, seeds, jobs, results, num_cuts, intervals)
+    per_cut, missing_per_cut = per_cut_pilots(bench, seeds, jobs, results, cuts, intervals)
     cut_laws = pilot_laws(bench, per_cut, "per-cut")
     more = calibrated_jobs(bench, pairs, runs_dir) + linear_jobs(bench, laws, probes, runs_dir) \
         + linear_jobs(bench, cut_laws, probes, runs_dir, "per_cut")

@@ -205,6 +205,12 @@ def _plans_options(parser: argparse.ArgumentParser) -> None:
                         help="every run's devices defend their activations (clip=C,noise=σ,nopeek=α,labels=ε, any of "
                              "them, or clip_rms=c; docs/privacy.md \"Defences\"); the planners plan with its FLOPs "
                              "charged (eqs. 16, 21), as `plan --defence` does (default none)")
+    parser.add_argument("--leakage-table", metavar="FILE",
+                        help="with --max-leakage: the model's leakage table (`adaptplan profile MODEL --leakage "
+                             "--leakage-out FILE`, measured under --defence)")
+    parser.add_argument("--max-leakage", metavar="METRIC=LIMIT",
+                        help="every plan within this leakage budget (one limit for every device, e.g. dcor=0.9; "
+                             "docs/privacy.md): the grid at the cuts within it, the planners planning within it")
     parser.add_argument("--workers", type=int_flag(1, MAX_THREADS, "processes"),
                         help="worker processes, one torch thread each (default: all cores)")
     add_device_options(parser)
@@ -512,6 +518,10 @@ def run_plans(args: argparse.Namespace) -> int:
     if setting.local_steps is not None:
         raise InputError("each plan sets its own interval (--intervals); drop --local-steps", field="--local-steps")
     setting.fields(bench.ALGORITHM, args.devices, planned=True)     # one message naming the flag before any run
+    if (args.leakage_table is None) != (args.max_leakage is None):
+        given, needed = (("--max-leakage", "--leakage-table FILE") if args.leakage_table is None
+                         else ("--leakage-table", "--max-leakage METRIC=LIMIT"))
+        raise InputError(f"{given} needs {needed}", field=given)
     out = Path(args.out) if args.out else None
     json_path = args.json or (str(out / "results.json") if out is not None else None)
     plot_path = args.plot or (str(out / "heatmap.png") if out is not None else None)
@@ -524,6 +534,8 @@ def run_plans(args: argparse.Namespace) -> int:
             raise InputError(exc.message, field="--plot" if args.plot else "--out") from None
     _check_device(args)
     setup = workload_from(args, setting, bench.BenchSetting)
+    if setup.max_leakage is not None:
+        bench.probe(setup, seeds[0], intervals[:1])      # the budget's table against the model, before anything is written
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="adaptplan-bench-plans-") as scratch:

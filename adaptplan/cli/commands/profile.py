@@ -16,8 +16,11 @@ from adaptplan.cli.flags import int_flag, positive_float_flag
 from adaptplan.cli.leakage_report import MAX_LEAKAGE_SAMPLES
 from adaptplan.errors import InputError
 from adaptplan.fileio import show
-from adaptplan.limits import MAX_BITS_PER_VALUE, MAX_INPUT_VALUES, MAX_NUM_CLASSES
+from adaptplan.limits import MAX_BITS_PER_VALUE, MAX_INPUT_VALUES, MAX_MODEL_WIDTH, MAX_NUM_CLASSES
 from trainers.config.train_config import DEVICES, MODELS, OWN_MODEL_HELP
+
+WIDE_MODELS = ("cnn", "mlp")
+"""The built-ins ``--model-width`` sizes (:func:`trainers.inputs.models.build_model`)."""
 
 MAX_PROFILE_BATCH = 4096   # samples per timed or statistics batch
 MAX_REPEATS = 10_000       # timed passes / statistics mini-batches
@@ -38,6 +41,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="per-sample input shape, e.g. 3x32x32 (channels x height x width, in values), or T for a "
                              "text model's window of T character ids (leaf-lstm: 80)")
     parser.add_argument("--num-classes", type=int_flag(1, MAX_NUM_CLASSES, "classes"), default=10, help="number of output classes (default: 10)")
+    parser.add_argument("--model-width", type=int_flag(1, MAX_MODEL_WIDTH, "channels"), metavar="W",
+                        help="channels of the first layer of the built-ins cnn and mlp (default 32), as `bench "
+                             "--model-width` and the run key model_width train them: the profile and leakage table of "
+                             "that model")
     parser.add_argument("-o", "--output", metavar="FILE", help="write the profile JSON (docs/formats.md) to FILE")
     parser.add_argument("--bits", type=int_flag(1, MAX_BITS_PER_VALUE, "bits"), default=32,
                         help="bits per activation/gradient/parameter value (default: 32)")
@@ -149,7 +156,9 @@ def run(args: argparse.Namespace) -> int:
 
     data = _grad_stats_data(args, shape) if args.grad_stats or args.leakage else None   # data problems first
     torch.manual_seed(MODEL_SEED)      # the initial weights --grad-stats and --leakage measure: the same every time
-    model = build_model(args.model, shape, args.num_classes, field="MODEL")
+    if args.model_width is not None and args.model not in WIDE_MODELS:
+        raise InputError(f"sizes the built-ins {' and '.join(WIDE_MODELS)} only, not {args.model}", field="--model-width")
+    model = build_model(args.model, shape, args.num_classes, width=args.model_width or 32, field="MODEL")
     check_model_output(model, args.model, shape, args.num_classes)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UserWarning)

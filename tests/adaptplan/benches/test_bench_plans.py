@@ -53,7 +53,7 @@ def _setting(devices: int = 3) -> bench.BenchSetting:
 def test_the_grid_has_every_cut_and_the_latency_best_cuts_for_every_interval_and_the_planner_per_seed(tmp_path) -> None:
     seeds, intervals, cuts = [0, 1], [1, 2, 4], 3
     best = {seed: {1: [1, 2, 3], 2: [1, 1, 3], 4: [1, 1, 1]} for seed in seeds}
-    jobs = bench.grid_jobs(_setting(), seeds, cuts, best, intervals, tmp_path)
+    jobs = bench.grid_jobs(_setting(), seeds, range(1, cuts + 1), best, intervals, tmp_path)
     assert len(jobs) == len(seeds) * (cuts * len(intervals) + len(intervals) + 1)
     for seed in seeds:
         mine = [j for j in jobs if j["seed"] == seed]
@@ -77,8 +77,8 @@ def test_under_a_defence_every_plan_trains_it_and_the_planners_see_its_cost(tmp_
     planners plan on charges its FLOPs per sample at every interior cut (eqs. 16, 21)."""
     defended = replace(_setting(), defence="nopeek=0.5")
     best = {0: {1: [1, 1, 1]}}
-    plain_jobs = bench.grid_jobs(_setting(), [0], 3, best, [1], tmp_path)
-    jobs = bench.grid_jobs(defended, [0], 3, best, [1], tmp_path)
+    plain_jobs = bench.grid_jobs(_setting(), [0], [1, 2, 3], best, [1], tmp_path)
+    jobs = bench.grid_jobs(defended, [0], [1, 2, 3], best, [1], tmp_path)
     assert all(j["config"]["nopeek"] == 0.5 and j["config"]["activation_clip"] == 0.0 for j in jobs)
     assert all("nopeek" not in j["config"] for j in plain_jobs)
     assert [{k: v for k, v in j["config"].items() if k not in DefenceSetting().config()} for j in jobs] == \
@@ -97,12 +97,15 @@ def test_under_a_u_shaped_split_the_grid_pilots_and_latency_best_cuts_keep_a_blo
     them; the probe's profile charges the head (adaptplan.defence_cost.with_head_on_device)."""
     shaped = replace(_setting(), defence="head=1")
     assert shaped.head == 1 and _setting().head == 0
-    jobs = bench.grid_jobs(shaped, [0], 4, {0: {1: [1, 2, 1], 2: [1, 1, 1]}}, [1, 2], tmp_path)
+    profile, system = default_profile(), generate_system(6, 1)
+    L = profile.num_cuts
+    assert shaped.allowed_cuts(profile) == list(range(1, L - 1)) and _setting().allowed_cuts(profile) == \
+        list(range(1, L + 1))
+    jobs = bench.grid_jobs(shaped, [0], bench.grid_cuts(4, 1), {0: {1: [1, 2, 1], 2: [1, 1, 1]}}, [1, 2], tmp_path)
     assert sorted({j["config"]["cuts"][0] for j in jobs if j["plan"].kind == "uniform"}) == [1, 2]
     assert all(j["config"]["u_shaped"] == 1 for j in jobs)
-    assert [p.cut for p in bench.pilot_plans(4, [2, 1], 3, head=1)] == [2, 2] and \
-        [p.cut for p in bench.pilot_plans(4, [1], 3)] == [3]
-    profile, system = default_profile(), generate_system(6, 1)
+    assert [p.cut for p in bench.pilot_plans([1, 2], 4, [2, 1], 3)] == [2, 2] and \
+        [p.cut for p in bench.pilot_plans([1, 2, 3, 4], 4, [1], 3)] == [3]
     model = LatencyModel(profile, system)
     for interval in (1, 8):
         found = bench.latency_best_cuts(model, interval, [1, 2])
@@ -332,7 +335,8 @@ def test_bench_plans_planner_per_cut_end_to_end(bench_run) -> None:
     (["--seeds", "x"], "--seeds"), (["--seeds", ""], "--seeds"), (["--local-steps", "2"], "--local-steps"),
     (["--partition", "noniid"], "--partition"), (["--dataset", "nope"], "--dataset"),
     (["--plot", "heat.xyz"], "--plot"), (["--workers", "0"], "--workers"), (["--defence", "noise=1"], "--defence"),
-    (["--defence", "clip=x"], "--defence"),
+    (["--defence", "clip=x"], "--defence"), (["--max-leakage", "dcor=0.9"], "--max-leakage"),
+    (["--leakage-table", "leak.json"], "--leakage-table"),
 ])
 def test_bad_flags_are_one_line_naming_the_flag_and_exit_2(flags, flag, capsys) -> None:
     assert main(["bench", "plans", *flags]) == 2
@@ -342,7 +346,7 @@ def test_bad_flags_are_one_line_naming_the_flag_and_exit_2(flags, flag, capsys) 
 
 def test_the_heat_map_grid_has_a_row_per_cut_and_the_latency_best_row_and_marks_the_planners_cell() -> None:
     planner = bench.PlanSpec("planner")
-    fixed = bench.plan_grid(2, [1, 2], {1: [1, 2], 2: [2, 2]})[1:]
+    fixed = bench.plan_grid([1, 2], [1, 2], {1: [1, 2], 2: [2, 2]})[1:]
     results = [_result(planner, [2.0])] + [_result(p, [float(k + 1)]) for k, p in enumerate(fixed)]
     names, grid = bench.heat_grid(results, [1, 2])
     assert names == ["cut 1", "cut 2", "latency-best"]
@@ -359,7 +363,7 @@ def test_the_heat_map_outlines_the_planners_cell_in_red_and_the_calibrated_plann
     import matplotlib.pyplot as plt
     from matplotlib.colors import to_rgb
 
-    fixed = bench.plan_grid(2, [1, 2], {1: [1, 2], 2: [2, 2]})[1:]
+    fixed = bench.plan_grid([1, 2], [1, 2], {1: [1, 2], 2: [2, 2]})[1:]
     results = [_result(bench.PlanSpec("planner"), [2.0]), _result(bench.PlanSpec("calibrated"), [1.5])] + \
         [_result(p, [float(k + 1)]) for k, p in enumerate(fixed)]
     results[0].predictions = {0: bench.Prediction([2, 2], 2, 10, 1.0)}              # cut 2, I = 2
@@ -407,11 +411,11 @@ def test_the_calibrated_planners_pilots_are_cut_l_minus_1_at_the_smallest_and_th
         tmp_path) -> None:
     seeds, intervals, cuts = [0, 1, 2], [1, 2, 4], 3
     best = {seed: {1: [1, 2, 3], 2: [1, 1, 3], 4: [1, 1, 1]} for seed in seeds}
-    grid = bench.grid_jobs(_setting(), seeds, cuts, best, intervals, tmp_path)
+    grid = bench.grid_jobs(_setting(), seeds, range(1, cuts + 1), best, intervals, tmp_path)
     # seed 0: every run reaches the target; seed 1: cut 2 at I = 4 never does; seed 2: only cut 2 at I = 1 does
     missed = {(1, "cut 2, I=4"), (2, "cut 2, I=2"), (2, "cut 2, I=4")}
     results = [_run(j["label"], None if (j["seed"], j["label"]) in missed else [1.0]) for j in grid]
-    pairs, missing = bench.pilot_pairs(_setting(), seeds, grid, results, cuts, intervals)
+    pairs, missing = bench.pilot_pairs(_setting(), seeds, grid, results, range(1, cuts + 1), cuts, intervals)
     assert missing == ["calibrated planners: no run in seed 2: their pilots cut 2, I=2, cut 2, I=4 did not reach 40%"]
     jobs = bench.calibrated_jobs(_setting(), pairs, tmp_path)
     assert [j["seed"] for j in jobs] == [0, 1]
@@ -423,22 +427,22 @@ def test_the_calibrated_planners_pilots_are_cut_l_minus_1_at_the_smallest_and_th
     assert job["folder"] == str(tmp_path / "seed0" / "calibrated")
     # the smallest interval's pilot missing: no calibration in that seed
     results = [_run(j["label"], None if j["label"] == "cut 2, I=1" else [1.0]) for j in grid]
-    pairs, missing = bench.pilot_pairs(_setting(), [0], grid, results, cuts, intervals)
+    pairs, missing = bench.pilot_pairs(_setting(), [0], grid, results, range(1, cuts + 1), cuts, intervals)
     assert pairs == {} and missing == ["calibrated planners: no run in seed 0: their pilot cut 2, I=1 did not reach 40%"]
-    assert [p.label for p in bench.pilot_plans(1, [8, 1], 2)] == ["cut 1, I=1", "cut 1, I=8"]    # L = 1: cut 1
+    assert [p.label for p in bench.pilot_plans([1], 1, [8, 1], 2)] == ["cut 1, I=1", "cut 1, I=8"]    # L = 1: cut 1
 
 
 def test_the_planner_per_cuts_pilots_are_every_cut_at_i_1_and_the_fastest_at_the_longest_interval_that_reached(
         tmp_path) -> None:
     seeds, intervals, cuts = [0, 1, 2], [1, 2, 4], 3
     best = {seed: {1: [1, 2, 3], 2: [1, 1, 3], 4: [1, 1, 1]} for seed in seeds}
-    grid = bench.grid_jobs(_setting(), seeds, cuts, best, intervals, tmp_path)
+    grid = bench.grid_jobs(_setting(), seeds, range(1, cuts + 1), best, intervals, tmp_path)
     seconds = {(0, "cut 1, I=1"): 3.0, (0, "cut 2, I=1"): 1.0, (0, "cut 3, I=1"): None,    # seed 0: cut 2 fastest
                (1, "cut 2, I=2"): None, (1, "cut 2, I=4"): None, (1, "cut 1, I=1"): 5.0,   # seed 1: cut 2 stops at I = 1
                **{(2, f"cut {j}, I=1"): None for j in (1, 2, 3)}}                           # seed 2: nothing at I = 1
     results = [_run(j["label"], [s] if (s := seconds.get((j["seed"], j["label"]), 2.0)) is not None else None)
                for j in grid]
-    pilots, missing = bench.per_cut_pilots(_setting(), seeds, grid, results, cuts, intervals)
+    pilots, missing = bench.per_cut_pilots(_setting(), seeds, grid, results, range(1, cuts + 1), intervals)
     folder = lambda seed, slug: str(tmp_path / f"seed{seed}" / slug)   # noqa: E731
     assert pilots == {0: [folder(0, "cut1-I1"), folder(0, "cut2-I1"), folder(0, "cut2-I4")]}
     assert missing == ["calibrated planner per cut: no run in seed 1: cut 2, the fastest at I = 1, reached 40% at no "
@@ -453,8 +457,48 @@ def test_the_planner_linear_in_i_keeps_a_block_before_the_head() -> None:
 
     profile, system = default_profile(), generate_system(3, 1)
     law = LinearRounds(50.0, 0.1, 0.3, (PilotRun("a", 1, 1, 0.3, 50.0), PilotRun("b", 4, 1, 0.3, 65.0)), "")
-    probes = {0: bench.Probe(profile, system, {})}
+    probes = {0: bench.Probe(profile, system, {}, _setting().allowed_cuts(profile))}
     free = bench.linear_jobs(_setting(), {0: law}, probes, "runs")[0]["config"]["cuts"]
-    head = profile.num_cuts - 4
-    shaped = bench.linear_jobs(replace(_setting(), defence=f"head={head}"), {0: law}, probes, "runs")[0]["config"]["cuts"]
+    setting = replace(_setting(), defence=f"head={profile.num_cuts - 4}")
+    probes = {0: bench.Probe(profile, system, {}, setting.allowed_cuts(profile))}
+    shaped = bench.linear_jobs(setting, {0: law}, probes, "runs")[0]["config"]["cuts"]
     assert max(free) == 4 > 3 >= max(shaped)
+
+
+def test_under_a_leakage_budget_the_grid_pilots_latency_best_cuts_and_planners_keep_within_it(tmp_path, capsys) -> None:
+    """--leakage-table/--max-leakage: the plans may use only the cuts within the budget (mlp: dCor 0.9 at cut 1, 0.8
+    at cut 2, no figure at cut L = 3), so the grid, the pilots and each device's latency-best cut sit at cut 2; the
+    planners' runs plan within it (train --max-leakage) and the fixed plans carry no budget; a budget of one limit per
+    device or one no cut meets is refused naming --max-leakage, before any run."""
+    from adaptplan.leakage_table import LeakageTable
+
+    profile = bench.probe(_setting(2), 0, [1]).profile
+    table = tmp_path / "leak.json"
+    LeakageTable(profile.identity(), "synthetic", 64, {"dcor": [0.9, 0.8]}).save(table)
+    budget = replace(_setting(2), leakage_table=str(table), max_leakage="dcor=0.85")
+    assert budget.allowed_cuts(profile) == [2] and replace(budget, max_leakage="dcor=0.9").allowed_cuts(profile) == [1, 2]
+    for limits, message in [("dcor=0.85,0.9", "give one limit for every device"),
+                            ("dcor=0.5", "no cut the bench may use is within dcor=0.5: the least-leaking is cut 2 with "
+                                         "dcor 0.8")]:
+        with pytest.raises(bench.InputError) as info:
+            replace(budget, max_leakage=limits).allowed_cuts(profile)
+        assert info.value.field == "--max-leakage" and message in info.value.message
+    assert [p.cut for p in bench.pilot_plans([2], 3, [2, 1], 2)] == [2, 2]
+    assert budget.run_config(0, bench.PlanSpec("calibrated"))["max_leakage"] == "dcor=0.85"
+    assert "max_leakage" not in budget.run_config(0, bench.PlanSpec("uniform", 1, 2, (2, 2)))
+    out = tmp_path / "bench"
+    assert main(["bench", "plans", "--dataset", "synthetic", "--model", "mlp", "--devices", "2", "--intervals", "1,2",
+                 "--seeds", "0", "--rounds", "4", "--eval-every", "2", "--test-samples", "200", "--target-accuracy",
+                 "0.3", "--workers", "1", "--leakage-table", str(table), "--max-leakage", "dcor=0.85", "--out",
+                 str(out)]) == 0
+    assert "every plan within the leakage budget dcor=0.85" in capsys.readouterr().out
+    data = json.loads((out / "results.json").read_text())
+    assert [p["label"] for p in data["plans"]][:5] == ["planner", "cut 2, I=1", "cut 2, I=2", "latency-best, I=1",
+                                                       "latency-best, I=2"]
+    for plan in data["plans"]:
+        assert all(set(cuts) == {2} for cuts in plan["cuts_by_seed"].values() if cuts), plan["label"]
+    planner = json.loads((out / "runs" / "seed0" / "planner" / "history.json").read_text())
+    assert planner["meta"]["config"]["max_leakage"] == "dcor=0.85" and planner["events"][0]["cuts"] == [2, 2]
+    assert main(["bench", "plans", "--dataset", "synthetic", "--model", "mlp", "--devices", "2", "--leakage-table",
+                 str(table), "--max-leakage", "dcor=0.5", "--out", str(tmp_path / "never")]) == 2
+    assert "--max-leakage" in capsys.readouterr().err and not (tmp_path / "never").exists()

@@ -5,6 +5,9 @@ import math
 import subprocess
 import sys
 
+import pytest
+
+from adaptplan.cli import main
 from adaptplan.constants import ConvergenceConstants
 from adaptplan.model_profile import ModelProfile
 
@@ -49,3 +52,24 @@ def test_grad_stats_input_mismatch_and_unknown_dataset_exit_2(tmp_path):
     unknown = cli("profile", "cnn", "--input", "3x32x32", "--grad-stats", "--dataset", "imagenet",
                   "--constants-out", str(tmp_path / "c.json"))
     assert unknown.returncode == 2 and "cifar10-subset" in unknown.stderr and "Traceback" not in unknown.stderr
+
+
+def test_model_width_profiles_the_built_in_a_run_of_that_width_trains(tmp_path, capsys):
+    """`profile cnn --model-width 16`: the profile of the model `bench plans --model-width 16` (run key model_width)
+    trains, the same structure hash, so its leakage table budgets such runs; the width's FLOPs scale; only the
+    built-ins cnn and mlp take it (exit 2 naming --model-width)."""
+    from trainers.config.train_config import TrainConfig
+    from trainers.run.driver import Trainer
+
+    narrow, wide = tmp_path / "w8.json", tmp_path / "w32.json"
+    assert main(["profile", "cnn", "--input", "1x8x8", "--model-width", "8", "-o", str(narrow)]) == 0
+    assert main(["profile", "cnn", "--input", "1x8x8", "-o", str(wide)]) == 0
+    run = Trainer(TrainConfig.flat(dataset="synthetic", devices=2, batch_size=4, model_width=8, cuts=(1,), rounds=1,
+                                   threads=1, progress=False)).profile
+    mine = ModelProfile.load(narrow)
+    assert mine.identity()["structure_sha256"] == run.identity()["structure_sha256"] != \
+        ModelProfile.load(wide).identity()["structure_sha256"]
+    assert mine.cut_points[0].fp_flops == pytest.approx(ModelProfile.load(wide).cut_points[0].fp_flops / 4)
+    capsys.readouterr()
+    assert main(["profile", "resnet18", "--input", "3x32x32", "--model-width", "8"]) == 2
+    assert "--model-width: sizes the built-ins cnn and mlp only, not resnet18" in capsys.readouterr().err
