@@ -46,7 +46,7 @@ from adaptplan.benches.runs import RunResult, not_reached, run_jobs
 from adaptplan.benches.workload import Workload
 from adaptplan.constants import ConvergenceConstants
 from adaptplan.crossing import first_crossing
-from adaptplan.defence_cost import head_cuts
+from adaptplan.defence_cost import DefenceSetting, head_cuts
 from adaptplan.errors import InputError
 from adaptplan.latency import LatencyModel, total_latency
 from adaptplan.linear_rounds import RoundsLaw, as_plan, fit_rounds_law, score
@@ -171,8 +171,9 @@ class BenchSetting(Workload):
             return cuts
         from solvers.leakage_budget import LeakageBudget
 
-        budget, _ = LeakageBudget.from_table(self.leakage_table, self.max_leakage, profile, self.devices,
-                                             self.defence, "--leakage-table")
+        defence = DefenceSetting.parse(self.defence, "--defence").name if self.defence != "none" else "none"
+        budget, _ = LeakageBudget.from_table(self.leakage_table, self.max_leakage, profile, self.devices, defence,
+                                             "--leakage-table")
         if len(set(budget.limits.tolist())) > 1:
             raise InputError("the grid puts every device at one cut: give one limit for every device", field="--max-leakage")
         admitted = budget.admissible(self.devices, profile.num_cuts)[0]

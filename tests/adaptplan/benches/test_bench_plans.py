@@ -477,6 +477,11 @@ def test_under_a_leakage_budget_the_grid_pilots_latency_best_cuts_and_planners_k
     LeakageTable(profile.identity(), "synthetic", 64, {"dcor": [0.9, 0.8]}).save(table)
     budget = replace(_setting(2), leakage_table=str(table), max_leakage="dcor=0.85")
     assert budget.allowed_cuts(profile) == [2] and replace(budget, max_leakage="dcor=0.9").allowed_cuts(profile) == [1, 2]
+    noisy = tmp_path / "noisy.json"            # a table of the defence the bench's devices run, however it is written
+    LeakageTable(profile.identity(), "synthetic", 64, {"dcor": [0.9, 0.8]}, "clip=1,noise=1").save(noisy)
+    assert replace(budget, leakage_table=str(noisy), defence="noise=1,clip=1").allowed_cuts(profile) == [2]
+    with pytest.raises(bench.InputError, match="measured under defence 'clip=1,noise=1', the plan is for 'none'"):
+        replace(budget, leakage_table=str(noisy)).allowed_cuts(profile)
     for limits, message in [("dcor=0.85,0.9", "give one limit for every device"),
                             ("dcor=0.5", "no cut the bench may use is within dcor=0.5: the least-leaking is cut 2 with "
                                          "dcor 0.8")]:
