@@ -22,9 +22,10 @@ trains with AdaptSFL's algorithm
 * a grid of fixed plans: every device at cut j, for each cut point j of the model, × each interval I of the grid;
   and each device at its own latency-best cut for that I (:func:`latency_best_cuts`) × each I;
 
-under a leakage budget (``--leakage-table``, ``--max-leakage``: one limit for every device) the grid, the pilots and
-the latency-best cuts keep to the cuts within it (:meth:`BenchSetting.allowed_cuts`) and every planner plans within
-it, so the planners are measured against the plans a user could pick under the same budget;
+under a leakage budget (``--leakage-table``, ``--max-leakage``: one limit for every device or one each) the grid's
+one-cut plans and the pilots keep to the cuts every device may use (:meth:`BenchSetting.allowed_cuts`), each device's
+latency-best cut to its own (:meth:`BenchSetting.device_cuts`), and every planner plans within it, so the planners are
+measured against the plans a user could pick under the same budget;
 
 through the benchmarks' job runner (:func:`adaptplan.benches.runs.run_jobs`), and ranks them by the simulated
 seconds to a target test accuracy, interpolated between evaluations (:func:`time_to_target`). Times are simulated
@@ -53,6 +54,7 @@ from adaptplan.linear_rounds import RoundsLaw, as_plan, fit_rounds_law, score
 from adaptplan.model_profile import ModelProfile
 from adaptplan.report import Empty, format_table
 from adaptplan.system import SystemSpec
+from solvers.leakage_budget import LeakageBudget, check_every_device_within
 
 DEFAULT_INTERVALS = (1, 2, 4, 8)
 DEFAULT_SEEDS = (0, 1, 2)
@@ -100,16 +102,19 @@ class PlanSpec:
         return f"cut{self.cut}-I{self.interval}" if self.kind == "uniform" else f"latency-best-I{self.interval}"
 
 
-def latency_best_cuts(model: LatencyModel, interval: int, cuts: Sequence[int] | None = None) -> list[int]:
+def latency_best_cuts(model: LatencyModel, interval: int, cuts: Sequence[int] | None = None,
+                      per_device: Sequence[Sequence[int]] | None = None) -> list[int]:
     """Each device's latency-best cut (1-based) for aggregation interval ``interval`` I: the cut j that minimises
     that device's mean per-round latency over one aggregation period, eq. (26) over I rounds divided by I, i.e.
     T_split + T_agg / I (docs/model.md §2.4: its forward, upload, share of the server stage, download and backward
     every round, its model upload and download every I rounds; seconds), with the latency model of ``model``'s
-    system on that device alone, among ``cuts`` (default every cut point). Ties go to the shallower cut."""
-    allowed = np.asarray(cuts if cuts is not None else range(1, model.num_cuts + 1))
-    vectors = allowed[:, None]                                      # one single-device cut vector per cut
+    system on that device alone, among ``cuts`` (default every cut point), or device i among ``per_device[i]`` (each
+    device's own budget). Ties go to the shallower cut."""
     best = []
-    for device in model.system.devices:
+    for i, device in enumerate(model.system.devices):
+        mine = per_device[i] if per_device is not None else cuts
+        allowed = np.asarray(mine if mine is not None else range(1, model.num_cuts + 1))
+        vectors = allowed[:, None]                                  # one single-device cut vector per cut
         alone = LatencyModel(model.profile, replace(model.system, devices=(device,)))
         t_split, t_agg = alone.stage_latencies(vectors)
         per_round = [total_latency(interval, interval, float(ts), float(ta)) / interval for ts, ta in zip(t_split, t_agg)]
@@ -151,7 +156,7 @@ class BenchSetting(Workload):
     eval_every: int = 5
     leakage_table: str | None = None
     max_leakage: str | None = None
-    """A leakage budget over ``leakage_table`` (``METRIC=LIMIT``, one limit for every device; None: none)."""
+    """A leakage budget over ``leakage_table`` (``METRIC=LIMIT`` for every device or ``METRIC=L0,L1,…``; None: none)."""
 
     def run_config(self, seed: int, plan: PlanSpec | None = None) -> dict[str, Any]:
         """TrainConfig flat keys of ``plan``'s run with ``seed`` (the planner's without ``plan``; a planner's run
@@ -163,26 +168,38 @@ class BenchSetting(Workload):
             config.update(leakage_table=self.leakage_table, max_leakage=self.max_leakage)
         return config
 
-    def allowed_cuts(self, profile: ModelProfile) -> list[int]:
-        """The cuts the bench's plans may use: :func:`grid_cuts`, and of them those within the leakage budget where
-        there is one (InputError naming --max-leakage when it gives devices different limits or admits none)."""
-        cuts = grid_cuts(profile.num_cuts, self.head)
+    def budget(self, profile: ModelProfile) -> LeakageBudget | None:
+        """The leakage budget over ``profile``'s cuts (None without), its table checked against the model and the
+        bench's defence setting."""
         if self.max_leakage is None or self.leakage_table is None:
-            return cuts
-        from solvers.leakage_budget import LeakageBudget
-
+            return None
         defence = DefenceSetting.parse(self.defence, "--defence").name if self.defence != "none" else "none"
-        budget, _ = LeakageBudget.from_table(self.leakage_table, self.max_leakage, profile, self.devices, defence,
-                                             "--leakage-table")
-        if len(set(budget.limits.tolist())) > 1:
-            raise InputError("the grid puts every device at one cut: give one limit for every device", field="--max-leakage")
-        admitted = budget.admissible(self.devices, profile.num_cuts)[0]
-        kept = [c for c in cuts if admitted[c - 1]]
-        if not kept:
-            figure, cut = budget.least(np.asarray([c for c in cuts if c < profile.num_cuts] or [1]))
-            raise InputError(f"no cut the bench may use is within {self.max_leakage}: the least-leaking is cut {cut} "
-                             f"with {budget.metric} {figure:g}", field="--max-leakage")
-        return kept
+        return LeakageBudget.from_table(self.leakage_table, self.max_leakage, profile, self.devices, defence,
+                                        "--leakage-table")[0]
+
+    def device_cuts(self, profile: ModelProfile) -> list[list[int]]:
+        """Each device's cuts: :func:`grid_cuts`, and of them those within its own leakage budget where there is one
+        (InputError naming --max-leakage[i] for a device it admits none, as the planner says it)."""
+        cuts, budget = grid_cuts(profile.num_cuts, self.head), self.budget(profile)
+        if budget is None:
+            return [cuts] * self.devices
+        admitted = budget.admissible(self.devices, profile.num_cuts)
+        try:
+            check_every_device_within(budget, admitted, np.asarray(cuts), None)
+        except InputError as exc:
+            raise InputError(exc.message, field="--max-leakage") from None
+        return [[c for c in cuts if admitted[i, c - 1]] for i in range(self.devices)]
+
+    def allowed_cuts(self, profile: ModelProfile) -> list[int]:
+        """The cuts of the grid's plans that put every device at one cut: those of :meth:`device_cuts` every device
+        may use (InputError naming --max-leakage when there is none)."""
+        per_device = self.device_cuts(profile)
+        shared = [c for c in per_device[0] if all(c in mine for mine in per_device)]
+        if not shared:
+            raise InputError(f"no cut is within every device's budget ({self.max_leakage}): the grid's plans that put "
+                             "every device at one cut need one; give the strictest devices a looser limit",
+                             field="--max-leakage")
+        return shared
 
     def describe(self, seeds: Sequence[int]) -> list[str]:
         """The lines printed above the table: the data, the training setting, the plans, the measure."""
@@ -215,12 +232,14 @@ class BenchSetting(Workload):
 @dataclass(frozen=True)
 class Probe:
     """What the bench needs of a seed's setting before any run: the model's profile, round 1's system (the one the
-    planners plan on), each I's latency-best cuts and the cuts the plans may use (:meth:`BenchSetting.allowed_cuts`)."""
+    planners plan on), each I's latency-best cuts, the cuts the grid may put every device at
+    (:meth:`BenchSetting.allowed_cuts`) and the leakage budget (None: none)."""
 
     profile: ModelProfile
     system: SystemSpec
     latency_best: dict[int, list[int]]
     cuts: list[int]
+    leakage: LeakageBudget | None = None
 
     def predict(self, constants: ConvergenceConstants, cuts: Sequence[int], interval: int) -> tuple[int, float] | None:
         """(⌈R⌉ of eq. 15, eq. 26's seconds) of the plan (``cuts``, ``interval``) under ``constants`` on this
@@ -244,9 +263,10 @@ def probe(bench: BenchSetting, seed: int, intervals: Sequence[int]) -> Probe:
     config = {**bench.run_config(seed), "rounds": 1, "cuts": [1], "interval": 1}
     trainer = Trainer(TrainConfig.flat(**config))
     model = trainer.clock.latency_model(1)
-    cuts = bench.allowed_cuts(trainer.profile)
+    per_device = bench.device_cuts(trainer.profile)
     return Probe(trainer.profile, trainer.clock.system(1),
-                 {interval: latency_best_cuts(model, interval, cuts) for interval in intervals}, cuts)
+                 {interval: latency_best_cuts(model, interval, per_device=per_device) for interval in intervals},
+                 bench.allowed_cuts(trainer.profile), bench.budget(trainer.profile))
 
 
 def grid_jobs(bench: BenchSetting, seeds: Sequence[int], cuts: Sequence[int],
@@ -744,9 +764,9 @@ def pilot_laws(bench: BenchSetting, pilots: Mapping[int, Sequence[str]], law: st
 
 
 def law_candidates(bench: BenchSetting, probe: Probe) -> list[int] | None:
-    """The cuts a rounds law's plan may use: the probe's allowed cuts under a U-shaped split or a leakage budget, else
-    the law's own (None: every cut)."""
-    return probe.cuts if bench.head or bench.max_leakage is not None else None
+    """The cuts a rounds law's plan may use: a U-shaped split's (:func:`grid_cuts`), else the law's own (None: every
+    cut); a leakage budget is the probe's, given beside them."""
+    return grid_cuts(probe.profile.num_cuts, bench.head) if bench.head else None
 
 
 def linear_jobs(bench: BenchSetting, laws: Mapping[int, RoundsLaw], probes: Mapping[int, Probe],
@@ -758,8 +778,8 @@ def linear_jobs(bench: BenchSetting, laws: Mapping[int, RoundsLaw], probes: Mapp
     jobs = []
     for seed, law in laws.items():
         found = probes[seed]
-        chosen = as_plan(law.plan(found.profile, found.system, candidates=law_candidates(bench, found)), law,
-                         found.profile, found.system)
+        chosen = as_plan(law.plan(found.profile, found.system, candidates=law_candidates(bench, found),
+                                  leakage=found.leakage), law, found.profile, found.system)
         prediction = Prediction(list(chosen.cuts), chosen.interval, chosen.rounds, chosen.total_latency_s,
                                 calibrated=True)
         jobs.append({"group": "plans", "label": plan.label, "seed": seed, "plan": plan, "target": bench.target,

@@ -209,8 +209,9 @@ def _plans_options(parser: argparse.ArgumentParser) -> None:
                         help="with --max-leakage: the model's leakage table (`adaptplan profile MODEL --leakage "
                              "--leakage-out FILE`, measured under --defence)")
     parser.add_argument("--max-leakage", metavar="METRIC=LIMIT",
-                        help="every plan within this leakage budget (one limit for every device, e.g. dcor=0.9; "
-                             "docs/privacy.md): the grid at the cuts within it, the planners planning within it")
+                        help="every plan within this leakage budget (dcor=0.9 for every device, or dcor=0.9,0.8,... "
+                             "one limit per device; docs/privacy.md): the grid's one-cut plans at the cuts every device "
+                             "may use, each device's latency-best cut among its own, the planners planning within it")
     parser.add_argument("--workers", type=int_flag(1, MAX_THREADS, "processes"),
                         help="worker processes, one torch thread each (default: all cores)")
     add_device_options(parser)

@@ -482,12 +482,29 @@ def test_under_a_leakage_budget_the_grid_pilots_latency_best_cuts_and_planners_k
     assert replace(budget, leakage_table=str(noisy), defence="noise=1,clip=1").allowed_cuts(profile) == [2]
     with pytest.raises(bench.InputError, match="measured under defence 'clip=1,noise=1', the plan is for 'none'"):
         replace(budget, leakage_table=str(noisy)).allowed_cuts(profile)
-    for limits, message in [("dcor=0.85,0.9", "give one limit for every device"),
-                            ("dcor=0.5", "no cut the bench may use is within dcor=0.5: the least-leaking is cut 2 with "
-                                         "dcor 0.8")]:
+    for limits, message in [("dcor=0.5", "device 0's budget (dcor at most 0.5) admits no candidate cut: the "
+                                         "least-leaking candidate is cut 2 with dcor 0.8; a budget of at least 0.8 is "
+                                         "feasible"),
+                            ("dcor=0.9,0.75", "device 1's budget (dcor at most 0.75) admits no candidate cut")]:
         with pytest.raises(bench.InputError) as info:
             replace(budget, max_leakage=limits).allowed_cuts(profile)
         assert info.value.field == "--max-leakage" and message in info.value.message
+    # one limit per device: the grid's one-cut plans at the cuts every device may use, each device's latency-best cut
+    # among its own
+    mixed = replace(budget, max_leakage="dcor=0.9,0.85")
+    assert mixed.device_cuts(profile) == [[1, 2], [2]] and mixed.allowed_cuts(profile) == [2]
+    found = bench.probe(mixed, 0, [1, 2])
+    assert found.cuts == [2] and all(best[1] == 2 for best in found.latency_best.values())
+    assert found.leakage is not None and found.leakage.limits.tolist() == [0.9, 0.85]
+    model = bench.LatencyModel(found.profile, found.system)
+    assert [best[0] for best in found.latency_best.values()] == [bench.latency_best_cuts(model, i, [1, 2])[0]
+                                                                 for i in (1, 2)]
+    from adaptplan.calibration import PilotRun
+    from adaptplan.linear_rounds import LinearRounds
+
+    law = LinearRounds(50.0, 0.1, 0.3, (PilotRun("a", 1, 1, 0.3, 50.0), PilotRun("b", 4, 1, 0.3, 65.0)), "")
+    free = bench.linear_jobs(_setting(2), {0: law}, {0: bench.probe(_setting(2), 0, [1])}, "runs")[0]["config"]["cuts"]
+    assert free == [1, 1] and bench.linear_jobs(mixed, {0: law}, {0: found}, "runs")[0]["config"]["cuts"] == [1, 2]
     assert [p.cut for p in bench.pilot_plans([2], 3, [2, 1], 2)] == [2, 2]
     assert budget.run_config(0, bench.PlanSpec("calibrated"))["max_leakage"] == "dcor=0.85"
     assert "max_leakage" not in budget.run_config(0, bench.PlanSpec("uniform", 1, 2, (2, 2)))
