@@ -57,7 +57,8 @@ def config_setter(name: str, value: Any) -> Callable[[dict[str, Any]], None]:
 
 
 OPTIONAL = {"plan_path", "policy", "system_path", "constants_path", "data_root", "device_data", "replan_every", "max_test_samples",
-            "interval", "target_accuracy", "ranks", "mlflow", "pilots", "label_epsilon"}   # None is a valid value of these
+            "interval", "target_accuracy", "ranks", "mlflow", "pilots", "label_epsilon", "leakage_table",
+            "max_leakage"}   # None is a valid value of these
 
 
 def bad_config_values(name: str, value: Any) -> list[Any]:
@@ -66,7 +67,8 @@ def bad_config_values(name: str, value: Any) -> list[Any]:
         return BAD_FLAG
     if name == "server_pass_samples":                    # "auto" or a number of samples
         return [-1, 0, 1.5, "3", "often", [], 10 ** 30, None]
-    if isinstance(value, str) or name.endswith("_path") or name in ("data_root", "device_data", "policy", "mlflow", "pilots"):
+    if isinstance(value, str) or name.endswith("_path") or name in ("data_root", "device_data", "policy", "mlflow", "pilots",
+                                                                     "leakage_table", "max_leakage"):
         return [v for v in BAD_TEXT if not (v is None and name in OPTIONAL)]
     if isinstance(value, int) or name in ("replan_every", "max_test_samples", "interval"):
         return [-1, 1.5, "3", [], 10 ** 30] + ([] if name in OPTIONAL else [None])
