@@ -339,13 +339,11 @@ class PlanConfig:
     def _check_budget(self, devices: int) -> None:
         """A leakage budget names its table and a figure (:func:`adaptplan.leakage_table.parse_budget`), and plans
         with the planner or checks the cuts given: a policy that draws cuts over the whole model is refused."""
-        if (self.leakage_table is None) != (self.max_leakage is None):
-            given, missing = (("leakage_table", "--max-leakage METRIC=LIMIT") if self.max_leakage is None
-                              else ("max_leakage", "--leakage-table FILE"))
-            raise InputError(f"a leakage budget needs both options: add {missing}", field=given)
+        from adaptplan.leakage_table import check_budget_pair, parse_budget
+
+        check_budget_pair(self.leakage_table, self.max_leakage, ("leakage_table", "max_leakage"))
         if self.max_leakage is None:
             return
-        from adaptplan.leakage_table import parse_budget
 
         parse_budget(self.max_leakage, devices)
         if self.policy not in (None, "adaptsfl", "fixed-cut"):

@@ -519,10 +519,9 @@ def run_plans(args: argparse.Namespace) -> int:
     if setting.local_steps is not None:
         raise InputError("each plan sets its own interval (--intervals); drop --local-steps", field="--local-steps")
     setting.fields(bench.ALGORITHM, args.devices, planned=True)     # one message naming the flag before any run
-    if (args.leakage_table is None) != (args.max_leakage is None):
-        given, needed = (("--max-leakage", "--leakage-table FILE") if args.leakage_table is None
-                         else ("--leakage-table", "--max-leakage METRIC=LIMIT"))
-        raise InputError(f"{given} needs {needed}", field=given)
+    from adaptplan.leakage_table import check_budget_pair
+
+    check_budget_pair(args.leakage_table, args.max_leakage)
     out = Path(args.out) if args.out else None
     json_path = args.json or (str(out / "results.json") if out is not None else None)
     plot_path = args.plot or (str(out / "heatmap.png") if out is not None else None)

@@ -275,12 +275,11 @@ def leakage_budget(args: argparse.Namespace, profile: Any, num_devices: int, def
     """The budget of ``--max-leakage`` over ``--leakage-table`` (both or neither; None without) and the weights the
     table was measured at; the table must have been measured under the plan's ``defence`` setting (its name;
     InputError naming ``--defence`` otherwise)."""
-    if args.leakage_table is None and args.max_leakage is None:
+    from adaptplan.leakage_table import check_budget_pair
+
+    check_budget_pair(args.leakage_table, args.max_leakage)
+    if args.max_leakage is None:
         return None, ""
-    if args.leakage_table is None or args.max_leakage is None:
-        missing = "--leakage-table FILE" if args.leakage_table is None else "--max-leakage METRIC=LIMIT"
-        given = "--max-leakage" if args.leakage_table is None else "--leakage-table"
-        raise InputError(f"{given} needs {missing}", field=given)
     from solvers.leakage_budget import LeakageBudget
 
     budget, table = LeakageBudget.from_table(args.leakage_table, args.max_leakage, profile, num_devices, defence,
