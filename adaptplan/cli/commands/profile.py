@@ -154,10 +154,10 @@ def run(args: argparse.Namespace) -> int:
     from profilers.tracing import example_batch
     from trainers.inputs.models import build_model
 
-    data = _grad_stats_data(args, shape) if args.grad_stats or args.leakage else None   # data problems first
-    torch.manual_seed(MODEL_SEED)      # the initial weights --grad-stats and --leakage measure: the same every time
     if args.model_width is not None and args.model not in WIDE_MODELS:
         raise InputError(f"sizes the built-ins {' and '.join(WIDE_MODELS)} only, not {args.model}", field="--model-width")
+    data = _grad_stats_data(args, shape) if args.grad_stats or args.leakage else None   # data problems first
+    torch.manual_seed(MODEL_SEED)      # the initial weights --grad-stats and --leakage measure: the same every time
     model = build_model(args.model, shape, args.num_classes, width=args.model_width or 32, field="MODEL")
     check_model_output(model, args.model, shape, args.num_classes)
     with warnings.catch_warnings(record=True) as caught:
