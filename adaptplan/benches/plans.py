@@ -177,10 +177,11 @@ class BenchSetting(Workload):
         return LeakageBudget.from_table(self.leakage_table, self.max_leakage, profile, self.devices, defence,
                                         "--leakage-table")[0]
 
-    def device_cuts(self, profile: ModelProfile) -> list[list[int]]:
-        """Each device's cuts: :func:`grid_cuts`, and of them those within its own leakage budget where there is one
-        (InputError naming --max-leakage[i] for a device it admits none, as the planner says it)."""
-        cuts, budget = grid_cuts(profile.num_cuts, self.head), self.budget(profile)
+    def device_cuts(self, profile: ModelProfile, budget: LeakageBudget | None) -> list[list[int]]:
+        """Each device's cuts: :func:`grid_cuts`, and of them those within its own leakage ``budget`` (the bench's,
+        :meth:`budget`) where there is one (InputError naming --max-leakage for a device it admits none, as the
+        planner says it)."""
+        cuts = grid_cuts(profile.num_cuts, self.head)
         if budget is None:
             return [cuts] * self.devices
         admitted = budget.admissible(self.devices, profile.num_cuts)
@@ -191,9 +192,13 @@ class BenchSetting(Workload):
         return [[c for c in cuts if admitted[i, c - 1]] for i in range(self.devices)]
 
     def allowed_cuts(self, profile: ModelProfile) -> list[int]:
-        """The cuts of the grid's plans that put every device at one cut: those of :meth:`device_cuts` every device
-        may use (InputError naming --max-leakage when there is none)."""
-        per_device = self.device_cuts(profile)
+        """The cuts of the grid's plans that put every device at one cut (:meth:`shared_cuts` of
+        :meth:`device_cuts`)."""
+        return self.shared_cuts(self.device_cuts(profile, self.budget(profile)))
+
+    def shared_cuts(self, per_device: Sequence[Sequence[int]]) -> list[int]:
+        """The cuts of ``per_device`` (each device's, :meth:`device_cuts`) every device may use (InputError naming
+        --max-leakage when there is none)."""
         shared = [c for c in per_device[0] if all(c in mine for mine in per_device)]
         if not shared:
             raise InputError(f"no cut is within every device's budget ({self.max_leakage}): the grid's plans that put "
@@ -263,10 +268,11 @@ def probe(bench: BenchSetting, seed: int, intervals: Sequence[int]) -> Probe:
     config = {**bench.run_config(seed), "rounds": 1, "cuts": [1], "interval": 1}
     trainer = Trainer(TrainConfig.flat(**config))
     model = trainer.clock.latency_model(1)
-    per_device = bench.device_cuts(trainer.profile)
+    budget = bench.budget(trainer.profile)
+    per_device = bench.device_cuts(trainer.profile, budget)
     return Probe(trainer.profile, trainer.clock.system(1),
                  {interval: latency_best_cuts(model, interval, per_device=per_device) for interval in intervals},
-                 bench.allowed_cuts(trainer.profile), bench.budget(trainer.profile))
+                 bench.shared_cuts(per_device), budget)
 
 
 def grid_jobs(bench: BenchSetting, seeds: Sequence[int], cuts: Sequence[int],

@@ -492,7 +492,7 @@ def test_under_a_leakage_budget_the_grid_pilots_latency_best_cuts_and_planners_k
     # one limit per device: the grid's one-cut plans at the cuts every device may use, each device's latency-best cut
     # among its own
     mixed = replace(budget, max_leakage="dcor=0.9,0.85")
-    assert mixed.device_cuts(profile) == [[1, 2], [2]] and mixed.allowed_cuts(profile) == [2]
+    assert mixed.device_cuts(profile, mixed.budget(profile)) == [[1, 2], [2]] and mixed.allowed_cuts(profile) == [2]
     found = bench.probe(mixed, 0, [1, 2])
     assert found.cuts == [2] and all(best[1] == 2 for best in found.latency_best.values())
     assert found.leakage is not None and found.leakage.limits.tolist() == [0.9, 0.85]
