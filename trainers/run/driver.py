@@ -61,7 +61,7 @@ from trainers.run.output import keep_history, save_history, save_plot, save_run_
 from trainers.run.planning import Planner, ReplanRequest, default_planner, linear_planner  # noqa: F401  (re-exported)
 from trainers.run.resume_check import check_run_identity, check_same_run, checked_partitions
 from trainers.run.run_planning import RunPlanning
-from trainers.run.tracking import MlflowLog, TensorBoardLog
+from trainers.run.tracking import RoundObserver, tracking_logs
 from trainers.strategies import make_strategy
 
 
@@ -118,6 +118,7 @@ class Trainer:
                                         if self.planning.calibration else {})})
         self.history.events.append({"round": 0, "event": "plan", **event, "cuts": cuts, "interval": interval})
         self.start_round, self.wall_offset, self.measured_rates = 0, 0.0, MeasuredRates()
+        self.observers: list[RoundObserver] = []    # more watchers of each round (train --leakage-every), after the logs
         self.input_digests = {name: file_digest(config.value(f"{name}_path"))
                               for name in ("system", "plan", "constants") if config.value(f"{name}_path")}
 
@@ -265,8 +266,7 @@ class Trainer:
         if c.run.resume:
             self.resume()
         save_run_file(out, self.config)
-        tracking = TensorBoardLog(out, c.to_json()) if out else None
-        mlflow = MlflowLog(c.run.mlflow, out, c.to_json(), resume=c.run.resume) if c.run.mlflow else None
+        observers = [*tracking_logs(c, out), *self.observers]
         status = "FAILED"
         bar = None
         if c.run.progress:
@@ -280,10 +280,8 @@ class Trainer:
                     record = self._round(t, out, lambda: self.wall_offset + time.perf_counter() - t0)
                     wall = record.wall_seconds
                     self.history.append(record)
-                    if tracking is not None:
-                        tracking.log(record)
-                    if mlflow is not None:
-                        mlflow.log(record)
+                    for observer in observers:
+                        observer.log(record)
                     if bar is not None:
                         shown = self.history.final_accuracy
                         bar.set_postfix_str(f"acc={shown if shown is None else f'{shown:.3f}'} sim={self.clock.seconds:.1f}s")
@@ -313,10 +311,8 @@ class Trainer:
         finally:
             if bar is not None:
                 bar.close()
-            if tracking is not None:
-                tracking.close()
-            if mlflow is not None:
-                mlflow.close(status, self.history.meta.get("final_evaluation"))
+            for observer in observers:
+                observer.close(status, self.history.meta.get("final_evaluation"))
         return self.history
 
     def _round(self, t: int, out: str | None, wall: Callable[[], float]) -> RoundRecord:

@@ -20,7 +20,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, Sequence
 
 from trainers.config.train_config import MLFLOW_LOCAL
 from trainers.run.checkpoint import CHECKPOINT_NAME
@@ -55,6 +55,27 @@ def record_tags(record: Any) -> dict[str, float]:
         elif _number(value):
             out[SCALARS.get(f.name, f"record/{f.name}")] = float(value)
     return out
+
+
+class RoundObserver(Protocol):
+    """What watches a run round by round: :class:`TensorBoardLog`, :class:`MlflowLog`, and whatever a caller adds to
+    :attr:`Trainer.observers <trainers.run.driver.Trainer>` (``train --leakage-every``). ``log`` gets each round's
+    record after it joins the history (before the round's checkpoint, so what it writes to ``history.meta`` is saved
+    with it); ``close`` the run's end: ``status`` FINISHED, KILLED (stopped, resumable) or FAILED, and the final
+    evaluation when the run did not end on an evaluation round."""
+
+    def log(self, record: Any) -> None: ...
+
+    def close(self, status: str, final: dict[str, Any] | None) -> None: ...
+
+
+def tracking_logs(config: Any, out: str | None) -> Sequence[RoundObserver]:
+    """The run's experiment tracking (module docstring): TensorBoard event files where it has a folder, MLflow with
+    ``--mlflow``."""
+    logs: list[RoundObserver] = [TensorBoardLog(out, config.to_json())] if out else []
+    if config.run.mlflow:
+        logs.append(MlflowLog(config.run.mlflow, out, config.to_json(), resume=config.run.resume))
+    return logs
 
 
 def replan_event(record: Any) -> str:
@@ -96,7 +117,9 @@ class TensorBoardLog:
         if record.replanned:
             writer.add_text("plan/events", replan_event(record), global_step=record.round)
 
-    def close(self) -> None:
+    def close(self, status: str = "FINISHED", final: dict[str, Any] | None = None) -> None:
+        """Flush and close the event files (whatever the run's ``status``; the final evaluation is in the
+        history)."""
         if self._writer is not None:
             self._writer.flush()
             self._writer.close()

@@ -14,6 +14,7 @@ from adaptplan.cli.config_flags import add_part, part_values
 from adaptplan.cli.flags import int_flag
 from adaptplan.cli.leakage_report import MAX_LEAKAGE_SAMPLES
 from adaptplan.errors import InputError
+from adaptplan.limits import MAX_ROUNDS
 from trainers.config.fields import described
 from trainers.config.train_config import ALGORITHM_OPTIONS, ALGORITHMS
 
@@ -98,6 +99,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     leak.add_argument("--leakage-samples", type=int_flag(2, MAX_LEAKAGE_SAMPLES, "samples"), default=256,
                       help="with --leakage-out: the training samples attacked, the first ones (default 256), and as "
                            "many test samples for the inversion attacker's decoder")
+    leak.add_argument("--leakage-every", type=int_flag(1, MAX_ROUNDS, "rounds"), metavar="N",
+                      help="with --leakage-out: measure before the first round, every N rounds and at the last (each in "
+                           "history.json's meta.leakage_over_rounds) and write the worst figure of each cut over them: "
+                           "a budget for every round the devices send from, not only the trained model's")
     dist = p.add_argument_group("distributed runs (torch.distributed, gloo; docs/distributed.md)")
     add_part(dist, RuntimeConfig)
     dist.add_argument("--runtime", choices=("simulator", "torch", "mqtt"),
@@ -262,6 +267,9 @@ def check_flag_combinations(args: argparse.Namespace) -> None:
         raise InputError("applies to --resume (a run folder's checkpoint naming a user model)", field="--trust-run-folder")
     if args.resume and args.overwrite:
         raise InputError("--resume continues the run in --out; --overwrite replaces it: choose one", field="--overwrite")
+    if getattr(args, "leakage_every", None) and not args.leakage_out:
+        raise InputError("needs --leakage-out (the table the measurements' worst figures are written to)",
+                         field="--leakage-every")
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -284,7 +292,8 @@ def _train(args: argparse.Namespace) -> int:
         return _train_distributed(args, config)
     from trainers.engine.split_engine import SplitEngine  # torch: only once every flag and file has been checked
 
-    return _train_with(config, SplitEngine, (args.leakage_out, args.leakage_samples) if args.leakage_out else None)
+    return _train_with(config, SplitEngine,
+                       (args.leakage_out, args.leakage_samples, args.leakage_every) if args.leakage_out else None)
 
 
 def _train_distributed(args: argparse.Namespace, config: "TrainConfig") -> int:
@@ -330,8 +339,9 @@ def _device_source(config: "TrainConfig") -> dict[str, Any]:
     return source
 
 
-def _train_with(config: "TrainConfig", engine_factory: Any, leakage: tuple[str, int] | None = None) -> int:
-    """Train ``config``'s run (and with ``leakage``, (file, samples), write its trained model's leakage table)."""
+def _train_with(config: "TrainConfig", engine_factory: Any, leakage: tuple[str, int, int | None] | None = None) -> int:
+    """Train ``config``'s run; with ``leakage``, (file, samples, every), write its leakage table: the trained
+    model's, or with ``every`` the worst over the run (adaptplan/cli/leakage_trace.py)."""
     import sys
 
     from trainers.run.driver import Trainer
@@ -343,13 +353,18 @@ def _train_with(config: "TrainConfig", engine_factory: Any, leakage: tuple[str, 
         print(f"warning: {trainer.history.events[0]['reason']}", file=sys.stderr)
     for note in trainer.notes:
         print(f"warning: {note}", file=sys.stderr)
+    path, samples, every = leakage if leakage is not None else ("", 0, None)
+    if path and every:
+        from adaptplan.cli.leakage_trace import LeakageTrace
+
+        trainer.observers.append(LeakageTrace(trainer, path, samples, every))
     try:
         history = trainer.run()
     except Interrupted as exc:
         print(f"adaptplan train: {exc}", file=sys.stderr)
         return 128 + exc.signum
-    if leakage is not None:
-        trained_leakage(trainer, *leakage)
+    if path and not every:
+        trained_leakage(trainer, path, samples)
     summary = history.summary(config.run.target_accuracy)
     if "to_target" in summary:
         print(target_line(summary["target_accuracy"], summary["to_target"]), file=sys.stderr)

@@ -1,0 +1,140 @@
+"""``train --leakage-out FILE --leakage-every N`` (adaptplan/cli/leakage_trace.py): the leakage per cut measured before
+the first round, every N rounds and at the last, kept in history.json, the table the worst of them; the measurements
+leave the training as it was; a resumed run goes on with the series; bad flags are one message (exit 2)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from adaptplan.cli import main
+from adaptplan.cli.leakage_trace import KEY, rounds_text, worst_figures
+from adaptplan.leakage_table import LeakageTable
+
+RUN = ["--algorithm", "sfl-v1", "--dataset", "synthetic", "--model", "mlp", "--devices", "2", "--cuts", "1",
+       "--batch-size", "8", "--seed", "3", "--no-progress", "--threads", "1", "--eval-every", "1"]
+NOISED = ["--activation-clip", "1", "--activation-noise", "0.5", "--label-epsilon", "2"]
+
+
+def _history(folder: Path) -> dict:
+    return json.loads((folder / "history.json").read_text(encoding="utf-8"))
+
+
+def test_the_worst_figure_of_each_cut_is_the_largest_but_for_the_reconstruction_error() -> None:
+    points = [{"dcor": [0.9, 0.5], "mse": [0.01, 0.03], "psnr": [19.0, 14.0]},
+              {"dcor": [0.8, 0.6], "mse": [0.02, 0.02], "psnr": [19.5, 13.0]}]
+    assert worst_figures(points) == {"dcor": [0.9, 0.6], "mse": [0.01, 0.02], "psnr": [19.5, 14.0]}
+
+
+def test_the_rounds_are_named_all_up_to_six_then_the_first_three_and_the_last() -> None:
+    assert rounds_text([0, 5, 10, 15, 20, 25]) == "0, 5, 10, 15, 20, 25"
+    assert rounds_text([0, 5, 10, 15, 20, 25, 30]) == "0, 5, 10, …, 30"
+
+
+def test_measuring_every_round_trains_what_an_unmeasured_run_trains(tmp_path: Path, capsys) -> None:
+    """The defence draws noise and randomised labels every round and the attacks draw their own: the losses,
+    accuracies and the privacy account of a run measured every round equal an unmeasured run's exactly."""
+    plain, measured = tmp_path / "plain", tmp_path / "measured"
+    assert main(["train", *RUN, *NOISED, "--rounds", "3", "--out", str(plain)]) == 0
+    assert main(["train", *RUN, *NOISED, "--rounds", "3", "--out", str(measured), "--leakage-every", "1",
+                 "--leakage-out", str(tmp_path / "t.json"), "--leakage-samples", "32"]) == 0
+    capsys.readouterr()
+    a, b = _history(plain), _history(measured)
+    fields = ("train_loss", "accuracy", "test_loss", "sim_seconds", "metrics")
+    assert [[r[f] for f in fields] for r in a["records"]] == [[r[f] for f in fields] for r in b["records"]]
+    assert [p["round"] for p in b["meta"][KEY]] == [0, 1, 2, 3]
+
+
+def test_a_careless_attack_changes_neither_the_model_nor_the_random_streams(tmp_path: Path, monkeypatch) -> None:
+    """An attack that draws from torch's, numpy's and Python's generators, moves every weight it is given and leaves
+    the model in eval mode: the trace measures a copy with the generators restored, so each generator is where it
+    was and the run trains as an unmeasured one."""
+    import random
+
+    import numpy as np
+    import torch
+
+    import adaptplan.cli.leakage_report as report
+    from adaptplan.cli.leakage_trace import LeakageTrace
+    from trainers.config.train_config import TrainConfig
+    from trainers.run.driver import Trainer
+
+    def careless(blocks, *args, **kwargs):
+        torch.rand(3), np.random.rand(3), random.random()
+        with torch.no_grad():
+            for p in blocks.parameters():
+                p.add_(1.0)
+        blocks.eval()
+        return "", {"dcor": [0.5, 0.5]}
+
+    monkeypatch.setattr(report, "leakage_report", careless)
+    config = dict(algorithm="sl", dataset="synthetic", model="mlp", devices=2, cuts=[1], batch_size=8, seed=3,
+                  rounds=3, progress=False, threads=1, eval_every=1)
+    plain = Trainer(TrainConfig.flat(**config)).run()
+    trainer = Trainer(TrainConfig.flat(**config))
+    states = torch.get_rng_state(), np.random.get_state()[1].copy(), random.getstate()
+    trainer.observers.append(LeakageTrace(trainer, str(tmp_path / "t.json"), 16, 1))   # measures round 0 now
+    assert torch.equal(states[0], torch.get_rng_state()) and (states[1] == np.random.get_state()[1]).all()
+    assert states[2] == random.getstate()
+    measured = trainer.run()
+    assert [(r.train_loss, r.accuracy) for r in plain.records] == [(r.train_loss, r.accuracy) for r in measured.records]
+    assert [p["round"] for p in measured.meta[KEY]] == [0, 1, 2, 3]
+
+
+def test_the_table_is_the_worst_of_the_runs_measurements_each_the_attack_on_its_model(tmp_path: Path, capsys) -> None:
+    """every = 2 over 3 rounds measures rounds 0, 2 and 3; round 0 is the attack on the model before training and
+    round 3 the trained one (profilers.leakage on the same samples), and the table holds each cut's worst."""
+    from profilers.leakage import leakage_per_cut
+    from trainers.config.train_config import TrainConfig
+    from trainers.run.driver import Trainer
+
+    table_path = tmp_path / "worst.json"
+    assert main(["train", *RUN, "--rounds", "3", "--out", str(tmp_path / "run"), "--leakage-every", "2",
+                 "--leakage-out", str(table_path), "--leakage-samples", "48"]) == 0
+    err = capsys.readouterr().err
+    series = _history(tmp_path / "run")["meta"][KEY]
+    assert [(p["round"], p["samples"]) for p in series] == [(0, 48), (2, 48), (3, 48)]
+    assert "leakage at round 2: dCor per cut" in err and "the worst of 3 measurements (rounds 0, 2, 3)" in err
+    trainer = Trainer(TrainConfig.flat(algorithm="sfl-v1", dataset="synthetic", model="mlp", devices=2, cuts=[1],
+                                       batch_size=8, seed=3, rounds=3, progress=False, threads=1, eval_every=1))
+    x, y = trainer.dataset.x_train[:48], trainer.dataset.y_train[:48]
+    before = leakage_per_cut(trainer.engine.eval_models()[0], x, y)
+    trainer.run()
+    after = leakage_per_cut(trainer.engine.eval_models()[0], x, y)
+    assert series[0]["figures"]["dcor"] == pytest.approx([r.dcor for r in before], rel=1e-9)
+    assert series[-1]["figures"]["dcor"] == pytest.approx([r.dcor for r in after], rel=1e-9)
+    assert series[0]["figures"]["dcor"] != pytest.approx(series[-1]["figures"]["dcor"], rel=1e-9)
+    table = LeakageTable.load(table_path)
+    assert table.weights == "worst of rounds 0, 2, 3" and table.samples == 48
+    for name, values in table.figures.items():
+        assert values == [max(p["figures"][name][j] for p in series) for j in range(len(values))]
+
+
+def test_a_resumed_run_goes_on_with_its_series_and_its_samples(tmp_path: Path, capsys) -> None:
+    """A run continued to a longer length measures from where it stopped (not its round 0 again) and its table is the
+    worst over both parts; resuming with other samples is refused naming --leakage-samples."""
+    run, table_path = tmp_path / "run", tmp_path / "t.json"
+    assert main(["train", *RUN, "--rounds", "2", "--out", str(run), "--checkpoint-every", "1", "--leakage-every", "1",
+                 "--leakage-out", str(table_path), "--leakage-samples", "32"]) == 0
+    assert main(["train", "--resume", "--out", str(run), "--rounds", "3", "--leakage-every", "1",
+                 "--leakage-out", str(table_path), "--leakage-samples", "32"]) == 0
+    capsys.readouterr()
+    series = _history(run)["meta"][KEY]
+    assert [p["round"] for p in series] == [0, 1, 2, 3]
+    assert LeakageTable.load(table_path).figures["dcor"] == worst_figures([p["figures"] for p in series])["dcor"]
+    assert main(["train", "--resume", "--out", str(run), "--rounds", "4", "--leakage-every", "1",
+                 "--leakage-out", str(table_path), "--leakage-samples", "16"]) == 2
+    err = capsys.readouterr().err
+    assert "--leakage-samples" in err and "32 samples" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("extra", "flag"), [
+    (["--leakage-every", "2"], "--leakage-every"),
+    (["--leakage-every", "0", "--leakage-out", "t.json"], "--leakage-every"),
+])
+def test_bad_leakage_every_is_one_message_and_exit_2(extra: list[str], flag: str, capsys) -> None:
+    assert main(["train", *RUN, "--rounds", "2", *extra]) == 2
+    err = capsys.readouterr().err
+    assert flag in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
