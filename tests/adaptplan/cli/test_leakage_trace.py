@@ -138,3 +138,14 @@ def test_bad_leakage_every_is_one_message_and_exit_2(extra: list[str], flag: str
     assert main(["train", *RUN, "--rounds", "2", *extra]) == 2
     err = capsys.readouterr().err
     assert flag in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_resumed_run_with_no_round_left_and_no_measurement_writes_no_table(tmp_path: Path, capsys) -> None:
+    """A run trained without --leakage-every, resumed at its own length with it: nothing was measured, so no table
+    is written and the run says so (rather than a table of no measurement)."""
+    run, table_path = tmp_path / "run", tmp_path / "t.json"
+    assert main(["train", *RUN, "--rounds", "2", "--out", str(run), "--checkpoint-every", "1"]) == 0
+    capsys.readouterr()
+    assert main(["train", "--resume", "--out", str(run), "--rounds", "2", "--leakage-every", "1",
+                 "--leakage-out", str(table_path)]) == 0
+    assert "no leakage was measured in this run" in capsys.readouterr().err and not table_path.exists()
