@@ -1,8 +1,10 @@
 """``adaptplan train … --leakage-out FILE --leakage-every N`` (docs/privacy.md "Leakage over the run"): the leakage per
 cut of the model the run evaluates, measured before its first round, every N rounds and at its last, each measurement
-kept in history.json's ``meta.leakage_over_rounds``; the table written at the end holds, per cut and figure, the
-value that leaks most over them — what a budget needs if it must hold for every round the devices send from, where
-the last round's table (``--leakage-out`` alone) holds for the trained model only.
+kept in history.json's ``meta.leakage_over_rounds`` and drawn beside the table (``FILE``'s stem + ``-over-rounds.png``:
+dCor, the direction AUC and, for images, the inversion PSNR against the round, one line per cut); the table written at
+the end holds, per cut and figure, the value that leaks most over them — what a budget needs if it must hold for
+every round the devices send from, where the last round's table (``--leakage-out`` alone) holds for the trained model
+only.
 
 A measurement leaves the run as it was: it attacks a copy of the evaluated model with torch's, numpy's and Python's
 global random generators restored afterwards (tested: a run measured every round trains the same losses and
@@ -16,6 +18,7 @@ import copy
 import random
 import sys
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from adaptplan.errors import InputError
@@ -57,6 +60,40 @@ def untouched_randomness() -> Iterator[None]:
         yield
     np.random.set_state(numpy_state)
     random.setstate(python_state)
+
+
+FIGURE_PANELS = (("dcor", "dCor (inputs, activations)"), ("direction_auc", "direction AUC (labels)"),
+                 ("psnr", "inversion PSNR (dB)"))
+"""The figures drawn against the round, those the series holds, each in its own panel."""
+
+
+def figure_path(table: str | Path) -> Path:
+    """``worst.json`` → ``worst-over-rounds.png``, beside the table."""
+    path = Path(table)
+    return path.with_name(path.stem + "-over-rounds.png")
+
+
+def plot_over_rounds(series: Sequence[Mapping[str, Any]], out: str | Path, title: str) -> None:
+    """Each of :data:`FIGURE_PANELS` the series holds against the round, one line per cut, written to ``out``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [(name, label) for name, label in FIGURE_PANELS if name in series[0]["figures"]]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), layout="constrained", squeeze=False)
+    rounds = [point["round"] for point in series]
+    for ax, (name, label) in zip(axes[0], panels):
+        for cut in range(len(series[0]["figures"][name])):
+            ax.plot(rounds, [point["figures"][name][cut] for point in series], marker="o", markersize=3,
+                    label=f"cut {cut + 1}")
+        ax.set_xlabel("round")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize="small")
+    fig.suptitle(title.replace("$", r"\$"))
+    fig.savefig(out, format="png")
+    plt.close(fig)
 
 
 class LeakageTrace:
@@ -110,3 +147,7 @@ class LeakageTrace:
         t = self.trainer
         write_leakage_table(self.path, t.profile, t.config.data.dataset, self.samples, t.dataset, worst, self.defence,
                             f"worst of rounds {rounds_text(rounds)}")
+        figure = figure_path(self.path)
+        plot_over_rounds(series, figure, f"leakage per cut over the run: {t.config.algorithm}, "
+                                         f"{t.config.data.dataset}, {self.samples} samples, defence {self.defence}")
+        print(f"wrote {figure} (the figures against the round, one line per cut)", file=sys.stderr)

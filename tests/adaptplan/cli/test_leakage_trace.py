@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from adaptplan.cli import main
-from adaptplan.cli.leakage_trace import KEY, rounds_text, worst_figures
+from adaptplan.cli.leakage_trace import KEY, figure_path, plot_over_rounds, rounds_text, worst_figures
 from adaptplan.leakage_table import LeakageTable
+from tests.plot_checks import spy_figures
 
 RUN = ["--algorithm", "sfl-v1", "--dataset", "synthetic", "--model", "mlp", "--devices", "2", "--cuts", "1",
        "--batch-size", "8", "--seed", "3", "--no-progress", "--threads", "1", "--eval-every", "1"]
@@ -31,6 +32,23 @@ def test_the_worst_figure_of_each_cut_is_the_largest_but_for_the_reconstruction_
 def test_the_rounds_are_named_all_up_to_six_then_the_first_three_and_the_last() -> None:
     assert rounds_text([0, 5, 10, 15, 20, 25]) == "0, 5, 10, 15, 20, 25"
     assert rounds_text([0, 5, 10, 15, 20, 25, 30]) == "0, 5, 10, …, 30"
+
+
+def test_the_figure_draws_each_held_figure_against_the_round_one_line_per_cut(tmp_path: Path, monkeypatch) -> None:
+    figures = spy_figures(monkeypatch)
+    series = [{"round": 0, "figures": {"dcor": [0.9, 0.5], "norm_auc": [0.5, 0.5], "psnr": [19.0, 14.0]}},
+              {"round": 25, "figures": {"dcor": [0.95, 0.6], "norm_auc": [0.5, 0.5], "psnr": [19.5, 13.0]}}]
+    plot_over_rounds(series, tmp_path / "f.png", "t")
+    assert (tmp_path / "f.png").read_bytes()[:4] == b"\x89PNG"
+    (fig,) = figures
+    panels = {ax.get_ylabel(): ax for ax in fig.axes}
+    assert set(panels) == {"dCor (inputs, activations)", "inversion PSNR (dB)"}      # no AUC of direction held
+    dcor = panels["dCor (inputs, activations)"]
+    assert [list(line.get_xdata()) for line in dcor.lines] == [[0, 25], [0, 25]]
+    assert [list(line.get_ydata()) for line in dcor.lines] == [[0.9, 0.95], [0.5, 0.6]]
+    assert [line.get_label() for line in dcor.lines] == ["cut 1", "cut 2"]
+    assert [list(line.get_ydata()) for line in panels["inversion PSNR (dB)"].lines] == [[19.0, 19.5], [14.0, 13.0]]
+    assert figure_path("out/worst.json") == Path("out/worst-over-rounds.png")
 
 
 def test_measuring_every_round_trains_what_an_unmeasured_run_trains(tmp_path: Path, capsys) -> None:
@@ -108,6 +126,7 @@ def test_the_table_is_the_worst_of_the_runs_measurements_each_the_attack_on_its_
     assert series[0]["figures"]["dcor"] != pytest.approx(series[-1]["figures"]["dcor"], rel=1e-9)
     table = LeakageTable.load(table_path)
     assert table.weights == "worst of rounds 0, 2, 3" and table.samples == 48
+    assert figure_path(table_path).read_bytes()[:4] == b"\x89PNG" and f"wrote {figure_path(table_path)}" in err
     for name, values in table.figures.items():
         assert values == [max(p["figures"][name][j] for p in series) for j in range(len(values))]
 
