@@ -115,13 +115,12 @@ def parse_budget(text: str, num_devices: int | None = None) -> tuple[str, tuple[
     return name.strip(), limits
 
 
-
 def check_budget_pair(table: str | None, budget: str | None, fields: tuple[str, str] = ("--leakage-table",
                                                                                        "--max-leakage")) -> None:
     """A leakage budget needs both its table and its limits, or neither: InputError naming the one given (its field of
     ``fields``, the table's then the budget's) and the flag it needs."""
     if (table is None) == (budget is None):
         return
-    given, needed = ((fields[1], "--leakage-table FILE") if table is None else (fields[0], "--max-leakage METRIC=LIMIT"))
-    flag = "--max-leakage" if table is None else "--leakage-table"
+    given, flag, needed = ((fields[1], "--max-leakage", "--leakage-table FILE") if table is None
+                           else (fields[0], "--leakage-table", "--max-leakage METRIC=LIMIT"))
     raise InputError(f"{flag} needs {needed}", field=given)
