@@ -23,6 +23,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from adaptplan.benches.progress import count_rounds
 from adaptplan.defence_cost import DefenceSetting, head_cuts, parse_defences  # noqa: F401  (the bench's settings)
 
 RESULT_FILE = "privacy_result.json"
@@ -68,6 +69,7 @@ def privacy_run(job: dict[str, Any]) -> dict[str, Any]:
     torch.set_num_threads(1)
     config = dict(job["config"], out=str(folder) if folder else None, overwrite=folder is not None, progress=False)
     trainer = Trainer(TrainConfig.flat(**config))
+    count_rounds(trainer)
     history = trainer.run()
     figures = {"accuracy": history.final_accuracy, "sim_seconds": trainer.clock.seconds,
                "epsilon": history.records[-1].metrics.get("epsilon_max") if history.records else None,

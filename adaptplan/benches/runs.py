@@ -9,11 +9,12 @@ import functools
 import json
 import os
 from concurrent.futures import ProcessPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence, TypeGuard
 
+from adaptplan.benches.progress import Bar, count_rounds, counted, share_count
 from adaptplan.crossing import first_crossing
 from adaptplan.errors import InputError
 from trainers.run.history import chance_floor, first_converged
@@ -110,6 +111,7 @@ def run_one(job: dict[str, Any]) -> RunResult:
                       checkpoint_every=config.get("checkpoint_every") or config.get("eval_every")
                       or max(1, int(config["rounds"]) // 30))
     trainer = Trainer(TrainConfig.flat(**config))
+    count_rounds(trainer)
     diverged = None
     try:
         history = trainer.run()
@@ -257,41 +259,36 @@ def run_jobs(jobs: Sequence[dict[str, Any]], workers: int | None = None, desc: s
              progress: bool = True,
              work: Callable[[dict[str, Any]], Any] | None = None) -> list[RunResult]:
     """Run every job (``{"group", "label", "target", "config"}``) through ``work`` (default :func:`run_one`), in
-    ``workers`` processes (default: all cores). Stopped (Ctrl-C, SIGTERM) or failed, it ends its worker
-    processes before it returns: none is left training for a benchmark that is gone."""
-    work = work or run_one
+    ``workers`` processes (default: all cores), with a bar counted in rounds (:mod:`adaptplan.benches.progress`).
+    Stopped (Ctrl-C, SIGTERM) or failed, it ends its worker processes before it returns: none is left training for a
+    benchmark that is gone."""
+    import multiprocessing
+
+    work = functools.partial(counted, work or run_one)
     workers = workers or max(1, os.cpu_count() or 1)
+    context = multiprocessing.get_context("spawn")
     results: list[RunResult] = []
-    bar = None
-    if progress:
-        from tqdm import tqdm
-        bar = tqdm(total=len(jobs), unit="run", desc=desc, dynamic_ncols=True)
-    try:
+    with Bar(jobs, desc, context).drawing() if progress else nullcontext() as bar:
         if workers == 1:
             for result in map(work, jobs):
                 results.append(result)
                 if bar is not None:
-                    bar.update(1)
+                    bar.run_ended()
         else:
-            import multiprocessing
-
-            context = multiprocessing.get_context("spawn")
             stopping = context.Event()
             with _terminating_on_sigterm(), \
-                    ProcessPoolExecutor(workers, mp_context=context, initializer=_share_stop, initargs=(stopping,)) as pool:
+                    ProcessPoolExecutor(workers, mp_context=context, initializer=_share_stop,
+                                        initargs=(stopping, None if bar is None else bar.count)) as pool:
                 try:
                     for result in pool.map(functools.partial(_unless_stopped, work), jobs):
                         results.append(result)
                         if bar is not None:
-                            bar.update(1)
+                            bar.run_ended()
                 except BaseException:
                     stopping.set()                                       # a job already queued to a worker: skipped
                     pool.shutdown(wait=False, cancel_futures=True)
                     _end_workers(multiprocessing.active_children())      # the pool's workers, mid-run
                     raise
-    finally:
-        if bar is not None:
-            bar.close()
     return results
 
 
@@ -319,9 +316,11 @@ def _end_workers(children: Sequence[Any]) -> None:
 _stop: Any = None     # in a worker process of run_jobs: the event set when the benchmark stops
 
 
-def _share_stop(event: Any) -> None:
+def _share_stop(event: Any, count: Any = None) -> None:
+    """A worker's start: the event set when the benchmark stops, and the bar's count of rounds (None: none)."""
     global _stop
     _stop = event
+    share_count(count)
 
 
 def _unless_stopped(work: Callable[[dict[str, Any]], Any], job: dict[str, Any]) -> Any:

@@ -1,0 +1,121 @@
+"""The benchmarks' progress bar, counted in training rounds across their worker processes.
+
+A bench of long runs (`bench papers`' full tier: 24 runs of 19,200 rounds) moved its bar once a run, so a user saw
+nothing for half an hour and a bar that had read back eight ended runs in a fraction of a second still showed the
+first (tqdm draws at most every ``mininterval``; the last updates waited for the next run's). Here the bar's unit is
+the round: each run's Trainer carries a :class:`RoundCount` observer that adds every round it trains to one count
+shared by the bench's processes (a ``multiprocessing.Value``), a thread of the bench's process draws that count
+twice a second, and the runs ended so far stand beside it. A resumed run's first round adds the rounds it trained
+before; a run read back, stopped by divergence or trained by work that carries no observer adds what it did not
+count when it ends, so the bar ends at the jobs' total rounds.
+"""
+
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Sequence
+
+REFRESH_S = 0.5
+"""Seconds between two draws of the bar while runs train."""
+
+_count: Any = None       # in a process of a bench: the shared count of rounds trained (a multiprocessing Value)
+_counted = 0             # the rounds the job in hand has added to it so far
+
+
+def job_rounds(job: dict[str, Any]) -> int | None:
+    """The rounds ``job`` trains (its configuration's ``rounds``), None where it names no whole number of rounds."""
+    rounds = job.get("config", {}).get("rounds") if isinstance(job.get("config"), dict) else None
+    return rounds if isinstance(rounds, int) and not isinstance(rounds, bool) and rounds >= 0 else None
+
+
+def share_count(count: Any) -> None:
+    """Make ``count`` (a ``multiprocessing.Value`` of integer type, or None: nothing counted) this process's count."""
+    global _count
+    _count = count
+
+
+def _add(rounds: int) -> None:
+    global _counted
+    if rounds > 0 and _count is not None:
+        with _count.get_lock():
+            _count.value += rounds
+        _counted += rounds
+
+
+class RoundCount:
+    """A round observer (:class:`trainers.run.tracking.RoundObserver`) adding each round its run trains to the
+    bench's count: round t of a run brings the job's count to t (a resumed run's first round adds those before)."""
+
+    def log(self, record: Any) -> None:
+        _add(int(record.round) - _counted)
+
+    def close(self, status: str, final: dict[str, Any] | None) -> None:
+        pass
+
+
+def count_rounds(trainer: Any) -> None:
+    """Let ``trainer`` (a :class:`trainers.run.driver.Trainer`) count its rounds on the bench's bar, where one
+    counts them (nothing otherwise)."""
+    if _count is not None:
+        trainer.observers.append(RoundCount())
+
+
+def counted(work: Callable[[dict[str, Any]], Any], job: dict[str, Any]) -> Any:
+    """``work(job)``, then the job's rounds it did not count added (a run read back, diverged, or without
+    :class:`RoundCount`), so that each job adds exactly its rounds."""
+    global _counted
+    _counted = 0
+    result = work(job)
+    _add((job_rounds(job) or 0) - _counted)
+    return result
+
+
+class Bar:
+    """The bench's bar (``desc``) over ``jobs``: in rounds where every job names its rounds, else in runs."""
+
+    def __init__(self, jobs: Sequence[dict[str, Any]], desc: str, context: Any) -> None:
+        from tqdm import tqdm
+
+        rounds = [job_rounds(job) for job in jobs]
+        self.runs, self.ended = len(jobs), 0
+        self.count = context.Value("q", 0) if all(r is not None for r in rounds) else None
+        total = sum(r or 0 for r in rounds) if self.count is not None else len(jobs)
+        self.bar = tqdm(total=total, unit="round" if self.count is not None else "run", desc=desc,
+                        dynamic_ncols=True)
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._draw_until_done, daemon=True) if self.count is not None else None
+
+    def run_ended(self) -> None:
+        self.ended += 1
+        if self.count is None:
+            self.bar.update(1)
+        else:
+            self.draw()
+
+    def draw(self, refresh: bool = True) -> None:
+        if self.count is not None:
+            self.bar.n = int(self.count.value)
+            self.bar.set_postfix_str(f"runs {self.ended}/{self.runs}", refresh=False)
+        if refresh:
+            self.bar.refresh()
+
+    def _draw_until_done(self) -> None:
+        while not self._done.wait(REFRESH_S):
+            self.draw()
+
+    @contextmanager
+    def drawing(self) -> Iterator["Bar"]:
+        """Draw the count while the block runs (this process counts on it too), the last figures at its end."""
+        share_count(self.count)
+        if self._thread is not None:
+            self._thread.start()
+        try:
+            yield self
+        finally:
+            self._done.set()
+            if self._thread is not None:
+                self._thread.join()
+            self.draw(refresh=False)          # closing draws it
+            self.bar.close()
+            share_count(None)

@@ -1,0 +1,99 @@
+"""The benchmarks' bar counts training rounds across processes (adaptplan/benches/progress.py): each job adds exactly
+its rounds, a resumed run's first round the rounds before it, a run read back or without the observer what it did
+not count, and the bar ends at the jobs' total with the runs ended beside it."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from adaptplan.benches import progress
+from adaptplan.benches import runs as bench_runs
+
+
+def _last_bar(err: str) -> str:
+    """The last state tqdm drew (its lines are separated by carriage returns)."""
+    return [s for s in re.split(r"[\r\n]", err) if s.strip()][-1]
+
+
+def _logging(job: dict) -> int:
+    """A run that logs rounds ``job["from"]`` + 1 … its rounds through a RoundCount, as a resumed Trainer does, and
+    returns the count it saw at its end (before :func:`progress.counted` adds what it did not count)."""
+    observer = progress.RoundCount()
+    for t in range(job["from"] + 1, job["config"]["rounds"] + 1):
+        observer.log(SimpleNamespace(round=t))
+    observer.close("FINISHED", None)
+    return int(progress._count.value)
+
+
+def test_each_job_adds_its_rounds_a_resumed_one_those_before_too(capsys) -> None:
+    jobs = [{"config": {"rounds": 3}, "from": 0}, {"config": {"rounds": 6}, "from": 4}, {"config": {"rounds": 5}}]
+    seen = bench_runs.run_jobs(jobs, workers=1, desc="bench t",
+                               work=lambda job: _logging(job) if "from" in job else -1)
+    # the first job counted its 3 rounds; the second, resumed after round 4, took the count to 3 + 6 at its first
+    # round; the third logged nothing and is counted whole when it ends
+    assert seen == [3, 9, -1]
+    bar = _last_bar(capsys.readouterr().err)
+    assert "bench t" in bar and "14/14" in bar and "runs 3/3" in bar and "round" in bar
+    assert progress._count is None                     # the process counts nothing once the bench is over
+
+
+def test_without_rounds_the_bar_counts_runs(capsys) -> None:
+    bench_runs.run_jobs([{"config": {}}, {"n": 1}], workers=1, desc="bench u", work=lambda job: 0)
+    bar = _last_bar(capsys.readouterr().err)
+    assert "2/2" in bar and "run" in bar and "runs 2/2" not in bar
+
+
+def test_no_progress_counts_nothing() -> None:
+    assert bench_runs.run_jobs([{"config": {"rounds": 4}, "from": 0}], workers=1, progress=False,
+                               work=lambda job: progress._count) == [None]
+
+
+@pytest.mark.parametrize("rounds, expected", [(7, 7), (0, 0), (True, None), (2.0, None), (-1, None), ("3", None)])
+def test_job_rounds_reads_whole_rounds_only(rounds, expected) -> None:
+    assert progress.job_rounds({"config": {"rounds": rounds}}) == expected
+    assert progress.job_rounds({"config": None}) is None and progress.job_rounds({}) is None
+
+
+def test_a_trainer_counts_every_round_it_trains(tmp_path) -> None:
+    """run_one gives its Trainer the observer: at the run's end the count is its rounds before anything is added;
+    the same run read back from its folder adds them all when it ends."""
+    config = dict(algorithm="psl", dataset="synthetic", devices=2, rounds=4, cuts=(3,), batch_size=8, eval_every=2,
+                  threads=1, progress=False, max_test_samples=20)
+    job = {"group": "g", "label": "psl", "target": 0.5, "config": config, "folder": str(tmp_path / "run")}
+
+    def run_and_read(job: dict) -> tuple[int, int]:
+        before = int(progress._count.value)
+        bench_runs.run_one(job)
+        return before, int(progress._count.value)
+
+    assert bench_runs.run_jobs([job, job], workers=1, work=run_and_read) == [(0, 4), (4, 4)]
+
+
+def test_worker_processes_share_the_count(tmp_path) -> None:
+    """Over 2 spawned workers, every job's rounds reach the bench's bar."""
+    script = tmp_path / "bench.py"
+    script.write_text("from types import SimpleNamespace\n"
+                      "from adaptplan.benches import progress\n"
+                      "from adaptplan.benches.runs import run_jobs\n"
+                      "def work(job):\n"
+                      "    observer = progress.RoundCount()\n"
+                      "    for t in range(1, job['config']['rounds'] + 1):\n"
+                      "        observer.log(SimpleNamespace(round=t))\n"
+                      "    return job['config']['rounds']\n"
+                      "if __name__ == '__main__':\n"
+                      "    print(run_jobs([{'config': {'rounds': r}} for r in (2, 3, 5, 7)], workers=2, desc='bench w',"
+                      " work=work))\n")
+    root = Path(__file__).resolve().parents[3]
+    done = subprocess.run([sys.executable, str(script)], cwd=root, env={**os.environ, "PYTHONPATH": str(root)},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[2, 3, 5, 7]"
+    bar = _last_bar(done.stderr)
+    assert "bench w" in bar and "17/17" in bar and "runs 4/4" in bar
