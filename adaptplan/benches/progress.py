@@ -116,6 +116,5 @@ class Bar:
             self._done.set()
             if self._thread is not None:
                 self._thread.join()
-            self.draw(refresh=False)          # closing draws it
             self.bar.close()
             share_count(None)
