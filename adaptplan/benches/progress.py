@@ -5,7 +5,7 @@ nothing for half an hour and a bar that had read back eight ended runs in a frac
 first (tqdm draws at most every ``mininterval``; the last updates waited for the next run's). Here the bar's unit is
 the round: each run's Trainer carries a :class:`RoundCount` observer that adds every round it trains to one count
 shared by the bench's processes (a ``multiprocessing.Value``), a thread of the bench's process draws that count
-twice a second, and the runs ended so far stand beside it. A resumed run's first round adds the rounds it trained
+twice a second when it moved, and the runs ended so far stand beside it. A resumed run's first round adds the rounds it trained
 before; a run read back, stopped by divergence or trained by work that carries no observer adds what it did not
 count when it ends, so the bar ends at the jobs' total rounds.
 """
@@ -101,8 +101,10 @@ class Bar:
             self.bar.refresh()
 
     def _draw_until_done(self) -> None:
+        """Draw the count each :data:`REFRESH_S` it moved (a log file gets a line per change, not per tick)."""
         while not self._done.wait(REFRESH_S):
-            self.draw()
+            if self.count is not None and int(self.count.value) != self.bar.n:
+                self.draw()
 
     @contextmanager
     def drawing(self) -> Iterator["Bar"]:

@@ -97,3 +97,19 @@ def test_worker_processes_share_the_count(tmp_path) -> None:
     assert done.stdout.strip() == "[2, 3, 5, 7]"
     bar = _last_bar(done.stderr)
     assert "bench w" in bar and "17/17" in bar and "runs 4/4" in bar
+
+
+def test_the_bar_is_drawn_when_its_count_moves_not_every_tick(capsys) -> None:
+    """A run that trains no round for several ticks leaves the log one line (tqdm's first), not one per tick."""
+    import time
+
+    def still(job: dict) -> None:
+        time.sleep(4 * progress.REFRESH_S)
+        progress.RoundCount().log(SimpleNamespace(round=1))
+        time.sleep(4 * progress.REFRESH_S)
+
+    bench_runs.run_jobs([{"config": {"rounds": 2}}], workers=1, desc="bench s", work=still)
+    drawn = [s for s in re.split(r"[\r\n]", capsys.readouterr().err) if s.strip()]
+    # tqdm's first draw (0/2), the thread's at round 1, the run's end (2/2), tqdm's close: four, where a draw per
+    # tick would be about ten
+    assert [re.search(r"\d/2", s).group(0) for s in drawn] == ["0/2", "1/2", "2/2", "2/2"]
