@@ -4,7 +4,10 @@ kept in history.json's ``meta.leakage_over_rounds`` and drawn beside the table (
 dCor, the direction AUC and, for images, the inversion PSNR against the round, one line per cut); the table written at
 the end holds, per cut and figure, the value that leaks most over them — what a budget needs if it must hold for
 every round the devices send from, where the last round's table (``--leakage-out`` alone) holds for the trained model
-only.
+only. Where each device evaluates with its own client model (PSL, GAPSL, SGLR, CyclePSL: the strategy's
+``eval_models``), every distinct one is attacked and each figure is the worst over them: the devices' bodies differ,
+and the one that leaks most bounds what the server sees (the cost grows with the distinct models; equal ones, as
+before the first round, are attacked once).
 
 A measurement leaves the run as it was: it attacks a copy of the evaluated model with torch's, numpy's and Python's
 global random generators restored afterwards (tested: a run measured every round trains the same losses and
@@ -25,7 +28,8 @@ from adaptplan.errors import InputError
 from adaptplan.leakage_table import AT_LEAST
 
 KEY = "leakage_over_rounds"
-"""history.json's ``meta`` entry: ``[{"round": t, "samples": n, "figures": {figure: [one value per cut]}}, …]``."""
+"""history.json's ``meta`` entry: ``[{"round": t, "samples": n, "models": k, "figures": {figure: [one value per cut]}},
+…]`` (``models``: the distinct evaluated models the figures are the worst over)."""
 
 
 def worst_figures(points: Sequence[Mapping[str, Sequence[float]]]) -> dict[str, list[float]]:
@@ -36,6 +40,20 @@ def worst_figures(points: Sequence[Mapping[str, Sequence[float]]]) -> dict[str, 
         pick = min if name in AT_LEAST else max
         worst[name] = [float(pick(point[name][cut] for point in points)) for cut in range(len(first))]
     return worst
+
+
+def distinct_models(models: Sequence[Any]) -> list[Any]:
+    """``models`` (``nn.Module``s) with each one equal to an earlier one left out: the same entries holding the same
+    values."""
+    import torch
+
+    kept: list[tuple[Any, dict[str, Any]]] = []
+    for model in models:
+        state = model.state_dict()
+        if not any(state.keys() == seen.keys() and all(torch.equal(state[k], seen[k]) for k in state)
+                   for _, seen in kept):
+            kept.append((model, state))
+    return [model for model, _ in kept]
 
 
 def dcor_text(figures: Mapping[str, Sequence[float]]) -> str:
@@ -113,12 +131,16 @@ class LeakageTrace:
         from adaptplan.cli.leakage_report import leakage_report
 
         t = self.trainer
-        with untouched_randomness():
-            blocks = copy.deepcopy(t.engine.eval_models()[0])
-            _, figures = leakage_report(blocks, t.dataset, self.samples, t.config.data.dataset, t.engine.defence,
-                                        self.defence)
-        print(f"leakage at round {round_}: {dcor_text(figures)}", file=sys.stderr)
-        return {"round": round_, "samples": self.samples, "figures": figures}
+        points = []
+        for model in distinct_models(t.engine.eval_models()):
+            with untouched_randomness():
+                _, figures = leakage_report(copy.deepcopy(model), t.dataset, self.samples, t.config.data.dataset,
+                                            t.engine.defence, self.defence)
+            points.append(figures)
+        worst = worst_figures(points)
+        over = f" (the worst of {len(points)} device models)" if len(points) > 1 else ""
+        print(f"leakage at round {round_}: {dcor_text(worst)}{over}", file=sys.stderr)
+        return {"round": round_, "samples": self.samples, "models": len(points), "figures": worst}
 
     def log(self, record: Any) -> None:
         series = self.trainer.history.meta.setdefault(KEY, [])

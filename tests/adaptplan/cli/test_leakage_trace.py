@@ -168,3 +168,65 @@ def test_a_resumed_run_with_no_round_left_and_no_measurement_writes_no_table(tmp
     assert main(["train", "--resume", "--out", str(run), "--rounds", "2", "--leakage-every", "1",
                  "--leakage-out", str(table_path)]) == 0
     assert "no leakage was measured in this run" in capsys.readouterr().err and not table_path.exists()
+
+
+def test_distinct_models_keeps_the_first_of_each_equal_group() -> None:
+    import torch
+    from torch import nn
+
+    from adaptplan.cli.leakage_trace import distinct_models
+
+    torch.manual_seed(0)
+    a, b, c = nn.Linear(3, 2), nn.Linear(3, 2), nn.Linear(3, 2)
+    b.load_state_dict(a.state_dict())                     # b equals a; c has other weights
+    d = nn.Linear(3, 2)
+    d.load_state_dict(c.state_dict())
+    with torch.no_grad():
+        d.bias[1] += 1e-6                                 # one value apart
+    assert distinct_models([a, b, c, b, d]) == [a, c, d]
+    assert len(distinct_models([nn.Linear(3, 2), nn.Linear(2, 3)])) == 2 and distinct_models([a, a, a]) == [a]
+
+
+def test_under_psl_every_devices_model_is_attacked_and_the_worst_kept(tmp_path: Path, capsys) -> None:
+    """PSL evaluates each device's own client model: before the first round they are one (attacked once); after
+    training they differ and each figure is the worst over both (profilers.leakage on each device's model), which
+    here is device 1's, not device 0's."""
+    from profilers.leakage import leakage_per_cut
+    from trainers.config.train_config import TrainConfig
+    from trainers.run.driver import Trainer
+
+    run = ["--algorithm", "psl", *RUN[2:]]
+    assert main(["train", *run, "--rounds", "2", "--out", str(tmp_path / "run"), "--leakage-every", "2",
+                 "--leakage-out", str(tmp_path / "t.json"), "--leakage-samples", "48"]) == 0
+    err = capsys.readouterr().err
+    series = _history(tmp_path / "run")["meta"][KEY]
+    assert [(p["round"], p["models"]) for p in series] == [(0, 1), (2, 2)]
+    assert "leakage at round 2: dCor per cut" in err and "(the worst of 2 device models)" in err
+    assert "leakage at round 0: dCor per cut" in err and "(the worst of 1" not in err
+    trainer = Trainer(TrainConfig.flat(algorithm="psl", dataset="synthetic", model="mlp", devices=2, cuts=[1],
+                                       batch_size=8, seed=3, rounds=2, progress=False, threads=1, eval_every=1))
+    x, y = trainer.dataset.x_train[:48], trainer.dataset.y_train[:48]
+    trainer.run()
+    per_device = [[r.dcor for r in leakage_per_cut(m, x, y)] for m in trainer.engine.eval_models()]
+    worst = [max(column) for column in zip(*per_device)]
+    assert series[-1]["figures"]["dcor"] == pytest.approx(worst, rel=1e-9)
+    assert per_device[0] != pytest.approx(worst, rel=1e-9)            # device 0's alone would not be the worst
+
+
+def test_each_cut_takes_its_worst_device_whichever_device_that_is(tmp_path: Path, monkeypatch) -> None:
+    """Device 0 leaks most at cut 1, device 1 at cut 2: the measurement holds 0.9 and 0.8, neither device's own."""
+    import adaptplan.cli.leakage_report as report
+    from adaptplan.cli.leakage_trace import LeakageTrace
+    from trainers.config.train_config import TrainConfig
+    from trainers.run.driver import Trainer
+
+    answers = iter([[0.5, 0.5], [0.9, 0.1], [0.2, 0.8]])      # round 0 (one model), then device 0's and device 1's
+    monkeypatch.setattr(report, "leakage_report", lambda *args, **kwargs: ("", {"dcor": next(answers)}))
+    trainer = Trainer(TrainConfig.flat(algorithm="psl", dataset="synthetic", model="mlp", devices=2, cuts=[1],
+                                       batch_size=8, seed=3, rounds=2, progress=False, threads=1, eval_every=1))
+    trainer.observers.append(LeakageTrace(trainer, str(tmp_path / "t.json"), 16, 2))
+    monkeypatch.setattr("adaptplan.cli.leakage_report.write_leakage_table", lambda *args, **kwargs: None)
+    monkeypatch.setattr("adaptplan.cli.leakage_trace.plot_over_rounds", lambda *args, **kwargs: None)
+    history = trainer.run()
+    assert [(p["round"], p["models"], p["figures"]["dcor"]) for p in history.meta[KEY]] == [
+        (0, 1, [0.5, 0.5]), (2, 2, [0.9, 0.8])]
