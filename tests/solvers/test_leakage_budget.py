@@ -132,6 +132,13 @@ def test_profile_writes_the_table_and_plan_keeps_every_device_within_it(tmp_path
     cuts = json.loads(plan.read_text())["cuts"]
     assert all(figures["dcor"][c - 1] <= min(figures["dcor"]) for c in cuts)
     assert "leakage budget: dcor=" in (out := capsys.readouterr().out) and "(initial weights)" in out
+    assert "the table holds for the model at those weights only" in out and "--leakage-every N" in out
+    worst = tmp_path / "worst.json"
+    worst.write_text(json.dumps(json.loads(leak.read_text()) | {"weights": "worst of rounds 0, 5, 10"}))
+    assert main(["plan", "--profile", str(profile), "--devices", "4", "--leakage-table", str(worst), "--max-leakage",
+                 f"dcor={limit}"]) == 0
+    out = capsys.readouterr().out
+    assert "(worst of rounds 0, 5, 10 weights)" in out and "holds for the model at those weights only" not in out
     assert main(["plan", "--profile", str(profile), "--devices", "4", "--leakage-table", str(leak), "--max-leakage",
                  f"dcor={limit}"]) == 0
     capsys.readouterr()

@@ -241,6 +241,10 @@ def run(args: argparse.Namespace) -> int:
         if leakage is not None:
             print(f"leakage budget: {args.max_leakage} per {args.leakage_table} ({weights} weights): every device "
                   f"within it (cuts {sorted(set(plan.cuts))} planned)")
+            if not weights.startswith("worst of"):
+                print("  the table holds for the model at those weights only: the activations of a run leak most "
+                      "early in training (docs/privacy.md \"Leakage over the run\"); `train --leakage-out FILE "
+                      "--leakage-every N` writes the worst over a run")
         print(f"\nplanned in {elapsed:.2f} s wall-clock")
     return 0
 
