@@ -208,6 +208,7 @@ def run_paper_bench(book: Mapping[str, Recipe], seeds: Sequence[int] = range(DEF
     first = {k: todo[keys.index(k)] for k in unique}
     unique.sort(key=lambda k: (first[k]["seed"], -cost(first[k]["config"])))
     work = [{**{f: first[k][f] for f in ("group", "label", "target", "config")},
+             "round_weight": cost(first[k]["config"]) / max(1, first[k]["config"]["rounds"]),  # the bar's steps
              **({"folder": str(run_folder(runs_dir, first[k]))} if runs_dir is not None else {})} for k in unique]
     if runs_dir is not None and progress:
         states = [run_state(Path(w["folder"]), w) for w in work]
@@ -243,10 +244,14 @@ def write_run_files(todo: Sequence[Mapping[str, Any]], folder: Path) -> list[Pat
 
 
 def cost(config: Mapping[str, Any]) -> float:
-    """A run's rough relative cost (device steps, weighted), to start the slow runs first: load balancing only."""
+    """A run's rough relative cost (device steps, weighted), to start the slow runs first and to weigh the bar's
+    rounds: an asynchronous method's round (``active`` and ``local_steps`` in its options: GAS, FedBuff, CA²FL) is a
+    global iteration of active × E steps (GAS's ×1.5 for its server's generated activations)."""
     extra = config.get("extra", {})
-    if config["algorithm"] == "gas":
-        return 1.5 * config["rounds"] * extra.get("active", 1) * extra.get("local_steps", 1)
+    if "active" in extra and "local_steps" in extra:
+        active = min(extra["active"], config["devices"]) if extra["active"] else -(-config["devices"] // 2)  # C
+        steps = config["rounds"] * active * extra["local_steps"]
+        return steps * (1.5 if config["algorithm"] == "gas" else 1.0)
     steps = config["rounds"] * config["devices"] * extra.get("participation", 1.0)
     psl_like = config["algorithm"] in ("gapsl", "psl") or extra.get("cycle_base") == "psl"
     return steps * (PSL_FAMILY_COST if psl_like else 1.0)

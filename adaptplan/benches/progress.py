@@ -8,6 +8,11 @@ shared by the bench's processes (a ``multiprocessing.Value``), a thread of the b
 twice a second when it moved, and the runs ended so far stand beside it. A resumed run's first round adds the rounds it trained
 before; a run read back, stopped by divergence or trained by work that carries no observer adds what it did not
 count when it ends, so the bar ends at the jobs' total rounds.
+
+Where a bench's runs differ in the work of a round (`bench papers`: a round of GAS is a global iteration of C·E
+device steps, one of FedAvg a step of each active device), a job's ``round_weight`` (its relative cost of one
+round) weighs each of its rounds, and the bar counts that weighted work (unit ``step``), so that its rate and the
+time it predicts hold across the runs.
 """
 
 from __future__ import annotations
@@ -19,8 +24,9 @@ from typing import Any, Callable, Iterator, Sequence
 REFRESH_S = 0.5
 """Seconds between two draws of the bar while runs train."""
 
-_count: Any = None       # in a process of a bench: the shared count of rounds trained (a multiprocessing Value)
+_count: Any = None       # in a process of a bench: the shared count of work done (a multiprocessing Value)
 _counted = 0             # the rounds the job in hand has added to it so far
+_weight = 1.0            # the work of one of its rounds
 
 
 def job_rounds(job: dict[str, Any]) -> int | None:
@@ -29,8 +35,15 @@ def job_rounds(job: dict[str, Any]) -> int | None:
     return rounds if isinstance(rounds, int) and not isinstance(rounds, bool) and rounds >= 0 else None
 
 
+def job_weight(job: dict[str, Any]) -> float:
+    """The work of one of ``job``'s rounds: its ``round_weight`` where it gives a positive finite one, else 1."""
+    weight = job.get("round_weight", 1.0)
+    ok = isinstance(weight, (int, float)) and not isinstance(weight, bool) and 0 < weight < float("inf")
+    return float(weight) if ok else 1.0
+
+
 def share_count(count: Any) -> None:
-    """Make ``count`` (a ``multiprocessing.Value`` of integer type, or None: nothing counted) this process's count."""
+    """Make ``count`` (a ``multiprocessing.Value`` of type double, or None: nothing counted) this process's count."""
     global _count
     _count = count
 
@@ -39,7 +52,7 @@ def _add(rounds: int) -> None:
     global _counted
     if rounds > 0 and _count is not None:
         with _count.get_lock():
-            _count.value += rounds
+            _count.value += rounds * _weight
         _counted += rounds
 
 
@@ -64,25 +77,27 @@ def count_rounds(trainer: Any) -> None:
 def counted(work: Callable[[dict[str, Any]], Any], job: dict[str, Any]) -> Any:
     """``work(job)``, then the job's rounds it did not count added (a run read back, diverged, or without
     :class:`RoundCount`), so that each job adds exactly its rounds."""
-    global _counted
-    _counted = 0
+    global _counted, _weight
+    _counted, _weight = 0, job_weight(job)
     result = work(job)
     _add((job_rounds(job) or 0) - _counted)
     return result
 
 
 class Bar:
-    """The bench's bar (``desc``) over ``jobs``: in rounds where every job names its rounds, else in runs."""
+    """The bench's bar (``desc``) over ``jobs``: in rounds where every job names its rounds (in steps where their
+    ``round_weight``s differ from 1), else in runs."""
 
     def __init__(self, jobs: Sequence[dict[str, Any]], desc: str, context: Any) -> None:
         from tqdm import tqdm
 
         rounds = [job_rounds(job) for job in jobs]
+        weights = [job_weight(job) for job in jobs]
         self.runs, self.ended = len(jobs), 0
-        self.count = context.Value("q", 0) if all(r is not None for r in rounds) else None
-        total = sum(r or 0 for r in rounds) if self.count is not None else len(jobs)
-        self.bar = tqdm(total=total, unit="round" if self.count is not None else "run", desc=desc,
-                        dynamic_ncols=True)
+        self.count = context.Value("d", 0.0) if all(r is not None for r in rounds) else None
+        total = round(sum((r or 0) * w for r, w in zip(rounds, weights))) if self.count is not None else len(jobs)
+        unit = "run" if self.count is None else "round" if all(w == 1.0 for w in weights) else "step"
+        self.bar = tqdm(total=total, unit=unit, desc=desc, dynamic_ncols=True)
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._draw_until_done, daemon=True) if self.count is not None else None
 
@@ -95,7 +110,7 @@ class Bar:
 
     def draw(self, refresh: bool = True) -> None:
         if self.count is not None:
-            self.bar.n = int(self.count.value)
+            self.bar.n = round(self.count.value)
             self.bar.set_postfix_str(f"runs {self.ended}/{self.runs}", refresh=False)
         if refresh:
             self.bar.refresh()
@@ -103,7 +118,7 @@ class Bar:
     def _draw_until_done(self) -> None:
         """Draw the count each :data:`REFRESH_S` it moved (a log file gets a line per change, not per tick)."""
         while not self._done.wait(REFRESH_S):
-            if self.count is not None and int(self.count.value) != self.bar.n:
+            if self.count is not None and round(self.count.value) != self.bar.n:
                 self.draw()
 
     @contextmanager

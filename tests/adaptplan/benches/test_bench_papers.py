@@ -795,3 +795,25 @@ def test_every_seeds_runs_train_before_the_next_seeds_the_slowest_of_a_seed_firs
     order = [(w["config"]["seed"], -bp.cost(w["config"])) for w in seen]
     assert [s for s, _ in order] == [0] * (len(seen) // 2) + [1] * (len(seen) // 2)
     assert order == sorted(order) and len({c for _, c in order}) > 1
+
+
+def test_a_runs_cost_counts_the_device_steps_of_its_rounds(monkeypatch) -> None:
+    """bp.cost, written out: an asynchronous method's round is a global iteration of C × E device steps (C = active,
+    ⌈N/2⌉ with 0; GAS's ×1.5), a synchronous one's a step of ρN devices (PSL's family ×2.5); each work item's
+    round_weight (the bar's steps per round) is its cost over its rounds."""
+    base = {"rounds": 1000, "devices": 20}
+    assert bp.cost({**base, "algorithm": "fedbuff", "extra": {"active": 10, "local_steps": 20}}) == 1000 * 10 * 20
+    assert bp.cost({**base, "algorithm": "gas", "extra": {"active": 10, "local_steps": 20}}) == 1.5 * 1000 * 10 * 20
+    assert bp.cost({**base, "algorithm": "ca2fl", "extra": {"active": 0, "local_steps": 5}}) == 1000 * 10 * 5
+    assert bp.cost({**base, "algorithm": "ca2fl", "extra": {"active": 50, "local_steps": 5}}) == 1000 * 20 * 5
+    assert bp.cost({**base, "algorithm": "fedavg", "extra": {"participation": 0.5}}) == 1000 * 20 * 0.5
+    assert bp.cost({**base, "algorithm": "psl", "extra": {}}) == 1000 * 20 * bp.PSL_FAMILY_COST
+    seen = []
+
+    def no_training(work, *args):
+        seen.extend(work)
+        return [run(0.5)] * len(work)
+
+    monkeypatch.setattr(bp, "run_jobs", no_training)
+    bp.run_paper_bench(bp.catalogue(["gas"], tier="test"), [0], workers=1, progress=False)
+    assert seen and all(w["round_weight"] == pytest.approx(bp.cost(w["config"]) / w["config"]["rounds"]) for w in seen)

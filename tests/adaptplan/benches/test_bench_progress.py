@@ -113,3 +113,19 @@ def test_the_bar_is_drawn_when_its_count_moves_not_every_tick(capsys) -> None:
     # tqdm's first draw (0/2), the thread's at round 1, the run's end (2/2), tqdm's close: four, where a draw per
     # tick would be about ten
     assert [re.search(r"\d/2", s).group(0) for s in drawn] == ["0/2", "1/2", "2/2", "2/2"]
+
+
+def test_weighted_rounds_count_steps(capsys) -> None:
+    """Jobs whose rounds weigh 10 and 0.5 steps (a resumed one too): the bar counts steps, 3·10 + 6·0.5 = 33."""
+    jobs = [{"config": {"rounds": 3}, "from": 0, "round_weight": 10.0},
+            {"config": {"rounds": 6}, "from": 4, "round_weight": 0.5}]
+    seen = bench_runs.run_jobs(jobs, workers=1, desc="bench v", work=_logging)
+    assert seen == [30, 33]
+    bar = _last_bar(capsys.readouterr().err)
+    assert "33/33" in bar and "step" in bar and "runs 2/2" in bar
+
+
+@pytest.mark.parametrize("weight, expected", [(2.5, 2.5), (3, 3.0), (0, 1.0), (-1.0, 1.0), (float("inf"), 1.0),
+                                              (float("nan"), 1.0), (True, 1.0), ("2", 1.0)])
+def test_job_weight_is_a_positive_finite_number_else_one(weight, expected) -> None:
+    assert progress.job_weight({"round_weight": weight}) == expected and progress.job_weight({}) == 1.0
