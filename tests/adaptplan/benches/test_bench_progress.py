@@ -48,6 +48,17 @@ def test_without_rounds_the_bar_counts_runs(capsys) -> None:
     bench_runs.run_jobs([{"config": {}}, {"n": 1}], workers=1, desc="bench u", work=lambda job: 0)
     bar = _last_bar(capsys.readouterr().err)
     assert "2/2" in bar and "run" in bar and "runs 2/2" not in bar
+    bench_runs.run_jobs([{"config": {"rounds": 5}}, {"n": 1}, {"config": {"rounds": 4}}], workers=1, desc="bench m",
+                        work=lambda job: 0)            # one job without rounds: the bar counts runs
+    bar = _last_bar(capsys.readouterr().err)
+    assert "3/3" in bar and "round" not in bar
+
+
+def test_a_job_of_no_rounds_adds_none(capsys) -> None:
+    bench_runs.run_jobs([{"config": {"rounds": 0}}, {"config": {"rounds": 2}}], workers=1, desc="bench z",
+                        work=lambda job: 0)
+    bar = _last_bar(capsys.readouterr().err)
+    assert "2/2" in bar and "runs 2/2" in bar
 
 
 def test_no_progress_counts_nothing() -> None:
