@@ -11,6 +11,10 @@ randomised labels the gradients attacked are computed on labels drawn by the sam
 against the true ones). The
 attacked samples are the first ``leakage_samples`` training samples (the devices' data), the attacker's auxiliary
 data as many test samples (disjoint).
+
+A run with a folder writes a checkpoint at every evaluation; one stopped there (Ctrl-C, SIGTERM: a checkpoint and no
+figures) continues from it on the next call, as ``train --resume`` does, and is attacked when it ends — a stopped
+ResNet-18 bench loses at most an evaluation's rounds, not its run.
 """
 
 from __future__ import annotations
@@ -67,7 +71,13 @@ def privacy_run(job: dict[str, Any]) -> dict[str, Any]:
     from trainers.run.driver import Trainer
 
     torch.set_num_threads(1)
-    config = dict(job["config"], out=str(folder) if folder else None, overwrite=folder is not None, progress=False)
+    config = dict(job["config"], out=str(folder) if folder else None, progress=False)
+    if folder is not None:
+        from trainers.run.checkpoint import CHECKPOINT_NAME
+
+        stopped = (folder / CHECKPOINT_NAME).exists() and not (folder / RESULT_FILE).exists()
+        config.update(resume=stopped, overwrite=not stopped, checkpoint_every=config.get("checkpoint_every")
+                      or config.get("eval_every") or max(1, int(config["rounds"]) // 30))
     trainer = Trainer(TrainConfig.flat(**config))
     count_rounds(trainer)
     history = trainer.run()

@@ -138,3 +138,41 @@ def test_under_a_head_the_attack_also_reads_the_gradient_at_the_heads_input() ->
     at_cut, at_head = leakage_per_cut(model, x, y, cuts=[1, 2], head=(2, view.gradient))
     assert (out["direction_auc"], out["head_direction_auc"]) == (at_cut.direction_auc, at_head.direction_auc)
     assert at_cut.direction_auc != at_head.direction_auc
+
+
+def test_a_stopped_run_continues_from_its_checkpoint_and_is_attacked_as_the_uninterrupted_one(tmp_path: Path) -> None:
+    """A SIGTERM after round 2 of 4 leaves a checkpoint (one at every evaluation, every 2 rounds) and no figures; the
+    next call trains rounds 3 and 4 only and gives the uninterrupted run's figures, every one of them."""
+    import os
+    import signal
+
+    from trainers.run.driver import Trainer
+    from trainers.run.folder import Interrupted
+
+    base = dict(algorithm="sfl-v1", dataset="synthetic", model="mlp", devices=2, rounds=4, eval_every=2,
+                batch_size=8, threads=1, max_test_samples=50)
+    (job,) = bench.privacy_jobs(base, [1], parse_defences("clip=1,noise=0.5"), [0], 64, tmp_path / "bench")
+    straight = bench.privacy_run({**job, "folder": None})
+    real_round = Trainer._round
+
+    def stop_after_round_2(self, t, out, wall):
+        record = real_round(self, t, out, wall)
+        if t == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return record
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Trainer, "_round", stop_after_round_2)
+        with pytest.raises(Interrupted, match="after round 2"):
+            bench.privacy_run(job)
+    folder = Path(job["folder"])
+    assert (folder / "checkpoint.pt").exists() and not (folder / bench.RESULT_FILE).exists()
+    assert "checkpoint-every = 2\n" in (folder / "config.toml").read_text()     # also where a kill gives no warning
+    trained = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Trainer, "_round", lambda self, t, out, wall: trained.append(t) or real_round(self, t, out, wall))
+        resumed = bench.privacy_run(job)
+    assert trained == [3, 4] and resumed == straight
+    assert json.loads((folder / bench.RESULT_FILE).read_text())["figures"] == straight
+    other = {**job, "config": {**job["config"], "lr": 0.05}}     # the folder's run ended with another setting:
+    assert bench.privacy_run(other) == bench.privacy_run({**other, "folder": None})      # trained afresh
