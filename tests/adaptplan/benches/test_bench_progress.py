@@ -139,6 +139,10 @@ def test_weighted_rounds_count_steps(capsys) -> None:
     assert seen == [30, 33]
     bar = _last_bar(capsys.readouterr().err)
     assert _count(bar) == "33/33" and "step" in bar and "runs 2/2" in bar
+    bench_runs.run_jobs([{"config": {"rounds": 2}}, {"config": {"rounds": 2}, "round_weight": 2.0}], workers=1,
+                        desc="bench x", work=lambda job: 0)     # one weighted job makes the unit a step
+    bar = _last_bar(capsys.readouterr().err)
+    assert _count(bar) == "6/6" and "step" in bar
 
 
 @pytest.mark.parametrize("weight, expected", [(2.5, 2.5), (3, 3.0), (0, 1.0), (-1.0, 1.0), (float("inf"), 1.0),
