@@ -44,7 +44,9 @@ def test_each_job_adds_its_rounds_a_resumed_one_those_before_too(capsys) -> None
     # the first job counted its 3 rounds; the second, resumed after round 4, took the count to 3 + 6 at its first
     # round; the third logged nothing and is counted whole when it ends
     assert seen == [3, 9, -1]
-    bar = _last_bar(capsys.readouterr().err)
+    err = capsys.readouterr().err
+    assert err.endswith("\n")                         # the bar was closed: its line ends
+    bar = _last_bar(err)
     assert "bench t" in bar and _count(bar) == "14/14" and "runs 3/3" in bar and "round" in bar
     assert progress._count is None                     # the process counts nothing once the bench is over
 
