@@ -71,13 +71,12 @@ def privacy_run(job: dict[str, Any]) -> dict[str, Any]:
     from trainers.run.driver import Trainer
 
     torch.set_num_threads(1)
-    config = dict(job["config"], out=str(folder) if folder else None, progress=False)
+    config = dict(job["config"], progress=False)
     if folder is not None:
+        from adaptplan.benches.runs import in_folder
         from trainers.run.checkpoint import CHECKPOINT_NAME
 
-        stopped = (folder / CHECKPOINT_NAME).exists() and not (folder / RESULT_FILE).exists()
-        config.update(resume=stopped, overwrite=not stopped, checkpoint_every=config.get("checkpoint_every")
-                      or config.get("eval_every") or max(1, int(config["rounds"]) // 30))
+        in_folder(config, folder, resume=(folder / CHECKPOINT_NAME).exists() and not (folder / RESULT_FILE).exists())
     trainer = Trainer(TrainConfig.flat(**config))
     count_rounds(trainer)
     history = trainer.run()

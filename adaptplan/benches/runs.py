@@ -106,10 +106,7 @@ def run_one(job: dict[str, Any]) -> RunResult:
         state = run_state(folder, job)
         if state == "ended":
             return _ended_run(folder, job)
-        resume = state in ("stopped", "longer")   # "longer": goes on from its last checkpoint to the job's length
-        config.update(out=str(folder), resume=resume, overwrite=not resume,
-                      checkpoint_every=config.get("checkpoint_every") or config.get("eval_every")
-                      or max(1, int(config["rounds"]) // 30))
+        in_folder(config, folder, resume=state in ("stopped", "longer"))   # "longer": on to the job's length
     trainer = Trainer(TrainConfig.flat(**config))
     count_rounds(trainer)
     diverged = None
@@ -125,6 +122,15 @@ def run_one(job: dict[str, Any]) -> RunResult:
         save_json({"config": _plain(job["config"]), "diverged_round": diverged, "rounds": len(history.records),
                    "history": evaluations_only(history).to_json()}, folder / RESULT_FILE)
     return summarise(job, history, diverged)
+
+
+def in_folder(config: dict[str, Any], folder: Path, resume: bool) -> None:
+    """Make ``config`` a bench run in ``folder``: continued from its checkpoint (``resume``) or replacing what is
+    there, with a checkpoint at every evaluation (its own ``checkpoint_every`` where it has one), so that a stopped
+    bench loses at most an evaluation's rounds."""
+    config.update(out=str(folder), resume=resume, overwrite=not resume,
+                  checkpoint_every=config.get("checkpoint_every") or config.get("eval_every")
+                  or max(1, int(config["rounds"]) // 30))
 
 
 def evaluations_only(history: Any) -> Any:
