@@ -94,11 +94,20 @@ def privacy_run(job: dict[str, Any]) -> dict[str, Any]:
 def attack(trainer: Any, cut: int, samples: int) -> dict[str, float]:
     """The leakage figures of ``trainer``'s evaluated model at ``cut`` on the released activations (module
     docstring), under a U-shaped split also the direction AUC at the head's input from the gradients it releases;
-    the inversion's only for image data of at least the SSIM window."""
+    the inversion's only for image data of at least the SSIM window. Where each device evaluates with its own client
+    model (PSL, GAPSL, SGLR, CyclePSL) every distinct one is attacked and each figure is the worst over them
+    (:func:`adaptplan.cli.leakage_trace.worst_figures`): the server sees every device's activations."""
+    from adaptplan.cli.leakage_trace import distinct_models, worst_figures
+
+    points = [attack_model(trainer, model, cut, samples) for model in distinct_models(trainer.engine.eval_models())]
+    return {name: values[0] for name, values in worst_figures([{k: [v] for k, v in p.items()} for p in points]).items()}
+
+
+def attack_model(trainer: Any, model: Any, cut: int, samples: int) -> dict[str, float]:
+    """:func:`attack` on one of ``trainer``'s evaluated models."""
     from profilers.inversion import SSIM_WINDOW, invert_per_cut
     from profilers.leakage import leakage_per_cut
 
-    model = trainer.engine.eval_models()[0]
     data = trainer.dataset
     n = min(samples, int(data.x_train.shape[0]), int(data.x_test.shape[0]))
     x, y = data.x_train[:n], data.y_train[:n]

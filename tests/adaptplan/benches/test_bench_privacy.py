@@ -176,3 +176,19 @@ def test_a_stopped_run_continues_from_its_checkpoint_and_is_attacked_as_the_unin
     assert json.loads((folder / bench.RESULT_FILE).read_text())["figures"] == straight
     other = {**job, "config": {**job["config"], "lr": 0.05}}     # the folder's run ended with another setting:
     assert bench.privacy_run(other) == bench.privacy_run({**other, "folder": None})      # trained afresh
+
+
+def test_under_psl_the_bench_attacks_every_devices_model_and_keeps_each_figures_worst() -> None:
+    """PSL evaluates each device's own client model: the bench's figures are, per figure, the worst of the attack on
+    each (here device 1's dCor, not device 0's), the attack on one model written out by attack_model."""
+    from trainers.config.train_config import TrainConfig
+    from trainers.run.driver import Trainer
+
+    trainer = Trainer(TrainConfig.flat(algorithm="psl", dataset="synthetic", model="mlp", devices=2, cuts=[1],
+                                       batch_size=8, seed=3, rounds=2, progress=False, threads=1, eval_every=1))
+    trainer.run()
+    models = trainer.engine.eval_models()
+    each = [bench.attack_model(trainer, m, 1, 48) for m in models]
+    assert len(models) == 2 and each[0] != each[1]
+    out = bench.attack(trainer, 1, 48)
+    assert out == {k: max(p[k] for p in each) for k in each[0]} and out["dcor"] != each[0]["dcor"]
