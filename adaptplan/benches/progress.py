@@ -108,12 +108,11 @@ class Bar:
         else:
             self.draw()
 
-    def draw(self, refresh: bool = True) -> None:
+    def draw(self) -> None:
         if self.count is not None:
             self.bar.n = round(self.count.value)
             self.bar.set_postfix_str(f"runs {self.ended}/{self.runs}", refresh=False)
-        if refresh:
-            self.bar.refresh()
+        self.bar.refresh()
 
     def _draw_until_done(self) -> None:
         """Draw the count each :data:`REFRESH_S` it moved (a log file gets a line per change, not per tick)."""
