@@ -34,7 +34,7 @@ def _logging(job: dict) -> int:
     for t in range(job["from"] + 1, job["config"]["rounds"] + 1):
         observer.log(SimpleNamespace(round=t))
     observer.close("FINISHED", None)
-    return int(progress._count.value)
+    return int(progress.work_done()[0])
 
 
 def test_each_job_adds_its_rounds_a_resumed_one_those_before_too(capsys) -> None:
@@ -49,6 +49,24 @@ def test_each_job_adds_its_rounds_a_resumed_one_those_before_too(capsys) -> None
     bar = _last_bar(err)
     assert "bench t" in bar and _count(bar) == "14/14" and "runs 3/3" in bar and "round" in bar
     assert progress._count is None                     # the process counts nothing once the bench is over
+
+
+def test_rounds_trained_before_the_bench_move_the_bar_not_its_rate(capsys) -> None:
+    """A run resumed after round 4 of 6 carries 4 rounds and trains 2, one read back (logging nothing) carries its 5,
+    a fresh one trains its 3: the bar shows 14 rounds of which 9 carried, tqdm's ``initial``, so that its rate
+    ((n − initial) / elapsed) and the time left count the 5 trained here."""
+    import multiprocessing
+
+    jobs = [{"config": {"rounds": 6}, "from": 4}, {"config": {"rounds": 5}}, {"config": {"rounds": 3}, "from": 0}]
+    bar = progress.Bar(jobs, "bench r", multiprocessing.get_context("spawn"))
+    with bar.drawing():
+        seen = [progress.counted(lambda job: (_logging(job) if "from" in job else 0, progress.work_done()), job)
+                for job in jobs]
+        bar.draw()
+        state = bar.bar.format_dict
+    assert [s[1] for s in seen] == [(6.0, 4.0), (6.0, 4.0), (14.0, 9.0)]
+    assert state["n"] == 14 and state["initial"] == 9 and state["total"] == 14
+    assert progress.work_done() == (0.0, 0.0)            # nothing counted once the bench is over
 
 
 def test_without_rounds_the_bar_counts_runs(capsys) -> None:
@@ -87,9 +105,9 @@ def test_a_trainer_counts_every_round_it_trains(tmp_path) -> None:
     job = {"group": "g", "label": "psl", "target": 0.5, "config": config, "folder": str(tmp_path / "run")}
 
     def run_and_read(job: dict) -> tuple[int, int]:
-        before = int(progress._count.value)
+        before = int(progress.work_done()[0])
         bench_runs.run_one(job)
-        return before, int(progress._count.value)
+        return before, int(progress.work_done()[0])
 
     assert bench_runs.run_jobs([job, job], workers=1, work=run_and_read) == [(0, 4), (4, 4)]
 
@@ -137,8 +155,9 @@ def test_weighted_rounds_count_steps(capsys) -> None:
     """Jobs whose rounds weigh 10 and 0.5 steps (a resumed one too): the bar counts steps, 3·10 + 6·0.5 = 33."""
     jobs = [{"config": {"rounds": 3}, "from": 0, "round_weight": 10.0},
             {"config": {"rounds": 6}, "from": 4, "round_weight": 0.5}]
-    seen = bench_runs.run_jobs(jobs, workers=1, desc="bench v", work=_logging)
-    assert seen == [30, 33]
+    seen = bench_runs.run_jobs(jobs, workers=1, desc="bench v",
+                               work=lambda job: (_logging(job), progress.work_done()[1]))
+    assert seen == [(30, 0.0), (33, 2.0)]              # the resumed job's 4 rounds before carried: 4·0.5 steps
     bar = _last_bar(capsys.readouterr().err)
     assert _count(bar) == "33/33" and "step" in bar and "runs 2/2" in bar
     bench_runs.run_jobs([{"config": {"rounds": 2}}, {"config": {"rounds": 2}, "round_weight": 2.0}], workers=1,
