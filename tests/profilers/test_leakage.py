@@ -98,6 +98,11 @@ def test_profile_prints_the_leakage_table_and_needs_a_data_set(capsys) -> None:
     assert rows and all(0.0 <= float(v) <= 1.0 for row in rows for v in row[1:])
     assert main(["profile", "mlp", "--input", "1x8x8", "--leakage"]) == 2
     assert "--leakage needs --dataset" in capsys.readouterr().err
+    # without --input the data set's samples give the shape: the same profile and table
+    assert main(["profile", "mlp", "--leakage", "--dataset", "synthetic", "--leakage-samples", "64"]) == 0
+    assert capsys.readouterr().out == out
+    assert main(["profile", "mlp", "--input", "1x8x9", "--leakage", "--dataset", "synthetic"]) == 2
+    assert "synthetic samples are 1x8x8 but --input is 1x8x9" in capsys.readouterr().err
 
 
 def test_the_direction_attack_scores_every_sample_but_its_known_one() -> None:

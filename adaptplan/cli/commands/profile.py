@@ -1,4 +1,4 @@
-"""`adaptplan profile MODEL --input CxHxW`: per-cut profile of a model (docs/formats.md "Model profile")
+"""`adaptplan profile MODEL --input CxHxW` (or ``--dataset NAME``, its samples' shape): per-cut profile of a model (docs/formats.md "Model profile")
 and optionally its training constants (docs/formats.md "Training constants", docs/model.md §5.4).
 
 torch is imported only when the command runs, so ``adaptplan plan`` stays torch-free.
@@ -37,9 +37,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("model", metavar="MODEL",
                         help=f"built-in {', '.join(MODELS)}, a torchvision model name (vgg16, resnet18, mobilenet_v2, ...; "
                              f"random weights) or {OWN_MODEL_HELP}")
-    parser.add_argument("--input", required=True, metavar="CxHxW",
+    parser.add_argument("--input", metavar="CxHxW",
                         help="per-sample input shape, e.g. 3x32x32 (channels x height x width, in values), or T for a "
-                             "text model's window of T character ids (leaf-lstm: 80)")
+                             "text model's window of T character ids (leaf-lstm: 80); with --dataset, default: its "
+                             "samples' shape")
     parser.add_argument("--num-classes", type=int_flag(1, MAX_NUM_CLASSES, "classes"), default=10, help="number of output classes (default: 10)")
     parser.add_argument("--model-width", type=int_flag(1, MAX_MODEL_WIDTH, "channels"), metavar="W",
                         help="channels of the first layer of the built-ins cnn and mlp (default 32), as `bench "
@@ -74,7 +75,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                            "`adaptplan plan --leakage-table FILE --max-leakage METRIC=LIMIT` plans within")
     grads = parser.add_argument_group("training constants (beta, sigma_j^2, G_j^2, theta; dimensionless)")
     grads.add_argument("--grad-stats", action="store_true", help="estimate the constants from real data (needs --dataset and --constants-out)")
-    grads.add_argument("--dataset", metavar="NAME", help="dataset for --grad-stats, e.g. cifar10-subset, mnist, cifar10 (with --data-root)")
+    grads.add_argument("--dataset", metavar="NAME", help="dataset for --grad-stats and --leakage, and the input shape "
+                       "where --input is not given, e.g. cifar10-subset, mnist, cifar10 (with --data-root)")
     grads.add_argument("--data-root", metavar="DIR", help="directory holding the dataset files (default: $ADAPTPLAN_DATA_DIR, "
                                                           "else the project's data/ folder)")
     grads.add_argument("--download", action="store_true", help="let torchvision fetch cifar10/cifar100/mnist/fashion-mnist "
@@ -118,10 +120,13 @@ MODEL_SEED = 0
 def run(args: argparse.Namespace) -> int:
     from trainers.config.train_config import MODELS, check_model
 
-    shape = parse_shape(args.input)
+    if args.input is None and not args.dataset:
+        raise InputError("required: the per-sample input shape CxHxW (e.g. 3x32x32; T for a text model), or "
+                         "--dataset NAME to take its samples' shape", field="--input")
+    shape = parse_shape(args.input) if args.input is not None else None
     if args.model not in MODELS:
         check_model(args.model, "MODEL")        # an unknown name is refused before torch loads
-    elif args.model != "mlp":                   # the image built-ins take their input channels from --input
+    elif args.model != "mlp" and shape is not None:   # the image built-ins take their input channels from --input
         from profilers.input_shapes import channels_last_hint
 
         hint = channels_last_hint(shape)
@@ -156,7 +161,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.model_width is not None and args.model not in WIDE_MODELS:
         raise InputError(f"sizes the built-ins {' and '.join(WIDE_MODELS)} only, not {args.model}", field="--model-width")
-    data = _grad_stats_data(args, shape) if args.grad_stats or args.leakage else None   # data problems first
+    data: Any = _grad_stats_data(args, shape) if args.grad_stats or args.leakage or shape is None else None
+    if shape is None:                            # data problems first; then --dataset's samples give the shape
+        shape = tuple(data.input_shape)
     torch.manual_seed(MODEL_SEED)      # the initial weights --grad-stats and --leakage measure: the same every time
     model = build_model(args.model, shape, args.num_classes, width=args.model_width or 32, field="MODEL")
     check_model_output(model, args.model, shape, args.num_classes)
@@ -194,12 +201,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _grad_stats_data(args: argparse.Namespace, shape: tuple[int, ...]) -> Any:
-    """The dataset for ``--grad-stats``, checked against ``--input`` and ``--num-classes``."""
+def _grad_stats_data(args: argparse.Namespace, shape: tuple[int, ...] | None) -> Any:
+    """The dataset for ``--grad-stats`` and ``--leakage`` (or for the input shape where ``--input`` is not given),
+    checked against ``--input`` and ``--num-classes``."""
     from trainers.inputs.datasets import load_dataset
 
     data = load_dataset(args.dataset, args.data_root, download=args.download)
-    if tuple(data.input_shape) != shape:
+    if shape is not None and tuple(data.input_shape) != shape:
         raise InputError(f"{args.dataset} samples are {'x'.join(map(str, data.input_shape))} but --input is {args.input}",
                          field="--input")
     if data.num_classes != args.num_classes:

@@ -54,6 +54,7 @@ def test_a_bad_value_is_refused_without_torch(tmp_path) -> None:
         (["split-data", "--devices", "3", "--out", str(bad)], "--out: "),
         (["profile", "resnet19", "--input", "3x32x32"], "MODEL: unknown model 'resnet19'"),
         (["profile", "resnet18", "--input", "3x32"], "--input: expected CxHxW"),
+        (["profile", "resnet18"], "--input: required: the per-sample input shape CxHxW"),   # and no --dataset
         (["profile", "resnet18-cifar", "--input", "32x32x3"], "--input: 32x32x3 looks channels-last"),  # was accepted
         (["split-data", "--dataset", "nope", "--devices", "3", "--out", str(tmp_path / "d")], "--dataset: unknown"),
         (["provision", "--broker", "x", "--devices", "3", "--out", str(tmp_path / "p")], "--broker: 'x' is not"),

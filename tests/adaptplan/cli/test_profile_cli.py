@@ -73,3 +73,14 @@ def test_model_width_profiles_the_built_in_a_run_of_that_width_trains(tmp_path, 
     capsys.readouterr()
     assert main(["profile", "resnet18", "--input", "3x32x32", "--model-width", "8"]) == 2
     assert "--model-width: sizes the built-ins cnn and mlp only, not resnet18" in capsys.readouterr().err
+
+
+def test_the_data_set_gives_the_input_shape_where_input_is_not_given(capsys):
+    """`profile MODEL --dataset NAME` profiles at the data set's sample shape: the same table as `--input` of that
+    shape, and neither is one error naming --input (tests/adaptplan/cli/test_errors_before_torch.py: before torch)."""
+    assert main(["profile", "cnn", "--input", "3x32x32", "--json"]) == 0
+    given = json.loads(capsys.readouterr().out)
+    assert main(["profile", "cnn", "--dataset", "cifar10-subset", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == given and given["input_shape"] == [3, 32, 32]
+    assert main(["profile", "cnn", "--dataset", "cifar10-subset", "--num-classes", "7"]) == 2
+    assert "cifar10-subset has 10 classes; pass --num-classes 10" in capsys.readouterr().err
