@@ -117,7 +117,9 @@ MODEL_SEED = 0
 """torch's seed for the profiled model's initial weights (what ``--grad-stats`` and ``--leakage`` measure at)."""
 
 
-def run(args: argparse.Namespace) -> int:
+def _given_shape(args: argparse.Namespace) -> tuple[int, ...] | None:
+    """``--input``'s shape, checked against MODEL (None: ``--dataset``'s samples give it); an unknown MODEL or
+    neither option is an InputError, before torch loads."""
     from trainers.config.train_config import MODELS, check_model
 
     if args.input is None and not args.dataset:
@@ -133,6 +135,11 @@ def run(args: argparse.Namespace) -> int:
         if hint:
             raise InputError(f"{hint} (the built-in {args.model} would be built with {shape[0]} input channels)",
                              field="--input")
+    return shape
+
+
+def run(args: argparse.Namespace) -> int:
+    shape = _given_shape(args)
     if args.grad_stats and (not args.dataset or not args.constants_out):
         raise InputError("--grad-stats needs --dataset NAME and --constants-out FILE", field="--grad-stats")
     if args.leakage and not args.dataset:
