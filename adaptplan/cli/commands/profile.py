@@ -1,5 +1,5 @@
-"""`adaptplan profile MODEL --input CxHxW` (or ``--dataset NAME``, its samples' shape): per-cut profile of a model (docs/formats.md "Model profile")
-and optionally its training constants (docs/formats.md "Training constants", docs/model.md §5.4).
+"""`adaptplan profile MODEL --input CxHxW` (or ``--dataset NAME``, its samples' shape): per-cut profile of a model
+(docs/formats.md "Model profile") and optionally its training constants (docs/formats.md "Training constants", docs/model.md §5.4).
 
 torch is imported only when the command runs, so ``adaptplan plan`` stays torch-free.
 """
@@ -168,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.model_width is not None and args.model not in WIDE_MODELS:
         raise InputError(f"sizes the built-ins {' and '.join(WIDE_MODELS)} only, not {args.model}", field="--model-width")
-    data: Any = _grad_stats_data(args, shape) if args.grad_stats or args.leakage or shape is None else None
+    data: Any = _profiled_data(args, shape) if args.grad_stats or args.leakage or shape is None else None
     if shape is None:                            # data problems first; then --dataset's samples give the shape
         shape = tuple(data.input_shape)
     torch.manual_seed(MODEL_SEED)      # the initial weights --grad-stats and --leakage measure: the same every time
@@ -208,9 +208,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _grad_stats_data(args: argparse.Namespace, shape: tuple[int, ...] | None) -> Any:
-    """The dataset for ``--grad-stats`` and ``--leakage`` (or for the input shape where ``--input`` is not given),
-    checked against ``--input`` and ``--num-classes``."""
+def _profiled_data(args: argparse.Namespace, shape: tuple[int, ...] | None) -> Any:
+    """The data set of ``--dataset`` (for ``--grad-stats`` and ``--leakage``, or the input shape where ``--input`` is
+    not given), checked against ``--input`` and ``--num-classes``."""
     from trainers.inputs.datasets import load_dataset
 
     data = load_dataset(args.dataset, args.data_root, download=args.download)
