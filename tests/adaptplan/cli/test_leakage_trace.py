@@ -38,9 +38,12 @@ def test_the_figure_draws_each_held_figure_against_the_round_one_line_per_cut(tm
     figures = spy_figures(monkeypatch)
     series = [{"round": 0, "figures": {"dcor": [0.9, 0.5], "norm_auc": [0.5, 0.5], "psnr": [19.0, 14.0]}},
               {"round": 25, "figures": {"dcor": [0.95, 0.6], "norm_auc": [0.5, 0.5], "psnr": [19.5, 13.0]}}]
-    plot_over_rounds(series, tmp_path / "f.png", "t")
+    plot_over_rounds(series, tmp_path / "f.png", "worst of $2$ models")
     assert (tmp_path / "f.png").read_bytes()[:4] == b"\x89PNG"
     (fig,) = figures
+    assert fig._suptitle.get_text() == r"worst of \$2\$ models"                   # shown as typed, not as mathtext
+    assert all(ax.get_xlabel() == "round" for ax in fig.axes)
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["cut 1", "cut 2"]
     panels = {ax.get_ylabel(): ax for ax in fig.axes}
     assert set(panels) == {"dCor (inputs, activations)", "inversion PSNR (dB)"}      # no AUC of direction held
     dcor = panels["dCor (inputs, activations)"]
