@@ -192,3 +192,103 @@ def test_under_psl_the_bench_attacks_every_devices_model_and_keeps_each_figures_
     assert len(models) == 2 and each[0] != each[1]
     out = bench.attack(trainer, 1, 48)
     assert out == {k: max(p[k] for p in each) for k in each[0]} and out["dcor"] != each[0]["dcor"]
+
+
+def test_on_images_the_attack_adds_the_inversion_of_the_released_activations() -> None:
+    """On image data (CIFAR-10 subset, 3×32×32: at least the SSIM window) the figures hold the inversion attacker's
+    MSE, PSNR and SSIM at the cut, those of profilers.inversion.invert_per_cut on the same samples (written out here);
+    on 8×8 inputs (below the window) none."""
+    from profilers.inversion import invert_per_cut
+    from trainers.config.train_config import TrainConfig
+    from trainers.run.driver import Trainer
+
+    trainer = Trainer(TrainConfig.flat(algorithm="sfl-v1", dataset="cifar10-subset", model="cnn", model_width=4,
+                                       devices=2, cuts=[2], batch_size=8, seed=1, rounds=1, progress=False, threads=1))
+    model = trainer.engine.eval_models()[0]
+    out = bench.attack_model(trainer, model, 2, 32)
+    data = trainer.dataset
+    (rec,), _ = invert_per_cut(model, data.x_test[:32], data.x_train[:32], data.mean, data.std,
+                               release=trainer.engine.defence.attacker_view(
+                                   data.y_train[:32], 2 ** 31 - 2, [1, 2 ** 31 - 1]).release, cuts=[2])
+    assert (out["mse"], out["psnr"], out["ssim"]) == (rec.mse, rec.psnr, rec.ssim) and 0 < out["ssim"] < 1
+    small = Trainer(TrainConfig.flat(algorithm="sfl-v1", dataset="synthetic", model="mlp", devices=2, cuts=[1],
+                                     batch_size=8, seed=1, rounds=1, progress=False, threads=1))
+    assert not {"mse", "psnr", "ssim"} & set(bench.attack_model(small, small.engine.eval_models()[0], 1, 32))
+
+
+def test_the_table_prints_each_mean_with_its_spread_in_the_figures_units() -> None:
+    """Three seeds: mean ± s.d., accuracy in percent (0.401 ± 0.014 → 40.1 ± 1.4), a zero spread as "± 0"; one seed:
+    the value alone; a figure no seed has: "-". The defence column is left-aligned and every other right-aligned
+    under its name, a rule under the names; the head's columns only where a row has the head's figure."""
+    def row(cut: int, defence: str, seeds: int, **figures: tuple[float, float]) -> bench.PrivacyRow:
+        mean = {name: figures[name][0] if name in figures else None for name in bench.FIGURES}
+        std = {name: figures[name][1] if name in figures else None for name in bench.FIGURES}
+        return bench.PrivacyRow(cut, defence, seeds, mean, std)
+
+    rows = [row(1, "none", 3, accuracy=(0.401, 0.014), sim_seconds=(2869.78, 0.0), dcor=(0.97511, 0.00088),
+                ssim=(0.3867, 0.0031)),
+            row(8, "clip=4,noise=1", 1, accuracy=(0.285, 0.0), sim_seconds=(1212.0, 0.0), epsilon=(3.7512, 0.0))]
+    lines = bench.table(rows, "HEAD").splitlines()
+    assert lines[:2] == ["HEAD", ""] and len(lines) == 6
+    names, rule, first, second = lines[2:]
+    assert set(rule) == {"-", " "} and len({len(names), len(rule), len(first), len(second)}) == 1
+    cells = [line.split("  ") for line in (first, second)]
+    assert [c.strip() for c in cells[0] if c.strip()] == ["1", "none", "40.1 ± 1.4", "2870 ± 0", "-", "0.975 ± 0.001",
+                                                          "-", "-", "-", "0.387 ± 0.003"]
+    assert [c.strip() for c in cells[1] if c.strip()] == ["8", "clip=4,noise=1", "28.5", "1212", "3.75", "-", "-",
+                                                          "-", "-", "-"]
+    assert first.index("none") == names.index("defence") == second.index("clip=4,noise=1")          # left-aligned
+    for name, value, line in (("test acc. %", "40.1 ± 1.4", first), ("SSIM", "0.387 ± 0.003", first),
+                              ("ε (δ = 1e-5)", "3.75", second)):                                        # right-aligned
+        assert line.index(value) + len(value) == names.index(name) + len(name)
+    assert "head" not in names
+    with_head = bench.table([row(3, "head=1", 1, accuracy=(0.4, 0.0), head_direction_auc=(0.81, 0.0))], "H")
+    assert with_head.splitlines()[2].endswith("head ε  head-input dir. AUC") and with_head.split()[-2:] == ["-", "0.810"]
+
+
+def test_the_tradeoff_draws_each_row_at_its_leakage_and_accuracy(tmp_path: Path, monkeypatch) -> None:
+    """Per leakage figure a panel: each row with that figure and an accuracy is a point (figure, accuracy in %) with
+    its s.d. as error bars, its defence's colour (tab10, in first-seen order), its cut's marker, and a size growing
+    with its simulated time (5 + 7·t / the largest t); a row without the figure or without accuracy is left out."""
+    import matplotlib.pyplot as plt
+
+    from tests.plot_checks import spy_figures
+
+    def row(cut: int, defence: str, **figures: tuple[float, float] | None) -> bench.PrivacyRow:
+        given = {name: figures.get(name) or (None, None) for name in bench.FIGURES}
+        return bench.PrivacyRow(cut, defence, 3, {k: v[0] for k, v in given.items()}, {k: v[1] for k, v in given.items()})
+
+    rows = [row(1, "none", accuracy=(0.401, 0.014), sim_seconds=(2870.0, 0.0), psnr=(17.8, 0.04), dcor=(0.975, 0.001),
+                direction_auc=(0.86, 0.01)),
+            row(8, "clip=4,noise=1", accuracy=(0.285, 0.02), sim_seconds=(1212.0, 0.0), dcor=(0.606, 0.002),
+                direction_auc=(1.0, 0.0)),
+            row(1, "labels=2", accuracy=(0.267, 0.022), dcor=(0.976, 0.002), direction_auc=(0.503, 0.016)),
+            row(8, "labels=2", sim_seconds=(1212.0, 0.0), dcor=(0.785, 0.011))]          # no accuracy: not drawn
+    figures = spy_figures(monkeypatch)
+    bench.plot(rows, tmp_path / "t.png")
+    assert (tmp_path / "t.png").read_bytes()[:4] == b"\x89PNG"
+    (fig,) = figures
+    assert [ax.get_xlabel() for ax in fig.axes] == ["inversion PSNR (dB, higher: more leaked)",
+                                                    "dCor(inputs, released activations)",
+                                                    "label inference AUC (direction)"]
+    colour = [plt.get_cmap("tab10")(k) for k in range(3)]
+
+    def points(ax) -> list[tuple]:
+        return [(float(c.lines[0].get_xdata()[0]), float(c.lines[0].get_ydata()[0]), c.lines[0].get_marker(),
+                 c.lines[0].get_color(), c.lines[0].get_markersize()) for c in ax.containers]
+
+    big, mid, small = 12.0, 5 + 7 * 1212.0 / 2870.0, 5.0
+    assert points(fig.axes[0]) == [(17.8, 40.1, "o", colour[0], big)]
+    assert points(fig.axes[1]) == [(0.975, 40.1, "o", colour[0], big), (0.606, pytest.approx(28.5), "s", colour[1], mid),
+                                   (0.976, pytest.approx(26.7), "o", colour[2], small)]
+    assert [p[0] for p in points(fig.axes[2])] == [0.86, 1.0, 0.503]
+    x_bar, y_bar = fig.axes[1].containers[0].lines[2]                       # the first row's error bars
+    assert [[tuple(p) for p in s] for s in x_bar.get_segments()] == [[pytest.approx((0.974, 40.1)),
+                                                                       pytest.approx((0.976, 40.1))]]
+    assert [[tuple(p) for p in s] for s in y_bar.get_segments()] == [[pytest.approx((0.975, 38.7)),
+                                                                       pytest.approx((0.975, 41.5))]]
+    legend = [t.get_text() for t in fig.axes[-1].get_legend().get_texts()]
+    assert legend == ["none", "clip=4,noise=1", "labels=2", "cut 1", "cut 8"]
+    bench.plot([row(1, "none", accuracy=(0.4, 0.0), sim_seconds=(0.5, 0.0), dcor=(0.9, 0.0)),   # runs under 1 s
+                row(2, "none", accuracy=(0.4, 0.0), sim_seconds=(0.25, 0.0), dcor=(0.8, 0.0))], tmp_path / "s.png")
+    assert [p[-1] for p in points(figures[-1].axes[0])] == [12.0, 8.5]
