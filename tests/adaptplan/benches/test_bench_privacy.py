@@ -216,18 +216,20 @@ def test_on_images_the_attack_adds_the_inversion_of_the_released_activations() -
     assert not {"mse", "psnr", "ssim"} & set(bench.attack_model(small, small.engine.eval_models()[0], 1, 32))
 
 
+def _row(cut: int, defence: str, seeds: int = 3, **figures: tuple[float, float]) -> bench.PrivacyRow:
+    """A table row over ``seeds`` seeds with the (mean, s.d.) of each figure given, None for the others."""
+    mean = {name: figures[name][0] if name in figures else None for name in bench.FIGURES}
+    std = {name: figures[name][1] if name in figures else None for name in bench.FIGURES}
+    return bench.PrivacyRow(cut, defence, seeds, mean, std)
+
+
 def test_the_table_prints_each_mean_with_its_spread_in_the_figures_units() -> None:
     """Three seeds: mean ± s.d., accuracy in percent (0.401 ± 0.014 → 40.1 ± 1.4), a zero spread as "± 0"; one seed:
     the value alone; a figure no seed has: "-". The defence column is left-aligned and every other right-aligned
     under its name, a rule under the names; the head's columns only where a row has the head's figure."""
-    def row(cut: int, defence: str, seeds: int, **figures: tuple[float, float]) -> bench.PrivacyRow:
-        mean = {name: figures[name][0] if name in figures else None for name in bench.FIGURES}
-        std = {name: figures[name][1] if name in figures else None for name in bench.FIGURES}
-        return bench.PrivacyRow(cut, defence, seeds, mean, std)
-
-    rows = [row(1, "none", 3, accuracy=(0.401, 0.014), sim_seconds=(2869.78, 0.0), dcor=(0.97511, 0.00088),
+    rows = [_row(1, "none", 3, accuracy=(0.401, 0.014), sim_seconds=(2869.78, 0.0), dcor=(0.97511, 0.00088),
                 ssim=(0.3867, 0.0031)),
-            row(8, "clip=4,noise=1", 1, accuracy=(0.285, 0.0), sim_seconds=(1212.0, 0.0), epsilon=(3.7512, 0.0))]
+            _row(8, "clip=4,noise=1", 1, accuracy=(0.285, 0.0), sim_seconds=(1212.0, 0.0), epsilon=(3.7512, 0.0))]
     lines = bench.table(rows, "HEAD").splitlines()
     assert lines[:2] == ["HEAD", ""] and len(lines) == 6
     names, rule, first, second = lines[2:]
@@ -242,7 +244,7 @@ def test_the_table_prints_each_mean_with_its_spread_in_the_figures_units() -> No
                               ("ε (δ = 1e-5)", "3.75", second)):                                        # right-aligned
         assert line.index(value) + len(value) == names.index(name) + len(name)
     assert "head" not in names
-    with_head = bench.table([row(3, "head=1", 1, accuracy=(0.4, 0.0), head_direction_auc=(0.81, 0.0))], "H")
+    with_head = bench.table([_row(3, "head=1", 1, accuracy=(0.4, 0.0), head_direction_auc=(0.81, 0.0))], "H")
     assert with_head.splitlines()[2].endswith("head ε  head-input dir. AUC") and with_head.split()[-2:] == ["-", "0.810"]
 
 
@@ -254,16 +256,12 @@ def test_the_tradeoff_draws_each_row_at_its_leakage_and_accuracy(tmp_path: Path,
 
     from tests.plot_checks import spy_figures
 
-    def row(cut: int, defence: str, **figures: tuple[float, float] | None) -> bench.PrivacyRow:
-        given = {name: figures.get(name) or (None, None) for name in bench.FIGURES}
-        return bench.PrivacyRow(cut, defence, 3, {k: v[0] for k, v in given.items()}, {k: v[1] for k, v in given.items()})
-
-    rows = [row(1, "none", accuracy=(0.401, 0.014), sim_seconds=(2870.0, 0.0), psnr=(17.8, 0.04), dcor=(0.975, 0.001),
+    rows = [_row(1, "none", accuracy=(0.401, 0.014), sim_seconds=(2870.0, 0.0), psnr=(17.8, 0.04), dcor=(0.975, 0.001),
                 direction_auc=(0.86, 0.01)),
-            row(8, "clip=4,noise=1", accuracy=(0.285, 0.02), sim_seconds=(1212.0, 0.0), dcor=(0.606, 0.002),
+            _row(8, "clip=4,noise=1", accuracy=(0.285, 0.02), sim_seconds=(1212.0, 0.0), dcor=(0.606, 0.002),
                 direction_auc=(1.0, 0.0)),
-            row(1, "labels=2", accuracy=(0.267, 0.022), dcor=(0.976, 0.002), direction_auc=(0.503, 0.016)),
-            row(8, "labels=2", sim_seconds=(1212.0, 0.0), dcor=(0.785, 0.011))]          # no accuracy: not drawn
+            _row(1, "labels=2", accuracy=(0.267, 0.022), dcor=(0.976, 0.002), direction_auc=(0.503, 0.016)),
+            _row(8, "labels=2", sim_seconds=(1212.0, 0.0), dcor=(0.785, 0.011))]          # no accuracy: not drawn
     figures = spy_figures(monkeypatch)
     bench.plot(rows, tmp_path / "t.png")
     assert (tmp_path / "t.png").read_bytes()[:4] == b"\x89PNG"
@@ -289,6 +287,6 @@ def test_the_tradeoff_draws_each_row_at_its_leakage_and_accuracy(tmp_path: Path,
                                                                        pytest.approx((0.975, 41.5))]]
     legend = [t.get_text() for t in fig.axes[-1].get_legend().get_texts()]
     assert legend == ["none", "clip=4,noise=1", "labels=2", "cut 1", "cut 8"]
-    bench.plot([row(1, "none", accuracy=(0.4, 0.0), sim_seconds=(0.5, 0.0), dcor=(0.9, 0.0)),   # runs under 1 s
-                row(2, "none", accuracy=(0.4, 0.0), sim_seconds=(0.25, 0.0), dcor=(0.8, 0.0))], tmp_path / "s.png")
+    bench.plot([_row(1, "none", accuracy=(0.4, 0.0), sim_seconds=(0.5, 0.0), dcor=(0.9, 0.0)),   # runs under 1 s
+                _row(2, "none", accuracy=(0.4, 0.0), sim_seconds=(0.25, 0.0), dcor=(0.8, 0.0))], tmp_path / "s.png")
     assert [p[-1] for p in points(figures[-1].axes[0])] == [12.0, 8.5]
