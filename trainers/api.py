@@ -142,9 +142,10 @@ class ModelViews(Protocol):
     def device_model(self, device: int) -> nn.Sequential:
         """Device i's full model [w_{c,i}; w_{s,i}]."""
 
-    def global_model(self) -> nn.Sequential:
+    def global_model(self, group: int = 0) -> nn.Sequential:
         """The global model of the last aggregation: the fed server's averaged blocks (the initial ones
-        before the first average) with the edge server's shared blocks."""
+        before the first average; group ``group``'s where :class:`Aggregation` groups the devices) with the edge
+        server's shared blocks."""
 
 
 @dataclass
@@ -233,13 +234,18 @@ class Aggregation:
     ``devices``: whose models are averaged (None = the round's participants); ``recipients``:
     ``"participants"`` (those averaged), ``"all"`` (every device downloads the average of its
     client blocks: a global client model broadcast) or ``"none"`` (nobody downloads it now: the devices
-    drawn next download the global model at the start of their round, as SCALA's B.2 step 2).
+    drawn next download the global model at the start of their round, as SCALA's B.2 step 2);
+    ``groups``: where given, ``groups[i]`` is device i's group (0, 1, ...) and each group's models are averaged
+    apart into that group's global model, which only its members download (FedConcat's clusters; client blocks
+    only: the blocks averaged must all be on the devices). A recipient whose group had no member among those
+    averaged keeps its model and downloads its group's global model when next drawn.
     """
 
     blocks: tuple[int, ...]
     weights: str = "data_size"
     devices: tuple[int, ...] | None = None
     recipients: str = "participants"
+    groups: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.recipients not in RECIPIENTS:

@@ -15,7 +15,7 @@ from trainers.engine.head_split import device_blocks, on_device, with_head
 from trainers.engine.seams import EngineParts
 from trainers.roles.core import robust_flops
 from trainers.roles.messages import ModelDownload, ModelUpload
-from trainers.roles.protocol import EDGE, FED, Average, Send, Take, Upload
+from trainers.roles.protocol import EDGE, FED, Average, Groups, Send, Take, Upload
 
 if TYPE_CHECKING:  # pragma: no cover
     from trainers.api import Aggregation, RoundContext
@@ -33,6 +33,7 @@ def aggregate(engine: Engine, agg: "Aggregation", ctx: "RoundContext", participa
     devices = engine.present(list(agg.devices) if agg.devices is not None else participants)
     blocks = with_head(engine, agg.blocks)        # a U-shaped split's heads are averaged with the client blocks
     weight = {d: float(ctx.data_sizes[d]) if agg.weights == "data_size" else 1.0 for d in devices}
+    send_groups(engine, agg, devices, blocks)
     relayed = relay_uploads(engine, devices, ctx.round, blocks, weight) if engine.strategy.allows_absence else None
     if relayed is not None:
         devices = [d for d in devices if d in relayed]
@@ -67,13 +68,37 @@ def aggregate(engine: Engine, agg: "Aggregation", ctx: "RoundContext", participa
         engine.timeline.ledger.add("edge", "server", combined / times.server_flops)
         up_done += combined / times.server_flops
     present = engine.present()
-    recipients = {"participants": devices, "all": present, "none": []}[agg.recipients]
+    recipients = recipients_of(agg, devices, present)
     # the devices that did not receive this average hold an older model: a later draw brings them up to date
     engine.stale = (engine.stale | set(present)) - set(recipients)
     if not recipients:     # the next participants download the global model at the start of their round
         return up_done
     return download_global(engine, recipients, ctx.round, [j for j in blocks if j in averaged], "avg", times,
               up_done, edge_devices=devices)
+
+
+def send_groups(engine: Engine, agg: "Aggregation", devices: Sequence[int], blocks: Sequence[int]) -> None:
+    """Where ``agg`` groups the devices, tell the fed server before the uploads it sorts by group; ValueError for
+    groups that do not name each device's, or that would average a block the edge server holds (one download of the
+    edge server's copies serves every group)."""
+    if agg.groups is None:
+        return
+    if len(agg.groups) != engine.num_devices:
+        raise ValueError(f"Aggregation.groups names {len(agg.groups)} groups for {engine.num_devices} devices")
+    held = sorted({j for d in devices for j in blocks if not on_device(engine, d, j)})
+    if held:
+        raise ValueError(f"grouped averaging covers client blocks only; block {held[0]} is on the edge server")
+    engine.net.send(FED, Groups(tuple(int(g) for g in agg.groups)))
+
+
+def recipients_of(agg: "Aggregation", averaged: Sequence[int], present: Sequence[int]) -> list[int]:
+    """Who downloads the average of ``averaged`` now (``agg.recipients``); where the devices are grouped, only
+    members of a group that had a member averaged (the others keep their group's global model for later)."""
+    recipients = {"participants": list(averaged), "all": list(present), "none": []}[agg.recipients]
+    if agg.groups is None:
+        return recipients
+    groups = {agg.groups[d] for d in averaged}
+    return [d for d in recipients if agg.groups[d] in groups]
 
 
 def start_from_global(engine: Engine, participants: Sequence[int], round_index: int, times: StageTimes) -> float:

@@ -81,34 +81,35 @@ class EngineModels:
             blocks.append(target)
         return nn.Sequential(*blocks)
 
-    def global_model(self) -> nn.Sequential:
+    def global_model(self, group: int = 0) -> nn.Sequential:
         """The global model of the last aggregation: every block the fed server has averaged, from its global
-        model (|𝒟_i|-weighted, eq. 7; GAS-12); a block that devices or per-device server copies hold but that
+        model (|𝒟_i|-weighted, eq. 7; GAS-12) — group ``group``'s where the devices are averaged in groups
+        (:class:`trainers.api.Aggregation`); a block that devices or per-device server copies hold but that
         no average has reached yet, its initial weights w⁰ (every device started from them); every other
         block, the edge server's one shared instance (the server model, trained every round), even where the fed
         server still holds an average of it from when a cut put it on the devices (Algorithm 1's re-plans)."""
         e = self.engine
-        global_states = self.global_states(range(e.num_blocks))
+        global_states = self.global_states(range(e.num_blocks), group)
         blocks: list[nn.Module] = []
         for j in range(e.num_blocks):
             owners = {e.edge.key(d, j)[0] for d in range(e.num_devices) if j >= e.cuts[d]}
             if max(e.cuts) <= j < head_start(e) and owners == {None}:   # the shared server block, trained every round: a global
                 blocks.append(e.edge.instances[(None, j)])   # state of it is from before a re-partition (stale)
                 continue
-            target = self._eval_blocks.get(("global", j))
+            target = self._eval_blocks.get(("global", group, j))
             if target is None:
-                target = self._eval_blocks[("global", j)] = copy.deepcopy(e.template[j])
+                target = self._eval_blocks[("global", group, j)] = copy.deepcopy(e.template[j])
             target.load_state_dict(global_states[j].state if j in global_states else e.template[j].state_dict())
             blocks.append(target)
         return nn.Sequential(*blocks)
 
-    def global_states(self, blocks: Sequence[int] | range) -> dict[int, BlockState]:
-        """The fed server's global blocks among ``blocks`` (those averaged so far)."""
+    def global_states(self, blocks: Sequence[int] | range, group: int = 0) -> dict[int, BlockState]:
+        """The fed server's global blocks among ``blocks`` (those averaged so far; group ``group``'s)."""
         e = self.engine
         wanted = [j for j in blocks if j in e.global_sizes]
         if not wanted:
             return {}
-        e.net.send(FED, Send(EDGE, -1, 0, "edge", {j: ("global", j) for j in wanted}))
+        e.net.send(FED, Send(EDGE, -1, 0, "edge", {j: ("global", j, group) for j in wanted}))
         (got,) = e.net.receive([FED])
         return dict(got.blocks)
 

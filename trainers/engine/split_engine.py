@@ -398,8 +398,8 @@ class SplitEngine:
     def averaged_model(self, devices: Sequence[int] | None = None) -> nn.Sequential:
         return self.models.averaged_model(devices)
 
-    def global_model(self) -> nn.Sequential:
-        return self.models.global_model()
+    def global_model(self, group: int = 0) -> nn.Sequential:
+        return self.models.global_model(group)
 
     def eval_models(self) -> list[nn.Module]:
         return self.models.eval_models()

@@ -51,7 +51,9 @@ def restore_engine(engine: Engine, state: dict[str, Any]) -> None:
     (a ValueError naming the part that does not fit this engine; the run turns it into one message about the
     checkpoint) before anything is restored."""
     state = check_engine_state(state, engine.num_devices, engine.strategy)
-    _check_global_blocks(engine, state["fed"].get("global_blocks", {}))
+    fed_globals = {0: state["fed"]["global_blocks"], **state["fed"].get("group_blocks", {})}
+    for blocks in fed_globals.values():
+        _check_global_blocks(engine, blocks)
     period, stale, absent = state["period"], state["stale"], state["absent"]
     async_state, server_free = (None, 0.0) if state["async"] is None else \
         AsyncLoopState.from_dict(state["async"], engine.num_devices)
@@ -64,7 +66,7 @@ def restore_engine(engine: Engine, state: dict[str, Any]) -> None:
             engine.net.send(d, SetState(d, s))
     engine.edge.load_state_dict(state["edge"])
     engine.net.send(FED, SetState(None, state["fed"]))
-    engine.global_sizes = {int(j): engine.block_bytes[int(j)] for j in state["fed"].get("global_blocks", {})}
+    engine.global_sizes = {int(j): engine.block_bytes[int(j)] for blocks in fed_globals.values() for j in blocks}
     for d in absent:        # every device is back: the absent ones as returning devices (SplitEngine._take_back)
         engine.load_global(d, 0, fresh_optimizer=True)
     engine.rng.bit_generator.state = state["rng"]

@@ -75,8 +75,8 @@ def check_engine_state(state: Any, num_devices: int, strategy: Any) -> dict[str,
     for d, device in enumerate(state["devices"]):
         if device is not None:
             _check_device_state(d, device, cuts[d])
-    for name, mine, optional in (("fed", {"global_blocks"}, set()),
-                                 ("strategy", set(strategy.state_dict()), set(strategy.optional_state))):
+    _check_fed_state(state["fed"], num_devices)
+    for name, mine, optional in (("strategy", set(strategy.state_dict()), set(strategy.optional_state)),):
         if not isinstance(state[name], dict) or not mine - optional <= set(state[name]) <= mine:
             raise ValueError(f"engine {name} state must hold exactly {sorted(mine)}"
                              + (f" (or without {sorted(optional)}, as written before them)" if optional else ""))
@@ -86,6 +86,25 @@ def check_engine_state(state: Any, num_devices: int, strategy: Any) -> dict[str,
         raise ValueError("engine async state is null only before an asynchronous algorithm's first global iteration "
                          "(no device has stepped)")
     return {**state, "period": period, "stale": stale, "absent": absent}
+
+
+def _check_fed_state(fed: Any, num_devices: int) -> None:
+    """The fed server's state: its global blocks and, where the devices are averaged in groups, one group ≥ 0 per
+    device and the global blocks of the groups after the first, keyed by group (ValueError)."""
+    if (not isinstance(fed, dict) or "global_blocks" not in fed or not set(fed) <= {"global_blocks", "groups", "group_blocks"}
+            or ("groups" in fed) != ("group_blocks" in fed)):
+        raise ValueError("engine fed state must hold exactly ['global_blocks'], or with ['group_blocks', 'groups'] "
+                         "where the devices are averaged in groups")
+    if "groups" not in fed:
+        return
+    groups = fed["groups"]
+    if not isinstance(groups, list) or len(groups) != num_devices or not all(is_int(g) and g >= 0 for g in groups):
+        raise ValueError(f"engine fed groups must list one integer group ≥ 0 per device ({num_devices}), "
+                         f"got {str(groups)[:80]}")
+    blocks = fed["group_blocks"]
+    if not isinstance(blocks, dict) or not all(is_int(g) and g > 0 and g in groups for g in blocks):
+        raise ValueError(f"engine fed group_blocks must be keyed by groups of the devices after group 0 "
+                         f"({sorted(set(groups) - {0})}), got {str(list(blocks) if isinstance(blocks, dict) else blocks)[:80]}")
 
 
 def _check_device_state(index: int, device: Any, cut: int) -> None:

@@ -616,16 +616,38 @@ class FedServer:
     """The fed server: client-side model averaging (eq. 7; FedAvg weighted by |𝒟_i|) and the
     global client model (the last average of each block). Uploads are folded in one at a time
     (:meth:`add`, then :meth:`finish`), so an aggregation holds one running sum per block, not
-    every upload."""
+    every upload. Where the devices are grouped (:class:`~trainers.roles.protocol.Groups`), each group's uploads
+    are averaged apart into that group's global model."""
 
     def __init__(self) -> None:
-        self.global_blocks: dict[int, dict[str, torch.Tensor]] = {}
-        self._running: dict[int, RunningMean | RobustMean] = {}
-        self._optimizers: dict[int, list] = {}
+        self.globals: dict[int, dict[int, dict[str, torch.Tensor]]] = {0: {}}
+        """Group → block → state: each group's global model (group 0 is every device's where none is grouped)."""
+        self.group_of: tuple[int, ...] = ()
+        """Device i's group (empty: all in group 0)."""
+        self._running: dict[tuple[int, int], RunningMean | RobustMean] = {}
+        self._optimizers: dict[tuple[int, int], list] = {}
         self.rule: tuple[str, float] = ("mean", 0.0)
         """How uploads are combined (:data:`AGGREGATION_RULES`, and the trimmed share β), set by the edge server."""
 
-    def average(self, uploads: Iterable[ModelUpload], round_index: int) -> dict[int, BlockState]:
+    @property
+    def global_blocks(self) -> dict[int, dict[str, torch.Tensor]]:
+        """Group 0's global model (every device's where none is grouped)."""
+        return self.globals.setdefault(0, {})
+
+    def group(self, device: int) -> int:
+        """Device ``device``'s group; 0 for one not grouped (and for the edge server's ``-1``)."""
+        return self.group_of[device] if 0 <= device < len(self.group_of) else 0
+
+    def set_groups(self, groups: Sequence[int]) -> None:
+        """Group the devices (``groups[i]``: device i's) from the next upload on; ValueError for a negative or
+        non-integer group, or while an average is running."""
+        if self._running:
+            raise ValueError("the fed server cannot regroup the devices in the middle of an average")
+        if not all(isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in groups):
+            raise ValueError(f"groups must be integers ≥ 0, got {list(groups)[:8]}")
+        self.group_of = tuple(groups)
+
+    def average(self, uploads: Iterable[ModelUpload], round_index: int) -> dict[tuple[int, int], BlockState]:
         """Block-wise weighted mean over the uploads that hold each block (:class:`RunningMean`);
         exact copy when all equal. Optimizer states (when uploaded) are averaged with equal weights."""
         for u in uploads:
@@ -634,35 +656,42 @@ class FedServer:
 
     def add(self, upload: ModelUpload) -> None:
         """Fold one upload into the running averages of its blocks (the upload may be dropped afterwards)."""
+        g = self.group(upload.device)
         for j, bs in upload.blocks.items():
-            if j not in self._running:
-                self._running[j] = RunningMean() if self.rule[0] == "mean" else RobustMean(*self.rule)
-            self._running[j].add(bs.state, float(upload.weight))
-            self._optimizers.setdefault(j, []).append(bs.optimizer)
+            if (g, j) not in self._running:
+                self._running[g, j] = RunningMean() if self.rule[0] == "mean" else RobustMean(*self.rule)
+            self._running[g, j].add(bs.state, float(upload.weight))
+            self._optimizers.setdefault((g, j), []).append(bs.optimizer)
 
-    def finish(self, round_index: int) -> dict[int, BlockState]:
-        """The averages of every block added since the last :meth:`finish`; they become the global model."""
+    def finish(self, round_index: int) -> dict[tuple[int, int], BlockState]:
+        """The averages, by (group, block), of every block added since the last :meth:`finish`; they become the
+        groups' global models."""
         out = {}
-        for j, running in self._running.items():
+        for (g, j), running in self._running.items():
             state = running.result()
-            opts = self._optimizers[j]
+            opts = self._optimizers[g, j]
             optimizer = None
             if all(o is not None for o in opts):
                 optimizer = [mean_param_state(list(ps)) for ps in zip(*opts)]  # type: ignore[arg-type]
-            out[j] = BlockState(state, optimizer)
-            self.global_blocks[j] = state
+            out[g, j] = BlockState(state, optimizer)
+            self.globals.setdefault(g, {})[j] = state
         self._running, self._optimizers = {}, {}
         return out
 
-    def global_states(self, blocks: Iterable[int]) -> dict[int, BlockState]:
-        """The global client model's blocks among ``blocks`` (those averaged so far)."""
-        return {j: BlockState(self.global_blocks[j]) for j in blocks if j in self.global_blocks}
-
     def state_dict(self) -> dict[str, Any]:
-        return {"global_blocks": {j: dict(s) for j, s in self.global_blocks.items()}}
+        """Group 0's global blocks; where the devices are grouped, the groups and the other groups' blocks too."""
+        state: dict[str, Any] = {"global_blocks": {j: dict(s) for j, s in self.global_blocks.items()}}
+        if self.group_of:
+            state["groups"] = list(self.group_of)
+            state["group_blocks"] = {g: {j: dict(s) for j, s in blocks.items()}
+                                     for g, blocks in self.globals.items() if g}
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.global_blocks = {int(j): dict(s) for j, s in state.get("global_blocks", {}).items()}
+        self.globals = {0: {int(j): dict(s) for j, s in state.get("global_blocks", {}).items()}}
+        for g, blocks in state.get("group_blocks", {}).items():
+            self.globals[int(g)] = {int(j): dict(s) for j, s in blocks.items()}
+        self.group_of = tuple(int(g) for g in state.get("groups", ()))
 
 
 class RunningMean:

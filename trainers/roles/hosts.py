@@ -36,6 +36,7 @@ from trainers.roles.protocol import (
     Forward,
     GetBlocks,
     GetState,
+    Groups,
     RoundEnd,
     Send,
     SetState,
@@ -172,19 +173,25 @@ class FedHost:
     def __init__(self, fed: FedServer | None = None) -> None:
         self.fed = fed or FedServer()
         self.kept: dict[int, ModelUpload] = {}
-        self.latest: dict[int, BlockState] = {}
+        self.latest: dict[tuple[int, int], BlockState] = {}
+        """The last :class:`Average`'s blocks, by (group, block)."""
 
     def handle(self, msg: Any, emit: Emit) -> None:
         if isinstance(msg, ModelUpload):
             self.fed.add(msg)
         elif isinstance(msg, Average):
             self.latest = self.fed.finish(msg.round)
+        elif isinstance(msg, Groups):
+            try:
+                self.fed.set_groups(msg.groups)
+            except ValueError as err:
+                raise MessageMismatchError(str(err)) from None
         elif isinstance(msg, AggregationRule):
             if msg.rule not in AGGREGATION_RULES or not 0.0 <= float(msg.trim) < 0.5:
                 raise MessageMismatchError(f"the fed server has no aggregation rule {msg.rule!r} (trim {msg.trim})")
             self.fed.rule = (msg.rule, float(msg.trim))
         elif isinstance(msg, Send):
-            blocks = {j: b for j, b in ((j, self.block(ref)) for j, ref in msg.refs.items()) if b is not None}
+            blocks = {j: b for j, b in ((j, self.block(ref, msg.device)) for j, ref in msg.refs.items()) if b is not None}
             emit(msg.to, ModelDownload(msg.device, msg.round, msg.receiver, blocks, msg.cut,
                                        fresh_optimizer=msg.fresh_optimizer))
             for ref in msg.refs.values():
@@ -203,14 +210,19 @@ class FedHost:
     def keep(self, key: int, upload: ModelUpload) -> None:
         self.kept[key] = upload
 
-    def block(self, ref: tuple) -> BlockState | None:
-        """The block a :class:`Send` reference names; None for a global block not averaged yet."""
+    def block(self, ref: tuple, device: int) -> BlockState | None:
+        """The block a :class:`Send` reference names (an average or a global block of ``device``'s group, or of
+        the group the reference names); None for a global block not averaged yet."""
         kind = ref[0]
-        if kind == "avg":
-            return self.latest[ref[1]]
-        if kind == "global":
-            state = self.fed.global_blocks.get(ref[1])
-            return None if state is None else BlockState(state)
+        if kind in ("avg", "global"):
+            group = int(ref[2]) if len(ref) > 2 else self.fed.group(device)
+            if kind == "global":
+                state = self.fed.globals.get(group, {}).get(ref[1])
+                return None if state is None else BlockState(state)
+            if (group, ref[1]) not in self.latest:
+                raise MessageMismatchError(f"the last average holds no block {ref[1]} of group {group} "
+                                           f"(device {device}'s)")
+            return self.latest[group, ref[1]]
         if kind == "kept":
             return self.kept[ref[1]].blocks[ref[2]]
         raise MessageMismatchError(f"the fed server holds no block {ref!r}")

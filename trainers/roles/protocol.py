@@ -18,6 +18,7 @@ message            from → to           meaning
 :class:`Upload`    edge → device host  send these blocks to the fed server (or the edge)
 :class:`Take`      edge → any host     take the next message from ``source`` now
 :class:`Average`   edge → fed server   finish the running average (it becomes the global model)
+:class:`Groups`    edge → fed server   average each group of devices apart, one global model per group
 :class:`Send`      edge → fed server   send blocks it holds as a ModelDownload to ``to``
 :class:`GetBlocks` edge → device host  reply :class:`Blocks`: the device's client blocks
 :class:`GetState`  edge → any host     reply :class:`State` (a checkpoint's part)
@@ -87,6 +88,16 @@ class Average:
 
 
 @dataclass
+class Groups:
+    """From now on the fed server averages each group of devices apart and keeps one global model per group
+    (FedConcat's clusters): ``groups[i]`` is device i's group (0, 1, ...). A :class:`Send` for a device names its
+    group's blocks (``("avg", j)``, ``("global", j)``); ``("global", j, g)`` names group g's. Before any
+    :class:`Groups`, every device is in group 0."""
+
+    groups: tuple[int, ...]
+
+
+@dataclass
 class AggregationRule:
     """From now on the fed server combines uploads by ``rule`` (:data:`trainers.roles.core.AGGREGATION_RULES`;
     ``trim`` the trimmed-mean's β), instead of FedAvg's mean."""
@@ -99,7 +110,8 @@ class AggregationRule:
 class Send:
     """The fed server sends a ModelDownload for device ``device`` to ``to`` with the blocks
     ``refs`` names: ``("avg", j)`` the latest average, ``("global", j)`` the global model (blocks
-    not averaged yet are left out), ``("kept", key, j)`` a kept upload (released once sent).
+    not averaged yet are left out), both of ``device``'s group (:class:`Groups`), ``("global", j, g)`` group g's,
+    ``("kept", key, j)`` a kept upload (released once sent).
     ``charged_bytes``: what the latency model charges the link for it when that is more than the
     message (the edge server's blocks: one copy per device instance, eq. 25)."""
 
@@ -152,5 +164,5 @@ class RoundEnd:
     round: int
 
 
-CONTROL_MESSAGES = (Forward, Upload, Take, Average, AggregationRule, Send, GetBlocks, Blocks, GetState, State,
+CONTROL_MESSAGES = (Forward, Upload, Take, Average, Groups, AggregationRule, Send, GetBlocks, Blocks, GetState, State,
                     SetState, RoundEnd)

@@ -536,7 +536,7 @@ def test_a_take_reads_the_named_rank_and_books_the_transfer(monkeypatch) -> None
     fed.dispatch(_envelope(Take(1)))
     assert fed.channel.recv_calls == [(3, None)]                       # device 1 lives on rank 3
     assert fed.ledger.seconds["model upload"] == {1: 0.5}
-    assert torch.equal(fed.host.fed.finish(2)[0].state["weight"], torch.full((2, 2), 1.0))   # folded into the average
+    assert torch.equal(fed.host.fed.finish(2)[0, 0].state["weight"], torch.full((2, 2), 1.0))   # folded into the average
     kept = ModelUpload(0, 2, "device", {0: _state(4.0)}, 1.0)
     fed.channel.replies[2] = [_envelope(kept, t_send=9.0, arrived=9.25)]
     fed.dispatch(_envelope(Take(0, keep=5)))
@@ -910,7 +910,7 @@ def test_model_messages_from_rank_0_are_booked_where_they_arrive(monkeypatch) ->
     assert device_rank.host.handled == [download] and device_rank.ledger.seconds["model download"] == {0: 0.5}
     fed = _loop(1)
     fed.dispatch(_envelope(ModelUpload(2, 1, "edge", {0: _state(2.0)}, 1.0), t_send=5.0, arrived=5.25))
-    assert fed.ledger.seconds["model upload"] == {"edge": 0.25} and sorted(fed.host.fed._running) == [0]
+    assert fed.ledger.seconds["model upload"] == {"edge": 0.25} and sorted(fed.host.fed._running) == [(0, 0)]
 
 
 def test_a_local_run_joins_through_its_store_file_not_a_tcp_store(tmp_path, monkeypatch) -> None:

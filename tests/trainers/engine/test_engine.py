@@ -915,8 +915,9 @@ def test_the_fed_server_averages_uploads_as_they_arrive() -> None:
         fed.add(upload)
         del upload                                                       # nothing keeps it
     out = fed.finish(1)
-    assert torch.allclose(out[0].state["w"], torch.full((2,), 5.0))     # (1 + 3 + 2·8)/4
-    assert torch.equal(fed.global_blocks[0]["w"], out[0].state["w"])
+    assert list(out) == [(0, 0)]                                        # group 0 (none set), block 0
+    assert torch.allclose(out[0, 0].state["w"], torch.full((2,), 5.0))  # (1 + 3 + 2·8)/4
+    assert torch.equal(fed.global_blocks[0]["w"], out[0, 0].state["w"])
     assert fed.finish(2) == {}                                          # each finish starts anew
 
 

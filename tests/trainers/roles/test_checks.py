@@ -117,7 +117,7 @@ def test_the_fed_server_checks_what_it_takes_and_weighs_by_the_edge_servers_weig
     take(fed, Take(0, weight=1.0, expect=expect), upload(honest, 0, weight=1.0), lambda *a: None)
     take(fed, Take(1, weight=1.0, expect=expect), upload(liar, 1, weight=1e30), lambda *a: None)
     fed.handle(Average(1), lambda *a: None)
-    assert torch.equal(fed.latest[0].state["bias"], torch.full((2,), 2.0))          # (1 + 3) / 2: equal weights
+    assert torch.equal(fed.latest[0, 0].state["bias"], torch.full((2,), 2.0))          # (1 + 3) / 2: equal weights
     with pytest.raises(BadMessageError, match="device 1's model upload: blocks\\[0\\].weight"):
         take(fed, Take(1, expect=expect), upload({0: {**STATES[0], "weight": torch.zeros(1)}}, 1), lambda *a: None)
     with pytest.raises(BadMessageError, match="device 1's model upload: type: is a Activation"):

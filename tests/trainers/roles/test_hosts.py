@@ -15,7 +15,7 @@ from trainers.roles.hosts import DeviceHost, FedHost, take
 from trainers.roles.messages import Activation, BlockState, CutGradient, MessageMismatchError, ModelDownload, ModelUpload, NonFiniteError
 from trainers.roles.optim import OptimizerSpec
 from trainers.roles.passes import EdgePasses
-from trainers.roles.protocol import EDGE, FED, Average, Blocks, Forward, GetBlocks, GetState, RoundEnd, Send, SetState, State, Take, Upload
+from trainers.roles.protocol import EDGE, FED, Average, Blocks, Forward, GetBlocks, GetState, Groups, RoundEnd, Send, SetState, State, Take, Upload
 
 SGD = OptimizerSpec("sgd", 0.1, 0.9)
 
@@ -140,9 +140,9 @@ def test_the_fed_server_folds_averages_and_sends_on_what_it_holds() -> None:
         host.handle(u, out)
     host.handle(Average(1), out)
     reference = FedServer().average([_upload(0, 1.0, 1.0), _upload(1, 4.0, 3.0)], 1)
-    assert out == [] and sorted(host.latest) == [0]
-    assert torch.equal(host.latest[0].state["w"], reference[0].state["w"])   # (1·1 + 3·4)/4 = 3.25
-    assert torch.equal(host.latest[0].state["w"], torch.full((2,), 3.25))
+    assert out == [] and sorted(host.latest) == [(0, 0)]                  # group 0's block 0
+    assert torch.equal(host.latest[0, 0].state["w"], reference[0, 0].state["w"])   # (1·1 + 3·4)/4 = 3.25
+    assert torch.equal(host.latest[0, 0].state["w"], torch.full((2,), 3.25))
     out.clear()
     take(host, Take(2, keep=9), _upload(2, 7.0, 1.0), out)                # kept, not folded
     host.handle(Send(2, 2, 1, "device", {0: ("kept", 9, 0)}), out)
@@ -162,7 +162,44 @@ def test_the_fed_server_folds_averages_and_sends_on_what_it_holds() -> None:
     with pytest.raises(MessageMismatchError, match="the fed server cannot handle a Forward"):
         host.handle(Forward(1, []), out)
     with pytest.raises(MessageMismatchError, match="holds no block"):
-        host.block(("elsewhere", 0))
+        host.block(("elsewhere", 0), 0)
+
+
+def test_grouped_devices_are_averaged_apart_and_each_downloads_its_groups_model() -> None:
+    """Devices 0, 1 in group 0 and 2, 3 in group 1 (:class:`Groups`): each group's uploads make its own |𝒟_i|-weighted
+    mean, a Send for a device names its group's average or global block, ("global", j, g) group g's, the groups and
+    their global models survive the state round-trip, and nothing else is sent."""
+    host, out = FedHost(), Outbox()
+    host.handle(Groups((0, 0, 1, 1)), out)
+    for u in (_upload(0, 1.0, 1.0), _upload(1, 4.0, 3.0), _upload(2, 10.0, 1.0), _upload(3, 20.0, 4.0)):
+        host.handle(u, out)
+    host.handle(Average(1), out)
+    assert sorted(host.latest) == [(0, 0), (1, 0)]
+    assert torch.equal(host.latest[0, 0].state["w"], torch.full((2,), 3.25))     # (1·1 + 3·4)/4
+    assert torch.equal(host.latest[1, 0].state["w"], torch.full((2,), 18.0))     # (1·10 + 4·20)/5
+    host.handle(Send(1, 1, 1, "device", {0: ("avg", 0)}), out)
+    host.handle(Send(3, 3, 1, "device", {0: ("avg", 0)}), out)
+    host.handle(Send(2, 2, 1, "device", {0: ("global", 0)}), out)
+    host.handle(Send(EDGE, -1, 1, "edge", {0: ("global", 0, 1)}), out)
+    host.handle(Send(EDGE, -1, 1, "edge", {0: ("global", 0)}), out)           # the edge server's: group 0's
+    assert [(to, float(m.blocks[0].state["w"][0])) for to, m in out] == [(1, 3.25), (3, 18.0), (2, 18.0),
+                                                                         (EDGE, 18.0), (EDGE, 3.25)]
+    fresh = FedHost()
+    fresh.handle(SetState(None, host.fed.state_dict()), out)
+    assert fresh.fed.group_of == (0, 0, 1, 1) and fresh.fed.group(3) == 1 and fresh.fed.group(-1) == 0
+    assert {g: float(b[0]["w"][0]) for g, b in fresh.fed.globals.items()} == {0: 3.25, 1: 18.0}
+    assert set(FedServer().state_dict()) == {"global_blocks"}                  # ungrouped: as before groups existed
+    host.handle(Groups((0, 0, 1, 2)), out)                                     # group 2 has never been averaged
+    with pytest.raises(MessageMismatchError, match="no block 0 of group 2 .device 3's."):
+        host.handle(Send(3, 3, 1, "device", {0: ("avg", 0)}), out)
+    before = len(out)
+    host.handle(Send(3, 3, 1, "device", {0: ("global", 0)}), out)
+    assert out[before][1].blocks == {}                                         # no global model of group 2 yet
+    host.handle(_upload(0, 1.0, 1.0), out)
+    with pytest.raises(MessageMismatchError, match="in the middle of an average"):
+        host.handle(Groups((1, 0, 1, 1)), out)
+    with pytest.raises(MessageMismatchError, match="integers ≥ 0"):
+        FedHost().handle(Groups((0, -1)), out)
 
 
 def test_the_local_network_delivers_between_hosts_only_when_told_to_take() -> None:
@@ -172,7 +209,7 @@ def test_the_local_network_delivers_between_hosts_only_when_told_to_take() -> No
     net.send(0, Upload(0, 1, [0], 1.0))
     assert net.fed._running == {} and net.inbox == {}                      # the upload waits for the Take
     net.send(FED, Take(0))
-    assert sorted(net.fed._running) == [0]
+    assert sorted(net.fed._running) == [(0, 0)]                          # group 0, block 0
     with pytest.raises(MessageMismatchError, match="the fed server was told to take a message from device 1, which "
                                                    "sent none"):
         net.send(FED, Take(1))

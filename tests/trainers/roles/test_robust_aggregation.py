@@ -57,12 +57,12 @@ def test_one_outlier_upload_moves_the_global_model_at_most_by_the_honest_spread(
         fed.rule = (rule, trim)
         for d, v in enumerate([*honest, outlier]):
             fed.add(upload(d, v))
-        got = fed.finish(1)[0].state["w"]
+        got = fed.finish(1)[0, 0].state["w"]
         assert bool(((got >= min(honest)) & (got <= max(honest))).all()), (rule, outlier, got)
     mean = FedServer()                                       # FedAvg's mean: the outlier moves it by outlier / n
     for d, v in enumerate([*honest, 1e6]):
         mean.add(upload(d, v))
-    assert mean.finish(1)[0].state["w"][0].item() == pytest.approx((sum(honest) + 1e6) / 5)
+    assert mean.finish(1)[0, 0].state["w"][0].item() == pytest.approx((sum(honest) + 1e6) / 5)
 
 
 def test_the_cost_on_the_clock_is_a_sort_and_a_mean_per_entry() -> None:

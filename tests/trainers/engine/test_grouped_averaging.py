@@ -1,0 +1,160 @@
+"""Grouped averaging (:class:`trainers.api.Aggregation`'s ``groups``, the fed server's :class:`Groups`): the devices of
+each group are averaged apart into that group's global model, which only its members download — FedConcat's
+clusters (Diao, Li & He, AAAI 2024; its authors' ``experiments.py``, ``--alg fedconcat``, the encoder rounds).
+
+The reference is FedAvg with client sampling written out with plain SGD per group, sharing no code with the engine:
+every device holds the whole model; the ⌈ρN⌉ devices drawn at the start of a period of I rounds take one SGD step a
+round on their own mini-batch; every I rounds the participants of each group are averaged (|𝒟_i|-weighted, eq. 7)
+into that group's global model, which they load; a device drawn after missing its group's last average loads it
+first (one that no average of its group has reached keeps w⁰).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from tests.engine_builders import flat, make_data, small_model
+from trainers.api import Aggregation, RoundContext
+from trainers.engine.split_engine import STRATEGY_STREAM, SplitEngine
+from trainers.inputs.partition import DeviceSampler
+from trainers.strategies.fedavg import FedAvg
+from trainers.strategies.sfl import SFLV1
+
+B, LR, N, RHO, ROUNDS = 16, 0.1, 6, 0.5, 6
+GROUPS = (0, 1, 1, 0, 2, 1)
+L = len(small_model())
+
+
+class GroupedFedAvg(FedAvg):
+    """FedAvg whose aggregation averages the groups of ``GROUPS`` apart."""
+
+    def __init__(self, participation: float = RHO, recipients: str = "participants") -> None:
+        super().__init__(participation)
+        self.recipients = recipients
+
+    def aggregation(self, ctx: RoundContext) -> Aggregation | None:
+        return (Aggregation(tuple(range(ctx.num_blocks)), "data_size", None, self.recipients, GROUPS)
+                if ctx.aggregation_due() else None)
+
+
+def grouped_fedavg(data, interval: int, recipients: str):
+    """Yield (t, participants, models, globals) after each round t (``globals``: group → its global model)."""
+    models = [copy.deepcopy(small_model()) for _ in range(N)]
+    globals_: dict[int, nn.Module] = {}
+    sizes = [float(len(p)) for p in data.parts]
+    samplers = [DeviceSampler(data.parts[i], B, [0, i]) for i in range(N)]
+    rng = np.random.default_rng([0, STRATEGY_STREAM])
+    stale: set[int] = set()
+    participants: list[int] = []
+    for t in range(1, ROUNDS + 1):
+        if (t - 1) % interval == 0:
+            participants = sorted(int(d) for d in rng.choice(N, size=math.ceil(RHO * N), replace=False))
+            for i in participants:
+                if i in stale and GROUPS[i] in globals_:
+                    models[i].load_state_dict(globals_[GROUPS[i]].state_dict())
+                stale.discard(i)
+        for i in participants:
+            idx = torch.from_numpy(samplers[i].next())
+            loss = nn.functional.cross_entropy(models[i](data.x_train[idx]), data.y_train[idx])
+            grads = torch.autograd.grad(loss, list(models[i].parameters()))
+            with torch.no_grad():
+                for p, g in zip(models[i].parameters(), grads):
+                    p -= LR * g
+        if t % interval == 0:
+            received: set[int] = set()
+            for group in sorted({GROUPS[i] for i in participants}):
+                members = [i for i in participants if GROUPS[i] == group]
+                total = sum(sizes[i] for i in members)
+                states = [models[i].state_dict() for i in members]
+                average = {k: sum(sizes[i] * s[k] for i, s in zip(members, states)) / total for k in states[0]}
+                globals_.setdefault(group, copy.deepcopy(models[members[0]])).load_state_dict(average)
+                takers = members if recipients == "participants" else [i for i in range(N) if GROUPS[i] == group]
+                for i in takers:
+                    models[i].load_state_dict(average)
+                received |= set(takers)
+            stale = set(range(N)) - received
+        yield t, participants, models, globals_
+
+
+def engine(interval: int, recipients: str = "participants") -> SplitEngine:
+    return SplitEngine(small_model(), [L] * N, GroupedFedAvg(RHO, recipients), make_data(N, "dirichlet"), {"lr": LR},
+                       batch_size=B, seed=0, interval=interval)
+
+
+@pytest.mark.parametrize("recipients", ["participants", "all"])
+@pytest.mark.parametrize("interval", [1, 2])
+def test_each_group_is_fedavg_of_its_own_members(interval: int, recipients: str) -> None:
+    """6 devices in 3 groups, ρ = 0.5, 6 rounds: every device's model and each group's evaluated global model equal
+    the reference to 1e-6 (a group none of whose members has been averaged yet: w⁰); the draws left some group out of
+    some average and brought a stale device back."""
+    eng = engine(interval, recipients)
+    data = make_data(N, "dirichlet")
+    left_out = 0
+    for t, participants, models, globals_ in grouped_fedavg(data, interval, recipients):
+        stats = eng.run_round(t)
+        assert stats.participants == participants, t
+        left_out += len(set(GROUPS) - {GROUPS[i] for i in participants})
+        for i in range(N):
+            assert torch.allclose(flat(eng.device_model(i)), flat(models[i]), atol=1e-6, rtol=0), (t, i)
+        for group in set(GROUPS):
+            expected = flat(globals_[group]) if group in globals_ else flat(small_model())
+            assert torch.allclose(flat(eng.global_model(group)), expected, atol=1e-6, rtol=0), (t, group)
+    assert left_out > 0
+
+
+def test_a_grouped_run_resumes_from_its_checkpoint_with_every_groups_model() -> None:
+    """Stopped after round 3 and resumed in a fresh engine: rounds 4–6 give the same models and group models as a
+    straight run (the fed server's groups and its other groups' global blocks are in the checkpoint)."""
+    straight, resumed = engine(2), engine(2)
+    for t in (1, 2, 3):
+        straight.run_round(t)
+        resumed.run_round(t)
+    state = resumed.state_dict()
+    assert state["fed"]["groups"] == list(GROUPS) and set(state["fed"]["group_blocks"]) <= {1, 2}
+    again = engine(2)
+    again.load_state_dict(state)
+    for t in (4, 5, 6):
+        assert straight.run_round(t).loss == again.run_round(t).loss
+    for i in range(N):
+        assert flat(straight.device_model(i)).equal(flat(again.device_model(i)))
+    for group in set(GROUPS):
+        assert flat(straight.global_model(group)).equal(flat(again.global_model(group)))
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda fed: fed.update(groups=[0] * (N - 1)), "one integer group ≥ 0 per device"),
+    (lambda fed: fed.update(groups=[0, -1, 1, 1, 2, 1]), "one integer group ≥ 0 per device"),
+    (lambda fed: fed.pop("group_blocks"), "or with \\['group_blocks', 'groups'\\]"),
+    (lambda fed: fed.update(group_blocks={7: {}}), "keyed by groups of the devices after group 0 \\(\\[1, 2\\]\\)"),
+])
+def test_a_checkpoint_with_wrong_groups_is_refused_naming_them(change, message) -> None:
+    eng = engine(1)
+    eng.run_round(1)
+    state = eng.state_dict()
+    change(state["fed"])
+    with pytest.raises(ValueError, match=message):
+        engine(1).load_state_dict(state)
+
+
+def test_groups_must_name_every_device_and_cover_client_blocks_only() -> None:
+    class Short(GroupedFedAvg):
+        def aggregation(self, ctx: RoundContext) -> Aggregation | None:
+            return Aggregation(tuple(range(ctx.num_blocks)), groups=GROUPS[:-1])
+
+    class OnTheEdge(SFLV1):
+        def aggregation(self, ctx: RoundContext) -> Aggregation | None:
+            return Aggregation(tuple(range(ctx.num_blocks)), groups=GROUPS)
+
+    short = SplitEngine(small_model(), [L] * N, Short(), make_data(N), {"lr": LR}, batch_size=B, seed=0)
+    with pytest.raises(ValueError, match="names 5 groups for 6 devices"):
+        short.run_round(1)
+    edge = SplitEngine(small_model(), [4] * N, OnTheEdge(participation=1.0), make_data(N), {"lr": LR}, batch_size=B,
+                       seed=0)
+    with pytest.raises(ValueError, match="client blocks only; block 4 is on the edge server"):
+        edge.run_round(1)
