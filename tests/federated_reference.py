@@ -5,15 +5,18 @@ I rounds draws ⌈ρN⌉ devices (the strategy's stream, seeded [seed, 2³²−1
 average first loads the global model; each round every participant takes one step w_k ← w_k − η∇F_k(w_k) on a
 mini-batch of b samples, F_k = ``loss_of(k, logits, labels)`` (with ``mu``, FedProx's step: the gradient plus
 μ(w_k − w^t), w^t the model the device last loaded, or started from); every I rounds the participants' models are
-|𝒟_k|-averaged into the global model, which they load. Each round also yields every participant's F_k (the
-round's record reports their mean). :func:`check_round` compares an engine's round with the reference's."""
+|𝒟_k|-averaged into the global model, which they load — with ``groups`` (device → group, FedConcat's clusters)
+each group's participants into that group's own global model, which its participants (``recipients="all"``: all its
+members) load, a late device loading its group's (none before its group's first average). Each round also yields
+every participant's F_k (the round's record reports their mean). :func:`check_round` compares an engine's round with
+the reference's."""
 
 from __future__ import annotations
 
 import copy
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import pytest
@@ -37,6 +40,7 @@ class ReferenceRound:
     global_model: nn.Sequential
     losses: dict[int, float]
     aggregated: bool
+    group_models: dict[int, nn.Sequential]
 
 
 def check_round(engine, ref: ReferenceRound) -> None:
@@ -53,11 +57,14 @@ def check_round(engine, ref: ReferenceRound) -> None:
 
 
 def federated_reference(template: nn.Sequential, data, loss_of: Loss, rounds: int, rho: float, interval: int,
-                        lr: float, batch: int, mu: float = 0.0) -> Iterator[ReferenceRound]:
+                        lr: float, batch: int, mu: float = 0.0, groups: Sequence[int] | None = None,
+                        recipients: str = "participants") -> Iterator[ReferenceRound]:
     """Yield the :class:`ReferenceRound` after each round t."""
     n = len(data.parts)
+    group = list(groups) if groups is not None else [0] * n
     models = [copy.deepcopy(template) for _ in range(n)]
     global_model = copy.deepcopy(template)
+    group_models = {} if groups is not None else {0: global_model}
     sizes = [float(len(p)) for p in data.parts]
     samplers = [DeviceSampler(data.parts[i], batch, [0, i]) for i in range(n)]
     rng = np.random.default_rng([0, STRATEGY_STREAM])
@@ -69,8 +76,9 @@ def federated_reference(template: nn.Sequential, data, loss_of: Loss, rounds: in
             participants = list(range(n)) if rho >= 1 else sorted(
                 int(d) for d in rng.choice(n, size=math.ceil(rho * n), replace=False))
             for i in [i for i in participants if i in stale]:
-                models[i].load_state_dict(global_model.state_dict())
-                anchors[i] = [p.detach().clone() for p in models[i].parameters()]
+                if group[i] in group_models:
+                    models[i].load_state_dict(group_models[group[i]].state_dict())
+                    anchors[i] = [p.detach().clone() for p in models[i].parameters()]
                 stale.discard(i)
         losses: dict[int, float] = {}
         for i in participants:
@@ -82,12 +90,17 @@ def federated_reference(template: nn.Sequential, data, loss_of: Loss, rounds: in
                 for p, g, anchor in zip(models[i].parameters(), grads, anchors[i]):
                     p -= lr * (g + mu * (p - anchor))
         if t % interval == 0:
-            total = sum(sizes[i] for i in participants)
-            states = [models[i].state_dict() for i in participants]
-            average = {k: sum(sizes[i] * s[k] for i, s in zip(participants, states)) / total for k in states[0]}
-            global_model.load_state_dict(average)
-            for i in participants:
-                models[i].load_state_dict(average)
-                anchors[i] = [p.detach().clone() for p in models[i].parameters()]
-            stale = set(range(n)) - set(participants)
-        yield ReferenceRound(t, participants, models, global_model, losses, t % interval == 0)
+            received: set[int] = set()
+            for g in sorted({group[i] for i in participants}):
+                members = [i for i in participants if group[i] == g]
+                total = sum(sizes[i] for i in members)
+                states = [models[i].state_dict() for i in members]
+                average = {k: sum(sizes[i] * s[k] for i, s in zip(members, states)) / total for k in states[0]}
+                group_models.setdefault(g, copy.deepcopy(template)).load_state_dict(average)
+                takers = members if recipients == "participants" else [i for i in range(n) if group[i] == g]
+                for i in takers:
+                    models[i].load_state_dict(average)
+                    anchors[i] = [p.detach().clone() for p in models[i].parameters()]
+                received |= set(takers)
+            stale = set(range(n)) - received
+        yield ReferenceRound(t, participants, models, global_model, losses, t % interval == 0, group_models)

@@ -2,27 +2,22 @@
 each group are averaged apart into that group's global model, which only its members download — FedConcat's
 clusters (Diao, Li & He, AAAI 2024; its authors' ``experiments.py``, ``--alg fedconcat``, the encoder rounds).
 
-The reference is FedAvg with client sampling written out with plain SGD per group, sharing no code with the engine:
-every device holds the whole model; the ⌈ρN⌉ devices drawn at the start of a period of I rounds take one SGD step a
-round on their own mini-batch; every I rounds the participants of each group are averaged (|𝒟_i|-weighted, eq. 7)
-into that group's global model, which they load; a device drawn after missing its group's last average loads it
-first (one that no average of its group has reached keeps w⁰).
+The reference is FedAvg with client sampling written out with plain SGD (tests/federated_reference.py), its
+averages taken per group: every I rounds the participants of each group are averaged (|𝒟_i|-weighted, eq. 7) into
+that group's global model, which they load; a device drawn after missing its group's last average loads it first
+(one that no average of its group has reached keeps w⁰).
 """
 
 from __future__ import annotations
 
-import copy
-import math
-
-import numpy as np
 import pytest
 import torch
 from torch import nn
 
 from tests.engine_builders import flat, make_data, small_model
+from tests.federated_reference import check_round, federated_reference
 from trainers.api import Aggregation, RoundContext
-from trainers.engine.split_engine import STRATEGY_STREAM, SplitEngine
-from trainers.inputs.partition import DeviceSampler
+from trainers.engine.split_engine import SplitEngine
 from trainers.strategies.fedavg import FedAvg
 from trainers.strategies.sfl import SFLV1
 
@@ -43,45 +38,6 @@ class GroupedFedAvg(FedAvg):
                 if ctx.aggregation_due() else None)
 
 
-def grouped_fedavg(data, interval: int, recipients: str):
-    """Yield (t, participants, models, globals) after each round t (``globals``: group → its global model)."""
-    models = [copy.deepcopy(small_model()) for _ in range(N)]
-    globals_: dict[int, nn.Module] = {}
-    sizes = [float(len(p)) for p in data.parts]
-    samplers = [DeviceSampler(data.parts[i], B, [0, i]) for i in range(N)]
-    rng = np.random.default_rng([0, STRATEGY_STREAM])
-    stale: set[int] = set()
-    participants: list[int] = []
-    for t in range(1, ROUNDS + 1):
-        if (t - 1) % interval == 0:
-            participants = sorted(int(d) for d in rng.choice(N, size=math.ceil(RHO * N), replace=False))
-            for i in participants:
-                if i in stale and GROUPS[i] in globals_:
-                    models[i].load_state_dict(globals_[GROUPS[i]].state_dict())
-                stale.discard(i)
-        for i in participants:
-            idx = torch.from_numpy(samplers[i].next())
-            loss = nn.functional.cross_entropy(models[i](data.x_train[idx]), data.y_train[idx])
-            grads = torch.autograd.grad(loss, list(models[i].parameters()))
-            with torch.no_grad():
-                for p, g in zip(models[i].parameters(), grads):
-                    p -= LR * g
-        if t % interval == 0:
-            received: set[int] = set()
-            for group in sorted({GROUPS[i] for i in participants}):
-                members = [i for i in participants if GROUPS[i] == group]
-                total = sum(sizes[i] for i in members)
-                states = [models[i].state_dict() for i in members]
-                average = {k: sum(sizes[i] * s[k] for i, s in zip(members, states)) / total for k in states[0]}
-                globals_.setdefault(group, copy.deepcopy(models[members[0]])).load_state_dict(average)
-                takers = members if recipients == "participants" else [i for i in range(N) if GROUPS[i] == group]
-                for i in takers:
-                    models[i].load_state_dict(average)
-                received |= set(takers)
-            stale = set(range(N)) - received
-        yield t, participants, models, globals_
-
-
 def engine(interval: int, recipients: str = "participants") -> SplitEngine:
     return SplitEngine(small_model(), [L] * N, GroupedFedAvg(RHO, recipients), make_data(N, "dirichlet"), {"lr": LR},
                        batch_size=B, seed=0, interval=interval)
@@ -94,17 +50,16 @@ def test_each_group_is_fedavg_of_its_own_members(interval: int, recipients: str)
     the reference to 1e-6 (a group none of whose members has been averaged yet: w⁰); the draws left some group out of
     some average and brought a stale device back."""
     eng = engine(interval, recipients)
-    data = make_data(N, "dirichlet")
+    reference = federated_reference(small_model(), make_data(N, "dirichlet"),
+                                    lambda i, z, y: nn.functional.cross_entropy(z, y), ROUNDS, RHO, interval, LR, B,
+                                    groups=GROUPS, recipients=recipients)
     left_out = 0
-    for t, participants, models, globals_ in grouped_fedavg(data, interval, recipients):
-        stats = eng.run_round(t)
-        assert stats.participants == participants, t
-        left_out += len(set(GROUPS) - {GROUPS[i] for i in participants})
-        for i in range(N):
-            assert torch.allclose(flat(eng.device_model(i)), flat(models[i]), atol=1e-6, rtol=0), (t, i)
+    for ref in reference:
+        check_round(eng, ref)
+        left_out += len(set(GROUPS) - {GROUPS[i] for i in ref.participants})
         for group in set(GROUPS):
-            expected = flat(globals_[group]) if group in globals_ else flat(small_model())
-            assert torch.allclose(flat(eng.global_model(group)), expected, atol=1e-6, rtol=0), (t, group)
+            expected = flat(ref.group_models[group]) if group in ref.group_models else flat(small_model())
+            assert torch.allclose(flat(eng.global_model(group)), expected, atol=1e-6, rtol=0), (ref.t, group)
     assert left_out > 0
 
 
