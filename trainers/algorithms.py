@@ -205,6 +205,14 @@ FEDPROX_OPTIONS = (
            "model the device downloaded (≥ 0; 0 = FedAvg)", low=0),
 )
 LLA_SFL_OPTIONS = (PARTICIPATION.with_default(0.1), LA_TAU)
+FEDCONCAT_OPTIONS = (
+    PARTICIPATION.with_default(0.1),
+    Option("clusters", int, 5, "FedConcat's clusters K: K-means of the devices' label distributions, one model per "
+           "cluster, K encoders concatenated (its code's n_clusters)", unit="clusters", low=1, high=64),
+    Option("encoder_rounds", int, 50, "FedConcat's first stage: global rounds of FedAvg within each cluster before "
+           "the encoders are frozen and concatenated; the rest of --rounds trains the classifier (its code's "
+           "encoder_round)", unit="global rounds"),
+)
 S2FL_OPTIONS = (
     PARTICIPATION.with_default(0.5),
     Option("groups", int, 2, "S²FL's activation groups G: the participants split into G label-balanced groups, the "
@@ -324,6 +332,9 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
                   **_SCALA_CODE, interval=20, source="GAS's paper, its synchronous SFL baseline in its setting (lr 0.01, "
                   "E = 20 local iterations, 10 of 20 clients); its authors' baseline/S2FL.py: SGD momentum 0.9, weight "
                   "decay 5e-4, clipping at 10, 2 groups"), S2FL_OPTIONS, allows_absence=True),
+    Algorithm("fedconcat", "trainers.strategies.fedconcat:FedConcat", "FedConcat: FedAvg within K clusters of "
+              "devices by label distribution, then a classifier over their K frozen encoders side by side (no split)",
+              _SCALA_BASELINE, FEDCONCAT_OPTIONS, whole_model=True),
     Algorithm("lla-sfl", "trainers.strategies.lla_sfl:LLASFL", "LLA-SFL: SplitFed V1 with each device's loss "
               "logit-adjusted by its own label distribution (SCALA's ablation)", _SCALA_BASELINE, LLA_SFL_OPTIONS),
 )}

@@ -488,6 +488,8 @@ class Strategy:
     labels_on_device = False    # the registry's trait: a U-shaped split may keep the labels on the devices
     legacy_period_key: str | None = None   # a key of old checkpoints' strategy state that held the period's participants
     optional_state: frozenset[str] = frozenset()   # keys of state_dict() absent from checkpoints written before them
+    changes_model = False       # True: from some round on the run trains another model (``model_for``; FedConcat)
+    model_stage = 0             # which model the strategy trains now (``model_for``); the run rebuilds when it changes
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """A registered algorithm's traits come from its registry entry (:mod:`trainers.algorithms`), not the class."""
@@ -567,6 +569,21 @@ class Strategy:
             model = view.global_model()
             return {d: model for d in view.present()}
         return {d: view.device_model(d) for d in view.present()}
+
+    # ---- a change of model (FedConcat's second stage) -------------------------------------------------
+    def end_of_round(self, ctx: RoundContext, view: ModelViews) -> None:
+        """Asked after each round (its aggregation done) where ``changes_model``: a strategy moving to another
+        model reads what it needs from ``view`` and raises ``model_stage``."""
+
+    def model_change_round(self, interval: int) -> int | None:
+        """The round after which the strategy moves to another model at aggregation interval ``interval`` (None:
+        never; the default)."""
+        return None
+
+    def model_for(self, template: nn.Sequential) -> nn.Sequential:
+        """The model trained at ``model_stage``, as blocks: the run's model ``template`` at stage 0. The run builds
+        every role anew around a new one (docs/engine.md "A change of model"), the clock going on."""
+        return template
 
     # ---- checkpoint -----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -85,6 +85,7 @@ class Trainer:
         self.device = resolve_device(config.execution.device, field="device")       # no GPU for --device cuda: before any work
         self.algorithm = algorithm(config.algorithm)                       # the registry's entry: its traits
         self.strategy = make_strategy(config.algorithm, config.extra)     # its options are checked before any work
+        self.engine_factory = engine_factory
         if config.execution.threads:
             torch.set_num_threads(config.execution.threads)
         torch.manual_seed(config.run.seed)
@@ -100,15 +101,13 @@ class Trainer:
         self.process, self.clock = self._system_clock(system)
         cuts, interval, event = self.planning.initial_plan(self.clock)
         self.notes += self.planning.notes(interval, event)
-        self.engine = engine_factory(self.blocks, cuts, self.strategy,
-                                  DeviceData(self.dataset.x_train, self.dataset.y_train, x_test, y_test, parts,
-                                             self.dataset.num_classes, local_test),
-                                  config.optimizer_spec("client"), config.data.batch_size, seed=config.run.seed,
-                                  interval=interval, clock=self.clock,
-                                  total_rounds=config.run.rounds, server_optimizer=config.optimizer_spec("server"),
-                                  aggregation=(config.optim.aggregation, config.optim.trim), defence=ActivationDefence.of(config.privacy),
-                                  execution=Execution.resolve(self.device, config.execution.client_batching, config.execution.server_pass_samples,
-                                                              config.execution.client_recompute, config.execution.batch_devices))
+        change = self.strategy.model_change_round(interval) if self.strategy.changes_model else None
+        if change is not None and change < config.run.rounds and engine_factory is not SplitEngine:
+            raise InputError(f"{config.algorithm} trains another model after round {change} (its second stage), "
+                             "which only the simulator runs so far: run it without --distributed and --runtime, or "
+                             f"stop it by round {change}", field="algorithm")
+        self.engine = self._make_engine(cuts, interval, DeviceData(self.dataset.x_train, self.dataset.y_train, x_test,
+                                                                   y_test, parts, self.dataset.num_classes, local_test))
         M = self.dataset.num_classes
         self.history = History(meta={"config": config.to_json(), "plan_source": event["source"], "run_id": uuid.uuid4().hex,
                                      "num_blocks": len(self.blocks), "block_names": self.block_names, "num_classes": M,
@@ -121,6 +120,37 @@ class Trainer:
         self.observers: list[RoundObserver] = []    # more watchers of each round (train --leakage-every), after the logs
         self.input_digests = {name: file_digest(config.value(f"{name}_path"))
                               for name in ("system", "plan", "constants") if config.value(f"{name}_path")}
+
+    def _make_engine(self, cuts: list[int], interval: int, data: DeviceData) -> SplitEngine:
+        """The runtime's engine over ``self.blocks`` and ``self.clock`` with the run's settings."""
+        c = self.config
+        return self.engine_factory(self.blocks, cuts, self.strategy, data, c.optimizer_spec("client"), c.data.batch_size,
+                                   seed=c.run.seed, interval=interval, clock=self.clock, total_rounds=c.run.rounds,
+                                   server_optimizer=c.optimizer_spec("server"),
+                                   aggregation=(c.optim.aggregation, c.optim.trim), defence=ActivationDefence.of(c.privacy),
+                                   execution=Execution.resolve(self.device, c.execution.client_batching,
+                                                               c.execution.server_pass_samples,
+                                                               c.execution.client_recompute, c.execution.batch_devices))
+
+    def _follow_model(self, t: int) -> None:
+        """Where the strategy moved to another model after round ``t`` (``model_stage``: FedConcat's second stage),
+        build it, its profile and clock (the simulated seconds go on) and every role anew around it, every device
+        holding all of it, the strategy's generator going on; the history records the change."""
+        self.strategy.end_of_round(self.engine.context(t), self.engine)
+        if self.strategy.model_stage != self.model_stage:
+            self._rebuild_for_model()
+            self.history.events.append({"round": t, "event": "model", "stage": self.model_stage,
+                                        "num_blocks": len(self.blocks), "block_names": self.block_names})
+
+    def _rebuild_for_model(self) -> None:
+        """Build the strategy's model of its ``model_stage`` and every role anew around it (:meth:`_follow_model`)."""
+        self._use_model(self.strategy.model_for(self.base_blocks))
+        old, seconds = self.engine, self.clock.seconds
+        self.clock = SimClock(self.profile, self.process, self.config.data.batch_size)
+        self.clock.seconds = seconds
+        self.engine = self._make_engine([len(self.blocks)] * old.num_devices, old.interval, old.data)
+        self.engine.rng.bit_generator.state = old.rng.bit_generator.state
+        self.model_stage = self.strategy.model_stage
 
     def _manifest(self) -> Any:
         """The per-device data files' manifest (``--device-data``), checked against ``--devices``; None without."""
@@ -144,13 +174,21 @@ class Trainer:
         input_shape = tuple(int(s) for s in self.dataset.x_train.shape[1:])
         model = build_model(c.model.name, input_shape, self.dataset.num_classes, c.model.width)
         check_model_output(model, c.model.name, input_shape, self.dataset.num_classes, field="model")
+        chain = self._use_model(model)
+        self.base_blocks, self.model_stage = self.blocks, 0      # the run's model (a strategy may move to another)
+        self.notes: list[str] = [note for note in [stem_note(c.model.name, input_shape, chain.output_shapes)] if note]
+
+    def _use_model(self, model: torch.nn.Module) -> Any:
+        """Cut ``model`` into blocks (``self.blocks``, ``self.block_names``) and profile them; the chain."""
+        c = self.config
+        input_shape = tuple(int(s) for s in self.dataset.x_train.shape[1:])
         chain = build_chain(model, self.dataset.x_train[:2])
         self.blocks, self.block_names = chain.blocks, list(chain.names)
         with warnings.catch_warnings():   # said once, by name, in self.notes
             warnings.simplefilter("ignore", StemWarning)
             profile = profile_model(chain, input_shape, model_name=f"{c.model.name}-{c.data.dataset}")
         self.profile = ActivationDefence.of(c.privacy).charged(profile, c.data.batch_size)    # its FLOPs, eqs. (16), (21)
-        self.notes = [note for note in [stem_note(c.model.name, input_shape, chain.output_shapes)] if note]
+        return chain
 
     @property
     def run_data(self) -> RunData:
@@ -227,6 +265,10 @@ class Trainer:
                                                where)
         try:
             self.engine.data.parts, self.engine.data.local_test = parts, local_test
+            if self.strategy.changes_model:       # the model of the strategy's stage at the checkpoint, then its state
+                self.strategy.load_state_dict(state["engine"]["strategy"])
+                if self.strategy.model_stage != self.model_stage:
+                    self._rebuild_for_model()
             self.engine.load_state_dict(state["engine"])
             torch.set_rng_state(state["torch_rng"])
             if self.device.type == "cuda" and "cuda_rng" in state:
@@ -335,10 +377,13 @@ class Trainer:
             raise InputError(f"training diverged at round {t}: {exc}{kept}; lower --lr or check the model",
                              field="lr") from None
         self.clock.seconds += stats.sim_seconds
-        return RoundRecord(t, stats.loss, acc, test_loss, self.clock.seconds, stats.sim_seconds, wall(),
-                           stats.bytes_up, stats.bytes_down, stats.bytes_server, stats.aggregated, replanned,
-                           cuts_in_force, interval_in_force, stats.participants, stats.stage_seconds, stats.metrics,
-                           stats.measured_stage_seconds, stats.measured_round_seconds, local, sampled)
+        record = RoundRecord(t, stats.loss, acc, test_loss, self.clock.seconds, stats.sim_seconds, wall(),
+                             stats.bytes_up, stats.bytes_down, stats.bytes_server, stats.aggregated, replanned,
+                             cuts_in_force, interval_in_force, stats.participants, stats.stage_seconds, stats.metrics,
+                             stats.measured_stage_seconds, stats.measured_round_seconds, local, sampled)
+        if self.strategy.changes_model:
+            self._follow_model(t)
+        return record
 
     def _final_evaluation(self) -> None:
         """Evaluate a run that does not end on an evaluation round, into ``history.meta["final_evaluation"]``:

@@ -283,14 +283,15 @@ def history_text(data: dict[str, Any]) -> str:
     return (text[:-2] + ",\n  " if head else "{\n  ") + body + "\n}\n"
 
 
-EVENT_KINDS = ("plan", "replan", "replan-infeasible")
+EVENT_KINDS = ("plan", "replan", "replan-infeasible", "model")
 PLAN_SOURCES = ("cuts", "plan", "planner", "default", "policy", "whole-model")
 
 
 def _check_event(event: dict[str, Any], field: str) -> None:
     """A plan event as the run writes it (docs/formats.md "history.json"): its kind and round, and where present its
     source and plans (cuts, interval; the plan's predicted rounds and seconds, which a calibrated run's summary divides
-    by); the other keys (solver details, constants, reasons) are kept as they are."""
+    by), or a change of model's stage and blocks; the other keys (solver details, constants, reasons) are kept as
+    they are."""
     kind = event.get("event")
     if kind not in EVENT_KINDS:
         raise InputError(f"must be one of {', '.join(EVENT_KINDS)}, got {show(kind)}", field=f"{field}.event")
@@ -300,9 +301,12 @@ def _check_event(event: dict[str, Any], field: str) -> None:
     for key in ("cuts", "old_cuts"):
         if key in event:
             _cuts(event[key], f"{field}.{key}")
-    for key in ("interval", "old_interval"):
+    for key in ("interval", "old_interval", "stage", "num_blocks"):
         if key in event:
             positive_int(event[key], f"{field}.{key}", MAX_ROUNDS)
+    if "block_names" in event and (not isinstance(event["block_names"], list)
+                                   or not all(isinstance(n, str) for n in event["block_names"])):
+        raise InputError(f"must be a list of block names, got {show(event['block_names'])}", field=f"{field}.block_names")
     if "plan" in event:
         plan = mapping_value(event["plan"], f"{field}.plan")
         for key in ("rounds", "total_latency_s"):

@@ -1,0 +1,212 @@
+"""FedConcat (docs/algorithms.md "FedConcat"; its authors' experiments.py, ``--alg fedconcat``) against its update rule
+written out with plain torch, sharing no code with the engine but the clustering (tested on its own below):
+
+* stage 1: each global round the ⌈ρN⌉ devices drawn at its start take I plain SGD steps on the whole model; then
+  each cluster averages the participants among its members (|𝒟_i|-weighted) into its own model, which they load;
+  a member drawn after missing its cluster's last average loads that model first;
+* after ``encoder_rounds`` global rounds: every cluster's encoder (its model but the last layer), frozen, side by
+  side under a new linear classifier; each global round the drawn devices take I SGD steps on the classifier and it
+  is averaged with equal weights.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from trainers.config.train_config import TrainConfig
+from trainers.engine.split_engine import STRATEGY_STREAM
+from trainers.inputs.partition import DeviceSampler
+from trainers.run.driver import Trainer
+from trainers.strategies.fedconcat import cluster_devices
+
+N, RHO, B, LR, INTERVAL, K, ENCODER_ROUNDS, ROUNDS, SEED = 6, 0.5, 8, 0.1, 2, 2, 2, 8, 3
+
+
+def trainer(tmp_path=None, rounds: int = ROUNDS, **more) -> Trainer:
+    return Trainer(TrainConfig.flat(
+        algorithm="fedconcat", dataset="synthetic", model="mlp", devices=N, rounds=rounds, interval=INTERVAL,
+        eval_every=2, batch_size=B, lr=LR, momentum=0.0, weight_decay=0.0, clip_norm=0.0, partition="dirichlet",
+        seed=SEED, progress=False, out=None if tmp_path is None else str(tmp_path), checkpoint_every=1,
+        extra={"clusters": K, "encoder_rounds": ENCODER_ROUNDS, "participation": RHO}, **more))
+
+
+def sgd_steps(model: nn.Module, params: list[nn.Parameter], x: torch.Tensor, y: torch.Tensor) -> None:
+    loss = nn.functional.cross_entropy(model(x), y)
+    grads = torch.autograd.grad(loss, params)
+    with torch.no_grad():
+        for p, g in zip(params, grads):
+            p -= LR * g
+
+
+def average(states: list[dict[str, torch.Tensor]], weights: list[float]) -> dict[str, torch.Tensor]:
+    return {k: sum(w * s[k] for w, s in zip(weights, states)) / sum(weights) for k in states[0]}
+
+
+def fedconcat_reference(initial: nn.Sequential, parts, x, y, classifier_init: dict[str, torch.Tensor]):
+    """(groups, each cluster's model at the switch, the classifier after the last round)."""
+    rng = np.random.default_rng([SEED, STRATEGY_STREAM])
+    sizes = [float(len(p)) for p in parts]
+    counts = [np.bincount(y[p].numpy(), minlength=10) for p in parts]
+    models = [copy.deepcopy(initial) for _ in range(N)]
+    samplers = [DeviceSampler(parts[i], B, [SEED, i]) for i in range(N)]
+    groups: tuple[int, ...] = ()
+    clusters: dict[int, dict[str, torch.Tensor]] = {}
+    stale: set[int] = set()
+    switch = ENCODER_ROUNDS * INTERVAL
+    heads: list[nn.Linear] = []
+    head_global: dict[str, torch.Tensor] = {}
+    encoders: nn.Module | None = None
+    for t in range(1, ROUNDS + 1):
+        if (t - 1) % INTERVAL == 0:
+            drawn = sorted(int(d) for d in rng.choice(N, size=math.ceil(RHO * N), replace=False))
+            for i in drawn:
+                if i in stale:
+                    if t <= switch and groups[i] in clusters:
+                        models[i].load_state_dict(clusters[groups[i]])
+                    elif t > switch:
+                        heads[i].load_state_dict(head_global)
+                stale.discard(i)
+        for i in drawn:
+            idx = torch.from_numpy(samplers[i].next())
+            if t <= switch:
+                sgd_steps(models[i], list(models[i].parameters()), x[idx], y[idx])
+            else:
+                with torch.no_grad():
+                    features = encoders(x[idx])
+                sgd_steps(heads[i], list(heads[i].parameters()), features, y[idx])
+        if t % INTERVAL:
+            continue
+        if t <= switch:
+            if not groups:
+                groups = cluster_devices(counts, K, rng)
+            for g in sorted({groups[i] for i in drawn}):
+                members = [i for i in drawn if groups[i] == g]
+                clusters[g] = average([models[i].state_dict() for i in members], [sizes[i] for i in members])
+                for i in members:
+                    models[i].load_state_dict(clusters[g])
+        else:
+            head_global = average([heads[i].state_dict() for i in drawn], [1.0] * len(drawn))   # equal weights
+            for i in drawn:
+                heads[i].load_state_dict(head_global)
+        stale = set(range(N)) - set(drawn)
+        if t == switch:           # the K encoders, frozen, side by side; a new classifier on every device
+            cluster_models = [copy.deepcopy(initial) for _ in range(max(groups) + 1)]
+            for g, m in enumerate(cluster_models):
+                m.load_state_dict(clusters[g])
+            parts_ = [nn.Sequential(*list(m)[:-1]) for m in cluster_models]
+            encoders = ConcatReference(parts_)
+            heads = [nn.Linear(classifier_init["weight"].shape[1], 10) for _ in range(N)]
+            for h in heads:
+                h.load_state_dict(classifier_init)
+            head_global, stale = classifier_init, set()
+            samplers = [DeviceSampler(parts[i], B, [SEED, i]) for i in range(N)]   # the roles are built anew
+    return groups, cluster_models, head_global
+
+
+class ConcatReference(nn.Module):
+    def __init__(self, encoders: list[nn.Module]) -> None:
+        super().__init__()
+        self.encoders = encoders
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([e(x).flatten(1) for e in self.encoders], dim=1)
+
+
+def flat(model: nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def test_fedconcat_is_clustered_fedavg_then_a_classifier_over_the_frozen_concatenated_encoders() -> None:
+    """6 devices, ρ = 0.5, I = 2, K = 2, 2 encoder rounds then 2 classifier rounds (8 rounds): each cluster's model at
+    the switch and the final classifier equal the reference to 1e-5; the frozen encoders are the clusters' own; the
+    history marks the change; stage 2 is charged the encoders' forward but no backward."""
+    tr = trainer()
+    initial = copy.deepcopy(tr.blocks)
+    data = tr.engine.data
+    history = tr.run()
+    groups, cluster_models, head = fedconcat_reference(initial, data.parts, data.x_train, data.y_train,
+                                                       tr.strategy.classifier)
+    assert tr.strategy.groups == groups and len(set(groups)) == K
+    frozen = flat(list(tr.engine.global_model())[0])   # the encoders the run froze: each cluster's own, in order
+    expected = torch.cat([flat(nn.Sequential(*list(model)[:-1])) for model in cluster_models])
+    assert frozen.shape == expected.shape and torch.allclose(frozen, expected, atol=1e-5, rtol=0)
+    final = list(tr.engine.global_model())[-1]
+    assert torch.allclose(flat(final), torch.cat([head["weight"].reshape(-1), head["bias"]]), atol=1e-5, rtol=0)
+    (change,) = [e for e in history.events if e["event"] == "model"]
+    assert change["round"] == ENCODER_ROUNDS * INTERVAL and change["num_blocks"] == 2
+    assert change["block_names"] == ["0:ConcatenatedEncoders", "1:Linear"]
+    assert tr.profile.cut_points[0].bp_flops == 0.0                  # frozen: charged forward only
+    assert tr.profile.cut_points[0].fp_flops == pytest.approx(K * sum(c.fp_flops for c in [
+        Trainer(tr.config).profile.cut_points[1]]))                    # K encoders (mlp: its first two blocks)
+
+
+def test_a_run_resumed_after_the_switch_equals_a_straight_run(tmp_path) -> None:
+    """Stopped after round 5 (stage 2) and resumed: the same losses and final classifier as a straight run."""
+    straight = trainer()
+    straight.run()
+    first = trainer(tmp_path, rounds=5)
+    first.run()
+    resumed = trainer(tmp_path, resume=True)
+    resumed.run()
+    assert [r.train_loss for r in resumed.history.records] == [r.train_loss for r in straight.history.records]
+    assert flat(resumed.engine.global_model()).equal(flat(straight.engine.global_model()))
+
+
+def test_clusters_are_the_label_families() -> None:
+    """Three families of label distributions (classes 0–2, 3–5, 6–9), noisy counts: K = 3 finds them (labels
+    0, 1, 2 in some order); K above the devices' number gives each its own."""
+    rng = np.random.default_rng(0)
+    families = [0, 1, 2, 0, 1, 2, 2, 0]
+    spans = [(0, 3), (3, 6), (6, 10)]
+    counts = []
+    for f in families:
+        c = np.zeros(10)
+        lo, hi = spans[f]
+        c[lo:hi] = rng.integers(20, 40, hi - lo)
+        counts.append(c)
+    groups = cluster_devices(counts, 3, np.random.default_rng(1))
+    assert sorted(set(groups)) == [0, 1, 2]
+    assert all((groups[a] == groups[b]) == (families[a] == families[b]) for a in range(8) for b in range(8))
+    assert sorted(cluster_devices(counts[:2], 5, np.random.default_rng(1))) == [0, 1]
+
+
+def test_a_model_whose_last_block_is_not_one_linear_layer_is_refused() -> None:
+    from trainers.strategies.fedconcat import FedConcat
+
+    strategy = FedConcat(encoder_rounds=1)
+    strategy.model_stage, strategy.encoders = 1, [[]]
+    with pytest.raises(ValueError, match="last block must hold one nn.Linear layer, not \\['Conv2d'\\]"):
+        strategy.model_for(nn.Sequential(nn.Conv2d(1, 2, 3)))
+
+
+def test_the_distributed_runtimes_refuse_a_run_that_reaches_the_second_stage_only() -> None:
+    """The device ranks build their model by name, so a run past round encoder_rounds × I is refused before any
+    work, naming the round; one that stops by then is not (its grouped averages cross the wire like any)."""
+    from adaptplan.errors import InputError
+    from trainers.engine.split_engine import SplitEngine
+
+    def elsewhere(*args, **kwargs) -> SplitEngine:      # a runtime of processes: any factory but the simulator's
+        return SplitEngine(*args, **kwargs)
+
+    with pytest.raises(InputError, match="fedconcat trains another model after round 4 .its second stage.") as err:
+        Trainer(trainer().config, engine_factory=elsewhere)
+    assert err.value.field == "algorithm"
+    assert Trainer(trainer(rounds=4).config, engine_factory=elsewhere).strategy.model_change_round(INTERVAL) == 4
+
+
+def test_the_history_keeps_the_change_of_model_and_refuses_a_malformed_one() -> None:
+    from adaptplan.errors import InputError
+    from trainers.run.history import History
+
+    good = {"round": 4, "event": "model", "stage": 1, "num_blocks": 2, "block_names": ["0:A", "1:Linear"]}
+    assert History.from_json({"meta": {}, "records": [], "events": [good]}).events == [good]
+    for bad, field in (({**good, "stage": 0}, "stage"), ({**good, "block_names": "0:A"}, "block_names")):
+        with pytest.raises(InputError) as err:
+            History.from_json({"meta": {}, "records": [], "events": [bad]})
+        assert err.value.field.endswith(field)
