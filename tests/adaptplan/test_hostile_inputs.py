@@ -408,7 +408,7 @@ def test_free_form_parts_are_accepted_as_written(tmp_path):
 @pytest.mark.parametrize("event, message", [
     ({"round": 10 ** 400, "event": "plan"}, "history.events[0].round: must be an integer in 0..1,000,000,000,000, got an "
                                             "integer of about 401 digits"),
-    ({"round": 1}, "history.events[0].event: must be one of plan, replan, replan-infeasible, got None"),
+    ({"round": 1}, "history.events[0].event: must be one of plan, replan, replan-infeasible, model, got None"),
     ({"round": 0, "event": "plan", "source": "me"}, "history.events[0].source: must be one of cuts, plan, planner, "
                                                     "default, policy, whole-model, got 'me'"),
     ({"round": 2, "event": "replan", "old_cuts": [0]}, "history.events[0].old_cuts[0]: must be"),

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import time
 import uuid
-import warnings
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -36,14 +35,12 @@ from adaptplan.errors import InputError
 from adaptplan.linear_rounds import RoundsLaw
 from adaptplan.measured_system import MeasuredRates
 from adaptplan.system import SystemProcess, SystemRanges, SystemSpec, generate_system, scaled_ranges
-from profilers import build_chain, profile_model
 from profilers.models import check_model_output
-from profilers.profile import StemWarning, stem_note
+from profilers.profile import stem_note
 from trainers.algorithms import algorithm
 from trainers.config.devices import resolve_device
 from trainers.config.train_config import TrainConfig
 from trainers.engine.clock import SimClock
-from trainers.engine.execution import Execution
 from trainers.engine.privacy_account import privacy_summary
 from trainers.engine.split_engine import DeviceData, RoundStats, SplitEngine
 from trainers.inputs.datasets import Dataset, load_dataset
@@ -51,7 +48,6 @@ from trainers.inputs.device_data import read_manifest
 from trainers.inputs.models import build_model
 from trainers.inputs.partition import local_test_split, partition_indices, samples_before_split
 from trainers.inputs.skew import PartitionSkew
-from trainers.roles.defences import ActivationDefence
 from trainers.roles.messages import NonFiniteError
 from trainers.run.checkpoint import file_digest, load_checkpoint, save_checkpoint
 from trainers.run.estimation import RunData
@@ -60,13 +56,14 @@ from trainers.run.history import History, RoundRecord
 from trainers.run.output import keep_history, save_history, save_plot, save_run_file
 from trainers.run.planning import Planner, ReplanRequest, default_planner, linear_planner  # noqa: F401  (re-exported)
 from trainers.run.resume_check import check_run_identity, check_same_run, checked_partitions
+from trainers.run.run_model import RunModel
 from trainers.run.run_planning import RunPlanning
 from trainers.run.tracking import RoundObserver, tracking_logs
 from trainers.strategies import make_strategy
 
 
 # ---- the trainer -------------------------------------------------------------------------------------------
-class Trainer:
+class Trainer(RunModel):
     """Build everything from ``config`` and run it; ``engine``, ``history``, ``clock`` are public.
 
     ``planner`` (a :data:`Planner` callable) is used for the initial plan when no cuts/plan are
@@ -121,37 +118,6 @@ class Trainer:
         self.input_digests = {name: file_digest(config.value(f"{name}_path"))
                               for name in ("system", "plan", "constants") if config.value(f"{name}_path")}
 
-    def _make_engine(self, cuts: list[int], interval: int, data: DeviceData) -> SplitEngine:
-        """The runtime's engine over ``self.blocks`` and ``self.clock`` with the run's settings."""
-        c = self.config
-        return self.engine_factory(self.blocks, cuts, self.strategy, data, c.optimizer_spec("client"), c.data.batch_size,
-                                   seed=c.run.seed, interval=interval, clock=self.clock, total_rounds=c.run.rounds,
-                                   server_optimizer=c.optimizer_spec("server"),
-                                   aggregation=(c.optim.aggregation, c.optim.trim), defence=ActivationDefence.of(c.privacy),
-                                   execution=Execution.resolve(self.device, c.execution.client_batching,
-                                                               c.execution.server_pass_samples,
-                                                               c.execution.client_recompute, c.execution.batch_devices))
-
-    def _follow_model(self, t: int) -> None:
-        """Where the strategy moved to another model after round ``t`` (``model_stage``: FedConcat's second stage),
-        build it, its profile and clock (the simulated seconds go on) and every role anew around it, every device
-        holding all of it, the strategy's generator going on; the history records the change."""
-        self.strategy.end_of_round(self.engine.context(t), self.engine)
-        if self.strategy.model_stage != self.model_stage:
-            self._rebuild_for_model()
-            self.history.events.append({"round": t, "event": "model", "stage": self.model_stage,
-                                        "num_blocks": len(self.blocks), "block_names": self.block_names})
-
-    def _rebuild_for_model(self) -> None:
-        """Build the strategy's model of its ``model_stage`` and every role anew around it (:meth:`_follow_model`)."""
-        self._use_model(self.strategy.model_for(self.base_blocks))
-        old, seconds = self.engine, self.clock.seconds
-        self.clock = SimClock(self.profile, self.process, self.config.data.batch_size)
-        self.clock.seconds = seconds
-        self.engine = self._make_engine([len(self.blocks)] * old.num_devices, old.interval, old.data)
-        self.engine.rng.bit_generator.state = old.rng.bit_generator.state
-        self.model_stage = self.strategy.model_stage
-
     def _manifest(self) -> Any:
         """The per-device data files' manifest (``--device-data``), checked against ``--devices``; None without."""
         c = self.config
@@ -177,18 +143,6 @@ class Trainer:
         chain = self._use_model(model)
         self.base_blocks, self.model_stage = self.blocks, 0      # the run's model (a strategy may move to another)
         self.notes: list[str] = [note for note in [stem_note(c.model.name, input_shape, chain.output_shapes)] if note]
-
-    def _use_model(self, model: torch.nn.Module) -> Any:
-        """Cut ``model`` into blocks (``self.blocks``, ``self.block_names``) and profile them; the chain."""
-        c = self.config
-        input_shape = tuple(int(s) for s in self.dataset.x_train.shape[1:])
-        chain = build_chain(model, self.dataset.x_train[:2])
-        self.blocks, self.block_names = chain.blocks, list(chain.names)
-        with warnings.catch_warnings():   # said once, by name, in self.notes
-            warnings.simplefilter("ignore", StemWarning)
-            profile = profile_model(chain, input_shape, model_name=f"{c.model.name}-{c.data.dataset}")
-        self.profile = ActivationDefence.of(c.privacy).charged(profile, c.data.batch_size)    # its FLOPs, eqs. (16), (21)
-        return chain
 
     @property
     def run_data(self) -> RunData:
