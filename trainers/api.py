@@ -488,7 +488,6 @@ class Strategy:
     labels_on_device = False    # the registry's trait: a U-shaped split may keep the labels on the devices
     legacy_period_key: str | None = None   # a key of old checkpoints' strategy state that held the period's participants
     optional_state: frozenset[str] = frozenset()   # keys of state_dict() absent from checkpoints written before them
-    changes_model = False       # True: from some round on the run trains another model (``model_for``; FedConcat)
     model_stage = 0             # which model the strategy trains now (``model_for``); the run rebuilds when it changes
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -572,12 +571,12 @@ class Strategy:
 
     # ---- a change of model (FedConcat's second stage) -------------------------------------------------
     def end_of_round(self, ctx: RoundContext, view: ModelViews) -> None:
-        """Asked after each round (its aggregation done) where ``changes_model``: a strategy moving to another
+        """Asked after each round (its aggregation done) where ``model_change_round`` is not None: a strategy moving to another
         model reads what it needs from ``view`` and raises ``model_stage``."""
 
     def model_change_round(self, interval: int) -> int | None:
         """The round after which the strategy moves to another model at aggregation interval ``interval`` (None:
-        never; the default)."""
+        never, the default: the run then never asks ``end_of_round``)."""
         return None
 
     def model_for(self, template: nn.Sequential) -> nn.Sequential:

@@ -98,7 +98,7 @@ class Trainer(RunModel):
         self.process, self.clock = self._system_clock(system)
         cuts, interval, event = self.planning.initial_plan(self.clock)
         self.notes += self.planning.notes(interval, event)
-        change = self.strategy.model_change_round(interval) if self.strategy.changes_model else None
+        self.model_change = change = self.strategy.model_change_round(interval)     # None: one model for the run
         if change is not None and change < config.run.rounds and engine_factory is not SplitEngine:
             raise InputError(f"{config.algorithm} trains another model after round {change} (its second stage), "
                              "which only the simulator runs so far: run it without --distributed and --runtime, or "
@@ -219,7 +219,7 @@ class Trainer(RunModel):
                                                where)
         try:
             self.engine.data.parts, self.engine.data.local_test = parts, local_test
-            if self.strategy.changes_model:       # the model of the strategy's stage at the checkpoint, then its state
+            if self.model_change is not None:     # the model of the strategy's stage at the checkpoint, then its state
                 self.strategy.load_state_dict(state["engine"]["strategy"])
                 if self.strategy.model_stage != self.model_stage:
                     self._rebuild_for_model()
@@ -335,7 +335,7 @@ class Trainer(RunModel):
                              stats.bytes_up, stats.bytes_down, stats.bytes_server, stats.aggregated, replanned,
                              cuts_in_force, interval_in_force, stats.participants, stats.stage_seconds, stats.metrics,
                              stats.measured_stage_seconds, stats.measured_round_seconds, local, sampled)
-        if self.strategy.changes_model:
+        if self.model_change is not None:
             self._follow_model(t)
         return record
 

@@ -1,7 +1,7 @@
 """The run's model and engine, and a change of model during the run: one part of
 :class:`trainers.run.driver.Trainer` (its base class). The run cuts its model into blocks and profiles them
 (``_use_model``), builds the runtime's engine over them (``_make_engine``), and where its strategy moves to another
-model after a round (``changes_model``: FedConcat's second stage, docs/engine.md "A change of model") builds that
+model after a round (``model_change_round``: FedConcat's second stage, docs/engine.md "A change of model") builds that
 model, its profile and clock and every role anew around it, the simulated seconds and the strategy's generator
 going on (``_follow_model``).
 """

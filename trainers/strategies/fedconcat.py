@@ -69,7 +69,6 @@ class ConcatenatedEncoders(nn.Module):
 class FedConcat(Strategy):
     name = "fedconcat"
     averages_clients = True
-    changes_model = True
 
     def __init__(self, participation: float = 0.1, clusters: int = 5, encoder_rounds: int = 50) -> None:
         super().__init__(participation)
