@@ -76,10 +76,10 @@ def check_engine_state(state: Any, num_devices: int, strategy: Any) -> dict[str,
         if device is not None:
             _check_device_state(d, device, cuts[d])
     _check_fed_state(state["fed"], num_devices)
-    for name, mine, optional in (("strategy", set(strategy.state_dict()), set(strategy.optional_state)),):
-        if not isinstance(state[name], dict) or not mine - optional <= set(state[name]) <= mine:
-            raise ValueError(f"engine {name} state must hold exactly {sorted(mine)}"
-                             + (f" (or without {sorted(optional)}, as written before them)" if optional else ""))
+    mine, optional = set(strategy.state_dict()), set(strategy.optional_state)
+    if not isinstance(state["strategy"], dict) or not mine - optional <= set(state["strategy"]) <= mine:
+        raise ValueError(f"engine strategy state must hold exactly {sorted(mine)}"
+                         + (f" (or without {sorted(optional)}, as written before them)" if optional else ""))
     if state["async"] is not None and (not strategy.asynchronous or not isinstance(state["async"], dict)):
         raise ValueError("engine async state belongs to an asynchronous algorithm's loop only")
     if state["async"] is None and strategy.asynchronous and any(s is not None and s["step"] for s in state["devices"]):
