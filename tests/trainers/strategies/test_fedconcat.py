@@ -28,10 +28,10 @@ from trainers.strategies.fedconcat import cluster_devices
 N, RHO, B, LR, INTERVAL, K, ENCODER_ROUNDS, ROUNDS, SEED = 6, 0.5, 8, 0.1, 2, 2, 2, 8, 3
 
 
-def trainer(tmp_path=None, rounds: int = ROUNDS, **more) -> Trainer:
+def trainer(tmp_path=None, rounds: int = ROUNDS, eval_every: int = 2, **more) -> Trainer:
     return Trainer(TrainConfig.flat(
         algorithm="fedconcat", dataset="synthetic", model="mlp", devices=N, rounds=rounds, interval=INTERVAL,
-        eval_every=2, batch_size=B, lr=LR, momentum=0.0, weight_decay=0.0, clip_norm=0.0, partition="dirichlet",
+        eval_every=eval_every, batch_size=B, local_test_fraction=0.1, lr=LR, momentum=0.0, weight_decay=0.0, clip_norm=0.0, partition="dirichlet",
         seed=SEED, progress=False, out=None if tmp_path is None else str(tmp_path), checkpoint_every=1,
         extra={"clusters": K, "encoder_rounds": ENCODER_ROUNDS, "participation": RHO}, **more))
 
@@ -142,6 +142,15 @@ def test_fedconcat_is_clustered_fedavg_then_a_classifier_over_the_frozen_concate
     accuracies = [float((m(data.x_test).argmax(1) == data.y_test).float().mean()) for m in cluster_models]
     assert history.records[switch - 1].accuracy == pytest.approx(np.mean(accuracies), abs=1e-6)
     assert len(set(accuracies)) > 1                                  # the clusters' models differ in accuracy
+    held = [torch.from_numpy(rows) for rows in data.local_test]      # the local protocol: each its cluster's model
+    correct = sum(int((cluster_models[groups[d]](data.x_train[rows]).argmax(1) == data.y_train[rows]).sum())
+                  for d, rows in enumerate(held))
+    assert history.records[switch - 1].local_accuracy == pytest.approx(correct / sum(len(r) for r in held), abs=1e-9)
+    concatenated = nn.Sequential(ConcatReference([nn.Sequential(*list(m)[:-1]) for m in cluster_models]),
+                                 nn.Linear(head["weight"].shape[1], 10))
+    concatenated[1].load_state_dict(head)
+    final_accuracy = float((concatenated(data.x_test).argmax(1) == data.y_test).float().mean())
+    assert history.records[-1].accuracy == pytest.approx(final_accuracy, abs=1e-6)
     seconds = [r.sim_seconds for r in history.records]               # the clock goes on across the change
     assert all(b > a for a, b in zip(seconds, seconds[1:]))
     (change,) = [e for e in history.events if e["event"] == "model"]
@@ -152,15 +161,21 @@ def test_fedconcat_is_clustered_fedavg_then_a_classifier_over_the_frozen_concate
         Trainer(tr.config).profile.cut_points[1]]))                    # K encoders (mlp: its first two blocks)
 
 
-def test_a_run_resumed_after_the_switch_equals_a_straight_run(tmp_path) -> None:
-    """Stopped after round 5 (stage 2) and resumed: the same losses and final classifier as a straight run."""
-    straight = trainer()
+@pytest.mark.parametrize("stop", [4, 5])
+def test_a_run_resumed_after_the_switch_equals_a_straight_run(tmp_path, stop: int) -> None:
+    """Stopped right after the switch (round 4) or within stage 2 (round 5) and resumed, evaluated every round (round
+    5's evaluation is before stage 2's first average: its classifier at its initial weights, which come from the
+    checkpoint, not from torch's generator at the resume): the same losses, accuracies and final classifier as a
+    straight run."""
+    straight = trainer(eval_every=1)
     straight.run()
-    first = trainer(tmp_path, rounds=5)
+    first = trainer(tmp_path, rounds=stop, eval_every=1)
     first.run()
-    resumed = trainer(tmp_path, resume=True)
+    resumed = trainer(tmp_path, eval_every=1, resume=True)
+    torch.rand(7)             # torch's generator elsewhere than at the switch: the classifier's w⁰ is the checkpoint's
     resumed.run()
     assert [r.train_loss for r in resumed.history.records] == [r.train_loss for r in straight.history.records]
+    assert [r.accuracy for r in resumed.history.records] == [r.accuracy for r in straight.history.records]
     assert flat(resumed.engine.global_model()).equal(flat(straight.engine.global_model()))
 
 
@@ -222,6 +237,8 @@ def test_a_model_whose_last_block_is_not_one_linear_layer_is_refused() -> None:
     from trainers.strategies.fedconcat import FedConcat
 
     strategy = FedConcat(encoder_rounds=1)
+    template = nn.Sequential(nn.Conv2d(1, 2, 3))
+    assert strategy.model_for(template) is template                  # stage 1: the run's model itself
     strategy.model_stage, strategy.encoders = 1, [[]]
     with pytest.raises(ValueError, match="last block must hold one nn.Linear layer, not \\['Conv2d'\\]"):
         strategy.model_for(nn.Sequential(nn.Conv2d(1, 2, 3)))
@@ -252,3 +269,23 @@ def test_the_history_keeps_the_change_of_model_and_refuses_a_malformed_one() -> 
         with pytest.raises(InputError) as err:
             History.from_json({"meta": {}, "records": [], "events": [bad]})
         assert err.value.field.endswith(field)
+
+
+def test_a_state_that_does_not_fit_the_run_is_refused() -> None:
+    """Clusters naming another number of devices, a stage other than 0 and 1, stage 2 without one encoder per cluster
+    or without clusters: each a ValueError naming what is wrong (the run turns it into one message about the
+    checkpoint)."""
+    tr = trainer()
+    ctx = tr.engine.context(1)
+    good = {"groups": [0, 1, 0, 1, 0, 1], "aggregations": 2, "model_stage": 1, "encoders": [[], []], "classifier": {}}
+    tr.strategy.load_state_dict(good)
+    tr.strategy.check_state(ctx)
+    tr.strategy.load_state_dict({**good, "model_stage": 0, "encoders": []})
+    tr.strategy.check_state(ctx)
+    for bad, message in (({"groups": [0, 1]}, "clusters name 2 devices, the run has 6"),
+                         ({"model_stage": 2}, "stage 0, or stage 1 with one encoder per cluster"),
+                         ({"encoders": [[]]}, "stage 0, or stage 1 with one encoder per cluster"),
+                         ({"groups": None}, "stage 0, or stage 1 with one encoder per cluster")):
+        tr.strategy.load_state_dict({**good, **bad})
+        with pytest.raises(ValueError, match=message):
+            tr.strategy.check_state(ctx)
