@@ -157,6 +157,7 @@ def test_fedconcat_is_clustered_fedavg_then_a_classifier_over_the_frozen_concate
     assert change["round"] == switch and change["num_blocks"] == 2
     assert change["block_names"] == ["0:ConcatenatedEncoders", "1:Linear"]
     assert tr.profile.cut_points[0].bp_flops == 0.0                  # frozen: charged forward only
+    assert tr.clock.profile is tr.profile and tr.engine.clock is tr.clock   # ... by the clock of stage 2's rounds
     assert tr.profile.cut_points[0].fp_flops == pytest.approx(K * sum(c.fp_flops for c in [
         Trainer(tr.config).profile.cut_points[1]]))                    # K encoders (mlp: its first two blocks)
 
