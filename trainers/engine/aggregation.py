@@ -57,8 +57,9 @@ def aggregate(engine: Engine, agg: "Aggregation", ctx: "RoundContext", participa
         engine.timeline.tally.server += e.num_bytes
         edge_up_bits += 8.0 * e.num_bytes
         if mine:
-            engine.timeline.ledger.add(d, "model upload", float(times.model_up[d]))
-            up_done = max(up_done, start + float(times.model_up[d]))
+            seconds = float(times.model_up[d]) * model_share(engine, d, mine)
+            engine.timeline.ledger.add(d, "model upload", seconds)
+            up_done = max(up_done, start + seconds)
     edge_up = times.edge_up_seconds(edge_up_bits) if edge_up_bits else 0.0
     engine.timeline.ledger.add("edge", "model upload", edge_up)
     up_done = max(up_done, start + edge_up)
@@ -128,8 +129,9 @@ def download_global(engine: Engine, devices: Sequence[int], round_index: int, bl
                                       fresh_optimizer=engine.fresh_client_state))
             engine.net.send(d, Take(FED))
             engine.timeline.tally.down += engine.blocks_bytes(mine)
-            engine.timeline.ledger.add(d, "model download", float(times.model_down[d]))
-            end = max(end, start + float(times.model_down[d]))
+            seconds = float(times.model_down[d]) * model_share(engine, d, mine)
+            engine.timeline.ledger.add(d, "model download", seconds)
+            end = max(end, start + seconds)
     theirs = {d: [j for j in blocks if not on_device(engine, d, j) and engine.edge.key(d, j)[0] is not None]
               for d in (devices if edge_devices is None else edge_devices)}
     needed = sorted({j for js in theirs.values() for j in js})
@@ -147,6 +149,14 @@ def download_global(engine: Engine, devices: Sequence[int], round_index: int, bl
     edge_down = times.edge_down_seconds(edge_down_bits) if edge_down_bits else 0.0
     engine.timeline.ledger.add("edge", "model download", edge_down)
     return max(end, start + edge_down)
+
+
+def model_share(engine: Engine, device: int, blocks: Sequence[int]) -> float:
+    """The share, in bytes, of device ``device``'s own blocks that ``blocks`` (some of them) are: eqs. (22) and (24)
+    charge a model transfer δ/r, so moving some blocks (FedConcat's classifier) takes that share of T_i^{mU},
+    T_i^{mD}; exactly 1 when all of them move."""
+    total = engine.blocks_bytes(device_blocks(engine, device, range(engine.num_blocks)))
+    return engine.blocks_bytes(blocks) / total if total else 1.0
 
 
 def expected_upload(engine: Engine, device: int, blocks: Sequence[int]) -> dict[int, dict[str, tuple[tuple[int, ...], str]]]:

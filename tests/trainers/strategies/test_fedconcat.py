@@ -158,6 +158,11 @@ def test_fedconcat_is_clustered_fedavg_then_a_classifier_over_the_frozen_concate
     assert change["block_names"] == ["0:ConcatenatedEncoders", "1:Linear"]
     assert tr.profile.cut_points[0].bp_flops == 0.0                  # frozen: charged forward only
     assert tr.clock.profile is tr.profile and tr.engine.clock is tr.clock   # ... by the clock of stage 2's rounds
+    last = history.records[-1]                # stage 2's average moves the classifier alone: eq. (22)'s δ/r for its bytes
+    share = tr.engine.block_bytes[1] / (tr.engine.block_bytes[0] + tr.engine.block_bytes[1])
+    times = tr.clock.stage_times(last.round, tr.engine.cuts)
+    assert last.aggregated and share < 0.1
+    assert last.stage_seconds["model upload"] == pytest.approx(max(times.model_up[d] for d in last.participants) * share)
     assert tr.profile.cut_points[0].fp_flops == pytest.approx(K * sum(c.fp_flops for c in [
         Trainer(tr.config).profile.cut_points[1]]))                    # K encoders (mlp: its first two blocks)
 
