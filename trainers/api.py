@@ -584,6 +584,25 @@ class Strategy:
         every role anew around a new one (docs/engine.md "A change of model"), the clock going on."""
         return template
 
+    def stage_spec(self) -> dict[str, Any]:
+        """What a device rank needs, besides the run's model, to build the architecture of ``model_stage``
+        (:meth:`stage_architecture`; JSON-able, sent in its set-up): {} at stage 0, the default."""
+        return {}
+
+    def stage_specs(self) -> list[dict[str, Any]]:
+        """The :meth:`stage_spec` of every later stage a run of this strategy may reach, at their largest (what bounds
+        the messages of a run of processes: trainers/distributed/frame_bound.py); none by default."""
+        return []
+
+    @classmethod
+    def stage_architecture(cls, template: nn.Sequential, spec: dict[str, Any]) -> nn.Sequential:
+        """The architecture that :meth:`stage_spec` ``spec`` describes, built from the run's model ``template`` (its
+        weights as built: a device rank then loads rank 0's); ``template`` itself for {}. ValueError for a spec
+        this strategy never gives."""
+        if spec:
+            raise ValueError(f"{cls.__name__} trains one model: it has no model stage {spec}")
+        return template
+
     # ---- checkpoint -----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {}

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import torch
+
     from trainers.config.train_config import TrainConfig
 
 OPTIMIZER_SLOTS = 2
@@ -58,12 +60,16 @@ def frame_bound(model_bytes: int, parameter_bytes: int, largest_output_bytes: in
 def largest_frame(config: "TrainConfig") -> FrameBound:
     """:func:`frame_bound` for a run's configuration: its model built for its data set's input shape (from
     ``--device-data``'s manifest where given, else the named data set), one sample through it to find the
-    largest layer output."""
+    largest layer output; where its algorithm moves to other models (FedConcat's second stage), the largest of
+    each size over them."""
     import torch
 
+    from profilers import build_chain
     from trainers.inputs.datasets import load_dataset
     from trainers.inputs.device_data import read_manifest
     from trainers.inputs.models import build_model
+    from trainers.run.run_model import later_models
+    from trainers.strategies import make_strategy
 
     data = config.data
     if data.device_data is not None:
@@ -75,14 +81,28 @@ def largest_frame(config: "TrainConfig") -> FrameBound:
         input_shape, num_classes = tuple(int(s) for s in dataset.x_train.shape[1:]), int(dataset.num_classes)
         num_train = int(dataset.x_train.shape[0])
     model = build_model(config.model.name, input_shape, num_classes, config.model.width)
+    template = build_chain(model, torch.zeros(2, *input_shape)).blocks
+    sizes = [_model_sizes(m, input_shape) for m in [model, *later_models(make_strategy(config.algorithm, config.extra),
+                                                                          template)]]
+    total, parameters, output = (max(s[k] for s in sizes) for k in range(3))
+    return frame_bound(total, parameters, output, data.batch_size, num_train)
+
+
+def _model_sizes(model: "torch.nn.Module", input_shape: tuple[int, ...]) -> tuple[int, int, int]:
+    """(parameters and buffers, parameters, the largest output of one of its layers for one sample) of ``model``, in
+    bytes: one sample of zeros through it."""
+    import torch
+
     outputs: list[int] = []
-    for module in model.modules():          # (the model is this function's own: its hooks go with it)
-        module.register_forward_hook(lambda _m, _i, out: outputs.append(_bytes_per_sample(out)))
+    hooks = [module.register_forward_hook(lambda _m, _i, out: outputs.append(_bytes_per_sample(out)))
+             for module in model.modules()]
     with torch.no_grad():
         model.eval()(torch.zeros(1, *input_shape))
+    for hook in hooks:
+        hook.remove()
     parameters = sum(p.numel() * p.element_size() for p in model.parameters())
     buffers = sum(b.numel() * b.element_size() for b in model.buffers())
-    return frame_bound(parameters + buffers, parameters, max(outputs, default=0), data.batch_size, num_train)
+    return parameters + buffers, parameters, max(outputs, default=0)
 
 
 def _bytes_per_sample(out: object) -> int:

@@ -48,7 +48,7 @@ from trainers.roles.checks import (
 )
 from trainers.roles.messages import Activation, CutGradient, HeadForward, HeadGradient, ModelUpload
 from trainers.roles.optim import OptimizerSpec
-from trainers.roles.protocol import EDGE, FED, Address, Forward, GetBlocks, GetState, RoundEnd, State, Upload
+from trainers.roles.protocol import EDGE, FED, Address, Forward, GetBlocks, GetState, RoundEnd, SetState, State, Upload
 
 if TYPE_CHECKING:  # pragma: no cover
     from trainers.engine.clock import SimClock
@@ -90,9 +90,11 @@ def loaded_blocks(template: nn.Sequential, indices: Sequence[int], states: Seque
 
 class RankNetwork:
     """Messages to and from the ranks of ``layout`` over ``channel``; ``source`` names the data set
-    and model the device ranks build (dataset, model, model_width)."""
+    and model the device ranks build (dataset, model, model_width). ``previous``: the run's network before its
+    strategy moved to another model, whose lost device ranks stay out (:meth:`setup`)."""
 
-    def __init__(self, channel: FrameChannel, layout: RankLayout, emulate: bool, source: dict[str, Any]) -> None:
+    def __init__(self, channel: FrameChannel, layout: RankLayout, emulate: bool, source: dict[str, Any],
+                 previous: "RankNetwork | None" = None) -> None:
         self.channel = channel
         self.layout = layout
         self.emulate = emulate
@@ -117,18 +119,41 @@ class RankNetwork:
         self.asked_round: dict[int, int] = {}        # device → the round its last Forward was for
         self.last_step: dict[int, int] = {}          # device → the step of its last activation (steps count by one)
         self.features: dict[int, HeadForward] = {}   # device → the features its head was last sent (a U-shaped split)
+        self.follows = previous is not None       # (the previous network itself is not kept: its engine's models)
+        if previous is not None:
+            self._carry_lost(previous)
+
+    def _carry_lost(self, previous: "RankNetwork") -> None:
+        """The device ranks ``previous`` took out of the run stay out; a new process of one is taken back as there
+        (:meth:`readmit`, with this network's set-up), except one that was setting up with the previous model's,
+        which stays out."""
+        self.lost, self.returning = dict(previous.lost), set(previous.returning)
+        self.tolerant, self.algorithm = previous.tolerant, previous.algorithm
+        for rank in previous.setting_up:
+            print(f"adaptplan train: rank {rank} ({self.layout.describe(rank)}) was setting up again when "
+                  f"{self.algorithm} moved to another model; it stays out of the run", file=sys.stderr, flush=True)
 
     # ---- setting the device ranks up -------------------------------------------------------------------
     def setup(self, engine: "SplitEngine", optimizer: OptimizerSpec, seed: int) -> "RankNetwork":
         """Each device rank loads the data set and builds the chain's architecture itself
         (:func:`trainers.distributed.serve.local_chain`); it is sent the chain's initial weights and,
         per device it hosts, the positions of that device's samples in the data set, its cut,
-        sampler seed and optimizer. Returns this network once every device rank is ready."""
+        sampler seed and optimizer. Returns this network once every device rank is ready.
+
+        Where the strategy trains another model than the run's (``stage_spec``), the set-up says which, and the
+        device rank builds its architecture from the run's (``Strategy.stage_architecture``); a network that follows
+        another (``previous``) empties the fed server's global models first (the simulator's new engine has a new
+        fed server) and sets up only the device ranks still in the run."""
         self.template = engine.template
         self.engine = engine
         self.tolerant, self.algorithm = bool(engine.strategy.allows_absence), str(engine.strategy.name)
         data = engine.data
         source = dict(self.source, num_train=int(data.x_train.shape[0]), num_classes=int(engine.num_classes))
+        stage = engine.strategy.stage_spec()
+        if stage:
+            source["stage"] = {"algorithm": self.algorithm, **stage}
+        if self.follows:
+            self.channel.send(SetState(None, {}), FED_RANK)
         initial = [{k: v.detach().cpu().clone() for k, v in block.state_dict().items()} for block in engine.template]
         by_rank: dict[int, dict[int, DeviceSpec]] = {}
         head = engine.strategy.optimizer("server", engine.server_optimizer) if engine.defence.head else None
@@ -138,8 +163,10 @@ class RankNetwork:
                 engine.defence, head)
         for rank, devices in by_rank.items():
             self._setups[rank] = Setup(source, initial, devices)
-            self.channel.send(self._setups[rank], rank)
-        for rank, envelope in self.channel.recv_many(list(by_rank), timeout=SETUP_TIMEOUT_FACTOR * self.channel.timeout):
+            if rank not in self.lost:
+                self.channel.send(self._setups[rank], rank)
+        live = self._live(list(by_rank))
+        for rank, envelope in self.channel.recv_many(live, timeout=SETUP_TIMEOUT_FACTOR * self.channel.timeout):
             self._refuse_bad(rank, check_ready, envelope.msg, rank, sorted(by_rank[rank]))
         return self
 

@@ -203,6 +203,8 @@ def local_chain(source: dict[str, Any], initial: list[dict[str, torch.Tensor]], 
     samples, probe, num_classes = (_device_folder if source.get("device_data") else _shared_dataset)(source, options, devices)
     model = build_model(model_spec, tuple(int(s) for s in probe.shape[1:]), num_classes, int(source["model_width"]))
     chain = build_chain(model, probe).blocks
+    if source.get("stage"):                  # the strategy trains another model by now (FedConcat's second stage)
+        chain = build_chain(stage_model(chain, source["stage"]), probe).blocks
     if len(chain) != len(initial):
         raise InputError(f"{model_spec} splits into {len(chain)} blocks here, {len(initial)} on rank 0", field="--model")
     for j, (block, state) in enumerate(zip(chain, initial)):
@@ -211,6 +213,21 @@ def local_chain(source: dict[str, Any], initial: list[dict[str, torch.Tensor]], 
         except RuntimeError:
             raise InputError(f"rank 0's weights of block {j} do not fit {model_spec} built here", field="--model") from None
     return chain, samples
+
+
+def stage_model(template: torch.nn.Sequential, stage: dict[str, Any]) -> torch.nn.Sequential:
+    """The architecture of the later model that rank 0's set-up names (``stage``: the algorithm and its strategy's
+    ``stage_spec``), built from the run's ``template`` (``Strategy.stage_architecture``); InputError for another."""
+    from trainers.strategies import STRATEGIES
+
+    name = str(stage.get("algorithm"))
+    if name not in STRATEGIES:
+        raise InputError(f"rank 0 trains a later model of an algorithm this rank does not have: {name[:100]!r}",
+                         field="algorithm")
+    try:
+        return STRATEGIES[name].stage_architecture(template, {k: v for k, v in stage.items() if k != "algorithm"})
+    except ValueError as exc:
+        raise InputError(f"rank 0's later model cannot be built here: {exc}", field="--model") from None
 
 
 def _shared_dataset(source: dict[str, Any], options: WorkerOptions, devices: Sequence[int]

@@ -149,8 +149,11 @@ class EdgeSession:
         return [FED_RANK] + [r for r in self.layout.device_ranks if r not in lost]
 
     def engine_factory(self, chain: Any, *args: Any, **kwargs: Any) -> SplitEngine:
-        """The simulator's engine, its devices and fed server on the other ranks."""
-        network = self.network = RankNetwork(self.channel, self.layout, self.emulate_links, self.source)
+        """The simulator's engine, its devices and fed server on the other ranks. A second engine of the run (its
+        strategy moved to another model: docs/engine.md "A change of model") sets the ranks up again around it,
+        the device ranks it took out of the run staying out."""
+        network = RankNetwork(self.channel, self.layout, self.emulate_links, self.source, previous=self.network)
+        self.network = network
         kwargs["network"] = network.setup
         return SplitEngine(chain, *args, **kwargs)
 

@@ -56,7 +56,7 @@ from trainers.run.history import History, RoundRecord
 from trainers.run.output import keep_history, save_history, save_plot, save_run_file
 from trainers.run.planning import Planner, ReplanRequest, default_planner, linear_planner  # noqa: F401  (re-exported)
 from trainers.run.resume_check import check_run_identity, check_same_run, checked_partitions
-from trainers.run.run_model import RunModel
+from trainers.run.run_model import RunModel, later_models
 from trainers.run.run_planning import RunPlanning
 from trainers.run.tracking import RoundObserver, tracking_logs
 from trainers.strategies import make_strategy
@@ -98,11 +98,7 @@ class Trainer(RunModel):
         self.process, self.clock = self._system_clock(system)
         cuts, interval, event = self.planning.initial_plan(self.clock)
         self.notes += self.planning.notes(interval, event)
-        self.model_change = change = self.strategy.model_change_round(interval)     # None: one model for the run
-        if change is not None and change < config.run.rounds and engine_factory is not SplitEngine:
-            raise InputError(f"{config.algorithm} trains another model after round {change} (its second stage), "
-                             "which only the simulator runs so far: run it without --distributed and --runtime, or "
-                             f"stop it by round {change}", field="algorithm")
+        self.model_change = self.strategy.model_change_round(interval)     # None: one model for the run
         self.engine = self._make_engine(cuts, interval, DeviceData(self.dataset.x_train, self.dataset.y_train, x_test,
                                                                    y_test, parts, self.dataset.num_classes, local_test))
         M = self.dataset.num_classes
@@ -142,6 +138,7 @@ class Trainer(RunModel):
         check_model_output(model, c.model.name, input_shape, self.dataset.num_classes, field="model")
         chain = self._use_model(model)
         self.base_blocks, self.model_stage = self.blocks, 0      # the run's model (a strategy may move to another)
+        later_models(self.strategy, self.base_blocks)               # ... which must be one it can be built from
         self.notes: list[str] = [note for note in [stem_note(c.model.name, input_shape, chain.output_shapes)] if note]
 
     @property

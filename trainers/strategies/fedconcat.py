@@ -100,24 +100,42 @@ class FedConcat(Strategy):
             self.model_stage = 1
 
     def model_for(self, template: nn.Sequential) -> nn.Sequential:
-        """Stage 1: the run's model; stage 2: the clusters' frozen encoders concatenated under a linear classifier."""
+        """Stage 1: the run's model; stage 2: the clusters' frozen encoders concatenated under a linear classifier
+        (:meth:`stage_architecture`, the encoders' weights and the classifier's w⁰ loaded)."""
+        model = self.stage_architecture(template, self.stage_spec())
         if self.model_stage == 0:
+            return model
+        concatenated, classifier = model
+        for encoder, states in zip(cast(ConcatenatedEncoders, concatenated).encoders, self.encoders):
+            for block, state in zip(cast(nn.Sequential, encoder), states):
+                block.load_state_dict(state)
+        if self.classifier:
+            classifier.load_state_dict(self.classifier)
+        self.classifier = {k: v.detach().clone() for k, v in classifier.state_dict().items()}
+        return model
+
+    def stage_spec(self) -> dict[str, Any]:
+        """Stage 2: how many encoders sit side by side (one per cluster)."""
+        return {"encoders": len(self.encoders)} if self.model_stage == 1 else {}
+
+    def stage_specs(self) -> list[dict[str, Any]]:
+        return [{"encoders": self.k}]
+
+    @classmethod
+    def stage_architecture(cls, template: nn.Sequential, spec: dict[str, Any]) -> nn.Sequential:
+        """Stage 2's architecture for ``spec["encoders"]`` = K clusters: K copies of ``template``'s encoder (every
+        block but the last, frozen) side by side under a new ``nn.Linear`` of K·F inputs, F the last layer's."""
+        if not spec:
             return template
+        k = spec.get("encoders") if set(spec) == {"encoders"} else None
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise ValueError(f"FedConcat's second stage is {{'encoders': K ≥ 1}}, not {spec}")
         layers = [m for m in template[len(template) - 1].modules() if any(True for _ in m.parameters(recurse=False))]
         if len(layers) != 1 or not isinstance(layers[0], nn.Linear):
             raise ValueError("FedConcat concatenates encoders under a new linear classifier: the model's last block "
                              f"must hold one nn.Linear layer, not {[type(m).__name__ for m in layers]}")
-        last = layers[0]
-        encoders = []
-        for states in self.encoders:
-            encoder = copy.deepcopy(nn.Sequential(*list(template)[:-1]))
-            for block, state in zip(encoder, states):
-                block.load_state_dict(state)
-            encoders.append(encoder)
-        classifier = nn.Linear(len(encoders) * last.in_features, last.out_features)
-        if self.classifier:
-            classifier.load_state_dict(self.classifier)
-        self.classifier = {k: v.detach().clone() for k, v in classifier.state_dict().items()}
+        encoders = [copy.deepcopy(nn.Sequential(*list(template)[:-1])) for _ in range(k)]
+        classifier = nn.Linear(k * layers[0].in_features, layers[0].out_features)
         return nn.Sequential(ConcatenatedEncoders(encoders), classifier)
 
     def eval_models(self, view: ModelViews) -> list[nn.Module]:

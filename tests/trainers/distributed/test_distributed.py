@@ -30,7 +30,9 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ra
 SMALL = ["--dataset", "synthetic", "--model", "mlp", "--seed", "5", "--eval-every", "3", "--no-progress"]
 # per algorithm: options that make a 3-device run meaningful (the planner needs more devices for a plan)
 ALGORITHM_ARGS = {"adaptsfl": ["--cuts", "1,2,2", "--interval", "2"], "gas": ["--cuts", "2", "--active", "2",
-                                                                              "--local-steps", "2"]}
+                                                                              "--local-steps", "2"],
+                  # the model changes after round 1: rounds 2 and 3 train the 2 encoders' classifier
+                  "fedconcat": ["--encoder-rounds", "1", "--clusters", "2", "--interval", "1"]}
 
 
 def test_done_when_sfl_v1_on_cifar10_subset_equals_the_simulation(tmp_path: Path, capsys) -> None:
@@ -58,6 +60,25 @@ def test_every_algorithm_runs_distributed_with_the_simulations_losses(tmp_path: 
     assert run.returncode == 0, run.stderr
     got, expected = losses(tmp_path / "dist"), simulate(tmp_path, "sim", argv)
     assert len(got) == 3 and max(abs(a - b) for a, b in zip(got, expected)) <= 1e-4
+
+
+def test_fedconcat_resumed_after_its_change_of_model_has_the_simulations_numbers(tmp_path: Path) -> None:
+    """Stage 1 for one round, then two encoders under a new classifier: a run stopped after round 2 (past the
+    change) and resumed to round 4 sets the device ranks up for stage 1, then again for stage 2 (architecture built
+    there from the spec, rank 0's weights, the fed server emptied) before loading the checkpoint; its losses, its
+    accuracy and its change of model are the simulator's run of 4 rounds straight."""
+    argv = ["--algorithm", "fedconcat", "--devices", "3", *SMALL, *ALGORITHM_ARGS["fedconcat"], "--participation", "1",
+            "--checkpoint-every", "1"]
+    for rounds, more in (("2", []), ("4", ["--resume"])):
+        run = adaptplan("train", "--distributed", "--ranks", "3", *argv, "--rounds", rounds, *more, "--out",
+                        str(tmp_path / "dist"))
+        assert run.returncode == 0, run.stderr
+    expected = simulate(tmp_path, "sim", [*argv, "--rounds", "4"])
+    got = History.load(tmp_path / "dist")
+    assert len(got.records) == 4 and max(abs(r.train_loss - e) for r, e in zip(got.records, expected)) <= 1e-4
+    sim = History.load(tmp_path / "sim")
+    assert [r.accuracy for r in got.records] == [r.accuracy for r in sim.records] and got.records[2].accuracy
+    assert [e for e in got.events if e["event"] == "model"] == [e for e in sim.events if e["event"] == "model"] != []
 
 
 def test_a_defended_run_adds_its_noise_on_the_device_ranks_with_the_simulations_numbers(tmp_path: Path) -> None:

@@ -403,8 +403,9 @@ def _engine_view(cuts: list[int]):
     """What RankNetwork.setup reads from the engine."""
     x = torch.randn(12, 1, 2, 2)
     data = SimpleNamespace(x_train=x, parts=[[0, 1, 2], [3, 4, 5, 6], [7, 8]])
+    strategy = SimpleNamespace(allows_absence=True, name="scala", stage_spec=dict)
     return SimpleNamespace(template=_chain(), num_blocks=len(_chain()), data=data, cuts=cuts, batch_size=2, num_classes=3,
-                           defence=ActivationDefence(), strategy=SimpleNamespace(allows_absence=True, name="scala"))
+                           defence=ActivationDefence(), strategy=strategy)
 
 
 def test_setup_sends_each_device_rank_sample_positions_and_weights_never_samples() -> None:
@@ -425,6 +426,33 @@ def test_setup_sends_each_device_rank_sample_positions_and_weights_never_samples
     assert net.channel.recv_calls == [(2, 120.0), (3, 120.0)]            # ready: SETUP_TIMEOUT_FACTOR time-outs
     assert net.template is not None and len(net.template) == 2           # evaluation builds device blocks from it
     assert (net.tolerant, net.algorithm) == (True, "scala")              # the strategy says whether a rank may go
+
+
+def test_a_network_that_follows_another_sets_the_ranks_up_for_the_new_model(capsys) -> None:
+    """A change of model (FedConcat's second stage): the new network empties the fed server's global models first,
+    names the stage in the set-up (the algorithm and its ``stage_spec``), keeps out the device ranks the previous one
+    took out (their set-up kept for a new process of theirs, none sent or awaited) and the one that was setting up
+    again (one line says so)."""
+    from trainers.roles.protocol import SetState
+
+    first = _network()
+    first.lost, first.returning, first.setting_up, first.algorithm = {3: "rank 3 is gone"}, {3}, {}, "fedconcat"
+    engine = _engine_view([3, 3, 3])
+    engine.strategy = SimpleNamespace(allows_absence=True, name="fedconcat", stage_spec=lambda: {"encoders": 2})
+    net = RankNetwork(ScriptedChannel(replies={2: [_envelope(Ready([0, 2]))]}), RankLayout(4, 3), False,
+                      {"dataset": "synthetic", "model": "mlp", "model_width": 4}, previous=first)
+    assert net.setup(engine, OptimizerSpec("sgd", 0.1), 7) is net
+    (to_fed, reset, *_), (to_rank, setup, *_) = net.channel.sent
+    assert (to_fed, reset) == (FED_RANK, SetState(None, {})) and to_rank == 2
+    assert setup.source["stage"] == {"algorithm": "fedconcat", "encoders": 2}
+    assert net.channel.recv_calls == [(2, 120.0)] and net.lost == {3: "rank 3 is gone"} and net.returning == {3}
+    assert sorted(net._setups) == [2, 3] and net._setups[3].source["stage"] == setup.source["stage"]
+    ready = {2: [_envelope(Ready([0, 2]))], 3: [_envelope(Ready([1]))]}
+    assert "stage" not in _network(ready).setup(_engine_view([1, 2, 1]), OptimizerSpec("sgd", 0.1), 7).channel.sent[0][1].source
+    first.setting_up = {3: 0.0}
+    RankNetwork(ScriptedChannel(), RankLayout(4, 3), False, {}, previous=first)
+    assert "rank 3 (device 1) was setting up again when fedconcat moved to another model; it stays out" in \
+        capsys.readouterr().err
 
 
 def test_messages_go_to_the_rank_of_their_device_and_the_fed_server_to_rank_1() -> None:
@@ -892,6 +920,11 @@ def test_a_device_rank_builds_the_model_here_with_rank_0s_weights_and_its_own_da
     ({"model_width": 8}, None, "rank 0's weights of block 0 do not fit mlp built here"),
     ({}, {1: [0, 2000]}, "device 1's samples lie outside this rank's 2000 training samples"),
     ({}, {1: [-1, 3]}, "device 1's samples lie outside"),
+    ({"stage": {"algorithm": "nope", "encoders": 2}}, None, "a later model of an algorithm this rank does not have: 'nope'"),
+    ({"stage": {"algorithm": "fedconcat", "encoders": 0}}, None,
+     "rank 0's later model cannot be built here: FedConcat's second stage is \\{'encoders': K ≥ 1\\}"),
+    ({"stage": {"algorithm": "sfl-v1", "encoders": 2}}, None, "SFLV1 trains one model: it has no model stage"),
+    ({"stage": {"algorithm": "fedconcat", "encoders": 2}}, None, "mlp splits into 2 blocks here, 3 on rank 0"),
 ])
 def test_a_device_rank_refuses_a_model_or_data_set_that_differs_from_rank_0s(change, devices, message) -> None:
     source, initial = _synthetic_source(**change)
@@ -1631,7 +1664,7 @@ def test_rank_0_reads_an_activations_rule_from_the_model_it_set_up() -> None:
     view = SimpleNamespace(template=_chain(), num_blocks=len(_chain()),
                            data=SimpleNamespace(x_train=torch.randn(5, 3), parts=[[0], [1], [2]]), cuts=[1, 1, 1], batch_size=1,
                            num_classes=3, defence=ActivationDefence(),
-                           strategy=SimpleNamespace(allows_absence=False, name="sfl-v1"))
+                           strategy=SimpleNamespace(allows_absence=False, name="sfl-v1", stage_spec=dict))
     good = Activation(1, 2, 1, torch.zeros(2, 4), torch.tensor([0, 2]))
     net = _network({2: [_envelope(Ready([0, 2]))], 3: [_envelope(Ready([1])), _envelope(good),
                                                        _envelope(Activation(1, 2, 1, torch.zeros(2, 4),

@@ -116,3 +116,23 @@ def test_the_documented_factors() -> None:
     assert (SAFETY, HEADER_BYTES, OPTIMIZER_SLOTS) == (2, 1 << 20, 2)
     text = " ".join((Path(__file__).resolve().parents[3] / "docs" / "mqtt.md").read_text().split())
     assert "two optimizer tensors per parameter" in text and "×2 plus 1 MiB for headers" in text
+
+
+def test_fedconcats_bound_holds_its_second_stage_of_k_encoders_side_by_side(monkeypatch) -> None:
+    """FedConcat moves to K = 3 encoders under Linear(3·16, 10) after its first stage; written out from a model by
+    hand (1×8×8 inputs, 10 classes): the run's model Flatten, Linear(64, 16), ReLU, Linear(16, 10) has 1,210
+    parameters, the second stage's 3·(64·16 + 16) + 48·10 + 10 = 3,610 (14,440 bytes), no buffers; the largest layer
+    output stays the flattened input (64 float32 a sample, over the 48 features concatenated). The bound is the
+    second stage's; another algorithm's is the run's model's."""
+    from torch import nn
+
+    from trainers.inputs import models
+
+    monkeypatch.setattr(models, "build_model", lambda name, shape, classes, width: nn.Sequential(
+        nn.Flatten(), nn.Linear(64, 16), nn.ReLU(), nn.Linear(16, 10)))
+    num_train = int(load_dataset("synthetic").x_train.shape[0])
+    values = dict(devices=3, dataset="synthetic", model="mlp", batch_size=16)
+    bound = largest_frame(TrainConfig.flat(algorithm="fedconcat", extra={"clusters": 3}, **values))
+    assert (bound.model_message, bound.setup, bound.activation) == (3 * 14_440, 14_440 + 8 * num_train, 16 * (64 * 4 + 8))
+    base = largest_frame(TrainConfig.flat(algorithm="sfl-v1", **values))
+    assert (base.model_message, base.setup) == (3 * 4_840, 4_840 + 8 * num_train)

@@ -409,7 +409,9 @@ def test_without_mosquitto_the_run_says_which_package_to_install(monkeypatch, tm
 
 SMALL = ["--dataset", "synthetic", "--model", "mlp", "--seed", "5", "--eval-every", "3", "--no-progress"]
 ALGORITHM_ARGS = {"adaptsfl": ["--cuts", "1,2,2", "--interval", "2"], "gas": ["--cuts", "2", "--active", "2",
-                                                                              "--local-steps", "2"]}
+                                                                              "--local-steps", "2"],
+                  # the model changes after round 1: rounds 2 and 3 train the 2 encoders' classifier
+                  "fedconcat": ["--encoder-rounds", "1", "--clusters", "2", "--interval", "1"]}
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)

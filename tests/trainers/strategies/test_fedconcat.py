@@ -250,19 +250,49 @@ def test_a_model_whose_last_block_is_not_one_linear_layer_is_refused() -> None:
         strategy.model_for(nn.Sequential(nn.Conv2d(1, 2, 3)))
 
 
-def test_the_distributed_runtimes_refuse_a_run_that_reaches_the_second_stage_only() -> None:
-    """The device ranks build their model by name, so a run past round encoder_rounds × I is refused before any
-    work, naming the round; one that stops by then is not (its grouped averages cross the wire like any)."""
+def test_a_model_a_second_stage_cannot_be_built_from_is_refused_before_any_training(monkeypatch) -> None:
+    """Stage 2 needs the model's last block to be one nn.Linear: a run of a model whose last block holds a
+    BatchNorm too is refused when it is made (InputError naming the model), not after its encoder rounds; the
+    check leaves torch's generator where it was (the runs' numbers do not move)."""
     from adaptplan.errors import InputError
-    from trainers.engine.split_engine import SplitEngine
+    from trainers.run import driver
+    from trainers.run.run_model import later_models
+    from trainers.strategies.fedconcat import FedConcat
 
-    def elsewhere(*args, **kwargs) -> SplitEngine:      # a runtime of processes: any factory but the simulator's
-        return SplitEngine(*args, **kwargs)
+    monkeypatch.setattr(driver, "build_model", lambda name, shape, classes, width: nn.Sequential(
+        nn.Flatten(), nn.Linear(64, 16), nn.ReLU(), nn.Linear(16, 10), nn.BatchNorm1d(10)))
+    with pytest.raises(InputError, match="fedconcat cannot train this model: .*not \\['Linear', 'BatchNorm1d'\\]") as err:
+        trainer()
+    assert err.value.field == "model"
+    template = nn.Sequential(nn.Sequential(nn.Flatten(), nn.Linear(64, 16), nn.ReLU()), nn.Linear(16, 10))
+    torch.manual_seed(4)
+    (model,) = later_models(FedConcat(clusters=3), template)
+    after = torch.rand(3)
+    torch.manual_seed(4)
+    assert torch.equal(torch.rand(3), after) and model[1].in_features == 48
 
-    with pytest.raises(InputError, match="fedconcat trains another model after round 4 .its second stage.") as err:
-        Trainer(trainer().config, engine_factory=elsewhere)
-    assert err.value.field == "algorithm"
-    assert Trainer(trainer(rounds=4).config, engine_factory=elsewhere).strategy.model_change_round(INTERVAL) == 4
+
+def test_the_second_stage_architecture_is_k_encoders_under_one_linear_layer() -> None:
+    """What a device rank builds from the run's model and the spec rank 0 sends (``stage_spec``): K deep copies of
+    every block but the last, frozen, their features concatenated under Linear(K·F, M); the spec is checked."""
+    from trainers.strategies.fedconcat import FedConcat
+
+    template = nn.Sequential(nn.Sequential(nn.Flatten(), nn.Linear(64, 16), nn.ReLU()), nn.Linear(16, 10))
+    assert FedConcat.stage_architecture(template, {}) is template
+    model = FedConcat.stage_architecture(template, {"encoders": 3})
+    encoders, classifier = model
+    assert isinstance(classifier, nn.Linear) and (classifier.in_features, classifier.out_features) == (48, 10)
+    assert len(encoders.encoders) == 3 and not any(p.requires_grad for p in encoders.parameters())
+    assert all(e[0][1] is not template[0][1] for e in encoders.encoders)          # copies, not the run's blocks
+    x = torch.randn(5, 1, 8, 8)
+    assert torch.equal(encoders(x), torch.cat([template[0](x)] * 3, dim=1))
+    for bad in ({"encoders": 0}, {"encoders": 2.0}, {"encoders": True}, {"encoders": 2, "more": 1}, {"k": 2}):
+        with pytest.raises(ValueError, match="FedConcat's second stage is"):
+            FedConcat.stage_architecture(template, bad)
+    strategy = FedConcat(clusters=4)
+    assert strategy.stage_spec() == {} and strategy.stage_specs() == [{"encoders": 4}]
+    strategy.model_stage, strategy.encoders = 1, [[{}], [{}]]
+    assert strategy.stage_spec() == {"encoders": 2}
 
 
 def test_the_history_keeps_the_change_of_model_and_refuses_a_malformed_one() -> None:
