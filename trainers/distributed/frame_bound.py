@@ -68,8 +68,7 @@ def largest_frame(config: "TrainConfig") -> FrameBound:
     from trainers.inputs.datasets import load_dataset
     from trainers.inputs.device_data import read_manifest
     from trainers.inputs.models import build_model
-    from trainers.run.run_model import later_models
-    from trainers.strategies import make_strategy
+    from trainers.strategies import later_models, make_strategy
 
     data = config.data
     if data.device_data is not None:

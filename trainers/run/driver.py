@@ -56,10 +56,10 @@ from trainers.run.history import History, RoundRecord
 from trainers.run.output import keep_history, save_history, save_plot, save_run_file
 from trainers.run.planning import Planner, ReplanRequest, default_planner, linear_planner  # noqa: F401  (re-exported)
 from trainers.run.resume_check import check_run_identity, check_same_run, checked_partitions
-from trainers.run.run_model import RunModel, later_models
+from trainers.run.run_model import RunModel
 from trainers.run.run_planning import RunPlanning
 from trainers.run.tracking import RoundObserver, tracking_logs
-from trainers.strategies import make_strategy
+from trainers.strategies import later_models, make_strategy
 
 
 # ---- the trainer -------------------------------------------------------------------------------------------

@@ -13,7 +13,6 @@ from typing import Any, Callable
 
 import torch
 
-from adaptplan.errors import InputError
 from adaptplan.system import SystemProcess
 from profilers import build_chain, profile_model
 from profilers.profile import StemWarning
@@ -25,17 +24,6 @@ from trainers.engine.split_engine import DeviceData, SplitEngine
 from trainers.inputs.datasets import Dataset
 from trainers.roles.defences import ActivationDefence
 from trainers.run.history import History
-
-
-def later_models(strategy: Strategy, template: torch.nn.Sequential) -> list[torch.nn.Sequential]:
-    """The architectures of the later models ``strategy`` may train from the run's ``template`` (``stage_specs``, at
-    their largest; torch's generator left as it was), so that a model a later stage cannot be built from is refused
-    before any training: InputError naming the model."""
-    try:
-        with torch.random.fork_rng(devices=[]):
-            return [strategy.stage_architecture(template, spec) for spec in strategy.stage_specs()]
-    except ValueError as exc:
-        raise InputError(f"{strategy.name} cannot train this model: {exc}", field="model") from None
 
 
 class RunModel:

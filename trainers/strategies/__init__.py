@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+import torch
+from torch import nn
+
+from adaptplan.errors import InputError
 from trainers.algorithms import REGISTRY, algorithm, algorithm_options
 from trainers.api import Strategy
 from trainers.strategies.adaptsfl import AdaptSFL
@@ -26,5 +30,16 @@ def make_strategy(name: str, options: Mapping[str, Any] | None = None) -> Strate
     return STRATEGIES[algorithm(name).name](**algorithm_options(name, options or {}))
 
 
+def later_models(strategy: Strategy, template: nn.Sequential) -> list[nn.Sequential]:
+    """The architectures of the later models ``strategy`` may train from the run's ``template`` (``stage_specs``, at
+    their largest; torch's generator left as it was), so that a model a later stage cannot be built from is refused
+    before any training: InputError naming the model."""
+    try:
+        with torch.random.fork_rng(devices=[]):
+            return [strategy.stage_architecture(template, spec) for spec in strategy.stage_specs()]
+    except ValueError as exc:
+        raise InputError(f"{strategy.name} cannot train this model: {exc}", field="model") from None
+
+
 __all__ = ["Strategy", "SL", "PSL", "SFLV1", "SFLV2", "AdaptSFL", "GAPSL", "SCALA", "CycleSL", "GAS", "STRATEGIES",
-           "make_strategy"]
+           "make_strategy", "later_models"]

@@ -256,7 +256,7 @@ def test_a_model_a_second_stage_cannot_be_built_from_is_refused_before_any_train
     check leaves torch's generator where it was (the runs' numbers do not move)."""
     from adaptplan.errors import InputError
     from trainers.run import driver
-    from trainers.run.run_model import later_models
+    from trainers.strategies import later_models
     from trainers.strategies.fedconcat import FedConcat
 
     monkeypatch.setattr(driver, "build_model", lambda name, shape, classes, width: nn.Sequential(
