@@ -1214,7 +1214,9 @@ def test_waiting_messages_are_taken_without_waiting_and_a_forgotten_peer_is_not_
         c.send(Stop(), 2)
 
 
-def test_rank_0_takes_a_returning_rank_back_with_its_first_setup() -> None:
+def test_rank_0_takes_a_returning_rank_back_with_its_first_setup(capsys) -> None:
+    """Its new process is sent the set-up it had (its devices present again, their step count anew, one line says
+    so); it no longer counts as returning; a Stop at the end reaches a rank still setting up."""
     from trainers.distributed.control import Readmit, Rejoin
 
     net = _network({2: [_envelope(Ready([0, 2]))], 3: [_envelope(Ready([1]))]}, world=4, devices=3)
@@ -1226,7 +1228,10 @@ def test_rank_0_takes_a_returning_rank_back_with_its_first_setup() -> None:
     assert net.lost == {3: "rank 3 (device 1) was started again as a new process (its models are gone)"}
     assert net.returning == {3} and net.absent_devices() == {1}
     net.channel.replies[3] = [_envelope(Ready([1]))]
+    net.last_step = {0: 4, 1: 9}
     assert net.readmit() == [1] and net.lost == {} and net.absent_devices() == set()
+    assert net.returning == set() and net.last_step == {0: 4}          # device 1's new process numbers from 0
+    assert "rank 3 (device 1) came back as a new process; scala takes devices 1 back" in capsys.readouterr().err
     assert [(dst, type(obj).__name__) for dst, obj, *_ in net.channel.sent] == [(1, "Readmit"), (3, "Layout"), (3, "Setup")]
     assert net.channel.sent[0][1] == Readmit(3) and net.channel.sent[2][1] is first[3] and 3 in net.channel.admitted
     assert net.readmit() == []                                       # nobody else asked
@@ -1235,6 +1240,10 @@ def test_rank_0_takes_a_returning_rank_back_with_its_first_setup() -> None:
     assert net.readmit() == [] and 2 in net.lost                    # lost, and no Rejoin from it
     net.channel.replies[2] = [_envelope(Report({})), Rejoin(), _envelope(Ready([0, 2]))]
     assert net.readmit() == [0, 2]                                   # its Rejoin came while it was out
+    net.setting_up, net.lost = {3: 0.0}, {3: "setting up"}
+    net.channel.sent.clear()
+    net.release()
+    assert [(dst, obj) for dst, obj, *_ in net.channel.sent] == [(1, Stop([3])), (2, Stop([3])), (3, Stop([3]))]
 
 
 def test_a_returning_rank_setting_up_does_not_hold_the_round_up(monkeypatch) -> None:
