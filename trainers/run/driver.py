@@ -44,7 +44,7 @@ from trainers.engine.clock import SimClock
 from trainers.engine.privacy_account import privacy_summary
 from trainers.engine.split_engine import DeviceData, RoundStats, SplitEngine
 from trainers.inputs.datasets import Dataset, load_dataset
-from trainers.inputs.device_data import read_manifest
+from trainers.inputs.device_data import DeviceManifest, read_manifest
 from trainers.inputs.models import build_model
 from trainers.inputs.partition import local_test_split, partition_indices, samples_before_split
 from trainers.inputs.skew import PartitionSkew
@@ -114,7 +114,7 @@ class Trainer(RunModel):
         self.input_digests = {name: file_digest(config.value(f"{name}_path"))
                               for name in ("system", "plan", "constants") if config.value(f"{name}_path")}
 
-    def _manifest(self) -> Any:
+    def _manifest(self) -> DeviceManifest | None:
         """The per-device data files' manifest (``--device-data``), checked against ``--devices``; None without."""
         c = self.config
         manifest = read_manifest(c.data.device_data) if c.data.device_data is not None else None
@@ -123,7 +123,7 @@ class Trainer(RunModel):
                              f"{c.data.devices}", field="devices")
         return manifest
 
-    def _load_data(self, manifest: Any) -> Dataset:
+    def _load_data(self, manifest: DeviceManifest | None) -> Dataset:
         """The data set: from the manifest's files (a distributed run's edge server never holds the devices' samples) or by name."""
         c = self.config
         if manifest is not None:
@@ -159,7 +159,7 @@ class Trainer(RunModel):
                                 ranges=self.ranges, noise_cv=c.system.noise_cv)
         return process, SimClock(self.profile, process, c.data.batch_size)
 
-    def _partition(self, manifest: Any) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    def _partition(self, manifest: DeviceManifest | None) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """(each device's training indices, its held-out indices): the manifest's or the partition's, then the
         local test split; the batch must fit the smallest device."""
         c = self.config

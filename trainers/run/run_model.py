@@ -9,12 +9,14 @@ going on (``_follow_model``).
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
+from adaptplan.model_profile import ModelProfile
 from adaptplan.system import SystemProcess
 from profilers import build_chain, profile_model
+from profilers.chain import Chain
 from profilers.profile import StemWarning
 from trainers.api import Strategy
 from trainers.config.train_config import TrainConfig
@@ -38,10 +40,10 @@ class RunModel:
     clock: SimClock
     process: SystemProcess
     history: History
-    blocks: Any
+    blocks: torch.nn.Sequential
     block_names: list[str]
-    profile: Any
-    base_blocks: Any
+    profile: ModelProfile
+    base_blocks: torch.nn.Sequential
     model_stage: int
 
     def _make_engine(self, cuts: list[int], interval: int, data: DeviceData) -> SplitEngine:
@@ -75,7 +77,7 @@ class RunModel:
         self.engine.rng.bit_generator.state = old.rng.bit_generator.state
         self.model_stage = self.strategy.model_stage
 
-    def _use_model(self, model: torch.nn.Module) -> Any:
+    def _use_model(self, model: torch.nn.Module) -> Chain:
         """Cut ``model`` into blocks (``self.blocks``, ``self.block_names``) and profile them; the chain."""
         c = self.config
         input_shape = tuple(int(s) for s in self.dataset.x_train.shape[1:])
