@@ -90,7 +90,7 @@ class LocalNetwork:
     def _host_key(address: Address) -> str:
         return FED if address == FED else "devices"
 
-    def _host(self, address: Address) -> Any:
+    def _host(self, address: Address) -> DeviceHost | FedHost:
         if address == EDGE:
             raise MessageMismatchError("the edge server sends to the devices and the fed server, not to itself")
         return self.fed_host if address == FED else self.device_host

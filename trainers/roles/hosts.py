@@ -19,6 +19,7 @@ from trainers.roles.checks import BadMessageError, check_upload
 from trainers.roles.core import AGGREGATION_RULES, Device, FedServer
 from trainers.roles.head import Head
 from trainers.roles.messages import (
+    Activation,
     BlockState,
     CutGradient,
     HeadForward,
@@ -161,7 +162,7 @@ class DeviceHost:
         for d, b in msg.items:
             emit(EDGE, self.leaving(self.device(d).forward(msg.round, b, msg.recompute)))
 
-    def leaving(self, msg: Any) -> Any:
+    def leaving(self, msg: Activation) -> Activation | HeadForward:
         """An activation as it leaves the host: under a U-shaped split its labels stay with the device's head."""
         return self.heads[msg.device].keep(msg) if msg.device in self.heads else msg
 
@@ -228,7 +229,7 @@ class FedHost:
         raise MessageMismatchError(f"the fed server holds no block {ref!r}")
 
 
-def take(host: Any, order: Take, msg: Any, emit: Emit) -> None:
+def take(host: DeviceHost | FedHost, order: Take, msg: Any, emit: Emit) -> None:
     """Deliver ``msg``, taken from ``order.source`` as the edge server ordered: a fed server keeps
     an upload under ``order.keep`` instead of folding it. An upload the order describes (``expect``) is checked
     first (:func:`~trainers.roles.checks.check_upload`: a :class:`~trainers.roles.checks.BadMessageError` names the
