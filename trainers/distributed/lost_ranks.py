@@ -37,10 +37,9 @@ class LostRanks:
         (:meth:`readmit`, with this network's set-up), except one that was setting up with the previous model's,
         which stays out."""
         self.lost, self.returning = dict(previous.lost), set(previous.returning)
-        self.tolerant, self.algorithm = previous.tolerant, previous.algorithm
         for rank in previous.setting_up:
             print(f"adaptplan train: rank {rank} ({self.layout.describe(rank)}) was setting up again when "
-                  f"{self.algorithm} moved to another model; it stays out of the run", file=sys.stderr, flush=True)
+                  f"{previous.algorithm} moved to another model; it stays out of the run", file=sys.stderr, flush=True)
 
     def absent_devices(self) -> set[int]:
         return {d for rank in self.lost for d in self.layout.devices_of(rank)}
