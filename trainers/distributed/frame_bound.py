@@ -80,9 +80,9 @@ def largest_frame(config: "TrainConfig") -> FrameBound:
         input_shape, num_classes = tuple(int(s) for s in dataset.x_train.shape[1:]), int(dataset.num_classes)
         num_train = int(dataset.x_train.shape[0])
     model = build_model(config.model.name, input_shape, num_classes, config.model.width)
-    template = build_chain(model, torch.zeros(2, *input_shape)).blocks
-    sizes = [_model_sizes(m, input_shape) for m in [model, *later_models(make_strategy(config.algorithm, config.extra),
-                                                                          template)]]
+    strategy = make_strategy(config.algorithm, config.extra)
+    later = later_models(strategy, build_chain(model, torch.zeros(2, *input_shape)).blocks) if strategy.stage_specs() else []
+    sizes = [_model_sizes(m, input_shape) for m in [model, *later]]
     total, parameters, output = (max(s[k] for s in sizes) for k in range(3))
     return frame_bound(total, parameters, output, data.batch_size, num_train)
 
