@@ -513,14 +513,14 @@ def run_engine_bench(workload: EngineWorkload = EngineWorkload(),
     (module docstring)."""
     from adaptplan.errors import InputError
     from trainers.config.devices import resolve_device
+    from trainers.config.host import use_cpu
     from trainers.engine.execution import Execution
 
     w = workload
     ex = execution if execution is not None else ExecutionConfig()
     execution_policy = Execution.resolve(resolve_device(ex.device), ex.client_batching,
                                          ex.server_pass_samples, ex.client_recompute)
-    if ex.threads:
-        torch.set_num_threads(ex.threads)
+    use_cpu(ex.threads)
     run = _Sides(w.model, w.width, w.devices, w.batch_size, w.rounds, w.cut, w.warmup, w.seed, execution_policy,
                  w.count_flops, None)
     chain = run.chain()

@@ -66,11 +66,11 @@ def privacy_run(job: dict[str, Any]) -> dict[str, Any]:
         config = _plain(job["config"])
         if {k: v for k, v in SAVED_BEFORE.items() if k in config} | saved.get("config", {}) == config:
             return saved["figures"]
-    import torch
 
+    from trainers.config.host import use_cpu
     from trainers.run.driver import Trainer
 
-    torch.set_num_threads(1)
+    use_cpu(1)
     config = dict(job["config"], progress=False)
     if folder is not None:
         from adaptplan.benches.runs import in_folder

@@ -94,12 +94,11 @@ def run_one(job: dict[str, Any]) -> RunResult:
     evaluation, the run file) and nothing of it is lost to a stop: a run that ended there before (its
     :data:`RESULT_FILE` names the same setting) is read back instead of trained, a run that was stopped continues
     from its checkpoint (bit for bit, as ``adaptplan train --resume``), anything else starts afresh."""
-    import torch
-
+    from trainers.config.host import use_cpu
     from trainers.config.train_config import TrainConfig
     from trainers.run.driver import Trainer
 
-    torch.set_num_threads(1)
+    use_cpu(1)
     folder = Path(job["folder"]) if job.get("folder") is not None else None
     config = dict(job["config"])
     if folder is not None:

@@ -21,10 +21,10 @@ import threading
 import time
 from typing import Any, Callable
 
-import torch
 import torch.distributed as dist
 
 from adaptplan.errors import InputError
+from trainers.config.host import use_cpu
 from trainers.distributed.control import Abort, Alive, Layout, Rejoin, Stop
 from trainers.distributed.environment import RUNTIME_ENV, run_key, store_file, wire_trace
 from trainers.distributed.layout import EDGE_RANK, FED_RANK, SETUP_TIMEOUT_FACTOR, RankLayout
@@ -119,7 +119,7 @@ class EdgeSession:
         rank, world, group = join(timeout)
         if rank != EDGE_RANK:
             raise RuntimeError(f"the edge session runs on rank {EDGE_RANK}, not {rank}")
-        torch.set_num_threads(threads or 1)
+        use_cpu(threads or 1)
         self.layout = RankLayout(world, num_devices)
         self.channel = open_channel(timeout, self.layout.describe, group, key)
         self.emulate_links = emulate_links
@@ -221,7 +221,7 @@ def serve_rank(options: WorkerOptions) -> int:
         print(f"adaptplan train: rank {os.environ.get('RANK')}: {exc}", file=sys.stderr)
         return 2
     rank, world, group = join(timeout)
-    torch.set_num_threads(threads or 1)
+    use_cpu(threads or 1)
     describe = {EDGE_RANK: "edge server"}.get
     try:
         channel = open_channel(timeout, lambda r: describe(r) or f"rank {r}", group, key)

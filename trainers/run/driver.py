@@ -39,6 +39,7 @@ from profilers.models import check_model_output
 from profilers.profile import stem_note
 from trainers.algorithms import algorithm
 from trainers.config.devices import resolve_device
+from trainers.config.host import use_cpu
 from trainers.config.train_config import TrainConfig
 from trainers.engine.clock import SimClock
 from trainers.engine.privacy_account import privacy_summary
@@ -83,8 +84,7 @@ class Trainer(RunModel):
         self.algorithm = algorithm(config.algorithm)                       # the registry's entry: its traits
         self.strategy = make_strategy(config.algorithm, config.extra)     # its options are checked before any work
         self.engine_factory = engine_factory
-        if config.execution.threads:
-            torch.set_num_threads(config.execution.threads)
+        use_cpu(config.execution.threads)
         torch.manual_seed(config.run.seed)
         manifest = self._manifest()
         self.dataset = data if data is not None else self._load_data(manifest)

@@ -676,7 +676,7 @@ def _serve(monkeypatch, rank: int, script: list) -> tuple[int, ScriptedChannel]:
     monkeypatch.setenv("ADAPTPLAN_SECRET", "s" * 16)
     monkeypatch.delenv("ADAPTPLAN_SECRET_FILE", raising=False)
     monkeypatch.setattr(session.signal, "signal", lambda *a: None)
-    monkeypatch.setattr(session.torch, "set_num_threads", lambda n: None)
+    monkeypatch.setattr(session, "use_cpu", lambda n: None)
     return session.serve_rank(serve.WorkerOptions(2.0)), made[0]
 
 
