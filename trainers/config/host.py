@@ -6,15 +6,14 @@ Every process that trains (``adaptplan train``, each rank of a distributed run, 
 **The heap.** A training step allocates and frees the same large buffers again and again (oneDNN's RNN
 workspaces, autograd's saved activations, optimizer temporaries). glibc's malloc hands freed memory at the top of
 its heap back to the kernel once it exceeds its trim threshold (and serves big requests with fresh ``mmap``), so
-the next step touches new pages: on the LEAF LSTM (batch 32, one thread) about 13,000 page faults a step, a fifth of
-the process's CPU time spent in the kernel clearing pages. :func:`keep_freed_memory` (glibc's ``mallopt``,
+the next step touches new pages: on the LEAF LSTM (batch 32, one thread) about 13,000 page faults a step, 14–18 %
+of the training loop's CPU time spent in the kernel clearing pages. :func:`keep_freed_memory` (glibc's ``mallopt``,
 malloc.h) serves blocks of up to 32 MiB from the heap (the most glibc's own rule ever would, fixed so that it does
 not depend on what the process freed before) and raises the trim threshold and the heap's top pad, so that freed
 memory stays with the process for the next step; the process then holds on to its peak heap, which it reaches
-every step anyway. The numbers train bit for bit
-alike (the allocator decides where buffers live, never their contents); ``benchmarks/allocator_ab.py`` measures
-faults and speed side by side. ``ADAPTPLAN_KEEP_HEAP=0`` leaves glibc's defaults; off glibc (macOS, musl) nothing
-changes.
+every step anyway. The numbers train bit for bit alike (the allocator decides where buffers live, never their
+contents); ``benchmarks/allocator_ab.py`` measures faults and speed side by side. ``ADAPTPLAN_KEEP_HEAP=0``
+leaves glibc's defaults; off glibc (macOS, musl) nothing changes.
 """
 
 from __future__ import annotations
