@@ -286,6 +286,34 @@ def test_the_plateau_check_is_the_rise_of_the_mean_curve_from_the_middle_to_the_
     assert line.endswith("): b (dirichlet, global) +9.0 pts: STILL RISING")     # the first claim on B speaks for it
 
 
+def test_a_claim_on_the_participants_figure_is_checked_for_a_plateau_on_the_pooled_figure() -> None:
+    """The participants' figure (local-sampled) is a new draw of a few devices at each evaluation: its rise is
+    printed beside the check, which reads the pooled figure (local) of the same runs; other protocols unchanged."""
+    assert [bp.plateau_protocol(p) for p in ("global", "local", "local-sampled")] == ["global", "local", "local"]
+    times = range(1, 7)
+    pooled, sampled = (0.10, 0.20, 0.30, 0.31, 0.31, 0.32), (0.10, 0.20, 0.05, 0.25, 0.10, 0.30)
+    b = dataclasses.replace(run(0.3, [(t, 0.5) for t in times]), local_curve=list(zip(times, pooled)),
+                local_sampled_curve=list(zip(times, sampled)), final_local_accuracy=0.32,
+                final_local_sampled_accuracy=0.30)
+    claim = bp.Claim("p", "A beats B", "a", "b", "accuracy", protocol="local-sampled", group="p/roles")
+    c = bp.compare(claim, [b], [b], [0], 0.3)
+    # thirds of 6 evaluations: pooled (0.31 + 0.32) / 2 − (0.30 + 0.31) / 2 = +1 pt; sampled (0.10 + 0.30) / 2 −
+    # (0.05 + 0.25) / 2 = +5 pts
+    assert c.b_rise == pytest.approx(1.0) and c.b_rise_as_judged == pytest.approx(5.0) and c.b_plateaued
+    assert bp.plateau_line([c], "p").endswith("b (roles, local) +1.0 pts: plateaued (by the claim's local-sampled "
+                                              "figure +5.0 pts)")
+    data = c.to_json()
+    assert (data["b_rise_protocol"], data["b_rise_claim_protocol_pts"]) == ("local", pytest.approx(5.0))
+    ordering = bp.Claim("p", "order", "a", "b", "ordering", protocol="local-sampled", group="p/roles",
+                        order=("a", "b"))
+    o = bp.compare_ordering(ordering, {"a": [b], "b": [b]}, [0])
+    assert (o.b_rise, o.b_rise_as_judged) == (pytest.approx(1.0), pytest.approx(5.0))
+    on_global = bp.compare(ACC, [b], [b], [0], 0.3)
+    assert on_global.b_rise == pytest.approx(0.0) and on_global.b_rise_as_judged is None
+    assert bp.plateau_line([dataclasses.replace(on_global, claim=dataclasses.replace(claim, protocol="global"))],
+                           "p").endswith("b (roles, global) +0.0 pts: plateaued")
+
+
 def test_the_hour_tier_is_the_first_half_of_every_full_run() -> None:
     """Half the rounds at the same evaluation rounds, nothing else changed, for every job of every recipe without
     its own [hour_tier] (the others': the next test); and a run of half the rounds is the exact prefix of the whole run
