@@ -306,7 +306,8 @@ def test_a_claim_on_the_participants_figure_is_checked_for_a_plateau_on_the_pool
     assert (data["b_rise_protocol"], data["b_rise_claim_protocol_pts"]) == ("local", pytest.approx(5.0))
     ordering = bp.Claim("p", "order", "a", "b", "ordering", protocol="local-sampled", group="p/roles",
                         order=("a", "b"))
-    o = bp.compare_ordering(ordering, {"a": [b], "b": [b]}, [0])
+    flat = dataclasses.replace(b, local_curve=[(t, 0.3) for t in times], local_sampled_curve=[(t, 0.3) for t in times])
+    o = bp.compare_ordering(ordering, {"a": [flat], "b": [b]}, [0])      # the check watches the order's last, B
     assert (o.b_rise, o.b_rise_as_judged) == (pytest.approx(1.0), pytest.approx(5.0))
     on_global = bp.compare(ACC, [b], [b], [0], 0.3)
     assert on_global.b_rise == pytest.approx(0.0) and on_global.b_rise_as_judged is None
