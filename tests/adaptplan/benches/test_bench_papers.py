@@ -237,7 +237,8 @@ def test_quick_run_writes_the_printed_table_json_and_plot(tmp_path, capsys) -> N
             assert all(row[i - 2:i] == "  " and row[i] != " " for i in starts[1:])
         assert all(line == line.rstrip() for line in lines[head:])    # no padding left at a line's end
     assert table.count("  plateau check (") == 2                          # and each paper's baselines checked
-    assert "sl (dirichlet α=0.1, global)" in table and "sfl-v1 (dirichlet-equal α=0.1, local-sampled)" in table
+    assert "sl (dirichlet α=0.1, global)" in table and "sfl-v1 (dirichlet-equal α=0.1, local)" in table
+    assert "(by the claim's local-sampled figure " in table    # CycleSL's participants' figure: checked on the pooled
     assert all("b_rise_pts" in c and "b_plateaued" in c for c in data["claims"])
     margins = [(c["paper_margin"], c["against_paper"]) for c in data["claims"]]     # the recipes' figures, compared
     assert [m for m, _ in margins] == [16.0, 6.0, 2.6, None, None, 9.1, 13.4]
