@@ -213,11 +213,12 @@ def run_paper_bench(book: Mapping[str, Recipe], seeds: Sequence[int] = range(DEF
              **({"folder": str(run_folder(runs_dir, first[k]))} if runs_dir is not None else {})} for k in unique]
     if runs_dir is not None and progress:
         states = [run_state(Path(w["folder"]), w) for w in work]
-        ended, stopped, longer = states.count("ended"), states.count("stopped"), states.count("longer")
-        if ended or stopped or longer:
+        ended, stopped, longer, again = (states.count(s) for s in ("ended", "stopped", "longer", "again"))
+        if ended or stopped or longer or again:
             print(f"bench papers: of {len(work)} runs in {runs_dir}, {ended} ended before (read back), {stopped} "
                   f"continue from their checkpoints and {longer} go on from their last round to the recipe's longer "
-                  "length", file=sys.stderr)
+                  f"length" + (f"; {again} ended shorter without their checkpoints train again from the start to it"
+                               if again else ""), file=sys.stderr)
     results = run_jobs(work, workers, "bench papers", progress)
     by_key = dict(zip(unique, results))
     return todo, [replace(by_key[k], group=j["group"], label=j["label"]) for k, j in zip(keys, todo)]

@@ -93,7 +93,8 @@ def run_one(job: dict[str, Any]) -> RunResult:
     With ``job["folder"]`` the run lives in that folder (``adaptplan train --out``: history, checkpoints every
     evaluation, the run file) and nothing of it is lost to a stop: a run that ended there before (its
     :data:`RESULT_FILE` names the same setting) is read back instead of trained, a run that was stopped continues
-    from its checkpoint (bit for bit, as ``adaptplan train --resume``), anything else starts afresh."""
+    from its checkpoint (bit for bit, as ``adaptplan train --resume``), one that ended shorter goes on to the job's
+    rounds (:func:`run_state`), anything else starts afresh."""
     from trainers.config.host import use_cpu
     from trainers.config.train_config import TrainConfig
     from trainers.run.driver import Trainer
@@ -105,6 +106,8 @@ def run_one(job: dict[str, Any]) -> RunResult:
         state = run_state(folder, job)
         if state == "ended":
             return _ended_run(folder, job)
+        if state == "again":                  # its run is the job's first rounds: the longer run holds it
+            (folder / RESULT_FILE).unlink()
         in_folder(config, folder, resume=state in ("stopped", "longer"))   # "longer": on to the job's length
     trainer = Trainer(TrainConfig.flat(**config))
     count_rounds(trainer)
@@ -159,20 +162,25 @@ def folder_state(folder: Path) -> str:
 
 
 def run_state(folder: Path, job: dict[str, Any]) -> str:
-    """:func:`folder_state`, with ``"longer"`` for a run that ended there and that ``job`` trains on for more rounds
-    (:func:`_extends`)."""
+    """:func:`folder_state`, where a run ended there whose rounds are ``job``'s first (:func:`_extends`) is
+    ``"longer"`` when the folder keeps its last round's checkpoint (it trains on from there, only the rounds the
+    job adds) and ``"again"`` when it does not (a clean clone keeps only the result file: it trains from the start
+    to the job's length, which replaces the shorter result)."""
+    from trainers.run.checkpoint import CHECKPOINT_NAME
+
     state = folder_state(folder)
-    return "longer" if state == "ended" and _extends(folder, job) else state
+    if state != "ended" or not _extends(folder, job):
+        return state
+    return "longer" if (folder / CHECKPOINT_NAME).exists() else "again"
 
 
 def _extends(folder: Path, job: dict[str, Any]) -> bool:
     """``job`` is the run that ended in ``folder`` trained longer: its stored setting is the job's but for fewer
-    ``rounds``, the folder keeps the last round's checkpoint, and the algorithm's schedule does not read the total
-    rounds (GAPSL's eq. 2 does). Such a run continues from its checkpoint, bit for bit the run of the longer length
-    (``adaptplan train --resume --rounds``): a recipe that doubles its rounds by its plateau rule trains only the
-    rounds it adds. (A recipe that keeps its evaluations' spacing changes ``rounds`` alone.)"""
+    ``rounds``, it did not diverge, and the algorithm's schedule does not read the total rounds (GAPSL's eq. 2
+    does). Its run is then the job's first rounds: continued from its last checkpoint it is bit for bit the run
+    of the longer length (``adaptplan train --resume --rounds``), so a recipe that doubles its rounds by its plateau
+    rule trains only the rounds it adds. (A recipe that keeps its evaluations' spacing changes ``rounds`` alone.)"""
     from adaptplan.fileio import load_mapping
-    from trainers.run.checkpoint import CHECKPOINT_NAME
     from trainers.strategies import STRATEGIES
 
     try:
@@ -181,7 +189,7 @@ def _extends(folder: Path, job: dict[str, Any]) -> bool:
         return False                              # _ended_run says what is wrong with it
     now = _plain(job["config"])
     saved = _as_saved_now(stored.get("config"), now)
-    if not isinstance(saved, dict) or not (folder / CHECKPOINT_NAME).exists():
+    if not isinstance(saved, dict):
         return False
     strategy = STRATEGIES.get(str(now.get("algorithm")))
     return (strategy is not None and not strategy.uses_total_rounds and stored.get("diverged_round") is None

@@ -461,12 +461,12 @@ def test_a_recipes_own_hour_tier_sets_the_first_rounds_and_their_evaluations_wit
             assert b["config"]["extra"] == {**a["config"]["extra"], "horizon": 1200}
         else:
             assert changed == {"rounds", "eval_every"}, a["label"]
-    # CycleSL at 48,000 and GAS at 19,200 rounds: their hour tiers are the first halves of the earlier 3,000 and 1,200
+    # CycleSL at 48,000 and GAS at 38,400 rounds: their hour tiers are the first halves of the earlier 3,000 and 1,200
     # (the same rounds, evaluated at the same rounds), so that the table's hour-tier figures stay theirs
     expected = {("cyclesl", label): (48000, 400, 1500, 100) for label in ("cyclepsl", "psl", "cyclesfl", "sfl-v1")}
-    expected |= {("gas", label): (960, 16, 30, 2) for label in ("gas", "fedbuff", "ca2fl")}       # asynchronous
-    expected |= {("gas", "ca2fl-e50"): (384, 6, 12, 1)}           # Fig. 4's E = 50: the same device steps
-    expected |= {("gas", label): (19200, 320, 600, 40) for label in ("sfl-v1", "fedavg", "minibatch-sfl", "s2fl")}
+    expected |= {("gas", label): (1920, 16, 30, 2) for label in ("gas", "fedbuff", "ca2fl")}       # asynchronous
+    expected |= {("gas", "ca2fl-e50"): (768, 6, 12, 1)}           # Fig. 4's E = 50: the same device steps
+    expected |= {("gas", label): (38400, 320, 600, 40) for label in ("sfl-v1", "fedavg", "minibatch-sfl", "s2fl")}
     for name in ("cyclesl", "gas"):
         full = recipes.load(name)
         for a, b in zip(full.jobs([0, 1]), bp.hour_tier(full).jobs([0, 1])):
@@ -510,7 +510,13 @@ def test_the_bench_says_how_many_runs_it_reads_back_and_how_many_continue(tmp_pa
     monkeypatch.setattr(bp, "run_jobs", no_training)
     bp.run_paper_bench(book, [0], workers=1, runs_dir=tmp_path)
     assert f"of {len(todo)} runs in {tmp_path}, 1 ended before (read back), 2 continue from their checkpoints and 0 go " \
-        "on from their last round to the recipe's longer length" in capsys.readouterr().err
+        "on from their last round to the recipe's longer length\n" in capsys.readouterr().err
+    states = iter(("ended", "again", "longer", "again"))
+    monkeypatch.setattr(bp, "run_state", lambda folder, job: next(states, "new"))
+    bp.run_paper_bench(book, [0], workers=1, runs_dir=tmp_path)
+    assert f"of {len(todo)} runs in {tmp_path}, 1 ended before (read back), 0 continue from their checkpoints and 1 go " \
+        "on from their last round to the recipe's longer length; 2 ended shorter without their checkpoints train " \
+        "again from the start to it\n" in capsys.readouterr().err
     folders = {(w["group"], w["label"]): w["folder"] for w in seen}
     assert folders == {(j["group"], j["label"]): str(bp.run_folder(tmp_path, j)) for j in todo}
 
@@ -565,8 +571,10 @@ def test_an_ended_run_goes_on_to_a_longer_recipe_from_its_last_checkpoint_bit_fo
     """A recipe that doubles its rounds (its plateau rule) keeping the evaluations' spacing changes only `rounds`:
     run_one then trains an ended run on from its last checkpoint, only the rounds it adds, and gives the run of the
     longer length trained straight (curve, final accuracy, rounds, simulated seconds, the result file); the bench's
-    line counts it. GAPSL's schedule reads the total rounds (eq. 2): its ended run is not trained on, the setting
-    is refused naming --out; so is an ended run asked for fewer rounds or another evaluation spacing."""
+    line counts it. Without its checkpoint (a clean clone keeps only the result file) the run trains again from
+    round 1 to the longer length, the run trained straight again. GAPSL's schedule reads the total rounds (eq. 2):
+    its ended run is not trained on, the setting is refused naming --out; so is an ended run asked for fewer rounds
+    or another evaluation spacing."""
     from adaptplan.benches.runs import run_one
     from adaptplan.errors import InputError
     from trainers.run.driver import Trainer
@@ -595,7 +603,17 @@ def test_an_ended_run_goes_on_to_a_longer_recipe_from_its_last_checkpoint_bit_fo
     assert bp.run_state(folder, longest) == "ended"                  # a diverged run is not trained on
     (folder / "bench-result.json").write_text(json.dumps(stored))
     (folder / "checkpoint.pt").unlink()
-    assert bp.run_state(folder, longest) == "ended"                  # nothing to go on from
+    assert bp.run_state(folder, longest) == "again"                  # nothing to go on from: from the start
+    straightest = run_one({k: v for k, v in longest.items() if k != "folder"})
+    rounds_trained.clear()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Trainer, "_round", lambda self, t, out, wall: rounds_trained.append(t) or real_round(self, t, out, wall))
+        again = run_one(longest)
+    assert rounds_trained == list(range(1, 9))
+    assert (again.curve, again.final_accuracy, again.rounds, again.sim_seconds) \
+        == (straightest.curve, straightest.final_accuracy, 8, straightest.sim_seconds)
+    assert json.loads((folder / "bench-result.json").read_text())["rounds"] == 8
+    assert bp.run_state(folder, longest) == "ended" and run_one(longest) == again
     with pytest.raises(InputError, match="ended with another setting \\(rounds differ\\)") as err:
         run_one(job)                                                 # fewer rounds than it trained
     assert err.value.field == "--out"
