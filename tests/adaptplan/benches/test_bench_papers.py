@@ -7,6 +7,7 @@ import dataclasses
 import json
 import math
 import re
+import shutil
 
 import pytest
 
@@ -602,8 +603,10 @@ def test_an_ended_run_goes_on_to_a_longer_recipe_from_its_last_checkpoint_bit_fo
     (folder / "bench-result.json").write_text(json.dumps({**stored, "diverged_round": 6}))
     assert bp.run_state(folder, longest) == "ended"                  # a diverged run is not trained on
     (folder / "bench-result.json").write_text(json.dumps(stored))
-    (folder / "checkpoint.pt").unlink()
-    assert bp.run_state(folder, longest) == "again"                  # nothing to go on from: from the start
+    for kept in folder.iterdir():                   # a clean clone: the result file alone, nothing to go on from
+        if kept.name != "bench-result.json":
+            shutil.rmtree(kept) if kept.is_dir() else kept.unlink()
+    assert bp.run_state(folder, longest) == "again"                  # so from the start
     straightest = run_one({k: v for k, v in longest.items() if k != "folder"})
     rounds_trained.clear()
     with pytest.MonkeyPatch.context() as patch:
