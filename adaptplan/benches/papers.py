@@ -14,12 +14,13 @@ instead, nothing else changed.
 **Tiers** (``--tier``): ``full`` (the default) is each recipe as written, its rounds raised where the plateau
 check below found a baseline still rising (the table says which still are): SCALA's 18 runs of 28,800 rounds
 alone are 20–35 CPU-hours (35–60 minutes per 14,400 rounds on 2 busy cores, measured), so the full tier takes
-several sittings (``--out`` keeps every run; ended runs train on when a recipe's rounds grow); with SCALA at 2,400
-rounds it was 3.7 CPU-hours (1 h 51 min of 2 cores, measured). ``hour`` is the first half of every full-tier run: half
-the rounds, evaluated at the same rounds (half the evaluations), a schedule over the run's length kept at the full
-run's (:func:`hour_tier`), nothing else changed, so each hour-tier run is the exact prefix of its full-tier run and
-its verdicts are those of the full tier's curves at half time; all five recipes at 3 seeds fit 60 minutes of 2
-cores. A recipe may state another first part in its ``[hour_tier]`` (rounds and evaluations, each with its rule;
+several sittings (``--out`` keeps every run; ended runs train on when a recipe's rounds grow, from the start where
+their checkpoints are not kept); with SCALA at 2,400 rounds it was 3.7 CPU-hours (1 h 51 min of 2 cores,
+measured). ``hour`` is the first half of every full-tier run: half the rounds, evaluated at the same rounds (half
+the evaluations), a schedule over the run's length kept at the full run's (:func:`hour_tier`), nothing else
+changed, so each hour-tier run is the exact prefix of its full-tier run and its verdicts are those of the full
+tier's curves at half time; all five recipes at 3 seeds fit 60 minutes of 2 cores. A recipe may state another
+first part in its ``[hour_tier]`` (rounds and evaluations, each with its rule;
 :mod:`adaptplan.benches.recipes`). ``test`` (``--quick``) is the test tier: the synthetic data set, 4 devices,
 4 rounds, 1 seed; its verdicts mean nothing.
 

@@ -156,7 +156,8 @@ def _papers_parser(which: argparse._SubParsersAction) -> None:
     papers.add_argument("--tier", choices=("full", "hour", "test"), default="full",
                         help="full (default): every recipe as written, its rounds raised until the plateau "
                              "check (SCALA's 18 runs of 28,800 rounds alone 20-35 CPU-hours; with --out the runs that "
-                             "ended are read back, or trained on when a recipe's rounds grow, so it can take several "
+                             "ended are read back, or trained on (from the start without their checkpoints) when a "
+                             "recipe's rounds grow, so it can take several "
                              "sittings); "
                              "hour: the first half of every full run (half the rounds, the same evaluation rounds, "
                              "or the first part a recipe's [hour_tier] states; all five at 3 seeds fit 60 minutes of "
