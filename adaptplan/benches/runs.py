@@ -165,7 +165,7 @@ def run_state(folder: Path, job: dict[str, Any]) -> str:
     """:func:`folder_state`, where a run ended there whose rounds are ``job``'s first (:func:`_extends`) is
     ``"longer"`` when the folder keeps its last round's checkpoint (it trains on from there, only the rounds the
     job adds) and ``"again"`` when it does not (a clean clone keeps only the result file: it trains from the start
-    to the job's length, which replaces the shorter result)."""
+    to the job's length: run_one removes the shorter result as it starts, the longer one is written at its end)."""
     from trainers.run.checkpoint import CHECKPOINT_NAME
 
     state = folder_state(folder)
