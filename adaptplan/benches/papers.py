@@ -218,7 +218,7 @@ def run_paper_bench(book: Mapping[str, Recipe], seeds: Sequence[int] = range(DEF
         if ended or stopped or longer or again:
             print(f"bench papers: of {len(work)} runs in {runs_dir}, {ended} ended before (read back), {stopped} "
                   f"continue from their checkpoints and {longer} go on from their last round to the recipe's longer "
-                  f"length" + (f"; {again} ended shorter without their checkpoints train again from the start to it"
+                  "length" + (f"; {again} ended shorter without their checkpoints train again from the start to it"
                                if again else ""), file=sys.stderr)
     results = run_jobs(work, workers, "bench papers", progress)
     by_key = dict(zip(unique, results))
